@@ -1,0 +1,106 @@
+"""The gateway's exception tree; foreign exceptions are translated into these where a library is called.
+
+GatewayError
+├── ConfigError(file, line, key)          bad config: the daemon exits 78
+├── StoreError                            a row that cannot be read or written
+├── AdapterError(platform)
+│   ├── RateLimited(retry_after)          429: pause the chat (or the bot) that long
+│   ├── MarkupRejected                    the platform refused our markup: resend as plain text
+│   ├── RecipientUnavailable              403 blocked / kicked: do not retry
+│   └── PlatformUnavailable               5xx, resets, timeouts: retry with backoff
+├── LLMError
+│   ├── LLMTimeout
+│   ├── LLMUnavailable                    429/5xx/529 after the SDK's retries
+│   ├── LLMRejected                       4xx that retrying cannot fix (bad key, bad request)
+│   └── LLMNotConfigured                  no model and nothing found to fall back on
+└── ToolError                             a tool refused or failed; the model sees the message
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the core catches by type."""
+
+
+class ConfigError(GatewayError):
+    """A config problem located in its file: `config.yaml:7: session_reset.mode: expected ...`."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 key: str | None = None) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.key = key
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file:
+            where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
+        key = f"{self.key}: " if self.key else ""
+        return f"{where}{key}{self.message}"
+
+
+class ConfigErrors(ConfigError):
+    """Several config problems reported at once, so a user fixes them in one go."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+    def __str__(self) -> str:
+        return "\n".join(str(e) for e in self.errors)
+
+
+class StoreError(GatewayError):
+    """The database could not give a trustworthy answer (never turned into 'no session')."""
+
+
+class AdapterError(GatewayError):
+    def __init__(self, platform: str, message: str) -> None:
+        self.platform = platform
+        super().__init__(f"{platform}: {message}")
+
+
+class RateLimited(AdapterError):
+    def __init__(self, platform: str, retry_after: float, *, is_global: bool = False) -> None:
+        self.retry_after = retry_after
+        self.is_global = is_global
+        super().__init__(platform, f"rate limited, retry after {retry_after:g}s")
+
+
+class MarkupRejected(AdapterError):
+    """The platform could not parse the formatted text; the plain fallback should be sent."""
+
+
+class RecipientUnavailable(AdapterError):
+    """The bot was blocked or removed; retrying would only repeat the refusal."""
+
+
+class PlatformUnavailable(AdapterError):
+    """A transient failure (5xx, reset, timeout) worth retrying with backoff."""
+
+
+class LLMError(GatewayError):
+    """The model could not produce a reply."""
+
+
+class LLMTimeout(LLMError):
+    pass
+
+
+class LLMUnavailable(LLMError):
+    pass
+
+
+class LLMRejected(LLMError):
+    pass
+
+
+class LLMNotConfigured(LLMError):
+    pass
+
+
+class ToolError(GatewayError):
+    """A tool refused the call; the text goes back to the model as an error result."""

@@ -1,0 +1,149 @@
+"""Normalized messages and the adapter contract: the only shapes that cross between adapters and the core.
+
+Nothing platform-specific lives here; adapters translate their platform's objects into these at the edge.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+ChatType = Literal["dm", "group", "channel"]
+CHAT_TYPES: tuple[ChatType, ...] = ("dm", "group", "channel")
+PLATFORMS: tuple[str, ...] = ("telegram", "discord", "slack", "web", "cli", "cron")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRef:
+    """Where a message lives. Ids are strings whatever the platform uses."""
+
+    platform: str
+    chat_type: ChatType
+    chat_id: str
+    thread_id: str | None = None
+
+    @property
+    def is_group(self) -> bool:
+        return self.chat_type != "dm"
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    kind: str  # photo, document, audio, video, sticker, file
+    name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One message from a person, as the core sees it.
+
+    `is_addressed` is the adapter's verdict on whether the bot was spoken to (a DM, an @mention, a reply to
+    the bot, a command); mention detection is platform knowledge, so it is decided at the edge.
+    `is_bot` marks messages authored by another bot (for the bot-loop budget).
+    """
+
+    chat: ChatRef
+    user_id: str
+    text: str
+    message_id: str
+    received_at: datetime
+    user_name: str | None = None
+    reply_to_id: str | None = None
+    attachments: tuple[Attachment, ...] = ()
+    is_addressed: bool = True
+    is_bot: bool = False
+    chat_title: str | None = None
+
+
+class OutboundKind(enum.Enum):
+    REPLY = "reply"      # the agent's answer to a turn
+    NOTICE = "notice"    # a short system line: reset notice, busy notice, command answer
+    ERROR = "error"      # one plain sentence when a turn failed
+
+
+@dataclass(frozen=True, slots=True)
+class TextEntity:
+    """A Telegram-style formatting span; offsets and lengths in UTF-16 code units."""
+
+    type: str
+    offset: int
+    length: int
+    url: str | None = None
+    language: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """One platform message to send: already rendered for the platform and within its size limit.
+
+    `plain` is the same chunk without markup, sent instead when the platform rejects the markup.
+    `reply_to_id` is our inbound `message_id`; adapters map it to their platform's reply mechanism.
+    """
+
+    chat: ChatRef
+    text: str
+    plain: str
+    entities: tuple[TextEntity, ...] = ()
+    reply_to_id: str | None = None
+    kind: OutboundKind = OutboundKind.REPLY
+    chunk_index: int = 0
+    chunk_count: int = 1
+    use_plain: bool = False
+
+
+class SubmitOutcome(enum.Enum):
+    ACCEPTED = "accepted"      # stored; a turn (or command) will run
+    DUPLICATE = "duplicate"    # seen before: nothing will happen
+    IGNORED = "ignored"        # not addressed / not allowed: nothing will happen
+    REFUSED = "refused"        # answered with a notice (pairing code, queue full) but no turn
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    outcome: SubmitOutcome
+    reason: str = ""
+
+
+Submit = Callable[[Inbound], Awaitable[SubmitResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterHealth:
+    platform: str
+    state: str = "stopped"           # starting, running, backoff, down, stopped
+    connected_since: datetime | None = None
+    last_inbound_at: datetime | None = None
+    last_error: str | None = None
+    restarts: int = 0
+    extra: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """What every platform adapter is: start with a submit callable, send, stop.
+
+    `start` returns once the adapter is connected and serving (it may keep background tasks); it raises
+    `AdapterError` when it cannot start (bad token, disallowed intents), so the supervisor can decide.
+    `send` delivers one already-rendered chunk and returns the platform's message id.
+    """
+
+    platform: str
+
+    async def start(self, submit: Submit) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> str: ...
+
+    async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class TypingIndicator(Protocol):
+    """Optional ability: show that the bot is working while a turn runs."""
+
+    def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]: ...
