@@ -1,0 +1,541 @@
+"""The one SQLite database (WAL): sessions with their stored prompt, messages (FTS5), inbound, outbound, usage.
+
+One named function per query; schema changes are append-only named migrations. Calls are synchronous and
+short (WAL + synchronous=NORMAL: no fsync per commit), so the event loop may call them directly. A row that
+cannot be read raises StoreError; it never turns into "no session".
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from gateway.errors import StoreError
+
+# A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
+Migration = tuple[str, "str | Callable[[sqlite3.Connection], None]"]
+
+
+_INITIAL = """
+CREATE TABLE sessions (
+  id INTEGER PRIMARY KEY,
+  key TEXT NOT NULL,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  user_id TEXT,
+  parent_id INTEGER REFERENCES sessions(id),
+  created_at TEXT NOT NULL,
+  last_user_at TEXT,
+  ended_at TEXT,
+  end_reason TEXT,
+  model TEXT,
+  provider TEXT,
+  system_prompt TEXT,
+  prompt_built_at TEXT,
+  prompt_rebuild_reason TEXT,
+  prompt_rebuilds INTEGER NOT NULL DEFAULT 0,
+  flush_state TEXT,
+  flush_attempts INTEGER NOT NULL DEFAULT 0,
+  flush_error TEXT,
+  flush_finished_at TEXT,
+  input_tokens INTEGER NOT NULL DEFAULT 0,
+  output_tokens INTEGER NOT NULL DEFAULT 0,
+  cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+  cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+  compressions INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX sessions_active_key ON sessions(key) WHERE ended_at IS NULL;
+CREATE INDEX sessions_key ON sessions(key);
+CREATE INDEX sessions_user ON sessions(platform, user_id);
+CREATE INDEX sessions_flush ON sessions(flush_state) WHERE flush_state IN ('pending', 'running');
+
+CREATE TABLE messages (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  role TEXT NOT NULL,
+  content TEXT NOT NULL DEFAULT '',
+  tool_calls TEXT,
+  tool_call_id TEXT,
+  user_id TEXT,
+  user_name TEXT,
+  platform_message_id TEXT,
+  created_at TEXT NOT NULL,
+  active INTEGER NOT NULL DEFAULT 1,
+  kind TEXT NOT NULL DEFAULT 'chat',
+  turn_id TEXT
+);
+CREATE INDEX messages_session ON messages(session_id, id);
+CREATE INDEX messages_user ON messages(user_id, session_id);
+
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  content, content='messages', content_rowid='id', tokenize='porter unicode61');
+CREATE VIRTUAL TABLE messages_fts_tri USING fts5(
+  content, content='messages', content_rowid='id', tokenize='trigram');
+CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+  INSERT INTO messages_fts_tri(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+  INSERT INTO messages_fts_tri(rowid, content) VALUES (new.id, new.content);
+END;
+
+CREATE TABLE inbound (
+  id INTEGER PRIMARY KEY,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  platform_message_id TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  text TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  received_at TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'pending',
+  session_id INTEGER,
+  finished_at TEXT,
+  UNIQUE (platform, chat_id, platform_message_id)
+);
+CREATE INDEX inbound_status ON inbound(status) WHERE status IN ('pending', 'running');
+
+CREATE TABLE outbound (
+  id INTEGER PRIMARY KEY,
+  turn_id TEXT NOT NULL,
+  chunk_index INTEGER NOT NULL,
+  chunk_count INTEGER NOT NULL,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  kind TEXT NOT NULL,
+  text TEXT NOT NULL,
+  plain TEXT NOT NULL,
+  entities TEXT,
+  reply_to_id TEXT,
+  status TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  platform_message_id TEXT,
+  last_error TEXT,
+  created_at TEXT NOT NULL,
+  sent_at TEXT,
+  UNIQUE (turn_id, chunk_index)
+);
+CREATE INDEX outbound_pending ON outbound(status) WHERE status = 'pending';
+
+CREATE TABLE llm_calls (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER,
+  purpose TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  model TEXT NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cache_read_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+);
+"""
+
+MIGRATIONS: list[Migration] = [
+    ("0001_initial", _INITIAL),
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime | None) -> str | None:
+    return None if dt is None else dt.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def parse_iso(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    id: int
+    key: str
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None
+    user_id: str | None
+    parent_id: int | None
+    created_at: str
+    last_user_at: str | None
+    ended_at: str | None
+    end_reason: str | None
+    model: str | None
+    provider: str | None
+    system_prompt: str | None
+    prompt_built_at: str | None
+    prompt_rebuild_reason: str | None
+    prompt_rebuilds: int
+    flush_state: str | None
+    flush_attempts: int
+    flush_error: str | None
+    flush_finished_at: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    compressions: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    id: int
+    session_id: int
+    role: str
+    content: str
+    tool_calls: str | None
+    tool_call_id: str | None
+    user_id: str | None
+    user_name: str | None
+    platform_message_id: str | None
+    created_at: str
+    active: int
+    kind: str
+    turn_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRow:
+    id: int
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None
+    platform_message_id: str
+    user_id: str
+    user_name: str | None
+    text: str
+    payload: str
+    received_at: str
+    status: str
+    session_id: int | None
+    finished_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRow:
+    id: int
+    turn_id: str
+    chunk_index: int
+    chunk_count: int
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None
+    kind: str
+    text: str
+    plain: str
+    entities: str | None
+    reply_to_id: str | None
+    status: str
+    attempts: int
+    platform_message_id: str | None
+    last_error: str | None
+    created_at: str
+    sent_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.cache_read_tokens + other.cache_read_tokens,
+                     self.cache_write_tokens + other.cache_write_tokens)
+
+
+def _row(cls: type[Any], row: sqlite3.Row | None) -> Any:
+    if row is None:
+        return None
+    try:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+    except (IndexError, KeyError, TypeError) as exc:
+        raise StoreError(f"unreadable {cls.__name__} row: {exc}") from exc
+
+
+class Store:
+    """The gateway's database. Open once in the composition root; close on shutdown."""
+
+    def __init__(self, path: Path, *, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open {path}: {exc}") from exc
+        conn.row_factory = sqlite3.Row
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        conn.execute("PRAGMA busy_timeout=5000")
+        self.db.enable_wal()
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        self.applied = self._migrate(migrations)
+
+    def close(self) -> None:
+        try:
+            self.conn.execute("PRAGMA optimize")
+        except sqlite3.Error:
+            pass
+        self.conn.close()
+
+    # ---------------------------------------------------------------- plumbing
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One small write transaction (BEGIN IMMEDIATE so a second process waits instead of failing)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+
+    def _migrate(self, migrations: Sequence[Migration]) -> list[str]:
+        self.conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        done = {r[0] for r in self.conn.execute("SELECT name FROM schema_migrations")}
+        applied = []
+        for name, run in migrations:
+            if name in done:
+                continue
+            try:
+                if isinstance(run, str):
+                    # executescript commits any open transaction first, so the BEGIN goes inside the script.
+                    stamp = iso(utcnow())
+                    self.conn.executescript(f"BEGIN IMMEDIATE;\n{run}\nINSERT INTO schema_migrations VALUES"
+                                            f" ('{name}', '{stamp}');\nCOMMIT;")
+                else:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    run(self.conn)
+                    self.conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, iso(utcnow())))
+                    self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise StoreError(f"migration {name} failed: {exc}") from exc
+            applied.append(name)
+        return applied
+
+    def migrations_done(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
+
+    def one(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Row | None:
+        try:
+            row: sqlite3.Row | None = self.conn.execute(sql, args).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        return row
+
+    def all(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        try:
+            return self.conn.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one write statement in its own transaction; return lastrowid."""
+        try:
+            with self.tx() as conn:
+                cur = conn.execute(sql, args)
+                return int(cur.lastrowid or 0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"write failed: {exc}") from exc
+
+    # ---------------------------------------------------------------- sessions
+    def active_session(self, key: str) -> SessionRow | None:
+        return _row(SessionRow, self.one("SELECT * FROM sessions WHERE key = ? AND ended_at IS NULL", (key,)))
+
+    def session(self, session_id: int) -> SessionRow:
+        row = _row(SessionRow, self.one("SELECT * FROM sessions WHERE id = ?", (session_id,)))
+        if row is None:
+            raise StoreError(f"session {session_id} does not exist")
+        return row  # type: ignore[no-any-return]
+
+    def latest_session(self, key: str) -> SessionRow | None:
+        return _row(SessionRow, self.one("SELECT * FROM sessions WHERE key = ? ORDER BY id DESC LIMIT 1", (key,)))
+
+    def active_sessions(self) -> list[SessionRow]:
+        return [_row(SessionRow, r) for r in self.all("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY id")]
+
+    def list_sessions(self, *, active: bool | None = None, limit: int = 100) -> list[SessionRow]:
+        where = "" if active is None else ("WHERE ended_at IS NULL" if active else "WHERE ended_at IS NOT NULL")
+        rows = self.all(f"SELECT * FROM sessions {where} ORDER BY id DESC LIMIT ?", (limit,))
+        return [_row(SessionRow, r) for r in rows]
+
+    def create_session(self, *, key: str, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
+                       user_id: str | None, parent_id: int | None, model: str | None, provider: str | None,
+                       now: datetime) -> SessionRow:
+        sid = self.execute(
+            "INSERT INTO sessions (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, created_at,"
+            " model, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model, provider))
+        return self.session(sid)
+
+    def store_prompt(self, session_id: int, prompt: str, *, now: datetime, reason: str | None = None,
+                     model: str | None = None, provider: str | None = None) -> None:
+        """Write the session's system prompt bytes; `reason` is set on a rebuild (compression, model change)."""
+        self.execute(
+            "UPDATE sessions SET system_prompt = ?, prompt_built_at = ?, prompt_rebuild_reason = COALESCE(?, prompt_rebuild_reason),"
+            " prompt_rebuilds = prompt_rebuilds + (? IS NOT NULL), model = COALESCE(?, model), provider = COALESCE(?, provider)"
+            " WHERE id = ?", (prompt, iso(now), reason, reason, model, provider, session_id))
+
+    def touch_user(self, session_id: int, now: datetime) -> None:
+        self.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
+
+    def end_session(self, session_id: int, *, reason: str, now: datetime, flush_state: str | None) -> bool:
+        """Close a session once; returns False if it was already closed (so two closers never both flush)."""
+        with self.tx() as conn:
+            cur = conn.execute(
+                "UPDATE sessions SET ended_at = ?, end_reason = ?, flush_state = COALESCE(flush_state, ?)"
+                " WHERE id = ? AND ended_at IS NULL", (iso(now), reason, flush_state, session_id))
+            return cur.rowcount == 1
+
+    def add_usage(self, session_id: int | None, usage: Usage, *, purpose: str, provider: str, model: str,
+                  now: datetime) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                "INSERT INTO llm_calls (session_id, purpose, provider, model, input_tokens, output_tokens,"
+                " cache_read_tokens, cache_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, purpose, provider, model, usage.input_tokens, usage.output_tokens,
+                 usage.cache_read_tokens, usage.cache_write_tokens, iso(now)))
+            if session_id is not None:
+                conn.execute(
+                    "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+                    " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?"
+                    " WHERE id = ?", (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                                      usage.cache_write_tokens, session_id))
+
+    # ---------------------------------------------------------------- messages
+    def add_message(self, session_id: int, role: str, content: str, *, now: datetime,
+                    tool_calls: list[dict[str, Any]] | None = None, tool_call_id: str | None = None,
+                    user_id: str | None = None, user_name: str | None = None,
+                    platform_message_id: str | None = None, kind: str = "chat", turn_id: str | None = None) -> int:
+        return self.execute(
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
+            " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, role, content, json.dumps(tool_calls) if tool_calls else None, tool_call_id, user_id,
+             user_name, platform_message_id, iso(now), kind, turn_id))
+
+    def add_messages(self, session_id: int, messages: Sequence[dict[str, Any]], *, now: datetime,
+                     turn_id: str | None = None, kind: str = "chat") -> None:
+        """Append one turn's messages atomically: a turn is stored whole or not at all."""
+        with self.tx() as conn:
+            for m in messages:
+                conn.execute(
+                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
+                    " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, m["role"], m.get("content") or "",
+                     json.dumps(m["tool_calls"]) if m.get("tool_calls") else None, m.get("tool_call_id"),
+                     m.get("user_id"), m.get("user_name"), m.get("platform_message_id"), iso(now), kind, turn_id))
+
+    def history(self, session_id: int, *, kinds: Sequence[str] = ("chat", "summary")) -> list[MessageRow]:
+        marks = ",".join("?" * len(kinds))
+        rows = self.all(f"SELECT * FROM messages WHERE session_id = ? AND active = 1 AND kind IN ({marks})"
+                        " ORDER BY id", (session_id, *kinds))
+        return [_row(MessageRow, r) for r in rows]
+
+    def count_messages(self, session_id: int, roles: Sequence[str] = ("user", "assistant")) -> int:
+        marks = ",".join("?" * len(roles))
+        row = self.one(f"SELECT COUNT(*) FROM messages WHERE session_id = ? AND active = 1 AND kind = 'chat'"
+                       f" AND role IN ({marks})", (session_id, *roles))
+        return int(row[0]) if row else 0
+
+    def deactivate_messages(self, ids: Sequence[int]) -> None:
+        with self.tx() as conn:
+            conn.executemany("UPDATE messages SET active = 0 WHERE id = ?", [(i,) for i in ids])
+
+    # ---------------------------------------------------------------- inbound
+    def insert_inbound(self, *, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
+                       platform_message_id: str, user_id: str, user_name: str | None, text: str, payload: str,
+                       received_at: datetime, status: str = "pending") -> int | None:
+        """Store an inbound message; None when (platform, chat, message id) was already stored (a redelivery)."""
+        try:
+            with self.tx() as conn:
+                cur = conn.execute(
+                    "INSERT INTO inbound (platform, chat_type, chat_id, thread_id, platform_message_id, user_id,"
+                    " user_name, text, payload, received_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (platform, chat_id, platform_message_id) DO NOTHING",
+                    (platform, chat_type, chat_id, thread_id, platform_message_id, user_id, user_name, text,
+                     payload, iso(received_at), status))
+                return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot store inbound message: {exc}") from exc
+
+    def set_inbound_status(self, inbound_id: int, status: str, *, now: datetime,
+                           session_id: int | None = None) -> None:
+        finished = iso(now) if status not in ("pending", "running") else None
+        self.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
+                     " WHERE id = ?", (status, finished, session_id, inbound_id))
+
+    def inbound(self, inbound_id: int) -> InboundRow:
+        row = _row(InboundRow, self.one("SELECT * FROM inbound WHERE id = ?", (inbound_id,)))
+        if row is None:
+            raise StoreError(f"inbound {inbound_id} does not exist")
+        return row  # type: ignore[no-any-return]
+
+    def unfinished_inbound(self) -> list[InboundRow]:
+        rows = self.all("SELECT * FROM inbound WHERE status IN ('pending', 'running') ORDER BY id")
+        return [_row(InboundRow, r) for r in rows]
+
+    def prune_inbound(self, before: datetime) -> int:
+        with self.tx() as conn:
+            cur = conn.execute("DELETE FROM inbound WHERE received_at < ? AND status NOT IN ('pending', 'running')",
+                               (iso(before),))
+            return cur.rowcount
+
+    # ---------------------------------------------------------------- outbound
+    def insert_outbound(self, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
+        """Record every chunk of one reply before the first is sent (ignored if this turn was recorded already)."""
+        with self.tx() as conn:
+            for r in rows:
+                conn.execute(
+                    "INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id, thread_id,"
+                    " kind, text, plain, entities, reply_to_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (turn_id, chunk_index) DO NOTHING",
+                    (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
+                     r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
+                     iso(now)))
+
+    def outbound_for_turn(self, turn_id: str) -> list[OutboundRow]:
+        rows = self.all("SELECT * FROM outbound WHERE turn_id = ? ORDER BY chunk_index", (turn_id,))
+        return [_row(OutboundRow, r) for r in rows]
+
+    def pending_outbound(self) -> list[OutboundRow]:
+        rows = self.all("SELECT * FROM outbound WHERE status = 'pending' ORDER BY id")
+        return [_row(OutboundRow, r) for r in rows]
+
+    def mark_outbound(self, outbound_id: int, status: str, *, now: datetime, platform_message_id: str | None = None,
+                      error: str | None = None) -> None:
+        self.execute("UPDATE outbound SET status = ?, attempts = attempts + 1, platform_message_id ="
+                     " COALESCE(?, platform_message_id), last_error = ?, sent_at = CASE WHEN ? = 'sent' THEN ?"
+                     " ELSE sent_at END WHERE id = ?",
+                     (status, platform_message_id, error, status, iso(now), outbound_id))
