@@ -1,0 +1,20 @@
+"""pytest fixtures yielding a started wire fake and stopping it afterwards. `tests/conftest.py` re-exports
+them with `from tests.fakes.fixtures import *`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fakes.llm import FakeLLM
+
+__all__ = ["fake_llm"]
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    fake = FakeLLM()
+    await fake.start()
+    yield fake
+    await fake.stop()
