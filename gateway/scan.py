@@ -19,6 +19,11 @@ class Finding:
     def __str__(self) -> str:
         return f"{self.kind}: {self.detail}"
 
+    @property
+    def label(self) -> str:
+        """`kind: family` without the matched phrase, for text the model will read."""
+        return f"{self.kind}: {self.detail.split(': ', 1)[0]}"
+
 
 # Zero-width and bidi controls: they hide or reorder text so a human reviewer sees something else.
 INVISIBLE_CHARS: frozenset[str] = frozenset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -51,13 +52,8 @@ def test_package_copy_is_the_repo_root_file() -> None:
     link = REPO / "gateway" / "platform_hints.yaml"
     assert link.is_symlink() and link.resolve() == (REPO / "platform_hints.yaml").resolve()
     assert load_platform_facts(REPO / "platform_hints.yaml") == {
-        p: PlatformFacts(**{**_asdict(f), "source": str(REPO / "platform_hints.yaml")})
-        for p, f in load_platform_facts().items()
+        p: dataclasses.replace(f, source=str(REPO / "platform_hints.yaml")) for p, f in load_platform_facts().items()
     }
-
-
-def _asdict(f: PlatformFacts) -> dict[str, object]:
-    return {name: getattr(f, name) for name in PlatformFacts.__slots__}
 
 
 FACTS = PlatformFacts(name="telegram", hint="Base hint.", max_length=4096, length_unit="utf16", flavor="telegram")
