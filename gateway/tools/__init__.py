@@ -1,0 +1,45 @@
+"""The agent's tools (memory, session search, skills) behind one registry with a stable order.
+
+`build_registry` is the only place that decides which tools exist and in what order; the order is part of
+the provider's cached prompt prefix, so it never depends on config or dict iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+from gateway.tools.registry import ToolContext, ToolFunction, ToolRegistry, ToolResult, ToolSpec
+from gateway.tools.memory import MemoryStore, memory_tool
+from gateway.tools.search import session_search_tool
+from gateway.tools.skills import SkillEntry, SkillLibrary, skill_tools
+
+__all__ = ["MEMORY_TOOLS", "TOOL_ORDER", "MemoryStore", "SkillEntry", "SkillLibrary", "ToolContext",
+           "ToolFunction", "ToolRegistry", "ToolResult", "ToolSpec", "build_registry"]
+
+TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage")
+# What the pre-reset flush may run: it saves what the session learned, it must not search or reply.
+MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})
+
+
+def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375,
+                   enabled: Collection[str] | None = None, memory: MemoryStore | None = None,
+                   skills: SkillLibrary | None = None) -> ToolRegistry:
+    """All tools (or those in `enabled`) in TOOL_ORDER, over the memories and skills of `home`.
+
+    Pass `memory` / `skills` to share the instances the prompt builder reads (one lock, one index cache).
+    """
+    memory = memory or MemoryStore(home / "memories", memory_char_limit, user_char_limit)
+    skills = skills or SkillLibrary(home)
+    skill_view, skill_manage = skill_tools(skills)
+    tools: dict[str, ToolFunction] = {"memory": memory_tool(memory), "session_search": session_search_tool(),
+                                      "skill_view": skill_view, "skill_manage": skill_manage}
+    if enabled is not None:
+        unknown = set(enabled) - set(tools)
+        if unknown:
+            raise ValueError(f"unknown tools: {', '.join(sorted(unknown))}; known: {', '.join(TOOL_ORDER)}")
+    registry = ToolRegistry()
+    for name in TOOL_ORDER:
+        if enabled is None or name in enabled:
+            registry.register(tools[name], name=name)
+    return registry

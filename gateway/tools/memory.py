@@ -1,0 +1,178 @@
+"""Persistent memory: MEMORY.md (the agent's notes) and USER.md (who the user is), edited by the memory tool.
+
+Writes change the files at once; a running session's prompt keeps the snapshot it was built with,
+because the provider's prompt cache depends on that prompt never changing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Literal
+
+from gateway.errors import ToolError
+from gateway.scan import describe, scan_text
+from gateway.tools.files import FileLock, atomic_write
+from gateway.tools.registry import ToolFunction
+
+Target = Literal["memory", "user"]
+SEPARATOR = "§"
+FILES: dict[Target, str] = {"memory": "MEMORY.md", "user": "USER.md"}
+_LABELS: dict[Target, str] = {"memory": "your notes (MEMORY.md)", "user": "the user profile (USER.md)"}
+
+
+def render(entries: list[str] | tuple[str, ...]) -> str:
+    """The file body for `entries`; its length is what counts against the limit."""
+    return f"\n{SEPARATOR}\n".join(entries)
+
+
+def parse(text: str) -> list[str]:
+    entries: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.strip() == SEPARATOR:
+            entries.append("\n".join(current).strip())
+            current = []
+        else:
+            current.append(line)
+    entries.append("\n".join(current).strip())
+    return [e for e in entries if e]
+
+
+class MemoryStore:
+    """The two memory files under one directory, each with its own character limit."""
+
+    def __init__(self, directory: Path, memory_char_limit: int = 2200, user_char_limit: int = 1375) -> None:
+        self.directory = directory
+        self._limits: dict[Target, int] = {"memory": memory_char_limit, "user": user_char_limit}
+        self._lock = FileLock(directory / ".lock")
+
+    def path(self, target: Target) -> Path:
+        return self.directory / FILES[target]
+
+    def read(self, target: Target) -> str:
+        """The whole file as it is now ("" when absent): what a new session's prompt snapshots."""
+        try:
+            return self.path(target).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
+    def entries(self, target: Target) -> tuple[str, ...]:
+        return tuple(parse(self.read(target)))
+
+    def usage(self, target: Target) -> tuple[int, int]:
+        return len(render(self.entries(target))), self._limits[target]
+
+    def add(self, target: Target, content: str) -> tuple[int, int]:
+        content = _clean(content)
+        with self._lock.hold():
+            entries = parse(self.read(target))
+            _refuse_duplicate(content, entries)
+            return self._write(target, entries, [*entries, content], len(content))
+
+    def replace(self, target: Target, old_text: str, content: str) -> tuple[int, int]:
+        content = _clean(content)
+        with self._lock.hold():
+            entries = parse(self.read(target))
+            i = _find_one(old_text, entries, target)
+            _refuse_duplicate(content, entries[:i] + entries[i + 1:])
+            new = [*entries[:i], content, *entries[i + 1:]]
+            return self._write(target, entries, new, len(content))
+
+    def remove(self, target: Target, old_text: str) -> tuple[int, int]:
+        with self._lock.hold():
+            entries = parse(self.read(target))
+            i = _find_one(old_text, entries, target)
+            return self._write(target, entries, entries[:i] + entries[i + 1:], 0)
+
+    def _write(self, target: Target, old: list[str], new: list[str], needed: int) -> tuple[int, int]:
+        limit = self._limits[target]
+        used, size = len(render(old)), len(render(new))
+        # Growing past the limit is refused; shrinking is always allowed, so an over-full file can be consolidated.
+        if size > limit and size > used:
+            room = max(limit - used, 0)
+            raise ToolError(
+                f"Not saved: {_LABELS[target]} is at {used:,} of {limit:,} characters, {room:,} left, and this "
+                f"entry needs {needed:,}. Consolidate first: merge or shorten entries with action=replace, or "
+                f"drop outdated ones with action=remove, then try again.")
+        atomic_write(self.path(target), render(new) + "\n" if new else "")
+        return size, limit
+
+
+def _clean(content: str) -> str:
+    content = content.strip()
+    if not content:
+        raise ToolError("Not saved: the entry is empty.")
+    if any(line.strip() == SEPARATOR for line in content.splitlines()):
+        raise ToolError(f"Not saved: a line holding only {SEPARATOR} separates entries; save one entry per call.")
+    findings = scan_text(content, strict=True)
+    if findings:
+        raise ToolError(
+            f"Not saved: the entry was refused by the safety scan ({describe(findings)}). Memory is injected "
+            "into future system prompts, so it must not hold instructions to the assistant, secrets, or "
+            "instructions to send data anywhere. Save plain facts only.")
+    return content
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _refuse_duplicate(content: str, entries: list[str]) -> None:
+    if any(_key(e) == _key(content) for e in entries):
+        raise ToolError("Not saved: this entry is already in memory.")
+
+
+def _find_one(old_text: str, entries: list[str], target: Target) -> int:
+    """Index of the one entry containing `old_text` (an exact whole-entry match wins a tie)."""
+    needle = old_text.strip()
+    if not needle:
+        raise ToolError("old_text is empty: give a unique part of the entry to change.")
+    hits = [i for i, e in enumerate(entries) if needle in e]
+    if len(hits) > 1:
+        exact = [i for i in hits if entries[i] == needle]
+        if len(exact) == 1:
+            return exact[0]
+        listed = "; ".join(f"{n}. {_brief(entries[i])}" for n, i in enumerate(hits, 1))
+        raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {_LABELS[target]}: {listed}. "
+                        "Use a longer part of the one you mean.")
+    if not hits:
+        raise ToolError(f"No entry in {_LABELS[target]} contains {needle!r}.")
+    return hits[0]
+
+
+def _brief(entry: str, width: int = 60) -> str:
+    flat = " ".join(entry.split())
+    return repr(flat if len(flat) <= width else flat[: width - 3] + "...")
+
+
+def memory_tool(store: MemoryStore) -> ToolFunction:
+    async def memory(
+        action: Annotated[Literal["add", "replace", "remove"],
+                          "add a new entry; replace the entry containing old_text with content; "
+                          "remove the entry containing old_text"],
+        target: Annotated[Target, "memory: your notes (environment facts, conventions, lessons learned); "
+                                  "user: who the user is (name, preferences, communication style)"],
+        content: Annotated[str | None, "the entry text, for add and replace; one short self-contained fact"] = None,
+        old_text: Annotated[str | None, "a unique part of the existing entry, for replace and remove"] = None,
+    ) -> str:
+        """Save durable facts across sessions: notes about your environment and lessons learned (target
+        memory) or about the user (target user). Keep entries short and factual; replace or remove
+        outdated ones instead of piling up. Saved entries appear in future sessions' prompts; this
+        session's prompt keeps the memory it started with.
+        """
+        if action in ("add", "replace") and content is None:
+            raise ToolError(f"action={action} needs content.")
+        if action in ("replace", "remove") and old_text is None:
+            raise ToolError(f"action={action} needs old_text (a unique part of the entry).")
+        if action == "add":
+            used, limit = await asyncio.to_thread(store.add, target, content or "")
+        elif action == "replace":
+            used, limit = await asyncio.to_thread(store.replace, target, old_text or "", content or "")
+        else:
+            used, limit = await asyncio.to_thread(store.remove, target, old_text or "")
+        done = "Removed from" if action == "remove" else "Saved to"
+        return (f"{done} {_LABELS[target]}: {used:,} of {limit:,} characters used. Future sessions will see "
+                "this; the memory in this session's prompt stays as it was when the session started.")
+
+    return memory

@@ -1,0 +1,139 @@
+"""JSON Schema for a tool, derived from its typed Python signature, and a checker for the model's arguments.
+
+Only the shapes tools use are supported (str, int, float, bool, Literal, `X | None`, list[X]); anything
+else is a programming error raised at registration, never at call time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, Union
+
+_SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def derive(fn: Callable[..., Any], *, skip: type) -> tuple[str, dict[str, Any]]:
+    """(description, parameters schema) for `fn`; parameters annotated with `skip` are injected, not shown."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in inspect.signature(fn).parameters.values():
+        hint = hints.get(param.name)
+        if hint is None:
+            raise TypeError(f"{fn.__name__}: parameter {param.name!r} has no annotation")
+        if hint is skip:
+            continue
+        schema, optional = _schema_of(hint, f"{fn.__name__}.{param.name}")
+        if param.default is not inspect.Parameter.empty and param.default is not None:
+            schema["default"] = param.default
+        properties[param.name] = schema
+        if not optional and param.default is inspect.Parameter.empty:
+            required.append(param.name)
+    parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required,
+                                  "additionalProperties": False}
+    return _first_paragraph(inspect.getdoc(fn) or ""), parameters
+
+
+def _first_paragraph(doc: str) -> str:
+    paragraph = doc.strip().split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
+
+
+def _schema_of(hint: Any, where: str) -> tuple[dict[str, Any], bool]:
+    """(schema, is_optional) for one annotation."""
+    description: str | None = None
+    if typing.get_origin(hint) is Annotated:
+        hint, *extras = typing.get_args(hint)
+        description = next((e for e in extras if isinstance(e, str)), None)
+    optional = False
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) != 1:
+            raise TypeError(f"{where}: only `X | None` unions are supported")
+        hint, optional = members[0], True
+    schema = _plain_schema(hint, where)
+    if description:
+        schema["description"] = description
+    return schema, optional
+
+
+def _plain_schema(hint: Any, where: str) -> dict[str, Any]:
+    if hint in _SCALARS:
+        return {"type": _SCALARS[hint]}
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        values = typing.get_args(hint)
+        kinds = {type(v) for v in values}
+        if len(kinds) != 1 or next(iter(kinds)) not in _SCALARS:
+            raise TypeError(f"{where}: Literal values must share one scalar type")
+        return {"type": _SCALARS[next(iter(kinds))], "enum": list(values)}
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return {"type": "array", "items": _plain_schema(item, where)}
+    raise TypeError(f"{where}: unsupported annotation {hint!r}")
+
+
+def check(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:
+    """Problems with `arguments` against an object schema made by `derive`; empty means valid.
+
+    An explicit null for an optional parameter counts as absent: models often send one.
+    """
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    problems = [f"unknown parameter {name!r}" for name in arguments if name not in properties]
+    for name in schema.get("required", ()):
+        if arguments.get(name) is None:
+            problems.append(f"missing required parameter {name!r}")
+    for name, value in arguments.items():
+        if name in properties and value is not None:
+            problems.extend(_check_value(properties[name], value, repr(name)))
+    return problems
+
+
+def _check_value(schema: Mapping[str, Any], value: Any, where: str) -> list[str]:
+    expected = schema["type"]
+    if not _is_type(value, expected):
+        return [f"{where} must be {_article(expected)}, got {_json_type(value)}"]
+    if "enum" in schema and value not in schema["enum"]:
+        options = ", ".join(str(v) for v in schema["enum"])
+        return [f"{where} must be one of {options} (got {value!r})"]
+    if expected == "array":
+        return [p for i, item in enumerate(value) for p in _check_value(schema["items"], item, f"{where}[{i}]")]
+    return []
+
+
+def _is_type(value: Any, expected: str) -> bool:
+    if isinstance(value, bool):  # bool is an int subclass; JSON keeps them apart
+        return expected == "boolean"
+    match expected:
+        case "string":
+            return isinstance(value, str)
+        case "integer":
+            return isinstance(value, int)
+        case "number":
+            return isinstance(value, (int, float))
+        case "array":
+            return isinstance(value, list)
+    return False
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null"
+
+
+def _article(expected: str) -> str:
+    return f"an {expected}" if expected in ("integer", "array") else f"a {expected}"
