@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 
+import asyncio
+
 import anthropic
 import httpx2
 import openai
 import pytest
+from aiogram import Bot, Dispatcher, F, Router
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramRetryAfter
+from aiogram.types import Message, ReplyParameters
 
-from tests.fakes.fixtures import fake_llm  # noqa: F401  (fixture)
+from tests.fakes import telegram as tg
+from tests.fakes.fixtures import fake_llm, fake_telegram  # noqa: F401  (fixtures)
 from tests.fakes.llm import (CutStream, Delay, Fault, FakeLLM, Malformed, Reply, ToolCall, ToolCalls,
                              estimate_tokens, prompt_elements)
 
@@ -135,3 +143,58 @@ async def test_anthropic_prefix_cache_emulation() -> None:
                                           messages=[{"role": "user", "content": "other"}])
         assert r4.usage.cache_read_input_tokens == 0 and r4.usage.cache_creation_input_tokens == sizes[0]
         await client.close()
+
+
+# ------------------------------------------------------------------------------------------- Telegram
+def _bot(fake: tg.FakeTelegram, token: str = tg.TOKEN) -> Bot:
+    return Bot(token, session=AiohttpSession(api=TelegramAPIServer.from_base(fake.base_url)))
+
+
+async def test_telegram_polling_reply_and_markup(fake_telegram: tg.FakeTelegram) -> None:
+    router = Router()
+
+    @router.message(F.text)
+    async def on_text(message: Message) -> None:
+        said = (message.text or "").replace("@", "").replace("_", "\\_")
+        await message.answer(f"*got* {said}\\!", parse_mode="MarkdownV2",
+                             reply_parameters=ReplyParameters(message_id=message.message_id))
+
+    dp = Dispatcher()
+    dp.include_router(router)
+    bot = _bot(fake_telegram)
+    poll = asyncio.create_task(dp.start_polling(bot, polling_timeout=1, handle_signals=False))
+    fake_telegram.inject_message(-100, "hi @gw_test_bot", chat_type="supergroup", message_thread_id=7,
+                                 is_topic=True)
+    sent = await fake_telegram.wait_for_sent(-100)
+    assert sent.text == "got hi gw_test_bot!" and sent.entities == ({"type": "bold", "offset": 0, "length": 3},)
+    assert sent.reply_to_message_id == 1 and sent.message_thread_id == 7
+    update = next(iter(fake_telegram.injected.values()))
+    assert update["message"]["entities"] == [{"type": "mention", "offset": 3, "length": 12}]
+    await dp.stop_polling()
+    await poll
+    assert fake_telegram.updates == []  # confirmed by the offset of the last poll
+
+
+async def test_telegram_errors_and_flood_control(fake_telegram: tg.FakeTelegram) -> None:
+    bot = _bot(fake_telegram)
+    with pytest.raises(TelegramBadRequest, match="can't parse entities: Character '.' is reserved"):
+        await bot.send_message(5, "a.b", parse_mode="MarkdownV2")
+    fake_telegram.fail("sendMessage", tg.retry_after(30), tg.ConnectionReset())
+    with pytest.raises(TelegramRetryAfter) as flood:
+        await bot.send_message(5, "x")
+    assert flood.value.retry_after == 30
+    with pytest.raises(TelegramRetryAfter):  # too early: Telegram answers 429 again and the fake notes it
+        await bot.send_message(5, "x")
+    assert [c.name for c in fake_telegram.flood_violations] == ["sendmessage"]
+    with pytest.raises(TelegramNetworkError):
+        await bot.send_message(6, "y")
+    sent = await bot.send_message(6, "first")
+    with pytest.raises(TelegramBadRequest, match="message is not modified"):
+        await bot.edit_message_text("first", chat_id=6, message_id=sent.message_id)
+    await bot.edit_message_text("second", chat_id=6, message_id=sent.message_id)
+    assert [(m.text, m.edits) for m in fake_telegram.sent_messages(6)] == [("second", ("first",))]
+    await bot.session.close()
+    bad = _bot(fake_telegram, token="1:wrong")
+    with pytest.raises(Exception, match="Unauthorized"):
+        await bad.get_me()
+    await bad.session.close()

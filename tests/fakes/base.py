@@ -96,7 +96,7 @@ class FakeServer:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> str:
-        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, shutdown_timeout=0.25)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -8,13 +8,22 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.fakes.llm import FakeLLM
+from tests.fakes.telegram import FakeTelegram
 
-__all__ = ["fake_llm"]
+__all__ = ["fake_llm", "fake_telegram"]
 
 
 @pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeLLM]:
     fake = FakeLLM()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    fake = FakeTelegram()
     await fake.start()
     yield fake
     await fake.stop()
