@@ -90,7 +90,7 @@ _INJECTION: tuple[tuple[str, str, str], ...] = (
     ("exfiltration", "reads secret files",
      rf"\b(?:curl|wget|scp|rsync|nc|netcat)\b[^\n]*?{_SECRET_FILE}"),
     ("exfiltration", "reads secret files",
-     r"\b(?:cat|less|more|head|tail|get-content|gc|type|base64|xxd|strings|source)\s+(?:-{1,2}[\w-]+\s+)*[\"']?\S*?"
+     r"\b(?:cat|less|more|head|tail|get-content|gc|type|base64|xxd|strings)\s+(?:-{1,2}[\w-]+\s+)*[\"']?\S*?"
      + _SECRET_FILE),
     ("exfiltration", "reads secret files",
      rf"\b(?:read|print|dump|output|show|display|open)\s+(?:out\s+)?{_ARTICLES}(?:contents?\s+of\s+)?{_ARTICLES}"

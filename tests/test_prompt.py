@@ -521,3 +521,11 @@ def test_blocked_cursor_rules_name_the_rules_dir(repo: Path) -> None:
 ])
 def test_strip_front_matter(text: str, expected: str) -> None:
     assert strip_front_matter(text) == expected
+
+
+def test_built_in_texts_and_shipped_hints_pass_the_strict_scan() -> None:
+    from gateway.prompt import GROUP_NOTE, skills_guidance
+    from gateway.scan import scan_text
+    texts = [DEFAULT_IDENTITY, MEMORY_GUIDANCE, SESSION_SEARCH_GUIDANCE, TOOL_USE_ENFORCEMENT, GROUP_NOTE,
+             skills_guidance({"skill_view", "skill_manage"}, True), *(f.hint for f in FACTS.values())]
+    assert [scan_text(t, strict=True) for t in texts] == [[] for _ in texts]
