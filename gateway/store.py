@@ -473,6 +473,25 @@ class Store:
         with self.tx() as conn:
             conn.executemany("UPDATE messages SET active = 0 WHERE id = ?", [(i,) for i in ids])
 
+    def complete_turn(self, session_id: int, messages: Sequence[dict[str, Any]], outbound: Sequence[dict[str, Any]],
+                      inbound_id: int | None, *, now: datetime, turn_id: str) -> None:
+        """The end of a turn in one transaction: its messages, its reply chunks (unsent) and `answered`.
+
+        After a crash either all of it is there (the chunks get sent at boot) or none (the turn runs again).
+        """
+        with self.tx() as conn:
+            for m in messages:
+                conn.execute(
+                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
+                    " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, m["role"], m.get("content") or "",
+                     json.dumps(m["tool_calls"]) if m.get("tool_calls") else None, m.get("tool_call_id"),
+                     m.get("user_id"), m.get("user_name"), m.get("platform_message_id"), iso(now), "chat", turn_id))
+            self._insert_outbound(conn, outbound, now)
+            if inbound_id is not None:
+                conn.execute("UPDATE inbound SET status = 'answered', finished_at = ?, session_id = ? WHERE id = ?",
+                             (iso(now), session_id, inbound_id))
+
     # ---------------------------------------------------------------- inbound
     def insert_inbound(self, *, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
                        platform_message_id: str, user_id: str, user_name: str | None, text: str, payload: str,
@@ -516,14 +535,18 @@ class Store:
     def insert_outbound(self, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
         """Record every chunk of one reply before the first is sent (ignored if this turn was recorded already)."""
         with self.tx() as conn:
-            for r in rows:
-                conn.execute(
-                    "INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id, thread_id,"
-                    " kind, text, plain, entities, reply_to_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (turn_id, chunk_index) DO NOTHING",
-                    (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
-                     r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
-                     iso(now)))
+            self._insert_outbound(conn, rows, now)
+
+    @staticmethod
+    def _insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], now: datetime) -> None:
+        for r in rows:
+            conn.execute(
+                "INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id, thread_id,"
+                " kind, text, plain, entities, reply_to_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (turn_id, chunk_index) DO NOTHING",
+                (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
+                 r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
+                 iso(now)))
 
     def outbound_for_turn(self, turn_id: str) -> list[OutboundRow]:
         rows = self.all("SELECT * FROM outbound WHERE turn_id = ? ORDER BY chunk_index", (turn_id,))

@@ -1,0 +1,107 @@
+"""The local web chat (`web`): a page served by aiohttp and one WebSocket per browser tab.
+
+Each browser keeps a random client id (localStorage), which is its chat id, so a reload continues the same
+session. Replies arrive over the socket as Markdown; the page renders them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import uuid
+from datetime import UTC, datetime
+from importlib import resources
+
+from aiohttp import WSMsgType, web
+
+from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE_CHARS = 100_000
+
+
+class WebChatAdapter:
+    platform = "web"
+
+    def __init__(self, *, auth_token: str | None = None) -> None:
+        self.auth_token = auth_token
+        self._submit: Submit | None = None
+        self._sockets: dict[str, set[web.WebSocketResponse]] = {}
+        self._sent = 0
+
+    def attach(self, app: web.Application) -> None:
+        app.router.add_get("/", self._page)
+        app.router.add_get("/ws", self._socket)
+
+    async def start(self, submit: Submit) -> None:
+        self._submit = submit
+
+    async def stop(self) -> None:
+        for sockets in list(self._sockets.values()):
+            for ws in list(sockets):
+                await ws.close()
+
+    async def send(self, message: OutboundMessage) -> str:
+        self._sent += 1
+        mid = f"web-{self._sent}"
+        payload = json.dumps({"type": "message", "id": mid, "kind": message.kind.value, "text": message.text,
+                              "reply_to": message.reply_to_id})
+        for ws in list(self._sockets.get(message.chat.chat_id, ())):
+            if not ws.closed:
+                await ws.send_str(payload)
+        # A closed tab still counts as delivered: the reply is stored and shown in the session history.
+        return mid
+
+    def _authorized(self, request: web.Request) -> bool:
+        if not self.auth_token:
+            return True
+        given = request.query.get("token") or request.cookies.get("gateway_token") or ""
+        return hmac.compare_digest(given.encode(), self.auth_token.encode())
+
+    async def _page(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.Response(status=401, text="web.auth_token required: open /?token=...")
+        html = resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
+        resp = web.Response(text=html, content_type="text/html")
+        if self.auth_token and request.query.get("token"):
+            resp.set_cookie("gateway_token", request.query["token"], httponly=True, samesite="Strict")
+        return resp
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        if not self._authorized(request):
+            raise web.HTTPUnauthorized(text="web.auth_token required")
+        client = request.query.get("client") or uuid.uuid4().hex
+        client = "".join(ch for ch in client if ch.isalnum() or ch in "-_")[:64] or uuid.uuid4().hex
+        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=4 * MAX_MESSAGE_CHARS)
+        await ws.prepare(request)
+        self._sockets.setdefault(client, set()).add(ws)
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                await self._handle(client, ws, msg.data)
+        finally:
+            self._sockets.get(client, set()).discard(ws)
+        return ws
+
+    async def _handle(self, client: str, ws: web.WebSocketResponse, data: str) -> None:
+        try:
+            text = str(json.loads(data).get("text", ""))
+        except (ValueError, AttributeError):
+            await ws.send_str(json.dumps({"type": "error", "text": "malformed message"}))
+            return
+        if not text.strip():
+            return
+        if len(text) > MAX_MESSAGE_CHARS:
+            await ws.send_str(json.dumps({"type": "error", "text": f"message too long (limit {MAX_MESSAGE_CHARS:,})"}))
+            return
+        if self._submit is None:
+            await ws.send_str(json.dumps({"type": "error", "text": "the gateway is not ready"}))
+            return
+        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=uuid.uuid4().hex,
+                          received_at=datetime.now(UTC), user_name=None)
+        result = await self._submit(inbound)
+        await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": result.outcome.value}))
+        if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
+            await ws.send_str(json.dumps({"type": "error", "text": "the gateway is shutting down"}))

@@ -1,0 +1,349 @@
+"""Model clients: the Anthropic Messages wire and the OpenAI Chat Completions wire behind one `complete` call.
+
+History is kept in one neutral shape (role user / assistant / tool; tool calls as {id, name, arguments});
+each client translates it to its wire here and translates SDK exceptions into gateway.errors once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import anthropic
+import openai
+
+from gateway.config import Config, FallbackModelConfig, ModelConfig, Secret
+from gateway.errors import LLMError, LLMNotConfigured, LLMRejected, LLMTimeout, LLMUnavailable
+from gateway.store import Usage
+
+log = logging.getLogger(__name__)
+
+ChatMessage = dict[str, Any]  # {"role", "content", "tool_calls"?: [{"id","name","arguments"}], "tool_call_id"?}
+
+DEFAULT_MODELS = {
+    "ANTHROPIC_API_KEY": ("anthropic", "claude-sonnet-4-5", None),
+    "OPENAI_API_KEY": ("openai", "gpt-4.1-mini", None),
+    "OPENROUTER_API_KEY": ("openai", "anthropic/claude-sonnet-4.5", "https://openrouter.ai/api/v1"),
+}
+OLLAMA_URL = "http://127.0.0.1:11434"
+NOT_CONFIGURED = ("No model is configured. Set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, "
+                  "start Ollama on 127.0.0.1:11434, or add a `model:` section to config.yaml "
+                  "(see docs/configuration.md).")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it (may be invalid; the tool layer reports that)
+
+
+class ToolDef(Protocol):
+    """What a client needs of a tool: gateway.tools.ToolSpec satisfies it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LLMReply:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    model: str
+    provider: str
+    stop_reason: str = ""
+
+
+class LLMClient(Protocol):
+    provider: str
+    model: str
+    context_window: int
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply: ...
+
+    async def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------ Anthropic
+def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        blocks: list[dict[str, Any]] = []
+        if role == "tool":
+            role = "user"
+            blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m.get("content") or "",
+                           **({"is_error": True} if m.get("is_error") else {})})
+        else:
+            if m.get("content"):
+                blocks.append({"type": "text", "text": m["content"]})
+            for call in m.get("tool_calls") or ():
+                blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
+                               "input": _json_object(call.get("arguments"))})
+            if not blocks:
+                blocks.append({"type": "text", "text": "(empty)"})
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def add_cache_breakpoints(system: str, messages: list[dict[str, Any]], *, ttl: Literal["5m", "1h"]
+                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """"system_and_3": a breakpoint on the system prompt and on the last block of the last 3 messages.
+
+    Works on a deep copy so stored history is never mutated; at most 4 breakpoints (the API's limit).
+    """
+    marker: dict[str, Any] = {"type": "ephemeral"}
+    if ttl == "1h":
+        marker["ttl"] = "1h"
+    system_blocks = [{"type": "text", "text": system, "cache_control": dict(marker)}]
+    copied = copy.deepcopy(messages)
+    for msg in copied[-3:]:
+        if msg["content"]:
+            msg["content"][-1]["cache_control"] = dict(marker)
+    return system_blocks, copied
+
+
+def _json_object(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class AnthropicClient:
+    provider = "anthropic"
+
+    def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
+                 max_retries: int, context_window: int, cache_ttl: Literal["5m", "1h"] = "5m",
+                 caching: bool = True) -> None:
+        self.model = model
+        self.context_window = context_window
+        self.max_tokens = max_tokens
+        self.cache_ttl = cache_ttl
+        self.caching = caching
+        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout_s,
+                                                max_retries=max_retries)
+
+    def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                     max_tokens: int | None = None) -> dict[str, Any]:
+        wire = anthropic_messages(messages)
+        if self.caching:
+            system_blocks, wire = add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
+        else:
+            system_blocks = [{"type": "text", "text": system}]
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens or self.max_tokens,
+                                "system": system_blocks, "messages": wire}
+        if tools:
+            body["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                             for t in tools]
+        return body
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        try:
+            resp = await self._client.messages.create(**body)
+        except anthropic.APITimeoutError as exc:
+            raise LLMTimeout(f"{self.model}: timed out") from exc
+        except anthropic.APIConnectionError as exc:
+            raise LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})") from exc
+        except anthropic.APIStatusError as exc:
+            raise _status_error(self.model, exc.status_code, exc.message) from exc
+        except (anthropic.APIError, ValueError) as exc:
+            raise LLMUnavailable(f"{self.model}: bad response ({exc.__class__.__name__})") from exc
+        text = "".join(b.text for b in resp.content if b.type == "text")
+        calls = tuple(ToolCall(b.id, b.name, json.dumps(b.input)) for b in resp.content if b.type == "tool_use")
+        u = resp.usage
+        usage = Usage(u.input_tokens or 0, u.output_tokens or 0, u.cache_read_input_tokens or 0,
+                      u.cache_creation_input_tokens or 0)
+        return LLMReply(text, calls, usage, self.model, self.provider, resp.stop_reason or "")
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+# ------------------------------------------------------------------------------------------ OpenAI
+def openai_messages(system: str, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in messages:
+        if m["role"] == "tool":
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m.get("content") or ""})
+        elif m.get("tool_calls"):
+            out.append({"role": "assistant", "content": m.get("content") or None, "tool_calls": [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
+                for c in m["tool_calls"]]})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    return out
+
+
+class OpenAIClient:
+    provider = "openai"
+
+    def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
+                 max_retries: int, context_window: int) -> None:
+        self.model = model
+        self.context_window = context_window
+        self.max_tokens = max_tokens
+        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s,
+                                          max_retries=max_retries)
+
+    def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                     max_tokens: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(system, messages),
+                                "max_tokens": max_tokens or self.max_tokens}
+        if tools:
+            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                               "parameters": dict(t.parameters)}} for t in tools]
+        return body
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        try:
+            resp = await self._client.chat.completions.create(**body)
+        except openai.APITimeoutError as exc:
+            raise LLMTimeout(f"{self.model}: timed out") from exc
+        except openai.APIConnectionError as exc:
+            raise LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})") from exc
+        except openai.APIStatusError as exc:
+            raise _status_error(self.model, exc.status_code, exc.message) from exc
+        except (openai.APIError, ValueError) as exc:
+            raise LLMUnavailable(f"{self.model}: bad response ({exc.__class__.__name__})") from exc
+        if not resp.choices:
+            raise LLMUnavailable(f"{self.model}: response had no choices")
+        msg = resp.choices[0].message
+        calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments or "{}")
+                      for c in (msg.tool_calls or ()) if getattr(c, "function", None) is not None)
+        u = resp.usage
+        cached = 0
+        if u is not None and u.prompt_tokens_details is not None:
+            cached = u.prompt_tokens_details.cached_tokens or 0
+        usage = Usage((u.prompt_tokens - cached) if u else 0, u.completion_tokens if u else 0, cached, 0)
+        return LLMReply(msg.content or "", calls, usage, resp.model or self.model, self.provider,
+                        resp.choices[0].finish_reason or "")
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def _status_error(model: str, status: int, message: str) -> LLMError:
+    if status in (408, 409, 429) or status >= 500:
+        return LLMUnavailable(f"{model}: HTTP {status}: {message}")
+    return LLMRejected(f"{model}: HTTP {status}: {message}")
+
+
+class FallbackClient:
+    """Try the primary model; when it still fails after its own retries, try the fallback once."""
+
+    def __init__(self, primary: LLMClient, fallback: LLMClient) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.provider = primary.provider
+        self.model = primary.model
+        self.context_window = min(primary.context_window, fallback.context_window)
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        try:
+            return await self.primary.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        except (LLMUnavailable, LLMTimeout) as exc:
+            log.warning("model %s failed (%s); trying fallback %s", self.primary.model, exc, self.fallback.model)
+            return await self.fallback.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+
+    async def close(self) -> None:
+        await self.primary.close()
+        await self.fallback.close()
+
+
+# ------------------------------------------------------------------------------------------ construction
+def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelConfig:
+    """The configured model, else the first API key found in the environment, else a local Ollama."""
+    if config.model is not None:
+        return config.model
+    for var, (provider, name, base_url) in DEFAULT_MODELS.items():
+        if env.get(var):
+            return ModelConfig(provider=provider, name=name, base_url=base_url, api_key_env=var)  # type: ignore[arg-type]
+    if probe_ollama:
+        name = _ollama_model()
+        if name:
+            return ModelConfig(provider="openai", name=name, base_url=f"{OLLAMA_URL}/v1", api_key=Secret("ollama"),
+                               context_window=32_768)
+    raise LLMNotConfigured(NOT_CONFIGURED)
+
+
+def _ollama_model() -> str | None:
+    try:
+        with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.5) as resp:  # noqa: S310 (loopback)
+            models = json.load(resp).get("models") or []
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return str(models[0]["name"]) if models else None
+
+
+def _api_key(m: ModelConfig | FallbackModelConfig, env: Mapping[str, str]) -> str:
+    if m.api_key:
+        return m.api_key.value
+    var = m.api_key_env or ("ANTHROPIC_API_KEY" if m.provider == "anthropic" else "OPENAI_API_KEY")
+    key = env.get(var)
+    if key:
+        return key
+    if m.base_url and ("127.0.0.1" in m.base_url or "localhost" in m.base_url):
+        return "local"  # local servers (Ollama, vLLM, llama.cpp) ignore the key but the SDKs want one
+    raise LLMNotConfigured(f"model {m.name}: no API key (set {var} or model.api_key)")
+
+
+def make_client(m: ModelConfig | FallbackModelConfig, env: Mapping[str, str], config: Config) -> LLMClient:
+    key = _api_key(m, env)
+    if m.provider == "anthropic":
+        return AnthropicClient(model=m.name, api_key=key, base_url=m.base_url, max_tokens=m.max_tokens,
+                               timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
+                               cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled)
+    return OpenAIClient(model=m.name, api_key=key, base_url=m.base_url, max_tokens=m.max_tokens,
+                        timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window)
+
+
+def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:
+    model = resolve_model(config, env, probe_ollama=probe_ollama)
+    client = make_client(model, env, config)
+    if model.fallback is not None:
+        return FallbackClient(client, make_client(model.fallback, env, config))
+    return client
+
+
+class UnconfiguredLLM:
+    """Stands in when no model is configured, so the chat surfaces can say what to set instead of crashing."""
+
+    provider = "none"
+    model = "none"
+    context_window = 200_000
+
+    def __init__(self, reason: str = NOT_CONFIGURED) -> None:
+        self.reason = reason
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        raise LLMNotConfigured(self.reason)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,466 @@
+"""The session manager: inbound message → session → one turn at a time per session → reply delivered.
+
+Write-ahead: the inbound row is stored before the platform is acknowledged; the turn's messages, its reply
+chunks and the inbound's `answered` status are stored in one transaction; only then is anything sent.
+A kill -9 anywhere leaves rows the next boot resumes from (see `replay`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any, Protocol
+
+from gateway.agent import Agent, TurnResult
+from gateway.config import Config
+from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
+from gateway.events import (Adapter, Attachment, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
+                            TypingIndicator)
+from gateway.llm import ChatMessage, LLMReply
+from gateway.outbox import Outbox
+from gateway.store import MessageRow, SessionRow, Store, parse_iso
+from gateway.tools import ToolContext
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+BUSY_NOTICE_EVERY = timedelta(seconds=30)
+ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
+QUEUE_FULL_TEXT = "I'm still working through your earlier messages; please wait a moment before sending more."
+BUSY_TEXT = "Still working on your previous message; I'll answer this one next."
+
+
+def session_key(chat: ChatRef, user_id: str, *, group_per_user: bool) -> str:
+    """`<platform>:<chat_type>:<chat_id>[:<thread_id>][:<user_id>]`; threads are shared by their members.
+
+    A DM without a chat id falls back to the user id, never to a shared sink.
+    """
+    chat_id = chat.chat_id or (user_id if chat.chat_type == "dm" else "")
+    if not chat_id:
+        raise GatewayError(f"{chat.platform}: message without a chat id in a {chat.chat_type}")
+    parts = [chat.platform, chat.chat_type, chat_id]
+    if chat.thread_id:
+        parts.append(chat.thread_id)
+    elif chat.chat_type != "dm" and group_per_user:
+        parts.append(user_id)
+    return ":".join(parts)
+
+
+class PromptSource(Protocol):
+    """Builds a new session's system prompt (gateway/prompting.py); called once per session."""
+
+    def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
+              today: date) -> str: ...
+
+
+class SessionHooks(Protocol):
+    """The lifecycle's seams: expiry policy, what happens when a session ends, and in-chat commands."""
+
+    def expired(self, session: SessionRow, now: datetime) -> str | None: ...
+
+    def session_ended(self, session: SessionRow, reason: str) -> None: ...
+
+    def session_touched(self, session: SessionRow, now: datetime) -> None: ...
+
+
+class NoLifecycle:
+    def expired(self, session: SessionRow, now: datetime) -> str | None:
+        return None
+
+    def session_ended(self, session: SessionRow, reason: str) -> None:
+        return None
+
+    def session_touched(self, session: SessionRow, now: datetime) -> None:
+        return None
+
+
+CommandHandler = Callable[["SessionManager", Inbound, str], Awaitable["str | None"]]
+Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
+
+
+def encode_inbound(inbound: Inbound) -> str:
+    data = asdict(inbound)
+    data["received_at"] = inbound.received_at.isoformat()
+    return json.dumps(data, ensure_ascii=False)
+
+
+def decode_inbound(payload: str) -> Inbound:
+    data: dict[str, Any] = json.loads(payload)
+    data["chat"] = ChatRef(**data["chat"])
+    data["received_at"] = datetime.fromisoformat(data["received_at"])
+    data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
+    return Inbound(**data)
+
+
+def history_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    for r in rows:
+        m: ChatMessage = {"role": r.role, "content": r.content}
+        if r.tool_calls:
+            m["tool_calls"] = json.loads(r.tool_calls)
+        if r.tool_call_id:
+            m["tool_call_id"] = r.tool_call_id
+        out.append(m)
+    return _drop_dangling_tool_calls(out)
+
+
+def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:
+    """A tool call without its result (or the reverse) makes both wires reject the request; drop such pairs."""
+    answered = {m["tool_call_id"] for m in msgs if m["role"] == "tool"}
+    called = {c["id"] for m in msgs for c in m.get("tool_calls") or ()}
+    out = []
+    for m in msgs:
+        if m["role"] == "tool" and m["tool_call_id"] not in called:
+            continue
+        if m.get("tool_calls") and any(c["id"] not in answered for c in m["tool_calls"]):
+            continue
+        out.append(m)
+    return out
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One session key's FIFO of inbound ids and the worker serving it."""
+
+    key: str
+    queue: deque[int] = field(default_factory=deque)
+    worker: asyncio.Task[None] | None = None
+    current: asyncio.Task[None] | None = None
+    current_inbound: int | None = None
+    last_busy_notice: datetime | None = None
+
+
+class SessionManager:
+    def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
+                 adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
+                 hooks: SessionHooks | None = None, gate: Gate | None = None,
+                 commands: CommandHandler | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.agent = agent
+        self.prompts = prompts
+        self.outbox = outbox
+        self.adapters = adapters
+        self.clock = clock
+        self.tool_names = tuple(tool_names)
+        self.hooks: SessionHooks = hooks or NoLifecycle()
+        self.gate = gate
+        self.commands = commands
+        self._lanes: dict[str, _Lane] = {}
+        self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
+        self._accepting = True
+        self.turns_done = 0
+
+    # ------------------------------------------------------------------ intake
+    def key_for(self, inbound: Inbound) -> str:
+        per_user = self.config.sessions.group_per_user
+        override = _platform_per_user(self.config, inbound.chat.platform)
+        return session_key(inbound.chat, inbound.user_id, group_per_user=per_user if override is None else override)
+
+    async def submit(self, inbound: Inbound) -> SubmitResult:
+        """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
+        if not self._accepting:
+            return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
+        if self.gate is not None:
+            verdict = await self.gate(inbound)
+            if verdict is not None:
+                return verdict
+        inbound_id = self.store.insert_inbound(
+            platform=inbound.chat.platform, chat_type=inbound.chat.chat_type, chat_id=inbound.chat.chat_id,
+            thread_id=inbound.chat.thread_id, platform_message_id=inbound.message_id, user_id=inbound.user_id,
+            user_name=inbound.user_name, text=inbound.text, payload=encode_inbound(inbound),
+            received_at=inbound.received_at)
+        if inbound_id is None:
+            log.info("duplicate %s message %s in chat %s ignored", inbound.chat.platform, inbound.message_id,
+                     inbound.chat.chat_id)
+            return SubmitResult(SubmitOutcome.DUPLICATE)
+        key = self.key_for(inbound)
+        command = _command_word(inbound.text)
+        if command and self.commands is not None:
+            reply = await self.commands(self, inbound, key)
+            if reply is not None:
+                self.store.set_inbound_status(inbound_id, "answered", now=self.clock())
+                await self.outbox.post(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
+                return SubmitResult(SubmitOutcome.ACCEPTED, "command")
+        return await self._enqueue(key, inbound_id, inbound)
+
+    async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(key)
+        busy = lane.current is not None and not lane.current.done()
+        policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform, self.config.sessions.busy)
+        if busy and policy == "interrupt":
+            lane.queue.clear()
+            lane.current.cancel()  # type: ignore[union-attr]
+        elif len(lane.queue) >= self.config.sessions.queue_cap:
+            self.store.set_inbound_status(inbound_id, "refused", now=self.clock())
+            await self.outbox.post(f"q{inbound_id}", inbound.chat, QUEUE_FULL_TEXT, reply_to_id=inbound.message_id)
+            return SubmitResult(SubmitOutcome.REFUSED, "queue full")
+        elif busy:
+            now = self.clock()
+            if lane.last_busy_notice is None or now - lane.last_busy_notice >= BUSY_NOTICE_EVERY:
+                lane.last_busy_notice = now
+                asyncio.get_running_loop().create_task(
+                    self.outbox.post(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id))
+        lane.queue.append(inbound_id)
+        self._ensure_worker(lane)
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    def _ensure_worker(self, lane: _Lane) -> None:
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.get_running_loop().create_task(self._serve(lane), name=f"lane:{lane.key}")
+
+    async def _serve(self, lane: _Lane) -> None:
+        try:
+            while lane.queue:
+                inbound_id = lane.queue.popleft()
+                lane.current_inbound = inbound_id
+                lane.current = asyncio.get_running_loop().create_task(self._turn(inbound_id))
+                try:
+                    await lane.current
+                except asyncio.CancelledError:
+                    if lane.current.cancelled() and not _self_cancelled():
+                        log.info("turn for inbound %s interrupted", inbound_id)
+                        self.store.set_inbound_status(inbound_id, "interrupted", now=self.clock())
+                        continue
+                    raise
+                finally:
+                    lane.current_inbound = None
+        finally:
+            if not lane.queue and self._lanes.get(lane.key) is lane:
+                del self._lanes[lane.key]
+
+    # ------------------------------------------------------------------ sessions
+    def open_session(self, key: str, inbound: Inbound, now: datetime) -> tuple[SessionRow, str | None]:
+        """The key's active session, or a new one; returns (session, why the previous one ended, if it just did)."""
+        current = self.store.active_session(key)
+        ended_reason: str | None = None
+        if current is not None:
+            reason = self.hooks.expired(current, now)
+            if reason is None:
+                return current, None
+            if self.store.end_session(current.id, reason=reason, now=now, flush_state="pending"):
+                self.hooks.session_ended(self.store.session(current.id), reason)
+            ended_reason = reason
+        parent = current or self.store.latest_session(key)
+        chat = inbound.chat
+        session = self.store.create_session(
+            key=key, platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id,
+            thread_id=chat.thread_id, user_id=inbound.user_id, parent_id=parent.id if parent else None,
+            model=self.agent.llm.model, provider=self.agent.llm.provider, now=now)
+        return session, ended_reason
+
+    def end_session(self, session: SessionRow, reason: str) -> bool:
+        if self.store.end_session(session.id, reason=reason, now=self.clock(), flush_state="pending"):
+            self.hooks.session_ended(self.store.session(session.id), reason)
+            return True
+        return False
+
+    def ensure_prompt(self, session: SessionRow) -> str:
+        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change."""
+        llm = self.agent.llm
+        if session.system_prompt is not None and session.model == llm.model:
+            return session.system_prompt
+        reason = None if session.system_prompt is None else "model_change"
+        text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
+                                  provider=llm.provider, tool_names=self.tool_names, today=self.clock().date())
+        self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
+                                provider=llm.provider)
+        if reason:
+            log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
+                     llm.model)
+        return text
+
+    def tool_context(self, session: SessionRow, user_id: str | None) -> ToolContext:
+        return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
+                           user_id=user_id, home=self.config.home, db_path=self.config.db_path,
+                           chat_id=session.chat_id)
+
+    # ------------------------------------------------------------------ the turn
+    async def _turn(self, inbound_id: int) -> None:
+        row = self.store.inbound(inbound_id)
+        if row.status not in ("pending", "running"):
+            return
+        inbound = decode_inbound(row.payload)
+        now = self.clock()
+        self.store.set_inbound_status(inbound_id, "running", now=now)
+        key = self.key_for(inbound)
+        session, ended = self.open_session(key, inbound, now)
+        self.store.touch_user(session.id, now)
+        self.hooks.session_touched(self.store.session(session.id), now)
+        turn = f"t{inbound_id}"
+        log.info("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+        if ended and self._notify_reset(session):
+            await self.outbox.post(f"r{inbound_id}", inbound.chat, _reset_notice(ended))
+        try:
+            prompt = self.ensure_prompt(session)
+            history = history_messages(self.store.history(session.id))
+            user_msg = self.user_message(inbound, ended)
+            result = await self._run_agent(session, inbound, prompt, history, user_msg)
+        except (LLMError, TimeoutError) as exc:
+            why = _plain_reason(exc)
+            log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
+                        turn, exc)
+            self.store.set_inbound_status(inbound_id, "failed", now=self.clock(), session_id=session.id)
+            text = str(exc) if isinstance(exc, LLMNotConfigured) else ERROR_TEXT.format(why=why)
+            await self.outbox.post(f"e{inbound_id}", inbound.chat, text,
+                                   kind=OutboundKind.ERROR, reply_to_id=inbound.message_id)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("turn crashed platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+            self.store.set_inbound_status(inbound_id, "failed", now=self.clock(), session_id=session.id)
+            await self.outbox.post(f"e{inbound_id}", inbound.chat, "Sorry, something went wrong on my side. "
+                                   "Please try again.", kind=OutboundKind.ERROR, reply_to_id=inbound.message_id)
+            return
+        stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
+                       "platform_message_id": inbound.message_id}
+        rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
+        self.store.complete_turn(session.id, [stored_user, *result.messages], rows, inbound_id, now=self.clock(),
+                                 turn_id=turn)
+        self.turns_done += 1
+        log.info("turn done platform=%s session=%s turn=%s iterations=%s tools=%s", inbound.chat.platform,
+                 session.id, turn, result.iterations, result.tool_calls)
+        await self.outbox.deliver(turn)
+
+    async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
+                         user_msg: ChatMessage) -> TurnResult:
+        ctx = self.tool_context(session, inbound.user_id)
+
+        def record(reply: LLMReply) -> None:
+            self.store.add_usage(session.id, reply.usage, purpose="turn", provider=reply.provider, model=reply.model,
+                                 now=self.clock())
+
+        async with self._turns:
+            adapter = self.adapters.get(inbound.chat.platform)
+            async with _typing(adapter, inbound.chat):
+                async with asyncio.timeout(self.config.agent.turn_timeout_s):
+                    return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
+                                                tool_names=self.tool_names, on_reply=record)
+
+    def user_message(self, inbound: Inbound, ended: str | None) -> ChatMessage:
+        """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note."""
+        parts = []
+        if ended:
+            parts.append(f"[Note: the previous conversation ended ({_reason_words(ended)}); this is a new session.]")
+        text = inbound.text
+        if inbound.attachments:
+            names = ", ".join(a.name or a.kind for a in inbound.attachments)
+            text = f"{text}\n[attachments not loaded: {names}]".strip()
+        if inbound.chat.is_group and inbound.user_name:
+            text = f"[{inbound.user_name}] {text}"
+        parts.append(text)
+        return {"role": "user", "content": "\n".join(parts)}
+
+    def _notify_reset(self, session: SessionRow) -> bool:
+        policy = self.config.session_reset
+        for override in (policy.by_platform.get(session.platform), policy.by_chat_type.get(session.chat_type)):
+            if override is not None and override.notify is not None:
+                return override.notify
+        return policy.notify
+
+    # ------------------------------------------------------------------ restart and shutdown
+    async def replay(self) -> tuple[int, int]:
+        """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note instead."""
+        max_age = timedelta(minutes=self.config.delivery.replay_max_age_minutes)
+        now = self.clock()
+        resumed = expired = 0
+        for row in self.store.unfinished_inbound():
+            inbound = decode_inbound(row.payload)
+            received = parse_iso(row.received_at) or now
+            if now - received > max_age:
+                self.store.set_inbound_status(row.id, "expired", now=now)
+                await self.outbox.post(f"o{row.id}", inbound.chat, self.config.delivery.offline_notice,
+                                       reply_to_id=inbound.message_id)
+                expired += 1
+                continue
+            self.store.set_inbound_status(row.id, "pending", now=now)
+            await self._enqueue(self.key_for(inbound), row.id, inbound)
+            resumed += 1
+        return resumed, expired
+
+    def stop_accepting(self) -> None:
+        self._accepting = False
+
+    def busy_lanes(self) -> int:
+        return sum(1 for lane in self._lanes.values() if lane.worker and not lane.worker.done())
+
+    def lane(self, key: str) -> _Lane | None:
+        return self._lanes.get(key)
+
+    async def wait_idle(self) -> None:
+        """Wait until every queued turn has finished (tests and drain)."""
+        while True:
+            workers = [lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()]
+            if not workers:
+                return
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def cancel_all(self) -> None:
+        for lane in list(self._lanes.values()):
+            lane.queue.clear()
+            if lane.worker and not lane.worker.done():
+                lane.worker.cancel()
+        await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True)
+
+    def stop_turn(self, key: str) -> bool:
+        lane = self._lanes.get(key)
+        if lane and lane.current and not lane.current.done():
+            lane.current.cancel()
+            return True
+        return False
+
+
+def _platform_per_user(config: Config, platform: str) -> bool | None:
+    section = getattr(config, platform, None)
+    return getattr(section, "group_sessions_per_user", None) if section is not None else None
+
+
+def _command_word(text: str) -> str | None:
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    return stripped.split()[0][1:].split("@")[0].lower()
+
+
+def _self_cancelled() -> bool:
+    task = asyncio.current_task()
+    return bool(task and task.cancelling())
+
+
+def _typing(adapter: Adapter | None, chat: ChatRef) -> Any:
+    if adapter is not None and isinstance(adapter, TypingIndicator):
+        return adapter.typing(chat)
+    return _NullContext()
+
+
+class _NullContext:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _reason_words(reason: str) -> str:
+    return {"idle": "it was idle for a while", "daily": "daily reset", "command": "you started a new one",
+            "shutdown": "the gateway restarted"}.get(reason, reason)
+
+
+def _reset_notice(reason: str) -> str:
+    return f"Started a new conversation ({_reason_words(reason)}). I still remember what I saved to memory."
+
+
+def _plain_reason(exc: BaseException) -> str:
+    if isinstance(exc, (LLMTimeout, TimeoutError)):
+        return "it took too long"
+    if isinstance(exc, LLMNotConfigured):
+        return "no model is configured"
+    return "the model service is unavailable"

@@ -1,0 +1,87 @@
+"""Test helpers: write a config for a fake model, build the real gateway graph around contract fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.config import load_config
+from gateway.daemon import Gateway, build_gateway
+from gateway.events import ChatRef, Inbound, OutboundMessage
+
+
+def write_config(home: Path, *, provider: str = "anthropic", base_url: str | None = None, extra: str = "") -> Path:
+    model = ""
+    if base_url is not None:
+        model = textwrap.dedent(f"""\
+            model:
+              provider: {provider}
+              name: {'claude-test' if provider == 'anthropic' else 'gpt-test'}
+              base_url: {base_url}
+              api_key: test-key
+              max_retries: 0
+              timeout_s: 10
+            """)
+    path = home / "config.yaml"
+    path.write_text(model + textwrap.dedent(extra), encoding="utf-8")
+    return path
+
+
+def llm_url(fake: Any, provider: str) -> str:
+    return fake.openai_base_url if provider == "openai" else fake.base_url
+
+
+class RecordingAdapter:
+    """A contract fake for the Adapter protocol: records what a user on `platform` would see."""
+
+    def __init__(self, platform: str = "cli") -> None:
+        self.platform = platform
+        self.sent: list[OutboundMessage] = []
+        self.submit: Any = None
+        self._changed = asyncio.Event()
+
+    async def start(self, submit: Any) -> None:
+        self.submit = submit
+
+    async def send(self, message: OutboundMessage) -> str:
+        self.sent.append(message)
+        self._changed.set()
+        return f"{self.platform}-{len(self.sent)}"
+
+    async def stop(self) -> None:
+        return None
+
+    def texts(self, chat_id: str | None = None) -> list[str]:
+        return [m.text for m in self.sent if chat_id is None or m.chat.chat_id == chat_id]
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> None:
+        async def loop() -> None:
+            while len(self.sent) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        await asyncio.wait_for(loop(), timeout)
+
+
+_counter = iter(range(1, 10**9))
+
+
+def inbound(text: str, *, platform: str = "cli", chat_id: str = "c1", user_id: str = "u1", chat_type: str = "dm",
+            thread_id: str | None = None, user_name: str | None = None, message_id: str | None = None,
+            received_at: datetime | None = None) -> Inbound:
+    return Inbound(chat=ChatRef(platform, chat_type, chat_id, thread_id), user_id=user_id, text=text,  # type: ignore[arg-type]
+                   message_id=message_id or f"m{next(_counter)}", received_at=received_at or datetime.now(UTC),
+                   user_name=user_name)
+
+
+def gateway_for(home: Path, adapters: Sequence[Any], *, llm: Any = None, clock: Any = None) -> Gateway:
+    config = load_config(home)
+    kwargs: dict[str, Any] = {"env": {}, "adapters": adapters, "probe_ollama": False}
+    if llm is not None:
+        kwargs["llm"] = llm
+    if clock is not None:
+        kwargs["clock"] = clock
+    return build_gateway(config, **kwargs)
