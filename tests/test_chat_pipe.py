@@ -1,0 +1,65 @@
+"""`gateway chat` end to end: a real subprocess, the real SDKs, a fake model server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.helpers import llm_url, write_config
+
+
+async def _chat(home: Path, stdin: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "--home", str(home), "chat",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_two_lines_two_replies_same_session(home: Path, fake_llm: FakeLLM, provider: str) -> None:
+    write_config(home, provider=provider, base_url=llm_url(fake_llm, provider))
+    code, out, err = await _chat(home, "hi\nwhat did I say?\n")
+    assert code == 0, err
+    assert out.splitlines() == ["echo: hi [users=1]", "echo: what did I say? [users=2]"]
+    second = fake_llm.calls[-1].body
+    texts = str(second["messages"])
+    assert "hi" in texts and "echo: hi [users=1]" in texts  # the second request carried the first exchange
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_tool_call_round_trip(home: Path, fake_llm: FakeLLM, provider: str) -> None:
+    write_config(home, provider=provider, base_url=llm_url(fake_llm, provider))
+    fake_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Name is Ada."}),
+                    Reply("Nice to meet you, Ada. I'll remember that."))
+    code, out, err = await _chat(home, "my name is Ada\n")
+    assert code == 0, err
+    assert out.strip() == "Nice to meet you, Ada. I'll remember that."
+    assert "Name is Ada." in (home / "memories" / "USER.md").read_text()
+    follow_up = fake_llm.calls[-1].body["messages"]
+    if provider == "openai":
+        tool_msgs = [m for m in follow_up if m["role"] == "tool"]
+        assert len(tool_msgs) == 1 and "saved" in tool_msgs[0]["content"].lower()
+    else:
+        results = [b for m in follow_up for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+        assert len(results) == 1 and "saved" in str(results[0]["content"]).lower()
+
+
+async def test_no_model_says_what_to_set(home: Path) -> None:
+    code, out, err = await _chat(home, "hello\n")
+    assert code == 0
+    assert "No model is configured. Set ANTHROPIC_API_KEY" in out
+
+
+async def test_unreachable_model_gives_a_clear_line(home: Path) -> None:
+    write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1")
+    code, out, err = await _chat(home, "hello\n")
+    assert code == 0
+    assert out.strip() == ("Sorry, I couldn't get an answer from the model just now (the model service is "
+                           "unavailable). Please try again in a moment.")

@@ -1,0 +1,76 @@
+"""The local web chat: the page is served and a browser's socket gets answers (and a visible error line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.config import load_config
+from gateway.daemon import Daemon, build_gateway, platform_adapters
+from gateway.errors import ConfigError
+from tests.fakes.llm import FakeLLM
+from tests.helpers import write_config
+
+
+async def _daemon(home: Path) -> Daemon:
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    return daemon
+
+
+async def _exchange(port: int, text: str, client: str = "tab1") -> list[dict[str, str]]:
+    got: list[dict[str, str]] = []
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client={client}") as ws:
+            await ws.send_str(json.dumps({"text": text}))
+            async for msg in ws:
+                data = json.loads(msg.data)
+                got.append(data)
+                if data["type"] == "message" and data["kind"] in ("reply", "error"):
+                    break
+    return got
+
+
+async def test_page_and_socket_round_trip(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
+    daemon = await _daemon(home)
+    try:
+        assert daemon.web_port
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{daemon.web_port}/") as resp:
+                page = await resp.text()
+                assert resp.status == 200 and resp.content_type == "text/html"
+        assert "<title>agent-gateway" in page and "new WebSocket" in page and "function markdown" in page
+        first = await _exchange(daemon.web_port, "hello **there**")
+        assert first[0]["type"] == "ack" and first[0]["outcome"] == "accepted"
+        assert first[-1]["kind"] == "reply" and first[-1]["text"] == "echo: hello **there** [users=1]"
+        second = await _exchange(daemon.web_port, "again")  # same client id → same session
+        assert second[-1]["text"] == "echo: again [users=2]"
+    finally:
+        await daemon.stop()
+
+
+async def test_unreachable_model_shows_an_error_line(home: Path) -> None:
+    write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1", extra="web:\n  port: 0\n")
+    daemon = await _daemon(home)
+    try:
+        got = await _exchange(daemon.web_port or 0, "hi")
+        assert got[-1]["kind"] == "error"
+        assert "couldn't get an answer from the model" in got[-1]["text"]
+    finally:
+        await daemon.stop()
+
+
+async def test_non_loopback_without_token_refuses_to_start(home: Path) -> None:
+    (home / "config.yaml").write_text("web:\n  host: 0.0.0.0\n  port: 0\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    with pytest.raises(ConfigError, match="web.auth_token"):
+        await daemon.start()
+    daemon.gw.store.close()
