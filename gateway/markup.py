@@ -1,0 +1,618 @@
+"""Render the model's Markdown once per platform flavour: Telegram entities, Slack mrkdwn, Discord, plain text.
+
+Pure functions, no I/O. Besides the text, a render records where a split must not fall (links, escapes,
+formatting spans) and where fenced blocks are, so gateway/chunking.py can split without breaking markup.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyromark  # telegramify-markdown's own parser; used only to find raw HTML it would drop
+import telegramify_markdown
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+from telegramify_markdown.config import RenderConfig
+from telegramify_markdown.converter import STANDARD_OPTIONS
+
+from gateway.events import TextEntity
+
+Flavor = Literal["telegram", "slack", "discord", "plain"]
+Span = tuple[int, int]
+
+FENCE = "```"
+_MAX_INDENT_DEPTH = 6  # deeper lists stop indenting, so a fence's reopen line stays short
+_LANG_RE = re.compile(r"[A-Za-z0-9_+#.-]{1,24}")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_BACKTICK_RUN = re.compile(r"``(?=`)")  # a third backtick in a row would close/open a fence
+_URL_RE = re.compile(r"https?://[^\s<>]*[^\s<>.,:;!?\"')\]]")
+_DISCORD_SPECIAL = re.compile(r"[\\*_~`|]")
+# Text at a line start that Discord would read as a heading, quote or list.
+_DISCORD_LINE_START = re.compile(r"(?:#{1,3} |-# |>|[-+] )|\d{1,9}(?=[.)] )")
+_SLACK_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_SLACK_SPECIAL = re.compile(r"[&<>]")
+_RULE = "————————"
+_BULLETS = {"slack": "• ", "discord": "- ", "plain": "• "}
+_EMPHASIS = {  # (strong, em, strike) markers
+    "slack": ("*", "_", "~"),
+    "discord": ("**", "*", "~~"),
+    "plain": ("", "", ""),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A fenced block in rendered text. A split inside its body closes it and reopens it with `opener`."""
+
+    open_start: int  # the opening ``` (after any container prefix)
+    body_start: int  # first character of the first code line (its container prefix included)
+    body_end: int  # end of the last code line, before the newline that precedes the closing ```
+    close_end: int  # just after the closing ```
+    prefix: str  # container prefix of the code lines: "> " in a quote, spaces in a list item
+    opener: str  # the opening line without prefix, e.g. "```python"
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One flavour's rendering of a reply.
+
+    `keeps` are [start, end) ranges a split should not fall strictly inside; `syntax` are markup-only ranges
+    with their plain-text replacement (how `Chunk.plain` is derived). Both are Python string indices;
+    `entities` (Telegram only) use UTF-16 offsets like the Bot API.
+    """
+
+    text: str
+    keeps: tuple[Span, ...] = ()
+    fences: tuple[Fence, ...] = ()
+    syntax: tuple[tuple[int, int, str], ...] = ()
+    entities: tuple[TextEntity, ...] = ()
+
+
+def render(markdown: str, flavor: Flavor) -> Rendered:
+    markdown = _clean(markdown)
+    if flavor == "telegram":
+        return _render_telegram(markdown)
+    try:
+        return _MarkupRenderer(flavor).render(markdown)
+    except RecursionError:
+        return _MarkupRenderer(flavor).render_flat(markdown)
+
+
+def to_telegram(markdown: str) -> tuple[str, list[TextEntity]]:
+    r = _render_telegram(_clean(markdown))
+    return r.text, list(r.entities)
+
+
+def to_slack_mrkdwn(markdown: str) -> str:
+    return render(markdown, "slack").text
+
+
+def to_discord(markdown: str) -> str:
+    return render(markdown, "discord").text
+
+
+def to_plain(markdown: str) -> str:
+    return render(markdown, "plain").text
+
+
+def utf16_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
+def _clean(markdown: str) -> str:
+    """Lone surrogates (from broken JSON upstream) cannot be sent anywhere: make them U+FFFD."""
+    if _SURROGATE_RE.search(markdown):
+        return markdown.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return markdown
+
+
+# --- Telegram ------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _telegram_config() -> RenderConfig:
+    config = RenderConfig.isolated()
+    symbols = config.markdown_symbol
+    for level in range(1, 7):  # headings are bold (+underline); no emoji in front
+        setattr(symbols, f"heading_level_{level}", "")
+    symbols.unordered_list_item = "•"
+    return config
+
+
+def _render_telegram(markdown: str) -> Rendered:
+    text, raw = telegramify_markdown.convert(_escape_raw_html(markdown), config=_telegram_config())
+    entities = sorted(
+        (TextEntity(e.type, e.offset, e.length, e.url, e.language) for e in raw),
+        key=lambda e: (e.offset, -e.length, e.type),
+    )
+    entities = _drop_nested_quotes(entities)
+    to_index = _utf16_to_index(text)
+    keeps = tuple((to_index(e.offset), to_index(e.offset + e.length)) for e in entities)
+    return Rendered(text, keeps=keeps, entities=tuple(entities))
+
+
+def _drop_nested_quotes(entities: list[TextEntity]) -> list[TextEntity]:
+    """Telegram has one quote level (nested blockquote entities are refused); the outer quote stays."""
+    out: list[TextEntity] = []
+    quote_end = -1
+    for e in entities:  # sorted: an outer quote comes before the quotes inside it
+        if e.type in ("blockquote", "expandable_blockquote"):
+            if e.offset + e.length <= quote_end:
+                continue
+            quote_end = e.offset + e.length
+        out.append(e)
+    return out
+
+
+def _escape_raw_html(markdown: str) -> str:
+    """Backslash-escape raw HTML so Telegram shows `<b>x</b>` as typed; telegramify would drop it."""
+    if "<" not in markdown:
+        return markdown
+    data = markdown.encode("utf-8")
+    cuts: list[int] = []
+    for payload, where in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
+        if isinstance(payload, dict) and ("InlineHtml" in payload or "Html" in payload):
+            i = data.find(b"<", where["start"], where["end"])
+            while i != -1:
+                cuts.append(i)
+                i = data.find(b"<", i + 1, where["end"])
+    if not cuts:
+        return markdown
+    bounds = [0, *cuts, len(data)]
+    return b"\\".join(data[a:b] for a, b in zip(bounds, bounds[1:])).decode("utf-8")
+
+
+def _utf16_to_index(text: str) -> Callable[[int], int]:
+    if utf16_len(text) == len(text):
+        return int
+    cum = list(itertools.accumulate((2 if ord(ch) > 0xFFFF else 1 for ch in text), initial=0))
+    return functools.partial(bisect.bisect_left, cum)
+
+
+# --- Slack, Discord, plain ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _parser() -> MarkdownIt:
+    # html off: raw HTML reaches us as text, so it is shown as typed rather than dropped.
+    # maxNesting high: at the limit markdown-it silently drops the deeper text. Too deep a document hits
+    # RecursionError instead, and render() falls back to text without formatting.
+    return MarkdownIt("commonmark", {"html": False, "maxNesting": 10_000}).enable(["table", "strikethrough"])
+
+
+@dataclass(slots=True)
+class _Node:
+    """A block of the parse: `token` is the block's opening token (or the token itself for leaves)."""
+
+    type: str
+    token: Token
+    children: list[_Node]
+
+
+def _tree(tokens: list[Token]) -> list[_Node]:
+    root: list[_Node] = []
+    stack = [root]
+    for tok in tokens:
+        if tok.nesting == 1:
+            node = _Node(tok.type.removesuffix("_open"), tok, [])
+            stack[-1].append(node)
+            stack.append(node.children)
+        elif tok.nesting == -1:
+            stack.pop()
+        else:
+            stack[-1].append(_Node(tok.type, tok, []))
+    return root
+
+
+class _Line:
+    """One output line; containers prepend to `prefix`, marks point into `content` by column."""
+
+    __slots__ = ("prefix", "content", "start", "lead")
+
+    def __init__(self, content: str) -> None:
+        self.prefix = ""
+        self.content = content
+        self.start = 0  # set when the document is assembled
+        self.lead = 0  # length of the prefix as written (a blank line's trailing spaces are trimmed)
+
+
+_Pos = tuple[_Line, int]  # (line, column in its content)
+
+
+class _Buf:
+    """Inline output with its marks, in offsets of this buffer's own text."""
+
+    __slots__ = ("parts", "size", "keeps", "syntax")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        self.keeps: list[Span] = []
+        self.syntax: list[tuple[int, int, str]] = []
+
+    def add(self, s: str) -> None:
+        if s:
+            self.parts.append(s)
+            self.size += len(s)
+
+    def markup(self, s: str, plain: str = "") -> None:
+        if s:
+            self.syntax.append((self.size, self.size + len(s), plain))
+            self.add(s)
+
+    def atom(self, s: str, plain: str | None = None) -> None:
+        """An escape or entity: never split, and `plain` replaces it in the plain fallback."""
+        start = self.size
+        if plain is None:
+            self.add(s)
+        else:
+            self.markup(s, plain)
+        self.keeps.append((start, self.size))
+
+    def at_line_start(self) -> bool:
+        return not self.parts or self.parts[-1].endswith("\n")
+
+
+class _MarkupRenderer:
+    def __init__(self, flavor: Flavor) -> None:
+        self.flavor = flavor
+        self.strong, self.em, self.strike = _EMPHASIS[flavor]
+        self.keeps: list[tuple[_Pos, _Pos]] = []
+        self.syntax: list[tuple[_Pos, _Pos, str]] = []
+        self.fences: list[tuple[_Line, _Line, _Line, _Line]] = []  # open, first body, last body, close
+        self.depth = 0
+
+    def render(self, markdown: str) -> Rendered:
+        return self._assemble(self._blocks(_tree(_parser().parse(markdown))))
+
+    def render_flat(self, markdown: str) -> Rendered:
+        """Every source line as text, escaped for the flavour: for documents nested too deep to parse."""
+        buf = _Buf()
+        for line in markdown.splitlines():
+            self._text(buf, line)
+            buf.add("\n")
+        return self._assemble(self._lines(buf))
+
+    # -- blocks
+
+    def _blocks(self, nodes: Sequence[_Node], *, tight: bool = False) -> list[_Line]:
+        out: list[_Line] = []
+        for node in nodes:
+            lines = self._block(node)
+            if lines and out and not tight:
+                out.append(_Line(""))
+            out.extend(lines)
+        return out
+
+    def _block(self, node: _Node) -> list[_Line]:
+        kind = node.type
+        if kind == "paragraph":
+            return self._inline_lines(node.children)
+        if kind == "heading":
+            return self._heading(node)
+        if kind in ("fence", "code_block"):
+            return self._code(node.token.content, _lang(node.token.info) if kind == "fence" else "")
+        if kind in ("bullet_list", "ordered_list"):
+            return self._list(node)
+        if kind == "blockquote":
+            return self._quote(node)
+        if kind == "table":
+            return self._code(_table_text(node), "")
+        if kind == "hr":
+            return [_Line(_RULE)]
+        if node.children:
+            return self._blocks(node.children)
+        content = node.token.content.rstrip("\n")
+        return [_Line(line) for line in content.split("\n")] if content else []
+
+    def _heading(self, node: _Node) -> list[_Line]:
+        level = int(node.token.tag[1:])
+        buf = _Buf()
+        if self.flavor == "slack":
+            buf.markup(self.strong)
+            self._text(buf, _plain_inline(node.children, soft=" "))
+            buf.markup(self.strong)
+        elif self.flavor == "discord" and level <= 3:
+            buf.markup("#" * level + " ")
+            self._inline(buf, node.children, soft=" ")
+        else:
+            buf.markup(self.strong)
+            self._inline(buf, node.children, soft=" ")
+            buf.markup(self.strong)
+        buf.keeps.append((0, buf.size))
+        return self._lines(buf)
+
+    def _code(self, content: str, lang: str) -> list[_Line]:
+        content = content[:-1] if content.endswith("\n") else content
+        buf = _Buf()
+        if self.flavor == "plain":
+            buf.add(content)
+            return self._lines(buf)
+        content = _BACKTICK_RUN.sub("``\u200b", content)
+        if self.flavor == "slack":
+            _slack_escape(buf, content)
+        else:
+            buf.add(content)
+        body = self._lines(buf)
+        opener = _Line(FENCE + (lang if self.flavor == "discord" else ""))
+        closer = _Line(FENCE)
+        self.syntax.append(((opener, 0), (body[0], 0), ""))
+        last = body[-1]
+        self.syntax.append(((last, len(last.content)), (closer, len(FENCE)), ""))
+        self.fences.append((opener, body[0], last, closer))
+        return [opener, *body, closer]
+
+    def _list(self, node: _Node) -> list[_Line]:
+        ordered = node.type == "ordered_list"
+        number = int(node.token.attrs.get("start", 1)) if ordered else 0
+        tight = all(c.token.hidden for item in node.children for c in item.children if c.type == "paragraph")
+        out: list[_Line] = []
+        self.depth += 1
+        for item in node.children:
+            marker = f"{number}. " if ordered else _BULLETS[self.flavor]
+            number += 1
+            lines = self._blocks(item.children, tight=tight) or [_Line("")]
+            indent = " " * (4 if self.flavor == "slack" else len(marker))
+            if self.depth > _MAX_INDENT_DEPTH:
+                indent = ""
+            lines[0].prefix = marker + lines[0].prefix
+            for line in lines[1:]:
+                line.prefix = indent + line.prefix
+            if out and not tight:
+                out.append(_Line(""))
+            out.extend(lines)
+        self.depth -= 1
+        return out
+
+    def _quote(self, node: _Node) -> list[_Line]:
+        lines = self._blocks(node.children)
+        for line in lines:
+            # Slack and Discord have one quote level; a nested quote joins its parent.
+            if self.flavor == "plain" or not line.prefix.startswith("> "):
+                line.prefix = "> " + line.prefix
+        return lines
+
+    # -- inline
+
+    def _inline_lines(self, nodes: Sequence[_Node]) -> list[_Line]:
+        buf = _Buf()
+        self._inline(buf, nodes)
+        return self._lines(buf)
+
+    def _inline(self, buf: _Buf, nodes: Sequence[_Node], *, soft: str = "\n") -> None:
+        self._tokens(buf, _inline_tokens(nodes), soft=soft)
+
+    def _tokens(self, buf: _Buf, tokens: list[Token], *, soft: str = "\n", in_link: bool = False) -> None:
+        opened: list[int] = []
+        i = 0
+        while i < len(tokens):
+            tok = tokens[i]
+            kind = tok.type
+            if kind == "text":
+                self._text(buf, tok.content, in_link=in_link)
+            elif kind in ("softbreak", "hardbreak"):
+                buf.add(soft)
+            elif kind == "code_inline":
+                self._code_span(buf, tok.content)
+            elif kind.endswith("_open") and kind != "link_open":
+                opened.append(buf.size)
+                buf.markup(self._marker(kind))
+            elif kind.endswith("_close") and kind != "link_close":
+                buf.markup(self._marker(kind))
+                if opened:
+                    buf.keeps.append((opened.pop(), buf.size))
+            elif kind == "link_open":
+                end = _matching_close(tokens, i)
+                self._link(buf, str(tok.attrs.get("href", "")), tokens[i + 1:end])
+                i = end
+            elif kind == "image":
+                self._link(buf, str(tok.attrs.get("src", "")), tok.children or [])
+            i += 1
+
+    def _marker(self, kind: str) -> str:
+        return {"strong": self.strong, "em": self.em, "s": self.strike}.get(kind.rsplit("_", 1)[0], "")
+
+    def _text(self, buf: _Buf, text: str, *, in_link: bool = False) -> None:
+        if self.flavor == "slack":
+            _slack_escape(buf, _BACKTICK_RUN.sub("``\u200b", text))
+        elif self.flavor == "discord":
+            _discord_escape(buf, text, in_link=in_link)
+        else:
+            buf.add(text)
+
+    def _code_span(self, buf: _Buf, code: str) -> None:
+        start = buf.size
+        if self.flavor == "slack":
+            buf.markup("`")
+            _slack_escape(buf, code.replace("`", "\u02cb"))  # Slack code spans cannot hold a backtick
+            buf.markup("`")
+        elif self.flavor == "discord":
+            code = re.sub(r"`(?=`)", "`\u200b", code)  # no run of two, so the delimiter never reads as a fence
+            tick = "``" if "`" in code else "`"
+            pad = " " if code.startswith("`") or code.endswith("`") else ""
+            buf.markup(tick + pad)
+            buf.add(code)
+            buf.markup(pad + tick)
+        else:
+            buf.add(code)
+        buf.keeps.append((start, buf.size))
+
+    def _link(self, buf: _Buf, url: str, inner: list[Token]) -> None:
+        label = _plain_inline_tokens(inner, soft=" ")
+        is_bare = not label or label in (url, url.removeprefix("mailto:"))
+        start = buf.size
+        if self.flavor == "slack":  # Slack needs &, <, > escaped in plain text too
+            target = _slack_text(url).replace("|", "%7C")
+            if is_bare:
+                buf.markup("<" + target + ">", plain=_slack_text(label or url))
+            else:
+                buf.markup(f"<{target}|")
+                _slack_escape(buf, label)
+                buf.markup(">", plain=f" ({_slack_text(url)})")
+        elif self.flavor == "discord" and not is_bare and url.startswith(("http://", "https://")):
+            target = url.replace("(", "%28").replace(")", "%29")
+            buf.markup("[")
+            self._tokens(buf, inner, soft=" ", in_link=True)
+            buf.markup(f"]({target})", plain=f" ({url})")
+        elif is_bare:
+            buf.add(label or url)
+        else:
+            self._tokens(buf, inner, soft=" ", in_link=True)
+            buf.add(f" ({url})")
+        buf.keeps.append((start, buf.size))
+
+    # -- assembly
+
+    def _lines(self, buf: _Buf) -> list[_Line]:
+        """Split a buffer into lines, turning its marks into line positions."""
+        text = "".join(buf.parts)
+        lines = [_Line(s) for s in text.split("\n")]
+        starts = [0]
+        for line in lines[:-1]:
+            starts.append(starts[-1] + len(line.content) + 1)
+
+        def pos(offset: int) -> _Pos:
+            k = bisect.bisect_right(starts, offset) - 1 if len(starts) > 1 else 0
+            return lines[k], offset - starts[k]
+
+        self.keeps.extend((pos(a), pos(b)) for a, b in buf.keeps)
+        self.syntax.extend((pos(a), pos(b), plain) for a, b, plain in buf.syntax)
+        return lines
+
+    def _assemble(self, lines: list[_Line]) -> Rendered:
+        parts: list[str] = []
+        offset = 0
+        for line in lines:
+            prefix = line.prefix
+            if not line.content:  # no trailing spaces on a blank line, but "> " stays a quote line
+                prefix = prefix.rstrip()
+                prefix += " " if prefix.endswith(">") else ""
+            line.start, line.lead = offset, len(prefix)
+            parts.append(prefix + line.content)
+            offset += len(parts[-1]) + 1
+        text = "\n".join(parts)
+
+        def at(p: _Pos) -> int:
+            return p[0].start + p[0].lead + p[1]
+
+        keeps = sorted((at(a), at(b)) for a, b in self.keeps)
+        syntax = sorted((at(a), at(b), plain) for a, b, plain in self.syntax)
+        fences = tuple(
+            Fence(at((o, 0)), first.start, at((last, len(last.content))), at((c, len(FENCE))), c.prefix, o.content)
+            for o, first, last, c in self.fences
+        )
+        return Rendered(text, keeps=tuple(k for k in keeps if k[1] - k[0] > 1), fences=fences,
+                        syntax=tuple(syntax))
+
+
+def _matching_close(tokens: list[Token], i: int) -> int:
+    for j in range(i + 1, len(tokens)):
+        if tokens[j].type == "link_close":
+            return j
+    return len(tokens) - 1
+
+
+def _lang(info: str) -> str:
+    word = info.split(maxsplit=1)[0] if info.strip() else ""
+    return word if _LANG_RE.fullmatch(word) else ""
+
+
+def _slack_text(text: str) -> str:
+    return _SLACK_SPECIAL.sub(lambda m: _SLACK_ESCAPES[m.group()], text)
+
+
+def _slack_escape(buf: _Buf, text: str) -> None:
+    last = 0
+    for m in _SLACK_SPECIAL.finditer(text):
+        buf.add(text[last:m.start()])
+        buf.atom(_SLACK_ESCAPES[m.group()])
+        last = m.end()
+    buf.add(text[last:])
+
+
+def _discord_escape(buf: _Buf, text: str, *, in_link: bool) -> None:
+    """Backslash what Discord would read as markup; bare URLs stay untouched so they still link."""
+    marks: set[int] = set()
+    if buf.at_line_start() and (m := _DISCORD_LINE_START.match(text)):
+        marks.add(m.end() if m.group().isdigit() else 0)
+    last = 0
+    for url in _URL_RE.finditer(text):
+        marks.update(m.start() for m in _DISCORD_SPECIAL.finditer(text, last, url.start()))
+        last = url.end()
+    marks.update(m.start() for m in _DISCORD_SPECIAL.finditer(text, last))
+    if in_link:
+        marks.update(i for i, c in enumerate(text) if c in "[]")
+    last = 0
+    for i in sorted(marks):
+        buf.add(text[last:i])
+        buf.atom("\\" + text[i], plain=text[i])
+        last = i + 1
+    buf.add(text[last:])
+
+
+def _inline_tokens(nodes: Sequence[_Node]) -> list[Token]:
+    return [t for n in nodes if n.type == "inline" for t in n.token.children or []]
+
+
+def _plain_inline(nodes: Sequence[_Node], *, soft: str) -> str:
+    return _plain_inline_tokens(_inline_tokens(nodes), soft=soft)
+
+
+def _plain_inline_tokens(tokens: list[Token], *, soft: str) -> str:
+    out: list[str] = []
+    for tok in tokens:
+        if tok.type in ("text", "code_inline"):
+            out.append(tok.content)
+        elif tok.type in ("softbreak", "hardbreak"):
+            out.append(soft)
+        elif tok.type == "image":
+            out.append(_plain_inline_tokens(tok.children or [], soft=soft))
+    return "".join(out)
+
+
+# --- tables ---------------------------------------------------------------------------------------------
+
+
+def _table_text(node: _Node) -> str:
+    """A GFM table as aligned monospace text; no chat platform here renders tables."""
+    rows: list[list[str]] = []
+    aligns: list[str] = []
+    for section in node.children:
+        for tr in section.children:
+            rows.append([_plain_inline(cell.children, soft=" ") for cell in tr.children])
+            if not aligns:
+                aligns = [str(cell.token.attrs.get("style", "")) for cell in tr.children]
+    if not rows:
+        return ""
+    ncols = max(len(r) for r in rows)
+    widths = [max((_width(r[i]) for r in rows if i < len(r)), default=0) for i in range(ncols)]
+    lines = []
+    for k, row in enumerate(rows):
+        cells = [_pad(row[i] if i < len(row) else "", widths[i], aligns[i] if i < len(aligns) else "")
+                 for i in range(ncols)]
+        lines.append(" | ".join(cells).rstrip())
+        if k == 0 and len(rows) > 1:
+            lines.append("-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _width(text: str) -> int:
+    """Monospace columns: East Asian wide characters take two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+               for c in text)
+
+
+def _pad(text: str, width: int, align: str) -> str:
+    gap = width - _width(text)
+    if "right" in align:
+        return " " * gap + text
+    if "center" in align:
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
