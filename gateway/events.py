@@ -46,6 +46,9 @@ class Inbound:
     `is_addressed` is the adapter's verdict on whether the bot was spoken to (a DM, an @mention, a reply to
     the bot, a command); mention detection is platform knowledge, so it is decided at the edge.
     `is_bot` marks messages authored by another bot (for the bot-loop budget).
+    Access control reads `username` (the platform handle without `@`, e.g. Telegram's, never a display name,
+    which anyone can set to anything), `space_id` (the server the chat belongs to: Discord guild, Slack team)
+    and `roles` (the sender's role ids in that server, Discord).
     """
 
     chat: ChatRef
@@ -59,6 +62,9 @@ class Inbound:
     is_addressed: bool = True
     is_bot: bool = False
     chat_title: str | None = None
+    username: str | None = None
+    space_id: str | None = None
+    roles: tuple[str, ...] = ()
 
 
 class OutboundKind(enum.Enum):

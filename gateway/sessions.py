@@ -94,6 +94,7 @@ def decode_inbound(payload: str) -> Inbound:
     data["chat"] = ChatRef(**data["chat"])
     data["received_at"] = datetime.fromisoformat(data["received_at"])
     data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
+    data["roles"] = tuple(data.get("roles") or ())
     return Inbound(**data)
 
 
