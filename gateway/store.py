@@ -153,8 +153,38 @@ CREATE TABLE llm_calls (
 );
 """
 
+# Access control (gateway/access.py): pending pairing codes (only their HMAC is stored), users approved by
+# code, and per-platform failed-approval counters with their lockout.
+_ACCESS = """
+CREATE TABLE pairing (
+  id INTEGER PRIMARY KEY,
+  platform TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  chat_id TEXT NOT NULL,
+  code_hash TEXT NOT NULL UNIQUE,
+  created_at TEXT NOT NULL,
+  expires_at TEXT NOT NULL,
+  UNIQUE (platform, user_id)
+);
+CREATE TABLE approved_users (
+  platform TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  approved_at TEXT NOT NULL,
+  approved_by TEXT NOT NULL,
+  PRIMARY KEY (platform, user_id)
+);
+CREATE TABLE pairing_lockouts (
+  platform TEXT PRIMARY KEY,
+  failures INTEGER NOT NULL DEFAULT 0,
+  locked_until TEXT
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
+    ("0002_access", _ACCESS),
 ]
 
 
