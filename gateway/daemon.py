@@ -91,6 +91,9 @@ def platform_adapters(config: Config) -> list[Adapter]:
         from adapters.webchat import WebChatAdapter
         token = config.web.auth_token.value if config.web.auth_token else None
         found.append(WebChatAdapter(auth_token=token))
+    if config.telegram is not None:
+        from adapters.telegram import TelegramAdapter
+        found.append(TelegramAdapter(config.telegram))
     return found
 
 
