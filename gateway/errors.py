@@ -7,7 +7,8 @@ GatewayError
 │   ├── RateLimited(retry_after)          429: pause the chat (or the bot) that long
 │   ├── MarkupRejected                    the platform refused our markup: resend as plain text
 │   ├── RecipientUnavailable              403 blocked / kicked: do not retry
-│   └── PlatformUnavailable               5xx, resets, timeouts: retry with backoff
+│   ├── PlatformUnavailable               5xx, resets, timeouts: retry with backoff
+│   └── AdapterFatal                      bad token, disallowed intents: stay down, no restarts
 ├── LLMError
 │   ├── LLMTimeout
 │   ├── LLMUnavailable                    429/5xx/529 after the SDK's retries
@@ -80,6 +81,10 @@ class RecipientUnavailable(AdapterError):
 
 class PlatformUnavailable(AdapterError):
     """A transient failure (5xx, reset, timeout) worth retrying with backoff."""
+
+
+class AdapterFatal(AdapterError):
+    """A failure no restart can fix (bad token, Discord close 4014): the supervisor leaves the adapter down."""
 
 
 class LLMError(GatewayError):
