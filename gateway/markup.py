@@ -32,7 +32,7 @@ _MAX_INDENT_DEPTH = 6  # deeper lists stop indenting, so a fence's reopen line s
 _LANG_RE = re.compile(r"[A-Za-z0-9_+#.-]{1,24}")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _BACKTICK_RUN = re.compile(r"``(?=`)")  # a third backtick in a row would close/open a fence
-_URL_RE = re.compile(r"https?://[^\s<>]*[^\s<>.,:;!?\"')\]]")
+_URL_RE = re.compile(r"https?://[^\s<>`|]*[^\s<>`|.,:;!?\"')\]]")
 _DISCORD_SPECIAL = re.compile(r"[\\*_~`|]")
 # Text at a line start that Discord would read as a heading, quote or list.
 _DISCORD_LINE_START = re.compile(r"(?:#{1,3} |-# |>|[-+] )|\d{1,9}(?=[.)] )")

@@ -21,6 +21,7 @@ from gateway.chunking import MIN_LIMIT, Chunk, TextEntity, render_chunks, split_
 from gateway.markup import FENCE, Flavor, Rendered, render, utf16_len
 
 FLAVORS: tuple[Flavor, ...] = ("telegram", "slack", "discord", "plain")
+PREFIX_CHARS = " >•-*0123456789."  # what quote and list containers put before a line's content
 
 # -- helpers ------------------------------------------------------------------------------------------
 
@@ -41,7 +42,7 @@ def fences_closed(text: str) -> bool:
     """Walk lines; a line whose content (after quote/list/indent prefix) starts with ``` toggles a block."""
     inside = False
     for line in text.split("\n"):
-        if re.match(r"^[>\s•\-\d.]*?```", line):
+        if line.lstrip(PREFIX_CHARS).startswith(FENCE):
             inside = not inside
     return not inside and text.count(FENCE) % 2 == 0
 
@@ -60,10 +61,11 @@ def check_pieces(rendered: Rendered, chunks: list[Chunk], flavor: Flavor, limit:
         assert before.end <= after.start and not text[before.end:after.start].strip()
     for p in pieces:
         assert text[p.start:p.end].strip()
-        if p.head:  # reopens exactly the code block it starts in, with its language
-            opener = p.head.split("\n")[0]
-            last_open = [ln for ln in text[:p.start].split("\n") if ln.lstrip(" >•-0123456789.").startswith(FENCE)]
-            assert last_open and last_open[-1].rstrip() == opener.rstrip()
+        if p.head:  # reopens the code block it starts in, with its language (after the continuation prefix)
+            opener = p.head.split("\n")[0].lstrip(PREFIX_CHARS)
+            last_open = [ln.lstrip(PREFIX_CHARS) for ln in text[:p.start].split("\n")
+                         if ln.lstrip(PREFIX_CHARS).startswith(FENCE)]
+            assert last_open and last_open[-1] == opener
         if p.tail:
             assert p.tail.endswith(FENCE) and p.tail.strip(" >\n") == FENCE
 
@@ -103,7 +105,31 @@ ATOMS = st.sampled_from([
 ])
 WORDS = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=10)
 LONG_WORDS = st.text(st.sampled_from("ab_*😀中é\u0301"), min_size=40, max_size=600)
-MARKDOWN = st.lists(st.one_of(ATOMS, ATOMS, WORDS, LONG_WORDS), max_size=120).map("".join)
+INLINE = st.lists(st.one_of(ATOMS, WORDS, WORDS), max_size=30).map("".join).map(lambda s: s.replace("\n", " "))
+CODE = st.lists(st.one_of(WORDS, LONG_WORDS, st.just("")), max_size=40).map("\n".join)
+
+
+@st.composite
+def _block(draw: st.DrawFn, depth: int = 0) -> str:
+    kind = draw(st.sampled_from(["para", "fence", "list", "quote", "table"] if depth < 3 else ["para", "fence"]))
+    if kind == "para":
+        return draw(INLINE)
+    if kind == "fence":
+        lang = draw(st.sampled_from(["", "python", "c++", "weird lang!"]))
+        return f"```{lang}\n{draw(CODE)}\n```"
+    if kind == "table":
+        cells = draw(st.lists(WORDS.map(lambda w: w.replace("|", "\\|").replace("\n", " ")), min_size=4, max_size=12))
+        return "| a | b |\n|---|:-:|\n" + "".join(f"| {x} | {y} |\n" for x, y in zip(cells[::2], cells[1::2]))
+    inner = draw(st.lists(_block(depth + 1), min_size=1, max_size=3))
+    if kind == "quote":
+        return "\n".join("> " + line for b in inner for line in b.split("\n"))
+    marker = draw(st.sampled_from(["- ", "1. ", "* "]))
+    pad = " " * len(marker)
+    return "\n".join(marker + "\n".join(pad + ln if k else ln for k, ln in enumerate(b.split("\n"))) for b in inner)
+
+
+STRUCTURED = st.lists(_block(), max_size=8).map("\n\n".join)
+MARKDOWN = st.one_of(st.lists(st.one_of(ATOMS, ATOMS, WORDS, LONG_WORDS), max_size=120).map("".join), STRUCTURED)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
