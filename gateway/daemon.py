@@ -16,14 +16,21 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.access import AccessGate
 from gateway.agent import Agent
+from gateway.commands import Commands
+from gateway.compression import AgentFlush, Compressor
 from gateway.config import Config
 from gateway.errors import AdapterError, ConfigError, LLMNotConfigured
 from gateway.events import Adapter
+from gateway.flush import Flusher
 from gateway.hints import PlatformFacts, load_platform_facts
+from gateway.lifecycle import Policies
 from gateway.llm import LLMClient, UnconfiguredLLM, build_llm
 from gateway.outbox import Outbox
+from gateway.pairing import PairingBook, load_key
 from gateway.prompt_inputs import PromptAssembler
+from gateway.scheduler import Lifecycle
 from gateway.sessions import SessionManager
 from gateway.store import Store, utcnow
 from gateway.tools import ToolRegistry, build_registry
@@ -54,6 +61,7 @@ class Gateway:
     clock: Clock
     web_app: web.Application | None = None
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    lifecycle: Lifecycle | None = None
 
 
 def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
@@ -77,11 +85,22 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
     outbox = Outbox(store, by_platform, facts, clock=clock)
+    gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
+    compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
+                            flush=AgentFlush(agent=agent, store=store, config=config, tool_names=tools.names(),
+                                             read_memory=memory.read, clock=clock))
+    policies = Policies(config.session_reset, config.sessions.timezone)
+    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tool_names=tools.names(),
+                      home=config.home, db_path=config.db_path, clock=clock)
+    lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
-                              adapters=by_platform, clock=clock, tool_names=tools.names())
+                              hooks=lifecycle, commands=Commands(policies=policies, clock=clock),
+                              adapters=by_platform, clock=clock, tool_names=tools.names(), gate=gate,
+                              compressor=compressor)
+    lifecycle.attach(sessions)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
-                   clock=clock)
+                   clock=clock, lifecycle=lifecycle)
 
 
 def platform_adapters(config: Config) -> list[Adapter]:
@@ -139,6 +158,8 @@ class Daemon:
             except AdapterError as exc:
                 log.error("%s", exc)
         await gw.outbox.deliver_pending()
+        if gw.lifecycle is not None:
+            await gw.lifecycle.start()
         resumed, expired = await gw.sessions.replay()
         if resumed or expired:
             log.info("replay: %s messages resumed, %s answered with the offline note", resumed, expired)
@@ -173,11 +194,15 @@ class Daemon:
         gw = self.gw
         gw.sessions.stop_accepting()
         deadline = gw.config.daemon.drain_seconds
+        started = asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(gw.sessions.wait_idle(), deadline)
         except TimeoutError:
             log.warning("drain deadline (%ss) passed; unfinished turns stay stored for replay", deadline)
             await gw.sessions.cancel_all()
+        if gw.lifecycle is not None:  # flushes get what is left of the drain deadline; the rest stay pending
+            left = deadline - (asyncio.get_running_loop().time() - started)
+            await gw.lifecycle.stop(max(left, 0.0))
         for adapter in gw.adapters.values():
             try:
                 await adapter.stop()

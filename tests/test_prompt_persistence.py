@@ -21,6 +21,8 @@ from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
 MORNING = datetime(2026, 3, 14, 8, 5, tzinfo=UTC)
+# Access control denies by default: the test users (u1 is inbound()'s default id) are on the telegram allowlist.
+ALLOWLIST = "telegram:\n  token: test-token\n  allowed_users: [u1, u7]\n"
 
 
 @dataclass
@@ -96,7 +98,7 @@ def last_user_text(body: dict[str, Any]) -> str:
 
 @pytest.fixture
 async def pipe(home: Path, fake_llm: FakeLLM) -> Any:
-    write_config(home, base_url=fake_llm.base_url)
+    write_config(home, base_url=fake_llm.base_url, extra=ALLOWLIST)
     p = Pipeline(home, Clock())
     yield p
     await p.close()
@@ -225,7 +227,7 @@ async def test_two_clock_times_on_the_same_day_give_identical_prompts(pipe: Pipe
 async def test_prompt_stored_before_the_first_call_survives_a_failed_turn(
         home: Path, fake_llm: FakeLLM) -> None:
     from tests.fakes.base import Fault
-    write_config(home, base_url=fake_llm.base_url, extra=textwrap.dedent("""\
+    write_config(home, base_url=fake_llm.base_url, extra=ALLOWLIST + textwrap.dedent("""\
         agent:
           system_message: Be brief.
         """))
