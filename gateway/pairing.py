@@ -261,3 +261,29 @@ def _minutes(delta: timedelta) -> int:
 
 def _hhmm(when: datetime | None) -> str:
     return "later" if when is None else when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def render_listing(book: PairingBook, now: datetime) -> str:
+    """`gateway pairing list`: who is waiting, who was approved, which platforms are locked."""
+    lines = ["Pending pairing requests (the code itself is not stored: ask the user for it):"]
+    pending = book.pending(now)
+    for p in pending:
+        name = f" ({p.user_name})" if p.user_name else ""
+        left = max(0, _minutes(p.expires_at - now))
+        lines.append(f"  {p.platform}:{p.user_id}{name}  asked {_hhmm(p.created_at)}, expires in {left} min")
+    if not pending:
+        lines.append("  none")
+    lines.append("Approved users:")
+    approved = book.approved()
+    for a in approved:
+        name = f" ({a.user_name})" if a.user_name else ""
+        lines.append(f"  {a.platform}:{a.user_id}{name}  approved {_hhmm(a.approved_at)} by {a.approved_by}")
+    if not approved:
+        lines.append("  none")
+    for lock in book.lockouts(now):
+        if lock.locked_until is not None:
+            lines.append(f"Pairing on {lock.platform} is locked until {_hhmm(lock.locked_until)} "
+                         "(too many wrong codes).")
+        else:
+            lines.append(f"{lock.platform}: {lock.failures} wrong code(s) of {MAX_FAILED_APPROVALS} before a lockout.")
+    return "\n".join(lines)
