@@ -31,6 +31,7 @@ FENCE = "```"
 _MAX_INDENT_DEPTH = 6  # deeper lists stop indenting, so a fence's reopen line stays short
 _LANG_RE = re.compile(r"[A-Za-z0-9_+#.-]{1,24}")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_LINK_SCHEME = re.compile(r"(?:https?|tg|ftp)://|mailto:", re.IGNORECASE)
 _BACKTICK_RUN = re.compile(r"``(?=`)")  # a third backtick in a row would close/open a fence
 _URL_RE = re.compile(r"https?://[^\s<>`|]*[^\s<>`|.,:;!?\"')\]]")
 _DISCORD_SPECIAL = re.compile(r"[\\*_~`|]")
@@ -123,13 +124,16 @@ def _telegram_config() -> RenderConfig:
     for level in range(1, 7):  # headings are bold (+underline); no emoji in front
         setattr(symbols, f"heading_level_{level}", "")
     symbols.unordered_list_item = "•"
+    symbols.image = "🖼 "
     return config
 
 
 def _render_telegram(markdown: str) -> Rendered:
-    text, raw = telegramify_markdown.convert(_escape_raw_html(markdown), config=_telegram_config())
+    source = _tables_as_code(_escape_raw_html(markdown))
+    text, raw = telegramify_markdown.convert(source, config=_telegram_config())
     entities = sorted(
-        (TextEntity(e.type, e.offset, e.length, e.url, e.language) for e in raw),
+        (TextEntity(e.type, e.offset, e.length, e.url, e.language) for e in raw
+         if e.type != "text_link" or _LINK_SCHEME.match(e.url or "")),  # e.g. a bare email: Telegram links it
         key=lambda e: (e.offset, -e.length, e.type),
     )
     entities = _drop_nested_quotes(entities)
@@ -167,6 +171,48 @@ def _escape_raw_html(markdown: str) -> str:
         return markdown
     bounds = [0, *cuts, len(data)]
     return b"\\".join(data[a:b] for a, b in zip(bounds, bounds[1:])).decode("utf-8")
+
+
+def _tables_as_code(markdown: str) -> str:
+    """Top-level tables become code blocks laid out like the other flavours' (telegramify pads by `len`)."""
+    if "|" not in markdown:
+        return markdown
+    data = markdown.encode("utf-8")
+    out: list[bytes] = []
+    cursor = depth = 0
+    rows: list[list[str]] = []
+    aligns: list[str] = []
+    cell: list[str] | None = None
+    for payload, where in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
+        if not isinstance(payload, dict):
+            continue
+        tag = payload.get("Start", payload.get("End"))
+        name = next(iter(tag)) if isinstance(tag, dict) else tag
+        if name in ("BlockQuote", "List", "Item", "FootnoteDefinition"):
+            depth += 1 if "Start" in payload else -1
+        elif depth:
+            continue
+        elif name == "Table" and isinstance(tag, dict):  # Start: {"Table": ("Left", "None", ...)}
+            rows, aligns = [], [str(a).lower() for a in tag["Table"]]
+        elif name == "TableCell":
+            if "Start" in payload:
+                cell = []
+            else:
+                rows[-1].append("".join(cell or []))
+                cell = None
+        elif name in ("TableHead", "TableRow") and "Start" in payload:
+            rows.append([])
+        elif name == "Table":
+            table = _format_table(rows, aligns)
+            fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", table)), default=0))
+            out += [data[cursor:where["start"]], f"{fence}\n{table}\n{fence}\n".encode("utf-8")]
+            cursor = where["end"]
+        elif cell is not None:
+            cell.extend(str(v) for k, v in payload.items() if k in ("Text", "Code", "InlineHtml"))
+    if not out:
+        return markdown
+    out.append(data[cursor:])
+    return b"".join(out).decode("utf-8")
 
 
 def _utf16_to_index(text: str) -> Callable[[int], int]:
@@ -446,22 +492,23 @@ class _MarkupRenderer:
 
     def _link(self, buf: _Buf, url: str, inner: list[Token]) -> None:
         label = _plain_inline_tokens(inner, soft=" ")
-        is_bare = not label or label in (url, url.removeprefix("mailto:"))
+        is_bare = not label or label == url
+        shows_target = is_bare or label == url.removeprefix("mailto:")  # the label alone says where it goes
         start = buf.size
         if self.flavor == "slack":  # Slack needs &, <, > escaped in plain text too
             target = _slack_text(url).replace("|", "%7C")
             if is_bare:
-                buf.markup("<" + target + ">", plain=_slack_text(label or url))
+                buf.markup("<" + target + ">", plain=target)
             else:
                 buf.markup(f"<{target}|")
                 _slack_escape(buf, label)
-                buf.markup(">", plain=f" ({_slack_text(url)})")
+                buf.markup(">", plain="" if shows_target else f" ({target})")
         elif self.flavor == "discord" and not is_bare and url.startswith(("http://", "https://")):
             target = url.replace("(", "%28").replace(")", "%29")
             buf.markup("[")
             self._tokens(buf, inner, soft=" ", in_link=True)
             buf.markup(f"]({target})", plain=f" ({url})")
-        elif is_bare:
+        elif shows_target:
             buf.add(label or url)
         else:
             self._tokens(buf, inner, soft=" ", in_link=True)
@@ -543,10 +590,11 @@ def _discord_escape(buf: _Buf, text: str, *, in_link: bool) -> None:
     if buf.at_line_start() and (m := _DISCORD_LINE_START.match(text)):
         marks.add(m.end() if m.group().isdigit() else 0)
     last = 0
-    for url in _URL_RE.finditer(text):
-        marks.update(m.start() for m in _DISCORD_SPECIAL.finditer(text, last, url.start()))
-        last = url.end()
-    marks.update(m.start() for m in _DISCORD_SPECIAL.finditer(text, last))
+    for url in [*_URL_RE.finditer(text), None]:
+        end = url.start() if url else len(text)
+        marks.update(m.start() for m in _DISCORD_SPECIAL.finditer(text, last, end)
+                     if not _is_intraword_underscore(text, m.start()))
+        last = url.end() if url else end
     if in_link:
         marks.update(i for i, c in enumerate(text) if c in "[]")
     last = 0
@@ -559,6 +607,11 @@ def _discord_escape(buf: _Buf, text: str, *, in_link: bool) -> None:
 
 def _inline_tokens(nodes: Sequence[_Node]) -> list[Token]:
     return [t for n in nodes if n.type == "inline" for t in n.token.children or []]
+
+
+def _is_intraword_underscore(text: str, i: int) -> bool:
+    """snake_case needs no escape: Discord's `_` italics need a word boundary outside the underscores."""
+    return (text[i] == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum())
 
 
 def _plain_inline(nodes: Sequence[_Node], *, soft: str) -> str:
@@ -589,6 +642,10 @@ def _table_text(node: _Node) -> str:
             rows.append([_plain_inline(cell.children, soft=" ") for cell in tr.children])
             if not aligns:
                 aligns = [str(cell.token.attrs.get("style", "")) for cell in tr.children]
+    return _format_table(rows, aligns)
+
+
+def _format_table(rows: list[list[str]], aligns: list[str]) -> str:
     if not rows:
         return ""
     ncols = max(len(r) for r in rows)
