@@ -17,6 +17,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from gateway.agent import Agent, TurnResult
+from gateway.compression import Compressor
 from gateway.config import Config
 from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
 from gateway.events import (Adapter, Attachment, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
@@ -140,7 +141,7 @@ class SessionManager:
     def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
                  adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
-                 commands: CommandHandler | None = None) -> None:
+                 commands: CommandHandler | None = None, compressor: Compressor | None = None) -> None:
         self.config = config
         self.store = store
         self.agent = agent
@@ -152,6 +153,7 @@ class SessionManager:
         self.hooks: SessionHooks = hooks or NoLifecycle()
         self.gate = gate
         self.commands = commands
+        self.compressor = compressor
         self._lanes: dict[str, _Lane] = {}
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
         self._accepting = True
@@ -278,6 +280,29 @@ class SessionManager:
                      llm.model)
         return text
 
+    def rebuild_prompt(self, session: SessionRow, *, reason: str) -> str:
+        """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
+        llm = self.agent.llm
+        started = parse_iso(session.created_at) or self.clock()
+        text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
+                                  provider=llm.provider, tool_names=self.tool_names, today=started.date())
+        self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
+                                provider=llm.provider)
+        log.info("prompt rebuilt session=%s reason=%s", session.id, reason)
+        return text
+
+    async def _compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
+                                  user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
+        """Context compression (gateway/compression.py), then the one planned prompt rebuild."""
+        compressor = self.compressor
+        specs = self.agent.tools.specs(self.tool_names)
+        if compressor is None or not compressor.over_limit(prompt, [*history, user_msg], specs):
+            return prompt, history
+        if not await compressor.compress(session, prompt, self.store.history(session.id)):
+            return prompt, history
+        prompt = self.rebuild_prompt(self.store.session(session.id), reason="compression")
+        return prompt, history_messages(self.store.history(session.id))
+
     def tool_context(self, session: SessionRow, user_id: str | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
@@ -303,6 +328,7 @@ class SessionManager:
             prompt = self.ensure_prompt(session)
             history = history_messages(self.store.history(session.id))
             user_msg = self.user_message(inbound, ended)
+            prompt, history = await self._compress_if_needed(session, prompt, history, user_msg)
             result = await self._run_agent(session, inbound, prompt, history, user_msg)
         except (LLMError, TimeoutError) as exc:
             why = _plain_reason(exc)

@@ -503,6 +503,28 @@ class Store:
         with self.tx() as conn:
             conn.executemany("UPDATE messages SET active = 0 WHERE id = ?", [(i,) for i in ids])
 
+    def compress_history(self, session_id: int, *, dropped: Sequence[int], tail: Sequence[MessageRow],
+                         summary: str, now: datetime) -> int:
+        """Context compression in one transaction; returns the summary's id.
+
+        The dropped messages go inactive; the summary (kind 'summary') and fresh copies of the kept tail are
+        appended and the tail's originals go inactive, so `ORDER BY id` stays the conversation's order.
+        Nothing is deleted: the originals stay for the record.
+        """
+        with self.tx() as conn:
+            conn.executemany("UPDATE messages SET active = 0 WHERE id = ?",
+                             [(i,) for i in (*dropped, *(r.id for r in tail))])
+            cur = conn.execute("INSERT INTO messages (session_id, role, content, created_at, kind)"
+                               " VALUES (?, 'user', ?, ?, 'summary')", (session_id, summary, iso(now)))
+            for r in tail:
+                conn.execute(
+                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
+                    " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, r.role, r.content, r.tool_calls, r.tool_call_id, r.user_id, r.user_name,
+                     r.platform_message_id, r.created_at, r.kind, r.turn_id))
+            conn.execute("UPDATE sessions SET compressions = compressions + 1 WHERE id = ?", (session_id,))
+            return int(cur.lastrowid or 0)
+
     def complete_turn(self, session_id: int, messages: Sequence[dict[str, Any]], outbound: Sequence[dict[str, Any]],
                       inbound_id: int | None, *, now: datetime, turn_id: str) -> None:
         """The end of a turn in one transaction: its messages, its reply chunks (unsent) and `answered`.
