@@ -20,36 +20,28 @@ from gateway.store import SessionRow
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
-MORNING = datetime(2026, 3, 14, 8, 5, tzinfo=UTC)
+LATE = datetime(2026, 3, 14, 23, 30, tzinfo=UTC)  # a Saturday
 # Access control denies by default: the test users (u1 is inbound()'s default id) are on the telegram allowlist.
-ALLOWLIST = "telegram:\n  token: test-token\n  allowed_users: [u1, u7]\n"
+# Sessions expire after 2 idle hours (the real lifecycle policy); no pre-reset flush calls in the record.
+ALLOWLIST = textwrap.dedent("""\
+    telegram:
+      token: test-token
+      allowed_users: [u1, u7]
+    session_reset:
+      mode: idle
+      idle_minutes: 120
+    memory:
+      flush_enabled: false
+    """)
+IDLE = timedelta(hours=3)
 
 
 @dataclass
 class Clock:
-    now: datetime = MORNING
+    now: datetime = LATE
 
     def __call__(self) -> datetime:
         return self.now
-
-
-class Expire:
-    """SessionHooks contract fake: ends the active session on the next message when `armed`."""
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    def expired(self, session: SessionRow, now: datetime) -> str | None:
-        if self.armed:
-            self.armed = False
-            return "idle"
-        return None
-
-    def session_ended(self, session: SessionRow, reason: str) -> None:
-        return None
-
-    def session_touched(self, session: SessionRow, now: datetime) -> None:
-        return None
 
 
 class Pipeline:
@@ -115,7 +107,7 @@ async def test_stored_prompt_is_sent_byte_for_byte_across_turns_and_a_restart(
     (pipe.home / "memories").mkdir(exist_ok=True)
     (pipe.home / "memories" / "MEMORY.md").write_text("Written while the daemon was down.", encoding="utf-8")
     (pipe.home / "SOUL.md").write_text("You are a pirate.", encoding="utf-8")
-    pipe.clock.now = MORNING + timedelta(days=1, hours=3)
+    pipe.clock.now = LATE + timedelta(minutes=50)  # Sunday now, and the session is still alive
     await pipe.restart()
     await pipe.say("after the restart")
     await pipe.say("and once more")
@@ -167,10 +159,8 @@ async def test_group_sender_name_goes_to_the_user_message_not_the_prompt(
 
 async def test_reset_note_goes_to_the_user_message_once_and_never_into_the_prompt(
         pipe: Pipeline, fake_llm: FakeLLM) -> None:
-    expire = Expire()
-    pipe.gw.sessions.hooks = expire
     await pipe.say("first session")
-    expire.armed = True
+    pipe.clock.now += IDLE
     await pipe.say("hello again")
     await pipe.say("and again")
 
@@ -188,8 +178,6 @@ async def test_reset_note_goes_to_the_user_message_once_and_never_into_the_promp
 
 async def test_memory_written_during_a_session_shows_up_only_in_the_next_session(
         pipe: Pipeline, fake_llm: FakeLLM) -> None:
-    expire = Expire()
-    pipe.gw.sessions.hooks = expire
     fake_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Drinks green tea."},
                              id="toolu_1"), Reply("Noted."))
     await pipe.say("remember that I drink green tea")
@@ -202,7 +190,7 @@ async def test_memory_written_during_a_session_shows_up_only_in_the_next_session
     assert len(sent) == 3 and set(sent) == {first.system_prompt}  # tool round trip + the next turn
     assert "green tea" not in first.system_prompt
 
-    expire.armed = True
+    pipe.clock.now += IDLE
     await pipe.say("new day")
     second = pipe.session()
     assert second.id != first.id
@@ -239,7 +227,7 @@ async def test_prompt_stored_before_the_first_call_survives_a_failed_turn(
         assert stored and "Be brief." in stored
         assert pipe.adapter.texts() == ["Sorry, I couldn't get an answer from the model just now (the model "
                                         "service is unavailable). Please try again in a moment."]
-        pipe.clock.now += timedelta(days=2)
+        pipe.clock.now += timedelta(minutes=50)  # another day, same session
         await pipe.restart()
         await pipe.say("this one works")
         assert systems(fake_llm) == [stored, stored]
