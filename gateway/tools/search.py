@@ -7,24 +7,79 @@ boundary: a user finds their own DMs and the group sessions they spoke in, never
 from __future__ import annotations
 
 import asyncio
-import logging
+import json
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from gateway.errors import ToolError
 from gateway.tools.registry import ToolContext, ToolFunction
 
-log = logging.getLogger(__name__)
-
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 10
 HITS_PER_SESSION = 3
-_MAX_SCANNED_HITS = 400  # in-scope hits read before giving up on finding more sessions
-_CJK = re.compile(r"[\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-                  r"\uf900-\ufaff\uff66-\uff9f]")
+# A scope of up to this many sessions is listed and handed to the query; a larger one is applied while
+# walking the newest matches, where a good share of matches is in scope anyway.
+_SMALL_SCOPE_SESSIONS = 250
+_MAX_SPOKE_SESSIONS = 2000  # sessions a user spoke in, listed to find the part inside the scope
+# Without the index's `sid` column, a small scope is checked message by message (one index seek apiece).
+_PROBE_MAX_MESSAGES = 2500
+_MAX_CANDIDATES = 20_000  # matches walked in a large scope before answering with what was found
+_SNIPPET_CHARS = 160
+_QUERY_ERRORS = ("fts5:", "unterminated string", "unknown special query", "no such column")
+_CHAT = "m.role IN ('user', 'assistant') AND m.active = 1 AND m.kind = 'chat'"
+
+# Scripts written without spaces between words: their terms are substrings, found by the trigram index.
+CJK_RANGES = ((0x2E80, 0x2FDF), (0x3040, 0x30FF), (0x3100, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+              (0xAC00, 0xD7AF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F))
+_CJK = re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in CJK_RANGES) + "]")
+_CJK_GLOB = "*[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in CJK_RANGES) + "]*"
+
+# Proposed store migration (store.py owns the schema): index only what search can return, give each row a
+# `sid` token so FTS5 applies a user's scope itself, and keep the trigram index to text with CJK in it.
+_SEARCHABLE = "{r}.role IN ('user', 'assistant') AND {r}.kind = 'chat'"
+_CJK_ROW = "{r}.content GLOB '" + _CJK_GLOB + "'"
+SEARCH_INDEX_MIGRATION_SQL = f"""
+DROP TRIGGER IF EXISTS messages_ai;
+DROP TRIGGER IF EXISTS messages_ad;
+DROP TRIGGER IF EXISTS messages_au;
+DROP TABLE IF EXISTS messages_fts;
+DROP TABLE IF EXISTS messages_fts_tri;
+CREATE VIEW messages_search AS SELECT id, content, '<' || session_id || '>' AS sid FROM messages m
+  WHERE {_SEARCHABLE.format(r="m")};
+CREATE VIEW messages_search_cjk AS SELECT id, content, sid FROM messages_search s WHERE {_CJK_ROW.format(r="s")};
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, sid, content='messages_search', content_rowid='id',
+  tokenize='porter unicode61');
+CREATE VIRTUAL TABLE messages_fts_tri USING fts5(content, sid, content='messages_search_cjk', content_rowid='id',
+  tokenize='trigram');
+CREATE TRIGGER messages_search_ai AFTER INSERT ON messages WHEN {_SEARCHABLE.format(r="new")} BEGIN
+  INSERT INTO messages_fts(rowid, content, sid) VALUES (new.id, new.content, '<' || new.session_id || '>');
+  INSERT INTO messages_fts_tri(rowid, content, sid) SELECT new.id, new.content, '<' || new.session_id || '>'
+    WHERE {_CJK_ROW.format(r="new")};
+END;
+CREATE TRIGGER messages_search_ad AFTER DELETE ON messages WHEN {_SEARCHABLE.format(r="old")} BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content, sid)
+    VALUES ('delete', old.id, old.content, '<' || old.session_id || '>');
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content, sid)
+    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>' WHERE {_CJK_ROW.format(r="old")};
+END;
+CREATE TRIGGER messages_search_au AFTER UPDATE OF content, role, kind, session_id ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content, sid)
+    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>' WHERE {_SEARCHABLE.format(r="old")};
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content, sid)
+    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>'
+    WHERE {_SEARCHABLE.format(r="old")} AND {_CJK_ROW.format(r="old")};
+  INSERT INTO messages_fts(rowid, content, sid)
+    SELECT new.id, new.content, '<' || new.session_id || '>' WHERE {_SEARCHABLE.format(r="new")};
+  INSERT INTO messages_fts_tri(rowid, content, sid) SELECT new.id, new.content, '<' || new.session_id || '>'
+    WHERE {_SEARCHABLE.format(r="new")} AND {_CJK_ROW.format(r="new")};
+END;
+INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+INSERT INTO messages_fts_tri(messages_fts_tri) VALUES ('rebuild');
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +101,11 @@ class SessionHits:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """Whose sessions may be searched. `chat_id` set means: only sessions of that group chat."""
+    """Whose sessions may be searched: the asker owns the session or spoke in it, on the same platform.
+
+    `chat_id` set means only sessions of that group chat: asked in a group, the answer is read by the
+    whole group, so the asker's DMs and other groups stay out of it.
+    """
 
     platform: str
     user_id: str
@@ -57,12 +116,11 @@ class Scope:
     def of(cls, ctx: ToolContext) -> Scope:
         if not ctx.user_id:
             raise ToolError("Search is unavailable here: the person asking is unknown.")
-        # Asked in a group, the answer is read by the whole group: search only that chat, never DMs.
         chat_id = None if ctx.chat_type == "dm" else (ctx.chat_id or "")
         return cls(ctx.platform, ctx.user_id, chat_id, ctx.session_id)
 
-    def sql(self) -> tuple[str, dict[str, object]]:
-        """A predicate on `s` (sessions): the asker owns the session or spoke in it."""
+    def predicate(self) -> tuple[str, dict[str, object]]:
+        """SQL on `s` (sessions): true for sessions in scope."""
         where = ("s.platform = :platform AND s.id != :current AND (s.user_id = :user OR EXISTS "
                  "(SELECT 1 FROM messages x WHERE x.user_id = :user AND x.session_id = s.id))")
         args: dict[str, object] = {"platform": self.platform, "user": self.user_id,
@@ -72,6 +130,63 @@ class Scope:
             args["chat"] = self.chat_id
         return where, args
 
+    def sessions(self, conn: sqlite3.Connection, cap: int) -> list[int] | None:
+        """The scope's session ids, or None when there are more than `cap`."""
+        where, args = self.predicate()
+        owned = [r[0] for r in conn.execute(
+            f"SELECT s.id FROM sessions s WHERE s.user_id = :user AND {where} LIMIT :cap", {**args, "cap": cap + 1})]
+        if len(owned) > cap:
+            return None
+        # Distinct sessions the user spoke in: one index seek each, not a scan of all their messages.
+        spoke = [r[0] for r in conn.execute(
+            "WITH RECURSIVE spoke(sid) AS (SELECT (SELECT min(session_id) FROM messages WHERE user_id = :u) "
+            "UNION ALL SELECT (SELECT min(session_id) FROM messages WHERE user_id = :u AND session_id > sid) "
+            "FROM spoke WHERE sid IS NOT NULL LIMIT :cap) SELECT sid FROM spoke WHERE sid IS NOT NULL",
+            {"u": self.user_id, "cap": _MAX_SPOKE_SESSIONS + 1})]
+        if len(spoke) > _MAX_SPOKE_SESSIONS:
+            return None
+        rows = conn.execute(f"SELECT s.id FROM sessions s WHERE s.id IN (SELECT value FROM json_each(:ids)) "
+                            f"AND {where}", {**args, "ids": json.dumps(spoke)})
+        ids = sorted(set(owned).union(r[0] for r in rows))
+        return ids if len(ids) <= cap else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    """How one query runs: an FTS table and its MATCH text (None: no index can help), plus LIKE terms."""
+
+    table: str
+    match: str | None
+    like: tuple[str, ...] = ()
+    highlight: tuple[str, ...] = ()  # terms marked in Python, where FTS5 snippets cannot (CJK)
+
+    @classmethod
+    def parse(cls, query: str) -> _Query:
+        if not _CJK.search(query):
+            return cls("messages_fts", query)
+        # Most CJK words are two characters, shorter than a trigram: those are checked with LIKE.
+        terms = tuple(t for t in (w.strip('"') for w in query.split()) if t and t not in ("AND", "OR", "NOT"))
+        long = [t.replace('"', '""') for t in terms if len(t) >= 3]
+        return cls("messages_fts_tri", " ".join(f'"{t}"' for t in long) or None,
+                   tuple(t for t in terms if len(t) < 3), terms)
+
+    def where(self, sessions: list[int] | None = None) -> tuple[str, dict[str, object]]:
+        """Conditions on `m` (and the FTS table); `sessions` narrows the MATCH itself (needs `sid`)."""
+        sql = "".join(f" AND m.content LIKE :like{i} ESCAPE '\\'" for i in range(len(self.like)))
+        args: dict[str, object] = {f"like{i}": f"%{_escape_like(t)}%" for i, t in enumerate(self.like)}
+        if self.match is not None:
+            # The user's query is confined to the content column; it was syntax-checked on its own first,
+            # so it cannot close the parenthesis and escape the scope.
+            match = f"content : ({self.match})"
+            if sessions is not None:
+                # The token is '<id>': unicode61 keeps the digits, the trigram index needs the brackets
+                # so that <12> is not found inside <123>.
+                token = '"<{}>"' if self.table == "messages_fts_tri" else "{}"
+                match += " AND sid : (" + " OR ".join(token.format(int(s)) for s in sessions) + ")"
+            sql = f" AND {self.table} MATCH :match" + sql
+            args["match"] = match
+        return sql, args
+
 
 def search_sessions(ctx: ToolContext, query: str, *, limit: int = DEFAULT_LIMIT) -> list[SessionHits]:
     """Newest sessions first, each with up to three newest matching messages."""
@@ -79,18 +194,18 @@ def search_sessions(ctx: ToolContext, query: str, *, limit: int = DEFAULT_LIMIT)
     query = query.strip()
     if not query:
         raise ToolError("The search query is empty.")
-    limit = max(1, min(limit, MAX_LIMIT))
+    plan = _Query.parse(query)
     conn = _connect(ctx.db_path)
     try:
-        if _CJK.search(query):
-            return _Search(conn, scope, limit, "messages_fts_tri", _trigram_query(query)).run()
-        return _Search(conn, scope, limit, "messages_fts", query).run()
+        if plan.match is not None:
+            conn.execute(f"SELECT 1 FROM {plan.table} WHERE {plan.table} MATCH ? AND rowid = -1", (plan.match,))
+        return _Search(conn, scope, plan, max(1, min(limit, MAX_LIMIT))).run()
     except sqlite3.OperationalError as e:
-        if _is_query_error(e):
+        if str(e).startswith(_QUERY_ERRORS) or "syntax error" in str(e):
             raise ToolError(
                 f"Search query {query!r} is not valid full-text syntax ({e}). Use plain words (all must match), "
                 '"exact phrases" in double quotes, OR between alternatives, NOT to exclude, word* for a '
-                "prefix; put words with punctuation such as e-mail in double quotes.") from None
+                'prefix; put words with punctuation such as e-mail in double quotes: "e-mail", "3.11".') from None
         raise
     finally:
         conn.close()
@@ -104,62 +219,120 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _is_query_error(e: sqlite3.OperationalError) -> bool:
-    text = str(e)
-    return text.startswith("fts5:") or "syntax error" in text or text.startswith("no such column")
+def _escape_like(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _trigram_query(query: str) -> str:
-    """CJK has no spaces between words, so each term becomes a substring phrase for the trigram index."""
-    terms = [t.replace('"', "") for t in query.split()]
-    return " ".join(f'"{t}"' for t in terms if t)
+def _id_list(ids: list[int]) -> str:
+    # Inlined integers, not json_each: with a literal list the planner seeks the session index.
+    return ",".join(str(int(i)) for i in ids) or "NULL"
+
+
+Found = dict[int, list[tuple[int, str, str]]]  # session id -> [(message id, role, created_at)], newest first
 
 
 class _Search:
-    def __init__(self, conn: sqlite3.Connection, scope: Scope, limit: int, table: str, match: str) -> None:
-        self.conn, self.scope, self.limit, self.table, self.match = conn, scope, limit, table, match
+    def __init__(self, conn: sqlite3.Connection, scope: Scope, query: _Query, limit: int) -> None:
+        self.conn, self.scope, self.query, self.limit = conn, scope, query, limit
 
     def run(self) -> list[SessionHits]:
-        found = self._newest_hits()
+        found = self._collect(self._rows())
         if not found:
             return []
-        snippets = self._snippets([m for ids in found.values() for m, _, _ in ids])
-        info = self._sessions(list(found))
-        return [SessionHits(sid, info[sid][0], info[sid][1], info[sid][2],
-                            tuple(Hit(m, role, at, snippets.get(m, "")) for m, role, at in hits))
+        snippets = self._snippets([m for hits in found.values() for m, _, _ in hits])
+        info = {sid: rest for sid, *rest in self.conn.execute(
+            f"SELECT id, chat_type, created_at, ended_at FROM sessions WHERE id IN ({_id_list(list(found))})")}
+        return [SessionHits(sid, *info[sid], tuple(Hit(m, role, at, snippets.get(m, "")) for m, role, at in hits))
                 for sid, hits in found.items()]
 
-    def _newest_hits(self) -> dict[int, list[tuple[int, str, str]]]:
-        scope_sql, args = self.scope.sql()
-        sql = (f"SELECT m.id, m.session_id, m.role, m.created_at FROM {self.table} f "
-               "CROSS JOIN messages m ON m.id = f.rowid CROSS JOIN sessions s ON s.id = m.session_id "
-               f"WHERE {self.table} MATCH :match AND m.role IN ('user', 'assistant') AND m.active = 1 "
-               f"AND m.kind = 'chat' AND {scope_sql} ORDER BY f.rowid DESC")
-        found: dict[int, list[tuple[int, str, str]]] = {}
-        scanned = 0
-        for mid, sid, role, at in self.conn.execute(sql, {**args, "match": self.match}):
-            scanned += 1
+    def _rows(self) -> Iterable[tuple[Any, ...]]:
+        sessions = self.scope.sessions(self.conn, _SMALL_SCOPE_SESSIONS)
+        if sessions is None:
+            return self._newest_matches()
+        if not sessions:
+            return ()
+        if self.query.match is None:
+            return self._in_sessions(sessions, probe=False)
+        if self._index_has_scope():
+            return self._scoped_matches(sessions)
+        if self._size(sessions) <= _PROBE_MAX_MESSAGES:
+            return self._in_sessions(sessions, probe=True)
+        return self._newest_matches()
+
+    def _index_has_scope(self) -> bool:
+        return any(row[1] == "sid" for row in self.conn.execute(f"PRAGMA table_info({self.query.table})"))
+
+    def _size(self, sessions: list[int]) -> int:
+        row = self.conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM messages WHERE session_id IN "
+                                f"({_id_list(sessions)}) LIMIT ?)", (_PROBE_MAX_MESSAGES + 1,)).fetchone()
+        return int(row[0])
+
+    def _scoped_matches(self, sessions: list[int]) -> sqlite3.Cursor:
+        """FTS5 intersects the query with the scope's session tokens: cost follows the answer, not the table."""
+        table = self.query.table
+        cond, args = self.query.where(sessions)
+        return self.conn.execute(
+            f"SELECT m.id, m.session_id, m.role, m.created_at FROM {table} CROSS JOIN messages m "
+            f"ON m.id = {table}.rowid WHERE m.session_id IN ({_id_list(sessions)}) AND {_CHAT}{cond} "
+            f"ORDER BY {table}.rowid DESC", args)
+
+    def _in_sessions(self, sessions: list[int], *, probe: bool) -> sqlite3.Cursor:
+        """The scope's own messages, each checked by LIKE or by an index seek on its rowid."""
+        cond, args = self.query.where()
+        table = self.query.table
+        join = f"CROSS JOIN {table} ON {table}.rowid = m.id" if probe else ""
+        return self.conn.execute(
+            f"SELECT m.id, m.session_id, m.role, m.created_at FROM messages m {join} "
+            f"WHERE m.session_id IN ({_id_list(sessions)}) AND {_CHAT}{cond} ORDER BY m.id DESC", args)
+
+    def _newest_matches(self) -> sqlite3.Cursor:
+        """Newest matches first, each flagged in scope or not (filtered while collecting)."""
+        cond, args = self.query.where()
+        where, scope_args = self.scope.predicate()
+        table = self.query.table
+        source, order = ((f"{table} CROSS JOIN messages m ON m.id = {table}.rowid", f"{table}.rowid")
+                         if self.query.match is not None else ("messages m", "m.id"))
+        return self.conn.execute(
+            f"SELECT m.id, m.session_id, m.role, m.created_at, {_CHAT} AND {where} FROM {source} "
+            f"CROSS JOIN sessions s ON s.id = m.session_id WHERE 1{cond} ORDER BY {order} DESC",
+            {**args, **scope_args})
+
+    def _collect(self, rows: Iterable[tuple[Any, ...]]) -> Found:
+        found: Found = {}
+        for walked, (mid, sid, role, at, *in_scope) in enumerate(rows, 1):
+            if walked > _MAX_CANDIDATES:
+                break
+            if in_scope and not in_scope[0]:
+                continue
             if sid not in found:
                 if len(found) == self.limit:
                     break
                 found[sid] = []
             if len(found[sid]) < HITS_PER_SESSION:
                 found[sid].append((mid, role, at))
-            if scanned >= _MAX_SCANNED_HITS:
-                break
         return found
 
     def _snippets(self, ids: list[int]) -> dict[int, str]:
-        marks = ",".join("?" * len(ids))
-        sql = (f"SELECT rowid, snippet({self.table}, 0, '«', '»', '…', 24) FROM {self.table} "
-               f"WHERE {self.table} MATCH ? AND rowid IN ({marks})")
-        return {rowid: " ".join(text.split()) for rowid, text in self.conn.execute(sql, (self.match, *ids))}
+        if self.query.highlight or self.query.match is None:
+            rows = self.conn.execute(f"SELECT id, content FROM messages WHERE id IN ({_id_list(ids)})")
+            return {mid: _highlight(text, self.query.highlight) for mid, text in rows}
+        table = self.query.table
+        cond, args = self.query.where()
+        rows = self.conn.execute(
+            f"SELECT {table}.rowid, snippet({table}, 0, '«', '»', '…', 24) FROM {table} "
+            f"CROSS JOIN messages m ON m.id = {table}.rowid WHERE {table}.rowid IN ({_id_list(ids)}){cond}", args)
+        return {mid: " ".join(text.split()) for mid, text in rows}
 
-    def _sessions(self, ids: list[int]) -> dict[int, tuple[str, str, str | None]]:
-        marks = ",".join("?" * len(ids))
-        rows = self.conn.execute(f"SELECT id, chat_type, created_at, ended_at FROM sessions WHERE id IN ({marks})",
-                                 ids)
-        return {sid: (chat_type, created, ended) for sid, chat_type, created, ended in rows}
+
+def _highlight(text: str, terms: tuple[str, ...]) -> str:
+    """Mark every term (case-insensitively) and cut a window around the first one."""
+    text = " ".join(text.split())
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)), re.IGNORECASE)
+    first = pattern.search(text)
+    start = max(0, (first.start() if first else 0) - _SNIPPET_CHARS // 3)
+    window = text[start:start + _SNIPPET_CHARS]
+    marked = pattern.sub(lambda m: f"«{m.group(0)}»", window)
+    return ("…" if start else "") + marked + ("…" if start + _SNIPPET_CHARS < len(text) else "")
 
 
 def format_results(query: str, results: list[SessionHits]) -> str:
