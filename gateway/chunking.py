@@ -233,13 +233,23 @@ class _Splitter:
 
 
 def _joins_previous(text: str, i: int) -> bool:
+    """Would a cut before text[i] split a user-perceived character (emoji sequence, accent, flag)?"""
     if i >= len(text):
         return False
     ch, before = text[i], text[i - 1]
     code = ord(ch)
+    if _is_regional_indicator(ch) and _is_regional_indicator(before):  # flags are pairs: 🇫🇷🇩🇪
+        run = 0
+        while i - run - 1 >= 0 and _is_regional_indicator(text[i - run - 1]):
+            run += 1
+        return run % 2 == 1
     return (before == "\u200d" or ch == "\u200d" or unicodedata.combining(ch) > 0
             or 0xFE00 <= code <= 0xFE0F or 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F
             or unicodedata.category(ch) in ("Mn", "Me", "Mc"))
+
+
+def _is_regional_indicator(ch: str) -> bool:
+    return 0x1F1E6 <= ord(ch) <= 0x1F1FF
 
 
 def _utf16_prefix(text: str) -> list[int] | None:

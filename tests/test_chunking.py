@@ -219,6 +219,8 @@ def test_emoji_sequences_and_combining_marks_stay_whole() -> None:
     assert all(c.text.startswith("👨") and c.text.endswith("👧") for c in chunks)
     accents = check_chunks("e\u0301" * 400, "plain", 301)
     assert all(c.text.startswith("e") and c.text.endswith("\u0301") for c in accents)
+    flags = check_chunks("🇫🇷🇩🇪" * 200, "slack", 301)
+    assert all(c.text.startswith("🇫🇷") and len(c.text) % 2 == 0 for c in flags)
 
 
 def test_slack_escapes_and_links_are_never_split() -> None:
