@@ -6,6 +6,7 @@ bot-authored messages. It never logs message text, and a clear pairing code neve
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -127,10 +128,12 @@ class BotBudget:
                 del self._answered[key]
 
 
-def ephemeral_outbox(outbox: Outbox, clock: Clock) -> Outbox:
-    """The same delivery (render, chunk, retry) over an in-memory table: for texts that must not be stored."""
-    return Outbox(Store(Path(":memory:")), outbox.adapters, outbox.facts, clock=clock, sleep=outbox.sleep,
-                  backoff=outbox.backoff)
+def ephemeral_outbox(outbox: Outbox) -> Outbox:
+    """The same delivery (render, chunk, rate limits, retry) over an in-memory table: for a text that must not
+    be stored, such as a clear pairing code. A copy, so it keeps whatever the daemon configured its outbox with."""
+    notices = copy.copy(outbox)
+    notices.store = Store(Path(":memory:"))
+    return notices
 
 
 class AccessGate:
@@ -143,7 +146,7 @@ class AccessGate:
         self.rules = platform_rules(config)
         self.pairing = pairing
         self.outbox = outbox
-        self.notices = notices or ephemeral_outbox(outbox, clock)
+        self.notices = notices or ephemeral_outbox(outbox)
         self.clock = clock
         self.bots = BotBudget(config.access.bot_loop_budget, timedelta(seconds=config.access.bot_loop_cooldown_s))
         self._hinted: set[str] = set()
@@ -216,7 +219,8 @@ class AccessGate:
             return SubmitResult(SubmitOutcome.DUPLICATE)
         args = inbound.text.split()[1:]
         approval = None
-        if not is_admin(self.access, platform, user_id):
+        admin = is_admin(self.access, platform, user_id)
+        if not admin:
             log.info("access: refused (/approve by a non-admin) platform=%s user=%s", platform, user_id)
             reply = ADMIN_ONLY_TEXT
         elif len(args) != 1:
@@ -229,7 +233,6 @@ class AccessGate:
         if approval is not None and approval.status == "approved" and approval.platform and approval.chat_id:
             await self.outbox.post(f"c{inbound_id}:paired", ChatRef(approval.platform, "dm", approval.chat_id),
                                    APPROVED_TEXT)
-        admin = is_admin(self.access, platform, user_id)
         return SubmitResult(SubmitOutcome.ACCEPTED if admin else SubmitOutcome.REFUSED, "command")
 
     def _store_answered(self, inbound: Inbound) -> int | None:
