@@ -15,9 +15,14 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramRetryAfter
 from aiogram.types import Message, ReplyParameters
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
+from tests.fakes import slack as sl
 from tests.fakes import telegram as tg
-from tests.fakes.fixtures import fake_llm, fake_telegram  # noqa: F401  (fixtures)
+from tests.fakes.fixtures import fake_llm, fake_slack, fake_telegram  # noqa: F401  (fixtures)
 from tests.fakes.llm import (CutStream, Delay, Fault, FakeLLM, Malformed, Reply, ToolCall, ToolCalls,
                              estimate_tokens, prompt_elements)
 
@@ -198,3 +203,62 @@ async def test_telegram_errors_and_flood_control(fake_telegram: tg.FakeTelegram)
     with pytest.raises(Exception, match="Unauthorized"):
         await bad.get_me()
     await bad.session.close()
+
+
+# ---------------------------------------------------------------------------------------------- Slack
+async def test_slack_web_api(fake_slack: sl.FakeSlack) -> None:
+    client = AsyncWebClient(token=sl.BOT_TOKEN, base_url=fake_slack.api_base_url)
+    root = fake_slack.seed_thread("C1", ["question", {"text": "more", "user": "U2"}])
+    r = await client.chat_postMessage(channel="C1", thread_ts=root, text="answer")
+    await client.chat_update(channel="C1", ts=r["ts"], text="better answer")
+    page = await client.conversations_replies(channel="C1", ts=root, limit=2)
+    assert [m["text"] for m in page["messages"]] == ["question", "more"] and page["has_more"]
+    rest = await client.conversations_replies(channel="C1", ts=root, cursor=page["response_metadata"]["next_cursor"])
+    assert [m["text"] for m in rest["messages"]] == ["better answer"]
+    assert [(m.text, m.edits) for m in fake_slack.posted("C1", thread_ts=root)] == [("better answer", ("answer",))]
+
+    fake_slack.fail("chat.postMessage", sl.ratelimited(7), sl.slack_error("invalid_blocks"))
+    with pytest.raises(SlackApiError) as err:
+        await client.chat_postMessage(channel="C1", text="x")
+    assert err.value.response.status_code == 429 and err.value.response.headers["Retry-After"] == "7"
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        await client.chat_postMessage(channel="C1", text="x")
+    with pytest.raises(SlackApiError, match="msg_too_long"):
+        await client.chat_postMessage(channel="C1", text="x" * 40_001)
+    bad = AsyncWebClient(token="xoxb-wrong", base_url=fake_slack.api_base_url)
+    with pytest.raises(SlackApiError, match="invalid_auth"):
+        await bad.auth_test()
+
+
+async def test_slack_socket_mode_event_ack_and_reconnect(fake_slack: sl.FakeSlack) -> None:
+    app = AsyncApp(client=AsyncWebClient(token=sl.BOT_TOKEN, base_url=fake_slack.api_base_url),
+                   signing_secret=sl.SIGNING_SECRET)
+
+    @app.event("app_mention")
+    async def on_mention(event: dict, say) -> None:  # type: ignore[no-untyped-def]
+        await say(text=f"echo: {event['text']}", thread_ts=event["ts"])
+
+    handler = AsyncSocketModeHandler(app, app_token=sl.APP_TOKEN, ping_interval=1)
+    await handler.connect_async()
+    try:
+        env = await fake_slack.push_event({"type": "app_mention", "user": "U1", "text": "<@UBOT> hi",
+                                           "ts": "1700000001.000100", "channel": "C1"})
+        assert await fake_slack.wait_for_ack(env) == {"envelope_id": env}
+        post = await fake_slack.wait_for_post("C1")
+        assert post.text == "echo: <@UBOT> hi" and post.thread_ts == "1700000001.000100"
+        await fake_slack.disconnect()
+        await fake_slack.wait_for_connections(2)
+        env = await fake_slack.push_event({"type": "app_mention", "user": "U1", "text": "again",
+                                           "ts": "1700000002.000100", "channel": "C1"})
+        await fake_slack.wait_for_ack(env)
+        assert len(fake_slack.calls_to("apps.connections.open")) == 2
+    finally:
+        await handler.close_async()
+
+
+async def test_slack_signed_events_helpers() -> None:
+    body = json.dumps(sl.event_callback({"type": "message", "text": "x"}, event_id="Ev9"))
+    headers = sl.signed_request_headers(sl.SIGNING_SECRET, body, timestamp=1_700_000_000)
+    from slack_sdk.signature import SignatureVerifier
+    verifier = SignatureVerifier(sl.SIGNING_SECRET, clock=type("C", (), {"now": lambda self: 1_700_000_010})())
+    assert verifier.is_valid_request(body, headers)

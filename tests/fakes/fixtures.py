@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.fakes.llm import FakeLLM
+from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 
-__all__ = ["fake_llm", "fake_telegram"]
+__all__ = ["fake_llm", "fake_telegram", "fake_slack"]
 
 
 @pytest.fixture
@@ -24,6 +25,14 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
 @pytest.fixture
 async def fake_telegram() -> AsyncIterator[FakeTelegram]:
     fake = FakeTelegram()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def fake_slack() -> AsyncIterator[FakeSlack]:
+    fake = FakeSlack()
     await fake.start()
     yield fake
     await fake.stop()
