@@ -19,12 +19,14 @@ from typing import Literal
 from gateway.events import TextEntity
 from gateway.markup import FENCE, Fence, Flavor, Rendered, render, utf16_len
 
-__all__ = ["Chunk", "Flavor", "LengthUnit", "MIN_LIMIT", "Piece", "TextEntity", "render_chunks", "split_rendered"]
+__all__ = ["Chunk", "Flavor", "LengthUnit", "MIN_LIMIT", "MIN_LIMIT_TEXT", "MIN_LINES", "Piece", "TextEntity",
+           "render_chunks", "split_rendered"]
 
 log = logging.getLogger(__name__)
 
 LengthUnit = Literal["chars", "utf16"]
-MIN_LIMIT = 160  # room for a fence's close and reopen lines (container prefix included) plus some code
+MIN_LIMIT = 160  # slack/discord: room for a fence's close and reopen lines (container prefix included) and code
+MIN_LIMIT_TEXT = 16  # telegram/plain have no fences to reopen
 MIN_LINES = 4
 _FREE, _SOFT, _HARD = 0, 1, 2  # may split / avoid splitting / never split at a position
 _WORD_BREAK = re.compile(r"[ \t]+(?=[^\s])")
@@ -33,6 +35,8 @@ _MAX_GRAPHEME_BACKOFF = 16
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
+    """One message, ready to send as is."""
+
     text: str  # what to send (markup for slack/discord; plain text for telegram)
     entities: tuple[TextEntity, ...]  # telegram only, UTF-16 offsets into `text`; () elsewhere
     plain: str  # the same chunk without markup, for a resend when the platform rejects the markup
@@ -59,6 +63,9 @@ def render_chunks(markdown: str, flavor: Flavor, *, limit: int, unit: LengthUnit
 
     Empty or whitespace-only input gives no chunks; the caller decides what to send instead.
     """
+    minimum = MIN_LIMIT_TEXT if flavor in ("telegram", "plain") else MIN_LIMIT
+    if limit < minimum:
+        raise ValueError(f"limit {limit} is below the minimum of {minimum} for {flavor}")
     if not markdown.strip():
         return []
     rendered = render(markdown, flavor)
@@ -71,8 +78,9 @@ def render_chunks(markdown: str, flavor: Flavor, *, limit: int, unit: LengthUnit
 
 def split_rendered(rendered: Rendered, *, limit: int, unit: LengthUnit = "chars",
                    max_lines: int | None = None) -> list[Piece]:
-    if limit < MIN_LIMIT:
-        raise ValueError(f"limit {limit} is below the minimum of {MIN_LIMIT}")
+    minimum = MIN_LIMIT if rendered.fences else MIN_LIMIT_TEXT
+    if limit < minimum:
+        raise ValueError(f"limit {limit} is below the minimum of {minimum}")
     if max_lines is not None and max_lines < MIN_LINES:
         raise ValueError(f"max_lines {max_lines} is below the minimum of {MIN_LINES}")
     return _Splitter(rendered, limit, unit, max_lines).pieces()

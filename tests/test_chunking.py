@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.chunking import MIN_LIMIT, Chunk, TextEntity, render_chunks, split_rendered
+from gateway.chunking import MIN_LIMIT, MIN_LIMIT_TEXT, MIN_LINES, Chunk, TextEntity, render_chunks, split_rendered
 from gateway.markup import FENCE, Flavor, Rendered, render, utf16_len
 
 FLAVORS: tuple[Flavor, ...] = ("telegram", "slack", "discord", "plain")
@@ -318,6 +318,16 @@ def test_empty_input_gives_no_chunks(blank: str) -> None:
 def test_limit_below_minimum_is_refused() -> None:
     with pytest.raises(ValueError):
         render_chunks("text", "discord", limit=MIN_LIMIT - 1)
+    with pytest.raises(ValueError):
+        render_chunks("text", "telegram", limit=MIN_LIMIT_TEXT - 1)
+    with pytest.raises(ValueError):
+        render_chunks("text", "discord", limit=2000, max_lines=MIN_LINES - 1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(markdown=MARKDOWN, flavor=st.sampled_from(["telegram", "plain"]), limit=st.integers(MIN_LIMIT_TEXT, 80))
+def test_small_limits_for_flavours_without_fences(markdown: str, flavor: Flavor, limit: int) -> None:
+    check_chunks(markdown, flavor, limit, "utf16")
 
 
 def test_short_reply_is_one_chunk_unchanged() -> None:
