@@ -163,16 +163,14 @@ class AccessGate:
                 or self.pairing.is_approved(platform, inbound.user_id))
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
-        platform = inbound.chat.platform
-        if platform in LOCAL_PLATFORMS:
-            return None
-        if not self.is_allowed(inbound):
-            return await self._stranger(inbound)
-        if inbound.is_bot:
-            verdict = self.bots.check(inbound.chat, self.clock())
-            if verdict != "ok":
-                return self._drop(inbound, f"bot loop budget spent ({self.bots.budget}/min); cooling down"
-                                  if verdict == "tripped" else "bot loop cool-down")
+        if inbound.chat.platform not in LOCAL_PLATFORMS:
+            if not self.is_allowed(inbound):
+                return await self._stranger(inbound)
+            if inbound.is_bot:
+                verdict = self.bots.check(inbound.chat, self.clock())
+                if verdict != "ok":
+                    return self._drop(inbound, f"bot loop budget spent ({self.bots.budget}/min); cooling down"
+                                      if verdict == "tripped" else "bot loop cool-down")
         if _command_word(inbound.text) == "approve":
             return await self._approve_command(inbound)
         return None

@@ -400,6 +400,17 @@ async def test_only_admins_may_approve(world: Any) -> None:
     assert not w.gate.pairing.is_approved("telegram", "1001") and w.llm.turns == []
 
 
+async def test_an_admin_on_the_console_approves_but_the_open_web_chat_may_not(world: Any) -> None:
+    w = world(admins=["cli:owner"])
+    await w.say("discord", "hi", user="81", chat="91")
+    code = w.code_sent_to("discord", "91")
+    assert (await w.say("web", f"/approve {code}", user="tab1")).outcome is SubmitOutcome.REFUSED
+    assert w.texts("web") == ["Only an admin can approve pairing codes."]
+    assert (await w.say("cli", f"/approve {code}", user="owner")).outcome is SubmitOutcome.ACCEPTED
+    assert w.texts("cli") == ["Approved discord user 81 (name-81); they can talk to the agent now."]
+    assert w.llm.turns == []
+
+
 async def test_codes_are_hashed_at_rest(world: Any) -> None:
     w = world(admins=["telegram:42"])
     await w.say("telegram", "hi", user="1001")
