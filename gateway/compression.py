@@ -75,8 +75,9 @@ def plan_cut(rows: Sequence[MessageRow], keep_recent: int) -> Cut | None:
     """Where to cut, or None when nothing can go.
 
     The head is the first exchange (up to the first assistant text reply). The tail starts at a turn's first
-    message (a user chat message), so a tool call and its result always stay together: preferably the latest
-    turn start that still keeps `keep_recent` messages, else the earliest one after the head.
+    message (a user chat message), so a tool call and its result always stay together: the latest turn start
+    that still keeps `keep_recent` messages; if that leaves nothing to drop, the earliest one after the head
+    (the history is over the limit, and a request that overflows the window fails outright).
     """
     head_end = next((i for i, r in enumerate(rows) if r.role == "assistant" and not r.tool_calls), None)
     if head_end is None:
@@ -136,11 +137,18 @@ class Compressor:
         return estimate_tokens(system, messages, tools) > limit
 
     async def compress(self, session: SessionRow, prompt: str, rows: Sequence[MessageRow]) -> bool:
-        """Flush, summarize, store. False (history untouched) when nothing can go or the summary failed."""
+        """Summarize, flush, store. False (history untouched) when nothing can go or the summary failed.
+
+        The summary comes first so a failing model costs no flush that the next attempt would repeat; the
+        flush still runs before anything leaves the context, and its memory writes reach the rebuilt prompt.
+        """
         cut = plan_cut(rows, self.config.keep_recent)
         if cut is None:
             log.info("compression skipped session=%s: nothing between the first exchange and the last turn",
                      session.id)
+            return False
+        summary = await self._summarize(session, cut.dropped)
+        if summary is None:
             return False
         if self.flush is not None:
             try:
@@ -148,9 +156,6 @@ class Compressor:
             except (GatewayError, TimeoutError) as exc:
                 # The dropped rows stay in the database (inactive) and the summary keeps their gist.
                 log.warning("memory flush before compression failed session=%s: %s", session.id, exc)
-        summary = await self._summarize(session, cut.dropped)
-        if summary is None:
-            return False
         self.store.compress_history(session.id, dropped=[r.id for r in cut.dropped], tail=cut.tail,
                                     summary=SUMMARY_HEADER.format(n=len(cut.dropped)) + summary,
                                     now=self.clock())

@@ -285,9 +285,9 @@ def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool 
         if env.get(var):
             return ModelConfig(provider=provider, name=name, base_url=base_url, api_key_env=var)  # type: ignore[arg-type]
     if probe_ollama:
-        name = _ollama_model()
-        if name:
-            return ModelConfig(provider="openai", name=name, base_url=f"{OLLAMA_URL}/v1", api_key=Secret("ollama"),
+        local = _ollama_model()
+        if local:
+            return ModelConfig(provider="openai", name=local, base_url=f"{OLLAMA_URL}/v1", api_key=Secret("ollama"),
                                context_window=32_768)
     raise LLMNotConfigured(NOT_CONFIGURED)
 
