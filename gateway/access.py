@@ -152,7 +152,7 @@ class AccessGate:
         self._hinted: set[str] = set()
 
     def is_allowed(self, inbound: Inbound) -> bool:
-        """Would this sender pass the allowlist here (ignoring pairing state changes and the bot budget)?"""
+        """Does this sender pass here: place lists, then admins, config allowlists or an approved code."""
         platform = inbound.chat.platform
         if platform in LOCAL_PLATFORMS:
             return True
