@@ -7,6 +7,7 @@ import json
 import asyncio
 
 import anthropic
+import discord
 import httpx2
 import openai
 import pytest
@@ -20,9 +21,10 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from tests.fakes import discord as dc
 from tests.fakes import slack as sl
 from tests.fakes import telegram as tg
-from tests.fakes.fixtures import fake_llm, fake_slack, fake_telegram  # noqa: F401  (fixtures)
+from tests.fakes.fixtures import fake_discord, fake_llm, fake_slack, fake_telegram  # noqa: F401  (fixtures)
 from tests.fakes.llm import (CutStream, Delay, Fault, FakeLLM, Malformed, Reply, ToolCall, ToolCalls,
                              estimate_tokens, prompt_elements)
 
@@ -262,3 +264,60 @@ async def test_slack_signed_events_helpers() -> None:
     from slack_sdk.signature import SignatureVerifier
     verifier = SignatureVerifier(sl.SIGNING_SECRET, clock=type("C", (), {"now": lambda self: 1_700_000_010})())
     assert verifier.is_valid_request(body, headers)
+
+
+# -------------------------------------------------------------------------------------------- Discord
+class _EchoClient(discord.Client):
+    def __init__(self) -> None:
+        intents = discord.Intents.default()
+        intents.message_content = True
+        super().__init__(intents=intents, guild_ready_timeout=0.1)
+        self.ready = asyncio.Event()
+        self.seen: list[str] = []
+
+    async def on_ready(self) -> None:
+        self.ready.set()
+
+    async def on_message(self, message: discord.Message) -> None:
+        if message.author.bot:
+            return
+        self.seen.append(message.content)
+        await message.reply(f"echo: {message.content}", allowed_mentions=discord.AllowedMentions.none())
+
+
+async def test_discord_gateway_rest_reconnect(fake_discord: dc.FakeDiscord) -> None:
+    client = _EchoClient()
+    task = asyncio.create_task(client.start(dc.TOKEN))
+    try:
+        await asyncio.wait_for(client.ready.wait(), 5)
+        assert client.get_channel(int(dc.CHANNEL_ID)).name == "general"  # type: ignore[union-attr]
+        assert fake_discord.identifies[0]["intents"] & (1 << 15)
+        fake_discord.fail("POST /channels/{cid}/messages", dc.rate_limited(0.05))
+        mid = await fake_discord.push_message(dc.CHANNEL_ID, "hello <@100000000000000001>",
+                                              mentions=[dc.BOT_ID])
+        sent = await fake_discord.wait_for_sent(dc.CHANNEL_ID)
+        assert sent.content == "echo: hello <@100000000000000001>"
+        assert sent.message_reference is not None and str(sent.message_reference["message_id"]) == mid
+        assert sent.allowed_mentions is not None and sent.allowed_mentions["parse"] == []
+        assert len(fake_discord.calls_to(f"POST /channels/{dc.CHANNEL_ID}/messages")) == 2  # 429, then retried
+
+        await fake_discord.push_message(dc.CHANNEL_ID, "while away", live=False)
+        await fake_discord.force_reconnect()
+        await fake_discord.wait_for_sent(dc.CHANNEL_ID, count=2)
+        assert client.seen == ["hello <@100000000000000001>", "while away"]
+        assert fake_discord.identify_count == 1 and fake_discord.connection_paths[-1] == "/resume-gateway"
+    finally:
+        await client.close()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_discord_login_failures(fake_discord: dc.FakeDiscord) -> None:
+    client = _EchoClient()
+    with pytest.raises(discord.LoginFailure):
+        await client.start("wrong-token")
+    await client.close()
+    fake_discord.enabled_privileged_intents = 0
+    client = _EchoClient()
+    with pytest.raises(discord.PrivilegedIntentsRequired):
+        await asyncio.wait_for(client.start(dc.TOKEN), 5)
+    await client.close()

@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.fakes.discord import FakeDiscord, patch_discord_urls
 from tests.fakes.llm import FakeLLM
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 
-__all__ = ["fake_llm", "fake_telegram", "fake_slack"]
+__all__ = ["fake_llm", "fake_telegram", "fake_slack", "fake_discord"]
 
 
 @pytest.fixture
@@ -35,4 +36,14 @@ async def fake_slack() -> AsyncIterator[FakeSlack]:
     fake = FakeSlack()
     await fake.start()
     yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def fake_discord() -> AsyncIterator[FakeDiscord]:
+    """Also points discord.py's Route.BASE / DEFAULT_GATEWAY at the fake for the test's duration."""
+    fake = FakeDiscord()
+    await fake.start()
+    with patch_discord_urls(fake):
+        yield fake
     await fake.stop()

@@ -1,0 +1,763 @@
+"""Fake Discord for discord.py: REST under /api/v10 and a gateway websocket (HELLO/IDENTIFY/READY/RESUME,
+heartbeats, dispatches with sequence numbers and replay on RESUME), with injectable faults and close codes.
+Point discord.py at it with `patch_discord_urls(fake)` (class attributes, restored on exit)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import discord.gateway
+import discord.http
+import yarl
+from aiohttp import WSMsgType, web
+
+from tests.fakes.base import (Call, Clock, ConnectionReset, Counter, Delay, Fault, FakeServer, Malformed,
+                              json_response)
+
+__all__ = ["FakeDiscord", "DiscordMessage", "patch_discord_urls", "rate_limited", "discord_error", "make_guild",
+           "make_user", "TOKEN", "BOT_ID", "APP_ID", "GUILD_ID", "CHANNEL_ID", "USER_ID", "OTHER_USER_ID",
+           "PRIVILEGED_INTENTS", "Call", "Fault", "Delay", "Malformed", "ConnectionReset"]
+
+TOKEN = "FAKE.DISCORD.TOKEN"
+BOT_ID = "100000000000000001"
+APP_ID = "100000000000000002"
+GUILD_ID = "200000000000000001"
+CHANNEL_ID = "300000000000000001"
+USER_ID = "400000000000000001"
+OTHER_USER_ID = "400000000000000002"
+API = "/api/v10"
+PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | (1 << 15)  # members, presences, message_content
+MAX_CONTENT = 2000
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def make_user(user_id: str, username: str, *, bot: bool = False, global_name: str | None = None) -> dict[str, Any]:
+    return {"id": str(user_id), "username": username, "discriminator": "0", "global_name": global_name,
+            "avatar": None, "bot": bot, "public_flags": 0}
+
+
+BOT_USER = {**make_user(BOT_ID, "gatewaybot", bot=True), "verified": True, "mfa_enabled": False, "flags": 0}
+
+
+def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
+               channels: Sequence[tuple[str, str]] = (("general", CHANNEL_ID),),
+               members: Sequence[Mapping[str, Any]] = (), owner_id: str = USER_ID) -> dict[str, Any]:
+    """A GUILD_CREATE payload: text channels (name, id) and member user objects (the bot is added)."""
+    member_users = [BOT_USER, *members]
+    return {
+        "id": guild_id, "name": name, "owner_id": owner_id, "unavailable": False, "member_count": len(member_users),
+        "large": False, "joined_at": now_iso(), "features": [], "emojis": [], "stickers": [], "icon": None,
+        "roles": [{"id": guild_id, "name": "@everyone", "permissions": "2248473465835073", "position": 0,
+                   "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0}],
+        "channels": [{"id": cid, "type": 0, "name": cname, "position": i, "permission_overwrites": [],
+                      "guild_id": guild_id, "nsfw": False, "topic": None, "last_message_id": None,
+                      "rate_limit_per_user": 0, "parent_id": None} for i, (cname, cid) in enumerate(channels)],
+        "threads": [], "voice_states": [], "presences": [], "stage_instances": [], "guild_scheduled_events": [],
+        "members": [{"user": u, "roles": [], "joined_at": now_iso(), "deaf": False, "mute": False, "flags": 0}
+                    for u in member_users],
+        "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0,
+        "mfa_level": 0, "nsfw_level": 0, "premium_tier": 0, "preferred_locale": "en-US", "system_channel_flags": 0,
+        "system_channel_id": None, "rules_channel_id": None, "afk_channel_id": None, "afk_timeout": 300,
+    }
+
+
+def rate_limited(retry_after: float = 0.05, *, global_: bool = False, scope: str = "user") -> Fault:
+    """A 429 the way Discord sends it (JSON body, X-RateLimit-* headers, and the `Via` header without which
+    discord.py assumes a Cloudflare ban)."""
+    headers = {"Retry-After": str(math.ceil(retry_after)), "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
+               "X-RateLimit-Reset-After": str(retry_after), "X-RateLimit-Bucket": "fake-bucket",
+               "X-RateLimit-Scope": scope, "Via": "1.1 google"}
+    if global_:
+        headers["X-RateLimit-Global"] = "true"
+    return Fault(429, {"message": "You are being rate limited.", "retry_after": retry_after, "global": global_},
+                 headers)
+
+
+def discord_error(status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None) -> Fault:
+    body: dict[str, Any] = {"message": message, "code": code}
+    if errors:
+        body["errors"] = dict(errors)
+    return Fault(status, body)
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.body = status, {"message": message, "code": code, **({"errors": errors} if errors else {})}
+
+
+def _field_error(field_name: str, code: str, message: str) -> _ApiError:
+    return _ApiError(400, "Invalid Form Body", 50035, {field_name: {"_errors": [{"code": code, "message": message}]}})
+
+
+@contextmanager
+def patch_discord_urls(fake: FakeDiscord) -> Iterator[None]:
+    """discord.py reads its endpoints from class attributes: point them at the fake, restore afterwards."""
+    old_base, old_gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    discord.http.Route.BASE = f"{fake.base_url}{API}"
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(fake.ws_url)
+    try:
+        yield
+    finally:
+        discord.http.Route.BASE = old_base
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = old_gateway
+
+
+# ---------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True, slots=True)
+class DiscordMessage:
+    """A message the bot produced (REST send, interaction response or webhook follow-up), edits applied."""
+
+    channel_id: str
+    id: str
+    content: str
+    allowed_mentions: Mapping[str, Any] | None = None
+    message_reference: Mapping[str, Any] | None = None
+    embeds: tuple[dict[str, Any], ...] = ()
+    files: tuple[dict[str, Any], ...] = ()
+    via: str = "rest"  # "rest" | "interaction" | "webhook"
+    flags: int = 0
+    edits: tuple[str, ...] = ()
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _Conn:
+    def __init__(self, ws: web.WebSocketResponse, number: int, path: str) -> None:
+        self.ws, self.number, self.path = ws, number, path
+        self.live = False  # identified or resumed: dispatches may be sent
+        self.silent = False
+
+
+Handler = Callable[[web.Request, Any], Awaitable[Any]]
+
+
+# ---------------------------------------------------------------------------------------------- fake
+class FakeDiscord(FakeServer):
+    """REST + gateway. `fake.ws_url` is the gateway; READY's `resume_gateway_url` is `fake.resume_url`."""
+
+    def __init__(self, *, token: str = TOKEN, guilds: Sequence[Mapping[str, Any]] | None = None,
+                 users: Sequence[Mapping[str, Any]] | None = None, heartbeat_interval_ms: int = 1000,
+                 enabled_privileged_intents: int = PRIVILEGED_INTENTS, echo_own_messages: bool = True,
+                 clock: Clock = time.monotonic) -> None:
+        super().__init__(clock=clock)
+        self.token = token
+        default_users = [make_user(USER_ID, "alice", global_name="Alice"), make_user(OTHER_USER_ID, "bob")]
+        self.users: dict[str, dict[str, Any]] = {u["id"]: dict(u) for u in (*default_users, *(users or ()))}
+        self.users[BOT_ID] = dict(BOT_USER)
+        self.guilds = [dict(g) for g in guilds] if guilds is not None else \
+            [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]])]
+        self.channels: dict[str, dict[str, Any]] = {c["id"]: dict(c) for g in self.guilds for c in g["channels"]}
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.enabled_privileged_intents = enabled_privileged_intents
+        self.echo_own_messages = echo_own_messages
+        self.sent: list[DiscordMessage] = []
+        self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji) currently set by the bot
+        self.global_commands: list[dict[str, Any]] = []
+        self.guild_commands: dict[str, list[dict[str, Any]]] = {}
+        self.interactions: dict[str, dict[str, Any]] = {}  # token → pushed INTERACTION_CREATE payload
+        self.interaction_responses: list[dict[str, Any]] = []
+        self.gateway_received: list[dict[str, Any]] = []
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
+        self.connections = 0
+        self.connection_paths: list[str] = []
+        self.session_id = ""
+        self.seq = 0
+        self.history: list[dict[str, Any]] = []  # dispatches of the current session, for RESUME replay
+        self.resume_replay_from: int | None = None
+        self._conns: list[_Conn] = []
+        self._messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self._ids = Counter(500000000000000001)
+        self._sessions = Counter(1)
+        self._threads_from: set[str] = set()
+        self._routes()
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    @property
+    def resume_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/resume-gateway"
+
+    @property
+    def http_base(self) -> str:
+        return self.base_url
+
+    @property
+    def identify_count(self) -> int:
+        return len(self.identifies)
+
+    @property
+    def resume_count(self) -> int:
+        return len(self.resumes)
+
+    def new_id(self) -> str:
+        return str(self._ids())
+
+    # -- routing ----------------------------------------------------------------------------------
+    def _routes(self) -> None:
+        r = self.app.router
+        for method, path, fn, auth in [
+            ("GET", "/users/@me", self._get_me, True),
+            ("GET", "/oauth2/applications/@me", self._get_app, True),
+            ("GET", "/gateway", self._get_gateway, False),
+            ("GET", "/gateway/bot", self._get_gateway_bot, True),
+            ("POST", "/users/@me/channels", self._create_dm, True),
+            ("GET", "/channels/{cid}", self._get_channel, True),
+            ("POST", "/channels/{cid}/messages", self._post_message, True),
+            ("GET", "/channels/{cid}/messages/{mid}", self._get_message, True),
+            ("PATCH", "/channels/{cid}/messages/{mid}", self._patch_message, True),
+            ("DELETE", "/channels/{cid}/messages/{mid}", self._delete_message, True),
+            ("PUT", "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._add_reaction, True),
+            ("DELETE", "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._remove_reaction, True),
+            ("POST", "/channels/{cid}/typing", self._typing, True),
+            ("POST", "/channels/{cid}/messages/{mid}/threads", self._thread_from_message, True),
+            ("POST", "/channels/{cid}/threads", self._thread_without_message, True),
+            ("GET", "/applications/{app}/commands", self._get_commands, True),
+            ("PUT", "/applications/{app}/commands", self._put_commands, True),
+            ("GET", "/applications/{app}/guilds/{gid}/commands", self._get_commands, True),
+            ("PUT", "/applications/{app}/guilds/{gid}/commands", self._put_commands, True),
+            ("POST", "/interactions/{iid}/{token}/callback", self._interaction_callback, False),
+            ("POST", "/webhooks/{app}/{token}", self._followup, False),
+            ("GET", "/webhooks/{app}/{token}/messages/{mid}", self._webhook_get, False),
+            ("PATCH", "/webhooks/{app}/{token}/messages/{mid}", self._webhook_edit, False),
+            ("DELETE", "/webhooks/{app}/{token}/messages/{mid}", self._webhook_delete, False),
+        ]:
+            r.add_route(method, API + path, self._wrap(f"{method} {path}", fn, auth))
+        r.add_route("*", API + "/{tail:.*}", self._wrap("unknown", self._unknown, False))
+        r.add_get("/gateway", self._gateway)
+        r.add_get("/resume-gateway", self._gateway)
+
+    def _wrap(self, name: str, fn: Handler, auth: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            body = await _read_body(request)
+            self.record(request, name, body)
+            concrete = f"{request.method} {request.path.removeprefix(API)}"
+            step = self.take_fault([concrete, name])
+            if step is not None:
+                response = await self.apply_fault(request, step, lambda s: {"message": f"{s}: fault", "code": 0})
+                if response is not None:
+                    return response
+            if auth and request.headers.get("Authorization") != f"Bot {self.token}":
+                return json_response({"message": "401: Unauthorized", "code": 0}, 401)
+            try:
+                result = await fn(request, body)
+            except _ApiError as e:
+                return json_response(e.body, e.status)
+            if result is None:
+                return web.Response(status=204)
+            return json_response(result)
+        return handler
+
+    def _matches(self, call: Call, key: str | Callable[[Call], bool]) -> bool:
+        return super()._matches(call, key) or key == f"{call.method} {call.path.removeprefix(API)}"
+
+    # -- REST: identity ---------------------------------------------------------------------------
+    async def _get_me(self, request: web.Request, body: Any) -> Any:
+        return BOT_USER
+
+    async def _get_app(self, request: web.Request, body: Any) -> Any:
+        return {"id": APP_ID, "name": "gatewaybot", "description": "", "icon": None, "bot_public": False,
+                "bot_require_code_grant": False, "verify_key": "00" * 32, "owner": self.users[USER_ID],
+                "flags": 0, "team": None, "summary": "", "rpc_origins": [], "bot": BOT_USER}
+
+    async def _get_gateway(self, request: web.Request, body: Any) -> Any:
+        return {"url": self.ws_url}
+
+    async def _get_gateway_bot(self, request: web.Request, body: Any) -> Any:
+        return {"url": self.ws_url, "shards": 1, "session_start_limit": {"total": 1000, "remaining": 999,
+                                                                         "reset_after": 0, "max_concurrency": 1}}
+
+    async def _unknown(self, request: web.Request, body: Any) -> Any:
+        raise _ApiError(404, "404: Not Found", 0)
+
+    # -- REST: channels and messages ----------------------------------------------------------------
+    def _channel(self, cid: str) -> dict[str, Any]:
+        if cid not in self.channels:
+            raise _ApiError(404, "Unknown Channel", 10003)
+        return self.channels[cid]
+
+    async def _create_dm(self, request: web.Request, body: Any) -> Any:
+        recipient = str(body.get("recipient_id"))
+        existing = next((c for c in self.channels.values() if c["type"] == 1
+                         and c["recipients"][0]["id"] == recipient), None)
+        if existing:
+            return existing
+        channel = {"id": self.new_id(), "type": 1, "last_message_id": None,
+                   "recipients": [self._user(recipient)]}
+        self.channels[channel["id"]] = channel
+        return channel
+
+    async def _get_channel(self, request: web.Request, body: Any) -> Any:
+        return self._channel(request.match_info["cid"])
+
+    async def _post_message(self, request: web.Request, body: Any) -> Any:
+        cid = request.match_info["cid"]
+        self._channel(cid)
+        return await self._send(cid, body, "rest")
+
+    async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0) -> dict[str, Any]:
+        _check_message(body, require_content=True)
+        reference = body.get("message_reference")
+        if reference and (cid, str(reference.get("message_id"))) not in self._messages \
+                and reference.get("fail_if_not_exists", True):
+            raise _field_error("message_reference", "REPLIES_UNKNOWN_MESSAGE", "Unknown message")
+        sent = DiscordMessage(channel_id=cid, id=self.new_id(), content=str(body.get("content") or ""),
+                              allowed_mentions=body.get("allowed_mentions"), message_reference=reference,
+                              embeds=tuple(body.get("embeds") or ()), files=tuple(body.get("_files") or ()),
+                              via=via, flags=int(body.get("flags") or flags), body=dict(body))
+        self.sent.append(sent)
+        message = self._message_obj(sent)
+        self._messages[(cid, sent.id)] = message
+        self.notify()
+        if self.echo_own_messages and via == "rest":
+            await self.dispatch("MESSAGE_CREATE", self._with_member(message))
+        return message
+
+    async def _get_message(self, request: web.Request, body: Any) -> Any:
+        key = (request.match_info["cid"], request.match_info["mid"])
+        if key not in self._messages:
+            raise _ApiError(404, "Unknown Message", 10008)
+        return self._messages[key]
+
+    async def _patch_message(self, request: web.Request, body: Any) -> Any:
+        cid, mid = request.match_info["cid"], request.match_info["mid"]
+        return await self._edit(cid, mid, body, echo=self.echo_own_messages)
+
+    async def _edit(self, cid: str, mid: str, body: Mapping[str, Any], echo: bool) -> dict[str, Any]:
+        if (cid, mid) not in self._messages:
+            raise _ApiError(404, "Unknown Message", 10008)
+        index = next((i for i, m in enumerate(self.sent) if m.channel_id == cid and m.id == mid), None)
+        if index is None:
+            raise _ApiError(403, "Cannot edit a message authored by another user", 50005)
+        _check_message(body, require_content=False)
+        old = self.sent[index]
+        new = replace(old, content=str(body["content"]) if "content" in body else old.content,
+                      embeds=tuple(body.get("embeds") or old.embeds), edits=(*old.edits, old.content),
+                      body=dict(body))
+        self.sent[index] = new
+        message = dict(self._message_obj(new), edited_timestamp=now_iso())
+        self._messages[(cid, mid)] = message
+        self.notify()
+        if echo:
+            await self.dispatch("MESSAGE_UPDATE", self._with_member(message))
+        return message
+
+    async def _delete_message(self, request: web.Request, body: Any) -> Any:
+        cid, mid = request.match_info["cid"], request.match_info["mid"]
+        if self._messages.pop((cid, mid), None) is None:
+            raise _ApiError(404, "Unknown Message", 10008)
+        self.sent = [m for m in self.sent if (m.channel_id, m.id) != (cid, mid)]
+        self.notify()
+        return None
+
+    async def _add_reaction(self, request: web.Request, body: Any) -> Any:
+        key = (request.match_info["cid"], request.match_info["mid"], request.match_info["emoji"])
+        if key[:2] not in self._messages:
+            raise _ApiError(404, "Unknown Message", 10008)
+        if key not in self.reactions:
+            self.reactions.append(key)
+        self.notify()
+        return None
+
+    async def _remove_reaction(self, request: web.Request, body: Any) -> Any:
+        key = (request.match_info["cid"], request.match_info["mid"], request.match_info["emoji"])
+        if key in self.reactions:
+            self.reactions.remove(key)
+        return None
+
+    async def _typing(self, request: web.Request, body: Any) -> Any:
+        self._channel(request.match_info["cid"])
+        return None
+
+    # -- REST: threads ------------------------------------------------------------------------------
+    async def _thread_from_message(self, request: web.Request, body: Any) -> Any:
+        cid, mid = request.match_info["cid"], request.match_info["mid"]
+        parent = self._channel(cid)
+        if (cid, mid) not in self._messages:
+            raise _ApiError(404, "Unknown Message", 10008)
+        if mid in self._threads_from:
+            raise _ApiError(400, "A thread has already been created for this message", 160004)
+        self._threads_from.add(mid)
+        return await self._create_thread(parent, mid, body, 11)
+
+    async def _thread_without_message(self, request: web.Request, body: Any) -> Any:
+        parent = self._channel(request.match_info["cid"])
+        return await self._create_thread(parent, self.new_id(), body, int(body.get("type") or 12))
+
+    async def _create_thread(self, parent: Mapping[str, Any], thread_id: str, body: Mapping[str, Any],
+                             kind: int) -> dict[str, Any]:
+        name = str(body.get("name") or "")
+        if not 1 <= len(name) <= 100:
+            raise _field_error("name", "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
+        stamp = now_iso()
+        thread = {"id": thread_id, "guild_id": parent.get("guild_id"), "parent_id": parent["id"],
+                  "owner_id": BOT_ID, "name": name, "type": kind, "last_message_id": None,
+                  "rate_limit_per_user": int(body.get("rate_limit_per_user") or 0), "message_count": 0,
+                  "member_count": 1, "total_message_sent": 0, "flags": 0,
+                  "thread_metadata": {"archived": False, "auto_archive_duration":
+                                      int(body.get("auto_archive_duration") or 1440), "archive_timestamp": stamp,
+                                      "locked": False, "create_timestamp": stamp},
+                  "member": {"id": thread_id, "user_id": BOT_ID, "join_timestamp": stamp, "flags": 0}}
+        self.channels[thread_id] = thread
+        self.notify()
+        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return thread
+
+    # -- REST: application commands and interactions -------------------------------------------------
+    async def _get_commands(self, request: web.Request, body: Any) -> Any:
+        gid = request.match_info.get("gid")
+        return self.guild_commands.get(gid, []) if gid else self.global_commands
+
+    async def _put_commands(self, request: web.Request, body: Any) -> Any:
+        gid = request.match_info.get("gid")
+        commands = []
+        for i, spec in enumerate(body or []):
+            name, kind = str(spec.get("name", "")), int(spec.get("type", 1))
+            if not re.fullmatch(r"[-_\w]{1,32}", name) or (kind == 1 and name != name.lower()):
+                raise _field_error(f"{i}.name", "APPLICATION_COMMAND_INVALID_NAME", "Command name is invalid")
+            if kind == 1 and not 1 <= len(str(spec.get("description", ""))) <= 100:
+                raise _field_error(f"{i}.description", "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
+            commands.append({"options": [], "default_member_permissions": None, "dm_permission": True,
+                             "nsfw": False, "integration_types": [0], "contexts": None, **spec,
+                             "id": self.new_id(), "application_id": APP_ID, "version": self.new_id(),
+                             "type": kind, **({"guild_id": gid} if gid else {})})
+        if gid:
+            self.guild_commands[gid] = commands
+        else:
+            self.global_commands = commands
+        self.notify()
+        return commands
+
+    async def _interaction_callback(self, request: web.Request, body: Any) -> Any:
+        iid, token = request.match_info["iid"], request.match_info["token"]
+        interaction = self.interactions.get(token)
+        if interaction is None or interaction["id"] != iid:
+            raise _ApiError(404, "Unknown interaction", 10062)
+        if interaction.get("_responded"):
+            raise _ApiError(400, "Interaction has already been acknowledged.", 40060)
+        interaction["_responded"] = True
+        kind, data = int(body.get("type", 0)), dict(body.get("data") or {})
+        self.interaction_responses.append({"interaction_id": iid, "token": token, "type": kind, "data": data})
+        message = None
+        cid = interaction["channel_id"]
+        if kind in (4, 5):
+            if kind == 4:
+                message = await self._send(cid, data, "interaction")
+            else:
+                message = await self._send(cid, {"content": "", "flags": data.get("flags", 0), "_loading": True},
+                                           "interaction")
+            interaction["_original"] = message["id"]
+        self.notify()
+        if request.query.get("with_response") not in ("1", "true", "True"):
+            return None
+        flags = int(data.get("flags") or 0)
+        response: dict[str, Any] = {"interaction": {"id": iid, "type": interaction["type"],
+                                                    "response_message_id": message["id"] if message else None,
+                                                    "response_message_loading": kind == 5,
+                                                    "response_message_ephemeral": bool(flags & 64)}}
+        if message is not None:
+            response["resource"] = {"type": kind, "message": message}
+        return response
+
+    def _interaction_for(self, request: web.Request) -> dict[str, Any]:
+        interaction = self.interactions.get(request.match_info["token"])
+        if interaction is None or request.match_info["app"] != APP_ID:
+            raise _ApiError(404, "Unknown Webhook", 10015)
+        return interaction
+
+    def _webhook_mid(self, request: web.Request, interaction: Mapping[str, Any]) -> str:
+        mid = request.match_info["mid"]
+        if mid == "@original":
+            if "_original" not in interaction:
+                raise _ApiError(404, "Unknown Message", 10008)
+            return str(interaction["_original"])
+        return mid
+
+    async def _followup(self, request: web.Request, body: Any) -> Any:
+        interaction = self._interaction_for(request)
+        message = await self._send(interaction["channel_id"], body, "webhook")
+        return message if request.query.get("wait") in ("1", "true", "True") else None
+
+    async def _webhook_get(self, request: web.Request, body: Any) -> Any:
+        interaction = self._interaction_for(request)
+        key = (interaction["channel_id"], self._webhook_mid(request, interaction))
+        if key not in self._messages:
+            raise _ApiError(404, "Unknown Message", 10008)
+        return self._messages[key]
+
+    async def _webhook_edit(self, request: web.Request, body: Any) -> Any:
+        interaction = self._interaction_for(request)
+        return await self._edit(interaction["channel_id"], self._webhook_mid(request, interaction), body, echo=False)
+
+    async def _webhook_delete(self, request: web.Request, body: Any) -> Any:
+        interaction = self._interaction_for(request)
+        key = (interaction["channel_id"], self._webhook_mid(request, interaction))
+        self._messages.pop(key, None)
+        self.sent = [m for m in self.sent if (m.channel_id, m.id) != key]
+        self.notify()
+        return None
+
+    # -- test API: what users see / do -----------------------------------------------------------------
+    def sent_messages(self, channel_id: str | int | None = None) -> list[DiscordMessage]:
+        return [m for m in self.sent if channel_id is None or m.channel_id == str(channel_id)]
+
+    async def wait_for_sent(self, channel_id: str | int | None = None, count: int = 1,
+                            timeout: float = 5.0) -> DiscordMessage:
+        await self.wait_until(lambda: len(self.sent_messages(channel_id)) >= count, timeout,
+                              lambda: f"{count} messages to {channel_id} not seen; got "
+                                      f"{[m.content for m in self.sent_messages()]}")
+        return self.sent_messages(channel_id)[count - 1]
+
+    async def push_message(self, channel_id: str | int, content: str, author_id: str | int = USER_ID, *,
+                           guild_id: str | int | None = None, mentions: Sequence[str | int] | None = None,
+                           referenced_message: str | int | Mapping[str, Any] | None = None,
+                           author_bot: bool = False, message_id: str | int | None = None,
+                           author_name: str | None = None, attachments: Sequence[Mapping[str, Any]] = (),
+                           live: bool = True) -> str:
+        """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel. With `live=False`
+        the event only enters the session history, so the client receives it when it next RESUMEs."""
+        cid = str(channel_id)
+        gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
+        author = self._user(str(author_id), author_name, author_bot)
+        if cid not in self.channels:
+            self.channels[cid] = {"id": cid, "type": 1, "last_message_id": None, "recipients": [author]}
+        mid = str(message_id) if message_id is not None else self.new_id()
+        message: dict[str, Any] = {
+            "id": mid, "channel_id": cid, "author": author, "content": content, "timestamp": now_iso(),
+            "edited_timestamp": None, "tts": False, "mention_everyone": False,
+            "mentions": [self._user(str(u)) for u in mentions or ()], "mention_roles": [],
+            "attachments": list(attachments), "embeds": [], "pinned": False, "type": 0, "flags": 0,
+            "components": []}
+        if gid:
+            message["guild_id"] = gid
+        if referenced_message is not None:
+            ref = dict(referenced_message) if isinstance(referenced_message, Mapping) else \
+                self._messages.get((cid, str(referenced_message)))
+            if ref is None:
+                raise KeyError(f"no message {referenced_message} in channel {cid}")
+            message.update(type=19, referenced_message=ref,
+                           message_reference={"type": 0, "message_id": ref["id"], "channel_id": cid,
+                                              **({"guild_id": gid} if gid else {})})
+        self._messages[(cid, mid)] = message
+        await self.dispatch("MESSAGE_CREATE", self._with_member(message), live=live)
+        return mid
+
+    async def push_interaction(self, name: str, *, options: Sequence[Mapping[str, Any]] = (),
+                               user_id: str | int = USER_ID, channel_id: str | int = CHANNEL_ID,
+                               guild_id: str | int | None = None, interaction_id: str | None = None,
+                               token: str | None = None, command_id: str | None = None,
+                               command_type: int = 1) -> tuple[str, str]:
+        """An INTERACTION_CREATE for an application (slash) command; returns (interaction_id, token)."""
+        cid = str(channel_id)
+        gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
+        iid = interaction_id or self.new_id()
+        token = token or f"itoken-{iid}"
+        command = next((c for c in [*self.global_commands, *self.guild_commands.get(gid or "", [])]
+                        if c["name"] == name), None)
+        data: dict[str, Any] = {"id": command_id or (command or {}).get("id") or self.new_id(), "name": name,
+                                "type": command_type, "options": [dict(o) for o in options]}
+        if gid:
+            data["guild_id"] = gid
+        user = self._user(str(user_id))
+        channel = self.channels.get(cid) or {"id": cid, "type": 1}
+        payload: dict[str, Any] = {
+            "id": iid, "application_id": APP_ID, "type": 2, "data": data, "channel_id": cid,
+            "channel": {k: v for k, v in channel.items() if k != "recipients"}, "token": token, "version": 1,
+            "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
+            "authorizing_integration_owners": {"0": gid} if gid else {"1": str(user_id)},
+            "context": 0 if gid else 1, "attachment_size_limit": 8 * 1024 * 1024}
+        if gid:
+            payload["guild_id"] = gid
+            payload["guild_locale"] = "en-US"
+            payload["member"] = {"user": user, "roles": [], "joined_at": now_iso(), "deaf": False, "mute": False,
+                                 "flags": 0, "permissions": "2248473465835073"}
+        else:
+            payload["user"] = user
+        self.interactions[token] = payload
+        await self.dispatch("INTERACTION_CREATE", payload)
+        return iid, token
+
+    def _user(self, user_id: str, name: str | None = None, bot: bool = False) -> dict[str, Any]:
+        if user_id not in self.users:
+            self.users[user_id] = make_user(user_id, name or f"user{user_id[-4:]}", bot=bot)
+        return self.users[user_id]
+
+    def _with_member(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(message)
+        if out.get("guild_id"):
+            out["member"] = {"roles": [], "joined_at": now_iso(), "deaf": False, "mute": False, "flags": 0}
+        return out
+
+    def _message_obj(self, sent: DiscordMessage) -> dict[str, Any]:
+        channel = self.channels.get(sent.channel_id, {})
+        message: dict[str, Any] = {
+            "id": sent.id, "channel_id": sent.channel_id, "author": BOT_USER, "content": sent.content,
+            "timestamp": now_iso(), "edited_timestamp": None, "tts": False, "mention_everyone": False,
+            "mentions": [], "mention_roles": [], "attachments": [
+                {"id": self.new_id(), "filename": f.get("filename"), "size": f.get("size", 0),
+                 "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p"}
+                for f in sent.files],
+            "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
+            "flags": sent.flags, "components": []}
+        if channel.get("guild_id"):
+            message["guild_id"] = channel["guild_id"]
+        if sent.message_reference:
+            ref_id = str(sent.message_reference.get("message_id"))
+            message["message_reference"] = {"type": 0, "channel_id": sent.channel_id, "message_id": ref_id}
+            message["referenced_message"] = self._messages.get((sent.channel_id, ref_id))
+        return message
+
+    # -- gateway -------------------------------------------------------------------------------------
+    async def dispatch(self, event: str, data: Mapping[str, Any], *, live: bool = True) -> int:
+        """Send an op-0 dispatch with the next sequence number; it is kept for RESUME replay."""
+        self.seq += 1
+        frame = {"op": 0, "t": event, "s": self.seq, "d": dict(data)}
+        self.history.append(frame)
+        if live:
+            for conn in self._live():
+                await conn.ws.send_str(json.dumps(frame))
+        return self.seq
+
+    def _live(self) -> list[_Conn]:
+        return [c for c in self._conns if c.live and not c.ws.closed]
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
+        await ws.prepare(request)
+        self.connections += 1
+        self.connection_paths.append(request.path)
+        conn = _Conn(ws, self.connections, request.path)
+        self._conns.append(conn)
+        self.notify()
+        if request.query.get("v") != "10" or request.query.get("encoding") != "json":
+            await ws.close(code=4012, message=b"Invalid API version")
+            return ws
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}))
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            payload = json.loads(msg.data)
+            self.gateway_received.append(payload)
+            self.notify()
+            await self._on_gateway_op(conn, payload)
+        conn.live = False
+        self.notify()
+        return ws
+
+    async def _on_gateway_op(self, conn: _Conn, payload: Mapping[str, Any]) -> None:
+        op, d = payload.get("op"), payload.get("d") or {}
+        if op == 1 and not conn.silent:
+            await conn.ws.send_str(json.dumps({"op": 11}))
+        elif op == 2:
+            await self._identify(conn, d)
+        elif op == 6:
+            await self._resume(conn, d)
+
+    async def _identify(self, conn: _Conn, d: Mapping[str, Any]) -> None:
+        self.identifies.append(dict(d))
+        self.notify()
+        if d.get("token") != self.token:
+            await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        if int(d.get("intents") or 0) & PRIVILEGED_INTENTS & ~self.enabled_privileged_intents:
+            await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        self.session_id = f"session-{self._sessions()}"
+        self.seq, self.history = 0, []
+        conn.live = True
+        await self.dispatch("READY", {
+            "v": 10, "user": BOT_USER, "session_id": self.session_id, "resume_gateway_url": self.resume_url,
+            "shard": d.get("shard") or [0, 1], "guilds": [{"id": g["id"], "unavailable": True} for g in self.guilds],
+            "application": {"id": APP_ID, "flags": 0}, "private_channels": [], "relationships": [],
+            "user_settings": {}, "presences": []})
+        for guild in self.guilds:
+            await self.dispatch("GUILD_CREATE", guild)
+
+    async def _resume(self, conn: _Conn, d: Mapping[str, Any]) -> None:
+        self.resumes.append(dict(d))
+        self.notify()
+        if d.get("token") != self.token or d.get("session_id") != self.session_id:
+            await conn.ws.send_str(json.dumps({"op": 9, "d": False}))
+            return
+        start = self.resume_replay_from if self.resume_replay_from is not None else int(d.get("seq") or 0)
+        self.resume_replay_from = None
+        for frame in [f for f in self.history if f["s"] > start]:
+            await conn.ws.send_str(json.dumps(frame))
+        conn.live = True
+        await self.dispatch("RESUMED", {})
+
+    async def wait_for_identify(self, count: int = 1, timeout: float = 5.0) -> dict[str, Any]:
+        await self.wait_until(lambda: len(self.identifies) >= count and bool(self._live()), timeout,
+                              lambda: f"identifies={len(self.identifies)}, live={len(self._live())}")
+        return self.identifies[count - 1]
+
+    async def wait_for_resume(self, count: int = 1, timeout: float = 5.0) -> dict[str, Any]:
+        await self.wait_until(lambda: len(self.resumes) >= count and bool(self._live()), timeout,
+                              lambda: f"resumes={len(self.resumes)}, live={len(self._live())}")
+        return self.resumes[count - 1]
+
+    async def force_reconnect(self, wait: bool = True, timeout: float = 5.0) -> None:
+        """Op 7 RECONNECT: the client closes and RESUMEs on `resume_gateway_url`; replays what it missed."""
+        before = len(self.resumes)
+        for conn in self._live():
+            conn.live = False
+            await conn.ws.send_str(json.dumps({"op": 7, "d": None}))
+        if wait:
+            await self.wait_for_resume(before + 1, timeout)
+
+    async def invalidate_session(self, resumable: bool = False) -> None:
+        for conn in self._live():
+            conn.live = False
+            await conn.ws.send_str(json.dumps({"op": 9, "d": resumable}))
+
+    async def close_with(self, code: int, reason: str = "") -> None:
+        """Close the gateway socket(s) with a close code, e.g. 4014 disallowed intents, 4004 auth failed."""
+        for conn in [c for c in self._conns if not c.ws.closed]:
+            conn.live = False
+            await conn.ws.close(code=code, message=reason.encode())
+
+    def go_silent(self) -> None:
+        """Stop acknowledging heartbeats on the current connections (a zombied connection)."""
+        for conn in self._conns:
+            conn.silent = True
+
+    async def _before_stop(self) -> None:
+        await self.close_with(1001, "fake stopping")
+
+
+# ---------------------------------------------------------------------------------------------- body
+async def _read_body(request: web.Request) -> Any:
+    if not request.can_read_body:
+        return {}
+    if request.content_type.startswith("multipart/"):
+        form = await request.post()
+        body = json.loads(str(form.get("payload_json") or "{}"))
+        body["_files"] = [{"field": k, "filename": v.filename, "size": len(v.file.read())}
+                          for k, v in form.items() if isinstance(v, web.FileField)]
+        return body
+    raw = await request.read()
+    return json.loads(raw) if raw else {}
+
+
+def _check_message(body: Mapping[str, Any], require_content: bool) -> None:
+    content = body.get("content")
+    if content is not None and len(str(content)) > MAX_CONTENT:
+        raise _field_error("content", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_CONTENT} or fewer in length.")
+    if require_content and not body.get("_loading") and not any(
+            body.get(k) for k in ("content", "embeds", "_files", "sticker_ids", "components", "poll")):
+        raise _ApiError(400, "Cannot send an empty message", 50006)
