@@ -271,8 +271,9 @@ class SessionManager:
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
+        started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
         text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                  provider=llm.provider, tool_names=self.tool_names, today=self.clock().date())
+                                  provider=llm.provider, tool_names=self.tool_names, today=started.date())
         self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
                                 provider=llm.provider)
         if reason:

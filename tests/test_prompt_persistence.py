@@ -128,6 +128,7 @@ async def test_model_change_rebuilds_the_prompt_and_records_why(
     assert old and "Model: claude-test (provider: anthropic)" in old
     config = pipe.home / "config.yaml"
     config.write_text(config.read_text().replace("name: claude-test", "name: claude-bigger"))
+    pipe.clock.now += timedelta(minutes=50)  # past midnight: the rebuilt prompt keeps the start date
     await pipe.restart()
     with caplog.at_level(logging.INFO, logger="gateway.sessions"):
         await pipe.say("on the new model")
