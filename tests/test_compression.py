@@ -62,7 +62,7 @@ def kind_of(body: dict[str, Any]) -> str:
     return "turn"
 
 
-def responder(summary: Any = None) -> Any:
+def responder(summary: Any = None, flush: Any = None) -> Any:
     """One scripted step per request: the summarizer gets SUMMARY, the flush saves the cat, a turn that asks
     to look something up calls session_search, everything else gets the fake's echo."""
     def step(body: dict[str, Any]) -> Any:
@@ -71,7 +71,7 @@ def responder(summary: Any = None) -> Any:
         if kind == "summary":
             return summary or Reply(SUMMARY)
         if kind == "flush" and MAINTENANCE in last:
-            return ToolCall("memory", {"action": "add", "target": "user", "content": CAT_FACT})
+            return flush or ToolCall("memory", {"action": "add", "target": "user", "content": CAT_FACT})
         if kind == "turn" and last.startswith("Turn 2") and body["messages"][-1]["content"][-1]["type"] == "text":
             return ToolCall("session_search", {"query": "lisbon"})
         return None
@@ -117,8 +117,8 @@ def turn_text(n: int) -> str:
     return f"Turn {n}: {FILLER}{extra}"
 
 
-async def talk_until_compressed(chat: Chat, limit: int = 12) -> int:
-    chat.fake.script(*[responder()] * 100)
+async def talk_until_compressed(chat: Chat, limit: int = 12, **kw: Any) -> int:
+    chat.fake.script(*[responder(**kw)] * 100)
     for n in range(1, limit + 1):
         await chat.say(turn_text(n))
         if any(kind == "summary" for kind, _ in chat.bodies()):
@@ -217,6 +217,16 @@ async def test_later_turns_and_a_restart_reuse_the_rebuilt_prompt(chat: Chat) ->
     last = after[-1][1]["messages"]
     assert texts(last[2])[0].endswith(SUMMARY)  # the summary is still in place after the restart
     assert chat.session().prompt_rebuilds == 1
+
+
+async def test_the_flush_may_only_use_memory_and_skill_tools(chat: Chat) -> None:
+    await talk_until_compressed(chat, flush=ToolCall("session_search", {"query": "cat"}))
+    flushes = [b for k, b in chat.bodies() if k == "flush"]
+    assert len(flushes) == 2
+    [result] = [blk for blk in flushes[1]["messages"][-1]["content"] if blk["type"] == "tool_result"]
+    assert result["is_error"] is True and "Tool not available right now: 'session_search'" in result["content"]
+    assert CAT_FACT not in chat.session().system_prompt
+    assert not (chat.home / "memories" / "USER.md").exists()
 
 
 async def test_a_failed_summary_leaves_the_history_alone_and_the_turn_is_answered(
