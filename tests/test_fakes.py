@@ -16,6 +16,7 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramRetryAfter
 from aiogram.types import Message, ReplyParameters
+from discord import app_commands
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -321,3 +322,30 @@ async def test_discord_login_failures(fake_discord: dc.FakeDiscord) -> None:
     with pytest.raises(discord.PrivilegedIntentsRequired):
         await asyncio.wait_for(client.start(dc.TOKEN), 5)
     await client.close()
+
+
+async def test_discord_slash_command_interaction_and_thread(fake_discord: dc.FakeDiscord) -> None:
+    client = _EchoClient()
+    tree = app_commands.CommandTree(client)
+
+    @tree.command(name="ask", description="Ask the agent")
+    async def ask(interaction: discord.Interaction, question: str) -> None:
+        await interaction.response.defer(thinking=True)
+        await interaction.edit_original_response(content=f"answer to {question}")
+        thread = await interaction.channel.create_thread(name="Chat")  # type: ignore[union-attr]
+        await thread.send("in thread")
+
+    task = asyncio.create_task(client.start(dc.TOKEN))
+    try:
+        await asyncio.wait_for(client.ready.wait(), 5)
+        await tree.sync()
+        assert [c["name"] for c in fake_discord.global_commands] == ["ask"]
+        await fake_discord.push_interaction("ask", options=[{"name": "question", "type": 3, "value": "why?"}])
+        in_thread = await fake_discord.wait_for_sent(count=2)
+        original = fake_discord.sent_messages(dc.CHANNEL_ID)[0]
+        assert (original.content, original.via, original.edits) == ("answer to why?", "interaction", ("",))
+        assert in_thread.content == "in thread" and fake_discord.channels[in_thread.channel_id]["type"] == 12
+        assert fake_discord.interaction_responses[0]["type"] == 5
+    finally:
+        await client.close()
+        await asyncio.wait_for(task, 5)

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -100,9 +100,9 @@ class FakeServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets
-        self.port = server.sockets[0].getsockname()[1]
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets, "the site did not bind"
+        self.port = sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         return self.base_url
 
@@ -115,7 +115,7 @@ class FakeServer:
     async def _before_stop(self) -> None:
         """Hook: close websockets and wake long polls so cleanup does not wait for them."""
 
-    async def __aenter__(self) -> FakeServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -297,8 +297,8 @@ class FakeDiscord(FakeServer):
                          and c["recipients"][0]["id"] == recipient), None)
         if existing:
             return existing
-        channel = {"id": self.new_id(), "type": 1, "last_message_id": None,
-                   "recipients": [self._user(recipient)]}
+        channel: dict[str, Any] = {"id": self.new_id(), "type": 1, "last_message_id": None,
+                                   "recipients": [self._user(recipient)]}
         self.channels[channel["id"]] = channel
         return channel
 

@@ -292,7 +292,7 @@ class FakeLLM(FakeServer):
         if isinstance(answer, Reply) and answer.usage:
             usage_json.update(answer.usage)
         cid, created, model = f"chatcmpl-{self._ids()}", 1_700_000_000 + len(self.calls), body.get("model", "")
-        tool_calls = [{"id": c.id, "type": "function",
+        tool_calls: list[dict[str, Any]] = [{"id": c.id, "type": "function",
                        "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}} for c in calls]
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
