@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gateway.store import Store
 from gateway.tools import ToolContext
-from gateway.tools.search import SEARCH_INDEX_MIGRATION_SQL, search_sessions
+from gateway.tools.search import SEARCH_INDEX_MIGRATION_SQL, SessionSearch
 
 PLATFORMS = ("telegram", "discord", "slack", "web")
 REAL_WORDS = """
@@ -139,17 +139,18 @@ def message_rows(rng: random.Random, world: World, vocab: Vocabulary, n_messages
                  start: datetime) -> Iterator[tuple[object, ...]]:
     """Messages of ~64 concurrent sessions interleaved in time, as a busy daemon would write them."""
     pending = iter(world.sessions)
-    active: list[list[object]] = []  # [plan, messages left]
+    active: list[SessionPlan] = []
+    left: list[int] = []  # messages still to write, per active session
     emitted, clock = 0, start
     while emitted < n_messages:
         while len(active) < 64 and (plan := next(pending, None)) is not None:
-            active.append([plan, plan.n_messages])
+            active.append(plan)
+            left.append(plan.n_messages)
         if not active:
             break
         slot = rng.randrange(len(active))
-        plan, left = active[slot]
-        assert isinstance(plan, SessionPlan) and isinstance(left, int)
-        index = plan.n_messages - left
+        plan = active[slot]
+        index = plan.n_messages - left[slot]
         role = "user" if index % 2 == 0 else "assistant"
         if rng.random() < 0.08:
             role = "tool"
@@ -162,9 +163,10 @@ def message_rows(rng: random.Random, world: World, vocab: Vocabulary, n_messages
         clock += timedelta(seconds=rng.randint(1, 40))
         yield (plan.id, role, text, user, clock.isoformat(timespec="microseconds"), active_flag, kind)
         emitted += 1
-        active[slot][1] = left - 1
-        if left - 1 == 0:
+        left[slot] -= 1
+        if left[slot] == 0:
             active.pop(slot)
+            left.pop(slot)
 
 
 def build(db: Path, n_messages: int, n_sessions: int, seed: int,
@@ -256,12 +258,12 @@ def _asker(rng: random.Random, world: World, db: Path, i: int) -> ToolContext:
     return ToolContext(0, platform, "group", rng.choice(members), db.parent, db, chat_id=chat_id)
 
 
-def run(queries: list[Query], slowest: int = 0) -> dict[str, list[float]]:
+def run(searcher: SessionSearch, queries: list[Query], slowest: int = 0) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {}
     samples = []
     for q in queries:
         started = time.perf_counter()
-        found = search_sessions(q.ctx, q.text, limit=5)
+        found = searcher.search_now(q.ctx, q.text, limit=5)
         ms = (time.perf_counter() - started) * 1000
         times.setdefault(q.kind, []).append(ms)
         samples.append((ms, q, len(found)))
@@ -307,8 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
     print(f"database size: {size / 1e6:,.1f} MB")
     queries = make_queries(rng, world, vocab, db, args.queries)
-    run(queries[:20])  # warm the page cache, as a running daemon would have it
-    times = run(queries, args.slowest)
+    searcher = SessionSearch()  # what the tool uses: one connection kept open, as in the running daemon
+    run(searcher, queries[:20])  # warm the caches, as a running daemon would have them
+    times = run(searcher, queries, args.slowest)
+    searcher.close()
     every = [t for ts in times.values() for t in ts]
     for kind, ts in sorted(times.items()):
         print(f"  {kind:7} n={len(ts):3}  p50 {pct(ts, 50):6.2f} ms  p95 {pct(ts, 95):6.2f} ms  max {max(ts):6.2f} ms")

@@ -12,7 +12,7 @@ from gateway.errors import ToolError
 from gateway.store import Store
 from gateway.tools import ToolContext, ToolResult, build_registry
 from gateway.tools import search
-from gateway.tools.search import SEARCH_INDEX_MIGRATION_SQL, search_sessions
+from gateway.tools.search import SEARCH_INDEX_MIGRATION_SQL, SessionHits, SessionSearch
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -23,6 +23,7 @@ class World:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.store = Store(home / "state.db")
+        self.searcher = SessionSearch()
         self.clock = T0
         self.alice_dm = self.session("dm", "a", "a")
         self.say(self.alice_dm, "a", "My cat is called Miso and she hates the vacuum.")
@@ -59,17 +60,23 @@ class World:
         return ToolContext(session_id=self.current, platform=platform, chat_type=chat_type, user_id=user,
                            home=self.home, db_path=self.home / "state.db", chat_id=chat_id or user)
 
+    def search(self, ctx: ToolContext, query: str, limit: int = 10) -> list[SessionHits]:
+        return self.searcher.search_now(ctx, query, limit=limit)
+
     def found(self, ctx: ToolContext, query: str, limit: int = 10) -> set[int]:
-        return {r.session_id for r in search_sessions(ctx, query, limit=limit)}
+        return {r.session_id for r in self.search(ctx, query, limit=limit)}
 
 
-@pytest.fixture(autouse=True, params=["small-scope", "many-messages", "many-sessions"])
+@pytest.fixture(autouse=True, params=["listed-scope", "probe", "walk-many-messages", "walk-many-sessions"])
 def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run every test through each query plan: the scope handed to the query (a small scope), and
-    walking the newest matches when the scope holds too many messages or sessions to list."""
-    if request.param == "many-messages":
+    """Run every test through each query plan, by moving the thresholds that choose between them:
+    the scope's sessions handed to the query; each scoped message checked against the index (store
+    schema, many matches); and walking the newest matches when the scope is too big to list."""
+    if request.param in ("probe", "walk-many-messages"):
+        monkeypatch.setattr(search, "_FEW_MATCHES", 0)
+    if request.param == "walk-many-messages":
         monkeypatch.setattr(search, "_PROBE_MAX_MESSAGES", 0)
-    elif request.param == "many-sessions":
+    if request.param == "walk-many-sessions":
         monkeypatch.setattr(search, "_SMALL_SCOPE_SESSIONS", 0)
         monkeypatch.setattr(search, "_MAX_SPOKE_SESSIONS", 0)
     return str(request.param)
@@ -83,6 +90,7 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     if request.param == "scoped-index":
         w.store.conn.executescript(SEARCH_INDEX_MIGRATION_SQL)
     yield w
+    w.searcher.close()
     w.store.close()
 
 
@@ -117,7 +125,7 @@ def test_only_active_chat_messages_from_people_and_the_agent_match(world: World)
     world.store.add_message(sid, "user", "zebra flush instruction", now=world.clock, kind="flush")
     old = world.say(sid, "a", "zebra before compression")
     world.store.deactivate_messages([old])
-    hits = search_sessions(world.ctx("a"), "zebra")
+    hits = world.search(world.ctx("a"), "zebra")
     assert [[h.snippet for h in r.hits] for r in hits] == [["tool output «zebra»"]]
 
 
@@ -130,7 +138,7 @@ def test_stemming_phrases_and_operators(world: World) -> None:
 
 
 def test_limit_keeps_the_newest_sessions(world: World) -> None:
-    assert [r.session_id for r in search_sessions(world.ctx("a"), "cat", limit=2)] == [world.other_group,
+    assert [r.session_id for r in world.search(world.ctx("a"), "cat", limit=2)] == [world.other_group,
                                                                                      world.thread]
 
 
@@ -161,9 +169,9 @@ def test_cjk_terms_match_inside_unspaced_text(world: World, query: str, expected
     world.say(sid, "a", "下个月去東京旅行。")
     world.say(sid, "a", "昨日のラーメンは美味しかった")
     world.say(sid, "a", "昨日のramenは美味しかった")
-    hits = search_sessions(world.ctx("a"), query)
+    hits = world.search(world.ctx("a"), query)
     assert [h.snippet for r in hits for h in r.hits] == [expected]
-    assert search_sessions(world.ctx("b"), query) == []
+    assert world.search(world.ctx("b"), query) == []
 
 
 async def test_tool_output_groups_snippets_by_session_with_dates(world: World) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from gateway.tools.registry import ToolContext, ToolFunction, ToolRegistry, ToolResult, ToolSpec
 from gateway.tools.memory import MemoryStore, memory_tool
-from gateway.tools.search import session_search_tool
+from gateway.tools.search import SessionSearch, session_search_tool
 from gateway.tools.skills import SkillEntry, SkillLibrary, skill_tools
 
-__all__ = ["MEMORY_TOOLS", "TOOL_ORDER", "MemoryStore", "SkillEntry", "SkillLibrary", "ToolContext",
-           "ToolFunction", "ToolRegistry", "ToolResult", "ToolSpec", "build_registry"]
+__all__ = ["MEMORY_TOOLS", "TOOL_ORDER", "MemoryStore", "SessionSearch", "SkillEntry", "SkillLibrary",
+           "ToolContext", "ToolFunction", "ToolRegistry", "ToolResult", "ToolSpec", "build_registry"]
 
 TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage")
 # What the pre-reset flush may run: it saves what the session learned, it must not search or reply.
@@ -24,15 +24,17 @@ MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})
 
 def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375,
                    enabled: Collection[str] | None = None, memory: MemoryStore | None = None,
-                   skills: SkillLibrary | None = None) -> ToolRegistry:
+                   skills: SkillLibrary | None = None, search: SessionSearch | None = None) -> ToolRegistry:
     """All tools (or those in `enabled`) in TOOL_ORDER, over the memories and skills of `home`.
 
-    Pass `memory` / `skills` to share the instances the prompt builder reads (one lock, one index cache).
+    Pass `memory` / `skills` to share the instances the prompt builder reads (one lock, one index cache),
+    and `search` to close its connection on shutdown (otherwise it closes when the registry is collected).
     """
     memory = memory or MemoryStore(home / "memories", memory_char_limit, user_char_limit)
     skills = skills or SkillLibrary(home)
+    search = search or SessionSearch()
     skill_view, skill_manage = skill_tools(skills)
-    tools: dict[str, ToolFunction] = {"memory": memory_tool(memory), "session_search": session_search_tool(),
+    tools: dict[str, ToolFunction] = {"memory": memory_tool(memory), "session_search": session_search_tool(search),
                                       "skill_view": skill_view, "skill_manage": skill_manage}
     if enabled is not None:
         unknown = set(enabled) - set(tools)
