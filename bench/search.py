@@ -22,7 +22,8 @@ from pathlib import Path
 
 from gateway.store import Store
 from gateway.tools import ToolContext
-from gateway.tools.search import SEARCH_INDEX_MIGRATION_SQL, SessionSearch
+from gateway.tools.search import SessionSearch
+from gateway.tools.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 PLATFORMS = ("telegram", "discord", "slack", "web")
 REAL_WORDS = """

@@ -12,7 +12,8 @@ from gateway.errors import ToolError
 from gateway.store import Store
 from gateway.tools import ToolContext, ToolResult, build_registry
 from gateway.tools import search
-from gateway.tools.search import SEARCH_INDEX_MIGRATION_SQL, SessionHits, SessionSearch
+from gateway.tools.search import SessionHits, SessionSearch
+from gateway.tools.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
