@@ -155,6 +155,8 @@ class SessionManager:
         self.commands = commands
         self.compressor = compressor
         self._lanes: dict[str, _Lane] = {}
+        self._busy_noticed: dict[str, datetime] = {}  # per session key; outlives the lane (notice ≤ 1 per 30 s)
+        self._notices: set[asyncio.Task[Any]] = set()
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
         self._accepting = True
         self.turns_done = 0
@@ -199,6 +201,8 @@ class SessionManager:
         busy = lane.current is not None and not lane.current.done()
         policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform, self.config.sessions.busy)
         if busy and policy == "interrupt":
+            for dropped in lane.queue:  # superseded too: never answered, and never replayed after a restart
+                self.store.set_inbound_status(dropped, "interrupted", now=self.clock())
             lane.queue.clear()
             lane.current.cancel()  # type: ignore[union-attr]
         elif len(lane.queue) >= self.config.sessions.queue_cap:
@@ -207,10 +211,14 @@ class SessionManager:
             return SubmitResult(SubmitOutcome.REFUSED, "queue full")
         elif busy:
             now = self.clock()
-            if lane.last_busy_notice is None or now - lane.last_busy_notice >= BUSY_NOTICE_EVERY:
-                lane.last_busy_notice = now
-                asyncio.get_running_loop().create_task(
+            last = self._busy_noticed.get(key)
+            if last is None or now - last >= BUSY_NOTICE_EVERY:
+                self._busy_noticed = {k: t for k, t in self._busy_noticed.items() if now - t < BUSY_NOTICE_EVERY}
+                self._busy_noticed[key] = lane.last_busy_notice = now
+                task = asyncio.get_running_loop().create_task(
                     self.outbox.post(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id))
+                self._notices.add(task)
+                task.add_done_callback(self._notices.discard)
         lane.queue.append(inbound_id)
         self._ensure_worker(lane)
         return SubmitResult(SubmitOutcome.ACCEPTED)
@@ -218,6 +226,17 @@ class SessionManager:
     def _ensure_worker(self, lane: _Lane) -> None:
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.get_running_loop().create_task(self._serve(lane), name=f"lane:{lane.key}")
+            lane.worker.add_done_callback(lambda task: self._worker_done(lane, task))
+
+    def _worker_done(self, lane: _Lane, task: asyncio.Task[None]) -> None:
+        """Heal a lane whose worker died with messages still queued, without waiting for the next message."""
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            log.error("lane %s: worker crashed", lane.key, exc_info=error)
+        if lane.queue and self._accepting and self._lanes.get(lane.key) is lane:
+            log.warning("lane %s: worker stopped with %s message(s) queued; restarting it", lane.key,
+                        len(lane.queue))
+            self._ensure_worker(lane)
 
     async def _serve(self, lane: _Lane) -> None:
         try:
@@ -233,6 +252,9 @@ class SessionManager:
                         self.store.set_inbound_status(inbound_id, "interrupted", now=self.clock())
                         continue
                     raise
+                except Exception:  # a task root per turn: one broken turn must not strand the queue behind it
+                    log.exception("turn for inbound %s crashed", inbound_id)
+                    self.store.set_inbound_status(inbound_id, "failed", now=self.clock())
                 finally:
                     lane.current_inbound = None
         finally:
@@ -252,6 +274,8 @@ class SessionManager:
                 self.hooks.session_ended(self.store.session(current.id), reason)
             ended_reason = reason
         parent = current or self.store.latest_session(key)
+        if current is None and parent is not None and parent.end_reason in ("idle", "daily"):
+            ended_reason = parent.end_reason  # a timer closed it: this is the first message since, say so once
         chat = inbound.chat
         session = self.store.create_session(
             key=key, platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id,
@@ -319,8 +343,9 @@ class SessionManager:
         self.store.set_inbound_status(inbound_id, "running", now=now)
         key = self.key_for(inbound)
         session, ended = self.open_session(key, inbound, now)
-        self.store.touch_user(session.id, now)
-        self.hooks.session_touched(self.store.session(session.id), now)
+        if inbound.chat.platform != "cron":  # idle counts real user messages only
+            self.store.touch_user(session.id, now)
+            self.hooks.session_touched(self.store.session(session.id), now)
         turn = f"t{inbound_id}"
         log.info("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
         if ended and self._notify_reset(session):
