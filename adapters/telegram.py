@@ -29,7 +29,8 @@ from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
 from gateway.config import TelegramConfig
-from gateway.errors import (AdapterError, MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable)
+from gateway.errors import (AdapterError, AdapterFatal, MarkupRejected, PlatformUnavailable, RateLimited,
+                            RecipientUnavailable)
 from gateway.events import (Attachment, ChatRef, ChatType, Inbound, OutboundMessage, Submit, SubmitOutcome,
                             SubmitResult)
 
@@ -121,18 +122,29 @@ class TelegramAdapter:
         if self._bot is not None:
             await self._bot.session.close()
 
+    async def wait_closed(self) -> None:
+        """Return (or raise why) once polling ended on its own, so the supervisor restarts us; a webhook server
+        and a healthy polling loop never end by themselves."""
+        task = self._polling
+        if task is None:
+            await asyncio.Future()
+            return
+        await asyncio.wait([task])  # never cancels the polling task itself
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
     def _make_bot(self) -> Bot:
         api = TelegramAPIServer.from_base(self.config.api_server.rstrip("/"))
         try:
             return Bot(self.config.token.value, session=AiohttpSession(api=api))
         except TokenValidationError:
-            raise AdapterError(PLATFORM, "token rejected (malformed) — check TELEGRAM_BOT_TOKEN") from None
+            raise AdapterFatal(PLATFORM, "token rejected (malformed) — check TELEGRAM_BOT_TOKEN") from None
 
     async def _get_me(self, bot: Bot) -> User:
         try:
             return await bot.me()
         except (TelegramUnauthorizedError, TelegramNotFound):
-            raise AdapterError(PLATFORM, "token rejected (401) — check TELEGRAM_BOT_TOKEN") from None
+            raise AdapterFatal(PLATFORM, "token rejected (401) — check TELEGRAM_BOT_TOKEN") from None
         except (TelegramAPIError, AiogramError, OSError) as exc:
             raise AdapterError(PLATFORM, f"cannot reach the Bot API at {self.config.api_server}: {exc}") from None
 
@@ -175,8 +187,8 @@ class TelegramAdapter:
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port)
         await site.start()
-        server = site._server
-        self.webhook_port = server.sockets[0].getsockname()[1] if server and server.sockets else None  # type: ignore[union-attr]
+        sockets = getattr(site._server, "sockets", None) or ()
+        self.webhook_port = sockets[0].getsockname()[1] if sockets else None
         assert self._dp is not None
         await self._call(bot.set_webhook(url=cfg.webhook_url or "", secret_token=self._secret,
                                          allowed_updates=self._dp.resolve_used_update_types(),
@@ -258,9 +270,11 @@ class TelegramAdapter:
                 await asyncio.sleep(delay)
                 continue
             if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
+                log.info("telegram: shutting down; message %s in chat %s stays with Telegram for the next run",
+                         inbound.message_id, inbound.chat.chat_id)
                 if self.config.mode == "webhook":
                     raise _NotStored
-                await asyncio.Future()  # hold the offset until stop() cancels polling; the next run gets it
+                await asyncio.Future()  # hold the offset until stop() cancels polling
             return result
         raise AssertionError("unreachable")
 

@@ -19,7 +19,7 @@ from aiogram.types import MessageEntity, User
 from adapters.telegram import COMMANDS, TelegramAdapter, addressing
 from gateway.config import load_config
 from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
-from gateway.errors import AdapterError
+from gateway.errors import AdapterError, StoreError
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
 from tests.fakes.base import ConnectionReset, Delay
 from tests.fakes.llm import FakeLLM, Reply
@@ -38,10 +38,32 @@ def telegram_yaml(fake: FakeTelegram, extra: str = "", token: str = TOKEN) -> st
             f"  allowed_users: ['{ALICE}', '{BOB}']\n{extra}")
 
 
+class VirtualTime:
+    """Virtual time for the gateway's own waits: short ones (rate-limit windows, retry_after, backoff) pass at
+    once and move the clock; long ones (background rounds every 30 s or more) never finish during a test."""
+
+    SHORT = 10.0
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if seconds > self.SHORT:
+            await asyncio.Event().wait()
+        self.t += max(0.0, seconds)
+        await asyncio.sleep(0)
+
+
 @dataclass
 class Running:
     daemon: Daemon
     adapter: TelegramAdapter
+    time: VirtualTime
 
     @property
     def gw(self) -> Gateway:
@@ -53,7 +75,7 @@ class Running:
 
 @asynccontextmanager
 async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *, typing_interval: float = 4.0,
-                  via_config: bool = False) -> AsyncIterator[Running]:
+                  via_config: bool = False, time_: VirtualTime | None = None) -> AsyncIterator[Running]:
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=telegram_yaml(tg, extra))
     config = load_config(home, env={})
     assert config.telegram is not None
@@ -62,10 +84,13 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
     else:
         adapters = [TelegramAdapter(config.telegram, typing_interval=typing_interval, submit_retry_delays=())]
     adapter = next(a for a in adapters if isinstance(a, TelegramAdapter))
-    daemon = Daemon(build_gateway(config, env={}, adapters=adapters, probe_ollama=False), install_signals=False)
+    virtual = time_ or VirtualTime()
+    gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, sleep=virtual.sleep,
+                       monotonic=virtual.monotonic)
+    daemon = Daemon(gw, install_signals=False)
     await daemon.start()
     try:
-        yield Running(daemon, adapter)
+        yield Running(daemon, adapter, virtual)
     finally:
         await daemon.stop()
 
@@ -202,23 +227,16 @@ async def test_entity_parse_error_resends_plain(home: Path, fake_llm: FakeLLM, f
 
 
 async def test_rate_limit_then_success(home: Path, fake_llm: FakeLLM) -> None:
-    now = [1000.0]
-    tg = FakeTelegram(clock=lambda: now[0])
+    virtual = VirtualTime()
+    tg = FakeTelegram(clock=virtual.monotonic)  # Telegram and the gateway share the virtual clock
     await tg.start()
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:  # the outbox waits on the fake's clock, not the wall clock
-        slept.append(seconds)
-        now[0] += seconds
-
     try:
         tg.fail("sendMessage", retry_after(3))
-        async with running(home, fake_llm, tg) as run:
-            run.gw.outbox.sleep = sleep
+        async with running(home, fake_llm, tg, time_=virtual):
             tg.inject_message(ALICE, "hi")
             sent = await tg.wait_for_sent(ALICE)
             assert sent.text == "echo: hi [users=1]"
-            assert slept == [3.0] and tg.flood_violations == []
+            assert 3.0 in virtual.sleeps and tg.flood_violations == []  # waited retry_after, not a moment less
             assert len(tg.calls_to("sendmessage")) == 2
     finally:
         await tg.stop()
@@ -227,16 +245,10 @@ async def test_rate_limit_then_success(home: Path, fake_llm: FakeLLM) -> None:
 async def test_server_errors_and_resets_are_retried(home: Path, fake_llm: FakeLLM,
                                                     fake_telegram: FakeTelegram) -> None:
     fake_telegram.fail("sendMessage", server_error(502), ConnectionReset())
-    async with running(home, fake_llm, fake_telegram) as run:
-        slept: list[float] = []
-
-        async def sleep(seconds: float) -> None:
-            slept.append(seconds)
-
-        run.gw.outbox.sleep = sleep
+    async with running(home, fake_llm, fake_telegram):
         fake_telegram.inject_message(ALICE, "hi")
         assert (await fake_telegram.wait_for_sent(ALICE)).text == "echo: hi [users=1]"
-        assert len(slept) == 2 and len(fake_telegram.calls_to("sendmessage")) == 3
+        assert len(fake_telegram.calls_to("sendmessage")) == 3
 
 
 async def test_blocked_user_is_logged_once_and_not_retried(home: Path, fake_llm: FakeLLM,
@@ -314,6 +326,49 @@ async def test_offset_is_not_advanced_before_the_update_is_stored(home: Path, fa
         assert int(confirm.body["offset"]) == uid + 1
 
 
+async def test_store_failure_keeps_the_update_and_retries(home: Path, fake_llm: FakeLLM,
+                                                          fake_telegram: FakeTelegram) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=telegram_yaml(fake_telegram))
+    config = load_config(home, env={})
+    assert config.telegram is not None
+    adapter = TelegramAdapter(config.telegram, submit_retry_delays=(0.0,))
+    gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False)
+    attempts: list[str] = []
+
+    async def flaky(message: Inbound) -> SubmitResult:
+        attempts.append(message.text)
+        if len(attempts) == 1:
+            raise StoreError("cannot store inbound message: disk I/O error")
+        return await gw.sessions.submit(message)
+
+    await adapter.start(flaky)
+    try:
+        uid = fake_telegram.inject_message(ALICE, "keep me")
+        assert (await fake_telegram.wait_for_sent(ALICE)).text == "echo: keep me [users=1]"
+        assert attempts == ["keep me", "keep me"]
+        confirm = await fake_telegram.wait_for_call(
+            lambda c: c.name == "getupdates" and int(c.body.get("offset") or 0) > uid)
+        assert int(confirm.body["offset"]) == uid + 1
+    finally:
+        await gw.sessions.wait_idle()
+        await adapter.stop()
+        await gw.llm.close()
+        gw.store.close()
+
+
+async def test_message_during_shutdown_is_left_for_the_next_run(home: Path, fake_llm: FakeLLM,
+                                                                fake_telegram: FakeTelegram,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="adapters.telegram")
+    async with running(home, fake_llm, fake_telegram) as run:
+        run.gw.sessions.stop_accepting()  # what Daemon.stop does first, while adapters still run
+        uid = fake_telegram.inject_message(ALICE, "late message")
+        await fake_telegram.wait_until(lambda: any("stays with Telegram" in r.getMessage() for r in caplog.records))
+    assert max(int(c.body.get("offset") or 0) for c in fake_telegram.calls_to("getupdates")) <= uid
+    async with running(home, fake_llm, fake_telegram):
+        assert (await fake_telegram.wait_for_sent(ALICE)).text == "echo: late message [users=1]"
+
+
 async def test_edits_and_other_bots_are_ignored_by_default(home: Path, fake_llm: FakeLLM,
                                                            fake_telegram: FakeTelegram) -> None:
     async with running(home, fake_llm, fake_telegram) as run:
@@ -381,6 +436,24 @@ async def test_webhook_checks_the_secret_and_stores_before_200(home: Path, fake_
         sent = await fake_telegram.wait_for_sent(ALICE)
         assert sent.text == "echo: via webhook [users=1]"
         assert fake_telegram.calls_to("getupdates") == [] and fake_telegram.calls_to("deletewebhook") == []
+
+
+async def test_webhook_during_shutdown_answers_503_so_telegram_resends(home: Path, fake_llm: FakeLLM,
+                                                                       fake_telegram: FakeTelegram) -> None:
+    extra = "  mode: webhook\n  webhook_url: https://bot.example.test/tg\n  listen_port: 0\n"
+    async with running(home, fake_llm, fake_telegram, extra) as run:
+        secret = (await fake_telegram.wait_for_call("setwebhook")).body["secret_token"]
+        assert len(secret) >= 32  # no secret configured: a random one is set and checked
+        run.gw.sessions.stop_accepting()
+        update = {"update_id": 6000, "message": {
+            "message_id": 1, "date": int(time.time()), "text": "too late",
+            "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+            "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"}}}
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{run.adapter.webhook_port}/telegram/webhook"
+            async with http.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": secret}) as resp:
+                assert resp.status == 503
+        assert run.inbound_texts() == []
 
 
 # ---------------------------------------------------------------------------------------- startup
