@@ -219,6 +219,7 @@ class SlackConfig:
     thread_history_limit: int = field(default=20, metadata=_range(0, 1000))
     slash_command: str = "/agent"
     liveness_minutes: float = field(default=5.0, metadata=_positive())
+    answer_bots: bool = False
 
     def __post_init__(self) -> None:
         if self.mode == "socket" and not self.app_token:

@@ -120,6 +120,7 @@ class FakeSlack(FakeServer):
         self.statuses: list[dict[str, Any]] = []  # assistant.threads.setStatus calls, in order
         self.files: dict[str, dict[str, Any]] = {}
         self.acks: list[dict[str, Any]] = []
+        self.responses: list[dict[str, Any]] = []  # posts to a slash command's response_url, in order
         self.connections = 0
         self._sockets: list[_Socket] = []
         self._ts = Counter(1)
@@ -182,6 +183,10 @@ class FakeSlack(FakeServer):
             response = await self.apply_fault(request, step, lambda s: {"ok": False, "error": f"http_{s}"})
             if response is not None:
                 return response
+        if name == "response_url":  # the slash command's response_url: no token, answered "ok" as Slack does
+            self.responses.append(params)
+            self.notify()
+            return web.Response(text="ok")
         if not token:
             return json_response({"ok": False, "error": "not_authed"})
         if token not in (self.bot_token, self.app_token):
