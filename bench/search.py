@@ -3,7 +3,7 @@
 Run:  /work/venv/bin/python bench/search.py [--messages N] [--db PATH] [--keep] [--scoped-index] [--slowest K]
 Prints build time, database size and p50 / p95 / max latency per query kind and overall (goal: p95 < 20 ms).
 The schema comes from gateway.store.Store, so the bench measures the tables the daemon really writes;
---scoped-index first applies the proposed migration in gateway/tools/search_index.py. Queries go through
+--scoped-index first applies the proposed migration in gateway/search_schema.py (migration 0003 in the store). Queries go through
 SessionSearch.search_now, the code the tool runs (minus the hop to its thread). Askers: 20% a heavy user
 with ~12% of all sessions, 60% ordinary users in DMs, 20% users asking in a group.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from gateway.store import Store
 from gateway.tools import ToolContext
 from gateway.tools.search import SessionSearch
-from gateway.tools.search_index import SEARCH_INDEX_MIGRATION_SQL
+from gateway.search_schema import SEARCH_INDEX_MIGRATION_SQL
 
 PLATFORMS = ("telegram", "discord", "slack", "web")
 REAL_WORDS = """

@@ -19,6 +19,7 @@ from typing import Any
 import sqlite_utils
 
 from gateway.errors import StoreError
+from gateway.search_schema import SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
 Migration = tuple[str, "str | Callable[[sqlite3.Connection], None]"]
@@ -185,6 +186,7 @@ CREATE TABLE pairing_lockouts (
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
+    ("0003_search_index", SEARCH_INDEX_MIGRATION_SQL),
 ]
 
 

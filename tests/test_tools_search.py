@@ -13,7 +13,6 @@ from gateway.store import Store
 from gateway.tools import ToolContext, ToolResult, build_registry
 from gateway.tools import search
 from gateway.tools.search import SessionHits, SessionSearch
-from gateway.tools.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -83,13 +82,10 @@ def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return str(request.param)
 
 
-@pytest.fixture(params=["store-schema", "scoped-index"])
-def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
-    """The store's schema as it is, and with the proposed search index migration (sid column, CJK-only
-    trigram index) applied after the first messages, so its rebuild and its triggers both get used."""
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    """The store's schema, which carries the scoped search index (migration 0003_search_index)."""
     w = World(tmp_path)
-    if request.param == "scoped-index":
-        w.store.conn.executescript(SEARCH_INDEX_MIGRATION_SQL)
     yield w
     w.searcher.close()
     w.store.close()
@@ -221,7 +217,6 @@ def test_numbers_match_text_not_session_tokens(world: World) -> None:
 
 def test_index_triggers_follow_inserts_updates_and_deletes(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    store.conn.executescript(SEARCH_INDEX_MIGRATION_SQL)
     sid = store.create_session(key="k", platform="web", chat_type="dm", chat_id="a", thread_id=None, user_id="a",
                                parent_id=None, model=None, provider=None, now=T0).id
     ids = [store.add_message(sid, role, text, now=T0, kind=kind) for role, text, kind in [

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from gateway.errors import ToolError
 from gateway.tools.registry import ToolContext, ToolFunction
-from gateway.tools.search_index import CJK_RANGES
+from gateway.search_schema import CJK_RANGES
 
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 10

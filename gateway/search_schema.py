@@ -1,4 +1,4 @@
-"""The FTS setup session_search is fastest with: a proposed migration for gateway/store.py, which owns the schema.
+"""The search index schema (store migration 0003): only searchable messages, scoped by a `sid` token.
 
 It indexes only what search can return, gives each row a `sid` token so FTS5 applies a user's scope
 itself, and keeps the trigram index to text with CJK in it. search.py works without it, more slowly.
