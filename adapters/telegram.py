@@ -49,8 +49,6 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("undo", "Forget the last exchange"),
     ("help", "List the commands"),
 )
-GREETING = ("Hi {name}! I'm {bot}, an AI assistant. Just write to me here to start chatting; "
-            "/help lists the commands.")
 _CHAT_TYPES: dict[str, ChatType] = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
 
 
@@ -216,12 +214,8 @@ class TelegramAdapter:
     # ------------------------------------------------------------------ inbound
     async def _on_message(self, message: Message) -> None:
         inbound = self.translate(message)
-        if inbound is None:
-            return
-        if inbound.chat.chat_type == "dm" and inbound.text.split(maxsplit=1)[:1] == ["/start"]:
-            await self._greet(message)
-            return
-        await self._submit_stored(inbound)
+        if inbound is not None:  # /start too: the gate pairs a stranger, the commands greet a known user
+            await self._submit_stored(inbound)
 
     def translate(self, message: Message) -> Inbound | None:
         """The message as the core sees it, or None when it is not for us (dropped at the edge)."""
@@ -248,7 +242,8 @@ class TelegramAdapter:
             chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
                          str(message.message_thread_id) if message.is_topic_message and message.message_thread_id
                          else None),
-            user_id=_sender_id(message), user_name=_sender_name(message), text=said.text,
+            user_id=_sender_id(message), user_name=_sender_name(message), username=_sender_handle(message),
+            text=said.text,
             message_id=_message_key(message), received_at=_utc(message.edit_date or message.date),
             reply_to_id=str(replied.message_id) if replied is not None else None, attachments=attachments,
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
@@ -277,14 +272,6 @@ class TelegramAdapter:
                 await asyncio.Future()  # hold the offset until stop() cancels polling
             return result
         raise AssertionError("unreachable")
-
-    async def _greet(self, message: Message) -> None:
-        assert self._me is not None and self._bot is not None
-        name = message.from_user.first_name if message.from_user else "there"
-        try:
-            await self._bot.send_message(message.chat.id, GREETING.format(name=name, bot=self._me.first_name))
-        except (TelegramAPIError, AiogramError) as exc:
-            log.warning("telegram: /start greeting to chat %s failed: %s", message.chat.id, exc)
 
     async def _on_membership(self, event: ChatMemberUpdated) -> None:
         status = event.new_chat_member.status
@@ -455,6 +442,11 @@ def _sender_name(message: Message) -> str | None:
     if message.sender_chat is not None:
         return message.author_signature or message.sender_chat.title
     return message.from_user.full_name if message.from_user else None
+
+
+def _sender_handle(message: Message) -> str | None:
+    sender = message.sender_chat or message.from_user
+    return sender.username if sender is not None else None
 
 
 def _message_key(message: Message) -> str:

@@ -29,6 +29,7 @@ NOTHING_TO_RETRY = "There is no message to answer again in this conversation yet
 NOTHING_TO_UNDO = "There is nothing to undo in this conversation yet."
 UNDONE_TEXT = "Forgot the last exchange (your message: \"{snippet}\")."
 NO_SESSION_TEXT = "No conversation yet in this chat; your next message starts one."
+START_TEXT = "Hi! I'm ready: just write to me to start a conversation. /help lists the commands."
 HELP_TEXT = """\
 Commands:
 /new or /reset: start a new conversation (what I saved to memory stays)
@@ -57,7 +58,8 @@ class Commands:
         self.clock = clock
         self.handlers: dict[str, Handler] = {
             "new": self.new, "reset": self.new, "status": self.status, "usage": self.usage, "stop": self.stop,
-            "retry": self.retry, "undo": self.undo, "help": self.help}
+            "retry": self.retry, "undo": self.undo, "help": self.help,
+            "start": self.start}  # Telegram sends /start when a user opens the bot; unknown users get pairing
 
     async def __call__(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
         handler = self.handlers.get(command_word(inbound.text) or "")
@@ -146,6 +148,9 @@ class Commands:
 
     async def help(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
         return HELP_TEXT
+
+    async def start(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        return START_TEXT
 
     # ---------------------------------------------------------------- helpers
     @staticmethod

@@ -17,6 +17,7 @@ import pytest
 from aiogram.types import MessageEntity, User
 
 from adapters.telegram import COMMANDS, TelegramAdapter, addressing
+from gateway.commands import START_TEXT
 from gateway.config import load_config
 from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
 from gateway.errors import AdapterError, StoreError
@@ -28,14 +29,14 @@ from tests.fakes.telegram import (BOT_ID, BOT_USERNAME, TOKEN, FakeTelegram, bad
 from tests.fakes.tg_markup import u16len
 from tests.helpers import RecordingAdapter, inbound, write_config
 
-ALICE, BOB = 1001, 1002
+ALICE, BOB, CAROL, STRANGER = 1001, 1002, 1003, 6666
 GROUP, FORUM = -100500, -100700
 
 
 def telegram_yaml(fake: FakeTelegram, extra: str = "", token: str = TOKEN) -> str:
     return (f"web:\n  enabled: false\n"
             f"telegram:\n  token: '{token}'\n  api_server: {fake.base_url}\n  polling_timeout: 1\n"
-            f"  allowed_users: ['{ALICE}', '{BOB}']\n{extra}")
+            f"  allowed_users: ['{ALICE}', '{BOB}', '@carol_t']\n{extra}")
 
 
 class VirtualTime:
@@ -124,13 +125,22 @@ async def test_dm_round_trip_through_the_gateway(home: Path, fake_llm: FakeLLM,
         assert [tuple(r) for r in rows] == [(str(ALICE), "Alice", "dm", "answered")] * 2
 
 
-async def test_start_in_a_dm_greets_without_the_model(home: Path, fake_llm: FakeLLM,
-                                                      fake_telegram: FakeTelegram) -> None:
+async def test_start_greets_a_known_user_and_pairs_a_stranger(home: Path, fake_llm: FakeLLM,
+                                                               fake_telegram: FakeTelegram) -> None:
     async with running(home, fake_llm, fake_telegram) as run:
         fake_telegram.inject_message(ALICE, "/start")
         greeting = await fake_telegram.wait_for_sent(ALICE)
-        assert greeting.text.startswith("Hi Alice! I'm Gateway Test Bot")
-        assert fake_llm.anthropic_requests() == [] and run.inbound_texts() == []
+        assert greeting.text == START_TEXT
+        fake_telegram.inject_message(STRANGER, "/start", user_id=STRANGER, username="mallory", first_name="Mal")
+        pairing = await fake_telegram.wait_for_sent(STRANGER)
+        assert pairing.text.startswith("I don't know you yet") and "gateway pairing approve" in pairing.text
+        assert fake_llm.anthropic_requests() == [] and run.inbound_texts() == ["/start"]
+
+
+async def test_allowed_by_handle(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    async with running(home, fake_llm, fake_telegram):
+        fake_telegram.inject_message(CAROL, "hi, it's me", user_id=CAROL, username="Carol_T", first_name="Carol")
+        assert (await fake_telegram.wait_for_sent(CAROL)).text == "echo: hi, it's me [users=1]"
 
 
 async def test_set_my_commands_payload(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
