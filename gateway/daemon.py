@@ -9,9 +9,10 @@ import asyncio
 import ipaddress
 import logging
 import signal
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -21,18 +22,23 @@ from gateway.agent import Agent
 from gateway.commands import Commands
 from gateway.compression import AgentFlush, Compressor
 from gateway.config import Config
-from gateway.errors import AdapterError, ConfigError, LLMNotConfigured
-from gateway.events import Adapter
+from gateway.errors import ConfigError, LLMNotConfigured
+from gateway.events import Adapter, AdapterHealth, Inbound, Submit, SubmitResult
 from gateway.flush import Flusher
 from gateway.hints import PlatformFacts, load_platform_facts
 from gateway.lifecycle import Policies
 from gateway.llm import LLMClient, UnconfiguredLLM, build_llm
-from gateway.outbox import Outbox
+from gateway.metrics import Metrics
+from gateway.notify import Notifier
+from gateway.ops import Ops
+from gateway.outbox import Backoff, Outbox
 from gateway.pairing import PairingBook, load_key
 from gateway.prompt_inputs import PromptAssembler
+from gateway.ratelimit import RateLimiter
 from gateway.scheduler import Lifecycle
 from gateway.sessions import SessionManager
 from gateway.store import Store, utcnow
+from gateway.supervisor import Supervisor, Watchdog
 from gateway.tools import ToolRegistry, build_registry
 from gateway.tools.memory import MemoryStore
 from gateway.tools.skills import SkillLibrary
@@ -40,6 +46,10 @@ from gateway.tools.skills import SkillLibrary
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+RETRY_PENDING_EVERY_S = 30.0  # a reply left pending (platform down, retries used up) gets another round
+PRUNE_INBOUND_EVERY_S = 3600.0
+RESTART_EXIT_CODE = 75  # EX_TEMPFAIL: the unit's RestartForceExitStatus
 
 
 @dataclass
@@ -62,12 +72,16 @@ class Gateway:
     web_app: web.Application | None = None
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     lifecycle: Lifecycle | None = None
+    supervisor: Supervisor | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
-                  llm: LLMClient | None = None, clock: Clock = utcnow, probe_ollama: bool = True) -> Gateway:
+                  llm: LLMClient | None = None, clock: Clock = utcnow, probe_ollama: bool = True,
+                  sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic) -> Gateway:
     config.home.mkdir(parents=True, exist_ok=True)
     store = Store(config.db_path)
+    metrics = Metrics()
     if llm is None:
         try:
             llm = build_llm(config, env, probe_ollama=probe_ollama)
@@ -81,10 +95,15 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     except ValueError as exc:
         raise ConfigError(str(exc), file=str(config.home / "config.yaml"), key="agent.tools") from None
     facts = load_platform_facts()
+    if config.discord is not None and config.discord.max_lines:  # the user's line cap beats the shipped one
+        facts = {**facts, "discord": replace(facts["discord"], max_lines=config.discord.max_lines)}
     prompts = PromptAssembler(config, facts, memory, skills)
     agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
-    outbox = Outbox(store, by_platform, facts, clock=clock)
+    supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
+    outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
+                    limiter=RateLimiter(clock=monotonic, sleep=sleep),
+                    backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
     gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
     compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
                             flush=AgentFlush(agent=agent, store=store, config=config, tool_names=tools.names(),
@@ -96,11 +115,19 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=Commands(policies=policies, clock=clock),
                               adapters=by_platform, clock=clock, tool_names=tools.names(), gate=gate,
-                              compressor=compressor)
+                              compressor=compressor, metrics=metrics)
     lifecycle.attach(sessions)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
-                   clock=clock, lifecycle=lifecycle)
+                   clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics)
+
+
+def _watchdogs(config: Config) -> dict[str, Watchdog]:
+    """Per-platform inbound-liveness windows (only adapters that can `ping` are watched)."""
+    found: dict[str, Watchdog] = {}
+    if config.slack is not None:  # Socket Mode is known to go silent while "connected"
+        found["slack"] = Watchdog(silence=config.slack.liveness_minutes * 60)
+    return found
 
 
 def platform_adapters(config: Config) -> list[Adapter]:
@@ -113,6 +140,9 @@ def platform_adapters(config: Config) -> list[Adapter]:
     if config.telegram is not None:
         from adapters.telegram import TelegramAdapter
         found.append(TelegramAdapter(config.telegram))
+    if config.discord is not None:
+        from adapters.discord_adapter import DiscordAdapter
+        found.append(DiscordAdapter(config.discord))
     return found
 
 
@@ -132,15 +162,25 @@ def check_web_binding(config: Config) -> None:
 
 
 class Daemon:
-    """start → serve → drain with a deadline → close. Signal handlers only set the stop event."""
+    """start → serve → drain with a deadline → close. Signal handlers only set the stop event.
 
-    def __init__(self, gateway: Gateway, *, install_signals: bool = True) -> None:
+    systemd hears READY=1 once the store is open and the adapters are starting, WATCHDOG=1 from this event loop,
+    STOPPING=1 when the drain begins. SIGHUP drains too, then `exit_code` asks for a restart (75).
+    """
+
+    def __init__(self, gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None) -> None:
         self.gw = gateway
         self.install_signals = install_signals
         self.stop_event = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.web_port: int | None = None
         self._signals = 0
+        self.exit_code = 0
+        self.notifier = notifier or Notifier()
+        token = gateway.config.web.auth_token
+        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health,
+                       auth_token=token.value if token else None)
+        self._keepalive: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         gw = self.gw
@@ -149,20 +189,59 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
+            loop.add_signal_handler(signal.SIGHUP, self._on_restart)
         if gw.config.web.enabled:
             await self._start_web()
-        for adapter in gw.adapters.values():
-            try:
-                await adapter.start(gw.sessions.submit)
-                log.info("adapter %s started", adapter.platform)
-            except AdapterError as exc:
-                log.error("%s", exc)
-        await gw.outbox.deliver_pending()
+        supervisor = gw.supervisor or Supervisor(gw.adapters, clock=gw.clock)
+        gw.supervisor = supervisor
+        supervisor.hold()  # until its adapter is up, a platform's replies stay recorded as pending
         if gw.lifecycle is not None:
             await gw.lifecycle.start()
+        # Replay queues the stored messages before any adapter can hand in a newer one, so per chat order holds.
         resumed, expired = await gw.sessions.replay()
         if resumed or expired:
             log.info("replay: %s messages resumed, %s answered with the offline note", resumed, expired)
+        # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
+        self._ready()
+        await supervisor.start(self._metered(gw.sessions.submit), on_up=gw.outbox.deliver_pending)
+        loop = asyncio.get_running_loop()
+        gw.background.append(loop.create_task(gw.outbox.retry_pending(RETRY_PENDING_EVERY_S), name="retry-pending"))
+        gw.background.append(loop.create_task(self._prune_inbound(), name="prune-inbound"))
+
+    async def _prune_inbound(self) -> None:
+        """Dedupe remembers a message id for `delivery.dedupe_retention_hours`; older answered rows go."""
+        keep = timedelta(hours=self.gw.config.delivery.dedupe_retention_hours)
+        while True:
+            try:
+                pruned = self.gw.store.prune_inbound(self.gw.clock() - keep)
+                if pruned:
+                    log.info("pruned %s inbound rows older than %s", pruned, keep)
+            except Exception:  # noqa: BLE001 - task root: pruning is housekeeping, try again later
+                log.exception("pruning inbound rows failed")
+            await asyncio.sleep(PRUNE_INBOUND_EVERY_S)
+
+    def _ready(self) -> None:
+        self.notifier.ready(self.ops.status_line())
+        if self.notifier.enabled:
+            self._keepalive = asyncio.get_running_loop().create_task(
+                self.notifier.keepalive(self.ops.status_line), name="sd-notify")
+
+    def _health(self) -> dict[str, AdapterHealth]:
+        return self.gw.supervisor.health() if self.gw.supervisor is not None else {}
+
+    def _metered(self, submit: Submit) -> Submit:
+        """Count every message an adapter hands in, by platform and what became of it."""
+        metrics = self.gw.metrics
+
+        async def submit_counted(inbound: Inbound) -> SubmitResult:
+            try:
+                result = await submit(inbound)
+            except Exception:
+                metrics.message_in(inbound.chat.platform, "error")
+                raise
+            metrics.message_in(inbound.chat.platform, result.outcome.value)
+            return result
+        return submit_counted
 
     async def _start_web(self) -> None:
         app = self.gw.web_app or web.Application()
@@ -170,6 +249,7 @@ class Daemon:
         web_adapter = self.gw.adapters.get("web")
         if web_adapter is not None and hasattr(web_adapter, "attach"):
             web_adapter.attach(app)
+        self.ops.attach(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.gw.config.web.host, self.gw.config.web.port)
@@ -187,11 +267,19 @@ class Daemon:
                     task.cancel()
         self.stop_event.set()
 
+    def _on_restart(self) -> None:
+        log.info("SIGHUP: draining, then exiting %s so the service manager starts a fresh process",
+                 RESTART_EXIT_CODE)
+        self.exit_code = RESTART_EXIT_CODE
+        self.stop_event.set()
+
     async def serve(self) -> None:
         await self.stop_event.wait()
 
     async def stop(self) -> None:
         gw = self.gw
+        self.ops.draining = True
+        self.notifier.stopping(self.ops.status_line())
         gw.sessions.stop_accepting()
         deadline = gw.config.daemon.drain_seconds
         started = asyncio.get_running_loop().time()
@@ -203,24 +291,27 @@ class Daemon:
         if gw.lifecycle is not None:  # flushes get what is left of the drain deadline; the rest stay pending
             left = deadline - (asyncio.get_running_loop().time() - started)
             await gw.lifecycle.stop(max(left, 0.0))
-        for adapter in gw.adapters.values():
-            try:
-                await adapter.stop()
-            except Exception:  # noqa: BLE001 - one adapter's failure must not block closing the rest
-                log.exception("adapter %s failed to stop", adapter.platform)
+        if gw.supervisor is not None:
+            await gw.supervisor.stop()  # stops every adapter; one failing to stop does not block the rest
         for task in gw.background:
             task.cancel()
         await asyncio.gather(*gw.background, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
         await gw.llm.close()
+        if self._keepalive is not None:  # the watchdog keeps being fed through the whole drain
+            self._keepalive.cancel()
+            await asyncio.gather(self._keepalive, return_exceptions=True)
         gw.store.close()
+        self.notifier.close()
 
 
-async def run_daemon(gateway: Gateway, *, install_signals: bool = True) -> None:
-    daemon = Daemon(gateway, install_signals=install_signals)
+async def run_daemon(gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None) -> int:
+    """Run until a signal; returns the exit code (0 after a clean drain, 75 when a restart was asked for)."""
+    daemon = Daemon(gateway, install_signals=install_signals, notifier=notifier)
     try:
         await daemon.start()
         await daemon.serve()
     finally:
         await daemon.stop()
+    return daemon.exit_code

@@ -153,3 +153,22 @@ class TypingIndicator(Protocol):
     """Optional ability: show that the bot is working while a turn runs."""
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]: ...
+
+
+@runtime_checkable
+class Pingable(Protocol):
+    """Optional ability: one cheap round trip over the connection that delivers events (True = alive).
+
+    The supervisor's watchdog pings an adapter that has been quiet and reconnects it when pings keep failing.
+    """
+
+    async def ping(self) -> bool: ...
+
+
+@runtime_checkable
+class Watchable(Protocol):
+    """Optional ability: `wait_closed` returns (or raises the cause) once the adapter has stopped serving on its
+    own (its polling task died, its socket closed for good), so the supervisor restarts it. Raise `AdapterFatal`
+    to stay down."""
+
+    async def wait_closed(self) -> None: ...

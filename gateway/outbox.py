@@ -1,36 +1,42 @@
 """Durable outbound delivery: a reply is rendered and split once, every chunk is recorded, then sent in order.
 
 Each chunk's state lives in the `outbound` table, so a retry after an error or a restart sends exactly the
-chunks that were not sent yet. Platform weather (429 retry_after, 5xx backoff, rejected markup) is handled
-here per chat, so one slow chat never holds up another.
+chunks that were not sent yet. Per chat, chunks go out strictly in the order they were recorded: a chunk
+that cannot go now holds back everything after it in that chat (never in other chats) until a later round.
+Platform weather (429 retry_after, 5xx backoff, rejected markup) is handled here; limits in gateway/ratelimit.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import random
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from gateway.chunking import render_chunks
-from gateway.errors import AdapterError, MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable
+from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable
 from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
 from gateway.hints import PlatformFacts
 from gateway.markup import to_plain
+from gateway.metrics import Metrics, error_kind
+from gateway.ratelimit import RateLimiter
 from gateway.store import OutboundRow, Store
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
+ChatKey = tuple[str, str]  # (platform, chat_id): the unit of ordering
 
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential backoff with full jitter, bounded."""
+    """Exponential backoff with full jitter, bounded; `attempts` tries per round before a chunk waits for later."""
 
     first: float = 0.5
     factor: float = 2.0
@@ -39,6 +45,12 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0, min(self.maximum, self.first * self.factor ** attempt))
+
+
+class _Outcome(enum.Enum):
+    SENT = "sent"
+    FAILED = "failed"  # will never be sent
+    LATER = "later"    # still pending: a later round (retry timer, adapter back up, restart) sends it
 
 
 def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts, *,
@@ -52,34 +64,34 @@ def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts
         chunks = [(c.text, c.plain, c.entities) for c in rendered]
     if not chunks:
         chunks = [("(empty reply)", "(empty reply)", ())]
-    rows: list[dict[str, object]] = []
-    for i, (text, plain, entities) in enumerate(chunks):
-        rows.append({
-            "turn_id": turn_id, "chunk_index": i, "chunk_count": len(chunks), "platform": chat.platform,
-            "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
-            "kind": kind.value, "text": text, "plain": plain, "reply_to_id": reply_to_id,
-            "entities": json.dumps([e.__dict__ if hasattr(e, "__dict__") else _entity_dict(e) for e in entities])
-            if entities else None,
-        })
-    return rows
-
-
-def _entity_dict(e: object) -> dict[str, object]:
-    return {k: getattr(e, k) for k in ("type", "offset", "length", "url", "language")}
+    return [{
+        "turn_id": turn_id, "chunk_index": i, "chunk_count": len(chunks), "platform": chat.platform,
+        "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
+        "kind": kind.value, "text": text, "plain": plain, "reply_to_id": reply_to_id,
+        "entities": json.dumps([asdict(e) for e in entities]) if entities else None,
+    } for i, (text, plain, entities) in enumerate(chunks)]
 
 
 def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage:
     entities = tuple(TextEntity(**e) for e in json.loads(row.entities)) if row.entities else ()
-    chat = ChatRef(row.platform, row.chat_type, row.chat_id, row.thread_id)  # type: ignore[arg-type]
-    return OutboundMessage(chat=chat, text=row.text, plain=row.plain, entities=entities,
+    return OutboundMessage(chat=row_chat(row), text=row.text, plain=row.plain, entities=entities,
                            reply_to_id=row.reply_to_id, kind=OutboundKind(row.kind), chunk_index=row.chunk_index,
                            chunk_count=row.chunk_count, use_plain=use_plain)
 
 
+def row_chat(row: OutboundRow) -> ChatRef:
+    return ChatRef(row.platform, row.chat_type, row.chat_id, row.thread_id)  # type: ignore[arg-type]
+
+
 class Outbox:
+    """Records and sends replies. `available(platform)` is False while the supervisor knows an adapter is not
+    serving; its chunks then stay pending until `deliver_pending(platform)` runs when it is back."""
+
     def __init__(self, store: Store, adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts], *,
                  clock: Clock, sleep: Sleep = asyncio.sleep, backoff: Backoff = Backoff(),
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, limiter: RateLimiter | None = None,
+                 available: Callable[[str], bool] | None = None, max_rounds: int = 10,
+                 max_rate_limited: int = 20, metrics: Metrics | None = None) -> None:
         self.store = store
         self.adapters = adapters
         self.facts = facts
@@ -87,8 +99,12 @@ class Outbox:
         self.sleep = sleep
         self.backoff = backoff
         self.rng = rng or random.Random()
-        self._chat_locks: dict[tuple[str, str, str | None], asyncio.Lock] = {}
-        self._paused_until: dict[tuple[str, str] | str, float] = {}
+        self.limiter = limiter or RateLimiter(sleep=sleep)
+        self.available = available or (lambda platform: True)
+        self.max_rounds = max_rounds
+        self.max_rate_limited = max_rate_limited
+        self.metrics = metrics
+        self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -103,68 +119,127 @@ class Outbox:
         return await self.deliver(turn_id)
 
     async def deliver(self, turn_id: str) -> list[str]:
-        """Send every unsent chunk of a turn, in order; returns the platform ids of all sent chunks."""
+        """Send the turn's unsent chunks (after any older unsent ones in its chat); returns the sent chunks' ids."""
         rows = self.store.outbound_for_turn(turn_id)
         if not rows:
             return []
-        key = (rows[0].platform, rows[0].chat_id, rows[0].thread_id)
-        lock = self._chat_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            sent: list[str] = []
-            for row in self.store.outbound_for_turn(turn_id):
-                if row.status == "sent":
-                    sent.append(row.platform_message_id or "")
-                    continue
-                if row.status == "failed":
-                    break
-                mid = await self._send_row(row)
-                if mid is None:
-                    break  # later chunks would arrive out of order; they stay pending for a later retry
-                sent.append(mid)
-            return sent
+        await self._flush((rows[0].platform, rows[0].chat_id))
+        return [r.platform_message_id or "" for r in self.store.outbound_for_turn(turn_id) if r.status == "sent"]
 
-    async def deliver_pending(self) -> int:
-        """Restart replay: send every chunk recorded but not sent, oldest turn first."""
-        turns: list[str] = []
+    async def deliver_pending(self, platform: str | None = None) -> int:
+        """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
+        chats: dict[ChatKey, None] = {}
         for row in self.store.pending_outbound():
-            if row.turn_id not in turns:
-                turns.append(row.turn_id)
-        for turn_id in turns:
-            await self.deliver(turn_id)
-        return len(turns)
+            if (platform is None or row.platform == platform) and row.platform in self.adapters:
+                chats[(row.platform, row.chat_id)] = None
+        sent = await asyncio.gather(*(self._flush(key) for key in chats))
+        return sum(sent)
 
-    async def _send_row(self, row: OutboundRow) -> str | None:
+    async def retry_pending(self, every: float) -> None:
+        """Run forever: a chunk left pending (platform down, retries exhausted) gets another round every `every` s."""
+        while True:
+            await self.sleep(every)
+            try:
+                await self.deliver_pending()
+            except Exception:  # noqa: BLE001 - task root: the next round tries again
+                log.exception("retrying pending replies failed")
+
+    async def _flush(self, key: ChatKey) -> int:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        sent = 0
+        async with lock:
+            while (row := self._next_pending(key)) is not None:
+                outcome = await self._send_row(row)
+                if outcome is _Outcome.LATER:
+                    break  # what follows in this chat would overtake it
+                if outcome is _Outcome.FAILED:
+                    self._fail_rest_of_turn(row)
+                else:
+                    sent += 1
+        return sent
+
+    def _next_pending(self, key: ChatKey) -> OutboundRow | None:
+        # Re-read every time: a turn that finished meanwhile in this chat queues behind what is already here.
+        for row in self.store.pending_outbound():
+            if (row.platform, row.chat_id) == key:
+                return row
+        return None
+
+    def _fail_rest_of_turn(self, failed: OutboundRow) -> None:
+        """A reply with a hole in the middle would mislead; the chunks after a failed one are not sent either."""
+        for row in self.store.outbound_for_turn(failed.turn_id):
+            if row.status == "pending" and row.chunk_index > failed.chunk_index:
+                self.store.mark_outbound(row.id, "failed", now=self.clock(),
+                                         error=f"not sent: chunk {failed.chunk_index} failed")
+
+    async def _send_row(self, row: OutboundRow) -> _Outcome:
         adapter = self.adapters.get(row.platform)
-        if adapter is None:
-            log.warning("no adapter for %s; chunk %s of turn %s stays pending", row.platform, row.chunk_index,
-                        row.turn_id)
-            return None
+        if adapter is None or not self.available(row.platform):
+            log.info("%s is not serving; turn %s chunk %s stays pending", row.platform, row.turn_id, row.chunk_index)
+            return _Outcome.LATER
+        if row.attempts >= self.max_rounds:
+            log.warning("%s: giving up on turn %s chunk %s after %s rounds (last error: %s)", row.platform,
+                        row.turn_id, row.chunk_index, row.attempts, row.last_error)
+            self._mark(row, "failed", error=f"gave up after {row.attempts} rounds: {row.last_error}")
+            return _Outcome.FAILED
+        chat = row_chat(row)
         use_plain = False
-        for attempt in range(self.backoff.attempts):
+        failures = rate_limited = 0
+        while True:
+            await self.limiter.acquire(chat)
             try:
                 mid = await adapter.send(row_message(row, use_plain=use_plain))
             except MarkupRejected as exc:
+                self._count_error(exc)
                 if use_plain:
-                    self.store.mark_outbound(row.id, "failed", now=self.clock(), error=str(exc))
-                    return None
-                log.warning("%s rejected markup for turn %s chunk %s; resending as plain text",
-                            row.platform, row.turn_id, row.chunk_index)
+                    self._mark(row, "failed", error=f"plain text rejected too: {exc}")
+                    return _Outcome.FAILED
+                log.warning("%s rejected the markup of turn %s chunk %s (%s); resending it as plain text",
+                            row.platform, row.turn_id, row.chunk_index, exc)
                 use_plain = True
                 continue
             except RateLimited as exc:
-                log.info("%s rate limited chat %s for %.2fs", row.platform, row.chat_id, exc.retry_after)
-                await self.sleep(exc.retry_after)
+                self._count_error(exc)
+                rate_limited += 1
+                scope = "the bot" if exc.is_global else f"chat {row.chat_id}"
+                log.info("%s: 429, pausing %s for %.3gs", row.platform, scope, exc.retry_after)
+                self.limiter.pause(chat, exc.retry_after, is_global=exc.is_global)
+                if rate_limited > self.max_rate_limited:
+                    self._mark(row, "pending", error=str(exc))
+                    return _Outcome.LATER
                 continue
             except RecipientUnavailable as exc:
-                log.warning("%s: recipient unavailable for chat %s: %s", row.platform, row.chat_id, exc)
-                self.store.mark_outbound(row.id, "failed", now=self.clock(), error=str(exc))
-                return None
-            except (PlatformUnavailable, AdapterError) as exc:
-                delay = self.backoff.delay(attempt, self.rng)
-                log.warning("%s send failed (%s); retry in %.2fs", row.platform, exc, delay)
+                self._count_error(exc)
+                log.warning("%s: cannot deliver to chat %s: %s", row.platform, row.chat_id, exc)
+                self._mark(row, "failed", error=str(exc))
+                return _Outcome.FAILED
+            except Exception as exc:  # noqa: BLE001 - 5xx, resets, and adapter bugs alike: retry, bounded
+                failures += 1
+                known = isinstance(exc, AdapterError)
+                self._count_error(exc if known else "send_crash")
+                if failures >= self.backoff.attempts or not self.available(row.platform):
+                    log.warning("%s: turn %s chunk %s not sent (%s); kept for a later round", row.platform,
+                                row.turn_id, row.chunk_index, exc, exc_info=not known)
+                    self._mark(row, "pending", error=str(exc) or type(exc).__name__)
+                    return _Outcome.LATER
+                delay = self.backoff.delay(failures - 1, self.rng)
+                log.warning("%s send failed (%s); retry in %.2fs", row.platform, exc, delay, exc_info=not known)
                 await self.sleep(delay)
                 continue
-            self.store.mark_outbound(row.id, "sent", now=self.clock(), platform_message_id=mid)
-            return mid
-        self.store.mark_outbound(row.id, "pending", now=self.clock(), error="gave up for now after retries")
-        return None
+            self._mark(row, "sent", platform_message_id=mid)
+            return _Outcome.SENT
+
+    def _mark(self, row: OutboundRow, status: str, *, platform_message_id: str | None = None,
+              error: str | None = None) -> None:
+        self.store.mark_outbound(row.id, status, now=self.clock(), platform_message_id=platform_message_id,
+                                 error=error)
+        if self.metrics is not None and status == "sent":
+            self.metrics.message_out(row.platform, row.kind)
+        elif self.metrics is not None and status == "failed":
+            self.metrics.error("send_failed")
+
+    def _count_error(self, error: BaseException | str) -> None:
+        if self.metrics is not None:
+            self.metrics.error(error if isinstance(error, str) else error_kind(error))
