@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
+import json
 import logging
-import logging.config
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,17 +27,16 @@ EXIT_CONFIG = 78
 log = logging.getLogger("gateway")
 
 
-def setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
-    logging.config.dictConfig({
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"human": {"format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s"}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
-                                "formatter": "human"}},
-        "root": {"level": level, "handlers": ["stderr"]},
-        "loggers": {"aiogram": {"level": "WARNING"}, "discord": {"level": "WARNING"},
-                    "httpx2": {"level": "WARNING"}, "apscheduler": {"level": "WARNING"}},
-    })
+def _logging(args: argparse.Namespace, config: Config | None, env: dict[str, str], *, level: str | None = None,
+             fmt: str | None = None) -> None:
+    """Logging for this command, with every secret of the config and the environment masked."""
+    from gateway.logs import config_secrets, env_secrets, setup_logging
+    chosen_level = args.log_level or level or (config.logging.level if config else "INFO")
+    chosen_fmt = args.log_format or fmt or (config.logging.format if config else "auto")
+    key_envs = [m.api_key_env for m in (config.model, config.model.fallback if config.model else None)
+                if m is not None and m.api_key_env] if config else []
+    setup_logging(chosen_level, chosen_fmt,  # type: ignore[arg-type]
+                  secrets=[*config_secrets(config), *env_secrets(env, also=key_envs)])
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -57,20 +58,32 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Exit 0 after a clean drain, 75 when a restart would help (SIGHUP, the port is still taken), 78 on bad config."""
     from gateway.daemon import build_gateway, check_web_binding, platform_adapters, run_daemon
+    from gateway.notify import Notifier
     config = _config(args)
-    setup_logging(args.log_level or config.logging.level, config.logging.format)
+    env = environ()
+    _logging(args, config, env)
     check_web_binding(config)
-    gateway = build_gateway(config, env=environ(), adapters=platform_adapters(config))
-    asyncio.run(run_daemon(gateway))
-    return EXIT_OK
+    notifier = Notifier.from_env(env, pid=os.getpid(), watchdog=config.daemon.watchdog)
+    try:
+        gateway = build_gateway(config, env=env, adapters=platform_adapters(config))
+        return asyncio.run(run_daemon(gateway, notifier=notifier))
+    except (ConfigError, KeyboardInterrupt):
+        raise
+    except OSError as exc:  # e.g. the web port is still held by the previous instance
+        log.error("cannot start: %s; exiting %s so the service manager restarts it", exc, EXIT_RESTART)
+        return EXIT_RESTART
+    except Exception:  # noqa: BLE001 - the last stop: log it (redacted) instead of a raw traceback on stderr
+        log.exception("the daemon crashed")
+        return EXIT_ERROR
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from adapters.console import ConsoleAdapter
     from gateway.daemon import build_gateway
     config = _config(args)
-    setup_logging(args.log_level or "WARNING")
+    _logging(args, config, environ(), level="WARNING")
     console = ConsoleAdapter(prompt="you> ")
     gateway = build_gateway(config, env=environ(), adapters=[console])
 
@@ -91,7 +104,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_prompt(args: argparse.Namespace) -> int:
     from gateway.daemon import build_gateway
     config = _config(args)
-    setup_logging("WARNING")
+    _logging(args, config, environ(), level="WARNING")
     gateway = build_gateway(config, env=environ(), probe_ollama=False)
     try:
         if args.session:
@@ -143,6 +156,58 @@ def cmd_pairing(args: argparse.Namespace) -> int:
         store.close()
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Ask the running daemon (GET /status on the web listener, loopback only) and print its answer."""
+    from gateway.ops import fetch_status, render_status
+    config = _config(args)
+    if not config.web.enabled:
+        print("the web listener is off (web.enabled: false), so there is no daemon to ask", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        data = fetch_status(config.web.host, config.web.port)
+    except OSError as exc:
+        print(f"no daemon answers on {config.web.host}:{config.web.port} ({exc}); is `gateway run` running?",
+              file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(data, indent=2) if args.json else render_status(data))
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gateway.doctor import Doctor, exit_code, render
+    checks = asyncio.run(Doctor(_home(args), environ()).run())
+    print(render(checks))
+    return exit_code(checks)
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    from gateway.service import (SYSTEM_ENV_FILE, SYSTEM_HOME, ServiceError, UnitSpec, gateway_executable, install,
+                                 plan_install, unit_dir_for, user_env_file)
+    env = environ()
+    mode = "system" if args.system else "user"
+    try:
+        home = (Path(args.home).expanduser().absolute() if args.home else SYSTEM_HOME) if mode == "system" \
+            else _home(args).absolute()
+        drain = _drain_seconds(home)
+        env_file = Path(SYSTEM_ENV_FILE) if mode == "system" else user_env_file(env)
+        spec = UnitSpec(mode=mode, exec_path=gateway_executable(sys.argv[0]), home=str(home),
+                        env_file=str(env_file), drain_seconds=drain)
+        unit_dir = Path(args.unit_dir) if args.unit_dir else unit_dir_for(mode, env)
+        plan = plan_install(spec, unit_dir=unit_dir, env_file=env_file,
+                            user=None if mode == "system" else getpass.getuser())
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return install(plan, dry_run=args.dry_run, enable=args.enable)
+
+
+def _drain_seconds(home: Path) -> float:
+    try:
+        return load_config(home).daemon.drain_seconds
+    except (ConfigError, OSError):
+        return 20.0
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
     from gateway.lifecycle import Policies
     from gateway.session_report import find_session, list_sessions, show_session
@@ -169,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="One LLM agent on your chat platforms.")
     parser.add_argument("--home", help="gateway home (default: $GATEWAY_HOME or ~/.agent-gateway)")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-format", choices=["auto", "human", "json"],
+                        help="auto (default): human on a terminal, JSON lines otherwise (journald)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the daemon (web chat + configured platforms)").set_defaults(func=cmd_run)
     sub.add_parser("chat", help="talk to the agent in this terminal (stdin lines → replies)").set_defaults(
@@ -204,6 +271,20 @@ def build_parser() -> argparse.ArgumentParser:
     rv = pa_sub.add_parser("revoke", help="remove a user approved by pairing")
     rv.add_argument("who", metavar="PLATFORM:ID")
     rv.set_defaults(func=cmd_pairing)
+    st = sub.add_parser("status", help="what the running daemon reports: adapters, sessions, cache, backlog")
+    st.add_argument("--json", action="store_true", help="print the raw JSON")
+    st.set_defaults(func=cmd_status)
+    sub.add_parser("doctor", help="check config, home, database, platform tokens and the model; one line each"
+                   ).set_defaults(func=cmd_doctor)
+    ins = sub.add_parser("install-service", help="write the systemd unit (user or system) for this install")
+    where = ins.add_mutually_exclusive_group(required=True)
+    where.add_argument("--user", action="store_true", help="a user unit (~/.config/systemd/user)")
+    where.add_argument("--system", action="store_true", help="a system unit (/etc/systemd/system; needs root)")
+    ins.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
+    ins.add_argument("--enable", action="store_true",
+                     help="also run daemon-reload and enable --now (and enable linger for a user unit)")
+    ins.add_argument("--unit-dir", help="write the unit here instead of the standard directory")
+    ins.set_defaults(func=cmd_install_service)
     return parser
 
 

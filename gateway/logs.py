@@ -27,7 +27,7 @@ QUIET_LIBRARIES = ("aiogram", "discord", "slack_bolt", "slack_sdk", "httpx", "ht
 
 # Shapes of credentials that may reach a log line without being in the config (a pasted key, a URL).
 TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"\b\d{6,12}:[A-Za-z0-9_-]{30,}",                      # Telegram bot token (also inside /bot<token>/ URLs)
+    r"(?<![0-9])\d{6,12}:[A-Za-z0-9_-]{30,}",               # Telegram bot token (also inside /bot<token>/ URLs)
     r"\bxox[abposre]-[A-Za-z0-9-]{8,}",                    # Slack bot/user/config tokens
     r"\bxapp-\d-[A-Za-z0-9-]{8,}",                         # Slack app-level token
     r"\bsk-(?:ant-|proj-|or-)?[A-Za-z0-9_-]{16,}",          # Anthropic, OpenAI, OpenRouter keys

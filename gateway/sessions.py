@@ -23,6 +23,7 @@ from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
 from gateway.events import (Adapter, Attachment, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
                             TypingIndicator)
 from gateway.llm import ChatMessage, LLMReply
+from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
 from gateway.store import MessageRow, SessionRow, Store, parse_iso
 from gateway.tools import ToolContext
@@ -141,7 +142,8 @@ class SessionManager:
     def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
                  adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
-                 commands: CommandHandler | None = None, compressor: Compressor | None = None) -> None:
+                 commands: CommandHandler | None = None, compressor: Compressor | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.config = config
         self.store = store
         self.agent = agent
@@ -154,6 +156,7 @@ class SessionManager:
         self.gate = gate
         self.commands = commands
         self.compressor = compressor
+        self.metrics = metrics
         self._lanes: dict[str, _Lane] = {}
         self._busy_noticed: dict[str, datetime] = {}  # per session key; outlives the lane (notice ≤ 1 per 30 s)
         self._notices: set[asyncio.Task[Any]] = set()
@@ -348,6 +351,8 @@ class SessionManager:
             self.hooks.session_touched(self.store.session(session.id), now)
         turn = f"t{inbound_id}"
         log.info("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+        log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
+                  inbound.text)
         if ended and self._notify_reset(session):
             await self.outbox.post(f"r{inbound_id}", inbound.chat, _reset_notice(ended))
         try:
@@ -361,6 +366,7 @@ class SessionManager:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
             self.store.set_inbound_status(inbound_id, "failed", now=self.clock(), session_id=session.id)
+            self._count_turn(inbound.chat.platform, "error", now, error_kind(exc))
             text = str(exc) if isinstance(exc, LLMNotConfigured) else ERROR_TEXT.format(why=why)
             await self.outbox.post(f"e{inbound_id}", inbound.chat, text,
                                    kind=OutboundKind.ERROR, reply_to_id=inbound.message_id)
@@ -369,6 +375,7 @@ class SessionManager:
             raise
         except Exception:
             log.exception("turn crashed platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+            self._count_turn(inbound.chat.platform, "crash", now, "turn_crash")
             self.store.set_inbound_status(inbound_id, "failed", now=self.clock(), session_id=session.id)
             await self.outbox.post(f"e{inbound_id}", inbound.chat, "Sorry, something went wrong on my side. "
                                    "Please try again.", kind=OutboundKind.ERROR, reply_to_id=inbound.message_id)
@@ -379,9 +386,16 @@ class SessionManager:
         self.store.complete_turn(session.id, [stored_user, *result.messages], rows, inbound_id, now=self.clock(),
                                  turn_id=turn)
         self.turns_done += 1
+        self._count_turn(inbound.chat.platform, "ok", now)
         log.info("turn done platform=%s session=%s turn=%s iterations=%s tools=%s", inbound.chat.platform,
                  session.id, turn, result.iterations, result.tool_calls)
         await self.outbox.deliver(turn)
+
+    def _count_turn(self, platform: str, outcome: str, started: datetime, error: str | None = None) -> None:
+        if self.metrics is not None:
+            self.metrics.turn(platform, outcome, (self.clock() - started).total_seconds())
+            if error is not None:
+                self.metrics.error(error)
 
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
                          user_msg: ChatMessage) -> TurnResult:

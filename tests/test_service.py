@@ -1,0 +1,359 @@
+"""Running as a service: the systemd units checked offline (verify with no stderr, exposure score, [Install]),
+`gateway install-service`, exit codes (0 / 75 / 78) and the SIGTERM drain of a real `gateway run` subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gateway.service import UnitSpec, gateway_executable, render_unit
+from tests.daemon_proc import GATEWAY, DaemonProc, WebChatClient, free_port
+from tests.fakes.base import Delay
+from tests.fakes.llm import FakeLLM
+
+REPO = Path(__file__).resolve().parent.parent
+needs_systemd = pytest.mark.skipif(shutil.which("systemd-analyze") is None or shutil.which("systemctl") is None,
+                                   reason="systemd-analyze/systemctl not installed (apt-get install -y systemd)")
+
+
+def system_spec(**kw: object) -> UnitSpec:
+    """The system unit as install-service writes it here: ExecStart is this venv's real `gateway`."""
+    return UnitSpec(mode="system", exec_path=gateway_executable(), home="/var/lib/agent-gateway",
+                    env_file="/etc/agent-gateway/env", **kw)  # type: ignore[arg-type]
+
+
+def user_spec(tmp_path: Path) -> UnitSpec:
+    return UnitSpec(mode="user", exec_path=gateway_executable(), home=str(tmp_path / "home"),
+                    env_file=str(tmp_path / "env"))
+
+
+def write(tmp_path: Path, text: str, name: str = "agent-gateway.service") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def analyze(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True, check=False, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def verify(unit: Path, *, user: bool = False, tmp_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`systemd-analyze verify`; a user manager needs an XDG_RUNTIME_DIR to exist."""
+    if not user:
+        return analyze("verify", str(unit))
+    assert tmp_path is not None
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    return analyze("--user", "verify", str(unit), env={"XDG_RUNTIME_DIR": str(runtime)})
+
+
+# ---------------------------------------------------------------------------------------------- the units
+@needs_systemd
+def test_system_unit_verifies_with_no_stderr(tmp_path: Path) -> None:
+    done = verify(write(tmp_path, render_unit(system_spec())))
+    # Unknown keys and bad values are only warnings (exit 0): any stderr at all is a failure.
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@needs_systemd
+def test_user_unit_verifies_with_no_stderr(tmp_path: Path) -> None:
+    done = verify(write(tmp_path, render_unit(user_spec(tmp_path))), user=True, tmp_path=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@needs_systemd
+def test_the_stderr_rule_catches_what_the_exit_code_misses(tmp_path: Path) -> None:
+    broken = render_unit(system_spec()).replace("TimeoutStopSec=", "TimeoutStopSc=").replace(
+        "Restart=always", "Restart=sometimes")
+    done = verify(write(tmp_path, broken))
+    assert done.returncode == 0  # systemd only warns...
+    assert "Unknown key" in done.stderr and "TimeoutStopSc" in done.stderr  # ...on stderr
+    missing = render_unit(UnitSpec("system", "/nonexistent/gateway", "/var/lib/agent-gateway", "/etc/x"))
+    assert verify(write(tmp_path, missing, "missing.service")).returncode != 0
+
+
+@needs_systemd
+def test_system_unit_exposure_is_at_most_2(tmp_path: Path) -> None:
+    unit = write(tmp_path, render_unit(system_spec()))
+    done = analyze("security", "--offline=true", "--no-pager", str(unit))
+    assert done.returncode == 0, done.stderr
+    score = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", done.stdout).group(1))  # type: ignore[union-attr]
+    assert score <= 2.0, done.stdout
+    # --threshold is on a 0–100 scale (2.0 shown = 20): non-zero exit above it.
+    assert analyze("security", "--offline=true", "--threshold=20", str(unit)).returncode == 0
+
+
+@needs_systemd
+def test_install_sections_enable_into_a_scratch_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    system_dir, user_dir = root / "etc/systemd/system", root / "etc/systemd/user"
+    system_dir.mkdir(parents=True)
+    user_dir.mkdir(parents=True)
+    write(system_dir, render_unit(system_spec()))
+    write(user_dir, render_unit(user_spec(tmp_path)))
+    for scope in ([], ["--global"]):
+        done = subprocess.run(["systemctl", f"--root={root}", *scope, "enable", "agent-gateway.service"],
+                              capture_output=True, text=True, check=False, timeout=60)
+        assert done.returncode == 0, done.stderr
+    assert (system_dir / "multi-user.target.wants/agent-gateway.service").is_symlink()
+    assert (user_dir / "default.target.wants/agent-gateway.service").is_symlink()
+
+
+def directives(text: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            found.setdefault(key, []).append(value)
+    return found
+
+
+def test_system_unit_directives() -> None:
+    d = directives(render_unit(system_spec()))
+    expected = {"Type": "notify", "WatchdogSec": "30", "Restart": "always", "RestartForceExitStatus": "75",
+                "RestartPreventExitStatus": "78", "KillMode": "mixed", "DynamicUser": "yes",
+                "StateDirectory": "agent-gateway", "EnvironmentFile": "-/etc/agent-gateway/env",
+                "Environment": "GATEWAY_HOME=/var/lib/agent-gateway", "NoNewPrivileges": "yes",
+                "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "PrivateDevices": "yes",
+                "ProtectKernelTunables": "yes", "ProtectKernelModules": "yes", "ProtectKernelLogs": "yes",
+                "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX", "CapabilityBoundingSet": "",
+                "WantedBy": "multi-user.target"}
+    for key, value in expected.items():
+        assert value in d[key], (key, d.get(key))
+    assert "@system-service" in d["SystemCallFilter"]
+    assert d["ExecStart"] == [f"{gateway_executable()} --log-format json run"]
+    assert int(d["TimeoutStopSec"][0]) >= 20 + 20  # comfortably above daemon.drain_seconds (default 20)
+
+
+def test_timeout_stop_follows_the_drain_deadline_and_home_rules() -> None:
+    assert directives(render_unit(system_spec(drain_seconds=90)))["TimeoutStopSec"] == ["115"]
+    under_home = UnitSpec("system", "/home/me/venv/bin/gateway", "/var/lib/agent-gateway", "/etc/x")
+    assert directives(render_unit(under_home))["ProtectHome"] == ["read-only"]  # or ExecStart would vanish
+    custom = UnitSpec("system", "/opt/x/gateway", "/var/lib/gw-two", "/etc/x")
+    assert directives(render_unit(custom))["StateDirectory"] == ["gw-two"]
+
+
+def test_user_unit_directives(tmp_path: Path) -> None:
+    d = directives(render_unit(user_spec(tmp_path)))
+    assert d["Type"] == ["notify"] and d["WantedBy"] == ["default.target"]
+    assert d["Environment"][0] == f"GATEWAY_HOME={tmp_path / 'home'}"
+    assert "DynamicUser" not in d and "RestartPreventExitStatus" in d and d["NoNewPrivileges"] == ["yes"]
+
+
+def test_the_shipped_units_are_what_install_service_renders() -> None:
+    system = UnitSpec("system", "/opt/agent-gateway/venv/bin/gateway", "/var/lib/agent-gateway",
+                      "/etc/agent-gateway/env")
+    user = UnitSpec("user", "%h/.local/bin/gateway", "%h/.agent-gateway", "%h/.config/agent-gateway/env")
+    assert (REPO / "systemd/agent-gateway.service").read_text() == render_unit(system)
+    assert (REPO / "systemd/agent-gateway.user.service").read_text() == render_unit(user)
+
+
+# ---------------------------------------------------------------------------------------------- install-service
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    return subprocess.run([GATEWAY, *args], capture_output=True, text=True, check=False, timeout=120,
+                          env={**base, **(env or {})})
+
+
+def test_install_service_dry_run_prints_the_unit_and_writes_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "gwhome"
+    done = run_cli("--home", str(home), "install-service", "--user", "--dry-run", "--enable",
+                   env={"HOME": str(tmp_path), "USER": "tester"})
+    assert done.returncode == 0, done.stderr
+    assert f"# would write {tmp_path}/.config/systemd/user/agent-gateway.service:" in done.stdout
+    assert f"ExecStart={gateway_executable()} --log-format json run" in done.stdout
+    assert f"Environment=GATEWAY_HOME={home}" in done.stdout
+    assert "# would run: systemctl --user daemon-reload" in done.stdout
+    assert "# would run: systemctl --user enable --now agent-gateway.service" in done.stdout
+    assert not (tmp_path / ".config").exists() and not home.exists()
+
+
+@needs_systemd
+def test_install_service_writes_a_user_unit_that_verifies(tmp_path: Path) -> None:
+    units = tmp_path / "units"
+    done = run_cli("--home", str(tmp_path / "gwhome"), "install-service", "--user", "--unit-dir", str(units),
+                   env={"HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    unit = units / "agent-gateway.service"
+    env_file = tmp_path / ".config/agent-gateway/env"
+    assert f"wrote {unit}" in done.stdout and f"created {env_file} (mode 0600)" in done.stdout
+    assert "next: systemctl --user enable --now agent-gateway.service" in done.stdout
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert verify(unit, user=True, tmp_path=tmp_path).stderr == ""
+
+
+def test_install_service_enable_runs_systemctl_and_linger(tmp_path: Path) -> None:
+    """`systemctl`/`loginctl` are stand-ins on PATH that record their arguments (no systemd PID 1 here)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for tool in ("systemctl", "loginctl"):
+        script = bin_dir / tool
+        script.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {log}\n")
+        script.chmod(0o755)
+    done = run_cli("--home", str(tmp_path / "gwhome"), "install-service", "--user", "--enable",
+                   "--unit-dir", str(tmp_path / "units"),
+                   env={"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "tester",
+                        "LOGNAME": "tester"})
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert calls[:2] == ["systemctl --user daemon-reload", "systemctl --user enable --now agent-gateway.service"]
+    if not Path("/var/lib/systemd/linger/tester").exists():
+        assert calls[2:] == ["loginctl enable-linger tester"]
+    assert "ran: systemctl --user enable --now agent-gateway.service" in done.stdout
+
+
+def test_install_service_reports_a_failing_systemctl(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text("#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    done = run_cli("install-service", "--user", "--enable", "--unit-dir", str(tmp_path / "units"),
+                   env={"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "tester"})
+    assert done.returncode == 1
+    assert "failed: systemctl --user daemon-reload (exit 1): System has not been booted with systemd" in done.stdout
+
+
+def test_a_system_home_must_live_under_var_lib(tmp_path: Path) -> None:
+    done = run_cli("--home", str(tmp_path / "elsewhere"), "install-service", "--system", "--dry-run")
+    assert done.returncode == 1
+    assert "keeps its home under /var/lib" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------- exit codes
+def test_bad_config_exits_78(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("session_reset:\n  mode: sometimes\n")
+    done = run_cli("--home", str(home), "run")
+    assert done.returncode == 78
+    assert f"{home}/config.yaml:2: session_reset.mode" in done.stderr
+
+
+def test_a_taken_port_exits_75_so_systemd_retries(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        (home / "config.yaml").write_text(f"web:\n  port: {taken.getsockname()[1]}\n")
+        done = run_cli("--home", str(home), "--log-format", "json", "run")
+    assert done.returncode == 75, done.stderr
+    assert "cannot start" in done.stderr and "exiting 75" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------- drain
+def daemon_config(home: Path, llm: FakeLLM, port: int, *, drain: float) -> None:
+    home.mkdir(exist_ok=True)
+    (home / "config.yaml").write_text(textwrap.dedent(f"""\
+        model:
+          provider: anthropic
+          name: claude-test
+          base_url: {llm.base_url}
+          api_key: test-key
+          max_retries: 0
+        web:
+          port: {port}
+        daemon:
+          drain_seconds: {drain}
+        """))
+
+
+def inbound_rows(home: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(home / "state.db") as db:
+        return list(db.execute("SELECT text, status FROM inbound ORDER BY id"))
+
+
+def sent_replies(home: Path) -> list[str]:
+    with sqlite3.connect(home / "state.db") as db:
+        return [r[0] for r in db.execute("SELECT text FROM outbound WHERE status = 'sent' AND kind = 'reply'")]
+
+
+async def test_sigterm_drains_a_turn_in_flight_and_delivers_it(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    home, port = tmp_path / "home", free_port()
+    daemon_config(home, fake_llm, port, drain=20)
+    fake_llm.script(Delay(3.0))  # the model is still thinking when SIGTERM arrives
+    daemon = DaemonProc(home)
+    await daemon.start()
+    try:
+        await daemon.wait_ready()
+        async with WebChatClient(port) as tab:
+            await tab.say("slow question")
+            await fake_llm.wait_for_call("/v1/messages", timeout=30)
+            await daemon.signal(signal.SIGTERM)
+            assert daemon.notify is not None
+            await daemon.notify.wait_for("STOPPING=1")
+            assert not [m for m in tab.received if m.get("type") == "message"]  # still in flight at STOPPING
+            reply = await tab.next("message")
+        code = await daemon.wait()
+    finally:
+        await daemon.kill()
+    assert code == 0, daemon.output()
+    assert reply["kind"] == "reply" and reply["text"] == "echo: slow question [users=1]"
+    assert inbound_rows(home) == [("slow question", "answered")]
+    assert sent_replies(home) == ["echo: slow question [users=1]"]
+    logs = [r["msg"] for r in daemon.log_records()]
+    assert not any("drain deadline" in m for m in logs)
+
+
+async def test_a_turn_past_the_drain_deadline_is_stored_and_answered_after_restart(
+        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    home, port = tmp_path / "home", free_port()
+    daemon_config(home, fake_llm, port, drain=0.5)
+    fake_llm.script(Delay(60.0))  # never answers in time
+    first = DaemonProc(home)
+    await first.start()
+    try:
+        await first.wait_ready()
+        async with WebChatClient(port) as tab:
+            await tab.say("very slow question")
+            await fake_llm.wait_for_call("/v1/messages", timeout=30)
+            await first.signal(signal.SIGTERM)
+            code = await first.wait()
+    finally:
+        await first.kill()
+    assert code == 0, first.output()
+    assert any("drain deadline" in r["msg"] for r in first.log_records())
+    assert inbound_rows(home) == [("very slow question", "running")]  # stored, unanswered: replayed next boot
+    assert sent_replies(home) == []
+
+    second = DaemonProc(home)
+    await second.start()
+    try:
+        await second.wait_ready()
+        await fake_llm.wait_for_call("/v1/messages", count=2, timeout=30)
+        await fake_llm.wait_until(lambda: inbound_rows(home)[0][1] == "answered", timeout=30)
+        await fake_llm.wait_until(lambda: bool(sent_replies(home)), timeout=30)
+        assert await second.stop() == 0
+    finally:
+        await second.kill()
+    assert sent_replies(home) == ["echo: very slow question [users=1]"]
+
+
+async def test_sighup_drains_then_asks_for_a_restart(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    home, port = tmp_path / "home", free_port()
+    daemon_config(home, fake_llm, port, drain=20)
+    daemon = DaemonProc(home)
+    await daemon.start()
+    try:
+        await daemon.wait_ready()
+        await daemon.signal(signal.SIGHUP)
+        code = await daemon.wait()
+    finally:
+        await daemon.kill()
+    assert code == 75, daemon.output()
+    assert any("SIGHUP" in r["msg"] for r in daemon.log_records())
+
+
+def test_gateway_executable_is_this_venvs() -> None:
+    assert gateway_executable() == str(Path(sys.executable).parent / "gateway")
