@@ -33,10 +33,14 @@ ALICE, BOB, CAROL, STRANGER = 1001, 1002, 1003, 6666
 GROUP, FORUM = -100500, -100700
 
 
-def telegram_yaml(fake: FakeTelegram, extra: str = "", token: str = TOKEN) -> str:
+ALLOWED = (str(ALICE), str(BOB), "@carol_t")
+
+
+def telegram_yaml(fake: FakeTelegram, extra: str = "", token: str = TOKEN, allowed: tuple[str, ...] = ALLOWED) -> str:
+    users = ", ".join(f"'{u}'" for u in allowed)
     return (f"web:\n  enabled: false\n"
             f"telegram:\n  token: '{token}'\n  api_server: {fake.base_url}\n  polling_timeout: 1\n"
-            f"  allowed_users: ['{ALICE}', '{BOB}', '@carol_t']\n{extra}")
+            f"  allowed_users: [{users}]\n{extra}")
 
 
 class VirtualTime:
@@ -419,6 +423,32 @@ async def test_photo_caption_reaches_the_model_with_an_attachment_note(home: Pat
             "photo": [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 1234}]}})
         sent = await fake_telegram.wait_for_sent(ALICE)
         assert sent.text == "echo: what is this?\n[attachments not loaded: photo] [users=1]"
+
+
+async def test_channel_posts_answered_when_configured(home: Path, fake_llm: FakeLLM) -> None:
+    channel = -100900
+    tg = FakeTelegram()
+    await tg.start()
+    try:
+        write_config(home, provider="anthropic", base_url=fake_llm.base_url,
+                     extra=telegram_yaml(tg, "  answer_channel_posts: true\n", allowed=(str(channel),)))
+        config = load_config(home, env={})
+        assert config.telegram is not None
+        daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                        install_signals=False)
+        await daemon.start()
+        try:
+            chat = {"id": channel, "type": "channel", "title": "News"}
+            for i, text in enumerate(("morning post", "@gw_test_bot summarize this"), start=1):
+                tg.inject_update({"channel_post": {"message_id": i, "date": int(time.time()), "chat": chat,
+                                                   "sender_chat": chat, "text": text,
+                                                   "entities": make_update_entities(text)}})
+            sent = await tg.wait_for_sent(channel)
+            assert sent.text == "echo: [News] summarize this [users=1]"  # the unmentioned post was dropped
+        finally:
+            await daemon.stop()
+    finally:
+        await tg.stop()
 
 
 # ---------------------------------------------------------------------------------------- webhook
