@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from gateway.errors import AdapterFatal
+from gateway.errors import AdapterFatal, GatewayError
 from gateway.events import Adapter, AdapterHealth, Inbound, Pingable, Submit, SubmitResult, Watchable
 
 log = logging.getLogger(__name__)
@@ -263,5 +263,8 @@ class Supervisor:
 
 
 def _describe(exc: BaseException) -> str:
+    """Our errors are worded for people already; a foreign one gets its type name in front."""
     text = str(exc)
+    if isinstance(exc, GatewayError) and text:
+        return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
