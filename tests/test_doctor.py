@@ -1,0 +1,183 @@
+"""`gateway doctor` against the wire fakes: each platform's own auth call at the configured API base, the model
+endpoint, home permissions and database integrity; one line per check with a fix hint, and its exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gateway.doctor import Check, Doctor, exit_code, render
+from gateway.store import Store
+from tests.daemon_proc import GATEWAY
+from tests.fakes.discord import API, FakeDiscord
+from tests.fakes.discord import TOKEN as DISCORD_TOKEN
+from tests.fakes.llm import FakeLLM
+from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
+from tests.fakes.telegram import BOT_ID, BOT_USERNAME, FakeTelegram
+from tests.fakes.telegram import TOKEN as TELEGRAM_TOKEN
+
+
+def write_home(home: Path, *, llm: FakeLLM, telegram: FakeTelegram, discord: FakeDiscord, slack: FakeSlack,
+               tg_token: str = TELEGRAM_TOKEN, dc_token: str = DISCORD_TOKEN, bot_token: str = BOT_TOKEN,
+               model_key: str = "test-key") -> None:
+    home.chmod(0o700)
+    (home / "config.yaml").write_text(textwrap.dedent(f"""\
+        model:
+          provider: anthropic
+          name: claude-test
+          base_url: {llm.base_url}
+          api_key: {model_key}
+          max_retries: 0
+        web:
+          port: 9
+        telegram:
+          token: "{tg_token}"
+          api_server: {telegram.base_url}
+        discord:
+          token: {dc_token}
+          api_base: {discord.base_url}{API}
+        slack:
+          bot_token: {bot_token}
+          app_token: {APP_TOKEN}
+          api_url: {slack.api_base_url}
+        """))
+    (home / "config.yaml").chmod(0o600)
+
+
+def lines(checks: list[Check]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for c in checks:
+        found.setdefault(c.name, []).append(c.line())
+    return found
+
+
+async def test_everything_healthy(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
+                                  fake_discord: FakeDiscord, fake_slack: FakeSlack) -> None:
+    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack)
+    Store(home / "state.db").close()
+    checks = await Doctor(home, {}).run()
+    got = lines(checks)
+    assert got["config"] == [f"ok   config    {home}/config.yaml (model anthropic/claude-test; "
+                             "platforms: telegram, discord, slack)"]
+    assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
+    assert got["database"][0].startswith("ok   database  state.db integrity ok (")
+    assert got["telegram"] == [f"ok   telegram  getMe: @{BOT_USERNAME} (id {BOT_ID})"]
+    assert got["discord"][0].startswith("ok   discord   /users/@me: gatewaybot (id ")
+    assert got["slack"] == ["ok   slack     auth.test: gatewaybot in Fake Team",
+                            "ok   slack     apps.connections.open: app token can open Socket Mode"]
+    assert got["model"][0].startswith("ok   model     anthropic/claude-test answered (")
+    assert got["daemon"] == ["skip daemon    not running (nothing answers at http://127.0.0.1:9)"]
+    assert exit_code(checks) == 0
+    assert fake_telegram.calls_to("getme") and fake_discord.calls and fake_slack.calls_to("auth.test")
+    assert len(fake_llm.anthropic_requests()) == 1
+
+
+async def test_rejected_tokens_fail_with_a_fix_and_are_never_printed(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, fake_discord: FakeDiscord,
+        fake_slack: FakeSlack) -> None:
+    bad_tg, bad_dc, bad_slack = "111111:AAwrong-token-for-the-fake-bot-api-0000", "WRONG.DISCORD.TOKEN", "xoxb-wrong"
+    fake_llm.api_key = "the-right-key"
+    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack,
+               tg_token=bad_tg, dc_token=bad_dc, bot_token=bad_slack, model_key="a-wrong-model-key")
+    checks = await Doctor(home, {}).run()
+    got = lines(checks)
+    assert got["telegram"] == ["FAIL telegram  getMe: token rejected (401) — fix: put the token from @BotFather in "
+                               "telegram.token (e.g. ${TELEGRAM_BOT_TOKEN})"]
+    assert got["discord"] == ["FAIL discord   /users/@me: token rejected (401) — fix: reset the bot token in the "
+                              "Developer Portal (Bot → Reset Token) and set discord.token"]
+    assert got["slack"][0] == ("FAIL slack     auth.test: invalid_auth — fix: set slack.bot_token to the app's "
+                               "Bot User OAuth Token (xoxb-...)")
+    assert got["model"][0].startswith("FAIL model     anthropic/claude-test: rejected: ")
+    assert got["model"][0].endswith("— fix: check model.name and the API key (model.api_key_env)")
+    assert exit_code(checks) == 1
+    text = render(checks)
+    for secret in (bad_tg, bad_dc, "a-wrong-model-key"):
+        assert secret not in text
+
+
+async def test_unreachable_endpoints(home: Path) -> None:
+    home.chmod(0o700)
+    (home / "config.yaml").write_text(textwrap.dedent("""\
+        model: {provider: openai, name: gpt-test, base_url: "http://127.0.0.1:9/v1", api_key: k, max_retries: 0}
+        telegram: {token: "123456:AAxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", api_server: "http://127.0.0.1:9"}
+        """))
+    (home / "config.yaml").chmod(0o600)
+    got = lines(await Doctor(home, {}, timeout=5).run())
+    assert got["telegram"][0].startswith("FAIL telegram  getMe at http://127.0.0.1:9: unreachable (")
+    assert got["telegram"][0].endswith("— fix: check the network and telegram.api_server")
+    assert "123456:AA" not in got["telegram"][0]
+    assert got["model"][0].startswith("FAIL model     openai/gpt-test: unavailable: ")
+
+
+def test_broken_config_exits_78_and_skips_the_network_checks(home: Path) -> None:
+    (home / "config.yaml").write_text("web:\n  port: many\n")
+    checks = asyncio.run(Doctor(home, {}).run())
+    assert [c.name for c in checks] == ["config", "home", "home", "database"]
+    assert checks[0].line().startswith(f"FAIL config    {home}/config.yaml:2: web.port")
+    assert checks[0].line().endswith("— fix: edit config.yaml; `gateway config check` lists every error")
+    assert exit_code(checks) == 78
+
+
+def test_loose_permissions(home: Path) -> None:
+    home.chmod(0o777)
+    (home / "config.yaml").write_text("web:\n  port: 9\n")
+    (home / "config.yaml").chmod(0o644)
+    got = lines(asyncio.run(Doctor(home, {}).run()))
+    assert got["home"] == [
+        f"FAIL home      {home} is writable by group/others (drwxrwxrwx) — fix: chmod 700 {home}",
+        f"WARN home      {home}/config.yaml is readable by group/others (-rw-r--r--) — fix: chmod 600 "
+        f"{home}/config.yaml"]
+    home.chmod(0o750)
+    got = lines(asyncio.run(Doctor(home, {}).run()))
+    assert got["home"][0].startswith(f"WARN home      {home} is readable by group/others (drwxr-x---)")
+
+
+def test_a_damaged_database_fails_with_the_restore_hint(home: Path) -> None:
+    home.chmod(0o700)
+    (home / "state.db").write_bytes(b"this is not a database " * 200)
+    got = lines(asyncio.run(Doctor(home, {}).run()))
+    assert got["database"][0].startswith(f"FAIL database  {home}/state.db: file is not a database")
+    assert "restore the latest backup" in got["database"][0]
+
+
+def test_a_corrupt_page_is_found_by_integrity_check(home: Path) -> None:
+    home.chmod(0o700)
+    store = Store(home / "state.db")
+    for i in range(400):
+        store.execute("INSERT INTO llm_calls (purpose, provider, model, input_tokens, output_tokens,"
+                      " cache_read_tokens, cache_write_tokens, created_at) VALUES ('turn', 'p', ?, 1, 1, 0, 0, 'x')",
+                      (f"model-{i}" * 20,))
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = store.conn.execute("PRAGMA page_size").fetchone()[0]
+    root = store.conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'llm_calls'").fetchone()[0]
+    store.close()
+    data = bytearray((home / "state.db").read_bytes())
+    start = (root - 1) * page_size
+    data[start + 12: start + 60] = b"\x00\x07" * 24  # the table's cell pointers now point into its header
+    (home / "state.db").write_bytes(bytes(data))
+    checks = asyncio.run(Doctor(home, {}).run())
+    db = [c for c in checks if c.name == "database"][0]
+    assert db.line().startswith("FAIL database  integrity_check: "), db.line()
+    assert db.line().endswith("— fix: stop the daemon, restore the latest backup (docs/operations.md: backups)")
+
+
+async def test_the_cli_prints_one_line_per_check(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
+                                                 fake_discord: FakeDiscord, fake_slack: FakeSlack) -> None:
+    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack)
+    proc = await asyncio.create_subprocess_exec(GATEWAY, "--home", str(home), "doctor",
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                env={"PATH": os.environ["PATH"]})
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode() + err.decode()
+    names = [line.split()[1] for line in out.decode().splitlines()]
+    assert names == ["config", "home", "database", "telegram", "discord", "slack", "slack", "model", "daemon"]
+
+
+@pytest.mark.parametrize("verdicts,code", [(("ok", "warn", "skip"), 0), (("ok", "fail"), 1)])
+def test_exit_codes(verdicts: tuple[str, ...], code: int) -> None:
+    checks = [Check(f"c{i}", v, "x") for i, v in enumerate(verdicts)]  # type: ignore[arg-type]
+    assert exit_code(checks) == code
