@@ -26,6 +26,8 @@ Verdict = Literal["ok", "warn", "fail", "skip"]
 HTTP_TIMEOUT_S = 10.0
 DISCORD_API = "https://discord.com/api/v10"
 SLACK_API = "https://slack.com/api/"
+DB_FIX = "stop the daemon; restore the latest backup (docs/operations.md: backups) or salvage with " \
+    "`sqlite3 state.db .recover`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,19 +111,23 @@ class Doctor:
         path = self.home / "state.db"
         if not path.exists():
             return Check("database", "ok", f"no {path.name} yet (created on the first run)")
+        step = "open"
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
             try:
+                step = "integrity_check"
                 rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-                migrations = conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0]
+                step = "schema"
+                migrations = conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] \
+                    if rows == ["ok"] else 0
             finally:
                 conn.close()
         except sqlite3.Error as exc:
-            return Check("database", "fail", f"{path}: {exc}",
-                         "restore the latest backup (docs/operations.md: backups) or `sqlite3 state.db .recover`")
+            rows = [f"{exc}"] if step == "integrity_check" else []
+            if not rows:
+                return Check("database", "fail", f"{path}: {exc}", DB_FIX)
         if rows != ["ok"]:
-            return Check("database", "fail", f"integrity_check: {'; '.join(rows[:3])}",
-                         "stop the daemon, restore the latest backup (docs/operations.md: backups)")
+            return Check("database", "fail", f"integrity_check: {'; '.join(rows[:3])}", DB_FIX)
         size = path.stat().st_size
         return Check("database", "ok", f"{path.name} integrity ok ({size // 1024:,} KiB, {migrations} migrations)")
 

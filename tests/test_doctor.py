@@ -140,7 +140,7 @@ def test_a_damaged_database_fails_with_the_restore_hint(home: Path) -> None:
     home.chmod(0o700)
     (home / "state.db").write_bytes(b"this is not a database " * 200)
     got = lines(asyncio.run(Doctor(home, {}).run()))
-    assert got["database"][0].startswith(f"FAIL database  {home}/state.db: file is not a database")
+    assert got["database"][0].startswith("FAIL database  integrity_check: file is not a database")
     assert "restore the latest backup" in got["database"][0]
 
 
@@ -162,7 +162,8 @@ def test_a_corrupt_page_is_found_by_integrity_check(home: Path) -> None:
     checks = asyncio.run(Doctor(home, {}).run())
     db = [c for c in checks if c.name == "database"][0]
     assert db.line().startswith("FAIL database  integrity_check: "), db.line()
-    assert db.line().endswith("— fix: stop the daemon, restore the latest backup (docs/operations.md: backups)")
+    assert db.line().endswith("— fix: stop the daemon; restore the latest backup (docs/operations.md: backups) or "
+                              "salvage with `sqlite3 state.db .recover`")
 
 
 async def test_the_cli_prints_one_line_per_check(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
