@@ -316,8 +316,8 @@ class DiscordAdapter:
         addressed = place.chat_type == "dm" or said.mentioned or replied == me.id or place.bot_thread
         if place.chat_type != "dm" and self.config.require_mention and not addressed:
             return None
-        if (addressed and place.chat_type == "group" and place.thread_id is None
-                and self.config.thread_replies == "auto" and not said.text.startswith("/")):
+        if (addressed and isinstance(message.channel, discord.TextChannel) and self.config.thread_replies == "auto"
+                and not said.text.startswith("/")):
             place = await self._open_thread(message, place, said.text)
         self._remember(message)
         reference = message.reference
@@ -379,8 +379,11 @@ class DiscordAdapter:
                     return sent
             target = int(message.chat.thread_id or message.chat.chat_id)
             channel = client.get_partial_messageable(target)
-            posted = await channel.send(text, reference=reference_for(message, target, origin),
-                                        allowed_mentions=mentions)
+            reference = reference_for(message, target, origin)
+            if reference is not None:
+                posted = await channel.send(text, reference=reference, allowed_mentions=mentions)
+            else:
+                posted = await channel.send(text, allowed_mentions=mentions)
         except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise translate_error(exc) from None
         return str(posted.id)
@@ -396,6 +399,7 @@ class DiscordAdapter:
                                   mentions: discord.AllowedMentions) -> str | None:
         """The first message replaces the "thinking…" placeholder; later ones are follow-ups."""
         interaction = pending.interaction
+        sent: discord.Message
         try:
             if not pending.answered:
                 sent = await interaction.edit_original_response(content=text, allowed_mentions=mentions)
@@ -462,6 +466,7 @@ def addressing(content: str, me_id: int, *, users: Mapping[int, str], roles: Map
 
     text = _MENTION.sub(readable, content)
     text = re.sub(r"^\s*\x00[,:;]?\s*", "", text)  # "@bot, what…" → "what…"
+    text = re.sub(r"(?m)^[ \t]*\x00[ \t]*\n", "", text)  # a line that only mentioned us
     text = re.sub(r"[ \t]*\x00", "", text)
     return Addressing(text=text.strip(), mentioned=mentioned)
 

@@ -21,7 +21,7 @@ from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
 from gateway.errors import AdapterFatal
 from gateway.events import AdapterHealth
 from tests.fakes.discord import (BOT_ID, CHANNEL_ID, GUILD_ID, OTHER_USER_ID, TOKEN, USER_ID, FakeDiscord,
-                                 discord_error, now_iso)
+                                 discord_error, now_iso, rate_limited)
 from tests.fakes.llm import FakeLLM, Reply
 from tests.helpers import RecordingAdapter, inbound, write_config
 
@@ -91,7 +91,8 @@ def ref_id(message: Any) -> str | None:
     return str(ref["message_id"]) if ref else None
 
 
-async def add_thread(fake: FakeDiscord, thread_id: str, name: str, owner: str = USER_ID) -> None:
+async def add_thread(fake: FakeDiscord, thread_id: str, name: str, owner: str = USER_ID, *,
+                     dispatch: bool = True) -> None:
     """A thread a user opened in #general (THREAD_CREATE, as Discord sends it)."""
     stamp = now_iso()
     thread = {"id": thread_id, "guild_id": GUILD_ID, "parent_id": CHANNEL_ID, "owner_id": owner, "name": name,
@@ -100,7 +101,8 @@ async def add_thread(fake: FakeDiscord, thread_id: str, name: str, owner: str = 
               "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "archive_timestamp": stamp,
                                   "locked": False, "create_timestamp": stamp}}
     fake.channels[thread_id] = thread
-    await fake.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+    if dispatch:
+        await fake.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
 
 
 # ------------------------------------------------------------------------------------------------ DMs
@@ -211,6 +213,18 @@ async def test_threads_are_separate_sessions(home: Path, fake_llm: FakeLLM, fake
         assert tuple(rows[0]) == (CHANNEL_ID, thread_a)  # the parent channel is the chat; the thread is the thread
 
 
+async def test_a_thread_missing_from_the_cache_is_looked_up(home: Path, fake_llm: FakeLLM,
+                                                          fake_discord: FakeDiscord) -> None:
+    thread = "310000000000000003"
+    async with running(home, fake_llm, fake_discord) as run:
+        await add_thread(fake_discord, thread, "old", dispatch=False)  # opened before the bot connected
+        await fake_discord.push_message(thread, f"{MENTION} still there?", mentions=[BOT_ID])
+        reply = await fake_discord.wait_for_sent(thread)
+        assert reply.content == "echo: [Alice] still there? [users=1]"
+        assert len(fake_discord.calls_to(f"GET /channels/{thread}")) == 1
+        assert run.session_keys() == {f"discord:group:{CHANNEL_ID}:{thread}"}
+
+
 async def test_thread_replies_auto_opens_a_thread_and_continues_there(home: Path, fake_llm: FakeLLM,
                                                                        fake_discord: FakeDiscord) -> None:
     async with running(home, fake_llm, fake_discord, "  thread_replies: auto\n") as run:
@@ -259,6 +273,18 @@ async def test_missing_permissions_fail_the_reply_without_retries(home: Path, fa
         row = run.gw.store.all("SELECT last_error FROM outbound")[0]
         assert "50013" in row["last_error"]
         assert len(fake_discord.calls_to(f"POST /channels/{CHANNEL_ID}/messages")) == 1
+
+
+async def test_a_rate_limit_is_waited_out_by_discord_py(home: Path, fake_llm: FakeLLM,
+                                                       fake_discord: FakeDiscord) -> None:
+    fake_discord.fail("POST /channels/{cid}/messages", rate_limited(0.05))
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.push_message(CHANNEL_ID, f"{MENTION} hi", mentions=[BOT_ID])
+        assert (await fake_discord.wait_for_sent(CHANNEL_ID)).content == "echo: [Alice] hi [users=1]"
+        assert len(fake_discord.calls_to(f"POST /channels/{CHANNEL_ID}/messages")) == 2
+        await run.gw.sessions.wait_idle()
+        statuses = [r["status"] for r in run.gw.store.all("SELECT status FROM outbound")]
+        assert statuses == ["sent"]
 
 
 async def test_server_error_is_retried(home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
@@ -422,16 +448,18 @@ def test_platform_adapters_builds_the_discord_adapter(home: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ pure helpers
+def said(text: str) -> Addressing:
+    return addressing(text, int(BOT_ID), users={42: "Carol"}, roles={7: "mods", 8: "Gateway"}, bot_roles={8},
+                      channels={9: "general"})
+
+
 def test_addressing_strips_our_mention_and_names_the_rest() -> None:
-    me = int(BOT_ID)
-    names = {"users": {42: "Carol"}, "roles": {7: "mods", 8: "Gateway"}, "bot_roles": {8},
-             "channels": {9: "general"}}
-    assert addressing(f"<@{me}>, what's up?", me, **names) == Addressing("what's up?", mentioned=True)
-    assert addressing(f"hey <@!{me}> ask <@42> in <#9> and <@&7>", me, **names).text == \
-        "hey ask @Carol in #general and @mods"
-    assert addressing("<@&8> hello", me, **names).mentioned  # our managed bot role counts as a mention
-    assert not addressing("<@43> hello", me, **names).mentioned
-    assert addressing("<@43> hello", me, **names).text == "<@43> hello"  # unknown ids stay as they are
+    assert said(f"<@{BOT_ID}>, what's up?") == Addressing("what's up?", mentioned=True)
+    assert said(f"hey <@!{BOT_ID}> ask <@42> in <#9> and <@&7>") == Addressing(
+        "hey ask @Carol in #general and @mods", mentioned=True)
+    assert said("<@&8> hello") == Addressing("hello", mentioned=True)  # our managed bot role counts too
+    assert said("<@43> hello") == Addressing("<@43> hello")  # unknown ids stay as they are; no mention of us
+    assert said(f"two lines\n<@{BOT_ID}>\nthird") == Addressing("two lines\nthird", mentioned=True)
 
 
 def test_thread_name() -> None:
