@@ -56,6 +56,7 @@ class _Outcome(enum.Enum):
 def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts, *,
                 kind: OutboundKind, reply_to_id: str | None) -> list[dict[str, object]]:
     """Split one reply into chunk rows for the outbound table (pure; the same input gives the same rows)."""
+    chunks: list[tuple[str, str, tuple[TextEntity, ...]]]
     if facts.flavor == "markdown":
         chunks = [(markdown, to_plain(markdown), ())] if markdown.strip() else []
     else:
