@@ -6,6 +6,7 @@ on the next message (gateway/sessions.py) both ask the same question here, so th
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from functools import lru_cache
@@ -109,6 +110,35 @@ def deadline_for(policy: ResetPolicy, last_user_at: datetime, tz: tzinfo) -> Dea
     return min(found, key=lambda d: d.at) if found else None
 
 
+class _Boundaries:
+    """The daily `at_hour` boundaries as sorted UTC timestamps over a growing range of days, so the next
+    boundary after a moment is one bisect (the boot rebuild computes 100,000 of them)."""
+
+    def __init__(self, at_hour: int, tz: tzinfo) -> None:
+        self.at_hour = at_hour
+        self.tz = tz
+        self.stamps: list[float] = []
+
+    def after(self, ts: float) -> float:
+        stamps = self.stamps
+        i = bisect_right(stamps, ts)
+        if i == 0 or i == len(stamps):
+            self._cover(ts)
+            stamps = self.stamps
+            i = bisect_right(stamps, ts)
+        return stamps[i]
+
+    def _cover(self, ts: float) -> None:
+        day = datetime.fromtimestamp(ts, UTC).astimezone(self.tz).date()
+        lo, hi = day - timedelta(days=2), day + timedelta(days=3)
+        if self.stamps:
+            first = datetime.fromtimestamp(self.stamps[0], UTC).astimezone(self.tz).date()
+            last = datetime.fromtimestamp(self.stamps[-1], UTC).astimezone(self.tz).date()
+            lo, hi = min(lo, first), max(hi, last)
+        days = (hi - lo).days + 1
+        self.stamps = [_boundary_on(lo + timedelta(days=n), self.at_hour, self.tz).timestamp() for n in range(days)]
+
+
 class Policies:
     """The configured policies with the zone they are read in; one instance, shared by timers and commands."""
 
@@ -116,6 +146,8 @@ class Policies:
         self.cfg = cfg
         self.tz = local_zone(timezone)
         self._resolve = lru_cache(maxsize=64)(self._resolve_uncached)
+        self._fast: dict[tuple[str, str], tuple[float | None, _Boundaries | None]] = {}
+        self._bounds: dict[int, _Boundaries] = {}
 
     def _resolve_uncached(self, platform: str, chat_type: str) -> ResetPolicy:
         return resolve_policy(self.cfg, platform, chat_type)
@@ -123,8 +155,26 @@ class Policies:
     def policy(self, platform: str, chat_type: str) -> ResetPolicy:
         return self._resolve(platform, chat_type)
 
+    def deadline_ts(self, platform: str, chat_type: str, last_ts: float) -> tuple[float, str] | None:
+        """`deadline_for` on POSIX timestamps, without time zone arithmetic per call (the boot rebuild)."""
+        fast = self._fast.get((platform, chat_type))
+        if fast is None:
+            policy = self._resolve(platform, chat_type)
+            bounds = None
+            if policy.daily:
+                bounds = self._bounds.get(policy.at_hour) or self._bounds.setdefault(
+                    policy.at_hour, _Boundaries(policy.at_hour, self.tz))
+            fast = self._fast[(platform, chat_type)] = (policy.idle_minutes * 60 if policy.idle else None, bounds)
+        idle, bounds = fast
+        daily = bounds.after(last_ts) if bounds is not None else None
+        if idle is None:
+            return None if daily is None else (daily, "daily")
+        idle_at = last_ts + idle
+        return (daily, "daily") if daily is not None and daily < idle_at else (idle_at, "idle")
+
     def deadline(self, platform: str, chat_type: str, last_user_at: datetime) -> Deadline | None:
-        return deadline_for(self._resolve(platform, chat_type), last_user_at, self.tz)
+        found = self.deadline_ts(platform, chat_type, last_user_at.timestamp())
+        return None if found is None else Deadline(datetime.fromtimestamp(found[0], UTC), found[1])
 
     def session_deadline(self, session: SessionRow) -> Deadline | None:
         """Counted from the last real user message; a session without one counts from its creation."""

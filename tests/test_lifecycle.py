@@ -8,6 +8,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.config import ResetOverride, SessionResetConfig, load_config
 from gateway.errors import ConfigError
@@ -130,6 +132,24 @@ def test_daily_boundary_across_fall_back() -> None:
     # the day after the shift is 25 hours long: the deadline moves with the wall clock, not by 24 h
     assert daily_boundary_after(datetime(2030, 11, 2, 9, 0, tzinfo=UTC), 4, NEW_YORK) - \
         datetime(2030, 11, 2, 8, 0, tzinfo=UTC) == timedelta(hours=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(moment=st.datetimes(min_value=datetime(2029, 1, 1), max_value=datetime(2032, 12, 31), timezones=st.just(UTC)),
+       zone=st.sampled_from(["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC", "Asia/Kolkata"]),
+       at_hour=st.integers(0, 23), idle=st.floats(0.1, 5000), mode=st.sampled_from(MODES))
+def test_the_fast_deadline_path_agrees_with_the_definition(moment: datetime, zone: str, at_hour: int, idle: float,
+                                                           mode: str) -> None:
+    """The bisect table the boot rebuild uses gives exactly what the plain zone arithmetic gives."""
+    cfg = SessionResetConfig(mode=mode, idle_minutes=idle, at_hour=at_hour)  # type: ignore[arg-type]
+    policies = Policies(cfg, zone)
+    expected = deadline_for(resolve_policy(cfg, "cli", "dm"), moment, ZoneInfo(zone))
+    found = policies.deadline("cli", "dm", moment)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None and found.reason == expected.reason
+        assert abs((found.at - expected.at).total_seconds()) < 1e-5
 
 
 def test_describe_policy() -> None:
