@@ -37,7 +37,7 @@ class DeadlineTimers:
     """Deadlines by session key (one per active session) in a heap; one scheduler job at the earliest."""
 
     def __init__(self, scheduler: AsyncIOScheduler, clock: Clock,
-                 on_due: Callable[[list[tuple[str, int]]], Awaitable[None]]) -> None:
+                 on_due: Callable[[list[tuple[str, int]]], Awaitable[object]]) -> None:
         self.scheduler = scheduler
         self.clock = clock
         self.on_due = on_due

@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ async def _talk(gw: Gateway, *texts: str) -> None:
         await gw.sessions.wait_idle()
 
 
-def _flush_requests(fake: FakeLLM) -> list[dict[str, object]]:
+def _flush_requests(fake: FakeLLM) -> list[dict[str, Any]]:
     return [b for b in fake.anthropic_requests() if last_user_text(b).startswith(FLUSH_MARK)]
 
 
@@ -63,7 +64,7 @@ async def test_flush_reuses_the_sessions_cached_prefix(home: Path, caching_llm: 
     for turn in turns:  # byte for byte: the stored prompt and the same tool list, in the same order
         assert canonical(flush["system"]) == canonical(turn["system"])
         assert canonical(flush["tools"]) == canonical(turn["tools"])
-    assert [t["name"] for t in flush["tools"]] == ["memory", "session_search", "skill_view", "skill_manage"]  # type: ignore[index]
+    assert [t["name"] for t in flush["tools"]] == ["memory", "session_search", "skill_view", "skill_manage"]
     flush_usage = caching_llm.usages[-1]
     assert flush_usage.cache_read > 0
     store = Store(load_config(home).db_path)
@@ -75,7 +76,7 @@ async def test_flush_reuses_the_sessions_cached_prefix(home: Path, caching_llm: 
     finally:
         store.close()
     # the transcript precedes the instruction, which carries the live memory files
-    messages = flush["messages"]  # type: ignore[index]
+    messages = flush["messages"]
     assert messages[0]["content"][0]["text"] == "my name is Ada"
     assert adapter.texts()[-1] == "Started a new conversation. I still remember what I saved to memory."
 
@@ -112,7 +113,7 @@ async def test_only_memory_and_skill_tools_run_and_the_reply_is_not_sent(home: P
         assert gw.memory.entries("user") == ("Name: Ada; likes green tea",)
     assert len(_flush_requests(fake_llm)) == 1
     second = fake_llm.anthropic_requests()[-1]  # the flush's second step: it carries the tool results
-    results = [b for m in second["messages"] for b in m["content"] if b.get("type") == "tool_result"]  # type: ignore[union-attr,index]
+    results = [b for m in second["messages"] for b in m["content"] if b.get("type") == "tool_result"]
     assert len(results) == 2 and "is_error" not in results[0]
     assert results[1]["is_error"] is True and results[1]["content"].startswith(
         "Tool not available right now: 'session_search'. Tools you can call: memory, skill_view, skill_manage")

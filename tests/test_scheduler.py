@@ -4,6 +4,7 @@ after a restart (overdue ones handled at boot), and a crowd of overdue sessions 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,10 +21,10 @@ from tests.lifecycle_support import START, FakeClock, GatedLLM, open_gateway, se
 KEY = "cli:dm:c1"
 
 
-async def until(predicate: object, *, rounds: int = 1000) -> None:
+async def until(predicate: Callable[[], bool], *, rounds: int = 1000) -> None:
     """Let other tasks run until `predicate()` holds (event-loop turns, not wall time)."""
     for _ in range(rounds):
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         await asyncio.sleep(0)
     raise AssertionError("condition not reached")
@@ -192,7 +193,7 @@ async def test_boot_with_50_overdue_sessions_is_throttled(home: Path) -> None:
         assert llm.in_flight == 2 and llm.max_in_flight == 2
         states = [gw.store.session(i) for i in ids]
         assert all(s.end_reason == "idle" for s in states)
-        assert sorted(s.flush_state for s in states).count("running") == 2
+        assert [s.flush_state for s in states].count("running") == 2
         llm.gate.set()
         await gw.lifecycle.flusher.wait_idle()
         assert [gw.store.session(i).flush_state for i in ids] == ["done"] * 50
