@@ -11,8 +11,8 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -34,6 +34,7 @@ PLATFORM = "discord"
 GUILD_READY_TIMEOUT_S = 2.0       # discord.py waits this long after the last GUILD_CREATE before on_ready
 INTERACTION_TTL_S = 15 * 60.0      # an interaction token answers follow-ups for 15 minutes
 REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
+REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
 THREAD_NAME_MAX = 80
 CLOSE_TIMEOUT_S = 5.0
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -51,6 +52,7 @@ NOT_ANSWERED = {
     SubmitOutcome.IGNORED: "Sorry, I can't answer you here.",
     SubmitOutcome.DUPLICATE: "I already have this one.",
 }
+FAILED_TEXT = "Sorry, something went wrong on my side; please try again."
 SHUTTING_DOWN_TEXT = "I'm restarting right now; please try again in a minute."
 INTENT_HINT = ("message content intent not enabled for this bot (gateway close 4014) — enable MESSAGE CONTENT "
                "INTENT in the Discord developer portal → Bot, then restart the gateway")
@@ -128,6 +130,9 @@ class DiscordAdapter:
         self._synced = False
         self._origins: OrderedDict[str, _Origin] = OrderedDict()
         self._interactions: dict[str, _PendingInteraction] = {}
+        self._thread_starts: OrderedDict[str, tuple[discord.Message, str]] = OrderedDict()
+        self._thread_lock = asyncio.Lock()
+        self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
         self._typing = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -254,6 +259,8 @@ class DiscordAdapter:
             await self._settle_interaction(inbound.message_id, result)
         except Exception:  # noqa: BLE001 - task root for one slash command
             log.exception("discord: /%s from user %s not handled", name, interaction.user.id)
+            with suppress(discord.HTTPException):
+                await interaction.edit_original_response(content=FAILED_TEXT)
 
     def _remember_interaction(self, key: str, interaction: discord.Interaction[Any], ephemeral: bool) -> None:
         now = self.monotonic()
@@ -318,7 +325,7 @@ class DiscordAdapter:
             return None
         if (addressed and isinstance(message.channel, discord.TextChannel) and self.config.thread_replies == "auto"
                 and not said.text.startswith("/")):
-            place = await self._open_thread(message, place, said.text)
+            place = self._plan_thread(message, place, said.text)
         self._remember(message)
         reference = message.reference
         return Inbound(
@@ -344,19 +351,33 @@ class DiscordAdapter:
             log.warning("discord: cannot look up channel %s (%s); its message is dropped", channel_id, exc)
             return None
 
-    async def _open_thread(self, message: discord.Message, place: Place, text: str) -> Place:
-        """`thread_replies: auto`: the conversation continues in a thread started from the mention."""
-        existing = message.thread
-        if existing is None:
-            try:
-                existing = await message.create_thread(name=thread_name(text, message.author.display_name))
-            except discord.HTTPException as exc:
-                if exc.code != 160004:  # 160004: already has a thread (a replayed event); its id is the message's
-                    log.warning("discord: cannot open a thread in channel %s (%s); answering in the channel",
-                                place.chat_id, exc)
-                    return place
-        thread_id = str(existing.id) if existing is not None else str(message.id)
-        return Place("group", place.chat_id, thread_id, place.title, place.space_id, bot_thread=True)
+    def _plan_thread(self, message: discord.Message, place: Place, text: str) -> Place:
+        """`thread_replies: auto`: a thread started from a message has the message's id, so the session key is
+        known now; the thread itself is opened only once the core answers (a stranger's mention opens nothing)."""
+        if message.thread is None:  # a replayed mention already has its thread
+            self._thread_starts[str(message.id)] = (message, thread_name(text, message.author.display_name))
+            while len(self._thread_starts) > REMEMBERED_THREAD_STARTS:
+                self._thread_starts.popitem(last=False)
+        return replace(place, thread_id=str(message.id), bot_thread=True)
+
+    async def _open_thread(self, chat: ChatRef) -> int:
+        """Open the planned thread before the first typing indicator or message; returns where to post."""
+        thread_id = chat.thread_id or ""
+        async with self._thread_lock:
+            planned = self._thread_starts.pop(thread_id, None)
+            if planned is not None:
+                message, name = planned
+                try:
+                    await message.create_thread(name=name)
+                except discord.HTTPException as exc:
+                    if exc.code != 160004:  # 160004: the message already has a thread (ours, from a replay)
+                        log.warning("discord: cannot open a thread in channel %s (%s); answering in the channel",
+                                    chat.chat_id, exc)
+                        self._no_thread.add(thread_id)
+                except BaseException:
+                    self._thread_starts[thread_id] = planned  # a network failure: the retry tries again
+                    raise
+        return int(chat.chat_id) if thread_id in self._no_thread else int(thread_id or chat.chat_id)
 
     def _remember(self, message: discord.Message) -> None:
         self._origins[str(message.id)] = _Origin(message.channel.id, message.author.id)
@@ -377,7 +398,7 @@ class DiscordAdapter:
                 sent = await self._answer_interaction(pending, text, mentions)
                 if sent is not None:
                     return sent
-            target = int(message.chat.thread_id or message.chat.chat_id)
+            target = await self._open_thread(message.chat)
             channel = client.get_partial_messageable(target)
             reference = reference_for(message, target, origin)
             if reference is not None:
@@ -419,8 +440,8 @@ class DiscordAdapter:
         client = self._client
         indicator = None
         if client is not None and not client.is_closed():
-            indicator = client.get_partial_messageable(int(chat.thread_id or chat.chat_id)).typing()
             try:
+                indicator = client.get_partial_messageable(await self._open_thread(chat)).typing()
                 await indicator.__aenter__()
             except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 log.debug("discord: typing indicator in channel %s failed: %s", chat.chat_id, exc)
@@ -513,10 +534,10 @@ def allowed_mentions(asker_id: int | None) -> discord.AllowedMentions:
 
 
 def reference_for(message: OutboundMessage, target: int, origin: _Origin | None) -> discord.MessageReference | None:
-    """The first chunk replies to the triggering message when it lives where we post (a thread opened from it
-    already shows it, and Discord refuses references across channels)."""
+    """The first chunk replies to the triggering message when it lives where we post: a thread grown from it
+    (same id) already shows it, and Discord refuses references across channels."""
     our_id = message.reply_to_id or ""
-    if message.chunk_index != 0 or not our_id.isdigit() or message.chat.thread_id == our_id:
+    if message.chunk_index != 0 or not our_id.isdigit() or target == int(our_id):
         return None
     if origin is not None and origin.channel_id != target:
         return None

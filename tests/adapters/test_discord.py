@@ -243,6 +243,27 @@ async def test_thread_replies_auto_opens_a_thread_and_continues_there(home: Path
         assert run.session_keys() == {f"discord:group:{CHANNEL_ID}:{mid}"}
 
 
+async def test_thread_replies_auto_opens_nothing_for_a_stranger(home: Path, fake_llm: FakeLLM,
+                                                                fake_discord: FakeDiscord) -> None:
+    async with running(home, fake_llm, fake_discord, "  thread_replies: auto\n") as run:
+        await fake_discord.push_message(CHANNEL_ID, f"{MENTION} spam", author_id="400000000000000077",
+                                        mentions=[BOT_ID])
+        await fake_discord.push_message(CHANNEL_ID, f"{MENTION} hello", mentions=[BOT_ID])
+        await fake_discord.wait_until(lambda: bool(fake_discord.sent))
+        created = fake_discord.calls_to(lambda c: c.path.endswith("/threads"))
+        assert len(created) == 1 and created[0].body["name"] == "hello"
+        assert run.inbound_texts() == ["hello"]
+
+
+async def test_thread_replies_auto_answers_in_the_channel_when_threads_are_refused(
+        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
+    fake_discord.fail("POST /channels/{cid}/messages/{mid}/threads", discord_error(403, "Missing Permissions", 50013))
+    async with running(home, fake_llm, fake_discord, "  thread_replies: auto\n"):
+        mid = await fake_discord.push_message(CHANNEL_ID, f"{MENTION} hello", mentions=[BOT_ID])
+        reply = await fake_discord.wait_for_sent(CHANNEL_ID)
+        assert reply.content == "echo: [Alice] hello [users=1]" and ref_id(reply) == mid
+
+
 # ---------------------------------------------------------------------------------------- outbound
 async def test_long_reply_is_two_messages_with_the_fence_reopened(home: Path, fake_llm: FakeLLM,
                                                                   fake_discord: FakeDiscord) -> None:
