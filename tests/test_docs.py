@@ -1,0 +1,171 @@
+"""The docs cannot drift: docs/configuration.md lists every key of gateway/config.py's dataclasses with its type
+and default (and nothing else), and the other pages exist and point at real commands and files."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import gateway.config as config_module
+from gateway.cli import build_parser
+from gateway.config import Config
+from gateway.yamlload import Secret
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+PLACEHOLDERS = {"PlatformName": "<platform>", "ChatTypeName": "<chat_type>"}
+
+
+def _literal_values(tp: Any) -> tuple[Any, ...] | None:
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+
+
+def type_text(tp: Any) -> str:
+    """How the reference writes a field's type."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        parts = [a for a in args if a is not type(None)]
+        return " \\| ".join(type_text(a) for a in parts)
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin is tuple:
+        return "list of strings"
+    return {int: "int", float: "number", bool: "bool", str: "string", Secret: "secret", Path: "path"}[tp]
+
+
+def bounds_text(field: dataclasses.Field[Any]) -> str:
+    meta = field.metadata
+    if meta.get("positive"):
+        return ", > 0"
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        return f", {lo:g}–{hi:g}"
+    if lo is not None:
+        return f", ≥ {lo:g}"
+    return ""
+
+
+def default_text(field: dataclasses.Field[Any]) -> str:
+    if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+        return "required"
+    value = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, (tuple, list)):
+        return "`[]`" if not value else f"`{list(value)}`"
+    if isinstance(value, dict):
+        return "`{}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    return f"`{value}`"
+
+
+def _dataclass_in(tp: Any) -> type | None:
+    for candidate in (tp, *typing.get_args(tp)):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
+
+
+def _placeholder(key_type: Any) -> str:
+    for name, text in PLACEHOLDERS.items():
+        if key_type == getattr(config_module, name):
+            return text
+    raise AssertionError(f"no placeholder for mapping keys of type {key_type}")
+
+
+def reference_rows(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must list them."""
+    hints = typing.get_type_hints(cls, vars(config_module))
+    rows: list[tuple[str, str, str]] = []
+    for field in dataclasses.fields(cls):
+        if field.metadata.get("internal"):
+            continue
+        tp, key = hints[field.name], f"{prefix}{field.name}"
+        nested = _dataclass_in(tp)
+        if typing.get_origin(tp) is dict:
+            key_type, value_type = typing.get_args(tp)
+            entry = f"{key}.{_placeholder(key_type)}"
+            inner = _dataclass_in(value_type)
+            if inner is not None:
+                rows.extend(reference_rows(inner, f"{entry}."))
+            else:
+                rows.append((entry, type_text(value_type), "none"))
+        elif nested is not None:
+            rows.extend(reference_rows(nested, f"{key}."))
+        else:
+            rows.append((key, type_text(tp) + bounds_text(field), default_text(field)))
+    return rows
+
+
+def documented_rows(text: str) -> list[tuple[str, str, str, str]]:
+    """Table rows `| `key` | type | default | meaning |` of the reference."""
+    found = []
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        assert len(cells) == 4, line
+        found.append((cells[0].strip("`"), cells[1], cells[2], cells[3]))
+    return found
+
+
+def test_configuration_reference_lists_every_key_with_its_type_and_default() -> None:
+    documented = documented_rows((DOCS / "configuration.md").read_text(encoding="utf-8"))
+    expected = reference_rows()
+    doc_keys = [row[0] for row in documented]
+    assert len(doc_keys) == len(set(doc_keys)), "a key is documented twice"
+    missing = [key for key, _, _ in expected if key not in doc_keys]
+    unknown = [key for key in doc_keys if key not in {k for k, _, _ in expected}]
+    assert not missing, f"undocumented config keys: {missing}"
+    assert not unknown, f"documented keys that config.py does not have: {unknown}"
+    by_key = {row[0]: row for row in documented}
+    for key, type_, default in expected:
+        _, doc_type, doc_default, meaning = by_key[key]
+        assert (doc_type, doc_default) == (type_, default), f"{key}: docs say {doc_type} / {doc_default}"
+        assert len(meaning) > 10, f"{key}: say what it means"
+
+
+def test_configuration_sections_follow_the_dataclasses() -> None:
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## `([a-z_]+)`", text, flags=re.M)
+    top = [f.name for f in dataclasses.fields(Config) if not f.metadata.get("internal")]
+    assert headings == top
+
+
+def test_reference_generator_sees_nested_and_mapped_keys() -> None:
+    keys = {k for k, _, _ in reference_rows()}
+    assert {"model.fallback.name", "session_reset.by_platform.<platform>.idle_minutes",
+            "sessions.busy_by_platform.<platform>", "platform_hints.<platform>.append", "telegram.token",
+            "daemon.drain_seconds", "logging.format"} <= keys
+    assert "home" not in keys
+
+
+def test_docs_pages_exist_and_mention_what_they_must() -> None:
+    must = {
+        "operations.md": ["install-service", "Type=notify", "WatchdogSec", "sqlite3", ".backup", "/metrics",
+                          "/healthz", "/readyz", "gateway status", "gateway doctor", "journalctl", "75", "78",
+                          "drain_seconds", "gateway_llm_tokens_total"],
+        "architecture.md": ["stable", "context", "volatile", "```", "SessionManager", "Outbox", "supervisor"],
+        "prompt-cache.md": ["gateway prompt", "--tiers", "--session", "cache_control", "cached_tokens",
+                            "gateway_llm_cache_hit_ratio"],
+    }
+    for page, words in must.items():
+        text = (DOCS / page).read_text(encoding="utf-8")
+        for word in words:
+            assert word in text, f"{page} should mention {word!r}"
+
+
+def test_commands_named_in_the_docs_exist() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    commands = set(sub.choices)  # type: ignore[arg-type]
+    for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
+        for cmd in re.findall(r"`gateway (?:--[a-z-]+(?: \S+)? )*([a-z][a-z-]+)", page.read_text(encoding="utf-8")):
+            assert cmd in commands, f"{page.name} mentions `gateway {cmd}`, which does not exist"
