@@ -1,0 +1,583 @@
+"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram and a scripted FakeLLM in this
+process, many conversations at once, SIGKILL at seeded moments and a restart each time; then every promise is
+checked from what the fakes recorded and what SQLite holds. Shared by tests/test_chaos.py and bench/chaos.py.
+
+A user message `c7t3 ...` gets the reply `reply c7t3 [users=N]` (N = user messages the model saw, so a lost
+or doubled history shows), some replies long enough to be cut into several Telegram messages whose lines are
+numbered `c7t3 L0042`; `/new` ends the session, which makes the daemon flush it to memory (one tool call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import random
+import re
+import sqlite3
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.commands import NEW_TEXT
+from gateway.flush import FLUSH_MARK
+from tests.daemon_proc import DaemonProc
+from tests.fakes.base import Delay
+from tests.fakes.llm import ANTHROPIC_PATH, FakeLLM, Reply, ToolCall
+from tests.fakes.telegram import TOKEN, FakeTelegram
+
+TAG = re.compile(r"\bc(\d+)t(\d+)\b")
+HEADER = re.compile(r"reply (c\d+t\d+) \[users=(\d+)\]")
+LINE = re.compile(r"\b(c\d+t\d+) L(\d{4})\b")
+FILLER = "the quick brown fox jumps over the lazy dog while the gateway keeps its promises"
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosPlan:
+    conversations: int = 20
+    turns: int = 4                 # steps per conversation; a `/new` is a step
+    kills: int = 3
+    seed: int = 12
+    new_chance: float = 0.2        # a step (not the first) is `/new`
+    long_chance: float = 0.25      # a reply is long enough to be split (3 Telegram messages)
+    llm_delay_max: float = 0.04    # seconds the model "thinks" per turn (seeded per turn)
+    flush_delay_max: float = 0.25  # per flush call: widens the window in which a kill cuts a flush off
+    first_chat: int = 50_000
+    answer_timeout: float = 180.0
+    ready_timeout: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    conversation: int
+    index: int
+    kind: str                      # "msg" or "new"
+    tag: str
+    users: int = 0                 # for "msg": the user messages the model should see (this one included)
+    lines: int = 0                 # for "msg": numbered lines in the reply (0: a one-line reply)
+
+
+def reply_shape(seed: int, tag: str, plan: ChaosPlan) -> tuple[int, float]:
+    """(numbered lines, model delay) for a turn: seeded by the tag, so a re-run answers the same."""
+    rng = random.Random(f"{seed}:{tag}")
+    lines = 120 if rng.random() < plan.long_chance else 0
+    return lines, rng.uniform(0, plan.llm_delay_max)
+
+
+def reply_text(tag: str, users: int, lines: int) -> str:
+    head = f"reply {tag} [users={users}]"
+    if not lines:
+        return head
+    return head + "\n\n" + "\n".join(f"{tag} L{j:04d} {FILLER}" for j in range(lines))
+
+
+def _blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+
+
+def _texts(message: Mapping[str, Any]) -> str:
+    return "\n".join(b.get("text", "") for b in _blocks(message) if b.get("type") == "text")
+
+
+def is_flush(body: Mapping[str, Any]) -> bool:
+    return any(FLUSH_MARK in _texts(m) for m in body.get("messages") or [] if m.get("role") == "user")
+
+
+def flush_session_tag(body: Mapping[str, Any]) -> str | None:
+    """A flush's transcript starts with the session's first user message: its tag names the session."""
+    for m in body.get("messages") or []:
+        if m.get("role") == "user":
+            found = TAG.search(_texts(m))
+            return found.group(0) if found else None
+    return None
+
+
+def turn_tag(body: Mapping[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    if not messages:
+        return None
+    found = TAG.search(_texts(messages[-1]))
+    return found.group(0) if found else None
+
+
+def system_text(body: Mapping[str, Any]) -> str:
+    system = body.get("system")
+    if isinstance(system, str):
+        return system
+    return "".join(b.get("text", "") for b in system or [])
+
+
+class ScriptedLLM(FakeLLM):
+    """The fake model for the chaos run: every request is answered by `respond` (deterministic per tag)."""
+
+    def __init__(self, plan: ChaosPlan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def respond(self, body: dict[str, Any]) -> Any:
+        plan = self.plan
+        messages = body.get("messages") or []
+        if is_flush(body):
+            tag = flush_session_tag(body) or "unknown"
+            last = messages[-1] if messages else {}
+            if any(b.get("type") == "tool_result" for b in _blocks(last)):
+                return Reply("saved")
+            delay = random.Random(f"{plan.seed}:flush:{tag}").uniform(0, plan.flush_delay_max)
+            return Delay(delay, ToolCall("memory", {"action": "add", "target": "memory",
+                                                    "content": f"session {tag} was about fox facts"}))
+        tag = turn_tag(body)
+        if tag is None:
+            return Reply("(no tag)")
+        users = sum(1 for m in messages if m.get("role") == "user")
+        lines, delay = reply_shape(plan.seed, tag, plan)
+        return Delay(delay, Reply(reply_text(tag, users, lines)))
+
+    async def _step(self, request: Any, body: dict[str, Any], wire: str) -> Any:
+        if not self._script:
+            self._script.append(self.respond)
+        return await super()._step(request, body, wire)
+
+
+@dataclass
+class Seen:
+    """One chunk a user received, with the daemon life (epoch) that sent it."""
+
+    index: int                     # position in everything the fake stored
+    chat_id: int
+    text: str
+    epoch: int
+
+
+class Watcher:
+    """Follows what FakeTelegram stored and wakes the conversations waiting for their answers."""
+
+    def __init__(self, tg: FakeTelegram) -> None:
+        self.tg = tg
+        self.seen: list[Seen] = []
+        self.headers: Counter[str] = Counter()
+        self.lines: dict[str, set[int]] = defaultdict(set)
+        self.news: Counter[int] = Counter()
+        self.epoch = 0
+        self.changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        sent = self.tg.sent_messages()
+        for i in range(len(self.seen), len(sent)):
+            m = sent[i]
+            self.seen.append(Seen(i, m.chat_id, m.text, self.epoch))
+            for tag, _ in HEADER.findall(m.text):
+                self.headers[tag] += 1
+            for tag, line in LINE.findall(m.text):
+                self.lines[tag].add(int(line))
+            if m.text == NEW_TEXT:
+                self.news[m.chat_id] += 1
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def _follow(self) -> None:
+        while True:
+            await self.tg.wait_until(lambda: len(self.tg.sent_messages()) > len(self.seen), timeout=3600)
+            self.catch_up()
+
+    def answered(self) -> int:
+        return sum(1 for n in self.headers.values() if n) + sum(self.news.values())
+
+    async def wait(self, predicate: Any, timeout: float, what: str) -> None:
+        async def loop() -> None:
+            while not predicate():
+                await self.changed.wait()
+        try:
+            await asyncio.wait_for(loop(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}") from None
+
+
+@dataclass
+class Epoch:
+    """One daemon life: where its share of each record starts."""
+
+    started: float
+    sent_from: int
+    llm_from: int
+    killed: float | None = None
+
+
+@dataclass
+class ChaosReport:
+    plan: ChaosPlan
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    log_errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def render(self) -> str:
+        out = [f"kill -9 chaos: {self.plan.conversations} conversations x {self.plan.turns} steps, "
+               f"seed {self.plan.seed}, {self.seconds:.1f}s"]
+        out += [f"  {k:<34} {v}" for k, v in self.counts.items()]
+        out += [f"  note: {n}" for n in self.notes]
+        out += [f"  PROBLEM: {p}" for p in self.problems]
+        out += [f"  daemon error log: {e}" for e in self.log_errors[:20]]
+        return "\n".join(out)
+
+
+def daemon_config(home: Path, plan: ChaosPlan, tg: FakeTelegram, llm: FakeLLM) -> None:
+    users = ", ".join(f"'{plan.first_chat + i}'" for i in range(plan.conversations))
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(f"""\
+model:
+  provider: anthropic
+  name: claude-test
+  base_url: {llm.base_url}
+  api_key: test-key
+  max_retries: 0
+  timeout_s: 30
+web:
+  enabled: false
+telegram:
+  token: '{TOKEN}'
+  api_server: {tg.base_url}
+  polling_timeout: 1
+  allowed_users: [{users}]
+session_reset:
+  mode: none
+memory:
+  memory_char_limit: 1000000
+  flush_min_messages: 1
+delivery:
+  replay_max_age_minutes: 600
+daemon:
+  drain_seconds: 10
+  watchdog: false
+""", encoding="utf-8")
+
+
+class KillRun:
+    def __init__(self, plan: ChaosPlan, home: Path, *, log: Any = None) -> None:
+        self.plan = plan
+        self.home = home
+        self.log = log or (lambda line: None)
+        self.rng = random.Random(plan.seed)
+        self.steps: list[Step] = []
+        self.epochs: list[Epoch] = []
+        self.daemon: DaemonProc | None = None
+        self.procs: list[DaemonProc] = []
+        self.exit_code: int | None = None
+
+    # ------------------------------------------------------------------ the run
+    async def run(self) -> ChaosReport:
+        started = time.monotonic()
+        async with FakeTelegram() as tg, ScriptedLLM(self.plan) as llm:
+            self.tg, self.llm = tg, llm
+            daemon_config(self.home, self.plan, tg, llm)
+            self.watcher = Watcher(tg)
+            self.watcher.start()
+            await self._start_daemon()
+            plan_steps = self._plan_steps()
+            total = len(plan_steps)
+            drivers = [asyncio.create_task(self._converse(i, steps)) for i, steps in plan_steps_by_conv(plan_steps)]
+            monkey = asyncio.create_task(self._monkey(total))
+            try:
+                try:
+                    await asyncio.gather(*drivers)
+                finally:
+                    for task in (*drivers, monkey):
+                        task.cancel()
+                    await asyncio.gather(*drivers, monkey, return_exceptions=True)
+                # the monkey may have been cancelled between a kill and the restart
+                if self.daemon is None or self.daemon.proc is None or self.daemon.proc.returncode is not None:
+                    await self._start_daemon()
+                await self._wait_flushes()
+                assert self.daemon is not None
+                self.exit_code = await self.daemon.stop()
+            finally:
+                for proc in self.procs:
+                    await proc.kill()
+                await self.watcher.stop()
+            report = self.verify()
+            report.counts["kills"] = sum(1 for e in self.epochs if e.killed is not None)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _plan_steps(self) -> list[Step]:
+        plan = self.plan
+        for i in range(plan.conversations):
+            users = 0
+            for t in range(plan.turns):
+                tag = f"c{i}t{t}"
+                if t > 0 and users > 0 and self.rng.random() < plan.new_chance:
+                    self.steps.append(Step(i, t, "new", tag))
+                    users = 0
+                    continue
+                users += 1
+                lines, _ = reply_shape(plan.seed, tag, plan)
+                self.steps.append(Step(i, t, "msg", tag, users=users, lines=lines))
+        return self.steps
+
+    async def _start_daemon(self) -> None:
+        for _ in range(3):  # let the loop read whatever the dead daemon wrote before the boundary is taken
+            await asyncio.sleep(0)
+        self.watcher.catch_up()
+        self.watcher.epoch = len(self.epochs)
+        self.epochs.append(Epoch(time.monotonic(), len(self.tg.sent_messages()), len(self.llm.calls)))
+        daemon = DaemonProc(self.home)
+        self.daemon = daemon
+        self.procs.append(daemon)
+        await daemon.start()
+        await daemon.wait_ready(self.plan.ready_timeout)
+        self.log(f"daemon #{len(self.epochs)} ready ({time.monotonic() - self.epochs[-1].started:.1f}s)")
+
+    async def _monkey(self, total: int) -> None:
+        """SIGKILL at seeded moments: after a seeded share of the answers, plus a seeded fraction of a second."""
+        plan = self.plan
+        points = sorted(self.rng.uniform(0.05, 0.9) * total for _ in range(plan.kills))
+        for k, point in enumerate(points):
+            await self.watcher.wait(lambda: self.watcher.answered() >= point, self.plan.answer_timeout,
+                                    f"progress before kill {k + 1}")
+            await asyncio.sleep(self.rng.uniform(0, 0.05))
+            assert self.daemon is not None
+            await self.daemon.kill()
+            self.epochs[-1].killed = time.monotonic()
+            self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers")
+            await self._start_daemon()
+
+    async def _converse(self, conversation: int, steps: list[Step]) -> None:
+        chat = self.plan.first_chat + conversation
+        news = 0
+        for step in steps:
+            if step.kind == "new":
+                news += 1
+                self.tg.inject_message(chat, "/new", user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
+                await self.watcher.wait(lambda: self.watcher.news[chat] >= news, self.plan.answer_timeout,
+                                        f"the answer to /new #{news} in chat {chat}")
+                continue
+            self.tg.inject_message(chat, f"{step.tag} tell me about foxes", user_id=chat, username=f"user{chat}",
+                                   first_name=f"U{chat}")
+            await self.watcher.wait(lambda: self.watcher.headers[step.tag] >= 1
+                                    and len(self.watcher.lines[step.tag]) >= step.lines,
+                                    self.plan.answer_timeout, f"the answer to {step.tag}")
+
+    async def _wait_flushes(self) -> None:
+        deadline = time.monotonic() + self.plan.answer_timeout
+        while time.monotonic() < deadline:
+            with _db(self.home) as db:
+                left = db.execute("SELECT COUNT(*) FROM sessions WHERE flush_state IN ('pending', 'running')"
+                                  ).fetchone()[0]
+            if not left:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("flushes still pending at the end of the run")
+
+    # ------------------------------------------------------------------ the checks
+    def epoch_of_sent(self, index: int) -> int:
+        return bisect.bisect_right([e.sent_from for e in self.epochs], index) - 1
+
+    def epoch_of_call(self, index: int) -> int:
+        return bisect.bisect_right([e.llm_from for e in self.epochs], index) - 1
+
+    def verify(self) -> ChaosReport:
+        report = ChaosReport(self.plan)
+        problems = report.problems
+        if self.exit_code != 0:
+            problems.append(f"the last daemon exited {self.exit_code} after SIGTERM")
+        self._verify_delivery(report)
+        self._verify_llm_and_prompts(report)
+        for proc in self.procs:
+            for rec in proc.log_records():
+                if rec.get("level") in ("ERROR", "CRITICAL"):
+                    report.log_errors.append(str(rec.get("message") or rec.get("msg") or rec)[:300])
+        report.counts["daemon error log lines"] = len(report.log_errors)
+        return report
+
+    def _verify_delivery(self, report: ChaosReport) -> None:
+        problems = report.problems
+        by_chat: dict[int, list[Seen]] = defaultdict(list)
+        for s in self.watcher.seen:
+            by_chat[s.chat_id].append(s)
+        msgs = [s for s in self.steps if s.kind == "msg"]
+        news = [s for s in self.steps if s.kind == "new"]
+        in_flight_dupes = 0
+        chunks = 0
+        for conv in range(self.plan.conversations):
+            chat = self.plan.first_chat + conv
+            received = by_chat.get(chat, [])
+            # every chunk of every answer, as (step index, line) keys: header = line -1
+            occurrences: dict[tuple[int, int], list[Seen]] = defaultdict(list)
+            unexpected: list[str] = []
+            for s in received:
+                keys = [(int(TAG.search(tag).group(2)), -1) for tag, _ in HEADER.findall(s.text)]  # type: ignore[union-attr]
+                keys += [(int(TAG.search(tag).group(2)), int(line)) for tag, line in LINE.findall(s.text)]  # type: ignore[union-attr]
+                if s.text == NEW_TEXT:
+                    continue
+                if not keys:
+                    unexpected.append(s.text[:120])
+                for key in keys:
+                    occurrences[key].append(s)
+            chunks += len(received)
+            if unexpected:
+                problems.append(f"chat {chat}: unexpected messages {unexpected}")
+            expected: set[tuple[int, int]] = set()
+            for step in (s for s in msgs if s.conversation == conv):
+                expected.add((step.index, -1))
+                expected.update((step.index, j) for j in range(step.lines))
+                headers = [x for x in received if f"reply {step.tag} [users=" in x.text]
+                for h in headers:
+                    got = HEADER.search(h.text)
+                    if got and int(got.group(2)) != step.users:
+                        problems.append(f"{step.tag}: the model saw {got.group(2)} user messages, expected "
+                                        f"{step.users} (history lost or doubled)")
+            conv_news = sum(1 for s in news if s.conversation == conv)
+            new_answers = [x for x in received if x.text == NEW_TEXT]
+            if len(new_answers) < conv_news:
+                problems.append(f"chat {chat}: {conv_news} /new sent, {len(new_answers)} answered")
+            elif len(new_answers) > conv_news:
+                explained = sum(1 for x in new_answers if self._in_flight_at_kill(x, received))
+                if len(new_answers) - conv_news > explained:
+                    problems.append(f"chat {chat}: {conv_news} /new sent, {len(new_answers)} answers")
+                else:
+                    in_flight_dupes += len(new_answers) - conv_news
+            for key in expected - set(occurrences):
+                problems.append(f"chat {chat}: missing c{conv}t{key[0]} {'header' if key[1] < 0 else f'line {key[1]}'}")
+            for key, seen in occurrences.items():
+                if key[0] >= 0 and key not in expected:
+                    problems.append(f"chat {chat}: chunk for an unknown step {key}")
+                if len(seen) < 2:
+                    continue
+                for first, again in zip(seen, seen[1:]):
+                    if self._in_flight_at_kill(first, received):
+                        in_flight_dupes += 1
+                        report.notes.append(f"chat {chat}: {first.text[:40]!r} sent again after kill "
+                                            f"{first.epoch + 1}: it was in flight when the daemon died")
+                    else:
+                        problems.append(f"chat {chat}: duplicated {first.text[:60]!r} "
+                                        f"(epochs {first.epoch} and {again.epoch})")
+            # per-chat order: first occurrences must follow the conversation's order
+            firsts = sorted(((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0))
+            order = [key for _, key in firsts]
+            if order != sorted(order):
+                problems.append(f"chat {chat}: answers out of order: {order[:12]}...")
+        report.counts.update({
+            "conversations": self.plan.conversations, "user messages": len(msgs), "/new commands": len(news),
+            "answers (headers seen)": sum(1 for s in msgs if self.watcher.headers[s.tag] >= 1),
+            "chunks delivered": chunks, "chunks resent (in flight at a kill)": in_flight_dupes,
+            "restarts": len(self.epochs) - 1,
+        })
+
+    def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
+        """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it
+        sent, is sent again after the restart. Only the last chunk a chat got in that daemon life can be one."""
+        if first.epoch >= len(self.epochs) - 1 or self.epochs[first.epoch].killed is None:
+            return False
+        same_life = [s for s in received if s.epoch == first.epoch]
+        return bool(same_life) and same_life[-1] is first
+
+    def _verify_llm_and_prompts(self, report: ChaosReport) -> None:
+        problems = report.problems
+        with _db(self.home) as db:
+            sessions = {r["id"]: dict(r) for r in db.execute("SELECT * FROM sessions")}
+            inbound = [dict(r) for r in db.execute("SELECT * FROM inbound")]
+            outbound = [dict(r) for r in db.execute("SELECT * FROM outbound")]
+        tag_session: dict[str, int] = {}
+        for row in inbound:
+            found = TAG.search(row["text"])
+            if found and row["session_id"] is not None:
+                tag_session[found.group(0)] = row["session_id"]
+            if row["status"] != "answered":
+                problems.append(f"inbound {row['text'][:30]!r} left {row['status']}")
+        for row in outbound:
+            if row["status"] != "sent":
+                problems.append(f"outbound {row['turn_id']} chunk {row['chunk_index']} left {row['status']}"
+                                f" ({row['last_error']})")
+        turn_runs: Counter[tuple[str, int]] = Counter()
+        flush_runs: Counter[tuple[str, int]] = Counter()
+        prompt_mismatch = 0
+        llm_requests = 0
+        for index, call in enumerate(self.llm.calls):
+            if call.path != ANTHROPIC_PATH or not isinstance(call.body, dict):
+                continue
+            llm_requests += 1
+            body, epoch = call.body, self.epoch_of_call(index)
+            if is_flush(body):
+                tag = flush_session_tag(body)
+                last = (body.get("messages") or [{}])[-1]
+                if not any(b.get("type") == "tool_result" for b in _blocks(last)):
+                    flush_runs[(tag or "?", epoch)] += 1
+            else:
+                tag = turn_tag(body)
+                turn_runs[(tag or "?", epoch)] += 1
+            sid = tag_session.get(tag or "")
+            if sid is None:
+                problems.append(f"request for {tag}: no answered inbound row names its session")
+                continue
+            if system_text(body) != sessions[sid]["system_prompt"]:
+                prompt_mismatch += 1
+                problems.append(f"request for {tag}: system prompt differs from session {sid}'s stored bytes")
+        for (tag, epoch), n in turn_runs.items():
+            if n > 1:
+                problems.append(f"turn {tag} ran {n} times in daemon life {epoch}")
+        for (tag, epoch), n in flush_runs.items():
+            if n > 1:
+                problems.append(f"the flush of session {tag} ran {n} times in daemon life {epoch}")
+        reruns = sum(1 for tag in {t for t, _ in turn_runs} if sum(n for (t, _), n in turn_runs.items() if t == tag) > 1)
+        flush_tags = {t for t, _ in flush_runs}
+        flush_reruns = sum(1 for tag in flush_tags if sum(n for (t, _), n in flush_runs.items() if t == tag) > 1)
+        ended = [s for s in sessions.values() if s["end_reason"] == "command"]
+        for s in ended:
+            if s["flush_state"] not in ("done", "nothing"):
+                problems.append(f"session {s['id']} ended by /new: flush {s['flush_state']} ({s['flush_error']})")
+        rebuilt = [s["id"] for s in sessions.values() if s["prompt_rebuilds"]]
+        if rebuilt:
+            problems.append(f"sessions whose prompt was rebuilt: {rebuilt}")
+        memory = (self.home / "memories" / "MEMORY.md")
+        facts = memory.read_text(encoding="utf-8") if memory.exists() else ""
+        for tag in flush_tags:
+            n = facts.count(f"session {tag} was about")
+            if n != 1:
+                problems.append(f"memory holds the fact of session {tag} {n} times")
+        report.counts.update({
+            "sessions": len(sessions), "LLM requests": llm_requests,
+            "turns re-run after a kill": reruns, "prompt mismatches": prompt_mismatch,
+            "flushes (sessions ended by /new)": len(ended),
+            "flushes done": sum(1 for s in ended if s["flush_state"] == "done"),
+            "flushes re-run after a kill": flush_reruns,
+            "max flush attempts": max((s["flush_attempts"] for s in ended), default=0),
+        })
+
+
+def plan_steps_by_conv(steps: list[Step]) -> list[tuple[int, list[Step]]]:
+    grouped: dict[int, list[Step]] = defaultdict(list)
+    for s in steps:
+        grouped[s.conversation].append(s)
+    return sorted(grouped.items())
+
+
+class _db:
+    """A read-only look at the daemon's database (WAL lets it read beside the running daemon)."""
+
+    def __init__(self, home: Path) -> None:
+        self.conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
+        self.conn.row_factory = sqlite3.Row
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+
+def dump(report: ChaosReport) -> str:
+    return json.dumps({"counts": report.counts, "problems": report.problems}, indent=2)
