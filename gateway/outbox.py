@@ -106,6 +106,7 @@ class Outbox:
         self.max_rate_limited = max_rate_limited
         self.metrics = metrics
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._background: set[asyncio.Task[None]] = set()
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -118,6 +119,22 @@ class Outbox:
         rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
         self.store.insert_outbound(rows, now=self.clock())
         return await self.deliver(turn_id)
+
+    def post_soon(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
+                  reply_to_id: str | None = None) -> None:
+        """Record now, send in the background: for callers on a platform's ack path (Slack wants its ack within
+        3 s; a 429 pause must not hold it). Order is still per chat: every flush sends in recorded order."""
+        rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
+        self.store.insert_outbound(rows, now=self.clock())
+        task = asyncio.get_running_loop().create_task(self._deliver_logged(turn_id), name=f"deliver:{turn_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _deliver_logged(self, turn_id: str) -> None:
+        try:
+            await self.deliver(turn_id)
+        except Exception:  # noqa: BLE001 - task root: the rows stay pending for the retry round
+            log.exception("delivering %s failed; it stays pending", turn_id)
 
     async def deliver(self, turn_id: str) -> list[str]:
         """Send the turn's unsent chunks (after any older unsent ones in its chat); returns the sent chunks' ids."""

@@ -241,3 +241,18 @@ async def test_typing_stops_before_the_final_send_and_on_error(home: Path) -> No
     assert tg.events == ["typing on", "typing off", "send 0"]
     assert tg.seen()[-1] == "Sorry, something went wrong on my side. Please try again."
     gw.store.close()
+
+
+async def test_post_soon_records_at_once_and_sends_in_the_background_in_order(store: Store) -> None:
+    clock = FakeClock()
+    tg = ScriptedAdapter("telegram", clock)
+    tg.fail(RateLimited("telegram", 5))
+    box = outbox_for(store, clock, tg)
+    box.post_soon("n1", DM, "your pairing code is ABC", reply_to_id="m1")  # returns before any send
+    box.post_soon("n2", DM, "and one more thing")
+    assert statuses(store) == [("n1", 0, "pending"), ("n2", 0, "pending")] and clock.monotonic() == 0.0
+    await clock.advance(4.9)
+    assert tg.seen() == []
+    await clock.advance(0.1)
+    await clock.advance(1)
+    assert tg.seen() == ["your pairing code is ABC", "and one more thing"]
