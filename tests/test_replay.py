@@ -160,3 +160,22 @@ async def test_replies_recorded_before_a_crash_go_out_once_the_adapter_is_up(hom
         assert adapter.seen("A") == ["recorded, never sent"] and llm.seen == []
     finally:
         await clock.run(daemon.stop())
+
+
+async def test_dedupe_remembers_message_ids_for_the_retention_window(home: Path) -> None:
+    clock = FakeClock()
+    config = TELEGRAM_CONFIG + "delivery:\n  dedupe_retention_hours: 72\n"
+    seen_long_ago = tg("hello", "A", clock.now() - timedelta(hours=73), message_id="u-old")
+    seen_recently = tg("hello", "A", clock.now() - timedelta(hours=71), message_id="u-recent")
+    crashed_home(home, clock, [seen_long_ago, seen_recently], config)
+    adapter = ScriptedAdapter("telegram", clock)
+    gw = gateway_on(clock, home, [adapter], ReplyLLM())
+    gw.store.execute("UPDATE inbound SET status = 'answered'")
+    daemon = Daemon(gw, install_signals=False)
+    await clock.run(daemon.start())
+    try:
+        await clock.settle()
+        assert [r[0] for r in gw.store.all("SELECT platform_message_id FROM inbound")] == ["u-recent"]
+        assert (await gw.sessions.submit(seen_recently)).outcome is SubmitOutcome.DUPLICATE
+    finally:
+        await clock.run(daemon.stop())
