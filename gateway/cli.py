@@ -181,13 +181,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_install_service(args: argparse.Namespace) -> int:
-    from gateway.service import (SYSTEM_ENV_FILE, SYSTEM_HOME, ServiceError, UnitSpec, gateway_executable, install,
-                                 plan_install, unit_dir_for, user_env_file)
+    from gateway.service import (SYSTEM_ENV_FILE, SYSTEM_HOME, Mode, ServiceError, UnitSpec, gateway_executable,
+                                 install, plan_install, unit_dir_for, user_env_file)
     env = environ()
-    mode = "system" if args.system else "user"
+    mode: Mode = "system" if args.system else "user"
     try:
-        home = (Path(args.home).expanduser().absolute() if args.home else SYSTEM_HOME) if mode == "system" \
-            else _home(args).absolute()
+        if mode == "system":  # only an explicit --home counts: $GATEWAY_HOME is the invoking user's
+            home = Path(args.home).expanduser().absolute() if args.home else Path(SYSTEM_HOME)
+        else:
+            home = _home(args).absolute()
         drain = _drain_seconds(home)
         env_file = Path(SYSTEM_ENV_FILE) if mode == "system" else user_env_file(env)
         spec = UnitSpec(mode=mode, exec_path=gateway_executable(sys.argv[0]), home=str(home),
