@@ -307,7 +307,9 @@ class DiscordAdapter:
         me = client.user
         author = message.author
         is_bot = author.bot or message.webhook_id is not None
-        if author.id == me.id or message.type not in _CHANNEL_MESSAGE_TYPES or (is_bot and not self.config.answer_bots):
+        if author.id == me.id or message.type not in _CHANNEL_MESSAGE_TYPES:
+            return None  # our own echo, joins, pins, thread starters …
+        if is_bot and not self.config.answer_bots:
             return None
         place = await self._place(message.channel, message.guild)
         if place is None:

@@ -207,8 +207,9 @@ async def test_threads_are_separate_sessions(home: Path, fake_llm: FakeLLM, fake
         seen = {(m.channel_id, m.content) for m in fake_discord.sent_messages()}
         assert seen == {(thread_a, "echo: [Alice] one [users=1]"), (thread_b, "echo: [Alice] two [users=1]"),
                         (CHANNEL_ID, "echo: [Alice] three [users=1]"), (thread_a, "echo: [Alice] four [users=2]")}
-        assert run.session_keys() == {f"discord:group:{CHANNEL_ID}:{thread_a}", f"discord:group:{CHANNEL_ID}:{thread_b}",
-                                      f"discord:group:{CHANNEL_ID}:{USER_ID}"}
+        # threads are shared by their members; the channel itself is per user (sessions.group_per_user)
+        assert run.session_keys() == {f"discord:group:{CHANNEL_ID}:{thread_a}",
+                                      f"discord:group:{CHANNEL_ID}:{thread_b}", f"discord:group:{CHANNEL_ID}:{USER_ID}"}
         rows = run.gw.store.all("SELECT chat_id, thread_id FROM inbound ORDER BY id")
         assert tuple(rows[0]) == (CHANNEL_ID, thread_a)  # the parent channel is the chat; the thread is the thread
 
