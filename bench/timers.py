@@ -50,8 +50,9 @@ def seed(store: Store, n: int, rng: random.Random) -> float:
 
 def lifecycle(store: Store, clock: Any) -> Lifecycle:
     policies = Policies(SessionResetConfig(idle_minutes=1440, at_hour=4), "Europe/Berlin")
-    flusher = Flusher(config=MemoryConfig(), store=store, agent=None, memory=None, tool_names=(),  # type: ignore[arg-type]
-                      home=Path("."), db_path=store.path, clock=clock)  # never started: requests stay pending
+    # never started, so it never calls the model: ended sessions just stay pending
+    flusher = Flusher(config=MemoryConfig(), store=store, agent=None, memory=None,  # type: ignore[arg-type]
+                      tool_names=(), home=Path("."), db_path=store.path, clock=clock)
     return Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
 
 

@@ -70,9 +70,13 @@ class FlushLedger:
                            " WHERE id = ? AND flush_state = 'pending'", (session_id,))
         return self.store.session(session_id) if won else None
 
-    def next_attempt(self, session_id: int, error: str) -> int:
-        self._update("UPDATE sessions SET flush_attempts = flush_attempts + 1, flush_error = ?"
-                     " WHERE id = ? AND flush_state = 'running'", (error, session_id))
+    def note_error(self, session_id: int, error: str) -> None:
+        self._update("UPDATE sessions SET flush_error = ? WHERE id = ? AND flush_state = 'running'",
+                     (error, session_id))
+
+    def next_attempt(self, session_id: int) -> int:
+        self._update("UPDATE sessions SET flush_attempts = flush_attempts + 1 WHERE id = ? AND flush_state = 'running'",
+                     (session_id,))
         return self.store.session(session_id).flush_attempts
 
     def finish(self, session_id: int, state: str, now: datetime, error: str | None = None) -> bool:
@@ -80,10 +84,11 @@ class FlushLedger:
                             " flush_error = COALESCE(?, flush_error) WHERE id = ? AND flush_state = 'running'",
                             (state, iso(now), error, session_id)) == 1
 
-    def release(self, session_id: int) -> None:
-        """running → pending without counting the attempt: the daemon stopped it, the flush did not fail."""
-        self._update("UPDATE sessions SET flush_state = 'pending', flush_attempts = MAX(flush_attempts - 1, 0)"
-                     " WHERE id = ? AND flush_state = 'running'", (session_id,))
+    def release(self, session_id: int, *, uncount: bool) -> None:
+        """running → pending, for the next boot. `uncount`: the attempt in progress was stopped by the daemon,
+        it did not fail, so it does not count (a stop during a backoff wait leaves the failed ones counted)."""
+        self._update("UPDATE sessions SET flush_state = 'pending', flush_attempts = MAX(flush_attempts - ?, 0)"
+                     " WHERE id = ? AND flush_state = 'running'", (int(uncount), session_id))
 
     def recover(self) -> int:
         """At boot: a flush left `running` was cut off by a crash; make it pending again (its attempt counts)."""
@@ -150,11 +155,11 @@ class Flusher:
             except TimeoutError:
                 log.info("flush: %s flush(es) did not fit the drain deadline; they stay pending", len(self._queued))
         self.running = False
+        left = len(self._queued)  # queued or in flight; cancelled ones go back to pending
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
-        left = len(self._queued)
         self._queued.clear()
         return left
 
@@ -192,10 +197,11 @@ class Flusher:
             try:
                 tool_calls = await self._run(session)
             except asyncio.CancelledError:
-                self.ledger.release(session_id)
+                self.ledger.release(session_id, uncount=True)
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then recorded
                 error = _describe(exc)
+                self.ledger.note_error(session_id, error)
                 if attempts >= MAX_ATTEMPTS:
                     self.ledger.finish(session_id, "failed", self.clock(), error)
                     log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
@@ -205,9 +211,9 @@ class Flusher:
                 try:
                     await self.sleep(delay)
                 except asyncio.CancelledError:
-                    self.ledger.release(session_id)
+                    self.ledger.release(session_id, uncount=False)
                     raise
-                attempts = self.ledger.next_attempt(session_id, error)
+                attempts = self.ledger.next_attempt(session_id)
                 continue
             self.ledger.finish(session_id, "done", self.clock())
             log.info("flush session=%s done attempts=%s tool_calls=%s", session_id, attempts, tool_calls)

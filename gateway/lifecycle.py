@@ -10,9 +10,10 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from functools import lru_cache
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from gateway.config import ResetMode, SessionResetConfig
+from gateway.config import ResetMode, ResetOverride, SessionResetConfig
 from gateway.store import SessionRow, parse_iso
 
 __all__ = ["Deadline", "Policies", "ResetPolicy", "daily_boundary_after", "deadline_for", "latest_daily_boundary",
@@ -48,18 +49,19 @@ def resolve_policy(cfg: SessionResetConfig, platform: str, chat_type: str) -> Re
 
     Field-wise, so `by_platform.telegram: {mode: idle}` still takes `idle_minutes` from a chat-type override.
     """
-    layers = [o for o in (cfg.by_platform.get(platform), cfg.by_chat_type.get(chat_type))  # type: ignore[call-overload]
-              if o is not None]
+    overrides: list[ResetOverride | None] = [cfg.by_platform.get(platform),  # type: ignore[call-overload]
+                                             cfg.by_chat_type.get(chat_type)]  # type: ignore[call-overload]
+    layers = [o for o in overrides if o is not None]
 
-    def pick(name: str, default: object) -> object:
+    def pick(name: str, default: Any) -> Any:
         for layer in layers:
             value = getattr(layer, name)
             if value is not None:
                 return value
         return default
 
-    return ResetPolicy(mode=pick("mode", cfg.mode), idle_minutes=float(pick("idle_minutes", cfg.idle_minutes)),  # type: ignore[arg-type]
-                       at_hour=int(pick("at_hour", cfg.at_hour)), notify=bool(pick("notify", cfg.notify)))  # type: ignore[call-overload]
+    return ResetPolicy(mode=pick("mode", cfg.mode), idle_minutes=float(pick("idle_minutes", cfg.idle_minutes)),
+                       at_hour=int(pick("at_hour", cfg.at_hour)), notify=bool(pick("notify", cfg.notify)))
 
 
 def local_zone(name: str | None) -> tzinfo:

@@ -262,3 +262,31 @@ async def test_shutdown_flushes_what_fits_and_leaves_the_rest_pending(home: Path
     await daemon.gw.lifecycle.flusher.wait_idle()
     assert daemon.gw.store.session(overdue).flush_state == "done"
     await daemon.stop()
+
+
+async def test_a_stop_during_the_backoff_wait_keeps_the_failed_attempt(home: Path, fake_llm: FakeLLM) -> None:
+    adapter = _config(home, fake_llm)
+    async with open_gateway(home, [adapter], clock=FakeClock(), start=True) as gw:
+        assert gw.lifecycle is not None
+        waiting = asyncio.Event()
+
+        async def sleep(seconds: float) -> None:  # the backoff wait outlasts the daemon
+            waiting.set()
+            await asyncio.Event().wait()
+
+        gw.lifecycle.flusher.sleep = sleep
+        await _talk(gw, "one", "two")
+        session = gw.store.active_session(KEY)
+        assert session is not None
+        fake_llm.script(Fault(500))
+        await gw.sessions.submit(inbound("/new"))
+        await waiting.wait()
+        assert await gw.lifecycle.stop(0) == 1
+        row = gw.store.session(session.id)
+        assert row.flush_state == "pending" and row.flush_attempts == 1
+        assert row.flush_error is not None and row.flush_error.startswith("LLMUnavailable")
+    async with open_gateway(home, [adapter], clock=FakeClock(), start=True) as gw:
+        assert gw.lifecycle is not None
+        await gw.lifecycle.flusher.wait_idle()
+        row = gw.store.session(session.id)
+        assert row.flush_state == "done" and row.flush_attempts == 2
