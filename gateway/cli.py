@@ -71,6 +71,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return asyncio.run(run_daemon(gateway, notifier=notifier))
     except (ConfigError, KeyboardInterrupt):
         raise
+    except asyncio.CancelledError:  # a second SIGTERM/SIGINT during the drain: stop now, as asked
+        log.warning("stopped before the drain finished (second signal); unfinished turns stay stored for replay")
+        return EXIT_OK
     except OSError as exc:  # e.g. the web port is still held by the previous instance
         log.error("cannot start: %s; exiting %s so the service manager restarts it", exc, EXIT_RESTART)
         return EXIT_RESTART

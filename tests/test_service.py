@@ -357,3 +357,27 @@ async def test_sighup_drains_then_asks_for_a_restart(tmp_path: Path, fake_llm: F
 
 def test_gateway_executable_is_this_venvs() -> None:
     assert gateway_executable() == str(Path(sys.executable).parent / "gateway")
+
+
+async def test_a_second_sigterm_stops_at_once_and_keeps_the_turn_for_replay(
+        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    home, port = tmp_path / "home", free_port()
+    daemon_config(home, fake_llm, port, drain=600)
+    fake_llm.script(Delay(60.0))
+    daemon = DaemonProc(home)
+    await daemon.start()
+    try:
+        await daemon.wait_ready()
+        async with WebChatClient(port) as tab:
+            await tab.say("question")
+            await fake_llm.wait_for_call("/v1/messages", timeout=30)
+            await daemon.signal(signal.SIGTERM)
+            assert daemon.notify is not None
+            await daemon.notify.wait_for("STOPPING=1")
+            await daemon.signal(signal.SIGTERM)
+            code = await daemon.wait(timeout=30)  # far less than the 600 s drain
+    finally:
+        await daemon.kill()
+    assert code == 0, daemon.output()
+    assert "Traceback" not in daemon.output()
+    assert inbound_rows(home) == [("question", "running")]
