@@ -143,6 +143,9 @@ def platform_adapters(config: Config) -> list[Adapter]:
     if config.discord is not None:
         from adapters.discord_adapter import DiscordAdapter
         found.append(DiscordAdapter(config.discord))
+    if config.slack is not None:
+        from adapters.slack import SlackAdapter
+        found.append(SlackAdapter(config.slack))
     return found
 
 

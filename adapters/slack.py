@@ -1,0 +1,736 @@
+"""Slack adapter on slack-bolt (async): one AsyncApp over Socket Mode or the HTTP Events API; events → `Inbound`,
+chunks → chat.postMessage (or a slash command's `respond`).
+
+Bolt acks every event before our listener runs (Slack wants an answer within 3 s), so no ack waits for a turn;
+Slack's redeliveries are dropped here by event id and, failing that, by the store's dedupe on channel + ts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.config import SlackConfig
+from gateway.errors import (AdapterError, AdapterFatal, MarkupRejected, PlatformUnavailable, RateLimited,
+                            RecipientUnavailable)
+from gateway.events import (Attachment, ChatRef, ChatType, Inbound, OutboundKind, OutboundMessage, Submit,
+                            SubmitOutcome, SubmitResult)
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "slack"
+DEFAULT_API_URL = "https://slack.com/api/"
+THINKING_REACTION = "eyes"
+REMEMBERED = 4096              # event ids, message keys, threads, people: bounded memories
+RESPONSE_URL_USES = 5          # a slash command's response_url takes 5 posts within 30 minutes
+RESPONSE_URL_TTL_S = 30 * 60.0
+REPLIES_PAGE = 200
+REPLIES_MAX_PAGES = 5
+CONTEXT_LINE_CHARS = 1000
+COMMAND_WORDS = frozenset({"new", "reset", "status", "usage", "stop", "retry", "undo", "help"})
+# Subtypes that are a person saying something; edits (message_changed), deletions, joins and the like are not.
+USER_SUBTYPES = frozenset({"", "file_share", "thread_broadcast", "me_message"})
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (SlackClientError, aiohttp.ClientError, OSError, TimeoutError)
+API_ERRORS: tuple[type[BaseException], ...] = (SlackApiError, *NETWORK_ERRORS)
+_CHANNEL_TYPES: dict[str, ChatType] = {"im": "dm", "mpim": "group", "group": "group", "channel": "channel"}
+_FATAL_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
+                           "not_allowed_token_type"})
+_MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long", "no_text",
+                            "invalid_attachments", "too_many_attachments"})
+_GONE_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived", "account_inactive",
+                          "user_not_found", "user_not_in_channel", "cannot_dm_bot", "restricted_action",
+                          "team_access_not_granted"})
+_TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
+_ANGLE = re.compile(r"<([^<>]*)>")
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+# ---------------------------------------------------------------------- small data
+@dataclass(frozen=True, slots=True)
+class _Me:
+    user_id: str
+    bot_id: str
+    team_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Person:
+    name: str | None = None     # display name, shown to the model
+    handle: str | None = None   # the Slack username
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where an event goes, decided from the event alone (before any network call)."""
+
+    channel: str
+    ts: str
+    user_id: str
+    channel_type: str
+    thread_id: str | None
+    is_dm: bool
+    addressed: bool
+    hydrate: str | None   # the thread to read once before submitting
+    is_bot: bool
+
+
+@dataclass(slots=True)
+class _Responder:
+    """A slash command's `respond` (its response_url), kept under our message id for the replies."""
+
+    respond: Callable[..., Awaitable[Any]]
+    user_id: str
+    channel_id: str
+    created: float
+    uses: int = 0
+
+
+class _Recent:
+    """A bounded set: the oldest keys go first, so memory for ids never grows without end."""
+
+    def __init__(self, size: int = REMEMBERED) -> None:
+        self.size = size
+        self._items: OrderedDict[Hashable, None] = OrderedDict()
+
+    def add(self, key: Hashable) -> bool:
+        """True when the key is new."""
+        if key in self._items:
+            self._items.move_to_end(key)
+            return False
+        self._items[key] = None
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return True
+
+    def discard(self, key: Hashable) -> None:
+        self._items.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+
+def _put(mapping: OrderedDict[K, V], key: K, value: V, size: int = REMEMBERED) -> None:
+    mapping[key] = value
+    mapping.move_to_end(key)
+    if len(mapping) > size:
+        mapping.popitem(last=False)
+
+
+# ---------------------------------------------------------------------- Socket Mode plumbing
+class _SocketClient(SocketModeClient):
+    """The SDK's Socket Mode client, telling us about each pong (the SDK only keeps the time it parsed from it)."""
+
+    on_pong: Callable[[float], None] | None = None
+    _pong_time: float | None = None
+
+    @property
+    def last_ping_pong_time(self) -> float | None:
+        return self._pong_time
+
+    @last_ping_pong_time.setter
+    def last_ping_pong_time(self, value: float | None) -> None:
+        self._pong_time = value
+        if value is not None and self.on_pong is not None:
+            self.on_pong(value)
+
+
+class _SocketHandler(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler over our client (its own constructor would build a second, unused one)."""
+
+    def __init__(self, app: AsyncApp, client: _SocketClient) -> None:  # noqa: D107 - no super(): see above
+        self.app = app
+        self.app_token = client.app_token
+        self.client = client
+        client.socket_mode_request_listeners.append(self.handle)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- the adapter
+class SlackAdapter:
+    """`start` checks the bot token (auth.test), then opens Socket Mode or serves the Events API over HTTP.
+
+    Platform-private state stays here, keyed by our ids: the threads the bot takes part in (so follow-ups need
+    no mention), the newest triggering message per chat (for the thinking reaction) and slash commands'
+    `respond` callables.
+    """
+
+    platform = PLATFORM
+
+    def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 thinking_reaction: str = THINKING_REACTION) -> None:
+        self.config = config
+        self.ping_interval = ping_interval  # the SDK's own websocket ping cadence
+        self.ping_timeout = ping_timeout
+        self.monotonic = monotonic
+        self.thinking_reaction = thinking_reaction
+        self.http_port: int | None = None
+        self.last_envelope_at: float | None = None
+        self._submit: Submit | None = None
+        self._client: AsyncWebClient | None = None
+        self._me: _Me | None = None
+        self._socket: _SocketHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self._listeners: set[asyncio.Task[Any]] = set()
+        self._pongs: dict[float, asyncio.Future[None]] = {}
+        self._event_ids = _Recent()
+        self._message_keys = _Recent()
+        self._threads = _Recent()
+        self._chat_types: OrderedDict[str, ChatType] = OrderedDict()
+        self._people: OrderedDict[str, _Person] = OrderedDict()
+        self._latest: OrderedDict[tuple[str, str | None], str] = OrderedDict()
+        self._responders: OrderedDict[str, _Responder] = OrderedDict()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, submit: Submit) -> None:
+        cfg = self.config
+        self._submit = submit
+        client = self._client = AsyncWebClient(token=cfg.bot_token.value, base_url=cfg.api_url or DEFAULT_API_URL)
+        me = self._me = await self._auth_test(client)
+        app = self._build_app(client)
+        try:
+            if cfg.mode == "http":
+                await self._serve_http(app)
+            else:
+                await self._connect_socket(app, client)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("slack: @%s ready in team %s (%s mode)", me.name, me.team_id, cfg.mode)
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            socket, self._socket = self._socket, None
+            await socket.close_async()  # type: ignore[no-untyped-call]
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        self.http_port = None
+        busy = [t for t in self._listeners if not t.done()]
+        if busy:  # events already acked: give them a moment to be stored before giving up on them
+            _, late = await asyncio.wait(busy, timeout=5.0)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _auth_test(self, client: AsyncWebClient) -> _Me:
+        try:
+            found = await client.auth_test()
+        except SlackApiError as exc:
+            raise _start_error(exc, "bot token", "SLACK_BOT_TOKEN") from None
+        except NETWORK_ERRORS as exc:
+            raise PlatformUnavailable(PLATFORM, f"cannot reach the Slack Web API at {client.base_url}: "
+                                                f"{_describe(exc)}") from None
+        return _Me(user_id=str(found.get("user_id") or ""), bot_id=str(found.get("bot_id") or ""),
+                   team_id=str(found.get("team_id") or ""), name=str(found.get("user") or "bot"))
+
+    def _build_app(self, client: AsyncWebClient) -> AsyncApp:
+        cfg = self.config
+        app = AsyncApp(client=client, signing_secret=cfg.signing_secret.value if cfg.signing_secret else "",
+                       request_verification_enabled=cfg.mode == "http", process_before_response=False)
+
+        # Bolt injects listener arguments by parameter name, so these are plain functions, not bound methods.
+        async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self._on_event(body, event, via_mention=False)
+
+        async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self._on_event(body, event, via_mention=True)
+
+        async def on_command(ack: Callable[[], Awaitable[None]], body: dict[str, Any],
+                             respond: Callable[..., Awaitable[Any]]) -> None:
+            await ack()
+            await self._on_command(body, respond)
+
+        app.event("message")(on_message)
+        app.event("app_mention")(on_mention)
+        app.command(cfg.slash_command)(on_command)
+        return app
+
+    async def _serve_http(self, app: AsyncApp) -> None:
+        cfg = self.config
+        runner = self._runner = web.AppRunner(app.web_app(path=cfg.path, port=cfg.listen_port), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or ()
+        self.http_port = sockets[0].getsockname()[1] if sockets else None
+        log.info("slack: Events API at http://%s:%s%s", cfg.listen_host, self.http_port, cfg.path)
+
+    async def _connect_socket(self, app: AsyncApp, client: AsyncWebClient) -> None:
+        token = self.config.app_token.value if self.config.app_token else ""
+        # Open the first URL ourselves: the SDK's connect() retries a rejected app token forever.
+        try:
+            opened = await client.apps_connections_open(app_token=token)
+        except SlackApiError as exc:
+            raise _start_error(exc, "app token", "SLACK_APP_TOKEN") from None
+        except NETWORK_ERRORS as exc:
+            raise PlatformUnavailable(PLATFORM, f"apps.connections.open failed: {_describe(exc)}") from None
+        sdk = _SocketClient(app_token=token, web_client=client, ping_interval=self.ping_interval,
+                            logger=logging.getLogger(f"{__name__}.socket"))
+        sdk.on_pong = self._on_pong
+        sdk.message_listeners.append(self._on_socket_message)
+        sdk.wss_uri = str(opened["url"])
+        self._socket = _SocketHandler(app, sdk)
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+
+    async def _on_socket_message(self, client: Any, message: dict[str, Any], raw: str | None) -> None:
+        self.last_envelope_at = self.monotonic()
+        if message.get("type") == "goodbye":  # the SDK reconnects on `disconnect` by itself, not on this
+            log.info("slack: Socket Mode said goodbye; reconnecting")
+            await client.connect_to_new_endpoint(force=True)
+
+    def _on_pong(self, marker: float) -> None:
+        waiter = self._pongs.get(marker)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def ping(self) -> bool:
+        """Socket Mode: one websocket ping answered within `ping_timeout` (the supervisor reconnects us when
+        no event and no pong came for `liveness_minutes`). HTTP mode has no connection to check."""
+        if self.config.mode == "http":
+            return self._runner is not None
+        session = self._socket.client.current_session if self._socket is not None else None
+        if session is None or session.closed:
+            return False
+        marker = time.time()  # the SDK parses the pong's payload back into this float
+        while marker in self._pongs:
+            marker += 1e-6
+        waiter = self._pongs[marker] = asyncio.get_running_loop().create_future()
+        try:
+            await session.ping(f"sdk-ping-pong:{marker}".encode())
+            async with asyncio.timeout(self.ping_timeout):
+                await waiter
+            return True
+        except (TimeoutError, ConnectionError, aiohttp.ClientError, RuntimeError) as exc:
+            log.info("slack: Socket Mode ping unanswered (%s)", _describe(exc))
+            return False
+        finally:
+            self._pongs.pop(marker, None)
+
+    # ------------------------------------------------------------------ inbound: events
+    @contextmanager
+    def _tracked(self) -> Iterator[None]:
+        task = asyncio.current_task()
+        if task is not None:
+            self._listeners.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._listeners.discard(task)
+
+    async def _on_event(self, body: Mapping[str, Any], event: Mapping[str, Any], *, via_mention: bool) -> None:
+        event_id = str(body.get("event_id") or "")
+        if event_id and not self._event_ids.add(event_id):
+            log.debug("slack: event %s delivered again; dropped", event_id)
+            return
+        with self._tracked():
+            try:
+                await self._handle_event(body, event, via_mention)
+            except Exception:  # noqa: BLE001 - task root: one broken event must not take the others down
+                self._event_ids.discard(event_id)  # Slack's retry of it may do better
+                log.exception("slack: event %s (%s) not handled", event_id, event.get("type"))
+
+    async def _handle_event(self, body: Mapping[str, Any], event: Mapping[str, Any], via_mention: bool) -> None:
+        target = self._target(event, via_mention)
+        if target is None:
+            return
+        key = (target.channel, target.ts)
+        if not self._message_keys.add(key):  # a mention arrives as `app_mention` and as `message`
+            return
+        try:
+            inbound = await self._inbound(body, event, target)
+            result = await self._hand_in(inbound) if inbound is not None else None
+        except BaseException:
+            self._message_keys.discard(key)
+            raise
+        if inbound is not None and result is not None and result.outcome is SubmitOutcome.ACCEPTED \
+                and result.reason != "command":
+            if inbound.chat.thread_id:
+                self._threads.add((inbound.chat.chat_id, inbound.chat.thread_id))
+            _put(self._latest, (inbound.chat.chat_id, inbound.chat.thread_id), target.ts)
+
+    def _target(self, event: Mapping[str, Any], via_mention: bool) -> _Target | None:
+        """Is this event for us, and where does its answer go? None drops it at the edge."""
+        assert self._me is not None
+        me, cfg = self._me, self.config
+        subtype = str(event.get("subtype") or "")
+        is_bot = bool(event.get("bot_id")) or subtype == "bot_message"
+        if event.get("hidden") or (subtype not in USER_SUBTYPES and subtype != "bot_message"):
+            return None
+        if event.get("user") == me.user_id or (is_bot and event.get("bot_id") == me.bot_id):
+            return None
+        if is_bot and not cfg.answer_bots:
+            return None
+        channel, ts = str(event.get("channel") or ""), str(event.get("ts") or "")
+        user = str(event.get("user") or event.get("bot_id") or "")
+        if not (channel and ts and user):
+            return None
+        channel_type = str(event.get("channel_type") or "")
+        thread_ts = str(event.get("thread_ts") or "") or None
+        if channel_type == "im" or channel.startswith("D"):
+            return _Target(channel, ts, user, "im", None, is_dm=True, addressed=True, hydrate=None, is_bot=is_bot)
+        mentioned = via_mention or f"<@{me.user_id}>" in str(event.get("text") or "")
+        known = thread_ts is not None and (channel, thread_ts) in self._threads
+        if cfg.require_mention and not (mentioned or known):
+            return None
+        thread = thread_ts or (ts if cfg.reply_in_thread == "always" else None)
+        hydrate = thread_ts if thread_ts and thread_ts != ts and not known else None
+        return _Target(channel, ts, user, channel_type, thread, is_dm=False, addressed=mentioned or known,
+                       hydrate=hydrate, is_bot=is_bot)
+
+    async def _inbound(self, body: Mapping[str, Any], event: Mapping[str, Any], target: _Target) -> Inbound | None:
+        assert self._me is not None
+        raw = str(event.get("text") or "")
+        chat_type: ChatType = "dm" if target.is_dm else await self._chat_type(target.channel, target.channel_type)
+        people = mentioned_users(raw) | (set() if target.is_bot else {target.user_id})
+        names = await self._names(people)
+        text = slack_to_text(raw, self._me.user_id, names)
+        attachments = _attachments(event)
+        if not text and not attachments:
+            return None
+        if target.hydrate:
+            context = await self._thread_context(target.channel, target.hydrate, target.ts)
+            text = f"{context}\n\n{text}" if context else text
+        person = self._people.get(target.user_id, _Person()) if not target.is_bot else \
+            _Person(name=str(event.get("username") or (event.get("bot_profile") or {}).get("name") or "") or None)
+        return Inbound(
+            chat=ChatRef(PLATFORM, chat_type, target.channel, target.thread_id), user_id=target.user_id, text=text,
+            message_id=target.ts, received_at=_received_at(target.ts), user_name=person.name,
+            attachments=attachments, is_addressed=target.addressed, is_bot=target.is_bot, username=person.handle,
+            space_id=str(body.get("team_id") or event.get("team") or self._me.team_id) or None)
+
+    async def _hand_in(self, inbound: Inbound) -> SubmitResult:
+        assert self._submit is not None
+        result = await self._submit(inbound)
+        if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
+            log.warning("slack: message %s in %s arrived while shutting down and was already acked; it is lost",
+                        inbound.message_id, inbound.chat.chat_id)
+        return result
+
+    async def _chat_type(self, channel: str, channel_type: str | None) -> ChatType:
+        """`message` events say the channel's type; `app_mention` and slash commands do not, so ask once."""
+        if channel_type in _CHANNEL_TYPES:
+            _put(self._chat_types, channel, _CHANNEL_TYPES[channel_type])
+        if channel.startswith("D"):
+            return "dm"
+        found = self._chat_types.get(channel)
+        if found is not None:
+            return found
+        assert self._client is not None
+        try:
+            info = (await self._client.conversations_info(channel=channel)).get("channel") or {}
+            found = "dm" if info.get("is_im") else "group" if info.get("is_private") or info.get("is_mpim") \
+                else "channel"
+        except API_ERRORS as exc:
+            log.info("slack: conversations.info for %s failed (%s); guessing from the id", channel, _describe(exc))
+            found = "group" if channel.startswith("G") else "channel"
+        _put(self._chat_types, channel, found)
+        return found
+
+    async def _person(self, user_id: str) -> _Person:
+        found = self._people.get(user_id)
+        if found is not None:
+            return found
+        assert self._client is not None
+        try:
+            user = (await self._client.users_info(user=user_id)).get("user") or {}
+            profile = user.get("profile") or {}
+            found = _Person(name=profile.get("display_name") or profile.get("real_name") or user.get("real_name")
+                            or user.get("name"), handle=user.get("name"))
+        except API_ERRORS as exc:  # no users:read scope, say: ids then
+            log.debug("slack: users.info for %s failed (%s)", user_id, _describe(exc))
+            found = _Person()
+        _put(self._people, user_id, found)
+        return found
+
+    async def _names(self, user_ids: set[str]) -> dict[str, str | None]:
+        people = await asyncio.gather(*(self._person(uid) for uid in sorted(user_ids)))
+        return {uid: p.name for uid, p in zip(sorted(user_ids), people, strict=True)}
+
+    async def _thread_context(self, channel: str, thread_ts: str, current_ts: str) -> str:
+        """The thread so far as a compact transcript, for the first message we see in a thread we were not in."""
+        limit = self.config.thread_history_limit
+        if limit <= 0:
+            return ""
+        try:
+            messages = await self._replies(channel, thread_ts)
+        except API_ERRORS as exc:
+            log.warning("slack: reading thread %s in %s failed (%s); answering without it", thread_ts, channel,
+                        _describe(exc))
+            return ""
+        earlier = [m for m in messages if _ts_value(m.get("ts")) < _ts_value(current_ts)
+                   and str(m.get("subtype") or "") in USER_SUBTYPES | {"bot_message"} and m.get("text")]
+        if len(earlier) > limit:  # the root says what the thread is about; the rest are the latest words
+            earlier = earlier[:1] + earlier[len(earlier) - limit + 1:] if limit > 1 else earlier[:1]
+        if not earlier:
+            return ""
+        names = await self._names({str(m["user"]) for m in earlier if m.get("user") and not self._is_me(m)}
+                                  | {u for m in earlier for u in mentioned_users(str(m["text"]))})
+        lines = [f"{self._speaker(m, names)}: {_clip(slack_to_text(str(m['text']), self._me_id, names))}"
+                 for m in earlier]
+        return "[Earlier in this thread, oldest first (\"you\" is you):\n" + "\n".join(lines) + "]"
+
+    async def _replies(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+        assert self._client is not None
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(REPLIES_MAX_PAGES):
+            page = await self._client.conversations_replies(channel=channel, ts=thread_ts, limit=REPLIES_PAGE,
+                                                            cursor=cursor)
+            found.extend(m for m in page.get("messages") or () if isinstance(m, dict))
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                break
+        return found
+
+    @property
+    def _me_id(self) -> str:
+        return self._me.user_id if self._me else ""
+
+    def _is_me(self, message: Mapping[str, Any]) -> bool:
+        assert self._me is not None
+        return message.get("user") == self._me.user_id or bool(
+            message.get("bot_id") and message.get("bot_id") == self._me.bot_id)
+
+    def _speaker(self, message: Mapping[str, Any], names: Mapping[str, str | None]) -> str:
+        if self._is_me(message):
+            return "you"
+        if message.get("bot_id") and not message.get("user"):
+            return str(message.get("username") or (message.get("bot_profile") or {}).get("name") or "a bot")
+        user = str(message.get("user") or "")
+        return names.get(user) or user or "someone"
+
+    # ------------------------------------------------------------------ inbound: the slash command
+    async def _on_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
+        with self._tracked():
+            try:
+                await self._handle_command(body, respond)
+            except Exception:  # noqa: BLE001 - task root: the command was acked; log and move on
+                log.exception("slack: %s command not handled", self.config.slash_command)
+
+    async def _handle_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
+        """`/agent new|status|help|…` become the in-chat commands; any other text is a prompt; none is help."""
+        channel, user = str(body.get("channel_id") or ""), str(body.get("user_id") or "")
+        text = str(body.get("text") or "").strip()
+        if not text:
+            text = "/help"
+        elif text.lower() in COMMAND_WORDS:
+            text = f"/{text.lower()}"
+        message_id = f"cmd:{body.get('trigger_id') or time.time()}"
+        _put(self._responders, message_id, _Responder(respond, user, channel, self.monotonic()))
+        chat_type = await self._chat_type(channel, None)
+        person = await self._person(user)
+        assert self._me is not None
+        await self._hand_in(Inbound(
+            chat=ChatRef(PLATFORM, chat_type, channel), user_id=user, text=text, message_id=message_id,
+            received_at=datetime.now(UTC), user_name=person.name,
+            username=str(body.get("user_name") or "") or person.handle,
+            space_id=str(body.get("team_id") or self._me.team_id) or None))
+
+    # ------------------------------------------------------------------ outbound
+    async def send(self, message: OutboundMessage) -> str:
+        client = self._client
+        if client is None:
+            raise PlatformUnavailable(PLATFORM, "not started")
+        text = message.plain if message.use_plain else message.text
+        responder = self._responders.get(message.reply_to_id or "")
+        if responder is not None:
+            sent = await self._respond(responder, message, text)
+            if sent is not None:
+                return sent
+            if message.kind is not OutboundKind.REPLY:  # the response_url is used up: stay private
+                return await self._call(client.chat_postEphemeral(channel=responder.channel_id,
+                                                                  user=responder.user_id, text=text), "message_ts")
+        kwargs: dict[str, Any] = {"channel": message.chat.chat_id, "text": text, "mrkdwn": not message.use_plain}
+        if message.chat.thread_id:
+            kwargs["thread_ts"] = message.chat.thread_id
+        return await self._call(client.chat_postMessage(**kwargs), "ts")
+
+    async def _call(self, call: Awaitable[Any], id_field: str) -> str:
+        try:
+            response = await call
+        except API_ERRORS as exc:
+            raise _send_error(exc) from None
+        return str(response.get(id_field) or "")
+
+    async def _respond(self, responder: _Responder, message: OutboundMessage, text: str) -> str | None:
+        """Post through the slash command's response_url: command answers privately, prompt answers for all."""
+        if responder.uses >= RESPONSE_URL_USES or self.monotonic() - responder.created >= RESPONSE_URL_TTL_S:
+            return None
+        responder.uses += 1
+        kind = "in_channel" if message.kind is OutboundKind.REPLY else "ephemeral"
+        try:
+            response = await responder.respond(text=text, response_type=kind, replace_original=False)
+        except NETWORK_ERRORS as exc:
+            raise PlatformUnavailable(PLATFORM, f"response_url: {_describe(exc)}") from None
+        status = int(getattr(response, "status_code", 200))
+        if status == 429:
+            raise RateLimited(PLATFORM, _retry_after(getattr(response, "headers", None)))
+        if status >= 500:
+            raise PlatformUnavailable(PLATFORM, f"response_url answered {status}")
+        if status >= 400:  # expired or used up: the caller falls back to the Web API
+            log.info("slack: response_url answered %s; falling back to the Web API", status)
+            responder.uses = RESPONSE_URL_USES
+            return None
+        return f"{message.reply_to_id}:{responder.uses}"
+
+    # ------------------------------------------------------------------ thinking indicator
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        """A reaction on the message being answered, added when the turn starts and removed when it ends:
+        one mark per turn, however long it takes (no repeated "typing" calls)."""
+        ts = self._latest.get((chat.chat_id, chat.thread_id))
+        client = self._client
+        added = bool(ts and client and self.thinking_reaction) and await self._react("add", chat.chat_id, ts or "")
+        try:
+            yield
+        finally:
+            if added:
+                await self._react("remove", chat.chat_id, ts or "")
+
+    async def _react(self, action: str, channel: str, ts: str) -> bool:
+        assert self._client is not None
+        call = self._client.reactions_add if action == "add" else self._client.reactions_remove
+        try:
+            await call(channel=channel, timestamp=ts, name=self.thinking_reaction)
+        except SlackApiError as exc:
+            if _error_code(exc) == "already_reacted":
+                return False  # someone else's mark: leave it alone
+            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, _error_code(exc))
+            return False
+        except NETWORK_ERRORS as exc:
+            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, _describe(exc))
+            return False
+        return True
+
+
+# ---------------------------------------------------------------------- pure translation helpers
+def mentioned_users(text: str) -> set[str]:
+    return {m.group(1)[1:].partition("|")[0] for m in _ANGLE.finditer(text) if m.group(1).startswith("@")}
+
+
+def slack_to_text(text: str, bot_user_id: str, names: Mapping[str, str | None]) -> str:
+    """Slack markup as a person reads it: our own mention dropped, `<@U1>` → `@name`, `<#C1|general>` →
+    `#general`, `<url|label>` → `label (url)`, and `&amp;`, `&lt;`, `&gt;` unescaped."""
+    if bot_user_id:
+        text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", "\x00", text)
+        text = re.sub(r"^\s*\x00\s*[,:;]?\s*", "", text)  # "@bot, what…" → "what…"
+        text = re.sub(r"[ \t]*\x00", "", text)
+
+    def one(match: re.Match[str]) -> str:
+        target, _, label = match.group(1).partition("|")
+        if target.startswith("@"):
+            return "@" + (names.get(target[1:]) or label or target[1:])
+        if target.startswith("#"):
+            return "#" + (label or target[1:])
+        if target.startswith("!"):
+            word = target[1:].split("^")[0]
+            return f"@{word}" if word in ("here", "channel", "everyone") else (label or f"@{word}")
+        address = target.removeprefix("mailto:")
+        return f"{label} ({address})" if label and label != address else address
+
+    text = _ANGLE.sub(one, text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").strip()
+
+
+def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    found = []
+    for item in event.get("files") or ():
+        if not isinstance(item, dict):
+            continue
+        mime = str(item.get("mimetype") or "") or None
+        major = (mime or "").split("/")[0]
+        kind = {"image": "photo", "audio": "audio", "video": "video"}.get(major, "document")
+        size = item.get("size")
+        found.append(Attachment(kind=kind, name=item.get("name") or item.get("title"), mime_type=mime,
+                                size=size if isinstance(size, int) else None))
+    return tuple(found)
+
+
+def _received_at(ts: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(float(ts), UTC)
+    except (ValueError, OverflowError, OSError):
+        return datetime.now(UTC)
+
+
+def _ts_value(ts: Any) -> float:
+    try:
+        return float(ts)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _clip(text: str, limit: int = CONTEXT_LINE_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _error_code(exc: SlackApiError) -> str:
+    try:
+        return str(exc.response.get("error") or "")
+    except (AttributeError, TypeError):
+        return ""
+
+
+def _status(exc: SlackApiError) -> int:
+    return int(getattr(exc.response, "status_code", 200) or 200)
+
+
+def _retry_after(headers: Any) -> float:
+    for name, value in dict(headers or {}).items():
+        if str(name).lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                break
+    return 1.0
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _start_error(exc: SlackApiError, what: str, variable: str) -> AdapterError:
+    code = _error_code(exc)
+    if code in _FATAL_ERRORS:
+        return AdapterFatal(PLATFORM, f"{what} rejected ({code}) — check {variable}")
+    if _status(exc) == 429 or code == "ratelimited" or _status(exc) >= 500 or code in _TRANSIENT_ERRORS:
+        return PlatformUnavailable(PLATFORM, f"{what} check failed ({code or _status(exc)}); will retry")
+    return AdapterError(PLATFORM, f"{what} check failed: {code or _status(exc)}")
+
+
+def _send_error(exc: BaseException) -> AdapterError:
+    """Slack's answer as the outbox understands it: wait, resend plain, give up on the chat, or retry."""
+    if not isinstance(exc, SlackApiError):
+        return PlatformUnavailable(PLATFORM, _describe(exc))
+    code, status = _error_code(exc), _status(exc)
+    if status == 429 or code == "ratelimited":
+        return RateLimited(PLATFORM, _retry_after(exc.response.headers))
+    if code in _MARKUP_ERRORS:
+        return MarkupRejected(PLATFORM, code)
+    if code in _GONE_ERRORS:
+        return RecipientUnavailable(PLATFORM, code)
+    if status >= 500 or code in _TRANSIENT_ERRORS:
+        return PlatformUnavailable(PLATFORM, code or f"HTTP {status}")
+    return AdapterError(PLATFORM, code or f"HTTP {status}")

@@ -1,0 +1,471 @@
+"""The Slack adapter end to end: real slack-bolt (Socket Mode or signed HTTP events) against the fake Slack Web API
+and Socket Mode server, the whole gateway behind it and the fake LLM in front of the model; assertions are what a
+Slack user would see."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from adapters.slack import SlackAdapter, slack_to_text
+from gateway.commands import HELP_TEXT, NEW_TEXT
+from gateway.config import load_config
+from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.errors import AdapterFatal
+from gateway.events import Inbound, SubmitOutcome, SubmitResult
+from gateway.outbox import Backoff
+from gateway.ratelimit import RateLimiter
+from tests.fakeclock import FakeClock
+from tests.fakes.base import Fault
+from tests.fakes.llm import FakeLLM, Reply
+from tests.fakes.slack import (APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, event_callback, ratelimited,
+                               signed_request_headers, slack_error, url_verification)
+from tests.helpers import write_config
+
+ALICE, BOB, STRANGER = "U1", "U2", "U9"
+DM, CHANNEL, PRIVATE = "D1", "C1", "G1"
+USERS = {
+    ALICE: {"id": ALICE, "name": "alice", "real_name": "Alice Smith",
+            "profile": {"display_name": "Alice", "real_name": "Alice Smith"}},
+    BOB: {"id": BOB, "name": "bob", "real_name": "Bob Jones", "profile": {"display_name": "", "real_name": "Bob Jones"}},
+}
+_seq = itertools.count(1)
+
+
+def new_ts() -> str:
+    return f"{int(time.time())}.{next(_seq):06d}"
+
+
+def dm(text: str, *, user: str = ALICE, ts: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"type": "message", "channel_type": "im", "channel": DM, "user": user, "text": text,
+            "ts": ts or new_ts(), **extra}
+
+
+def mention(text: str, *, channel: str = CHANNEL, user: str = ALICE, ts: str | None = None,
+            thread_ts: str | None = None) -> dict[str, Any]:
+    event = {"type": "app_mention", "channel": channel, "user": user, "text": text, "ts": ts or new_ts()}
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def said(text: str, *, channel: str = CHANNEL, user: str = ALICE, ts: str | None = None,
+         thread_ts: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A `message.channels` event: someone writing in a channel (or a thread of it)."""
+    event = {"type": "message", "channel_type": "channel", "channel": channel, "user": user, "text": text,
+             "ts": ts or new_ts(), **extra}
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def slack_yaml(fake: FakeSlack, mode: str, extra: str) -> str:
+    return (f"web:\n  enabled: false\n"
+            f"slack:\n  bot_token: '{BOT_TOKEN}'\n  app_token: '{APP_TOKEN}'\n  signing_secret: '{SIGNING_SECRET}'\n"
+            f"  mode: {mode}\n  listen_port: 0\n  api_url: {fake.api_base_url}\n"
+            f"  allowed_users: ['{ALICE}', '{BOB}']\n{extra}")
+
+
+@dataclass
+class Running:
+    daemon: Daemon
+    adapter: SlackAdapter
+    clock: FakeClock
+    waits: list[float] = field(default_factory=list)  # what the outbox's rate limiter waited
+
+    @property
+    def gw(self) -> Gateway:
+        return self.daemon.gw
+
+    def inbound_rows(self) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self.gw.store.all(
+            "SELECT chat_type, chat_id, thread_id, user_id, user_name, status FROM inbound ORDER BY id")]
+
+    def session_keys(self) -> set[str]:
+        return {r["key"] for r in self.gw.store.all("SELECT key FROM sessions")}
+
+    async def post(self, body: dict[str, Any], *, secret: str = SIGNING_SECRET, timestamp: int | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[int, str]:
+        raw = json.dumps(body)
+        sent = {**signed_request_headers(secret, raw, timestamp), **(headers or {})}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{self.adapter.http_port}/slack/events", data=raw,
+                                    headers=sent) as response:
+                return response.status, await response.text()
+
+
+@asynccontextmanager
+async def running(home: Path, llm: FakeLLM, fake: FakeSlack, extra: str = "", *, mode: str = "socket",
+                  via_config: bool = False, ping_timeout: float = 5.0) -> AsyncIterator[Running]:
+    """The daemon on a virtual clock (nothing really sleeps); the outbox's rate limiter fast-forwards it."""
+    write_config(home, provider="anthropic", base_url=llm.base_url, extra=slack_yaml(fake, mode, extra))
+    config = load_config(home, env={})
+    assert config.slack is not None
+    clock = FakeClock(start=datetime.now(UTC))
+    adapters: list[Any] = platform_adapters(config) if via_config else \
+        [SlackAdapter(config.slack, ping_interval=30.0, ping_timeout=ping_timeout)]
+    adapter = next(a for a in adapters if isinstance(a, SlackAdapter))
+    gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, clock=clock.now, sleep=clock.sleep,
+                       monotonic=clock.monotonic)
+    run = Running(Daemon(gw, install_signals=False), adapter, clock)
+
+    async def fast_forward(seconds: float) -> None:
+        run.waits.append(seconds)
+        clock.t += seconds
+
+    gw.outbox.limiter = RateLimiter(clock=clock.monotonic, sleep=fast_forward)
+    await run.daemon.start()
+    try:
+        yield run
+    finally:
+        await run.daemon.stop()
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack(users=USERS) as fake:
+        yield fake
+
+
+def user_texts(llm: FakeLLM) -> list[str]:
+    """The last user message of each model request, as text."""
+    out = []
+    for request in llm.anthropic_requests():
+        content = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
+        out.append(content if isinstance(content, str) else "".join(b.get("text", "") for b in content))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ DMs
+async def test_dm_round_trip_in_socket_mode(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, via_config=True) as run:
+        first = dm("hello there")
+        envelope = await slack.push_event(first)
+        assert await slack.wait_for_ack(envelope) == {"envelope_id": envelope}
+        post = await slack.wait_for_post(DM)
+        assert post.text == "echo: hello there [users=1]" and post.thread_ts is None  # a DM stays flat
+        assert post.params["mrkdwn"] in (True, "true", "1", 1)
+        await slack.push_event(dm("again"))
+        assert (await slack.wait_for_post(DM, count=2)).text == "echo: again [users=2]"
+        assert run.inbound_rows() == [("dm", DM, None, ALICE, "Alice", "answered")] * 2
+        assert run.session_keys() == {f"slack:dm:{DM}"}
+        # the thinking mark: one reaction on the message being answered, gone once the turn is over
+        adds = [c.body for c in slack.calls_to("reactions.add")]
+        assert adds[0] == {"channel": DM, "timestamp": first["ts"], "name": "eyes"}
+        assert len(adds) == 2 and len(slack.calls_to("reactions.remove")) == 2
+        assert slack.reactions[(DM, first["ts"])] == []
+
+
+async def test_dm_round_trip_over_http_and_url_verification(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, mode="http") as run:
+        status, text = await run.post(url_verification("c-42"))
+        assert status == 200 and json.loads(text) == {"challenge": "c-42"}
+        status, _ = await run.post(event_callback(dm("hello over http"), "EvH1"))
+        assert status == 200
+        assert (await slack.wait_for_post(DM)).text == "echo: hello over http [users=1]"
+        assert slack.connections == 0 and slack.calls_to("apps.connections.open") == []
+
+
+async def test_bad_signature_and_stale_timestamp_are_refused(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, mode="http") as run:
+        status, _ = await run.post(event_callback(dm("forged"), "EvF1"), secret="not-the-secret")
+        assert status == 401
+        stale = int(time.time()) - 6 * 60
+        status, _ = await run.post(event_callback(dm("replayed"), "EvF2"), timestamp=stale)
+        assert status == 401
+        status, _ = await run.post(event_callback(dm("genuine"), "EvF3"))
+        assert status == 200
+        assert (await slack.wait_for_post(DM)).text == "echo: genuine [users=1]"
+        assert user_texts(fake_llm) == ["genuine"] and len(run.inbound_rows()) == 1
+
+
+async def test_http_retry_with_the_same_event_id_is_answered_once(home: Path, fake_llm: FakeLLM,
+                                                                  slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, mode="http") as run:
+        body = event_callback(dm("only once"), "EvR1")
+        assert (await run.post(body))[0] == 200
+        retry = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+        assert (await run.post(body, headers=retry))[0] == 200
+        await slack.wait_for_post(DM)
+        # a later message is answered after the retry was handled: the retry produced nothing
+        assert (await run.post(event_callback(dm("next"), "EvR2")))[0] == 200
+        await slack.wait_for_post(DM, count=2)
+        await run.gw.sessions.wait_idle()
+        assert [m.text for m in slack.posted(DM)] == ["echo: only once [users=1]", "echo: next [users=2]"]
+        assert len(fake_llm.anthropic_requests()) == 2
+
+
+async def test_socket_retry_and_a_second_event_for_the_same_message_are_answered_once(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack):
+        event = mention("<@UBOT> once please")
+        await slack.push_event(event, event_id="EvS1")
+        await slack.push_event(event, event_id="EvS1", retry_attempt=1, retry_reason="timeout")
+        # Slack sends a mention twice when the app subscribes to both app_mention and message.channels
+        await slack.push_event(said("<@UBOT> once please", ts=event["ts"]), event_id="EvS2")
+        await slack.wait_for_post(CHANNEL)
+        await slack.push_event(dm("sentinel"))
+        await slack.wait_for_post(DM)
+        assert [m.text for m in slack.posted(CHANNEL)] == ["echo: [Alice] once please [users=1]"]
+        assert len(fake_llm.anthropic_requests()) == 2
+
+
+# ------------------------------------------------------------------------------------------ channels
+async def test_channel_mention_answers_in_a_thread_and_the_thread_follows_without_mention(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack) as run:
+        await slack.push_event(said("just humans talking"))
+        await slack.push_event(said("a reply in some other thread", thread_ts=new_ts()))
+        root = mention("<@UBOT> what's up?")
+        await slack.push_event(root)
+        reply = await slack.wait_for_post(CHANNEL)
+        assert reply.text == "echo: [Alice] what's up? [users=1]" and reply.thread_ts == root["ts"]
+        await slack.push_event(said("and then?", user=BOB, thread_ts=root["ts"]))
+        second = await slack.wait_for_post(CHANNEL, count=2)
+        assert second.text == "echo: [Bob Jones] and then? [users=2]" and second.thread_ts == root["ts"]
+        assert run.session_keys() == {f"slack:channel:{CHANNEL}:{root['ts']}"}
+        assert [r[0:4] for r in run.inbound_rows()] == [("channel", CHANNEL, root["ts"], ALICE),
+                                                        ("channel", CHANNEL, root["ts"], BOB)]
+        assert slack.calls_to("conversations.replies") == []  # a thread the bot started needs no reading
+        assert len(fake_llm.anthropic_requests()) == 2
+
+
+async def test_when_threaded_answers_a_top_level_mention_in_the_channel(home: Path, fake_llm: FakeLLM,
+                                                                         slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, "  reply_in_thread: when_threaded\n") as run:
+        await slack.push_event(mention("hi <@UBOT>"))
+        reply = await slack.wait_for_post(CHANNEL)
+        assert reply.text == "echo: [Alice] hi [users=1]" and reply.thread_ts is None
+        assert run.session_keys() == {f"slack:channel:{CHANNEL}:{ALICE}"}  # per user outside threads
+
+
+async def test_private_channel_mention_is_a_group_chat(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack) as run:
+        event = mention("<@UBOT> secret plans", channel=PRIVATE)
+        await slack.push_event(event)
+        await slack.wait_for_post(PRIVATE)
+        await slack.push_event(mention("<@UBOT> more", channel=PRIVATE, thread_ts=event["ts"]))
+        await slack.wait_for_post(PRIVATE, count=2)
+        assert run.session_keys() == {f"slack:group:{PRIVATE}:{event['ts']}"}
+        assert len(slack.calls_to("conversations.info")) == 1  # asked once, remembered
+
+
+async def test_mention_inside_an_unknown_thread_reads_the_thread_once(home: Path, fake_llm: FakeLLM,
+                                                                      slack: FakeSlack) -> None:
+    root = slack.seed_thread(CHANNEL, [
+        "Where should the offsite be?",
+        {"text": "Lisbon, &lt;if&gt; the budget allows", "user": BOB},
+        {"text": "Earlier answer: Lisbon is cheaper in March.", "user": "UBOT", "bot_id": "BBOT"},
+        {"text": "What do you think, <@U2>?", "user": ALICE},
+    ])
+    async with running(home, fake_llm, slack):
+        await slack.push_event(mention("<@UBOT> can you summarise?", thread_ts=root))
+        reply = await slack.wait_for_post(CHANNEL, count=2)  # the seeded bot message counts as one post
+        assert reply.thread_ts == root
+        assert len(slack.calls_to("conversations.replies")) == 1
+        seen = user_texts(fake_llm)[0]
+        assert seen == ('[Alice] [Earlier in this thread, oldest first ("you" is you):\n'
+                        "Alice: Where should the offsite be?\n"
+                        "Bob Jones: Lisbon, <if> the budget allows\n"
+                        "you: Earlier answer: Lisbon is cheaper in March.\n"
+                        "Alice: What do you think, @Bob Jones?]\n\ncan you summarise?")
+        await slack.push_event(said("thanks, and the dates?", thread_ts=root))
+        await slack.wait_for_post(CHANNEL, count=3)
+        assert len(slack.calls_to("conversations.replies")) == 1  # once per thread
+        assert user_texts(fake_llm)[1] == "[Alice] thanks, and the dates?"
+
+
+async def test_thread_history_is_capped(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    root = slack.seed_thread(CHANNEL, ["the root", "one", "two", "three", "four"])
+    async with running(home, fake_llm, slack, "  thread_history_limit: 3\n"):
+        await slack.push_event(mention("<@UBOT> go", thread_ts=root))
+        await slack.wait_for_post(CHANNEL)
+        context = user_texts(fake_llm)[0]
+        assert "Alice: the root\nAlice: three\nAlice: four]" in context and "one" not in context
+
+
+async def test_bot_messages_edits_and_deletions_are_ignored(home: Path, fake_llm: FakeLLM,
+                                                           slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack) as run:
+        await slack.push_event(dm("from a bot", bot_id="B999", subtype="bot_message"))
+        await slack.push_event(dm("edited", subtype="message_changed"))
+        await slack.push_event(dm("", subtype="message_deleted"))
+        await slack.push_event(mention("<@UBOT> hi from another bot", user="U777") | {"bot_id": "B777"})
+        await slack.push_event(dm("a person"))
+        assert (await slack.wait_for_post(DM)).text == "echo: a person [users=1]"
+        await run.gw.sessions.wait_idle()
+        assert len(fake_llm.anthropic_requests()) == 1 and len(run.inbound_rows()) == 1
+
+
+async def test_strangers_in_a_channel_get_no_turn(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack) as run:
+        await slack.push_event(mention("<@UBOT> let me in", user=STRANGER))
+        await slack.push_event(dm("sentinel"))
+        await slack.wait_for_post(DM)
+        assert slack.posted(CHANNEL) == [] and len(fake_llm.anthropic_requests()) == 1
+        assert run.inbound_rows() == [("dm", DM, None, ALICE, "Alice", "answered")]
+
+
+# ------------------------------------------------------------------------------------------ outbound
+async def test_long_mrkdwn_reply_is_split_into_valid_chunks(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    paragraphs = [f"Paragraph {i} has **bold words**, a [link](https://example.com/?a={i}&b=2) and `x < y`. "
+                  + "filler text " * 40 for i in range(12)]
+    fake_llm.script(Reply("\n\n".join(paragraphs) + "\n\n```python\nprint('done')\n```"))
+    async with running(home, fake_llm, slack) as run:
+        await slack.push_event(dm("write a lot"))
+        await slack.wait_until(lambda: any("print('done')" in m.text for m in slack.posted(DM)))
+        posts = slack.posted(DM)
+        assert len(posts) >= 3
+        for post in posts:
+            assert 0 < len(post.text) <= 3000 and post.text.count("```") % 2 == 0
+        joined = "\n".join(p.text for p in posts)
+        assert "*bold words*" in joined and "**" not in joined
+        assert "<https://example.com/?a=3&amp;b=2|link>" in joined and "`x &lt; y`" in joined
+        positions = [joined.index(f"Paragraph {i} ") for i in range(12)]
+        assert positions == sorted(positions)
+        assert run.waits and all(w <= 1.0 for w in run.waits)  # about one message per second per channel
+
+
+async def test_rate_limited_then_sent(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    slack.fail("chat.postMessage", ratelimited(3))
+    async with running(home, fake_llm, slack) as run:
+        await slack.push_event(dm("hi"))
+        assert (await slack.wait_for_post(DM)).text == "echo: hi [users=1]"
+        assert run.waits == [3.0]  # Retry-After honoured before the second attempt
+        assert len(slack.calls_to("chat.postMessage")) == 2
+
+
+async def test_rejected_markup_is_resent_as_plain_text(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    fake_llm.script(Reply("a **bold** claim"))
+    slack.fail("chat.postMessage", slack_error("invalid_blocks"))
+    async with running(home, fake_llm, slack):
+        await slack.push_event(dm("hi"))
+        post = await slack.wait_for_post(DM)
+        attempts = [c.body for c in slack.calls_to("chat.postMessage")]
+        assert attempts[0]["text"] == "a *bold* claim" and attempts[1]["text"] == "a bold claim"
+        assert post.text == "a bold claim" and post.params["mrkdwn"] in (False, "false", "0", 0)
+
+
+async def test_gone_channel_is_not_retried_and_server_errors_are(home: Path, fake_llm: FakeLLM,
+                                                                 slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack) as run:
+        run.gw.outbox.backoff = Backoff(first=0.0)  # retry at once (the virtual clock would park the waits)
+        slack.fail("chat.postMessage", slack_error("channel_not_found"))
+        await slack.push_event(dm("one"))
+        await slack.wait_for_call("chat.postMessage")
+        await run.gw.sessions.wait_idle()
+        assert [r["status"] for r in run.gw.store.all("SELECT status FROM outbound")] == ["failed"]
+        slack.fail("chat.postMessage", Fault(503), Fault(500))
+        await slack.push_event(dm("two"))
+        assert (await slack.wait_for_post(DM)).text == "echo: two [users=2]"
+        assert len(slack.calls_to("chat.postMessage")) == 4
+
+
+# ------------------------------------------------------------------------------------------ slash command
+async def test_slash_command_paths(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack) as run:
+        envelope = await slack.push_slash_command("/agent", "help", channel_id=CHANNEL, trigger_id="t1")
+        assert await slack.wait_for_ack(envelope) == {"envelope_id": envelope}
+        await slack.wait_until(lambda: len(slack.responses) >= 1)
+        assert slack.responses[0]["response_type"] == "ephemeral"
+        assert slack.responses[0]["text"].startswith("Commands:") and "/new" in slack.responses[0]["text"]
+        assert HELP_TEXT.splitlines()[0] in slack.responses[0]["text"]
+
+        await slack.push_slash_command("/agent", "what is 2+2?", channel_id=CHANNEL, trigger_id="t2")
+        await slack.wait_until(lambda: len(slack.responses) >= 2)
+        assert slack.responses[1] == {"text": "echo: [Alice] what is 2+2? [users=1]", "response_type": "in_channel",
+                                      "replace_original": False}
+        assert slack.posted() == []  # everything went through the response_url
+
+        await slack.push_slash_command("/agent", "status", channel_id=CHANNEL, trigger_id="t3")
+        await slack.wait_until(lambda: len(slack.responses) >= 3)
+        assert slack.responses[2]["response_type"] == "ephemeral" and "2" in slack.responses[2]["text"]
+
+        await slack.push_slash_command("/agent", "NEW", channel_id=CHANNEL, trigger_id="t4")
+        await slack.wait_until(lambda: len(slack.responses) >= 4)
+        assert slack.responses[3]["text"] == NEW_TEXT
+
+        await slack.push_slash_command("/agent", "", channel_id=DM, trigger_id="t5")
+        await slack.wait_until(lambda: len(slack.responses) >= 5)
+        assert slack.responses[4]["text"].startswith("Commands:")
+        assert run.session_keys() == {f"slack:channel:{CHANNEL}:{ALICE}"}  # only the prompt opened a session
+        assert user_texts(fake_llm) == ["[Alice] what is 2+2?"]
+
+
+# ------------------------------------------------------------------------------------------ connection
+async def test_disconnect_and_goodbye_reconnect_and_the_next_event_is_answered(home: Path, fake_llm: FakeLLM,
+                                                                              slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack):
+        await slack.wait_for_connections(1)
+        await slack.disconnect()
+        await slack.wait_for_connections(2)
+        await slack.push_event(dm("after a refresh"))
+        assert (await slack.wait_for_post(DM)).text == "echo: after a refresh [users=1]"
+        await slack.push_envelope({"type": "goodbye"})
+        await slack.wait_for_connections(3)
+        await slack.push_event(dm("after goodbye"))
+        assert (await slack.wait_for_post(DM, count=2)).text == "echo: after goodbye [users=2]"
+        assert len(slack.calls_to("apps.connections.open")) == 3
+
+
+async def test_silent_socket_is_reconnected_by_the_liveness_watchdog(home: Path, fake_llm: FakeLLM,
+                                                                     slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, "  liveness_minutes: 5\n", ping_timeout=0.2) as run:
+        assert run.gw.supervisor is not None
+        await slack.wait_for_connections(1)
+        assert await run.adapter.ping() is True
+        slack.go_silent()  # the socket stays open but pings go unanswered
+        run.clock.t += 4 * 60
+        assert await run.gw.supervisor.check_liveness() == []  # quiet, but not for long enough
+        run.clock.t += 61
+        assert await run.gw.supervisor.check_liveness() == ["slack"]
+        await run.clock.advance(1.0)  # the supervisor's restart delay
+        await slack.wait_for_connections(2)
+        await slack.wait_until(lambda: run.gw.supervisor.health()["slack"].state == "running")  # type: ignore[union-attr]
+        await slack.push_event(dm("still there?"))
+        assert (await slack.wait_for_post(DM)).text == "echo: still there? [users=1]"
+        assert await run.adapter.ping() is True
+
+
+async def test_rejected_tokens_are_fatal_with_a_clear_line(home: Path, slack: FakeSlack) -> None:
+    write_config(home, extra=slack_yaml(slack, "socket", ""))
+    config = load_config(home, env={})
+    assert config.slack is not None
+
+    async def submit(inbound: Inbound) -> SubmitResult:
+        return SubmitResult(SubmitOutcome.IGNORED)
+
+    slack.bot_token = "xoxb-another"
+    with pytest.raises(AdapterFatal, match="bot token rejected \\(invalid_auth\\) — check SLACK_BOT_TOKEN"):
+        await SlackAdapter(config.slack).start(submit)
+    slack.bot_token, slack.app_token = BOT_TOKEN, "xapp-another"
+    adapter = SlackAdapter(config.slack)
+    with pytest.raises(AdapterFatal, match="app token rejected \\(invalid_auth\\) — check SLACK_APP_TOKEN"):
+        await adapter.start(submit)
+    assert slack.connections == 0
+
+
+# ------------------------------------------------------------------------------------------ translation
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("<@UBOT> hello", "hello"),
+    ("<@UBOT>, what's up?", "what's up?"),
+    ("hey <@UBOT> can you help", "hey can you help"),
+    ("ask <@U2|bob> about <#C9|general>", "ask @Bob about #general"),
+    ("see <https://example.com/a?b=1&amp;c=2|the docs> or <https://x.org>", "see the docs "
+     "(https://example.com/a?b=1&c=2) or https://x.org"),
+    ("<!here> 1 &lt; 2 &amp;&amp; 3 &gt; 2", "@here 1 < 2 && 3 > 2"),
+    ("mail <mailto:a@b.c|a@b.c>", "mail a@b.c"),
+    ("<!subteam^S1|@devs> ping", "@devs ping"),
+])
+def test_slack_to_text(raw: str, expected: str) -> None:
+    assert slack_to_text(raw, "UBOT", {"U2": "Bob"}) == expected
