@@ -156,7 +156,7 @@ class _SocketClient(SocketModeClient):
 class _SocketHandler(AsyncSocketModeHandler):
     """Bolt's Socket Mode handler over our client (its own constructor would build a second, unused one)."""
 
-    def __init__(self, app: AsyncApp, client: _SocketClient) -> None:  # noqa: D107 - no super(): see above
+    def __init__(self, app: AsyncApp, client: _SocketClient) -> None:  # no super().__init__: see above
         self.app = app
         self.app_token = client.app_token
         self.client = client
@@ -537,6 +537,7 @@ class SlackAdapter:
             text = f"/{text.lower()}"
         message_id = f"cmd:{body.get('trigger_id') or time.time()}"
         _put(self._responders, message_id, _Responder(respond, user, channel, self.monotonic()))
+        self._latest.pop((channel, None), None)  # no message to mark: the thinking reaction must not land elsewhere
         chat_type = await self._chat_type(channel, None)
         person = await self._person(user)
         assert self._me is not None

@@ -69,11 +69,11 @@ def said(text: str, *, channel: str = CHANNEL, user: str = ALICE, ts: str | None
     return event
 
 
-def slack_yaml(fake: FakeSlack, mode: str, extra: str) -> str:
+def slack_yaml(fake: FakeSlack, mode: str, extra: str, allowed: tuple[str, ...] = (ALICE, BOB)) -> str:
     return (f"web:\n  enabled: false\n"
             f"slack:\n  bot_token: '{BOT_TOKEN}'\n  app_token: '{APP_TOKEN}'\n  signing_secret: '{SIGNING_SECRET}'\n"
             f"  mode: {mode}\n  listen_port: 0\n  api_url: {fake.api_base_url}\n"
-            f"  allowed_users: ['{ALICE}', '{BOB}']\n{extra}")
+            f"  allowed_users: {list(allowed)}\n{extra}")
 
 
 @dataclass
@@ -106,9 +106,10 @@ class Running:
 
 @asynccontextmanager
 async def running(home: Path, llm: FakeLLM, fake: FakeSlack, extra: str = "", *, mode: str = "socket",
-                  via_config: bool = False, ping_timeout: float = 5.0) -> AsyncIterator[Running]:
+                  via_config: bool = False, ping_timeout: float = 5.0,
+                  allowed: tuple[str, ...] = (ALICE, BOB)) -> AsyncIterator[Running]:
     """The daemon on a virtual clock (nothing really sleeps); the outbox's rate limiter fast-forwards it."""
-    write_config(home, provider="anthropic", base_url=llm.base_url, extra=slack_yaml(fake, mode, extra))
+    write_config(home, provider="anthropic", base_url=llm.base_url, extra=slack_yaml(fake, mode, extra, allowed))
     config = load_config(home, env={})
     assert config.slack is not None
     clock = FakeClock(start=datetime.now(UTC))
@@ -307,6 +308,22 @@ async def test_bot_messages_edits_and_deletions_are_ignored(home: Path, fake_llm
         assert len(fake_llm.anthropic_requests()) == 1 and len(run.inbound_rows()) == 1
 
 
+async def test_other_bots_are_answered_when_configured(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, "  answer_bots: true\n", allowed=(ALICE, "B777")) as run:
+        event = mention("<@UBOT> status report please", user="") | {"bot_id": "B777", "subtype": "bot_message",
+                                                                    "username": "deploybot"}
+        del event["user"]
+        await slack.push_event(event)
+        reply = await slack.wait_for_post(CHANNEL)
+        assert reply.text == "echo: [deploybot] status report please [users=1]"
+        payload = run.gw.store.all("SELECT payload FROM inbound")[0]["payload"]
+        assert json.loads(payload)["is_bot"] is True and json.loads(payload)["user_id"] == "B777"
+        await slack.push_event(dm("mine", user="UBOT"))  # never its own messages
+        await slack.push_event(dm("sentinel"))
+        await slack.wait_for_post(DM)
+        assert len(fake_llm.anthropic_requests()) == 2
+
+
 async def test_strangers_in_a_channel_get_no_turn(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
     async with running(home, fake_llm, slack) as run:
         await slack.push_event(mention("<@UBOT> let me in", user=STRANGER))
@@ -400,6 +417,18 @@ async def test_slash_command_paths(home: Path, fake_llm: FakeLLM, slack: FakeSla
         assert slack.responses[4]["text"].startswith("Commands:")
         assert run.session_keys() == {f"slack:channel:{CHANNEL}:{ALICE}"}  # only the prompt opened a session
         assert user_texts(fake_llm) == ["[Alice] what is 2+2?"]
+
+
+async def test_slash_reply_longer_than_the_response_url_allows_goes_on_in_the_channel(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    fake_llm.script(Reply("\n\n".join(f"Part {i}: " + "words " * 450 for i in range(8))))
+    async with running(home, fake_llm, slack):
+        await slack.push_slash_command("/agent", "write a lot", channel_id=CHANNEL, trigger_id="t9")
+        await slack.wait_until(lambda: any("Part 7:" in m.text for m in slack.posted(CHANNEL)))
+        assert len(slack.responses) == 5 and all(r["response_type"] == "in_channel" for r in slack.responses)
+        texts = [r["text"] for r in slack.responses] + [m.text for m in slack.posted(CHANNEL)]
+        assert [t.split(":")[0] for t in texts] == [f"Part {i}" for i in range(8)]
+        assert all(m.thread_ts is None for m in slack.posted(CHANNEL))
 
 
 # ------------------------------------------------------------------------------------------ connection
