@@ -188,14 +188,26 @@ class SessionManager:
                      inbound.chat.chat_id)
             return SubmitResult(SubmitOutcome.DUPLICATE)
         key = self.key_for(inbound)
-        command = _command_word(inbound.text)
-        if command and self.commands is not None:
-            reply = await self.commands(self, inbound, key)
-            if reply is not None:
-                self.store.set_inbound_status(inbound_id, "answered", now=self.clock())
-                await self.outbox.post(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
-                return SubmitResult(SubmitOutcome.ACCEPTED, "command")
+        if await self._command(inbound_id, inbound, key):
+            return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         return await self._enqueue(key, inbound_id, inbound)
+
+    async def _command(self, inbound_id: int, inbound: Inbound, key: str) -> bool:
+        """Run an in-chat command and answer it; False when the text is not one of ours (it goes to the agent)."""
+        if not _command_word(inbound.text) or self.commands is None:
+            return False
+        reply = await self.commands(self, inbound, key)
+        if reply is None:
+            return False
+        await self._settle(inbound_id, "answered", f"c{inbound_id}", inbound, reply)
+        return True
+
+    async def _settle(self, inbound_id: int, status: str, turn_id: str, inbound: Inbound, text: str, *,
+                      kind: OutboundKind = OutboundKind.NOTICE, session_id: int | None = None) -> None:
+        """Give an inbound its final status and record its answer in one transaction, then send the answer."""
+        rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
+        self.store.settle_inbound(inbound_id, status, rows, now=self.clock(), session_id=session_id)
+        await self.outbox.deliver(turn_id)
 
     async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
         lane = self._lanes.get(key)
@@ -209,8 +221,7 @@ class SessionManager:
             lane.queue.clear()
             lane.current.cancel()  # type: ignore[union-attr]
         elif len(lane.queue) >= self.config.sessions.queue_cap:
-            self.store.set_inbound_status(inbound_id, "refused", now=self.clock())
-            await self.outbox.post(f"q{inbound_id}", inbound.chat, QUEUE_FULL_TEXT, reply_to_id=inbound.message_id)
+            await self._settle(inbound_id, "refused", f"q{inbound_id}", inbound, QUEUE_FULL_TEXT)
             return SubmitResult(SubmitOutcome.REFUSED, "queue full")
         elif busy:
             now = self.clock()
@@ -365,20 +376,18 @@ class SessionManager:
             why = _plain_reason(exc)
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
-            self.store.set_inbound_status(inbound_id, "failed", now=self.clock(), session_id=session.id)
             self._count_turn(inbound.chat.platform, "error", now, error_kind(exc))
             text = str(exc) if isinstance(exc, LLMNotConfigured) else ERROR_TEXT.format(why=why)
-            await self.outbox.post(f"e{inbound_id}", inbound.chat, text,
-                                   kind=OutboundKind.ERROR, reply_to_id=inbound.message_id)
+            await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, text, kind=OutboundKind.ERROR,
+                               session_id=session.id)
             return
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("turn crashed platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
             self._count_turn(inbound.chat.platform, "crash", now, "turn_crash")
-            self.store.set_inbound_status(inbound_id, "failed", now=self.clock(), session_id=session.id)
-            await self.outbox.post(f"e{inbound_id}", inbound.chat, "Sorry, something went wrong on my side. "
-                                   "Please try again.", kind=OutboundKind.ERROR, reply_to_id=inbound.message_id)
+            await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, "Sorry, something went wrong on "
+                               "my side. Please try again.", kind=OutboundKind.ERROR, session_id=session.id)
             return
         stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
                        "platform_message_id": inbound.message_id}
@@ -443,14 +452,15 @@ class SessionManager:
             inbound = decode_inbound(row.payload)
             received = parse_iso(row.received_at) or now
             if now - received > max_age:
-                self.store.set_inbound_status(row.id, "expired", now=now)
-                await self.outbox.post(f"o{row.id}", inbound.chat, self.config.delivery.offline_notice,
-                                       reply_to_id=inbound.message_id)
+                await self._settle(row.id, "expired", f"o{row.id}", inbound, self.config.delivery.offline_notice)
                 expired += 1
                 continue
-            self.store.set_inbound_status(row.id, "pending", now=now)
-            await self._enqueue(self.key_for(inbound), row.id, inbound)
+            key = self.key_for(inbound)
             resumed += 1
+            if await self._command(row.id, inbound, key):  # stored, then the process died before answering it
+                continue
+            self.store.set_inbound_status(row.id, "pending", now=now)
+            await self._enqueue(key, row.id, inbound)
         return resumed, expired
 
     def stop_accepting(self) -> None:

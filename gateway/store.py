@@ -563,6 +563,15 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot store inbound message: {exc}") from exc
 
+    def settle_inbound(self, inbound_id: int, status: str, outbound: Sequence[dict[str, Any]], *, now: datetime,
+                       session_id: int | None = None) -> None:
+        """An inbound's final status and the chunks that answer it (a notice, an error) in one transaction:
+        after a crash either both are there or neither, never a final status with its answer lost."""
+        with self.tx() as conn:
+            self._insert_outbound(conn, outbound, now)
+            conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
+                         " WHERE id = ?", (status, iso(now), session_id, inbound_id))
+
     def set_inbound_status(self, inbound_id: int, status: str, *, now: datetime,
                            session_id: int | None = None) -> None:
         finished = iso(now) if status not in ("pending", "running") else None

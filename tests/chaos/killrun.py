@@ -32,6 +32,7 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 TAG = re.compile(r"\bc(\d+)t(\d+)\b")
 HEADER = re.compile(r"reply (c\d+t\d+) \[users=(\d+)\]")
 LINE = re.compile(r"\b(c\d+t\d+) L(\d{4})\b")
+IN_FLIGHT_GRACE_S = 1.0  # a send the fake stored this long before SIGKILL must have been marked sent by then
 FILLER = "the quick brown fox jumps over the lazy dog while the gateway keeps its promises"
 
 
@@ -150,6 +151,7 @@ class Seen:
     chat_id: int
     text: str
     epoch: int
+    at: float                      # when this process saw the fake store it (monotonic)
 
 
 class Watcher:
@@ -178,7 +180,7 @@ class Watcher:
         sent = self.tg.sent_messages()
         for i in range(len(self.seen), len(sent)):
             m = sent[i]
-            self.seen.append(Seen(i, m.chat_id, m.text, self.epoch))
+            self.seen.append(Seen(i, m.chat_id, m.text, self.epoch, time.monotonic()))
             for tag, _ in HEADER.findall(m.text):
                 self.headers[tag] += 1
             for tag, line in LINE.findall(m.text):
@@ -213,7 +215,7 @@ class Epoch:
     started: float
     sent_from: int
     llm_from: int
-    killed: float | None = None
+    killed: float | None = None    # when SIGKILL was sent
 
 
 @dataclass
@@ -350,8 +352,8 @@ class KillRun:
                                     f"progress before kill {k + 1}")
             await asyncio.sleep(self.rng.uniform(0, 0.05))
             assert self.daemon is not None
-            await self.daemon.kill()
             self.epochs[-1].killed = time.monotonic()
+            await self.daemon.kill()
             self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers")
             await self._start_daemon()
 
@@ -452,19 +454,21 @@ class KillRun:
                     in_flight_dupes += len(new_answers) - conv_news
             for key in expected - set(occurrences):
                 problems.append(f"chat {chat}: missing c{conv}t{key[0]} {'header' if key[1] < 0 else f'line {key[1]}'}")
+            doubled: dict[int, tuple[Seen, Seen]] = {}  # a chunk seen twice is one pair, however many lines
             for key, seen in occurrences.items():
                 if key[0] >= 0 and key not in expected:
                     problems.append(f"chat {chat}: chunk for an unknown step {key}")
-                if len(seen) < 2:
-                    continue
                 for first, again in zip(seen, seen[1:]):
-                    if self._in_flight_at_kill(first, received):
-                        in_flight_dupes += 1
-                        report.notes.append(f"chat {chat}: {first.text[:40]!r} sent again after kill "
-                                            f"{first.epoch + 1}: it was in flight when the daemon died")
-                    else:
-                        problems.append(f"chat {chat}: duplicated {first.text[:60]!r} "
-                                        f"(epochs {first.epoch} and {again.epoch})")
+                    doubled[again.index] = (first, again)
+            for first, again in doubled.values():
+                if self._in_flight_at_kill(first, received):
+                    in_flight_dupes += 1
+                    gap = (self.epochs[first.epoch].killed or 0.0) - first.at
+                    report.notes.append(f"chat {chat}: {first.text[:30]!r}... stored {gap * 1000:.0f} ms before "
+                                        f"kill {first.epoch + 1}, sent again after it")
+                else:
+                    problems.append(f"chat {chat}: duplicated {first.text[:60]!r} "
+                                    f"(daemon lives {first.epoch} and {again.epoch})")
             # per-chat order: first occurrences must follow the conversation's order
             firsts = sorted(((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0))
             order = [key for _, key in firsts]
@@ -479,8 +483,10 @@ class KillRun:
 
     def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
         """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it
-        sent, is sent again after the restart. Only the last chunk a chat got in that daemon life can be one."""
-        if first.epoch >= len(self.epochs) - 1 or self.epochs[first.epoch].killed is None:
+        sent, goes out again after the restart. Only the last chunk a chat got in that daemon life, stored
+        moments before the kill, can be one; anything else sent twice is a bug."""
+        killed = self.epochs[first.epoch].killed if first.epoch < len(self.epochs) else None
+        if killed is None or first.at < killed - IN_FLIGHT_GRACE_S:
             return False
         same_life = [s for s in received if s.epoch == first.epoch]
         return bool(same_life) and same_life[-1] is first
