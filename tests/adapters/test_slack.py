@@ -9,17 +9,18 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from adapters.slack import SlackAdapter, slack_to_text
 from gateway.commands import HELP_TEXT, NEW_TEXT
-from gateway.config import load_config
+from gateway.config import SlackConfig, load_config
 from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
 from gateway.errors import AdapterFatal
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
@@ -498,3 +499,26 @@ async def test_rejected_tokens_are_fatal_with_a_clear_line(home: Path, slack: Fa
 ])
 def test_slack_to_text(raw: str, expected: str) -> None:
     assert slack_to_text(raw, "UBOT", {"U2": "Bob"}) == expected
+
+
+# ------------------------------------------------------------------------------------------ docs
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_manifest_subscribes_to_what_the_adapter_handles() -> None:
+    manifest = yaml.safe_load((DOCS / "slack-app-manifest.yaml").read_text(encoding="utf-8"))
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    assert events == {"app_mention", "message.channels", "message.groups", "message.im", "message.mpim"}
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    needed = {"app_mentions:read", "channels:history", "groups:history", "im:history", "mpim:history",
+              "chat:write", "commands", "reactions:write", "users:read", "channels:read", "groups:read"}
+    assert needed <= scopes
+    default_command = next(f.default for f in fields(SlackConfig) if f.name == "slash_command")
+    assert [c["command"] for c in manifest["features"]["slash_commands"]] == [default_command]
+    assert manifest["settings"]["socket_mode_enabled"] is True
+
+
+def test_docs_explain_every_config_key() -> None:
+    text = (DOCS / "slack.md").read_text(encoding="utf-8")
+    missing = [f.name for f in fields(SlackConfig) if f"| `{f.name}` |" not in text]
+    assert missing == []
