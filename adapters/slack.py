@@ -183,7 +183,6 @@ class SlackAdapter:
         self.monotonic = monotonic
         self.thinking_reaction = thinking_reaction
         self.http_port: int | None = None
-        self.last_envelope_at: float | None = None
         self._submit: Submit | None = None
         self._client: AsyncWebClient | None = None
         self._me: _Me | None = None
@@ -292,7 +291,6 @@ class SlackAdapter:
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
 
     async def _on_socket_message(self, client: Any, message: dict[str, Any], raw: str | None) -> None:
-        self.last_envelope_at = self.monotonic()
         if message.get("type") == "goodbye":  # the SDK reconnects on `disconnect` by itself, not on this
             log.info("slack: Socket Mode said goodbye; reconnecting")
             await client.connect_to_new_endpoint(force=True)
@@ -483,10 +481,10 @@ class SlackAdapter:
             earlier = earlier[:1] + earlier[len(earlier) - limit + 1:] if limit > 1 else earlier[:1]
         if not earlier:
             return ""
-        names = await self._names({str(m["user"]) for m in earlier if m.get("user") and not self._is_me(m)}
-                                  | {u for m in earlier for u in mentioned_users(str(m["text"]))})
-        lines = [f"{self._speaker(m, names)}: {_clip(slack_to_text(str(m['text']), self._me_id, names))}"
-                 for m in earlier]
+        people = {str(m["user"]) for m in earlier if m.get("user")} | \
+            {u for m in earlier for u in mentioned_users(str(m["text"]))}
+        names = {**await self._names(people - {self._me_id}), self._me_id: "you"}  # "<@bot> thoughts?" → "@you …"
+        lines = [f"{self._speaker(m, names)}: {_clip(slack_to_text(str(m['text']), '', names))}" for m in earlier]
         return "[Earlier in this thread, oldest first (\"you\" is you):\n" + "\n".join(lines) + "]"
 
     async def _replies(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
@@ -582,9 +580,11 @@ class SlackAdapter:
         try:
             response = await responder.respond(text=text, response_type=kind, replace_original=False)
         except NETWORK_ERRORS as exc:
+            responder.uses -= 1
             raise PlatformUnavailable(PLATFORM, f"response_url: {_describe(exc)}") from None
         status = int(getattr(response, "status_code", 200))
-        if status == 429:
+        if status == 429 or status >= 500:
+            responder.uses -= 1  # not posted: the retry may use it
             raise RateLimited(PLATFORM, _retry_after(getattr(response, "headers", None)))
         if status >= 500:
             raise PlatformUnavailable(PLATFORM, f"response_url answered {status}")

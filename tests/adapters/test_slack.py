@@ -268,7 +268,7 @@ async def test_mention_inside_an_unknown_thread_reads_the_thread_once(home: Path
         "Where should the offsite be?",
         {"text": "Lisbon, &lt;if&gt; the budget allows", "user": BOB},
         {"text": "Earlier answer: Lisbon is cheaper in March.", "user": "UBOT", "bot_id": "BBOT"},
-        {"text": "What do you think, <@U2>?", "user": ALICE},
+        {"text": "What do you think, <@U2> and <@UBOT>?", "user": ALICE},
     ])
     async with running(home, fake_llm, slack):
         await slack.push_event(mention("<@UBOT> can you summarise?", thread_ts=root))
@@ -280,7 +280,7 @@ async def test_mention_inside_an_unknown_thread_reads_the_thread_once(home: Path
                         "Alice: Where should the offsite be?\n"
                         "Bob Jones: Lisbon, <if> the budget allows\n"
                         "you: Earlier answer: Lisbon is cheaper in March.\n"
-                        "Alice: What do you think, @Bob Jones?]\n\ncan you summarise?")
+                        "Alice: What do you think, @Bob Jones and @you?]\n\ncan you summarise?")
         await slack.push_event(said("thanks, and the dates?", thread_ts=root))
         await slack.wait_for_post(CHANNEL, count=3)
         assert len(slack.calls_to("conversations.replies")) == 1  # once per thread
