@@ -24,16 +24,14 @@ from typing import Any
 
 from gateway.commands import NEW_TEXT
 from gateway.flush import FLUSH_MARK
+from tests.chaos.models import HEADER, LINE, RespondingLLM, blocks, numbered_reply, text_of
 from tests.daemon_proc import DaemonProc
 from tests.fakes.base import Delay
 from tests.fakes.llm import ANTHROPIC_PATH, FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import TOKEN, FakeTelegram
 
 TAG = re.compile(r"\bc(\d+)t(\d+)\b")
-HEADER = re.compile(r"reply (c\d+t\d+) \[users=(\d+)\]")
-LINE = re.compile(r"\b(c\d+t\d+) L(\d{4})\b")
 IN_FLIGHT_GRACE_S = 1.0  # a send the fake stored this long before SIGKILL must have been marked sent by then
-FILLER = "the quick brown fox jumps over the lazy dog while the gateway keeps its promises"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,31 +66,15 @@ def reply_shape(seed: int, tag: str, plan: ChaosPlan) -> tuple[int, float]:
     return lines, rng.uniform(0, plan.llm_delay_max)
 
 
-def reply_text(tag: str, users: int, lines: int) -> str:
-    head = f"reply {tag} [users={users}]"
-    if not lines:
-        return head
-    return head + "\n\n" + "\n".join(f"{tag} L{j:04d} {FILLER}" for j in range(lines))
-
-
-def _blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    content = message.get("content")
-    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-
-
-def _texts(message: Mapping[str, Any]) -> str:
-    return "\n".join(b.get("text", "") for b in _blocks(message) if b.get("type") == "text")
-
-
 def is_flush(body: Mapping[str, Any]) -> bool:
-    return any(FLUSH_MARK in _texts(m) for m in body.get("messages") or [] if m.get("role") == "user")
+    return any(FLUSH_MARK in text_of(m) for m in body.get("messages") or [] if m.get("role") == "user")
 
 
 def flush_session_tag(body: Mapping[str, Any]) -> str | None:
     """A flush's transcript starts with the session's first user message: its tag names the session."""
     for m in body.get("messages") or []:
         if m.get("role") == "user":
-            found = TAG.search(_texts(m))
+            found = TAG.search(text_of(m))
             return found.group(0) if found else None
     return None
 
@@ -101,7 +83,7 @@ def turn_tag(body: Mapping[str, Any]) -> str | None:
     messages = body.get("messages") or []
     if not messages:
         return None
-    found = TAG.search(_texts(messages[-1]))
+    found = TAG.search(text_of(messages[-1]))
     return found.group(0) if found else None
 
 
@@ -112,35 +94,31 @@ def system_text(body: Mapping[str, Any]) -> str:
     return "".join(b.get("text", "") for b in system or [])
 
 
-class ScriptedLLM(FakeLLM):
-    """The fake model for the chaos run: every request is answered by `respond` (deterministic per tag)."""
+class ScriptedLLM(RespondingLLM):
+    """The fake model for the chaos run: every request is answered by `answer` (deterministic per tag)."""
 
     def __init__(self, plan: ChaosPlan) -> None:
-        super().__init__()
+        super().__init__(self.answer)
         self.plan = plan
 
-    def respond(self, body: dict[str, Any]) -> Any:
+    def answer(self, body: dict[str, Any]) -> Any:
         plan = self.plan
         messages = body.get("messages") or []
         if is_flush(body):
             tag = flush_session_tag(body) or "unknown"
             last = messages[-1] if messages else {}
-            if any(b.get("type") == "tool_result" for b in _blocks(last)):
+            if any(b.get("type") == "tool_result" for b in blocks(last)):
                 return Reply("saved")
             delay = random.Random(f"{plan.seed}:flush:{tag}").uniform(0, plan.flush_delay_max)
             return Delay(delay, ToolCall("memory", {"action": "add", "target": "memory",
                                                     "content": f"session {tag} was about fox facts"}))
-        tag = turn_tag(body)
-        if tag is None:
+        turn = turn_tag(body)
+        if turn is None:
             return Reply("(no tag)")
+        tag = turn
         users = sum(1 for m in messages if m.get("role") == "user")
         lines, delay = reply_shape(plan.seed, tag, plan)
-        return Delay(delay, Reply(reply_text(tag, users, lines)))
-
-    async def _step(self, request: Any, body: dict[str, Any], wire: str) -> Any:
-        if not self._script:
-            self._script.append(self.respond)
-        return await super()._step(request, body, wire)
+        return Delay(delay, Reply(numbered_reply(tag, users, lines)))
 
 
 @dataclass
@@ -436,7 +414,7 @@ class KillRun:
             for step in (s for s in msgs if s.conversation == conv):
                 expected.add((step.index, -1))
                 expected.update((step.index, j) for j in range(step.lines))
-                headers = [x for x in received if f"reply {step.tag} [users=" in x.text]
+                headers = [x for x in received if f"reply to {step.tag} [users=" in x.text]
                 for h in headers:
                     got = HEADER.search(h.text)
                     if got and int(got.group(2)) != step.users:
@@ -520,7 +498,7 @@ class KillRun:
             if is_flush(body):
                 tag = flush_session_tag(body)
                 last = (body.get("messages") or [{}])[-1]
-                if not any(b.get("type") == "tool_result" for b in _blocks(last)):
+                if not any(b.get("type") == "tool_result" for b in blocks(last)):
                     flush_runs[(tag or "?", epoch)] += 1
             else:
                 tag = turn_tag(body)
