@@ -161,6 +161,8 @@ async def test_dm_round_trip_in_socket_mode(home: Path, fake_llm: FakeLLM, slack
         assert (await slack.wait_for_post(DM, count=2)).text == "echo: again [users=2]"
         assert run.inbound_rows() == [("dm", DM, None, ALICE, "Alice", "answered")] * 2
         assert run.session_keys() == {f"slack:dm:{DM}"}
+        payload = json.loads(run.gw.store.all("SELECT payload FROM inbound")[0]["payload"])
+        assert (payload["message_id"], payload["username"], payload["space_id"]) == (first["ts"], "alice", "T1")
         # the thinking mark: one reaction on the message being answered, gone once the turn is over
         adds = [c.body for c in slack.calls_to("reactions.add")]
         assert adds[0] == {"channel": DM, "timestamp": first["ts"], "name": "eyes"}
