@@ -18,15 +18,17 @@ from gateway.daemon import Daemon, build_gateway, platform_adapters
 from tests.chaos.crashpoints import Scenario, down, long_answer, run_with_crash
 from tests.chaos.killrun import ChaosPlan, KillRun
 from tests.chaos.models import HEADER, RespondingLLM, chunk_keys, numbered_reply, text_of
-from tests.fakes.base import ConnectionReset, Delay, Fault
-from tests.fakes.llm import FakeLLM, Reply
+from gateway.events import OutboundKind, OutboundMessage
+from gateway.sessions import ERROR_TEXT
+from tests.fakes.base import ConnectionReset, Delay, Fault, Malformed
+from tests.fakes.llm import CutStream, FakeLLM, Reply, ToolCall
 from tests.fakes.slack import APP_TOKEN as SLACK_APP
 from tests.fakes.slack import BOT_TOKEN as SLACK_BOT
 from tests.fakes.slack import FakeSlack
 from tests.fakes.slack import ratelimited as slack_ratelimited
 from tests.fakes.telegram import TOKEN as TG_TOKEN
 from tests.fakes.telegram import FakeTelegram, retry_after, server_error
-from tests.helpers import write_config
+from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
 pytestmark = pytest.mark.chaos
 
@@ -192,3 +194,96 @@ async def test_platform_faults_on_a_fifth_of_calls_still_deliver_everything_in_o
               f"delivered; slack: {len(posts)} chat.postMessage calls ({faults_served} faulted), "
               f"{len(sl.posted())} delivered")
         assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------------------------------ model faults
+def openai_bad_arguments() -> Fault:
+    """A 200 whose tool call carries arguments that are not JSON at all (only the OpenAI wire can say that)."""
+    return Fault(200, {"id": "chatcmpl-bad", "object": "chat.completion", "created": 1, "model": "gpt-test",
+                       "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                           "role": "assistant", "content": None, "tool_calls": [{
+                               "id": "call_bad", "type": "function",
+                               "function": {"name": "memory", "arguments": "{\"action\": \"add\", \"targ"}}]}}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+
+MODEL_FAULTS: list[tuple[str, Any]] = [
+    ("timeout", Delay(3.0)),
+    ("429", Fault(429)),
+    ("500", Fault(500)),
+    ("529 overloaded", Fault(529)),
+    ("malformed JSON", Malformed()),
+    ("cut response", CutStream()),
+    ("connection reset", ConnectionReset()),
+]
+
+
+def model_yaml(primary: FakeLLM, provider: str, fallback: FakeLLM | None) -> str:
+    url = primary.openai_base_url if provider == "openai" else primary.base_url
+    text = (f"web:\n  enabled: false\nmodel:\n  provider: {provider}\n  name: primary-model\n  base_url: {url}\n"
+            f"  api_key: k\n  max_retries: 0\n  timeout_s: 1\n")
+    if fallback is not None:
+        text += (f"  fallback:\n    provider: openai\n    name: fallback-model\n    base_url: {fallback.openai_base_url}\n"
+                 f"    api_key: k\n    max_retries: 0\n    timeout_s: 5\n")
+    return text
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize("with_fallback", [True, False], ids=["fallback", "no-fallback"])
+async def test_every_model_fault_ends_in_one_reply_or_one_sentence_and_a_usable_session(
+        home: Path, provider: str, with_fallback: bool) -> None:
+    async with FakeLLM() as primary, FakeLLM() as backup:
+        write_config(home, extra=model_yaml(primary, provider, backup if with_fallback else None))
+        web = RecordingAdapter("web")
+        gw = gateway_for(home, [web])
+        try:
+            await drive_model_faults(gw, web, primary, backup, provider, with_fallback)
+        finally:
+            await gw.llm.close()
+            gw.store.close()
+
+
+async def drive_model_faults(gw: Any, web: RecordingAdapter, primary: FakeLLM, backup: FakeLLM, provider: str,
+                             with_fallback: bool) -> None:
+    answered = 0  # turns that reached the model's answer: only they are in the history
+    users = 0     # user-role messages the model sees (an Anthropic tool result rides in one too)
+
+    async def say(text: str) -> OutboundMessage:
+        before = len(web.sent)
+        await gw.sessions.submit(inbound(text, platform="web", chat_id="me", user_id="me"))
+        await gw.sessions.wait_idle()
+        assert len(web.sent) == before + 1, f"{text!r}: expected one message, got {web.texts()[before:]}"
+        return web.sent[-1]
+
+    bad_arguments = openai_bad_arguments() if provider == "openai" else \
+        ToolCall("memory", {"action": "explode", "target": 7})
+    for name, fault in [*MODEL_FAULTS, ("tool call with invalid arguments", bad_arguments)]:
+        backup_calls = len(backup.calls)
+        primary.script(fault)
+        got = await say(f"q {name}")
+        tool_fault = name.startswith("tool call")
+        if with_fallback or tool_fault:  # a bad tool call is the model's to recover from: no fallback needed
+            answered += 1
+            users += 2 if tool_fault and provider == "anthropic" else 1
+            assert got.kind is OutboundKind.REPLY and got.text == f"echo: q {name} [users={users}]", name
+            assert len(backup.calls) == backup_calls + (0 if tool_fault else 1), name
+        else:
+            why = "it took too long" if name == "timeout" else "the model service is unavailable"
+            assert got.kind is OutboundKind.ERROR and got.text == ERROR_TEXT.format(why=why), name
+        # the session stays usable: the next message is answered, and the model sees only whole turns
+        answered += 1
+        users += 1
+        after = await say(f"after {name}")
+        assert after.text == f"echo: after {name} [users={users}]", name
+    if with_fallback:  # both models down: one sentence, nothing more
+        primary.script(Fault(500))
+        backup.script(Fault(503))
+        got = await say("both down")
+        assert got.kind is OutboundKind.ERROR and got.text == ERROR_TEXT.format(why="the model service is unavailable")
+    stored = [r["content"] for r in gw.store.all(
+        "SELECT content FROM messages WHERE role = 'assistant' AND tool_calls IS NULL ORDER BY id")]
+    replies = [m.text for m in web.sent if m.kind is OutboundKind.REPLY]
+    assert stored == replies  # nothing half-written stored as a reply
+    failed = len(web.sent) - len(replies)
+    statuses = collections.Counter(r[0] for r in gw.store.all("SELECT status FROM inbound"))
+    assert statuses == {"answered": answered, **({"failed": failed} if failed else {})}
