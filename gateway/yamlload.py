@@ -65,6 +65,8 @@ def parse_yaml_text(text: str, name: str) -> yaml.Node | None:
         raise ConfigError(f"invalid YAML: {problem}", file=name, line=line) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=name) from None
+    except RecursionError:  # PyYAML composes recursively: thousands of nested `[` exhaust the stack
+        raise ConfigError("invalid YAML: nested too deeply", file=name) from None
 
 
 @dataclasses.dataclass
