@@ -88,7 +88,7 @@ def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
             blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m.get("content") or "",
                            **({"is_error": True} if m.get("is_error") else {})})
         else:
-            if m.get("content"):
+            if (m.get("content") or "").strip():  # the API refuses a whitespace-only text block
                 blocks.append({"type": "text", "text": m["content"]})
             for call in m.get("tool_calls") or ():
                 blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],

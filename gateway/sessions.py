@@ -12,7 +12,8 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
@@ -100,6 +101,23 @@ def decode_inbound(payload: str) -> Inbound:
     return Inbound(**data)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(inbound: Inbound) -> Inbound:
+    """Lone UTF-16 surrogates (a JavaScript client can put them in JSON escapes) cannot be encoded as UTF-8, so
+    SQLite and every API would refuse the message; they become U+FFFD once, before anything stores the text."""
+    fixed: dict[str, Any] = {}
+    for name in ("text", "user_name", "chat_title", "username"):
+        value = getattr(inbound, name)
+        if isinstance(value, str) and _LONE_SURROGATE.search(value):
+            fixed[name] = _LONE_SURROGATE.sub("\ufffd", value)
+    if any(a.name and _LONE_SURROGATE.search(a.name) for a in inbound.attachments):
+        fixed["attachments"] = tuple(replace(a, name=_LONE_SURROGATE.sub("\ufffd", a.name)) if a.name else a
+                                     for a in inbound.attachments)
+    return replace(inbound, **fixed) if fixed else inbound
+
+
 def history_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     for r in rows:
@@ -174,6 +192,7 @@ class SessionManager:
         """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
         if not self._accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
+        inbound = well_formed(inbound)
         if self.gate is not None:
             verdict = await self.gate(inbound)
             if verdict is not None:

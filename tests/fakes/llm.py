@@ -498,6 +498,9 @@ def _validate_anthropic(body: Mapping[str, Any], messages: Sequence[Mapping[str,
                     "final assistant message")
         if any(b.get("type") == "text" and not b.get("text") for b in blocks) and not is_final_assistant:
             return "messages: text content blocks must be non-empty"
+        if blocks and all(b.get("type") == "text" and not str(b.get("text")).strip() for b in blocks) \
+                and not is_final_assistant:  # whitespace beside real text passes; on its own it is refused
+            return "messages: text content blocks must contain non-whitespace text"
         result_ids = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
         stray = result_ids - previous_tool_ids
         if stray:
