@@ -51,9 +51,12 @@ class MemoryStore:
         return self.directory / FILES[target]
 
     def read(self, target: Target) -> str:
-        """The whole file as it is now ("" when absent): what a new session's prompt snapshots."""
+        """The whole file as it is now ("" when absent): what a new session's prompt snapshots.
+
+        A hand edit in another encoding must not stop every new session from starting: bad bytes read as U+FFFD.
+        """
         try:
-            return self.path(target).read_text(encoding="utf-8")
+            return self.path(target).read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return ""
 
