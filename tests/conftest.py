@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +22,30 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Tests that run `gateway.cli.main` in-process configure logging (dictConfig on the root logger, handlers
+    bound to pytest's capture streams); undo that so later tests' caplog sees every record untouched."""
+    root = logging.getLogger()
+    saved_root = (root.level, root.handlers[:], root.filters[:])
+    saved = {name: (lg.level, lg.handlers[:], lg.filters[:], lg.propagate, lg.disabled)
+             for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    yield
+    root.setLevel(saved_root[0])
+    root.handlers[:] = saved_root[1]
+    root.filters[:] = saved_root[2]
+    for name, lg in logging.root.manager.loggerDict.items():
+        if not isinstance(lg, logging.Logger):
+            continue
+        if name in saved:
+            lg.level, handlers, filters, lg.propagate, lg.disabled = saved[name]
+            lg.handlers[:] = handlers
+            lg.filters[:] = filters
+        else:
+            lg.handlers.clear()
+            lg.filters.clear()
+            lg.setLevel(logging.NOTSET)
+            lg.propagate = True
+            lg.disabled = False
