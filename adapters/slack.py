@@ -1,18 +1,26 @@
 """Slack adapter on slack-bolt (async): one AsyncApp over Socket Mode or the HTTP Events API; events → `Inbound`,
 chunks → chat.postMessage (or a slash command's `respond`).
 
-Bolt acks every event before our listener runs (Slack wants an answer within 3 s), so no ack waits for a turn;
-Slack's redeliveries are dropped here by event id and, failing that, by the store's dedupe on channel + ts.
+Stored, then acked: bolt runs our listener before it answers Slack (`process_before_response`), and the listener
+only translates and hands the message to `submit` (which stores and queues; the turn runs later), so a message we
+ack is on disk and one we could not store is not acked and comes again. Slack gives up after 3 s, so the listener
+is bounded: lookups that enrich a message (conversations.info, users.info, a thread's history) get 1.5 s together;
+what is not back by then is guessed from the id, left out, or, for a thread's history, shown with the thread's next
+message (this one carries a note); and the listener returns by 2.5 s even when the core is still sending an inline
+answer (a command's reply), which in any case waits until the ack is out. Slack's redeliveries are dropped here
+by event id and, failing that, by the store's dedupe on channel + ts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,10 +28,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.config import SlackConfig
@@ -37,6 +48,11 @@ log = logging.getLogger(__name__)
 PLATFORM = "slack"
 DEFAULT_API_URL = "https://slack.com/api/"
 THINKING_REACTION = "eyes"
+ENRICH_BUDGET_S = 1.5          # names, channel type, thread history: what is not back by then is guessed or deferred
+ACK_BUDGET_S = 2.5             # the listener returns by then, whatever the core is still doing (Slack waits 3 s)
+ACK_HOLD_S = 5.0               # an answer waits at most this long for its message's ack before going anyway
+THREAD_UNREAD_NOTE = ("[This message is part of a thread that began before you joined; its earlier messages could "
+                      "not be read in time and will come with the next message here.]")
 REMEMBERED = 4096              # event ids, message keys, threads, people: bounded memories
 RESPONSE_URL_USES = 5          # a slash command's response_url takes 5 posts within 30 minutes
 RESPONSE_URL_TTL_S = 30 * 60.0
@@ -61,6 +77,7 @@ _ANGLE = re.compile(r"<([^<>]*)>")
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------- small data
@@ -102,6 +119,53 @@ class _Responder:
     channel_id: str
     created: float
     uses: int = 0
+
+
+class _AckWindow:
+    """One request from Slack (an HTTP post or a Socket Mode envelope), from its arrival until its ack is out.
+
+    Set by the transport around bolt's dispatch and read by the listener through `_WINDOW`: the listener's
+    deadlines count from `started`, and an answer to the message waits in `hold` until `close` (so a slash
+    command's response_url post never comes before the command's ack).
+    """
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.started = loop.time()
+        self.parked: asyncio.Future[None] = loop.create_future()  # an answer is waiting for the ack
+        self._acked = asyncio.Event()
+        self._on_close: list[Callable[[], None]] = []
+
+    def deadline(self, budget: float) -> float:
+        return self.started + budget
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
+    def close(self) -> None:
+        """The ack is out (or will never be): answers may go."""
+        self._acked.set()
+        if not self.parked.done():
+            self.parked.cancel()
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback()
+
+    async def hold(self, limit: float) -> None:
+        if not self.parked.done():
+            self.parked.set_result(None)
+        try:
+            async with asyncio.timeout(limit):
+                await self._acked.wait()
+        except TimeoutError:
+            log.warning("slack: an answer waited %.0fs for its message's ack; sending it anyway", limit)
+
+
+_WINDOW: contextvars.ContextVar[_AckWindow | None] = contextvars.ContextVar("slack_ack_window", default=None)
+
+
+class NotStored(AdapterError):
+    """The core did not store a message (it is shutting down): it must not be acked, so Slack sends it again."""
 
 
 class _Recent:
@@ -154,13 +218,42 @@ class _SocketClient(SocketModeClient):
 
 
 class _SocketHandler(AsyncSocketModeHandler):
-    """Bolt's Socket Mode handler over our client (its own constructor would build a second, unused one)."""
+    """Bolt's Socket Mode handler over our client (its own constructor would build a second, unused one), with
+    an ack window around each envelope. Bolt sends no ack when the listener raised (status 500)."""
 
     def __init__(self, app: AsyncApp, client: _SocketClient) -> None:  # no super().__init__: see above
         self.app = app
         self.app_token = client.app_token
         self.client = client
         client.socket_mode_request_listeners.append(self.handle)  # type: ignore[arg-type]
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        window = _AckWindow()
+        token = _WINDOW.set(window)
+        try:
+            response = await run_async_bolt_app(self.app, req)
+            await send_async_response(client, req, response, time.time())
+        finally:
+            _WINDOW.reset(token)
+            window.close()
+
+
+def _events_endpoint(app: AsyncApp) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Bolt's aiohttp handler with an ack window: the response is written before the window closes."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        window = _AckWindow()
+        token = _WINDOW.set(window)
+        try:
+            response = await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+            await response.prepare(request)
+            await response.write_eof()
+            return response
+        finally:
+            _WINDOW.reset(token)
+            window.close()
+
+    return handle
 
 
 # ---------------------------------------------------------------------- the adapter
@@ -176,23 +269,29 @@ class SlackAdapter:
 
     def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
                  monotonic: Callable[[], float] = time.monotonic,
-                 thinking_reaction: str = THINKING_REACTION) -> None:
+                 thinking_reaction: str = THINKING_REACTION, enrich_budget: float = ENRICH_BUDGET_S,
+                 ack_budget: float = ACK_BUDGET_S) -> None:
         self.config = config
         self.ping_interval = ping_interval  # the SDK's own websocket ping cadence
         self.ping_timeout = ping_timeout
         self.monotonic = monotonic
         self.thinking_reaction = thinking_reaction
+        self.enrich_budget = enrich_budget
+        self.ack_budget = ack_budget
         self.http_port: int | None = None
         self._submit: Submit | None = None
         self._client: AsyncWebClient | None = None
         self._me: _Me | None = None
         self._socket: _SocketHandler | None = None
         self._runner: web.AppRunner | None = None
-        self._listeners: set[asyncio.Task[Any]] = set()
+        self._listeners: set[asyncio.Task[Any]] = set()   # listeners and hand-ins: stop() lets them finish
+        self._lookups: dict[Hashable, asyncio.Task[Any]] = {}  # Web API lookups in flight, shared by events
+        self._acking: dict[tuple[str, str], _AckWindow] = {}  # (chat, our message id) → its request, until acked
         self._pongs: dict[float, asyncio.Future[None]] = {}
         self._event_ids = _Recent()
         self._message_keys = _Recent()
-        self._threads = _Recent()
+        self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
+        self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
         self._chat_types: OrderedDict[str, ChatType] = OrderedDict()
         self._people: OrderedDict[str, _Person] = OrderedDict()
         self._latest: OrderedDict[tuple[str, str | None], str] = OrderedDict()
@@ -224,11 +323,17 @@ class SlackAdapter:
             await runner.cleanup()
         self.http_port = None
         busy = [t for t in self._listeners if not t.done()]
-        if busy:  # events already acked: give them a moment to be stored before giving up on them
+        if busy:  # messages being stored (not acked: Slack sends again what we drop here) and inline answers
             _, late = await asyncio.wait(busy, timeout=5.0)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        lookups = [*self._lookups.values(), *self._unread.values()]
+        for task in lookups:
+            task.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+        self._lookups.clear()
+        self._unread.clear()
 
     async def _auth_test(self, client: AsyncWebClient) -> _Me:
         try:
@@ -243,8 +348,10 @@ class SlackAdapter:
 
     def _build_app(self, client: AsyncWebClient) -> AsyncApp:
         cfg = self.config
+        # process_before_response: bolt acks (HTTP 200 / envelope ack) only once the listener has returned, and
+        # not at all (HTTP 500 / no ack) when it raised, so Slack redelivers a message we did not store.
         app = AsyncApp(client=client, signing_secret=cfg.signing_secret.value if cfg.signing_secret else "",
-                       request_verification_enabled=cfg.mode == "http", process_before_response=False)
+                       request_verification_enabled=cfg.mode == "http", process_before_response=True)
 
         # Bolt injects listener arguments by parameter name, so these are plain functions, not bound methods.
         async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -255,17 +362,28 @@ class SlackAdapter:
 
         async def on_command(ack: Callable[[], Awaitable[None]], body: dict[str, Any],
                              respond: Callable[..., Awaitable[Any]]) -> None:
-            await ack()
+            await ack()  # recorded; bolt sends it when this returns (the prompt is stored by then)
             await self._on_command(body, respond)
+
+        async def on_error(error: Exception, body: dict[str, Any]) -> None:
+            what = body.get("command") or (body.get("event") or {}).get("type") or body.get("type")
+            if isinstance(error, NotStored):
+                log.warning("slack: %s not acked: %s; Slack sends events again (a slash command shows its user an "
+                            "error)", what, error)
+            else:
+                log.error("slack: %s not handled, so not acked (%s)", what, _describe(error), exc_info=error)
 
         app.event("message")(on_message)
         app.event("app_mention")(on_mention)
         app.command(cfg.slash_command)(on_command)
+        app.error(on_error)
         return app
 
     async def _serve_http(self, app: AsyncApp) -> None:
         cfg = self.config
-        runner = self._runner = web.AppRunner(app.web_app(path=cfg.path, port=cfg.listen_port), access_log=None)
+        server = web.Application()
+        server.router.add_post(cfg.path, _events_endpoint(app))
+        runner = self._runner = web.AppRunner(server, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port)
         await site.start()
@@ -343,9 +461,9 @@ class SlackAdapter:
         with self._tracked():
             try:
                 await self._handle_event(body, event, via_mention)
-            except Exception:  # noqa: BLE001 - task root: one broken event must not take the others down
-                self._event_ids.discard(event_id)  # Slack's retry of it may do better
-                log.exception("slack: event %s (%s) not handled", event_id, event.get("type"))
+            except BaseException:  # not stored, so bolt does not ack it: Slack's retry of it must get through
+                self._event_ids.discard(event_id)
+                raise
 
     async def _handle_event(self, body: Mapping[str, Any], event: Mapping[str, Any], via_mention: bool) -> None:
         target = self._target(event, via_mention)
@@ -356,15 +474,20 @@ class SlackAdapter:
             return
         try:
             inbound = await self._inbound(body, event, target)
-            result = await self._hand_in(inbound) if inbound is not None else None
+            if inbound is not None:
+                await self._store(inbound, lambda result: self._accepted(inbound, target, result))
         except BaseException:
             self._message_keys.discard(key)
             raise
-        if inbound is not None and result is not None and result.outcome is SubmitOutcome.ACCEPTED \
-                and result.reason != "command":
-            if inbound.chat.thread_id:
-                self._threads.add((inbound.chat.chat_id, inbound.chat.thread_id))
-            _put(self._latest, (inbound.chat.chat_id, inbound.chat.thread_id), target.ts)
+
+    def _accepted(self, inbound: Inbound, target: _Target, result: SubmitResult) -> None:
+        """A message that gets a turn: its thread is ours from now on, and it gets the thinking mark."""
+        if result.outcome is not SubmitOutcome.ACCEPTED or result.reason == "command":
+            return
+        chat = inbound.chat
+        if chat.thread_id:
+            _put(self._threads, (chat.chat_id, chat.thread_id), chat.chat_type)
+        _put(self._latest, (chat.chat_id, chat.thread_id), target.ts)
 
     def _target(self, event: Mapping[str, Any], via_mention: bool) -> _Target | None:
         """Is this event for us, and where does its answer go? None drops it at the edge."""
@@ -398,16 +521,21 @@ class SlackAdapter:
     async def _inbound(self, body: Mapping[str, Any], event: Mapping[str, Any], target: _Target) -> Inbound | None:
         assert self._me is not None
         raw = str(event.get("text") or "")
-        chat_type: ChatType = "dm" if target.is_dm else await self._chat_type(target.channel, target.channel_type)
-        people = mentioned_users(raw) | (set() if target.is_bot else {target.user_id})
-        names = await self._names(people)
-        text = slack_to_text(raw, self._me.user_id, names)
         attachments = _attachments(event)
-        if not text and not attachments:
+        if not slack_to_text(raw, self._me.user_id, {}) and not attachments:
             return None
-        if target.hydrate:
-            context = await self._thread_context(target.channel, target.hydrate, target.ts)
-            text = f"{context}\n\n{text}" if context else text
+        people = mentioned_users(raw) | (set() if target.is_bot else {target.user_id})
+        thread = (target.channel, target.thread_id) if target.thread_id else None
+        late = self._unread.pop(thread, None) if thread else None
+        history = late
+        if history is None and target.hydrate:
+            history = self._lookup(("thread", target.channel, target.hydrate, target.ts), functools.partial(
+                self._thread_context, target.channel, target.hydrate, target.ts))
+        chat_type, names = await self._enrich(target.channel, self._known_type(target), people,
+                                              () if history is None else (history,))
+        text = slack_to_text(raw, self._me.user_id, names)
+        if history is not None:
+            text = self._with_history(text, history, thread, noted=late is not None)
         person = self._people.get(target.user_id, _Person()) if not target.is_bot else \
             _Person(name=str(event.get("username") or (event.get("bot_profile") or {}).get("name") or "") or None)
         return Inbound(
@@ -416,31 +544,126 @@ class SlackAdapter:
             attachments=attachments, is_addressed=target.addressed, is_bot=target.is_bot, username=person.handle,
             space_id=str(body.get("team_id") or event.get("team") or self._me.team_id) or None)
 
-    async def _hand_in(self, inbound: Inbound) -> SubmitResult:
-        assert self._submit is not None
-        result = await self._submit(inbound)
-        if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
-            log.warning("slack: message %s in %s arrived while shutting down and was already acked; it is lost",
-                        inbound.message_id, inbound.chat.chat_id)
-        return result
+    def _with_history(self, text: str, history: asyncio.Task[str], thread: tuple[str, str] | None, *,
+                      noted: bool) -> str:
+        """The thread's earlier messages in front of the text; while reading them is still under way, a note
+        (once) now, and the transcript with the thread's next message."""
+        if history.done():
+            context = _result(history, "")
+            return f"{context}\n\n{text}" if context else text
+        if thread is not None:
+            _put(self._unread, thread, history)
+        if noted:
+            return text
+        log.info("slack: thread %s in %s not read within %.1fs; answering without it for now",
+                 thread[1] if thread else "?", thread[0] if thread else "?", self.enrich_budget)
+        return f"{THREAD_UNREAD_NOTE}\n\n{text}"
 
-    async def _chat_type(self, channel: str, channel_type: str | None) -> ChatType:
-        """`message` events say the channel's type; `app_mention` and slash commands do not, so ask once."""
+    def _known_type(self, target: _Target) -> ChatType | None:
+        """The chat's type without asking Slack, if we can; a thread keeps the type it started with, so a
+        guess on its first message does not split its session."""
+        if target.is_dm:
+            return "dm"
+        if target.thread_id and (target.channel, target.thread_id) in self._threads:
+            return self._threads[(target.channel, target.thread_id)]
+        return self._cached_type(target.channel, target.channel_type)
+
+    def _cached_type(self, channel: str, channel_type: str | None) -> ChatType | None:
+        """`message` events say the channel's type; `app_mention` and slash commands do not, so it is asked once."""
         if channel_type in _CHANNEL_TYPES:
             _put(self._chat_types, channel, _CHANNEL_TYPES[channel_type])
         if channel.startswith("D"):
             return "dm"
-        found = self._chat_types.get(channel)
-        if found is not None:
-            return found
+        return self._chat_types.get(channel)
+
+    async def _enrich(self, channel: str, chat_type: ChatType | None, people: set[str],
+                      more: Collection[asyncio.Task[Any]] = ()) -> tuple[ChatType, dict[str, str | None]]:
+        """The chat's type and people's names, from memory or else the Web API within the enrichment budget.
+        Lookups still out by then go on in the background and are remembered for the next message; this one
+        goes with a type guessed from the id and without those names."""
+        kind = None if chat_type is not None else \
+            self._lookup(("type", channel), functools.partial(self._chat_type, channel))
+        waits = [*more, *([kind] if kind is not None else []),
+                 *(self._lookup(("person", uid), functools.partial(self._person, uid))
+                   for uid in sorted(people) if uid not in self._people)]
+        if waits:
+            loop = asyncio.get_running_loop()
+            _, late = await asyncio.wait(waits, timeout=max(0.0, self._deadline(self.enrich_budget) - loop.time()))
+            if late:
+                log.info("slack: %d Web API lookup(s) for a message in %s took over %.1fs; going on without them",
+                         len(late), channel, self.enrich_budget)
+        if chat_type is None:
+            assert kind is not None
+            chat_type = _result(kind, None) or _guess_type(channel)
+        return chat_type, {uid: self._people[uid].name if uid in self._people else None for uid in people}
+
+    def _lookup(self, key: Hashable, call: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        """One Web API lookup per key in flight, shared by the messages that need it. It runs on after a
+        listener stopped waiting for it, so its answer is there for the next message."""
+        task = self._lookups.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(_awaited(call), name=f"slack-lookup:{key}")
+            self._lookups[key] = task
+            task.add_done_callback(functools.partial(self._lookup_done, key))
+        return task
+
+    def _lookup_done(self, key: Hashable, task: asyncio.Task[Any]) -> None:
+        if self._lookups.get(key) is task:
+            del self._lookups[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("slack: lookup %s failed (%s)", key, _describe(task.exception()))  # type: ignore[arg-type]
+
+    def _deadline(self, budget: float) -> float:
+        """Budgets count from the request's arrival (before bolt checked its signature)."""
+        window = _WINDOW.get()
+        return window.deadline(budget) if window is not None else asyncio.get_running_loop().time() + budget
+
+    async def _store(self, inbound: Inbound, accepted: Callable[[SubmitResult], None] | None = None) -> None:
+        """Hand the message in; return once it is stored, so bolt acks it, or raise, so bolt does not.
+
+        Stored means: `submit` returned, or an answer to the message is already waiting for the ack (the core
+        answers commands and strangers inline, after storing), or the ack budget ran out with `submit` still
+        busy (it stores before anything that can take long). `submit` carries on in the background then."""
+        loop = asyncio.get_running_loop()
+        window = _WINDOW.get()
+        key = (inbound.chat.chat_id, inbound.message_id)
+        if window is not None:
+            self._acking[key] = window
+            window.on_close(functools.partial(_forget, self._acking, key, window))
+        task = loop.create_task(self._hand_in(inbound, accepted), name=f"slack-submit:{inbound.message_id}")
+        self._listeners.add(task)
+        task.add_done_callback(self._listeners.discard)
+        waits: list[asyncio.Future[Any]] = [task, *([window.parked] if window is not None else [])]
+        await asyncio.wait(waits, timeout=max(0.0, self._deadline(self.ack_budget) - loop.time()),
+                           return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # raises: not stored
+            return
+        task.add_done_callback(_log_late_failure)
+        if window is None or not window.parked.done():
+            log.info("slack: submit of message %s in %s still busy after %.1fs; acking it (it is stored)",
+                     inbound.message_id, inbound.chat.chat_id, self.ack_budget)
+
+    async def _hand_in(self, inbound: Inbound,
+                       accepted: Callable[[SubmitResult], None] | None = None) -> SubmitResult:
+        assert self._submit is not None
+        result = await self._submit(inbound)
+        if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
+            raise NotStored(PLATFORM, f"message {inbound.message_id} in {inbound.chat.chat_id} arrived while "
+                                      "the gateway was shutting down")
+        if accepted is not None:
+            accepted(result)
+        return result
+
+    async def _chat_type(self, channel: str) -> ChatType:
         assert self._client is not None
         try:
             info = (await self._client.conversations_info(channel=channel)).get("channel") or {}
-            found = "dm" if info.get("is_im") else "group" if info.get("is_private") or info.get("is_mpim") \
+            found: ChatType = "dm" if info.get("is_im") else "group" if info.get("is_private") or info.get("is_mpim") \
                 else "channel"
         except API_ERRORS as exc:
             log.info("slack: conversations.info for %s failed (%s); guessing from the id", channel, _describe(exc))
-            found = "group" if channel.startswith("G") else "channel"
+            found = _guess_type(channel)
         _put(self._chat_types, channel, found)
         return found
 
@@ -461,8 +684,11 @@ class SlackAdapter:
         return found
 
     async def _names(self, user_ids: set[str]) -> dict[str, str | None]:
-        people = await asyncio.gather(*(self._person(uid) for uid in sorted(user_ids)))
-        return {uid: p.name for uid, p in zip(sorted(user_ids), people, strict=True)}
+        waits = [self._lookup(("person", uid), functools.partial(self._person, uid))
+                 for uid in sorted(user_ids) if uid not in self._people]
+        if waits:  # shared lookups: waited for, never cancelled from here
+            await asyncio.wait(waits)
+        return {uid: self._people.get(uid, _Person()).name for uid in user_ids}
 
     async def _thread_context(self, channel: str, thread_ts: str, current_ts: str) -> str:
         """The thread so far as a compact transcript, for the first message we see in a thread we were not in."""
@@ -519,11 +745,8 @@ class SlackAdapter:
 
     # ------------------------------------------------------------------ inbound: the slash command
     async def _on_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
-        with self._tracked():
-            try:
-                await self._handle_command(body, respond)
-            except Exception:  # noqa: BLE001 - task root: the command was acked; log and move on
-                log.exception("slack: %s command not handled", self.config.slash_command)
+        with self._tracked():  # a failure raises: no ack, and Slack shows the user that the command failed
+            await self._handle_command(body, respond)
 
     async def _handle_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
         """`/agent new|status|help|…` become the in-chat commands; any other text is a prompt; none is help."""
@@ -536,10 +759,10 @@ class SlackAdapter:
         message_id = f"cmd:{body.get('trigger_id') or time.time()}"
         _put(self._responders, message_id, _Responder(respond, user, channel, self.monotonic()))
         self._latest.pop((channel, None), None)  # no message to mark: the thinking reaction must not land elsewhere
-        chat_type = await self._chat_type(channel, None)
-        person = await self._person(user)
+        chat_type, _ = await self._enrich(channel, self._cached_type(channel, None), {user})
+        person = self._people.get(user, _Person())
         assert self._me is not None
-        await self._hand_in(Inbound(
+        await self._store(Inbound(
             chat=ChatRef(PLATFORM, chat_type, channel), user_id=user, text=text, message_id=message_id,
             received_at=datetime.now(UTC), user_name=person.name,
             username=str(body.get("user_name") or "") or person.handle,
@@ -550,6 +773,9 @@ class SlackAdapter:
         client = self._client
         if client is None:
             raise PlatformUnavailable(PLATFORM, "not started")
+        window = self._acking.get((message.chat.chat_id, message.reply_to_id or ""))
+        if window is not None:  # never answer a message before Slack has its ack (a response_url needs it)
+            await window.hold(ACK_HOLD_S)
         text = message.plain if message.use_plain else message.text
         responder = self._responders.get(message.reply_to_id or "")
         if responder is not None:
@@ -665,6 +891,32 @@ def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
         found.append(Attachment(kind=kind, name=item.get("name") or item.get("title"), mime_type=mime,
                                 size=size if isinstance(size, int) else None))
     return tuple(found)
+
+
+def _guess_type(channel: str) -> ChatType:
+    return "group" if channel.startswith("G") else "channel"
+
+
+def _result(task: asyncio.Task[Any], default: Any) -> Any:
+    """A finished task's result, or `default` when it is still running, failed or was cancelled."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return default
+    return task.result()
+
+
+async def _awaited(call: Callable[[], Awaitable[T]]) -> T:
+    return await call()
+
+
+def _forget(mapping: dict[Any, Any], key: Any, value: Any) -> None:
+    if mapping.get(key) is value:
+        del mapping[key]
+
+
+def _log_late_failure(task: asyncio.Task[Any]) -> None:
+    exc = None if task.cancelled() else task.exception()
+    if exc is not None:
+        log.error("slack: handing in a message failed after it was acked (%s)", _describe(exc), exc_info=exc)
 
 
 def _received_at(ts: str) -> datetime:

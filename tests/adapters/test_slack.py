@@ -27,7 +27,7 @@ from gateway.events import Inbound, SubmitOutcome, SubmitResult
 from gateway.outbox import Backoff
 from gateway.ratelimit import RateLimiter
 from tests.fakeclock import FakeClock
-from tests.fakes.base import Fault
+from tests.fakes.base import Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.slack import (APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, event_callback, ratelimited,
                                signed_request_headers, slack_error, url_verification)
@@ -524,3 +524,46 @@ def test_docs_explain_every_config_key() -> None:
     text = (DOCS / "slack.md").read_text(encoding="utf-8")
     missing = [f.name for f in fields(SlackConfig) if f"| `{f.name}` |" not in text]
     assert missing == []
+
+
+# ------------------------------------------------------------------------------------------ stored before acked
+class _AckSnapshots(list[dict[str, Any]]):
+    """FakeSlack's ack record, noting the stored inbound rows at the very moment each ack arrives."""
+
+    def __init__(self, run: Running) -> None:
+        super().__init__()
+        self.run = run
+        self.rows_at: dict[str, list[tuple[Any, ...]]] = {}
+        self.at: dict[str, float] = {}
+
+    def append(self, ack: dict[str, Any]) -> None:
+        self.rows_at[str(ack.get("envelope_id"))] = self.run.inbound_rows()
+        self.at[str(ack.get("envelope_id"))] = time.monotonic()
+        super().append(ack)
+
+
+async def test_http_event_is_stored_before_the_200(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    slack.fail("users.info", Delay(0.3))  # a lookup that takes a while still happens before the ack
+    async with running(home, fake_llm, slack, mode="http") as run:
+        status, _ = await run.post(event_callback(dm("keep me"), "EvStore1"))
+        rows = run.inbound_rows()  # read at once: nothing else ran between the 200 and this line
+        assert status == 200 and [r[1] for r in rows] == [DM] and rows[0][4] == "Alice"
+        assert (await slack.wait_for_post(DM)).text == "echo: keep me [users=1]"
+
+
+async def test_socket_event_is_stored_before_the_envelope_ack(home: Path, fake_llm: FakeLLM,
+                                                              slack: FakeSlack) -> None:
+    slack.fail("users.info", Delay(0.3))
+    async with running(home, fake_llm, slack) as run:
+        slack.acks = acks = _AckSnapshots(run)
+        envelope = await slack.push_event(dm("keep me too"))
+        await slack.wait_for_ack(envelope)
+        assert [(r[1], r[3], r[4]) for r in acks.rows_at[envelope]] == [(DM, ALICE, "Alice")]
+        assert (await slack.wait_for_post(DM)).text == "echo: keep me too [users=1]"
+        # the slash command: its prompt is stored before the ack, its answer goes to response_url after it
+        command = await slack.push_slash_command("/agent", "and this", channel_id=CHANNEL, trigger_id="t-ack")
+        await slack.wait_for_ack(command)
+        assert len(acks.rows_at[command]) == 2 and acks.rows_at[command][1][1] == CHANNEL
+        await slack.wait_until(lambda: len(slack.responses) == 1)
+        answered = next(c.at for c in slack.calls_to("response_url"))
+        assert answered >= acks.at[command]
