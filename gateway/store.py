@@ -304,11 +304,17 @@ class Usage:
                      self.cache_write_tokens + other.cache_write_tokens)
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
 def _row(cls: type[Any], row: sqlite3.Row | None) -> Any:
     if row is None:
         return None
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # dataclasses.fields() is slow enough to show when a turn reads its whole history
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
     try:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
+        return cls(**{name: row[name] for name in names})
     except (IndexError, KeyError, TypeError) as exc:
         raise StoreError(f"unreadable {cls.__name__} row: {exc}") from exc
 
