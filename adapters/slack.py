@@ -286,6 +286,7 @@ class SlackAdapter:
         self._runner: web.AppRunner | None = None
         self._listeners: set[asyncio.Task[Any]] = set()   # listeners and hand-ins: stop() lets them finish
         self._lookups: dict[Hashable, asyncio.Task[Any]] = {}  # Web API lookups in flight, shared by events
+        self._overdue: set[asyncio.Task[Any]] = set()          # lookups a message already gave up waiting for
         self._acking: dict[tuple[str, str], _AckWindow] = {}  # (chat, our message id) → its request, until acked
         self._pongs: dict[float, asyncio.Future[None]] = {}
         self._event_ids = _Recent()
@@ -524,7 +525,7 @@ class SlackAdapter:
         attachments = _attachments(event)
         if not slack_to_text(raw, self._me.user_id, {}) and not attachments:
             return None
-        people = mentioned_users(raw) | (set() if target.is_bot else {target.user_id})
+        people = (mentioned_users(raw) - {self._me.user_id}) | (set() if target.is_bot else {target.user_id})
         thread = (target.channel, target.thread_id) if target.thread_id else None
         late = self._unread.pop(thread, None) if thread else None
         history = late
@@ -583,13 +584,15 @@ class SlackAdapter:
         goes with a type guessed from the id and without those names."""
         kind = None if chat_type is not None else \
             self._lookup(("type", channel), functools.partial(self._chat_type, channel))
-        waits = [*more, *([kind] if kind is not None else []),
-                 *(self._lookup(("person", uid), functools.partial(self._person, uid))
-                   for uid in sorted(people) if uid not in self._people)]
+        lookups = [*([kind] if kind is not None else []),
+                   *(self._lookup(("person", uid), functools.partial(self._person, uid))
+                     for uid in sorted(people) if uid not in self._people)]
+        waits = [*more, *(t for t in lookups if t not in self._overdue)]  # one message waits for a slow lookup
         if waits:
             loop = asyncio.get_running_loop()
             _, late = await asyncio.wait(waits, timeout=max(0.0, self._deadline(self.enrich_budget) - loop.time()))
             if late:
+                self._overdue.update(t for t in late if t in lookups)
                 log.info("slack: %d Web API lookup(s) for a message in %s took over %.1fs; going on without them",
                          len(late), channel, self.enrich_budget)
         if chat_type is None:
@@ -608,6 +611,7 @@ class SlackAdapter:
         return task
 
     def _lookup_done(self, key: Hashable, task: asyncio.Task[Any]) -> None:
+        self._overdue.discard(task)
         if self._lookups.get(key) is task:
             del self._lookups[key]
         if not task.cancelled() and task.exception() is not None:
@@ -664,6 +668,8 @@ class SlackAdapter:
         except API_ERRORS as exc:
             log.info("slack: conversations.info for %s failed (%s); guessing from the id", channel, _describe(exc))
             found = _guess_type(channel)
+            if not isinstance(exc, SlackApiError):
+                return found  # not remembered: the next message asks again
         _put(self._chat_types, channel, found)
         return found
 
@@ -677,9 +683,12 @@ class SlackAdapter:
             profile = user.get("profile") or {}
             found = _Person(name=profile.get("display_name") or profile.get("real_name") or user.get("real_name")
                             or user.get("name"), handle=user.get("name"))
-        except API_ERRORS as exc:  # no users:read scope, say: ids then
+        except SlackApiError as exc:  # no users:read scope, say: ids then
             log.debug("slack: users.info for %s failed (%s)", user_id, _describe(exc))
             found = _Person()
+        except NETWORK_ERRORS as exc:  # not remembered: the next message asks again
+            log.debug("slack: users.info for %s failed (%s)", user_id, _describe(exc))
+            return _Person()
         _put(self._people, user_id, found)
         return found
 

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import yaml
 
-from adapters.slack import SlackAdapter, slack_to_text
+from adapters.slack import THREAD_UNREAD_NOTE, SlackAdapter, slack_to_text
 from gateway.commands import HELP_TEXT, NEW_TEXT
 from gateway.config import SlackConfig, load_config
 from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
@@ -567,3 +567,103 @@ async def test_socket_event_is_stored_before_the_envelope_ack(home: Path, fake_l
         await slack.wait_until(lambda: len(slack.responses) == 1)
         answered = next(c.at for c in slack.calls_to("response_url"))
         assert answered >= acks.at[command]
+
+
+async def ack_time(run: Running, slack: FakeSlack, mode: str, event: dict[str, Any], event_id: str) -> float:
+    """Seconds from Slack sending the event to our ack arriving (HTTP: the 200; Socket Mode: the envelope ack)."""
+    started = time.monotonic()
+    if mode == "http":
+        status, _ = await run.post(event_callback(event, event_id))
+        assert status == 200
+        return time.monotonic() - started
+    envelope = await slack.push_event(event, event_id=event_id)
+    await slack.wait_for_ack(envelope)
+    return run_acks(slack).at[envelope] - started
+
+
+def run_acks(slack: FakeSlack) -> _AckSnapshots:
+    assert isinstance(slack.acks, _AckSnapshots)
+    return slack.acks
+
+
+@pytest.mark.parametrize("mode", ["socket", "http"])
+async def test_a_slow_web_api_does_not_delay_the_ack(home: Path, fake_llm: FakeLLM, slack: FakeSlack,
+                                                     mode: str) -> None:
+    """users.info and conversations.info hang: the ack still beats Slack's 3 s and the message is answered (the
+    channel's type guessed from its id, the sender without a name); the next message does not wait again for the
+    lookup that is still out, and a sender whose lookup is quick has a name."""
+    slack.fail("users.info", Delay(10.0))
+    slack.fail("conversations.info", Delay(10.0))
+    async with running(home, fake_llm, slack, mode=mode) as run:
+        slack.acks = _AckSnapshots(run)
+        root = mention("<@UBOT> are you there?")
+        assert await ack_time(run, slack, mode, root, "EvSlow1") < 3.0
+        reply = await slack.wait_for_post(CHANNEL)
+        assert reply.thread_ts == root["ts"] and reply.text.endswith("are you there? [users=1]")
+        assert run.inbound_rows() == [("channel", CHANNEL, root["ts"], ALICE, None, "answered")]
+        assert await ack_time(run, slack, mode, said("hello?", thread_ts=root["ts"]), "EvSlow2") < 1.0
+        await slack.wait_for_post(CHANNEL, count=2)
+        assert len(slack.calls_to("users.info")) == 1  # Alice's lookup is still out: shared, not repeated
+        assert await ack_time(run, slack, mode, said("and now?", user=BOB, thread_ts=root["ts"]), "EvSlow3") < 3.0
+        assert (await slack.wait_for_post(CHANNEL, count=3)).text == "echo: [Bob Jones] and now? [users=3]"
+        assert run.session_keys() == {f"slack:channel:{CHANNEL}:{root['ts']}"}
+
+
+async def test_a_slow_thread_read_comes_with_the_threads_next_message(home: Path, fake_llm: FakeLLM,
+                                                                     slack: FakeSlack) -> None:
+    # (timestamps before the fake's own, so the bot's reply comes after the mention in the thread, as on Slack)
+    root = slack.seed_thread(CHANNEL, [{"text": "Where should the offsite be?", "ts": "1600000000.000001"},
+                                       {"text": "Lisbon?", "user": BOB, "ts": "1600000000.000002"}])
+    slack.fail("conversations.replies", Delay(1.8))  # longer than the 1.5 s a message may spend on lookups
+    async with running(home, fake_llm, slack) as run:
+        slack.acks = _AckSnapshots(run)
+        first = mention("<@UBOT> thoughts?", thread_ts=root, ts="1600000000.000003")
+        assert await ack_time(run, slack, "socket", first, "EvT1") < 3.0
+        await slack.wait_for_post(CHANNEL)
+        assert user_texts(fake_llm)[0] == f"[Alice] {THREAD_UNREAD_NOTE}\n\nthoughts?"
+        await slack.push_event(said("so, Lisbon?", thread_ts=root))  # the read finishes while this waits for it
+        await slack.wait_for_post(CHANNEL, count=2)
+        assert user_texts(fake_llm)[1] == ('[Alice] [Earlier in this thread, oldest first ("you" is you):\n'
+                                           "Alice: Where should the offsite be?\nBob Jones: Lisbon?]\n\nso, Lisbon?")
+        assert len(slack.calls_to("conversations.replies")) == 1
+        assert run.session_keys() == {f"slack:channel:{CHANNEL}:{root}"}
+
+
+async def test_http_event_that_cannot_be_stored_gets_a_500_and_its_retry_is_answered(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    async with running(home, fake_llm, slack, mode="http") as run:
+        body = event_callback(dm("store me"), "EvBroken1")
+        run.gw.store.conn.execute("PRAGMA query_only = ON")  # every write fails: the disk is gone, say
+        assert (await run.post(body))[0] == 500
+        run.gw.store.conn.execute("PRAGMA query_only = OFF")
+        assert run.inbound_rows() == [] and slack.posted() == []
+        retry = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_error"}
+        assert (await run.post(body, headers=retry))[0] == 200
+        assert (await slack.wait_for_post(DM)).text == "echo: store me [users=1]"
+        assert (await run.post(body, headers={**retry, "X-Slack-Retry-Num": "2"}))[0] == 200  # once is enough
+        await run.gw.sessions.wait_idle()
+        assert len(run.inbound_rows()) == 1 and len(slack.posted(DM)) == 1
+
+
+async def test_socket_event_that_cannot_be_stored_is_not_acked_and_its_redelivery_is_answered(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    async with running(home, fake_llm, slack) as run:
+        event = dm("store me")
+        run.gw.store.conn.execute("PRAGMA query_only = ON")
+        lost = await slack.push_event(event, event_id="EvBroken2")
+        command = await slack.push_slash_command("/agent", "hello?", channel_id=DM, trigger_id="t-broken")
+        await slack.wait_until(lambda: sum("not acked" in r.getMessage() for r in caplog.records) == 2)
+        run.gw.store.conn.execute("PRAGMA query_only = OFF")
+        again = await slack.push_event(event, event_id="EvBroken2", retry_attempt=1, retry_reason="timeout")
+        await slack.wait_for_ack(again)
+        assert (await slack.wait_for_post(DM)).text == "echo: store me [users=1]"
+        acked = {a["envelope_id"] for a in slack.acks}
+        assert lost not in acked and command not in acked  # a slash command's user sees that it failed
+        assert slack.responses == [] and len(run.inbound_rows()) == 1
+        # shutting down: the core stores nothing more, so nothing more is acked (Slack sends it again later)
+        run.gw.sessions.stop_accepting()
+        late = await slack.push_event(dm("too late"))
+        await slack.wait_until(lambda: any("shutting down" in r.getMessage() for r in caplog.records))
+        ignored = await slack.push_event(dm("a bot says hi", bot_id="B999", subtype="bot_message"))
+        await slack.wait_for_ack(ignored)  # nothing to store, acked at once; the refused one still is not
+        assert late not in {a["envelope_id"] for a in slack.acks}
