@@ -145,8 +145,6 @@ class _AckWindow:
     def close(self) -> None:
         """The ack is out (or will never be): answers may go."""
         self._acked.set()
-        if not self.parked.done():
-            self.parked.cancel()
         callbacks, self._on_close = self._on_close, []
         for callback in callbacks:
             callback()
@@ -231,8 +229,9 @@ class _SocketHandler(AsyncSocketModeHandler):
         window = _AckWindow()
         token = _WINDOW.set(window)
         try:
+            started = time.time()
             response = await run_async_bolt_app(self.app, req)
-            await send_async_response(client, req, response, time.time())
+            await send_async_response(client, req, response, started)
         finally:
             _WINDOW.reset(token)
             window.close()
@@ -638,12 +637,15 @@ class SlackAdapter:
         self._listeners.add(task)
         task.add_done_callback(self._listeners.discard)
         waits: list[asyncio.Future[Any]] = [task, *([window.parked] if window is not None else [])]
-        await asyncio.wait(waits, timeout=max(0.0, self._deadline(self.ack_budget) - loop.time()),
-                           return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, self._deadline(self.ack_budget) - loop.time()),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():  # we stop watching it: its failure, if any, is logged there
+                task.add_done_callback(_log_late_failure)
         if task.done():
             task.result()  # raises: not stored
             return
-        task.add_done_callback(_log_late_failure)
         if window is None or not window.parked.done():
             log.info("slack: submit of message %s in %s still busy after %.1fs; acking it (it is stored)",
                      inbound.message_id, inbound.chat.chat_id, self.ack_budget)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
@@ -95,10 +96,12 @@ class Running:
     def session_keys(self) -> set[str]:
         return {r["key"] for r in self.gw.store.all("SELECT key FROM sessions")}
 
-    async def post(self, body: dict[str, Any], *, secret: str = SIGNING_SECRET, timestamp: int | None = None,
+    async def post(self, body: dict[str, Any] | str, *, secret: str = SIGNING_SECRET, timestamp: int | None = None,
                    headers: dict[str, str] | None = None) -> tuple[int, str]:
-        raw = json.dumps(body)
-        sent = {**signed_request_headers(secret, raw, timestamp), **(headers or {})}
+        """A signed post as Slack makes it: an event as JSON, a slash command (a str here) as a form."""
+        raw = json.dumps(body) if isinstance(body, dict) else body
+        kind = "application/json" if isinstance(body, dict) else "application/x-www-form-urlencoded"
+        sent = {**signed_request_headers(secret, raw, timestamp, kind), **(headers or {})}
         async with aiohttp.ClientSession() as session:
             async with session.post(f"http://127.0.0.1:{self.adapter.http_port}/slack/events", data=raw,
                                     headers=sent) as response:
@@ -667,3 +670,23 @@ async def test_socket_event_that_cannot_be_stored_is_not_acked_and_its_redeliver
         ignored = await slack.push_event(dm("a bot says hi", bot_id="B999", subtype="bot_message"))
         await slack.wait_for_ack(ignored)  # nothing to store, acked at once; the refused one still is not
         assert late not in {a["envelope_id"] for a in slack.acks}
+
+
+async def test_http_slash_command_is_stored_before_the_200_and_answered_after_it(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    def command(text: str, trigger: str) -> str:
+        return urllib.parse.urlencode({
+            "token": "legacy", "team_id": "T1", "channel_id": CHANNEL, "channel_name": "c1", "user_id": ALICE,
+            "user_name": "alice", "command": "/agent", "text": text, "api_app_id": "A1", "trigger_id": trigger,
+            "response_url": f"{slack.base_url}/api/response_url"})
+
+    async with running(home, fake_llm, slack, mode="http") as run:
+        started = time.monotonic()
+        assert (await run.post(command("help", "th1")))[0] == 200
+        assert time.monotonic() - started < 1.0  # its answer waited for the 200, not the other way round
+        await slack.wait_until(lambda: len(slack.responses) == 1)
+        assert slack.responses[0]["text"].startswith("Commands:")
+        assert (await run.post(command("what is 2+2?", "th2")))[0] == 200
+        assert [r[1:4] for r in run.inbound_rows()][-1] == (CHANNEL, None, ALICE)  # stored when the 200 came
+        await slack.wait_until(lambda: len(slack.responses) == 2)
+        assert slack.responses[1]["text"] == "echo: [Alice] what is 2+2? [users=1]"
