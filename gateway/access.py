@@ -19,7 +19,7 @@ from gateway.config import AccessConfig, Config
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult
 from gateway.outbox import Outbox
 from gateway.pairing import CODE_TTL, PairingBook
-from gateway.sessions import encode_inbound
+from gateway.transcript import encode_inbound
 from gateway.store import Store
 
 log = logging.getLogger(__name__)

@@ -173,7 +173,7 @@ def _busy(manager: SessionManager, key: str) -> bool:
 
 
 def _original_inbound(store: Store, inbound: Inbound, message: MessageRow) -> Inbound | None:
-    from gateway.sessions import decode_inbound
+    from gateway.transcript import decode_inbound
     if not message.platform_message_id:
         return None
     row = store.one("SELECT payload FROM inbound WHERE platform = ? AND chat_id = ? AND platform_message_id = ?",
@@ -182,7 +182,7 @@ def _original_inbound(store: Store, inbound: Inbound, message: MessageRow) -> In
 
 
 def _rewrite_inbound(store: Store, inbound: Inbound, retried: Inbound) -> None:
-    from gateway.sessions import encode_inbound
+    from gateway.transcript import encode_inbound
     store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND chat_id = ?"
                   " AND platform_message_id = ?", (retried.text, encode_inbound(retried), inbound.chat.platform,
                                                    inbound.chat.chat_id, inbound.message_id))

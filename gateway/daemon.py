@@ -257,8 +257,8 @@ class Daemon:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.gw.config.web.host, self.gw.config.web.port)
         await site.start()
-        server = site._server
-        self.web_port = server.sockets[0].getsockname()[1] if server and server.sockets else None  # type: ignore[union-attr]
+        sockets = getattr(site._server, "sockets", None)  # aiohttp keeps the bound socket on its private server
+        self.web_port = sockets[0].getsockname()[1] if sockets else None
         log.info("web chat at http://%s:%s", self.gw.config.web.host, self.web_port)
 
     def _on_signal(self) -> None:

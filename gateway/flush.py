@@ -17,7 +17,7 @@ from pathlib import Path
 from gateway.agent import Agent
 from gateway.config import MemoryConfig
 from gateway.llm import ChatMessage, LLMReply
-from gateway.sessions import history_messages
+from gateway.transcript import history_messages
 from gateway.store import SessionRow, Store, iso
 from gateway.tools import MEMORY_TOOLS, MemoryStore, ToolContext
 

@@ -8,26 +8,25 @@ A kill -9 anywhere leaves rows the next boot resumes from (see `replay`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from gateway.agent import Agent, TurnResult
 from gateway.compression import Compressor
-from gateway.config import Config
+from gateway.config import Config, ResetOverride
 from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
-from gateway.events import (Adapter, Attachment, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
+from gateway.events import (Adapter, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
                             TypingIndicator)
 from gateway.llm import ChatMessage, LLMReply
 from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
-from gateway.store import MessageRow, SessionRow, Store, parse_iso
+from gateway.store import SessionRow, Store, parse_iso
 from gateway.tools import ToolContext
+from gateway.transcript import decode_inbound, encode_inbound, history_messages, well_formed
 
 log = logging.getLogger(__name__)
 
@@ -84,64 +83,6 @@ class NoLifecycle:
 
 CommandHandler = Callable[["SessionManager", Inbound, str], Awaitable["str | None"]]
 Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
-
-
-def encode_inbound(inbound: Inbound) -> str:
-    data = asdict(inbound)
-    data["received_at"] = inbound.received_at.isoformat()
-    return json.dumps(data, ensure_ascii=False)
-
-
-def decode_inbound(payload: str) -> Inbound:
-    data: dict[str, Any] = json.loads(payload)
-    data["chat"] = ChatRef(**data["chat"])
-    data["received_at"] = datetime.fromisoformat(data["received_at"])
-    data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
-    data["roles"] = tuple(data.get("roles") or ())
-    return Inbound(**data)
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def well_formed(inbound: Inbound) -> Inbound:
-    """Lone UTF-16 surrogates (a JavaScript client can put them in JSON escapes) cannot be encoded as UTF-8, so
-    SQLite and every API would refuse the message; they become U+FFFD once, before anything stores the text."""
-    fixed: dict[str, Any] = {}
-    for name in ("text", "user_name", "chat_title", "username"):
-        value = getattr(inbound, name)
-        if isinstance(value, str) and _LONE_SURROGATE.search(value):
-            fixed[name] = _LONE_SURROGATE.sub("\ufffd", value)
-    if any(a.name and _LONE_SURROGATE.search(a.name) for a in inbound.attachments):
-        fixed["attachments"] = tuple(replace(a, name=_LONE_SURROGATE.sub("\ufffd", a.name)) if a.name else a
-                                     for a in inbound.attachments)
-    return replace(inbound, **fixed) if fixed else inbound
-
-
-def history_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
-    out: list[ChatMessage] = []
-    for r in rows:
-        m: ChatMessage = {"role": r.role, "content": r.content}
-        if r.tool_calls:
-            m["tool_calls"] = json.loads(r.tool_calls)
-        if r.tool_call_id:
-            m["tool_call_id"] = r.tool_call_id
-        out.append(m)
-    return _drop_dangling_tool_calls(out)
-
-
-def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:
-    """A tool call without its result (or the reverse) makes both wires reject the request; drop such pairs."""
-    answered = {m["tool_call_id"] for m in msgs if m["role"] == "tool"}
-    called = {c["id"] for m in msgs for c in m.get("tool_calls") or ()}
-    out = []
-    for m in msgs:
-        if m["role"] == "tool" and m["tool_call_id"] not in called:
-            continue
-        if m.get("tool_calls") and any(c["id"] not in answered for c in m["tool_calls"]):
-            continue
-        out.append(m)
-    return out
 
 
 @dataclass(eq=False)
@@ -233,7 +174,8 @@ class SessionManager:
         if lane is None:
             lane = self._lanes[key] = _Lane(key)
         busy = lane.current is not None and not lane.current.done()
-        policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform, self.config.sessions.busy)
+        policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform,  # type: ignore[call-overload]
+                                                         self.config.sessions.busy)
         if busy and policy == "interrupt":
             for dropped in lane.queue:  # superseded too: never answered, and never replayed after a restart
                 self.store.set_inbound_status(dropped, "interrupted", now=self.clock())
@@ -456,7 +398,9 @@ class SessionManager:
 
     def _notify_reset(self, session: SessionRow) -> bool:
         policy = self.config.session_reset
-        for override in (policy.by_platform.get(session.platform), policy.by_chat_type.get(session.chat_type)):
+        overrides: tuple[ResetOverride | None, ...] = (policy.by_platform.get(session.platform),  # type: ignore[call-overload]
+                                                       policy.by_chat_type.get(session.chat_type))  # type: ignore[call-overload]
+        for override in overrides:
             if override is not None and override.notify is not None:
                 return override.notify
         return policy.notify

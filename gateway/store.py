@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
@@ -307,12 +307,15 @@ class Usage:
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
-def _row(cls: type[Any], row: sqlite3.Row | None) -> Any:
+_R = TypeVar("_R")
+
+
+def _row(cls: type[_R], row: sqlite3.Row | None) -> _R:
     if row is None:
-        return None
+        return None  # type: ignore[return-value]  # callers declare `X | None` where a row may be missing
     names = _FIELD_NAMES.get(cls)
     if names is None:  # dataclasses.fields() is slow enough to show when a turn reads its whole history
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
     try:
         return cls(**{name: row[name] for name in names})
     except (IndexError, KeyError, TypeError) as exc:
@@ -416,7 +419,7 @@ class Store:
         row = _row(SessionRow, self.one("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if row is None:
             raise StoreError(f"session {session_id} does not exist")
-        return row  # type: ignore[no-any-return]
+        return row
 
     def latest_session(self, key: str) -> SessionRow | None:
         return _row(SessionRow, self.one("SELECT * FROM sessions WHERE key = ? ORDER BY id DESC LIMIT 1", (key,)))
@@ -588,7 +591,7 @@ class Store:
         row = _row(InboundRow, self.one("SELECT * FROM inbound WHERE id = ?", (inbound_id,)))
         if row is None:
             raise StoreError(f"inbound {inbound_id} does not exist")
-        return row  # type: ignore[no-any-return]
+        return row
 
     def unfinished_inbound(self) -> list[InboundRow]:
         rows = self.all("SELECT * FROM inbound WHERE status IN ('pending', 'running') ORDER BY id")

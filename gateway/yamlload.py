@@ -101,7 +101,7 @@ def load_dataclass(cls: type[Any], node: yaml.Node | None, *, file: str, env: Ma
 
 
 def _mark(file: str) -> yaml.Mark:
-    return yaml.Mark(file, 0, 0, 0, None, None)
+    return yaml.Mark(file, 0, 0, 0, None, None)  # type: ignore[arg-type]  # no buffer: a synthetic mark
 
 
 def _type_name(tp: Any) -> str:

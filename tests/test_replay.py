@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gateway.daemon import Daemon, Gateway
 from gateway.events import Inbound, OutboundKind, Submit, SubmitOutcome
-from gateway.sessions import encode_inbound
+from gateway.transcript import encode_inbound
 from tests.delivery import TELEGRAM_CONFIG, ReplyLLM, ScriptedAdapter, gateway_on, write_home
 from tests.fakeclock import FakeClock
 from tests.helpers import inbound
