@@ -260,8 +260,8 @@ class SlackAdapter:
     """`start` checks the bot token (auth.test), then opens Socket Mode or serves the Events API over HTTP.
 
     Platform-private state stays here, keyed by our ids: the threads the bot takes part in (so follow-ups need
-    no mention), the newest triggering message per chat (for the thinking reaction) and slash commands'
-    `respond` callables.
+    no mention) with the chat type each started with, the newest triggering message per chat (for the thinking
+    reaction), slash commands' `respond` callables, Web API lookups in flight and the requests not yet acked.
     """
 
     platform = PLATFORM
