@@ -8,7 +8,6 @@ prompt afterwards (the one planned rebuild) is the session manager's job.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,10 +17,12 @@ from datetime import datetime
 from gateway.agent import Agent
 from gateway.config import AgentConfig, Config
 from gateway.errors import GatewayError, LLMError
-from gateway.llm import ChatMessage, LLMReply, ToolDef
+from gateway.flush import flush_instruction, run_flush_call
+from gateway.llm import ChatMessage, ToolDef
 from gateway.store import MessageRow, SessionRow, Store
-from gateway.tools import MEMORY_TOOLS, ToolContext
+from gateway.tools import MEMORY_TOOLS
 from gateway.tools.memory import Target
+from gateway.transcript import history_messages
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +89,6 @@ def plan_cut(rows: Sequence[MessageRow], keep_recent: int) -> Cut | None:
     if start is None:
         return None
     return Cut(tuple(rows[: head_end + 1]), tuple(rows[head_end + 1: start]), tuple(rows[start:]))
-
-
-def chat_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
-    out: list[ChatMessage] = []
-    for r in rows:
-        m: ChatMessage = {"role": r.role, "content": r.content}
-        if r.tool_calls:
-            m["tool_calls"] = json.loads(r.tool_calls)
-        if r.tool_call_id:
-            m["tool_call_id"] = r.tool_call_id
-        out.append(m)
-    return out
 
 
 def transcript(rows: Sequence[MessageRow]) -> str:
@@ -207,22 +196,9 @@ class AgentFlush:
         if sum(1 for r in dropped if r.kind == "chat" and r.role in ("user", "assistant")) < \
                 self.memory.flush_min_messages:
             return
-        instruction: ChatMessage = {"role": "user", "content": FLUSH_INSTRUCTION.format(
-            memory=self.read_memory("memory").strip() or "(empty)",
-            user=self.read_memory("user").strip() or "(empty)")}
-
-        def record(reply: LLMReply) -> None:
-            self.store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider,
-                                 model=reply.model, now=self.clock())
-
-        async with asyncio.timeout(self.memory.flush_timeout_s):
-            result = await self.agent.run(system=prompt, history=chat_messages([*head, *dropped]),
-                                          user_message=instruction, ctx=self._context(session),
-                                          tool_names=self.tool_names, allowed_tools=self.allowed,
-                                          max_iterations=self.memory.flush_max_iterations, on_reply=record)
-        log.info("memory flush before compression session=%s: %s tool calls", session.id, result.tool_calls)
-
-    def _context(self, session: SessionRow) -> ToolContext:
-        return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
-                           user_id=session.user_id, home=self.config.home, db_path=self.config.db_path,
-                           chat_id=session.chat_id)
+        calls = await run_flush_call(
+            self.agent, self.store, session=session, system=prompt, history=history_messages([*head, *dropped]),
+            instruction=flush_instruction(self.read_memory("memory"), self.read_memory("user"), FLUSH_INSTRUCTION),
+            tool_names=self.tool_names, config=self.memory, home=self.config.home, db_path=self.config.db_path,
+            clock=self.clock)
+        log.info("memory flush before compression session=%s: %s tool calls", session.id, calls)

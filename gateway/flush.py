@@ -50,8 +50,30 @@ USER.md as it is now:
 </user>"""
 
 
-def flush_instruction(memory_text: str, user_text: str) -> str:
-    return FLUSH_INSTRUCTION.format(memory=memory_text.strip() or "(empty)", user=user_text.strip() or "(empty)")
+def flush_instruction(memory_text: str, user_text: str, template: str = FLUSH_INSTRUCTION) -> str:
+    return template.format(memory=memory_text.strip() or "(empty)", user=user_text.strip() or "(empty)")
+
+
+async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, system: str,
+                         history: list[ChatMessage], instruction: str, tool_names: Sequence[str],
+                         config: MemoryConfig, home: Path, db_path: Path, clock: Callable[[], datetime]) -> int:
+    """One silent agent call that may only save (memory and skill tools); returns how many tools ran.
+
+    Shared by the pre-reset flush and the flush before compression: same prompt bytes and tool list as the
+    session's turns, so the request reads the cached prefix; the text answer is never sent nor stored.
+    """
+    ctx = ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
+                      user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id)
+
+    def record(reply: LLMReply) -> None:
+        store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider, model=reply.model,
+                        now=clock())
+
+    async with asyncio.timeout(config.flush_timeout_s):
+        result = await agent.run(system=system, history=history, user_message={"role": "user", "content": instruction},
+                                 ctx=ctx, tool_names=tool_names, allowed_tools=MEMORY_TOOLS & set(tool_names),
+                                 max_iterations=config.flush_max_iterations, on_reply=record)
+    return result.tool_calls
 
 
 class FlushLedger:
@@ -233,22 +255,11 @@ class Flusher:
 
     async def _run(self, session: SessionRow) -> int:
         assert session.system_prompt is not None
-        history = history_messages(self.store.history(session.id))
-        instruction: ChatMessage = {"role": "user", "content": flush_instruction(self.memory.read("memory"),
-                                                                                  self.memory.read("user"))}
-        ctx = ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
-                          user_id=session.user_id, home=self.home, db_path=self.db_path, chat_id=session.chat_id)
-
-        def record(reply: LLMReply) -> None:
-            self.store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider,
-                                 model=reply.model, now=self.clock())
-
-        async with asyncio.timeout(self.config.flush_timeout_s):
-            result = await self.agent.run(system=session.system_prompt, history=history, user_message=instruction,
-                                          ctx=ctx, tool_names=self.tool_names, allowed_tools=self.allowed,
-                                          max_iterations=self.config.flush_max_iterations, on_reply=record)
-        # result.text is the model's reply to a gateway instruction: it is never sent and never stored.
-        return result.tool_calls
+        return await run_flush_call(
+            self.agent, self.store, session=session, system=session.system_prompt,
+            history=history_messages(self.store.history(session.id)),
+            instruction=flush_instruction(self.memory.read("memory"), self.memory.read("user")),
+            tool_names=self.tool_names, config=self.config, home=self.home, db_path=self.db_path, clock=self.clock)
 
 
 def _describe(exc: BaseException) -> str:
