@@ -33,8 +33,8 @@ def _range(lo: float | None = None, hi: float | None = None) -> dict[str, object
 
 
 @dataclass(frozen=True, slots=True)
-class FallbackModelConfig:
-    """A second model tried when the first still fails after its retries."""
+class ModelEndpoint:
+    """One model and how to reach it; `model.fallback` is one of these (a fallback has no fallback)."""
 
     provider: Provider
     name: str
@@ -48,17 +48,8 @@ class FallbackModelConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelConfig:
-    provider: Provider
-    name: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    api_key: Secret | None = None
-    max_tokens: int = field(default=4096, metadata=_positive())
-    timeout_s: float = field(default=120.0, metadata=_positive())
-    max_retries: int = field(default=2, metadata=_range(0, 10))
-    context_window: int = field(default=200_000, metadata=_positive())
-    fallback: FallbackModelConfig | None = None
+class ModelConfig(ModelEndpoint):
+    fallback: ModelEndpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 import anthropic
 import openai
 
-from gateway.config import Config, FallbackModelConfig, ModelConfig, Secret
+from gateway.config import Config, ModelConfig, ModelEndpoint, Secret
 from gateway.errors import LLMError, LLMNotConfigured, LLMRejected, LLMTimeout, LLMUnavailable
 from gateway.store import Usage
 
@@ -304,7 +304,7 @@ def _ollama_model() -> str | None:
     return str(models[0]["name"]) if models else None
 
 
-def _api_key(m: ModelConfig | FallbackModelConfig, env: Mapping[str, str]) -> str:
+def _api_key(m: ModelEndpoint, env: Mapping[str, str]) -> str:
     if m.api_key:
         return m.api_key.value
     var = m.api_key_env or ("ANTHROPIC_API_KEY" if m.provider == "anthropic" else "OPENAI_API_KEY")
@@ -316,7 +316,7 @@ def _api_key(m: ModelConfig | FallbackModelConfig, env: Mapping[str, str]) -> st
     raise LLMNotConfigured(f"model {m.name}: no API key (set {var} or model.api_key)")
 
 
-def make_client(m: ModelConfig | FallbackModelConfig, env: Mapping[str, str], config: Config) -> LLMClient:
+def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLMClient:
     key = _api_key(m, env)
     if m.provider == "anthropic":
         return AnthropicClient(model=m.name, api_key=key, base_url=m.base_url, max_tokens=m.max_tokens,
