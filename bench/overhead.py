@@ -75,17 +75,19 @@ def _tag(body: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the two servers
-def seed(home: Path, sessions: int, history: int) -> None:
-    """1,000 active web sessions with a stored prompt and `history` messages each, written straight to SQLite."""
+def seed(home: Path, sessions: int, history: int, platform: str = "web") -> None:
+    """Active sessions (one per chat `client(i)`, or chat id i + 1 on Telegram) with a stored prompt and
+    `history` messages each, written straight to SQLite."""
     Store(home / "state.db").close()  # migrations
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     conn = sqlite3.connect(home / "state.db")
     with conn:
         conn.executemany(
             "INSERT INTO sessions (id, key, platform, chat_type, chat_id, user_id, created_at, last_user_at, model,"
-            " provider, system_prompt, prompt_built_at) VALUES (?, ?, 'web', 'dm', ?, ?, ?, ?, 'claude-test',"
+            " provider, system_prompt, prompt_built_at) VALUES (?, ?, ?, 'dm', ?, ?, ?, ?, 'claude-test',"
             " 'anthropic', ?, ?)",
-            [(i + 1, f"web:dm:{client(i)}", client(i), client(i), now, now, SYSTEM, now) for i in range(sessions)])
+            [(i + 1, f"{platform}:dm:{chat}", platform, chat, chat, now, now, SYSTEM, now)
+             for i, chat in ((i, client(i) if platform == "web" else str(i + 1)) for i in range(sessions))])
         conn.executemany(
             "INSERT INTO messages (session_id, role, content, created_at) VALUES (?, ?, ?, ?)",
             [(s + 1, "user" if m % 2 == 0 else "assistant", f"{FILLER} #{m}", now)
@@ -113,12 +115,12 @@ class Server:
             self.proc.wait()
 
 
-async def start_gateway(home: Path, llm: FakeLLM) -> Server:
+async def start_gateway(home: Path, llm: FakeLLM, extra: str = "") -> Server:
     port = free_port()
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
-        f"  max_retries: 0\nweb:\n  port: {port}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n",
-        encoding="utf-8")
+        f"  max_retries: 0\nweb:\n  port: {port}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
+        + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")
     log = home.parent / "gateway.log"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path)}
