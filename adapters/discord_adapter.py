@@ -1,18 +1,18 @@
 """Discord adapter on discord.py 2: one Client with one CommandTree; MESSAGE_CREATE and slash commands → `Inbound`,
 chunks → channel messages (or the slash command's own response). Named `discord_adapter` so it never shadows the
-library. Access control, sessions and chunking live in the core; this module only translates.
+library. Access control, sessions and chunking live in the core; this module only translates (the pure parts in
+`discord_text`, the slash commands in `discord_commands`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -20,82 +20,25 @@ import discord
 import discord.gateway
 import discord.http
 import yarl
-from discord import app_commands
 
+from adapters.discord_commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
+from adapters.discord_text import (INTENT_HINT, PLATFORM, TOKEN_HINT, Addressing, Origin, Place, addressing,
+                                   allowed_mentions, attachment, gateway_failure, place_of, reference_for,
+                                   replied_author, roles_of, thread_name, translate_error)
 from gateway.config import DiscordConfig
-from gateway.errors import (AdapterError, AdapterFatal, MarkupRejected, PlatformUnavailable, RateLimited,
-                            RecipientUnavailable)
-from gateway.events import (Attachment, ChatRef, ChatType, Inbound, OutboundMessage, Submit, SubmitOutcome,
-                            SubmitResult)
+from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
+from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+
+__all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
+           "thread_name"]
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "discord"
 GUILD_READY_TIMEOUT_S = 2.0       # discord.py waits this long after the last GUILD_CREATE before on_ready
-INTERACTION_TTL_S = 15 * 60.0      # an interaction token answers follow-ups for 15 minutes
 REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
 REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
-THREAD_NAME_MAX = 80
 CLOSE_TIMEOUT_S = 5.0
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("new", "Start a new conversation"),
-    ("status", "Show the session, model and token usage"),
-    ("usage", "Show token usage of this conversation"),
-    ("stop", "Stop the answer in progress"),
-    ("retry", "Answer your last message again"),
-    ("undo", "Forget the last exchange"),
-    ("help", "List the commands"),
-)
-ASK_DESCRIPTION = "Ask the agent something (instead of mentioning it)"
-EPHEMERAL_COMMANDS = frozenset({"status", "usage", "help"})  # only the asker needs to see these
-NOT_ANSWERED = {
-    SubmitOutcome.IGNORED: "Sorry, I can't answer you here.",
-    SubmitOutcome.DUPLICATE: "I already have this one.",
-}
-FAILED_TEXT = "Sorry, something went wrong on my side; please try again."
-SHUTTING_DOWN_TEXT = "I'm restarting right now; please try again in a minute."
-INTENT_HINT = ("message content intent not enabled for this bot (gateway close 4014) — enable MESSAGE CONTENT "
-               "INTENT in the Discord developer portal → Bot, then restart the gateway")
-TOKEN_HINT = "token rejected (401) — check DISCORD_BOT_TOKEN"
-_FATAL_CLOSE = {4004: TOKEN_HINT, 4010: "invalid shard (4010)", 4011: "sharding required (4011)",
-                4012: "invalid gateway API version (4012)", 4013: "invalid intents (4013)", 4014: INTENT_HINT}
-_GONE_CODES = frozenset({10003, 50001, 50007, 50013})  # unknown channel, missing access, DMs closed, missing perms
-_MENTION = re.compile(r"<(@!?|@&|#)(\d+)>")
 _CHANNEL_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
-
-
-@dataclass(frozen=True, slots=True)
-class Addressing:
-    """The message text as the model should read it, and whether it mentions the bot."""
-
-    text: str
-    mentioned: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """Where a message lives, in the core's terms; `bot_thread` = a thread the bot itself opened."""
-
-    chat_type: ChatType
-    chat_id: str
-    thread_id: str | None = None
-    title: str | None = None
-    space_id: str | None = None
-    bot_thread: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Origin:
-    channel_id: int
-    author_id: int
-
-
-@dataclass(eq=False)
-class _PendingInteraction:
-    interaction: discord.Interaction[Any]
-    ephemeral: bool
-    created: float
-    answered: bool = False
 
 
 class _Client(discord.Client):
@@ -127,9 +70,8 @@ class DiscordAdapter:
         self._client: _Client | None = None
         self._runner: asyncio.Task[None] | None = None
         self._intake = asyncio.Lock()  # one event at a time, in arrival order: a chat's messages stay in order
-        self._synced = False
-        self._origins: OrderedDict[str, _Origin] = OrderedDict()
-        self._interactions: dict[str, _PendingInteraction] = {}
+        self._commands = SlashCommands(config, self._submit_in_order, monotonic)
+        self._origins: OrderedDict[str, Origin] = OrderedDict()
         self._thread_starts: OrderedDict[str, tuple[discord.Message, str]] = OrderedDict()
         self._thread_lock = asyncio.Lock()
         self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
@@ -140,13 +82,13 @@ class DiscordAdapter:
         self._submit = submit
         point_library_at(self.config)
         client = self._client = self._make_client()
-        tree = self._command_tree(client)
+        tree = self._commands.tree(client)
         try:
             await self._login(client)
             self._runner = asyncio.get_running_loop().create_task(client.connect(reconnect=True),
                                                                   name="discord-gateway")
             await self._until_ready(client, self._runner)
-            await self._sync_commands(client, tree)
+            await self._commands.sync(client, tree)
         except BaseException:
             await self._close()
             raise
@@ -202,85 +144,6 @@ class DiscordAdapter:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
 
-    # ------------------------------------------------------------------ slash commands
-    def _command_tree(self, client: _Client) -> app_commands.CommandTree[_Client]:
-        tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(client)
-        for name, description in COMMANDS:
-            tree.add_command(app_commands.Command(name=name, description=description,
-                                                  callback=self._command_callback(name)))
-
-        @app_commands.describe(prompt="What to ask")
-        async def ask(interaction: discord.Interaction[Any], prompt: str) -> None:
-            await self.on_command(interaction, "ask", prompt)
-
-        tree.add_command(app_commands.Command(name="ask", description=ASK_DESCRIPTION, callback=ask))
-        return tree
-
-    def _command_callback(self, name: str) -> Callable[[discord.Interaction[Any]], Any]:
-        async def callback(interaction: discord.Interaction[Any]) -> None:
-            await self.on_command(interaction, name, "")
-        return callback
-
-    async def _sync_commands(self, client: _Client, tree: app_commands.CommandTree[_Client]) -> None:
-        """Once per process: a bulk overwrite with unchanged commands is harmless but still rate limited."""
-        mode = self.config.command_sync
-        if mode == "off" or self._synced:
-            return
-        try:
-            if mode == "global":
-                synced = await tree.sync()
-                log.info("discord: synced %s slash commands globally", len(synced))
-            else:
-                guild_ids = self.config.allowed_guilds or tuple(str(g.id) for g in client.guilds)
-                for guild_id in guild_ids:
-                    guild = discord.Object(id=int(guild_id))
-                    tree.copy_global_to(guild=guild)
-                    synced = await tree.sync(guild=guild)
-                    log.info("discord: synced %s slash commands to guild %s", len(synced), guild_id)
-        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
-            log.warning("discord: syncing slash commands failed (%s); invite the bot with the "
-                        "applications.commands scope, or set discord.command_sync: off", exc)
-            return
-        self._synced = True
-
-    async def on_command(self, interaction: discord.Interaction[Any], name: str, prompt: str) -> None:
-        """Acknowledge at once (Discord allows 3 s), then submit; `send` answers through the interaction."""
-        ephemeral = name in EPHEMERAL_COMMANDS
-        try:
-            await interaction.response.defer(ephemeral=ephemeral, thinking=True)
-        except discord.HTTPException as exc:
-            log.warning("discord: could not acknowledge /%s (%s)", name, exc)
-            return
-        try:
-            inbound = interaction_inbound(interaction, prompt if name == "ask" else f"/{name}")
-            self._remember_interaction(inbound.message_id, interaction, ephemeral)
-            async with self._intake:
-                result = await self._submit_inbound(inbound)
-            await self._settle_interaction(inbound.message_id, result)
-        except Exception:  # noqa: BLE001 - task root for one slash command
-            log.exception("discord: /%s from user %s not handled", name, interaction.user.id)
-            with suppress(discord.HTTPException):
-                await interaction.edit_original_response(content=FAILED_TEXT)
-
-    def _remember_interaction(self, key: str, interaction: discord.Interaction[Any], ephemeral: bool) -> None:
-        now = self.monotonic()
-        for old in [k for k, p in self._interactions.items() if now - p.created >= INTERACTION_TTL_S]:
-            del self._interactions[old]
-        self._interactions[key] = _PendingInteraction(interaction, ephemeral, now)
-
-    async def _settle_interaction(self, key: str, result: SubmitResult) -> None:
-        """Nothing will be sent for an ignored or duplicate command: replace "thinking…" with one sentence."""
-        text = NOT_ANSWERED.get(result.outcome)
-        if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
-            text = SHUTTING_DOWN_TEXT
-        pending = self._interactions.get(key)
-        if text is None or pending is None or pending.answered:
-            return
-        del self._interactions[key]
-        try:
-            await pending.interaction.edit_original_response(content=text)
-        except discord.HTTPException as exc:
-            log.debug("discord: could not settle interaction %s: %s", key, exc)
 
     # ------------------------------------------------------------------ inbound
     async def on_message(self, message: discord.Message) -> None:
@@ -291,6 +154,11 @@ class DiscordAdapter:
                     await self._submit_inbound(inbound)
             except Exception:  # noqa: BLE001 - task root for one gateway event
                 log.exception("discord: message %s in channel %s not handled", message.id, message.channel.id)
+
+    async def _submit_in_order(self, inbound: Inbound) -> SubmitResult:
+        """A slash command's submit: behind the gateway messages that came before it."""
+        async with self._intake:
+            return await self._submit_inbound(inbound)
 
     async def _submit_inbound(self, inbound: Inbound) -> SubmitResult:
         assert self._submit is not None
@@ -318,10 +186,10 @@ class DiscordAdapter:
                           roles={r.id: r.name for r in message.role_mentions},
                           bot_roles={r.id for r in message.role_mentions if r.tags and r.tags.bot_id == me.id},
                           channels={c.id: c.name for c in message.channel_mentions})
-        attachments = tuple(_attachment(a) for a in message.attachments)
+        attachments = tuple(attachment(a) for a in message.attachments)
         if not said.text and not attachments:
             return None
-        replied = _replied_author(message)
+        replied = replied_author(message)
         addressed = place.chat_type == "dm" or said.mentioned or replied == me.id or place.bot_thread
         if place.chat_type != "dm" and self.config.require_mention and not addressed:
             return None
@@ -336,7 +204,7 @@ class DiscordAdapter:
             user_name=author.display_name, username=author.name,
             reply_to_id=str(reference.message_id) if reference and reference.message_id else None,
             attachments=attachments, is_addressed=addressed, is_bot=is_bot, chat_title=place.title,
-            space_id=place.space_id, roles=_roles(author))
+            space_id=place.space_id, roles=roles_of(author))
 
     async def _place(self, channel: Any, guild: discord.Guild | None) -> Place | None:
         if isinstance(channel, discord.PartialMessageable) and guild is not None:
@@ -382,7 +250,7 @@ class DiscordAdapter:
         return int(chat.chat_id) if thread_id in self._no_thread else int(thread_id or chat.chat_id)
 
     def _remember(self, message: discord.Message) -> None:
-        self._origins[str(message.id)] = _Origin(message.channel.id, message.author.id)
+        self._origins[str(message.id)] = Origin(message.channel.id, message.author.id)
         while len(self._origins) > REMEMBERED_MESSAGES:
             self._origins.popitem(last=False)
 
@@ -395,9 +263,9 @@ class DiscordAdapter:
         origin = self._origins.get(message.reply_to_id or "")
         mentions = allowed_mentions(origin.author_id if origin else None)
         try:
-            pending = self._interaction_for(message.reply_to_id)
+            pending = self._commands.interaction_for(message.reply_to_id)
             if pending is not None:
-                sent = await self._answer_interaction(pending, text, mentions)
+                sent = await self._commands.answer(pending, text, mentions)
                 if sent is not None:
                     return sent
             target = await self._open_thread(message.chat)
@@ -410,31 +278,6 @@ class DiscordAdapter:
         except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise translate_error(exc) from None
         return str(posted.id)
-
-    def _interaction_for(self, our_id: str | None) -> _PendingInteraction | None:
-        pending = self._interactions.get(our_id or "")
-        if pending is not None and self.monotonic() - pending.created >= INTERACTION_TTL_S:
-            del self._interactions[our_id or ""]
-            return None
-        return pending
-
-    async def _answer_interaction(self, pending: _PendingInteraction, text: str,
-                                  mentions: discord.AllowedMentions) -> str | None:
-        """The first message replaces the "thinking…" placeholder; later ones are follow-ups."""
-        interaction = pending.interaction
-        sent: discord.Message
-        try:
-            if not pending.answered:
-                sent = await interaction.edit_original_response(content=text, allowed_mentions=mentions)
-                pending.answered = True
-            else:
-                sent = await interaction.followup.send(text, ephemeral=pending.ephemeral, allowed_mentions=mentions,
-                                                       wait=True)
-        except discord.NotFound:  # the token expired or the response was dismissed: post in the channel
-            self._interactions = {k: p for k, p in self._interactions.items() if p is not pending}
-            return None
-        return str(sent.id)
-
     # ------------------------------------------------------------------ typing
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
@@ -469,134 +312,3 @@ def point_library_at(config: DiscordConfig) -> None:
     if config.gateway_url:
         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
 
-
-# ---------------------------------------------------------------------- pure translation helpers
-def addressing(content: str, me_id: int, *, users: Mapping[int, str], roles: Mapping[int, str],
-               bot_roles: set[int], channels: Mapping[int, str]) -> Addressing:
-    """Drop our mention (or our bot role's); show other mentions the way a Discord user reads them."""
-    mentioned = False
-
-    def readable(match: re.Match[str]) -> str:
-        nonlocal mentioned
-        kind, target = match.group(1), int(match.group(2))
-        if (kind in ("@", "@!") and target == me_id) or (kind == "@&" and target in bot_roles):
-            mentioned = True
-            return "\x00"
-        if kind == "#":
-            return f"#{channels[target]}" if target in channels else match.group(0)
-        names = roles if kind == "@&" else users
-        return f"@{names[target]}" if target in names else match.group(0)
-
-    text = _MENTION.sub(readable, content)
-    text = re.sub(r"^\s*\x00[,:;]?\s*", "", text)  # "@bot, what…" → "what…"
-    text = re.sub(r"(?m)^[ \t]*\x00[ \t]*\n", "", text)  # a line that only mentioned us
-    text = re.sub(r"[ \t]*\x00", "", text)
-    return Addressing(text=text.strip(), mentioned=mentioned)
-
-
-def place_of(channel: Any, guild: discord.Guild | None, me_id: int) -> Place | None:
-    if isinstance(channel, (discord.DMChannel, discord.GroupChannel)) or (
-            guild is None and isinstance(channel, discord.PartialMessageable)):
-        return Place("dm", str(channel.id))
-    space = str(guild.id) if guild is not None else None
-    if isinstance(channel, discord.Thread):
-        return Place("group", str(channel.parent_id), str(channel.id), channel.name, space,
-                     bot_thread=channel.owner_id == me_id)
-    if isinstance(channel, discord.abc.GuildChannel):
-        return Place("group", str(channel.id), None, channel.name, space)
-    return None
-
-
-def interaction_inbound(interaction: discord.Interaction[Any], text: str) -> Inbound:
-    me_id = interaction.client.user.id if interaction.client.user else 0
-    place = place_of(interaction.channel, interaction.guild, me_id)
-    if place is None:
-        chat_id = str(interaction.channel_id or interaction.user.id)
-        guild_id = interaction.guild_id
-        place = Place("group", chat_id, space_id=str(guild_id)) if guild_id else Place("dm", chat_id)
-    user = interaction.user
-    return Inbound(chat=ChatRef(PLATFORM, place.chat_type, place.chat_id, place.thread_id),
-                   user_id=str(user.id), text=text, message_id=str(interaction.id),
-                   received_at=interaction.created_at, user_name=user.display_name, username=user.name,
-                   is_addressed=True, is_bot=user.bot, chat_title=place.title, space_id=place.space_id,
-                   roles=_roles(user))
-
-
-def thread_name(text: str, author: str) -> str:
-    first = " ".join(text.split())
-    if not first:
-        return f"Chat with {author}"[:THREAD_NAME_MAX]
-    return first if len(first) <= THREAD_NAME_MAX else first[:THREAD_NAME_MAX - 1].rstrip() + "…"
-
-
-def allowed_mentions(asker_id: int | None) -> discord.AllowedMentions:
-    """Model output never pings @everyone, @here or roles; it may ping only the person it answers."""
-    users: bool | list[discord.Object] = [discord.Object(id=asker_id)] if asker_id else False
-    return discord.AllowedMentions(everyone=False, roles=False, users=users, replied_user=False)
-
-
-def reference_for(message: OutboundMessage, target: int, origin: _Origin | None) -> discord.MessageReference | None:
-    """The first chunk replies to the triggering message when it lives where we post: a thread grown from it
-    (same id) already shows it, and Discord refuses references across channels."""
-    our_id = message.reply_to_id or ""
-    if message.chunk_index != 0 or not our_id.isdigit() or target == int(our_id):
-        return None
-    if origin is not None and origin.channel_id != target:
-        return None
-    return discord.MessageReference(message_id=int(our_id), channel_id=target, fail_if_not_exists=False)
-
-
-def translate_error(exc: BaseException) -> AdapterError:
-    """discord.py already waits out 429s and retries some 5xx; what still surfaces is mapped once, here."""
-    if isinstance(exc, discord.RateLimited):
-        return RateLimited(PLATFORM, float(exc.retry_after))
-    if isinstance(exc, discord.HTTPException):
-        detail = f"{exc.status} {exc.code}: {exc.text}".strip()
-        if exc.status == 429:
-            return RateLimited(PLATFORM, _retry_after(exc))
-        if exc.status >= 500:
-            return PlatformUnavailable(PLATFORM, detail)
-        if exc.status == 403 or exc.code in _GONE_CODES:
-            return RecipientUnavailable(PLATFORM, detail)
-        if exc.status == 400 and exc.code == 50035 and "content" in exc.text:
-            return MarkupRejected(PLATFORM, detail)
-        return AdapterError(PLATFORM, detail)
-    if isinstance(exc, (aiohttp.ClientError, OSError, asyncio.TimeoutError)):
-        return PlatformUnavailable(PLATFORM, str(exc) or type(exc).__name__)
-    return AdapterError(PLATFORM, f"{type(exc).__name__}: {exc}")
-
-
-def gateway_failure(exc: BaseException) -> AdapterError:
-    """Close codes no reconnect can fix become `AdapterFatal` (the supervisor logs it once and stays down)."""
-    if isinstance(exc, discord.PrivilegedIntentsRequired):
-        return AdapterFatal(PLATFORM, INTENT_HINT)
-    if isinstance(exc, discord.ConnectionClosed) and exc.code in _FATAL_CLOSE:
-        return AdapterFatal(PLATFORM, _FATAL_CLOSE[exc.code])
-    if isinstance(exc, discord.LoginFailure):
-        return AdapterFatal(PLATFORM, TOKEN_HINT)
-    return AdapterError(PLATFORM, f"gateway: {type(exc).__name__}: {exc}")
-
-
-def _retry_after(exc: discord.HTTPException) -> float:
-    try:
-        return float(exc.response.headers.get("Retry-After", 1.0))
-    except (TypeError, ValueError, AttributeError):
-        return 1.0
-
-
-def _replied_author(message: discord.Message) -> int | None:
-    reference = message.reference
-    resolved = reference.resolved if reference is not None else None
-    return resolved.author.id if isinstance(resolved, discord.Message) else None
-
-
-def _roles(user: discord.abc.User) -> tuple[str, ...]:
-    if not isinstance(user, discord.Member):
-        return ()
-    return tuple(str(r.id) for r in user.roles if not r.is_default())
-
-
-def _attachment(item: discord.Attachment) -> Attachment:
-    mime = item.content_type or ""
-    kind = {"image": "photo", "audio": "audio", "video": "video"}.get(mime.split("/", 1)[0], "file")
-    return Attachment(kind, name=item.filename, mime_type=item.content_type, size=item.size)
