@@ -2,6 +2,7 @@
 
 An update is acknowledged to Telegram (polling offset, webhook 200) only after `submit` has stored it, so a
 crash between receiving and storing makes Telegram deliver it again; the store's dedupe answers it once.
+The pure translation (addressing, senders, keys, error mapping) is in `telegram_text`.
 """
 
 from __future__ import annotations
@@ -9,34 +10,32 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import re
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from aiogram import Bot, Dispatcher, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.enums import ChatAction
-from aiogram.exceptions import (AiogramError, TelegramAPIError, TelegramBadRequest, TelegramForbiddenError,
-                                TelegramMigrateToChat, TelegramNetworkError, TelegramNotFound, TelegramRetryAfter,
-                                TelegramServerError, TelegramUnauthorizedError)
-from aiogram.types import (BotCommand, ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update, User)
+from aiogram.exceptions import (AiogramError, TelegramAPIError, TelegramForbiddenError, TelegramMigrateToChat,
+                                TelegramNotFound, TelegramUnauthorizedError)
+from aiogram.types import BotCommand, ChatMemberUpdated, Message, ReplyParameters, Update, User
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 
+from adapters.telegram_text import (CHAT_TYPES, PLATFORM, Addressing, addressing, attachments, entity, message_key,
+                                    platform_message_id, real_reply, send_error, sender_handle, sender_id,
+                                    sender_name, utc)
 from gateway.config import TelegramConfig
-from gateway.errors import (AdapterError, AdapterFatal, MarkupRejected, PlatformUnavailable, RateLimited,
-                            RecipientUnavailable)
-from gateway.events import (Attachment, ChatRef, ChatType, Inbound, OutboundMessage, Submit, SubmitOutcome,
-                            SubmitResult)
+from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable, RecipientUnavailable
+from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+
+__all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "telegram"
 TYPING_INTERVAL_S = 4.0  # Telegram shows "typing…" for 5 s per sendChatAction
 SUBMIT_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0)
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -49,21 +48,10 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("undo", "Forget the last exchange"),
     ("help", "List the commands"),
 )
-_CHAT_TYPES: dict[str, ChatType] = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
 
 
 class _NotStored(Exception):
     """The gateway did not store the update (shutting down): Telegram must deliver it again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Addressing:
-    """What the message says to whom: the text with our @mention removed, and the verdicts."""
-
-    text: str
-    mentioned: bool = False
-    command: bool = False
-    for_other_bot: bool = False
 
 
 class TelegramAdapter:
@@ -221,19 +209,19 @@ class TelegramAdapter:
         """The message as the core sees it, or None when it is not for us (dropped at the edge)."""
         assert self._me is not None
         cfg = self.config
-        chat_type = _CHAT_TYPES.get(message.chat.type)
+        chat_type = CHAT_TYPES.get(message.chat.type)
         sender = message.from_user
         if chat_type is None or (sender is not None and sender.is_bot and not cfg.answer_bots
                                  and message.sender_chat is None):
             return None
-        attachments = _attachments(message)
+        files = attachments(message)
         raw_text = message.text if message.text is not None else (message.caption or "")
-        if not raw_text.strip() and not attachments:
+        if not raw_text.strip() and not files:
             return None  # service message: joins, pins, topic changes …
         said = addressing(raw_text, message.entities or message.caption_entities or (), self._me)
         if said.for_other_bot:
             return None
-        replied = _real_reply(message)
+        replied = real_reply(message)
         to_us = replied is not None and replied.from_user is not None and replied.from_user.id == self._me.id
         addressed = chat_type == "dm" or said.mentioned or said.command or to_us
         if chat_type != "dm" and cfg.require_mention and not addressed:
@@ -242,10 +230,10 @@ class TelegramAdapter:
             chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
                          str(message.message_thread_id) if message.is_topic_message and message.message_thread_id
                          else None),
-            user_id=_sender_id(message), user_name=_sender_name(message), username=_sender_handle(message),
+            user_id=sender_id(message), user_name=sender_name(message), username=sender_handle(message),
             text=said.text,
-            message_id=_message_key(message), received_at=_utc(message.edit_date or message.date),
-            reply_to_id=str(replied.message_id) if replied is not None else None, attachments=attachments,
+            message_id=message_key(message), received_at=utc(message.edit_date or message.date),
+            reply_to_id=str(replied.message_id) if replied is not None else None, attachments=files,
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
             chat_title=message.chat.title)
 
@@ -291,13 +279,13 @@ class TelegramAdapter:
         kwargs: dict[str, Any] = {}
         if message.chat.thread_id:
             kwargs["message_thread_id"] = int(message.chat.thread_id)
-        target = _platform_message_id(message.reply_to_id)
+        target = platform_message_id(message.reply_to_id)
         if message.chat.is_group and target is not None and message.chunk_index == 0:
             kwargs["reply_parameters"] = ReplyParameters(message_id=target, allow_sending_without_reply=True)
         if message.use_plain or not message.entities:
             text, entities = (message.plain if message.use_plain else message.text), None
         else:
-            text, entities = message.text, [_entity(e) for e in message.entities]
+            text, entities = message.text, [entity(e) for e in message.entities]
         try:
             try:
                 sent = await self._bot.send_message(chat_id, text, entities=entities, parse_mode=None, **kwargs)
@@ -311,23 +299,11 @@ class TelegramAdapter:
         return str(sent.message_id)
 
     def _translate_error(self, exc: BaseException, chat_id: str) -> AdapterError:
-        if isinstance(exc, TelegramRetryAfter):
-            return RateLimited(PLATFORM, float(exc.retry_after))
-        text = str(exc).lower()
-        if isinstance(exc, TelegramBadRequest) and ("can't parse entities" in text or "entit" in text):
-            return MarkupRejected(PLATFORM, str(exc))
-        gone = ("chat not found", "thread not found", "not enough rights", "have no rights", "bot was kicked")
-        if isinstance(exc, TelegramForbiddenError) or (isinstance(exc, TelegramBadRequest)
-                                                       and any(g in text for g in gone)):
-            if chat_id not in self._unavailable:
-                self._unavailable.add(chat_id)
-                log.warning("telegram: cannot write to chat %s (%s); its replies are dropped", chat_id, exc)
-            return RecipientUnavailable(PLATFORM, str(exc))
-        if isinstance(exc, (TelegramServerError, TelegramNetworkError, asyncio.TimeoutError, OSError)):
-            return PlatformUnavailable(PLATFORM, str(exc) or type(exc).__name__)
-        if isinstance(exc, TelegramAPIError):
-            return AdapterError(PLATFORM, str(exc))
-        return PlatformUnavailable(PLATFORM, f"{type(exc).__name__}: {exc}")  # decode errors and the like
+        error = send_error(exc)
+        if isinstance(error, RecipientUnavailable) and chat_id not in self._unavailable:
+            self._unavailable.add(chat_id)
+            log.warning("telegram: cannot write to chat %s (%s); its replies are dropped", chat_id, exc)
+        return error
 
     # ------------------------------------------------------------------ typing
     @asynccontextmanager
@@ -358,114 +334,3 @@ class TelegramAdapter:
             except (TelegramAPIError, AiogramError, OSError) as exc:
                 log.debug("telegram: typing indicator for chat %s failed: %s", chat.chat_id, exc)
             await asyncio.sleep(self.typing_interval)
-
-
-# ---------------------------------------------------------------------- pure translation helpers
-def addressing(text: str, entities: Sequence[MessageEntity], me: User) -> Addressing:
-    """Read mentions and a leading command from Telegram's entities (UTF-16 offsets); drop our @mention."""
-    username = (me.username or "").lower()
-    mentioned = command = other = False
-    cuts: list[tuple[int, int, str]] = []  # (start, end, replacement) as str indices
-    for entity in entities:
-        start, end = _index(text, entity.offset), _index(text, entity.offset + entity.length)
-        piece = text[start:end]
-        if entity.type == "mention" and username and piece[1:].lower() == username:
-            mentioned = True
-            cuts.append((start, end, ""))
-        elif entity.type == "text_mention" and entity.user is not None and entity.user.id == me.id:
-            mentioned = True
-        elif entity.type == "bot_command" and entity.offset == 0:
-            name, _, target = piece.partition("@")
-            if target and target.lower() != username:
-                other = True
-            else:
-                command = True
-                if target:
-                    cuts.append((start, end, name))
-    for start, end, replacement in sorted(cuts, reverse=True):
-        text = _cut(text, start, end, replacement)
-    return Addressing(text=text.strip(), mentioned=mentioned, command=command, for_other_bot=other)
-
-
-def _cut(text: str, start: int, end: int, replacement: str) -> str:
-    if replacement:
-        return text[:start] + replacement + text[end:]
-    before, after = text[:start], text[end:]
-    if not before.strip():
-        after = re.sub(r"^[,:;]?\s*", "", after)  # "@bot, what…" → "what…"
-    elif before.endswith((" ", "\n")) and after.startswith(" "):
-        after = after[1:]
-    return before + after
-
-
-def _index(text: str, utf16_offset: int) -> int:
-    """The str index of a UTF-16 offset (characters outside the BMP count twice in Telegram's offsets)."""
-    units = 0
-    for i, ch in enumerate(text):
-        if units >= utf16_offset:
-            return i
-        units += 2 if ord(ch) > 0xFFFF else 1
-    return len(text)
-
-
-def _real_reply(message: Message) -> Message | None:
-    """In a forum topic every message "replies" to the topic's creation; that is not a reply."""
-    replied = message.reply_to_message
-    if replied is None or replied.forum_topic_created is not None:
-        return None
-    return replied
-
-
-def _attachments(message: Message) -> tuple[Attachment, ...]:
-    found: list[Attachment] = []
-    if message.photo:
-        found.append(Attachment("photo", size=message.photo[-1].file_size))
-    for kind, media in (("document", message.document), ("audio", message.audio), ("video", message.video)):
-        if media is not None:
-            found.append(Attachment(kind, name=getattr(media, "file_name", None),
-                                    mime_type=getattr(media, "mime_type", None), size=media.file_size))
-    if message.voice is not None:
-        found.append(Attachment("audio", name="voice message", mime_type=message.voice.mime_type,
-                                size=message.voice.file_size))
-    if message.sticker is not None:
-        found.append(Attachment("sticker", name=message.sticker.emoji))
-    return tuple(found)
-
-
-def _sender_id(message: Message) -> str:
-    if message.sender_chat is not None:  # anonymous admin or channel: the chat speaks
-        return str(message.sender_chat.id)
-    return str(message.from_user.id) if message.from_user else str(message.chat.id)
-
-
-def _sender_name(message: Message) -> str | None:
-    if message.sender_chat is not None:
-        return message.author_signature or message.sender_chat.title
-    return message.from_user.full_name if message.from_user else None
-
-
-def _sender_handle(message: Message) -> str | None:
-    sender = message.sender_chat or message.from_user
-    return sender.username if sender is not None else None
-
-
-def _message_key(message: Message) -> str:
-    """Telegram's message id; an edit gets its own key so the store does not take it for a redelivery."""
-    if message.edit_date is not None:
-        return f"{message.message_id}-e{int(_utc(message.edit_date).timestamp())}"
-    return str(message.message_id)
-
-
-def _platform_message_id(our_id: str | None) -> int | None:
-    head = (our_id or "").split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def _utc(value: datetime | int) -> datetime:
-    if isinstance(value, int):
-        return datetime.fromtimestamp(value, UTC)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def _entity(e: Any) -> MessageEntity:
-    return MessageEntity(type=e.type, offset=e.offset, length=e.length, url=e.url, language=e.language)
