@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import getpass
 import json
 import logging
@@ -68,6 +69,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     notifier = Notifier.from_env(env, pid=os.getpid(), watchdog=config.daemon.watchdog)
     try:
         gateway = build_gateway(config, env=env, adapters=platform_adapters(config))
+        # The libraries' import-time heap (~400k objects) lives forever; left to the collector, every full
+        # collection walks it and stalls the loop for ~200 ms (bench/overhead.py's max latency).
+        gc.freeze()
         return asyncio.run(run_daemon(gateway, notifier=notifier))
     except (ConfigError, KeyboardInterrupt):
         raise
