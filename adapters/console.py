@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TextIO
 
@@ -26,15 +27,15 @@ class ConsoleAdapter:
         self.prompt = prompt
         self.chat = ChatRef("cli", "dm", user_id)
         self._submit: Submit | None = None
-        self._answered: dict[str, asyncio.Event] = {}
+        self._answered: dict[str, _Waiter] = {}
         self._count = 0
 
     async def start(self, submit: Submit) -> None:
         self._submit = submit
 
     async def stop(self) -> None:
-        for event in self._answered.values():
-            event.set()
+        for waiter in self._answered.values():
+            waiter.event.set()
 
     async def send(self, message: OutboundMessage) -> str:
         self.stdout.write(message.plain if message.kind is OutboundKind.ERROR else message.text)
@@ -42,21 +43,23 @@ class ConsoleAdapter:
         self.stdout.flush()
         self._count += 1
         last = message.chunk_index == message.chunk_count - 1
-        # Notices (busy, reset) are not the answer; command answers are sent before submit returns.
-        if last and message.reply_to_id in self._answered and message.kind is not OutboundKind.NOTICE:
-            self._answered[message.reply_to_id].set()
+        waiter = self._answered.get(message.reply_to_id or "")
+        if last and waiter is not None and (message.kind is not OutboundKind.NOTICE or waiter.is_command):
+            waiter.event.set()
         return f"cli-{self._count}"
 
     async def say(self, text: str, *, timeout: float | None = None) -> None:
         """Submit one line and wait until its answer has been printed."""
         assert self._submit is not None, "start() first"
         message_id = uuid.uuid4().hex
-        done = self._answered[message_id] = asyncio.Event()
+        waiter = self._answered[message_id] = _Waiter(is_command=text.lstrip().startswith("/"))
         result = await self._submit(Inbound(chat=self.chat, user_id=self.user_id, text=text, message_id=message_id,
                                             received_at=datetime.now(UTC), user_name=None))
         try:
-            if result.outcome is SubmitOutcome.ACCEPTED and result.reason != "command":
-                await asyncio.wait_for(done.wait(), timeout)
+            if result.outcome is SubmitOutcome.ACCEPTED or result.reason == "queue full":
+                # a turn's reply or error; a command's answer (a notice) is sent in the background too
+                waiter.is_command = result.reason in ("command", "queue full")
+                await asyncio.wait_for(waiter.event.wait(), timeout)
         finally:
             self._answered.pop(message_id, None)
 
@@ -73,3 +76,11 @@ class ConsoleAdapter:
             text = line.rstrip("\n")
             if text.strip():
                 await self.say(text)
+
+
+@dataclass
+class _Waiter:
+    """What `say` waits for: the final chunk replying to its line (a notice counts only for a command)."""
+
+    is_command: bool
+    event: asyncio.Event = field(default_factory=asyncio.Event)

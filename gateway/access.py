@@ -190,8 +190,9 @@ class AccessGate:
                  inbound.user_id, chat.chat_id)
         self._hint(chat.platform)
         text = PAIRING_TEXT.format(code=issued.code, minutes=int(CODE_TTL.total_seconds() // 60))
-        await self.notices.post(f"pair:{chat.platform}:{chat.chat_id}:{inbound.message_id}", chat, text,
-                                reply_to_id=inbound.message_id)
+        # Sent in the background: the platform's ack must not wait behind a 429 pause.
+        self.notices.post_soon(f"pair:{chat.platform}:{chat.chat_id}:{inbound.message_id}", chat, text,
+                               reply_to_id=inbound.message_id)
         return SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
 
     def _drop(self, inbound: Inbound, reason: str) -> SubmitResult:
@@ -227,10 +228,10 @@ class AccessGate:
             approval = self.pairing.approve(args[0], by=f"{platform}:{user_id}", now=self.clock())
             log.info("access: /approve by platform=%s user=%s: %s", platform, user_id, approval.status)
             reply = approval.describe()
-        await self.outbox.post(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
+        self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
         if approval is not None and approval.status == "approved" and approval.platform and approval.chat_id:
-            await self.outbox.post(f"c{inbound_id}:paired", ChatRef(approval.platform, "dm", approval.chat_id),
-                                   APPROVED_TEXT)
+            self.outbox.post_soon(f"c{inbound_id}:paired", ChatRef(approval.platform, "dm", approval.chat_id),
+                                  APPROVED_TEXT)
         return SubmitResult(SubmitOutcome.ACCEPTED if admin else SubmitOutcome.REFUSED, "command")
 
     def _store_answered(self, inbound: Inbound) -> int | None:

@@ -294,6 +294,7 @@ class Daemon:
         if gw.lifecycle is not None:  # flushes get what is left of the drain deadline; the rest stay pending
             left = deadline - (asyncio.get_running_loop().time() - started)
             await gw.lifecycle.stop(max(left, 0.0))
+        await gw.outbox.cancel_background()  # only what the drain left running; those chunks stay pending
         if gw.supervisor is not None:
             await gw.supervisor.stop()  # stops every adapter; one failing to stop does not block the rest
         for task in gw.background:

@@ -126,9 +126,24 @@ class Outbox:
         3 s; a 429 pause must not hold it). Order is still per chat: every flush sends in recorded order."""
         rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
         self.store.insert_outbound(rows, now=self.clock())
+        self.deliver_soon(turn_id)
+
+    def deliver_soon(self, turn_id: str) -> None:
+        """Send an already recorded turn in the background (its rows stay pending for the retry round if it fails)."""
         task = asyncio.get_running_loop().create_task(self._deliver_logged(turn_id), name=f"deliver:{turn_id}")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def wait_background(self) -> None:
+        """Wait for the background sends started by `post_soon` / `deliver_soon` (tests and drain)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def cancel_background(self) -> None:
+        """Stop background sends (shutdown past the drain deadline); their chunks stay pending for the next boot."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def _deliver_logged(self, turn_id: str) -> None:
         try:

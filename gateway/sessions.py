@@ -118,7 +118,6 @@ class SessionManager:
         self.metrics = metrics
         self._lanes: dict[str, _Lane] = {}
         self._busy_noticed: dict[str, datetime] = {}  # per session key; outlives the lane (notice ≤ 1 per 30 s)
-        self._notices: set[asyncio.Task[Any]] = set()
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
         self._accepting = True
         self.turns_done = 0
@@ -159,15 +158,23 @@ class SessionManager:
         reply = await self.commands(self, inbound, key)
         if reply is None:
             return False
-        await self._settle(inbound_id, "answered", f"c{inbound_id}", inbound, reply)
+        await self._settle(inbound_id, "answered", f"c{inbound_id}", inbound, reply, wait=False)
         return True
 
     async def _settle(self, inbound_id: int, status: str, turn_id: str, inbound: Inbound, text: str, *,
-                      kind: OutboundKind = OutboundKind.NOTICE, session_id: int | None = None) -> None:
-        """Give an inbound its final status and record its answer in one transaction, then send the answer."""
+                      kind: OutboundKind = OutboundKind.NOTICE, session_id: int | None = None,
+                      wait: bool = True) -> None:
+        """Give an inbound its final status and record its answer in one transaction, then send the answer.
+
+        On the submit path (`wait=False`) the answer goes out in the background: the platform's ack (Telegram's
+        polling offset, Slack's 3 s) must not wait behind a 429 pause on a command answer.
+        """
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
         self.store.settle_inbound(inbound_id, status, rows, now=self.clock(), session_id=session_id)
-        await self.outbox.deliver(turn_id)
+        if wait:
+            await self.outbox.deliver(turn_id)
+        else:
+            self.outbox.deliver_soon(turn_id)
 
     async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
         lane = self._lanes.get(key)
@@ -182,7 +189,7 @@ class SessionManager:
             lane.queue.clear()
             lane.current.cancel()  # type: ignore[union-attr]
         elif len(lane.queue) >= self.config.sessions.queue_cap:
-            await self._settle(inbound_id, "refused", f"q{inbound_id}", inbound, QUEUE_FULL_TEXT)
+            await self._settle(inbound_id, "refused", f"q{inbound_id}", inbound, QUEUE_FULL_TEXT, wait=False)
             return SubmitResult(SubmitOutcome.REFUSED, "queue full")
         elif busy:
             now = self.clock()
@@ -190,10 +197,7 @@ class SessionManager:
             if last is None or now - last >= BUSY_NOTICE_EVERY:
                 self._busy_noticed = {k: t for k, t in self._busy_noticed.items() if now - t < BUSY_NOTICE_EVERY}
                 self._busy_noticed[key] = lane.last_busy_notice = now
-                task = asyncio.get_running_loop().create_task(
-                    self.outbox.post(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id))
-                self._notices.add(task)
-                task.add_done_callback(self._notices.discard)
+                self.outbox.post_soon(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id)
         lane.queue.append(inbound_id)
         self._ensure_worker(lane)
         return SubmitResult(SubmitOutcome.ACCEPTED)
@@ -436,12 +440,15 @@ class SessionManager:
         return self._lanes.get(key)
 
     async def wait_idle(self) -> None:
-        """Wait until every queued turn has finished (tests and drain)."""
+        """Wait until every queued turn has finished and every answer sent in the background has gone out."""
         while True:
             workers = [lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()]
-            if not workers:
+            if workers:
+                await asyncio.gather(*workers, return_exceptions=True)
+                continue
+            await self.outbox.wait_background()
+            if not any(lane.worker and not lane.worker.done() for lane in self._lanes.values()):
                 return
-            await asyncio.gather(*workers, return_exceptions=True)
 
     async def cancel_all(self) -> None:
         for lane in list(self._lanes.values()):

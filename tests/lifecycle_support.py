@@ -79,6 +79,7 @@ async def open_gateway(home: Any, adapters: Sequence[Any], *, clock: FakeClock, 
             await gw.lifecycle.start()
         yield gw
     finally:
+        await gw.outbox.wait_background()
         await gw.sessions.cancel_all()
         if gw.lifecycle.started or gw.lifecycle.flusher.running:
             await gw.lifecycle.stop(0)

@@ -3,6 +3,8 @@ unknown /words reach the agent as text."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -45,10 +47,17 @@ def test_command_word() -> None:
     assert command_word("/") is None and command_word("hello /new") is None
 
 
+
+async def _cmd(gw: Any, message: Any) -> Any:
+    """Submit a command and wait for its answer, which goes out in the background (off the platform's ack path)."""
+    result = await gw.sessions.submit(message)
+    await gw.outbox.wait_background()
+    return result
+
 async def test_help(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _setup(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock()) as gw:
-        await gw.sessions.submit(inbound("/help"))
+        await _cmd(gw, inbound("/help"))
     assert adapter.texts() == [HELP_TEXT]
     assert HELP_TEXT.splitlines()[1] == "/new or /reset: start a new conversation (what I saved to memory stays)"
     assert fake_llm.anthropic_requests() == []
@@ -64,7 +73,7 @@ async def test_unknown_words_go_to_the_agent(home: Path, fake_llm: FakeLLM) -> N
 async def test_status_without_a_session(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _setup(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock()) as gw:
-        await gw.sessions.submit(inbound("/status"))
+        await _cmd(gw, inbound("/status"))
     assert adapter.texts() == ["No conversation yet in this chat; your next message starts one.\n"
                                "Reset: idle 30 min."]
 
@@ -77,7 +86,7 @@ async def test_status(home: Path, caching_llm: FakeLLM) -> None:
         clock.advance(minutes=5)
         await _talk(gw, "two")
         clock.advance(minutes=7, seconds=30)
-        await gw.sessions.submit(inbound("/status"))
+        await _cmd(gw, inbound("/status"))
         session = gw.store.active_session(KEY)
         assert session is not None
     used = caching_llm.usages
@@ -98,10 +107,10 @@ async def test_usage(home: Path, fake_llm: FakeLLM) -> None:
     async with open_gateway(home, [adapter], clock=FakeClock(), start=True) as gw:
         assert gw.lifecycle is not None
         await _talk(gw, "one", "two")
-        await gw.sessions.submit(inbound("/new"))
+        await _cmd(gw, inbound("/new"))
         await gw.lifecycle.flusher.wait_idle()
         await _talk(gw, "three")
-        await gw.sessions.submit(inbound("/usage"))
+        await _cmd(gw, inbound("/usage"))
     u = fake_llm.usages
     this = u[3:]
     assert adapter.texts()[-1] == (
@@ -115,10 +124,10 @@ async def test_usage(home: Path, fake_llm: FakeLLM) -> None:
 async def test_new_and_reset(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _setup(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock()) as gw:
-        await gw.sessions.submit(inbound("/new"))  # nothing to end yet: same friendly answer
+        await _cmd(gw, inbound("/new"))  # nothing to end yet: same friendly answer
         await _talk(gw, "one")
         first = gw.store.active_session(KEY)
-        await gw.sessions.submit(inbound("/reset"))
+        await _cmd(gw, inbound("/reset"))
         assert first is not None
         ended = gw.store.session(first.id)
         assert ended.end_reason == "command" and ended.flush_state == "pending"
@@ -134,13 +143,13 @@ async def test_stop(home: Path) -> None:
     adapter = RecordingAdapter("cli")
     llm = GatedLLM()
     async with open_gateway(home, [adapter], clock=FakeClock(), llm=llm) as gw:
-        await gw.sessions.submit(inbound("/stop"))
+        await _cmd(gw, inbound("/stop"))
         first = inbound("write me an essay")
         await gw.sessions.submit(first)
         await llm.started.wait()
-        await gw.sessions.submit(inbound("/status"))  # commands bypass the busy queue
+        await _cmd(gw, inbound("/status"))  # commands bypass the busy queue
         assert adapter.texts()[-1].startswith("Session ")
-        await gw.sessions.submit(inbound("/stop"))
+        await _cmd(gw, inbound("/stop"))
         await gw.sessions.wait_idle()
         row = gw.store.one("SELECT status FROM inbound WHERE platform_message_id = ?", (first.message_id,))
         assert row is not None and row[0] == "interrupted"
@@ -151,7 +160,7 @@ async def test_stop(home: Path) -> None:
 async def test_retry(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _setup(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock()) as gw:
-        await gw.sessions.submit(inbound("/retry"))
+        await _cmd(gw, inbound("/retry"))
         await _talk(gw, "one", "two")
         retry = inbound("/retry")
         await gw.sessions.submit(retry)
@@ -174,8 +183,8 @@ async def test_retry_and_undo_while_busy(home: Path) -> None:
     async with open_gateway(home, [adapter], clock=FakeClock(), llm=llm) as gw:
         await gw.sessions.submit(inbound("question"))
         await llm.started.wait()
-        await gw.sessions.submit(inbound("/retry"))
-        await gw.sessions.submit(inbound("/undo"))
+        await _cmd(gw, inbound("/retry"))
+        await _cmd(gw, inbound("/undo"))
         llm.gate.set()
         await gw.sessions.wait_idle()
     assert adapter.texts() == [BUSY_TEXT, BUSY_TEXT, "ok"]
@@ -184,9 +193,9 @@ async def test_retry_and_undo_while_busy(home: Path) -> None:
 async def test_undo(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _setup(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock()) as gw:
-        await gw.sessions.submit(inbound("/undo"))
+        await _cmd(gw, inbound("/undo"))
         await _talk(gw, "one", "my password is hunter2, please remember it")
-        await gw.sessions.submit(inbound("/undo"))
+        await _cmd(gw, inbound("/undo"))
         await _talk(gw, "three")
     assert adapter.texts() == [
         NOTHING_TO_UNDO, "echo: one [users=1]", "echo: my password is hunter2, please remember it [users=2]",

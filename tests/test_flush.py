@@ -226,6 +226,7 @@ async def test_a_new_session_answers_at_once_while_the_flush_runs(home: Path) ->
         llm.gate.clear()  # the model is slow from now on
         llm.started.clear()
         await gw.sessions.submit(inbound("/new"))
+        await gw.outbox.wait_background()  # the answer is sent off the ack path; the flush is still held
         assert adapter.texts()[-1] == "Started a new conversation. I still remember what I saved to memory."
         await llm.started.wait()
         assert llm.in_flight == 1  # the flush is running in the background, the user already has the answer
