@@ -10,6 +10,7 @@ import hmac
 import json
 import logging
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 
@@ -19,6 +20,8 @@ from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutc
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
+# The current session's (role, text) pairs for a client id, so a reloaded tab shows the conversation so far.
+HistorySource = Callable[[str], Sequence[tuple[str, str]]]
 
 
 class WebChatAdapter:
@@ -29,8 +32,10 @@ class WebChatAdapter:
         self._submit: Submit | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         self._sent = 0
+        self._history: HistorySource | None = None
 
-    def attach(self, app: web.Application) -> None:
+    def attach(self, app: web.Application, *, history: HistorySource | None = None) -> None:
+        self._history = history
         app.router.add_get("/", self._page)
         app.router.add_get("/ws", self._socket)
 
@@ -76,6 +81,9 @@ class WebChatAdapter:
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=4 * MAX_MESSAGE_CHARS)
         await ws.prepare(request)
         self._sockets.setdefault(client, set()).add(ws)
+        if self._history is not None:
+            past = [{"role": role, "text": text} for role, text in self._history(client)]
+            await ws.send_str(json.dumps({"type": "history", "messages": past}))
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:

@@ -23,7 +23,7 @@ from gateway.commands import Commands
 from gateway.compression import AgentFlush, Compressor
 from gateway.config import Config
 from gateway.errors import ConfigError, LLMNotConfigured
-from gateway.events import Adapter, AdapterHealth, Inbound, Submit, SubmitResult
+from gateway.events import Adapter, AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
 from gateway.flush import Flusher
 from gateway.hints import PlatformFacts, load_platform_facts
 from gateway.lifecycle import Policies
@@ -36,7 +36,7 @@ from gateway.pairing import PairingBook, load_key
 from gateway.prompt_inputs import PromptAssembler
 from gateway.ratelimit import RateLimiter
 from gateway.scheduler import Lifecycle
-from gateway.sessions import SessionManager
+from gateway.sessions import SessionManager, session_key
 from gateway.store import Store, utcnow
 from gateway.supervisor import Supervisor, Watchdog
 from gateway.tools import ToolRegistry, build_registry
@@ -251,7 +251,7 @@ class Daemon:
         self.gw.web_app = app
         web_adapter = self.gw.adapters.get("web")
         if web_adapter is not None and hasattr(web_adapter, "attach"):
-            web_adapter.attach(app)
+            web_adapter.attach(app, history=self._web_history)
         self.ops.attach(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -260,6 +260,16 @@ class Daemon:
         sockets = getattr(site._server, "sockets", None)  # aiohttp keeps the bound socket on its private server
         self.web_port = sockets[0].getsockname()[1] if sockets else None
         log.info("web chat at http://%s:%s", self.gw.config.web.host, self.web_port)
+
+    def _web_history(self, client: str, limit: int = 100) -> list[tuple[str, str]]:
+        """What a reloaded web chat tab shows: the person's and the agent's words in the current session."""
+        key = session_key(ChatRef("web", "dm", client), client, group_per_user=True)
+        session = self.gw.store.active_session(key)
+        if session is None:
+            return []
+        rows = self.gw.store.history(session.id, kinds=("chat",))
+        said = [(r.role, r.content) for r in rows if r.role in ("user", "assistant") and r.content.strip()]
+        return said[-limit:]
 
     def _on_signal(self) -> None:
         self._signals += 1

@@ -30,6 +30,8 @@ async def _exchange(port: int, text: str, client: str = "tab1") -> list[dict[str
             await ws.send_str(json.dumps({"text": text}))
             async for msg in ws:
                 data = json.loads(msg.data)
+                if data["type"] == "history":
+                    continue
                 got.append(data)
                 if data["type"] == "message" and data["kind"] in ("reply", "error"):
                     break
@@ -74,3 +76,22 @@ async def test_non_loopback_without_token_refuses_to_start(home: Path) -> None:
     with pytest.raises(ConfigError, match="web.auth_token"):
         await daemon.start()
     daemon.gw.store.close()
+
+
+async def test_a_reloaded_tab_gets_the_conversation_so_far(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
+    daemon = await _daemon(home)
+    try:
+        port = daemon.web_port or 0
+        await _exchange(port, "remember **this**", client="tabA")
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=tabA") as ws:
+                first = json.loads((await ws.receive()).data)
+            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=someone-else") as ws:
+                other = json.loads((await ws.receive()).data)
+        assert first == {"type": "history", "messages": [
+            {"role": "user", "text": "remember **this**"},
+            {"role": "assistant", "text": "echo: remember **this** [users=1]"}]}
+        assert other == {"type": "history", "messages": []}
+    finally:
+        await daemon.stop()
