@@ -96,11 +96,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         await console.start(gateway.sessions.submit)
+        lifecycle = gateway.lifecycle
         try:
+            if lifecycle is not None:  # the same pipeline as the daemon: idle timers, and /new flushes the old session
+                await lifecycle.start()
             await gateway.outbox.deliver_pending()
             await console.run()
             await gateway.sessions.wait_idle()
         finally:
+            if lifecycle is not None:
+                await lifecycle.stop(config.daemon.drain_seconds)  # what does not fit stays pending
             await gateway.llm.close()
             gateway.store.close()
 

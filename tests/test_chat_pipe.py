@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -63,3 +64,20 @@ async def test_unreachable_model_gives_a_clear_line(home: Path) -> None:
     assert code == 0
     assert out.strip() == ("Sorry, I couldn't get an answer from the model just now (the model service is "
                            "unavailable). Please try again in a moment.")
+
+
+async def test_new_in_the_terminal_flushes_the_old_session_before_exit(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url)
+    fake_llm.script(Reply("one"), Reply("two"),
+                    ToolCall("memory", {"action": "add", "target": "user", "content": "Likes short answers."}),
+                    Reply("(saved)"))
+    code, out, err = await _chat(home, "first\nsecond\n/new\n")
+    assert code == 0, err
+    assert out.splitlines() == ["one", "two",
+                                "Started a new conversation. I still remember what I saved to memory."]
+    flush_request = fake_llm.anthropic_requests()[2]
+    assert "about to be reset" in str(flush_request["messages"][-1])
+    assert "Likes short answers." in (home / "memories" / "USER.md").read_text()
+    state = sqlite3.connect(home / "state.db").execute(
+        "SELECT end_reason, flush_state FROM sessions ORDER BY id").fetchall()
+    assert state == [("command", "done")]
