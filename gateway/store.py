@@ -480,23 +480,34 @@ class Store:
                     tool_calls: list[dict[str, Any]] | None = None, tool_call_id: str | None = None,
                     user_id: str | None = None, user_name: str | None = None,
                     platform_message_id: str | None = None, kind: str = "chat", turn_id: str | None = None) -> int:
-        return self.execute(
-            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-            " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, role, content, json.dumps(tool_calls) if tool_calls else None, tool_call_id, user_id,
-             user_name, platform_message_id, iso(now), kind, turn_id))
+        message = {"role": role, "content": content, "tool_calls": tool_calls, "tool_call_id": tool_call_id,
+                   "user_id": user_id, "user_name": user_name, "platform_message_id": platform_message_id}
+        try:
+            with self.tx() as conn:
+                return self._insert_messages(conn, session_id, [message], now=now, kind=kind, turn_id=turn_id)
+        except sqlite3.Error as exc:
+            raise StoreError(f"write failed: {exc}") from exc
 
     def add_messages(self, session_id: int, messages: Sequence[dict[str, Any]], *, now: datetime,
                      turn_id: str | None = None, kind: str = "chat") -> None:
         """Append one turn's messages atomically: a turn is stored whole or not at all."""
         with self.tx() as conn:
-            for m in messages:
-                conn.execute(
-                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-                    " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, m["role"], m.get("content") or "",
-                     json.dumps(m["tool_calls"]) if m.get("tool_calls") else None, m.get("tool_call_id"),
-                     m.get("user_id"), m.get("user_name"), m.get("platform_message_id"), iso(now), kind, turn_id))
+            self._insert_messages(conn, session_id, messages, now=now, kind=kind, turn_id=turn_id)
+
+    @staticmethod
+    def _insert_messages(conn: sqlite3.Connection, session_id: int, messages: Sequence[dict[str, Any]], *,
+                         now: datetime, kind: str, turn_id: str | None) -> int:
+        """Insert neutral chat messages (role, content, tool calls…) inside the caller's transaction."""
+        last = 0
+        for m in messages:
+            cur = conn.execute(
+                "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
+                " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, m["role"], m.get("content") or "",
+                 json.dumps(m["tool_calls"]) if m.get("tool_calls") else None, m.get("tool_call_id"),
+                 m.get("user_id"), m.get("user_name"), m.get("platform_message_id"), iso(now), kind, turn_id))
+            last = int(cur.lastrowid or 0)
+        return last
 
     def history(self, session_id: int, *, kinds: Sequence[str] = ("chat", "summary")) -> list[MessageRow]:
         marks = ",".join("?" * len(kinds))
@@ -543,13 +554,7 @@ class Store:
         After a crash either all of it is there (the chunks get sent at boot) or none (the turn runs again).
         """
         with self.tx() as conn:
-            for m in messages:
-                conn.execute(
-                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-                    " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, m["role"], m.get("content") or "",
-                     json.dumps(m["tool_calls"]) if m.get("tool_calls") else None, m.get("tool_call_id"),
-                     m.get("user_id"), m.get("user_name"), m.get("platform_message_id"), iso(now), "chat", turn_id))
+            self._insert_messages(conn, session_id, messages, now=now, kind="chat", turn_id=turn_id)
             self._insert_outbound(conn, outbound, now)
             if inbound_id is not None:
                 conn.execute("UPDATE inbound SET status = 'answered', finished_at = ?, session_id = ? WHERE id = ?",
