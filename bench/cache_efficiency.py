@@ -2,7 +2,7 @@
 LLM's cache emulation, with the gateway pipeline restarted (new object graph, same home and database) after
 turn 10. Two turns use a tool (a memory write, a search), so some turns make two model calls.
 
-Run:  PYTHONPATH=. /work/venv/bin/python bench/cache_efficiency.py [--turns 20] [--restart-after 10] [-v]
+Run:  python bench/cache_efficiency.py [--turns 20] [--restart-after 10] [-v]
 Prints cached input tokens, total input tokens, the ideal bound for "system_and_3" and cached / bound
 (goal ≥ 0.99), and whether the system prompt was byte-identical in every request.
 
@@ -27,8 +27,10 @@ from typing import Any
 from gateway.config import load_config
 from gateway.daemon import Gateway, build_gateway
 from gateway.events import ChatRef, Inbound
-from tests.fakes.llm import FakeLLM, ToolCall, Usage
-from tests.helpers import RecordingAdapter, write_config
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests/ holds the fakes
+
+from tests.fakes.llm import FakeLLM, ToolCall, Usage  # noqa: E402
+from tests.helpers import RecordingAdapter, write_config  # noqa: E402
 
 CACHE_MIN_TOKENS = 1024  # Anthropic's minimum cacheable prefix for Sonnet-class models
 GOAL = 0.99
