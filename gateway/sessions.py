@@ -94,6 +94,7 @@ class _Lane:
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None
     current_inbound: int | None = None
+    answered: bool = False  # the current turn's answer is stored: it is only being delivered now
     last_busy_notice: datetime | None = None
 
 
@@ -171,6 +172,7 @@ class SessionManager:
         """
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
         self.store.settle_inbound(inbound_id, status, rows, now=self.clock(), session_id=session_id)
+        self._answered(inbound, inbound_id)
         if wait:
             await self.outbox.deliver(turn_id)
         else:
@@ -180,7 +182,7 @@ class SessionManager:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(key)
-        busy = lane.current is not None and not lane.current.done()
+        busy = lane.current is not None and not lane.current.done() and not lane.answered
         policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform,  # type: ignore[call-overload]
                                                          self.config.sessions.busy)
         if busy and policy == "interrupt":
@@ -222,6 +224,7 @@ class SessionManager:
             while lane.queue:
                 inbound_id = lane.queue.popleft()
                 lane.current_inbound = inbound_id
+                lane.answered = False
                 lane.current = asyncio.get_running_loop().create_task(self._turn(inbound_id))
                 try:
                     await lane.current
@@ -359,6 +362,7 @@ class SessionManager:
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
         self.store.complete_turn(session.id, [stored_user, *result.messages], rows, inbound_id, now=self.clock(),
                                  turn_id=turn)
+        self._answered(inbound, inbound_id)
         self.turns_done += 1
         self._count_turn(inbound.chat.platform, "ok", now)
         log.info("turn done platform=%s session=%s turn=%s iterations=%s tools=%s", inbound.chat.platform,
@@ -457,9 +461,17 @@ class SessionManager:
                 lane.worker.cancel()
         await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True)
 
+    def _answered(self, inbound: Inbound, inbound_id: int) -> None:
+        """From here the turn only delivers what is stored, and the user may already be reading it: a new message
+        does not find it busy, and /stop, /new or an interrupt leave it alone (cancelling it mid-send would mark
+        an answered message interrupted and leave the chunk in flight to be sent again)."""
+        lane = self._lanes.get(self.key_for(inbound))
+        if lane is not None and lane.current_inbound == inbound_id:
+            lane.answered = True
+
     def stop_turn(self, key: str) -> bool:
         lane = self._lanes.get(key)
-        if lane and lane.current and not lane.current.done():
+        if lane and lane.current and not lane.current.done() and not lane.answered:
             lane.current.cancel()
             return True
         return False

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gateway.commands import NEW_TEXT, NOTHING_TO_STOP
 from gateway.config import load_config
 from gateway.daemon import Daemon, build_gateway, platform_adapters
 from tests.chaos.crashpoints import Scenario, down, long_answer, run_with_crash
@@ -287,3 +288,48 @@ async def drive_model_faults(gw: Any, web: RecordingAdapter, primary: FakeLLM, b
     failed = len(web.sent) - len(replies)
     statuses = collections.Counter(r[0] for r in gw.store.all("SELECT status FROM inbound"))
     assert statuses == {"answered": answered, **({"failed": failed} if failed else {})}
+
+
+# ------------------------------------------------------------------------------------------ the answer in flight
+class SlowSend(RecordingAdapter):
+    """The platform has the message the moment it is sent, but its answer (the message id) is slow to come back."""
+
+    def __init__(self) -> None:
+        super().__init__("web")
+        self.hold = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> str:
+        mid = await super().send(message)
+        if message.kind is OutboundKind.REPLY and not self.hold.is_set():
+            self.holding.set()
+            await self.hold.wait()
+        return mid
+
+
+@pytest.mark.parametrize("follow_up", ["and another thing", "/stop", "/new"])
+async def test_a_message_sent_while_the_answer_is_still_being_marked_finds_the_turn_finished(
+        home: Path, follow_up: str) -> None:
+    """Found by the kill run: the user already has the whole answer while the gateway still waits for the
+    platform's reply to the last send. A follow-up then got "still working on your previous message", and /stop
+    or /new cancelled the finished turn, marking the answered message interrupted mid-send."""
+    async with FakeLLM() as llm:
+        write_config(home, base_url=llm.base_url, extra="web:\n  enabled: false\n")
+        web = SlowSend()
+        gw = gateway_for(home, [web])
+        try:
+            await gw.sessions.submit(inbound("first", platform="web", chat_id="me", user_id="me"))
+            await asyncio.wait_for(web.holding.wait(), 10)
+            assert web.texts() == ["echo: first [users=1]"]  # the user is reading the answer now
+            await gw.sessions.submit(inbound(follow_up, platform="web", chat_id="me", user_id="me"))
+            web.hold.set()
+            await gw.sessions.wait_idle()
+            statuses = [r[0] for r in gw.store.all("SELECT status FROM inbound ORDER BY id")]
+        finally:
+            await gw.llm.close()
+            gw.store.close()
+    assert "Still working on your previous message; I'll answer this one next." not in web.texts()
+    assert statuses == ["answered", "answered"]
+    expected = {"and another thing": "echo: and another thing [users=2]", "/stop": NOTHING_TO_STOP,
+                "/new": NEW_TEXT}[follow_up]
+    assert web.texts() == ["echo: first [users=1]", expected]

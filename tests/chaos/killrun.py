@@ -1,6 +1,7 @@
-"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram and a scripted FakeLLM in this
-process, many conversations at once, SIGKILL at seeded moments and a restart each time; then every promise is
-checked from what the fakes recorded and what SQLite holds. Shared by tests/test_chaos.py and bench/chaos.py.
+"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram, FakeSlack (Socket Mode) and a
+scripted FakeLLM in this process, many conversations at once, SIGKILL at seeded moments and a restart each time;
+then every promise is checked from what the fakes recorded and what SQLite holds. Shared by tests/test_chaos.py
+and bench/chaos.py.
 
 A user message `c7t3 ...` gets the reply `reply c7t3 [users=N]` (N = user messages the model saw, so a lost
 or doubled history shows), some replies long enough to be cut into several Telegram messages whose lines are
@@ -28,6 +29,7 @@ from tests.chaos.models import HEADER, LINE, RespondingLLM, blocks, numbered_rep
 from tests.daemon_proc import DaemonProc
 from tests.fakes.base import Delay
 from tests.fakes.llm import ANTHROPIC_PATH, FakeLLM, Reply, ToolCall
+from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.telegram import TOKEN, FakeTelegram
 
 TAG = re.compile(r"\bc(\d+)t(\d+)\b")
@@ -45,6 +47,7 @@ class ChaosPlan:
     llm_delay_max: float = 0.04    # seconds the model "thinks" per turn (seeded per turn)
     flush_delay_max: float = 0.25  # per flush call: widens the window in which a kill cuts a flush off
     first_chat: int = 50_000
+    slack_every: int = 3           # every n-th conversation is a Slack DM (0: Telegram only)
     answer_timeout: float = 180.0
     ready_timeout: float = 120.0
 
@@ -57,6 +60,17 @@ class Step:
     tag: str
     users: int = 0                 # for "msg": the user messages the model should see (this one included)
     lines: int = 0                 # for "msg": numbered lines in the reply (0: a one-line reply)
+
+
+def on_slack(plan: ChaosPlan, conversation: int) -> bool:
+    return bool(plan.slack_every) and conversation % plan.slack_every == plan.slack_every - 1
+
+
+def chat_of(plan: ChaosPlan, conversation: int) -> str:
+    """The chat as the watcher names it: `telegram:<chat id>` or `slack:<DM channel>`."""
+    if on_slack(plan, conversation):
+        return f"slack:D{conversation}"
+    return f"telegram:{plan.first_chat + conversation}"
 
 
 def reply_shape(seed: int, tag: str, plan: ChaosPlan) -> tuple[int, float]:
@@ -125,22 +139,24 @@ class ScriptedLLM(RespondingLLM):
 class Seen:
     """One chunk a user received, with the daemon life (epoch) that sent it."""
 
-    index: int                     # position in everything the fake stored
-    chat_id: int
+    index: int                     # position in everything this process saw delivered
+    chat: str                      # `telegram:<id>` or `slack:<channel>`
     text: str
     epoch: int
     at: float                      # when this process saw the fake store it (monotonic)
 
 
 class Watcher:
-    """Follows what FakeTelegram stored and wakes the conversations waiting for their answers."""
+    """Follows what the fake platforms stored and wakes the conversations waiting for their answers."""
 
-    def __init__(self, tg: FakeTelegram) -> None:
+    def __init__(self, tg: FakeTelegram, slack: FakeSlack) -> None:
         self.tg = tg
+        self.slack = slack
         self.seen: list[Seen] = []
+        self._taken = {"telegram": 0, "slack": 0}
         self.headers: Counter[str] = Counter()
         self.lines: dict[str, set[int]] = defaultdict(set)
-        self.news: Counter[int] = Counter()
+        self.news: Counter[str] = Counter()
         self.epoch = 0
         self.changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -154,24 +170,34 @@ class Watcher:
             await asyncio.gather(self._task, return_exceptions=True)
         self.catch_up()
 
+    def _delivered(self) -> dict[str, list[tuple[str, str]]]:
+        return {"telegram": [(f"telegram:{m.chat_id}", m.text) for m in self.tg.sent_messages()],
+                "slack": [(f"slack:{m.channel}", m.text) for m in self.slack.posted()]}
+
     def catch_up(self) -> None:
-        sent = self.tg.sent_messages()
-        for i in range(len(self.seen), len(sent)):
-            m = sent[i]
-            self.seen.append(Seen(i, m.chat_id, m.text, self.epoch, time.monotonic()))
-            for tag, _ in HEADER.findall(m.text):
-                self.headers[tag] += 1
-            for tag, line in LINE.findall(m.text):
-                self.lines[tag].add(int(line))
-            if m.text == NEW_TEXT:
-                self.news[m.chat_id] += 1
+        for platform, delivered in self._delivered().items():
+            for chat, text in delivered[self._taken[platform]:]:
+                self.seen.append(Seen(len(self.seen), chat, text, self.epoch, time.monotonic()))
+                for tag, _ in HEADER.findall(text):
+                    self.headers[tag] += 1
+                for tag, line in LINE.findall(text):
+                    self.lines[tag].add(int(line))
+                if text == NEW_TEXT:
+                    self.news[chat] += 1
+            self._taken[platform] = len(delivered)
         self.changed.set()
         self.changed = asyncio.Event()
 
+    def _behind(self) -> bool:
+        return len(self.tg.sent_messages()) > self._taken["telegram"] or \
+            len(self.slack.posted()) > self._taken["slack"]
+
     async def _follow(self) -> None:
-        while True:
-            await self.tg.wait_until(lambda: len(self.tg.sent_messages()) > len(self.seen), timeout=3600)
-            self.catch_up()
+        async def watch(fake: Any) -> None:
+            while True:
+                await fake.wait_until(self._behind, timeout=3600)
+                self.catch_up()
+        await asyncio.gather(watch(self.tg), watch(self.slack))
 
     def answered(self) -> int:
         return sum(1 for n in self.headers.values() if n) + sum(self.news.values())
@@ -188,12 +214,46 @@ class Watcher:
 
 @dataclass
 class Epoch:
-    """One daemon life: where its share of each record starts."""
+    """One daemon life: where its share of the model's record starts, and when it ended."""
 
     started: float
-    sent_from: int
     llm_from: int
     killed: float | None = None    # when SIGKILL was sent
+
+
+class SlackDelivery:
+    """Slack's side of Socket Mode: an event is pushed until it is acked. One not acked within 3 s (its socket
+    died with the daemon, or the daemon never stored it) is pushed again with retry_attempt + 1, as Slack does."""
+
+    ACK_WAIT_S = 3.0
+
+    def __init__(self, slack: FakeSlack) -> None:
+        self.slack = slack
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.redeliveries = 0
+
+    def send(self, channel: str, user: str, text: str, ts: str) -> None:
+        event = {"type": "message", "channel_type": "im", "channel": channel, "user": user, "text": text, "ts": ts}
+        task = asyncio.get_running_loop().create_task(self._deliver(event, f"Ev{channel}{ts.replace('.', '')}"))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _deliver(self, event: dict[str, Any], event_id: str) -> None:
+        attempt = 0
+        while True:
+            try:
+                envelope = await self.slack.push_event(event, event_id=event_id, retry_attempt=attempt,
+                                                       retry_reason="timeout" if attempt else "")
+                await self.slack.wait_for_ack(envelope, timeout=self.ACK_WAIT_S)
+                return
+            except (TimeoutError, ConnectionError, RuntimeError):
+                attempt += 1  # no socket yet, or no ack: Slack tries again
+                self.redeliveries += 1
+
+    async def stop(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 @dataclass
@@ -215,8 +275,9 @@ class ChaosReport:
         return "\n".join(out)
 
 
-def daemon_config(home: Path, plan: ChaosPlan, tg: FakeTelegram, llm: FakeLLM) -> None:
-    users = ", ".join(f"'{plan.first_chat + i}'" for i in range(plan.conversations))
+def daemon_config(home: Path, plan: ChaosPlan, tg: FakeTelegram, slack: FakeSlack, llm: FakeLLM) -> None:
+    users = ", ".join(f"'{plan.first_chat + i}'" for i in range(plan.conversations) if not on_slack(plan, i))
+    slack_users = ", ".join(f"'U{i}'" for i in range(plan.conversations) if on_slack(plan, i))
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(f"""\
 model:
@@ -233,6 +294,11 @@ telegram:
   api_server: {tg.base_url}
   polling_timeout: 1
   allowed_users: [{users}]
+slack:
+  bot_token: '{BOT_TOKEN}'
+  app_token: '{APP_TOKEN}'
+  api_url: {slack.api_base_url}
+  allowed_users: [{slack_users}]
 session_reset:
   mode: none
 memory:
@@ -261,10 +327,14 @@ class KillRun:
     # ------------------------------------------------------------------ the run
     async def run(self) -> ChaosReport:
         started = time.monotonic()
-        async with FakeTelegram() as tg, ScriptedLLM(self.plan) as llm:
-            self.tg, self.llm = tg, llm
-            daemon_config(self.home, self.plan, tg, llm)
-            self.watcher = Watcher(tg)
+        users = {f"U{i}": {"id": f"U{i}", "name": f"user{i}", "real_name": f"User {i}",
+                           "profile": {"display_name": f"User{i}", "real_name": f"User {i}"}}
+                 for i in range(self.plan.conversations) if on_slack(self.plan, i)}
+        async with FakeTelegram() as tg, FakeSlack(users=users) as slack, ScriptedLLM(self.plan) as llm:
+            self.tg, self.slack, self.llm = tg, slack, llm
+            self.slack_out = SlackDelivery(slack)
+            daemon_config(self.home, self.plan, tg, slack, llm)
+            self.watcher = Watcher(tg, slack)
             self.watcher.start()
             await self._start_daemon()
             plan_steps = self._plan_steps()
@@ -285,11 +355,13 @@ class KillRun:
                 assert self.daemon is not None
                 self.exit_code = await self.daemon.stop()
             finally:
+                await self.slack_out.stop()
                 for proc in self.procs:
                     await proc.kill()
                 await self.watcher.stop()
             report = self.verify()
             report.counts["kills"] = sum(1 for e in self.epochs if e.killed is not None)
+            report.counts["Slack events pushed again (no ack)"] = self.slack_out.redeliveries
         report.seconds = time.monotonic() - started
         return report
 
@@ -299,7 +371,7 @@ class KillRun:
             users = 0
             for t in range(plan.turns):
                 tag = f"c{i}t{t}"
-                if t > 0 and users > 0 and self.rng.random() < plan.new_chance:
+                if t > 0 and users > 0 and self.rng.random() < plan.new_chance and not on_slack(plan, i):
                     self.steps.append(Step(i, t, "new", tag))
                     users = 0
                     continue
@@ -313,7 +385,7 @@ class KillRun:
             await asyncio.sleep(0)
         self.watcher.catch_up()
         self.watcher.epoch = len(self.epochs)
-        self.epochs.append(Epoch(time.monotonic(), len(self.tg.sent_messages()), len(self.llm.calls)))
+        self.epochs.append(Epoch(time.monotonic(), len(self.llm.calls)))
         daemon = DaemonProc(self.home)
         self.daemon = daemon
         self.procs.append(daemon)
@@ -337,16 +409,22 @@ class KillRun:
 
     async def _converse(self, conversation: int, steps: list[Step]) -> None:
         chat = self.plan.first_chat + conversation
+        name = chat_of(self.plan, conversation)
         news = 0
         for step in steps:
             if step.kind == "new":
                 news += 1
                 self.tg.inject_message(chat, "/new", user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
-                await self.watcher.wait(lambda: self.watcher.news[chat] >= news, self.plan.answer_timeout,
-                                        f"the answer to /new #{news} in chat {chat}")
+                await self.watcher.wait(lambda: self.watcher.news[name] >= news, self.plan.answer_timeout,
+                                        f"the answer to /new #{news} in {name}")
                 continue
-            self.tg.inject_message(chat, f"{step.tag} tell me about foxes", user_id=chat, username=f"user{chat}",
-                                   first_name=f"U{chat}")
+            text = f"{step.tag} tell me about foxes"
+            if on_slack(self.plan, conversation):
+                # a real ts: the gateway dates the message by it (an old one would get the offline note)
+                self.slack_out.send(f"D{conversation}", f"U{conversation}", text,
+                                    f"{int(time.time())}.{conversation:04d}{step.index:02d}")
+            else:
+                self.tg.inject_message(chat, text, user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
             await self.watcher.wait(lambda: self.watcher.headers[step.tag] >= 1
                                     and len(self.watcher.lines[step.tag]) >= step.lines,
                                     self.plan.answer_timeout, f"the answer to {step.tag}")
@@ -363,9 +441,6 @@ class KillRun:
         raise AssertionError("flushes still pending at the end of the run")
 
     # ------------------------------------------------------------------ the checks
-    def epoch_of_sent(self, index: int) -> int:
-        return bisect.bisect_right([e.sent_from for e in self.epochs], index) - 1
-
     def epoch_of_call(self, index: int) -> int:
         return bisect.bisect_right([e.llm_from for e in self.epochs], index) - 1
 
@@ -385,15 +460,15 @@ class KillRun:
 
     def _verify_delivery(self, report: ChaosReport) -> None:
         problems = report.problems
-        by_chat: dict[int, list[Seen]] = defaultdict(list)
+        by_chat: dict[str, list[Seen]] = defaultdict(list)
         for s in self.watcher.seen:
-            by_chat[s.chat_id].append(s)
+            by_chat[s.chat].append(s)
         msgs = [s for s in self.steps if s.kind == "msg"]
         news = [s for s in self.steps if s.kind == "new"]
         in_flight_dupes = 0
         chunks = 0
         for conv in range(self.plan.conversations):
-            chat = self.plan.first_chat + conv
+            chat = chat_of(self.plan, conv)
             received = by_chat.get(chat, [])
             # every chunk of every answer, as (step index, line) keys: header = line -1
             occurrences: dict[tuple[int, int], list[Seen]] = defaultdict(list)
@@ -455,6 +530,7 @@ class KillRun:
         report.counts.update({
             "conversations": self.plan.conversations, "user messages": len(msgs), "/new commands": len(news),
             "answers (headers seen)": sum(1 for s in msgs if self.watcher.headers[s.tag] >= 1),
+            "Slack conversations": sum(1 for i in range(self.plan.conversations) if on_slack(self.plan, i)),
             "chunks delivered": chunks, "chunks resent (in flight at a kill)": in_flight_dupes,
             "restarts": len(self.epochs) - 1,
         })
