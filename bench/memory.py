@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 from bench.overhead import Server, Tab, client, seed, start_gateway
 from tests.fakes.llm import FakeLLM
@@ -30,8 +31,8 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 class QuietLLM(FakeLLM):
     """The fake model without its request record (it would hold every request body for the whole soak)."""
 
-    async def _anthropic(self, request: object) -> object:
-        response = await super()._anthropic(request)  # type: ignore[arg-type]
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        response = await super()._anthropic(request)
         self.calls.clear()
         self.usages.clear()
         return response

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -296,8 +296,9 @@ def report(gateway: Result, echo: Result, args: argparse.Namespace, seed_s: floa
              f"{args.clients} conversations x {args.per_client} messages", "",
              f"{'ms':<28}{'gateway p50':>12}{'p99':>8}{'max':>8}{'echo p50':>10}{'p99':>8}{'added p50':>11}"
              f"{'p99':>8}"]
-    rows = (("inbound -> LLM request", lambda s: s.inbound), ("LLM reply -> platform send", lambda s: s.outbound),
-            ("both hops", lambda s: s.inbound + s.outbound))
+    rows: tuple[tuple[str, Callable[[Sample], float]], ...] = (
+        ("inbound -> LLM request", lambda s: s.inbound), ("LLM reply -> platform send", lambda s: s.outbound),
+        ("both hops", lambda s: s.inbound + s.outbound))
     for label, value in rows:
         g = [value(s) for s in gateway.latency]
         e = [value(s) for s in echo.latency]

@@ -16,11 +16,11 @@ import pytest
 from gateway.commands import NEW_TEXT, NOTHING_TO_STOP
 from gateway.config import load_config
 from gateway.daemon import Daemon, build_gateway, platform_adapters
+from gateway.events import OutboundKind, OutboundMessage
+from gateway.sessions import ERROR_TEXT
 from tests.chaos.crashpoints import Scenario, down, long_answer, run_with_crash
 from tests.chaos.killrun import ChaosPlan, KillRun
 from tests.chaos.models import HEADER, RespondingLLM, chunk_keys, numbered_reply, text_of
-from gateway.events import OutboundKind, OutboundMessage
-from gateway.sessions import ERROR_TEXT
 from tests.fakes.base import ConnectionReset, Delay, Fault, Malformed
 from tests.fakes.llm import CutStream, FakeLLM, Reply, ToolCall
 from tests.fakes.slack import APP_TOKEN as SLACK_APP
@@ -35,7 +35,9 @@ pytestmark = pytest.mark.chaos
 
 
 async def test_kill_9_at_seeded_moments_loses_and_doubles_nothing(tmp_path: Path) -> None:
-    run = KillRun(ChaosPlan(conversations=20, turns=4, kills=3, seed=12), tmp_path / "home", log=print)
+    # answer_timeout stays under pytest-timeout's 180 s, so a stuck conversation fails with its own name
+    run = KillRun(ChaosPlan(conversations=20, turns=4, kills=3, seed=12, answer_timeout=120.0), tmp_path / "home",
+                  log=print)
     report = await run.run()
     print(report.render())
     assert report.counts["kills"] == 3
@@ -105,7 +107,7 @@ class VirtualClock:
 
 
 def fault_reply(body: dict[str, Any]) -> Any:
-    last = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"), {})
+    last: dict[str, Any] = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"), {})
     found = re.search(r"\b(\w+-\d+-\d+)\b", text_of(last))
     tag = found.group(1) if found else "?"
     users = sum(1 for m in body.get("messages") or [] if m.get("role") == "user")
@@ -224,7 +226,8 @@ def model_yaml(primary: FakeLLM, provider: str, fallback: FakeLLM | None) -> str
     text = (f"web:\n  enabled: false\nmodel:\n  provider: {provider}\n  name: primary-model\n  base_url: {url}\n"
             f"  api_key: k\n  max_retries: 0\n  timeout_s: 1\n")
     if fallback is not None:
-        text += (f"  fallback:\n    provider: openai\n    name: fallback-model\n    base_url: {fallback.openai_base_url}\n"
+        text += (f"  fallback:\n    provider: openai\n    name: fallback-model\n"
+                 f"    base_url: {fallback.openai_base_url}\n"
                  f"    api_key: k\n    max_retries: 0\n    timeout_s: 5\n")
     return text
 

@@ -112,9 +112,9 @@ class TelegramRun:
         return out
 
     def settled(self) -> bool:
-        busy = self.gw.store.one("SELECT COUNT(*) FROM inbound WHERE status IN ('pending', 'running')")[0]  # type: ignore[index]
-        unsent = self.gw.store.one("SELECT COUNT(*) FROM outbound WHERE status = 'pending'")[0]  # type: ignore[index]
-        return busy == 0 and unsent == 0
+        busy = self.gw.store.all("SELECT id FROM inbound WHERE status IN ('pending', 'running')")
+        unsent = self.gw.store.all("SELECT id FROM outbound WHERE status = 'pending'")
+        return not busy and not unsent
 
     async def answered(self, text: str, timeout: float = 30.0) -> None:
         """Wait until the message whose model text is `text` was answered and everything is sent."""
@@ -157,7 +157,8 @@ async def run_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
         if case.get("model_says") is not None:
             run.llm.script(Reply(case["model_says"]))
         if "update" in case:
-            raw = (CORPUS / case["update"]).read_bytes().replace(b'"update_id": 0', b'"update_id": %d' % tg._update_ids())
+            update_id = tg._update_ids()  # the fake's next id, so its own updates stay after this one
+            raw = (CORPUS / case["update"]).read_bytes().replace(b'"update_id": 0', b'"update_id": %d' % update_id)
             tg.fail("getUpdates", Fault(200, raw, {"Content-Type": "application/json"}))
         elif isinstance(data, dict):
             tg.inject_message(chat, data["text"], extra=data["extra"])

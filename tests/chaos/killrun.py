@@ -80,6 +80,12 @@ def reply_shape(seed: int, tag: str, plan: ChaosPlan) -> tuple[int, float]:
     return lines, rng.uniform(0, plan.llm_delay_max)
 
 
+def step_of(tag: str) -> int:
+    """`c7t3` → 3."""
+    found = TAG.search(tag)
+    return int(found.group(2)) if found else -1
+
+
 def is_flush(body: Mapping[str, Any]) -> bool:
     return any(FLUSH_MARK in text_of(m) for m in body.get("messages") or [] if m.get("role") == "user")
 
@@ -474,8 +480,8 @@ class KillRun:
             occurrences: dict[tuple[int, int], list[Seen]] = defaultdict(list)
             unexpected: list[str] = []
             for s in received:
-                keys = [(int(TAG.search(tag).group(2)), -1) for tag, _ in HEADER.findall(s.text)]  # type: ignore[union-attr]
-                keys += [(int(TAG.search(tag).group(2)), int(line)) for tag, line in LINE.findall(s.text)]  # type: ignore[union-attr]
+                keys = [(step_of(tag), -1) for tag, _ in HEADER.findall(s.text)]
+                keys += [(step_of(tag), int(line)) for tag, line in LINE.findall(s.text)]
                 if s.text == NEW_TEXT:
                     continue
                 if not keys:
@@ -592,7 +598,10 @@ class KillRun:
         for (tag, epoch), n in flush_runs.items():
             if n > 1:
                 problems.append(f"the flush of session {tag} ran {n} times in daemon life {epoch}")
-        reruns = sum(1 for tag in {t for t, _ in turn_runs} if sum(n for (t, _), n in turn_runs.items() if t == tag) > 1)
+        per_turn = Counter({t: 0 for t, _ in turn_runs})
+        for (t, _), n in turn_runs.items():
+            per_turn[t] += n
+        reruns = sum(1 for n in per_turn.values() if n > 1)
         flush_tags = {t for t, _ in flush_runs}
         flush_reruns = sum(1 for tag in flush_tags if sum(n for (t, _), n in flush_runs.items() if t == tag) > 1)
         ended = [s for s in sessions.values() if s["end_reason"] == "command"]
