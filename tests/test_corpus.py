@@ -19,10 +19,11 @@ from adapters.slack import SlackAdapter
 from adapters.telegram import TelegramAdapter
 from gateway import cli
 from gateway.config import load_config
-from gateway.daemon import Daemon, Gateway, build_gateway
+from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
 from gateway.tools import ToolContext
 from tests.chaos.crashpoints import VirtualTime
+from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack, event_callback, signed_request_headers
@@ -50,6 +51,7 @@ GENERATORS: dict[str, Callable[[], Any]] = {
     # 10 MB of comments: valid YAML, so only the size rule can refuse it
     "config_10mb": lambda: ("# " + "x" * 98 + "\n") * 100_000,
     "config_deep": lambda: "a: " + "[" * 5000 + "]" * 5000 + "\n",
+    "web_frame_too_long": lambda: json.dumps({"text": "x" * 100_001}),
     "huge_document": lambda: {"text": "what is in this file?", "extra": {"document": {
         "file_id": "F" * 300, "file_unique_id": "U1", "file_name": "report-" + "x" * 5000 + ".pdf",
         "mime_type": "application/" + "y" * 1000, "file_size": 10**15}}},
@@ -203,6 +205,37 @@ async def run_ignored(run: TelegramRun, case: dict[str, Any]) -> None:
     assert run.tg.sent_texts() == ["echo: sentinel [users=1]"]
 
 
+# ------------------------------------------------------------------------------------------ the web chat
+async def run_web_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeLLM() as llm:
+        write_config(home, provider="anthropic", base_url=llm.base_url, extra="web:\n  port: 0\n")
+        config = load_config(home, env={})
+        daemon = Daemon(build_gateway(config, env={}, probe_ollama=False, adapters=platform_adapters(config)),
+                        install_signals=False)
+        await daemon.start()
+        try:
+            async with WebChatClient(daemon.web_port or 0) as tab:
+                assert tab.ws is not None
+                await tab.ws.send_str(generated(case) or case["frame"])
+                expect = case["expect"]
+                if expect["outcome"] == "error":
+                    frame = await tab.next("error")
+                    assert frame["text"].startswith(expect["says"]), frame
+                    assert daemon.gw.store.all("SELECT id FROM inbound") == []
+                else:
+                    await tab.next("ack")
+                    reply = await tab.next("message")
+                    assert reply["kind"] == "reply"
+                    last = llm.anthropic_requests()[-1]["messages"][-1]["content"]
+                    assert "".join(b["text"] for b in last if b["type"] == "text") == expect["model_sees"]
+                await tab.say("still there?")  # the tab and the session keep working
+                assert (await tab.next("message"))["text"].startswith("echo: still there?")
+        finally:
+            await daemon.stop()
+
+
 # ------------------------------------------------------------------------------------------ context and memory
 async def run_context(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home, work = tmp_path / "home", tmp_path / "project"
@@ -334,4 +367,5 @@ Runner = Callable[[dict[str, Any], Path, pytest.CaptureFixture[str]], Any]
 RUNNERS: dict[str, Runner] = {
     "config": run_config, "message": run_message, "context": run_context, "memory": run_memory,
     "memory_file": run_memory_file, "slack_http": run_slack_http, "telegram_webhook": run_telegram_webhook,
+    "web_message": run_web_message,
 }
