@@ -49,6 +49,7 @@ Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
 RETRY_PENDING_EVERY_S = 30.0  # a reply left pending (platform down, retries used up) gets another round
 PRUNE_INBOUND_EVERY_S = 3600.0
+CHECKPOINT_EVERY_S = 2.0  # WAL checkpoints in a thread; inside a turn's commit they were the p99 of a reply
 RESTART_EXIT_CODE = 75  # EX_TEMPFAIL: the unit's RestartForceExitStatus
 
 
@@ -210,6 +211,16 @@ class Daemon:
         loop = asyncio.get_running_loop()
         gw.background.append(loop.create_task(gw.outbox.retry_pending(RETRY_PENDING_EVERY_S), name="retry-pending"))
         gw.background.append(loop.create_task(self._prune_inbound(), name="prune-inbound"))
+        gw.store.checkpoint_off_loop()
+        gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))
+
+    async def _checkpoint(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_EVERY_S)
+            try:
+                await asyncio.to_thread(self.gw.store.checkpoint)
+            except Exception:  # noqa: BLE001 - task root: SQLite's own checkpoint still bounds the WAL
+                log.exception("WAL checkpoint failed")
 
     async def _prune_inbound(self) -> None:
         """Dedupe remembers a message id for `delivery.dedupe_retention_hours`; older answered rows go."""

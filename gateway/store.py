@@ -341,6 +341,21 @@ class Store:
         conn.execute("PRAGMA foreign_keys=ON")
         self.applied = self._migrate(migrations)
 
+    def checkpoint_off_loop(self, *, safety_pages: int = 10_000) -> None:
+        """Leave WAL checkpoints to `checkpoint()` (the daemon runs it in a thread). SQLite's own runs inside
+        whichever commit fills the WAL past 1,000 pages, a turn's commit on the event loop, copying and syncing
+        for milliseconds; `safety_pages` keeps it as a backstop should the background ones stop."""
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={int(safety_pages)}")
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database from a connection of its own (safe from any thread); PASSIVE never
+        waits for the daemon's writers or readers, it takes what it can and the next round the rest."""
+        conn = sqlite3.connect(self.path, timeout=5)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
+
     def close(self) -> None:
         try:
             self.conn.execute("PRAGMA optimize")
