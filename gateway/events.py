@@ -90,6 +90,8 @@ class OutboundMessage:
 
     `plain` is the same chunk without markup, sent instead when the platform rejects the markup.
     `reply_to_id` is our inbound `message_id`; adapters map it to their platform's reply mechanism.
+    `key` names the stored chunk: the same for every retry and across restarts, different for any other chunk,
+    so a platform that deduplicates sends on a client key (Discord's `nonce`) never posts the chunk twice.
     """
 
     chat: ChatRef
@@ -101,6 +103,7 @@ class OutboundMessage:
     chunk_index: int = 0
     chunk_count: int = 1
     use_plain: bool = False
+    key: str = ""
 
 
 class SubmitOutcome(enum.Enum):

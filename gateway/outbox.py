@@ -77,7 +77,7 @@ def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage
     entities = tuple(TextEntity(**e) for e in json.loads(row.entities)) if row.entities else ()
     return OutboundMessage(chat=row_chat(row), text=row.text, plain=row.plain, entities=entities,
                            reply_to_id=row.reply_to_id, kind=OutboundKind(row.kind), chunk_index=row.chunk_index,
-                           chunk_count=row.chunk_count, use_plain=use_plain)
+                           chunk_count=row.chunk_count, use_plain=use_plain, key=f"{row.id}@{row.created_at}")
 
 
 def row_chat(row: OutboundRow) -> ChatRef:
