@@ -45,6 +45,7 @@ class ModelEndpoint:
     timeout_s: float = field(default=120.0, metadata=_positive())
     max_retries: int = field(default=2, metadata=_range(0, 10))
     context_window: int = field(default=200_000, metadata=_positive())
+    client: Literal["native", "sdk"] = "native"
 
 
 @dataclass(frozen=True, slots=True)

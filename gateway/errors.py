@@ -11,7 +11,7 @@ GatewayError
 │   └── AdapterFatal                      bad token, disallowed intents: stay down, no restarts
 ├── LLMError
 │   ├── LLMTimeout
-│   ├── LLMUnavailable                    429/5xx/529 after the SDK's retries
+│   ├── LLMUnavailable                    429/5xx/529 after the client's retries
 │   ├── LLMRejected                       4xx that retrying cannot fix (bad key, bad request)
 │   └── LLMNotConfigured                  no model and nothing found to fall back on
 └── ToolError                             a tool refused or failed; the model sees the message

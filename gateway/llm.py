@@ -1,7 +1,8 @@
 """Model clients: the Anthropic Messages wire and the OpenAI Chat Completions wire behind one `complete` call.
 
 History is kept in one neutral shape (role user / assistant / tool; tool calls as {id, name, arguments});
-each client translates it to its wire here and translates SDK exceptions into gateway.errors once.
+each client translates it to its wire and reads the wire's JSON answer here. Sending is a transport's job:
+the gateway's own aiohttp POST (gateway/llm_http.py, the default) or the official SDKs (gateway/llm_sdk.py).
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import anthropic
-import openai
-
 from gateway.config import Config, ModelConfig, ModelEndpoint, Secret
-from gateway.errors import LLMError, LLMNotConfigured, LLMRejected, LLMTimeout, LLMUnavailable
+from gateway.errors import LLMNotConfigured, LLMTimeout, LLMUnavailable
+from gateway.llm_http import HttpTransport
 from gateway.store import Usage
 
 log = logging.getLogger(__name__)
@@ -132,19 +131,49 @@ def _json_object(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+class Transport(Protocol):
+    """Sends one request body of a wire and returns the JSON answer (gateway/llm_http.py, gateway/llm_sdk.py)."""
+
+    async def post(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+ClientKind = Literal["native", "sdk"]
+ANTHROPIC_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def _user_agent() -> str:
+    try:
+        from importlib.metadata import version  # noqa: PLC0415 (only when a client is made)
+        return f"agent-gateway/{version('agent-gateway')}"
+    except Exception:  # noqa: BLE001 (an uninstalled checkout still talks to the model)
+        return "agent-gateway"
+
+
 class AnthropicClient:
     provider = "anthropic"
 
     def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
                  max_retries: int, context_window: int, cache_ttl: Literal["5m", "1h"] = "5m",
-                 caching: bool = True) -> None:
+                 caching: bool = True, client: ClientKind = "native") -> None:
         self.model = model
         self.context_window = context_window
         self.max_tokens = max_tokens
         self.cache_ttl = cache_ttl
         self.caching = caching
-        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout_s,
-                                                max_retries=max_retries)
+        self._transport: Transport
+        if client == "sdk":
+            from gateway.llm_sdk import AnthropicSdkTransport  # noqa: PLC0415 (the SDK is imported only if chosen)
+            self._transport = AnthropicSdkTransport(model=model, api_key=api_key, base_url=base_url,
+                                                    timeout_s=timeout_s, max_retries=max_retries)
+        else:
+            self._transport = HttpTransport(
+                url=(base_url or ANTHROPIC_URL).rstrip("/") + "/v1/messages", model=model, timeout_s=timeout_s,
+                max_retries=max_retries,
+                headers={"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION, "user-agent": _user_agent()})
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
@@ -163,25 +192,34 @@ class AnthropicClient:
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None) -> LLMReply:
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
-        try:
-            resp = await self._client.messages.create(**body)
-        except anthropic.APITimeoutError as exc:
-            raise LLMTimeout(f"{self.model}: timed out") from exc
-        except anthropic.APIConnectionError as exc:
-            raise LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})") from exc
-        except anthropic.APIStatusError as exc:
-            raise _status_error(self.model, exc.status_code, exc.message) from exc
-        except (anthropic.APIError, ValueError) as exc:
-            raise LLMUnavailable(f"{self.model}: bad response ({exc.__class__.__name__})") from exc
-        text = "".join(b.text for b in resp.content if b.type == "text")
-        calls = tuple(ToolCall(b.id, b.name, json.dumps(b.input)) for b in resp.content if b.type == "tool_use")
-        u = resp.usage
-        usage = Usage(u.input_tokens or 0, u.output_tokens or 0, u.cache_read_input_tokens or 0,
-                      u.cache_creation_input_tokens or 0)
-        return LLMReply(text, calls, usage, self.model, self.provider, resp.stop_reason or "")
+        return anthropic_reply(await self._transport.post(body), self.model)
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._transport.close()
+
+
+def anthropic_reply(data: Mapping[str, Any], model: str) -> LLMReply:
+    """An Anthropic Messages answer (JSON) → LLMReply; read leniently, as the SDKs do."""
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise LLMUnavailable(f"{model}: bad response (no content)")
+    blocks = [b for b in content if isinstance(b, dict)]
+    text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
+    calls = tuple(ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), json.dumps(b.get("input") or {}))
+                  for b in blocks if b.get("type") == "tool_use")
+    u = _object(data.get("usage"))
+    usage = Usage(_count(u, "input_tokens"), _count(u, "output_tokens"), _count(u, "cache_read_input_tokens"),
+                  _count(u, "cache_creation_input_tokens"))
+    return LLMReply(text, calls, usage, model, "anthropic", str(data.get("stop_reason") or ""))
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(usage: Mapping[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) else 0
 
 
 # ------------------------------------------------------------------------------------------ OpenAI
@@ -204,12 +242,19 @@ class OpenAIClient:
     provider = "openai"
 
     def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
-                 max_retries: int, context_window: int) -> None:
+                 max_retries: int, context_window: int, client: ClientKind = "native") -> None:
         self.model = model
         self.context_window = context_window
         self.max_tokens = max_tokens
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s,
-                                          max_retries=max_retries)
+        self._transport: Transport
+        if client == "sdk":
+            from gateway.llm_sdk import OpenAISdkTransport  # noqa: PLC0415 (the SDK is imported only if chosen)
+            self._transport = OpenAISdkTransport(model=model, api_key=api_key, base_url=base_url,
+                                                 timeout_s=timeout_s, max_retries=max_retries)
+        else:
+            self._transport = HttpTransport(
+                url=(base_url or OPENAI_URL).rstrip("/") + "/chat/completions", model=model, timeout_s=timeout_s,
+                max_retries=max_retries, headers={"authorization": f"Bearer {api_key}", "user-agent": _user_agent()})
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
@@ -223,37 +268,27 @@ class OpenAIClient:
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None) -> LLMReply:
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
-        try:
-            resp = await self._client.chat.completions.create(**body)
-        except openai.APITimeoutError as exc:
-            raise LLMTimeout(f"{self.model}: timed out") from exc
-        except openai.APIConnectionError as exc:
-            raise LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})") from exc
-        except openai.APIStatusError as exc:
-            raise _status_error(self.model, exc.status_code, exc.message) from exc
-        except (openai.APIError, ValueError) as exc:
-            raise LLMUnavailable(f"{self.model}: bad response ({exc.__class__.__name__})") from exc
-        if not resp.choices:
-            raise LLMUnavailable(f"{self.model}: response had no choices")
-        msg = resp.choices[0].message
-        calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments or "{}")
-                      for c in (msg.tool_calls or ()) if getattr(c, "function", None) is not None)
-        u = resp.usage
-        cached = 0
-        if u is not None and u.prompt_tokens_details is not None:
-            cached = u.prompt_tokens_details.cached_tokens or 0
-        usage = Usage((u.prompt_tokens - cached) if u else 0, u.completion_tokens if u else 0, cached, 0)
-        return LLMReply(msg.content or "", calls, usage, resp.model or self.model, self.provider,
-                        resp.choices[0].finish_reason or "")
+        return openai_reply(await self._transport.post(body), self.model)
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._transport.close()
 
 
-def _status_error(model: str, status: int, message: str) -> LLMError:
-    if status in (408, 409, 429) or status >= 500:
-        return LLMUnavailable(f"{model}: HTTP {status}: {message}")
-    return LLMRejected(f"{model}: HTTP {status}: {message}")
+def openai_reply(data: Mapping[str, Any], model: str) -> LLMReply:
+    """An OpenAI Chat Completions answer (JSON) → LLMReply; read leniently, as the SDKs do."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise LLMUnavailable(f"{model}: response had no choices")
+    choice = choices[0]
+    msg = _object(choice.get("message"))
+    calls = tuple(ToolCall(str(c.get("id") or ""), str(f.get("name") or ""), str(f.get("arguments") or "{}"))
+                  for c in (msg.get("tool_calls") or ()) if isinstance(c, dict)
+                  and isinstance(f := c.get("function"), dict))
+    u = _object(data.get("usage"))
+    cached = _count(_object(u.get("prompt_tokens_details")), "cached_tokens")
+    usage = Usage(max(0, _count(u, "prompt_tokens") - cached), _count(u, "completion_tokens"), cached, 0)
+    return LLMReply(str(msg.get("content") or ""), calls, usage, str(data.get("model") or model), "openai",
+                    str(choice.get("finish_reason") or ""))
 
 
 class FallbackClient:
@@ -318,12 +353,16 @@ def _api_key(m: ModelEndpoint, env: Mapping[str, str]) -> str:
 
 def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLMClient:
     key = _api_key(m, env)
+    # An unset base_url means the provider's public API, or the SDKs' own override variable when it is set.
+    base_url = m.base_url or env.get("ANTHROPIC_BASE_URL" if m.provider == "anthropic" else "OPENAI_BASE_URL") or None
     if m.provider == "anthropic":
-        return AnthropicClient(model=m.name, api_key=key, base_url=m.base_url, max_tokens=m.max_tokens,
+        return AnthropicClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
                                timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
-                               cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled)
-    return OpenAIClient(model=m.name, api_key=key, base_url=m.base_url, max_tokens=m.max_tokens,
-                        timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window)
+                               cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled,
+                               client=m.client)
+    return OpenAIClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
+                        timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
+                        client=m.client)
 
 
 def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:

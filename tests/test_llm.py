@@ -1,6 +1,8 @@
 """Model clients: cache breakpoints, usage and cache accounting, tool round trips and error translation.
 
-Both SDKs run for real against the fake LLM server on 127.0.0.1; `max_retries=0` so a fault is seen once.
+Every client test runs twice: through the gateway's own HTTP transport (the default) and through the official
+SDKs (`model.client: sdk`), both for real against the fake LLM server on 127.0.0.1; `max_retries=0` so a fault
+is seen once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from tests.fakes.llm import FakeLLM, Reply, ToolCall, prompt_elements
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
 SYSTEM = "You are a test assistant. " * 20
+KIND: dict[str, str] = {"client": "native"}
+
+
+@pytest.fixture(autouse=True, params=["native", "sdk"])
+def client_kind(request: pytest.FixtureRequest) -> str:
+    """Which transport the `anthropic(...)` / `openai(...)` helpers below build."""
+    KIND["client"] = request.param
+    return str(request.param)
 
 
 @dataclass(frozen=True)
@@ -36,13 +46,15 @@ class Tool:
 
 def anthropic(fake: FakeLLM, **kw: Any) -> AnthropicClient:
     args: dict[str, Any] = {"model": "claude-test", "api_key": "k", "base_url": fake.base_url, "max_tokens": 256,
-                            "timeout_s": 10.0, "max_retries": 0, "context_window": 200_000}
+                            "timeout_s": 10.0, "max_retries": 0, "context_window": 200_000,
+                            "client": KIND["client"]}
     return AnthropicClient(**(args | kw))
 
 
 def openai(fake: FakeLLM, **kw: Any) -> OpenAIClient:
     args: dict[str, Any] = {"model": "gpt-test", "api_key": "k", "base_url": fake.openai_base_url,
-                            "max_tokens": 256, "timeout_s": 10.0, "max_retries": 0, "context_window": 128_000}
+                            "max_tokens": 256, "timeout_s": 10.0, "max_retries": 0, "context_window": 128_000,
+                            "client": KIND["client"]}
     return OpenAIClient(**(args | kw))
 
 
@@ -332,7 +344,7 @@ async def test_malformed_body_and_dropped_connection_are_unavailable(fake_llm: F
         await client.close()
 
 
-async def test_sdk_retries_are_used_before_giving_up(fake_llm: FakeLLM) -> None:
+async def test_retries_are_used_before_giving_up(fake_llm: FakeLLM) -> None:
     client = anthropic(fake_llm, max_retries=1)
     fake_llm.fail("/v1/messages", Fault(529, headers={"retry-after-ms": "1"}))
     try:
