@@ -23,8 +23,9 @@ import yarl
 
 from adapters.discord_commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
 from adapters.discord_text import (INTENT_HINT, PLATFORM, TOKEN_HINT, Addressing, Origin, Place, addressing,
-                                   allowed_mentions, attachment, gateway_failure, place_of, reference_for,
-                                   replied_author, roles_of, thread_name, translate_error)
+                                   allowed_mentions, attachment, gateway_failure, nonce_for, place_of,
+                                   posted_then_deleted, reference_for, replied_author, roles_of, thread_name,
+                                   translate_error)
 from gateway.config import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
 from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
@@ -262,6 +263,7 @@ class DiscordAdapter:
         text = message.plain if message.use_plain else message.text
         origin = self._origins.get(message.reply_to_id or "")
         mentions = allowed_mentions(origin.author_id if origin else None)
+        nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
         try:
             pending = self._commands.interaction_for(message.reply_to_id)
             if pending is not None:
@@ -272,10 +274,14 @@ class DiscordAdapter:
             channel = client.get_partial_messageable(target)
             reference = reference_for(message, target, origin)
             if reference is not None:
-                posted = await channel.send(text, reference=reference, allowed_mentions=mentions)
+                posted = await channel.send(text, reference=reference, allowed_mentions=mentions, nonce=nonce)
             else:
-                posted = await channel.send(text, allowed_mentions=mentions)
+                posted = await channel.send(text, allowed_mentions=mentions, nonce=nonce)
         except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            if posted_then_deleted(exc, message):
+                log.info("discord: chunk %s of a reply in channel %s was posted before and deleted since",
+                         message.chunk_index, message.chat.chat_id)
+                return ""
             raise translate_error(exc) from None
         return str(posted.id)
     # ------------------------------------------------------------------ typing

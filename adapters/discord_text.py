@@ -1,10 +1,13 @@
 """Discord translation with no I/O: mentions as a reader sees them, where a message lives, an interaction as an
-`Inbound`, thread names, reply references, allowed mentions, and discord.py's errors as the core's errors."""
+`Inbound`, thread names, reply references, allowed mentions, message nonces, and discord.py's errors as the core's
+errors."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +149,22 @@ def reference_for(message: OutboundMessage, target: int, origin: Origin | None) 
     if origin is not None and origin.channel_id != target:
         return None
     return discord.MessageReference(message_id=int(our_id), channel_id=target, fail_if_not_exists=False)
+
+
+def nonce_for(message: OutboundMessage) -> str:
+    """The chunk's message nonce: 24 hex chars (Discord takes at most 25) derived from the stored chunk's key, so
+    every retry and every daemon life sends the same one. discord.py adds `enforce_nonce: true` to any nonce, and
+    Discord then answers a repeat within a few minutes with the message already posted instead of a second one.
+    A message with no stored chunk behind it gets a random nonce, as discord.py would pick (its own retries)."""
+    if not message.key:
+        return secrets.token_hex(12)
+    return hashlib.blake2b(message.key.encode(), digest_size=12, person=b"gw-discord").hexdigest()
+
+
+def posted_then_deleted(exc: BaseException, message: OutboundMessage) -> bool:
+    """A create answered 10008 Unknown Message: Discord's way of saying the message this chunk's nonce already
+    posted has since been deleted (it is not created again). The chunk was delivered; no retry."""
+    return bool(message.key) and isinstance(exc, discord.NotFound) and exc.code == 10008
 
 
 # ---------------------------------------------------------------------- errors

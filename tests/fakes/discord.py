@@ -1,5 +1,7 @@
 """Fake Discord for discord.py: REST under /api/v10 and a gateway websocket (HELLO/IDENTIFY/READY/RESUME,
 heartbeats, dispatches with sequence numbers and replay on RESUME), with injectable faults and close codes.
+Message create honours `nonce` + `enforce_nonce` as Discord does; 429s carry Discord's body and headers, and a request
+to a bucket before its served `retry_after` expired is recorded and refused again.
 Point discord.py at it with `patch_discord_urls(fake)` (class attributes, restored on exit)."""
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from tests.fakes.base import (Call, Clock, ConnectionReset, Counter, Delay, Faul
                               json_response)
 
 __all__ = ["FakeDiscord", "DiscordMessage", "patch_discord_urls", "rate_limited", "discord_error", "make_guild",
-           "make_user", "TOKEN", "BOT_ID", "APP_ID", "GUILD_ID", "CHANNEL_ID", "USER_ID", "OTHER_USER_ID",
+           "make_user", "snowflake", "AfterCommit", "NONCE_WINDOW_S",
+           "TOKEN", "BOT_ID", "APP_ID", "GUILD_ID", "CHANNEL_ID", "USER_ID", "OTHER_USER_ID",
            "PRIVILEGED_INTENTS", "Call", "Fault", "Delay", "Malformed", "ConnectionReset"]
 
 TOKEN = "FAKE.DISCORD.TOKEN"
@@ -37,6 +40,9 @@ OTHER_USER_ID = "400000000000000002"
 API = "/api/v10"
 PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | (1 << 15)  # members, presences, message_content
 MAX_CONTENT = 2000
+MAX_NONCE = 25
+NONCE_WINDOW_S = 120.0  # Discord says "the past few minutes" for enforce_nonce; the exact span is not published
+DISCORD_EPOCH_MS = 1420070400000
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -74,16 +80,31 @@ def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
     }
 
 
+def snowflake(at: float | None = None, increment: int = 0) -> str:
+    """A Discord id minted at `at` (Unix seconds, default now): discord.py dates a message by its id."""
+    ms = int((time.time() if at is None else at) * 1000) - DISCORD_EPOCH_MS
+    return str((ms << 22) | (increment & 0xFFF))
+
+
 def rate_limited(retry_after: float = 0.05, *, global_: bool = False, scope: str = "user") -> Fault:
-    """A 429 the way Discord sends it (JSON body, X-RateLimit-* headers, and the `Via` header without which
-    discord.py assumes a Cloudflare ban)."""
+    """A 429 the way Discord sends it: JSON body with `retry_after` in seconds (a float) and `global`, the
+    X-RateLimit-* headers, and the `Via` header without which discord.py assumes a Cloudflare ban."""
     headers = {"Retry-After": str(math.ceil(retry_after)), "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
-               "X-RateLimit-Reset-After": str(retry_after), "X-RateLimit-Bucket": "fake-bucket",
-               "X-RateLimit-Scope": scope, "Via": "1.1 google"}
+               "X-RateLimit-Reset": f"{time.time() + retry_after:.3f}", "X-RateLimit-Reset-After": f"{retry_after:.3f}",
+               "X-RateLimit-Bucket": "fake-bucket", "X-RateLimit-Scope": "global" if global_ else scope,
+               "Via": "1.1 google"}
     if global_:
         headers["X-RateLimit-Global"] = "true"
-    return Fault(429, {"message": "You are being rate limited.", "retry_after": retry_after, "global": global_},
-                 headers)
+    return Fault(429, {"message": "You are being rate limited.", "retry_after": retry_after, "global": global_,
+                       "code": 0}, headers)
+
+
+@dataclass(frozen=True, slots=True)
+class AfterCommit:
+    """Carry the request out (the message is posted), then answer with `then` instead (a `ConnectionReset`, a 5xx):
+    the client cannot tell that it went through, the case `enforce_nonce` exists for."""
+
+    then: Any
 
 
 def discord_error(status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None) -> Fault:
@@ -142,6 +163,7 @@ class _Conn:
 
 
 Handler = Callable[[web.Request, Any], Awaitable[Any]]
+_CALL = web.RequestKey("call", Call)  # the request's record, for handlers that note it
 
 
 # ---------------------------------------------------------------------------------------------- fake
@@ -164,6 +186,10 @@ class FakeDiscord(FakeServer):
         self.enabled_privileged_intents = enabled_privileged_intents
         self.echo_own_messages = echo_own_messages
         self.sent: list[DiscordMessage] = []
+        self.nonce_repeats: list[Call] = []  # creates answered with the message an earlier one posted
+        self.retry_after_violations: list[Call] = []  # requests to a bucket before its served retry_after expired
+        self._nonces: dict[str, tuple[str, str, float]] = {}  # nonce → (channel, message, when posted)
+        self._limited_until: dict[str, float] = {}  # bucket (route + channel) → end of its served retry_after
         self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji) currently set by the bot
         self.global_commands: list[dict[str, Any]] = []
         self.guild_commands: dict[str, list[dict[str, Any]]] = {}
@@ -196,6 +222,11 @@ class FakeDiscord(FakeServer):
     @property
     def http_base(self) -> str:
         return self.base_url
+
+    @property
+    def online(self) -> bool:
+        """A client is identified (or resumed) on a socket still open: a dispatch now reaches it."""
+        return bool(self._live())
 
     @property
     def identify_count(self) -> int:
@@ -245,12 +276,18 @@ class FakeDiscord(FakeServer):
     def _wrap(self, name: str, fn: Handler, auth: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
             body = await _read_body(request)
-            self.record(request, name, body)
+            call = request[_CALL] = self.record(request, name, body)
+            bucket = f"{name}:{request.match_info.get('cid', '')}"
+            limited = self._retry_after_check(call, bucket)
+            if limited is not None:
+                return limited
             concrete = f"{request.method} {request.path.removeprefix(API)}"
             step = self.take_fault([concrete, name])
-            if step is not None:
-                response = await self.apply_fault(request, step, lambda s: {"message": f"{s}: fault", "code": 0})
+            after = step.then if isinstance(step, AfterCommit) else None
+            if step is not None and after is None:
+                response = await self.apply_fault(request, step, _error_body)
                 if response is not None:
+                    self._note_retry_after(step, bucket)
                     return response
             if auth and request.headers.get("Authorization") != f"Bot {self.token}":
                 return json_response({"message": "401: Unauthorized", "code": 0}, 401)
@@ -258,10 +295,26 @@ class FakeDiscord(FakeServer):
                 result = await fn(request, body)
             except _ApiError as e:
                 return json_response(e.body, e.status)
+            if after is not None:
+                return await self.apply_fault(request, after, _error_body) or json_response(result)
             if result is None:
                 return web.Response(status=204)
             return json_response(result)
         return handler
+
+    def _retry_after_check(self, call: Call, bucket: str) -> web.Response | None:
+        until = self._limited_until.get(bucket)
+        if until is None or call.at >= until:
+            return None
+        self.retry_after_violations.append(call)
+        again = rate_limited(round(until - call.at, 3))
+        return json_response(again.body, again.status, again.headers)
+
+    def _note_retry_after(self, step: Any, bucket: str) -> None:
+        while isinstance(step, Delay):
+            step = step.then
+        if isinstance(step, Fault) and step.status == 429 and isinstance(step.body, Mapping):
+            self._limited_until[bucket] = self.clock() + float(step.body.get("retry_after") or 0)
 
     def _matches(self, call: Call, key: str | Callable[[Call], bool]) -> bool:
         return super()._matches(call, key) or key == f"{call.method} {call.path.removeprefix(API)}"
@@ -308,7 +361,22 @@ class FakeDiscord(FakeServer):
     async def _post_message(self, request: web.Request, body: Any) -> Any:
         cid = request.match_info["cid"]
         self._channel(cid)
-        return await self._send(cid, body, "rest")
+        _check_message(body, require_content=True)
+        nonce = body.get("nonce")
+        if nonce is not None and len(str(nonce)) > MAX_NONCE:
+            raise _field_error("nonce", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_NONCE} or fewer in length.")
+        earlier = self._nonces.get(str(nonce)) if nonce is not None and body.get("enforce_nonce") else None
+        if earlier is not None and self.clock() - earlier[2] < NONCE_WINDOW_S:
+            # "If another message was created by the same author with the same nonce, that message will be
+            # returned and no new message will be created"; one deleted since is not created again either
+            self.nonce_repeats.append(request[_CALL])
+            if (earlier[0], earlier[1]) not in self._messages:
+                raise _ApiError(404, "Unknown Message", 10008)
+            return self._messages[(earlier[0], earlier[1])]
+        message = await self._send(cid, body, "rest")
+        if nonce is not None:
+            self._nonces[str(nonce)] = (cid, message["id"], self.clock())
+        return message
 
     async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0) -> dict[str, Any]:
         _check_message(body, require_content=True)
@@ -523,6 +591,13 @@ class FakeDiscord(FakeServer):
                                       f"{[m.content for m in self.sent_messages()]}")
         return self.sent_messages(channel_id)[count - 1]
 
+    def delete_message(self, channel_id: str | int, message_id: str) -> None:
+        """Someone (a moderator, the user in a DM) deleted one of the bot's messages."""
+        key = (str(channel_id), str(message_id))
+        self._messages.pop(key, None)
+        self.sent = [m for m in self.sent if (m.channel_id, m.id) != key]
+        self.notify()
+
     async def push_message(self, channel_id: str | int, content: str, author_id: str | int = USER_ID, *,
                            guild_id: str | int | None = None, mentions: Sequence[str | int] | None = None,
                            referenced_message: str | int | Mapping[str, Any] | None = None,
@@ -614,6 +689,8 @@ class FakeDiscord(FakeServer):
                 for f in sent.files],
             "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
             "flags": sent.flags, "components": []}
+        if sent.body.get("nonce") is not None:
+            message["nonce"] = sent.body["nonce"]
         if channel.get("guild_id"):
             message["guild_id"] = channel["guild_id"]
         if sent.message_reference:
@@ -741,6 +818,10 @@ class FakeDiscord(FakeServer):
 
 
 # ---------------------------------------------------------------------------------------------- body
+def _error_body(status: int) -> dict[str, Any]:
+    return {"message": f"{status}: fault", "code": 0}
+
+
 async def _read_body(request: web.Request) -> Any:
     if not request.can_read_body:
         return {}
