@@ -123,7 +123,8 @@ async def start_gateway(home: Path, llm: FakeLLM, extra: str = "") -> Server:
         + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")
     log = home.parent / "gateway.log"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path)}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}  # the code under test
     with log.open("wb") as out:
         proc = subprocess.Popen([GATEWAY, "--home", str(home), "--log-format", "json", "run"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
@@ -213,6 +214,7 @@ class Sample:
 class Result:
     latency: list[Sample] = field(default_factory=list)
     throughput: float = 0.0
+    cpu_per_message: float | None = None  # the server's CPU seconds (user + system) per message, throughput run
 
 
 class Tab:
@@ -263,9 +265,12 @@ async def measure(server: Server, llm: TimedLLM, *, sessions: int, latency_n: in
                 await tab.say(f"{server.name}-t{i}-{n}")
 
         spy = profile(server, profile_to) if profile_to else None
+        cpu = cpu_seconds(server.proc.pid)
         started = time.monotonic()
         await asyncio.gather(*(converse(tab, i) for i, tab in enumerate(busy)))
         result.throughput = clients * per_client / (time.monotonic() - started)
+        if cpu is not None and (after := cpu_seconds(server.proc.pid)) is not None:
+            result.cpu_per_message = (after - cpu) / (clients * per_client)
         for tab in busy:
             await tab.close()
         if spy is not None:
@@ -273,6 +278,15 @@ async def measure(server: Server, llm: TimedLLM, *, sessions: int, latency_n: in
             spy.wait(60)
     llm.times.clear()
     return result
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process so far (Linux /proc); steadier than throughput on a shared machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def profile(server: Server, into: Path) -> subprocess.Popen[bytes]:
@@ -286,6 +300,10 @@ def profile(server: Server, into: Path) -> subprocess.Popen[bytes]:
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.2f} ms"
 
 
 def report(gateway: Result, echo: Result, args: argparse.Namespace, seed_s: float) -> str:
@@ -306,6 +324,8 @@ def report(gateway: Result, echo: Result, args: argparse.Namespace, seed_s: floa
                      f"{pct(e, .99):>8.2f}{pct(g, .5) - pct(e, .5):>11.2f}{pct(g, .99) - pct(e, .99):>8.2f}")
     lines += ["", f"throughput: gateway {gateway.throughput:.0f} msg/s, echo {echo.throughput:.0f} msg/s, "
               f"ratio {gateway.throughput / echo.throughput:.2f} (goal >= 0.50)",
+              f"CPU per message in the throughput run: gateway {_ms(gateway.cpu_per_message)}, echo "
+              f"{_ms(echo.cpu_per_message)}",
               f"mean round trip at one message at a time: gateway "
               f"{statistics.mean(s.received - s.sent for s in gateway.latency) * 1000:.2f} ms, echo "
               f"{statistics.mean(s.received - s.sent for s in echo.latency) * 1000:.2f} ms"]

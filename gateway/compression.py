@@ -57,10 +57,29 @@ FLUSH_INSTRUCTION = (
 )
 
 
+MESSAGE_CHARS = 40  # what a message adds around its text on the wire: role, keys, quotes, a block's type
+
+
 def estimate_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef]) -> int:
-    size = len(system) + sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
-    size += sum(len(t.name) + len(t.description) + len(json.dumps(dict(t.parameters))) for t in tools)
-    return size // CHARS_PER_TOKEN
+    return (len(system) + messages_chars(messages) + sum(tool_chars(t) for t in tools)) // CHARS_PER_TOKEN
+
+
+def messages_chars(messages: Sequence[ChatMessage]) -> int:
+    """About the JSON size of the messages, from string lengths: a turn runs this over its whole history, and
+    encoding every message only to measure it was a noticeable share of the gateway's CPU per message."""
+    size = 0
+    for m in messages:
+        content = m.get("content")
+        size += MESSAGE_CHARS + (len(content) if isinstance(content, str) else len(json.dumps(content)))
+        if m.get("tool_calls"):
+            size += len(json.dumps(m["tool_calls"]))
+        if m.get("tool_call_id"):
+            size += len(m["tool_call_id"]) + MESSAGE_CHARS
+    return size
+
+
+def tool_chars(tool: ToolDef) -> int:
+    return len(tool.name) + len(tool.description) + len(json.dumps(dict(tool.parameters)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +139,20 @@ class Compressor:
         self.config = config
         self.clock = clock
         self.flush = flush
+        self._tool_chars: dict[int, tuple[ToolDef, int]] = {}  # the registry's specs are the same objects each turn
 
     def over_limit(self, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef]) -> bool:
         limit = self.config.compress_at * self.agent.llm.context_window
-        return estimate_tokens(system, messages, tools) > limit
+        size = len(system) + messages_chars(messages) + sum(self._size_of(t) for t in tools)
+        return size // CHARS_PER_TOKEN > limit
+
+    def _size_of(self, tool: ToolDef) -> int:
+        known = self._tool_chars.get(id(tool))
+        if known is None or known[0] is not tool:
+            if len(self._tool_chars) > 1000:
+                self._tool_chars.clear()
+            known = self._tool_chars[id(tool)] = (tool, tool_chars(tool))
+        return known[1]
 
     async def compress(self, session: SessionRow, prompt: str, rows: Sequence[MessageRow]) -> bool:
         """Summarize, flush, store. False (history untouched) when nothing can go or the summary failed.

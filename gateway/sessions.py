@@ -26,7 +26,7 @@ from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
 from gateway.store import SessionRow, Store, parse_iso
 from gateway.tools import ToolContext
-from gateway.transcript import decode_inbound, encode_inbound, history_messages, well_formed
+from gateway.transcript import decode_inbound, encode_inbound, session_history, well_formed
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ class SessionManager:
         if not await compressor.compress(session, prompt, self.store.history(session.id)):
             return prompt, history
         prompt = self.rebuild_prompt(self.store.session(session.id), reason="compression")
-        return prompt, history_messages(self.store.history(session.id))
+        return prompt, session_history(self.store, session.id)
 
     def tool_context(self, session: SessionRow, user_id: str | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
@@ -336,7 +336,7 @@ class SessionManager:
             await self.outbox.post(f"r{inbound_id}", inbound.chat, _reset_notice(ended))
         try:
             prompt = self.ensure_prompt(session)
-            history = history_messages(self.store.history(session.id))
+            history = session_history(self.store, session.id)
             user_msg = self.user_message(inbound, ended)
             prompt, history = await self._compress_if_needed(session, prompt, history, user_msg)
             result = await self._run_agent(session, inbound, prompt, history, user_msg)

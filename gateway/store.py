@@ -2,13 +2,15 @@
 
 One named function per query; schema changes are append-only named migrations. Calls are synchronous and
 short (WAL + synchronous=NORMAL: no fsync per commit), so the event loop may call them directly. A row that
-cannot be read raises StoreError; it never turns into "no session".
+cannot be read raises StoreError; it never turns into "no session". Messages are written only through the
+methods here: they keep the cache of recent sessions' histories (`chat_history`) in step.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from gateway.errors import StoreError
+from gateway.history_cache import ChatView, HistoryCache
 from gateway.search_schema import SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
@@ -202,6 +205,19 @@ def parse_iso(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
+HISTORY_KINDS = ("chat", "summary")  # what a session's model input is made of
+
+
+def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str | None) -> ChatView:
+    """A stored message as a neutral chat message (gateway/llm.py's ChatMessage shape)."""
+    message: ChatView = {"role": sys.intern(role), "content": content}
+    if tool_calls:
+        message["tool_calls"] = json.loads(tool_calls)
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    return message
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRow:
     id: int
@@ -340,6 +356,8 @@ class Store:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         self.applied = self._migrate(migrations)
+        self.history_cache = HistoryCache()
+        self._data_version = self._read_data_version()
 
     def checkpoint_off_loop(self, *, safety_pages: int = 10_000) -> None:
         """Leave WAL checkpoints to `checkpoint()` (the daemon runs it in a thread). SQLite's own runs inside
@@ -371,10 +389,16 @@ class Store:
         try:
             yield self.conn
         except BaseException:
+            self.history_cache.rollback()
             self.conn.execute("ROLLBACK")
             raise
         else:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.history_cache.rollback()
+                raise
+            self.history_cache.commit()
 
     def _migrate(self, migrations: Sequence[Migration]) -> list[str]:
         self.conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -419,6 +443,8 @@ class Store:
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one write statement in its own transaction; return lastrowid."""
+        if "messages" in sql:  # not a path messages are written by; should one ever be, no cached history lies
+            self.history_cache.clear()
         try:
             with self.tx() as conn:
                 cur = conn.execute(sql, args)
@@ -469,6 +495,7 @@ class Store:
 
     def end_session(self, session_id: int, *, reason: str, now: datetime, flush_state: str | None) -> bool:
         """Close a session once; returns False if it was already closed (so two closers never both flush)."""
+        self.history_cache.drop(session_id)  # no more turns: its history is read once more at most (the flush)
         with self.tx() as conn:
             cur = conn.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ?, flush_state = COALESCE(flush_state, ?)"
@@ -509,26 +536,62 @@ class Store:
         with self.tx() as conn:
             self._insert_messages(conn, session_id, messages, now=now, kind=kind, turn_id=turn_id)
 
-    @staticmethod
-    def _insert_messages(conn: sqlite3.Connection, session_id: int, messages: Sequence[dict[str, Any]], *,
+    def _insert_messages(self, conn: sqlite3.Connection, session_id: int, messages: Sequence[dict[str, Any]], *,
                          now: datetime, kind: str, turn_id: str | None) -> int:
         """Insert neutral chat messages (role, content, tool calls…) inside the caller's transaction."""
         last = 0
+        created = iso(now)
+        views = []
         for m in messages:
+            content = m.get("content") or ""
+            calls = json.dumps(m["tool_calls"]) if m.get("tool_calls") else None
             cur = conn.execute(
                 "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
                 " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, m["role"], m.get("content") or "",
-                 json.dumps(m["tool_calls"]) if m.get("tool_calls") else None, m.get("tool_call_id"),
-                 m.get("user_id"), m.get("user_name"), m.get("platform_message_id"), iso(now), kind, turn_id))
+                (session_id, m["role"], content, calls, m.get("tool_call_id"), m.get("user_id"), m.get("user_name"),
+                 m.get("platform_message_id"), created, kind, turn_id))
             last = int(cur.lastrowid or 0)
+            views.append(chat_view(m["role"], content, calls, m.get("tool_call_id")))
+        if kind in HISTORY_KINDS:
+            self.history_cache.stage(session_id, views)
         return last
 
-    def history(self, session_id: int, *, kinds: Sequence[str] = ("chat", "summary")) -> list[MessageRow]:
+    def history(self, session_id: int, *, kinds: Sequence[str] = HISTORY_KINDS) -> list[MessageRow]:
         marks = ",".join("?" * len(kinds))
         rows = self.all(f"SELECT * FROM messages WHERE session_id = ? AND active = 1 AND kind IN ({marks})"
                         " ORDER BY id", (session_id, *kinds))
         return [_row(MessageRow, r) for r in rows]
+
+    def chat_history(self, session_id: int) -> list[ChatView]:
+        """The session's active chat and summary messages as chat messages, oldest first: `history()` as
+        transcript.history_messages sees it, kept decoded between turns for recently used sessions (a turn
+        otherwise re-reads every row). The list and its dicts are the caller's to change."""
+        self._forget_if_changed_elsewhere()
+        cached = self.history_cache.get(session_id)
+        if cached is not None:
+            return cached
+        try:
+            cur = self.conn.cursor()
+            cur.row_factory = None
+            rows = cur.execute("SELECT role, content, tool_calls, tool_call_id FROM messages WHERE session_id = ?"
+                               " AND active = 1 AND kind IN ('chat', 'summary') ORDER BY id", (session_id,)).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        views = [chat_view(*r) for r in rows]
+        fresh = [m.copy() for m in views]
+        self.history_cache.put(session_id, views)
+        return fresh
+
+    def _read_data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _forget_if_changed_elsewhere(self) -> None:
+        """Another connection (a second process, another Store on the file) committed: cached histories may be
+        stale. SQLite bumps `data_version` for exactly that, and never for this connection's own commits."""
+        version = self._read_data_version()
+        if version != self._data_version:
+            self.history_cache.clear()
+            self._data_version = version
 
     def count_messages(self, session_id: int, roles: Sequence[str] = ("user", "assistant")) -> int:
         marks = ",".join("?" * len(roles))
@@ -537,6 +600,7 @@ class Store:
         return int(row[0]) if row else 0
 
     def deactivate_messages(self, ids: Sequence[int]) -> None:
+        self.history_cache.clear()
         with self.tx() as conn:
             conn.executemany("UPDATE messages SET active = 0 WHERE id = ?", [(i,) for i in ids])
 
@@ -548,6 +612,7 @@ class Store:
         appended and the tail's originals go inactive, so `ORDER BY id` stays the conversation's order.
         Nothing is deleted: the originals stay for the record.
         """
+        self.history_cache.drop(session_id)
         with self.tx() as conn:
             conn.executemany("UPDATE messages SET active = 0 WHERE id = ?",
                              [(i,) for i in (*dropped, *(r.id for r in tail))])

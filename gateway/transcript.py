@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.events import Attachment, ChatRef, Inbound
 from gateway.llm import ChatMessage
-from gateway.store import MessageRow
+from gateway.store import MessageRow, Store, chat_view
 
 
 def encode_inbound(inbound: Inbound) -> str:
@@ -50,21 +50,20 @@ def well_formed(inbound: Inbound) -> Inbound:
 
 
 def history_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
-    out: list[ChatMessage] = []
-    for r in rows:
-        m: ChatMessage = {"role": r.role, "content": r.content}
-        if r.tool_calls:
-            m["tool_calls"] = json.loads(r.tool_calls)
-        if r.tool_call_id:
-            m["tool_call_id"] = r.tool_call_id
-        out.append(m)
-    return _drop_dangling_tool_calls(out)
+    return _drop_dangling_tool_calls([chat_view(r.role, r.content, r.tool_calls, r.tool_call_id) for r in rows])
+
+
+def session_history(store: Store, session_id: int) -> list[ChatMessage]:
+    """The session's model input so far: `history_messages(store.history(id))`, from the store's cache."""
+    return _drop_dangling_tool_calls(store.chat_history(session_id))
 
 
 def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:
     """A tool call without its result (or the reverse) makes both wires reject the request; drop such pairs."""
     answered = {m["tool_call_id"] for m in msgs if m["role"] == "tool"}
     called = {c["id"] for m in msgs for c in m.get("tool_calls") or ()}
+    if answered == called:
+        return msgs  # every call has its result (or there are none): nothing to drop
     out = []
     for m in msgs:
         if m["role"] == "tool" and m["tool_call_id"] not in called:

@@ -1,0 +1,152 @@
+"""The decoded history kept between turns (Store.chat_history): after every kind of write it equals what a fresh
+read of the rows gives, it never keeps what a failed transaction wrote, it notices another connection's
+writes, and it stays within its byte budget."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.history_cache import HistoryCache, view_bytes
+from gateway.store import Store, chat_view
+
+NOW = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
+
+
+def fresh(store: Store, session_id: int) -> list[dict[str, Any]]:
+    """What the rows say, read past the cache."""
+    return [chat_view(r.role, r.content, r.tool_calls, r.tool_call_id) for r in store.history(session_id)]
+
+
+def new_session(store: Store, key: str = "cli:dm:c1") -> int:
+    return store.create_session(key=key, platform="cli", chat_type="dm", chat_id=key.rsplit(":", 1)[-1],
+                                thread_id=None, user_id="u1", parent_id=None, model="m", provider="p", now=NOW).id
+
+
+def exchange(n: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"question {n}", "user_id": "u1"},
+            {"role": "assistant", "content": f"answer {n}"}]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = Store(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def test_it_follows_every_write_to_the_history(store: Store) -> None:
+    sid = new_session(store)
+    assert store.chat_history(sid) == []
+    store.add_messages(sid, exchange(1), now=NOW, turn_id="t1")
+    assert len(store.history_cache) == 1  # read once, now kept: the checks below run against the cache
+    assert store.chat_history(sid) == fresh(store, sid) == [
+        {"role": "user", "content": "question 1"}, {"role": "assistant", "content": "answer 1"}]
+
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "memory", "arguments": "{}"}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "saved", "is_error": False}
+    store.complete_turn(sid, [exchange(2)[0], call, result, exchange(2)[1]], [], None, now=NOW, turn_id="t2")
+    assert store.chat_history(sid) == fresh(store, sid)
+    assert store.chat_history(sid)[3]["tool_calls"] == call["tool_calls"]
+
+    store.add_message(sid, "user", "a memory flush instruction", now=NOW, kind="flush")  # not model input
+    assert store.chat_history(sid) == fresh(store, sid) and len(store.chat_history(sid)) == 6
+
+    store.add_messages(sid, exchange(3), now=NOW, turn_id="t3")
+    rows = store.history(sid)
+    store.compress_history(sid, dropped=[r.id for r in rows[2:6]], tail=rows[6:], summary="the gist", now=NOW)
+    assert store.chat_history(sid) == fresh(store, sid)
+    assert [m["content"] for m in store.chat_history(sid)] == [
+        "question 1", "answer 1", "the gist", "question 3", "answer 3"]
+
+    store.deactivate_messages([r.id for r in store.history(sid)[-2:]])  # /undo
+    assert [m["content"] for m in store.chat_history(sid)] == ["question 1", "answer 1", "the gist"]
+    assert store.chat_history(sid) == fresh(store, sid)
+
+
+def test_a_failed_turn_transaction_leaves_nothing_behind(store: Store) -> None:
+    sid = new_session(store)
+    store.add_messages(sid, exchange(1), now=NOW)
+    before = store.chat_history(sid)
+    with pytest.raises(KeyError):  # a reply chunk row without its fields: the whole turn rolls back
+        store.complete_turn(sid, exchange(2), [{"turn_id": "t2"}], None, now=NOW, turn_id="t2")
+    assert store.chat_history(sid) == before == fresh(store, sid)
+    store.add_messages(sid, exchange(3), now=NOW)
+    assert [m["content"] for m in store.chat_history(sid)] == ["question 1", "answer 1", "question 3", "answer 3"]
+
+
+def test_writes_from_another_connection_are_seen(tmp_path: Path) -> None:
+    daemon, other = Store(tmp_path / "state.db"), Store(tmp_path / "state.db")
+    try:
+        sid = new_session(daemon)
+        daemon.add_messages(sid, exchange(1), now=NOW)
+        assert len(daemon.chat_history(sid)) == 2
+        other.add_messages(sid, exchange(2), now=NOW)
+        assert [m["content"] for m in daemon.chat_history(sid)] == [
+            "question 1", "answer 1", "question 2", "answer 2"]
+        other.deactivate_messages([r.id for r in other.history(sid)])
+        assert daemon.chat_history(sid) == []
+    finally:
+        daemon.close()
+        other.close()
+
+
+def test_a_restart_reads_the_rows(tmp_path: Path) -> None:
+    first = Store(tmp_path / "state.db")
+    sid = new_session(first)
+    first.add_messages(sid, exchange(1), now=NOW)
+    first.chat_history(sid)
+    first.close()
+    second = Store(tmp_path / "state.db")
+    try:
+        assert second.chat_history(sid) == fresh(second, sid) and len(second.chat_history(sid)) == 2
+    finally:
+        second.close()
+
+
+def test_callers_get_copies(store: Store) -> None:
+    sid = new_session(store)
+    store.add_messages(sid, exchange(1), now=NOW)
+    store.chat_history(sid)
+    got = store.chat_history(sid)
+    got[0]["content"] = "changed by a client"
+    got.append({"role": "user", "content": "appended by a client"})
+    assert store.chat_history(sid) == fresh(store, sid)
+
+
+def test_an_ended_session_leaves_the_cache(store: Store) -> None:
+    sid = new_session(store)
+    store.add_messages(sid, exchange(1), now=NOW)
+    store.chat_history(sid)
+    assert len(store.history_cache) == 1
+    store.end_session(sid, reason="command", now=NOW, flush_state=None)
+    assert len(store.history_cache) == 0 and store.history_cache.bytes == 0
+
+
+def test_bounded_by_bytes_least_recently_used_first() -> None:
+    def history(n: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "x" * 100} for _ in range(n)]
+    one = sum(view_bytes(m) for m in history(10))
+    cache = HistoryCache(budget_bytes=3 * one)
+    for sid in (1, 2, 3):
+        cache.put(sid, history(10))
+    assert cache.get(1) is not None  # 1 is now the most recently used
+    cache.put(4, history(10))
+    assert cache.get(2) is None and all(cache.get(s) is not None for s in (1, 3, 4))
+    cache.stage(3, history(5))
+    cache.commit()  # 3 grows past the budget: the least recently used (1) goes
+    assert cache.get(1) is None and cache.bytes <= cache.budget_bytes
+    cache.put(5, history(40))  # bigger than the whole budget: not kept, nothing else evicted for it
+    assert cache.get(5) is None and len(cache) == 2
+
+
+def test_many_sessions_stay_within_the_budget(store: Store) -> None:
+    store.history_cache = HistoryCache(budget_bytes=200_000)
+    for n in range(2_000):
+        sid = new_session(store, key=f"cli:dm:c{n}")
+        store.add_messages(sid, exchange(n) * 5, now=NOW)
+        store.chat_history(sid)
+    assert store.history_cache.bytes <= 200_000 and 0 < len(store.history_cache) < 2_000
