@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import adapters.aiogram_import  # noqa: F401 - before aiogram: its models are built on first use (~100 MB)
 from aiogram.exceptions import (TelegramAPIError, TelegramBadRequest, TelegramForbiddenError, TelegramNetworkError,
                                 TelegramRetryAfter, TelegramServerError)
 from aiogram.types import Message, MessageEntity, User

@@ -1,0 +1,5 @@
+"""Adapter tests import aiogram the way the daemon does (models built on first use), before any test module does."""
+
+from __future__ import annotations
+
+import adapters.aiogram_import  # noqa: F401
