@@ -7,6 +7,7 @@ session. Replies arrive over the socket as Markdown; the page renders them.
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import logging
 import uuid
@@ -33,6 +34,9 @@ class WebChatAdapter:
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         self._sent = 0
         self._history: HistorySource | None = None
+        # Inbound ids: unique across restarts (the store dedupes on them) without a uuid4 per message.
+        self._boot = uuid.uuid4().hex[:16]
+        self._received = itertools.count(1)
 
     def attach(self, app: web.Application, *, history: HistorySource | None = None) -> None:
         self._history = history
@@ -107,7 +111,7 @@ class WebChatAdapter:
         if self._submit is None:
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is not ready"}))
             return
-        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=uuid.uuid4().hex,
+        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=f"{self._boot}-{next(self._received)}",
                           received_at=datetime.now(UTC), user_name=None)
         result = await self._submit(inbound)
         await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": result.outcome.value}))

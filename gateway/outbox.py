@@ -22,7 +22,6 @@ from gateway.chunking import render_chunks
 from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable
 from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
 from gateway.hints import PlatformFacts
-from gateway.markup import to_plain
 from gateway.metrics import Metrics, error_kind
 from gateway.ratelimit import RateLimiter
 from gateway.store import OutboundRow, Store
@@ -58,7 +57,9 @@ def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts
     """Split one reply into chunk rows for the outbound table (pure; the same input gives the same rows)."""
     chunks: list[tuple[str, str, tuple[TextEntity, ...]]]
     if facts.flavor == "markdown":
-        chunks = [(markdown, to_plain(markdown), ())] if markdown.strip() else []
+        # The page renders the Markdown itself and never rejects it, so the plain fallback is never sent:
+        # rendering one (a markdown-it parse of the whole reply) would be work for nothing.
+        chunks = [(markdown, markdown, ())] if markdown.strip() else []
     else:
         rendered = render_chunks(markdown, facts.flavor, limit=facts.max_length,  # type: ignore[arg-type]
                                  unit=facts.length_unit, max_lines=facts.max_lines)  # type: ignore[arg-type]
@@ -153,10 +154,10 @@ class Outbox:
 
     async def deliver(self, turn_id: str) -> list[str]:
         """Send the turn's unsent chunks (after any older unsent ones in its chat); returns the sent chunks' ids."""
-        rows = self.store.outbound_for_turn(turn_id)
-        if not rows:
+        key = self.store.outbound_chat(turn_id)
+        if key is None:
             return []
-        await self._flush((rows[0].platform, rows[0].chat_id))
+        await self._flush(key)
         return [r.platform_message_id or "" for r in self.store.outbound_for_turn(turn_id) if r.status == "sent"]
 
     async def deliver_pending(self, platform: str | None = None) -> int:
@@ -195,10 +196,7 @@ class Outbox:
 
     def _next_pending(self, key: ChatKey) -> OutboundRow | None:
         # Re-read every time: a turn that finished meanwhile in this chat queues behind what is already here.
-        for row in self.store.pending_outbound():
-            if (row.platform, row.chat_id) == key:
-                return row
-        return None
+        return self.store.next_pending_outbound(*key)
 
     def _fail_rest_of_turn(self, failed: OutboundRow) -> None:
         """A reply with a hole in the middle would mislead; the chunks after a failed one are not sent either."""

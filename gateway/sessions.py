@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ from gateway.events import (Adapter, ChatRef, Inbound, OutboundKind, SubmitOutco
 from gateway.llm import ChatMessage, LLMReply
 from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
-from gateway.store import SessionRow, Store, parse_iso
+from gateway.store import SessionRow, Store, iso, parse_iso
 from gateway.tools import ToolContext
 from gateway.transcript import decode_inbound, encode_inbound, session_history, well_formed
 
@@ -327,9 +327,10 @@ class SessionManager:
         session, ended = self.open_session(key, inbound, now)
         if inbound.chat.platform != "cron":  # idle counts real user messages only
             self.store.touch_user(session.id, now)
-            self.hooks.session_touched(self.store.session(session.id), now)
+            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # the row as just written
         turn = f"t{inbound_id}"
-        log.info("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+        # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
+        log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
         log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
                   inbound.text)
         if ended and self._notify_reset(session):

@@ -709,6 +709,16 @@ class Store:
         rows = self.all("SELECT * FROM outbound WHERE turn_id = ? ORDER BY chunk_index", (turn_id,))
         return [_row(OutboundRow, r) for r in rows]
 
+    def outbound_chat(self, turn_id: str) -> tuple[str, str] | None:
+        """(platform, chat id) of a recorded reply, None when the turn recorded nothing."""
+        row = self.one("SELECT platform, chat_id FROM outbound WHERE turn_id = ? LIMIT 1", (turn_id,))
+        return None if row is None else (row[0], row[1])
+
+    def next_pending_outbound(self, platform: str, chat_id: str) -> OutboundRow | None:
+        """The chat's oldest unsent chunk."""
+        return _row(OutboundRow, self.one("SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"
+                                          " AND chat_id = ? ORDER BY id LIMIT 1", (platform, chat_id)))
+
     def pending_outbound(self) -> list[OutboundRow]:
         rows = self.all("SELECT * FROM outbound WHERE status = 'pending' ORDER BY id")
         return [_row(OutboundRow, r) for r in rows]

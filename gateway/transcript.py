@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,9 +17,16 @@ from gateway.llm import ChatMessage
 from gateway.store import MessageRow, Store, chat_view
 
 
+_INBOUND_FIELDS = tuple(f.name for f in fields(Inbound))
+_CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))
+
+
 def encode_inbound(inbound: Inbound) -> str:
-    data = asdict(inbound)
+    """JSON of every field, as `asdict` would give it (every message is encoded once; asdict deep-copies)."""
+    data: dict[str, Any] = {name: getattr(inbound, name) for name in _INBOUND_FIELDS}
+    data["chat"] = {name: getattr(inbound.chat, name) for name in _CHAT_FIELDS}
     data["received_at"] = inbound.received_at.isoformat()
+    data["attachments"] = [asdict(a) for a in inbound.attachments]
     return json.dumps(data, ensure_ascii=False)
 
 

@@ -1,0 +1,34 @@
+"""Shortcuts taken on the per-message path give what the longer way gave."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
+from gateway.hints import PlatformFacts
+from gateway.outbox import render_rows
+from gateway.transcript import decode_inbound, encode_inbound
+
+
+def test_the_inbound_payload_is_what_asdict_gives() -> None:
+    full = Inbound(chat=ChatRef("discord", "channel", "C1", "T9"), user_id="u1", text="héllo 👋", message_id="m1",
+                   received_at=datetime(2026, 5, 4, 10, 0, 1, 5, tzinfo=UTC), user_name="Ann", reply_to_id="m0",
+                   attachments=(Attachment("photo", "a.png", "image/png", 12), Attachment("file")),
+                   is_addressed=False, is_bot=True, chat_title="general", username="ann", space_id="G1",
+                   roles=("r1", "r2"))
+    bare = Inbound(chat=ChatRef("web", "dm", "c1"), user_id="c1", text="hi", message_id="m2",
+                   received_at=datetime(2026, 5, 4, tzinfo=UTC))
+    for inbound in (full, bare):
+        expected = asdict(inbound)
+        expected["received_at"] = inbound.received_at.isoformat()
+        assert encode_inbound(inbound) == json.dumps(expected, ensure_ascii=False)
+        assert decode_inbound(encode_inbound(inbound)) == inbound
+
+
+def test_a_markdown_platform_gets_the_reply_as_it_is() -> None:
+    facts = PlatformFacts(name="web", hint="", max_length=100_000, length_unit="chars", flavor="markdown")
+    reply = "**Done.** See [the docs](https://example.com):\n\n- one\n- two\n"
+    rows = render_rows("t1", ChatRef("web", "dm", "c1"), reply, facts, kind=OutboundKind.REPLY, reply_to_id="m1")
+    assert [(r["text"], r["plain"], r["chunk_count"]) for r in rows] == [(reply, reply, 1)]
