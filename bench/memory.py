@@ -6,6 +6,10 @@ The sessions are seeded in SQLite with 18 messages, then each gets one real turn
 FakeTelegram (or the web chat), so every per-session path (lanes, locks, outbox, rate-limit windows, lifecycle
 deadlines) has run. Telegram traffic stays under the bot's 30 messages a second, so creating 10,000 takes minutes.
 
+Where the MB at start go is measured beside it, each step in a fresh interpreter with the daemon's config: the bare
+interpreter, the core (`gateway.cli` and `gateway.daemon` with their libraries, the config loaded), the model client
+as configured, and each configured platform's adapter module (its library) on top of the core.
+
 Run:  PYTHONPATH=. /work/venv/bin/python bench/memory.py [--sessions 10000] [--soak-seconds 1800] [--rate 20]
       PYTHONPATH=. /work/venv/bin/python bench/memory.py --quick      (2,000 sessions, a 2-minute soak)
 """
@@ -16,6 +20,8 @@ import argparse
 import asyncio
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +42,43 @@ class QuietLLM(FakeLLM):
         self.calls.clear()
         self.usages.clear()
         return response
+
+
+# One step of the breakdown, run as `python -c STEP step home`; prints its own RSS in MB.
+STEP = """
+import importlib, os, sys
+from pathlib import Path
+step, home = sys.argv[1], Path(sys.argv[2])
+if step != "python":
+    import gateway.cli, gateway.daemon
+    from gateway.config import load_config
+    config = load_config(home)
+if step == "model":
+    from gateway.llm import build_llm
+    build_llm(config, dict(os.environ), probe_ollama=False)
+elif step.startswith("adapters."):
+    importlib.import_module(step)
+print(next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
+      / 1024)
+"""
+ADAPTER_MODULES = {"web": "adapters.webchat", "telegram": "adapters.telegram", "discord": "adapters.discord_adapter",
+                   "slack": "adapters.slack"}
+
+
+def step_mb(step: str, home: Path) -> float:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent)}  # as the daemon gets it
+    done = subprocess.run([sys.executable, "-c", STEP, step, str(home)], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def breakdown(home: Path, platforms: list[str]) -> list[tuple[str, float]]:
+    """(what, MB) for the interpreter, the core on top of it, then the model client and each adapter on the core."""
+    python = step_mb("python", home)
+    core = step_mb("core", home)
+    parts = [("python", python), ("core", core - python), ("model client", step_mb("model", home) - core)]
+    parts += [(name, step_mb(ADAPTER_MODULES[name], home) - core) for name in platforms]
+    return parts
 
 
 def rss_mb(pid: int) -> float:
@@ -150,12 +193,17 @@ async def main(args: argparse.Namespace) -> None:
                     samples = await soak(server, args.sessions, args.soak_seconds, args.rate, args.sample_every)
             finally:
                 server.stop()
+        parts = breakdown(home, ["web", "telegram"])
     warm = samples[min(len(samples) - 1, max(1, len(samples) // 10))][1]  # after the first tenth: caches are warm
     last = samples[-1][1]
     peak = max(mb for _, mb in samples)
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} (1 min), "
           f"Python {platform.python_version()}")
     print(f"traffic: {args.platform}; RSS at start (Telegram + web chat configured): {idle:7.1f} MB")
+    summed = sum(mb for _, mb in parts)
+    shares = ", ".join(f"{what} {mb:.1f}" if i == 0 else f"{what} {mb:+.1f}" for i, (what, mb) in enumerate(parts))
+    print(f"  where they go (MB, each step in a fresh interpreter): {shares} = {summed:.1f}; "
+          f"the running daemon {idle - summed:+.1f} (store, loop, models built on first use)")
     print(f"RSS after {args.sessions:,} sessions x 20 messages (each touched, {took:.0f}s): {after:7.1f} MB "
           f"(goal <= 120 MB)")
     print(f"soak: {args.soak_seconds:.0f}s at {args.rate:g} msg/s ({int(args.soak_seconds * args.rate):,} messages);"
