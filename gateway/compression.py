@@ -67,14 +67,15 @@ def estimate_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequenc
 def messages_chars(messages: Sequence[ChatMessage]) -> int:
     """About the JSON size of the messages, from string lengths: a turn runs this over its whole history, and
     encoding every message only to measure it was a noticeable share of the gateway's CPU per message."""
-    size = 0
+    size = MESSAGE_CHARS * len(messages)
     for m in messages:
         content = m.get("content")
-        size += MESSAGE_CHARS + (len(content) if isinstance(content, str) else len(json.dumps(content)))
-        if m.get("tool_calls"):
-            size += len(json.dumps(m["tool_calls"]))
-        if m.get("tool_call_id"):
-            size += len(m["tool_call_id"]) + MESSAGE_CHARS
+        size += len(content) if content.__class__ is str else len(json.dumps(content))
+        if len(m) > 2:  # more than role and content: tool calls, a tool result
+            if m.get("tool_calls"):
+                size += len(json.dumps(m["tool_calls"]))
+            if m.get("tool_call_id"):
+                size += len(m["tool_call_id"]) + MESSAGE_CHARS
     return size
 
 

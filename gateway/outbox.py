@@ -160,6 +160,11 @@ class Outbox:
         await self._flush(key)
         return [r.platform_message_id or "" for r in self.store.outbound_for_turn(turn_id) if r.status == "sent"]
 
+    async def deliver_chat(self, chat: ChatRef) -> int:
+        """Send the chat's unsent chunks in order (a turn that just recorded its reply: `deliver` without the
+        reads that find its chat and report its ids); returns how many went."""
+        return await self._flush((chat.platform, chat.chat_id))
+
     async def deliver_pending(self, platform: str | None = None) -> int:
         """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
         chats: dict[ChatKey, None] = {}

@@ -24,7 +24,7 @@ from gateway.events import (Adapter, ChatRef, Inbound, OutboundKind, SubmitOutco
 from gateway.llm import ChatMessage, LLMReply
 from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
-from gateway.store import SessionRow, Store, iso, parse_iso
+from gateway.store import ModelCall, SessionRow, Store, iso, parse_iso
 from gateway.tools import ToolContext
 from gateway.transcript import decode_inbound, encode_inbound, session_history, well_formed
 
@@ -322,11 +322,10 @@ class SessionManager:
             return
         inbound = decode_inbound(row.payload)
         now = self.clock()
-        self.store.set_inbound_status(inbound_id, "running", now=now)
-        key = self.key_for(inbound)
-        session, ended = self.open_session(key, inbound, now)
-        if inbound.chat.platform != "cron":  # idle counts real user messages only
-            self.store.touch_user(session.id, now)
+        session, ended = self.open_session(self.key_for(inbound), inbound, now)
+        touch = inbound.chat.platform != "cron"  # idle counts real user messages only
+        self.store.start_turn(inbound_id, session.id, now=now, touch_user=touch)
+        if touch:
             self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # the row as just written
         turn = f"t{inbound_id}"
         # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
@@ -335,12 +334,21 @@ class SessionManager:
                   inbound.text)
         if ended and self._notify_reset(session):
             await self.outbox.post(f"r{inbound_id}", inbound.chat, _reset_notice(ended))
+        held: list[LLMReply] = []  # the final model call: its usage is stored in the turn's transaction
+        try:
+            await self._answer(inbound_id, inbound, session, ended, turn, now, held)
+        finally:
+            for reply in held:  # the answer was not stored: the call goes on record anyway
+                self._record_usage(session.id, reply)
+
+    async def _answer(self, inbound_id: int, inbound: Inbound, session: SessionRow, ended: str | None, turn: str,
+                      now: datetime, held: list[LLMReply]) -> None:
         try:
             prompt = self.ensure_prompt(session)
             history = session_history(self.store, session.id)
             user_msg = self.user_message(inbound, ended)
             prompt, history = await self._compress_if_needed(session, prompt, history, user_msg)
-            result = await self._run_agent(session, inbound, prompt, history, user_msg)
+            result = await self._run_agent(session, inbound, prompt, history, user_msg, held)
         except (LLMError, TimeoutError) as exc:
             why = _plain_reason(exc)
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
@@ -362,13 +370,14 @@ class SessionManager:
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
         self.store.complete_turn(session.id, [stored_user, *result.messages], rows, inbound_id, now=self.clock(),
-                                 turn_id=turn)
+                                 turn_id=turn, calls=[_model_call(r) for r in held])
+        held.clear()
         self._answered(inbound, inbound_id)
         self.turns_done += 1
         self._count_turn(inbound.chat.platform, "ok", now)
         log.info("turn done platform=%s session=%s turn=%s iterations=%s tools=%s", inbound.chat.platform,
                  session.id, turn, result.iterations, result.tool_calls)
-        await self.outbox.deliver(turn)
+        await self.outbox.deliver_chat(inbound.chat)
 
     def _count_turn(self, platform: str, outcome: str, started: datetime, error: str | None = None) -> None:
         if self.metrics is not None:
@@ -376,13 +385,20 @@ class SessionManager:
             if error is not None:
                 self.metrics.error(error)
 
+    def _record_usage(self, session_id: int, reply: LLMReply) -> None:
+        call = _model_call(reply)
+        self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider, model=call.model,
+                             now=self.clock())
+
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
-                         user_msg: ChatMessage) -> TurnResult:
+                         user_msg: ChatMessage, held: list[LLMReply]) -> TurnResult:
         ctx = self.tool_context(session, inbound.user_id)
 
         def record(reply: LLMReply) -> None:
-            self.store.add_usage(session.id, reply.usage, purpose="turn", provider=reply.provider, model=reply.model,
-                                 now=self.clock())
+            if reply.tool_calls:
+                self._record_usage(session.id, reply)  # tools run next, maybe for long: on record now
+            else:
+                held.append(reply)  # the answer: its usage goes in with it, one transaction fewer per turn
 
         async with self._turns:
             adapter = self.adapters.get(inbound.chat.platform)
@@ -476,6 +492,10 @@ class SessionManager:
             lane.current.cancel()
             return True
         return False
+
+
+def _model_call(reply: LLMReply) -> ModelCall:
+    return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)
 
 
 def _platform_per_user(config: Config, platform: str) -> bool | None:

@@ -308,6 +308,16 @@ class OutboundRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One model request's row in `llm_calls`."""
+
+    usage: Usage
+    purpose: str
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
@@ -493,6 +503,13 @@ class Store:
     def touch_user(self, session_id: int, now: datetime) -> None:
         self.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
 
+    def start_turn(self, inbound_id: int, session_id: int, *, now: datetime, touch_user: bool) -> None:
+        """The inbound is running; and a person's message counts as the session's latest: one transaction."""
+        with self.tx() as conn:
+            conn.execute("UPDATE inbound SET status = 'running', finished_at = NULL WHERE id = ?", (inbound_id,))
+            if touch_user:
+                conn.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
+
     def end_session(self, session_id: int, *, reason: str, now: datetime, flush_state: str | None) -> bool:
         """Close a session once; returns False if it was already closed (so two closers never both flush)."""
         self.history_cache.drop(session_id)  # no more turns: its history is read once more at most (the flush)
@@ -505,17 +522,22 @@ class Store:
     def add_usage(self, session_id: int | None, usage: Usage, *, purpose: str, provider: str, model: str,
                   now: datetime) -> None:
         with self.tx() as conn:
+            self._insert_call(conn, session_id, ModelCall(usage, purpose, provider, model), now)
+
+    @staticmethod
+    def _insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCall, now: datetime) -> None:
+        usage = call.usage
+        conn.execute(
+            "INSERT INTO llm_calls (session_id, purpose, provider, model, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, call.purpose, call.provider, call.model, usage.input_tokens, usage.output_tokens,
+             usage.cache_read_tokens, usage.cache_write_tokens, iso(now)))
+        if session_id is not None:
             conn.execute(
-                "INSERT INTO llm_calls (session_id, purpose, provider, model, input_tokens, output_tokens,"
-                " cache_read_tokens, cache_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, purpose, provider, model, usage.input_tokens, usage.output_tokens,
-                 usage.cache_read_tokens, usage.cache_write_tokens, iso(now)))
-            if session_id is not None:
-                conn.execute(
-                    "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-                    " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?"
-                    " WHERE id = ?", (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
-                                      usage.cache_write_tokens, session_id))
+                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+                " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?"
+                " WHERE id = ?", (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                                  usage.cache_write_tokens, session_id))
 
     # ---------------------------------------------------------------- messages
     def add_message(self, session_id: int, role: str, content: str, *, now: datetime,
@@ -628,14 +650,17 @@ class Store:
             return int(cur.lastrowid or 0)
 
     def complete_turn(self, session_id: int, messages: Sequence[dict[str, Any]], outbound: Sequence[dict[str, Any]],
-                      inbound_id: int | None, *, now: datetime, turn_id: str) -> None:
-        """The end of a turn in one transaction: its messages, its reply chunks (unsent) and `answered`.
+                      inbound_id: int | None, *, now: datetime, turn_id: str, calls: Sequence[ModelCall] = ()) -> None:
+        """The end of a turn in one transaction: its messages, its reply chunks (unsent), `answered`, and the
+        usage of the model call that gave the answer (`calls`; earlier ones were recorded as they happened).
 
         After a crash either all of it is there (the chunks get sent at boot) or none (the turn runs again).
         """
         with self.tx() as conn:
             self._insert_messages(conn, session_id, messages, now=now, kind="chat", turn_id=turn_id)
             self._insert_outbound(conn, outbound, now)
+            for call in calls:
+                self._insert_call(conn, session_id, call, now)
             if inbound_id is not None:
                 conn.execute("UPDATE inbound SET status = 'answered', finished_at = ?, session_id = ? WHERE id = ?",
                              (iso(now), session_id, inbound_id))

@@ -67,10 +67,13 @@ def session_history(store: Store, session_id: int) -> list[ChatMessage]:
 
 def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:
     """A tool call without its result (or the reverse) makes both wires reject the request; drop such pairs."""
-    answered = {m["tool_call_id"] for m in msgs if m["role"] == "tool"}
-    called = {c["id"] for m in msgs for c in m.get("tool_calls") or ()}
+    tooling = [m for m in msgs if len(m) > 2]  # a plain message is role and content; a tool result has its id
+    if not tooling:
+        return msgs
+    answered = {m["tool_call_id"] for m in tooling if m["role"] == "tool"}
+    called = {c["id"] for m in tooling for c in m.get("tool_calls") or ()}
     if answered == called:
-        return msgs  # every call has its result (or there are none): nothing to drop
+        return msgs  # every call has its result: nothing to drop
     out = []
     for m in msgs:
         if m["role"] == "tool" and m["tool_call_id"] not in called:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from gateway.daemon import Gateway
+from gateway.errors import StoreError
 from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
 from gateway.hints import PlatformFacts
 from gateway.outbox import render_rows
 from gateway.transcript import decode_inbound, encode_inbound
+from tests.fakes.llm import FakeLLM, ToolCall
+from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
 
 def test_the_inbound_payload_is_what_asdict_gives() -> None:
@@ -32,3 +40,36 @@ def test_a_markdown_platform_gets_the_reply_as_it_is() -> None:
     reply = "**Done.** See [the docs](https://example.com):\n\n- one\n- two\n"
     rows = render_rows("t1", ChatRef("web", "dm", "c1"), reply, facts, kind=OutboundKind.REPLY, reply_to_id="m1")
     assert [(r["text"], r["plain"], r["chunk_count"]) for r in rows] == [(reply, reply, 1)]
+
+
+async def test_every_model_call_of_a_turn_is_on_record_once(home: Path, fake_llm: FakeLLM,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer's usage is stored in the turn's transaction, earlier calls as they happen; when the answer
+    cannot be stored, its call is still recorded."""
+    write_config(home, base_url=fake_llm.base_url)
+    fake_llm.script(ToolCall("session_search", {"query": "lisbon"}))  # then the fake's echo
+    gw = gateway_for(home, [RecordingAdapter("cli")])
+    try:
+        await gw.sessions.submit(inbound("where did we talk about lisbon?"))
+        await gw.sessions.wait_idle()
+        assert calls(gw) == 2 == len(fake_llm.anthropic_requests())
+
+        def disk_full(*args: Any, **kwargs: Any) -> None:
+            raise StoreError("database or disk is full")
+        monkeypatch.setattr(gw.store, "complete_turn", disk_full)
+        await gw.sessions.submit(inbound("and now?"))
+        await gw.sessions.wait_idle()
+        assert calls(gw) == 3 == len(fake_llm.anthropic_requests())
+        session = gw.store.active_session("cli:dm:c1")
+        assert session is not None
+        total = gw.store.one("SELECT SUM(input_tokens), SUM(output_tokens) FROM llm_calls")
+        assert total is not None and (session.input_tokens, session.output_tokens) == (total[0], total[1])
+        assert session.input_tokens > 0
+    finally:
+        await gw.llm.close()
+        gw.store.close()
+
+
+def calls(gw: Gateway) -> int:
+    row = gw.store.one("SELECT COUNT(*) FROM llm_calls WHERE purpose = 'turn'")
+    return int(row[0]) if row else 0
