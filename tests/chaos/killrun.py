@@ -1,7 +1,7 @@
-"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram, FakeSlack (Socket Mode) and a
-scripted FakeLLM in this process, many conversations at once, SIGKILL at seeded moments and a restart each time;
-then every promise is checked from what the fakes recorded and what SQLite holds. Shared by tests/test_chaos.py
-and bench/chaos.py.
+"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram, FakeSlack (Socket Mode),
+FakeDiscord (REST + gateway websocket) and a scripted FakeLLM in this process, many conversations at once, SIGKILL
+at seeded moments and a restart each time; then every promise is checked from what the fakes recorded and what
+SQLite holds. Shared by tests/test_chaos.py and bench/chaos.py.
 
 A user message `c7t3 ...` gets the reply `reply c7t3 [users=N]` (N = user messages the model saw, so a lost
 or doubled history shows), some replies long enough to be cut into several Telegram messages whose lines are
@@ -26,14 +26,19 @@ from typing import Any
 from gateway.commands import NEW_TEXT
 from gateway.flush import FLUSH_MARK
 from tests.chaos.models import HEADER, LINE, RespondingLLM, blocks, numbered_reply, text_of
+from tests.chaos.platforms import DiscordUsers, Seen, SlackDelivery, Watcher
 from tests.daemon_proc import DaemonProc
 from tests.fakes.base import Delay
+from tests.fakes.discord import TOKEN as DISCORD_TOKEN
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.llm import ANTHROPIC_PATH, FakeLLM, Reply, ToolCall
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.telegram import TOKEN, FakeTelegram
 
 TAG = re.compile(r"\bc(\d+)t(\d+)\b")
 IN_FLIGHT_GRACE_S = 1.0  # a send the fake stored this long before SIGKILL must have been marked sent by then
+DISCORD_DM = 700_000_000_000_000_000    # + conversation: the Discord DM channel id
+DISCORD_USER = 800_000_000_000_000_000  # + conversation: the Discord user id
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +52,8 @@ class ChaosPlan:
     llm_delay_max: float = 0.04    # seconds the model "thinks" per turn (seeded per turn)
     flush_delay_max: float = 0.25  # per flush call: widens the window in which a kill cuts a flush off
     first_chat: int = 50_000
-    slack_every: int = 3           # every n-th conversation is a Slack DM (0: Telegram only)
+    platforms: tuple[str, ...] = ("telegram", "discord", "slack")  # conversation i is a DM on platforms[i % n]
+    aimed_at_discord: int = 1      # of the kills, how many land the instant Discord stored a chunk (in flight)
     answer_timeout: float = 180.0
     ready_timeout: float = 120.0
 
@@ -62,14 +68,21 @@ class Step:
     lines: int = 0                 # for "msg": numbered lines in the reply (0: a one-line reply)
 
 
+def platform_of(plan: ChaosPlan, conversation: int) -> str:
+    return plan.platforms[conversation % len(plan.platforms)]
+
+
 def on_slack(plan: ChaosPlan, conversation: int) -> bool:
-    return bool(plan.slack_every) and conversation % plan.slack_every == plan.slack_every - 1
+    return platform_of(plan, conversation) == "slack"
 
 
 def chat_of(plan: ChaosPlan, conversation: int) -> str:
-    """The chat as the watcher names it: `telegram:<chat id>` or `slack:<DM channel>`."""
-    if on_slack(plan, conversation):
+    """The chat as the watcher names it: `telegram:<chat id>`, `slack:<DM channel>` or `discord:<DM channel>`."""
+    platform = platform_of(plan, conversation)
+    if platform == "slack":
         return f"slack:D{conversation}"
+    if platform == "discord":
+        return f"discord:{DISCORD_DM + conversation}"
     return f"telegram:{plan.first_chat + conversation}"
 
 
@@ -142,124 +155,12 @@ class ScriptedLLM(RespondingLLM):
 
 
 @dataclass
-class Seen:
-    """One chunk a user received, with the daemon life (epoch) that sent it."""
-
-    index: int                     # position in everything this process saw delivered
-    chat: str                      # `telegram:<id>` or `slack:<channel>`
-    text: str
-    epoch: int
-    at: float                      # when this process saw the fake store it (monotonic)
-
-
-class Watcher:
-    """Follows what the fake platforms stored and wakes the conversations waiting for their answers."""
-
-    def __init__(self, tg: FakeTelegram, slack: FakeSlack) -> None:
-        self.tg = tg
-        self.slack = slack
-        self.seen: list[Seen] = []
-        self._taken = {"telegram": 0, "slack": 0}
-        self.headers: Counter[str] = Counter()
-        self.lines: dict[str, set[int]] = defaultdict(set)
-        self.news: Counter[str] = Counter()
-        self.epoch = 0
-        self.changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._follow())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self.catch_up()
-
-    def _delivered(self) -> dict[str, list[tuple[str, str]]]:
-        return {"telegram": [(f"telegram:{m.chat_id}", m.text) for m in self.tg.sent_messages()],
-                "slack": [(f"slack:{m.channel}", m.text) for m in self.slack.posted()]}
-
-    def catch_up(self) -> None:
-        for platform, delivered in self._delivered().items():
-            for chat, text in delivered[self._taken[platform]:]:
-                self.seen.append(Seen(len(self.seen), chat, text, self.epoch, time.monotonic()))
-                for tag, _ in HEADER.findall(text):
-                    self.headers[tag] += 1
-                for tag, line in LINE.findall(text):
-                    self.lines[tag].add(int(line))
-                if text == NEW_TEXT:
-                    self.news[chat] += 1
-            self._taken[platform] = len(delivered)
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-    def _behind(self) -> bool:
-        return len(self.tg.sent_messages()) > self._taken["telegram"] or \
-            len(self.slack.posted()) > self._taken["slack"]
-
-    async def _follow(self) -> None:
-        async def watch(fake: Any) -> None:
-            while True:
-                await fake.wait_until(self._behind, timeout=3600)
-                self.catch_up()
-        await asyncio.gather(watch(self.tg), watch(self.slack))
-
-    def answered(self) -> int:
-        return sum(1 for n in self.headers.values() if n) + sum(self.news.values())
-
-    async def wait(self, predicate: Any, timeout: float, what: str) -> None:
-        async def loop() -> None:
-            while not predicate():
-                await self.changed.wait()
-        try:
-            await asyncio.wait_for(loop(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}") from None
-
-
-@dataclass
 class Epoch:
     """One daemon life: where its share of the model's record starts, and when it ended."""
 
     started: float
     llm_from: int
     killed: float | None = None    # when SIGKILL was sent
-
-
-class SlackDelivery:
-    """Slack's side of Socket Mode: an event is pushed until it is acked. One not acked within 3 s (its socket
-    died with the daemon, or the daemon never stored it) is pushed again with retry_attempt + 1, as Slack does."""
-
-    ACK_WAIT_S = 3.0
-
-    def __init__(self, slack: FakeSlack) -> None:
-        self.slack = slack
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.redeliveries = 0
-
-    def send(self, channel: str, user: str, text: str, ts: str) -> None:
-        event = {"type": "message", "channel_type": "im", "channel": channel, "user": user, "text": text, "ts": ts}
-        task = asyncio.get_running_loop().create_task(self._deliver(event, f"Ev{channel}{ts.replace('.', '')}"))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _deliver(self, event: dict[str, Any], event_id: str) -> None:
-        attempt = 0
-        while True:
-            try:
-                envelope = await self.slack.push_event(event, event_id=event_id, retry_attempt=attempt,
-                                                       retry_reason="timeout" if attempt else "")
-                await self.slack.wait_for_ack(envelope, timeout=self.ACK_WAIT_S)
-                return
-            except (TimeoutError, ConnectionError, RuntimeError):
-                attempt += 1  # no socket yet, or no ack: Slack tries again
-                self.redeliveries += 1
-
-    async def stop(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 @dataclass
@@ -281,9 +182,13 @@ class ChaosReport:
         return "\n".join(out)
 
 
-def daemon_config(home: Path, plan: ChaosPlan, tg: FakeTelegram, slack: FakeSlack, llm: FakeLLM) -> None:
-    users = ", ".join(f"'{plan.first_chat + i}'" for i in range(plan.conversations) if not on_slack(plan, i))
-    slack_users = ", ".join(f"'U{i}'" for i in range(plan.conversations) if on_slack(plan, i))
+def daemon_config(home: Path, plan: ChaosPlan, tg: FakeTelegram, slack: FakeSlack, discord: FakeDiscord,
+                  llm: FakeLLM) -> None:
+    def on(platform: str) -> list[int]:
+        return [i for i in range(plan.conversations) if platform_of(plan, i) == platform]
+    users = ", ".join(f"'{plan.first_chat + i}'" for i in on("telegram"))
+    slack_users = ", ".join(f"'U{i}'" for i in on("slack"))
+    discord_users = ", ".join(f"'{DISCORD_USER + i}'" for i in on("discord"))
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(f"""\
 model:
@@ -305,6 +210,12 @@ slack:
   app_token: '{APP_TOKEN}'
   api_url: {slack.api_base_url}
   allowed_users: [{slack_users}]
+discord:
+  token: '{DISCORD_TOKEN}'
+  api_base: {discord.base_url}/api/v10
+  gateway_url: {discord.ws_url}
+  command_sync: 'off'
+  allowed_users: [{discord_users}]
 session_reset:
   mode: none
 memory:
@@ -336,11 +247,13 @@ class KillRun:
         users = {f"U{i}": {"id": f"U{i}", "name": f"user{i}", "real_name": f"User {i}",
                            "profile": {"display_name": f"User{i}", "real_name": f"User {i}"}}
                  for i in range(self.plan.conversations) if on_slack(self.plan, i)}
-        async with FakeTelegram() as tg, FakeSlack(users=users) as slack, ScriptedLLM(self.plan) as llm:
-            self.tg, self.slack, self.llm = tg, slack, llm
+        async with FakeTelegram() as tg, FakeSlack(users=users) as slack, FakeDiscord(guilds=[]) as discord, \
+                ScriptedLLM(self.plan) as llm:
+            self.tg, self.slack, self.discord, self.llm = tg, slack, discord, llm
             self.slack_out = SlackDelivery(slack)
-            daemon_config(self.home, self.plan, tg, slack, llm)
-            self.watcher = Watcher(tg, slack)
+            self.discord_users = DiscordUsers(discord, self._stored_discord)
+            daemon_config(self.home, self.plan, tg, slack, discord, llm)
+            self.watcher = Watcher(tg, slack, discord)
             self.watcher.start()
             await self._start_daemon()
             plan_steps = self._plan_steps()
@@ -362,12 +275,15 @@ class KillRun:
                 self.exit_code = await self.daemon.stop()
             finally:
                 await self.slack_out.stop()
+                await self.discord_users.stop()
                 for proc in self.procs:
                     await proc.kill()
                 await self.watcher.stop()
             report = self.verify()
             report.counts["kills"] = sum(1 for e in self.epochs if e.killed is not None)
             report.counts["Slack events pushed again (no ack)"] = self.slack_out.redeliveries
+            report.counts["Discord messages repeated (never stored)"] = self.discord_users.repeated
+            report.counts["Discord creates deduped by nonce"] = len(discord.nonce_repeats)
         report.seconds = time.monotonic() - started
         return report
 
@@ -400,40 +316,76 @@ class KillRun:
         self.log(f"daemon #{len(self.epochs)} ready ({time.monotonic() - self.epochs[-1].started:.1f}s)")
 
     async def _monkey(self, total: int) -> None:
-        """SIGKILL at seeded moments: after a seeded share of the answers, plus a seeded fraction of a second."""
+        """SIGKILL at seeded moments: after a seeded share of the answers, plus a seeded fraction of a second.
+        An aimed kill then waits for the next chunk Discord stores and lands before Discord's answer leaves, so
+        the restart must send a chunk Discord already has: the case its nonce is for."""
         plan = self.plan
         points = sorted(self.rng.uniform(0.05, 0.9) * total for _ in range(plan.kills))
+        aimed = set(self.rng.sample(range(plan.kills), min(plan.aimed_at_discord, plan.kills)))
         for k, point in enumerate(points):
             await self.watcher.wait(lambda: self.watcher.answered() >= point, self.plan.answer_timeout,
                                     f"progress before kill {k + 1}")
             await asyncio.sleep(self.rng.uniform(0, 0.05))
-            assert self.daemon is not None
+            daemon = self.daemon
+            assert daemon is not None and daemon.proc is not None
+            how = "at a seeded moment"
+            if k in aimed and await self._kill_on_discord_post(daemon):
+                how = "the instant Discord stored a chunk"
             self.epochs[-1].killed = time.monotonic()
-            await self.daemon.kill()
-            self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers")
+            await daemon.kill()
+            await self.discord_users.end_life()
+            self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers, {how}")
             await self._start_daemon()
 
+    async def _kill_on_discord_post(self, daemon: DaemonProc, within: float = 30.0) -> bool:
+        """SIGKILL from inside the fake's handler, right after it stored a chunk; False if none came in time."""
+        fired = asyncio.Event()
+
+        def kill(_: object) -> None:
+            if not fired.is_set() and daemon.proc is not None and daemon.proc.returncode is None:
+                self.epochs[-1].killed = time.monotonic()
+                daemon.proc.kill()
+                fired.set()
+        self.discord.on_posted = kill
+        try:
+            await asyncio.wait_for(fired.wait(), within)
+        except TimeoutError:
+            return False
+        finally:
+            self.discord.on_posted = None
+        return True
+
     async def _converse(self, conversation: int, steps: list[Step]) -> None:
-        chat = self.plan.first_chat + conversation
         name = chat_of(self.plan, conversation)
         news = 0
         for step in steps:
             if step.kind == "new":
                 news += 1
-                self.tg.inject_message(chat, "/new", user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
+                self._say(conversation, step, "/new")
                 await self.watcher.wait(lambda: self.watcher.news[name] >= news, self.plan.answer_timeout,
                                         f"the answer to /new #{news} in {name}")
                 continue
-            text = f"{step.tag} tell me about foxes"
-            if on_slack(self.plan, conversation):
-                # a real ts: the gateway dates the message by it (an old one would get the offline note)
-                self.slack_out.send(f"D{conversation}", f"U{conversation}", text,
-                                    f"{int(time.time())}.{conversation:04d}{step.index:02d}")
-            else:
-                self.tg.inject_message(chat, text, user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
+            self._say(conversation, step, f"{step.tag} tell me about foxes")
             await self.watcher.wait(lambda: self.watcher.headers[step.tag] >= 1
                                     and len(self.watcher.lines[step.tag]) >= step.lines,
                                     self.plan.answer_timeout, f"the answer to {step.tag}")
+
+    def _say(self, conversation: int, step: Step, text: str) -> None:
+        platform = platform_of(self.plan, conversation)
+        if platform == "slack":
+            # a real ts: the gateway dates the message by it (an old one would get the offline note)
+            self.slack_out.send(f"D{conversation}", f"U{conversation}", text,
+                                f"{int(time.time())}.{conversation:04d}{step.index:02d}")
+        elif platform == "discord":
+            self.discord_users.send(str(DISCORD_DM + conversation), str(DISCORD_USER + conversation), text)
+        else:
+            chat = self.plan.first_chat + conversation
+            self.tg.inject_message(chat, text, user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
+
+    def _stored_discord(self, message_id: str) -> bool:
+        with _db(self.home) as db:
+            return db.execute("SELECT 1 FROM inbound WHERE platform = 'discord' AND platform_message_id = ?",
+                              (message_id,)).fetchone() is not None
 
     async def _wait_flushes(self) -> None:
         deadline = time.monotonic() + self.plan.answer_timeout
@@ -471,7 +423,7 @@ class KillRun:
             by_chat[s.chat].append(s)
         msgs = [s for s in self.steps if s.kind == "msg"]
         news = [s for s in self.steps if s.kind == "new"]
-        in_flight_dupes = 0
+        in_flight_dupes = discord_doubles = discord_chunks = 0
         chunks = 0
         for conv in range(self.plan.conversations):
             chat = chat_of(self.plan, conv)
@@ -489,6 +441,7 @@ class KillRun:
                 for key in keys:
                     occurrences[key].append(s)
             chunks += len(received)
+            discord_chunks += len(received) if chat.startswith("discord:") else 0
             if unexpected:
                 problems.append(f"chat {chat}: unexpected messages {unexpected}")
             expected: set[tuple[int, int]] = set()
@@ -519,6 +472,7 @@ class KillRun:
                     problems.append(f"chat {chat}: chunk for an unknown step {key}")
                 for first, again in zip(seen, seen[1:]):
                     doubled[again.index] = (first, again)
+            discord_doubles += len(doubled) if chat.startswith("discord:") else 0
             for first, again in doubled.values():
                 if self._in_flight_at_kill(first, received):
                     in_flight_dupes += 1
@@ -526,7 +480,8 @@ class KillRun:
                     report.notes.append(f"chat {chat}: {first.text[:30]!r}... stored {gap * 1000:.0f} ms before "
                                         f"kill {first.epoch + 1}, sent again after it")
                 else:
-                    problems.append(f"chat {chat}: duplicated {first.text[:60]!r} "
+                    why = " despite its nonce" if chat.startswith("discord:") else ""
+                    problems.append(f"chat {chat}: duplicated{why} {first.text[:60]!r} "
                                     f"(daemon lives {first.epoch} and {again.epoch})")
             # per-chat order: first occurrences must follow the conversation's order
             firsts = sorted(((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0))
@@ -537,14 +492,20 @@ class KillRun:
             "conversations": self.plan.conversations, "user messages": len(msgs), "/new commands": len(news),
             "answers (headers seen)": sum(1 for s in msgs if self.watcher.headers[s.tag] >= 1),
             "Slack conversations": sum(1 for i in range(self.plan.conversations) if on_slack(self.plan, i)),
+            "Discord conversations": sum(1 for i in range(self.plan.conversations)
+                                         if platform_of(self.plan, i) == "discord"),
             "chunks delivered": chunks, "chunks resent (in flight at a kill)": in_flight_dupes,
+            "Discord chunks delivered": discord_chunks, "Discord chunks posted twice": discord_doubles,
             "restarts": len(self.epochs) - 1,
         })
 
     def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
         """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it
         sent, goes out again after the restart. Only the last chunk a chat got in that daemon life, stored
-        moments before the kill, can be one; anything else sent twice is a bug."""
+        moments before the kill, can be one; anything else sent twice is a bug. Discord has no such window: the
+        resend carries the chunk's nonce and Discord hands back the message it already posted."""
+        if first.chat.startswith("discord:"):
+            return False
         killed = self.epochs[first.epoch].killed if first.epoch < len(self.epochs) else None
         if killed is None or first.at < killed - IN_FLIGHT_GRACE_S:
             return False

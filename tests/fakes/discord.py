@@ -187,6 +187,7 @@ class FakeDiscord(FakeServer):
         self.echo_own_messages = echo_own_messages
         self.sent: list[DiscordMessage] = []
         self.nonce_repeats: list[Call] = []  # creates answered with the message an earlier one posted
+        self.on_posted: Callable[[DiscordMessage], None] | None = None  # called the moment a REST create is stored
         self.retry_after_violations: list[Call] = []  # requests to a bucket before its served retry_after expired
         self._nonces: dict[str, tuple[str, str, float]] = {}  # nonce → (channel, message, when posted)
         self._limited_until: dict[str, float] = {}  # bucket (route + channel) → end of its served retry_after
@@ -392,6 +393,8 @@ class FakeDiscord(FakeServer):
         message = self._message_obj(sent)
         self._messages[(cid, sent.id)] = message
         self.notify()
+        if via == "rest" and self.on_posted is not None:
+            self.on_posted(sent)  # before the answer leaves: a test may kill the client right here
         if self.echo_own_messages and via == "rest":
             await self.dispatch("MESSAGE_CREATE", self._with_member(message))
         return message
