@@ -73,13 +73,15 @@ class Platform:
     """What users saw, across every life of the gateway (the platform outlives the process)."""
 
     sent: list[OutboundMessage] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)  # the chunk's key → the id it was posted under
 
     def texts(self) -> list[str]:
         return [m.text for m in self.sent]
 
 
 class DyingAdapter:
-    """A contract fake adapter whose process can die after the platform took a message."""
+    """A contract fake adapter whose process can die after the platform took a message. On "discord" the platform
+    dedupes as Discord does with `enforce_nonce`: a send whose key it has seen returns the message already posted."""
 
     def __init__(self, platform: str, record: Platform, fate: Fate) -> None:
         self.platform = platform
@@ -92,7 +94,10 @@ class DyingAdapter:
     async def send(self, message: OutboundMessage) -> str:
         if self.fate.dead:
             raise Crash
+        if self.platform == "discord" and message.key in self.record.keys:
+            return self.record.keys[message.key]
         self.record.sent.append(message)
+        self.record.keys[message.key] = f"{self.platform}-{len(self.record.sent)}"
         if self.fate.armed:
             self.fate.sends += 1
             self.fate.last = "send"
