@@ -50,7 +50,8 @@ async def test_kill_9_at_seeded_moments_loses_and_doubles_nothing(tmp_path: Path
 
 # ------------------------------------------------------------------------------------------ crash points
 CRASH_SCENARIOS = [
-    Scenario("a long reply (3 Telegram, 5 Discord messages)", before=("hi",), text="tell me everything", answer=long_answer),
+    Scenario("a long reply (3 Telegram, 5 Discord messages)", before=("hi",), text="tell me everything",
+             answer=long_answer),
     Scenario("/new", before=("hi",), text="/new", answer=long_answer),
     Scenario("the model is down", before=(), text="hello", answer=down),
 ]
@@ -257,7 +258,8 @@ async def test_platform_faults_on_a_fifth_of_calls_still_deliver_everything_in_o
         creates = dc.calls_to("POST /channels/{cid}/messages")
         lost = sum(1 for s in dc_steps[:len(creates)] if isinstance(s, AfterCommit))
         print(f"telegram: {len(tg.calls_to('sendmessage'))} sendMessage calls, {len(tg.sent_messages())} "
-              f"delivered, {typing_waits} requests inside a flood wait a typing 429 started; slack: {len(posts)} chat.postMessage calls ({faults_served} faulted), "
+              f"delivered, {typing_waits} requests inside a flood wait a typing 429 started; slack: {len(posts)} "
+              f"chat.postMessage calls ({faults_served} faulted), "
               f"{len(sl.posted())} delivered; discord: {len(creates)} message creates "
               f"({sum(1 for s in dc_steps[:len(creates)] if s is not None)} faulted, {lost} answers lost after "
               f"the post), {len(dc.sent_messages())} delivered, {len(dc.nonce_repeats)} repeats answered from "
