@@ -330,8 +330,9 @@ class KillRun:
             assert daemon is not None and daemon.proc is not None
             how = "at a seeded moment"
             if k in aimed and await self._kill_on_discord_post(daemon):
-                how = "the instant Discord stored a chunk"
-            self.epochs[-1].killed = time.monotonic()
+                how = "the instant Discord stored a chunk"  # the kill time was taken as the signal went
+            else:
+                self.epochs[-1].killed = time.monotonic()
             await daemon.kill()
             await self.discord_users.end_life()
             self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers, {how}")
@@ -477,8 +478,10 @@ class KillRun:
                 if self._in_flight_at_kill(first, received):
                     in_flight_dupes += 1
                     gap = (self.epochs[first.epoch].killed or 0.0) - first.at
-                    report.notes.append(f"chat {chat}: {first.text[:30]!r}... stored {gap * 1000:.0f} ms before "
-                                        f"kill {first.epoch + 1}, sent again after it")
+                    when = f"{gap * 1000:.0f} ms before" if gap >= 0 else \
+                        f"{-gap * 1000:.0f} ms after the signal of"  # its request was already on the wire
+                    report.notes.append(f"chat {chat}: {first.text[:30]!r}... stored {when} kill {first.epoch + 1}, "
+                                        f"sent again after it")
                 else:
                     why = " despite its nonce" if chat.startswith("discord:") else ""
                     problems.append(f"chat {chat}: duplicated{why} {first.text[:60]!r} "
