@@ -11,43 +11,63 @@ from collections import OrderedDict
 from typing import Any
 
 ChatView = dict[str, Any]  # {"role", "content", "tool_calls"?: [...], "tool_call_id"?}: transcript's shape
+# Kept compact: (role, content, the other keys or None). A tuple costs ~80 bytes less than the dict per message.
+_Kept = tuple[str, str, "dict[str, Any] | None"]
 
-DEFAULT_BUDGET_BYTES = 8_000_000  # ~25,000 short messages; 10,000 idle sessions cost no more than this
-MESSAGE_BYTES = 260  # a two-key dict and its small strings, besides the content itself
+DEFAULT_BUDGET_BYTES = 4_000_000  # ~20,000 short messages; 10,000 idle sessions cost no more than this
+MESSAGE_BYTES = 130  # the tuple, its slot and the content string's header, besides the content itself
 
 
-def view_bytes(message: ChatView) -> int:
-    calls = message.get("tool_calls")
-    return MESSAGE_BYTES + len(message["content"]) + (200 * len(calls) if calls else 0)
+def _keep(message: ChatView) -> _Kept:
+    extra = {k: v for k, v in message.items() if k != "role" and k != "content"} if len(message) > 2 else None
+    return message["role"], message["content"], extra
+
+
+def _view(kept: _Kept) -> ChatView:
+    role, content, extra = kept
+    view: ChatView = {"role": role, "content": content}
+    if extra is not None:
+        view.update(extra)
+        if "tool_calls" in view:  # a caller may change a call in place; the kept one must not change with it
+            view["tool_calls"] = [dict(call) for call in view["tool_calls"]]
+    return view
+
+
+def kept_bytes(kept: _Kept) -> int:
+    calls = kept[2].get("tool_calls") if kept[2] else None
+    return MESSAGE_BYTES + len(kept[1]) + (300 + 200 * len(calls) if calls else 0)
 
 
 class HistoryCache:
-    """Session id → its active chat and summary messages in order. Entries are never handed out: callers copy."""
+    """Session id → its active chat and summary messages in order. Callers always get fresh dicts."""
 
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
         self.bytes = 0
-        self._entries: OrderedDict[int, tuple[list[ChatView], int]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[list[_Kept], int]] = OrderedDict()
         self._staged: list[tuple[int, list[ChatView]]] = []
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, session_id: int) -> list[ChatView] | None:
-        """A copy of each cached message (the caller may change them), or None when the session is not cached."""
+        """The session's messages as new dicts (the caller may change them), or None when it is not cached."""
         entry = self._entries.get(session_id)
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
-        return [m.copy() for m in entry[0]]
+        return [_view(k) if k[2] else {"role": k[0], "content": k[1]} for k in entry[0]]
 
     def put(self, session_id: int, messages: list[ChatView]) -> None:
-        """Cache a session's whole history as just read (the list is kept: the caller must not use it after)."""
+        """Cache a session's whole history as just read."""
         self.drop(session_id)
-        size = sum(view_bytes(m) for m in messages)
-        if size > self.budget_bytes or any(staged == session_id for staged, _ in self._staged):
-            return  # too big; or read inside a transaction that also appends to it (the append would repeat)
-        self._entries[session_id] = (messages, size)
+        if any(staged == session_id for staged, _ in self._staged):
+            return  # read inside a transaction that also appends to it: the append would repeat those rows
+        kept = [_keep(m) for m in messages]
+        size = sum(kept_bytes(k) for k in kept)
+        if size > self.budget_bytes:
+            return
+        self._entries[session_id] = (kept, size)
         self.bytes += size
         self._evict()
 
@@ -62,10 +82,11 @@ class HistoryCache:
             if entry is None:
                 continue  # not cached: the next read loads the whole history, these rows included
             cached, size = entry
-            cached.extend(messages)
-            added = sum(view_bytes(m) for m in messages)
-            self._entries[session_id] = (cached, size + added)
-            self.bytes += added
+            added = [_keep(m) for m in messages]
+            cached.extend(added)
+            grown = sum(kept_bytes(k) for k in added)
+            self._entries[session_id] = (cached, size + grown)
+            self.bytes += grown
         if staged:
             self._evict()
 

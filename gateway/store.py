@@ -600,9 +600,8 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"query failed: {exc}") from exc
         views = [chat_view(*r) for r in rows]
-        fresh = [m.copy() for m in views]
-        self.history_cache.put(session_id, views)
-        return fresh
+        self.history_cache.put(session_id, views)  # keeps its own compact copy
+        return views
 
     def _read_data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])

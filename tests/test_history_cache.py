@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.history_cache import HistoryCache, view_bytes
+from gateway.history_cache import HistoryCache
 from gateway.store import Store, chat_view
 
 NOW = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
@@ -109,10 +109,13 @@ def test_a_restart_reads_the_rows(tmp_path: Path) -> None:
 
 def test_callers_get_copies(store: Store) -> None:
     sid = new_session(store)
-    store.add_messages(sid, exchange(1), now=NOW)
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "memory", "arguments": "{}"}]}
+    store.add_messages(sid, [*exchange(1), call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], now=NOW)
     store.chat_history(sid)
     got = store.chat_history(sid)
     got[0]["content"] = "changed by a client"
+    got[2]["tool_calls"][0]["arguments"] = '{"changed": true}'
+    got[2]["tool_calls"].append({"id": "c2", "name": "x", "arguments": "{}"})
     got.append({"role": "user", "content": "appended by a client"})
     assert store.chat_history(sid) == fresh(store, sid)
 
@@ -129,7 +132,9 @@ def test_an_ended_session_leaves_the_cache(store: Store) -> None:
 def test_bounded_by_bytes_least_recently_used_first() -> None:
     def history(n: int) -> list[dict[str, Any]]:
         return [{"role": "user", "content": "x" * 100} for _ in range(n)]
-    one = sum(view_bytes(m) for m in history(10))
+    probe = HistoryCache()
+    probe.put(1, history(10))
+    one = probe.bytes
     cache = HistoryCache(budget_bytes=3 * one)
     for sid in (1, 2, 3):
         cache.put(sid, history(10))
