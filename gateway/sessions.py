@@ -118,6 +118,7 @@ class SessionManager:
         self.compressor = compressor
         self.metrics = metrics
         self._lanes: dict[str, _Lane] = {}
+        self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._busy_noticed: dict[str, datetime] = {}  # per session key; outlives the lane (notice ≤ 1 per 30 s)
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
         self._accepting = True
@@ -402,10 +403,18 @@ class SessionManager:
 
         async with self._turns:
             adapter = self.adapters.get(inbound.chat.platform)
-            async with _typing(adapter, inbound.chat):
+            async with self._typing(adapter, inbound.chat):
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
                     return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
                                                 tool_names=self.tool_names, on_reply=record)
+
+    def _typing(self, adapter: Adapter | None, chat: ChatRef) -> Any:
+        if adapter is None:
+            return _NullContext()
+        known = self._can_type.get(adapter.platform)
+        if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
+            known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
+        return adapter.typing(chat) if known[1] else _NullContext()  # type: ignore[attr-defined]
 
     def user_message(self, inbound: Inbound, ended: str | None) -> ChatMessage:
         """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note."""
@@ -515,10 +524,6 @@ def _self_cancelled() -> bool:
     return bool(task and task.cancelling())
 
 
-def _typing(adapter: Adapter | None, chat: ChatRef) -> Any:
-    if adapter is not None and isinstance(adapter, TypingIndicator):
-        return adapter.typing(chat)
-    return _NullContext()
 
 
 class _NullContext:
