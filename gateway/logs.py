@@ -43,6 +43,14 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"(?i)(?<=[?&]api_key=)[^&\s\"']{6,}",
     r"(?i)(?<=[?&]access_token=)[^&\s\"']{6,}",
 ))
+# A substring each pattern needs in order to match (in the case-folded line for the (?i) ones): a line without it
+# skips that pattern's scan. Most log lines hold none of them; fifteen scans were half of the cost of a line.
+TOKEN_GUARDS: tuple[tuple[str, bool], ...] = (  # (substring, look in the case-folded line)
+    (":", False), ("xox", False), ("xapp-", False), ("sk-", False), (".", False), ("gh", False), ("AKIA", False),
+    ("AIza", False), ("bearer ", True), ("bot ", True), ("token=", True), ("key=", True), ("secret=", True),
+    ("_key=", True), ("access_token=", True),
+)
+assert len(TOKEN_GUARDS) == len(TOKEN_PATTERNS)
 # Environment variables whose values are credentials even when the config does not mention them.
 SECRET_ENV_SUFFIXES = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_PASS")
 KNOWN_SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY")
@@ -64,8 +72,11 @@ class Redactor:
         for value in self._exact:
             if value in text:
                 text = text.replace(value, MASK)
-        for pattern in TOKEN_PATTERNS:
-            text = pattern.sub(MASK, text)
+        folded = text.casefold()
+        for pattern, (needs, in_folded) in zip(TOKEN_PATTERNS, TOKEN_GUARDS):
+            if needs in (folded if in_folded else text):
+                text = pattern.sub(MASK, text)
+                folded = text.casefold()
         return text
 
 

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.daemon import Gateway
 from gateway.errors import StoreError
 from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
 from gateway.hints import PlatformFacts
+from gateway.logs import MASK, TOKEN_PATTERNS, Redactor
 from gateway.outbox import render_rows
 from gateway.transcript import decode_inbound, encode_inbound
 from tests.fakes.llm import FakeLLM, ToolCall
@@ -73,3 +76,38 @@ async def test_every_model_call_of_a_turn_is_on_record_once(home: Path, fake_llm
 def calls(gw: Gateway) -> int:
     row = gw.store.one("SELECT COUNT(*) FROM llm_calls WHERE purpose = 'turn'")
     return int(row[0]) if row else 0
+
+
+def _redact_every_pattern(text: str) -> str:
+    for pattern in TOKEN_PATTERNS:
+        text = pattern.sub(MASK, text)
+    return text
+
+
+REDACTION_SAMPLES = [
+    "turn done platform=web session=12 turn=t34 iterations=1 tools=0",
+    "GET /bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe",
+    "xoxb-1234-5678-abcdefgh and xapp-1-A0B1C2D3E4-99 in one line",
+    "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz and sk-proj-ABCDEFGHIJKLMNOPQRST",
+    "MTIzNDU2Nzg5MDEyMzQ1Njc4.GhIjKl.abcdefghijklmnopqrstuvwxyz0123 discord",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789 AKIAABCDEFGHIJKLMNOP AIzaSyA1234567890abcdefghijklmnopqrstu",
+    "Authorization: BEARER abc.def.ghi-jkl and Bot MTIzNDU2Nzg5MDEyMzQ1Njc4OTAx",
+    "https://x/?Token=abcdefgh&API_KEY=123456789&secret=zzzzzzzz&access_token=qwertyuiop&key=12345678",
+    "https://x/?ſecret=abcdefgh&apİ_key=zzzzzzzz&KEY=abcdefgh",  # characters (?i) folds: long s, dotted I
+]
+
+
+@given(st.lists(st.sampled_from(["sk-", "xox", "b-", "xapp-1-", "bearer ", "Bot ", "?token=", "&key=", "_key=",
+                                 "ſecret=", "İ", "K", ":", ".", "gh", "p_", "AKIA", "AIza", "1234567", "abcdefgh",
+                                 "ABCDEFGHIJKLMNOP", " ", "=", "&", "é", "ß"]), max_size=30).map("".join)
+       | st.text(max_size=80))
+@settings(max_examples=400, deadline=None)
+def test_redaction_skips_only_patterns_that_cannot_match(text: str) -> None:
+    assert Redactor()(text) == _redact_every_pattern(text)
+
+
+def test_redaction_samples_are_the_same_with_the_guards() -> None:
+    for text in REDACTION_SAMPLES:
+        assert Redactor()(text) == _redact_every_pattern(text)
+    assert Redactor()(REDACTION_SAMPLES[0]) == REDACTION_SAMPLES[0]
+    assert "abcdefgh" not in Redactor()(REDACTION_SAMPLES[-1])
