@@ -318,12 +318,18 @@ class KillRun:
     async def _monkey(self, total: int) -> None:
         """SIGKILL at seeded moments: after a seeded share of the answers, plus a seeded fraction of a second.
         An aimed kill then waits for the next chunk Discord stores and lands before Discord's answer leaves, so
-        the restart must send a chunk Discord already has: the case its nonce is for."""
+        the restart must send a chunk Discord already has: the case its nonce is for. Aimed are the kills that
+        follow the longest lives (Discord serves only ~2 s after a boot, once discord.py gave up waiting for
+        guilds); the answers that came in while one waited push the later kills back by as many, so aiming
+        does not bunch the seeded kills together."""
         plan = self.plan
         points = sorted(self.rng.uniform(0.05, 0.9) * total for _ in range(plan.kills))
-        aimed = set(self.rng.sample(range(plan.kills), min(plan.aimed_at_discord, plan.kills)))
+        gaps = sorted(range(plan.kills), key=lambda k: points[k] - (points[k - 1] if k else 0.0), reverse=True)
+        aimed = set(gaps[:plan.aimed_at_discord])
+        shift = 0
         for k, point in enumerate(points):
-            await self.watcher.wait(lambda: self.watcher.answered() >= point, self.plan.answer_timeout,
+            target = min(point + shift, 0.95 * total)  # never past the end: every kill still lands
+            await self.watcher.wait(lambda: self.watcher.answered() >= target, self.plan.answer_timeout,
                                     f"progress before kill {k + 1}")
             await asyncio.sleep(self.rng.uniform(0, 0.05))
             daemon = self.daemon
@@ -331,6 +337,7 @@ class KillRun:
             how = "at a seeded moment"
             if k in aimed and await self._kill_on_discord_post(daemon):
                 how = "the instant Discord stored a chunk"  # the kill time was taken as the signal went
+                shift += max(0, self.watcher.answered() - round(target))
             else:
                 self.epochs[-1].killed = time.monotonic()
             await daemon.kill()

@@ -159,10 +159,7 @@ class DiscordUsers:
             # no await from here to the dispatch: the socket it goes to belongs to daemon life `life`
             life = self.life
             message_id = snowflake(increment=next(self._ids))  # dated now: the gateway replays by age
-            try:
-                await self.discord.push_message(channel, text, author_id=author, message_id=message_id)
-            except (ConnectionError, RuntimeError):
-                pass  # the socket died under the push: that life is ending
+            await self.discord.push_message(channel, text, author_id=author, message_id=message_id)
             await self._ended[life].wait()
             if self.stored(message_id):
                 return

@@ -374,12 +374,10 @@ class FakeDiscord(FakeServer):
             if (earlier[0], earlier[1]) not in self._messages:
                 raise _ApiError(404, "Unknown Message", 10008)
             return self._messages[(earlier[0], earlier[1])]
-        message = await self._send(cid, body, "rest")
-        if nonce is not None:
-            self._nonces[str(nonce)] = (cid, message["id"], self.clock())
-        return message
+        return await self._send(cid, body, "rest", nonce=None if nonce is None else str(nonce))
 
-    async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0) -> dict[str, Any]:
+    async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0,
+                    nonce: str | None = None) -> dict[str, Any]:
         _check_message(body, require_content=True)
         reference = body.get("message_reference")
         if reference and (cid, str(reference.get("message_id"))) not in self._messages \
@@ -392,6 +390,8 @@ class FakeDiscord(FakeServer):
         self.sent.append(sent)
         message = self._message_obj(sent)
         self._messages[(cid, sent.id)] = message
+        if nonce is not None:
+            self._nonces[nonce] = (cid, sent.id, self.clock())
         self.notify()
         if via == "rest" and self.on_posted is not None:
             self.on_posted(sent)  # before the answer leaves: a test may kill the client right here
@@ -710,7 +710,10 @@ class FakeDiscord(FakeServer):
         self.history.append(frame)
         if live:
             for conn in self._live():
-                await conn.ws.send_str(json.dumps(frame))
+                try:
+                    await conn.ws.send_str(json.dumps(frame))
+                except ConnectionError:  # the client is gone (killed): it never gets this one
+                    conn.live = False
         return self.seq
 
     def _live(self) -> list[_Conn]:
