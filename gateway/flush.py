@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
 
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 3   # failed model calls in a row before a flush is given up
+MAX_STARTS = 6     # attempts started in all, counting those a crash or kill cut off (a flush that kills the
+                   # daemon every time must stop; a few unlucky restarts must not lose the memory)
 RETRY_DELAYS = (10.0, 60.0)  # before attempts 2 and 3
 FLUSH_MARK = "[Gateway: this conversation is about to be reset"
 
@@ -204,7 +206,7 @@ class Flusher:
         session = self.ledger.claim(session_id)
         if session is None:
             return None
-        if session.flush_attempts > MAX_ATTEMPTS:
+        if session.flush_attempts > MAX_STARTS:
             error = f"cut off {session.flush_attempts - 1} times before it could finish"
             self.ledger.finish(session_id, "failed", self.clock(), error)
             log.warning("flush session=%s failed: %s", session_id, error)
@@ -215,6 +217,7 @@ class Flusher:
             self.ledger.finish(session_id, "nothing", self.clock())
             return "nothing"
         attempts = session.flush_attempts
+        failures = 0
         while True:
             try:
                 tool_calls = await self._run(session)
@@ -224,11 +227,12 @@ class Flusher:
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then recorded
                 error = _describe(exc)
                 self.ledger.note_error(session_id, error)
-                if attempts >= MAX_ATTEMPTS:
+                failures += 1
+                if failures >= MAX_ATTEMPTS or attempts >= MAX_STARTS:
                     self.ledger.finish(session_id, "failed", self.clock(), error)
                     log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
                     return "failed"
-                delay = self.retry_delays[min(attempts - 1, len(self.retry_delays) - 1)]
+                delay = self.retry_delays[min(failures - 1, len(self.retry_delays) - 1)]
                 log.info("flush session=%s attempt %s failed (%s); retry in %ss", session_id, attempts, error, delay)
                 try:
                     await self.sleep(delay)

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.config import load_config
 from gateway.daemon import Daemon, Gateway
-from gateway.flush import FLUSH_MARK, FlushLedger
+from gateway.flush import FLUSH_MARK, MAX_STARTS, FlushLedger
 from gateway.store import Store
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, ToolCalls
@@ -184,14 +184,30 @@ async def test_a_flush_that_keeps_getting_cut_off_gives_up(home: Path, fake_llm:
     store = Store(load_config(home).db_path)
     sid = seed_session(store, key=KEY, last_user_at=START)
     store.end_session(sid, reason="idle", now=START, flush_state="pending")
+    store.execute("UPDATE sessions SET flush_state = 'running', flush_attempts = ? WHERE id = ?", (MAX_STARTS, sid))
+    store.close()
+    async with open_gateway(home, [RecordingAdapter("cli")], clock=FakeClock(), start=True) as gw:
+        assert gw.lifecycle is not None
+        await gw.lifecycle.flusher.wait_idle()
+        row = gw.store.session(sid)
+        assert row.flush_state == "failed"
+        assert row.flush_error == f"cut off {MAX_STARTS} times before it could finish"
+    assert _flush_requests(fake_llm) == []
+
+
+async def test_three_kills_in_a_row_do_not_lose_the_flush(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"))
+    store = Store(load_config(home).db_path)
+    sid = seed_session(store, key=KEY, last_user_at=START)
+    store.end_session(sid, reason="idle", now=START, flush_state="pending")
     store.execute("UPDATE sessions SET flush_state = 'running', flush_attempts = 3 WHERE id = ?", (sid,))
     store.close()
     async with open_gateway(home, [RecordingAdapter("cli")], clock=FakeClock(), start=True) as gw:
         assert gw.lifecycle is not None
         await gw.lifecycle.flusher.wait_idle()
         row = gw.store.session(sid)
-        assert row.flush_state == "failed" and row.flush_error == "cut off 3 times before it could finish"
-    assert _flush_requests(fake_llm) == []
+        assert (row.flush_state, row.flush_attempts) == ("done", 4)
+    assert len(_flush_requests(fake_llm)) == 1
 
 
 async def test_exactly_once_under_a_race_of_timer_new_and_a_message(home: Path, fake_llm: FakeLLM) -> None:
