@@ -11,7 +11,8 @@ import asyncio
 import hmac
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -21,7 +22,7 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.enums import ChatAction
 from aiogram.exceptions import (AiogramError, TelegramAPIError, TelegramForbiddenError, TelegramMigrateToChat,
-                                TelegramNotFound, TelegramUnauthorizedError)
+                                TelegramNotFound, TelegramRetryAfter, TelegramUnauthorizedError)
 from aiogram.types import BotCommand, ChatMemberUpdated, Message, ReplyParameters, Update, User
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
@@ -30,7 +31,7 @@ from adapters.telegram_text import (CHAT_TYPES, PLATFORM, Addressing, addressing
                                     platform_message_id, real_reply, send_error, sender_handle, sender_id,
                                     sender_name, utc)
 from gateway.config import TelegramConfig
-from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable, RecipientUnavailable
+from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable, RateLimited, RecipientUnavailable
 from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
@@ -61,7 +62,8 @@ class TelegramAdapter:
     platform = PLATFORM
 
     def __init__(self, config: TelegramConfig, *, typing_interval: float = TYPING_INTERVAL_S,
-                 submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S) -> None:
+                 submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.typing_interval = typing_interval
         self.submit_retry_delays = tuple(submit_retry_delays)
@@ -75,6 +77,10 @@ class TelegramAdapter:
         self._secret = ""
         self._unavailable: set[str] = set()  # chats whose 403 was already logged
         self._typing_tasks: set[asyncio.Task[None]] = set()
+        self._clock = clock
+        # chat id -> clock time until which Telegram told us to wait. A 429 answers one method, but the flood
+        # wait covers the chat: a sendMessage inside a wait that a sendChatAction 429 started is refused too.
+        self._flood_until: dict[str, float] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -276,6 +282,9 @@ class TelegramAdapter:
     async def send(self, message: OutboundMessage) -> str:
         if self._bot is None:
             raise PlatformUnavailable(PLATFORM, "not started")
+        left = self._flood_left(message.chat.chat_id)
+        if left > 0:
+            raise RateLimited(PLATFORM, left)
         chat_id = int(message.chat.chat_id)
         kwargs: dict[str, Any] = {}
         if message.chat.thread_id:
@@ -299,8 +308,22 @@ class TelegramAdapter:
         self._unavailable.discard(message.chat.chat_id)
         return str(sent.message_id)
 
+    def _flood_left(self, chat_id: str) -> float:
+        until = self._flood_until.get(chat_id)
+        if until is None:
+            return 0.0
+        left = until - self._clock()
+        if left <= 0:
+            del self._flood_until[chat_id]
+        return left
+
+    def _note_flood(self, chat_id: str, retry_after: float) -> None:
+        until = self._clock() + retry_after
+        if until > self._flood_until.get(chat_id, 0.0):
+            self._flood_until[chat_id] = until
+
     def _translate_error(self, exc: BaseException, chat_id: str) -> AdapterError:
-        error = send_error(exc)
+        error = send_error(exc)  # a send's own 429 reaches the outbox, which pauses the chat itself
         if isinstance(error, RecipientUnavailable) and chat_id not in self._unavailable:
             self._unavailable.add(chat_id)
             log.warning("telegram: cannot write to chat %s (%s); its replies are dropped", chat_id, exc)
@@ -328,10 +351,19 @@ class TelegramAdapter:
             return
         thread = int(chat.thread_id) if chat.thread_id else None
         while True:
+            left = self._flood_left(chat.chat_id)
+            if left > 0:  # never spend a request inside a flood wait: it would only lengthen it
+                await asyncio.sleep(left)
+                continue
             try:
                 await self._bot.send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread)
             except TelegramForbiddenError:
                 return
+            except TelegramRetryAfter as exc:
+                self._note_flood(chat.chat_id, float(exc.retry_after))
+                log.info("telegram: typing in chat %s hit a flood wait of %ss; sends there wait too",
+                         chat.chat_id, exc.retry_after)
+                continue
             except (TelegramAPIError, AiogramError, OSError) as exc:
                 log.debug("telegram: typing indicator for chat %s failed: %s", chat.chat_id, exc)
             await asyncio.sleep(self.typing_interval)

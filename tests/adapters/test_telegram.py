@@ -20,8 +20,8 @@ from adapters.telegram import COMMANDS, TelegramAdapter, addressing
 from gateway.commands import START_TEXT
 from gateway.config import load_config
 from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
-from gateway.errors import AdapterError, StoreError
-from gateway.events import Inbound, SubmitOutcome, SubmitResult
+from gateway.errors import AdapterError, RateLimited, StoreError
+from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
 from tests.fakes.base import ConnectionReset, Delay
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.telegram import (BOT_ID, BOT_USERNAME, TOKEN, FakeTelegram, bad_request, make_update_entities,
@@ -84,12 +84,13 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=telegram_yaml(tg, extra))
     config = load_config(home, env={})
     assert config.telegram is not None
+    virtual = time_ or VirtualTime()
     if via_config:
         adapters: list[Any] = platform_adapters(config)
     else:
-        adapters = [TelegramAdapter(config.telegram, typing_interval=typing_interval, submit_retry_delays=())]
+        adapters = [TelegramAdapter(config.telegram, typing_interval=typing_interval, submit_retry_delays=(),
+                                    clock=virtual.monotonic)]
     adapter = next(a for a in adapters if isinstance(a, TelegramAdapter))
-    virtual = time_ or VirtualTime()
     gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, sleep=virtual.sleep,
                        monotonic=virtual.monotonic)
     daemon = Daemon(gw, install_signals=False)
@@ -311,6 +312,44 @@ async def test_redelivered_update_is_answered_once(home: Path, fake_llm: FakeLLM
         await run.gw.sessions.wait_idle()
         assert fake_telegram.sent_texts(ALICE) == ["echo: once [users=1]", "echo: after [users=2]"]
         assert len(fake_llm.anthropic_requests()) == 2
+
+
+async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(home: Path, fake_llm: FakeLLM,
+                                                                                 fake_telegram: FakeTelegram) -> None:
+    """Telegram's flood wait covers the chat, whichever method's 429 announced it."""
+    now = [1000.0]
+    fake_telegram.clock = lambda: now[0]
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=telegram_yaml(fake_telegram))
+    config = load_config(home, env={})
+    assert config.telegram is not None
+    adapter = TelegramAdapter(config.telegram, typing_interval=0.01, submit_retry_delays=(), clock=lambda: now[0])
+
+    async def accept(message: Inbound) -> SubmitResult:
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    fake_telegram.fail("sendchataction", retry_after(30))
+    await adapter.start(accept)
+    chat = ChatRef("telegram", "dm", str(ALICE))
+    reply = OutboundMessage(chat, "hello", "hello")
+    try:
+        async with adapter.typing(chat):
+            await fake_telegram.wait_until(lambda: len(fake_telegram.calls_to("sendchataction")) == 1)
+            for _ in range(100):  # the 429's answer reaches the adapter a moment after the fake recorded the call
+                if adapter._flood_left(str(ALICE)) > 0:  # noqa: SLF001
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # several typing intervals: none may spend a request inside the wait
+            with pytest.raises(RateLimited) as refused:
+                await adapter.send(reply)
+        assert 29.0 < refused.value.retry_after <= 30.0
+        assert fake_telegram.calls_to("sendmessage") == []
+        assert len(fake_telegram.calls_to("sendchataction")) == 1
+        now[0] += 30.5
+        assert await adapter.send(reply)
+        assert fake_telegram.sent_texts(ALICE) == ["hello"]
+        assert fake_telegram.flood_violations == []
+    finally:
+        await adapter.stop()
 
 
 async def test_offset_is_not_advanced_before_the_update_is_stored(home: Path, fake_llm: FakeLLM,
