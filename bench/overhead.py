@@ -11,8 +11,11 @@ once. Added = gateway - echo. Goals: p99 added ≤ 5 ms; throughput ≥ 50 % of 
 The web chat is the platform here because it has no published send limits: Telegram's 30 messages/s per bot
 would measure the rate limiter, not overhead.
 
+Also printed: the daemon's and the echo's CPU time per message over the throughput run (user + system, from
+/proc), which moves much less than msg/s when other jobs share the machine.
+
 Run:  PYTHONPATH=. /work/venv/bin/python bench/overhead.py [--sessions 1000] [--history 100] [--latency 2000]
-      [--clients 50] [--per-client 40] [--keep DIR]
+      [--clients 50] [--per-client 40] [--model-client native|sdk] [--keep DIR] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -115,11 +118,11 @@ class Server:
             self.proc.wait()
 
 
-async def start_gateway(home: Path, llm: FakeLLM, extra: str = "") -> Server:
+async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str = "native") -> Server:
     port = free_port()
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
-        f"  max_retries: 0\nweb:\n  port: {port}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
+        f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
         + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")
     log = home.parent / "gateway.log"
@@ -341,7 +344,7 @@ async def main(args: argparse.Namespace) -> None:
         seed(home, args.sessions, args.history)
         seed_s = time.monotonic() - started
         async with TimedLLM() as llm:
-            gateway = await start_gateway(home, llm)
+            gateway = await start_gateway(home, llm, client=args.model_client)
             try:
                 g = await measure(gateway, llm, sessions=args.sessions, latency_n=args.latency, clients=args.clients,
                                   per_client=args.per_client, profile_to=args.profile)
@@ -366,6 +369,8 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=int, default=2000, help="messages sent one at a time")
     parser.add_argument("--clients", type=int, default=50, help="conversations at once for throughput")
     parser.add_argument("--per-client", type=int, default=40)
+    parser.add_argument("--model-client", choices=["native", "sdk"], default="native",
+                        help="the daemon's model.client: its own aiohttp transport or the vendor SDK")
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it (database, logs)")
     parser.add_argument("--profile", type=Path, help="write py-spy samples of the gateway's throughput run here")
     asyncio.run(main(parser.parse_args()))
