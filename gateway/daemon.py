@@ -131,8 +131,11 @@ def _watchdogs(config: Config) -> dict[str, Watchdog]:
     return found
 
 
-def platform_adapters(config: Config) -> list[Adapter]:
-    """The adapters the config asks for; the web chat is always there unless disabled."""
+def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.monotonic) -> list[Adapter]:
+    """The adapters the config asks for; the web chat is always there unless disabled.
+
+    `monotonic` must be the gateway's own clock: an adapter that holds sends back (Telegram's flood waits) and
+    the outbox that schedules them have to agree on when a wait is over."""
     found: list[Adapter] = []
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
@@ -140,7 +143,7 @@ def platform_adapters(config: Config) -> list[Adapter]:
         found.append(WebChatAdapter(auth_token=token))
     if config.telegram is not None:
         from adapters.telegram import TelegramAdapter
-        found.append(TelegramAdapter(config.telegram))
+        found.append(TelegramAdapter(config.telegram, clock=monotonic))
     if config.discord is not None:
         from adapters.discord_adapter import DiscordAdapter
         found.append(DiscordAdapter(config.discord))

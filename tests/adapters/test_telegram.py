@@ -86,7 +86,7 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
     assert config.telegram is not None
     virtual = time_ or VirtualTime()
     if via_config:
-        adapters: list[Any] = platform_adapters(config)
+        adapters: list[Any] = platform_adapters(config, monotonic=virtual.monotonic)
     else:
         adapters = [TelegramAdapter(config.telegram, typing_interval=typing_interval, submit_retry_delays=(),
                                     clock=virtual.monotonic)]
