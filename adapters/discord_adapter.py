@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -39,6 +39,8 @@ GUILD_READY_TIMEOUT_S = 2.0       # discord.py waits this long after the last GU
 REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
 REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
 CLOSE_TIMEOUT_S = 5.0
+CATCH_UP_PER_CHAT = 50             # messages fetched per chat after a restart or a reconnect (one request)
+REMEMBERED_CHANNELS = 5000         # channels whose newest seen message id is kept, for a reconnect's catch-up
 _CHANNEL_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 
@@ -50,8 +52,14 @@ class _Client(discord.Client):
         self.adapter = adapter
         self.ready = asyncio.Event()
 
+    async def on_connect(self) -> None:
+        self.adapter.connected()
+
     async def on_ready(self) -> None:
+        again = self.ready.is_set()
         self.ready.set()
+        if again:  # a new session after a full reconnect: discord.py replays nothing, so look ourselves
+            self.adapter.ready_again()
 
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.on_message(message)
@@ -77,6 +85,9 @@ class DiscordAdapter:
         self._thread_lock = asyncio.Lock()
         self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
         self._typing = 0
+        self._floors: dict[int, int] = {}       # channel id → newest message id this adapter has seen in it
+        self._gap: dict[int, int] | None = None  # `_floors` when the current gateway session began
+        self._catching_up: set[asyncio.Task[int]] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -138,6 +149,9 @@ class DiscordAdapter:
 
     async def _close(self) -> None:
         client, runner = self._client, self._runner
+        for task in list(self._catching_up):
+            task.cancel()
+        await asyncio.gather(*self._catching_up, return_exceptions=True)
         if client is not None and not client.is_closed():
             await client.close()
         if runner is not None:
@@ -149,6 +163,7 @@ class DiscordAdapter:
     # ------------------------------------------------------------------ inbound
     async def on_message(self, message: discord.Message) -> None:
         async with self._intake:
+            self._saw(message)
             try:
                 inbound = await self.translate(message)
                 if inbound is not None:
@@ -254,6 +269,101 @@ class DiscordAdapter:
         self._origins[str(message.id)] = Origin(message.channel.id, message.author.id)
         while len(self._origins) > REMEMBERED_MESSAGES:
             self._origins.popitem(last=False)
+
+    # ------------------------------------------------------------------ catch-up
+    def _saw(self, message: discord.Message) -> None:
+        floors, channel_id = self._floors, message.channel.id
+        if message.id > floors.get(channel_id, 0):
+            floors.pop(channel_id, None)  # re-inserted last: the quietest channel is forgotten first
+            floors[channel_id] = message.id
+            if len(floors) > REMEMBERED_CHANNELS:
+                del floors[next(iter(floors))]
+
+    def connected(self) -> None:
+        """READY of a new gateway session (not a RESUME, which replays what was missed): what we had seen before it
+        is where a catch-up starts; messages of the new session arrive after this."""
+        self._gap = dict(self._floors)
+
+    def ready_again(self) -> None:
+        """discord.py reconnected by itself with a new session: fetch what was said while it was away."""
+        gap, self._gap = self._gap, None
+        if gap:
+            task = asyncio.get_running_loop().create_task(self._catch_up_channels(gap, "a reconnect"),
+                                                          name="discord-catch-up")
+            self._catching_up.add(task)
+            task.add_done_callback(self._catching_up.discard)
+
+    async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int:
+        """The daemon's catch-up once this connection is up: after the newest stored message of each chat (or
+        what this adapter saw before reconnecting, if newer), fetch what came since and submit it."""
+        floors = dict(self._gap or {})
+        self._gap = None
+        for chat, message_id in last_seen.items():
+            if chat.platform != PLATFORM:
+                continue
+            try:
+                channel_id, after = int(chat.thread_id or chat.chat_id), int(message_id)
+            except ValueError:
+                continue
+            floors[channel_id] = max(floors.get(channel_id, 0), after)
+        return await self._catch_up_channels(floors, "a restart")
+
+    async def _catch_up_channels(self, floors: Mapping[int, int], why: str) -> int:
+        """Oldest first, at most `CATCH_UP_PER_CHAT` per channel, through the same filter, access gate and submit
+        as live messages; the intake lock is held throughout, so a live message queues behind older ones."""
+        client = self._client
+        if client is None or client.is_closed() or not floors:
+            return 0
+        fetched = submitted = stored_before = failed = 0
+        async with self._intake:
+            for channel_id, after in floors.items():
+                channel = await self._history_channel(client, channel_id)
+                if channel is None:
+                    failed += 1
+                    continue
+                try:
+                    async for message in channel.history(after=discord.Object(id=after), oldest_first=True,
+                                                         limit=CATCH_UP_PER_CHAT):
+                        fetched += 1
+                        outcome = await self._catch_up_one(message)
+                        submitted += outcome is SubmitOutcome.ACCEPTED or outcome is SubmitOutcome.REFUSED
+                        stored_before += outcome is SubmitOutcome.DUPLICATE
+                except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    failed += 1
+                    log.warning("discord: cannot read the history of channel %s (%s); not caught up", channel_id,
+                                exc or type(exc).__name__)
+        log.info("discord: caught up after %s: %s channel(s), %s message(s) fetched, %s submitted, "
+                 "%s already stored, %s channel(s) failed", why, len(floors), fetched, submitted, stored_before, failed)
+        return submitted
+
+    async def _catch_up_one(self, message: discord.Message) -> SubmitOutcome | None:
+        self._saw(message)
+        try:
+            inbound = await self.translate(message)
+            if inbound is None:
+                return None
+            inbound = await self._with_roles(message, inbound)
+            return (await self._submit_inbound(inbound)).outcome
+        except Exception:  # noqa: BLE001 - one bad message must not stop the rest of the catch-up
+            log.exception("discord: missed message %s in channel %s not handled", message.id, message.channel.id)
+            return None
+
+    async def _history_channel(self, client: _Client, channel_id: int) -> Any:
+        """The channel to read: cached guild channels and threads, else asked once (a DM channel after a restart)."""
+        channel = client.get_channel(channel_id) or await self._fetch_channel(channel_id)
+        return channel if isinstance(channel, discord.abc.Messageable) else None
+
+    async def _with_roles(self, message: discord.Message, inbound: Inbound) -> Inbound:
+        """A fetched guild message carries a user, not a member: ask for the roles the access rules may read."""
+        guild, author = message.guild, message.author
+        if guild is None or isinstance(author, discord.Member):
+            return inbound
+        try:
+            member = guild.get_member(author.id) or await guild.fetch_member(author.id)
+        except discord.HTTPException as exc:
+            log.info("discord: cannot look up member %s (%s); no roles", author.id, exc)
+            return inbound
+        return replace(inbound, roles=roles_of(member))
 
     # ------------------------------------------------------------------ outbound
     async def send(self, message: OutboundMessage) -> str:

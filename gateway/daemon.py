@@ -19,6 +19,7 @@ from aiohttp import web
 
 from gateway.access import AccessGate
 from gateway.agent import Agent
+from gateway.catchup import CatchUps
 from gateway.commands import Commands
 from gateway.compression import AgentFlush, Compressor
 from gateway.config import Config
@@ -210,7 +211,12 @@ class Daemon:
             log.info("replay: %s messages resumed, %s answered with the offline note", resumed, expired)
         # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
         self._ready()
-        await supervisor.start(self._metered(gw.sessions.submit), on_up=gw.outbox.deliver_pending)
+        # Platforms that never redeliver (Discord) fetch what they missed once each connection is up.
+        catchups = CatchUps(gw.store, gw.adapters, health=lambda p: supervisor.health().get(p), clock=gw.clock)
+
+        async def on_up(platform: str) -> None:
+            await asyncio.gather(gw.outbox.deliver_pending(platform), catchups.after_up(platform))
+        await supervisor.start(catchups.watch(self._metered(gw.sessions.submit)), on_up=on_up)
         loop = asyncio.get_running_loop()
         gw.background.append(loop.create_task(gw.outbox.retry_pending(RETRY_PENDING_EVERY_S), name="retry-pending"))
         gw.background.append(loop.create_task(self._prune_inbound(), name="prune-inbound"))

@@ -6,7 +6,7 @@ Nothing platform-specific lives here; adapters translate their platform's object
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -175,3 +175,13 @@ class Watchable(Protocol):
     to stay down."""
 
     async def wait_closed(self) -> None: ...
+
+
+@runtime_checkable
+class CatchUp(Protocol):
+    """Optional ability, for platforms that never redeliver (Discord): once connected, fetch what was said while
+    the adapter was away and submit it like a live message. `last_seen` maps each recently active chat (thread_id
+    set for a thread) to the newest platform message id stored from it; returns how many messages were submitted.
+    Overlap with live events is harmless: the core dedupes on platform + chat + message id."""
+
+    async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int: ...

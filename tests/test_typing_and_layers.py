@@ -19,7 +19,7 @@ RANKS: dict[str, int] = {
     "yamlload": 1, "markup_base": 1, "markup_tree": 1, "config": 2, "markup_telegram": 2, "markup_text": 2,
     "hints": 3, "markup": 3, "metrics": 3, "ratelimit": 3, "history_cache": 3,
     "llm_http": 1, "chunking": 4, "store": 4, "logs": 4, "llm_sdk": 4,
-    "pairing": 5, "lifecycle": 5, "llm": 5, "prompt": 5, "tools": 5, "supervisor": 5, "ops": 5,
+    "pairing": 5, "lifecycle": 5, "llm": 5, "prompt": 5, "tools": 5, "supervisor": 5, "ops": 5, "catchup": 5,
     "prompt_inputs": 6, "agent": 6, "outbox": 6, "transcript": 6, "session_report": 6,
     "flush": 7, "access": 7, "compression": 8,
     "sessions": 9, "commands": 10, "scheduler": 10,

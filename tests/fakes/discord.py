@@ -251,6 +251,7 @@ class FakeDiscord(FakeServer):
             ("POST", "/users/@me/channels", self._create_dm, True),
             ("GET", "/channels/{cid}", self._get_channel, True),
             ("POST", "/channels/{cid}/messages", self._post_message, True),
+            ("GET", "/channels/{cid}/messages", self._list_messages, True),
             ("GET", "/channels/{cid}/messages/{mid}", self._get_message, True),
             ("PATCH", "/channels/{cid}/messages/{mid}", self._patch_message, True),
             ("DELETE", "/channels/{cid}/messages/{mid}", self._delete_message, True),
@@ -398,6 +399,29 @@ class FakeDiscord(FakeServer):
         if self.echo_own_messages and via == "rest":
             await self.dispatch("MESSAGE_CREATE", self._with_member(message))
         return message
+
+    async def _list_messages(self, request: web.Request, body: Any) -> Any:
+        """Get Channel Messages: at most `limit` (1–100, default 50), newest first. `before` gives the newest ones
+        before it; `after` the ones right after it (the oldest newer ones), still newest first, which is why
+        discord.py reverses the page and pages on with its first id. Messages pushed while no client was connected
+        are here too: history is what a restarted bot catches up from."""
+        cid = request.match_info["cid"]
+        self._channel(cid)
+        query = request.query
+        try:
+            limit = int(query.get("limit", "50"))
+            before = int(query["before"]) if "before" in query else None
+            after = int(query["after"]) if "after" in query else None
+        except ValueError:
+            raise _field_error("limit", "NUMBER_TYPE_COERCE", "Value is not int.") from None
+        if not 1 <= limit <= 100:
+            raise _field_error("limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.")
+        mine = sorted((m for (c, _), m in self._messages.items() if c == cid), key=lambda m: int(m["id"]))
+        if after is not None:
+            page = [m for m in mine if int(m["id"]) > after and (before is None or int(m["id"]) < before)][:limit]
+        else:
+            page = [m for m in mine if before is None or int(m["id"]) < before][-limit:]
+        return list(reversed(page))
 
     async def _get_message(self, request: web.Request, body: Any) -> Any:
         key = (request.match_info["cid"], request.match_info["mid"])

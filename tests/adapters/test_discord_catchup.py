@@ -1,0 +1,141 @@
+"""Discord never redelivers: what was said while the daemon was down is fetched from channel history once it is back
+(real discord.py against the fake Discord's REST history, the whole gateway behind it)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import discord
+import pytest
+
+from tests.adapters.test_discord import DM, MENTION, ref_id, running
+from tests.fakes.discord import BOT_ID, CHANNEL_ID, OTHER_USER_ID, USER_ID, FakeDiscord, snowflake
+from tests.fakes.llm import FakeLLM
+
+KEEP_ROWS = "delivery:\n  dedupe_retention_hours: 1000\n"  # the catch-up window, not pruning, decides below
+_ids = iter(range(1, 4000))
+
+
+def new_id(days_ago: float = 0.0) -> str:
+    """A message id dated now (or days ago): discord.py dates a message by its id, the catch-up window by that."""
+    return snowflake(time.time() - days_ago * 86400, increment=next(_ids))
+
+
+def history_reads(fake: FakeDiscord, channel: str) -> int:
+    return len(fake.calls_to(f"GET /channels/{channel}/messages"))
+
+
+async def test_messages_sent_while_stopped_are_answered_once_in_order(
+        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, caplog: pytest.LogCaptureFixture) -> None:
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.push_message(DM, "before the restart", message_id=new_id())
+        await fake_discord.wait_for_sent(DM)
+        await run.gw.sessions.wait_idle()
+    assert not fake_discord.online
+    away = [await fake_discord.push_message(DM, f"while away {i}", message_id=new_id()) for i in range(3)]
+    caplog.set_level(logging.INFO, logger="adapters.discord_adapter")
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.wait_for_sent(DM, count=4)
+        await run.gw.sessions.wait_idle()
+        answers = fake_discord.sent_messages(DM)
+        assert [m.content for m in answers] == ["echo: before the restart [users=1]", "echo: while away 0 [users=2]",
+                                                "echo: while away 1 [users=3]", "echo: while away 2 [users=4]"]
+        assert [ref_id(m) for m in answers[1:]] == away  # each answers its own message
+        assert history_reads(fake_discord, DM) == 1
+        assert any("caught up after a restart: 1 channel(s), 3 message(s) fetched, 3 submitted" in r.getMessage()
+                   for r in caplog.records)
+        # live traffic goes on as before
+        await fake_discord.push_message(DM, "live again", message_id=new_id())
+        assert (await fake_discord.wait_for_sent(DM, count=5)).content == "echo: live again [users=5]"
+
+
+async def test_an_overlap_with_a_live_event_is_answered_once(home: Path, fake_llm: FakeLLM,
+                                                             fake_discord: FakeDiscord) -> None:
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.push_message(DM, "hello", message_id=new_id())
+        await fake_discord.wait_for_sent(DM)
+        await run.gw.sessions.wait_idle()
+    missed = await fake_discord.push_message(DM, "missed", message_id=new_id())
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.wait_for_sent(DM, count=2)
+        # the same MESSAGE_CREATE arrives live too (a gateway replay): the store already has it
+        await fake_discord.dispatch("MESSAGE_CREATE", fake_discord._with_member(fake_discord._messages[(DM, missed)]))
+        await fake_discord.push_message(DM, "after", message_id=new_id())
+        await fake_discord.wait_for_sent(DM, count=3)
+        await run.gw.sessions.wait_idle()
+        assert [m.content for m in fake_discord.sent_messages(DM)] == [
+            "echo: hello [users=1]", "echo: missed [users=2]", "echo: after [users=3]"]
+        assert run.inbound_texts() == ["hello", "missed", "after"]
+
+
+async def test_guild_catch_up_answers_only_what_addressed_the_bot(home: Path, fake_llm: FakeLLM,
+                                                                   fake_discord: FakeDiscord) -> None:
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.push_message(CHANNEL_ID, f"{MENTION} hi", mentions=[BOT_ID], message_id=new_id())
+        await fake_discord.wait_for_sent(CHANNEL_ID)
+        await run.gw.sessions.wait_idle()
+    await fake_discord.push_message(CHANNEL_ID, "humans talking", author_id=OTHER_USER_ID, message_id=new_id())
+    await fake_discord.push_message(CHANNEL_ID, "a note from the bot itself", author_id=BOT_ID, message_id=new_id())
+    asked = await fake_discord.push_message(CHANNEL_ID, f"{MENTION} are you back?", mentions=[BOT_ID],
+                                            message_id=new_id())
+    await fake_discord.push_message(CHANNEL_ID, "more chatter", author_id=USER_ID, message_id=new_id())
+    async with running(home, fake_llm, fake_discord) as run:
+        reply = await fake_discord.wait_for_sent(CHANNEL_ID, count=2)
+        await run.gw.sessions.wait_idle()
+        assert reply.content == "echo: [Alice] are you back? [users=2]" and ref_id(reply) == asked
+        assert len(fake_discord.sent_messages(CHANNEL_ID)) == 2
+        assert run.inbound_texts() == ["hi", "are you back?"]
+
+
+async def test_a_chat_quiet_for_longer_than_the_window_is_not_fetched(home: Path, fake_llm: FakeLLM,
+                                                                     fake_discord: FakeDiscord) -> None:
+    old_dm = "600000000000000002"
+    async with running(home, fake_llm, fake_discord, KEEP_ROWS) as run:
+        await fake_discord.push_message(old_dm, "long ago", message_id=new_id(days_ago=8))
+        await fake_discord.push_message(DM, "recently", message_id=new_id(days_ago=1))
+        await fake_discord.wait_for_sent(old_dm)
+        await fake_discord.wait_for_sent(DM)
+        await run.gw.sessions.wait_idle()
+    await fake_discord.push_message(old_dm, "anyone?", message_id=new_id())
+    await fake_discord.push_message(DM, "still there?", message_id=new_id())
+    async with running(home, fake_llm, fake_discord, KEEP_ROWS) as run:
+        await fake_discord.wait_for_sent(DM, count=2)
+        await run.gw.sessions.wait_idle()
+        assert history_reads(fake_discord, old_dm) == 0 and history_reads(fake_discord, DM) == 1
+        assert [m.content for m in fake_discord.sent_messages(old_dm)] == ["echo: long ago [users=1]"]
+
+
+async def test_a_full_reconnect_catches_up_by_itself(home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """discord.py re-IDENTIFYs after an invalid session: a new session replays nothing, so the adapter looks."""
+    async def no_identify_pause(self: object, shard_id: int | None, *, initial: bool = False) -> None:
+        return None  # discord.py sleeps 5 s before a re-IDENTIFY (Discord's identify rate limit)
+    monkeypatch.setattr(discord.Client, "before_identify_hook", no_identify_pause)
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.push_message(DM, "one", message_id=new_id())
+        await fake_discord.wait_for_sent(DM)
+        await run.gw.sessions.wait_idle()
+        identifies = fake_discord.identify_count
+        await fake_discord.invalidate_session(resumable=False)
+        await fake_discord.push_message(DM, "said during the reconnect", message_id=new_id())
+        await fake_discord.wait_for_identify(identifies + 1)
+        await fake_discord.wait_for_sent(DM, count=2)
+        await run.gw.sessions.wait_idle()
+        assert [m.content for m in fake_discord.sent_messages(DM)] == [
+            "echo: one [users=1]", "echo: said during the reconnect [users=2]"]
+        assert history_reads(fake_discord, DM) == 1  # the start knew no chat yet; the new session looked once
+
+
+async def test_a_resume_needs_no_catch_up(home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
+    async with running(home, fake_llm, fake_discord) as run:
+        await fake_discord.push_message(DM, "one", message_id=new_id())
+        await fake_discord.wait_for_sent(DM)
+        await run.gw.sessions.wait_idle()
+        reads = history_reads(fake_discord, DM)
+        await fake_discord.force_reconnect()
+        await fake_discord.push_message(DM, "two", message_id=new_id())
+        await fake_discord.wait_for_sent(DM, count=2)
+        await run.gw.sessions.wait_idle()
+        assert history_reads(fake_discord, DM) == reads
