@@ -37,6 +37,7 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 
 TAG = re.compile(r"\bc(\d+)t(\d+)\b")
 IN_FLIGHT_GRACE_S = 1.0  # a send the fake stored this long before SIGKILL must have been marked sent by then
+CAUGHT_UP = re.compile(r"discord: caught up after .*?(\d+) submitted")
 DISCORD_DM = 700_000_000_000_000_000    # + conversation: the Discord DM channel id
 DISCORD_USER = 800_000_000_000_000_000  # + conversation: the Discord user id
 
@@ -251,7 +252,7 @@ class KillRun:
                 ScriptedLLM(self.plan) as llm:
             self.tg, self.slack, self.discord, self.llm = tg, slack, discord, llm
             self.slack_out = SlackDelivery(slack)
-            self.discord_users = DiscordUsers(discord, self._stored_discord)
+            self.discord_users = DiscordUsers(discord, self._stored_discord, self._known_discord)
             daemon_config(self.home, self.plan, tg, slack, discord, llm)
             self.watcher = Watcher(tg, slack, discord)
             self.watcher.start()
@@ -282,7 +283,8 @@ class KillRun:
             report = self.verify()
             report.counts["kills"] = sum(1 for e in self.epochs if e.killed is not None)
             report.counts["Slack events pushed again (no ack)"] = self.slack_out.redeliveries
-            report.counts["Discord messages repeated (never stored)"] = self.discord_users.repeated
+            report.counts["Discord messages sent while no daemon was connected"] = self.discord_users.sent_offline
+            report.counts["Discord first messages repeated (chat unknown)"] = self.discord_users.repeated
             report.counts["Discord creates deduped by nonce"] = len(discord.nonce_repeats)
         report.seconds = time.monotonic() - started
         return report
@@ -395,6 +397,11 @@ class KillRun:
             return db.execute("SELECT 1 FROM inbound WHERE platform = 'discord' AND platform_message_id = ?",
                               (message_id,)).fetchone() is not None
 
+    def _known_discord(self, channel: str) -> bool:
+        with _db(self.home) as db:
+            return db.execute("SELECT 1 FROM inbound WHERE platform = 'discord' AND chat_id = ? LIMIT 1",
+                              (channel,)).fetchone() is not None
+
     async def _wait_flushes(self) -> None:
         deadline = time.monotonic() + self.plan.answer_timeout
         while time.monotonic() < deadline:
@@ -416,6 +423,7 @@ class KillRun:
         if self.exit_code != 0:
             problems.append(f"the last daemon exited {self.exit_code} after SIGTERM")
         self._verify_delivery(report)
+        self._verify_discord_stored(report)
         self._verify_llm_and_prompts(report)
         for proc in self.procs:
             for rec in proc.log_records():
@@ -508,6 +516,20 @@ class KillRun:
             "Discord chunks delivered": discord_chunks, "Discord chunks posted twice": discord_doubles,
             "restarts": len(self.epochs) - 1,
         })
+
+    def _verify_discord_stored(self, report: ChaosReport) -> None:
+        """Strict: every Discord message sent once in a chat the bot knew was stored (live or by a catch-up), once."""
+        with _db(self.home) as db:
+            stored = {(r[0], r[1]) for r in db.execute(
+                "SELECT chat_id, platform_message_id FROM inbound WHERE platform = 'discord'")}
+        lost = [key for key in self.discord_users.sent_once if key not in stored]
+        report.problems += [f"discord:{c}: message {m} was never stored (no catch-up found it)" for c, m in lost]
+        caught = 0
+        for proc in self.procs:
+            for rec in proc.log_records():
+                found = CAUGHT_UP.search(str(rec.get("message") or rec.get("msg") or ""))
+                caught += int(found.group(1)) if found else 0
+        report.counts["Discord messages submitted by a catch-up"] = caught
 
     def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
         """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it

@@ -1,6 +1,7 @@
 """The platforms' side of the kill run: what each fake delivered to users (the Watcher), and how each platform
-hands a user's message to a bot that may be dead: Slack pushes an unacked event again, Discord delivers only to a
-connected bot and never again, so its users repeat a message the bot never stored."""
+hands a user's message to a bot that may be dead: Slack pushes an unacked event again; Discord delivers only to a
+connected bot and never again, so the gateway reads the history of chats it knows after each start (its catch-up),
+and only a chat's very first message, which no catch-up can know of, is repeated by its user."""
 
 from __future__ import annotations
 
@@ -135,15 +136,20 @@ class SlackDelivery:
 
 class DiscordUsers:
     """Discord's side: a MESSAGE_CREATE reaches only a bot connected at that moment, with no ack and no redelivery;
-    a restarted daemon IDENTIFYs a new session, which gets nothing it missed. So a person sends once the bot is
-    online, and one whose message the killed daemon never stored (no answer will ever come) sends it again, as a
-    new message, once the bot is back. `stored(message id)` reads the daemon's database."""
+    a restarted daemon IDENTIFYs a new session, which gets nothing it missed, and catches up from the history of the
+    chats it has stored a message from. So in a chat the bot knows a person sends once, whenever, online or not.
+    A chat's first message only reaches a connected bot: that person sends once the bot is online and, if the killed
+    daemon never stored it (no catch-up can know the chat), sends it again once the bot is back.
+    `stored(message id)` and `known(channel)` read the daemon's database."""
 
-    def __init__(self, discord: FakeDiscord, stored: Callable[[str], bool]) -> None:
+    def __init__(self, discord: FakeDiscord, stored: Callable[[str], bool], known: Callable[[str], bool]) -> None:
         self.discord = discord
         self.stored = stored
+        self.known = known
         self.life = 0
-        self.repeated = 0
+        self.repeated = 0          # first messages of a chat, sent again
+        self.sent_offline = 0      # messages sent while no daemon was connected: only a catch-up can answer them
+        self.sent_once: list[tuple[str, str]] = []  # (channel, message id) sent once, in a chat the bot knew
         self.tasks: set[asyncio.Task[None]] = set()
         self._ended: defaultdict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._ids = itertools.count()
@@ -154,6 +160,12 @@ class DiscordUsers:
         task.add_done_callback(self.tasks.discard)
 
     async def _deliver(self, channel: str, author: str, text: str) -> None:
+        if self.known(channel):
+            message_id = snowflake(increment=next(self._ids))
+            self.sent_once.append((channel, message_id))
+            self.sent_offline += not self.discord.online
+            await self.discord.push_message(channel, text, author_id=author, message_id=message_id)
+            return
         while True:
             await self.discord.wait_until(lambda: self.discord.online, timeout=3600)
             # no await from here to the dispatch: the socket it goes to belongs to daemon life `life`
