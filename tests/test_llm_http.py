@@ -274,3 +274,28 @@ def test_the_default_client_does_not_import_the_sdks() -> None:
             "print(sorted(m for m in ('anthropic', 'openai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+async def test_the_proxy_from_the_environment_is_used_and_no_proxy_is_honoured(
+        fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint's host does not resolve: only a request sent through the proxy (the fake) can succeed."""
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy",
+                "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", fake_llm.base_url)
+    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
+                             timeout_s=5.0, max_retries=0, context_window=200_000)
+    try:
+        reply = await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
+    finally:
+        await client.close()
+    assert reply.text.startswith("echo: last question")
+    assert fake_llm.calls[-1].path == "/v1/messages"
+    monkeypatch.setenv("NO_PROXY", "llm.invalid")
+    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
+                             timeout_s=5.0, max_retries=0, context_window=200_000)
+    try:
+        with pytest.raises(LLMUnavailable, match="cannot connect"):
+            await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
+    finally:
+        await client.close()
