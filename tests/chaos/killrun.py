@@ -529,7 +529,7 @@ class KillRun:
             for rec in proc.log_records():
                 found = CAUGHT_UP.search(str(rec.get("message") or rec.get("msg") or ""))
                 caught += int(found.group(1)) if found else 0
-        report.counts["Discord messages submitted by a catch-up"] = caught
+        report.counts["Discord messages submitted by a catch-up first"] = caught  # missed, or queued behind it
 
     def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
         """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it
