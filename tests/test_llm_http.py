@@ -19,7 +19,7 @@ import pytest
 from gateway.config import load_config
 from gateway.errors import LLMRejected, LLMTimeout, LLMUnavailable
 from gateway.llm import AnthropicClient, ChatMessage, OpenAIClient, build_llm
-from gateway.llm_http import HttpTransport, backoff_s, encode_body, error_message, retry_after_s
+from gateway.llm_http import HttpTransport, backoff_s, decode_answer, encode_body, error_message, retry_after_s
 from tests.fakes.base import ConnectionReset, Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import write_config
@@ -299,3 +299,10 @@ async def test_the_proxy_from_the_environment_is_used_and_no_proxy_is_honoured(
             await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
     finally:
         await client.close()
+
+
+def test_an_answer_with_a_lone_surrogate_escape_is_still_read() -> None:
+    assert decode_answer(b'{"content": [{"type": "text", "text": "half \\ud800 pair"}]}') == {
+        "content": [{"type": "text", "text": "half \ud800 pair"}]}
+    with pytest.raises(ValueError):
+        decode_answer(b'{"ok": tru')
