@@ -39,6 +39,7 @@ __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL_S = 4.0  # Telegram shows "typing…" for 5 s per sendChatAction
+REQUEST_WAIT_S = 30.0    # the longest a chat's request waits for its previous one (see _one_request)
 SUBMIT_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0)
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Start a new conversation"),
@@ -77,10 +78,12 @@ class TelegramAdapter:
         self._secret = ""
         self._unavailable: set[str] = set()  # chats whose 403 was already logged
         self._typing_tasks: set[asyncio.Task[None]] = set()
+        self._typing_requests: set[asyncio.Future[float | None]] = set()  # may outlive their turn (see above)
         self._clock = clock
         # chat id -> clock time until which Telegram told us to wait. A 429 answers one method, but the flood
         # wait covers the chat: a sendMessage inside a wait that a sendChatAction 429 started is refused too.
         self._flood_until: dict[str, float] = {}
+        self._in_flight: dict[str, asyncio.Future[None]] = {}  # chat id -> its request now on the wire
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -104,6 +107,8 @@ class TelegramAdapter:
     async def stop(self) -> None:
         for task in list(self._typing_tasks):
             task.cancel()
+        for request in list(self._typing_requests):
+            request.cancel()
         if self._polling is not None and self._dp is not None:
             with suppress(RuntimeError):  # polling already ended on its own
                 await self._dp.stop_polling()
@@ -282,9 +287,14 @@ class TelegramAdapter:
     async def send(self, message: OutboundMessage) -> str:
         if self._bot is None:
             raise PlatformUnavailable(PLATFORM, "not started")
-        left = self._flood_left(message.chat.chat_id)
-        if left > 0:
-            raise RateLimited(PLATFORM, left)
+        async with self._one_request(message.chat.chat_id):
+            left = self._flood_left(message.chat.chat_id)
+            if left > 0:
+                raise RateLimited(PLATFORM, left)
+            return await self._send_now(message)
+
+    async def _send_now(self, message: OutboundMessage) -> str:
+        assert self._bot is not None
         chat_id = int(message.chat.chat_id)
         kwargs: dict[str, Any] = {}
         if message.chat.thread_id:
@@ -307,6 +317,23 @@ class TelegramAdapter:
             raise self._translate_error(exc, message.chat.chat_id) from None
         self._unavailable.discard(message.chat.chat_id)
         return str(sent.message_id)
+
+    @asynccontextmanager
+    async def _one_request(self, chat_id: str) -> AsyncIterator[None]:
+        """One request per chat on the wire at a time (the outbox already sends a chat's messages one by one;
+        this keeps typing out of their way), so a 429 is always known before that chat's next request."""
+        while (busy := self._in_flight.get(chat_id)) is not None:
+            await asyncio.wait({busy}, timeout=REQUEST_WAIT_S)
+            if not busy.done():
+                break  # a stuck request does not hold the chat for ever
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._in_flight[chat_id] = done
+        try:
+            yield
+        finally:
+            done.set_result(None)
+            if self._in_flight.get(chat_id) is done:
+                del self._in_flight[chat_id]
 
     def _flood_left(self, chat_id: str) -> float:
         until = self._flood_until.get(chat_id)
@@ -351,19 +378,39 @@ class TelegramAdapter:
             return
         thread = int(chat.thread_id) if chat.thread_id else None
         while True:
+            on_wire = asyncio.Event()
+            request = asyncio.ensure_future(self._typing_once(chat, thread, on_wire))
+            self._typing_requests.add(request)
+            request.add_done_callback(self._typing_requests.discard)
+            try:
+                wait = await asyncio.shield(request)
+            except asyncio.CancelledError:
+                # The turn ended. A request already on the wire is left to finish: it still holds the chat's
+                # slot, so the reply's send cannot overtake it, and a 429 it gets is noted before that send.
+                if not on_wire.is_set():
+                    request.cancel()
+                raise
+            if wait is None:
+                return
+            await asyncio.sleep(wait or self.typing_interval)
+
+    async def _typing_once(self, chat: ChatRef, thread: int | None, on_wire: asyncio.Event) -> float | None:
+        """One sendChatAction in the chat's slot; returns the flood wait to sit out (0: none), None to stop."""
+        assert self._bot is not None
+        async with self._one_request(chat.chat_id):
             left = self._flood_left(chat.chat_id)
             if left > 0:  # never spend a request inside a flood wait: it would only lengthen it
-                await asyncio.sleep(left)
-                continue
+                return left
+            on_wire.set()
             try:
                 await self._bot.send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread)
             except TelegramForbiddenError:
-                return
+                return None
             except TelegramRetryAfter as exc:
                 self._note_flood(chat.chat_id, float(exc.retry_after))
                 log.info("telegram: typing in chat %s hit a flood wait of %ss; sends there wait too",
                          chat.chat_id, exc.retry_after)
-                continue
+                return float(exc.retry_after)
             except (TelegramAPIError, AiogramError, OSError) as exc:
                 log.debug("telegram: typing indicator for chat %s failed: %s", chat.chat_id, exc)
-            await asyncio.sleep(self.typing_interval)
+            return 0.0
