@@ -205,6 +205,7 @@ def parse_iso(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
+COMPRESSED = 2  # messages.active: out of the context after compression, still searchable (1: in it, 0: gone)
 HISTORY_KINDS = ("chat", "summary")  # what a session's model input is made of
 
 
@@ -629,14 +630,15 @@ class Store:
                          summary: str, now: datetime) -> int:
         """Context compression in one transaction; returns the summary's id.
 
-        The dropped messages go inactive; the summary (kind 'summary') and fresh copies of the kept tail are
-        appended and the tail's originals go inactive, so `ORDER BY id` stays the conversation's order.
-        Nothing is deleted: the originals stay for the record.
+        The dropped messages leave the context (active = COMPRESSED: session_search still finds them, since the
+        summary keeps only the gist); the summary (kind 'summary') and fresh copies of the kept tail are appended
+        and the tail's originals go inactive (0: their copies are the searchable ones), so `ORDER BY id` stays
+        the conversation's order. Nothing is deleted: the originals stay for the record.
         """
         self.history_cache.drop(session_id)
         with self.tx() as conn:
-            conn.executemany("UPDATE messages SET active = 0 WHERE id = ?",
-                             [(i,) for i in (*dropped, *(r.id for r in tail))])
+            conn.executemany(f"UPDATE messages SET active = {COMPRESSED} WHERE id = ?", [(i,) for i in dropped])
+            conn.executemany("UPDATE messages SET active = 0 WHERE id = ?", [(r.id,) for r in tail])
             cur = conn.execute("INSERT INTO messages (session_id, role, content, created_at, kind)"
                                " VALUES (?, 'user', ?, ?, 'summary')", (session_id, summary, iso(now)))
             for r in tail:

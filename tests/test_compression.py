@@ -17,7 +17,7 @@ import pytest
 
 from gateway.compression import SUMMARY_HEADER, SUMMARY_SYSTEM, Cut, plan_cut, transcript
 from gateway.daemon import Gateway
-from gateway.store import MessageRow
+from gateway.store import COMPRESSED, MessageRow
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
@@ -104,7 +104,7 @@ class Chat:
         return row
 
     def rows(self, *, active: bool | None = None) -> list[Any]:
-        where = "" if active is None else f" AND active = {int(active)}"
+        where = "" if active is None else (" AND active = 1" if active else " AND active != 1")
         return self.gw.store.all(f"SELECT * FROM messages WHERE session_id = ?{where} ORDER BY id",
                                  (self.session().id,))
 
@@ -195,9 +195,11 @@ async def test_rows_after_compression(chat: Chat) -> None:
               for r in active if r["role"] == "user"]
     assert starts[:2] == ["Turn 1", "summary"] and starts[-1] == f"Turn {n}"
     assert [int(s.split()[1]) for s in starts[2:]] == list(range(n - len(starts) + 3, n + 1))
-    # Nothing deleted: every original is still there, the dropped ones and the tail's originals inactive.
+    # Nothing deleted: every original is still there, out of the context: the dropped ones marked compressed
+    # (session_search still finds them), the tail's originals inactive (their copies are in the context).
     assert {r["content"] for r in inactive if r["role"] == "user"} >= {turn_text(2), turn_text(3)}
-    assert all(r["active"] == 0 for r in inactive)
+    assert {r["active"] for r in dropped} == {COMPRESSED}
+    assert all(r["active"] == 0 for r in inactive if r not in dropped)
     # Tool call and result stayed together (Turn 2 searched and was dropped as a whole).
     dropped_tools = [r for r in inactive if r["role"] == "tool"]
     assert len(dropped_tools) == 1 and not any(r["role"] == "tool" for r in active)

@@ -126,6 +126,21 @@ def test_only_active_chat_messages_from_people_and_the_agent_match(world: World)
     assert [[h.snippet for h in r.hits] for r in hits] == [["tool output «zebra»"]]
 
 
+def test_messages_compressed_out_of_the_context_are_still_found_once(world: World) -> None:
+    sid = world.session("dm", "a", "a")
+    early = world.say(sid, "a", "my locker code is quokka 4417")
+    world.say(sid, None, "noted, the quokka code")
+    world.say(sid, "a", "and the quokka emoji too")
+    rows = world.store.history(sid)
+    dropped, tail = [r.id for r in rows[:2]], rows[2:]
+    world.store.compress_history(sid, dropped=dropped, tail=tail, summary="User shared a quokka code.",
+                                 now=world.clock)
+    assert all(r.id not in (early,) for r in world.store.history(sid))  # out of the model's context ...
+    hits = world.search(world.ctx("a"), "quokka")
+    assert [sorted(h.snippet for h in r.hits) for r in hits] == [  # ... but searchable, and the tail only once
+        ["and the «quokka» emoji too", "my locker code is «quokka» 4417", "noted, the «quokka» code"]]
+
+
 def test_stemming_phrases_and_operators(world: World) -> None:
     assert world.found(world.ctx("b"), "cats") == {world.bob_dm, world.bob_group, world.thread}
     assert world.found(world.ctx("a"), '"cat food"') == {world.alice_group}

@@ -35,7 +35,8 @@ _PROBE_MAX_MESSAGES = 2500
 _MAX_CANDIDATES = 20_000  # matches walked in a large scope before answering with what was found
 _SNIPPET_CHARS = 160
 _QUERY_ERRORS = ("fts5:", "unterminated string", "unknown special query", "no such column")
-_CHAT = "m.role IN ('user', 'assistant') AND m.active = 1 AND m.kind = 'chat'"
+# active 1: in the context; 2: compressed out of it (still the conversation); 0: undone or superseded by a copy
+_CHAT = "m.role IN ('user', 'assistant') AND m.active IN (1, 2) AND m.kind = 'chat'"
 
 _CJK = re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in CJK_RANGES) + "]")
 
