@@ -153,6 +153,22 @@ def _user_agent() -> str:
         return "agent-gateway"
 
 
+def make_transport(provider: Literal["anthropic", "openai"], client: ClientKind, *, model: str, api_key: str,
+                   base_url: str | None, timeout_s: float, max_retries: int) -> Transport:
+    if client == "sdk":
+        from gateway.llm_sdk import SdkTransport  # noqa: PLC0415 (the SDK is imported only if chosen)
+        return SdkTransport(provider=provider, model=model, api_key=api_key, base_url=base_url,
+                            timeout_s=timeout_s, max_retries=max_retries)
+    if provider == "anthropic":
+        url = (base_url or ANTHROPIC_URL).rstrip("/") + "/v1/messages"
+        headers = {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
+    else:
+        url = (base_url or OPENAI_URL).rstrip("/") + "/chat/completions"
+        headers = {"authorization": f"Bearer {api_key}"}
+    return HttpTransport(url=url, model=model, timeout_s=timeout_s, max_retries=max_retries,
+                         headers={**headers, "user-agent": _user_agent()})
+
+
 class AnthropicClient:
     provider = "anthropic"
 
@@ -164,16 +180,8 @@ class AnthropicClient:
         self.max_tokens = max_tokens
         self.cache_ttl = cache_ttl
         self.caching = caching
-        self._transport: Transport
-        if client == "sdk":
-            from gateway.llm_sdk import AnthropicSdkTransport  # noqa: PLC0415 (the SDK is imported only if chosen)
-            self._transport = AnthropicSdkTransport(model=model, api_key=api_key, base_url=base_url,
-                                                    timeout_s=timeout_s, max_retries=max_retries)
-        else:
-            self._transport = HttpTransport(
-                url=(base_url or ANTHROPIC_URL).rstrip("/") + "/v1/messages", model=model, timeout_s=timeout_s,
-                max_retries=max_retries,
-                headers={"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION, "user-agent": _user_agent()})
+        self._transport = make_transport("anthropic", client, model=model, api_key=api_key, base_url=base_url,
+                                         timeout_s=timeout_s, max_retries=max_retries)
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
@@ -246,15 +254,8 @@ class OpenAIClient:
         self.model = model
         self.context_window = context_window
         self.max_tokens = max_tokens
-        self._transport: Transport
-        if client == "sdk":
-            from gateway.llm_sdk import OpenAISdkTransport  # noqa: PLC0415 (the SDK is imported only if chosen)
-            self._transport = OpenAISdkTransport(model=model, api_key=api_key, base_url=base_url,
-                                                 timeout_s=timeout_s, max_retries=max_retries)
-        else:
-            self._transport = HttpTransport(
-                url=(base_url or OPENAI_URL).rstrip("/") + "/chat/completions", model=model, timeout_s=timeout_s,
-                max_retries=max_retries, headers={"authorization": f"Bearer {api_key}", "user-agent": _user_agent()})
+        self._transport = make_transport("openai", client, model=model, api_key=api_key, base_url=base_url,
+                                         timeout_s=timeout_s, max_retries=max_retries)
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
