@@ -104,24 +104,16 @@ async def test_retries_run_out_with_the_last_error(fake_llm: FakeLLM) -> None:
     assert len(sleeps.delays) == 1 and len(fake_llm.anthropic_requests()) == 2
 
 
-async def test_x_should_retry_false_is_obeyed(fake_llm: FakeLLM) -> None:
+@pytest.mark.parametrize("fault, status", [
+    (Fault(500, headers={"x-should-retry": "false"}), 500),  # the provider says not to
+    (Fault(429, headers={"retry-after": "600"}), 429),       # minutes: fail now, so the fallback can answer
+], ids=["x-should-retry-false", "retry-after-of-minutes"])
+async def test_errors_that_are_not_retried(fake_llm: FakeLLM, fault: Fault, status: int) -> None:
     sleeps = Sleeps()
     client = native(fake_llm, sleeps)
-    fake_llm.fail("/v1/messages", Fault(500, headers={"x-should-retry": "false"}))
+    fake_llm.fail("/v1/messages", fault)
     try:
-        with pytest.raises(LLMUnavailable, match="HTTP 500"):
-            await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
-    finally:
-        await client.close()
-    assert sleeps.delays == [] and len(fake_llm.calls) == 1
-
-
-async def test_a_retry_after_of_minutes_fails_now_so_the_fallback_can_answer(fake_llm: FakeLLM) -> None:
-    sleeps = Sleeps()
-    client = native(fake_llm, sleeps)
-    fake_llm.fail("/v1/messages", Fault(429, headers={"retry-after": "600"}))
-    try:
-        with pytest.raises(LLMUnavailable, match="HTTP 429"):
+        with pytest.raises(LLMUnavailable, match=f"HTTP {status}"):
             await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
     finally:
         await client.close()
