@@ -19,7 +19,11 @@ MESSAGE_BYTES = 130  # the tuple, its slot and the content string's header, besi
 
 
 def _keep(message: ChatView) -> _Kept:
-    extra = {k: v for k, v in message.items() if k != "role" and k != "content"} if len(message) > 2 else None
+    if len(message) <= 2:
+        return message["role"], message["content"], None
+    extra = {k: v for k, v in message.items() if k != "role" and k != "content"}
+    if "tool_calls" in extra:  # the caller keeps its list; the kept one must not change with it
+        extra["tool_calls"] = [dict(call) for call in extra["tool_calls"] or ()]
     return message["role"], message["content"], extra
 
 
@@ -34,8 +38,18 @@ def _view(kept: _Kept) -> ChatView:
 
 
 def kept_bytes(kept: _Kept) -> int:
-    calls = kept[2].get("tool_calls") if kept[2] else None
-    return MESSAGE_BYTES + len(kept[1]) + (300 + 200 * len(calls) if calls else 0)
+    """An upper-bound-ish estimate: strings at up to 4 bytes a character when they are not ASCII (CPython stores
+    1, 2 or 4 per character), tool calls with their arguments, which can be far larger than the text."""
+    size = MESSAGE_BYTES + _str_bytes(kept[1])
+    if kept[2]:
+        size += 100 + sum(_str_bytes(v) for v in kept[2].values() if isinstance(v, str))
+        for call in kept[2].get("tool_calls") or ():
+            size += 300 + sum(_str_bytes(v) for v in call.values() if isinstance(v, str))
+    return size
+
+
+def _str_bytes(text: str) -> int:
+    return len(text) if text.isascii() else 4 * len(text)
 
 
 class HistoryCache:

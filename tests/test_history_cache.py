@@ -155,3 +155,29 @@ def test_many_sessions_stay_within_the_budget(store: Store) -> None:
         store.add_messages(sid, exchange(n) * 5, now=NOW)
         store.chat_history(sid)
     assert store.history_cache.bytes <= 200_000 and 0 < len(store.history_cache) < 2_000
+
+
+def test_large_tool_arguments_and_non_ascii_text_count_against_the_budget() -> None:
+    """A memory or skill tool call can carry a long argument; the budget must see it, or 200 such sessions
+    would hold ~20 MB while the cache believed it held 0.15 MB."""
+    cache = HistoryCache(budget_bytes=1_000_000)
+    for sid in range(200):
+        cache.put(sid, [{"role": "user", "content": "save this"},
+                        {"role": "assistant", "content": "", "tool_calls": [
+                            {"id": f"t{sid}", "name": "memory", "arguments": "x" * 100_000}]}])
+    assert cache.bytes <= 1_000_000 and len(cache) <= 10
+    wide = HistoryCache()
+    wide.put(1, [{"role": "user", "content": "日本語" * 1000}])
+    narrow = HistoryCache()
+    narrow.put(1, [{"role": "user", "content": "abc" * 1000}])
+    assert wide.bytes > 3 * (narrow.bytes - 200)
+
+
+def test_the_kept_tool_calls_are_not_the_callers_list() -> None:
+    calls = [{"id": "t1", "name": "memory", "arguments": "{}"}]
+    cache = HistoryCache()
+    cache.put(1, [{"role": "assistant", "content": "", "tool_calls": calls}])
+    calls.clear()
+    calls.append({"id": "changed"})
+    got = cache.get(1)
+    assert got is not None and got[0]["tool_calls"] == [{"id": "t1", "name": "memory", "arguments": "{}"}]
