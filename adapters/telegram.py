@@ -39,7 +39,8 @@ __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL_S = 4.0  # Telegram shows "typing…" for 5 s per sendChatAction
-REQUEST_WAIT_S = 30.0    # the longest a chat's request waits for its previous one (see _one_request)
+TYPING_TIMEOUT_S = 5      # a "typing…" request that takes longer is not worth holding the chat's reply for
+REQUEST_WAIT_S = 10.0    # the longest a chat's request waits for its previous one (see _one_request)
 SUBMIT_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0)
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Start a new conversation"),
@@ -350,7 +351,9 @@ class TelegramAdapter:
             self._flood_until[chat_id] = until
 
     def _translate_error(self, exc: BaseException, chat_id: str) -> AdapterError:
-        error = send_error(exc)  # a send's own 429 reaches the outbox, which pauses the chat itself
+        error = send_error(exc)
+        if isinstance(error, RateLimited):  # the outbox pauses the chat's sends; typing must pause too
+            self._note_flood(chat_id, error.retry_after)
         if isinstance(error, RecipientUnavailable) and chat_id not in self._unavailable:
             self._unavailable.add(chat_id)
             log.warning("telegram: cannot write to chat %s (%s); its replies are dropped", chat_id, exc)
@@ -403,7 +406,8 @@ class TelegramAdapter:
                 return left
             on_wire.set()
             try:
-                await self._bot.send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread)
+                await self._bot.send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread,
+                                                 request_timeout=TYPING_TIMEOUT_S)
             except TelegramForbiddenError:
                 return None
             except TelegramRetryAfter as exc:

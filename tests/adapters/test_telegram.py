@@ -352,6 +352,31 @@ async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(h
         await adapter.stop()
 
 
+async def test_a_send_429_holds_typing_in_that_chat_too(home: Path, fake_llm: FakeLLM,
+                                                          fake_telegram: FakeTelegram) -> None:
+    now = [1000.0]
+    fake_telegram.clock = lambda: now[0]
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=telegram_yaml(fake_telegram))
+    config = load_config(home, env={})
+    assert config.telegram is not None
+    adapter = TelegramAdapter(config.telegram, typing_interval=0.01, submit_retry_delays=(), clock=lambda: now[0])
+
+    async def accept(message: Inbound) -> SubmitResult:
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    fake_telegram.fail("sendmessage", retry_after(30))
+    await adapter.start(accept)
+    chat = ChatRef("telegram", "dm", str(ALICE))
+    try:
+        with pytest.raises(RateLimited):
+            await adapter.send(OutboundMessage(chat, "hello", "hello"))
+        async with adapter.typing(chat):  # the user writes again inside the 30 s wait: the next turn "types"
+            await asyncio.sleep(0.05)
+        assert fake_telegram.calls_to("sendchataction") == [] and fake_telegram.flood_violations == []
+    finally:
+        await adapter.stop()
+
+
 async def test_offset_is_not_advanced_before_the_update_is_stored(home: Path, fake_llm: FakeLLM,
                                                                   fake_telegram: FakeTelegram) -> None:
     write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=telegram_yaml(fake_telegram))
