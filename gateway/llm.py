@@ -143,6 +143,7 @@ ClientKind = Literal["native", "sdk"]
 ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 OPENAI_URL = "https://api.openai.com/v1"
+OPENAI_ENV_HEADERS = {"OPENAI_ORG_ID": "OpenAI-Organization", "OPENAI_PROJECT_ID": "OpenAI-Project"}
 
 
 def _user_agent() -> str:
@@ -154,7 +155,8 @@ def _user_agent() -> str:
 
 
 def make_transport(provider: Literal["anthropic", "openai"], client: ClientKind, *, model: str, api_key: str,
-                   base_url: str | None, timeout_s: float, max_retries: int) -> Transport:
+                   base_url: str | None, timeout_s: float, max_retries: int,
+                   env: Mapping[str, str] | None = None) -> Transport:
     if client == "sdk":
         from gateway.llm_sdk import SdkTransport  # noqa: PLC0415 (the SDK is imported only if chosen)
         return SdkTransport(provider=provider, model=model, api_key=api_key, base_url=base_url,
@@ -165,6 +167,9 @@ def make_transport(provider: Literal["anthropic", "openai"], client: ClientKind,
     else:
         url = (base_url or OPENAI_URL).rstrip("/") + "/chat/completions"
         headers = {"authorization": f"Bearer {api_key}"}
+        for var, header in OPENAI_ENV_HEADERS.items():  # as the openai SDK sends them
+            if (env or {}).get(var):
+                headers[header] = (env or {})[var]
     return HttpTransport(url=url, model=model, timeout_s=timeout_s, max_retries=max_retries,
                          headers={**headers, "user-agent": _user_agent()})
 
@@ -174,14 +179,14 @@ class AnthropicClient:
 
     def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
                  max_retries: int, context_window: int, cache_ttl: Literal["5m", "1h"] = "5m",
-                 caching: bool = True, client: ClientKind = "native") -> None:
+                 caching: bool = True, client: ClientKind = "native", env: Mapping[str, str] | None = None) -> None:
         self.model = model
         self.context_window = context_window
         self.max_tokens = max_tokens
         self.cache_ttl = cache_ttl
         self.caching = caching
         self._transport = make_transport("anthropic", client, model=model, api_key=api_key, base_url=base_url,
-                                         timeout_s=timeout_s, max_retries=max_retries)
+                                         timeout_s=timeout_s, max_retries=max_retries, env=env)
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
@@ -250,12 +255,13 @@ class OpenAIClient:
     provider = "openai"
 
     def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
-                 max_retries: int, context_window: int, client: ClientKind = "native") -> None:
+                 max_retries: int, context_window: int, client: ClientKind = "native",
+                 env: Mapping[str, str] | None = None) -> None:
         self.model = model
         self.context_window = context_window
         self.max_tokens = max_tokens
         self._transport = make_transport("openai", client, model=model, api_key=api_key, base_url=base_url,
-                                         timeout_s=timeout_s, max_retries=max_retries)
+                                         timeout_s=timeout_s, max_retries=max_retries, env=env)
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
@@ -360,10 +366,10 @@ def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLM
         return AnthropicClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
                                timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
                                cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled,
-                               client=m.client)
+                               client=m.client, env=env)
     return OpenAIClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
                         timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
-                        client=m.client)
+                        client=m.client, env=env)
 
 
 def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:

@@ -64,7 +64,11 @@ def proxy_for(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
         return None
-    return urllib.request.getproxies().get(parts.scheme) or None
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"  # "proxy.corp:3128", as curl and httpx read it
 
 
 def status_error(model: str, status: int, message: str) -> LLMError:

@@ -298,3 +298,32 @@ def test_an_answer_with_a_lone_surrogate_escape_is_still_read() -> None:
         "content": [{"type": "text", "text": "half \ud800 pair"}]}
     with pytest.raises(ValueError):
         decode_answer(b'{"ok": tru')
+
+
+@pytest.mark.parametrize("var, value", [("HTTP_PROXY", "{hostport}"), ("ALL_PROXY", "http://{hostport}")],
+                         ids=["no-scheme", "all-proxy"])
+async def test_proxy_spellings_the_sdks_accept(fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch, var: str,
+                                               value: str) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy",
+                 "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(var, value.format(hostport=fake_llm.base_url.removeprefix("http://")))
+    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
+                             timeout_s=5.0, max_retries=0, context_window=200_000)
+    try:
+        reply = await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
+    finally:
+        await client.close()
+    assert reply.text.startswith("echo: last question")
+
+
+async def test_openai_organization_and_project_from_the_environment(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, provider="openai", base_url=fake_llm.openai_base_url)
+    env = {"OPENAI_ORG_ID": "org-123", "OPENAI_PROJECT_ID": "proj_456"}
+    client = build_llm(load_config(home, env=env), env, probe_ollama=False)
+    try:
+        await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
+    finally:
+        await client.close()
+    headers = fake_llm.calls[-1].headers
+    assert (headers["OpenAI-Organization"], headers["OpenAI-Project"]) == ("org-123", "proj_456")
