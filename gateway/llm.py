@@ -294,8 +294,16 @@ def openai_reply(data: Mapping[str, Any], model: str) -> LLMReply:
     u = _object(data.get("usage"))
     cached = _count(_object(u.get("prompt_tokens_details")), "cached_tokens")
     usage = Usage(max(0, _count(u, "prompt_tokens") - cached), _count(u, "completion_tokens"), cached, 0)
-    return LLMReply(str(msg.get("content") or ""), calls, usage, str(data.get("model") or model), "openai",
+    return LLMReply(_openai_text(msg.get("content")), calls, usage, str(data.get("model") or model), "openai",
                     str(choice.get("finish_reason") or ""))
+
+
+def _openai_text(content: Any) -> str:
+    """A string, or (some compatible servers, e.g. reasoning models) a list of parts: their text joined."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content
+                       if isinstance(p, dict) and p.get("type", "text") == "text")
+    return str(content or "")
 
 
 class FallbackClient:

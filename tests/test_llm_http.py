@@ -327,3 +327,11 @@ async def test_openai_organization_and_project_from_the_environment(home: Path, 
         await client.close()
     headers = fake_llm.calls[-1].headers
     assert (headers["OpenAI-Organization"], headers["OpenAI-Project"]) == ("org-123", "proj_456")
+
+
+def test_openai_content_given_as_parts_is_read_as_text() -> None:
+    from gateway.llm import openai_reply
+    reply = openai_reply({"choices": [{"message": {"content": [
+        {"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]},
+        "finish_reason": "stop"}], "model": "m"}, "m")
+    assert reply.text == "Hello there"
