@@ -346,7 +346,10 @@ class TelegramAdapter:
         return left
 
     def _note_flood(self, chat_id: str, retry_after: float) -> None:
-        until = self._clock() + retry_after
+        now = self._clock()
+        if len(self._flood_until) > 1000:  # waits of chats that never sent again
+            self._flood_until = {c: t for c, t in self._flood_until.items() if t > now}
+        until = now + retry_after
         if until > self._flood_until.get(chat_id, 0.0):
             self._flood_until[chat_id] = until
 
