@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -40,7 +40,9 @@ REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply referenc
 REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
 CLOSE_TIMEOUT_S = 5.0
 CATCH_UP_PER_CHAT = 50             # messages fetched per chat after a restart or a reconnect (one request)
-REMEMBERED_CHANNELS = 5000         # channels whose newest seen message id is kept, for a reconnect's catch-up
+REMEMBERED_CHANNELS = 500          # the most recently active chats whose newest message id is kept, for a reconnect
+CATCH_UP_BUDGET_S = 60.0           # one catch-up reads no longer than this; channels not read by then are skipped
+CATCH_UP_CONCURRENCY = 4           # channels read at once (discord.py waits out 429s per route on its own)
 _CHANNEL_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 
@@ -71,21 +73,25 @@ class DiscordAdapter:
     platform = PLATFORM
 
     def __init__(self, config: DiscordConfig, *, guild_ready_timeout: float = GUILD_READY_TIMEOUT_S,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, catch_up_budget: float = CATCH_UP_BUDGET_S,
+                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY) -> None:
         self.config = config
         self.guild_ready_timeout = guild_ready_timeout
         self.monotonic = monotonic
+        self.catch_up_budget = catch_up_budget
+        self.catch_up_concurrency = catch_up_concurrency
         self._submit: Submit | None = None
         self._client: _Client | None = None
         self._runner: asyncio.Task[None] | None = None
         self._intake = asyncio.Lock()  # one event at a time, in arrival order: a chat's messages stay in order
+        self._channels = ChannelLocks()  # a channel being caught up holds its live messages back until it is done
         self._commands = SlashCommands(config, self._submit_in_order, monotonic)
         self._origins: OrderedDict[str, Origin] = OrderedDict()
         self._thread_starts: OrderedDict[str, tuple[discord.Message, str]] = OrderedDict()
         self._thread_lock = asyncio.Lock()
         self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
         self._typing = 0
-        self._floors: dict[int, int] = {}       # channel id → newest message id this adapter has seen in it
+        self._floors: OrderedDict[int, int] = OrderedDict()  # chat → newest message id seen; most recent last
         self._gap: dict[int, int] | None = None  # `_floors` when the current gateway session began
         self._catching_up: set[asyncio.Task[int]] = set()
 
@@ -162,18 +168,22 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ inbound
     async def on_message(self, message: discord.Message) -> None:
-        async with self._intake:
-            self._saw(message)
+        async with self._channels.hold(message.channel.id), self._intake:
             try:
                 inbound = await self.translate(message)
                 if inbound is not None:
                     await self._submit_inbound(inbound)
+                self._saw(message, accepted=inbound is not None)
             except Exception:  # noqa: BLE001 - task root for one gateway event
                 log.exception("discord: message %s in channel %s not handled", message.id, message.channel.id)
 
     async def _submit_in_order(self, inbound: Inbound) -> SubmitResult:
-        """A slash command's submit: behind the gateway messages that came before it."""
-        async with self._intake:
+        """A slash command's submit: behind the gateway messages that came before it (and its channel's missed ones)."""
+        try:
+            channel_id = _channel_id(inbound.chat)
+        except ValueError:
+            channel_id = 0
+        async with self._channels.hold(channel_id), self._intake:
             return await self._submit_inbound(inbound)
 
     async def _submit_inbound(self, inbound: Inbound) -> SubmitResult:
@@ -271,18 +281,22 @@ class DiscordAdapter:
             self._origins.popitem(last=False)
 
     # ------------------------------------------------------------------ catch-up
-    def _saw(self, message: discord.Message) -> None:
+    def _saw(self, message: discord.Message, *, accepted: bool) -> None:
+        """A message handled in order: a chat that addressed the bot becomes (again) the most recently active one;
+        chatter only moves the floor of a chat already known, so a busy channel nobody asks is never read."""
         floors, channel_id = self._floors, message.channel.id
-        if message.id > floors.get(channel_id, 0):
-            floors.pop(channel_id, None)  # re-inserted last: the quietest channel is forgotten first
+        if accepted:
+            floors[channel_id] = max(message.id, floors.get(channel_id, 0))
+            floors.move_to_end(channel_id)
+            while len(floors) > REMEMBERED_CHANNELS:
+                floors.popitem(last=False)
+        elif message.id > floors.get(channel_id, message.id):
             floors[channel_id] = message.id
-            if len(floors) > REMEMBERED_CHANNELS:
-                del floors[next(iter(floors))]
 
     def connected(self) -> None:
         """READY of a new gateway session (not a RESUME, which replays what was missed): what we had seen before it
         is where a catch-up starts; messages of the new session arrive after this."""
-        self._gap = dict(self._floors)
+        self._gap = dict(reversed(self._floors.items()))  # the most recently active first
 
     def ready_again(self) -> None:
         """discord.py reconnected by itself with a new session: fetch what was said while it was away."""
@@ -295,58 +309,100 @@ class DiscordAdapter:
 
     async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int:
         """The daemon's catch-up once this connection is up: after the newest stored message of each chat (or
-        what this adapter saw before reconnecting, if newer), fetch what came since and submit it."""
+        what this adapter saw before reconnecting, if newer), fetch what came since and submit it. The stored
+        chats are remembered too (behind the live ones), so a later reconnect looks at them again."""
         floors = dict(self._gap or {})
         self._gap = None
         for chat, message_id in last_seen.items():
             if chat.platform != PLATFORM:
                 continue
             try:
-                channel_id, after = int(chat.thread_id or chat.chat_id), int(message_id)
+                channel_id, after = _channel_id(chat), int(message_id)
             except ValueError:
                 continue
             floors[channel_id] = max(floors.get(channel_id, 0), after)
+            if channel_id not in self._floors and len(self._floors) < REMEMBERED_CHANNELS:
+                self._floors[channel_id] = after
+                self._floors.move_to_end(channel_id, last=False)
         return await self._catch_up_channels(floors, "a restart")
 
     async def _catch_up_channels(self, floors: Mapping[int, int], why: str) -> int:
         """Oldest first, at most `CATCH_UP_PER_CHAT` per channel, through the same filter, access gate and submit
-        as live messages; the intake lock is held throughout, so a live message queues behind older ones."""
+        as live messages. A few channels are read at once, with no lock held but each channel's own: its live
+        messages wait for its missed ones, other channels go on. The intake lock is held only to submit one
+        channel's batch; what the budget leaves unread is skipped (and logged)."""
         client = self._client
         if client is None or client.is_closed() or not floors:
             return 0
-        fetched = submitted = stored_before = failed = 0
-        async with self._intake:
-            for channel_id, after in floors.items():
-                channel = await self._history_channel(client, channel_id)
-                if channel is None:
-                    failed += 1
-                    continue
-                try:
-                    async for message in channel.history(after=discord.Object(id=after), oldest_first=True,
-                                                         limit=CATCH_UP_PER_CHAT):
-                        fetched += 1
-                        outcome = await self._catch_up_one(message)
-                        submitted += outcome is SubmitOutcome.ACCEPTED or outcome is SubmitOutcome.REFUSED
-                        stored_before += outcome is SubmitOutcome.DUPLICATE
-                except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-                    failed += 1
-                    log.warning("discord: cannot read the history of channel %s (%s); not caught up", channel_id,
-                                exc or type(exc).__name__)
+        run = _CatchUpRun(self.monotonic() + self.catch_up_budget, asyncio.Semaphore(self.catch_up_concurrency))
+        await asyncio.gather(*(self._catch_up_channel(client, run, channel_id, after)
+                               for channel_id, after in floors.items()))
+        tally = run.tally
         log.info("discord: caught up after %s: %s channel(s), %s message(s) fetched, %s submitted, "
-                 "%s already stored, %s channel(s) failed", why, len(floors), fetched, submitted, stored_before, failed)
-        return submitted
+                 "%s already stored, %s channel(s) failed, %s skipped", why, len(floors), tally["fetched"],
+                 tally["submitted"], tally["stored"], tally["failed"], len(run.skipped))
+        if run.skipped:
+            log.warning("discord: catching up after %s took longer than %.0f s; %s channel(s) not caught up: %s",
+                        why, self.catch_up_budget, len(run.skipped), ", ".join(map(str, run.skipped[:20])))
+        return tally["submitted"]
 
-    async def _catch_up_one(self, message: discord.Message) -> SubmitOutcome | None:
-        self._saw(message)
+    async def _catch_up_channel(self, client: _Client, run: _CatchUpRun, channel_id: int, after: int) -> None:
+        async with self._channels.hold(channel_id):  # taken at once, in order: ahead of later live messages
+            try:
+                async with run.slots:
+                    left = run.deadline - self.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    async with asyncio.timeout(left):
+                        missed = await self._read_missed(client, run, channel_id, after)
+            except TimeoutError:
+                run.skipped.append(channel_id)
+                return
+            except Exception:  # noqa: BLE001 - one bad channel must not stop the rest of the catch-up
+                run.tally["failed"] += 1
+                log.exception("discord: catching up on channel %s failed", channel_id)
+                return
+            async with self._intake:
+                for message, inbound in missed:
+                    outcome = await self._submit_missed(message, inbound)
+                    run.tally["submitted"] += outcome is SubmitOutcome.ACCEPTED or outcome is SubmitOutcome.REFUSED
+                    run.tally["stored"] += outcome is SubmitOutcome.DUPLICATE
+
+    async def _read_missed(self, client: _Client, run: _CatchUpRun, channel_id: int,
+                           after: int) -> list[tuple[discord.Message, Inbound | None]]:
+        """The channel's messages after `after`, oldest first, each with what the core gets (None: dropped)."""
+        channel = await self._history_channel(client, channel_id)
+        if channel is None:
+            run.tally["failed"] += 1
+            return []
+        missed: list[tuple[discord.Message, Inbound | None]] = []
+        try:
+            async for message in channel.history(after=discord.Object(id=after), oldest_first=True,
+                                                 limit=CATCH_UP_PER_CHAT):
+                run.tally["fetched"] += 1
+                missed.append((message, await self._translate_missed(message)))
+        except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            run.tally["failed"] += 1
+            log.warning("discord: cannot read the history of channel %s (%s); not caught up", channel_id,
+                        exc or type(exc).__name__)
+        return missed  # what was read before a failure is still older than anything after it
+
+    async def _translate_missed(self, message: discord.Message) -> Inbound | None:
         try:
             inbound = await self.translate(message)
-            if inbound is None:
-                return None
-            inbound = await self._with_roles(message, inbound)
-            return (await self._submit_inbound(inbound)).outcome
+            return None if inbound is None else await self._with_roles(message, inbound)
         except Exception:  # noqa: BLE001 - one bad message must not stop the rest of the catch-up
             log.exception("discord: missed message %s in channel %s not handled", message.id, message.channel.id)
             return None
+
+    async def _submit_missed(self, message: discord.Message, inbound: Inbound | None) -> SubmitOutcome | None:
+        try:
+            outcome = None if inbound is None else (await self._submit_inbound(inbound)).outcome
+        except Exception:  # noqa: BLE001 - as for a live message: logged, the rest goes on
+            log.exception("discord: missed message %s in channel %s not handled", message.id, message.channel.id)
+            return None
+        self._saw(message, accepted=inbound is not None)
+        return outcome
 
     async def _history_channel(self, client: _Client, channel_id: int) -> Any:
         """The channel to read: cached guild channels and threads, else asked once (a DM channel after a restart)."""
@@ -418,6 +474,44 @@ class DiscordAdapter:
     @property
     def typing_active(self) -> int:
         return self._typing
+
+
+class ChannelLocks:
+    """A lock per channel, kept only while someone holds or waits for it; FIFO like `asyncio.Lock`, so whoever asks
+    first (a catch-up before the live messages that arrive during it) goes first."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, channel_id: int) -> AsyncIterator[None]:
+        lock, users = self._locks.get(channel_id, (None, 0))
+        lock = lock or asyncio.Lock()
+        self._locks[channel_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[channel_id]
+            if users > 1:
+                self._locks[channel_id] = (lock, users - 1)
+            else:
+                del self._locks[channel_id]
+
+
+@dataclass(slots=True)
+class _CatchUpRun:
+    """One catch-up's shared state: its deadline, its read slots and its counts."""
+
+    deadline: float
+    slots: asyncio.Semaphore
+    tally: Counter[str] = field(default_factory=Counter)
+    skipped: list[int] = field(default_factory=list)
+
+
+def _channel_id(chat: ChatRef) -> int:
+    """The Discord channel a chat's messages are in: its thread, else the channel or DM."""
+    return int(chat.thread_id or chat.chat_id)
 
 
 # ---------------------------------------------------------------------- the one place the library's URLs are set

@@ -210,6 +210,7 @@ class FakeDiscord(FakeServer):
         self._ids = Counter(500000000000000001)
         self._sessions = Counter(1)
         self._threads_from: set[str] = set()
+        self._history_holds: dict[str, asyncio.Event] = {}  # channel → released when set (a slow history read)
         self._routes()
 
     @property
@@ -407,6 +408,9 @@ class FakeDiscord(FakeServer):
         are here too: history is what a restarted bot catches up from."""
         cid = request.match_info["cid"]
         self._channel(cid)
+        hold = self._history_holds.get(cid)
+        if hold is not None:
+            await hold.wait()
         query = request.query
         try:
             limit = int(query.get("limit", "50"))
@@ -617,6 +621,11 @@ class FakeDiscord(FakeServer):
                               lambda: f"{count} messages to {channel_id} not seen; got "
                                       f"{[m.content for m in self.sent_messages()]}")
         return self.sent_messages(channel_id)[count - 1]
+
+    def hold_history(self, channel_id: str | int) -> asyncio.Event:
+        """Reads of this channel's history wait until the returned event is set (or the fake stops): a slow
+        channel, for what a catch-up does meanwhile."""
+        return self._history_holds.setdefault(str(channel_id), asyncio.Event())
 
     def delete_message(self, channel_id: str | int, message_id: str) -> None:
         """Someone (a moderator, the user in a DM) deleted one of the bot's messages."""
@@ -844,6 +853,8 @@ class FakeDiscord(FakeServer):
             conn.silent = True
 
     async def _before_stop(self) -> None:
+        for hold in self._history_holds.values():
+            hold.set()
         await self.close_with(1001, "fake stopping")
 
 
