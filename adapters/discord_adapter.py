@@ -1,7 +1,7 @@
 """Discord adapter on discord.py 2: one Client with one CommandTree; MESSAGE_CREATE and slash commands → `Inbound`,
 chunks → channel messages (or the slash command's own response). Named `discord_adapter` so it never shadows the
 library. Access control, sessions and chunking live in the core; this module only translates (the pure parts in
-`discord_text`, the slash commands in `discord_commands`).
+`discord_text`, the slash commands in `discord_commands`, catching up on missed messages in `discord_catchup`).
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -21,6 +21,8 @@ import discord.gateway
 import discord.http
 import yarl
 
+from adapters.discord_catchup import (CATCH_UP_BUDGET_S, CATCH_UP_CONCURRENCY, ChannelLocks, DiscordCatchUp,
+                                      channel_id_of)
 from adapters.discord_commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
 from adapters.discord_text import (INTENT_HINT, PLATFORM, TOKEN_HINT, Addressing, Origin, Place, addressing,
                                    allowed_mentions, attachment, gateway_failure, nonce_for, place_of,
@@ -39,10 +41,6 @@ GUILD_READY_TIMEOUT_S = 2.0       # discord.py waits this long after the last GU
 REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
 REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
 CLOSE_TIMEOUT_S = 5.0
-CATCH_UP_PER_CHAT = 50             # messages fetched per chat after a restart or a reconnect (one request)
-REMEMBERED_CHANNELS = 500          # the most recently active chats whose newest message id is kept, for a reconnect
-CATCH_UP_BUDGET_S = 60.0           # one catch-up reads no longer than this; channels not read by then are skipped
-CATCH_UP_CONCURRENCY = 4           # channels read at once (discord.py waits out 429s per route on its own)
 _CHANNEL_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 
@@ -91,9 +89,9 @@ class DiscordAdapter:
         self._thread_lock = asyncio.Lock()
         self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
         self._typing = 0
-        self._floors: OrderedDict[int, int] = OrderedDict()  # chat → newest message id seen; most recent last
-        self._gap: dict[int, int] | None = None  # `_floors` when the current gateway session began
-        self._catching_up: set[asyncio.Task[int]] = set()
+        self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
+                                        self._channels, monotonic,
+                                        lambda: (self.catch_up_budget, self.catch_up_concurrency))
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -155,9 +153,7 @@ class DiscordAdapter:
 
     async def _close(self) -> None:
         client, runner = self._client, self._runner
-        for task in list(self._catching_up):
-            task.cancel()
-        await asyncio.gather(*self._catching_up, return_exceptions=True)
+        await self._catch_up.close()
         if client is not None and not client.is_closed():
             await client.close()
         if runner is not None:
@@ -173,14 +169,14 @@ class DiscordAdapter:
                 inbound = await self.translate(message)
                 if inbound is not None:
                     await self._submit_inbound(inbound)
-                self._saw(message, accepted=inbound is not None)
+                self._catch_up.saw(message, accepted=inbound is not None)
             except Exception:  # noqa: BLE001 - task root for one gateway event
                 log.exception("discord: message %s in channel %s not handled", message.id, message.channel.id)
 
     async def _submit_in_order(self, inbound: Inbound) -> SubmitResult:
         """A slash command's submit: behind the gateway messages that came before it (and its channel's missed ones)."""
         try:
-            channel_id = _channel_id(inbound.chat)
+            channel_id = channel_id_of(inbound.chat)
         except ValueError:
             channel_id = 0
         async with self._channels.hold(channel_id), self._intake:
@@ -280,146 +276,16 @@ class DiscordAdapter:
         while len(self._origins) > REMEMBERED_MESSAGES:
             self._origins.popitem(last=False)
 
-    # ------------------------------------------------------------------ catch-up
-    def _saw(self, message: discord.Message, *, accepted: bool) -> None:
-        """A message handled in order: a chat that addressed the bot becomes (again) the most recently active one;
-        chatter only moves the floor of a chat already known, so a busy channel nobody asks is never read."""
-        floors, channel_id = self._floors, message.channel.id
-        if accepted:
-            floors[channel_id] = max(message.id, floors.get(channel_id, 0))
-            floors.move_to_end(channel_id)
-            while len(floors) > REMEMBERED_CHANNELS:
-                floors.popitem(last=False)
-        elif message.id > floors.get(channel_id, message.id):
-            floors[channel_id] = message.id
-
+    # ------------------------------------------------------------------ catch-up (in `discord_catchup`)
     def connected(self) -> None:
-        """READY of a new gateway session (not a RESUME, which replays what was missed): what we had seen before it
-        is where a catch-up starts; messages of the new session arrive after this."""
-        self._gap = dict(reversed(self._floors.items()))  # the most recently active first
+        self._catch_up.connected()
 
     def ready_again(self) -> None:
-        """discord.py reconnected by itself with a new session: fetch what was said while it was away."""
-        gap, self._gap = self._gap, None
-        if gap:
-            task = asyncio.get_running_loop().create_task(self._catch_up_channels(gap, "a reconnect"),
-                                                          name="discord-catch-up")
-            self._catching_up.add(task)
-            task.add_done_callback(self._catching_up.discard)
+        self._catch_up.ready_again(self._client)
 
     async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int:
-        """The daemon's catch-up once this connection is up: after the newest stored message of each chat (or
-        what this adapter saw before reconnecting, if newer), fetch what came since and submit it. The stored
-        chats are remembered too (behind the live ones), so a later reconnect looks at them again."""
-        floors = dict(self._gap or {})
-        self._gap = None
-        for chat, message_id in last_seen.items():
-            if chat.platform != PLATFORM:
-                continue
-            try:
-                channel_id, after = _channel_id(chat), int(message_id)
-            except ValueError:
-                continue
-            floors[channel_id] = max(floors.get(channel_id, 0), after)
-            if channel_id not in self._floors and len(self._floors) < REMEMBERED_CHANNELS:
-                self._floors[channel_id] = after
-                self._floors.move_to_end(channel_id, last=False)
-        return await self._catch_up_channels(floors, "a restart")
-
-    async def _catch_up_channels(self, floors: Mapping[int, int], why: str) -> int:
-        """Oldest first, at most `CATCH_UP_PER_CHAT` per channel, through the same filter, access gate and submit
-        as live messages. A few channels are read at once, with no lock held but each channel's own: its live
-        messages wait for its missed ones, other channels go on. The intake lock is held only to submit one
-        channel's batch; what the budget leaves unread is skipped (and logged)."""
-        client = self._client
-        if client is None or client.is_closed() or not floors:
-            return 0
-        run = _CatchUpRun(self.monotonic() + self.catch_up_budget, asyncio.Semaphore(self.catch_up_concurrency))
-        await asyncio.gather(*(self._catch_up_channel(client, run, channel_id, after)
-                               for channel_id, after in floors.items()))
-        tally = run.tally
-        log.info("discord: caught up after %s: %s channel(s), %s message(s) fetched, %s submitted, "
-                 "%s already stored, %s channel(s) failed, %s skipped", why, len(floors), tally["fetched"],
-                 tally["submitted"], tally["stored"], tally["failed"], len(run.skipped))
-        if run.skipped:
-            log.warning("discord: catching up after %s took longer than %.0f s; %s channel(s) not caught up: %s",
-                        why, self.catch_up_budget, len(run.skipped), ", ".join(map(str, run.skipped[:20])))
-        return tally["submitted"]
-
-    async def _catch_up_channel(self, client: _Client, run: _CatchUpRun, channel_id: int, after: int) -> None:
-        async with self._channels.hold(channel_id):  # taken at once, in order: ahead of later live messages
-            try:
-                async with run.slots:
-                    left = run.deadline - self.monotonic()
-                    if left <= 0:
-                        raise TimeoutError
-                    async with asyncio.timeout(left):
-                        missed = await self._read_missed(client, run, channel_id, after)
-            except TimeoutError:
-                run.skipped.append(channel_id)
-                return
-            except Exception:  # noqa: BLE001 - one bad channel must not stop the rest of the catch-up
-                run.tally["failed"] += 1
-                log.exception("discord: catching up on channel %s failed", channel_id)
-                return
-            async with self._intake:
-                for message, inbound in missed:
-                    outcome = await self._submit_missed(message, inbound)
-                    run.tally["submitted"] += outcome is SubmitOutcome.ACCEPTED or outcome is SubmitOutcome.REFUSED
-                    run.tally["stored"] += outcome is SubmitOutcome.DUPLICATE
-
-    async def _read_missed(self, client: _Client, run: _CatchUpRun, channel_id: int,
-                           after: int) -> list[tuple[discord.Message, Inbound | None]]:
-        """The channel's messages after `after`, oldest first, each with what the core gets (None: dropped)."""
-        channel = await self._history_channel(client, channel_id)
-        if channel is None:
-            run.tally["failed"] += 1
-            return []
-        missed: list[tuple[discord.Message, Inbound | None]] = []
-        try:
-            async for message in channel.history(after=discord.Object(id=after), oldest_first=True,
-                                                 limit=CATCH_UP_PER_CHAT):
-                run.tally["fetched"] += 1
-                missed.append((message, await self._translate_missed(message)))
-        except (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            run.tally["failed"] += 1
-            log.warning("discord: cannot read the history of channel %s (%s); not caught up", channel_id,
-                        exc or type(exc).__name__)
-        return missed  # what was read before a failure is still older than anything after it
-
-    async def _translate_missed(self, message: discord.Message) -> Inbound | None:
-        try:
-            inbound = await self.translate(message)
-            return None if inbound is None else await self._with_roles(message, inbound)
-        except Exception:  # noqa: BLE001 - one bad message must not stop the rest of the catch-up
-            log.exception("discord: missed message %s in channel %s not handled", message.id, message.channel.id)
-            return None
-
-    async def _submit_missed(self, message: discord.Message, inbound: Inbound | None) -> SubmitOutcome | None:
-        try:
-            outcome = None if inbound is None else (await self._submit_inbound(inbound)).outcome
-        except Exception:  # noqa: BLE001 - as for a live message: logged, the rest goes on
-            log.exception("discord: missed message %s in channel %s not handled", message.id, message.channel.id)
-            return None
-        self._saw(message, accepted=inbound is not None)
-        return outcome
-
-    async def _history_channel(self, client: _Client, channel_id: int) -> Any:
-        """The channel to read: cached guild channels and threads, else asked once (a DM channel after a restart)."""
-        channel = client.get_channel(channel_id) or await self._fetch_channel(channel_id)
-        return channel if isinstance(channel, discord.abc.Messageable) else None
-
-    async def _with_roles(self, message: discord.Message, inbound: Inbound) -> Inbound:
-        """A fetched guild message carries a user, not a member: ask for the roles the access rules may read."""
-        guild, author = message.guild, message.author
-        if guild is None or isinstance(author, discord.Member):
-            return inbound
-        try:
-            member = guild.get_member(author.id) or await guild.fetch_member(author.id)
-        except discord.HTTPException as exc:
-            log.info("discord: cannot look up member %s (%s); no roles", author.id, exc)
-            return inbound
-        return replace(inbound, roles=roles_of(member))
+        """The daemon's catch-up once this connection is up: what came since the newest stored message of each chat."""
+        return await self._catch_up.catch_up(self._client, last_seen)
 
     # ------------------------------------------------------------------ outbound
     async def send(self, message: OutboundMessage) -> str:
@@ -474,44 +340,6 @@ class DiscordAdapter:
     @property
     def typing_active(self) -> int:
         return self._typing
-
-
-class ChannelLocks:
-    """A lock per channel, kept only while someone holds or waits for it; FIFO like `asyncio.Lock`, so whoever asks
-    first (a catch-up before the live messages that arrive during it) goes first."""
-
-    def __init__(self) -> None:
-        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def hold(self, channel_id: int) -> AsyncIterator[None]:
-        lock, users = self._locks.get(channel_id, (None, 0))
-        lock = lock or asyncio.Lock()
-        self._locks[channel_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[channel_id]
-            if users > 1:
-                self._locks[channel_id] = (lock, users - 1)
-            else:
-                del self._locks[channel_id]
-
-
-@dataclass(slots=True)
-class _CatchUpRun:
-    """One catch-up's shared state: its deadline, its read slots and its counts."""
-
-    deadline: float
-    slots: asyncio.Semaphore
-    tally: Counter[str] = field(default_factory=Counter)
-    skipped: list[int] = field(default_factory=list)
-
-
-def _channel_id(chat: ChatRef) -> int:
-    """The Discord channel a chat's messages are in: its thread, else the channel or DM."""
-    return int(chat.thread_id or chat.chat_id)
 
 
 # ---------------------------------------------------------------------- the one place the library's URLs are set
