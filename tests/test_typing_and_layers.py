@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANKS: dict[str, int] = {
     "errors": 0, "events": 0, "scan": 0, "search_schema": 0, "notify": 0, "service": 0,
     "yamlload": 1, "markup_base": 1, "markup_tree": 1, "config": 2, "markup_telegram": 2, "markup_text": 2,
-    "hints": 3, "markup": 3, "metrics": 3, "ratelimit": 3, "history_cache": 3,
+    "hints": 3, "markup": 3, "metrics": 3, "ratelimit": 3, "history_cache": 0, "rows": 1, "schema": 1,
     "llm_http": 1, "chunking": 4, "store": 4, "logs": 4, "llm_sdk": 4,
     "pairing": 5, "lifecycle": 5, "llm": 5, "prompt": 5, "tools": 5, "supervisor": 5, "ops": 5, "catchup": 5,
     "prompt_inputs": 6, "agent": 6, "outbox": 6, "transcript": 6, "session_report": 6,
