@@ -46,6 +46,11 @@ async def test_kill_9_at_seeded_moments_loses_and_doubles_nothing(tmp_path: Path
     assert not report.problems, report.render()
     # one kill landed while Discord held a chunk the daemon had not recorded: its nonce kept it single
     assert report.counts["Discord creates deduped by nonce"] >= 1 and report.counts["Discord chunks posted twice"] == 0
+    # messages posted in known Discord chats between a kill and its restart reached nobody live: each was answered
+    # once, after the restarted daemon's catch-up read it from the channel's history (and counted it)
+    dead = report.counts["Discord messages sent between kill+restart"]
+    assert dead >= 1 and report.counts["  of them answered once, read by a catch-up"] == dead
+    assert report.counts["Discord messages submitted by a catch-up first"] >= dead
 
 
 # ------------------------------------------------------------------------------------------ crash points

@@ -55,6 +55,8 @@ class ChaosPlan:
     first_chat: int = 50_000
     platforms: tuple[str, ...] = ("telegram", "discord", "slack")  # conversation i is a DM on platforms[i % n]
     aimed_at_discord: int = 1      # of the kills, how many land the instant Discord stored a chunk (in flight)
+    sent_while_dead: int = 2       # Discord conversations that hold a message back until the first kill and send
+                                   # it while no daemon runs: only the restarted daemon's catch-up can answer it
     answer_timeout: float = 180.0
     ready_timeout: float = 120.0
 
@@ -241,6 +243,10 @@ class KillRun:
         self.daemon: DaemonProc | None = None
         self.procs: list[DaemonProc] = []
         self.exit_code: int | None = None
+        self.held: dict[int, int] = {}  # conversation → the step it sends only while the daemon is dead
+        self.parked: list[tuple[int, Step, str, asyncio.Future[None]]] = []  # held steps, ready to be sent
+        self.dead_sends: list[tuple[str, str, str, int]] = []  # (tag, channel, message id, Discord calls before)
+        self.drivers_left = 0
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> ChaosReport:
@@ -259,6 +265,8 @@ class KillRun:
             await self._start_daemon()
             plan_steps = self._plan_steps()
             total = len(plan_steps)
+            self.held = self._hold_back(plan_steps)
+            self.drivers_left = len(plan_steps_by_conv(plan_steps))
             drivers = [asyncio.create_task(self._converse(i, steps)) for i, steps in plan_steps_by_conv(plan_steps)]
             monkey = asyncio.create_task(self._monkey(total))
             try:
@@ -286,6 +294,7 @@ class KillRun:
             report.counts["Discord messages sent while no daemon was connected"] = self.discord_users.sent_offline
             report.counts["Discord first messages repeated (chat unknown)"] = self.discord_users.repeated
             report.counts["Discord creates deduped by nonce"] = len(discord.nonce_repeats)
+            self._verify_sent_while_dead(report)
         report.seconds = time.monotonic() - started
         return report
 
@@ -303,6 +312,20 @@ class KillRun:
                 lines, _ = reply_shape(plan.seed, tag, plan)
                 self.steps.append(Step(i, t, "msg", tag, users=users, lines=lines))
         return self.steps
+
+    def _hold_back(self, steps: list[Step]) -> dict[int, int]:
+        """The first `sent_while_dead` Discord conversations each keep their first message after the chat's first
+        one (the bot knows the chat by then) until the first kill, which sends it while no daemon runs."""
+        held: dict[int, int] = {}
+        if not self.plan.kills:
+            return held
+        for step in steps:
+            if len(held) >= self.plan.sent_while_dead:
+                break
+            if step.kind == "msg" and step.index > 0 and step.conversation not in held \
+                    and platform_of(self.plan, step.conversation) == "discord":
+                held[step.conversation] = step.index
+        return held
 
     async def _start_daemon(self) -> None:
         for _ in range(3):  # let the loop read whatever the dead daemon wrote before the boundary is taken
@@ -331,8 +354,12 @@ class KillRun:
         shift = 0
         for k, point in enumerate(points):
             target = min(point + shift, 0.95 * total)  # never past the end: every kill still lands
-            await self.watcher.wait(lambda: self.watcher.answered() >= target, self.plan.answer_timeout,
-                                    f"progress before kill {k + 1}")
+
+            def due(first: bool = k == 0, target: float = target) -> bool:
+                held_back = first and len(self.parked) < len(self.held)  # the first kill waits for the held steps
+                stuck = bool(self.parked) and self.drivers_left == len(self.parked)  # nothing else can move
+                return stuck or (self.watcher.answered() >= target and not held_back and self._caught_up_dead())
+            await self.watcher.wait(due, self.plan.answer_timeout, f"progress before kill {k + 1}")
             await asyncio.sleep(self.rng.uniform(0, 0.05))
             daemon = self.daemon
             assert daemon is not None and daemon.proc is not None
@@ -345,7 +372,29 @@ class KillRun:
             await daemon.kill()
             await self.discord_users.end_life()
             self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers, {how}")
+            await self._send_while_dead()
             await self._start_daemon()
+
+    def _caught_up_dead(self) -> bool:
+        """The messages sent while no daemon ran are answered and the daemon that read them logged its catch-up:
+        a kill before that would leave them to a later life or its count unlogged, and the checks less exact."""
+        if not self.dead_sends:
+            return True
+        answered = all(self.watcher.headers[tag] for tag, *_ in self.dead_sends)
+        reader = self.procs[self.discord_users.sent_dead[-1][0]]
+        return answered and b"caught up after a restart" in reader.stderr
+
+    async def _send_while_dead(self) -> None:
+        """The held steps go out now, with no daemon connected: Discord delivers them to nobody."""
+        parked, self.parked = self.parked, []
+        for conversation, step, text, release in parked:
+            channel = str(DISCORD_DM + conversation)
+            calls = len(self.discord.calls)
+            message_id = await self.discord_users.send_while_dead(channel, str(DISCORD_USER + conversation), text)
+            self.dead_sends.append((step.tag, channel, message_id, calls))
+            release.set_result(None)
+        if parked:
+            self.log(f"sent {len(parked)} Discord message(s) while no daemon runs: {[p[1].tag for p in parked]}")
 
     async def _kill_on_discord_post(self, daemon: DaemonProc, within: float = 30.0) -> bool:
         """SIGKILL from inside the fake's handler, right after it stored a chunk; False if none came in time."""
@@ -366,6 +415,13 @@ class KillRun:
         return True
 
     async def _converse(self, conversation: int, steps: list[Step]) -> None:
+        try:
+            await self._converse_steps(conversation, steps)
+        finally:
+            self.drivers_left -= 1
+            self.watcher.poke()
+
+    async def _converse_steps(self, conversation: int, steps: list[Step]) -> None:
         name = chat_of(self.plan, conversation)
         news = 0
         for step in steps:
@@ -375,7 +431,14 @@ class KillRun:
                 await self.watcher.wait(lambda: self.watcher.news[name] >= news, self.plan.answer_timeout,
                                         f"the answer to /new #{news} in {name}")
                 continue
-            self._say(conversation, step, f"{step.tag} tell me about foxes")
+            text = f"{step.tag} tell me about foxes"
+            if self.held.get(conversation) == step.index:
+                release = asyncio.get_running_loop().create_future()
+                self.parked.append((conversation, step, text, release))
+                self.watcher.poke()
+                await release  # the monkey sends it between a kill and the restart
+            else:
+                self._say(conversation, step, text)
             await self.watcher.wait(lambda: self.watcher.headers[step.tag] >= 1
                                     and len(self.watcher.lines[step.tag]) >= step.lines,
                                     self.plan.answer_timeout, f"the answer to {step.tag}")
@@ -524,12 +587,43 @@ class KillRun:
                 "SELECT chat_id, platform_message_id FROM inbound WHERE platform = 'discord'")}
         lost = [key for key in self.discord_users.sent_once if key not in stored]
         report.problems += [f"discord:{c}: message {m} was never stored (no catch-up found it)" for c, m in lost]
-        caught = 0
+        report.counts["Discord messages submitted by a catch-up first"] = sum(self._caught_up())  # missed, or
+        # queued behind a missed one
+
+    def _caught_up(self) -> list[int]:
+        """Per daemon life, the Discord messages its catch-ups submitted (from its log)."""
+        caught = []
         for proc in self.procs:
+            n = 0
             for rec in proc.log_records():
                 found = CAUGHT_UP.search(str(rec.get("message") or rec.get("msg") or ""))
-                caught += int(found.group(1)) if found else 0
-        report.counts["Discord messages submitted by a catch-up first"] = caught  # missed, or queued behind it
+                n += int(found.group(1)) if found else 0
+            caught.append(n)
+        return caught
+
+    def _verify_sent_while_dead(self, report: ChaosReport) -> None:
+        """Each message sent between a kill and its restart was answered once, after a catch-up read it from the
+        channel's history; and the catch-ups of the lives from then on submitted at least as many."""
+        problems = report.problems
+        fine = 0
+        for tag, channel, message_id, calls_before in self.dead_sends:
+            answers = self.watcher.headers[tag]
+            read = any(c.name == "GET /channels/{cid}/messages" and c.path.endswith(f"/channels/{channel}/messages")
+                       and int(c.query.get("after") or message_id) < int(message_id)
+                       for c in self.discord.calls[calls_before:])
+            if answers != 1:
+                problems.append(f"discord:{channel}: {tag}, sent while no daemon ran, answered {answers} times")
+            if not read:
+                problems.append(f"discord:{channel}: {tag}, sent while no daemon ran, never read by a catch-up")
+            fine += answers == 1 and read
+        caught = self._caught_up()
+        for life in range(len(caught)):
+            sent = sum(1 for later, _, _ in self.discord_users.sent_dead if later >= life)
+            if sum(caught[life:]) < sent:
+                problems.append(f"daemon lives from {life + 1} on: {sent} Discord messages sent while no daemon ran, "
+                                f"their catch-ups submitted {sum(caught[life:])}")
+        report.counts["Discord messages sent between kill+restart"] = len(self.dead_sends)
+        report.counts["  of them answered once, read by a catch-up"] = fine
 
     def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
         """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it

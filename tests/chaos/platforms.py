@@ -72,6 +72,10 @@ class Watcher:
                 if text == NEW_TEXT:
                     self.news[chat] += 1
             self._taken[platform] = len(delivered)
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake whoever waits: something they may wait for changed (not only a delivery)."""
         self.changed.set()
         self.changed = asyncio.Event()
 
@@ -150,6 +154,7 @@ class DiscordUsers:
         self.repeated = 0          # first messages of a chat, sent again
         self.sent_offline = 0      # messages sent while no daemon was connected: only a catch-up can answer them
         self.sent_once: list[tuple[str, str]] = []  # (channel, message id) sent once, in a chat the bot knew
+        self.sent_dead: list[tuple[int, str, str]] = []  # (life to come, channel, message id) sent between lives
         self.tasks: set[asyncio.Task[None]] = set()
         self._ended: defaultdict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._ids = itertools.count()
@@ -176,6 +181,17 @@ class DiscordUsers:
             if self.stored(message_id):
                 return
             self.repeated += 1
+
+    async def send_while_dead(self, channel: str, author: str, text: str) -> str:
+        """Sent now, between a kill and the restart, in a chat the bot knows: nobody can receive it live, so only
+        the next daemon's catch-up (reading the channel's history) can answer it."""
+        assert self.known(channel) and not self.discord.online, "not a message only a catch-up can find"
+        message_id = snowflake(increment=next(self._ids))
+        self.sent_once.append((channel, message_id))
+        self.sent_dead.append((self.life, channel, message_id))
+        self.sent_offline += 1
+        await self.discord.push_message(channel, text, author_id=author, message_id=message_id)
+        return message_id
 
     async def end_life(self) -> None:
         """The killed daemon is gone: wait until the fake holds no socket of it, then let the senders look."""
