@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
@@ -21,6 +20,7 @@ from gateway.config import Config, ResetOverride
 from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
 from gateway.events import (Adapter, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
                             TypingIndicator)
+from gateway.lanes import Lane, Lanes
 from gateway.llm import ChatMessage, LLMReply
 from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
@@ -31,7 +31,6 @@ from gateway.transcript import decode_inbound, encode_inbound, session_history, 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-BUSY_NOTICE_EVERY = timedelta(seconds=30)
 ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
 QUEUE_FULL_TEXT = "I'm still working through your earlier messages; please wait a moment before sending more."
 BUSY_TEXT = "Still working on your previous message; I'll answer this one next."
@@ -85,19 +84,6 @@ CommandHandler = Callable[["SessionManager", Inbound, str], Awaitable["str | Non
 Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
 
 
-@dataclass(eq=False)
-class _Lane:
-    """One session key's FIFO of inbound ids and the worker serving it."""
-
-    key: str
-    queue: deque[int] = field(default_factory=deque)
-    worker: asyncio.Task[None] | None = None
-    current: asyncio.Task[None] | None = None
-    current_inbound: int | None = None
-    answered: bool = False  # the current turn's answer is stored: it is only being delivered now
-    last_busy_notice: datetime | None = None
-
-
 class SessionManager:
     def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
                  adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
@@ -117,11 +103,9 @@ class SessionManager:
         self.commands = commands
         self.compressor = compressor
         self.metrics = metrics
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
-        self._busy_noticed: dict[str, datetime] = {}  # per session key; outlives the lane (notice ≤ 1 per 30 s)
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
-        self._accepting = True
         self.turns_done = 0
 
     # ------------------------------------------------------------------ intake
@@ -132,7 +116,7 @@ class SessionManager:
 
     async def submit(self, inbound: Inbound) -> SubmitResult:
         """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
-        if not self._accepting:
+        if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
         inbound = well_formed(inbound)
         if self.gate is not None:
@@ -180,69 +164,22 @@ class SessionManager:
             self.outbox.deliver_soon(turn_id)
 
     async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane(key)
-        busy = lane.current is not None and not lane.current.done() and not lane.answered
+        lane = self._lanes.open(key)
+        busy = self._lanes.busy(lane)
         policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform,  # type: ignore[call-overload]
                                                          self.config.sessions.busy)
         if busy and policy == "interrupt":
-            for dropped in lane.queue:  # superseded too: never answered, and never replayed after a restart
-                self.store.set_inbound_status(dropped, "interrupted", now=self.clock())
-            lane.queue.clear()
-            lane.current.cancel()  # type: ignore[union-attr]
+            self._lanes.interrupt(lane)
         elif len(lane.queue) >= self.config.sessions.queue_cap:
             await self._settle(inbound_id, "refused", f"q{inbound_id}", inbound, QUEUE_FULL_TEXT, wait=False)
             return SubmitResult(SubmitOutcome.REFUSED, "queue full")
-        elif busy:
-            now = self.clock()
-            last = self._busy_noticed.get(key)
-            if last is None or now - last >= BUSY_NOTICE_EVERY:
-                self._busy_noticed = {k: t for k, t in self._busy_noticed.items() if now - t < BUSY_NOTICE_EVERY}
-                self._busy_noticed[key] = lane.last_busy_notice = now
-                self.outbox.post_soon(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id)
-        lane.queue.append(inbound_id)
-        self._ensure_worker(lane)
+        elif busy and self._lanes.busy_notice_due(lane, self.clock()):
+            self.outbox.post_soon(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id)
+        self._lanes.push(lane, inbound_id)
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
-    def _ensure_worker(self, lane: _Lane) -> None:
-        if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.get_running_loop().create_task(self._serve(lane), name=f"lane:{lane.key}")
-            lane.worker.add_done_callback(lambda task: self._worker_done(lane, task))
-
-    def _worker_done(self, lane: _Lane, task: asyncio.Task[None]) -> None:
-        """Heal a lane whose worker died with messages still queued, without waiting for the next message."""
-        error = None if task.cancelled() else task.exception()
-        if error is not None:
-            log.error("lane %s: worker crashed", lane.key, exc_info=error)
-        if lane.queue and self._accepting and self._lanes.get(lane.key) is lane:
-            log.warning("lane %s: worker stopped with %s message(s) queued; restarting it", lane.key,
-                        len(lane.queue))
-            self._ensure_worker(lane)
-
-    async def _serve(self, lane: _Lane) -> None:
-        try:
-            while lane.queue:
-                inbound_id = lane.queue.popleft()
-                lane.current_inbound = inbound_id
-                lane.answered = False
-                lane.current = asyncio.get_running_loop().create_task(self._turn(inbound_id))
-                try:
-                    await lane.current
-                except asyncio.CancelledError:
-                    if lane.current.cancelled() and not _self_cancelled():
-                        log.info("turn for inbound %s interrupted", inbound_id)
-                        self.store.set_inbound_status(inbound_id, "interrupted", now=self.clock())
-                        continue
-                    raise
-                except Exception:  # a task root per turn: one broken turn must not strand the queue behind it
-                    log.exception("turn for inbound %s crashed", inbound_id)
-                    self.store.set_inbound_status(inbound_id, "failed", now=self.clock())
-                finally:
-                    lane.current_inbound = None
-        finally:
-            if not lane.queue and self._lanes.get(lane.key) is lane:
-                del self._lanes[lane.key]
+    def _mark(self, inbound_id: int, status: str) -> None:
+        self.store.set_inbound_status(inbound_id, status, now=self.clock())
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, key: str, inbound: Inbound, now: datetime) -> tuple[SessionRow, str | None]:
@@ -461,47 +398,29 @@ class SessionManager:
         return resumed, expired
 
     def stop_accepting(self) -> None:
-        self._accepting = False
+        self._lanes.accepting = False
 
     def busy_lanes(self) -> int:
-        return sum(1 for lane in self._lanes.values() if lane.worker and not lane.worker.done())
+        return self._lanes.busy_lanes()
 
-    def lane(self, key: str) -> _Lane | None:
-        return self._lanes.get(key)
+    def lane(self, key: str) -> Lane | None:
+        return self._lanes.lane(key)
 
     async def wait_idle(self) -> None:
         """Wait until every queued turn has finished and every answer sent in the background has gone out."""
-        while True:
-            workers = [lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()]
-            if workers:
-                await asyncio.gather(*workers, return_exceptions=True)
-                continue
-            await self.outbox.wait_background()
-            if not any(lane.worker and not lane.worker.done() for lane in self._lanes.values()):
-                return
+        await self._lanes.wait_idle(self.outbox.wait_background)
 
     async def cancel_all(self) -> None:
-        for lane in list(self._lanes.values()):
-            lane.queue.clear()
-            if lane.worker and not lane.worker.done():
-                lane.worker.cancel()
-        await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True)
+        await self._lanes.cancel_all()
 
     def _answered(self, inbound: Inbound, inbound_id: int) -> None:
         """From here the turn only delivers what is stored, and the user may already be reading it: a new message
         does not find it busy, and /stop, /new or an interrupt leave it alone (cancelling it mid-send would mark
         an answered message interrupted and leave the chunk in flight to be sent again)."""
-        lane = self._lanes.get(self.key_for(inbound))
-        if lane is not None and lane.current_inbound == inbound_id:
-            lane.answered = True
+        self._lanes.mark_answered(self.key_for(inbound), inbound_id)
 
     def stop_turn(self, key: str) -> bool:
-        lane = self._lanes.get(key)
-        if lane and lane.current and not lane.current.done() and not lane.answered:
-            lane.current.cancel()
-            return True
-        return False
-
+        return self._lanes.stop_turn(key)
 
 def _model_call(reply: LLMReply) -> ModelCall:
     return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)
@@ -517,13 +436,6 @@ def _command_word(text: str) -> str | None:
     if not stripped.startswith("/") or len(stripped) < 2:
         return None
     return stripped.split()[0][1:].split("@")[0].lower()
-
-
-def _self_cancelled() -> bool:
-    task = asyncio.current_task()
-    return bool(task and task.cancelling())
-
-
 
 
 class _NullContext:
