@@ -268,29 +268,30 @@ def test_the_default_client_does_not_import_the_sdks() -> None:
     assert out.stdout.strip() == "[]"
 
 
+PROXY_VARS = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy",
+              "ALL_PROXY")
+
+
+async def ask_an_unresolvable_host() -> str:
+    """Only a request that goes through a proxy (the fake) can reach `llm.invalid`."""
+    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
+                             timeout_s=5.0, max_retries=0, context_window=200_000)
+    try:
+        return (await client.complete(system=SYSTEM, messages=HISTORY, tools=[])).text
+    finally:
+        await client.close()
+
+
 async def test_the_proxy_from_the_environment_is_used_and_no_proxy_is_honoured(
         fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The endpoint's host does not resolve: only a request sent through the proxy (the fake) can succeed."""
-    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy",
-                "ALL_PROXY"):
+    for var in PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HTTP_PROXY", fake_llm.base_url)
-    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
-                             timeout_s=5.0, max_retries=0, context_window=200_000)
-    try:
-        reply = await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
-    finally:
-        await client.close()
-    assert reply.text.startswith("echo: last question")
+    assert (await ask_an_unresolvable_host()).startswith("echo: last question")
     assert fake_llm.calls[-1].path == "/v1/messages"
     monkeypatch.setenv("NO_PROXY", "llm.invalid")
-    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
-                             timeout_s=5.0, max_retries=0, context_window=200_000)
-    try:
-        with pytest.raises(LLMUnavailable, match="cannot connect"):
-            await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
-    finally:
-        await client.close()
+    with pytest.raises(LLMUnavailable, match="cannot connect"):
+        await ask_an_unresolvable_host()
 
 
 def test_an_answer_with_a_lone_surrogate_escape_is_still_read() -> None:
@@ -304,17 +305,10 @@ def test_an_answer_with_a_lone_surrogate_escape_is_still_read() -> None:
                          ids=["no-scheme", "all-proxy"])
 async def test_proxy_spellings_the_sdks_accept(fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch, var: str,
                                                value: str) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy",
-                 "ALL_PROXY"):
+    for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(var, value.format(hostport=fake_llm.base_url.removeprefix("http://")))
-    client = AnthropicClient(model="claude-test", api_key="k", base_url="http://llm.invalid", max_tokens=64,
-                             timeout_s=5.0, max_retries=0, context_window=200_000)
-    try:
-        reply = await client.complete(system=SYSTEM, messages=HISTORY, tools=[])
-    finally:
-        await client.close()
-    assert reply.text.startswith("echo: last question")
+    assert (await ask_an_unresolvable_host()).startswith("echo: last question")
 
 
 async def test_openai_organization_and_project_from_the_environment(home: Path, fake_llm: FakeLLM) -> None:

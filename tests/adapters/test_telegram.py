@@ -314,12 +314,12 @@ async def test_redelivered_update_is_answered_once(home: Path, fake_llm: FakeLLM
         assert len(fake_llm.anthropic_requests()) == 2
 
 
-async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(home: Path, fake_llm: FakeLLM,
-                                                                                 fake_telegram: FakeTelegram) -> None:
-    """Telegram's flood wait covers the chat, whichever method's 429 announced it."""
-    now = [1000.0]
-    fake_telegram.clock = lambda: now[0]
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=telegram_yaml(fake_telegram))
+@asynccontextmanager
+async def adapter_on_a_shared_clock(home: Path, llm: FakeLLM, tg: FakeTelegram,
+                                    now: list[float]) -> AsyncIterator[TelegramAdapter]:
+    """The adapter alone (no gateway), started against the fake; both read the clock `now[0]`."""
+    tg.clock = lambda: now[0]
+    write_config(home, provider="anthropic", base_url=llm.base_url, extra=telegram_yaml(tg))
     config = load_config(home, env={})
     assert config.telegram is not None
     adapter = TelegramAdapter(config.telegram, typing_interval=0.01, submit_retry_delays=(), clock=lambda: now[0])
@@ -327,11 +327,21 @@ async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(h
     async def accept(message: Inbound) -> SubmitResult:
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
-    fake_telegram.fail("sendchataction", retry_after(30))
     await adapter.start(accept)
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(home: Path, fake_llm: FakeLLM,
+                                                                                 fake_telegram: FakeTelegram) -> None:
+    """Telegram's flood wait covers the chat, whichever method's 429 announced it."""
+    now = [1000.0]
+    fake_telegram.fail("sendchataction", retry_after(30))
     chat = ChatRef("telegram", "dm", str(ALICE))
     reply = OutboundMessage(chat, "hello", "hello")
-    try:
+    async with adapter_on_a_shared_clock(home, fake_llm, fake_telegram, now) as adapter:
         async with adapter.typing(chat):
             await fake_telegram.wait_until(lambda: len(fake_telegram.calls_to("sendchataction")) == 1)
             for _ in range(100):  # the 429's answer reaches the adapter a moment after the fake recorded the call
@@ -348,33 +358,18 @@ async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(h
         assert await adapter.send(reply)
         assert fake_telegram.sent_texts(ALICE) == ["hello"]
         assert fake_telegram.flood_violations == []
-    finally:
-        await adapter.stop()
 
 
 async def test_a_send_429_holds_typing_in_that_chat_too(home: Path, fake_llm: FakeLLM,
                                                           fake_telegram: FakeTelegram) -> None:
-    now = [1000.0]
-    fake_telegram.clock = lambda: now[0]
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=telegram_yaml(fake_telegram))
-    config = load_config(home, env={})
-    assert config.telegram is not None
-    adapter = TelegramAdapter(config.telegram, typing_interval=0.01, submit_retry_delays=(), clock=lambda: now[0])
-
-    async def accept(message: Inbound) -> SubmitResult:
-        return SubmitResult(SubmitOutcome.ACCEPTED)
-
     fake_telegram.fail("sendmessage", retry_after(30))
-    await adapter.start(accept)
     chat = ChatRef("telegram", "dm", str(ALICE))
-    try:
+    async with adapter_on_a_shared_clock(home, fake_llm, fake_telegram, [1000.0]) as adapter:
         with pytest.raises(RateLimited):
             await adapter.send(OutboundMessage(chat, "hello", "hello"))
         async with adapter.typing(chat):  # the user writes again inside the 30 s wait: the next turn "types"
             await asyncio.sleep(0.05)
         assert fake_telegram.calls_to("sendchataction") == [] and fake_telegram.flood_violations == []
-    finally:
-        await adapter.stop()
 
 
 async def test_offset_is_not_advanced_before_the_update_is_stored(home: Path, fake_llm: FakeLLM,
