@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.config import AccessConfig, Config
-from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult
+from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult, command_word
 from gateway.outbox import Outbox
 from gateway.pairing import CODE_TTL, PairingBook
 from gateway.transcript import encode_inbound
@@ -171,7 +171,7 @@ class AccessGate:
                 if verdict != "ok":
                     return self._drop(inbound, f"bot loop budget spent ({self.bots.budget}/min); cooling down"
                                       if verdict == "tripped" else "bot loop cool-down")
-        if _command_word(inbound.text) == "approve":
+        if command_word(inbound.text) == "approve":
             return await self._approve_command(inbound)
         return None
 
@@ -247,10 +247,3 @@ class AccessGate:
 
 def _handle(name: str) -> str:
     return name.strip().lstrip("@").lower()
-
-
-def _command_word(text: str) -> str | None:
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
-        return None
-    return stripped.split()[0][1:].split("@")[0].lower()

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gateway.events import Inbound
+from gateway.events import Inbound, command_word
 from gateway.lifecycle import Policies, human_age
 from gateway.store import MessageRow, SessionRow, Store, parse_iso
 
@@ -40,14 +40,6 @@ Commands:
 /undo: forget your last message and my answer
 /help: this list
 Any other /word is passed to me as ordinary text."""
-
-
-def command_word(text: str) -> str | None:
-    """`/New@my_bot args` → `new`; None for anything that is not a slash command."""
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
-        return None
-    return stripped.split()[0][1:].split("@")[0].lower()
 
 
 class Commands:

@@ -185,3 +185,11 @@ class CatchUp(Protocol):
     Overlap with live events is harmless: the core dedupes on platform + chat + message id."""
 
     async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int: ...
+
+
+def command_word(text: str) -> str | None:
+    """`/New@my_bot args` → `new`; None for anything that is not a slash command."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    return stripped.split()[0][1:].split("@")[0].lower()

@@ -19,7 +19,7 @@ from gateway.compression import Compressor
 from gateway.config import Config, ResetOverride
 from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
 from gateway.events import (Adapter, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
-                            TypingIndicator)
+                            TypingIndicator, command_word)
 from gateway.lanes import Lane, Lanes
 from gateway.llm import ChatMessage, LLMReply
 from gateway.metrics import Metrics, error_kind
@@ -139,7 +139,7 @@ class SessionManager:
 
     async def _command(self, inbound_id: int, inbound: Inbound, key: str) -> bool:
         """Run an in-chat command and answer it; False when the text is not one of ours (it goes to the agent)."""
-        if not _command_word(inbound.text) or self.commands is None:
+        if not command_word(inbound.text) or self.commands is None:
             return False
         reply = await self.commands(self, inbound, key)
         if reply is None:
@@ -429,13 +429,6 @@ def _model_call(reply: LLMReply) -> ModelCall:
 def _platform_per_user(config: Config, platform: str) -> bool | None:
     section = getattr(config, platform, None)
     return getattr(section, "group_sessions_per_user", None) if section is not None else None
-
-
-def _command_word(text: str) -> str | None:
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
-        return None
-    return stripped.split()[0][1:].split("@")[0].lower()
 
 
 class _NullContext:

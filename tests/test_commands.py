@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.commands import (BUSY_TEXT, HELP_TEXT, NEW_TEXT, NOTHING_TO_RETRY, NOTHING_TO_STOP, NOTHING_TO_UNDO,
-                              command_word)
+from gateway.commands import BUSY_TEXT, HELP_TEXT, NEW_TEXT, NOTHING_TO_RETRY, NOTHING_TO_STOP, NOTHING_TO_UNDO
 from gateway.daemon import Gateway
+from gateway.events import command_word
 from tests.fakes.llm import FakeLLM
 from tests.helpers import RecordingAdapter, inbound, llm_url, write_config
 from tests.lifecycle_support import FakeClock, GatedLLM, open_gateway, user_messages
