@@ -11,11 +11,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gateway.agent import Agent, TurnResult
-from gateway.compression import Compressor
 from gateway.config import Config, ResetOverride
 from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
 from gateway.events import (Adapter, ChatRef, Inbound, OutboundKind, SubmitOutcome, SubmitResult,
@@ -24,6 +23,7 @@ from gateway.lanes import Lane, Lanes
 from gateway.llm import ChatMessage, LLMReply
 from gateway.metrics import Metrics, error_kind
 from gateway.outbox import Outbox
+from gateway.session_prompt import ContextCompressor, PromptSource, SessionPrompt
 from gateway.store import ModelCall, SessionRow, Store, iso, parse_iso
 from gateway.tools import ToolContext
 from gateway.transcript import decode_inbound, encode_inbound, session_history, well_formed
@@ -50,13 +50,6 @@ def session_key(chat: ChatRef, user_id: str, *, group_per_user: bool) -> str:
     elif chat.chat_type != "dm" and group_per_user:
         parts.append(user_id)
     return ":".join(parts)
-
-
-class PromptSource(Protocol):
-    """Builds a new session's system prompt (gateway/prompting.py); called once per session."""
-
-    def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
-              today: date) -> str: ...
 
 
 class SessionHooks(Protocol):
@@ -88,12 +81,11 @@ class SessionManager:
     def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
                  adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
-                 commands: CommandHandler | None = None, compressor: Compressor | None = None,
+                 commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
                  metrics: Metrics | None = None) -> None:
         self.config = config
         self.store = store
         self.agent = agent
-        self.prompts = prompts
         self.outbox = outbox
         self.adapters = adapters
         self.clock = clock
@@ -101,8 +93,9 @@ class SessionManager:
         self.hooks: SessionHooks = hooks or NoLifecycle()
         self.gate = gate
         self.commands = commands
-        self.compressor = compressor
         self.metrics = metrics
+        self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
+                                     tool_names=self.tool_names, compressor=compressor)
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
@@ -209,45 +202,6 @@ class SessionManager:
             return True
         return False
 
-    def ensure_prompt(self, session: SessionRow) -> str:
-        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change."""
-        llm = self.agent.llm
-        if session.system_prompt is not None and session.model == llm.model:
-            return session.system_prompt
-        reason = None if session.system_prompt is None else "model_change"
-        started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
-        text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                  provider=llm.provider, tool_names=self.tool_names, today=started.date())
-        self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
-                                provider=llm.provider)
-        if reason:
-            log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
-                     llm.model)
-        return text
-
-    def rebuild_prompt(self, session: SessionRow, *, reason: str) -> str:
-        """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
-        llm = self.agent.llm
-        started = parse_iso(session.created_at) or self.clock()
-        text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                  provider=llm.provider, tool_names=self.tool_names, today=started.date())
-        self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
-                                provider=llm.provider)
-        log.info("prompt rebuilt session=%s reason=%s", session.id, reason)
-        return text
-
-    async def _compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
-                                  user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
-        """Context compression (gateway/compression.py), then the one planned prompt rebuild."""
-        compressor = self.compressor
-        specs = self.agent.tools.specs(self.tool_names)
-        if compressor is None or not compressor.over_limit(prompt, [*history, user_msg], specs):
-            return prompt, history
-        if not await compressor.compress(session, prompt, self.store.history(session.id)):
-            return prompt, history
-        prompt = self.rebuild_prompt(self.store.session(session.id), reason="compression")
-        return prompt, session_history(self.store, session.id)
-
     def tool_context(self, session: SessionRow, user_id: str | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
@@ -282,10 +236,10 @@ class SessionManager:
     async def _answer(self, inbound_id: int, inbound: Inbound, session: SessionRow, ended: str | None, turn: str,
                       now: datetime, held: list[LLMReply]) -> None:
         try:
-            prompt = self.ensure_prompt(session)
+            prompt = self._prompt.ensure(session)
             history = session_history(self.store, session.id)
             user_msg = self.user_message(inbound, ended)
-            prompt, history = await self._compress_if_needed(session, prompt, history, user_msg)
+            prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
             result = await self._run_agent(session, inbound, prompt, history, user_msg, held)
         except (LLMError, TimeoutError) as exc:
             why = _plain_reason(exc)

@@ -21,7 +21,7 @@ RANKS: dict[str, int] = {
     "llm_http": 1, "chunking": 4, "store": 4, "logs": 4, "llm_sdk": 4,
     "pairing": 5, "lifecycle": 5, "llm": 5, "prompt": 5, "tools": 5, "supervisor": 5, "ops": 5, "catchup": 5,
     "prompt_inputs": 6, "agent": 6, "outbox": 6, "transcript": 6, "session_report": 6,
-    "flush": 7, "access": 7, "compression": 8,
+    "flush": 7, "access": 7, "session_prompt": 7, "compression": 8,
     "lanes": 8, "sessions": 9, "commands": 10, "scheduler": 10,
     "daemon": 11, "doctor": 11, "cli": 12,
 }
