@@ -24,13 +24,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gateway.config import load_config
-from gateway.daemon import Gateway, build_gateway
+from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound
+from gateway.ops.daemon import Gateway, build_gateway
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests/ holds the fakes
 
-from tests.fakes.llm import FakeLLM, ToolCall, Usage  # noqa: E402
-from tests.helpers import RecordingAdapter, write_config  # noqa: E402
+from tests.fakes.llm import FakeLLM, ToolCall, Usage
+from tests.helpers import RecordingAdapter, write_config
 
 CACHE_MIN_TOKENS = 1024  # Anthropic's minimum cacheable prefix for Sonnet-class models
 GOAL = 0.99

@@ -7,7 +7,7 @@ FakeTelegram (or the web chat), so every per-session path (lanes, locks, outbox,
 deadlines) has run. Telegram traffic stays under the bot's 30 messages a second, so creating 10,000 takes minutes.
 
 Where the MB at start go is measured beside it, each step in a fresh interpreter with the daemon's config: the bare
-interpreter, the core (`gateway.cli` and `gateway.daemon` with their libraries, the config loaded), the model client
+interpreter, the core (`gateway.cli.main` and `gateway.ops.daemon` with their libraries, the config loaded), the model client
 as configured, and each configured platform's adapter module (its library) on top of the core.
 
 Run:  PYTHONPATH=. /work/venv/bin/python bench/memory.py [--sessions 10000] [--soak-seconds 1800] [--rate 20]
@@ -50,19 +50,19 @@ import importlib, os, sys
 from pathlib import Path
 step, home = sys.argv[1], Path(sys.argv[2])
 if step != "python":
-    import gateway.cli, gateway.daemon
-    from gateway.config import load_config
+    import gateway.cli.main, gateway.ops.daemon
+    from gateway.config.settings import load_config
     config = load_config(home)
 if step == "model":
-    from gateway.llm import build_llm
+    from gateway.llm.factory import build_llm
     build_llm(config, dict(os.environ), probe_ollama=False)
 elif step.startswith("adapters."):
     importlib.import_module(step)
 print(next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
       / 1024)
 """
-ADAPTER_MODULES = {"web": "adapters.webchat", "telegram": "adapters.telegram", "discord": "adapters.discord_adapter",
-                   "slack": "adapters.slack"}
+ADAPTER_MODULES = {"web": "adapters.webchat", "telegram": "adapters.telegram.adapter", "discord": "adapters.discord.adapter",
+                   "slack": "adapters.slack.adapter"}
 
 
 def step_mb(step: str, home: Path) -> float:
@@ -112,7 +112,7 @@ async def touch_all_telegram(tg: FakeTelegram, sessions: int, concurrency: int) 
         chats = range(first + 1, min(sessions, first + concurrency) + 1)
         for chat in chats:
             tg.inject_message(chat, f"touch-{chat}", user_id=chat, username=None)
-        await tg.wait_until(lambda: len(tg.sent_messages()) >= chats[-1], 120)
+        await tg.wait_until(lambda n=chats[-1]: len(tg.sent_messages()) >= n, 120)
     return time.monotonic() - started
 
 

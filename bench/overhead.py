@@ -42,7 +42,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway.store import Store
+from gateway.store.database import Store
 from tests.daemon_proc import NotifySocket, free_port
 from tests.fakes.llm import FakeLLM
 
@@ -129,7 +129,7 @@ async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str =
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path),
            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}  # the code under test
     with log.open("wb") as out:
-        proc = subprocess.Popen([GATEWAY, "--home", str(home), "--log-format", "json", "run"], env=env,
+        proc = subprocess.Popen([GATEWAY, "--home", str(home), "--log-format", "json", "run"], env=env,  # noqa: ASYNC220
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
         await notify.wait_for("READY=1", 120)
@@ -142,7 +142,7 @@ async def start_echo(home: Path, llm: FakeLLM, sessions: int, history: int) -> S
     port = free_port()
     log = home.parent / "echo.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, __file__, "--serve-echo", str(port), llm.base_url, str(sessions),
+        proc = subprocess.Popen([sys.executable, __file__, "--serve-echo", str(port), llm.base_url, str(sessions),  # noqa: ASYNC220
                                  str(history)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     async with aiohttp.ClientSession() as http:
@@ -310,13 +310,13 @@ def _ms(seconds: float | None) -> str:
 
 
 def report(gateway: Result, echo: Result, args: argparse.Namespace, seed_s: float) -> str:
-    lines = [f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} "
-             f"(1 min), Python {platform.python_version()}",
-             f"seeded {args.sessions:,} sessions x {args.history} messages = {args.sessions * args.history:,} "
+    lines = [(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} "
+             f"(1 min), Python {platform.python_version()}"),
+             (f"seeded {args.sessions:,} sessions x {args.history} messages = {args.sessions * args.history:,} "
              f"stored messages in {seed_s:.1f}s; latency over {args.latency:,} messages, throughput with "
-             f"{args.clients} conversations x {args.per_client} messages", "",
-             f"{'ms':<28}{'gateway p50':>12}{'p99':>8}{'max':>8}{'echo p50':>10}{'p99':>8}{'added p50':>11}"
-             f"{'p99':>8}"]
+             f"{args.clients} conversations x {args.per_client} messages"), "",
+             (f"{'ms':<28}{'gateway p50':>12}{'p99':>8}{'max':>8}{'echo p50':>10}{'p99':>8}{'added p50':>11}"
+             f"{'p99':>8}")]
     rows: tuple[tuple[str, Callable[[Sample], float]], ...] = (
         ("inbound -> LLM request", lambda s: s.inbound), ("LLM reply -> platform send", lambda s: s.outbound),
         ("both hops", lambda s: s.inbound + s.outbound))
@@ -325,13 +325,13 @@ def report(gateway: Result, echo: Result, args: argparse.Namespace, seed_s: floa
         e = [value(s) for s in echo.latency]
         lines.append(f"{label:<28}{pct(g, .5):>12.2f}{pct(g, .99):>8.2f}{max(g) * 1000:>8.1f}{pct(e, .5):>10.2f}"
                      f"{pct(e, .99):>8.2f}{pct(g, .5) - pct(e, .5):>11.2f}{pct(g, .99) - pct(e, .99):>8.2f}")
-    lines += ["", f"throughput: gateway {gateway.throughput:.0f} msg/s, echo {echo.throughput:.0f} msg/s, "
-              f"ratio {gateway.throughput / echo.throughput:.2f} (goal >= 0.50)",
-              f"CPU per message in the throughput run: gateway {_ms(gateway.cpu_per_message)}, echo "
-              f"{_ms(echo.cpu_per_message)}",
-              f"mean round trip at one message at a time: gateway "
+    lines += ["", (f"throughput: gateway {gateway.throughput:.0f} msg/s, echo {echo.throughput:.0f} msg/s, "
+              f"ratio {gateway.throughput / echo.throughput:.2f} (goal >= 0.50)"),
+              (f"CPU per message in the throughput run: gateway {_ms(gateway.cpu_per_message)}, echo "
+              f"{_ms(echo.cpu_per_message)}"),
+              (f"mean round trip at one message at a time: gateway "
               f"{statistics.mean(s.received - s.sent for s in gateway.latency) * 1000:.2f} ms, echo "
-              f"{statistics.mean(s.received - s.sent for s in echo.latency) * 1000:.2f} ms"]
+              f"{statistics.mean(s.received - s.sent for s in echo.latency) * 1000:.2f} ms")]
     return "\n".join(lines)
 
 

@@ -2,8 +2,8 @@
 
 Run:  /work/venv/bin/python bench/search.py [--messages N] [--db PATH] [--keep] [--scoped-index] [--slowest K]
 Prints build time, database size and p50 / p95 / max latency per query kind and overall (goal: p95 < 20 ms).
-The schema comes from gateway.store.Store, so the bench measures the tables the daemon really writes;
---scoped-index first applies the proposed migration in gateway/search_schema.py (migration 0003 in the store). Queries go through
+The schema comes from gateway.store.database.Store, so the bench measures the tables the daemon really writes;
+--scoped-index first applies the proposed migration in gateway/store/search_index.py (migration 0003 in the store). Queries go through
 SessionSearch.search_now, the code the tool runs (minus the hop to its thread). Askers: 20% a heavy user
 with ~12% of all sessions, 60% ordinary users in DMs, 20% users asking in a group.
 """
@@ -23,38 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gateway.store import Store
-from gateway.tools import ToolContext
-from gateway.tools.search import SessionSearch
-from gateway.search_schema import SEARCH_INDEX_MIGRATION_SQL
+from gateway.agent.tools.registry import ToolContext
+from gateway.knowledge.search import SessionSearch
+from gateway.store.database import Store
+from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 PLATFORMS = ("telegram", "discord", "slack", "web")
-REAL_WORDS = """
-docker compose deploy server database backup restore migration python javascript typescript rust golang
-kubernetes cluster node pod container image registry nginx proxy certificate domain email calendar meeting
-invoice payment budget travel flight hotel train ticket passport visa weather rain sunny garden tomato
-recipe pasta pizza coffee tea breakfast dinner lunch birthday party gift anniversary wedding holiday
-vacation beach mountain hiking running cycling swimming yoga gym doctor dentist appointment medicine
-insurance mortgage rent apartment kitchen bathroom bedroom furniture sofa laptop phone keyboard monitor
-printer router wifi password update upgrade install configure error exception timeout crash bug fix
-release version branch commit merge review test coverage benchmark latency throughput memory cpu disk
-network firewall security login logout account profile settings notification reminder schedule task
-project deadline report presentation slides document spreadsheet chart graph analysis data model training
-dataset prompt token context window embedding vector search index query cache session user assistant
-telegram discord slack webhook bot channel group thread message reply mention reaction emoji sticker
-photo video music playlist podcast book novel chapter author library school homework exam lesson
-teacher student course language english german french spanish japanese chinese grammar vocabulary
-translation dictionary cat dog puppy kitten vet food walk park car bicycle bus subway airport station
-""".split()
-CJK_WORDS = """
-東京 旅行 会議 予定 天気 雨 晴れ 仕事 会社 電車 新幹線 ホテル 予約 料理 寿司 ラーメン 友達 家族 誕生日 映画
-音楽 本 図書館 学校 先生 学生 試験 勉強 日本語 英語 病院 医者 薬 保険 銀行 お金 買い物 スーパー 駅 空港
-数据库 服务器 错误 部署 备份 恢复 迁移 测试 版本 发布 代码 合并 审查 性能 延迟 内存 网络 安全 密码 登录
-北京 上海 广州 深圳 旅游 机票 酒店 火车 护照 签证 天气 下雨 晴天 花园 番茄 菜谱 咖啡 早餐 晚餐 午餐 生日
-聚会 礼物 周年 婚礼 假期 海滩 爬山 跑步 骑车 游泳 瑜伽 健身 医生 牙医 预约 药品 房租 公寓 厨房 浴室
-卧室 家具 沙发 电脑 手机 键盘 显示器 打印机 路由器 更新 升级 安装 配置 异常 超时 崩溃 修复 提醒 日程
-任务 项目 截止日期 报告 演示 文档 表格 图表 分析 数据 模型 训练 数据集 提示词 上下文 向量 搜索 索引
-""".split()
+REAL_WORDS = ["docker", "compose", "deploy", "server", "database", "backup", "restore", "migration", "python", "javascript", "typescript", "rust", "golang", "kubernetes", "cluster", "node", "pod", "container", "image", "registry", "nginx", "proxy", "certificate", "domain", "email", "calendar", "meeting", "invoice", "payment", "budget", "travel", "flight", "hotel", "train", "ticket", "passport", "visa", "weather", "rain", "sunny", "garden", "tomato", "recipe", "pasta", "pizza", "coffee", "tea", "breakfast", "dinner", "lunch", "birthday", "party", "gift", "anniversary", "wedding", "holiday", "vacation", "beach", "mountain", "hiking", "running", "cycling", "swimming", "yoga", "gym", "doctor", "dentist", "appointment", "medicine", "insurance", "mortgage", "rent", "apartment", "kitchen", "bathroom", "bedroom", "furniture", "sofa", "laptop", "phone", "keyboard", "monitor", "printer", "router", "wifi", "password", "update", "upgrade", "install", "configure", "error", "exception", "timeout", "crash", "bug", "fix", "release", "version", "branch", "commit", "merge", "review", "test", "coverage", "benchmark", "latency", "throughput", "memory", "cpu", "disk", "network", "firewall", "security", "login", "logout", "account", "profile", "settings", "notification", "reminder", "schedule", "task", "project", "deadline", "report", "presentation", "slides", "document", "spreadsheet", "chart", "graph", "analysis", "data", "model", "training", "dataset", "prompt", "token", "context", "window", "embedding", "vector", "search", "index", "query", "cache", "session", "user", "assistant", "telegram", "discord", "slack", "webhook", "bot", "channel", "group", "thread", "message", "reply", "mention", "reaction", "emoji", "sticker", "photo", "video", "music", "playlist", "podcast", "book", "novel", "chapter", "author", "library", "school", "homework", "exam", "lesson", "teacher", "student", "course", "language", "english", "german", "french", "spanish", "japanese", "chinese", "grammar", "vocabulary", "translation", "dictionary", "cat", "dog", "puppy", "kitten", "vet", "food", "walk", "park", "car", "bicycle", "bus", "subway", "airport", "station"]
+CJK_WORDS = ["東京", "旅行", "会議", "予定", "天気", "雨", "晴れ", "仕事", "会社", "電車", "新幹線", "ホテル", "予約", "料理", "寿司", "ラーメン", "友達", "家族", "誕生日", "映画", "音楽", "本", "図書館", "学校", "先生", "学生", "試験", "勉強", "日本語", "英語", "病院", "医者", "薬", "保険", "銀行", "お金", "買い物", "スーパー", "駅", "空港", "数据库", "服务器", "错误", "部署", "备份", "恢复", "迁移", "测试", "版本", "发布", "代码", "合并", "审查", "性能", "延迟", "内存", "网络", "安全", "密码", "登录", "北京", "上海", "广州", "深圳", "旅游", "机票", "酒店", "火车", "护照", "签证", "天气", "下雨", "晴天", "花园", "番茄", "菜谱", "咖啡", "早餐", "晚餐", "午餐", "生日", "聚会", "礼物", "周年", "婚礼", "假期", "海滩", "爬山", "跑步", "骑车", "游泳", "瑜伽", "健身", "医生", "牙医", "预约", "药品", "房租", "公寓", "厨房", "浴室", "卧室", "家具", "沙发", "电脑", "手机", "键盘", "显示器", "打印机", "路由器", "更新", "升级", "安装", "配置", "异常", "超时", "崩溃", "修复", "提醒", "日程", "任务", "项目", "截止日期", "报告", "演示", "文档", "表格", "图表", "分析", "数据", "模型", "训练", "数据集", "提示词", "上下文", "向量", "搜索", "索引"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +170,7 @@ def build(db: Path, n_messages: int, n_sessions: int, seed: int,
         [(s.id, f"{s.platform}:{s.chat_type}:{s.chat_id}:{s.user_id or ''}:{s.id}", s.platform, s.chat_type,
           s.chat_id, s.user_id, start.isoformat()) for s in world.sessions])
     rows = message_rows(rng, world, vocab, n_messages, start)
-    while batch := [row for _, row in zip(range(50_000), rows)]:
+    while batch := [row for _, row in zip(range(50_000), rows, strict=False)]:
         conn.executemany("INSERT INTO messages (session_id, role, content, user_id, created_at, active, kind)"
                          " VALUES (?,?,?,?,?,?,?)", batch)
     conn.execute("COMMIT")

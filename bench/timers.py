@@ -4,7 +4,7 @@ Run:  /work/venv/bin/python bench/timers.py [--sessions N] [--expire K] [--compa
 Prints: time to insert the sessions (setup), time to rebuild the deadline index from SQLite and arm the sweep
 job (goal < 1 s), the index's memory (tracemalloc, a separate run), the time to expire K sessions that came due
 together (the daily hour), and with --compare-jobs the cost of the alternative: one APScheduler job per session.
-The store schema and the code measured are the daemon's own (gateway.store.Store, gateway.scheduler.Lifecycle).
+The store schema and the code measured are the daemon's own (gateway.store.database.Store, gateway.sessions.timers.Lifecycle).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from gateway.config import MemoryConfig, SessionResetConfig
-from gateway.flush import Flusher
-from gateway.lifecycle import Policies
-from gateway.scheduler import Lifecycle
-from gateway.store import Store, iso
+from gateway.config.settings import MemoryConfig, SessionResetConfig
+from gateway.sessions.flush import Flusher
+from gateway.sessions.lifecycle import Policies
+from gateway.sessions.timers import Lifecycle
+from gateway.store.database import Store
+from gateway.store.rows import iso
 
 NOW = datetime(2031, 1, 6, 12, 0, tzinfo=UTC)
 PLATFORMS = ("telegram", "discord", "slack", "web")
@@ -58,7 +59,7 @@ def lifecycle(store: Store, clock: Any) -> Lifecycle:
 
 async def rebuild(store: Store, *, trace: bool) -> tuple[float, int, int, int]:
     """(seconds, armed, retained bytes, peak bytes) for one boot: read, compute, heapify, start, arm."""
-    clock = lambda: NOW  # noqa: E731
+    clock = lambda: NOW
     life = lifecycle(store, clock)
     if trace:
         tracemalloc.start()

@@ -1,0 +1,18 @@
+"""agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat.
+
+The packages read top-down as the path of one message; each may import only the ones listed before it
+(docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it):
+
+    events, errors, scan   the vocabulary: normalized messages, the error tree, the untrusted-text scan
+    config/                config.yaml → frozen dataclasses, and the YAML loader that locates errors
+    telemetry/             logs (redacted, JSON or human) and Prometheus metrics
+    llm/                   model clients: the two wires, their transports, the model choice
+    store/                 SQLite: schema and migrations, rows, the search index, transcripts
+    knowledge/             what the agent knows: memory files, skills library, session search
+    agent/                 the model ⇄ tools loop and every tool
+    prompt/                the three-tier system prompt, platform hints, the stored session prompt
+    delivery/              outbox, rate limits, chunking and markup per platform
+    sessions/  access/     the session manager and its lifecycle; the gate and pairing
+    ops/                   the composition root (daemon), health and status, service install, doctor
+    cli/                   the `gateway` command
+"""

@@ -47,12 +47,12 @@ _SECRET_FILE = (r"(?:\.env(?![\w.-])|~/\.ssh\b|\.ssh/|\bid_(?:rsa|ed25519|ecdsa|
 # (kind, label, pattern). Order is the report order. Patterns run on normalized text (see _normalize).
 _INJECTION: tuple[tuple[str, str, str], ...] = (
     ("injection", "ignore previous instructions",
-     rf"\b(?:ignore|disregard|forget|skip|override)\s+{_ARTICLES}"
+     (rf"\b(?:ignore|disregard|forget|skip|override)\s+{_ARTICLES}"
      rf"(?:previous|prior|above|earlier|preceding|former|original|initial|system|developer)\s+"
-     r"(?:instructions?|rules|directions|directives|guidelines|prompts?|messages|context|commands)"),
+     r"(?:instructions?|rules|directions|directives|guidelines|prompts?|messages|context|commands)")),
     ("injection", "ignore your instructions",
-     rf"\b(?:ignore|disregard|forget)\s+{_ARTICLES}(?:your|its|the\s+assistant'?s)\s+"
-     r"(?:instructions|rules|guidelines|programming|system\s+prompt|safety)"),
+     (rf"\b(?:ignore|disregard|forget)\s+{_ARTICLES}(?:your|its|the\s+assistant'?s)\s+"
+     r"(?:instructions|rules|guidelines|programming|system\s+prompt|safety)")),
     ("injection", "ignore everything above",
      r"\b(?:ignore|disregard|forget)\s+(?:everything|all|anything)\s+(?:above|before\s+this|said\s+before)"),
     ("injection", "hide from the user",
@@ -60,33 +60,33 @@ _INJECTION: tuple[tuple[str, str, str], ...] = (
     ("injection", "hide from the user",
      r"\b(?:do\s+not|don'?t|never)\s+(?:let\s+the\s+user\s+know|(?:reveal|mention)\s+(?:this|these|it|that)\s+to\s+the\s+user)"),
     ("injection", "hide from the user",
-     r"\b(?:conceal\s+\S+(?:\s+\S+)?|keep\s+(?:this|it|that|these|them)\s+(?:a\s+)?secret"
-     r"|hide\s+(?:this|these)\s+(?:instructions?|messages?|actions?|steps?|commands?|requests?|text))\s+from\s+the\s+user"),
+     (r"\b(?:conceal\s+\S+(?:\s+\S+)?|keep\s+(?:this|it|that|these|them)\s+(?:a\s+)?secret"
+     r"|hide\s+(?:this|these)\s+(?:instructions?|messages?|actions?|steps?|commands?|requests?|text))\s+from\s+the\s+user")),
     ("injection", "hide from the user",
      r"\bwithout\s+(?:telling|informing)\s+the\s+user|\bthe\s+user\s+(?:must|should)\s+(?:not|never)\s+(?:know|find\s+out|learn|be\s+told)\b"),
     ("injection", "system prompt override",
-     r"\b(?:system\s+prompt\s+override|new\s+system\s+prompt|override\s+(?:your|the|all|any)\s+"
-     r"(?:previous\s+|prior\s+|system\s+)?(?:instructions|system\s+prompt|rules|guidelines))"),
+     (r"\b(?:system\s+prompt\s+override|new\s+system\s+prompt|override\s+(?:your|the|all|any)\s+"
+     r"(?:previous\s+|prior\s+|system\s+)?(?:instructions|system\s+prompt|rules|guidelines))")),
     ("injection", "system prompt override",
      r"\byour\s+(?:new|real|actual|true)\s+(?:instructions|system\s+prompt|rules|purpose)\s+(?:are|is)\b"),
     ("injection", "system prompt override",
-     r"\byou\s+are\s+now\s+(?:an?\b|my\b|no\s+longer\b|free\b|unrestricted|unfiltered|uncensored|jailbroken"
-     r"|dan\b|in\s+(?:developer|god|jailbreak|dan|unrestricted)\s+mode)"),
+     (r"\byou\s+are\s+now\s+(?:an?\b|my\b|no\s+longer\b|free\b|unrestricted|unfiltered|uncensored|jailbroken"
+     r"|dan\b|in\s+(?:developer|god|jailbreak|dan|unrestricted)\s+mode)")),
     ("injection", "role-play jailbreak",
      r"\bdo\s+anything\s+now\b|\bjailbroken\b|\bjailbreak\s+mode\b"),
     ("injection", "role-play jailbreak",
      r"\b(?:act|behave|respond|operate)\s+(?:now\s+)?(?:in|as\s+if\s+in)\s+(?:developer|god|dan|unrestricted)\s+mode"),
     ("injection", "role-play jailbreak",
-     r"\b(?:pretend|imagine|act\s+as\s+if)\s+(?:that\s+)?you\s+(?:are|were|have)\s+(?:no|not\s+bound\s+by|free\s+(?:of|from))"
-     r"\s+(?:\w+\s+){0,2}(?:restrictions|rules|limits|limitations|guidelines|filters|policies)"),
+     (r"\b(?:pretend|imagine|act\s+as\s+if)\s+(?:that\s+)?you\s+(?:are|were|have)\s+(?:no|not\s+bound\s+by|free\s+(?:of|from))"
+     r"\s+(?:\w+\s+){0,2}(?:restrictions|rules|limits|limitations|guidelines|filters|policies)")),
     ("injection", "role-play jailbreak",
      r"\b(?:act|behave|respond|roleplay|role-play)\s+as\s+(?:an?\s+)?(?:unrestricted|unfiltered|uncensored|jailbroken)\b"),
     ("injection", "fake chat-role marker",
      r"<\|(?:im_start|im_end|system|endoftext)\|>|\[/?INST\]|<<SYS>>"),
     ("exfiltration", "command sends secrets",
-     r"\b(?:curl|wget|invoke-webrequest|invoke-restmethod|iwr|irm|nc|netcat)\b[^\n]*?"
+     (r"\b(?:curl|wget|invoke-webrequest|invoke-restmethod|iwr|irm|nc|netcat)\b[^\n]*?"
      rf"(?:\$\{{?{_SECRET_VAR}|\$env:{_SECRET_VAR}|\$\(\s*(?:cat|env|printenv)\b|`\s*(?:cat|env|printenv)\b"
-     r"|\bprintenv\b|\bos\.environ\b)"),
+     r"|\bprintenv\b|\bos\.environ\b)")),
     ("exfiltration", "reads secret files",
      rf"\b(?:curl|wget|scp|rsync|nc|netcat)\b[^\n]*?{_SECRET_FILE}"),
     ("exfiltration", "reads secret files",
@@ -96,13 +96,13 @@ _INJECTION: tuple[tuple[str, str, str], ...] = (
      rf"\b(?:read|print|dump|output|show|display|open)\s+(?:out\s+)?{_ARTICLES}(?:contents?\s+of\s+)?{_ARTICLES}"
      + _SECRET_FILE),
     ("exfiltration", "reveals secrets",
-     rf"\b(?:reveal|leak|send|upload|exfil\w*|paste)\s+{_ARTICLES}"
-     r"(?:private\s+keys?|api\s+keys?|secrets|passwords|credentials|tokens|environment\s+variables|ssh\s+keys?)\b"),
+     (rf"\b(?:reveal|leak|send|upload|exfil\w*|paste)\s+{_ARTICLES}"
+     r"(?:private\s+keys?|api\s+keys?|secrets|passwords|credentials|tokens|environment\s+variables|ssh\s+keys?)\b")),
     ("exfiltration", "sends private data to a URL",
-     r"\b(?:send|post|upload|forward|transmit|leak|beacon|submit|e-?mail)\b[^\n]{0,80}?"
+     (r"\b(?:send|post|upload|forward|transmit|leak|beacon|submit|e-?mail)\b[^\n]{0,80}?"
      r"\b(?:conversation|chat\s+log|history|memory|memories|secrets?|keys?|tokens?|passwords?|credentials"
      r"|env(?:ironment)?|personal|private|user\s+data|system\s+prompt|messages)\b[^\n]{0,80}?"
-     r"\bto\b[^\n]{0,40}?(?:https?|ftp|wss?)://"),
+     r"\bto\b[^\n]{0,40}?(?:https?|ftp|wss?)://")),
     ("exfiltration", "exfiltrate",
      r"\bexfiltrat(?:e|es|ed|ing|ion)\b"),
     ("exfiltration", "markdown image with templated query",
@@ -111,8 +111,8 @@ _INJECTION: tuple[tuple[str, str, str], ...] = (
 
 _STRICT: tuple[tuple[str, str, str], ...] = (
     ("exfiltration", "instruction to send data to a URL",
-     r"\b(?:send|post|upload|forward|transmit|submit|push|e-?mail|report|beacon|ping|fetch|webhook)\b"
-     r"[^\n]{0,120}?\b(?:to|at|into)\b[^\n]{0,40}?(?:(?:https?|ftp|wss?)://|www\.)"),
+     (r"\b(?:send|post|upload|forward|transmit|submit|push|e-?mail|report|beacon|ping|fetch|webhook)\b"
+     r"[^\n]{0,120}?\b(?:to|at|into)\b[^\n]{0,40}?(?:(?:https?|ftp|wss?)://|www\.)")),
 )
 
 # Secret shapes run on the raw (NFKC) text: formatting characters are part of a token's alphabet.
@@ -128,8 +128,8 @@ _SECRETS: tuple[tuple[str, str, str], ...] = (
     ("secret", "Discord bot token", r"\b[MN][A-Za-z\d_-]{23,27}\.[\w-]{6}\.[\w-]{27,}"),
     ("secret", "private key block", r"-----BEGIN[A-Z ]*PRIVATE KEY-----"),
     ("secret", "password or key assignment",
-     r"\b(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|token)"
-     r"\s*[:=]\s*[\"']?(?![<$*{\[(])[^\s\"'<>]{4,}"),
+     (r"\b(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|token)"
+     r"\s*[:=]\s*[\"']?(?![<$*{\[(])[^\s\"'<>]{4,}")),
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.fixtures import *  # noqa: F403 - fixtures are found by name
+from tests.fakes.fixtures import *
 
 # Never let a developer's real keys or home leak into a test run.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GATEWAY_HOME", "OPENAI_BASE_URL",
@@ -26,7 +26,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
-    """Tests that run `gateway.cli.main` in-process configure logging (dictConfig on the root logger, handlers
+    """Tests that run `gateway.cli.main.main` in-process configure logging (dictConfig on the root logger, handlers
     bound to pytest's capture streams); undo that so later tests' caplog sees every record untouched."""
     root = logging.getLogger()
     saved_root = (root.level, root.handlers[:], root.filters[:])

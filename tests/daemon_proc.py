@@ -14,7 +14,7 @@ import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 
@@ -155,7 +155,7 @@ class WebChatClient:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.received: list[dict[str, Any]] = []
 
-    async def __aenter__(self) -> WebChatClient:
+    async def __aenter__(self) -> Self:
         self.session = aiohttp.ClientSession()
         self.ws = await self.session.ws_connect(self.url)
         return self

@@ -9,11 +9,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gateway.config import load_config
-from gateway.daemon import Gateway, build_gateway
+from gateway.config.settings import load_config
 from gateway.events import ChatRef, OutboundMessage, Submit
-from gateway.llm import ChatMessage, LLMReply, ToolDef
-from gateway.store import Usage
+from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.ops.daemon import Gateway, build_gateway
 from tests.fakeclock import FakeClock
 
 

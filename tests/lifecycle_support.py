@@ -10,9 +10,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gateway.daemon import Gateway
-from gateway.llm import ChatMessage, LLMReply, ToolDef
-from gateway.store import SessionRow, Store, Usage, iso
+from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.ops.daemon import Gateway
+from gateway.store.database import Store
+from gateway.store.rows import SessionRow, iso
 from tests.fakes.llm import FakeLLM
 from tests.helpers import gateway_for
 

@@ -20,15 +20,14 @@ from typing import Any
 
 import pytest
 
-from gateway.access import PAIRING_TEXT, AccessGate
-from gateway.cli import main
-from gateway.config import load_config
-from gateway.daemon import Daemon, Gateway, build_gateway, check_web_binding, platform_adapters
+from gateway.access.gate import PAIRING_TEXT, AccessGate
+from gateway.access.pairing import ALPHABET, CODE_LENGTH, load_key
+from gateway.cli.main import main
+from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
-from gateway.llm import ChatMessage, LLMReply, ToolDef
-from gateway.pairing import ALPHABET, CODE_LENGTH, load_key
-from gateway.store import Usage
+from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.ops.daemon import Daemon, Gateway, build_gateway, check_web_binding, platform_adapters
 from tests.helpers import RecordingAdapter, gateway_for, write_config
 
 START = datetime.now(UTC).replace(microsecond=0)  # near real time, so the CLI's own clock agrees on expiry
@@ -304,7 +303,7 @@ async def test_each_refusal_is_logged_once_at_info_without_the_text(world: Any,
     w = world(unknown_dm="ignore", tg_users=["1"])
     caplog.set_level(logging.INFO, logger="gateway")
     await w.say("telegram", "my secret plan", user="4242", chat="-77", chat_type="group")
-    refusals = [r for r in caplog.records if r.name == "gateway.access" and r.levelno == logging.INFO]
+    refusals = [r for r in caplog.records if r.name == "gateway.access.gate" and r.levelno == logging.INFO]
     assert len(refusals) == 1
     line = refusals[0].getMessage()
     assert "platform=telegram" in line and "user=4242" in line
@@ -439,8 +438,8 @@ async def test_five_wrong_approvals_lock_pairing_for_an_hour(world: Any, capsys:
     await w.say("discord", "/approve BBBBBBBB", user="1", chat="D1")  # the fifth, from chat
     until = w.clock() + timedelta(hours=1)
     assert w.texts("discord", "D1") == [
-        "No pending pairing request has that code. Too many wrong codes: pairing on telegram is locked until "
-        f"{until:%Y-%m-%d %H:%M} UTC."]
+        ("No pending pairing request has that code. Too many wrong codes: pairing on telegram is locked until "
+        f"{until:%Y-%m-%d %H:%M} UTC.")]
     locked = book.approve(code, by="cli", now=w.clock())  # even the right code waits out the lock
     assert locked.status == "locked" and not book.is_approved("telegram", "1001")
     assert main(["--home", str(w.home), "pairing", "list"]) == 0

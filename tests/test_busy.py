@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.events import SubmitOutcome
-from gateway.sessions import BUSY_TEXT, QUEUE_FULL_TEXT
-from gateway.store import Store
+from gateway.sessions.manager import BUSY_TEXT, QUEUE_FULL_TEXT
+from gateway.store.database import Store
 from tests.helpers import RecordingAdapter, inbound, write_config
 from tests.lifecycle_support import FakeClock, GatedLLM, last_user_text, open_gateway
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gateway.commands import NEW_TEXT, NOTHING_TO_STOP
-from gateway.config import load_config
-from gateway.daemon import Daemon, build_gateway, platform_adapters
+from gateway.config.settings import load_config
 from gateway.events import OutboundKind, OutboundMessage
-from gateway.sessions import ERROR_TEXT
+from gateway.ops.daemon import Daemon, build_gateway, platform_adapters
+from gateway.sessions.commands import NEW_TEXT, NOTHING_TO_STOP
+from gateway.sessions.manager import ERROR_TEXT
 from tests.chaos.crashpoints import Scenario, down, long_answer, run_with_crash
 from tests.chaos.killrun import ChaosPlan, KillRun
 from tests.chaos.models import HEADER, RespondingLLM, chunk_keys, numbered_reply, text_of

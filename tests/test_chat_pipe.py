@@ -17,7 +17,7 @@ from tests.helpers import llm_url, write_config
 async def _chat(home: Path, stdin: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "--home", str(home), "chat",
+        sys.executable, "-m", "gateway.cli.main", "--home", str(home), "chat",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -53,14 +53,14 @@ async def test_tool_call_round_trip(home: Path, fake_llm: FakeLLM, provider: str
 
 
 async def test_no_model_says_what_to_set(home: Path) -> None:
-    code, out, err = await _chat(home, "hello\n")
+    code, out, _err = await _chat(home, "hello\n")
     assert code == 0
     assert "No model is configured. Set ANTHROPIC_API_KEY" in out
 
 
 async def test_unreachable_model_gives_a_clear_line(home: Path) -> None:
     write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1")
-    code, out, err = await _chat(home, "hello\n")
+    code, out, _err = await _chat(home, "hello\n")
     assert code == 0
     assert out.strip() == ("Sorry, I couldn't get an answer from the model just now (the model service is "
                            "unavailable). Please try again in a moment.")

@@ -10,6 +10,7 @@ and concatenating the chunks gives the rendered text back, up to whitespace at c
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 
@@ -17,8 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.chunking import MIN_LIMIT, MIN_LIMIT_TEXT, MIN_LINES, Chunk, TextEntity, render_chunks, split_rendered
-from gateway.markup import FENCE, Flavor, Rendered, render, utf16_len
+from gateway.delivery.chunking import (
+    MIN_LIMIT,
+    MIN_LIMIT_TEXT,
+    MIN_LINES,
+    Chunk,
+    TextEntity,
+    render_chunks,
+    split_rendered,
+)
+from gateway.delivery.markup.render import FENCE, Flavor, Rendered, render, utf16_len
 
 FLAVORS: tuple[Flavor, ...] = ("telegram", "slack", "discord", "plain")
 PREFIX_CHARS = " >•-*0123456789."  # what quote and list containers put before a line's content
@@ -57,7 +66,7 @@ def check_pieces(rendered: Rendered, chunks: list[Chunk], flavor: Flavor, limit:
         assert not text.strip()
         return
     assert not text[:pieces[0].start].strip() and not text[pieces[-1].end:].strip()
-    for before, after in zip(pieces, pieces[1:]):
+    for before, after in itertools.pairwise(pieces):
         assert before.end <= after.start and not text[before.end:after.start].strip()
     for p in pieces:
         assert text[p.start:p.end].strip()
@@ -119,7 +128,7 @@ def _block(draw: st.DrawFn, depth: int = 0) -> str:
         return f"```{lang}\n{draw(CODE)}\n```"
     if kind == "table":
         cells = draw(st.lists(WORDS.map(lambda w: w.replace("|", "\\|").replace("\n", " ")), min_size=4, max_size=12))
-        return "| a | b |\n|---|:-:|\n" + "".join(f"| {x} | {y} |\n" for x, y in zip(cells[::2], cells[1::2]))
+        return "| a | b |\n|---|:-:|\n" + "".join(f"| {x} | {y} |\n" for x, y in zip(cells[::2], cells[1::2], strict=False))
     inner = draw(st.lists(_block(depth + 1), min_size=1, max_size=3))
     if kind == "quote":
         return "\n".join("> " + line for b in inner for line in b.split("\n"))
@@ -151,7 +160,7 @@ def test_telegram_entities_are_clipped_originals(markdown: str, limit: int) -> N
     """Every chunk entity is a piece of an entity of the whole text, same type, URL and language."""
     rendered = render(markdown, "telegram")
     chunks = check_chunks(markdown, "telegram", limit)
-    for piece, chunk in zip(split_rendered(rendered, limit=limit, unit="utf16"), chunks):
+    for piece, chunk in zip(split_rendered(rendered, limit=limit, unit="utf16"), chunks, strict=False):
         lo = u16(rendered.text[:piece.start])
         for e in chunk.entities:
             start = lo + e.offset

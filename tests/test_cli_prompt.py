@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.prompt import GROUP_NOTE, TOOL_USE_ENFORCEMENT
+from gateway.prompt.builder import GROUP_NOTE, TOOL_USE_ENFORCEMENT
 from tests.fakes.llm import FakeLLM
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -24,7 +24,7 @@ UNREACHABLE = "http://127.0.0.1:9"  # `gateway prompt` never calls the model
 def gateway(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GATEWAY_HOME")}
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(home), "prompt", *args],
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", "--home", str(home), "prompt", *args],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
 
 

@@ -3,17 +3,16 @@ unknown /words reach the agent as text."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gateway.commands import BUSY_TEXT, HELP_TEXT, NEW_TEXT, NOTHING_TO_RETRY, NOTHING_TO_STOP, NOTHING_TO_UNDO
-from gateway.daemon import Gateway
 from gateway.events import command_word
+from gateway.ops.daemon import Gateway
+from gateway.sessions.commands import BUSY_TEXT, HELP_TEXT, NEW_TEXT, NOTHING_TO_RETRY, NOTHING_TO_STOP, NOTHING_TO_UNDO
 from tests.fakes.llm import FakeLLM
 from tests.helpers import RecordingAdapter, inbound, llm_url, write_config
 from tests.lifecycle_support import FakeClock, GatedLLM, open_gateway, user_messages
@@ -74,8 +73,8 @@ async def test_status_without_a_session(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _setup(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock()) as gw:
         await _cmd(gw, inbound("/status"))
-    assert adapter.texts() == ["No conversation yet in this chat; your next message starts one.\n"
-                               "Reset: idle 30 min."]
+    assert adapter.texts() == [("No conversation yet in this chat; your next message starts one.\n"
+                               "Reset: idle 30 min.")]
 
 
 async def test_status(home: Path, caching_llm: FakeLLM) -> None:

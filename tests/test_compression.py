@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gateway.compression import SUMMARY_HEADER, SUMMARY_SYSTEM, Cut, plan_cut, transcript
-from gateway.daemon import Gateway
-from gateway.store import COMPRESSED, MessageRow
+from gateway.ops.daemon import Gateway
+from gateway.sessions.compression import SUMMARY_HEADER, SUMMARY_SYSTEM, Cut, plan_cut, transcript
+from gateway.store.rows import COMPRESSED, MessageRow
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import load_config
+from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 
 BAD_CONFIGS = [
@@ -109,7 +109,7 @@ def test_missing_file_means_defaults(home: Path) -> None:
 
 
 def _gateway(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(home), *args],
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", "--home", str(home), *args], check=False,
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
 
 

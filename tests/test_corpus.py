@@ -15,13 +15,13 @@ import aiohttp
 import pytest
 import yaml
 
-from adapters.slack import SlackAdapter
-from adapters.telegram import TelegramAdapter
-from gateway import cli
-from gateway.config import load_config
-from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from adapters.slack.adapter import SlackAdapter
+from adapters.telegram.adapter import TelegramAdapter
+from gateway.agent.tools.registry import ToolContext
+from gateway.cli import main as cli
+from gateway.config.settings import load_config
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
-from gateway.tools import ToolContext
+from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
 from tests.chaos.crashpoints import VirtualTime
 from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault

@@ -1,4 +1,4 @@
-"""The docs cannot drift: docs/configuration.md lists every key of gateway/config.py's dataclasses with its type
+"""The docs cannot drift: docs/configuration.md lists every key of gateway/config/settings.py's dataclasses with its type
 and default (and nothing else), and the other pages exist and point at real commands and files."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import gateway.config as config_module
-from gateway.cli import build_parser
-from gateway.config import Config
-from gateway.yamlload import Secret
+import gateway.config.settings as config_module
+from gateway.cli.main import build_parser
+from gateway.config.settings import Config
+from gateway.config.yamlload import Secret
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -134,7 +134,7 @@ def test_configuration_reference_lists_every_key_with_its_type_and_default() -> 
 
 def test_configuration_sections_follow_the_dataclasses() -> None:
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
-    headings = re.findall(r"^## `([a-z_]+)`", text, flags=re.M)
+    headings = re.findall(r"^## `([a-z_]+)`", text, flags=re.MULTILINE)
     top = [f.name for f in dataclasses.fields(Config) if not f.metadata.get("internal")]
     assert headings == top
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.doctor import Check, Doctor, exit_code, render
-from gateway.store import Store
+from gateway.ops.doctor import Check, Doctor, exit_code, render
+from gateway.store.database import Store
 from tests.daemon_proc import GATEWAY
 from tests.fakes.discord import API, FakeDiscord
 from tests.fakes.discord import TOKEN as DISCORD_TOKEN
@@ -61,8 +61,8 @@ async def test_everything_healthy(home: Path, fake_llm: FakeLLM, fake_telegram: 
     Store(home / "state.db").close()
     checks = await Doctor(home, {}).run()
     got = lines(checks)
-    assert got["config"] == [f"ok   config    {home}/config.yaml (model anthropic/claude-test; "
-                             "platforms: telegram, discord, slack)"]
+    assert got["config"] == [(f"ok   config    {home}/config.yaml (model anthropic/claude-test; "
+                             "platforms: telegram, discord, slack)")]
     assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
     assert got["database"][0].startswith("ok   database  state.db integrity ok (")
     assert got["telegram"] == [f"ok   telegram  getMe: @{BOT_USERNAME} (id {BOT_ID})"]
@@ -85,10 +85,10 @@ async def test_rejected_tokens_fail_with_a_fix_and_are_never_printed(
                tg_token=bad_tg, dc_token=bad_dc, bot_token=bad_slack, model_key="a-wrong-model-key")
     checks = await Doctor(home, {}).run()
     got = lines(checks)
-    assert got["telegram"] == ["FAIL telegram  getMe: token rejected (401) — fix: put the token from @BotFather in "
-                               "telegram.token (e.g. ${TELEGRAM_BOT_TOKEN})"]
-    assert got["discord"] == ["FAIL discord   /users/@me: token rejected (401) — fix: reset the bot token in the "
-                              "Developer Portal (Bot → Reset Token) and set discord.token"]
+    assert got["telegram"] == [("FAIL telegram  getMe: token rejected (401) — fix: put the token from @BotFather in "
+                               "telegram.token (e.g. ${TELEGRAM_BOT_TOKEN})")]
+    assert got["discord"] == [("FAIL discord   /users/@me: token rejected (401) — fix: reset the bot token in the "
+                              "Developer Portal (Bot → Reset Token) and set discord.token")]
     assert got["slack"][0] == ("FAIL slack     auth.test: invalid_auth — fix: set slack.bot_token to the app's "
                                "Bot User OAuth Token (xoxb-...)")
     assert got["model"][0].startswith("FAIL model     anthropic/claude-test: rejected: ")
@@ -129,8 +129,8 @@ def test_loose_permissions(home: Path) -> None:
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"] == [
         f"FAIL home      {home} is writable by group/others (drwxrwxrwx) — fix: chmod 700 {home}",
-        f"WARN home      {home}/config.yaml is readable by group/others (-rw-r--r--) — fix: chmod 600 "
-        f"{home}/config.yaml"]
+        (f"WARN home      {home}/config.yaml is readable by group/others (-rw-r--r--) — fix: chmod 600 "
+        f"{home}/config.yaml")]
     home.chmod(0o750)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"][0].startswith(f"WARN home      {home} is readable by group/others (drwxr-x---)")
@@ -160,7 +160,7 @@ def test_a_corrupt_page_is_found_by_integrity_check(home: Path) -> None:
     data[start + 12: start + 60] = b"\x00\x07" * 24  # the table's cell pointers now point into its header
     (home / "state.db").write_bytes(bytes(data))
     checks = asyncio.run(Doctor(home, {}).run())
-    db = [c for c in checks if c.name == "database"][0]
+    db = next(c for c in checks if c.name == "database")
     assert db.line().startswith("FAIL database  integrity_check: "), db.line()
     assert db.line().endswith("— fix: stop the daemon; restore the latest backup (docs/operations.md: backups) or "
                               "salvage with `sqlite3 state.db .recover`")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import asyncio
+import json
 
 import anthropic
 import discord
@@ -25,9 +24,18 @@ from slack_sdk.web.async_client import AsyncWebClient
 from tests.fakes import discord as dc
 from tests.fakes import slack as sl
 from tests.fakes import telegram as tg
-from tests.fakes.fixtures import fake_discord, fake_llm, fake_slack, fake_telegram  # noqa: F401  (fixtures)
-from tests.fakes.llm import (CutStream, Delay, Fault, FakeLLM, Malformed, Reply, ToolCall, ToolCalls,
-                             estimate_tokens, prompt_elements)
+from tests.fakes.llm import (
+    CutStream,
+    Delay,
+    FakeLLM,
+    Fault,
+    Malformed,
+    Reply,
+    ToolCall,
+    ToolCalls,
+    estimate_tokens,
+    prompt_elements,
+)
 
 
 # ------------------------------------------------------------------------------------------------ LLM
@@ -185,7 +193,7 @@ async def test_telegram_polling_reply_and_markup(fake_telegram: tg.FakeTelegram)
 
 async def test_telegram_errors_and_flood_control(fake_telegram: tg.FakeTelegram) -> None:
     bot = _bot(fake_telegram)
-    with pytest.raises(TelegramBadRequest, match="can't parse entities: Character '.' is reserved"):
+    with pytest.raises(TelegramBadRequest, match=r"can't parse entities: Character '\.' is reserved"):
         await bot.send_message(5, "a.b", parse_mode="MarkdownV2")
     fake_telegram.fail("sendMessage", tg.retry_after(30), tg.ConnectionReset())
     with pytest.raises(TelegramRetryAfter) as flood:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_config
-from gateway.daemon import Daemon, Gateway
-from gateway.flush import FLUSH_MARK, MAX_STARTS, FlushLedger
-from gateway.store import Store
+from gateway.config.settings import load_config
+from gateway.ops.daemon import Daemon, Gateway
+from gateway.sessions.flush import FLUSH_MARK, MAX_STARTS, FlushLedger
+from gateway.store.database import Store
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, ToolCalls
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
@@ -150,14 +150,14 @@ async def test_failed_after_three_errors_with_the_reason(home: Path, fake_llm: F
         session = gw.store.active_session(KEY)
         assert session is not None
         fake_llm.script(Fault(500), Fault(503), Fault(500))
-        with caplog.at_level(logging.WARNING, logger="gateway.flush"):
+        with caplog.at_level(logging.WARNING, logger="gateway.sessions.flush"):
             await gw.sessions.submit(inbound("/new"))
             await gw.lifecycle.flusher.wait_idle()
         row = gw.store.session(session.id)
         assert row.flush_state == "failed" and row.flush_attempts == 3 and row.flush_finished_at is not None
         assert row.flush_error is not None and row.flush_error.startswith("LLMUnavailable: claude-test")
         assert slept == [10.0, 60.0]
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "gateway.flush"]
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "gateway.sessions.flush"]
         assert len(warnings) == 1 and f"flush session={session.id} failed after 3 attempts" in warnings[0].message
         # a failed flush is final: it is not retried at the next boot
         assert gw.lifecycle.flusher.ledger.pending() == []

@@ -9,8 +9,15 @@ import pytest
 
 from gateway.errors import ConfigError, ConfigErrors
 from gateway.events import PLATFORMS
-from gateway.hints import (FLAVORS, HintOverride, PlatformFacts, ResolvedHint, load_platform_facts,
-                           parse_platform_facts, resolve_hint)
+from gateway.prompt.hints import (
+    FLAVORS,
+    HintOverride,
+    PlatformFacts,
+    ResolvedHint,
+    load_platform_facts,
+    parse_platform_facts,
+    resolve_hint,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,7 +56,7 @@ def test_hints_speak_about_each_platforms_real_rendering() -> None:
 
 
 def test_package_copy_is_the_repo_root_file() -> None:
-    link = REPO / "gateway" / "platform_hints.yaml"
+    link = REPO / "gateway" / "prompt" / "platform_hints.yaml"
     assert link.is_symlink() and link.resolve() == (REPO / "platform_hints.yaml").resolve()
     assert load_platform_facts(REPO / "platform_hints.yaml") == {
         p: dataclasses.replace(f, source=str(REPO / "platform_hints.yaml")) for p, f in load_platform_facts().items()

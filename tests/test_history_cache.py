@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from gateway.history_cache import HistoryCache
-from gateway.store import Store, chat_view
+from gateway.store.database import Store
+from gateway.store.history_cache import HistoryCache
+from gateway.store.rows import chat_view
 
 NOW = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 

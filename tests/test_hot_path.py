@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.daemon import Gateway
+from gateway.delivery.outbox import render_rows
 from gateway.errors import StoreError
 from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
-from gateway.hints import PlatformFacts
-from gateway.logs import MASK, TOKEN_PATTERNS, Redactor
-from gateway.outbox import render_rows
-from gateway.transcript import decode_inbound, encode_inbound
+from gateway.ops.daemon import Gateway
+from gateway.prompt.hints import PlatformFacts
+from gateway.store.transcript import decode_inbound, encode_inbound
+from gateway.telemetry.logs import MASK, TOKEN_PATTERNS, Redactor
 from tests.fakes.llm import FakeLLM, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -31,11 +31,11 @@ def test_the_inbound_payload_is_what_asdict_gives() -> None:
                    roles=("r1", "r2"))
     bare = Inbound(chat=ChatRef("web", "dm", "c1"), user_id="c1", text="hi", message_id="m2",
                    received_at=datetime(2026, 5, 4, tzinfo=UTC))
-    for inbound in (full, bare):
-        expected = asdict(inbound)
-        expected["received_at"] = inbound.received_at.isoformat()
-        assert encode_inbound(inbound) == json.dumps(expected, ensure_ascii=False)
-        assert decode_inbound(encode_inbound(inbound)) == inbound
+    for message in (full, bare):
+        expected = asdict(message)
+        expected["received_at"] = message.received_at.isoformat()
+        assert encode_inbound(message) == json.dumps(expected, ensure_ascii=False)
+        assert decode_inbound(encode_inbound(message)) == message
 
 
 def test_a_markdown_platform_gets_the_reply_as_it_is() -> None:

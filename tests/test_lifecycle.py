@@ -11,10 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config import ResetOverride, SessionResetConfig, load_config
+from gateway.config.settings import ResetOverride, SessionResetConfig, load_config
 from gateway.errors import ConfigError
-from gateway.lifecycle import (Policies, ResetPolicy, daily_boundary_after, deadline_for, latest_daily_boundary,
-                               resolve_policy)
+from gateway.sessions.lifecycle import (
+    Policies,
+    ResetPolicy,
+    daily_boundary_after,
+    deadline_for,
+    latest_daily_boundary,
+    resolve_policy,
+)
 from tests.fakes.llm import FakeLLM, Reply
 from tests.helpers import RecordingAdapter, inbound, llm_url, write_config
 from tests.lifecycle_support import FakeClock, open_gateway, session_row, user_messages
@@ -207,8 +213,8 @@ async def test_expired_session_answers_the_message_in_a_new_session(home: Path, 
         assert ended.flush_state == "pending"  # the flush workers are not running in this test
         assert adapter.texts()[2:] == [
             "Started a new conversation (it was idle for a while). I still remember what I saved to memory.",
-            "echo: [Note: the previous conversation ended (it was idle for a while); this is a new session.]\n"
-            "three [users=1]"]
+            ("echo: [Note: the previous conversation ended (it was idle for a while); this is a new session.]\n"
+            "three [users=1]")]
         # the note is one-shot: the next message carries none and no second notice comes
         await gw.sessions.submit(inbound("four"))
         await gw.sessions.wait_idle()

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_config
+from gateway.config.settings import load_config
 from gateway.errors import LLMRejected, LLMTimeout, LLMUnavailable
-from gateway.llm import (AnthropicClient, ChatMessage, FallbackClient, OpenAIClient, add_cache_breakpoints,
-                         anthropic_messages, build_llm)
+from gateway.llm.anthropic_wire import AnthropicClient, add_cache_breakpoints, anthropic_messages
+from gateway.llm.factory import FallbackClient, build_llm
+from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.types import ChatMessage
 from tests.fakes.base import ConnectionReset, Delay, Fault, Malformed
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, prompt_elements
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config

@@ -1,4 +1,4 @@
-"""The gateway's own model transport (gateway/llm_http.py): retry policy, headers, odd bodies, and that it puts
+"""The gateway's own model transport (gateway/llm/http.py): retry policy, headers, odd bodies, and that it puts
 the same request on the wire as the official SDKs do.
 
 Runs against the fake LLM server on 127.0.0.1; waits between retries go to an injected sleep, not the clock.
@@ -9,17 +9,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from email.utils import format_datetime
 from datetime import UTC, datetime
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.config import load_config
+from gateway.config.settings import load_config
 from gateway.errors import LLMRejected, LLMTimeout, LLMUnavailable
-from gateway.llm import AnthropicClient, ChatMessage, OpenAIClient, build_llm
-from gateway.llm_http import HttpTransport, backoff_s, decode_answer, encode_body, error_message, retry_after_s
+from gateway.llm.anthropic_wire import AnthropicClient
+from gateway.llm.factory import build_llm
+from gateway.llm.http import HttpTransport, backoff_s, decode_answer, encode_body, error_message, retry_after_s
+from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.types import ChatMessage
 from tests.fakes.base import ConnectionReset, Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import write_config
@@ -41,9 +44,9 @@ def native(fake: FakeLLM, sleeps: Sleeps, **kw: Any) -> AnthropicClient:
     client = AnthropicClient(**({"model": "claude-test", "api_key": "k", "base_url": fake.base_url,
                                  "max_tokens": 256, "timeout_s": 5.0, "max_retries": 2,
                                  "context_window": 200_000} | kw))
-    transport = client._transport  # noqa: SLF001 (the test swaps the sleep for a recorder)
+    transport = client._transport
     assert isinstance(transport, HttpTransport)
-    transport._sleep = sleeps  # noqa: SLF001
+    transport._sleep = sleeps
     return client
 
 
@@ -258,10 +261,12 @@ async def test_client_sdk_in_the_config_sends_through_the_official_sdk(home: Pat
 
 
 def test_the_default_client_does_not_import_the_sdks() -> None:
-    code = ("import sys, gateway.daemon, gateway.llm as l\n"
-            "c = l.AnthropicClient(model='m', api_key='k', base_url=None, max_tokens=1, timeout_s=1,"
+    code = ("import sys, gateway.ops.daemon\n"
+            "from gateway.llm.anthropic_wire import AnthropicClient\n"
+            "from gateway.llm.openai_wire import OpenAIClient\n"
+            "c = AnthropicClient(model='m', api_key='k', base_url=None, max_tokens=1, timeout_s=1,"
             " max_retries=0, context_window=1)\n"
-            "o = l.OpenAIClient(model='m', api_key='k', base_url=None, max_tokens=1, timeout_s=1,"
+            "o = OpenAIClient(model='m', api_key='k', base_url=None, max_tokens=1, timeout_s=1,"
             " max_retries=0, context_window=1)\n"
             "print(sorted(m for m in ('anthropic', 'openai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
@@ -324,7 +329,7 @@ async def test_openai_organization_and_project_from_the_environment(home: Path, 
 
 
 def test_openai_content_given_as_parts_is_read_as_text() -> None:
-    from gateway.llm import openai_reply
+    from gateway.llm.openai_wire import openai_reply
     reply = openai_reply({"choices": [{"message": {"content": [
         {"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]},
         "finish_reason": "stop"}], "model": "m"}, "m")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import load_config
-from gateway.logs import MASK, Redactor, config_secrets, env_secrets, setup_logging
+from gateway.config.settings import load_config
+from gateway.telemetry.logs import MASK, Redactor, config_secrets, env_secrets, setup_logging
 from tests.daemon_proc import DaemonProc, WebChatClient, free_port
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import FakeTelegram
@@ -64,7 +64,7 @@ def test_a_secret_containing_another_is_masked_whole() -> None:
 def test_json_lines_with_turn_fields_and_masked_args_and_tracebacks(restore_logging: None) -> None:
     stream = io.StringIO()
     setup_logging("DEBUG", "auto", secrets=["sup3r-s3cret-value"], stream=stream)
-    log = logging.getLogger("gateway.sessions")
+    log = logging.getLogger("gateway.sessions.manager")
     log.info("turn start platform=%s session=%s turn=%s", "telegram", 12, "t34")
     log.debug("payload %r", {"token": "sup3r-s3cret-value"})
     try:

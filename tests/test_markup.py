@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.markup import Flavor, render, to_discord, to_plain, to_slack_mrkdwn, to_telegram
+from gateway.delivery.markup.render import Flavor, render, to_discord, to_plain, to_slack_mrkdwn, to_telegram
 
 GOLDEN = Path(__file__).parent / "golden" / "markup"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.md"))

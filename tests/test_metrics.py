@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import load_config
-from gateway.daemon import Daemon, build_gateway, platform_adapters
+from gateway.config.settings import load_config
 from gateway.events import AdapterHealth
-from gateway.metrics import Metrics, State, cache_hit_ratio, error_kind
-from gateway.ops import render_status
+from gateway.ops.daemon import Daemon, build_gateway, platform_adapters
+from gateway.ops.status import render_status
+from gateway.telemetry.metrics import Metrics, State, cache_hit_ratio, error_kind
 from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM

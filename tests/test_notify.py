@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.notify import Notifier
+from gateway.ops.notify import Notifier
 from tests.daemon_proc import DaemonProc, NotifySocket, free_port
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.ratelimit import PLATFORM_LIMITS, PlatformLimits, RateLimiter
 from gateway.errors import MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable
 from gateway.events import ChatRef, OutboundKind
-from gateway.hints import load_platform_facts
-from gateway.outbox import Backoff, Outbox
-from gateway.ratelimit import PLATFORM_LIMITS, PlatformLimits, RateLimiter
-from gateway.store import Store
+from gateway.prompt.hints import load_platform_facts
+from gateway.store.database import Store
 from tests.delivery import ReplyLLM, ScriptedAdapter, TypingAdapter, gateway_on, write_home
 from tests.fakeclock import FakeClock
 from tests.helpers import inbound
@@ -33,12 +33,12 @@ def store(tmp_path: Path) -> Store:
 
 
 def outbox_for(store: Store, clock: FakeClock, *adapters: ScriptedAdapter, available: object = None,
-               backoff: Backoff = Backoff(), max_rounds: int = 10, limits: dict[str, PlatformLimits] | None = None,
+               backoff: Backoff | None = None, max_rounds: int = 10, limits: dict[str, PlatformLimits] | None = None,
                ) -> Outbox:
     limiter = RateLimiter(PLATFORM_LIMITS if limits is None else limits, clock=clock.monotonic, sleep=clock.sleep)
     return Outbox(store, {a.platform: a for a in adapters}, load_platform_facts(), clock=clock.now,
                   sleep=clock.sleep, limiter=limiter,
-                  rng=random.Random(7), backoff=backoff, available=available, max_rounds=max_rounds)  # type: ignore[arg-type]
+                  rng=random.Random(7), backoff=backoff or Backoff(), available=available, max_rounds=max_rounds)  # type: ignore[arg-type]
 
 
 def statuses(store: Store) -> list[tuple[str, int, str]]:
@@ -63,7 +63,7 @@ async def test_rejected_markup_is_resent_once_as_plain_text_and_logged(store: St
     tg = ScriptedAdapter("telegram", clock)
     tg.fail(MarkupRejected("telegram", "Bad Request: can't parse entities: unsupported start tag"))
     box = outbox_for(store, clock, tg)
-    with caplog.at_level(logging.WARNING, logger="gateway.outbox"):
+    with caplog.at_level(logging.WARNING, logger="gateway.delivery.outbox"):
         await clock.run(box.post("t1", DM, "Use **bold** and `code_with_underscores`", kind=OutboundKind.REPLY))
     first, second = (m for _, m in tg.attempts)
     assert (first.use_plain, second.use_plain) == (False, True)

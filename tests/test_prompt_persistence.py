@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gateway.daemon import Gateway
-from gateway.store import SessionRow
+from gateway.ops.daemon import Gateway
+from gateway.store.rows import SessionRow
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -130,7 +130,7 @@ async def test_model_change_rebuilds_the_prompt_and_records_why(
     config.write_text(config.read_text().replace("name: claude-test", "name: claude-bigger"))
     pipe.clock.now += timedelta(minutes=50)  # past midnight: the rebuilt prompt keeps the start date
     await pipe.restart()
-    with caplog.at_level(logging.INFO, logger="gateway.sessions"):
+    with caplog.at_level(logging.INFO, logger="gateway.sessions.manager"):
         await pipe.say("on the new model")
         await pipe.say("still the new model")
 
@@ -226,8 +226,8 @@ async def test_prompt_stored_before_the_first_call_survives_a_failed_turn(
         await pipe.say("this one fails")
         stored = pipe.session().system_prompt
         assert stored and "Be brief." in stored
-        assert pipe.adapter.texts() == ["Sorry, I couldn't get an answer from the model just now (the model "
-                                        "service is unavailable). Please try again in a moment."]
+        assert pipe.adapter.texts() == [("Sorry, I couldn't get an answer from the model just now (the model "
+                                        "service is unavailable). Please try again in a moment.")]
         pipe.clock.now += timedelta(minutes=50)  # another day, same session
         await pipe.restart()
         await pipe.say("this one works")

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from gateway.delivery.ratelimit import PLATFORM_LIMITS, PlatformLimits, RateLimiter, Rule
 from gateway.events import ChatRef
-from gateway.ratelimit import PLATFORM_LIMITS, PlatformLimits, RateLimiter, Rule
 from tests.fakeclock import FakeClock
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from gateway.daemon import Daemon, Gateway
 from gateway.events import Inbound, OutboundKind, Submit, SubmitOutcome
-from gateway.transcript import encode_inbound
+from gateway.ops.daemon import Daemon, Gateway
+from gateway.store.transcript import encode_inbound
 from tests.delivery import TELEGRAM_CONFIG, ReplyLLM, ScriptedAdapter, gateway_on, write_home
 from tests.fakeclock import FakeClock
 from tests.helpers import inbound
@@ -39,7 +39,7 @@ def crashed_home(home: Path, clock: FakeClock, messages: list[Inbound], config: 
 
 async def test_replay_answers_oldest_first_and_keeps_each_chats_order(home: Path) -> None:
     clock = FakeClock()
-    ago = lambda minutes: clock.now() - timedelta(minutes=minutes)  # noqa: E731
+    ago = lambda minutes: clock.now() - timedelta(minutes=minutes)
     crashed_home(home, clock, [tg("a1", "A", ago(50)), tg("b1", "B", ago(40)), tg("a2", "A", ago(30)),
                                tg("b2", "B", ago(20)), tg("a3", "A", ago(10))])
     adapter = ScriptedAdapter("telegram", clock)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 
-from gateway.config import load_config
-from gateway.daemon import Gateway
-from gateway.scheduler import SWEEP_JOB
-from gateway.store import Store
+from gateway.config.settings import load_config
+from gateway.ops.daemon import Gateway
+from gateway.sessions.timers import SWEEP_JOB
+from gateway.store.database import Store
 from tests.fakes.llm import FakeLLM
 from tests.helpers import RecordingAdapter, inbound, llm_url, write_config
 from tests.lifecycle_support import START, FakeClock, GatedLLM, open_gateway, seed_session

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.service import UnitSpec, gateway_executable, render_unit
+from gateway.ops.service import UnitSpec, gateway_executable, render_unit
 from tests.daemon_proc import GATEWAY, DaemonProc, WebChatClient, free_port
 from tests.fakes.base import Delay
 from tests.fakes.llm import FakeLLM

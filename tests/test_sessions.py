@@ -7,12 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gateway.events import ChatRef, SubmitOutcome
-from gateway.llm import ChatMessage, LLMReply, ToolDef
-from gateway.sessions import session_key
-from gateway.store import Usage
+from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.sessions.manager import session_key
 from tests.helpers import RecordingAdapter, gateway_for, inbound
 
 
@@ -126,7 +123,7 @@ async def test_llm_failure_gives_one_sentence_and_keeps_the_session(home: Path) 
     gw = gateway_for(home, [web], llm=Down())
     await gw.sessions.submit(inbound("hi", platform="web", chat_id="A"))
     await gw.sessions.wait_idle()
-    assert web.texts() == ["Sorry, I couldn't get an answer from the model just now (the model service is "
-                           "unavailable). Please try again in a moment."]
+    assert web.texts() == [("Sorry, I couldn't get an answer from the model just now (the model service is "
+                           "unavailable). Please try again in a moment.")]
     assert gw.store.all("SELECT COUNT(*) FROM messages")[0][0] == 0  # nothing half-written stored
     assert gw.store.active_session("web:dm:A") is not None

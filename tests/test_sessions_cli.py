@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from gateway.config import load_config
-from gateway.flush import FlushLedger
-from gateway.store import Store
+from gateway.cli.main import main
+from gateway.config.settings import load_config
+from gateway.sessions.flush import FlushLedger
+from gateway.store.database import Store
 from tests.helpers import write_config
 from tests.lifecycle_support import START, seed_session
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import StoreError
-from gateway.store import MIGRATIONS, Store
+from gateway.store.database import Store
+from gateway.store.schema import MIGRATIONS
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -57,7 +58,7 @@ def test_failed_migration_rolls_back_and_says_which(tmp_path: Path) -> None:
 def test_one_active_session_per_key_and_end_once(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
     sid = _session(store)
-    with pytest.raises(StoreError, match="UNIQUE constraint failed: sessions.key"):
+    with pytest.raises(StoreError, match=r"UNIQUE constraint failed: sessions\.key"):
         _session(store)
     assert store.end_session(sid, reason="idle", now=NOW, flush_state="pending") is True
     assert store.end_session(sid, reason="command", now=NOW, flush_state="pending") is False
@@ -79,8 +80,8 @@ def test_unreadable_row_is_an_error(tmp_path: Path) -> None:
 
 def test_inbound_dedupe_and_fts(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    kw = dict(platform="telegram", chat_type="dm", chat_id="7", thread_id=None, platform_message_id="99",
-              user_id="7", user_name=None, text="hi", payload="{}", received_at=NOW)
+    kw = {"platform": "telegram", "chat_type": "dm", "chat_id": "7", "thread_id": None, "platform_message_id": "99",
+              "user_id": "7", "user_name": None, "text": "hi", "payload": "{}", "received_at": NOW}
     first = store.insert_inbound(**kw)  # type: ignore[arg-type]
     assert first is not None
     assert store.insert_inbound(**kw) is None  # type: ignore[arg-type]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import Daemon
 from gateway.errors import AdapterFatal, PlatformUnavailable
 from gateway.events import ChatRef, Inbound, Pingable, Submit, SubmitOutcome, SubmitResult, Watchable
-from gateway.supervisor import RestartPolicy, Supervisor, Watchdog
+from gateway.ops.daemon import Daemon
+from gateway.ops.supervisor import RestartPolicy, Supervisor, Watchdog
 from tests.delivery import ReplyLLM, ScriptedAdapter, gateway_on, write_home
 from tests.fakeclock import FakeClock
 from tests.helpers import inbound
@@ -37,7 +37,8 @@ class CrashingAdapter(ScriptedAdapter):
     async def stop(self) -> None:
         self.stops += 1
 
-    def crash(self, error: BaseException = ConnectionResetError("socket closed by peer")) -> None:
+    def crash(self, error: BaseException | None = None) -> None:
+        error = error or ConnectionResetError("socket closed by peer")
         assert self._closed is not None and not self._closed.done()
         self._closed.set_exception(error)
 
@@ -123,7 +124,7 @@ async def test_a_permanent_failure_stays_down_without_a_restart_storm(home: Path
     cli = ScriptedAdapter("cli", clock)
     gw = gateway_on(clock, home, [discord, cli], ReplyLLM())
     daemon = Daemon(gw, install_signals=False)
-    with caplog.at_level(logging.INFO, logger="gateway.supervisor"):
+    with caplog.at_level(logging.INFO, logger="gateway.ops.supervisor"):
         await clock.run(daemon.start())
         await clock.advance(3600)
     try:
@@ -133,8 +134,8 @@ async def test_a_permanent_failure_stays_down_without_a_restart_storm(home: Path
         assert health.last_error == "discord: gateway closed with 4014: disallowed intents"
         assert discord.start_times == [0.0]
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert errors == ["adapter discord stays down (no restarts): discord: gateway closed with 4014: "
-                          "disallowed intents"]
+        assert errors == [("adapter discord stays down (no restarts): discord: gateway closed with 4014: "
+                          "disallowed intents")]
         assert cli.submit is not None
         await cli.submit(inbound("hello", platform="cli", chat_id="c"))
         await gw.sessions.wait_idle()

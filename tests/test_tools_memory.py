@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.agent.tools.catalog import build_registry
+from gateway.agent.tools.registry import ToolContext, ToolResult
 from gateway.errors import ToolError
-from gateway.tools import MemoryStore, ToolContext, ToolResult, build_registry
+from gateway.knowledge.memory import MemoryStore
 
 
 def _ctx(home: Path) -> ToolContext:

@@ -9,8 +9,9 @@ from typing import Annotated, Literal
 
 import pytest
 
+from gateway.agent.tools.catalog import MEMORY_TOOLS, TOOL_ORDER, build_registry
+from gateway.agent.tools.registry import ToolContext, ToolRegistry, ToolResult
 from gateway.errors import ToolError
-from gateway.tools import MEMORY_TOOLS, TOOL_ORDER, ToolContext, ToolRegistry, ToolResult, build_registry
 
 
 def _ctx(tmp_path: Path) -> ToolContext:
@@ -112,8 +113,8 @@ async def test_explicit_nulls_mean_the_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    ("{not json", "Invalid arguments for sample: not valid JSON (Expecting property name enclosed in double "
-                  "quotes at position 1)"),
+    ("{not json", ("Invalid arguments for sample: not valid JSON (Expecting property name enclosed in double "
+                  "quotes at position 1)")),
     ("[1, 2]", "Invalid arguments for sample: expected a JSON object of named parameters"),
     ({"mode": "upper"}, "Invalid arguments for sample: missing required parameter 'text'."),
     ({"text": 3, "mode": "upper"}, "Invalid arguments for sample: 'text' must be a string, got an integer."),
@@ -155,7 +156,7 @@ async def test_flush_may_not_search(tmp_path: Path) -> None:
 async def test_refusal_and_crash_become_error_results(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     registry = _registry()
     assert await registry.call("refuses", {"reason": "no"}, _ctx(tmp_path)) == ToolResult("refused: no", True)
-    with caplog.at_level(logging.ERROR, logger="gateway.tools.registry"):
+    with caplog.at_level(logging.ERROR, logger="gateway.agent.tools.registry"):
         result = await registry.call("crashes", "", _ctx(tmp_path))
     assert result == ToolResult("Tool crashes failed unexpectedly (RuntimeError: disk on fire).", is_error=True)
     assert caplog.records[0].exc_info is not None  # the traceback is logged, not shown to the model

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from gateway.agent.tools.catalog import build_registry
+from gateway.agent.tools.registry import ToolContext, ToolResult
 from gateway.errors import ToolError
-from gateway.store import Store
-from gateway.tools import ToolContext, ToolResult, build_registry
-from gateway.tools import search
-from gateway.tools.search import SessionHits, SessionSearch
+from gateway.knowledge import search
+from gateway.knowledge.search import SessionHits, SessionSearch
+from gateway.store.database import Store
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 

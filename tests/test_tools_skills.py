@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tools import SkillEntry, SkillLibrary, ToolContext, ToolResult, build_registry
+from gateway.agent.tools.catalog import build_registry
+from gateway.agent.tools.registry import ToolContext, ToolResult
+from gateway.knowledge.skills import SkillEntry, SkillLibrary
 
 
 def _ctx(home: Path) -> ToolContext:
@@ -71,14 +73,14 @@ async def test_delete_removes_the_skill_and_its_empty_category(tmp_path: Path) -
 
 @pytest.mark.parametrize(("arguments", "message"), [
     ({"action": "create", "name": "Deploy Docs", "content": "x", "description": "d"},
-     "Invalid skill name 'Deploy Docs': use 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
-     "or digit."),
+     ("Invalid skill name 'Deploy Docs': use 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
+     "or digit.")),
     ({"action": "create", "name": "ok", "category": "../etc", "content": "x", "description": "d"},
-     "Invalid skill category '../etc': use 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
-     "or digit."),
+     ("Invalid skill category '../etc': use 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
+     "or digit.")),
     ({"action": "create", "name": "ok", "content": "Body."},
-     "A skill needs a description (the description parameter or front matter); it is what the skills index "
-     "shows."),
+     ("A skill needs a description (the description parameter or front matter); it is what the skills index "
+     "shows.")),
     ({"action": "create", "name": "ok", "content": "x" * 20_001, "description": "d"},
      "The skill is 20,035 characters; the limit is 20,000. Make it shorter."),
     ({"action": "create", "name": "ok", "content": "---\nname: [unclosed\n---\nBody", "description": "d"},

@@ -8,9 +8,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.config import load_config
-from gateway.daemon import Daemon, build_gateway, platform_adapters
+from gateway.config.settings import load_config
 from gateway.errors import ConfigError
+from gateway.ops.daemon import Daemon, build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM
 from tests.helpers import write_config
 
@@ -43,10 +43,9 @@ async def test_page_and_socket_round_trip(home: Path, fake_llm: FakeLLM) -> None
     daemon = await _daemon(home)
     try:
         assert daemon.web_port
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{daemon.web_port}/") as resp:
-                page = await resp.text()
-                assert resp.status == 200 and resp.content_type == "text/html"
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{daemon.web_port}/") as resp:
+            page = await resp.text()
+            assert resp.status == 200 and resp.content_type == "text/html"
         assert "<title>agent-gateway" in page and "new WebSocket" in page and "function markdown" in page
         first = await _exchange(daemon.web_port, "hello **there**")
         assert first[0]["type"] == "ack" and first[0]["outcome"] == "accepted"
@@ -73,7 +72,7 @@ async def test_non_loopback_without_token_refuses_to_start(home: Path) -> None:
     config = load_config(home, env={})
     daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
                     install_signals=False)
-    with pytest.raises(ConfigError, match="web.auth_token"):
+    with pytest.raises(ConfigError, match=r"web\.auth_token"):
         await daemon.start()
     daemon.gw.store.close()
 

@@ -128,7 +128,7 @@ def main(mode: str) -> dict[str, Any]:
             return original(cls, bases, namespace, raw_annotations, kwargs)
         _config.ConfigWrapper.for_model = classmethod(for_model)  # type: ignore[assignment]
     if mode in ("deferred", "fallback"):
-        import adapters.telegram  # noqa: F401 - the adapter's own import path
+        import adapters.telegram.adapter  # noqa: F401 - the adapter's own import path
     import aiogram
     from aiogram import Bot
     from aiogram.methods import SendMessage

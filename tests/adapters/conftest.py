@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-import adapters.aiogram_import  # noqa: F401
+import adapters.telegram.aiogram_import  # noqa: F401

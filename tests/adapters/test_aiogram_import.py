@@ -22,14 +22,14 @@ import pytest
 from pydantic import BaseModel
 from pydantic._internal import _config
 
-from adapters.aiogram_import import UnsupportedPydanticError, deferred_models, import_deferred
+from adapters.telegram.aiogram_import import UnsupportedPydanticError, deferred_models, import_deferred
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("aiogram_probe.py")
 
 
 def probe(mode: str) -> tuple[dict[str, Any], str]:
-    done = subprocess.run([sys.executable, "-W", "error", str(PROBE), mode], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-W", "error", str(PROBE), mode], check=False, capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), done.stderr
@@ -77,7 +77,7 @@ def test_what_the_probe_parses_is_what_telegram_sent(eager: dict[str, Any]) -> N
 
 def test_unexpected_pydantic_falls_back_to_a_plain_import_with_a_warning(eager: dict[str, Any]) -> None:
     fallback, stderr = probe("fallback")
-    assert "WARNING adapters.aiogram_import aiogram: importing it with its models built eagerly" in stderr
+    assert "WARNING adapters.telegram.aiogram_import aiogram: importing it with its models built eagerly" in stderr
     assert "ConfigWrapper.for_model takes" in stderr
     assert fallback == eager
 
@@ -85,14 +85,14 @@ def test_unexpected_pydantic_falls_back_to_a_plain_import_with_a_warning(eager: 
 def rss_after(code: str) -> float:
     script = code + "\nfrom pathlib import Path\nprint(next(int(line.split()[1]) for line in " \
         "Path('/proc/self/status').read_text().splitlines() if line.startswith('VmRSS:')))"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return float(done.stdout.split()[-1])
 
 
 def test_the_telegram_adapter_costs_well_under_half_the_memory_of_a_plain_aiogram_import() -> None:
-    deferred = rss_after("import adapters.telegram")
-    eager = rss_after("import aiogram\nimport adapters.telegram")
+    deferred = rss_after("import adapters.telegram.adapter")
+    eager = rss_after("import aiogram\nimport adapters.telegram.adapter")
     assert deferred < 0.6 * eager, (deferred, eager)
 
 
@@ -168,7 +168,7 @@ def models(package: str) -> list[type[BaseModel]]:
 
 def parse(package: str) -> tuple[Any, Any]:
     """First use from a frame whose locals name the models' types differently: they must not leak in."""
-    Child, Parent = int, str  # noqa: N806, F841 - shadows on purpose
+    Child, Parent = int, str  # noqa: F841 - shadows on purpose
     module = sys.modules[package]
     parent = module.Parent.model_validate({"name": "p", "children": [{"age": 3, "parent": {"name": "q"}}]})
     call = module.Call.model_validate({"child": {"age": 4}})
@@ -216,7 +216,7 @@ def test_changed_internals_mean_a_plain_import_and_a_warning(package: str, monke
     monkeypatch.setattr(_config.ConfigWrapper, "for_model", classmethod(for_model))
     with pytest.raises(UnsupportedPydanticError), deferred_models(package):
         pass
-    with caplog.at_level(logging.WARNING, logger="adapters.aiogram_import"):
+    with caplog.at_level(logging.WARNING, logger="adapters.telegram.aiogram_import"):
         import_deferred(package)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [package]
     assert [m.__pydantic_complete__ for m in models(package)] == [True, True, True]

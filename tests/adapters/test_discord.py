@@ -13,15 +13,32 @@ from typing import Any
 
 import pytest
 
-from adapters.discord_adapter import (ASK_DESCRIPTION, COMMANDS, INTENT_HINT, TOKEN_HINT, Addressing, DiscordAdapter,
-                                      addressing,
-                                      thread_name)
-from gateway.config import load_config
-from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from adapters.discord.adapter import (
+    ASK_DESCRIPTION,
+    COMMANDS,
+    INTENT_HINT,
+    TOKEN_HINT,
+    Addressing,
+    DiscordAdapter,
+    addressing,
+    thread_name,
+)
+from gateway.config.settings import load_config
 from gateway.errors import AdapterFatal
 from gateway.events import AdapterHealth
-from tests.fakes.discord import (BOT_ID, CHANNEL_ID, GUILD_ID, OTHER_USER_ID, TOKEN, USER_ID, FakeDiscord,
-                                 discord_error, now_iso, rate_limited)
+from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from tests.fakes.discord import (
+    BOT_ID,
+    CHANNEL_ID,
+    GUILD_ID,
+    OTHER_USER_ID,
+    TOKEN,
+    USER_ID,
+    FakeDiscord,
+    discord_error,
+    now_iso,
+    rate_limited,
+)
 from tests.fakes.llm import FakeLLM, Reply
 from tests.helpers import RecordingAdapter, inbound, write_config
 

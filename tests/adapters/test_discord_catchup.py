@@ -50,7 +50,7 @@ async def test_messages_sent_while_stopped_are_answered_once_in_order(
         await run.gw.sessions.wait_idle()
     assert not fake_discord.online
     away = [await fake_discord.push_message(DM, f"while away {i}", message_id=new_id()) for i in range(3)]
-    caplog.set_level(logging.INFO, logger="adapters.discord_adapter")
+    caplog.set_level(logging.INFO, logger="adapters.discord.adapter")
     async with running(home, fake_llm, fake_discord) as run:
         await fake_discord.wait_for_sent(DM, count=4)
         await run.gw.sessions.wait_idle()
@@ -157,7 +157,7 @@ async def test_a_reconnect_reads_only_chats_that_addressed_the_bot(
         home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, quick_reidentify: None,
         caplog: pytest.LogCaptureFixture) -> None:
     """A busy channel where people only talk among themselves is never read: nothing there was for the bot."""
-    caplog.set_level(logging.INFO, logger="adapters.discord_adapter")
+    caplog.set_level(logging.INFO, logger="adapters.discord.adapter")
     async with running(home, fake_llm, fake_discord) as run:
         await fake_discord.push_message(CHANNEL_ID, "humans talking, bot not addressed", author_id=OTHER_USER_ID,
                                         message_id=new_id())
@@ -208,7 +208,7 @@ async def test_a_catch_up_skips_what_its_time_budget_leaves_unread(
         caplog: pytest.LogCaptureFixture) -> None:
     """A catch-up gives up when its time is up: the channel still being read and the ones not begun are skipped
     and named in a warning; live messages there are answered as usual afterwards."""
-    caplog.set_level(logging.INFO, logger="adapters.discord_adapter")
+    caplog.set_level(logging.INFO, logger="adapters.discord.adapter")
     async with running(home, fake_llm, fake_discord) as run:
         await fake_discord.push_message(CHANNEL_ID, f"{MENTION} hi", mentions=[BOT_ID], message_id=new_id())
         await fake_discord.wait_for_sent(CHANNEL_ID)

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from adapters.discord_text import nonce_for
+from adapters.discord.text import nonce_for
 from gateway.events import ChatRef, OutboundMessage
 from tests.adapters.test_discord import DM, running, wait_for
 from tests.fakes.base import ConnectionReset, Delay, Fault
@@ -113,15 +113,14 @@ async def test_the_fake_forgets_a_nonce_after_discords_window() -> None:
     reused for another chunk: ours carries the row's creation time)."""
     now = [1000.0]
     fake = FakeDiscord(clock=lambda: now[0])
-    async with fake:
-        async with aiohttp.ClientSession(headers={"Authorization": f"Bot {TOKEN}"}) as http:
-            async def post(text: str) -> str:
-                async with http.post(f"{fake.base_url}{API}/channels/{DM}/messages",
-                                     json={"content": text, "nonce": "n1", "enforce_nonce": True}) as r:
-                    return str((await r.json())["id"])
-            await fake.push_message(DM, "make the DM channel")
-            first = await post("one")
-            assert await post("one again") == first
-            now[0] += NONCE_WINDOW_S + 1
-            assert await post("one, later") != first
+    async with fake, aiohttp.ClientSession(headers={"Authorization": f"Bot {TOKEN}"}) as http:
+        async def post(text: str) -> str:
+            async with http.post(f"{fake.base_url}{API}/channels/{DM}/messages",
+                                 json={"content": text, "nonce": "n1", "enforce_nonce": True}) as r:
+                return str((await r.json())["id"])
+        await fake.push_message(DM, "make the DM channel")
+        first = await post("one")
+        assert await post("one again") == first
+        now[0] += NONCE_WINDOW_S + 1
+        assert await post("one, later") != first
     assert [m.content for m in fake.sent_messages(DM)] == ["one", "one, later"]

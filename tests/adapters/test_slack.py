@@ -19,19 +19,28 @@ import aiohttp
 import pytest
 import yaml
 
-from adapters.slack import THREAD_UNREAD_NOTE, SlackAdapter, slack_to_text
-from gateway.commands import HELP_TEXT, NEW_TEXT
-from gateway.config import SlackConfig, load_config
-from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from adapters.slack.adapter import THREAD_UNREAD_NOTE, SlackAdapter, slack_to_text
+from gateway.config.settings import SlackConfig, load_config
+from gateway.delivery.outbox import Backoff
+from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterFatal
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
-from gateway.outbox import Backoff
-from gateway.ratelimit import RateLimiter
+from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.sessions.commands import HELP_TEXT, NEW_TEXT
 from tests.fakeclock import FakeClock
 from tests.fakes.base import Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.slack import (APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, event_callback, ratelimited,
-                               signed_request_headers, slack_error, url_verification)
+from tests.fakes.slack import (
+    APP_TOKEN,
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    event_callback,
+    ratelimited,
+    signed_request_headers,
+    slack_error,
+    url_verification,
+)
 from tests.helpers import write_config
 
 ALICE, BOB, STRANGER = "U1", "U2", "U9"
@@ -496,8 +505,8 @@ async def test_rejected_tokens_are_fatal_with_a_clear_line(home: Path, slack: Fa
     ("<@UBOT>, what's up?", "what's up?"),
     ("hey <@UBOT> can you help", "hey can you help"),
     ("ask <@U2|bob> about <#C9|general>", "ask @Bob about #general"),
-    ("see <https://example.com/a?b=1&amp;c=2|the docs> or <https://x.org>", "see the docs "
-     "(https://example.com/a?b=1&c=2) or https://x.org"),
+    ("see <https://example.com/a?b=1&amp;c=2|the docs> or <https://x.org>", ("see the docs "
+     "(https://example.com/a?b=1&c=2) or https://x.org")),
     ("<!here> 1 &lt; 2 &amp;&amp; 3 &gt; 2", "@here 1 < 2 && 3 > 2"),
     ("mail <mailto:a@b.c|a@b.c>", "mail a@b.c"),
     ("<!subteam^S1|@devs> ping", "@devs ping"),

@@ -16,16 +16,24 @@ import aiohttp
 import pytest
 from aiogram.types import MessageEntity, User
 
-from adapters.telegram import COMMANDS, TelegramAdapter, addressing
-from gateway.commands import START_TEXT
-from gateway.config import load_config
-from gateway.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from adapters.telegram.adapter import COMMANDS, TelegramAdapter, addressing
+from gateway.config.settings import load_config
 from gateway.errors import AdapterError, RateLimited, StoreError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
+from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.sessions.commands import START_TEXT
 from tests.fakes.base import ConnectionReset, Delay
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.telegram import (BOT_ID, BOT_USERNAME, TOKEN, FakeTelegram, bad_request, make_update_entities,
-                                  retry_after, server_error)
+from tests.fakes.telegram import (
+    BOT_ID,
+    BOT_USERNAME,
+    TOKEN,
+    FakeTelegram,
+    bad_request,
+    make_update_entities,
+    retry_after,
+    server_error,
+)
 from tests.fakes.tg_markup import u16len
 from tests.helpers import RecordingAdapter, inbound, write_config
 
@@ -269,7 +277,7 @@ async def test_server_errors_and_resets_are_retried(home: Path, fake_llm: FakeLL
 async def test_blocked_user_is_logged_once_and_not_retried(home: Path, fake_llm: FakeLLM,
                                                            fake_telegram: FakeTelegram,
                                                            caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="adapters.telegram")
+    caplog.set_level(logging.WARNING, logger="adapters.telegram.adapter")
     async with running(home, fake_llm, fake_telegram) as run:
         fake_telegram.block_chat(ALICE)
         fake_telegram.inject_message(ALICE, "one")
@@ -279,7 +287,7 @@ async def test_blocked_user_is_logged_once_and_not_retried(home: Path, fake_llm:
         assert len(fake_telegram.calls_to("sendmessage")) == 2  # one attempt per reply, no retry loop
         statuses = [r["status"] for r in run.gw.store.all("SELECT status FROM outbound ORDER BY id")]
         assert statuses == ["failed", "failed"]
-        ours = [r for r in caplog.records if r.name == "adapters.telegram" and "cannot write" in r.getMessage()]
+        ours = [r for r in caplog.records if r.name == "adapters.telegram.adapter" and "cannot write" in r.getMessage()]
         assert len(ours) == 1
 
 
@@ -345,7 +353,7 @@ async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(h
         async with adapter.typing(chat):
             await fake_telegram.wait_until(lambda: len(fake_telegram.calls_to("sendchataction")) == 1)
             for _ in range(100):  # the 429's answer reaches the adapter a moment after the fake recorded the call
-                if adapter._flood_left(str(ALICE)) > 0:  # noqa: SLF001
+                if adapter._flood_left(str(ALICE)) > 0:
                     break
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.05)  # several typing intervals: none may spend a request inside the wait
@@ -432,7 +440,7 @@ async def test_store_failure_keeps_the_update_and_retries(home: Path, fake_llm: 
 async def test_message_during_shutdown_is_left_for_the_next_run(home: Path, fake_llm: FakeLLM,
                                                                 fake_telegram: FakeTelegram,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="adapters.telegram")
+    caplog.set_level(logging.INFO, logger="adapters.telegram.adapter")
     async with running(home, fake_llm, fake_telegram) as run:
         run.gw.sessions.stop_accepting()  # what Daemon.stop does first, while adapters still run
         uid = fake_telegram.inject_message(ALICE, "late message")

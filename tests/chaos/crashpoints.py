@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.config.settings import load_config
 from gateway.errors import LLMUnavailable
 from gateway.events import Inbound, OutboundMessage
-from gateway.llm import ChatMessage, LLMReply, ToolDef
-from gateway.store import Store, Usage
-from gateway.config import load_config
-from gateway.daemon import Gateway, build_gateway
+from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.ops.daemon import Gateway, build_gateway
+from gateway.store.database import Store
 from tests.helpers import inbound
 
 

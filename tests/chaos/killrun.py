@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import json
 import random
 import re
@@ -23,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.commands import NEW_TEXT
-from gateway.flush import FLUSH_MARK
+from gateway.sessions.commands import NEW_TEXT
+from gateway.sessions.flush import FLUSH_MARK
 from tests.chaos.models import HEADER, LINE, RespondingLLM, blocks, numbered_reply, text_of
 from tests.chaos.platforms import DiscordUsers, Seen, SlackDelivery, Watcher
 from tests.daemon_proc import DaemonProc
@@ -176,8 +177,8 @@ class ChaosReport:
     seconds: float = 0.0
 
     def render(self) -> str:
-        out = [f"kill -9 chaos: {self.plan.conversations} conversations x {self.plan.turns} steps, "
-               f"seed {self.plan.seed}, {self.seconds:.1f}s"]
+        out = [(f"kill -9 chaos: {self.plan.conversations} conversations x {self.plan.turns} steps, "
+               f"seed {self.plan.seed}, {self.seconds:.1f}s")]
         out += [f"  {k:<34} {v}" for k, v in self.counts.items()]
         out += [f"  note: {n}" for n in self.notes]
         out += [f"  PROBLEM: {p}" for p in self.problems]
@@ -428,7 +429,7 @@ class KillRun:
             if step.kind == "new":
                 news += 1
                 self._say(conversation, step, "/new")
-                await self.watcher.wait(lambda: self.watcher.news[name] >= news, self.plan.answer_timeout,
+                await self.watcher.wait(lambda n=news: self.watcher.news[name] >= n, self.plan.answer_timeout,
                                         f"the answer to /new #{news} in {name}")
                 continue
             text = f"{step.tag} tell me about foxes"
@@ -439,8 +440,8 @@ class KillRun:
                 await release  # the monkey sends it between a kill and the restart
             else:
                 self._say(conversation, step, text)
-            await self.watcher.wait(lambda: self.watcher.headers[step.tag] >= 1
-                                    and len(self.watcher.lines[step.tag]) >= step.lines,
+            await self.watcher.wait(lambda s=step: self.watcher.headers[s.tag] >= 1
+                                    and len(self.watcher.lines[s.tag]) >= s.lines,
                                     self.plan.answer_timeout, f"the answer to {step.tag}")
 
     def _say(self, conversation: int, step: Step, text: str) -> None:
@@ -549,7 +550,7 @@ class KillRun:
             for key, seen in occurrences.items():
                 if key[0] >= 0 and key not in expected:
                     problems.append(f"chat {chat}: chunk for an unknown step {key}")
-                for first, again in zip(seen, seen[1:]):
+                for first, again in itertools.pairwise(seen):
                     doubled[again.index] = (first, again)
             discord_doubles += len(doubled) if chat.startswith("discord:") else 0
             for first, again in doubled.values():

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.commands import NEW_TEXT
+from gateway.sessions.commands import NEW_TEXT
 from tests.chaos.models import HEADER, LINE
 from tests.fakes.discord import FakeDiscord, snowflake
 from tests.fakes.slack import FakeSlack

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import discord.gateway
@@ -22,13 +22,33 @@ import discord.http
 import yarl
 from aiohttp import WSMsgType, web
 
-from tests.fakes.base import (Call, Clock, ConnectionReset, Counter, Delay, Fault, FakeServer, Malformed,
-                              json_response)
+from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
 
-__all__ = ["FakeDiscord", "DiscordMessage", "patch_discord_urls", "rate_limited", "discord_error", "make_guild",
-           "make_user", "snowflake", "AfterCommit", "NONCE_WINDOW_S",
-           "TOKEN", "BOT_ID", "APP_ID", "GUILD_ID", "CHANNEL_ID", "USER_ID", "OTHER_USER_ID",
-           "PRIVILEGED_INTENTS", "Call", "Fault", "Delay", "Malformed", "ConnectionReset"]
+__all__ = [
+    "APP_ID",
+    "BOT_ID",
+    "CHANNEL_ID",
+    "GUILD_ID",
+    "NONCE_WINDOW_S",
+    "OTHER_USER_ID",
+    "PRIVILEGED_INTENTS",
+    "TOKEN",
+    "USER_ID",
+    "AfterCommit",
+    "Call",
+    "ConnectionReset",
+    "Delay",
+    "DiscordMessage",
+    "FakeDiscord",
+    "Fault",
+    "Malformed",
+    "discord_error",
+    "make_guild",
+    "make_user",
+    "patch_discord_urls",
+    "rate_limited",
+    "snowflake",
+]
 
 TOKEN = "FAKE.DISCORD.TOKEN"
 BOT_ID = "100000000000000001"
@@ -47,7 +67,7 @@ DISCORD_EPOCH_MS = 1420070400000
 
 # ------------------------------------------------------------------------------------------- helpers
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def make_user(user_id: str, username: str, *, bot: bool = False, global_name: str | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from tests.fakes.llm import FakeLLM
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 
-__all__ = ["fake_llm", "fake_telegram", "fake_slack", "fake_discord"]
+__all__ = ["fake_discord", "fake_llm", "fake_slack", "fake_telegram"]
 
 
 @pytest.fixture

@@ -23,11 +23,24 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.base import (Call, Clock, ConnectionReset, Counter, Delay, Fault, FakeServer, Malformed,
-                              json_response)
+from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
 
-__all__ = ["Call", "FakeLLM", "Reply", "ToolCall", "ToolCalls", "Fault", "Delay", "Malformed", "CutStream",
-           "ConnectionReset", "Usage", "canonical_json", "estimate_tokens", "prompt_elements"]
+__all__ = [
+    "Call",
+    "ConnectionReset",
+    "CutStream",
+    "Delay",
+    "FakeLLM",
+    "Fault",
+    "Malformed",
+    "Reply",
+    "ToolCall",
+    "ToolCalls",
+    "Usage",
+    "canonical_json",
+    "estimate_tokens",
+    "prompt_elements",
+]
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"

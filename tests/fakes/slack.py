@@ -14,12 +14,29 @@ from urllib.parse import parse_qsl
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.base import (Call, Clock, ConnectionReset, Counter, Delay, Fault, FakeServer, Malformed,
-                              json_response)
+from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
 
-__all__ = ["FakeSlack", "SlackMessage", "BOT_TOKEN", "APP_TOKEN", "SIGNING_SECRET", "BOT_USER_ID", "BOT_ID",
-           "TEAM_ID", "APP_ID", "Call", "Fault", "Delay", "Malformed", "ConnectionReset", "ratelimited",
-           "slack_error", "event_callback", "url_verification", "signed_request_headers"]
+__all__ = [
+    "APP_ID",
+    "APP_TOKEN",
+    "BOT_ID",
+    "BOT_TOKEN",
+    "BOT_USER_ID",
+    "SIGNING_SECRET",
+    "TEAM_ID",
+    "Call",
+    "ConnectionReset",
+    "Delay",
+    "FakeSlack",
+    "Fault",
+    "Malformed",
+    "SlackMessage",
+    "event_callback",
+    "ratelimited",
+    "signed_request_headers",
+    "slack_error",
+    "url_verification",
+]
 
 BOT_TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-test-token"

@@ -14,13 +14,27 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.base import (Call, Clock, ConnectionReset, Counter, Delay, Fault, FakeServer, Malformed,
-                              json_response)
+from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
 from tests.fakes.tg_markup import EntityParseError, parse, u16len
 
-__all__ = ["FakeTelegram", "SentMessage", "BOT_ID", "BOT_USERNAME", "TOKEN", "Call", "Fault", "Delay",
-           "Malformed", "ConnectionReset", "tg_error", "retry_after", "bad_request", "forbidden", "server_error",
-           "make_update_entities"]
+__all__ = [
+    "BOT_ID",
+    "BOT_USERNAME",
+    "TOKEN",
+    "Call",
+    "ConnectionReset",
+    "Delay",
+    "FakeTelegram",
+    "Fault",
+    "Malformed",
+    "SentMessage",
+    "bad_request",
+    "forbidden",
+    "make_update_entities",
+    "retry_after",
+    "server_error",
+    "tg_error",
+]
 
 BOT_ID = 4242
 BOT_USERNAME = "gw_test_bot"

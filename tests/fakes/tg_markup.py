@@ -67,7 +67,7 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
     stack: list[dict[str, Any]] = []  # {"type", "offset", "byte", "begin", "language"?}
     quote: dict[str, Any] | None = None
     n = len(text)
-    at = lambda k: text[k] if k < n else ""  # noqa: E731
+    at = lambda k: text[k] if k < n else ""
     i = 0
     while i < n:
         c = text[i]
@@ -231,7 +231,7 @@ def _html_entity(text: str, i: int, out: _Out) -> int:
     if match:
         name = match.group(1)
         if name.startswith("#x"):
-            out.add(chr(int(name[2:], 16)))
+            out.add(chr(int(name, 0)))
             return i + match.end()
         if name.startswith("#"):
             out.add(chr(int(name[1:])))

@@ -1,0 +1,373 @@
+"""Discord adapter on discord.py 2: one Client with one CommandTree; MESSAGE_CREATE and slash commands → `Inbound`,
+chunks → channel messages (or the slash command's own response). Named `discord_adapter` so it never shadows the
+library. Access control, sessions and chunking live in the core; this module only translates (the pure parts in
+`discord_text`, the slash commands in `discord_commands`, catching up on missed messages in `discord_catchup`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import discord
+import discord.gateway
+import discord.http
+import yarl
+
+from adapters.discord.catchup import (
+    CATCH_UP_BUDGET_S,
+    CATCH_UP_CONCURRENCY,
+    ChannelLocks,
+    DiscordCatchUp,
+    channel_id_of,
+)
+from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
+from adapters.discord.text import (
+    INTENT_HINT,
+    PLATFORM,
+    TOKEN_HINT,
+    Addressing,
+    Origin,
+    Place,
+    addressing,
+    allowed_mentions,
+    attachment,
+    gateway_failure,
+    nonce_for,
+    place_of,
+    posted_then_deleted,
+    reference_for,
+    replied_author,
+    roles_of,
+    thread_name,
+    translate_error,
+)
+from gateway.config.settings import DiscordConfig
+from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
+from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+
+__all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
+           "thread_name"]
+
+log = logging.getLogger(__name__)
+
+GUILD_READY_TIMEOUT_S = 2.0       # discord.py waits this long after the last GUILD_CREATE before on_ready
+REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
+REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
+CLOSE_TIMEOUT_S = 5.0
+_CHANNEL_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+
+
+class _Client(discord.Client):
+    """The one discord.Client: hands its two events to the adapter."""
+
+    def __init__(self, adapter: DiscordAdapter, **options: Any) -> None:
+        super().__init__(**options)
+        self.adapter = adapter
+        self.ready = asyncio.Event()
+
+    async def on_connect(self) -> None:
+        self.adapter.connected()
+
+    async def on_ready(self) -> None:
+        again = self.ready.is_set()
+        self.ready.set()
+        if again:  # a new session after a full reconnect: discord.py replays nothing, so look ourselves
+            self.adapter.ready_again()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.adapter.on_message(message)
+
+
+class DiscordAdapter:
+    """`start` logs in (401 → AdapterFatal), connects the gateway, waits for READY, syncs slash commands."""
+
+    platform = PLATFORM
+
+    def __init__(self, config: DiscordConfig, *, guild_ready_timeout: float = GUILD_READY_TIMEOUT_S,
+                 monotonic: Callable[[], float] = time.monotonic, catch_up_budget: float = CATCH_UP_BUDGET_S,
+                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY) -> None:
+        self.config = config
+        self.guild_ready_timeout = guild_ready_timeout
+        self.monotonic = monotonic
+        self.catch_up_budget = catch_up_budget
+        self.catch_up_concurrency = catch_up_concurrency
+        self._submit: Submit | None = None
+        self._client: _Client | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._intake = asyncio.Lock()  # one event at a time, in arrival order: a chat's messages stay in order
+        self._channels = ChannelLocks()  # a channel being caught up holds its live messages back until it is done
+        self._commands = SlashCommands(config, self._submit_in_order, monotonic)
+        self._origins: OrderedDict[str, Origin] = OrderedDict()
+        self._thread_starts: OrderedDict[str, tuple[discord.Message, str]] = OrderedDict()
+        self._thread_lock = asyncio.Lock()
+        self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
+        self._typing = 0
+        self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
+                                        self._channels, monotonic,
+                                        lambda: (self.catch_up_budget, self.catch_up_concurrency))
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, submit: Submit) -> None:
+        self._submit = submit
+        point_library_at(self.config)
+        client = self._client = self._make_client()
+        tree = self._commands.tree(client)
+        try:
+            await self._login(client)
+            self._runner = asyncio.get_running_loop().create_task(client.connect(reconnect=True),
+                                                                  name="discord-gateway")
+            await self._until_ready(client, self._runner)
+            await self._commands.sync(client, tree)
+        except BaseException:
+            await self._close()
+            raise
+        assert client.user is not None
+        log.info("discord: @%s ready in %s guild(s)", client.user.name, len(client.guilds))
+
+    async def stop(self) -> None:
+        await self._close()
+
+    async def wait_closed(self) -> None:
+        """Returns when the gateway loop ended on its own; 4014/4004 and the like raise `AdapterFatal`."""
+        runner = self._runner
+        if runner is None:
+            return
+        await asyncio.wait({runner})
+        if not runner.cancelled() and runner.exception() is not None:
+            raise gateway_failure(runner.exception())  # type: ignore[arg-type]
+
+    def _make_client(self) -> _Client:
+        intents = discord.Intents.default()
+        intents.message_content = True  # privileged: without it Discord closes the gateway with 4014
+        intents.typing = False
+        intents.presences = False
+        return _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
+                       allowed_mentions=discord.AllowedMentions.none())
+
+    async def _login(self, client: _Client) -> None:
+        try:
+            await client.login(self.config.token.value)
+        except discord.LoginFailure:
+            raise AdapterFatal(PLATFORM, TOKEN_HINT) from None
+        except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            raise AdapterError(PLATFORM, f"cannot reach the Discord API at {discord.http.Route.BASE}: "
+                                         f"{exc or type(exc).__name__}") from None
+
+    async def _until_ready(self, client: _Client, runner: asyncio.Task[None]) -> None:
+        ready = asyncio.ensure_future(client.ready.wait())
+        try:
+            await asyncio.wait({ready, runner}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if client.ready.is_set():
+            return
+        error = None if runner.cancelled() else runner.exception()
+        raise gateway_failure(error) if error is not None else AdapterError(PLATFORM, "gateway closed before READY")
+
+    async def _close(self) -> None:
+        client, runner = self._client, self._runner
+        await self._catch_up.close()
+        if client is not None and not client.is_closed():
+            await client.close()
+        if runner is not None:
+            await asyncio.wait({runner}, timeout=CLOSE_TIMEOUT_S)  # close() ends the gateway loop by itself
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+
+    # ------------------------------------------------------------------ inbound
+    async def on_message(self, message: discord.Message) -> None:
+        async with self._channels.hold(message.channel.id), self._intake:
+            try:
+                inbound = await self.translate(message)
+                if inbound is not None:
+                    await self._submit_inbound(inbound)
+                self._catch_up.saw(message, accepted=inbound is not None)
+            except Exception:
+                log.exception("discord: message %s in channel %s not handled", message.id, message.channel.id)
+
+    async def _submit_in_order(self, inbound: Inbound) -> SubmitResult:
+        """A slash command's submit: behind the gateway messages that came before it (and its channel's missed ones)."""
+        try:
+            channel_id = channel_id_of(inbound.chat)
+        except ValueError:
+            channel_id = 0
+        async with self._channels.hold(channel_id), self._intake:
+            return await self._submit_inbound(inbound)
+
+    async def _submit_inbound(self, inbound: Inbound) -> SubmitResult:
+        assert self._submit is not None
+        result = await self._submit(inbound)
+        if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
+            log.info("discord: shutting down; message %s in channel %s was not stored", inbound.message_id,
+                     inbound.chat.chat_id)
+        return result
+
+    async def translate(self, message: discord.Message) -> Inbound | None:
+        """The message as the core sees it, or None when it is not for us (dropped at the edge)."""
+        client = self._client
+        assert client is not None and client.user is not None
+        me = client.user
+        author = message.author
+        is_bot = author.bot or message.webhook_id is not None
+        if author.id == me.id or message.type not in _CHANNEL_MESSAGE_TYPES:
+            return None  # our own echo, joins, pins, thread starters …
+        if is_bot and not self.config.answer_bots:
+            return None
+        place = await self._place(message.channel, message.guild)
+        if place is None:
+            return None
+        said = addressing(message.content, me.id, users={u.id: u.display_name for u in message.mentions},
+                          roles={r.id: r.name for r in message.role_mentions},
+                          bot_roles={r.id for r in message.role_mentions if r.tags and r.tags.bot_id == me.id},
+                          channels={c.id: c.name for c in message.channel_mentions})
+        attachments = tuple(attachment(a) for a in message.attachments)
+        if not said.text and not attachments:
+            return None
+        replied = replied_author(message)
+        addressed = place.chat_type == "dm" or said.mentioned or replied == me.id or place.bot_thread
+        if place.chat_type != "dm" and self.config.require_mention and not addressed:
+            return None
+        if (addressed and isinstance(message.channel, discord.TextChannel) and self.config.thread_replies == "auto"
+                and not said.text.startswith("/")):
+            place = self._plan_thread(message, place, said.text)
+        self._remember(message)
+        reference = message.reference
+        return Inbound(
+            chat=ChatRef(PLATFORM, place.chat_type, place.chat_id, place.thread_id),
+            user_id=str(author.id), text=said.text, message_id=str(message.id), received_at=message.created_at,
+            user_name=author.display_name, username=author.name,
+            reply_to_id=str(reference.message_id) if reference and reference.message_id else None,
+            attachments=attachments, is_addressed=addressed, is_bot=is_bot, chat_title=place.title,
+            space_id=place.space_id, roles=roles_of(author))
+
+    async def _place(self, channel: Any, guild: discord.Guild | None) -> Place | None:
+        if isinstance(channel, discord.PartialMessageable) and guild is not None:
+            channel = await self._fetch_channel(channel.id)  # not cached: ask once what kind it is
+            if channel is None:
+                return None
+        return place_of(channel, guild, self._client.user.id if self._client and self._client.user else 0)
+
+    async def _fetch_channel(self, channel_id: int) -> Any:
+        assert self._client is not None
+        try:
+            return await self._client.fetch_channel(channel_id)
+        except discord.HTTPException as exc:
+            log.warning("discord: cannot look up channel %s (%s); its message is dropped", channel_id, exc)
+            return None
+
+    def _plan_thread(self, message: discord.Message, place: Place, text: str) -> Place:
+        """`thread_replies: auto`: a thread started from a message has the message's id, so the session key is
+        known now; the thread itself is opened only once the core answers (a stranger's mention opens nothing)."""
+        if message.thread is None:  # a replayed mention already has its thread
+            self._thread_starts[str(message.id)] = (message, thread_name(text, message.author.display_name))
+            while len(self._thread_starts) > REMEMBERED_THREAD_STARTS:
+                self._thread_starts.popitem(last=False)
+        return replace(place, thread_id=str(message.id), bot_thread=True)
+
+    async def _open_thread(self, chat: ChatRef) -> int:
+        """Open the planned thread before the first typing indicator or message; returns where to post."""
+        thread_id = chat.thread_id or ""
+        async with self._thread_lock:
+            planned = self._thread_starts.pop(thread_id, None)
+            if planned is not None:
+                message, name = planned
+                try:
+                    await message.create_thread(name=name)
+                except discord.HTTPException as exc:
+                    if exc.code != 160004:  # 160004: the message already has a thread (ours, from a replay)
+                        log.warning("discord: cannot open a thread in channel %s (%s); answering in the channel",
+                                    chat.chat_id, exc)
+                        self._no_thread.add(thread_id)
+                except BaseException:
+                    self._thread_starts[thread_id] = planned  # a network failure: the retry tries again
+                    raise
+        return int(chat.chat_id) if thread_id in self._no_thread else int(thread_id or chat.chat_id)
+
+    def _remember(self, message: discord.Message) -> None:
+        self._origins[str(message.id)] = Origin(message.channel.id, message.author.id)
+        while len(self._origins) > REMEMBERED_MESSAGES:
+            self._origins.popitem(last=False)
+
+    # ------------------------------------------------------------------ catch-up (in `discord_catchup`)
+    def connected(self) -> None:
+        self._catch_up.connected()
+
+    def ready_again(self) -> None:
+        self._catch_up.ready_again(self._client)
+
+    async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int:
+        """The daemon's catch-up once this connection is up: what came since the newest stored message of each chat."""
+        return await self._catch_up.catch_up(self._client, last_seen)
+
+    # ------------------------------------------------------------------ outbound
+    async def send(self, message: OutboundMessage) -> str:
+        client = self._client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable(PLATFORM, "not connected")
+        text = message.plain if message.use_plain else message.text
+        origin = self._origins.get(message.reply_to_id or "")
+        mentions = allowed_mentions(origin.author_id if origin else None)
+        nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
+        try:
+            pending = self._commands.interaction_for(message.reply_to_id)
+            if pending is not None:
+                sent = await self._commands.answer(pending, text, mentions)
+                if sent is not None:
+                    return sent
+            target = await self._open_thread(message.chat)
+            channel = client.get_partial_messageable(target)
+            reference = reference_for(message, target, origin)
+            if reference is not None:
+                posted = await channel.send(text, reference=reference, allowed_mentions=mentions, nonce=nonce)
+            else:
+                posted = await channel.send(text, allowed_mentions=mentions, nonce=nonce)
+        except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            if posted_then_deleted(exc, message):
+                log.info("discord: chunk %s of a reply in channel %s was posted before and deleted since",
+                         message.chunk_index, message.chat.chat_id)
+                return ""
+            raise translate_error(exc) from None
+        return str(posted.id)
+    # ------------------------------------------------------------------ typing
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""
+        client = self._client
+        indicator = None
+        if client is not None and not client.is_closed():
+            try:
+                indicator = client.get_partial_messageable(await self._open_thread(chat)).typing()
+                await indicator.__aenter__()
+            except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+                log.debug("discord: typing indicator in channel %s failed: %s", chat.chat_id, exc)
+                indicator = None
+        self._typing += indicator is not None
+        try:
+            yield
+        finally:
+            if indicator is not None:
+                self._typing -= 1
+                await indicator.__aexit__(None, None, None)
+
+    @property
+    def typing_active(self) -> int:
+        return self._typing
+
+
+# ---------------------------------------------------------------------- the one place the library's URLs are set
+def point_library_at(config: DiscordConfig) -> None:
+    """discord.py keeps its endpoints in class attributes (process-wide); set them from config, here only."""
+    if config.api_base:
+        discord.http.Route.BASE = config.api_base.rstrip("/")
+    if config.gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
+

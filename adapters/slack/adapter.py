@@ -1,0 +1,464 @@
+"""Slack adapter on slack-bolt (async): one AsyncApp over Socket Mode or the HTTP Events API; events → `Inbound`,
+chunks → chat.postMessage (or a slash command's `respond`).
+
+Stored, then acked: bolt runs our listener before it answers Slack (`process_before_response`), and the listener
+only translates and hands the message to `submit` (which stores and queues; the turn runs later), so a message we
+ack is on disk and one we could not store is not acked and comes again. Slack gives up after 3 s, so the listener
+is bounded: lookups that enrich a message (conversations.info, users.info, a thread's history) get 1.5 s together;
+what is not back by then is guessed from the id, left out, or, for a thread's history, shown with the thread's next
+message (this one carries a note); and the listener returns by 2.5 s even when the core is still sending an inline
+answer (a command's reply), which in any case waits until the ack is out. Slack's redeliveries are dropped here
+by event id and, failing that, by the store's dedupe on channel + ts. The ack plumbing is in `slack_ack`, the Web
+API lookups in `slack_lookup`, the pure translation in `slack_text`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.ack import Intake, NotStored, SocketClient, SocketHandler, events_endpoint
+from adapters.slack.lookup import Directory, task_result
+from adapters.slack.text import (
+    API_ERRORS,
+    NETWORK_ERRORS,
+    PLATFORM,
+    Me,
+    Person,
+    Recent,
+    Target,
+    attachments,
+    describe,
+    error_code,
+    event_target,
+    mentioned_users,
+    put,
+    received_at,
+    retry_after,
+    send_error,
+    slack_to_text,
+    start_error,
+)
+from gateway.config.settings import SlackConfig
+from gateway.errors import PlatformUnavailable, RateLimited
+from gateway.events import (
+    ChatRef,
+    ChatType,
+    Inbound,
+    OutboundKind,
+    OutboundMessage,
+    Submit,
+    SubmitOutcome,
+    SubmitResult,
+)
+
+__all__ = ["THREAD_UNREAD_NOTE", "SlackAdapter", "mentioned_users", "slack_to_text"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://slack.com/api/"
+THINKING_REACTION = "eyes"
+ENRICH_BUDGET_S = 1.5          # names, channel type, thread history: what is not back by then is guessed or deferred
+ACK_BUDGET_S = 2.5             # the listener returns by then, whatever the core is still doing (Slack waits 3 s)
+THREAD_UNREAD_NOTE = ("[This message is part of a thread that began before you joined; its earlier messages could "
+                      "not be read in time and will come with the next message here.]")
+RESPONSE_URL_USES = 5          # a slash command's response_url takes 5 posts within 30 minutes
+RESPONSE_URL_TTL_S = 30 * 60.0
+COMMAND_WORDS = frozenset({"new", "reset", "status", "usage", "stop", "retry", "undo", "help"})
+
+
+@dataclass(slots=True)
+class _Responder:
+    """A slash command's `respond` (its response_url), kept under our message id for the replies."""
+
+    respond: Callable[..., Awaitable[Any]]
+    user_id: str
+    channel_id: str
+    created: float
+    uses: int = 0
+
+
+# ---------------------------------------------------------------------- the adapter
+class SlackAdapter:
+    """`start` checks the bot token (auth.test), then opens Socket Mode or serves the Events API over HTTP.
+
+    Platform-private state stays here, keyed by our ids: the threads the bot takes part in (so follow-ups need
+    no mention) with the chat type each started with, the newest triggering message per chat (for the thinking
+    reaction), slash commands' `respond` callables, Web API lookups in flight and the requests not yet acked.
+    """
+
+    platform = PLATFORM
+
+    def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 thinking_reaction: str = THINKING_REACTION, enrich_budget: float = ENRICH_BUDGET_S,
+                 ack_budget: float = ACK_BUDGET_S) -> None:
+        self.config = config
+        self.ping_interval = ping_interval  # the SDK's own websocket ping cadence
+        self.ping_timeout = ping_timeout
+        self.monotonic = monotonic
+        self.thinking_reaction = thinking_reaction
+        self.enrich_budget = enrich_budget
+        self.ack_budget = ack_budget
+        self.http_port: int | None = None
+        self._client: AsyncWebClient | None = None
+        self._me: Me | None = None
+        self._socket: SocketHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self._intake = Intake(ack_budget)            # listeners, hand-ins and requests not yet acked
+        self._directory = Directory(config, enrich_budget)  # chat types, people, threads, lookups in flight
+        self._pongs: dict[float, asyncio.Future[None]] = {}
+        self._event_ids = Recent()
+        self._message_keys = Recent()
+        self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
+        self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
+        self._latest: OrderedDict[tuple[str, str | None], str] = OrderedDict()
+        self._responders: OrderedDict[str, _Responder] = OrderedDict()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, submit: Submit) -> None:
+        cfg = self.config
+        self._intake.submit = submit
+        client = self._client = AsyncWebClient(token=cfg.bot_token.value, base_url=cfg.api_url or DEFAULT_API_URL)
+        me = self._me = await self._auth_test(client)
+        self._directory.client, self._directory.me = client, me
+        app = self._build_app(client)
+        try:
+            if cfg.mode == "http":
+                await self._serve_http(app)
+            else:
+                await self._connect_socket(app, client)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("slack: @%s ready in team %s (%s mode)", me.name, me.team_id, cfg.mode)
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            socket, self._socket = self._socket, None
+            await socket.close_async()  # type: ignore[no-untyped-call]
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        self.http_port = None
+        await self._intake.drain()
+        lookups = [*self._directory.in_flight.values(), *self._unread.values()]
+        for task in lookups:
+            task.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+        self._directory.in_flight.clear()
+        self._unread.clear()
+
+    async def _auth_test(self, client: AsyncWebClient) -> Me:
+        try:
+            found = await client.auth_test()
+        except SlackApiError as exc:
+            raise start_error(exc, "bot token", "SLACK_BOT_TOKEN") from None
+        except NETWORK_ERRORS as exc:
+            raise PlatformUnavailable(PLATFORM, f"cannot reach the Slack Web API at {client.base_url}: "
+                                                f"{describe(exc)}") from None
+        return Me(user_id=str(found.get("user_id") or ""), bot_id=str(found.get("bot_id") or ""),
+                   team_id=str(found.get("team_id") or ""), name=str(found.get("user") or "bot"))
+
+    def _build_app(self, client: AsyncWebClient) -> AsyncApp:
+        cfg = self.config
+        # process_before_response: bolt acks (HTTP 200 / envelope ack) only once the listener has returned, and
+        # not at all (HTTP 500 / no ack) when it raised, so Slack redelivers a message we did not store.
+        app = AsyncApp(client=client, signing_secret=cfg.signing_secret.value if cfg.signing_secret else "",
+                       request_verification_enabled=cfg.mode == "http", process_before_response=True)
+
+        # Bolt injects listener arguments by parameter name, so these are plain functions, not bound methods.
+        async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self._on_event(body, event, via_mention=False)
+
+        async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+            await self._on_event(body, event, via_mention=True)
+
+        async def on_command(ack: Callable[[], Awaitable[None]], body: dict[str, Any],
+                             respond: Callable[..., Awaitable[Any]]) -> None:
+            await ack()  # recorded; bolt sends it when this returns (the prompt is stored by then)
+            await self._on_command(body, respond)
+
+        async def on_error(error: Exception, body: dict[str, Any]) -> None:
+            what = body.get("command") or (body.get("event") or {}).get("type") or body.get("type")
+            if isinstance(error, NotStored):
+                log.warning("slack: %s not acked: %s; Slack sends events again (a slash command shows its user an "
+                            "error)", what, error)
+            else:
+                log.error("slack: %s not handled, so not acked (%s)", what, describe(error), exc_info=error)
+
+        app.event("message")(on_message)
+        app.event("app_mention")(on_mention)
+        app.command(cfg.slash_command)(on_command)
+        app.error(on_error)
+        return app
+
+    async def _serve_http(self, app: AsyncApp) -> None:
+        cfg = self.config
+        server = web.Application()
+        server.router.add_post(cfg.path, events_endpoint(app))
+        runner = self._runner = web.AppRunner(server, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or ()
+        self.http_port = sockets[0].getsockname()[1] if sockets else None
+        log.info("slack: Events API at http://%s:%s%s", cfg.listen_host, self.http_port, cfg.path)
+
+    async def _connect_socket(self, app: AsyncApp, client: AsyncWebClient) -> None:
+        token = self.config.app_token.value if self.config.app_token else ""
+        # Open the first URL ourselves: the SDK's connect() retries a rejected app token forever.
+        try:
+            opened = await client.apps_connections_open(app_token=token)
+        except SlackApiError as exc:
+            raise start_error(exc, "app token", "SLACK_APP_TOKEN") from None
+        except NETWORK_ERRORS as exc:
+            raise PlatformUnavailable(PLATFORM, f"apps.connections.open failed: {describe(exc)}") from None
+        sdk = SocketClient(app_token=token, web_client=client, ping_interval=self.ping_interval,
+                            logger=logging.getLogger(f"{__name__}.socket"))
+        sdk.on_pong = self._on_pong
+        sdk.message_listeners.append(self._on_socket_message)
+        sdk.wss_uri = str(opened["url"])
+        self._socket = SocketHandler(app, sdk)
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+
+    async def _on_socket_message(self, client: Any, message: dict[str, Any], raw: str | None) -> None:
+        if message.get("type") == "goodbye":  # the SDK reconnects on `disconnect` by itself, not on this
+            log.info("slack: Socket Mode said goodbye; reconnecting")
+            await client.connect_to_new_endpoint(force=True)
+
+    def _on_pong(self, marker: float) -> None:
+        waiter = self._pongs.get(marker)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def ping(self) -> bool:
+        """Socket Mode: one websocket ping answered within `ping_timeout` (the supervisor reconnects us when
+        no event and no pong came for `liveness_minutes`). HTTP mode has no connection to check."""
+        if self.config.mode == "http":
+            return self._runner is not None
+        session = self._socket.client.current_session if self._socket is not None else None
+        if session is None or session.closed:
+            return False
+        marker = time.time()  # the SDK parses the pong's payload back into this float
+        while marker in self._pongs:
+            marker += 1e-6
+        waiter = self._pongs[marker] = asyncio.get_running_loop().create_future()
+        try:
+            await session.ping(f"sdk-ping-pong:{marker}".encode())
+            async with asyncio.timeout(self.ping_timeout):
+                await waiter
+            return True
+        except (TimeoutError, ConnectionError, aiohttp.ClientError, RuntimeError) as exc:
+            log.info("slack: Socket Mode ping unanswered (%s)", describe(exc))
+            return False
+        finally:
+            self._pongs.pop(marker, None)
+
+    # ------------------------------------------------------------------ inbound: events
+    async def _on_event(self, body: Mapping[str, Any], event: Mapping[str, Any], *, via_mention: bool) -> None:
+        event_id = str(body.get("event_id") or "")
+        if event_id and not self._event_ids.add(event_id):
+            log.debug("slack: event %s delivered again; dropped", event_id)
+            return
+        with self._intake.tracked():
+            try:
+                await self._handle_event(body, event, via_mention)
+            except BaseException:  # not stored, so bolt does not ack it: Slack's retry of it must get through
+                self._event_ids.discard(event_id)
+                raise
+
+    async def _handle_event(self, body: Mapping[str, Any], event: Mapping[str, Any], via_mention: bool) -> None:
+        assert self._me is not None
+        target = event_target(event, via_mention, self._me, self.config, self._threads)
+        if target is None:
+            return
+        key = (target.channel, target.ts)
+        if not self._message_keys.add(key):  # a mention arrives as `app_mention` and as `message`
+            return
+        try:
+            inbound = await self._inbound(body, event, target)
+            if inbound is not None:
+                await self._intake.store(inbound, lambda result: self._accepted(inbound, target, result))
+        except BaseException:
+            self._message_keys.discard(key)
+            raise
+
+    def _accepted(self, inbound: Inbound, target: Target, result: SubmitResult) -> None:
+        """A message that gets a turn: its thread is ours from now on, and it gets the thinking mark."""
+        if result.outcome is not SubmitOutcome.ACCEPTED or result.reason == "command":
+            return
+        chat = inbound.chat
+        if chat.thread_id:
+            put(self._threads, (chat.chat_id, chat.thread_id), chat.chat_type)
+        put(self._latest, (chat.chat_id, chat.thread_id), target.ts)
+
+    async def _inbound(self, body: Mapping[str, Any], event: Mapping[str, Any], target: Target) -> Inbound | None:
+        assert self._me is not None
+        raw = str(event.get("text") or "")
+        files = attachments(event)
+        if not slack_to_text(raw, self._me.user_id, {}) and not files:
+            return None
+        people = (mentioned_users(raw) - {self._me.user_id}) | (set() if target.is_bot else {target.user_id})
+        thread = (target.channel, target.thread_id) if target.thread_id else None
+        late = self._unread.pop(thread, None) if thread else None
+        history = late
+        if history is None and target.hydrate:
+            history = self._directory.lookup(
+                ("thread", target.channel, target.hydrate, target.ts),
+                functools.partial(self._directory.thread_context, target.channel, target.hydrate, target.ts))
+        chat_type, names = await self._directory.enrich(target.channel, self._known_type(target), people,
+                                                        () if history is None else (history,))
+        text = slack_to_text(raw, self._me.user_id, names)
+        if history is not None:
+            text = self._with_history(text, history, thread, noted=late is not None)
+        person = self._directory.people.get(target.user_id, Person()) if not target.is_bot else \
+            Person(name=str(event.get("username") or (event.get("bot_profile") or {}).get("name") or "") or None)
+        return Inbound(
+            chat=ChatRef(PLATFORM, chat_type, target.channel, target.thread_id), user_id=target.user_id, text=text,
+            message_id=target.ts, received_at=received_at(target.ts), user_name=person.name,
+            attachments=files, is_addressed=target.addressed, is_bot=target.is_bot, username=person.handle,
+            space_id=str(body.get("team_id") or event.get("team") or self._me.team_id) or None)
+
+    def _with_history(self, text: str, history: asyncio.Task[str], thread: tuple[str, str] | None, *,
+                      noted: bool) -> str:
+        """The thread's earlier messages in front of the text; while reading them is still under way, a note
+        (once) now, and the transcript with the thread's next message."""
+        if history.done():
+            context = task_result(history, "")
+            return f"{context}\n\n{text}" if context else text
+        if thread is not None:
+            put(self._unread, thread, history)
+        if noted:
+            return text
+        log.info("slack: thread %s in %s not read within %.1fs; answering without it for now",
+                 thread[1] if thread else "?", thread[0] if thread else "?", self.enrich_budget)
+        return f"{THREAD_UNREAD_NOTE}\n\n{text}"
+
+    def _known_type(self, target: Target) -> ChatType | None:
+        """The chat's type without asking Slack, if we can; a thread keeps the type it started with, so a
+        guess on its first message does not split its session."""
+        if target.is_dm:
+            return "dm"
+        if target.thread_id and (target.channel, target.thread_id) in self._threads:
+            return self._threads[(target.channel, target.thread_id)]
+        return self._directory.cached_type(target.channel, target.channel_type)
+
+    # ------------------------------------------------------------------ inbound: the slash command
+    async def _on_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
+        with self._intake.tracked():  # a failure raises: no ack, and Slack shows the user that the command failed
+            await self._handle_command(body, respond)
+
+    async def _handle_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
+        """`/agent new|status|help|…` become the in-chat commands; any other text is a prompt; none is help."""
+        channel, user = str(body.get("channel_id") or ""), str(body.get("user_id") or "")
+        text = str(body.get("text") or "").strip()
+        if not text:
+            text = "/help"
+        elif text.lower() in COMMAND_WORDS:
+            text = f"/{text.lower()}"
+        message_id = f"cmd:{body.get('trigger_id') or time.time()}"
+        put(self._responders, message_id, _Responder(respond, user, channel, self.monotonic()))
+        self._latest.pop((channel, None), None)  # no message to mark: the thinking reaction must not land elsewhere
+        chat_type, _ = await self._directory.enrich(channel, self._directory.cached_type(channel, None), {user})
+        person = self._directory.people.get(user, Person())
+        assert self._me is not None
+        await self._intake.store(Inbound(
+            chat=ChatRef(PLATFORM, chat_type, channel), user_id=user, text=text, message_id=message_id,
+            received_at=datetime.now(UTC), user_name=person.name,
+            username=str(body.get("user_name") or "") or person.handle,
+            space_id=str(body.get("team_id") or self._me.team_id) or None))
+
+    # ------------------------------------------------------------------ outbound
+    async def send(self, message: OutboundMessage) -> str:
+        client = self._client
+        if client is None:
+            raise PlatformUnavailable(PLATFORM, "not started")
+        await self._intake.hold(message.chat.chat_id, message.reply_to_id or "")
+        text = message.plain if message.use_plain else message.text
+        responder = self._responders.get(message.reply_to_id or "")
+        if responder is not None:
+            sent = await self._respond(responder, message, text)
+            if sent is not None:
+                return sent
+            if message.kind is not OutboundKind.REPLY:  # the response_url is used up: stay private
+                return await self._call(client.chat_postEphemeral(channel=responder.channel_id,
+                                                                  user=responder.user_id, text=text), "message_ts")
+        kwargs: dict[str, Any] = {"channel": message.chat.chat_id, "text": text, "mrkdwn": not message.use_plain}
+        if message.chat.thread_id:
+            kwargs["thread_ts"] = message.chat.thread_id
+        return await self._call(client.chat_postMessage(**kwargs), "ts")
+
+    async def _call(self, call: Awaitable[Any], id_field: str) -> str:
+        try:
+            response = await call
+        except API_ERRORS as exc:
+            raise send_error(exc) from None
+        return str(response.get(id_field) or "")
+
+    async def _respond(self, responder: _Responder, message: OutboundMessage, text: str) -> str | None:
+        """Post through the slash command's response_url: command answers privately, prompt answers for all."""
+        if responder.uses >= RESPONSE_URL_USES or self.monotonic() - responder.created >= RESPONSE_URL_TTL_S:
+            return None
+        responder.uses += 1
+        kind = "in_channel" if message.kind is OutboundKind.REPLY else "ephemeral"
+        try:
+            response = await responder.respond(text=text, response_type=kind, replace_original=False)
+        except NETWORK_ERRORS as exc:
+            responder.uses -= 1
+            raise PlatformUnavailable(PLATFORM, f"response_url: {describe(exc)}") from None
+        status = int(getattr(response, "status_code", 200))
+        if status == 429 or status >= 500:
+            responder.uses -= 1  # not posted: the retry may use it
+            raise RateLimited(PLATFORM, retry_after(getattr(response, "headers", None)))
+        if status >= 500:
+            raise PlatformUnavailable(PLATFORM, f"response_url answered {status}")
+        if status >= 400:  # expired or used up: the caller falls back to the Web API
+            log.info("slack: response_url answered %s; falling back to the Web API", status)
+            responder.uses = RESPONSE_URL_USES
+            return None
+        return f"{message.reply_to_id}:{responder.uses}"
+
+    # ------------------------------------------------------------------ thinking indicator
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        """A reaction on the message being answered, added when the turn starts and removed when it ends:
+        one mark per turn, however long it takes (no repeated "typing" calls)."""
+        ts = self._latest.get((chat.chat_id, chat.thread_id))
+        client = self._client
+        added = bool(ts and client and self.thinking_reaction) and await self._react("add", chat.chat_id, ts or "")
+        try:
+            yield
+        finally:
+            if added:
+                await self._react("remove", chat.chat_id, ts or "")
+
+    async def _react(self, action: str, channel: str, ts: str) -> bool:
+        assert self._client is not None
+        call = self._client.reactions_add if action == "add" else self._client.reactions_remove
+        try:
+            await call(channel=channel, timestamp=ts, name=self.thinking_reaction)
+        except SlackApiError as exc:
+            if error_code(exc) == "already_reacted":
+                return False  # someone else's mark: leave it alone
+            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, error_code(exc))
+            return False
+        except NETWORK_ERRORS as exc:
+            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, describe(exc))
+            return False
+        return True
+

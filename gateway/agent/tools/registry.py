@@ -1,0 +1,143 @@
+"""The tool registry: typed async functions in, stable specs and never-raising calls out.
+
+A tool failure must never break a turn, so `ToolRegistry.call` turns every problem (unknown tool, bad
+JSON, bad arguments, a refusal, a crash) into an error result the model can read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import typing
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.agent.tools import schema
+from gateway.errors import ToolError
+
+log = logging.getLogger(__name__)
+
+ToolFunction = Callable[..., Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is shown: a name, a description and a JSON Schema object for the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling: tools scope what they read and write by it (session search never crosses users)."""
+
+    session_id: int
+    platform: str
+    chat_type: str
+    user_id: str | None
+    home: Path
+    db_path: Path
+    chat_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    text: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Tool:
+    spec: ToolSpec
+    fn: ToolFunction
+    ctx_param: str | None
+
+
+class ToolRegistry:
+    """Tools in registration order; that order is part of the provider's cached prompt prefix."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, _Tool] = {}
+
+    def register(self, fn: ToolFunction, *, name: str | None = None) -> ToolSpec:
+        """Add `fn`; its ToolContext parameter (if any) is injected, every other one comes from the model."""
+        name = name or fn.__name__
+        if name in self._tools:
+            raise ValueError(f"tool {name!r} registered twice")
+        description, parameters = schema.derive(fn, skip=ToolContext)
+        if not description:
+            raise ValueError(f"tool {name!r} needs a docstring: it is the model's only description")
+        ctx_param = next((p for p, h in _hints(fn).items() if h is ToolContext), None)
+        spec = ToolSpec(name, description, parameters)
+        self._tools[name] = _Tool(spec, fn, ctx_param)
+        return spec
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def specs(self, names: Iterable[str] | None = None) -> list[ToolSpec]:
+        """Specs in registration order, whatever order `names` comes in; unknown names are ignored."""
+        wanted = None if names is None else set(names)
+        return [t.spec for n, t in self._tools.items() if wanted is None or n in wanted]
+
+    async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
+                   allowed: Collection[str] | None = None) -> ToolResult:
+        tool = self._tools.get(name)
+        if tool is None or (allowed is not None and name not in allowed):
+            usable = [n for n in self._tools if allowed is None or n in allowed]
+            what = "Unknown tool" if tool is None else "Tool not available right now:"
+            return _error(f"{what} {name!r}. Tools you can call: {', '.join(usable) or 'none'}.")
+        try:
+            args = _parse_arguments(arguments)
+        except ToolError as e:
+            return _error(f"Invalid arguments for {name}: {e}")
+        problems = schema.check(tool.spec.parameters, args)
+        if problems:
+            return _error(f"Invalid arguments for {name}: {'; '.join(problems)}.")
+        kwargs = {k: v for k, v in args.items() if v is not None}
+        if tool.ctx_param:
+            kwargs[tool.ctx_param] = ctx
+        return await _run(tool, kwargs, ctx)
+
+
+async def _run(tool: _Tool, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    name = tool.spec.name
+    try:
+        text = await tool.fn(**kwargs)
+    except ToolError as e:
+        log.info("tool refused: tool=%s session=%s", name, ctx.session_id)
+        return _error(str(e))
+    except Exception as e:  # a task root for one tool call: the turn goes on
+        log.exception("tool crashed: tool=%s session=%s", name, ctx.session_id)
+        detail = str(e)
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        return _error(f"Tool {name} failed unexpectedly ({type(e).__name__}: {detail}).")
+    log.debug("tool ok: tool=%s session=%s chars=%s", name, ctx.session_id, len(text))
+    return ToolResult(text)
+
+
+def _parse_arguments(arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        if not arguments.strip():  # some providers send "" for a call without arguments
+            return {}
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as e:
+            raise ToolError(f"not valid JSON ({e.msg} at position {e.pos})") from None
+    if not isinstance(arguments, Mapping):
+        raise ToolError("expected a JSON object of named parameters")
+    return dict(arguments)
+
+
+def _hints(fn: ToolFunction) -> dict[str, Any]:
+    return {k: v for k, v in typing.get_type_hints(fn).items() if k != "return"}
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult(text, is_error=True)

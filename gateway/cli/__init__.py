@@ -1,0 +1,1 @@
+"""The `gateway` command (main): parses arguments, configures logging, maps errors to exit codes."""

@@ -1,0 +1,300 @@
+"""The configuration: `GATEWAY_HOME/config.yaml` → frozen dataclasses, validated once, passed down.
+
+Defaults live only in the field definitions below (docs/configuration.md is checked against them by a test).
+This is the only module that reads the environment; secrets are `Secret` strings, masked in repr.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gateway.config.yamlload import Secret, load_dataclass, read_yaml_file
+from gateway.errors import ConfigError
+from gateway.events import PLATFORMS
+
+__all__ = ["Config", "Secret", "default_home", "load_config"]
+
+Provider = Literal["anthropic", "openai"]
+ResetMode = Literal["idle", "daily", "both", "none"]
+PlatformName = Literal["telegram", "discord", "slack", "web", "cli", "cron"]
+ChatTypeName = Literal["dm", "group", "channel"]
+BusyPolicy = Literal["queue", "interrupt"]
+
+
+def _positive(**kw: object) -> dict[str, object]:
+    return {"positive": True, **kw}
+
+
+def _range(lo: float | None = None, hi: float | None = None) -> dict[str, object]:
+    return {"min": lo, "max": hi}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEndpoint:
+    """One model and how to reach it; `model.fallback` is one of these (a fallback has no fallback)."""
+
+    provider: Provider
+    name: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key: Secret | None = None
+    max_tokens: int = field(default=4096, metadata=_positive())
+    timeout_s: float = field(default=120.0, metadata=_positive())
+    max_retries: int = field(default=2, metadata=_range(0, 10))
+    context_window: int = field(default=200_000, metadata=_positive())
+    client: Literal["native", "sdk"] = "native"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig(ModelEndpoint):
+    fallback: ModelEndpoint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    max_iterations: int = field(default=20, metadata=_range(1, 200))
+    system_message: str | None = None
+    workdir: Path | None = None
+    tool_use_enforcement: bool | Literal["auto"] | tuple[str, ...] = "auto"
+    context_file_max_chars: int = field(default=20_000, metadata=_positive())
+    compress_at: float = field(default=0.8, metadata=_range(0.1, 1.0))
+    keep_recent: int = field(default=12, metadata=_range(2, 1000))
+    tools: tuple[str, ...] | None = None
+    turn_timeout_s: float = field(default=600.0, metadata=_positive())
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfig:
+    memory_char_limit: int = field(default=2200, metadata=_positive())
+    user_char_limit: int = field(default=1375, metadata=_positive())
+    flush_enabled: bool = True
+    flush_min_messages: int = field(default=4, metadata=_range(0, None))
+    flush_max_iterations: int = field(default=8, metadata=_range(1, 50))
+    flush_timeout_s: float = field(default=180.0, metadata=_positive())
+    flush_concurrency: int = field(default=2, metadata=_range(1, 32))
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOverride:
+    mode: ResetMode | None = None
+    idle_minutes: float | None = field(default=None, metadata=_positive())
+    at_hour: int | None = field(default=None, metadata=_range(0, 23))
+    notify: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResetConfig:
+    mode: ResetMode = "both"
+    idle_minutes: float = field(default=1440.0, metadata=_positive())
+    at_hour: int = field(default=4, metadata=_range(0, 23))
+    notify: bool = True
+    by_platform: dict[PlatformName, ResetOverride] = field(default_factory=dict)
+    by_chat_type: dict[ChatTypeName, ResetOverride] = field(default_factory=dict)
+
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsConfig:
+    group_per_user: bool = True
+    busy: BusyPolicy = "queue"
+    busy_by_platform: dict[PlatformName, BusyPolicy] = field(default_factory=dict)
+    queue_cap: int = field(default=32, metadata=_range(1, 10_000))
+    max_concurrent_turns: int = field(default=8, metadata=_range(1, 1000))
+    timezone: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.timezone is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"sessions.timezone: unknown time zone {self.timezone!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryConfig:
+    replay_max_age_minutes: float = field(default=60.0, metadata=_range(0, None))
+    offline_notice: str = "Sorry, I was offline when you sent this. Please send it again if it still matters."
+    dedupe_retention_hours: float = field(default=72.0, metadata=_positive())
+    max_send_attempts: int = field(default=6, metadata=_range(1, 100))
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCachingConfig:
+    enabled: bool = True
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformHintOverride:
+    """`{append: ...}`, `{replace: ...}`, both (replace, then append), or a bare string meaning append."""
+
+    append: str | None = None
+    replace: str | None = None
+
+    @classmethod
+    def from_yaml_scalar(cls, text: str) -> PlatformHintOverride:
+        return cls(append=text)
+
+    def __post_init__(self) -> None:
+        if self.append is None and self.replace is None:
+            raise ValueError("expected `append`, `replace` or both")
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = field(default=8765, metadata=_range(0, 65535))
+    auth_token: Secret | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramConfig:
+    token: Secret
+    api_server: str = "https://api.telegram.org"
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str | None = None
+    secret_token: Secret | None = None
+    listen_host: str = "127.0.0.1"
+    listen_port: int = field(default=8443, metadata=_range(0, 65535))
+    path: str = "/telegram/webhook"
+    allowed_users: tuple[str, ...] = ()
+    allowed_chats: tuple[str, ...] = ()
+    require_mention: bool = True
+    group_sessions_per_user: bool | None = None
+    answer_edited: bool = False
+    answer_channel_posts: bool = False
+    answer_bots: bool = False
+    polling_timeout: int = field(default=30, metadata=_range(0, 60))
+
+    def __post_init__(self) -> None:
+        if self.mode == "webhook" and not self.webhook_url:
+            raise ValueError("telegram.webhook_url is required when mode is webhook")
+
+
+@dataclass(frozen=True, slots=True)
+class DiscordConfig:
+    token: Secret
+    allowed_users: tuple[str, ...] = ()
+    allowed_guilds: tuple[str, ...] = ()
+    allowed_channels: tuple[str, ...] = ()
+    allowed_roles: tuple[str, ...] = ()
+    require_mention: bool = True
+    thread_replies: Literal["off", "auto"] = "off"
+    group_sessions_per_user: bool | None = None
+    command_sync: Literal["global", "guilds", "off"] = "global"
+    answer_bots: bool = False
+    max_lines: int | None = field(default=None, metadata=_positive())
+    api_base: str | None = None
+    gateway_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SlackConfig:
+    bot_token: Secret
+    app_token: Secret | None = None
+    signing_secret: Secret | None = None
+    mode: Literal["socket", "http"] = "socket"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = field(default=3000, metadata=_range(0, 65535))
+    path: str = "/slack/events"
+    api_url: str | None = None
+    allowed_users: tuple[str, ...] = ()
+    allowed_channels: tuple[str, ...] = ()
+    reply_in_thread: Literal["always", "when_threaded"] = "always"
+    require_mention: bool = True
+    group_sessions_per_user: bool | None = None
+    thread_history_limit: int = field(default=20, metadata=_range(0, 1000))
+    slash_command: str = "/agent"
+    liveness_minutes: float = field(default=5.0, metadata=_positive())
+    answer_bots: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode == "socket" and not self.app_token:
+            raise ValueError("slack.app_token is required when mode is socket (set SLACK_APP_TOKEN)")
+        if self.mode == "http" and not self.signing_secret:
+            raise ValueError("slack.signing_secret is required when mode is http (set SLACK_SIGNING_SECRET)")
+
+
+@dataclass(frozen=True, slots=True)
+class AccessConfig:
+    admins: tuple[str, ...] = ()
+    unknown_dm: Literal["ignore", "pair"] = "pair"
+    bot_loop_budget: int = field(default=5, metadata=_range(0, 10_000))
+    bot_loop_cooldown_s: float = field(default=300.0, metadata=_range(0, None))
+
+    def __post_init__(self) -> None:
+        for admin in self.admins:
+            platform, _, uid = admin.partition(":")
+            if platform not in PLATFORMS or not uid:
+                raise ValueError(f"access.admins: expected 'platform:user_id' (e.g. telegram:123); got {admin!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    drain_seconds: float = field(default=20.0, metadata=_range(0, 3600))
+    watchdog: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["auto", "human", "json"] = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    model: ModelConfig | None = None
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    session_reset: SessionResetConfig = field(default_factory=SessionResetConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
+    prompt_caching: PromptCachingConfig = field(default_factory=PromptCachingConfig)
+    platform_hints: dict[PlatformName, PlatformHintOverride] = field(default_factory=dict)
+    web: WebConfig = field(default_factory=WebConfig)
+    telegram: TelegramConfig | None = None
+    discord: DiscordConfig | None = None
+    slack: SlackConfig | None = None
+    access: AccessConfig = field(default_factory=AccessConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Not from the file: where it all lives. Set by load_config.
+    home: Path = field(default=Path("."), metadata={"internal": True})
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "state.db"
+
+
+def default_home(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    home = env.get("GATEWAY_HOME")
+    return Path(home).expanduser() if home else Path("~/.agent-gateway").expanduser()
+
+
+def load_config(home: Path, *, env: dict[str, str] | None = None, path: Path | None = None) -> Config:
+    """Read `home/config.yaml` (a missing file means all defaults); raise ConfigError(s) naming file:line: key."""
+    config_path = path or home / "config.yaml"
+    environ = dict(os.environ) if env is None else env
+    if not config_path.exists():
+        if path is not None:
+            raise ConfigError("file not found", file=str(config_path))
+        return Config(home=home)
+    node = read_yaml_file(config_path)
+    loaded: Config = load_dataclass(Config, node, file=str(config_path), env=environ)
+    return _with_home(loaded, home)
+
+
+def _with_home(cfg: Config, home: Path) -> Config:
+    from dataclasses import replace
+    return replace(cfg, home=home)
+
+
+def environ() -> dict[str, str]:
+    """The process environment, for the few places (model auto-detection) that legitimately need it."""
+    return dict(os.environ)

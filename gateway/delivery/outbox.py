@@ -1,0 +1,282 @@
+"""Durable outbound delivery: a reply is rendered and split once, every chunk is recorded, then sent in order.
+
+Each chunk's state lives in the `outbound` table, so a retry after an error or a restart sends exactly the
+chunks that were not sent yet. Per chat, chunks go out strictly in the order they were recorded: a chunk
+that cannot go now holds back everything after it in that chat (never in other chats) until a later round.
+Platform weather (429 retry_after, 5xx backoff, rejected markup) is handled here; limits in gateway/delivery/ratelimit.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import random
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from gateway.delivery.chunking import render_chunks
+from gateway.delivery.ratelimit import RateLimiter
+from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable
+from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
+from gateway.prompt.hints import PlatformFacts
+from gateway.store.database import Store
+from gateway.store.rows import OutboundRow
+from gateway.telemetry.metrics import Metrics, error_kind
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+ChatKey = tuple[str, str]  # (platform, chat_id): the unit of ordering
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter, bounded; `attempts` tries per round before a chunk waits for later."""
+
+    first: float = 0.5
+    factor: float = 2.0
+    maximum: float = 30.0
+    attempts: int = 6
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0, min(self.maximum, self.first * self.factor ** attempt))
+
+
+class _Outcome(enum.Enum):
+    SENT = "sent"
+    FAILED = "failed"  # will never be sent
+    LATER = "later"    # still pending: a later round (retry timer, adapter back up, restart) sends it
+
+
+def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts, *,
+                kind: OutboundKind, reply_to_id: str | None) -> list[dict[str, object]]:
+    """Split one reply into chunk rows for the outbound table (pure; the same input gives the same rows)."""
+    chunks: list[tuple[str, str, tuple[TextEntity, ...]]]
+    if facts.flavor == "markdown":
+        # The page renders the Markdown itself and never rejects it, so the plain fallback is never sent:
+        # rendering one (a markdown-it parse of the whole reply) would be work for nothing.
+        chunks = [(markdown, markdown, ())] if markdown.strip() else []
+    else:
+        rendered = render_chunks(markdown, facts.flavor, limit=facts.max_length,  # type: ignore[arg-type]
+                                 unit=facts.length_unit, max_lines=facts.max_lines)  # type: ignore[arg-type]
+        chunks = [(c.text, c.plain, c.entities) for c in rendered]
+    if not chunks:
+        chunks = [("(empty reply)", "(empty reply)", ())]
+    return [{
+        "turn_id": turn_id, "chunk_index": i, "chunk_count": len(chunks), "platform": chat.platform,
+        "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
+        "kind": kind.value, "text": text, "plain": plain, "reply_to_id": reply_to_id,
+        "entities": json.dumps([asdict(e) for e in entities]) if entities else None,
+    } for i, (text, plain, entities) in enumerate(chunks)]
+
+
+def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage:
+    entities = tuple(TextEntity(**e) for e in json.loads(row.entities)) if row.entities else ()
+    return OutboundMessage(chat=row_chat(row), text=row.text, plain=row.plain, entities=entities,
+                           reply_to_id=row.reply_to_id, kind=OutboundKind(row.kind), chunk_index=row.chunk_index,
+                           chunk_count=row.chunk_count, use_plain=use_plain, key=f"{row.id}@{row.created_at}")
+
+
+def row_chat(row: OutboundRow) -> ChatRef:
+    return ChatRef(row.platform, row.chat_type, row.chat_id, row.thread_id)  # type: ignore[arg-type]
+
+
+class Outbox:
+    """Records and sends replies. `available(platform)` is False while the supervisor knows an adapter is not
+    serving; its chunks then stay pending until `deliver_pending(platform)` runs when it is back."""
+
+    def __init__(self, store: Store, adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts], *,
+                 clock: Clock, sleep: Sleep = asyncio.sleep, backoff: Backoff = Backoff(),
+                 rng: random.Random | None = None, limiter: RateLimiter | None = None,
+                 available: Callable[[str], bool] | None = None, max_rounds: int = 10,
+                 max_rate_limited: int = 20, metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.adapters = adapters
+        self.facts = facts
+        self.clock = clock
+        self.sleep = sleep
+        self.backoff = backoff
+        self.rng = rng or random.Random()
+        self.limiter = limiter or RateLimiter(sleep=sleep)
+        self.available = available or (lambda platform: True)
+        self.max_rounds = max_rounds
+        self.max_rate_limited = max_rate_limited
+        self.metrics = metrics
+        self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._background: set[asyncio.Task[None]] = set()
+
+    def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
+                 reply_to_id: str | None = None) -> list[dict[str, object]]:
+        facts = self.facts.get(chat.platform) or self.facts["cli"]
+        return render_rows(turn_id, chat, markdown, facts, kind=kind, reply_to_id=reply_to_id)
+
+    async def post(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
+                   reply_to_id: str | None = None) -> list[str]:
+        """Record and send a message that is not part of a stored turn (notices, command answers)."""
+        rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
+        self.store.insert_outbound(rows, now=self.clock())
+        return await self.deliver(turn_id)
+
+    def post_soon(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
+                  reply_to_id: str | None = None) -> None:
+        """Record now, send in the background: for callers on a platform's ack path (Slack wants its ack within
+        3 s; a 429 pause must not hold it). Order is still per chat: every flush sends in recorded order."""
+        rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
+        self.store.insert_outbound(rows, now=self.clock())
+        self.deliver_soon(turn_id)
+
+    def deliver_soon(self, turn_id: str) -> None:
+        """Send an already recorded turn in the background (its rows stay pending for the retry round if it fails)."""
+        task = asyncio.get_running_loop().create_task(self._deliver_logged(turn_id), name=f"deliver:{turn_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def wait_background(self) -> None:
+        """Wait for the background sends started by `post_soon` / `deliver_soon` (tests and drain)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def cancel_background(self) -> None:
+        """Stop background sends (shutdown past the drain deadline); their chunks stay pending for the next boot."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def _deliver_logged(self, turn_id: str) -> None:
+        try:
+            await self.deliver(turn_id)
+        except Exception:
+            log.exception("delivering %s failed; it stays pending", turn_id)
+
+    async def deliver(self, turn_id: str) -> list[str]:
+        """Send the turn's unsent chunks (after any older unsent ones in its chat); returns the sent chunks' ids."""
+        key = self.store.outbound_chat(turn_id)
+        if key is None:
+            return []
+        await self._flush(key)
+        return [r.platform_message_id or "" for r in self.store.outbound_for_turn(turn_id) if r.status == "sent"]
+
+    async def deliver_chat(self, chat: ChatRef) -> int:
+        """Send the chat's unsent chunks in order (a turn that just recorded its reply: `deliver` without the
+        reads that find its chat and report its ids); returns how many went."""
+        return await self._flush((chat.platform, chat.chat_id))
+
+    async def deliver_pending(self, platform: str | None = None) -> int:
+        """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
+        chats: dict[ChatKey, None] = {}
+        for row in self.store.pending_outbound():
+            if (platform is None or row.platform == platform) and row.platform in self.adapters:
+                chats[(row.platform, row.chat_id)] = None
+        sent = await asyncio.gather(*(self._flush(key) for key in chats))
+        return sum(sent)
+
+    async def retry_pending(self, every: float) -> None:
+        """Run forever: a chunk left pending (platform down, retries exhausted) gets another round every `every` s."""
+        while True:
+            await self.sleep(every)
+            try:
+                await self.deliver_pending()
+            except Exception:
+                log.exception("retrying pending replies failed")
+
+    async def _flush(self, key: ChatKey) -> int:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        sent = 0
+        async with lock:
+            while (row := self._next_pending(key)) is not None:
+                outcome = await self._send_row(row)
+                if outcome is _Outcome.LATER:
+                    break  # what follows in this chat would overtake it
+                if outcome is _Outcome.FAILED:
+                    self._fail_rest_of_turn(row)
+                else:
+                    sent += 1
+        return sent
+
+    def _next_pending(self, key: ChatKey) -> OutboundRow | None:
+        # Re-read every time: a turn that finished meanwhile in this chat queues behind what is already here.
+        return self.store.next_pending_outbound(*key)
+
+    def _fail_rest_of_turn(self, failed: OutboundRow) -> None:
+        """A reply with a hole in the middle would mislead; the chunks after a failed one are not sent either."""
+        for row in self.store.outbound_for_turn(failed.turn_id):
+            if row.status == "pending" and row.chunk_index > failed.chunk_index:
+                self.store.mark_outbound(row.id, "failed", now=self.clock(),
+                                         error=f"not sent: chunk {failed.chunk_index} failed")
+
+    async def _send_row(self, row: OutboundRow) -> _Outcome:
+        adapter = self.adapters.get(row.platform)
+        if adapter is None or not self.available(row.platform):
+            log.info("%s is not serving; turn %s chunk %s stays pending", row.platform, row.turn_id, row.chunk_index)
+            return _Outcome.LATER
+        if row.attempts >= self.max_rounds:
+            log.warning("%s: giving up on turn %s chunk %s after %s rounds (last error: %s)", row.platform,
+                        row.turn_id, row.chunk_index, row.attempts, row.last_error)
+            self._mark(row, "failed", error=f"gave up after {row.attempts} rounds: {row.last_error}")
+            return _Outcome.FAILED
+        chat = row_chat(row)
+        use_plain = False
+        failures = rate_limited = 0
+        while True:
+            await self.limiter.acquire(chat)
+            try:
+                mid = await adapter.send(row_message(row, use_plain=use_plain))
+            except MarkupRejected as exc:
+                self._count_error(exc)
+                if use_plain:
+                    self._mark(row, "failed", error=f"plain text rejected too: {exc}")
+                    return _Outcome.FAILED
+                log.warning("%s rejected the markup of turn %s chunk %s (%s); resending it as plain text",
+                            row.platform, row.turn_id, row.chunk_index, exc)
+                use_plain = True
+                continue
+            except RateLimited as exc:
+                self._count_error(exc)
+                rate_limited += 1
+                scope = "the bot" if exc.is_global else f"chat {row.chat_id}"
+                log.info("%s: 429, pausing %s for %.3gs", row.platform, scope, exc.retry_after)
+                self.limiter.pause(chat, exc.retry_after, is_global=exc.is_global)
+                if rate_limited > self.max_rate_limited:
+                    self._mark(row, "pending", error=str(exc))
+                    return _Outcome.LATER
+                continue
+            except RecipientUnavailable as exc:
+                self._count_error(exc)
+                log.warning("%s: cannot deliver to chat %s: %s", row.platform, row.chat_id, exc)
+                self._mark(row, "failed", error=str(exc))
+                return _Outcome.FAILED
+            except Exception as exc:
+                failures += 1
+                known = isinstance(exc, AdapterError)
+                self._count_error(exc if known else "send_crash")
+                if failures >= self.backoff.attempts or not self.available(row.platform):
+                    log.warning("%s: turn %s chunk %s not sent (%s); kept for a later round", row.platform,
+                                row.turn_id, row.chunk_index, exc, exc_info=not known)
+                    self._mark(row, "pending", error=str(exc) or type(exc).__name__)
+                    return _Outcome.LATER
+                delay = self.backoff.delay(failures - 1, self.rng)
+                log.warning("%s send failed (%s); retry in %.2fs", row.platform, exc, delay, exc_info=not known)
+                await self.sleep(delay)
+                continue
+            self._mark(row, "sent", platform_message_id=mid)
+            return _Outcome.SENT
+
+    def _mark(self, row: OutboundRow, status: str, *, platform_message_id: str | None = None,
+              error: str | None = None) -> None:
+        self.store.mark_outbound(row.id, status, now=self.clock(), platform_message_id=platform_message_id,
+                                 error=error)
+        if self.metrics is not None and status == "sent":
+            self.metrics.message_out(row.platform, row.kind)
+        elif self.metrics is not None and status == "failed":
+            self.metrics.error("send_failed")
+
+    def _count_error(self, error: BaseException | str) -> None:
+        if self.metrics is not None:
+            self.metrics.error(error if isinstance(error, str) else error_kind(error))

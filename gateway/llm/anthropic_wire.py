@@ -1,0 +1,120 @@
+"""The Anthropic Messages wire: neutral history → request body (with cache breakpoints), JSON answer → LLMReply."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from gateway.errors import LLMUnavailable
+from gateway.llm.transport import make_transport
+from gateway.llm.types import ChatMessage, ClientKind, LLMReply, ToolCall, ToolDef, Usage, as_object, token_count
+
+
+# ------------------------------------------------------------------------------------------ Anthropic
+def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        blocks: list[dict[str, Any]] = []
+        if role == "tool":
+            role = "user"
+            blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m.get("content") or "",
+                           **({"is_error": True} if m.get("is_error") else {})})
+        else:
+            if (m.get("content") or "").strip():  # the API refuses a whitespace-only text block
+                blocks.append({"type": "text", "text": m["content"]})
+            for call in m.get("tool_calls") or ():
+                blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
+                               "input": _json_object(call.get("arguments"))})
+            if not blocks:
+                blocks.append({"type": "text", "text": "(empty)"})
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def add_cache_breakpoints(system: str, messages: list[dict[str, Any]], *, ttl: Literal["5m", "1h"]
+                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """"system_and_3": a breakpoint on the system prompt and on the last block of the last 3 messages.
+
+    Never mutates `messages`: only the marked messages are copied (a deep copy of the whole history cost more
+    than the rest of the request); at most 4 breakpoints (the API's limit).
+    """
+    marker: dict[str, Any] = {"type": "ephemeral"}
+    if ttl == "1h":
+        marker["ttl"] = "1h"
+    system_blocks = [{"type": "text", "text": system, "cache_control": dict(marker)}]
+    copied = list(messages)
+    for i in range(max(0, len(copied) - 3), len(copied)):
+        msg = copied[i]
+        if msg["content"]:
+            content = list(msg["content"])
+            content[-1] = {**content[-1], "cache_control": dict(marker)}
+            copied[i] = {**msg, "content": content}
+    return system_blocks, copied
+
+
+def _json_object(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class AnthropicClient:
+    provider = "anthropic"
+
+    def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
+                 max_retries: int, context_window: int, cache_ttl: Literal["5m", "1h"] = "5m",
+                 caching: bool = True, client: ClientKind = "native", env: Mapping[str, str] | None = None) -> None:
+        self.model = model
+        self.context_window = context_window
+        self.max_tokens = max_tokens
+        self.cache_ttl = cache_ttl
+        self.caching = caching
+        self._transport = make_transport("anthropic", client, model=model, api_key=api_key, base_url=base_url,
+                                         timeout_s=timeout_s, max_retries=max_retries, env=env)
+
+    def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                     max_tokens: int | None = None) -> dict[str, Any]:
+        wire = anthropic_messages(messages)
+        if self.caching:
+            system_blocks, wire = add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
+        else:
+            system_blocks = [{"type": "text", "text": system}]
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens or self.max_tokens,
+                                "system": system_blocks, "messages": wire}
+        if tools:
+            body["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                             for t in tools]
+        return body
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        return anthropic_reply(await self._transport.post(body), self.model)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+
+def anthropic_reply(data: Mapping[str, Any], model: str) -> LLMReply:
+    """An Anthropic Messages answer (JSON) → LLMReply; read leniently, as the SDKs do."""
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise LLMUnavailable(f"{model}: bad response (no content)")
+    blocks = [b for b in content if isinstance(b, dict)]
+    text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
+    calls = tuple(ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), json.dumps(b.get("input") or {}))
+                  for b in blocks if b.get("type") == "tool_use")
+    u = as_object(data.get("usage"))
+    usage = Usage(token_count(u, "input_tokens"), token_count(u, "output_tokens"), token_count(u, "cache_read_input_tokens"),
+                  token_count(u, "cache_creation_input_tokens"))
+    return LLMReply(text, calls, usage, model, "anthropic", str(data.get("stop_reason") or ""))

@@ -1,0 +1,127 @@
+"""Which model answers: the configured one, else auto-detected from the environment; its fallback; a stand-in
+when none is configured. The only place that turns `model:` config into a client."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+
+from gateway.config.settings import Config, ModelConfig, ModelEndpoint, Secret
+from gateway.errors import LLMNotConfigured, LLMTimeout, LLMUnavailable
+from gateway.llm.anthropic_wire import AnthropicClient
+from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.types import ChatMessage, LLMClient, LLMReply, ToolDef
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODELS = {
+    "ANTHROPIC_API_KEY": ("anthropic", "claude-sonnet-4-5", None),
+    "OPENAI_API_KEY": ("openai", "gpt-4.1-mini", None),
+    "OPENROUTER_API_KEY": ("openai", "anthropic/claude-sonnet-4.5", "https://openrouter.ai/api/v1"),
+}
+OLLAMA_URL = "http://127.0.0.1:11434"
+NOT_CONFIGURED = ("No model is configured. Set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, "
+                  "start Ollama on 127.0.0.1:11434, or add a `model:` section to config.yaml "
+                  "(see docs/configuration.md).")
+
+
+class FallbackClient:
+    """Try the primary model; when it still fails after its own retries, try the fallback once."""
+
+    def __init__(self, primary: LLMClient, fallback: LLMClient) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.provider = primary.provider
+        self.model = primary.model
+        self.context_window = min(primary.context_window, fallback.context_window)
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        try:
+            return await self.primary.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        except (LLMUnavailable, LLMTimeout) as exc:
+            log.warning("model %s failed (%s); trying fallback %s", self.primary.model, exc, self.fallback.model)
+            return await self.fallback.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+
+    async def close(self) -> None:
+        await self.primary.close()
+        await self.fallback.close()
+
+
+def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelConfig:
+    """The configured model, else the first API key found in the environment, else a local Ollama."""
+    if config.model is not None:
+        return config.model
+    for var, (provider, name, base_url) in DEFAULT_MODELS.items():
+        if env.get(var):
+            return ModelConfig(provider=provider, name=name, base_url=base_url, api_key_env=var)  # type: ignore[arg-type]
+    if probe_ollama:
+        local = _ollama_model()
+        if local:
+            return ModelConfig(provider="openai", name=local, base_url=f"{OLLAMA_URL}/v1", api_key=Secret("ollama"),
+                               context_window=32_768)
+    raise LLMNotConfigured(NOT_CONFIGURED)
+
+
+def _ollama_model() -> str | None:
+    try:
+        with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.5) as resp:
+            models = json.load(resp).get("models") or []
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return str(models[0]["name"]) if models else None
+
+
+def _api_key(m: ModelEndpoint, env: Mapping[str, str]) -> str:
+    if m.api_key:
+        return m.api_key.value
+    var = m.api_key_env or ("ANTHROPIC_API_KEY" if m.provider == "anthropic" else "OPENAI_API_KEY")
+    key = env.get(var)
+    if key:
+        return key
+    if m.base_url and ("127.0.0.1" in m.base_url or "localhost" in m.base_url):
+        return "local"  # local servers (Ollama, vLLM, llama.cpp) ignore the key but the SDKs want one
+    raise LLMNotConfigured(f"model {m.name}: no API key (set {var} or model.api_key)")
+
+
+def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLMClient:
+    key = _api_key(m, env)
+    # An unset base_url means the provider's public API, or the SDKs' own override variable when it is set.
+    base_url = m.base_url or env.get("ANTHROPIC_BASE_URL" if m.provider == "anthropic" else "OPENAI_BASE_URL") or None
+    if m.provider == "anthropic":
+        return AnthropicClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
+                               timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
+                               cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled,
+                               client=m.client, env=env)
+    return OpenAIClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
+                        timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
+                        client=m.client, env=env)
+
+
+def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:
+    model = resolve_model(config, env, probe_ollama=probe_ollama)
+    client = make_client(model, env, config)
+    if model.fallback is not None:
+        return FallbackClient(client, make_client(model.fallback, env, config))
+    return client
+
+
+class UnconfiguredLLM:
+    """Stands in when no model is configured, so the chat surfaces can say what to set instead of crashing."""
+
+    provider = "none"
+    model = "none"
+    context_window = 200_000
+
+    def __init__(self, reason: str = NOT_CONFIGURED) -> None:
+        self.reason = reason
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        raise LLMNotConfigured(self.reason)
+
+    async def close(self) -> None:
+        return None

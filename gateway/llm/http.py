@@ -1,0 +1,214 @@
+"""The gateway's own HTTP transport to a model API: one JSON POST per request, with the SDKs' retry policy.
+
+Why not the official SDKs by default: on this path they cost ~1.1 ms of CPU per request (typed transforms, a
+deep copy of the body, pydantic parsing, httpx) against ~0.2 ms for one aiohttp POST, and importing one costs
+~45 MB of RSS — together more than the gateway's whole budget per message and per process (bench/README.md).
+The two wires are small and stable, so the gateway speaks them itself over the aiohttp it already runs on;
+`model.client: sdk` (gateway/llm/sdk.py) keeps the vendor SDKs one setting away, and the tests run both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from gateway.errors import LLMError, LLMRejected, LLMTimeout, LLMUnavailable
+
+log = logging.getLogger(__name__)
+
+INITIAL_RETRY_DELAY_S = 0.5   # the SDKs' backoff: 0.5 s doubling to 8 s, minus up to 25 % jitter
+MAX_RETRY_DELAY_S = 8.0
+MAX_RETRY_AFTER_S = 60.0      # a longer Retry-After fails the request now, so the fallback model can answer
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+CONNECT_TIMEOUT_S = 10.0
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON; a lone surrogate (never valid UTF-8) is sent as its JSON escape instead of failing.
+
+    orjson, because the body (stored prompt + history + tools) is re-encoded for every model call: the stdlib
+    encoder took ~15 % of the daemon's CPU per message in bench/overhead.py."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # "str is not valid UTF-8: surrogates not allowed"
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def decode_answer(raw: bytes) -> Any:
+    """orjson first; the stdlib for what it refuses but JSON allows (a lone surrogate's \\u escape)."""
+    try:
+        return orjson.loads(raw)
+    except ValueError:  # orjson.JSONDecodeError is a ValueError
+        return json.loads(raw)
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTP(S)_PROXY, NO_PROXY), read once per transport.
+
+    aiohttp's `trust_env=True` would re-read the environment and ~/.netrc in a worker thread on every request,
+    ~0.5 ms of CPU each (bench/overhead.py); the endpoint never changes, so neither does its proxy.
+    """
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"  # "proxy.corp:3128", as curl and httpx read it
+
+
+def status_error(model: str, status: int, message: str) -> LLMError:
+    """429/5xx and lock/timeout statuses are worth another try (or the fallback); other 4xx are not."""
+    if status in RETRYABLE_STATUS or status >= 500:
+        return LLMUnavailable(f"{model}: HTTP {status}: {message}")
+    return LLMRejected(f"{model}: HTTP {status}: {message}")
+
+
+def error_message(raw: bytes) -> str:
+    """The provider's own sentence from an error body ({"error": {"message": ...}} on both wires)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])[:500]
+        if isinstance(err, str):
+            return err[:500]
+    text = raw.decode("utf-8", "replace").strip()
+    return text[:200] or "no body"
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """`retry-after-ms`, else `retry-after` in seconds or as an HTTP date; None when absent or unreadable."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - (time.time() if now is None else now)
+
+
+def should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    verdict = headers.get("x-should-retry")
+    if verdict in ("true", "false"):
+        return verdict == "true"
+    return status in RETRYABLE_STATUS or status >= 500
+
+
+def backoff_s(attempt: int, rng: Callable[[], float] = random.random) -> float:
+    """Delay before retry number `attempt` (0-based) when the server named none."""
+    return min(INITIAL_RETRY_DELAY_S * 2.0 ** min(attempt, 30), MAX_RETRY_DELAY_S) * (1 - 0.25 * rng())
+
+
+class HttpTransport:
+    """POSTs one JSON body to one endpoint and returns the decoded JSON answer, or raises an LLMError.
+
+    Retries like the SDKs do (connection errors, timeouts, 408/409/429/5xx, honouring `x-should-retry` and
+    `retry-after[-ms]`), `max_retries` times. The aiohttp session is made on first use, inside the running loop.
+    """
+
+    def __init__(self, *, url: str, headers: Mapping[str, str], model: str, timeout_s: float, max_retries: int,
+                 sleep: Sleep = asyncio.sleep) -> None:
+        self.url = url
+        self.model = model
+        self.max_retries = max_retries
+        self._headers = {"content-type": "application/json", "accept": "application/json", **headers}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
+        self._sleep = sleep
+        self._session: aiohttp.ClientSession | None = None
+        self._proxy: str | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # HTTPS_PROXY / NO_PROXY apply, as they do for the SDKs' httpx clients (see proxy_for).
+            self._proxy = proxy_for(self.url)
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def post(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        data = encode_body(body)
+        attempt = 0
+        while True:
+            try:
+                return await self._once(data)
+            except _Retry as retry:
+                if attempt >= self.max_retries:
+                    raise retry.error from retry.error.__cause__
+                delay = retry.delay if retry.delay is not None else backoff_s(attempt)
+                log.info("model %s: %s; retry %d of %d in %.2fs", self.model, retry.error, attempt + 1,
+                         self.max_retries, delay)
+                attempt += 1
+                await self._sleep(delay)
+
+    async def _once(self, data: bytes) -> dict[str, Any]:
+        try:
+            async with self._client().post(self.url, data=data, headers=self._headers, proxy=self._proxy) as resp:
+                raw = await resp.read()
+                status, headers = resp.status, resp.headers
+        except TimeoutError as exc:
+            raise _Retry(_chain(LLMTimeout(f"{self.model}: timed out"), exc)) from None
+        except aiohttp.ClientError as exc:
+            raise _Retry(_chain(LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})"), exc)
+                         ) from None
+        if status >= 400:
+            error = status_error(self.model, status, error_message(raw))
+            if not should_retry(status, headers):
+                raise error
+            wait = retry_after_s(headers)
+            if wait is not None and wait > MAX_RETRY_AFTER_S:
+                raise error  # the provider asks for minutes: do not hold the chat that long
+            raise _Retry(error, wait if wait is not None and wait > 0 else None)
+        try:
+            answer = decode_answer(raw)
+        except ValueError as exc:
+            raise LLMUnavailable(f"{self.model}: bad response (not JSON)") from exc
+        if not isinstance(answer, dict):
+            raise LLMUnavailable(f"{self.model}: bad response (not a JSON object)")
+        return answer
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class _Retry(Exception):
+    """A failed attempt that the retry policy may repeat; carries the error to raise when retries run out."""
+
+    def __init__(self, error: LLMError, delay: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.delay = delay
+
+
+def _chain(error: LLMError, cause: BaseException) -> LLMError:
+    error.__cause__ = cause
+    return error

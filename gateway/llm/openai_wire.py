@@ -1,0 +1,80 @@
+"""The OpenAI Chat Completions wire (OpenAI, OpenRouter, vLLM, Ollama…): history → request body, JSON → LLMReply."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.errors import LLMUnavailable
+from gateway.llm.transport import make_transport
+from gateway.llm.types import ChatMessage, ClientKind, LLMReply, ToolCall, ToolDef, Usage, as_object, token_count
+
+
+def openai_messages(system: str, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in messages:
+        if m["role"] == "tool":
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m.get("content") or ""})
+        elif m.get("tool_calls"):
+            out.append({"role": "assistant", "content": m.get("content") or None, "tool_calls": [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
+                for c in m["tool_calls"]]})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    return out
+
+
+class OpenAIClient:
+    provider = "openai"
+
+    def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
+                 max_retries: int, context_window: int, client: ClientKind = "native",
+                 env: Mapping[str, str] | None = None) -> None:
+        self.model = model
+        self.context_window = context_window
+        self.max_tokens = max_tokens
+        self._transport = make_transport("openai", client, model=model, api_key=api_key, base_url=base_url,
+                                         timeout_s=timeout_s, max_retries=max_retries, env=env)
+
+    def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                     max_tokens: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(system, messages),
+                                "max_tokens": max_tokens or self.max_tokens}
+        if tools:
+            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                               "parameters": dict(t.parameters)}} for t in tools]
+        return body
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply:
+        body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        return openai_reply(await self._transport.post(body), self.model)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+
+def openai_reply(data: Mapping[str, Any], model: str) -> LLMReply:
+    """An OpenAI Chat Completions answer (JSON) → LLMReply; read leniently, as the SDKs do."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise LLMUnavailable(f"{model}: response had no choices")
+    choice = choices[0]
+    msg = as_object(choice.get("message"))
+    calls = tuple(ToolCall(str(c.get("id") or ""), str(f.get("name") or ""), str(f.get("arguments") or "{}"))
+                  for c in (msg.get("tool_calls") or ()) if isinstance(c, dict)
+                  and isinstance(f := c.get("function"), dict))
+    u = as_object(data.get("usage"))
+    cached = token_count(as_object(u.get("prompt_tokens_details")), "cached_tokens")
+    usage = Usage(max(0, token_count(u, "prompt_tokens") - cached), token_count(u, "completion_tokens"), cached, 0)
+    return LLMReply(_openai_text(msg.get("content")), calls, usage, str(data.get("model") or model), "openai",
+                    str(choice.get("finish_reason") or ""))
+
+
+def _openai_text(content: Any) -> str:
+    """A string, or (some compatible servers, e.g. reasoning models) a list of parts: their text joined."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content
+                       if isinstance(p, dict) and p.get("type", "text") == "text")
+    return str(content or "")

@@ -1,0 +1,82 @@
+"""The model-facing vocabulary: neutral chat messages, tool calls, replies, token usage and the client seams.
+
+Everything that talks to a model, or stores what it said, shares these shapes; nothing here sends a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+ChatMessage = dict[str, Any]  # {"role", "content", "tool_calls"?: [{"id","name","arguments"}], "tool_call_id"?}
+ClientKind = Literal["native", "sdk"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it (may be invalid; the tool layer reports that)
+
+
+class ToolDef(Protocol):
+    """What a client needs of a tool: gateway/agent/tools/registry.py's ToolSpec satisfies it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.cache_read_tokens + other.cache_read_tokens,
+                     self.cache_write_tokens + other.cache_write_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class LLMReply:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    model: str
+    provider: str
+    stop_reason: str = ""
+
+
+class LLMClient(Protocol):
+    provider: str
+    model: str
+    context_window: int
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None) -> LLMReply: ...
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Sends one request body of a wire and returns the JSON answer (gateway/llm/http.py, gateway/llm/sdk.py)."""
+
+    async def post(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+def as_object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def token_count(usage: Mapping[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) else 0

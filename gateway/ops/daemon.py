@@ -1,0 +1,354 @@
+"""The composition root and the daemon's lifecycle: build every object once, start, serve, drain, close.
+
+Nothing else constructs the object graph; tests build it through `build_gateway` with their fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from gateway.access.gate import AccessGate
+from gateway.access.pairing import PairingBook, load_key
+from gateway.agent.loop import Agent
+from gateway.agent.tools.catalog import build_registry
+from gateway.agent.tools.registry import ToolRegistry
+from gateway.config.settings import Config
+from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.ratelimit import RateLimiter
+from gateway.errors import ConfigError, LLMNotConfigured
+from gateway.events import Adapter, AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
+from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.skills import SkillLibrary
+from gateway.llm.factory import UnconfiguredLLM, build_llm
+from gateway.llm.types import LLMClient
+from gateway.ops.notify import Notifier
+from gateway.ops.status import Ops
+from gateway.ops.supervisor import Supervisor, Watchdog
+from gateway.prompt.hints import PlatformFacts, load_platform_facts
+from gateway.prompt.inputs import PromptAssembler
+from gateway.sessions.catchup import CatchUps
+from gateway.sessions.commands import Commands
+from gateway.sessions.compression import AgentFlush, Compressor
+from gateway.sessions.flush import Flusher
+from gateway.sessions.lifecycle import Policies
+from gateway.sessions.manager import SessionManager, session_key
+from gateway.sessions.timers import Lifecycle
+from gateway.store.database import Store
+from gateway.store.rows import utcnow
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+RETRY_PENDING_EVERY_S = 30.0  # a reply left pending (platform down, retries used up) gets another round
+PRUNE_INBOUND_EVERY_S = 3600.0
+CHECKPOINT_EVERY_S = 2.0  # WAL checkpoints in a thread; inside a turn's commit they were the p99 of a reply
+RESTART_EXIT_CODE = 75  # EX_TEMPFAIL: the unit's RestartForceExitStatus
+
+
+@dataclass
+class Gateway:
+    """The assembled object graph."""
+
+    config: Config
+    store: Store
+    llm: LLMClient
+    tools: ToolRegistry
+    memory: MemoryStore
+    skills: SkillLibrary
+    facts: Mapping[str, PlatformFacts]
+    prompts: PromptAssembler
+    agent: Agent
+    outbox: Outbox
+    sessions: SessionManager
+    adapters: dict[str, Adapter]
+    clock: Clock
+    web_app: web.Application | None = None
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+    lifecycle: Lifecycle | None = None
+    supervisor: Supervisor | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+
+
+def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
+                  llm: LLMClient | None = None, clock: Clock = utcnow, probe_ollama: bool = True,
+                  sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic) -> Gateway:
+    config.home.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db_path)
+    metrics = Metrics()
+    if llm is None:
+        try:
+            llm = build_llm(config, env, probe_ollama=probe_ollama)
+        except LLMNotConfigured as exc:
+            log.warning("%s", exc)
+            llm = UnconfiguredLLM(str(exc))
+    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit)
+    skills = SkillLibrary(config.home)
+    try:
+        tools = build_registry(config.home, enabled=config.agent.tools, memory=memory, skills=skills)
+    except ValueError as exc:
+        raise ConfigError(str(exc), file=str(config.home / "config.yaml"), key="agent.tools") from None
+    facts = load_platform_facts()
+    if config.discord is not None and config.discord.max_lines:  # the user's line cap beats the shipped one
+        facts = {**facts, "discord": replace(facts["discord"], max_lines=config.discord.max_lines)}
+    prompts = PromptAssembler(config, facts, memory, skills)
+    agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
+    by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
+    supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
+    outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
+                    limiter=RateLimiter(clock=monotonic, sleep=sleep),
+                    backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
+    gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
+    compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
+                            flush=AgentFlush(agent=agent, store=store, config=config, tool_names=tools.names(),
+                                             read_memory=memory.read, clock=clock))
+    policies = Policies(config.session_reset, config.sessions.timezone)
+    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tool_names=tools.names(),
+                      home=config.home, db_path=config.db_path, clock=clock)
+    lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
+    sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
+                              hooks=lifecycle, commands=Commands(policies=policies, clock=clock),
+                              adapters=by_platform, clock=clock, tool_names=tools.names(), gate=gate,
+                              compressor=compressor, metrics=metrics)
+    lifecycle.attach(sessions)
+    return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
+                   prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
+                   clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics)
+
+
+def _watchdogs(config: Config) -> dict[str, Watchdog]:
+    """Per-platform inbound-liveness windows (only adapters that can `ping` are watched)."""
+    found: dict[str, Watchdog] = {}
+    if config.slack is not None:  # Socket Mode is known to go silent while "connected"
+        found["slack"] = Watchdog(silence=config.slack.liveness_minutes * 60)
+    return found
+
+
+def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.monotonic) -> list[Adapter]:
+    """The adapters the config asks for; the web chat is always there unless disabled.
+
+    `monotonic` must be the gateway's own clock: an adapter that holds sends back (Telegram's flood waits) and
+    the outbox that schedules them have to agree on when a wait is over."""
+    found: list[Adapter] = []
+    if config.web.enabled:
+        from adapters.webchat import WebChatAdapter
+        token = config.web.auth_token.value if config.web.auth_token else None
+        found.append(WebChatAdapter(auth_token=token))
+    if config.telegram is not None:
+        from adapters.telegram.adapter import TelegramAdapter
+        found.append(TelegramAdapter(config.telegram, clock=monotonic))
+    if config.discord is not None:
+        from adapters.discord.adapter import DiscordAdapter
+        found.append(DiscordAdapter(config.discord))
+    if config.slack is not None:
+        from adapters.slack.adapter import SlackAdapter
+        found.append(SlackAdapter(config.slack))
+    return found
+
+
+def check_web_binding(config: Config) -> None:
+    """The web chat is open to whoever reaches it, so off-loopback it needs a token."""
+    host = config.web.host
+    if not config.web.enabled or config.web.auth_token:
+        return
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(f"web.host is {host!r}, which is not a loopback address; set web.auth_token "
+                          "(e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}) or bind to 127.0.0.1",
+                          file=str(config.home / "config.yaml"), key="web.auth_token")
+
+
+class Daemon:
+    """start → serve → drain with a deadline → close. Signal handlers only set the stop event.
+
+    systemd hears READY=1 once the store is open and the adapters are starting, WATCHDOG=1 from this event loop,
+    STOPPING=1 when the drain begins. SIGHUP drains too, then `exit_code` asks for a restart (75).
+    """
+
+    def __init__(self, gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None) -> None:
+        self.gw = gateway
+        self.install_signals = install_signals
+        self.stop_event = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.web_port: int | None = None
+        self._signals = 0
+        self.exit_code = 0
+        self.notifier = notifier or Notifier()
+        token = gateway.config.web.auth_token
+        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health,
+                       auth_token=token.value if token else None)
+        self._keepalive: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        gw = self.gw
+        check_web_binding(gw.config)
+        if self.install_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal)
+            loop.add_signal_handler(signal.SIGHUP, self._on_restart)
+        if gw.config.web.enabled:
+            await self._start_web()
+        supervisor = gw.supervisor or Supervisor(gw.adapters, clock=gw.clock)
+        gw.supervisor = supervisor
+        supervisor.hold()  # until its adapter is up, a platform's replies stay recorded as pending
+        if gw.lifecycle is not None:
+            await gw.lifecycle.start()
+        # Replay queues the stored messages before any adapter can hand in a newer one, so per chat order holds.
+        resumed, expired = await gw.sessions.replay()
+        if resumed or expired:
+            log.info("replay: %s messages resumed, %s answered with the offline note", resumed, expired)
+        # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
+        self._ready()
+        # Platforms that never redeliver (Discord) fetch what they missed once each connection is up.
+        catchups = CatchUps(gw.store, gw.adapters, health=lambda p: supervisor.health().get(p), clock=gw.clock)
+
+        async def on_up(platform: str) -> None:
+            await asyncio.gather(gw.outbox.deliver_pending(platform), catchups.after_up(platform))
+        await supervisor.start(catchups.watch(self._metered(gw.sessions.submit)), on_up=on_up)
+        loop = asyncio.get_running_loop()
+        gw.background.append(loop.create_task(gw.outbox.retry_pending(RETRY_PENDING_EVERY_S), name="retry-pending"))
+        gw.background.append(loop.create_task(self._prune_inbound(), name="prune-inbound"))
+        gw.store.checkpoint_off_loop()
+        gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))
+
+    async def _checkpoint(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_EVERY_S)
+            try:
+                await asyncio.to_thread(self.gw.store.checkpoint)
+            except Exception:
+                log.exception("WAL checkpoint failed")
+
+    async def _prune_inbound(self) -> None:
+        """Dedupe remembers a message id for `delivery.dedupe_retention_hours`; older answered rows go."""
+        keep = timedelta(hours=self.gw.config.delivery.dedupe_retention_hours)
+        while True:
+            try:
+                pruned = self.gw.store.prune_inbound(self.gw.clock() - keep)
+                if pruned:
+                    log.info("pruned %s inbound rows older than %s", pruned, keep)
+            except Exception:
+                log.exception("pruning inbound rows failed")
+            await asyncio.sleep(PRUNE_INBOUND_EVERY_S)
+
+    def _ready(self) -> None:
+        self.notifier.ready(self.ops.status_line())
+        if self.notifier.enabled:
+            self._keepalive = asyncio.get_running_loop().create_task(
+                self.notifier.keepalive(self.ops.status_line), name="sd-notify")
+
+    def _health(self) -> dict[str, AdapterHealth]:
+        return self.gw.supervisor.health() if self.gw.supervisor is not None else {}
+
+    def _metered(self, submit: Submit) -> Submit:
+        """Count every message an adapter hands in, by platform and what became of it."""
+        metrics = self.gw.metrics
+
+        async def submit_counted(inbound: Inbound) -> SubmitResult:
+            try:
+                result = await submit(inbound)
+            except Exception:
+                metrics.message_in(inbound.chat.platform, "error")
+                raise
+            metrics.message_in(inbound.chat.platform, result.outcome.value)
+            return result
+        return submit_counted
+
+    async def _start_web(self) -> None:
+        app = self.gw.web_app or web.Application()
+        self.gw.web_app = app
+        web_adapter = self.gw.adapters.get("web")
+        if web_adapter is not None and hasattr(web_adapter, "attach"):
+            web_adapter.attach(app, history=self._web_history)
+        self.ops.attach(app)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.gw.config.web.host, self.gw.config.web.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)  # aiohttp keeps the bound socket on its private server
+        self.web_port = sockets[0].getsockname()[1] if sockets else None
+        log.info("web chat at http://%s:%s", self.gw.config.web.host, self.web_port)
+
+    def _web_history(self, client: str, limit: int = 100) -> list[tuple[str, str]]:
+        """What a reloaded web chat tab shows: the person's and the agent's words in the current session."""
+        key = session_key(ChatRef("web", "dm", client), client, group_per_user=True)
+        session = self.gw.store.active_session(key)
+        if session is None:
+            return []
+        rows = self.gw.store.history(session.id, kinds=("chat",))
+        said = [(r.role, r.content) for r in rows if r.role in ("user", "assistant") and r.content.strip()]
+        return said[-limit:]
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal: stopping now")
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+        self.stop_event.set()
+
+    def _on_restart(self) -> None:
+        log.info("SIGHUP: draining, then exiting %s so the service manager starts a fresh process",
+                 RESTART_EXIT_CODE)
+        self.exit_code = RESTART_EXIT_CODE
+        self.stop_event.set()
+
+    async def serve(self) -> None:
+        await self.stop_event.wait()
+
+    async def stop(self) -> None:
+        gw = self.gw
+        self.ops.draining = True
+        self.notifier.stopping(self.ops.status_line())
+        gw.sessions.stop_accepting()
+        deadline = gw.config.daemon.drain_seconds
+        started = asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(gw.sessions.wait_idle(), deadline)
+        except TimeoutError:
+            log.warning("drain deadline (%ss) passed; unfinished turns stay stored for replay", deadline)
+            await gw.sessions.cancel_all()
+        if gw.lifecycle is not None:  # flushes get what is left of the drain deadline; the rest stay pending
+            left = deadline - (asyncio.get_running_loop().time() - started)
+            await gw.lifecycle.stop(max(left, 0.0))
+        await gw.outbox.cancel_background()  # only what the drain left running; those chunks stay pending
+        if gw.supervisor is not None:
+            await gw.supervisor.stop()  # stops every adapter; one failing to stop does not block the rest
+        for task in gw.background:
+            task.cancel()
+        await asyncio.gather(*gw.background, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await gw.llm.close()
+        if self._keepalive is not None:  # the watchdog keeps being fed through the whole drain
+            self._keepalive.cancel()
+            await asyncio.gather(self._keepalive, return_exceptions=True)
+        gw.store.close()
+        self.notifier.close()
+
+
+async def run_daemon(gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None) -> int:
+    """Run until a signal; returns the exit code (0 after a clean drain, 75 when a restart was asked for)."""
+    daemon = Daemon(gateway, install_signals=install_signals, notifier=notifier)
+    try:
+        await daemon.start()
+        await daemon.serve()
+    finally:
+        await daemon.stop()
+    return daemon.exit_code

@@ -1,0 +1,262 @@
+"""Operations routes on the web listener: `/healthz`, `/readyz`, `/metrics`, and `/status` (loopback only).
+
+It reads the daemon's state (store, supervisor, metrics) and never changes it. `/status` is the data behind
+`gateway status`; the same snapshot gives systemd its one-line `STATUS=`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from aiohttp import web
+
+from gateway.errors import StoreError
+from gateway.events import AdapterHealth
+from gateway.store.database import Store
+from gateway.store.rows import iso
+from gateway.telemetry.metrics import TOKEN_KINDS, Metrics, State, cache_hit_ratio
+
+Health = Callable[[], Mapping[str, AdapterHealth]]
+
+
+def package_version() -> str:
+    try:
+        return version("agent-gateway")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class UsageTally:
+    """Token and call totals from the `llm_calls` log, read incrementally (only rows newer than the last read)."""
+
+    last_id: int = 0
+    tokens: dict[tuple[str, str], int] = field(default_factory=dict)
+    calls: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def update(self, store: Store) -> None:
+        rows = store.all("SELECT id, model, purpose, input_tokens, output_tokens, cache_read_tokens,"
+                         " cache_write_tokens FROM llm_calls WHERE id > ? ORDER BY id", (self.last_id,))
+        for row in rows:
+            model = row["model"]
+            self.calls[(model, row["purpose"])] = self.calls.get((model, row["purpose"]), 0) + 1
+            for kind in TOKEN_KINDS:
+                column = f"{kind}_tokens"
+                self.tokens[(model, kind)] = self.tokens.get((model, kind), 0) + int(row[column] or 0)
+            self.last_id = row["id"]
+
+
+class Ops:
+    """The daemon's read-only view for probes, scrapes and `gateway status`."""
+
+    def __init__(self, *, store: Store, metrics: Metrics, health: Health, auth_token: str | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.health = health
+        self.auth_token = auth_token
+        self.wall = wall
+        self.started_at = wall()
+        self.draining = False
+        self.tally = UsageTally()
+        metrics.watch(self.state)
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> State:
+        self.tally.update(self.store)
+        inbound = self._counts("SELECT status, COUNT(*) FROM inbound WHERE status IN ('pending', 'running')"
+                               " GROUP BY status")
+        flush = self._counts("SELECT flush_state, COUNT(*) FROM sessions WHERE flush_state IS NOT NULL"
+                             " GROUP BY flush_state")
+        outbound = self.store.one("SELECT COUNT(*) FROM outbound WHERE status = 'pending'")
+        active = self.store.one("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
+        return State(adapters=dict(self.health()), tokens=dict(self.tally.tokens), llm_calls=dict(self.tally.calls),
+                     flushes={k: v for k, v in flush.items() if k in ("done", "nothing", "failed")},
+                     flush_backlog={k: v for k, v in flush.items() if k in ("pending", "running")},
+                     queued=inbound.get("pending", 0), turns_running=inbound.get("running", 0),
+                     outbound_pending=int(outbound[0]) if outbound else 0,
+                     sessions_active=int(active[0]) if active else 0, draining=self.draining,
+                     started_at=self.started_at)
+
+    def _counts(self, sql: str) -> dict[str, int]:
+        return {str(row[0]): int(row[1]) for row in self.store.all(sql)}
+
+    def store_ok(self) -> bool:
+        try:
+            self.store.one("SELECT 1")
+        except StoreError:
+            return False
+        return True
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready = the store answers, the daemon is not draining, and every adapter is running."""
+        store = self.store_ok()
+        adapters = {name: h.state for name, h in sorted(self.health().items())}
+        ready = store and not self.draining and all(state == "running" for state in adapters.values())
+        return ready, {"ready": ready, "store": "ok" if store else "unavailable", "draining": self.draining,
+                       "adapters": adapters}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything `gateway status` prints, as JSON-ready data."""
+        state = self.state()
+        ready, _ = self.readiness()
+        models = sorted({m for m, _ in state.tokens})
+        return {
+            "version": package_version(), "pid": os.getpid(), "started_at": state.started_at,
+            "uptime_s": round(self.wall() - state.started_at, 1), "ready": ready, "draining": state.draining,
+            "adapters": {name: _health_json(h) for name, h in sorted(state.adapters.items())},
+            "sessions_active": state.sessions_active, "queued": state.queued,
+            "turns_running": state.turns_running, "outbound_pending": state.outbound_pending,
+            "flush": {"pending": state.flush_backlog.get("pending", 0),
+                      "running": state.flush_backlog.get("running", 0),
+                      **{k: state.flushes.get(k, 0) for k in ("done", "nothing", "failed")}},
+            "cache_hit_ratio": cache_hit_ratio(state.tokens),
+            "models": {m: {"cache_hit_ratio": cache_hit_ratio(state.tokens, m),
+                           **{k: state.tokens.get((m, k), 0) for k in TOKEN_KINDS}} for m in models},
+        }
+
+    def status_line(self) -> str:
+        """The one line systemd shows in `systemctl status` (STATUS=)."""
+        health = self.health()
+        parts = [f"{name} {h.state}" for name, h in sorted(health.items())] or ["no adapters"]
+        line = ", ".join(parts)
+        try:
+            state = self.state()
+        except StoreError:
+            return f"{line}; store unavailable"
+        ratio = cache_hit_ratio(state.tokens)
+        cache = f"; cache {ratio:.0%}" if ratio is not None else ""
+        drain = "draining; " if self.draining else ""
+        return (f"{drain}{line}; {state.sessions_active} sessions; queue {state.queued}; "
+                f"{state.turns_running} running{cache}")
+
+    # ------------------------------------------------------------------ routes
+    def attach(self, app: web.Application) -> None:
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "draining": self.draining})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ready, body = self.readiness()
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not (is_local(request) or self._token_ok(request)):
+            return web.Response(status=401, text="metrics from off-host need the web.auth_token (Bearer)\n")
+        body, content_type = self.metrics.render()
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = content_type
+        return resp
+
+    async def _status(self, request: web.Request) -> web.Response:
+        if not is_local(request):
+            return web.json_response({"error": "/status is served to loopback clients only"}, status=403)
+        return web.json_response(self.snapshot())
+
+    def _token_ok(self, request: web.Request) -> bool:
+        if not self.auth_token:
+            return False
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return bool(given) and hmac.compare_digest(given.encode(), self.auth_token.encode())
+
+
+def is_local(request: web.Request) -> bool:
+    """A loopback peer that is not a reverse proxy relaying someone else (X-Forwarded-For / Forwarded)."""
+    if "X-Forwarded-For" in request.headers or "Forwarded" in request.headers:
+        return False
+    try:
+        return ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def connect_host(host: str) -> str:
+    """Where a local client connects to reach a listener bound to `host` (wildcards mean loopback)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _health_json(health: AdapterHealth) -> dict[str, Any]:
+    data = asdict(health)
+    for key in ("connected_since", "last_inbound_at"):
+        data[key] = iso(data[key])
+    data["extra"] = dict(health.extra)
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- the client side
+def fetch_status(host: str, port: int, *, timeout: float = 5.0) -> dict[str, Any]:
+    """GET /status from the daemon on this machine (raises OSError when nothing answers)."""
+    url = f"http://{connect_host(host)}:{port}/status"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data: dict[str, Any] = json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise OSError(f"HTTP {exc.code} from {url}") from None
+    except (urllib.error.URLError, ValueError) as exc:
+        raise OSError(str(getattr(exc, "reason", exc))) from None
+    return data
+
+
+def render_status(data: Mapping[str, Any]) -> str:
+    """The human view of `/status`."""
+    state = "draining" if data.get("draining") else ("ready" if data.get("ready") else "not ready")
+    lines = [(f"agent-gateway {data.get('version')} · pid {data.get('pid')} · up {_duration(data.get('uptime_s'))}"
+             f" · {state}"), "adapters:"]
+    adapters: Mapping[str, Mapping[str, Any]] = data.get("adapters") or {}
+    for name, h in adapters.items():
+        bits = [f"  {name:<9} {h.get('state', '?'):<8}"]
+        if h.get("connected_since"):
+            bits.append(f"since {h['connected_since']}")
+        if h.get("last_inbound_at"):
+            bits.append(f"last message {h['last_inbound_at']}")
+        if h.get("restarts"):
+            bits.append(f"restarts {h['restarts']}")
+        if h.get("last_error"):
+            bits.append(f"last error: {h['last_error']}")
+        lines.append(" · ".join([bits[0].rstrip(), *bits[1:]]) if len(bits) > 1 else bits[0].rstrip())
+    if not adapters:
+        lines.append("  (none)")
+    lines.append(f"sessions: {data.get('sessions_active', 0)} active · turns: {data.get('turns_running', 0)} running,"
+                 f" {data.get('queued', 0)} queued · replies pending: {data.get('outbound_pending', 0)}")
+    ratio = data.get("cache_hit_ratio")
+    cache = f"{ratio:.0%}" if isinstance(ratio, (int, float)) else "no calls yet"
+    per_model = ", ".join(f"{m} {v['cache_hit_ratio']:.0%}" for m, v in (data.get("models") or {}).items()
+                          if isinstance(v.get("cache_hit_ratio"), (int, float)))
+    lines.append(f"prompt cache hit ratio: {cache}{f' ({per_model})' if per_model else ''}")
+    flush = data.get("flush") or {}
+    lines.append(f"flush backlog: {flush.get('pending', 0)} pending, {flush.get('running', 0)} running"
+                 f" · done {flush.get('done', 0)}, nothing {flush.get('nothing', 0)}, failed {flush.get('failed', 0)}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: Any) -> str:
+    try:
+        total = int(float(seconds))
+    except (TypeError, ValueError):
+        return "?"
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"

@@ -1,0 +1,56 @@
+"""Gathers a new session's prompt inputs (files, memory snapshot, skills index, hint) for the pure builder.
+
+This is the only impure step of prompt building; `gateway/prompt/builder.py` stays a function of what this reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import date
+from pathlib import Path
+
+from gateway.config.settings import Config
+from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.skills import SkillLibrary
+from gateway.prompt.builder import BuiltPrompt, PromptInputs, build_prompt, find_context_file, load_soul
+from gateway.prompt.hints import HintOverride, PlatformFacts, resolve_hint
+
+
+class PromptAssembler:
+    def __init__(self, config: Config, facts: Mapping[str, PlatformFacts], memory: MemoryStore,
+                 skills: SkillLibrary) -> None:
+        self.config = config
+        self.facts = facts
+        self.memory = memory
+        self.skills = skills
+
+    def inputs(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
+               today: date) -> PromptInputs:
+        cfg = self.config
+        facts = self.facts.get(platform) or self.facts["cli"]
+        override = cfg.platform_hints.get(platform)  # type: ignore[call-overload]
+        hint = resolve_hint(facts, HintOverride(append=override.append, replace=override.replace)
+                            if override is not None else None)
+        workdir = cfg.agent.workdir
+        has_skills = any(n.startswith("skill") for n in tool_names)
+        skills = tuple(self.skills.index()) if has_skills else ()
+        return PromptInputs(
+            platform=platform, chat_type=chat_type, model_name=model, provider=provider,
+            tool_names=tuple(tool_names), today=today, soul=load_soul(cfg.home),
+            context_file=find_context_file(Path(workdir)) if workdir is not None else None,
+            system_message=cfg.agent.system_message,
+            memory_text=self.memory.read("memory") if "memory" in tool_names else "",
+            memory_limit=cfg.memory.memory_char_limit,
+            user_text=self.memory.read("user") if "memory" in tool_names else "",
+            user_limit=cfg.memory.user_char_limit,
+            skills_index=skills, platform_hint=hint,
+            tool_use_enforcement=cfg.agent.tool_use_enforcement,
+            context_file_max_chars=cfg.agent.context_file_max_chars)
+
+    def build_full(self, **kwargs: object) -> BuiltPrompt:
+        return build_prompt(self.inputs(**kwargs))  # type: ignore[arg-type]
+
+    def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
+              today: date) -> str:
+        return self.build_full(platform=platform, chat_type=chat_type, model=model, provider=provider,
+                               tool_names=tool_names, today=today).text

@@ -1,0 +1,83 @@
+"""A session's stored system prompt: built once, reused byte for byte (the provider's cached prefix), rebuilt only
+on a model change or after compression; and the compression check before a turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from typing import Protocol
+
+from gateway.agent.loop import Agent
+from gateway.llm.types import ChatMessage, ToolDef
+from gateway.store.database import Store
+from gateway.store.rows import MessageRow, SessionRow, parse_iso
+from gateway.store.transcript import session_history
+
+log = logging.getLogger("gateway.sessions.manager")  # one logger for the session manager, whichever module speaks
+
+
+class PromptSource(Protocol):
+    """Builds a new session's system prompt (gateway/prompting.py); called once per session."""
+
+    def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
+              today: date) -> str: ...
+
+
+class ContextCompressor(Protocol):
+    """gateway/sessions/compression.py's Compressor, as the turn sees it (a protocol keeps this module below it)."""
+
+    def over_limit(self, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef]) -> bool: ...
+
+    async def compress(self, session: SessionRow, prompt: str, rows: Sequence[MessageRow]) -> bool: ...
+
+
+class SessionPrompt:
+    def __init__(self, *, store: Store, agent: Agent, prompts: PromptSource, clock: Callable[[], datetime],
+                 tool_names: Sequence[str], compressor: ContextCompressor | None = None) -> None:
+        self.store = store
+        self.agent = agent
+        self.prompts = prompts
+        self.clock = clock
+        self.tool_names = tuple(tool_names)
+        self.compressor = compressor
+
+    def ensure(self, session: SessionRow) -> str:
+        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change."""
+        llm = self.agent.llm
+        if session.system_prompt is not None and session.model == llm.model:
+            return session.system_prompt
+        reason = None if session.system_prompt is None else "model_change"
+        text = self._build_and_store(session, reason)
+        if reason:
+            log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
+                     llm.model)
+        return text
+
+    def rebuild(self, session: SessionRow, *, reason: str) -> str:
+        """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
+        text = self._build_and_store(session, reason)
+        log.info("prompt rebuilt session=%s reason=%s", session.id, reason)
+        return text
+
+    def _build_and_store(self, session: SessionRow, reason: str | None) -> str:
+        llm = self.agent.llm
+        started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
+        text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
+                                  provider=llm.provider, tool_names=self.tool_names, today=started.date())
+        self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
+                                provider=llm.provider)
+        return text
+
+    async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
+                                 user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
+        """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
+        compressor = self.compressor
+        specs = self.agent.tools.specs(self.tool_names)
+        if compressor is None or not compressor.over_limit(prompt, [*history, user_msg], specs):
+            return prompt, history
+        if not await compressor.compress(session, prompt, self.store.history(session.id)):
+            return prompt, history
+        prompt = self.rebuild(self.store.session(session.id), reason="compression")
+        return prompt, session_history(self.store, session.id)

@@ -1,0 +1,98 @@
+"""Catch-up after a (re)connect: hand adapters that can fetch history (`CatchUp`) the newest stored message id per
+recently active chat, so what was said while they were away (or told to a daemon killed before it stored it) is
+answered once they are back. The store's dedupe makes an overlap with live events harmless."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from gateway.events import AdapterHealth, CatchUp, ChatRef, Inbound, Submit, SubmitResult
+from gateway.store.database import Store
+from gateway.store.rows import iso
+
+log = logging.getLogger(__name__)
+
+WINDOW = timedelta(days=7)  # a chat quiet for longer is not fetched (inbound rows live 72 h by default anyway)
+MAX_CHATS = 500             # the most recently active chats only: one history request each
+
+# The newest stored message per place: a message that started a thread (its id is the thread's) was posted in
+# the chat itself, so it counts there. Ids compare as right-aligned text: numeric ids order as numbers.
+_LAST_SEEN_SQL = """
+SELECT chat_type, chat_id,
+       CASE WHEN thread_id = platform_message_id THEN NULL ELSE thread_id END AS place,
+       MAX(printf('%40s', platform_message_id)) AS last, MAX(received_at) AS latest
+FROM inbound
+WHERE platform = ? AND received_at >= ? AND id <= ?
+GROUP BY chat_id, place
+ORDER BY latest DESC
+LIMIT ?
+"""
+
+
+def last_seen(store: Store, platform: str, *, since: datetime, upto_row: int | None = None,
+              max_chats: int = MAX_CHATS) -> dict[ChatRef, str]:
+    """Newest stored inbound message id per chat (and thread) of `platform` active since `since`, counting only
+    rows up to `upto_row`: what arrived live after the adapter reconnected must not hide the gap before it."""
+    upto = upto_row if upto_row is not None else _max_row(store)
+    rows = store.all(_LAST_SEEN_SQL, (platform, iso(since), upto, max_chats))
+    return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"]): str(r["last"]).strip() for r in rows}
+
+
+def _max_row(store: Store) -> int:
+    row = store.one("SELECT MAX(id) FROM inbound")
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+class CatchUps:
+    """Runs each `CatchUp` adapter's catch-up once per connection, after it came up.
+
+    The watermark: the first message an adapter hands in while (re)connecting, before its catch-up ran, marks the
+    last inbound row that predates the connection; the catch-up only counts rows up to it.
+    """
+
+    def __init__(self, store: Store, adapters: Mapping[str, object], *,
+                 health: Callable[[str], AdapterHealth | None], clock: Callable[[], datetime],
+                 window: timedelta = WINDOW, max_chats: int = MAX_CHATS) -> None:
+        self.store = store
+        self.health = health
+        self.clock = clock
+        self.window = window
+        self.max_chats = max_chats
+        self._adapters = {name: a for name, a in adapters.items() if isinstance(a, CatchUp)}
+        self._marks: dict[str, int] = {}
+        self._caught_up_at: dict[str, datetime | None] = {}  # connected_since of the connection caught up
+
+    def watch(self, submit: Submit) -> Submit:
+        """The submit adapters get: notes the watermark while a catch-up is owed."""
+        watched = self._adapters
+
+        async def submit_watched(inbound: Inbound) -> SubmitResult:
+            platform = inbound.chat.platform
+            if platform in watched and platform not in self._marks and self._owed(platform):
+                self._marks[platform] = _max_row(self.store)
+            return await submit(inbound)
+        return submit_watched
+
+    def _owed(self, platform: str) -> bool:
+        health = self.health(platform)
+        if health is None or health.state != "running":
+            return True
+        return platform not in self._caught_up_at or health.connected_since != self._caught_up_at[platform]
+
+    async def after_up(self, platform: str) -> int:
+        """Called when `platform`'s adapter came up (again); returns how many messages it submitted."""
+        adapter = self._adapters.get(platform)
+        if adapter is None:
+            return 0
+        health = self.health(platform)
+        self._caught_up_at[platform] = health.connected_since if health is not None else None
+        mark = self._marks.pop(platform, None)
+        try:
+            seen = last_seen(self.store, platform, since=self.clock() - self.window, upto_row=mark,
+                             max_chats=self.max_chats)
+            return await adapter.catch_up(seen)
+        except Exception:
+            log.exception("%s: catching up on missed messages failed", platform)
+            return 0

@@ -1,0 +1,204 @@
+"""In-chat commands, answered before the agent and outside the session's queue.
+
+`/new` (`/reset`), `/status`, `/usage`, `/stop`, `/retry`, `/undo`, `/help`. Any other `/word` is not ours:
+the handler returns None and the message goes to the agent as text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from gateway.events import Inbound, command_word
+from gateway.sessions.lifecycle import Policies, human_age
+from gateway.store.database import Store
+from gateway.store.rows import MessageRow, SessionRow, parse_iso
+
+if TYPE_CHECKING:
+    from gateway.sessions.manager import SessionManager
+
+Clock = Callable[[], datetime]
+Handler = Callable[["SessionManager", Inbound, str], Awaitable["str | None"]]
+
+NEW_TEXT = "Started a new conversation. I still remember what I saved to memory."
+NOTHING_TO_STOP = "Nothing to stop: I'm not working on anything right now."
+STOPPED_TEXT = "Stopped."
+BUSY_TEXT = "I'm still answering your last message. Send /stop first if you want me to drop it."
+NOTHING_TO_RETRY = "There is no message to answer again in this conversation yet."
+NOTHING_TO_UNDO = "There is nothing to undo in this conversation yet."
+UNDONE_TEXT = "Forgot the last exchange (your message: \"{snippet}\")."
+NO_SESSION_TEXT = "No conversation yet in this chat; your next message starts one."
+START_TEXT = "Hi! I'm ready: just write to me to start a conversation. /help lists the commands."
+HELP_TEXT = """\
+Commands:
+/new or /reset: start a new conversation (what I saved to memory stays)
+/status: this conversation's age, messages, model, tokens, cache and next reset
+/usage: tokens used by this conversation and by this chat
+/stop: stop the answer I'm working on
+/retry: answer your last message again
+/undo: forget your last message and my answer
+/help: this list
+Any other /word is passed to me as ordinary text."""
+
+
+class Commands:
+    """The `commands` seam of SessionManager: `await commands(manager, inbound, key)` → reply text or None."""
+
+    def __init__(self, *, policies: Policies, clock: Clock) -> None:
+        self.policies = policies
+        self.clock = clock
+        self.handlers: dict[str, Handler] = {
+            "new": self.new, "reset": self.new, "status": self.status, "usage": self.usage, "stop": self.stop,
+            "retry": self.retry, "undo": self.undo, "help": self.help,
+            "start": self.start}  # Telegram sends /start when a user opens the bot; unknown users get pairing
+
+    async def __call__(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
+        handler = self.handlers.get(command_word(inbound.text) or "")
+        return None if handler is None else await handler(manager, inbound, key)
+
+    # ---------------------------------------------------------------- commands
+    async def new(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        """Answer at once; the old session's flush runs in the background (the session_ended hook)."""
+        manager.stop_turn(key)
+        session = manager.store.active_session(key)
+        if session is not None:
+            manager.end_session(session, "command")
+        return NEW_TEXT
+
+    async def status(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        policy = self.policies.policy(inbound.chat.platform, inbound.chat.chat_type)
+        session = manager.store.active_session(key)
+        if session is None:
+            return f"{NO_SESSION_TEXT}\nReset: {self.policies.describe(policy)}."
+        now = self.clock()
+        created = parse_iso(session.created_at) or now
+        count = manager.store.count_messages(session.id)
+        model = session.model or manager.agent.llm.model
+        provider = session.provider or manager.agent.llm.provider
+        lines = [f"Session {session.id}: started {human_age(now - created)} ago, {count} messages.",
+                 f"Model: {model} ({provider}).",
+                 f"Tokens: {session.input_tokens:,} in, {session.output_tokens:,} out.",
+                 (f"Cache: {session.cache_read_tokens:,} read, {session.cache_write_tokens:,} written, "
+                 f"{_hit_rate(session)} hit."),
+                 f"Reset: {self.policies.describe(policy)}; {self._next_reset(session)}."]
+        return "\n".join(lines)
+
+    def _next_reset(self, session: SessionRow) -> str:
+        found = self.policies.session_deadline(session)
+        if found is None:
+            return "no reset scheduled"
+        return f"next reset {self.policies.local(found.at)} ({found.reason})"
+
+    async def usage(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        store = manager.store
+        session = store.active_session(key)
+        lines = []
+        if session is not None:
+            lines.append("This conversation: " + _usage_line(_usage(store, "s.id = ?", (session.id,))))
+        else:
+            lines.append(NO_SESSION_TEXT)
+        chat = _usage(store, "s.key = ?", (key,))
+        if chat[0]:
+            lines.append("All conversations in this chat: " + _usage_line(chat))
+        return "\n".join(lines)
+
+    async def stop(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        return STOPPED_TEXT if manager.stop_turn(key) else NOTHING_TO_STOP
+
+    async def retry(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
+        """Deactivate the last exchange and let this very message go on as a turn carrying the old text.
+
+        The /retry inbound row is rewritten to the original message, so the answer replies to /retry, the
+        turn is stored like any other, and a restart mid-retry replays the right text.
+        """
+        if _busy(manager, key):
+            return BUSY_TEXT
+        found = self._last_exchange(manager.store, key)
+        if found is None:
+            return NOTHING_TO_RETRY
+        first, ids = found
+        original = _original_inbound(manager.store, inbound, first)
+        retried = dataclasses.replace(inbound, text=original.text if original else first.content,
+                                      attachments=original.attachments if original else ())
+        manager.store.deactivate_messages(ids)
+        _rewrite_inbound(manager.store, inbound, retried)
+        return None
+
+    async def undo(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        if _busy(manager, key):
+            return BUSY_TEXT
+        found = self._last_exchange(manager.store, key)
+        if found is None:
+            return NOTHING_TO_UNDO
+        first, ids = found
+        original = _original_inbound(manager.store, inbound, first)
+        manager.store.deactivate_messages(ids)
+        text = original.text if original else first.content
+        snippet = " ".join(text.split())
+        return UNDONE_TEXT.format(snippet=snippet if len(snippet) <= 60 else snippet[:57] + "...")
+
+    async def help(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        return HELP_TEXT
+
+    async def start(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
+        return START_TEXT
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _last_exchange(store: Store, key: str) -> tuple[MessageRow, list[int]] | None:
+        """The active session's last user message and the ids of it and everything after it."""
+        session = store.active_session(key)
+        if session is None:
+            return None
+        rows = store.history(session.id, kinds=("chat",))
+        users = [i for i, r in enumerate(rows) if r.role == "user"]
+        if not users:
+            return None
+        first = rows[users[-1]]
+        return first, [r.id for r in rows[users[-1]:]]
+
+
+def _busy(manager: SessionManager, key: str) -> bool:
+    lane = manager.lane(key)
+    return lane is not None and lane.current is not None and not lane.current.done()
+
+
+def _original_inbound(store: Store, inbound: Inbound, message: MessageRow) -> Inbound | None:
+    from gateway.store.transcript import decode_inbound
+    if not message.platform_message_id:
+        return None
+    row = store.one("SELECT payload FROM inbound WHERE platform = ? AND chat_id = ? AND platform_message_id = ?",
+                    (inbound.chat.platform, inbound.chat.chat_id, message.platform_message_id))
+    return decode_inbound(row[0]) if row else None
+
+
+def _rewrite_inbound(store: Store, inbound: Inbound, retried: Inbound) -> None:
+    from gateway.store.transcript import encode_inbound
+    store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND chat_id = ?"
+                  " AND platform_message_id = ?", (retried.text, encode_inbound(retried), inbound.chat.platform,
+                                                   inbound.chat.chat_id, inbound.message_id))
+
+
+def _hit_rate(session: SessionRow) -> str:
+    total = session.input_tokens + session.cache_read_tokens + session.cache_write_tokens
+    return f"{round(100 * session.cache_read_tokens / total)}%" if total else "no"
+
+
+def _usage(store: Store, where: str, args: tuple[object, ...]) -> tuple[int, int, int, int, int, int]:
+    row = store.one(
+        "SELECT COUNT(*), COALESCE(SUM(c.input_tokens), 0), COALESCE(SUM(c.output_tokens), 0),"
+        " COALESCE(SUM(c.cache_read_tokens), 0), COALESCE(SUM(c.cache_write_tokens), 0),"
+        f" COALESCE(SUM(c.purpose = 'flush'), 0) FROM llm_calls c JOIN sessions s ON s.id = c.session_id WHERE {where}",
+        args)
+    assert row is not None
+    return tuple(int(v) for v in row)  # type: ignore[return-value]
+
+
+def _usage_line(u: tuple[int, int, int, int, int, int]) -> str:
+    calls, tokens_in, tokens_out, read, written, flushes = u
+    what = f"{calls} model call{'s' if calls != 1 else ''}"
+    if flushes:
+        what += f" ({flushes} for memory flushes)"
+    return f"{what}; {tokens_in:,} tokens in, {tokens_out:,} out; cache {read:,} read, {written:,} written."

@@ -1,0 +1,276 @@
+"""The pre-reset memory flush: one silent agent call that saves what an ending session learned.
+
+It reuses the session's stored system prompt and tool list (so it reads the provider's warm cache), sends
+the transcript and one flush instruction carrying the live MEMORY.md / USER.md, lets only the memory and
+skill tools run and discards the text reply. Its state lives in the session row and moves only forward:
+pending → running → done | nothing | failed, each step a conditional UPDATE, so a session is flushed once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from gateway.agent.loop import Agent
+from gateway.agent.tools.catalog import MEMORY_TOOLS
+from gateway.agent.tools.registry import ToolContext
+from gateway.config.settings import MemoryConfig
+from gateway.knowledge.memory import MemoryStore
+from gateway.llm.types import ChatMessage, LLMReply
+from gateway.store.database import Store
+from gateway.store.rows import SessionRow, iso
+from gateway.store.transcript import history_messages
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+
+MAX_ATTEMPTS = 3   # failed model calls in a row before a flush is given up
+MAX_STARTS = 6     # attempts started in all, counting those a crash or kill cut off (a flush that kills the
+                   # daemon every time must stop; a few unlucky restarts must not lose the memory)
+RETRY_DELAYS = (10.0, 60.0)  # before attempts 2 and 3
+FLUSH_MARK = "[Gateway: this conversation is about to be reset"
+
+FLUSH_INSTRUCTION = """\
+[Gateway: this conversation is about to be reset. This message comes from the gateway, not from the user.]
+Before it ends, save what is worth keeping from the conversation above:
+- durable facts, decisions and lessons: the memory tool, target "memory";
+- the user's preferences and facts about them: the memory tool, target "user";
+- a reusable multi-step workflow, if one came up: a skill (skill_manage).
+Add only what is new. Do not overwrite or remove an entry unless this conversation clearly supersedes it.
+If nothing is worth saving, call no tool. Do not reply to the user: your text answer is discarded.
+
+MEMORY.md as it is now (it may have changed since your system prompt was written):
+<memory>
+{memory}
+</memory>
+
+USER.md as it is now:
+<user>
+{user}
+</user>"""
+
+
+def flush_instruction(memory_text: str, user_text: str, template: str = FLUSH_INSTRUCTION) -> str:
+    return template.format(memory=memory_text.strip() or "(empty)", user=user_text.strip() or "(empty)")
+
+
+async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, system: str,
+                         history: list[ChatMessage], instruction: str, tool_names: Sequence[str],
+                         config: MemoryConfig, home: Path, db_path: Path, clock: Callable[[], datetime]) -> int:
+    """One silent agent call that may only save (memory and skill tools); returns how many tools ran.
+
+    Shared by the pre-reset flush and the flush before compression: same prompt bytes and tool list as the
+    session's turns, so the request reads the cached prefix; the text answer is never sent nor stored.
+    """
+    ctx = ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
+                      user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id)
+
+    def record(reply: LLMReply) -> None:
+        store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider, model=reply.model,
+                        now=clock())
+
+    async with asyncio.timeout(config.flush_timeout_s):
+        result = await agent.run(system=system, history=history, user_message={"role": "user", "content": instruction},
+                                 ctx=ctx, tool_names=tool_names, allowed_tools=MEMORY_TOOLS & set(tool_names),
+                                 max_iterations=config.flush_max_iterations, on_reply=record)
+    return result.tool_calls
+
+
+class FlushLedger:
+    """The flush state columns of the session row; every transition is one conditional UPDATE."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _update(self, sql: str, args: Sequence[object]) -> int:
+        with self.store.tx() as conn:
+            return conn.execute(sql, args).rowcount
+
+    def claim(self, session_id: int) -> SessionRow | None:
+        """pending → running (one more attempt); None when another caller has it or it is finished."""
+        won = self._update("UPDATE sessions SET flush_state = 'running', flush_attempts = flush_attempts + 1"
+                           " WHERE id = ? AND flush_state = 'pending'", (session_id,))
+        return self.store.session(session_id) if won else None
+
+    def note_error(self, session_id: int, error: str) -> None:
+        self._update("UPDATE sessions SET flush_error = ? WHERE id = ? AND flush_state = 'running'",
+                     (error, session_id))
+
+    def next_attempt(self, session_id: int) -> int:
+        self._update("UPDATE sessions SET flush_attempts = flush_attempts + 1 WHERE id = ? AND flush_state = 'running'",
+                     (session_id,))
+        return self.store.session(session_id).flush_attempts
+
+    def finish(self, session_id: int, state: str, now: datetime, error: str | None = None) -> bool:
+        return self._update("UPDATE sessions SET flush_state = ?, flush_finished_at = ?,"
+                            " flush_error = COALESCE(?, flush_error) WHERE id = ? AND flush_state = 'running'",
+                            (state, iso(now), error, session_id)) == 1
+
+    def release(self, session_id: int, *, uncount: bool) -> None:
+        """running → pending, for the next boot. `uncount`: the attempt in progress was stopped by the daemon,
+        it did not fail, so it does not count (a stop during a backoff wait leaves the failed ones counted)."""
+        self._update("UPDATE sessions SET flush_state = 'pending', flush_attempts = MAX(flush_attempts - ?, 0)"
+                     " WHERE id = ? AND flush_state = 'running'", (int(uncount), session_id))
+
+    def recover(self) -> int:
+        """At boot: a flush left `running` was cut off by a crash; make it pending again (its attempt counts)."""
+        return self._update("UPDATE sessions SET flush_state = 'pending' WHERE flush_state = 'running'", ())
+
+    def pending(self) -> list[int]:
+        rows = self.store.all("SELECT id FROM sessions WHERE flush_state = 'pending' ORDER BY ended_at, id")
+        return [int(r[0]) for r in rows]
+
+
+class Flusher:
+    """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of session ids."""
+
+    def __init__(self, *, config: MemoryConfig, store: Store, agent: Agent, memory: MemoryStore,
+                 tool_names: Sequence[str], home: Path, db_path: Path, clock: Clock,
+                 sleep: Sleep = asyncio.sleep, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
+        self.config = config
+        self.store = store
+        self.ledger = FlushLedger(store)
+        self.agent = agent
+        self.memory = memory
+        self.tool_names = tuple(tool_names)
+        self.allowed = MEMORY_TOOLS & set(self.tool_names)
+        self.home = home
+        self.db_path = db_path
+        self.clock = clock
+        self.sleep = sleep
+        self.retry_delays = tuple(retry_delays)
+        self._queue: asyncio.Queue[int] = asyncio.Queue()
+        self._queued: set[int] = set()
+        self._workers: list[asyncio.Task[None]] = []
+        self.running = False
+
+    # ---------------------------------------------------------------- the queue
+    def request(self, session_id: int) -> None:
+        """Queue one ended session's flush. Before start() or after stop() the row just stays pending."""
+        if not self.running or session_id in self._queued:
+            return
+        self._queued.add(session_id)
+        self._queue.put_nowait(session_id)
+
+    def start(self) -> int:
+        """Start the workers and resume what a previous run left pending or running; returns how many."""
+        recovered = self.ledger.recover()
+        if recovered:
+            log.info("flush: %s flush(es) were cut off by a stop; resuming", recovered)
+        self.running = True
+        loop = asyncio.get_running_loop()
+        self._workers = [loop.create_task(self._work(), name=f"flush-worker-{i}")
+                         for i in range(self.config.flush_concurrency)]
+        pending = self.ledger.pending()
+        for session_id in pending:
+            self.request(session_id)
+        return len(pending)
+
+    async def wait_idle(self) -> None:
+        await self._queue.join()
+
+    async def stop(self, timeout: float) -> int:
+        """Give queued flushes up to `timeout` seconds, then cancel the rest; they stay pending for next boot."""
+        if self.running and self._queued:
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout)
+            except TimeoutError:
+                log.info("flush: %s flush(es) did not fit the drain deadline; they stay pending", len(self._queued))
+        self.running = False
+        left = len(self._queued)  # queued or in flight; cancelled ones go back to pending
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+        self._queued.clear()
+        return left
+
+    async def _work(self) -> None:
+        while True:
+            session_id = await self._queue.get()
+            try:
+                await self.flush(session_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a task root: one broken flush must not stop the others
+                log.exception("flush of session %s crashed", session_id)
+            finally:
+                self._queued.discard(session_id)
+                self._queue.task_done()
+
+    # ---------------------------------------------------------------- one flush
+    async def flush(self, session_id: int) -> str | None:
+        """Flush one session now; returns its final state, or None if it was not ours to flush."""
+        session = self.ledger.claim(session_id)
+        if session is None:
+            return None
+        if session.flush_attempts > MAX_STARTS:
+            error = f"cut off {session.flush_attempts - 1} times before it could finish"
+            self.ledger.finish(session_id, "failed", self.clock(), error)
+            log.warning("flush session=%s failed: %s", session_id, error)
+            return "failed"
+        skip = self._skip_reason(session)
+        if skip is not None:
+            log.info("flush session=%s: nothing to do (%s)", session_id, skip)
+            self.ledger.finish(session_id, "nothing", self.clock())
+            return "nothing"
+        attempts = session.flush_attempts
+        failures = 0
+        while True:
+            try:
+                tool_calls = await self._run(session)
+            except asyncio.CancelledError:
+                self.ledger.release(session_id, uncount=True)
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is retried, then recorded
+                error = _describe(exc)
+                self.ledger.note_error(session_id, error)
+                failures += 1
+                if failures >= MAX_ATTEMPTS or attempts >= MAX_STARTS:
+                    self.ledger.finish(session_id, "failed", self.clock(), error)
+                    log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
+                    return "failed"
+                delay = self.retry_delays[min(failures - 1, len(self.retry_delays) - 1)]
+                log.info("flush session=%s attempt %s failed (%s); retry in %ss", session_id, attempts, error, delay)
+                try:
+                    await self.sleep(delay)
+                except asyncio.CancelledError:
+                    self.ledger.release(session_id, uncount=False)
+                    raise
+                attempts = self.ledger.next_attempt(session_id)
+                continue
+            self.ledger.finish(session_id, "done", self.clock())
+            log.info("flush session=%s done attempts=%s tool_calls=%s", session_id, attempts, tool_calls)
+            return "done"
+
+    def _skip_reason(self, session: SessionRow) -> str | None:
+        if not self.config.flush_enabled:
+            return "memory.flush_enabled is false"
+        if "memory" not in self.allowed:
+            return "the memory tool is not enabled"
+        if session.system_prompt is None:
+            return "no turn ever ran"
+        count = self.store.count_messages(session.id)
+        if count < self.config.flush_min_messages:
+            return f"{count} messages, fewer than memory.flush_min_messages={self.config.flush_min_messages}"
+        return None
+
+    async def _run(self, session: SessionRow) -> int:
+        assert session.system_prompt is not None
+        return await run_flush_call(
+            self.agent, self.store, session=session, system=session.system_prompt,
+            history=history_messages(self.store.history(session.id)),
+            instruction=flush_instruction(self.memory.read("memory"), self.memory.read("user")),
+            tool_names=self.tool_names, config=self.config, home=self.home, db_path=self.db_path, clock=self.clock)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc) or exc.__class__.__name__
+    return f"{exc.__class__.__name__}: {text}"[:500]

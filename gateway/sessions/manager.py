@@ -1,0 +1,419 @@
+"""The session manager: inbound message → session → one turn at a time per session → reply delivered.
+
+Write-ahead: the inbound row is stored before the platform is acknowledged; the turn's messages, its reply
+chunks and the inbound's `answered` status are stored in one transaction; only then is anything sent.
+A kill -9 anywhere leaves rows the next boot resumes from (see `replay`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from gateway.agent.loop import Agent, TurnResult
+from gateway.agent.tools.registry import ToolContext
+from gateway.config.settings import Config, ResetOverride
+from gateway.delivery.outbox import Outbox
+from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
+from gateway.events import (
+    Adapter,
+    ChatRef,
+    Inbound,
+    OutboundKind,
+    SubmitOutcome,
+    SubmitResult,
+    TypingIndicator,
+    command_word,
+)
+from gateway.llm.types import ChatMessage, LLMReply
+from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
+from gateway.sessions.lanes import Lane, Lanes
+from gateway.store.database import Store
+from gateway.store.rows import ModelCall, SessionRow, iso, parse_iso
+from gateway.store.transcript import decode_inbound, encode_inbound, session_history, well_formed
+from gateway.telemetry.metrics import Metrics, error_kind
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
+QUEUE_FULL_TEXT = "I'm still working through your earlier messages; please wait a moment before sending more."
+BUSY_TEXT = "Still working on your previous message; I'll answer this one next."
+
+
+def session_key(chat: ChatRef, user_id: str, *, group_per_user: bool) -> str:
+    """`<platform>:<chat_type>:<chat_id>[:<thread_id>][:<user_id>]`; threads are shared by their members.
+
+    A DM without a chat id falls back to the user id, never to a shared sink.
+    """
+    chat_id = chat.chat_id or (user_id if chat.chat_type == "dm" else "")
+    if not chat_id:
+        raise GatewayError(f"{chat.platform}: message without a chat id in a {chat.chat_type}")
+    parts = [chat.platform, chat.chat_type, chat_id]
+    if chat.thread_id:
+        parts.append(chat.thread_id)
+    elif chat.chat_type != "dm" and group_per_user:
+        parts.append(user_id)
+    return ":".join(parts)
+
+
+class SessionHooks(Protocol):
+    """The lifecycle's seams: expiry policy, what happens when a session ends, and in-chat commands."""
+
+    def expired(self, session: SessionRow, now: datetime) -> str | None: ...
+
+    def session_ended(self, session: SessionRow, reason: str) -> None: ...
+
+    def session_touched(self, session: SessionRow, now: datetime) -> None: ...
+
+
+class NoLifecycle:
+    def expired(self, session: SessionRow, now: datetime) -> str | None:
+        return None
+
+    def session_ended(self, session: SessionRow, reason: str) -> None:
+        return None
+
+    def session_touched(self, session: SessionRow, now: datetime) -> None:
+        return None
+
+
+CommandHandler = Callable[["SessionManager", Inbound, str], Awaitable["str | None"]]
+Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
+
+
+class SessionManager:
+    def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
+                 adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
+                 hooks: SessionHooks | None = None, gate: Gate | None = None,
+                 commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.agent = agent
+        self.outbox = outbox
+        self.adapters = adapters
+        self.clock = clock
+        self.tool_names = tuple(tool_names)
+        self.hooks: SessionHooks = hooks or NoLifecycle()
+        self.gate = gate
+        self.commands = commands
+        self.metrics = metrics
+        self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
+                                     tool_names=self.tool_names, compressor=compressor)
+        self._lanes = Lanes(self._turn, self._mark)
+        self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
+        self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
+        self.turns_done = 0
+
+    # ------------------------------------------------------------------ intake
+    def key_for(self, inbound: Inbound) -> str:
+        per_user = self.config.sessions.group_per_user
+        override = _platform_per_user(self.config, inbound.chat.platform)
+        return session_key(inbound.chat, inbound.user_id, group_per_user=per_user if override is None else override)
+
+    async def submit(self, inbound: Inbound) -> SubmitResult:
+        """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
+        if not self._lanes.accepting:
+            return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
+        inbound = well_formed(inbound)
+        if self.gate is not None:
+            verdict = await self.gate(inbound)
+            if verdict is not None:
+                return verdict
+        inbound_id = self.store.insert_inbound(
+            platform=inbound.chat.platform, chat_type=inbound.chat.chat_type, chat_id=inbound.chat.chat_id,
+            thread_id=inbound.chat.thread_id, platform_message_id=inbound.message_id, user_id=inbound.user_id,
+            user_name=inbound.user_name, text=inbound.text, payload=encode_inbound(inbound),
+            received_at=inbound.received_at)
+        if inbound_id is None:
+            log.info("duplicate %s message %s in chat %s ignored", inbound.chat.platform, inbound.message_id,
+                     inbound.chat.chat_id)
+            return SubmitResult(SubmitOutcome.DUPLICATE)
+        key = self.key_for(inbound)
+        if await self._command(inbound_id, inbound, key):
+            return SubmitResult(SubmitOutcome.ACCEPTED, "command")
+        return await self._enqueue(key, inbound_id, inbound)
+
+    async def _command(self, inbound_id: int, inbound: Inbound, key: str) -> bool:
+        """Run an in-chat command and answer it; False when the text is not one of ours (it goes to the agent)."""
+        if not command_word(inbound.text) or self.commands is None:
+            return False
+        reply = await self.commands(self, inbound, key)
+        if reply is None:
+            return False
+        await self._settle(inbound_id, "answered", f"c{inbound_id}", inbound, reply, wait=False)
+        return True
+
+    async def _settle(self, inbound_id: int, status: str, turn_id: str, inbound: Inbound, text: str, *,
+                      kind: OutboundKind = OutboundKind.NOTICE, session_id: int | None = None,
+                      wait: bool = True) -> None:
+        """Give an inbound its final status and record its answer in one transaction, then send the answer.
+
+        On the submit path (`wait=False`) the answer goes out in the background: the platform's ack (Telegram's
+        polling offset, Slack's 3 s) must not wait behind a 429 pause on a command answer.
+        """
+        rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
+        self.store.settle_inbound(inbound_id, status, rows, now=self.clock(), session_id=session_id)
+        self._answered(inbound, inbound_id)
+        if wait:
+            await self.outbox.deliver(turn_id)
+        else:
+            self.outbox.deliver_soon(turn_id)
+
+    async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
+        lane = self._lanes.open(key)
+        busy = self._lanes.busy(lane)
+        policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform,  # type: ignore[call-overload]
+                                                         self.config.sessions.busy)
+        if busy and policy == "interrupt":
+            self._lanes.interrupt(lane)
+        elif len(lane.queue) >= self.config.sessions.queue_cap:
+            await self._settle(inbound_id, "refused", f"q{inbound_id}", inbound, QUEUE_FULL_TEXT, wait=False)
+            return SubmitResult(SubmitOutcome.REFUSED, "queue full")
+        elif busy and self._lanes.busy_notice_due(lane, self.clock()):
+            self.outbox.post_soon(f"b{inbound_id}", inbound.chat, BUSY_TEXT, reply_to_id=inbound.message_id)
+        self._lanes.push(lane, inbound_id)
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    def _mark(self, inbound_id: int, status: str) -> None:
+        self.store.set_inbound_status(inbound_id, status, now=self.clock())
+
+    # ------------------------------------------------------------------ sessions
+    def open_session(self, key: str, inbound: Inbound, now: datetime) -> tuple[SessionRow, str | None]:
+        """The key's active session, or a new one; returns (session, why the previous one ended, if it just did)."""
+        current = self.store.active_session(key)
+        ended_reason: str | None = None
+        if current is not None:
+            reason = self.hooks.expired(current, now)
+            if reason is None:
+                return current, None
+            if self.store.end_session(current.id, reason=reason, now=now, flush_state="pending"):
+                self.hooks.session_ended(self.store.session(current.id), reason)
+            ended_reason = reason
+        parent = current or self.store.latest_session(key)
+        if current is None and parent is not None and parent.end_reason in ("idle", "daily"):
+            ended_reason = parent.end_reason  # a timer closed it: this is the first message since, say so once
+        chat = inbound.chat
+        session = self.store.create_session(
+            key=key, platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id,
+            thread_id=chat.thread_id, user_id=inbound.user_id, parent_id=parent.id if parent else None,
+            model=self.agent.llm.model, provider=self.agent.llm.provider, now=now)
+        return session, ended_reason
+
+    def end_session(self, session: SessionRow, reason: str) -> bool:
+        if self.store.end_session(session.id, reason=reason, now=self.clock(), flush_state="pending"):
+            self.hooks.session_ended(self.store.session(session.id), reason)
+            return True
+        return False
+
+    def tool_context(self, session: SessionRow, user_id: str | None) -> ToolContext:
+        return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
+                           user_id=user_id, home=self.config.home, db_path=self.config.db_path,
+                           chat_id=session.chat_id)
+
+    # ------------------------------------------------------------------ the turn
+    async def _turn(self, inbound_id: int) -> None:
+        row = self.store.inbound(inbound_id)
+        if row.status not in ("pending", "running"):
+            return
+        inbound = decode_inbound(row.payload)
+        now = self.clock()
+        session, ended = self.open_session(self.key_for(inbound), inbound, now)
+        touch = inbound.chat.platform != "cron"  # idle counts real user messages only
+        self.store.start_turn(inbound_id, session.id, now=now, touch_user=touch)
+        if touch:
+            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # the row as just written
+        turn = f"t{inbound_id}"
+        # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
+        log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+        log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
+                  inbound.text)
+        if ended and self._notify_reset(session):
+            await self.outbox.post(f"r{inbound_id}", inbound.chat, _reset_notice(ended))
+        held: list[LLMReply] = []  # the final model call: its usage is stored in the turn's transaction
+        try:
+            await self._answer(inbound_id, inbound, session, ended, turn, now, held)
+        finally:
+            for reply in held:  # the answer was not stored: the call goes on record anyway
+                self._record_usage(session.id, reply)
+
+    async def _answer(self, inbound_id: int, inbound: Inbound, session: SessionRow, ended: str | None, turn: str,
+                      now: datetime, held: list[LLMReply]) -> None:
+        try:
+            prompt = self._prompt.ensure(session)
+            history = session_history(self.store, session.id)
+            user_msg = self.user_message(inbound, ended)
+            prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
+            result = await self._run_agent(session, inbound, prompt, history, user_msg, held)
+        except (LLMError, TimeoutError) as exc:
+            why = _plain_reason(exc)
+            log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
+                        turn, exc)
+            self._count_turn(inbound.chat.platform, "error", now, error_kind(exc))
+            text = str(exc) if isinstance(exc, LLMNotConfigured) else ERROR_TEXT.format(why=why)
+            await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, text, kind=OutboundKind.ERROR,
+                               session_id=session.id)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("turn crashed platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
+            self._count_turn(inbound.chat.platform, "crash", now, "turn_crash")
+            await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, "Sorry, something went wrong on "
+                               "my side. Please try again.", kind=OutboundKind.ERROR, session_id=session.id)
+            return
+        stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
+                       "platform_message_id": inbound.message_id}
+        rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
+        self.store.complete_turn(session.id, [stored_user, *result.messages], rows, inbound_id, now=self.clock(),
+                                 turn_id=turn, calls=[_model_call(r) for r in held])
+        held.clear()
+        self._answered(inbound, inbound_id)
+        self.turns_done += 1
+        self._count_turn(inbound.chat.platform, "ok", now)
+        log.info("turn done platform=%s session=%s turn=%s iterations=%s tools=%s", inbound.chat.platform,
+                 session.id, turn, result.iterations, result.tool_calls)
+        await self.outbox.deliver_chat(inbound.chat)
+
+    def _count_turn(self, platform: str, outcome: str, started: datetime, error: str | None = None) -> None:
+        if self.metrics is not None:
+            self.metrics.turn(platform, outcome, (self.clock() - started).total_seconds())
+            if error is not None:
+                self.metrics.error(error)
+
+    def _record_usage(self, session_id: int, reply: LLMReply) -> None:
+        call = _model_call(reply)
+        self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider, model=call.model,
+                             now=self.clock())
+
+    async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
+                         user_msg: ChatMessage, held: list[LLMReply]) -> TurnResult:
+        ctx = self.tool_context(session, inbound.user_id)
+
+        def record(reply: LLMReply) -> None:
+            if reply.tool_calls:
+                self._record_usage(session.id, reply)  # tools run next, maybe for long: on record now
+            else:
+                held.append(reply)  # the answer: its usage goes in with it, one transaction fewer per turn
+
+        async with self._turns:
+            adapter = self.adapters.get(inbound.chat.platform)
+            async with self._typing(adapter, inbound.chat):
+                async with asyncio.timeout(self.config.agent.turn_timeout_s):
+                    return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
+                                                tool_names=self.tool_names, on_reply=record)
+
+    def _typing(self, adapter: Adapter | None, chat: ChatRef) -> Any:
+        if adapter is None:
+            return _NullContext()
+        known = self._can_type.get(adapter.platform)
+        if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
+            known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
+        return adapter.typing(chat) if known[1] else _NullContext()  # type: ignore[attr-defined]
+
+    def user_message(self, inbound: Inbound, ended: str | None) -> ChatMessage:
+        """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note."""
+        parts = []
+        if ended:
+            parts.append(f"[Note: the previous conversation ended ({_reason_words(ended)}); this is a new session.]")
+        text = inbound.text
+        if inbound.attachments:
+            names = ", ".join(a.name or a.kind for a in inbound.attachments)
+            text = f"{text}\n[attachments not loaded: {names}]".strip()
+        if inbound.chat.is_group and inbound.user_name:
+            text = f"[{inbound.user_name}] {text}"
+        parts.append(text)
+        return {"role": "user", "content": "\n".join(parts)}
+
+    def _notify_reset(self, session: SessionRow) -> bool:
+        policy = self.config.session_reset
+        overrides: tuple[ResetOverride | None, ...] = (policy.by_platform.get(session.platform),  # type: ignore[call-overload]
+                                                       policy.by_chat_type.get(session.chat_type))  # type: ignore[call-overload]
+        for override in overrides:
+            if override is not None and override.notify is not None:
+                return override.notify
+        return policy.notify
+
+    # ------------------------------------------------------------------ restart and shutdown
+    async def replay(self) -> tuple[int, int]:
+        """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note instead."""
+        max_age = timedelta(minutes=self.config.delivery.replay_max_age_minutes)
+        now = self.clock()
+        resumed = expired = 0
+        for row in self.store.unfinished_inbound():
+            inbound = decode_inbound(row.payload)
+            received = parse_iso(row.received_at) or now
+            if now - received > max_age:
+                await self._settle(row.id, "expired", f"o{row.id}", inbound, self.config.delivery.offline_notice)
+                expired += 1
+                continue
+            key = self.key_for(inbound)
+            resumed += 1
+            if await self._command(row.id, inbound, key):  # stored, then the process died before answering it
+                continue
+            self.store.set_inbound_status(row.id, "pending", now=now)
+            await self._enqueue(key, row.id, inbound)
+        return resumed, expired
+
+    def stop_accepting(self) -> None:
+        self._lanes.accepting = False
+
+    def busy_lanes(self) -> int:
+        return self._lanes.busy_lanes()
+
+    def lane(self, key: str) -> Lane | None:
+        return self._lanes.lane(key)
+
+    async def wait_idle(self) -> None:
+        """Wait until every queued turn has finished and every answer sent in the background has gone out."""
+        await self._lanes.wait_idle(self.outbox.wait_background)
+
+    async def cancel_all(self) -> None:
+        await self._lanes.cancel_all()
+
+    def _answered(self, inbound: Inbound, inbound_id: int) -> None:
+        """From here the turn only delivers what is stored, and the user may already be reading it: a new message
+        does not find it busy, and /stop, /new or an interrupt leave it alone (cancelling it mid-send would mark
+        an answered message interrupted and leave the chunk in flight to be sent again)."""
+        self._lanes.mark_answered(self.key_for(inbound), inbound_id)
+
+    def stop_turn(self, key: str) -> bool:
+        return self._lanes.stop_turn(key)
+
+def _model_call(reply: LLMReply) -> ModelCall:
+    return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)
+
+
+def _platform_per_user(config: Config, platform: str) -> bool | None:
+    section = getattr(config, platform, None)
+    return getattr(section, "group_sessions_per_user", None) if section is not None else None
+
+
+class _NullContext:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _reason_words(reason: str) -> str:
+    return {"idle": "it was idle for a while", "daily": "daily reset", "command": "you started a new one",
+            "shutdown": "the gateway restarted"}.get(reason, reason)
+
+
+def _reset_notice(reason: str) -> str:
+    return f"Started a new conversation ({_reason_words(reason)}). I still remember what I saved to memory."
+
+
+def _plain_reason(exc: BaseException) -> str:
+    if isinstance(exc, (LLMTimeout, TimeoutError)):
+        return "it took too long"
+    if isinstance(exc, LLMNotConfigured):
+        return "no model is configured"
+    return "the model service is unavailable"

@@ -1,0 +1,160 @@
+"""What the store's rows are, as frozen dataclasses, and the small conversions between rows and the rest of the code.
+
+Kept apart from gateway/store/database.py (the queries) so modules that only read a row's shape need not know the SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from gateway.errors import StoreError
+from gateway.llm.types import Usage
+from gateway.store.history_cache import ChatView
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime | None) -> str | None:
+    return None if dt is None else dt.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def parse_iso(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+COMPRESSED = 2  # messages.active: out of the context after compression, still searchable (1: in it, 0: gone)
+HISTORY_KINDS = ("chat", "summary")  # what a session's model input is made of
+
+
+def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str | None) -> ChatView:
+    """A stored message as a neutral chat message (gateway/llm/types.py's ChatMessage shape)."""
+    message: ChatView = {"role": sys.intern(role), "content": content}
+    if tool_calls:
+        message["tool_calls"] = json.loads(tool_calls)
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    return message
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    id: int
+    key: str
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None
+    user_id: str | None
+    parent_id: int | None
+    created_at: str
+    last_user_at: str | None
+    ended_at: str | None
+    end_reason: str | None
+    model: str | None
+    provider: str | None
+    system_prompt: str | None
+    prompt_built_at: str | None
+    prompt_rebuild_reason: str | None
+    prompt_rebuilds: int
+    flush_state: str | None
+    flush_attempts: int
+    flush_error: str | None
+    flush_finished_at: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    compressions: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    id: int
+    session_id: int
+    role: str
+    content: str
+    tool_calls: str | None
+    tool_call_id: str | None
+    user_id: str | None
+    user_name: str | None
+    platform_message_id: str | None
+    created_at: str
+    active: int
+    kind: str
+    turn_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRow:
+    id: int
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None
+    platform_message_id: str
+    user_id: str
+    user_name: str | None
+    text: str
+    payload: str
+    received_at: str
+    status: str
+    session_id: int | None
+    finished_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRow:
+    id: int
+    turn_id: str
+    chunk_index: int
+    chunk_count: int
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None
+    kind: str
+    text: str
+    plain: str
+    entities: str | None
+    reply_to_id: str | None
+    status: str
+    attempts: int
+    platform_message_id: str | None
+    last_error: str | None
+    created_at: str
+    sent_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One model request's row in `llm_calls`."""
+
+    usage: Usage
+    purpose: str
+    provider: str
+    model: str
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+_R = TypeVar("_R")
+
+
+def _row(cls: type[_R], row: sqlite3.Row | None) -> _R:
+    if row is None:
+        return None  # type: ignore[return-value]  # callers declare `X | None` where a row may be missing
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # dataclasses.fields() is slow enough to show when a turn reads its whole history
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    try:
+        return cls(**{name: row[name] for name in names})
+    except (IndexError, KeyError, TypeError) as exc:
+        raise StoreError(f"unreadable {cls.__name__} row: {exc}") from exc

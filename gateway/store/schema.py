@@ -1,0 +1,179 @@
+"""The database schema as append-only named migrations (gateway/store/database.py runs them; search_schema.py adds one).
+
+A migration is never edited once released: a change is a new named step, so every existing state.db can follow.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
+
+# A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
+Migration = tuple[str, "str | Callable[[sqlite3.Connection], None]"]
+
+
+_INITIAL = """
+CREATE TABLE sessions (
+  id INTEGER PRIMARY KEY,
+  key TEXT NOT NULL,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  user_id TEXT,
+  parent_id INTEGER REFERENCES sessions(id),
+  created_at TEXT NOT NULL,
+  last_user_at TEXT,
+  ended_at TEXT,
+  end_reason TEXT,
+  model TEXT,
+  provider TEXT,
+  system_prompt TEXT,
+  prompt_built_at TEXT,
+  prompt_rebuild_reason TEXT,
+  prompt_rebuilds INTEGER NOT NULL DEFAULT 0,
+  flush_state TEXT,
+  flush_attempts INTEGER NOT NULL DEFAULT 0,
+  flush_error TEXT,
+  flush_finished_at TEXT,
+  input_tokens INTEGER NOT NULL DEFAULT 0,
+  output_tokens INTEGER NOT NULL DEFAULT 0,
+  cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+  cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+  compressions INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX sessions_active_key ON sessions(key) WHERE ended_at IS NULL;
+CREATE INDEX sessions_key ON sessions(key);
+CREATE INDEX sessions_user ON sessions(platform, user_id);
+CREATE INDEX sessions_flush ON sessions(flush_state) WHERE flush_state IN ('pending', 'running');
+
+CREATE TABLE messages (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  role TEXT NOT NULL,
+  content TEXT NOT NULL DEFAULT '',
+  tool_calls TEXT,
+  tool_call_id TEXT,
+  user_id TEXT,
+  user_name TEXT,
+  platform_message_id TEXT,
+  created_at TEXT NOT NULL,
+  active INTEGER NOT NULL DEFAULT 1,
+  kind TEXT NOT NULL DEFAULT 'chat',
+  turn_id TEXT
+);
+CREATE INDEX messages_session ON messages(session_id, id);
+CREATE INDEX messages_user ON messages(user_id, session_id);
+
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  content, content='messages', content_rowid='id', tokenize='porter unicode61');
+CREATE VIRTUAL TABLE messages_fts_tri USING fts5(
+  content, content='messages', content_rowid='id', tokenize='trigram');
+CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+  INSERT INTO messages_fts_tri(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+  INSERT INTO messages_fts_tri(rowid, content) VALUES (new.id, new.content);
+END;
+
+CREATE TABLE inbound (
+  id INTEGER PRIMARY KEY,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  platform_message_id TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  text TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  received_at TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'pending',
+  session_id INTEGER,
+  finished_at TEXT,
+  UNIQUE (platform, chat_id, platform_message_id)
+);
+CREATE INDEX inbound_status ON inbound(status) WHERE status IN ('pending', 'running');
+
+CREATE TABLE outbound (
+  id INTEGER PRIMARY KEY,
+  turn_id TEXT NOT NULL,
+  chunk_index INTEGER NOT NULL,
+  chunk_count INTEGER NOT NULL,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  kind TEXT NOT NULL,
+  text TEXT NOT NULL,
+  plain TEXT NOT NULL,
+  entities TEXT,
+  reply_to_id TEXT,
+  status TEXT NOT NULL DEFAULT 'pending',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  platform_message_id TEXT,
+  last_error TEXT,
+  created_at TEXT NOT NULL,
+  sent_at TEXT,
+  UNIQUE (turn_id, chunk_index)
+);
+CREATE INDEX outbound_pending ON outbound(status) WHERE status = 'pending';
+
+CREATE TABLE llm_calls (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER,
+  purpose TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  model TEXT NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cache_read_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+);
+"""
+
+# Access control (gateway/access/gate.py): pending pairing codes (only their HMAC is stored), users approved by
+# code, and per-platform failed-approval counters with their lockout.
+_ACCESS = """
+CREATE TABLE pairing (
+  id INTEGER PRIMARY KEY,
+  platform TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  chat_id TEXT NOT NULL,
+  code_hash TEXT NOT NULL UNIQUE,
+  created_at TEXT NOT NULL,
+  expires_at TEXT NOT NULL,
+  UNIQUE (platform, user_id)
+);
+CREATE TABLE approved_users (
+  platform TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  approved_at TEXT NOT NULL,
+  approved_by TEXT NOT NULL,
+  PRIMARY KEY (platform, user_id)
+);
+CREATE TABLE pairing_lockouts (
+  platform TEXT PRIMARY KEY,
+  failures INTEGER NOT NULL DEFAULT 0,
+  locked_until TEXT
+);
+"""
+
+MIGRATIONS: list[Migration] = [
+    ("0001_initial", _INITIAL),
+    ("0002_access", _ACCESS),
+    ("0003_search_index", SEARCH_INDEX_MIGRATION_SQL),
+]

@@ -1,0 +1,84 @@
+"""How stored rows become model input and back: the inbound payload codec and the history → chat messages view.
+
+Shared by the session manager, the access gate, the flush and the commands, so it sits below all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, fields, replace
+from datetime import datetime
+from typing import Any
+
+from gateway.events import Attachment, ChatRef, Inbound
+from gateway.llm.types import ChatMessage
+from gateway.store.database import Store
+from gateway.store.rows import MessageRow, chat_view
+
+_INBOUND_FIELDS = tuple(f.name for f in fields(Inbound))
+_CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))
+
+
+def encode_inbound(inbound: Inbound) -> str:
+    """JSON of every field, as `asdict` would give it (every message is encoded once; asdict deep-copies)."""
+    data: dict[str, Any] = {name: getattr(inbound, name) for name in _INBOUND_FIELDS}
+    data["chat"] = {name: getattr(inbound.chat, name) for name in _CHAT_FIELDS}
+    data["received_at"] = inbound.received_at.isoformat()
+    data["attachments"] = [asdict(a) for a in inbound.attachments]
+    return json.dumps(data, ensure_ascii=False)
+
+
+def decode_inbound(payload: str) -> Inbound:
+    data: dict[str, Any] = json.loads(payload)
+    data["chat"] = ChatRef(**data["chat"])
+    data["received_at"] = datetime.fromisoformat(data["received_at"])
+    data["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
+    data["roles"] = tuple(data.get("roles") or ())
+    return Inbound(**data)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(inbound: Inbound) -> Inbound:
+    """Lone UTF-16 surrogates (a JavaScript client can put them in JSON escapes) cannot be encoded as UTF-8, so
+    SQLite and every API would refuse the message; they become U+FFFD once, before anything stores the text."""
+    fixed: dict[str, Any] = {}
+    for name in ("text", "user_name", "chat_title", "username"):
+        value = getattr(inbound, name)
+        if isinstance(value, str) and _LONE_SURROGATE.search(value):
+            fixed[name] = _LONE_SURROGATE.sub("\ufffd", value)
+    if any(a.name and _LONE_SURROGATE.search(a.name) for a in inbound.attachments):
+        fixed["attachments"] = tuple(replace(a, name=_LONE_SURROGATE.sub("\ufffd", a.name)) if a.name else a
+                                     for a in inbound.attachments)
+    return replace(inbound, **fixed) if fixed else inbound
+
+
+def history_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
+    return _drop_dangling_tool_calls([chat_view(r.role, r.content, r.tool_calls, r.tool_call_id) for r in rows])
+
+
+def session_history(store: Store, session_id: int) -> list[ChatMessage]:
+    """The session's model input so far: `history_messages(store.history(id))`, from the store's cache."""
+    return _drop_dangling_tool_calls(store.chat_history(session_id))
+
+
+def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:
+    """A tool call without its result (or the reverse) makes both wires reject the request; drop such pairs."""
+    tooling = [m for m in msgs if len(m) > 2]  # a plain message is role and content; a tool result has its id
+    if not tooling:
+        return msgs
+    answered = {m["tool_call_id"] for m in tooling if m["role"] == "tool"}
+    called = {c["id"] for m in tooling for c in m.get("tool_calls") or ()}
+    if answered == called:
+        return msgs  # every call has its result: nothing to drop
+    out = []
+    for m in msgs:
+        if m["role"] == "tool" and m["tool_call_id"] not in called:
+            continue
+        if m.get("tool_calls") and any(c["id"] not in answered for c in m["tool_calls"]):
+            continue
+        out.append(m)
+    return out
