@@ -35,7 +35,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
     "ops": [("notify", "service", "supervisor", "status"), ("doctor", "daemon")],
-    "cli": ["main"],
+    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service"), "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")

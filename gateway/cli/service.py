@@ -1,0 +1,85 @@
+"""gateway status and gateway install-service: the daemon as a service, seen and set up."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from pathlib import Path
+
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of
+from gateway.config.settings import environ, load_config
+from gateway.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    st = sub.add_parser("status", help="what the running daemon reports: adapters, sessions, cache, backlog")
+    st.add_argument("--json", action="store_true", help="print the raw JSON")
+    st.set_defaults(func=cmd_status)
+    ins = sub.add_parser("install-service", help="write the systemd unit (user or system) for this install")
+    where = ins.add_mutually_exclusive_group(required=True)
+    where.add_argument("--user", action="store_true", help="a user unit (~/.config/systemd/user)")
+    where.add_argument("--system", action="store_true", help="a system unit (/etc/systemd/system; needs root)")
+    ins.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
+    ins.add_argument("--enable", action="store_true",
+                     help="also run daemon-reload and enable --now (and enable linger for a user unit)")
+    ins.add_argument("--unit-dir", help="write the unit here instead of the standard directory")
+    ins.set_defaults(func=cmd_install_service)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Ask the running daemon (GET /status on the web listener, loopback only) and print its answer."""
+    from gateway.ops.status import fetch_status, render_status
+    config = config_of(args)
+    if not config.web.enabled:
+        print("the web listener is off (web.enabled: false), so there is no daemon to ask", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        data = fetch_status(config.web.host, config.web.port)
+    except OSError as exc:
+        print(f"no daemon answers on {config.web.host}:{config.web.port} ({exc}); is `gateway run` running?",
+              file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(data, indent=2) if args.json else render_status(data))
+    return EXIT_OK
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    from gateway.ops.service import (
+        SYSTEM_ENV_FILE,
+        SYSTEM_HOME,
+        Mode,
+        ServiceError,
+        UnitSpec,
+        gateway_executable,
+        install,
+        plan_install,
+        unit_dir_for,
+        user_env_file,
+    )
+    env = environ()
+    mode: Mode = "system" if args.system else "user"
+    try:
+        if mode == "system":  # only an explicit --home counts: $GATEWAY_HOME is the invoking user's
+            home = Path(args.home).expanduser().absolute() if args.home else Path(SYSTEM_HOME)
+        else:
+            home = home_of(args).absolute()
+        drain = _drain_seconds(home)
+        env_file = Path(SYSTEM_ENV_FILE) if mode == "system" else user_env_file(env)
+        spec = UnitSpec(mode=mode, exec_path=gateway_executable(sys.argv[0]), home=str(home),
+                        env_file=str(env_file), drain_seconds=drain)
+        unit_dir = Path(args.unit_dir) if args.unit_dir else unit_dir_for(mode, env)
+        plan = plan_install(spec, unit_dir=unit_dir, env_file=env_file,
+                            user=None if mode == "system" else getpass.getuser())
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return install(plan, dry_run=args.dry_run, enable=args.enable)
+
+
+def _drain_seconds(home: Path) -> float:
+    try:
+        return load_config(home).daemon.drain_seconds
+    except (ConfigError, OSError):
+        return 20.0
