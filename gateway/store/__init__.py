@@ -1,4 +1,6 @@
-"""The SQLite store (state.db, WAL): the Store and its queries (database), row dataclasses (rows), append-only
-migrations (schema), the session_search index (search_index), the decoded-history cache (history_cache),
-and how stored rows become model messages (transcript). Imports the vocabulary, config and llm's types.
+"""The SQLite store (state.db, WAL). `database.Store` is the whole of it: the connection with its migrations
+and transactions (connection), one class of named queries per table group (session_queries, message_queries,
+delivery_queries), row dataclasses (rows), append-only migrations (schema), the session_search index
+(search_index) and the decoded-history cache (history_cache); transcript turns stored rows into model messages.
+Imports the vocabulary, config and llm's types.
 """

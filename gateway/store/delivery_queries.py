@@ -1,0 +1,103 @@
+"""Queries on the delivery log: inbound messages (stored before the platform is acknowledged) and outbound
+chunks (recorded before the first is sent, marked as each goes)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from gateway.errors import StoreError
+from gateway.store.connection import Database
+from gateway.store.rows import InboundRow, OutboundRow, _row, iso
+
+
+class DeliveryQueries(Database):
+    def insert_inbound(self, *, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
+                       platform_message_id: str, user_id: str, user_name: str | None, text: str, payload: str,
+                       received_at: datetime, status: str = "pending") -> int | None:
+        """Store an inbound message; None when (platform, chat, message id) was already stored (a redelivery)."""
+        try:
+            with self.tx() as conn:
+                cur = conn.execute(
+                    "INSERT INTO inbound (platform, chat_type, chat_id, thread_id, platform_message_id, user_id,"
+                    " user_name, text, payload, received_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (platform, chat_id, platform_message_id) DO NOTHING",
+                    (platform, chat_type, chat_id, thread_id, platform_message_id, user_id, user_name, text,
+                     payload, iso(received_at), status))
+                return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot store inbound message: {exc}") from exc
+
+    def settle_inbound(self, inbound_id: int, status: str, outbound: Sequence[dict[str, Any]], *, now: datetime,
+                       session_id: int | None = None) -> None:
+        """An inbound's final status and the chunks that answer it (a notice, an error) in one transaction:
+        after a crash either both are there or neither, never a final status with its answer lost."""
+        with self.tx() as conn:
+            insert_outbound(conn, outbound, now)
+            conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
+                         " WHERE id = ?", (status, iso(now), session_id, inbound_id))
+
+    def set_inbound_status(self, inbound_id: int, status: str, *, now: datetime,
+                           session_id: int | None = None) -> None:
+        finished = iso(now) if status not in ("pending", "running") else None
+        self.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
+                     " WHERE id = ?", (status, finished, session_id, inbound_id))
+
+    def inbound(self, inbound_id: int) -> InboundRow:
+        row = _row(InboundRow, self.one("SELECT * FROM inbound WHERE id = ?", (inbound_id,)))
+        if row is None:
+            raise StoreError(f"inbound {inbound_id} does not exist")
+        return row
+
+    def unfinished_inbound(self) -> list[InboundRow]:
+        rows = self.all("SELECT * FROM inbound WHERE status IN ('pending', 'running') ORDER BY id")
+        return [_row(InboundRow, r) for r in rows]
+
+    def prune_inbound(self, before: datetime) -> int:
+        with self.tx() as conn:
+            cur = conn.execute("DELETE FROM inbound WHERE received_at < ? AND status NOT IN ('pending', 'running')",
+                               (iso(before),))
+            return cur.rowcount
+
+    def insert_outbound(self, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
+        """Record every chunk of one reply before the first is sent (ignored if this turn was recorded already)."""
+        with self.tx() as conn:
+            insert_outbound(conn, rows, now)
+
+    def outbound_for_turn(self, turn_id: str) -> list[OutboundRow]:
+        rows = self.all("SELECT * FROM outbound WHERE turn_id = ? ORDER BY chunk_index", (turn_id,))
+        return [_row(OutboundRow, r) for r in rows]
+
+    def outbound_chat(self, turn_id: str) -> tuple[str, str] | None:
+        """(platform, chat id) of a recorded reply, None when the turn recorded nothing."""
+        row = self.one("SELECT platform, chat_id FROM outbound WHERE turn_id = ? LIMIT 1", (turn_id,))
+        return None if row is None else (row[0], row[1])
+
+    def next_pending_outbound(self, platform: str, chat_id: str) -> OutboundRow | None:
+        """The chat's oldest unsent chunk."""
+        return _row(OutboundRow, self.one("SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"
+                                          " AND chat_id = ? ORDER BY id LIMIT 1", (platform, chat_id)))
+
+    def pending_outbound(self) -> list[OutboundRow]:
+        rows = self.all("SELECT * FROM outbound WHERE status = 'pending' ORDER BY id")
+        return [_row(OutboundRow, r) for r in rows]
+
+    def mark_outbound(self, outbound_id: int, status: str, *, now: datetime, platform_message_id: str | None = None,
+                      error: str | None = None) -> None:
+        self.execute("UPDATE outbound SET status = ?, attempts = attempts + 1, platform_message_id ="
+                     " COALESCE(?, platform_message_id), last_error = ?, sent_at = CASE WHEN ? = 'sent' THEN ?"
+                     " ELSE sent_at END WHERE id = ?",
+                     (status, platform_message_id, error, status, iso(now), outbound_id))
+
+
+def insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], now: datetime) -> None:
+    for r in rows:
+        conn.execute(
+            "INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id, thread_id,"
+            " kind, text, plain, entities, reply_to_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (turn_id, chunk_index) DO NOTHING",
+            (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
+             r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
+             iso(now)))

@@ -1,0 +1,89 @@
+"""Queries on sessions (their stored prompt, activity, end) and on model usage (llm_calls)."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+
+from gateway.errors import StoreError
+from gateway.llm.types import Usage
+from gateway.store.connection import Database
+from gateway.store.rows import ModelCall, SessionRow, _row, iso
+
+
+class SessionQueries(Database):
+    def active_session(self, key: str) -> SessionRow | None:
+        return _row(SessionRow, self.one("SELECT * FROM sessions WHERE key = ? AND ended_at IS NULL", (key,)))
+
+    def session(self, session_id: int) -> SessionRow:
+        row = _row(SessionRow, self.one("SELECT * FROM sessions WHERE id = ?", (session_id,)))
+        if row is None:
+            raise StoreError(f"session {session_id} does not exist")
+        return row
+
+    def latest_session(self, key: str) -> SessionRow | None:
+        return _row(SessionRow, self.one("SELECT * FROM sessions WHERE key = ? ORDER BY id DESC LIMIT 1", (key,)))
+
+    def active_sessions(self) -> list[SessionRow]:
+        return [_row(SessionRow, r) for r in self.all("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY id")]
+
+    def list_sessions(self, *, active: bool | None = None, limit: int = 100) -> list[SessionRow]:
+        where = "" if active is None else ("WHERE ended_at IS NULL" if active else "WHERE ended_at IS NOT NULL")
+        rows = self.all(f"SELECT * FROM sessions {where} ORDER BY id DESC LIMIT ?", (limit,))
+        return [_row(SessionRow, r) for r in rows]
+
+    def create_session(self, *, key: str, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
+                       user_id: str | None, parent_id: int | None, model: str | None, provider: str | None,
+                       now: datetime) -> SessionRow:
+        sid = self.execute(
+            "INSERT INTO sessions (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, created_at,"
+            " model, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model, provider))
+        return self.session(sid)
+
+    def store_prompt(self, session_id: int, prompt: str, *, now: datetime, reason: str | None = None,
+                     model: str | None = None, provider: str | None = None) -> None:
+        """Write the session's system prompt bytes; `reason` is set on a rebuild (compression, model change)."""
+        self.execute(
+            "UPDATE sessions SET system_prompt = ?, prompt_built_at = ?, prompt_rebuild_reason = COALESCE(?, prompt_rebuild_reason),"
+            " prompt_rebuilds = prompt_rebuilds + (? IS NOT NULL), model = COALESCE(?, model), provider = COALESCE(?, provider)"
+            " WHERE id = ?", (prompt, iso(now), reason, reason, model, provider, session_id))
+
+    def touch_user(self, session_id: int, now: datetime) -> None:
+        self.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
+
+    def start_turn(self, inbound_id: int, session_id: int, *, now: datetime, touch_user: bool) -> None:
+        """The inbound is running; and a person's message counts as the session's latest: one transaction."""
+        with self.tx() as conn:
+            conn.execute("UPDATE inbound SET status = 'running', finished_at = NULL WHERE id = ?", (inbound_id,))
+            if touch_user:
+                conn.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
+
+    def end_session(self, session_id: int, *, reason: str, now: datetime, flush_state: str | None) -> bool:
+        """Close a session once; returns False if it was already closed (so two closers never both flush)."""
+        self.history_cache.drop(session_id)  # no more turns: its history is read once more at most (the flush)
+        with self.tx() as conn:
+            cur = conn.execute(
+                "UPDATE sessions SET ended_at = ?, end_reason = ?, flush_state = COALESCE(flush_state, ?)"
+                " WHERE id = ? AND ended_at IS NULL", (iso(now), reason, flush_state, session_id))
+            return cur.rowcount == 1
+
+    def add_usage(self, session_id: int | None, usage: Usage, *, purpose: str, provider: str, model: str,
+                  now: datetime) -> None:
+        with self.tx() as conn:
+            insert_call(conn, session_id, ModelCall(usage, purpose, provider, model), now)
+
+
+def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCall, now: datetime) -> None:
+    usage = call.usage
+    conn.execute(
+        "INSERT INTO llm_calls (session_id, purpose, provider, model, input_tokens, output_tokens,"
+        " cache_read_tokens, cache_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (session_id, call.purpose, call.provider, call.model, usage.input_tokens, usage.output_tokens,
+         usage.cache_read_tokens, usage.cache_write_tokens, iso(now)))
+    if session_id is not None:
+        conn.execute(
+            "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?"
+            " WHERE id = ?", (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                              usage.cache_write_tokens, session_id))
