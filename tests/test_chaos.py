@@ -17,7 +17,7 @@ from gateway.config.settings import load_config
 from gateway.events import OutboundKind, OutboundMessage
 from gateway.ops.daemon import Daemon, build_gateway, platform_adapters
 from gateway.sessions.commands import NEW_TEXT, NOTHING_TO_STOP
-from gateway.sessions.manager import ERROR_TEXT
+from gateway.sessions.turn_text import ERROR_TEXT
 from tests.chaos.crashpoints import Scenario, down, long_answer, run_with_crash
 from tests.chaos.killrun import ChaosPlan, KillRun
 from tests.chaos.models import HEADER, RespondingLLM, chunk_keys, numbered_reply, text_of

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.events import ChatRef, SubmitOutcome
 from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
-from gateway.sessions.manager import session_key
+from gateway.sessions.keys import session_key
 from tests.helpers import RecordingAdapter, gateway_for, inbound
 
 

@@ -32,7 +32,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "prompt": ["hints", "builder", "inputs", "session_prompt"],
     "delivery": ["ratelimit", "markup", "chunking", "outbox"],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
-    "sessions": [("lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
+    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
     "ops": [("notify", "service", "supervisor", "status"), ("doctor", "daemon")],

@@ -40,8 +40,9 @@ from gateway.sessions.catchup import CatchUps
 from gateway.sessions.commands import Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
+from gateway.sessions.keys import session_key
 from gateway.sessions.lifecycle import Policies
-from gateway.sessions.manager import SessionManager, session_key
+from gateway.sessions.manager import SessionManager
 from gateway.sessions.timers import Lifecycle
 from gateway.store.database import Store
 from gateway.store.rows import utcnow

@@ -18,7 +18,7 @@ from gateway.agent.loop import Agent, TurnResult
 from gateway.agent.tools.registry import ToolContext
 from gateway.config.settings import Config, ResetOverride
 from gateway.delivery.outbox import Outbox
-from gateway.errors import GatewayError, LLMError, LLMNotConfigured, LLMTimeout
+from gateway.errors import LLMError, LLMNotConfigured
 from gateway.events import (
     Adapter,
     ChatRef,
@@ -31,7 +31,9 @@ from gateway.events import (
 )
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
+from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes
+from gateway.sessions.turn_text import ERROR_TEXT, plain_reason, reset_notice, user_message
 from gateway.store.database import Store
 from gateway.store.rows import ModelCall, SessionRow, iso, parse_iso
 from gateway.store.transcript import decode_inbound, encode_inbound, session_history, well_formed
@@ -40,25 +42,8 @@ from gateway.telemetry.metrics import Metrics, error_kind
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
 QUEUE_FULL_TEXT = "I'm still working through your earlier messages; please wait a moment before sending more."
 BUSY_TEXT = "Still working on your previous message; I'll answer this one next."
-
-
-def session_key(chat: ChatRef, user_id: str, *, group_per_user: bool) -> str:
-    """`<platform>:<chat_type>:<chat_id>[:<thread_id>][:<user_id>]`; threads are shared by their members.
-
-    A DM without a chat id falls back to the user id, never to a shared sink.
-    """
-    chat_id = chat.chat_id or (user_id if chat.chat_type == "dm" else "")
-    if not chat_id:
-        raise GatewayError(f"{chat.platform}: message without a chat id in a {chat.chat_type}")
-    parts = [chat.platform, chat.chat_type, chat_id]
-    if chat.thread_id:
-        parts.append(chat.thread_id)
-    elif chat.chat_type != "dm" and group_per_user:
-        parts.append(user_id)
-    return ":".join(parts)
 
 
 class SessionHooks(Protocol):
@@ -113,7 +98,7 @@ class SessionManager:
     # ------------------------------------------------------------------ intake
     def key_for(self, inbound: Inbound) -> str:
         per_user = self.config.sessions.group_per_user
-        override = _platform_per_user(self.config, inbound.chat.platform)
+        override = platform_per_user(self.config, inbound.chat.platform)
         return session_key(inbound.chat, inbound.user_id, group_per_user=per_user if override is None else override)
 
     async def submit(self, inbound: Inbound) -> SubmitResult:
@@ -234,7 +219,7 @@ class SessionManager:
         log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
                   inbound.text)
         if ended and self._notify_reset(session):
-            await self.outbox.post(f"r{inbound_id}", inbound.chat, _reset_notice(ended))
+            await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
         held: list[LLMReply] = []  # the final model call: its usage is stored in the turn's transaction
         try:
             await self._answer(inbound_id, inbound, session, ended, turn, now, held)
@@ -251,7 +236,7 @@ class SessionManager:
             prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
             result = await self._run_agent(session, inbound, prompt, history, user_msg, held)
         except (LLMError, TimeoutError) as exc:
-            why = _plain_reason(exc)
+            why = plain_reason(exc)
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
             self._count_turn(inbound.chat.platform, "error", now, error_kind(exc))
@@ -316,20 +301,6 @@ class SessionManager:
             known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
         return adapter.typing(chat) if known[1] else _NullContext()  # type: ignore[attr-defined]
 
-    def user_message(self, inbound: Inbound, ended: str | None) -> ChatMessage:
-        """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note."""
-        parts = []
-        if ended:
-            parts.append(f"[Note: the previous conversation ended ({_reason_words(ended)}); this is a new session.]")
-        text = inbound.text
-        if inbound.attachments:
-            names = ", ".join(a.name or a.kind for a in inbound.attachments)
-            text = f"{text}\n[attachments not loaded: {names}]".strip()
-        if inbound.chat.is_group and inbound.user_name:
-            text = f"[{inbound.user_name}] {text}"
-        parts.append(text)
-        return {"role": "user", "content": "\n".join(parts)}
-
     def _notify_reset(self, session: SessionRow) -> bool:
         policy = self.config.session_reset
         overrides: tuple[ResetOverride | None, ...] = (policy.by_platform.get(session.platform),  # type: ignore[call-overload]
@@ -338,6 +309,9 @@ class SessionManager:
             if override is not None and override.notify is not None:
                 return override.notify
         return policy.notify
+
+    def user_message(self, inbound: Inbound, ended: str | None) -> ChatMessage:
+        return user_message(inbound, ended)
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
@@ -389,31 +363,9 @@ def _model_call(reply: LLMReply) -> ModelCall:
     return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)
 
 
-def _platform_per_user(config: Config, platform: str) -> bool | None:
-    section = getattr(config, platform, None)
-    return getattr(section, "group_sessions_per_user", None) if section is not None else None
-
-
 class _NullContext:
     async def __aenter__(self) -> None:
         return None
 
     async def __aexit__(self, *exc: object) -> None:
         return None
-
-
-def _reason_words(reason: str) -> str:
-    return {"idle": "it was idle for a while", "daily": "daily reset", "command": "you started a new one",
-            "shutdown": "the gateway restarted"}.get(reason, reason)
-
-
-def _reset_notice(reason: str) -> str:
-    return f"Started a new conversation ({_reason_words(reason)}). I still remember what I saved to memory."
-
-
-def _plain_reason(exc: BaseException) -> str:
-    if isinstance(exc, (LLMTimeout, TimeoutError)):
-        return "it took too long"
-    if isinstance(exc, LLMNotConfigured):
-        return "no model is configured"
-    return "the model service is unavailable"

@@ -1,0 +1,42 @@
+"""What a turn says beyond the model's answer: the user message with its per-turn facts (never stored in the
+prompt), the one-shot reset notice, and the plain sentence for a failed model call."""
+
+from __future__ import annotations
+
+from gateway.errors import LLMNotConfigured, LLMTimeout
+from gateway.events import Inbound
+from gateway.llm.types import ChatMessage
+
+ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
+
+
+def user_message(inbound: Inbound, ended: str | None) -> ChatMessage:
+    """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note."""
+    parts = []
+    if ended:
+        parts.append(f"[Note: the previous conversation ended ({reason_words(ended)}); this is a new session.]")
+    text = inbound.text
+    if inbound.attachments:
+        names = ", ".join(a.name or a.kind for a in inbound.attachments)
+        text = f"{text}\n[attachments not loaded: {names}]".strip()
+    if inbound.chat.is_group and inbound.user_name:
+        text = f"[{inbound.user_name}] {text}"
+    parts.append(text)
+    return {"role": "user", "content": "\n".join(parts)}
+
+
+def reason_words(reason: str) -> str:
+    return {"idle": "it was idle for a while", "daily": "daily reset", "command": "you started a new one",
+            "shutdown": "the gateway restarted"}.get(reason, reason)
+
+
+def reset_notice(reason: str) -> str:
+    return f"Started a new conversation ({reason_words(reason)}). I still remember what I saved to memory."
+
+
+def plain_reason(exc: BaseException) -> str:
+    if isinstance(exc, (LLMTimeout, TimeoutError)):
+        return "it took too long"
+    if isinstance(exc, LLMNotConfigured):
+        return "no model is configured"
+    return "the model service is unavailable"
