@@ -53,6 +53,15 @@ class _Outcome(enum.Enum):
     LATER = "later"    # still pending: a later round (retry timer, adapter back up, restart) sends it
 
 
+@dataclass(slots=True)
+class _Tries:
+    """One row's attempts within a delivery round."""
+
+    use_plain: bool = False
+    failures: int = 0
+    rate_limited: int = 0
+
+
 def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts, *,
                 kind: OutboundKind, reply_to_id: str | None) -> list[dict[str, object]]:
     """Split one reply into chunk rows for the outbound table (pure; the same input gives the same rows)."""
@@ -212,6 +221,24 @@ class Outbox:
                                          error=f"not sent: chunk {failed.chunk_index} failed")
 
     async def _send_row(self, row: OutboundRow) -> _Outcome:
+        adapter = self._adapter_for(row)
+        if isinstance(adapter, _Outcome):
+            return adapter
+        chat, tries = row_chat(row), _Tries()
+        while True:
+            await self.limiter.acquire(chat)
+            try:
+                mid = await adapter.send(row_message(row, use_plain=tries.use_plain))
+            except Exception as exc:  # noqa: BLE001 (each kind is handled or logged in _after_failure)
+                outcome = await self._after_failure(row, chat, exc, tries)
+                if outcome is None:
+                    continue
+                return outcome
+            self._mark(row, "sent", platform_message_id=mid)
+            return _Outcome.SENT
+
+    def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:
+        """The adapter to send this row with, or why not now (platform not serving, or too many rounds)."""
         adapter = self.adapters.get(row.platform)
         if adapter is None or not self.available(row.platform):
             log.info("%s is not serving; turn %s chunk %s stays pending", row.platform, row.turn_id, row.chunk_index)
@@ -221,52 +248,56 @@ class Outbox:
                         row.turn_id, row.chunk_index, row.attempts, row.last_error)
             self._mark(row, "failed", error=f"gave up after {row.attempts} rounds: {row.last_error}")
             return _Outcome.FAILED
-        chat = row_chat(row)
-        use_plain = False
-        failures = rate_limited = 0
-        while True:
-            await self.limiter.acquire(chat)
-            try:
-                mid = await adapter.send(row_message(row, use_plain=use_plain))
-            except MarkupRejected as exc:
-                self._count_error(exc)
-                if use_plain:
-                    self._mark(row, "failed", error=f"plain text rejected too: {exc}")
-                    return _Outcome.FAILED
-                log.warning("%s rejected the markup of turn %s chunk %s (%s); resending it as plain text",
-                            row.platform, row.turn_id, row.chunk_index, exc)
-                use_plain = True
-                continue
-            except RateLimited as exc:
-                self._count_error(exc)
-                rate_limited += 1
-                scope = "the bot" if exc.is_global else f"chat {row.chat_id}"
-                log.info("%s: 429, pausing %s for %.3gs", row.platform, scope, exc.retry_after)
-                self.limiter.pause(chat, exc.retry_after, is_global=exc.is_global)
-                if rate_limited > self.max_rate_limited:
-                    self._mark(row, "pending", error=str(exc))
-                    return _Outcome.LATER
-                continue
-            except RecipientUnavailable as exc:
-                self._count_error(exc)
-                log.warning("%s: cannot deliver to chat %s: %s", row.platform, row.chat_id, exc)
-                self._mark(row, "failed", error=str(exc))
-                return _Outcome.FAILED
-            except Exception as exc:
-                failures += 1
-                known = isinstance(exc, AdapterError)
-                self._count_error(exc if known else "send_crash")
-                if failures >= self.backoff.attempts or not self.available(row.platform):
-                    log.warning("%s: turn %s chunk %s not sent (%s); kept for a later round", row.platform,
-                                row.turn_id, row.chunk_index, exc, exc_info=not known)
-                    self._mark(row, "pending", error=str(exc) or type(exc).__name__)
-                    return _Outcome.LATER
-                delay = self.backoff.delay(failures - 1, self.rng)
-                log.warning("%s send failed (%s); retry in %.2fs", row.platform, exc, delay, exc_info=not known)
-                await self.sleep(delay)
-                continue
-            self._mark(row, "sent", platform_message_id=mid)
-            return _Outcome.SENT
+        return adapter
+
+    async def _after_failure(self, row: OutboundRow, chat: ChatRef, exc: Exception, tries: _Tries) -> _Outcome | None:
+        """What a failed send means for this row: None = try again now, else the round's outcome."""
+        if isinstance(exc, MarkupRejected):
+            return self._markup_rejected(row, exc, tries)
+        if isinstance(exc, RateLimited):
+            return self._rate_limited(row, chat, exc, tries)
+        if isinstance(exc, RecipientUnavailable):
+            self._count_error(exc)
+            log.warning("%s: cannot deliver to chat %s: %s", row.platform, row.chat_id, exc)
+            self._mark(row, "failed", error=str(exc))
+            return _Outcome.FAILED
+        return await self._send_failed(row, exc, tries)
+
+    def _markup_rejected(self, row: OutboundRow, exc: MarkupRejected, tries: _Tries) -> _Outcome | None:
+        self._count_error(exc)
+        if tries.use_plain:
+            self._mark(row, "failed", error=f"plain text rejected too: {exc}")
+            return _Outcome.FAILED
+        log.warning("%s rejected the markup of turn %s chunk %s (%s); resending it as plain text",
+                    row.platform, row.turn_id, row.chunk_index, exc)
+        tries.use_plain = True
+        return None
+
+    def _rate_limited(self, row: OutboundRow, chat: ChatRef, exc: RateLimited, tries: _Tries) -> _Outcome | None:
+        self._count_error(exc)
+        tries.rate_limited += 1
+        scope = "the bot" if exc.is_global else f"chat {row.chat_id}"
+        log.info("%s: 429, pausing %s for %.3gs", row.platform, scope, exc.retry_after)
+        self.limiter.pause(chat, exc.retry_after, is_global=exc.is_global)
+        if tries.rate_limited > self.max_rate_limited:
+            self._mark(row, "pending", error=str(exc))
+            return _Outcome.LATER
+        return None
+
+    async def _send_failed(self, row: OutboundRow, exc: Exception, tries: _Tries) -> _Outcome | None:
+        """A 5xx, a dropped connection or a bug in the adapter: back off and retry, then keep it for later."""
+        tries.failures += 1
+        known = isinstance(exc, AdapterError)
+        self._count_error(exc if known else "send_crash")
+        if tries.failures >= self.backoff.attempts or not self.available(row.platform):
+            log.warning("%s: turn %s chunk %s not sent (%s); kept for a later round", row.platform,
+                        row.turn_id, row.chunk_index, exc, exc_info=not known)
+            self._mark(row, "pending", error=str(exc) or type(exc).__name__)
+            return _Outcome.LATER
+        delay = self.backoff.delay(tries.failures - 1, self.rng)
+        log.warning("%s send failed (%s); retry in %.2fs", row.platform, exc, delay, exc_info=not known)
+        await self.sleep(delay)
+        return None
 
     def _mark(self, row: OutboundRow, status: str, *, platform_message_id: str | None = None,
               error: str | None = None) -> None:
