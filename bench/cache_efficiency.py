@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound
-from gateway.ops.daemon import Gateway, build_gateway
+from gateway.ops.wiring import Gateway, build_gateway
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests/ holds the fakes
 

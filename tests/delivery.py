@@ -12,7 +12,7 @@ from typing import Any
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, OutboundMessage, Submit
 from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
-from gateway.ops.daemon import Gateway, build_gateway
+from gateway.ops.wiring import Gateway, build_gateway
 from tests.fakeclock import FakeClock
 
 

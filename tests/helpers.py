@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound, OutboundMessage
-from gateway.ops.daemon import Gateway, build_gateway
+from gateway.ops.wiring import Gateway, build_gateway
 
 
 def write_config(home: Path, *, provider: str = "anthropic", base_url: str | None = None, extra: str = "") -> Path:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
-from gateway.ops.daemon import Gateway
+from gateway.ops.wiring import Gateway
 from gateway.store.database import Store
 from gateway.store.rows import SessionRow, iso
 from tests.fakes.llm import FakeLLM

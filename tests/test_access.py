@@ -27,7 +27,8 @@ from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
 from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
-from gateway.ops.daemon import Daemon, Gateway, build_gateway, check_web_binding, platform_adapters
+from gateway.ops.daemon import Daemon, check_web_binding
+from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.helpers import RecordingAdapter, gateway_for, write_config
 
 START = datetime.now(UTC).replace(microsecond=0)  # near real time, so the CLI's own clock agrees on expiry

@@ -15,7 +15,8 @@ import pytest
 
 from gateway.config.settings import load_config
 from gateway.events import OutboundKind, OutboundMessage
-from gateway.ops.daemon import Daemon, build_gateway, platform_adapters
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import build_gateway, platform_adapters
 from gateway.sessions.commands import NEW_TEXT, NOTHING_TO_STOP
 from gateway.sessions.turn_text import ERROR_TEXT
 from tests.chaos.crashpoints import Scenario, down, long_answer, run_with_crash

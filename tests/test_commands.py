@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.events import command_word
-from gateway.ops.daemon import Gateway
+from gateway.ops.wiring import Gateway
 from gateway.sessions.commands import BUSY_TEXT, HELP_TEXT, NEW_TEXT, NOTHING_TO_RETRY, NOTHING_TO_STOP, NOTHING_TO_UNDO
 from tests.fakes.llm import FakeLLM
 from tests.helpers import RecordingAdapter, inbound, llm_url, write_config

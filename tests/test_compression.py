@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.ops.daemon import Gateway
+from gateway.ops.wiring import Gateway
 from gateway.sessions.compression import SUMMARY_HEADER, SUMMARY_SYSTEM, Cut, plan_cut, transcript
 from gateway.store.rows import COMPRESSED, MessageRow
 from tests.fakes.base import Fault

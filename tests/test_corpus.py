@@ -21,7 +21,8 @@ from gateway.agent.tools.registry import ToolContext
 from gateway.cli import main as cli
 from gateway.config.settings import load_config
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
-from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.chaos.crashpoints import VirtualTime
 from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault

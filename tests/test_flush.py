@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from gateway.config.settings import load_config
-from gateway.ops.daemon import Daemon, Gateway
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway
 from gateway.sessions.flush import FLUSH_MARK, MAX_STARTS, FlushLedger
 from gateway.store.database import Store
 from tests.fakes.base import Fault

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway.delivery.outbox import render_rows
 from gateway.errors import StoreError
 from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
-from gateway.ops.daemon import Gateway
+from gateway.ops.wiring import Gateway
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.transcript import decode_inbound, encode_inbound
 from gateway.telemetry.logs import MASK, TOKEN_PATTERNS, Redactor

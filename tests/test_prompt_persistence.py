@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.ops.daemon import Gateway
+from gateway.ops.wiring import Gateway
 from gateway.store.rows import SessionRow
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from gateway.events import Inbound, OutboundKind, Submit, SubmitOutcome
-from gateway.ops.daemon import Daemon, Gateway
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway
 from gateway.store.transcript import encode_inbound
 from tests.delivery import TELEGRAM_CONFIG, ReplyLLM, ScriptedAdapter, gateway_on, write_home
 from tests.fakeclock import FakeClock

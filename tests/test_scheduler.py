@@ -11,7 +11,7 @@ from pathlib import Path
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 
 from gateway.config.settings import load_config
-from gateway.ops.daemon import Gateway
+from gateway.ops.wiring import Gateway
 from gateway.sessions.timers import SWEEP_JOB
 from gateway.store.database import Store
 from tests.fakes.llm import FakeLLM

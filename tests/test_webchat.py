@@ -10,7 +10,8 @@ import pytest
 
 from gateway.config.settings import load_config
 from gateway.errors import ConfigError
-from gateway.ops.daemon import Daemon, build_gateway, platform_adapters
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM
 from tests.helpers import write_config
 

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_prompt(args: argparse.Namespace) -> int:
-    from gateway.ops.daemon import build_gateway
+    from gateway.ops.wiring import build_gateway
     config = config_of(args)
     setup_logging(args, config, environ(), level="WARNING")
     gateway = build_gateway(config, env=environ(), probe_ollama=False)

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Exit 0 after a clean drain, 75 when a restart would help (SIGHUP, the port is still taken), 78 on bad config."""
-    from gateway.ops.daemon import build_gateway, check_web_binding, platform_adapters, run_daemon
+    from gateway.ops.daemon import check_web_binding, run_daemon
     from gateway.ops.notify import Notifier
+    from gateway.ops.wiring import build_gateway, platform_adapters
     config = config_of(args)
     env = environ()
     setup_logging(args, config, env)
@@ -50,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from adapters.console import ConsoleAdapter
-    from gateway.ops.daemon import build_gateway
+    from gateway.ops.wiring import build_gateway
     config = config_of(args)
     setup_logging(args, config, environ(), level="WARNING")
     console = ConsoleAdapter(prompt="you> ")

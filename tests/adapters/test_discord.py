@@ -26,7 +26,8 @@ from adapters.discord.adapter import (
 from gateway.config.settings import load_config
 from gateway.errors import AdapterFatal
 from gateway.events import AdapterHealth
-from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.fakes.discord import (
     BOT_ID,
     CHANNEL_ID,

@@ -25,7 +25,8 @@ from gateway.delivery.outbox import Backoff
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterFatal
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
-from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from gateway.sessions.commands import HELP_TEXT, NEW_TEXT
 from tests.fakeclock import FakeClock
 from tests.fakes.base import Delay, Fault

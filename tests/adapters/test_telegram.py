@@ -20,7 +20,8 @@ from adapters.telegram.adapter import COMMANDS, TelegramAdapter, addressing
 from gateway.config.settings import load_config
 from gateway.errors import AdapterError, RateLimited, StoreError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
-from gateway.ops.daemon import Daemon, Gateway, build_gateway, platform_adapters
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from gateway.sessions.commands import START_TEXT
 from tests.fakes.base import ConnectionReset, Delay
 from tests.fakes.llm import FakeLLM, Reply

@@ -20,7 +20,7 @@ from gateway.config.settings import load_config
 from gateway.errors import LLMUnavailable
 from gateway.events import Inbound, OutboundMessage
 from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
-from gateway.ops.daemon import Gateway, build_gateway
+from gateway.ops.wiring import Gateway, build_gateway
 from gateway.store.database import Store
 from tests.helpers import inbound
 

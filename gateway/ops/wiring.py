@@ -1,0 +1,172 @@
+"""The composition root: builds the gateway's object graph once, bottom-up, and the configured adapters.
+
+The only place that decides which concrete class plays each part; tests build the same graph with fakes
+(`build_gateway(..., adapters=[fake], llm=fake)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from gateway.access.gate import AccessGate
+from gateway.access.pairing import PairingBook, load_key
+from gateway.agent.loop import Agent
+from gateway.agent.tools.catalog import build_registry
+from gateway.agent.tools.registry import ToolRegistry
+from gateway.config.settings import Config
+from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.ratelimit import RateLimiter
+from gateway.errors import ConfigError, LLMNotConfigured
+from gateway.events import Adapter
+from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.skills import SkillLibrary
+from gateway.llm.factory import UnconfiguredLLM, build_llm
+from gateway.llm.types import LLMClient
+from gateway.ops.supervisor import Supervisor, Watchdog
+from gateway.prompt.hints import PlatformFacts, load_platform_facts
+from gateway.prompt.inputs import PromptAssembler
+from gateway.sessions.commands import Commands
+from gateway.sessions.compression import AgentFlush, Compressor
+from gateway.sessions.flush import Flusher
+from gateway.sessions.lifecycle import Policies
+from gateway.sessions.manager import SessionManager
+from gateway.sessions.timers import Lifecycle
+from gateway.store.database import Store
+from gateway.store.rows import utcnow
+from gateway.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class Gateway:
+    """The assembled object graph."""
+
+    config: Config
+    store: Store
+    llm: LLMClient
+    tools: ToolRegistry
+    memory: MemoryStore
+    skills: SkillLibrary
+    facts: Mapping[str, PlatformFacts]
+    prompts: PromptAssembler
+    agent: Agent
+    outbox: Outbox
+    sessions: SessionManager
+    adapters: dict[str, Adapter]
+    clock: Clock
+    web_app: web.Application | None = None
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+    lifecycle: Lifecycle | None = None
+    supervisor: Supervisor | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+
+
+def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
+                  llm: LLMClient | None = None, clock: Clock = utcnow, probe_ollama: bool = True,
+                  sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic) -> Gateway:
+    """The object graph, built once, bottom-up: store → model → knowledge and tools → delivery → sessions."""
+    config.home.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db_path)
+    metrics = Metrics()
+    llm = llm or _model(config, env, probe_ollama=probe_ollama)
+    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit)
+    skills = SkillLibrary(config.home)
+    tools = _tools(config, memory, skills)
+    facts = _platform_facts(config)
+    agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
+    by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
+    supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
+    outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
+                    limiter=RateLimiter(clock=monotonic, sleep=sleep),
+                    backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
+    prompts = PromptAssembler(config, facts, memory, skills)
+    sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
+                                    tool_names=tools.names(), adapters=by_platform, clock=clock, metrics=metrics)
+    return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
+                   prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
+                   clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics)
+
+
+def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> LLMClient:
+    try:
+        return build_llm(config, env, probe_ollama=probe_ollama)
+    except LLMNotConfigured as exc:  # the chat surfaces say what to set instead of the daemon refusing to start
+        log.warning("%s", exc)
+        return UnconfiguredLLM(str(exc))
+
+
+def _tools(config: Config, memory: MemoryStore, skills: SkillLibrary) -> ToolRegistry:
+    try:
+        return build_registry(config.home, enabled=config.agent.tools, memory=memory, skills=skills)
+    except ValueError as exc:
+        raise ConfigError(str(exc), file=str(config.home / "config.yaml"), key="agent.tools") from None
+
+
+def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
+    facts = load_platform_facts()
+    if config.discord is not None and config.discord.max_lines:  # the user's line cap beats the shipped one
+        facts = {**facts, "discord": replace(facts["discord"], max_lines=config.discord.max_lines)}
+    return facts
+
+
+def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
+              memory: MemoryStore, tool_names: Sequence[str], adapters: dict[str, Adapter], clock: Clock,
+              metrics: Metrics) -> tuple[SessionManager, Lifecycle]:
+    """The session manager with its gate, compression, pre-reset flush and lifecycle timers."""
+    gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
+    compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
+                            flush=AgentFlush(agent=agent, store=store, config=config, tool_names=tool_names,
+                                             read_memory=memory.read, clock=clock))
+    policies = Policies(config.session_reset, config.sessions.timezone)
+    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tool_names=tool_names,
+                      home=config.home, db_path=config.db_path, clock=clock)
+    lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
+    sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
+                              hooks=lifecycle, commands=Commands(policies=policies, clock=clock), adapters=adapters,
+                              clock=clock, tool_names=tool_names, gate=gate, compressor=compressor, metrics=metrics)
+    lifecycle.attach(sessions)
+    return sessions, lifecycle
+
+
+def _watchdogs(config: Config) -> dict[str, Watchdog]:
+    """Per-platform inbound-liveness windows (only adapters that can `ping` are watched)."""
+    found: dict[str, Watchdog] = {}
+    if config.slack is not None:  # Socket Mode is known to go silent while "connected"
+        found["slack"] = Watchdog(silence=config.slack.liveness_minutes * 60)
+    return found
+
+
+def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.monotonic) -> list[Adapter]:
+    """The adapters the config asks for; the web chat is always there unless disabled.
+
+    `monotonic` must be the gateway's own clock: an adapter that holds sends back (Telegram's flood waits) and
+    the outbox that schedules them have to agree on when a wait is over."""
+    found: list[Adapter] = []
+    if config.web.enabled:
+        from adapters.webchat import WebChatAdapter
+        token = config.web.auth_token.value if config.web.auth_token else None
+        found.append(WebChatAdapter(auth_token=token))
+    if config.telegram is not None:
+        from adapters.telegram.adapter import TelegramAdapter
+        found.append(TelegramAdapter(config.telegram, clock=monotonic))
+    if config.discord is not None:
+        from adapters.discord.adapter import DiscordAdapter
+        found.append(DiscordAdapter(config.discord))
+    if config.slack is not None:
+        from adapters.slack.adapter import SlackAdapter
+        found.append(SlackAdapter(config.slack))
+    return found
+
+
