@@ -1,3 +1,4 @@
-"""Discord through discord.py 2: the adapter (gateway websocket + REST), message text and errors (text), slash
-commands (commands) and the catch-up after a reconnect (catchup). Imports only the vocabulary and its own modules.
+"""Discord through discord.py 2: the adapter (gateway websocket, messages → `Inbound`), sending and "is typing…"
+(outbound), the threads `thread_replies: auto` opens (threads), message text and errors (text), slash commands
+(commands) and the catch-up after a reconnect (catchup). Imports only the vocabulary and its own modules.
 """

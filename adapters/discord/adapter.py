@@ -1,7 +1,8 @@
 """Discord adapter on discord.py 2: one Client with one CommandTree; MESSAGE_CREATE and slash commands → `Inbound`,
-chunks → channel messages (or the slash command's own response). Named `discord_adapter` so it never shadows the
-library. Access control, sessions and chunking live in the core; this module only translates (the pure parts in
-`discord_text`, the slash commands in `discord_commands`, catching up on missed messages in `discord_catchup`).
+chunks → channel messages (or the slash command's own response). Access control, sessions and chunking live in
+the core; this module holds the lifecycle and the inbound side and only translates (the pure parts in `text`, the
+slash commands in `commands`, catching up on missed messages in `catchup`, the threads that `thread_replies: auto`
+opens in `threads`, sending and "is typing…" in `outbound`).
 """
 
 from __future__ import annotations
@@ -9,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
@@ -29,28 +28,24 @@ from adapters.discord.catchup import (
     channel_id_of,
 )
 from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
+from adapters.discord.outbound import Outbound
 from adapters.discord.text import (
     INTENT_HINT,
     PLATFORM,
     TOKEN_HINT,
     Addressing,
-    Origin,
     Place,
     addressing,
-    allowed_mentions,
     attachment,
     gateway_failure,
-    nonce_for,
     place_of,
-    posted_then_deleted,
-    reference_for,
     replied_author,
     roles_of,
     thread_name,
-    translate_error,
 )
+from adapters.discord.threads import AutoThreads
 from gateway.config.settings import DiscordConfig
-from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
+from gateway.errors import AdapterError, AdapterFatal
 from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
@@ -59,8 +54,6 @@ __all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressi
 log = logging.getLogger(__name__)
 
 GUILD_READY_TIMEOUT_S = 2.0       # discord.py waits this long after the last GUILD_CREATE before on_ready
-REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
-REMEMBERED_THREAD_STARTS = 1000    # planned auto threads whose turn has not started yet
 CLOSE_TIMEOUT_S = 5.0
 _CHANNEL_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
@@ -105,11 +98,8 @@ class DiscordAdapter:
         self._intake = asyncio.Lock()  # one event at a time, in arrival order: a chat's messages stay in order
         self._channels = ChannelLocks()  # a channel being caught up holds its live messages back until it is done
         self._commands = SlashCommands(config, self._submit_in_order, monotonic)
-        self._origins: OrderedDict[str, Origin] = OrderedDict()
-        self._thread_starts: OrderedDict[str, tuple[discord.Message, str]] = OrderedDict()
-        self._thread_lock = asyncio.Lock()
-        self._no_thread: set[str] = set()  # planned threads Discord refused: their replies go to the channel
-        self._typing = 0
+        self._threads = AutoThreads()  # `thread_replies: auto`: planned on arrival, opened with the answer
+        self._outbound = Outbound(self._commands, self._threads)  # replies and "is typing…"
         self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
                                         self._channels, monotonic,
                                         lambda: (self.catch_up_budget, self.catch_up_concurrency))
@@ -119,6 +109,7 @@ class DiscordAdapter:
         self._submit = submit
         point_library_at(self.config)
         client = self._client = self._make_client()
+        self._outbound.client = client
         tree = self._commands.tree(client)
         try:
             await self._login(client)
@@ -238,8 +229,8 @@ class DiscordAdapter:
             return None
         if (addressed and isinstance(message.channel, discord.TextChannel) and self.config.thread_replies == "auto"
                 and not said.text.startswith("/")):
-            place = self._plan_thread(message, place, said.text)
-        self._remember(message)
+            place = self._threads.plan(message, place, said.text)
+        self._outbound.remember(message)
         reference = message.reference
         return Inbound(
             chat=ChatRef(PLATFORM, place.chat_type, place.chat_id, place.thread_id),
@@ -264,40 +255,7 @@ class DiscordAdapter:
             log.warning("discord: cannot look up channel %s (%s); its message is dropped", channel_id, exc)
             return None
 
-    def _plan_thread(self, message: discord.Message, place: Place, text: str) -> Place:
-        """`thread_replies: auto`: a thread started from a message has the message's id, so the session key is
-        known now; the thread itself is opened only once the core answers (a stranger's mention opens nothing)."""
-        if message.thread is None:  # a replayed mention already has its thread
-            self._thread_starts[str(message.id)] = (message, thread_name(text, message.author.display_name))
-            while len(self._thread_starts) > REMEMBERED_THREAD_STARTS:
-                self._thread_starts.popitem(last=False)
-        return replace(place, thread_id=str(message.id), bot_thread=True)
-
-    async def _open_thread(self, chat: ChatRef) -> int:
-        """Open the planned thread before the first typing indicator or message; returns where to post."""
-        thread_id = chat.thread_id or ""
-        async with self._thread_lock:
-            planned = self._thread_starts.pop(thread_id, None)
-            if planned is not None:
-                message, name = planned
-                try:
-                    await message.create_thread(name=name)
-                except discord.HTTPException as exc:
-                    if exc.code != 160004:  # 160004: the message already has a thread (ours, from a replay)
-                        log.warning("discord: cannot open a thread in channel %s (%s); answering in the channel",
-                                    chat.chat_id, exc)
-                        self._no_thread.add(thread_id)
-                except BaseException:
-                    self._thread_starts[thread_id] = planned  # a network failure: the retry tries again
-                    raise
-        return int(chat.chat_id) if thread_id in self._no_thread else int(thread_id or chat.chat_id)
-
-    def _remember(self, message: discord.Message) -> None:
-        self._origins[str(message.id)] = Origin(message.channel.id, message.author.id)
-        while len(self._origins) > REMEMBERED_MESSAGES:
-            self._origins.popitem(last=False)
-
-    # ------------------------------------------------------------------ catch-up (in `discord_catchup`)
+    # ------------------------------------------------------------------ catch-up (in `catchup`)
     def connected(self) -> None:
         self._catch_up.connected()
 
@@ -308,59 +266,17 @@ class DiscordAdapter:
         """The daemon's catch-up once this connection is up: what came since the newest stored message of each chat."""
         return await self._catch_up.catch_up(self._client, last_seen)
 
-    # ------------------------------------------------------------------ outbound
+    # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
-        client = self._client
-        if client is None or client.is_closed():
-            raise PlatformUnavailable(PLATFORM, "not connected")
-        text = message.plain if message.use_plain else message.text
-        origin = self._origins.get(message.reply_to_id or "")
-        mentions = allowed_mentions(origin.author_id if origin else None)
-        nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
-        try:
-            pending = self._commands.interaction_for(message.reply_to_id)
-            if pending is not None:
-                sent = await self._commands.answer(pending, text, mentions)
-                if sent is not None:
-                    return sent
-            target = await self._open_thread(message.chat)
-            channel = client.get_partial_messageable(target)
-            reference = reference_for(message, target, origin)
-            if reference is not None:
-                posted = await channel.send(text, reference=reference, allowed_mentions=mentions, nonce=nonce)
-            else:
-                posted = await channel.send(text, allowed_mentions=mentions, nonce=nonce)
-        except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
-            if posted_then_deleted(exc, message):
-                log.info("discord: chunk %s of a reply in channel %s was posted before and deleted since",
-                         message.chunk_index, message.chat.chat_id)
-                return ""
-            raise translate_error(exc) from None
-        return str(posted.id)
-    # ------------------------------------------------------------------ typing
-    @asynccontextmanager
-    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        return await self._outbound.send(message)
+
+    def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""
-        client = self._client
-        indicator = None
-        if client is not None and not client.is_closed():
-            try:
-                indicator = client.get_partial_messageable(await self._open_thread(chat)).typing()
-                await indicator.__aenter__()
-            except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
-                log.debug("discord: typing indicator in channel %s failed: %s", chat.chat_id, exc)
-                indicator = None
-        self._typing += indicator is not None
-        try:
-            yield
-        finally:
-            if indicator is not None:
-                self._typing -= 1
-                await indicator.__aexit__(None, None, None)
+        return self._outbound.typing(chat)
 
     @property
     def typing_active(self) -> int:
-        return self._typing
+        return self._outbound.typing_active
 
 
 # ---------------------------------------------------------------------- the one place the library's URLs are set

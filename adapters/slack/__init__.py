@@ -1,4 +1,5 @@
-"""Slack through slack-bolt (async): the adapter (Socket Mode or signed HTTP events), the fast acknowledgement
-and event dedupe (ack), bounded Web API lookups (lookup) and mrkdwn text (text). Imports only the vocabulary
-and its own modules.
+"""Slack through slack-bolt (async): the adapter (lifecycle, events and the slash command → `Inbound`), the
+signed HTTP Events API server or the Socket Mode websocket and its liveness ping (connection), the
+store-before-ack plumbing (ack), bounded Web API lookups (lookup), sending and the thinking reaction (outbound)
+and mrkdwn text (text). Imports only the vocabulary and its own modules.
 """

@@ -8,8 +8,10 @@ is bounded: lookups that enrich a message (conversations.info, users.info, a thr
 what is not back by then is guessed from the id, left out, or, for a thread's history, shown with the thread's next
 message (this one carries a note); and the listener returns by 2.5 s even when the core is still sending an inline
 answer (a command's reply), which in any case waits until the ack is out. Slack's redeliveries are dropped here
-by event id and, failing that, by the store's dedupe on channel + ts. The ack plumbing is in `slack_ack`, the Web
-API lookups in `slack_lookup`, the pure translation in `slack_text`.
+by event id and, failing that, by the store's dedupe on channel + ts. This module holds the lifecycle and the
+inbound side (events and the slash command); the HTTP server or Socket Mode websocket is in `connection`, sending
+and the thinking reaction in `outbound`, the ack plumbing in `ack`, the Web API lookups in `lookup`, the pure
+translation in `text`.
 """
 
 from __future__ import annotations
@@ -19,22 +21,20 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
-from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.ack import Intake, NotStored, SocketClient, SocketHandler, events_endpoint
+from adapters.slack.ack import Intake, NotStored
+from adapters.slack.connection import Connection
 from adapters.slack.lookup import Directory, task_result
+from adapters.slack.outbound import THINKING_REACTION, Outbound
 from adapters.slack.text import (
-    API_ERRORS,
     NETWORK_ERRORS,
     PLATFORM,
     Me,
@@ -43,53 +43,27 @@ from adapters.slack.text import (
     Target,
     attachments,
     describe,
-    error_code,
     event_target,
     mentioned_users,
     put,
     received_at,
-    retry_after,
-    send_error,
     slack_to_text,
     start_error,
 )
 from gateway.config.settings import SlackConfig
-from gateway.errors import PlatformUnavailable, RateLimited
-from gateway.events import (
-    ChatRef,
-    ChatType,
-    Inbound,
-    OutboundKind,
-    OutboundMessage,
-    Submit,
-    SubmitOutcome,
-    SubmitResult,
-)
+from gateway.errors import PlatformUnavailable
+from gateway.events import ChatRef, ChatType, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["THREAD_UNREAD_NOTE", "SlackAdapter", "mentioned_users", "slack_to_text"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://slack.com/api/"
-THINKING_REACTION = "eyes"
 ENRICH_BUDGET_S = 1.5          # names, channel type, thread history: what is not back by then is guessed or deferred
 ACK_BUDGET_S = 2.5             # the listener returns by then, whatever the core is still doing (Slack waits 3 s)
 THREAD_UNREAD_NOTE = ("[This message is part of a thread that began before you joined; its earlier messages could "
                       "not be read in time and will come with the next message here.]")
-RESPONSE_URL_USES = 5          # a slash command's response_url takes 5 posts within 30 minutes
-RESPONSE_URL_TTL_S = 30 * 60.0
 COMMAND_WORDS = frozenset({"new", "reset", "status", "usage", "stop", "retry", "undo", "help"})
-
-
-@dataclass(slots=True)
-class _Responder:
-    """A slash command's `respond` (its response_url), kept under our message id for the replies."""
-
-    respond: Callable[..., Awaitable[Any]]
-    user_id: str
-    channel_id: str
-    created: float
-    uses: int = 0
 
 
 # ---------------------------------------------------------------------- the adapter
@@ -97,8 +71,9 @@ class SlackAdapter:
     """`start` checks the bot token (auth.test), then opens Socket Mode or serves the Events API over HTTP.
 
     Platform-private state stays here, keyed by our ids: the threads the bot takes part in (so follow-ups need
-    no mention) with the chat type each started with, the newest triggering message per chat (for the thinking
-    reaction), slash commands' `respond` callables, Web API lookups in flight and the requests not yet acked.
+    no mention) with the chat type each started with, and (in its helpers) the newest triggering message per chat
+    (for the thinking reaction), slash commands' `respond` callables, Web API lookups in flight and the requests
+    not yet acked.
     """
 
     platform = PLATFORM
@@ -108,53 +83,38 @@ class SlackAdapter:
                  thinking_reaction: str = THINKING_REACTION, enrich_budget: float = ENRICH_BUDGET_S,
                  ack_budget: float = ACK_BUDGET_S) -> None:
         self.config = config
-        self.ping_interval = ping_interval  # the SDK's own websocket ping cadence
-        self.ping_timeout = ping_timeout
         self.monotonic = monotonic
-        self.thinking_reaction = thinking_reaction
         self.enrich_budget = enrich_budget
         self.ack_budget = ack_budget
-        self.http_port: int | None = None
         self._client: AsyncWebClient | None = None
         self._me: Me | None = None
-        self._socket: SocketHandler | None = None
-        self._runner: web.AppRunner | None = None
+        self._connection = Connection(config, ping_interval=ping_interval, ping_timeout=ping_timeout)
         self._intake = Intake(ack_budget)            # listeners, hand-ins and requests not yet acked
         self._directory = Directory(config, enrich_budget)  # chat types, people, threads, lookups in flight
-        self._pongs: dict[float, asyncio.Future[None]] = {}
+        self._outbound = Outbound(self._intake, monotonic, thinking_reaction)  # replies and the thinking mark
         self._event_ids = Recent()
         self._message_keys = Recent()
         self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
         self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
-        self._latest: OrderedDict[tuple[str, str | None], str] = OrderedDict()
-        self._responders: OrderedDict[str, _Responder] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
         cfg = self.config
         self._intake.submit = submit
-        client = self._client = AsyncWebClient(token=cfg.bot_token.value, base_url=cfg.api_url or DEFAULT_API_URL)
+        client = AsyncWebClient(token=cfg.bot_token.value, base_url=cfg.api_url or DEFAULT_API_URL)
+        self._client = self._outbound.client = client
         me = self._me = await self._auth_test(client)
         self._directory.client, self._directory.me = client, me
         app = self._build_app(client)
         try:
-            if cfg.mode == "http":
-                await self._serve_http(app)
-            else:
-                await self._connect_socket(app, client)
+            await self._connection.open(app, client)
         except BaseException:
             await self.stop()
             raise
         log.info("slack: @%s ready in team %s (%s mode)", me.name, me.team_id, cfg.mode)
 
     async def stop(self) -> None:
-        if self._socket is not None:
-            socket, self._socket = self._socket, None
-            await socket.close_async()  # type: ignore[no-untyped-call]
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
-        self.http_port = None
+        await self._connection.close()
         await self._intake.drain()
         lookups = [*self._directory.in_flight.values(), *self._unread.values()]
         for task in lookups:
@@ -207,67 +167,13 @@ class SlackAdapter:
         app.error(on_error)
         return app
 
-    async def _serve_http(self, app: AsyncApp) -> None:
-        cfg = self.config
-        server = web.Application()
-        server.router.add_post(cfg.path, events_endpoint(app))
-        runner = self._runner = web.AppRunner(server, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        self.http_port = sockets[0].getsockname()[1] if sockets else None
-        log.info("slack: Events API at http://%s:%s%s", cfg.listen_host, self.http_port, cfg.path)
-
-    async def _connect_socket(self, app: AsyncApp, client: AsyncWebClient) -> None:
-        token = self.config.app_token.value if self.config.app_token else ""
-        # Open the first URL ourselves: the SDK's connect() retries a rejected app token forever.
-        try:
-            opened = await client.apps_connections_open(app_token=token)
-        except SlackApiError as exc:
-            raise start_error(exc, "app token", "SLACK_APP_TOKEN") from None
-        except NETWORK_ERRORS as exc:
-            raise PlatformUnavailable(PLATFORM, f"apps.connections.open failed: {describe(exc)}") from None
-        sdk = SocketClient(app_token=token, web_client=client, ping_interval=self.ping_interval,
-                            logger=logging.getLogger(f"{__name__}.socket"))
-        sdk.on_pong = self._on_pong
-        sdk.message_listeners.append(self._on_socket_message)
-        sdk.wss_uri = str(opened["url"])
-        self._socket = SocketHandler(app, sdk)
-        await self._socket.connect_async()  # type: ignore[no-untyped-call]
-
-    async def _on_socket_message(self, client: Any, message: dict[str, Any], raw: str | None) -> None:
-        if message.get("type") == "goodbye":  # the SDK reconnects on `disconnect` by itself, not on this
-            log.info("slack: Socket Mode said goodbye; reconnecting")
-            await client.connect_to_new_endpoint(force=True)
-
-    def _on_pong(self, marker: float) -> None:
-        waiter = self._pongs.get(marker)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    @property
+    def http_port(self) -> int | None:
+        return self._connection.http_port
 
     async def ping(self) -> bool:
-        """Socket Mode: one websocket ping answered within `ping_timeout` (the supervisor reconnects us when
-        no event and no pong came for `liveness_minutes`). HTTP mode has no connection to check."""
-        if self.config.mode == "http":
-            return self._runner is not None
-        session = self._socket.client.current_session if self._socket is not None else None
-        if session is None or session.closed:
-            return False
-        marker = time.time()  # the SDK parses the pong's payload back into this float
-        while marker in self._pongs:
-            marker += 1e-6
-        waiter = self._pongs[marker] = asyncio.get_running_loop().create_future()
-        try:
-            await session.ping(f"sdk-ping-pong:{marker}".encode())
-            async with asyncio.timeout(self.ping_timeout):
-                await waiter
-            return True
-        except (TimeoutError, ConnectionError, aiohttp.ClientError, RuntimeError) as exc:
-            log.info("slack: Socket Mode ping unanswered (%s)", describe(exc))
-            return False
-        finally:
-            self._pongs.pop(marker, None)
+        """Socket Mode: one websocket ping answered in time; HTTP mode: the server is up (see `connection`)."""
+        return await self._connection.ping()
 
     # ------------------------------------------------------------------ inbound: events
     async def _on_event(self, body: Mapping[str, Any], event: Mapping[str, Any], *, via_mention: bool) -> None:
@@ -305,7 +211,7 @@ class SlackAdapter:
         chat = inbound.chat
         if chat.thread_id:
             put(self._threads, (chat.chat_id, chat.thread_id), chat.chat_type)
-        put(self._latest, (chat.chat_id, chat.thread_id), target.ts)
+        self._outbound.answering(chat.chat_id, chat.thread_id, target.ts)
 
     async def _inbound(self, body: Mapping[str, Any], event: Mapping[str, Any], target: Target) -> Inbound | None:
         assert self._me is not None
@@ -372,8 +278,7 @@ class SlackAdapter:
         elif text.lower() in COMMAND_WORDS:
             text = f"/{text.lower()}"
         message_id = f"cmd:{body.get('trigger_id') or time.time()}"
-        put(self._responders, message_id, _Responder(respond, user, channel, self.monotonic()))
-        self._latest.pop((channel, None), None)  # no message to mark: the thinking reaction must not land elsewhere
+        self._outbound.slash_command(message_id, respond, user, channel)
         chat_type, _ = await self._directory.enrich(channel, self._directory.cached_type(channel, None), {user})
         person = self._directory.people.get(user, Person())
         assert self._me is not None
@@ -383,82 +288,10 @@ class SlackAdapter:
             username=str(body.get("user_name") or "") or person.handle,
             space_id=str(body.get("team_id") or self._me.team_id) or None))
 
-    # ------------------------------------------------------------------ outbound
+    # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
-        client = self._client
-        if client is None:
-            raise PlatformUnavailable(PLATFORM, "not started")
-        await self._intake.hold(message.chat.chat_id, message.reply_to_id or "")
-        text = message.plain if message.use_plain else message.text
-        responder = self._responders.get(message.reply_to_id or "")
-        if responder is not None:
-            sent = await self._respond(responder, message, text)
-            if sent is not None:
-                return sent
-            if message.kind is not OutboundKind.REPLY:  # the response_url is used up: stay private
-                return await self._call(client.chat_postEphemeral(channel=responder.channel_id,
-                                                                  user=responder.user_id, text=text), "message_ts")
-        kwargs: dict[str, Any] = {"channel": message.chat.chat_id, "text": text, "mrkdwn": not message.use_plain}
-        if message.chat.thread_id:
-            kwargs["thread_ts"] = message.chat.thread_id
-        return await self._call(client.chat_postMessage(**kwargs), "ts")
+        return await self._outbound.send(message)
 
-    async def _call(self, call: Awaitable[Any], id_field: str) -> str:
-        try:
-            response = await call
-        except API_ERRORS as exc:
-            raise send_error(exc) from None
-        return str(response.get(id_field) or "")
-
-    async def _respond(self, responder: _Responder, message: OutboundMessage, text: str) -> str | None:
-        """Post through the slash command's response_url: command answers privately, prompt answers for all."""
-        if responder.uses >= RESPONSE_URL_USES or self.monotonic() - responder.created >= RESPONSE_URL_TTL_S:
-            return None
-        responder.uses += 1
-        kind = "in_channel" if message.kind is OutboundKind.REPLY else "ephemeral"
-        try:
-            response = await responder.respond(text=text, response_type=kind, replace_original=False)
-        except NETWORK_ERRORS as exc:
-            responder.uses -= 1
-            raise PlatformUnavailable(PLATFORM, f"response_url: {describe(exc)}") from None
-        status = int(getattr(response, "status_code", 200))
-        if status == 429 or status >= 500:
-            responder.uses -= 1  # not posted: the retry may use it
-            raise RateLimited(PLATFORM, retry_after(getattr(response, "headers", None)))
-        if status >= 500:
-            raise PlatformUnavailable(PLATFORM, f"response_url answered {status}")
-        if status >= 400:  # expired or used up: the caller falls back to the Web API
-            log.info("slack: response_url answered %s; falling back to the Web API", status)
-            responder.uses = RESPONSE_URL_USES
-            return None
-        return f"{message.reply_to_id}:{responder.uses}"
-
-    # ------------------------------------------------------------------ thinking indicator
-    @asynccontextmanager
-    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        """A reaction on the message being answered, added when the turn starts and removed when it ends:
-        one mark per turn, however long it takes (no repeated "typing" calls)."""
-        ts = self._latest.get((chat.chat_id, chat.thread_id))
-        client = self._client
-        added = bool(ts and client and self.thinking_reaction) and await self._react("add", chat.chat_id, ts or "")
-        try:
-            yield
-        finally:
-            if added:
-                await self._react("remove", chat.chat_id, ts or "")
-
-    async def _react(self, action: str, channel: str, ts: str) -> bool:
-        assert self._client is not None
-        call = self._client.reactions_add if action == "add" else self._client.reactions_remove
-        try:
-            await call(channel=channel, timestamp=ts, name=self.thinking_reaction)
-        except SlackApiError as exc:
-            if error_code(exc) == "already_reacted":
-                return False  # someone else's mark: leave it alone
-            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, error_code(exc))
-            return False
-        except NETWORK_ERRORS as exc:
-            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, describe(exc))
-            return False
-        return True
-
+    def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
+        """The thinking reaction on the message being answered, for the whole turn."""
+        return self._outbound.typing(chat)

@@ -1,5 +1,7 @@
-"""Telegram through aiogram 3: the adapter (polling or webhook), its text rendering and errors, and the lazy
-aiogram import. Imports only the vocabulary (gateway.events, gateway.errors, gateway.config) and its own modules.
+"""Telegram through aiogram 3: the adapter (lifecycle, polling, updates → `Inbound`), the webhook server (webhook),
+sending and "typing…" (outbound) paced per chat with its flood waits (pacing), text rendering and errors (text),
+and the lazy aiogram import (aiogram_import). Imports only the vocabulary (gateway.events, gateway.errors,
+gateway.config) and its own modules.
 """
 
 # Before any aiogram import in this package: aiogram's ~670 models are built on first use (~100 MB saved).

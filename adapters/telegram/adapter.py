@@ -2,64 +2,50 @@
 
 An update is acknowledged to Telegram (polling offset, webhook 200) only after `submit` has stored it, so a
 crash between receiving and storing makes Telegram deliver it again; the store's dedupe answers it once.
-The pure translation (addressing, senders, keys, error mapping) is in `telegram_text`.
+This module holds the lifecycle (polling or webhook) and the inbound side; the webhook's HTTP server is in
+`webhook`, sending and "typing…" in `outbound` (paced per chat by `pacing`), the pure translation (addressing,
+senders, keys, error mapping) in `text`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
 
 from aiogram import Bot, Dispatcher, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.enums import ChatAction
-from aiogram.exceptions import (
-    AiogramError,
-    TelegramAPIError,
-    TelegramForbiddenError,
-    TelegramMigrateToChat,
-    TelegramNotFound,
-    TelegramRetryAfter,
-    TelegramUnauthorizedError,
-)
-from aiogram.types import BotCommand, ChatMemberUpdated, Message, ReplyParameters, Update, User
+from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramNotFound, TelegramUnauthorizedError
+from aiogram.types import BotCommand, ChatMemberUpdated, Message, User
 from aiogram.utils.token import TokenValidationError
-from aiohttp import web
 
+from adapters.telegram.outbound import TYPING_INTERVAL_S, Outbound
 from adapters.telegram.text import (
     CHAT_TYPES,
     PLATFORM,
     Addressing,
     addressing,
     attachments,
-    entity,
     message_key,
-    platform_message_id,
     real_reply,
-    send_error,
     sender_handle,
     sender_id,
     sender_name,
     utc,
 )
+from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
-from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable, RateLimited, RecipientUnavailable
+from gateway.errors import AdapterError, AdapterFatal
 from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 
 log = logging.getLogger(__name__)
 
-TYPING_INTERVAL_S = 4.0  # Telegram shows "typing…" for 5 s per sendChatAction
-TYPING_TIMEOUT_S = 5      # a "typing…" request that takes longer is not worth holding the chat's reply for
-REQUEST_WAIT_S = 10.0    # the longest a chat's request waits for its previous one (see _one_request)
 SUBMIT_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0)
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Start a new conversation"),
@@ -73,10 +59,6 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 )
 
 
-class _NotStored(Exception):
-    """The gateway did not store the update (shutting down): Telegram must deliver it again."""
-
-
 class TelegramAdapter:
     """`start` checks the token (getMe), registers commands and begins polling or serving the webhook."""
 
@@ -86,36 +68,26 @@ class TelegramAdapter:
                  submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.typing_interval = typing_interval
         self.submit_retry_delays = tuple(submit_retry_delays)
-        self.webhook_port: int | None = None
         self._submit: Submit | None = None
         self._bot: Bot | None = None
         self._dp: Dispatcher | None = None
         self._me: User | None = None
         self._polling: asyncio.Task[None] | None = None
-        self._runner: web.AppRunner | None = None
-        self._secret = ""
-        self._unavailable: set[str] = set()  # chats whose 403 was already logged
-        self._typing_tasks: set[asyncio.Task[None]] = set()
-        self._typing_requests: set[asyncio.Future[float | None]] = set()  # may outlive their turn (see above)
-        self._clock = clock
-        # chat id -> clock time until which Telegram told us to wait. A 429 answers one method, but the flood
-        # wait covers the chat: a sendMessage inside a wait that a sendChatAction 429 started is refused too.
-        self._flood_until: dict[str, float] = {}
-        self._in_flight: dict[str, asyncio.Future[None]] = {}  # chat id -> its request now on the wire
+        self._webhook = WebhookServer(config)
+        self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
         self._submit = submit
-        bot = self._bot = self._make_bot()
+        bot = self._bot = self._outbound.bot = self._make_bot()
         try:
             self._me = await self._get_me(bot)
             self._dp = Dispatcher()
             self._dp.include_router(self._router())
             await self._set_commands(bot)
             if self.config.mode == "webhook":
-                await self._start_webhook(bot)
+                await self._start_webhook(bot, self._dp)
             else:
                 await self._call(bot.delete_webhook(drop_pending_updates=False), "deleteWebhook")
                 self._polling = asyncio.get_running_loop().create_task(self._poll(bot), name="telegram-polling")
@@ -125,18 +97,13 @@ class TelegramAdapter:
         log.info("telegram: @%s ready (%s)", self._me.username, self.config.mode)
 
     async def stop(self) -> None:
-        for task in list(self._typing_tasks):
-            task.cancel()
-        for request in list(self._typing_requests):
-            request.cancel()
+        self._outbound.close()
         if self._polling is not None and self._dp is not None:
             with suppress(RuntimeError):  # polling already ended on its own
                 await self._dp.stop_polling()
             await asyncio.gather(self._polling, return_exceptions=True)
             self._polling = None
-        if self._runner is not None:
-            await self._runner.cleanup()  # the webhook stays set: Telegram keeps updates until we are back
-            self._runner = None
+        await self._webhook.close()
         if self._bot is not None:
             await self._bot.session.close()
 
@@ -195,41 +162,17 @@ class TelegramAdapter:
         await self._dp.start_polling(bot, polling_timeout=self.config.polling_timeout, handle_as_tasks=False,
                                      handle_signals=False, close_bot_session=False)
 
-    async def _start_webhook(self, bot: Bot) -> None:
+    async def _start_webhook(self, bot: Bot, dp: Dispatcher) -> None:
         cfg = self.config
-        # Without a configured secret, a fresh random one still keeps strangers from posting fake updates.
-        self._secret = cfg.secret_token.value if cfg.secret_token else secrets.token_urlsafe(32)
-        app = web.Application()
-        app.router.add_post(cfg.path, self._on_webhook)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        self.webhook_port = sockets[0].getsockname()[1] if sockets else None
-        assert self._dp is not None
-        await self._call(bot.set_webhook(url=cfg.webhook_url or "", secret_token=self._secret,
-                                         allowed_updates=self._dp.resolve_used_update_types(),
+        await self._webhook.serve(bot, dp)
+        await self._call(bot.set_webhook(url=cfg.webhook_url or "", secret_token=self._webhook.secret,
+                                         allowed_updates=dp.resolve_used_update_types(),
                                          drop_pending_updates=False), "setWebhook")
-        log.info("telegram: webhook listening on %s:%s%s", cfg.listen_host, self.webhook_port, cfg.path)
+        log.info("telegram: webhook listening on %s:%s%s", cfg.listen_host, self._webhook.port, cfg.path)
 
-    async def _on_webhook(self, request: web.Request) -> web.Response:
-        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
-        if not hmac.compare_digest(given.encode(), self._secret.encode()):
-            return web.Response(status=401, text="Unauthorized")
-        assert self._bot is not None and self._dp is not None
-        try:
-            update = Update.model_validate(await request.json(), context={"bot": self._bot})
-        except ValueError:
-            return web.Response(status=400, text="not an Update")
-        try:
-            await self._dp.feed_update(self._bot, update)
-        except _NotStored:
-            return web.Response(status=503, text="shutting down")
-        except Exception:
-            log.exception("telegram: update %s not stored", update.update_id)
-            return web.Response(status=500, text="not stored")
-        return web.json_response({})
+    @property
+    def webhook_port(self) -> int | None:
+        return self._webhook.port
 
     # ------------------------------------------------------------------ inbound
     async def _on_message(self, message: Message) -> None:
@@ -288,7 +231,7 @@ class TelegramAdapter:
                 log.info("telegram: shutting down; message %s in chat %s stays with Telegram for the next run",
                          inbound.message_id, inbound.chat.chat_id)
                 if self.config.mode == "webhook":
-                    raise _NotStored
+                    raise NotStored
                 await asyncio.Future()  # hold the offset until stop() cancels polling
             return result
         raise AssertionError("unreachable")
@@ -299,144 +242,18 @@ class TelegramAdapter:
             log.warning("telegram: the bot was %s chat %s (%s)", "blocked in" if event.chat.type == "private"
                         else "removed from", event.chat.id, event.chat.title or "private chat")
         elif status in ("member", "administrator"):
-            self._unavailable.discard(str(event.chat.id))
+            self._outbound.reachable(str(event.chat.id))
             log.info("telegram: the bot is now %s of chat %s (%s)", status, event.chat.id,
                      event.chat.title or "private chat")
 
-    # ------------------------------------------------------------------ outbound
+    # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
-        if self._bot is None:
-            raise PlatformUnavailable(PLATFORM, "not started")
-        async with self._one_request(message.chat.chat_id):
-            left = self._flood_left(message.chat.chat_id)
-            if left > 0:
-                raise RateLimited(PLATFORM, left)
-            return await self._send_now(message)
+        return await self._outbound.send(message)
 
-    async def _send_now(self, message: OutboundMessage) -> str:
-        assert self._bot is not None
-        chat_id = int(message.chat.chat_id)
-        kwargs: dict[str, Any] = {}
-        if message.chat.thread_id:
-            kwargs["message_thread_id"] = int(message.chat.thread_id)
-        target = platform_message_id(message.reply_to_id)
-        if message.chat.is_group and target is not None and message.chunk_index == 0:
-            kwargs["reply_parameters"] = ReplyParameters(message_id=target, allow_sending_without_reply=True)
-        if message.use_plain or not message.entities:
-            text, entities = (message.plain if message.use_plain else message.text), None
-        else:
-            text, entities = message.text, [entity(e) for e in message.entities]
-        try:
-            try:
-                sent = await self._bot.send_message(chat_id, text, entities=entities, parse_mode=None, **kwargs)
-            except TelegramMigrateToChat as exc:  # the group became a supergroup with a new id
-                log.info("telegram: chat %s migrated to %s", chat_id, exc.migrate_to_chat_id)
-                sent = await self._bot.send_message(exc.migrate_to_chat_id, text, entities=entities,
-                                                    parse_mode=None, **kwargs)
-        except (TimeoutError, TelegramAPIError, AiogramError, OSError) as exc:
-            raise self._translate_error(exc, message.chat.chat_id) from None
-        self._unavailable.discard(message.chat.chat_id)
-        return str(sent.message_id)
-
-    @asynccontextmanager
-    async def _one_request(self, chat_id: str) -> AsyncIterator[None]:
-        """One request per chat on the wire at a time (the outbox already sends a chat's messages one by one;
-        this keeps typing out of their way), so a 429 is always known before that chat's next request."""
-        while (busy := self._in_flight.get(chat_id)) is not None:
-            await asyncio.wait({busy}, timeout=REQUEST_WAIT_S)
-            if not busy.done():
-                break  # a stuck request does not hold the chat for ever
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._in_flight[chat_id] = done
-        try:
-            yield
-        finally:
-            done.set_result(None)
-            if self._in_flight.get(chat_id) is done:
-                del self._in_flight[chat_id]
-
-    def _flood_left(self, chat_id: str) -> float:
-        until = self._flood_until.get(chat_id)
-        if until is None:
-            return 0.0
-        left = until - self._clock()
-        if left <= 0:
-            del self._flood_until[chat_id]
-        return left
-
-    def _note_flood(self, chat_id: str, retry_after: float) -> None:
-        now = self._clock()
-        if len(self._flood_until) > 1000:  # waits of chats that never sent again
-            self._flood_until = {c: t for c, t in self._flood_until.items() if t > now}
-        until = now + retry_after
-        if until > self._flood_until.get(chat_id, 0.0):
-            self._flood_until[chat_id] = until
-
-    def _translate_error(self, exc: BaseException, chat_id: str) -> AdapterError:
-        error = send_error(exc)
-        if isinstance(error, RateLimited):  # the outbox pauses the chat's sends; typing must pause too
-            self._note_flood(chat_id, error.retry_after)
-        if isinstance(error, RecipientUnavailable) and chat_id not in self._unavailable:
-            self._unavailable.add(chat_id)
-            log.warning("telegram: cannot write to chat %s (%s); its replies are dropped", chat_id, exc)
-        return error
-
-    # ------------------------------------------------------------------ typing
-    @asynccontextmanager
-    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+    def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """Refresh "typing…" every few seconds while the turn runs; stop the moment it ends."""
-        task = asyncio.get_running_loop().create_task(self._keep_typing(chat), name=f"telegram-typing:{chat.chat_id}")
-        self._typing_tasks.add(task)
-        task.add_done_callback(self._typing_tasks.discard)
-        try:
-            yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        return self._outbound.typing(chat)
 
     @property
     def typing_active(self) -> int:
-        return len(self._typing_tasks)
-
-    async def _keep_typing(self, chat: ChatRef) -> None:
-        if self._bot is None:
-            return
-        thread = int(chat.thread_id) if chat.thread_id else None
-        while True:
-            on_wire = asyncio.Event()
-            request = asyncio.ensure_future(self._typing_once(chat, thread, on_wire))
-            self._typing_requests.add(request)
-            request.add_done_callback(self._typing_requests.discard)
-            try:
-                wait = await asyncio.shield(request)
-            except asyncio.CancelledError:
-                # The turn ended. A request already on the wire is left to finish: it still holds the chat's
-                # slot, so the reply's send cannot overtake it, and a 429 it gets is noted before that send.
-                if not on_wire.is_set():
-                    request.cancel()
-                raise
-            if wait is None:
-                return
-            await asyncio.sleep(wait or self.typing_interval)
-
-    async def _typing_once(self, chat: ChatRef, thread: int | None, on_wire: asyncio.Event) -> float | None:
-        """One sendChatAction in the chat's slot; returns the flood wait to sit out (0: none), None to stop."""
-        assert self._bot is not None
-        async with self._one_request(chat.chat_id):
-            left = self._flood_left(chat.chat_id)
-            if left > 0:  # never spend a request inside a flood wait: it would only lengthen it
-                return left
-            on_wire.set()
-            try:
-                await self._bot.send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread,
-                                                 request_timeout=TYPING_TIMEOUT_S)
-            except TelegramForbiddenError:
-                return None
-            except TelegramRetryAfter as exc:
-                self._note_flood(chat.chat_id, float(exc.retry_after))
-                log.info("telegram: typing in chat %s hit a flood wait of %ss; sends there wait too",
-                         chat.chat_id, exc.retry_after)
-                return float(exc.retry_after)
-            except (TelegramAPIError, AiogramError, OSError) as exc:
-                log.debug("telegram: typing indicator for chat %s failed: %s", chat.chat_id, exc)
-            return 0.0
+        return self._outbound.typing_active
