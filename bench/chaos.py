@@ -3,7 +3,7 @@ fake LLM, 200 conversations of several turns (a third on each platform), SIGKILL
 restart after each (`--aimed` of them the instant Discord stored a chunk); then every promise is checked
 (tests/chaos/killrun.py) and the counts are printed. Exit status 1 when a promise was broken.
 
-Run:  PYTHONPATH=. /work/venv/bin/python bench/chaos.py [--conversations 200] [--turns 5] [--kills 10]
+Run:  PYTHONPATH=. python bench/chaos.py [--conversations 200] [--turns 5] [--kills 10]
       [--aimed 2] [--seed 1] [--keep DIR]
 """
 

@@ -10,8 +10,8 @@ Where the MB at start go is measured beside it, each step in a fresh interpreter
 interpreter, the core (`gateway.cli.main` and `gateway.ops.daemon` with their libraries, the config loaded), the model client
 as configured, and each configured platform's adapter module (its library) on top of the core.
 
-Run:  PYTHONPATH=. /work/venv/bin/python bench/memory.py [--sessions 10000] [--soak-seconds 1800] [--rate 20]
-      PYTHONPATH=. /work/venv/bin/python bench/memory.py --quick      (2,000 sessions, a 2-minute soak)
+Run:  PYTHONPATH=. python bench/memory.py [--sessions 10000] [--soak-seconds 1800] [--rate 20]
+      PYTHONPATH=. python bench/memory.py --quick      (2,000 sessions, a 2-minute soak)
 """
 
 from __future__ import annotations

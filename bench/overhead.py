@@ -14,7 +14,7 @@ would measure the rate limiter, not overhead.
 Also printed: the daemon's and the echo's CPU time per message over the throughput run (user + system, from
 /proc), which moves much less than msg/s when other jobs share the machine.
 
-Run:  PYTHONPATH=. /work/venv/bin/python bench/overhead.py [--sessions 1000] [--history 100] [--latency 2000]
+Run:  PYTHONPATH=. python bench/overhead.py [--sessions 1000] [--history 100] [--latency 2000]
       [--clients 50] [--per-client 40] [--model-client native|sdk] [--keep DIR] [--profile DIR]
 """
 

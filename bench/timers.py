@@ -1,6 +1,6 @@
 """Benchmark the session deadline timers: 100,000 active sessions, rebuild at boot, memory, and a crowd expiry.
 
-Run:  /work/venv/bin/python bench/timers.py [--sessions N] [--expire K] [--compare-jobs]
+Run:  PYTHONPATH=. python bench/timers.py [--sessions N] [--expire K] [--compare-jobs]
 Prints: time to insert the sessions (setup), time to rebuild the deadline index from SQLite and arm the sweep
 job (goal < 1 s), the index's memory (tracemalloc, a separate run), the time to expire K sessions that came due
 together (the daily hour), and with --compare-jobs the cost of the alternative: one APScheduler job per session.

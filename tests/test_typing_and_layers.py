@@ -1,4 +1,5 @@
-"""Code-shape checks from STYLE.md: mypy --strict passes, and imports point one way (no back-edges)."""
+"""Code-shape checks (docs/architecture.md, "Packages"): mypy and ruff pass, imports point one way (no back-edges,
+inside packages too), adapters stay at the edge, and packages stay small and say what they hold."""
 
 from __future__ import annotations
 

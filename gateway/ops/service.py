@@ -115,50 +115,37 @@ class UnitSpec:
 
 
 def render_unit(spec: UnitSpec) -> str:
-    exec_start = f"{spec.exec_path} --log-format json run"
-    lines = [
-        "[Unit]",
-        "Description=agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "StartLimitIntervalSec=600",
-        "StartLimitBurst=10",
-        "",
-        "[Service]",
-        "Type=notify",
-        "NotifyAccess=main",
-        f"ExecStart={exec_start}",
-        f"Environment=GATEWAY_HOME={spec.home}",
-        "Environment=PYTHONUNBUFFERED=1",
-        f"EnvironmentFile=-{spec.env_file}",
-    ]
+    hardening = SYSTEM_HARDENING.format(protect_home=_protect_home(spec)) if spec.mode == "system" \
+        else USER_HARDENING
+    wanted_by = "multi-user.target" if spec.mode == "system" else "default.target"
+    lines = [*_unit_section(), "", *_service_section(spec), "",
+             "# Sandboxing: `systemd-analyze security agent-gateway.service` shows what each line buys",
+             *hardening.splitlines(), "", "[Install]", f"WantedBy={wanted_by}", ""]
+    return "\n".join(lines)
+
+
+def _unit_section() -> list[str]:
+    return ["[Unit]", "Description=agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat",
+            "After=network-online.target", "Wants=network-online.target", "StartLimitIntervalSec=600",
+            "StartLimitBurst=10"]
+
+
+def _service_section(spec: UnitSpec) -> list[str]:
+    lines = ["[Service]", "Type=notify", "NotifyAccess=main", f"ExecStart={spec.exec_path} --log-format json run",
+             f"Environment=GATEWAY_HOME={spec.home}", "Environment=PYTHONUNBUFFERED=1",
+             f"EnvironmentFile=-{spec.env_file}"]
     if spec.mode == "system":
         state = spec.state_directory
         if state is None:
             raise ServiceError(f"a system unit keeps its home under /var/lib (StateDirectory=); got {spec.home}")
         lines += [f"WorkingDirectory={spec.home}", f"StateDirectory={state}", "StateDirectoryMode=0700",
                   "DynamicUser=yes"]
-    lines += [
-        "UMask=0077",
-        f"WatchdogSec={WATCHDOG_SEC}",
-        "TimeoutStartSec=90",
-        f"TimeoutStopSec={spec.timeout_stop}",
-        "# 0 = clean stop; 75 = restart me (temporary failure); 78 = bad config: do not restart-loop on it",
-        "Restart=always",
-        "RestartSec=5",
-        "RestartForceExitStatus=75",
-        "RestartPreventExitStatus=78",
-        "# SIGTERM to the daemon only (it drains), SIGKILL to whatever is left after TimeoutStopSec",
-        "KillMode=mixed",
-        "KillSignal=SIGTERM",
-        "",
-        "# Sandboxing: `systemd-analyze security agent-gateway.service` shows what each line buys",
-    ]
-    hardening = SYSTEM_HARDENING.format(protect_home=_protect_home(spec)) if spec.mode == "system" \
-        else USER_HARDENING
-    lines += hardening.splitlines()
-    lines += ["", "[Install]", f"WantedBy={'multi-user.target' if spec.mode == 'system' else 'default.target'}", ""]
-    return "\n".join(lines)
+    return [*lines, "UMask=0077", f"WatchdogSec={WATCHDOG_SEC}", "TimeoutStartSec=90",
+            f"TimeoutStopSec={spec.timeout_stop}",
+            "# 0 = clean stop; 75 = restart me (temporary failure); 78 = bad config: do not restart-loop on it",
+            "Restart=always", "RestartSec=5", "RestartForceExitStatus=75", "RestartPreventExitStatus=78",
+            "# SIGTERM to the daemon only (it drains), SIGKILL to whatever is left after TimeoutStopSec",
+            "KillMode=mixed", "KillSignal=SIGTERM"]
 
 
 def _protect_home(spec: UnitSpec) -> str:

@@ -19,7 +19,7 @@ log = logging.getLogger("gateway.sessions.manager")  # one logger for the sessio
 
 
 class PromptSource(Protocol):
-    """Builds a new session's system prompt (gateway/prompting.py); called once per session."""
+    """Builds a new session's system prompt (gateway/prompt/inputs.py's PromptAssembler); called once per session."""
 
     def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
               today: date) -> str: ...

@@ -209,18 +209,10 @@ class Flusher:
         session = self.ledger.claim(session_id)
         if session is None:
             return None
-        if session.flush_attempts > MAX_STARTS:
-            error = f"cut off {session.flush_attempts - 1} times before it could finish"
-            self.ledger.finish(session_id, "failed", self.clock(), error)
-            log.warning("flush session=%s failed: %s", session_id, error)
-            return "failed"
-        skip = self._skip_reason(session)
-        if skip is not None:
-            log.info("flush session=%s: nothing to do (%s)", session_id, skip)
-            self.ledger.finish(session_id, "nothing", self.clock())
-            return "nothing"
-        attempts = session.flush_attempts
-        failures = 0
+        settled = self._settle_without_running(session)
+        if settled is not None:
+            return settled
+        attempts, failures = session.flush_attempts, 0
         while True:
             try:
                 tool_calls = await self._run(session)
@@ -228,25 +220,45 @@ class Flusher:
                 self.ledger.release(session_id, uncount=True)
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then recorded
-                error = _describe(exc)
-                self.ledger.note_error(session_id, error)
                 failures += 1
-                if failures >= MAX_ATTEMPTS or attempts >= MAX_STARTS:
-                    self.ledger.finish(session_id, "failed", self.clock(), error)
-                    log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
+                if await self._gave_up(session_id, exc, attempts, failures):
                     return "failed"
-                delay = self.retry_delays[min(failures - 1, len(self.retry_delays) - 1)]
-                log.info("flush session=%s attempt %s failed (%s); retry in %ss", session_id, attempts, error, delay)
-                try:
-                    await self.sleep(delay)
-                except asyncio.CancelledError:
-                    self.ledger.release(session_id, uncount=False)
-                    raise
                 attempts = self.ledger.next_attempt(session_id)
                 continue
             self.ledger.finish(session_id, "done", self.clock())
             log.info("flush session=%s done attempts=%s tool_calls=%s", session_id, attempts, tool_calls)
             return "done"
+
+    def _settle_without_running(self, session: SessionRow) -> str | None:
+        """'failed' when kills cut it off too often, 'nothing' when there is nothing to save, else None."""
+        if session.flush_attempts > MAX_STARTS:
+            error = f"cut off {session.flush_attempts - 1} times before it could finish"
+            self.ledger.finish(session.id, "failed", self.clock(), error)
+            log.warning("flush session=%s failed: %s", session.id, error)
+            return "failed"
+        skip = self._skip_reason(session)
+        if skip is not None:
+            log.info("flush session=%s: nothing to do (%s)", session.id, skip)
+            self.ledger.finish(session.id, "nothing", self.clock())
+            return "nothing"
+        return None
+
+    async def _gave_up(self, session_id: int, exc: Exception, attempts: int, failures: int) -> bool:
+        """Record a failed attempt; True when it was the last one allowed, else wait out the retry delay."""
+        error = _describe(exc)
+        self.ledger.note_error(session_id, error)
+        if failures >= MAX_ATTEMPTS or attempts >= MAX_STARTS:
+            self.ledger.finish(session_id, "failed", self.clock(), error)
+            log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
+            return True
+        delay = self.retry_delays[min(failures - 1, len(self.retry_delays) - 1)]
+        log.info("flush session=%s attempt %s failed (%s); retry in %ss", session_id, attempts, error, delay)
+        try:
+            await self.sleep(delay)
+        except asyncio.CancelledError:
+            self.ledger.release(session_id, uncount=False)
+            raise
+        return False
 
     def _skip_reason(self, session: SessionRow) -> str | None:
         if not self.config.flush_enabled:
