@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -112,8 +113,12 @@ async def touch_all_telegram(tg: FakeTelegram, sessions: int, concurrency: int) 
         chats = range(first + 1, min(sessions, first + concurrency) + 1)
         for chat in chats:
             tg.inject_message(chat, f"touch-{chat}", user_id=chat, username=None)
-        await tg.wait_until(lambda n=chats[-1]: len(tg.sent_messages()) >= n, 120)
+        await tg.wait_until(_sent_at_least(tg, chats[-1]), 120)
     return time.monotonic() - started
+
+
+def _sent_at_least(tg: FakeTelegram, count: int) -> Callable[[], bool]:
+    return lambda: len(tg.sent_messages()) >= count
 
 
 async def soak_telegram(server: Server, tg: FakeTelegram, sessions: int, seconds: float, rate: float,

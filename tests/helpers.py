@@ -12,6 +12,7 @@ from typing import Any
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound, OutboundMessage
 from gateway.ops.wiring import Gateway, build_gateway
+from tests.fakes.llm import FakeLLM
 
 
 def write_config(home: Path, *, provider: str = "anthropic", base_url: str | None = None, extra: str = "") -> Path:
@@ -31,7 +32,7 @@ def write_config(home: Path, *, provider: str = "anthropic", base_url: str | Non
     return path
 
 
-def llm_url(fake: Any, provider: str) -> str:
+def llm_url(fake: FakeLLM, provider: str) -> str:
     return fake.openai_base_url if provider == "openai" else fake.base_url
 
 

@@ -12,11 +12,11 @@ import hmac
 import logging
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -160,8 +160,11 @@ def _yaml(value: Any) -> str:
     return str(value)
 
 
+MakeWorld = Callable[..., World]
+
+
 @pytest.fixture
-def world(home: Path) -> Any:
+def world(home: Path) -> Iterator[MakeWorld]:
     made: list[World] = []
 
     def make(**cfg: Any) -> World:
@@ -174,8 +177,20 @@ def world(home: Path) -> Any:
         w.close()
 
 
+class Place(TypedDict, total=False):
+    """Where a message is said: the keyword arguments of World.say beside the user."""
+    chat: str
+    chat_type: str
+    username: str
+    space: str
+
+
+class Shape(Place):
+    user: str
+
+
 # Each platform's shape: a DM (chat id as the adapter reports it) and a group message with its place.
-SHAPES = {
+SHAPES: dict[str, dict[str, Shape]] = {
     "telegram": {"dm": {"user": "1001", "chat": "1001", "username": "carol"},
                  "group": {"user": "1001", "chat": "-1002003004", "chat_type": "group", "username": "carol"}},
     "discord": {"dm": {"user": "81234567890", "chat": "91234567890"},
@@ -188,7 +203,7 @@ SHAPES = {
 
 # ---------------------------------------------------------------- deny by default, allowlists
 @pytest.mark.parametrize("platform", ["telegram", "discord", "slack"])
-async def test_empty_allowlist_gives_nobody_a_turn(world: Any, platform: str) -> None:
+async def test_empty_allowlist_gives_nobody_a_turn(world: MakeWorld, platform: str) -> None:
     w = world(unknown_dm="ignore")
     dm = await w.say(platform, "hello", **SHAPES[platform]["dm"])
     group = await w.say(platform, "hello all", **SHAPES[platform]["group"])
@@ -198,7 +213,7 @@ async def test_empty_allowlist_gives_nobody_a_turn(world: Any, platform: str) ->
 
 
 @pytest.mark.parametrize("platform", ["telegram", "discord", "slack"])
-async def test_empty_allowlist_dm_gets_a_pairing_code_but_no_turn(world: Any, platform: str) -> None:
+async def test_empty_allowlist_dm_gets_a_pairing_code_but_no_turn(world: MakeWorld, platform: str) -> None:
     w = world()
     shape = SHAPES[platform]["dm"]
     result = await w.say(platform, "hello", **shape)
@@ -224,7 +239,7 @@ async def test_a_platform_without_a_config_section_is_closed(home: Path) -> None
 
 
 @pytest.mark.parametrize("platform", ["telegram", "discord", "slack"])
-async def test_allowlisted_user_gets_a_turn_in_dm_and_group(world: Any, platform: str) -> None:
+async def test_allowlisted_user_gets_a_turn_in_dm_and_group(world: MakeWorld, platform: str) -> None:
     user = SHAPES[platform]["dm"]["user"]
     w = world(**{{"telegram": "tg_users", "discord": "dc_users", "slack": "sl_users"}[platform]: [user]})
     dm = await w.say(platform, "hello", **SHAPES[platform]["dm"])
@@ -234,7 +249,7 @@ async def test_allowlisted_user_gets_a_turn_in_dm_and_group(world: Any, platform
     assert w.texts(platform) == ["re: hello", "re: [name-" + user + "] hello all"]
 
 
-async def test_telegram_handle_matches_username_never_the_display_name(world: Any) -> None:
+async def test_telegram_handle_matches_username_never_the_display_name(world: MakeWorld) -> None:
     w = world(tg_users=["@Carol"], unknown_dm="ignore")
     assert (await w.say("telegram", "hi", user="1001", username="carol")).outcome is SubmitOutcome.ACCEPTED
     # a display name is free text: someone calling themselves "@carol" is still a stranger
@@ -245,7 +260,7 @@ async def test_telegram_handle_matches_username_never_the_display_name(world: An
     assert w.llm.turns == ["hi"]
 
 
-async def test_place_lists_restrict_groups_but_not_dms(world: Any) -> None:
+async def test_place_lists_restrict_groups_but_not_dms(world: MakeWorld) -> None:
     w = world(tg_users=["1001"], tg_chats=["-1002003004"], dc_users=["81"], dc_guilds=["G1"],
               dc_channels=["C1"], sl_users=["U1"], sl_channels=["CGOOD"])
     ok = SubmitOutcome.ACCEPTED
@@ -261,15 +276,15 @@ async def test_place_lists_restrict_groups_but_not_dms(world: Any) -> None:
     assert w.texts("telegram") == ["re: [name-1001] a", "re: c"]  # refused groups got no reply at all
 
 
-async def test_discord_role_grants_access(world: Any) -> None:
+async def test_discord_role_grants_access(world: MakeWorld) -> None:
     w = world(dc_roles=["R-helpers"])
-    member = {"chat": "C1", "chat_type": "group", "space": "G1"}
+    member: Place = {"chat": "C1", "chat_type": "group", "space": "G1"}
     assert (await w.say("discord", "hi", user="5", roles=["R-everyone", "R-helpers"], **member)).outcome \
         is SubmitOutcome.ACCEPTED
     assert (await w.say("discord", "hi", user="6", roles=["R-everyone"], **member)).outcome is SubmitOutcome.IGNORED
 
 
-async def test_admins_get_turns_and_local_platforms_are_open(world: Any) -> None:
+async def test_admins_get_turns_and_local_platforms_are_open(world: MakeWorld) -> None:
     w = world(admins=["slack:UADMIN"])
     assert (await w.say("slack", "boss", user="UADMIN", chat="DADMIN")).outcome is SubmitOutcome.ACCEPTED
     assert (await w.say("web", "local", user="tab1")).outcome is SubmitOutcome.ACCEPTED
@@ -277,9 +292,9 @@ async def test_admins_get_turns_and_local_platforms_are_open(world: Any) -> None
     assert w.llm.turns == ["boss", "local", "console"]
 
 
-async def test_group_strangers_are_ignored_silently_and_cannot_join_a_turn(world: Any) -> None:
+async def test_group_strangers_are_ignored_silently_and_cannot_join_a_turn(world: MakeWorld) -> None:
     w = world(tg_users=["1001"], busy="interrupt", per_user="false")
-    group = {"chat": "-1002003004", "chat_type": "group"}
+    group: Place = {"chat": "-1002003004", "chat_type": "group"}
     w.llm.hold.add("[name-1001] long question")
     assert (await w.say("telegram", "long question", user="1001", wait=False, **group)).outcome \
         is SubmitOutcome.ACCEPTED
@@ -299,7 +314,7 @@ async def test_group_strangers_are_ignored_silently_and_cannot_join_a_turn(world
     assert "secrets" not in str(w.gw.store.all("SELECT content FROM messages"))
 
 
-async def test_each_refusal_is_logged_once_at_info_without_the_text(world: Any,
+async def test_each_refusal_is_logged_once_at_info_without_the_text(world: MakeWorld,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     w = world(unknown_dm="ignore", tg_users=["1"])
     caplog.set_level(logging.INFO, logger="gateway")
@@ -312,7 +327,7 @@ async def test_each_refusal_is_logged_once_at_info_without_the_text(world: Any,
 
 
 # ---------------------------------------------------------------- pairing
-async def test_pairing_code_is_issued_once_then_rate_limited(world: Any) -> None:
+async def test_pairing_code_is_issued_once_then_rate_limited(world: MakeWorld) -> None:
     w = world()
     first = await w.say("telegram", "hi", user="1001")
     code = w.code_sent_to("telegram", "1001")
@@ -330,7 +345,7 @@ async def test_pairing_code_is_issued_once_then_rate_limited(world: Any) -> None
     assert w.gate.pairing.approve(code, by="cli", now=w.clock()).status == "wrong"
 
 
-async def test_at_most_three_codes_pending_per_platform(world: Any) -> None:
+async def test_at_most_three_codes_pending_per_platform(world: MakeWorld) -> None:
     w = world()
     for user in ("1", "2", "3", "4"):
         await w.say("telegram", "hi", user=user)
@@ -340,7 +355,7 @@ async def test_at_most_three_codes_pending_per_platform(world: Any) -> None:
     assert (await w.say("telegram", "hi", user="4")).outcome is SubmitOutcome.REFUSED
 
 
-async def test_pairing_code_expires_after_an_hour(world: Any) -> None:
+async def test_pairing_code_expires_after_an_hour(world: MakeWorld) -> None:
     w = world()
     await w.say("discord", "hi", user="81", chat="91")
     code = w.code_sent_to("discord", "91")
@@ -353,7 +368,7 @@ async def test_pairing_code_expires_after_an_hour(world: Any) -> None:
     assert w.llm.turns == []
 
 
-async def test_approve_by_cli_then_the_user_gets_turns(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_approve_by_cli_then_the_user_gets_turns(world: MakeWorld, capsys: pytest.CaptureFixture[str]) -> None:
     w = world()
     await w.say("telegram", "hi", user="1001", username="carol")
     code = w.code_sent_to("telegram", "1001")
@@ -374,7 +389,7 @@ async def test_approve_by_cli_then_the_user_gets_turns(world: Any, capsys: pytes
         is SubmitOutcome.IGNORED
 
 
-async def test_admin_approves_in_chat_and_the_user_is_told(world: Any) -> None:
+async def test_admin_approves_in_chat_and_the_user_is_told(world: MakeWorld) -> None:
     w = world(admins=["telegram:42"])
     await w.say("slack", "hi", user="U0CAROL", chat="D0CAROL")
     code = w.code_sent_to("slack", "D0CAROL")
@@ -390,7 +405,7 @@ async def test_admin_approves_in_chat_and_the_user_is_told(world: Any) -> None:
     assert w.llm.turns == ["hello"]  # the /approve command itself never reached the model
 
 
-async def test_only_admins_may_approve(world: Any) -> None:
+async def test_only_admins_may_approve(world: MakeWorld) -> None:
     w = world(tg_users=["7"])
     await w.say("telegram", "hi", user="1001")
     code = w.code_sent_to("telegram", "1001")
@@ -400,7 +415,7 @@ async def test_only_admins_may_approve(world: Any) -> None:
     assert not w.gate.pairing.is_approved("telegram", "1001") and w.llm.turns == []
 
 
-async def test_an_admin_on_the_console_approves_but_the_open_web_chat_may_not(world: Any) -> None:
+async def test_an_admin_on_the_console_approves_but_the_open_web_chat_may_not(world: MakeWorld) -> None:
     w = world(admins=["cli:owner"])
     await w.say("discord", "hi", user="81", chat="91")
     code = w.code_sent_to("discord", "91")
@@ -411,7 +426,7 @@ async def test_an_admin_on_the_console_approves_but_the_open_web_chat_may_not(wo
     assert w.llm.turns == []
 
 
-async def test_codes_are_hashed_at_rest(world: Any) -> None:
+async def test_codes_are_hashed_at_rest(world: MakeWorld) -> None:
     w = world(admins=["telegram:42"])
     await w.say("telegram", "hi", user="1001")
     code = w.code_sent_to("telegram", "1001")
@@ -419,8 +434,8 @@ async def test_codes_are_hashed_at_rest(world: Any) -> None:
     other = w.code_sent_to("slack", "D1")
     await w.say("telegram", f"/approve {code}", user="42")  # the admin's message holds the code too
     key = load_key(w.home)
-    stored = w.gw.store.one("SELECT code_hash FROM pairing WHERE user_id = 'U1'")[0]  # type: ignore[index]
-    assert stored == hmac.new(key, other.encode(), hashlib.sha256).hexdigest()
+    stored = w.gw.store.one("SELECT code_hash FROM pairing WHERE user_id = 'U1'")
+    assert stored is not None and stored[0] == hmac.new(key, other.encode(), hashlib.sha256).hexdigest()
     dump = "\n".join(w.gw.store.conn.iterdump())
     assert code not in dump and other not in dump
     assert "/approve [code]" in dump  # the command row is kept for dedupe, redacted
@@ -429,7 +444,7 @@ async def test_codes_are_hashed_at_rest(world: Any) -> None:
     assert stat.S_IMODE((w.home / "pairing.key").stat().st_mode) == 0o600
 
 
-async def test_five_wrong_approvals_lock_pairing_for_an_hour(world: Any, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_five_wrong_approvals_lock_pairing_for_an_hour(world: MakeWorld, capsys: pytest.CaptureFixture[str]) -> None:
     w = world(admins=["discord:1"])
     await w.say("telegram", "hi", user="1001")
     code = w.code_sent_to("telegram", "1001")
@@ -460,9 +475,9 @@ def test_pairing_key_is_created_once_and_shared(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- bot-loop budget
-async def test_bot_loop_budget_trips_and_recovers(world: Any) -> None:
+async def test_bot_loop_budget_trips_and_recovers(world: MakeWorld) -> None:
     w = world(tg_users=["1001", "555"], budget=3, per_user="false")
-    group = {"chat": "-100", "chat_type": "group"}
+    group: Place = {"chat": "-100", "chat_type": "group"}
     outcomes = []
     for i in range(5):
         outcomes.append((await w.say("telegram", f"ping {i}", user="555", is_bot=True, **group)).outcome)
@@ -479,7 +494,7 @@ async def test_bot_loop_budget_trips_and_recovers(world: Any) -> None:
     assert [t.split("] ")[1] for t in w.llm.turns] == ["ping 0", "ping 1", "ping 2", "human", "elsewhere", "ping 6"]
 
 
-async def test_unknown_bots_never_get_pairing_codes(world: Any) -> None:
+async def test_unknown_bots_never_get_pairing_codes(world: MakeWorld) -> None:
     w = world()
     assert (await w.say("telegram", "hi", user="999", is_bot=True)).outcome is SubmitOutcome.IGNORED
     assert w.sent("telegram") == []

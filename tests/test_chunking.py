@@ -23,6 +23,7 @@ from gateway.delivery.chunking import (
     MIN_LIMIT_TEXT,
     MIN_LINES,
     Chunk,
+    LengthUnit,
     TextEntity,
     render_chunks,
     split_rendered,
@@ -39,7 +40,7 @@ def u16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def measure(chunk: Chunk, flavor: Flavor, unit: str) -> int:
+def measure(chunk: Chunk, flavor: Flavor, unit: LengthUnit) -> int:
     return u16(chunk.text) if flavor == "telegram" or unit == "utf16" else len(chunk.text)
 
 
@@ -56,7 +57,7 @@ def fences_closed(text: str) -> bool:
     return not inside and text.count(FENCE) % 2 == 0
 
 
-def check_pieces(rendered: Rendered, chunks: list[Chunk], flavor: Flavor, limit: int, unit: str,
+def check_pieces(rendered: Rendered, chunks: list[Chunk], flavor: Flavor, limit: int, unit: LengthUnit,
                  max_lines: int | None) -> None:
     text = rendered.text
     pieces = split_rendered(rendered, limit=limit, unit="utf16" if flavor == "telegram" else unit,
@@ -79,9 +80,9 @@ def check_pieces(rendered: Rendered, chunks: list[Chunk], flavor: Flavor, limit:
             assert p.tail.endswith(FENCE) and p.tail.strip(" >\n") == FENCE
 
 
-def check_chunks(markdown: str, flavor: Flavor, limit: int, unit: str = "chars",
+def check_chunks(markdown: str, flavor: Flavor, limit: int, unit: LengthUnit = "chars",
                  max_lines: int | None = None) -> list[Chunk]:
-    chunks = render_chunks(markdown, flavor, limit=limit, unit=unit,  # type: ignore[arg-type]
+    chunks = render_chunks(markdown, flavor, limit=limit, unit=unit,
                            max_lines=max_lines)
     for chunk in chunks:
         assert measure(chunk, flavor, unit) <= limit
@@ -144,7 +145,8 @@ MARKDOWN = st.one_of(st.lists(st.one_of(ATOMS, ATOMS, WORDS, LONG_WORDS), max_si
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(markdown=MARKDOWN, flavor=st.sampled_from(FLAVORS), limit=st.integers(MIN_LIMIT, 700),
        unit=st.sampled_from(["chars", "utf16"]))
-def test_chunks_fit_tile_and_keep_fences_balanced(markdown: str, flavor: Flavor, limit: int, unit: str) -> None:
+def test_chunks_fit_tile_and_keep_fences_balanced(markdown: str, flavor: Flavor, limit: int,
+                                                  unit: LengthUnit) -> None:
     check_chunks(markdown, flavor, limit, unit)
 
 

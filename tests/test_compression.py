@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ class Chat:
         self.home = home
         self.fake = fake
         self.adapter = RecordingAdapter("cli")
-        self.clock = lambda: datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
+        self.clock: Callable[[], datetime] = lambda: datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
         self.gw: Gateway = gateway_for(home, [self.adapter], clock=self.clock)
 
     async def say(self, text: str) -> None:

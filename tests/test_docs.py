@@ -50,9 +50,12 @@ def bounds_text(field: dataclasses.Field[Any]) -> str:
 
 
 def default_text(field: dataclasses.Field[Any]) -> str:
-    if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
         return "required"
-    value = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
     if value is None:
         return "none"
     if isinstance(value, bool):

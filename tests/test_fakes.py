@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import anthropic
 import discord
@@ -15,9 +16,13 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramRetryAfter
 from aiogram.types import Message, ReplyParameters
+from anthropic.types import Message as AnthropicMessage
+from anthropic.types import MessageParam, TextBlock, TextBlockParam, ToolUseBlock
 from discord import app_commands
+from openai.types.chat import ChatCompletionMessageParam
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.say.async_say import AsyncSay
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -47,9 +52,16 @@ def _anthropic(fake: FakeLLM, retries: int = 0) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url=fake.base_url, max_retries=retries, timeout=5)
 
 
+def _text(message: AnthropicMessage) -> str:
+    """The text of the first content block, which these tests expect to be a text block."""
+    block = message.content[0]
+    assert isinstance(block, TextBlock), block
+    return block.text
+
+
 async def test_openai_default_echo_stream_tools_and_retry(fake_llm: FakeLLM) -> None:
     client = _openai(fake_llm, retries=2)
-    history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "x"},
+    history: list[ChatCompletionMessageParam] = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "x"},
                {"role": "user", "content": "two"}]
     r = await client.chat.completions.create(model="m", messages=history)
     assert r.choices[0].message.content == "echo: two [users=2]"
@@ -59,10 +71,13 @@ async def test_openai_default_echo_stream_tools_and_retry(fake_llm: FakeLLM) -> 
     fake_llm.script(ToolCalls([ToolCall("get_time", {"tz": "UTC"}), ToolCall("add", {"a": 1})], text="hm"))
     stream = await client.chat.completions.create(model="m", messages=history, stream=True,
                                                   stream_options={"include_usage": True})
-    text, args, names, usage = "", {}, {}, None
+    text, usage = "", None
+    args: dict[int, str] = {}
+    names: dict[int, str | None] = {}
     async for chunk in stream:
         usage = chunk.usage or usage
         for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            assert d.function is not None
             names[d.index] = d.function.name or names.get(d.index)
             args[d.index] = args.get(d.index, "") + (d.function.arguments or "")
         if chunk.choices and chunk.choices[0].delta.content:
@@ -75,7 +90,7 @@ async def test_openai_default_echo_stream_tools_and_retry(fake_llm: FakeLLM) -> 
     r = await client.chat.completions.create(model="m", messages=history)
     assert r.choices[0].message.content == "after retry" and len(fake_llm.calls) - n == 2
 
-    bad = [{"role": "tool", "tool_call_id": "call_x", "content": "orphan"}]
+    bad: list[ChatCompletionMessageParam] = [{"role": "tool", "tool_call_id": "call_x", "content": "orphan"}]
     with pytest.raises(openai.BadRequestError, match="role 'tool'"):
         await client.chat.completions.create(model="m", messages=bad)
     await client.close()
@@ -83,7 +98,7 @@ async def test_openai_default_echo_stream_tools_and_retry(fake_llm: FakeLLM) -> 
 
 async def test_openai_faults(fake_llm: FakeLLM) -> None:
     client = _openai(fake_llm)
-    msgs = [{"role": "user", "content": "hi"}]
+    msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     fake_llm.script(Malformed(), CutStream(after=2), Delay(1.0))
     with pytest.raises(json.JSONDecodeError):  # the SDK lets the raw ValueError through
         await client.chat.completions.create(model="m", messages=msgs)
@@ -99,21 +114,22 @@ async def test_openai_faults(fake_llm: FakeLLM) -> None:
     await client.close()
 
 
-SYSTEM = [{"type": "text", "text": "You are a gateway. " * 100, "cache_control": {"type": "ephemeral"}}]
+SYSTEM: list[TextBlockParam] = [{"type": "text", "text": "You are a gateway. " * 100, "cache_control": {"type": "ephemeral"}}]
 
 
 async def test_anthropic_echo_tools_stream_and_errors(fake_llm: FakeLLM) -> None:
     client = _anthropic(fake_llm, retries=1)
-    msgs = [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    msgs: list[MessageParam] = [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
     r = await client.messages.create(model="c", max_tokens=50, system="sys", messages=msgs)
-    assert r.content[0].text == "echo: hello [users=1]" and r.stop_reason == "end_turn"
+    assert _text(r) == "echo: hello [users=1]" and r.stop_reason == "end_turn"
     assert fake_llm.calls[-1].headers["Authorization"] == "Bearer sk-ant-test"
 
     fake_llm.script(ToolCall("get_time", {"tz": "UTC"}, id="toolu_1"))
     async with client.messages.stream(model="c", max_tokens=50, messages=msgs) as s:
         final = await s.get_final_message()
-    assert final.stop_reason == "tool_use" and final.content[0].input == {"tz": "UTC"}
-    msgs += [{"role": "assistant", "content": [b.model_dump() for b in final.content]},
+    tool_use = final.content[0]
+    assert final.stop_reason == "tool_use" and isinstance(tool_use, ToolUseBlock) and tool_use.input == {"tz": "UTC"}
+    msgs += [{"role": "assistant", "content": final.content},
              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "12:00"}]}]
     async with client.messages.stream(model="c", max_tokens=50, messages=msgs) as s:
         text = "".join([t async for t in s.text_stream])
@@ -131,7 +147,7 @@ async def test_anthropic_echo_tools_stream_and_errors(fake_llm: FakeLLM) -> None
 async def test_anthropic_prefix_cache_emulation() -> None:
     async with FakeLLM(cache=True) as fake:
         client = _anthropic(fake)
-        turn1 = [{"role": "user", "content": [{"type": "text", "text": "first question",
+        turn1: list[MessageParam] = [{"role": "user", "content": [{"type": "text", "text": "first question",
                                                 "cache_control": {"type": "ephemeral"}}]}]
         r1 = await client.messages.create(model="c", max_tokens=50, system=SYSTEM, messages=turn1)
         body1 = fake.anthropic_requests()[-1]
@@ -140,8 +156,8 @@ async def test_anthropic_prefix_cache_emulation() -> None:
         assert r1.usage.cache_creation_input_tokens == sum(sizes) and r1.usage.input_tokens == 0
 
         # Turn 2 moves the breakpoint to the newest message: the whole of turn 1 is read back.
-        turn2 = [{"role": "user", "content": [{"type": "text", "text": "first question"}]},
-                 {"role": "assistant", "content": [{"type": "text", "text": r1.content[0].text}]},
+        turn2: list[MessageParam] = [{"role": "user", "content": [{"type": "text", "text": "first question"}]},
+                 {"role": "assistant", "content": [{"type": "text", "text": _text(r1)}]},
                  {"role": "user", "content": [{"type": "text", "text": "second",
                                                "cache_control": {"type": "ephemeral"}}]}]
         r2 = await client.messages.create(model="c", max_tokens=50, system=SYSTEM, messages=turn2)
@@ -246,7 +262,7 @@ async def test_slack_socket_mode_event_ack_and_reconnect(fake_slack: sl.FakeSlac
                    signing_secret=sl.SIGNING_SECRET)
 
     @app.event("app_mention")
-    async def on_mention(event: dict, say) -> None:  # type: ignore[no-untyped-def]
+    async def on_mention(event: dict[str, Any], say: AsyncSay) -> None:
         await say(text=f"echo: {event['text']}", thread_ts=event["ts"])
 
     handler = AsyncSocketModeHandler(app, app_token=sl.APP_TOKEN, ping_interval=1)
@@ -340,7 +356,9 @@ async def test_discord_slash_command_interaction_and_thread(fake_discord: dc.Fak
     async def ask(interaction: discord.Interaction, question: str) -> None:
         await interaction.response.defer(thinking=True)
         await interaction.edit_original_response(content=f"answer to {question}")
-        thread = await interaction.channel.create_thread(name="Chat")  # type: ignore[union-attr]
+        channel = interaction.channel
+        assert isinstance(channel, discord.TextChannel), channel
+        thread = await channel.create_thread(name="Chat")
         await thread.send("in thread")
 
     task = asyncio.create_task(client.start(dc.TOKEN))

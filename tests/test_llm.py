@@ -154,7 +154,7 @@ async def test_config_ttl_reaches_the_wire(home: Path, fake_llm: FakeLLM) -> Non
 
 async def test_openai_request_has_no_markers_and_cached_tokens_are_read() -> None:
     async with FakeLLM(cache=True) as fake:
-        client = openai(fake)  # type: ignore[arg-type]
+        client = openai(fake)
         history = conversation(3)
         try:
             first = await client.complete(system=SYSTEM, messages=history, tools=[Tool()])
@@ -163,8 +163,8 @@ async def test_openai_request_has_no_markers_and_cached_tokens_are_read() -> Non
                                            tools=[Tool()])
         finally:
             await client.close()
-        bodies = fake.openai_requests()  # type: ignore[attr-defined]
-        usages = fake.usages  # type: ignore[attr-defined]
+        bodies = fake.openai_requests()
+        usages = fake.usages
     assert "cache_control" not in json.dumps(bodies)
     assert bodies[0]["messages"][0] == {"role": "system", "content": SYSTEM}
     assert first.usage.cache_read_tokens == 0
@@ -176,13 +176,13 @@ async def test_openai_request_has_no_markers_and_cached_tokens_are_read() -> Non
 
 async def test_anthropic_cache_read_and_write_are_reported() -> None:
     async with FakeLLM(cache=True) as fake:
-        client = anthropic(fake)  # type: ignore[arg-type]
+        client = anthropic(fake)
         try:
             first = await client.complete(system=SYSTEM, messages=conversation(1), tools=[])
             second = await client.complete(system=SYSTEM, messages=conversation(2), tools=[])
         finally:
             await client.close()
-        usages = fake.usages  # type: ignore[attr-defined]
+        usages = fake.usages
     assert (first.usage.cache_read_tokens, first.usage.cache_write_tokens) == (0, usages[0].cache_creation)
     assert first.usage.cache_write_tokens > 0
     assert second.usage.cache_read_tokens == usages[1].cache_read > 0
@@ -191,11 +191,11 @@ async def test_anthropic_cache_read_and_write_are_reported() -> None:
 
 async def test_cache_tokens_are_summed_per_session_in_the_sessions_row(home: Path) -> None:
     async with FakeLLM(cache=True) as fake:
-        write_config(home, base_url=fake.base_url)  # type: ignore[attr-defined]
+        write_config(home, base_url=fake.base_url)
         adapter = RecordingAdapter()
         gw = gateway_for(home, [adapter])
         try:
-            fake.script(ToolCall("memory", {"action": "add", "target": "memory",  # type: ignore[attr-defined]
+            fake.script(ToolCall("memory", {"action": "add", "target": "memory",
                                             "content": "Likes trains."}), Reply("Saved."))
             for text in ("remember trains", "two", "three"):
                 await gw.sessions.submit(inbound(text))
@@ -206,7 +206,7 @@ async def test_cache_tokens_are_summed_per_session_in_the_sessions_row(home: Pat
         finally:
             await gw.llm.close()
             gw.store.close()
-        usages = fake.usages  # type: ignore[attr-defined]
+        usages = fake.usages
     assert row is not None and len(usages) == 4
     assert row.cache_read_tokens == sum(u.cache_read for u in usages) > 0
     assert row.cache_write_tokens == sum(u.cache_creation for u in usages) > 0

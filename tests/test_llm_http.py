@@ -41,9 +41,9 @@ class Sleeps:
 
 
 def native(fake: FakeLLM, sleeps: Sleeps, **kw: Any) -> AnthropicClient:
-    client = AnthropicClient(**({"model": "claude-test", "api_key": "k", "base_url": fake.base_url,
-                                 "max_tokens": 256, "timeout_s": 5.0, "max_retries": 2,
-                                 "context_window": 200_000} | kw))
+    options: dict[str, Any] = {"model": "claude-test", "api_key": "k", "base_url": fake.base_url,
+                               "max_tokens": 256, "timeout_s": 5.0, "max_retries": 2, "context_window": 200_000}
+    client = AnthropicClient(**(options | kw))
     transport = client._transport
     assert isinstance(transport, HttpTransport)
     transport._sleep = sleeps
@@ -219,7 +219,7 @@ async def test_native_and_sdk_send_the_same_request_and_read_the_same_reply(fake
     assert bodies[0] == bodies[2]
 
     def same(a: Any, b: Any) -> bool:  # tool call ids are random per request; everything else must agree
-        return json.loads(json.dumps(a).replace(a_id, "ID")) == json.loads(json.dumps(b).replace(b_id, "ID"))
+        return bool(json.loads(json.dumps(a).replace(a_id, "ID")) == json.loads(json.dumps(b).replace(b_id, "ID")))
 
     a_id, b_id = replies["native"][0].tool_calls[0].id, replies["sdk"][0].tool_calls[0].id
     assert same(bodies[1], bodies[3])

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.ops.notify import Notifier
 from tests.daemon_proc import DaemonProc, NotifySocket, free_port
+from tests.fakes.llm import FakeLLM
 
 
 def receiver(path: Path) -> socket.socket:
@@ -97,7 +98,7 @@ async def test_keepalive_pings_at_half_the_watchdog_period_with_status(tmp_path:
 
 
 @pytest.fixture
-async def daemon_home(tmp_path: Path, fake_llm: object) -> Path:
+async def daemon_home(tmp_path: Path, fake_llm: FakeLLM) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     port = free_port()

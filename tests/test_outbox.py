@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,9 @@ PARA_B = " ".join(["bravo"] * 500)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = Store(tmp_path / "state.db")
-    yield s  # type: ignore[misc]
+    yield s
     s.close()
 
 

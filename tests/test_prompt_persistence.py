@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -89,7 +90,7 @@ def last_user_text(body: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-async def pipe(home: Path, fake_llm: FakeLLM) -> Any:
+async def pipe(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Pipeline]:
     write_config(home, base_url=fake_llm.base_url, extra=ALLOWLIST)
     p = Pipeline(home, Clock())
     yield p
@@ -153,6 +154,7 @@ async def test_group_sender_name_goes_to_the_user_message_not_the_prompt(
     assert last_user_text(first) == "[Alice Liddell] hi all"
     assert last_user_text(second) == "[Alice Liddell] me too"
     row = pipe.session("telegram:group:g1:u7")
+    assert row.system_prompt is not None
     assert "Alice" not in row.system_prompt and "u7" not in row.system_prompt
     assert systems(fake_llm) == [row.system_prompt, row.system_prompt]
     assert "shared group" in row.system_prompt  # the chat type is a session fact, so it may be in the prompt
@@ -170,7 +172,7 @@ async def test_reset_note_goes_to_the_user_message_once_and_never_into_the_promp
                                          "this is a new session.]\nhello again")
     assert last_user_text(bodies[2]) == "and again"
     new = pipe.session()
-    assert new.parent_id is not None
+    assert new.parent_id is not None and new.system_prompt is not None
     assert "Note:" not in new.system_prompt and "idle" not in new.system_prompt
     assert systems(fake_llm)[1:] == [new.system_prompt, new.system_prompt]
     # The reset notice the user sees is separate from the reply.
@@ -187,6 +189,7 @@ async def test_memory_written_during_a_session_shows_up_only_in_the_next_session
     memory_file = pipe.home / "memories" / "USER.md"
     assert "Drinks green tea." in memory_file.read_text(encoding="utf-8")
     first = pipe.session()
+    assert first.system_prompt is not None
     sent = systems(fake_llm)
     assert len(sent) == 3 and set(sent) == {first.system_prompt}  # tool round trip + the next turn
     assert "green tea" not in first.system_prompt
@@ -194,7 +197,7 @@ async def test_memory_written_during_a_session_shows_up_only_in_the_next_session
     pipe.clock.now += IDLE
     await pipe.say("new day")
     second = pipe.session()
-    assert second.id != first.id
+    assert second.id != first.id and second.system_prompt is not None
     assert "USER PROFILE (who the user is) [" in second.system_prompt
     assert "Drinks green tea." in second.system_prompt
     assert systems(fake_llm)[-1] == second.system_prompt
@@ -207,6 +210,7 @@ async def test_two_clock_times_on_the_same_day_give_identical_prompts(pipe: Pipe
     await pipe.say("late", chat_id="late")
     early = pipe.session("telegram:dm:early")
     late = pipe.session("telegram:dm:late")
+    assert early.system_prompt is not None and late.system_prompt is not None
     assert early.prompt_built_at != late.prompt_built_at
     assert early.system_prompt.encode() == late.system_prompt.encode()
     for hhmm in ("00:00", "23:59", "0:00", "11:59"):

@@ -40,7 +40,10 @@ def crashed_home(home: Path, clock: FakeClock, messages: list[Inbound], config: 
 
 async def test_replay_answers_oldest_first_and_keeps_each_chats_order(home: Path) -> None:
     clock = FakeClock()
-    ago = lambda minutes: clock.now() - timedelta(minutes=minutes)
+
+    def ago(minutes: int) -> datetime:
+        return clock.now() - timedelta(minutes=minutes)
+
     crashed_home(home, clock, [tg("a1", "A", ago(50)), tg("b1", "B", ago(40)), tg("a2", "A", ago(30)),
                                tg("b2", "B", ago(20)), tg("a3", "A", ago(10))])
     adapter = ScriptedAdapter("telegram", clock)
@@ -73,7 +76,7 @@ async def test_messages_older_than_the_limit_get_the_offline_note_instead(home: 
     assert adapter.seen("A") == [OFFLINE, "re: are you back?"]
     note = adapter.sent[0]
     assert (note.kind, note.reply_to_id) == (OutboundKind.NOTICE, "old")
-    statuses = dict(gw.store.all("SELECT platform_message_id, status FROM inbound"))
+    statuses = {r[0]: r[1] for r in gw.store.all("SELECT platform_message_id, status FROM inbound")}
     assert statuses == {"old": "expired", "fresh": "answered"}
     gw.store.close()
 

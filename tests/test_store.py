@@ -23,7 +23,8 @@ def _session(store: Store, key: str = "cli:dm:1") -> int:
 def test_migrations_on_empty_file(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
     assert store.applied == [name for name, _ in MIGRATIONS]
-    assert store.one("PRAGMA journal_mode")[0] == "wal"
+    mode = store.one("PRAGMA journal_mode")
+    assert mode is not None and mode[0] == "wal"
     tables = {r[0] for r in store.all("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"sessions", "messages", "messages_fts", "inbound", "outbound", "schema_migrations"} <= tables
     store.close()
@@ -88,8 +89,10 @@ def test_inbound_dedupe_and_fts(tmp_path: Path) -> None:
     assert [r.id for r in store.unfinished_inbound()] == [first]
     sid = _session(store)
     store.add_message(sid, "user", "the quick brown fox, 東京の天気", now=NOW)
-    assert store.one("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'fox'")[0] == 1
-    assert store.one("SELECT COUNT(*) FROM messages_fts_tri WHERE messages_fts_tri MATCH '東京の'")[0] == 1
+    words = store.one("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'fox'")
+    trigrams = store.one("SELECT COUNT(*) FROM messages_fts_tri WHERE messages_fts_tri MATCH '東京の'")
+    assert words is not None and words[0] == 1
+    assert trigrams is not None and trigrams[0] == 1
 
 
 def test_two_processes_share_the_file(tmp_path: Path) -> None:

@@ -106,10 +106,10 @@ async def test_one_adapter_crashing_three_times_while_another_keeps_answering(ho
             assert tg.starts == crash  # not restarted before its backoff delay
             await clock.advance(0.01)
             assert tg.starts == crash + 1 and gw.supervisor.health()["telegram"].state == "running"
-        health = gw.supervisor.health()
-        assert health["telegram"].restarts == 3 and health["telegram"].connected_since == clock.now()
-        assert health["cli"].restarts == 0 and health["cli"].state == "running"
-        assert health["cli"].last_inbound_at is not None and cli.starts == 1
+        by_name = gw.supervisor.health()
+        assert by_name["telegram"].restarts == 3 and by_name["telegram"].connected_since == clock.now()
+        assert by_name["cli"].restarts == 0 and by_name["cli"].state == "running"
+        assert by_name["cli"].last_inbound_at is not None and cli.starts == 1
         assert tg.stops == 3  # each crashed connection was closed before the restart
     finally:
         await clock.run(daemon.stop())

@@ -51,10 +51,10 @@ class World:
                                          thread_id=None, user_id=user, parent_id=None, model=None,
                                          provider=None, now=self.clock).id
 
-    def say(self, session_id: int, user: str | None, text: str, **kw: str) -> int:
+    def say(self, session_id: int, user: str | None, text: str) -> int:
         self.clock += timedelta(hours=1)
         role = "user" if user else "assistant"
-        return self.store.add_message(session_id, role, text, now=self.clock, user_id=user, **kw)
+        return self.store.add_message(session_id, role, text, now=self.clock, user_id=user)
 
     def ctx(self, user: str | None, chat_type: str = "dm", chat_id: str | None = None,
             platform: str = "telegram") -> ToolContext:

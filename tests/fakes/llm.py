@@ -204,7 +204,8 @@ class FakeLLM(FakeServer):
         self._openai_cache.clear()
 
     def last_request(self) -> dict[str, Any]:
-        return self.calls[-1].body
+        body: dict[str, Any] = self.calls[-1].body
+        return body
 
     def openai_requests(self) -> list[dict[str, Any]]:
         return [c.body for c in self.calls if c.path == OPENAI_PATH]

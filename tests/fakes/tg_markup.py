@@ -67,7 +67,8 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
     stack: list[dict[str, Any]] = []  # {"type", "offset", "byte", "begin", "language"?}
     quote: dict[str, Any] | None = None
     n = len(text)
-    at = lambda k: text[k] if k < n else ""
+    def at(k: int) -> str:
+        return text[k] if k < n else ""
     i = 0
     while i < n:
         c = text[i]
