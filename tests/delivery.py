@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, OutboundMessage, Submit
-from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.fakeclock import FakeClock
 
@@ -80,7 +80,7 @@ class ReplyLLM:
         self.seen: list[str] = []
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         text = str(messages[-1]["content"])
         self.seen.append(text)
         await asyncio.sleep(0)

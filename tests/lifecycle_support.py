@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.wiring import Gateway
 from gateway.store.database import Store
 from gateway.store.rows import SessionRow, iso
@@ -53,7 +53,7 @@ class GatedLLM:
         self.answers: list[str] = []
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         self.calls.append({"system": system, "messages": list(messages), "tools": [t.name for t in tools]})
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)

@@ -26,7 +26,7 @@ from gateway.cli.main import main
 from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
-from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.daemon import Daemon, check_web_binding
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.helpers import RecordingAdapter, gateway_for, write_config
@@ -60,7 +60,7 @@ class GatedLLM:
         self.release = asyncio.Event()
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         text = str(messages[-1]["content"])
         self.turns.append(text)
         self.histories.append([str(m["content"]) for m in messages])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import ChatRef, SubmitOutcome
-from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.sessions.keys import session_key
 from tests.helpers import RecordingAdapter, gateway_for, inbound
 
@@ -29,7 +29,7 @@ class GatedLLM:
         return self.gates.setdefault(text, asyncio.Event())
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         text = messages[-1]["content"]
         self.started.append(text)
         self.seen_history.append([m["content"] for m in messages])

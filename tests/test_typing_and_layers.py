@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
 INNER: dict[str, list[str | tuple[str, ...]]] = {
     "config": ["yamlload", "settings"],
     "telemetry": [("logs", "metrics")],
-    "llm": ["types", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
+    "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
     "store": [("history_cache", "search_index"), ("rows", "schema"), "connection", ("delivery_queries", "session_queries"),
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search")],

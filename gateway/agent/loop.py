@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from gateway.agent.tools.registry import ToolContext, ToolRegistry
-from gateway.llm.types import ChatMessage, LLMClient, LLMReply, Usage
+from gateway.llm.types import ChatMessage, LLMClient, LLMReply, TextSink, Usage
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +35,19 @@ class Agent:
 
     async def run(self, *, system: str, history: Sequence[ChatMessage], user_message: ChatMessage,
                   ctx: ToolContext, tool_names: Sequence[str], allowed_tools: Collection[str] | None = None,
-                  max_iterations: int | None = None, on_reply: Callable[[LLMReply], None] | None = None
-                  ) -> TurnResult:
+                  max_iterations: int | None = None, on_reply: Callable[[LLMReply], None] | None = None,
+                  stream: TextSink | None = None, on_tool: Callable[[str], None] | None = None) -> TurnResult:
         """Run one turn. `tool_names` is the session's tool list (part of the cached prefix, so it is always
-        sent whole); `allowed_tools` narrows what may actually execute (the pre-reset flush)."""
+        sent whole); `allowed_tools` narrows what may actually execute (the pre-reset flush). `stream` gets each
+        model call's text as it is written; `on_tool` each tool's name as it starts (a live preview)."""
         specs = self.tools.specs(tool_names)
         convo: list[ChatMessage] = [*history, user_message]
         result = TurnResult(text="", messages=[])
         limit = max_iterations or self.max_iterations
-        for _ in range(limit):
-            reply = await self.llm.complete(system=system, messages=convo, tools=specs)
+        for step_no in range(limit):
+            if stream is not None and step_no:
+                stream.restart()  # the answer is the last call's text alone
+            reply = await self.llm.complete(system=system, messages=convo, tools=specs, stream=stream)
             result.iterations += 1
             result.usage = result.usage + reply.usage
             if on_reply is not None:
@@ -59,6 +62,8 @@ class Agent:
             convo.append(step)
             result.messages.append(step)
             for call in reply.tool_calls:
+                if on_tool is not None:
+                    on_tool(call.name)
                 outcome = await self.tools.call(call.name, call.arguments, ctx, allowed=allowed_tools)
                 result.tool_calls += 1
                 log.info("tool %s session=%s ok=%s", call.name, ctx.session_id, not outcome.is_error)

@@ -7,8 +7,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from gateway.errors import LLMUnavailable
+from gateway.llm.streams import AnthropicAssembler
 from gateway.llm.transport import make_transport
-from gateway.llm.types import ChatMessage, ClientKind, LLMReply, ToolCall, ToolDef, Usage, as_object, token_count
+from gateway.llm.types import (
+    ChatMessage,
+    ClientKind,
+    LLMReply,
+    TextSink,
+    ToolCall,
+    ToolDef,
+    Usage,
+    as_object,
+    token_count,
+)
 
 
 # ------------------------------------------------------------------------------------------ Anthropic
@@ -97,9 +108,12 @@ class AnthropicClient:
         return body
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
-        return anthropic_reply(await self._transport.post(body), self.model)
+        if stream is None:
+            return anthropic_reply(await self._transport.post(body), self.model)
+        answer = await self._transport.stream({**body, "stream": True}, AnthropicAssembler(self.model, stream))
+        return anthropic_reply(answer, self.model)
 
     async def close(self) -> None:
         await self._transport.close()

@@ -13,7 +13,7 @@ from gateway.config.settings import Config, ModelConfig, ModelEndpoint, Secret
 from gateway.errors import LLMNotConfigured, LLMTimeout, LLMUnavailable
 from gateway.llm.anthropic_wire import AnthropicClient
 from gateway.llm.openai_wire import OpenAIClient
-from gateway.llm.types import ChatMessage, LLMClient, LLMReply, ToolDef
+from gateway.llm.types import ChatMessage, LLMClient, LLMReply, TextSink, ToolDef
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,16 @@ class FallbackClient:
         self.context_window = min(primary.context_window, fallback.context_window)
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         try:
-            return await self.primary.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+            return await self.primary.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
+                                               stream=stream)
         except (LLMUnavailable, LLMTimeout) as exc:
             log.warning("model %s failed (%s); trying fallback %s", self.primary.model, exc, self.fallback.model)
-            return await self.fallback.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+            if stream is not None:
+                stream.restart()  # what the primary had written is not the fallback's answer
+            return await self.fallback.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
+                                                stream=stream)
 
     async def close(self) -> None:
         await self.primary.close()
@@ -120,7 +124,7 @@ class UnconfiguredLLM:
         self.reason = reason
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         raise LLMNotConfigured(self.reason)
 
     async def close(self) -> None:

@@ -24,6 +24,8 @@ import aiohttp
 import orjson
 
 from gateway.errors import LLMError, LLMRejected, LLMTimeout, LLMUnavailable
+from gateway.llm.streams import SseDecoder, sse_data
+from gateway.llm.types import StreamAssembler
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,10 @@ class HttpTransport:
         self.max_retries = max_retries
         self._headers = {"content-type": "application/json", "accept": "application/json", **headers}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
+        # A stream may run longer than any one request should: its limit is a stall, not the whole answer.
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=min(CONNECT_TIMEOUT_S, timeout_s),
+                                                     sock_read=timeout_s)
+        self._stream_headers = {**self._headers, "accept": "text/event-stream"}
         self._sleep = sleep
         self._session: aiohttp.ClientSession | None = None
         self._proxy: str | None = None
@@ -155,17 +161,30 @@ class HttpTransport:
 
     async def post(self, body: Mapping[str, Any]) -> dict[str, Any]:
         data = encode_body(body)
-        attempt = 0
+        return await self._retrying(lambda: self._once(data))
+
+    async def stream(self, body: Mapping[str, Any], assembler: StreamAssembler) -> dict[str, Any]:
+        """`body` asks for a stream; each event goes to `assembler`. A try that fails, also mid-stream (a cut, an
+        `error` event, a stall of `timeout_s` between bytes), is retried like `post`, from the start."""
+        data = encode_body(body)
+
+        async def attempt() -> dict[str, Any]:
+            assembler.reset()
+            return await self._stream_once(data, assembler)
+        return await self._retrying(attempt)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        tries = 0
         while True:
             try:
-                return await self._once(data)
+                return await attempt()
             except _Retry as retry:
-                if attempt >= self.max_retries:
+                if tries >= self.max_retries:
                     raise retry.error from retry.error.__cause__
-                delay = retry.delay if retry.delay is not None else backoff_s(attempt)
-                log.info("model %s: %s; retry %d of %d in %.2fs", self.model, retry.error, attempt + 1,
+                delay = retry.delay if retry.delay is not None else backoff_s(tries)
+                log.info("model %s: %s; retry %d of %d in %.2fs", self.model, retry.error, tries + 1,
                          self.max_retries, delay)
-                attempt += 1
+                tries += 1
                 await self._sleep(delay)
 
     async def _once(self, data: bytes) -> dict[str, Any]:
@@ -174,18 +193,14 @@ class HttpTransport:
                 raw = await resp.read()
                 status, headers = resp.status, resp.headers
         except TimeoutError as exc:
-            raise _Retry(_chain(LLMTimeout(f"{self.model}: timed out"), exc)) from None
+            raise self._timed_out(exc) from None
         except aiohttp.ClientError as exc:
-            raise _Retry(_chain(LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})"), exc)
-                         ) from None
+            raise self._cut(exc) from None
         if status >= 400:
-            error = status_error(self.model, status, error_message(raw))
-            if not should_retry(status, headers):
-                raise error
-            wait = retry_after_s(headers)
-            if wait is not None and wait > MAX_RETRY_AFTER_S:
-                raise error  # the provider asks for minutes: do not hold the chat that long
-            raise _Retry(error, wait if wait is not None and wait > 0 else None)
+            raise self._refused(status, headers, raw)
+        return self._whole(raw)
+
+    def _whole(self, raw: bytes) -> dict[str, Any]:
         try:
             answer = decode_answer(raw)
         except ValueError as exc:
@@ -194,13 +209,60 @@ class HttpTransport:
             raise LLMUnavailable(f"{self.model}: bad response (not a JSON object)")
         return answer
 
+    async def _stream_once(self, data: bytes, assembler: StreamAssembler) -> dict[str, Any]:
+        try:
+            async with self._client().post(self.url, data=data, headers=self._stream_headers, proxy=self._proxy,
+                                           timeout=self._stream_timeout) as resp:
+                if resp.status >= 400:
+                    raise self._refused(resp.status, resp.headers, await resp.read())
+                if resp.content_type == "application/json":  # a server that does not stream answered whole
+                    return self._whole(await resp.read())
+                decoder = SseDecoder()
+                async for chunk in resp.content.iter_any():
+                    for event, raw in decoder.feed(chunk):
+                        self._feed(assembler, event, raw)
+                for event, raw in decoder.end():
+                    self._feed(assembler, event, raw)
+        except TimeoutError as exc:
+            raise self._timed_out(exc) from None
+        except aiohttp.ClientError as exc:
+            raise self._cut(exc) from None
+        try:
+            return assembler.answer()
+        except LLMUnavailable as exc:  # the stream stopped short of its last event: worth another try
+            raise _Retry(exc) from None
+
+    def _feed(self, assembler: StreamAssembler, event: str, raw: str) -> None:
+        try:
+            assembler.feed(event, sse_data(raw))
+        except ValueError as exc:
+            raise LLMUnavailable(f"{self.model}: bad stream event (not JSON)") from exc
+        except LLMUnavailable as exc:  # an `error` event: overloaded mid-stream, say
+            raise _Retry(exc) from None
+
+    def _timed_out(self, exc: BaseException) -> _Retry:
+        return _Retry(_chain(LLMTimeout(f"{self.model}: timed out"), exc))
+
+    def _cut(self, exc: BaseException) -> _Retry:
+        return _Retry(_chain(LLMUnavailable(f"{self.model}: cannot connect ({exc.__class__.__name__})"), exc))
+
+    def _refused(self, status: int, headers: Mapping[str, str], raw: bytes) -> LLMError:
+        """An error status as the error to raise now, or a `_Retry` carrying it."""
+        error = status_error(self.model, status, error_message(raw))
+        if not should_retry(status, headers):
+            return error
+        wait = retry_after_s(headers)
+        if wait is not None and wait > MAX_RETRY_AFTER_S:
+            return error  # the provider asks for minutes: do not hold the chat that long
+        return _Retry(error, wait if wait is not None and wait > 0 else None)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
 
 
-class _Retry(Exception):
+class _Retry(LLMError):
     """A failed attempt that the retry policy may repeat; carries the error to raise when retries run out."""
 
     def __init__(self, error: LLMError, delay: float | None = None) -> None:

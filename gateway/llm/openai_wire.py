@@ -6,8 +6,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.errors import LLMUnavailable
+from gateway.llm.streams import OpenAIAssembler
 from gateway.llm.transport import make_transport
-from gateway.llm.types import ChatMessage, ClientKind, LLMReply, ToolCall, ToolDef, Usage, as_object, token_count
+from gateway.llm.types import (
+    ChatMessage,
+    ClientKind,
+    LLMReply,
+    TextSink,
+    ToolCall,
+    ToolDef,
+    Usage,
+    as_object,
+    token_count,
+)
 
 
 def openai_messages(system: str, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -47,9 +58,12 @@ class OpenAIClient:
         return body
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
-        return openai_reply(await self._transport.post(body), self.model)
+        if stream is None:
+            return openai_reply(await self._transport.post(body), self.model)
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}  # usage: the last chunk
+        return openai_reply(await self._transport.stream(streamed, OpenAIAssembler(self.model, stream)), self.model)
 
     async def close(self) -> None:
         await self._transport.close()

@@ -54,21 +54,46 @@ class LLMReply:
     stop_reason: str = ""
 
 
+class TextSink(Protocol):
+    """Where a streamed answer's text goes as the model writes it (a live preview: gateway/delivery/stream.py)."""
+
+    def text(self, delta: str) -> None: ...
+
+    def restart(self) -> None:
+        """The text so far is void: the request is retried, the fallback model answers, or the next call begins."""
+
+
 class LLMClient(Protocol):
     provider: str
     model: str
     context_window: int
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply: ...
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+        """One model call. With `stream`, the request streams and the text reaches `stream` as it is written; the
+        reply is the same either way."""
 
     async def close(self) -> None: ...
+
+
+class StreamAssembler(Protocol):
+    """Folds a wire's streamed events back into its non-streamed JSON answer (gateway/llm/streams.py)."""
+
+    def feed(self, event: str, data: Any) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def answer(self) -> dict[str, Any]: ...
 
 
 class Transport(Protocol):
     """Sends one request body of a wire and returns the JSON answer (gateway/llm/http.py, gateway/llm/sdk.py)."""
 
     async def post(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def stream(self, body: Mapping[str, Any], assembler: StreamAssembler) -> dict[str, Any]:
+        """The same request with `stream: true` in `body`: each event goes to `assembler`, whose answer is
+        returned; a retry starts the assembler over."""
 
     async def close(self) -> None: ...
 

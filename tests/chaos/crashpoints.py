@@ -19,7 +19,7 @@ from typing import Any
 from gateway.config.settings import load_config
 from gateway.errors import LLMUnavailable
 from gateway.events import Inbound, OutboundMessage
-from gateway.llm.types import ChatMessage, LLMReply, ToolDef, Usage
+from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.wiring import Gateway, build_gateway
 from gateway.store.database import Store
 from tests.helpers import inbound
@@ -141,7 +141,7 @@ class ScriptLLM:
         self.calls: list[str] = []
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None) -> LLMReply:
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         text = str(messages[-1]["content"])
         self.calls.append(text)
         users = sum(1 for m in messages if m["role"] == "user")

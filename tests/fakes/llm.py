@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import json
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,10 @@ __all__ = [
     "FakeLLM",
     "Fault",
     "Malformed",
+    "Paced",
     "Reply",
+    "StreamError",
+    "StreamGate",
     "ToolCall",
     "ToolCalls",
     "Usage",
@@ -82,7 +85,50 @@ class CutStream:
     then: Reply | ToolCall | ToolCalls | None = None
 
 
-Step = Reply | ToolCall | ToolCalls | Fault | Delay | Malformed | CutStream | ConnectionReset
+@dataclass(frozen=True, slots=True)
+class Paced:
+    """Stream `answer` slowly, as a model writes: before text piece i (0-based) the fake awaits `gate(i)` (a
+    `StreamGate` lets a test hand out pieces one by one), then sleeps `every` seconds on the fake's `sleep`."""
+
+    answer: Reply | ToolCall | ToolCalls | CutStream | None = None
+    gate: Callable[[int], Awaitable[None]] | None = None
+    every: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """Stream normally, then send the provider's mid-stream error event after `after` events (Anthropic:
+    `event: error` with an `overloaded_error`; OpenAI: a chunk with an `error` object) and end the stream."""
+
+    after: int = 3
+    then: Reply | ToolCall | ToolCalls | None = None
+
+
+class StreamGate:
+    """Holds a `Paced` stream before each text piece until the test releases it; `waiting` is the piece index
+    the stream is held at (-1 while it is not held)."""
+
+    def __init__(self) -> None:
+        self.released = 0
+        self.waiting = -1
+        self._changed = asyncio.Event()
+
+    async def __call__(self, index: int) -> None:
+        while index >= self.released:
+            self.waiting = index
+            self._changed.clear()
+            await self._changed.wait()
+        self.waiting = -1
+
+    def release(self, pieces: int = 1) -> None:
+        self.released += pieces
+        self._changed.set()
+
+    def release_all(self) -> None:
+        self.release(1_000_000)
+
+
+Step = Reply | ToolCall | ToolCalls | Fault | Delay | Malformed | CutStream | Paced | StreamError | ConnectionReset
 StepSource = Step | Callable[[dict[str, Any]], Any]
 
 
@@ -165,8 +211,9 @@ class FakeLLM(FakeServer):
 
     def __init__(self, *, cache: bool = False, api_key: str | None = None, validate: bool = True,
                  stream_chunk_chars: int = 16, cache_min_tokens: int = 0, cache_lookback: int | None = 20,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         super().__init__(**({"clock": clock} if clock else {}))
+        self.sleep = sleep
         self.cache = cache
         self.api_key = api_key
         self.validate = validate
@@ -295,7 +342,8 @@ class FakeLLM(FakeServer):
         step, early = await self._step(request, body, "openai")
         if early is not None:
             return early
-        cut = step if isinstance(step, CutStream) else None
+        pace, step = _unwrap(step, body)
+        cut = step if isinstance(step, (CutStream, StreamError)) else None
         answer = (cut.then or Reply(default_reply_text(body))) if cut else step
         text, calls, finish = self._answer_parts(answer, "openai")
         usage = self._usage(body, "openai", _out_tokens(text, calls))
@@ -336,7 +384,7 @@ class FakeLLM(FakeServer):
             events.append((None, {"id": cid, "object": "chat.completion.chunk", "created": created,
                                   "model": model, "choices": [], "usage": usage_json}))
         events.append((None, "[DONE]"))
-        return await self._sse(request, events, cut)
+        return await self._sse(request, events, cut, pace, "openai")
 
     # -- Anthropic -----------------------------------------------------------------------------
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
@@ -346,7 +394,8 @@ class FakeLLM(FakeServer):
         step, early = await self._step(request, body, "anthropic")
         if early is not None:
             return early
-        cut = step if isinstance(step, CutStream) else None
+        pace, step = _unwrap(step, body)
+        cut = step if isinstance(step, (CutStream, StreamError)) else None
         answer = (cut.then or Reply(default_reply_text(body))) if cut else step
         text, calls, stop = self._answer_parts(answer, "anthropic")
         usage = self._usage(body, "anthropic", _out_tokens(text, calls))
@@ -384,7 +433,7 @@ class FakeLLM(FakeServer):
                                          "delta": {"stop_reason": stop, "stop_sequence": None},
                                          "usage": {"output_tokens": usage_json["output_tokens"]}}))
         events.append(("message_stop", {"type": "message_stop"}))
-        return await self._sse(request, events, cut)
+        return await self._sse(request, events, cut, pace, "anthropic")
 
     async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
         body, early = await self._begin(request, "anthropic")
@@ -410,8 +459,9 @@ class FakeLLM(FakeServer):
         n = self.stream_chunk_chars
         return [text[i:i + n] for i in range(0, len(text), n)]
 
-    async def _json_or_cut(self, request: web.Request, payload: Any, cut: CutStream | None) -> web.StreamResponse:
-        if cut is None:
+    async def _json_or_cut(self, request: web.Request, payload: Any,
+                           cut: CutStream | StreamError | None) -> web.StreamResponse:
+        if cut is None or isinstance(cut, StreamError):
             return json_response(payload)
         raw = json.dumps(payload).encode()
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -420,20 +470,61 @@ class FakeLLM(FakeServer):
         await resp.write(raw[: len(raw) // 2])
         return await _drop(request)
 
-    @staticmethod
-    async def _sse(request: web.Request, events: Sequence[tuple[str | None, Any]],
-                   cut: CutStream | None) -> web.StreamResponse:
+    async def _sse(self, request: web.Request, events: Sequence[tuple[str | None, Any]],
+                   cut: CutStream | StreamError | None, pace: Paced | None, wire: str) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        pieces = 0
         for sent, (event, data) in enumerate(events):
-            if cut is not None and sent >= cut.after:
+            if isinstance(cut, CutStream) and sent >= cut.after:
                 return await _drop(request)
-            frame = (f"event: {event}\n" if event else "") + \
-                f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
-            await resp.write(frame.encode())
-            await asyncio.sleep(0)  # separate writes exercise the SDK's incremental SSE parser
+            if isinstance(cut, StreamError) and sent >= cut.after:
+                await self._write_frame(resp, *_error_event(wire))
+                break
+            if pace is not None and _is_text(data):
+                if pace.gate is not None:
+                    await pace.gate(pieces)
+                if pace.every:
+                    await self.sleep(pace.every)
+                pieces += 1
+            await self._write_frame(resp, event, data)
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    async def _write_frame(resp: web.StreamResponse, event: str | None, data: Any) -> None:
+        """One SSE frame as the providers send it (`event:` line for Anthropic, `data:` for both, a blank line),
+        in two writes split mid-frame: the client's parser must put lines back together across reads."""
+        frame = ((f"event: {event}\n" if event else "") +
+                 f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n").encode()
+        half = len(frame) // 2
+        await resp.write(frame[:half])
+        await asyncio.sleep(0)
+        await resp.write(frame[half:])
+        await asyncio.sleep(0)
+
+
+def _unwrap(step: Any, body: dict[str, Any]) -> tuple[Paced | None, Any]:
+    if not isinstance(step, Paced):
+        return None, step
+    return step, step.answer if step.answer is not None else Reply(default_reply_text(body))
+
+
+def _is_text(data: Any) -> bool:
+    """A frame carrying answer text: Anthropic's text_delta, or an OpenAI chunk with content."""
+    if not isinstance(data, dict):
+        return False
+    if (data.get("delta") or {}).get("type") == "text_delta":
+        return True
+    choices = data.get("choices") or [{}]
+    return bool((choices[0].get("delta") or {}).get("content"))
+
+
+def _error_event(wire: str) -> tuple[str | None, Any]:
+    if wire == "anthropic":
+        return "error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    return None, {"error": {"message": "The server had an error while processing your request.",
+                            "type": "server_error", "param": None, "code": None}}
 
 
 async def _drop(request: web.Request) -> web.StreamResponse:
