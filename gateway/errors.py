@@ -14,7 +14,10 @@ GatewayError
 │   ├── LLMUnavailable                    429/5xx/529 after the client's retries
 │   ├── LLMRejected                       4xx that retrying cannot fix (bad key, bad request)
 │   └── LLMNotConfigured                  no model and nothing found to fall back on
-└── ToolError                             a tool refused or failed; the model sees the message
+├── ToolError                             a tool refused or failed; the model sees the message
+└── MediaError                            an attachment could not be used (the user is told why)
+    ├── MediaTooLarge(size, limit)        over media.max_bytes or the platform's own cap
+    └── MediaUnavailable                  the download failed: gone, refused, network, timeout
 """
 
 from __future__ import annotations
@@ -109,3 +112,30 @@ class LLMNotConfigured(LLMError):
 
 class ToolError(GatewayError):
     """A tool refused the call; the text goes back to the model as an error result."""
+
+
+class MediaError(GatewayError):
+    """An attachment could not be used; the message says why in words a user may read."""
+
+
+class MediaTooLarge(MediaError):
+    def __init__(self, size: int | None, limit: int, where: str = "") -> None:
+        self.size = size
+        self.limit = limit
+        self.where = where  # whose limit, when it is the platform's ("Telegram's Bot API")
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """`25.0 MB; the limit is 20.0 MB` (or, mid-download, `more than 20.0 MB, the limit`)."""
+        whose = f"{self.where} limit" if self.where else "the limit"
+        if self.size is None:
+            return f"more than {_mb(self.limit)}, {whose}"
+        return f"{_mb(self.size)}; {whose} is {_mb(self.limit)}"
+
+
+class MediaUnavailable(MediaError):
+    """The platform would not give the file (expired link, refused, network, timeout)."""
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MB" if size >= 1024 * 1024 else f"{max(1, size // 1024)} KB"

@@ -6,7 +6,7 @@ Nothing platform-specific lives here; adapters translate their platform's object
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,10 +33,15 @@ class ChatRef:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    kind: str  # photo, document, audio, video, sticker, file
+    """A file that came with a message. `ref` is the platform's handle to fetch it later (Telegram's file_id, a
+    Discord CDN URL, Slack's url_private_download, a web chat upload id): it is stored with the message, so a turn
+    replayed after a restart downloads the file again (see `MediaSource`)."""
+
+    kind: str  # photo, document, audio, voice, video, sticker, file
     name: str | None = None
     mime_type: str | None = None
     size: int | None = None
+    ref: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class Inbound:
     username: str | None = None
     space_id: str | None = None
     roles: tuple[str, ...] = ()
+    group_id: str | None = None  # Telegram's media_group_id: the parts of one album make one turn
 
 
 class OutboundKind(enum.Enum):
@@ -156,6 +162,17 @@ class TypingIndicator(Protocol):
     """Optional ability: show that the bot is working while a turn runs."""
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]: ...
+
+
+@runtime_checkable
+class MediaSource(Protocol):
+    """Optional ability: an attachment's bytes, fetched with the platform's own mechanism, as a stream of chunks.
+
+    The core bounds the size and the time, writes the chunks to disk and closes the stream early when a file is
+    over the limit. Raise `MediaTooLarge` (the platform's own cap, e.g. Telegram's 20 MB) or `MediaUnavailable`
+    (gone, refused, network) with a short reason a user may read: never a URL, never a token."""
+
+    def media(self, attachment: Attachment) -> AsyncIterator[bytes]: ...
 
 
 @runtime_checkable

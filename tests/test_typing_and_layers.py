@@ -24,10 +24,10 @@ LAYERS: dict[str, int] = {
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", "settings"],
+    "config": ["yamlload", "media", "settings"],
     "telemetry": [("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
-    "store": [("history_cache", "search_index"), ("rows", "schema"), "connection", ("delivery_queries", "session_queries"),
+    "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection", ("delivery_queries", "session_queries"),
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search")],
     "agent": ["tools", "loop"],

@@ -1,5 +1,5 @@
 """config.yaml → nested frozen dataclasses, validated once, errors located by file, line and key.
 
-Holds the YAML loader (yamlload: strict types, `${VAR}` references, `Secret`) and the settings tree
-(settings). Imports only the vocabulary (events, errors); the only package that reads the environment.
+Holds the YAML loader (yamlload: strict types, `${VAR}` references, `Secret`), the settings tree
+(settings) and its `media:` section (media). Imports only the vocabulary (events, errors); the only package that reads the environment.
 """

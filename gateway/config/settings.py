@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.yamlload import Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
 
-__all__ = ["Config", "Secret", "default_home", "load_config"]
+__all__ = ["Config", "MediaConfig", "Secret", "TranscriptionConfig", "default_home", "load_config"]
 
 Provider = Literal["anthropic", "openai"]
 ResetMode = Literal["idle", "daily", "both", "none"]
@@ -46,6 +47,7 @@ class ModelEndpoint:
     max_retries: int = field(default=2, metadata=_range(0, 10))
     context_window: int = field(default=200_000, metadata=_positive())
     client: Literal["native", "sdk"] = "native"
+    vision: bool | Literal["auto"] = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +265,7 @@ class Config:
     access: AccessConfig = field(default_factory=AccessConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    media: MediaConfig = field(default_factory=MediaConfig)
     # Not from the file: where it all lives. Set by load_config.
     home: Path = field(default=Path("."), metadata={"internal": True})
 

@@ -18,13 +18,15 @@ from gateway.llm.types import (
     ToolDef,
     Usage,
     as_object,
+    split_images,
     token_count,
 )
 
 
 # ------------------------------------------------------------------------------------------ Anthropic
-def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge."""
+def anthropic_messages(messages: Sequence[ChatMessage], *, vision: bool = True) -> list[dict[str, Any]]:
+    """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge; a user
+    message's images go first as base64 `image` blocks (Anthropic's advice: images before the text)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         role = m["role"]
@@ -34,8 +36,11 @@ def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
             blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m.get("content") or "",
                            **({"is_error": True} if m.get("is_error") else {})})
         else:
-            if (m.get("content") or "").strip():  # the API refuses a whitespace-only text block
-                blocks.append({"type": "text", "text": m["content"]})
+            text, images = split_images(m, vision) if "images" in m else (m.get("content") or "", [])
+            blocks.extend({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+                          for media_type, data in images)
+            if text.strip():  # the API refuses a whitespace-only text block
+                blocks.append({"type": "text", "text": text})
             for call in m.get("tool_calls") or ():
                 blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
                                "input": _json_object(call.get("arguments"))})
@@ -84,8 +89,10 @@ class AnthropicClient:
 
     def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
                  max_retries: int, context_window: int, cache_ttl: Literal["5m", "1h"] = "5m",
-                 caching: bool = True, client: ClientKind = "native", env: Mapping[str, str] | None = None) -> None:
+                 caching: bool = True, client: ClientKind = "native", env: Mapping[str, str] | None = None,
+                 vision: bool = True) -> None:
         self.model = model
+        self.vision = vision
         self.context_window = context_window
         self.max_tokens = max_tokens
         self.cache_ttl = cache_ttl
@@ -95,7 +102,7 @@ class AnthropicClient:
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
-        wire = anthropic_messages(messages)
+        wire = anthropic_messages(messages, vision=self.vision)
         if self.caching:
             system_blocks, wire = add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
         else:

@@ -23,6 +23,15 @@ DEFAULT_MODELS = {
     "OPENROUTER_API_KEY": ("openai", "anthropic/claude-sonnet-4.5", "https://openrouter.ai/api/v1"),
 }
 OLLAMA_URL = "http://127.0.0.1:11434"
+# `model.vision: auto`: substrings of the lowercased model name of families that take images (OpenAI-compatible
+# servers; every Claude model from 3 on does). A name not listed is treated as blind: `model.vision: true` says
+# otherwise.
+VISION_NAMES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-4-turbo", "gpt-4-vision", "gpt-5", "chatgpt-4o", "o1", "o3", "o4",
+                "claude", "gemini", "gemma3", "gemma-3", "llava", "bakllava", "vision", "-vl", "vl-", "qwen2.5vl",
+                "qvq", "pixtral", "mistral-small-3", "mistral-medium", "llama-4", "llama4", "minicpm-v", "moondream",
+                "grok-4", "grok-2-vision", "internvl", "glm-4v", "glm-4.5v", "phi-4-multimodal", "kimi-vl")
+BLIND_NAMES = ("o1-mini", "o3-mini", "claude-2", "claude-instant", "gpt-4o-audio", "gpt-4o-mini-audio",
+               "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-tts")
 NOT_CONFIGURED = ("No model is configured. Set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, "
                   "start Ollama on 127.0.0.1:11434, or add a `model:` section to config.yaml "
                   "(see docs/configuration.md).")
@@ -37,6 +46,7 @@ class FallbackClient:
         self.provider = primary.provider
         self.model = primary.model
         self.context_window = min(primary.context_window, fallback.context_window)
+        self.vision = sees_images_client(primary)  # the fallback renders what it cannot see as notes itself
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
@@ -91,6 +101,23 @@ def _api_key(m: ModelEndpoint, env: Mapping[str, str]) -> str:
     raise LLMNotConfigured(f"model {m.name}: no API key (set {var} or model.api_key)")
 
 
+def sees_images(m: ModelEndpoint) -> bool:
+    """`model.vision`, with `auto` decided by the model's name (see VISION_NAMES)."""
+    if m.vision != "auto":
+        return bool(m.vision)
+    name = m.name.lower()
+    if any(blind in name for blind in BLIND_NAMES):
+        return False
+    if m.provider == "anthropic":
+        return True
+    return any(seeing in name for seeing in VISION_NAMES)
+
+
+def sees_images_client(client: LLMClient) -> bool:
+    """Whether a built client takes image blocks (a client without the attribute, e.g. a test double: yes)."""
+    return bool(getattr(client, "vision", True))
+
+
 def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLMClient:
     key = _api_key(m, env)
     # An unset base_url means the provider's public API, or the SDKs' own override variable when it is set.
@@ -99,10 +126,10 @@ def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLM
         return AnthropicClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
                                timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
                                cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled,
-                               client=m.client, env=env)
+                               client=m.client, env=env, vision=sees_images(m))
     return OpenAIClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
                         timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
-                        client=m.client, env=env)
+                        client=m.client, env=env, vision=sees_images(m))
 
 
 def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:

@@ -17,11 +17,14 @@ from gateway.llm.types import (
     ToolDef,
     Usage,
     as_object,
+    split_images,
     token_count,
 )
 
 
-def openai_messages(system: str, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+def openai_messages(system: str, messages: Sequence[ChatMessage], *, vision: bool = True) -> list[dict[str, Any]]:
+    """Neutral history → Chat Completions messages; a user message with images gets content parts (its text, then
+    each image as an `image_url` data URL), or with no vision plain text with a note per image."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in messages:
         if m["role"] == "tool":
@@ -31,9 +34,21 @@ def openai_messages(system: str, messages: Sequence[ChatMessage]) -> list[dict[s
                 {"id": c["id"], "type": "function",
                  "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
                 for c in m["tool_calls"]]})
+        elif "images" in m:
+            out.append({"role": m["role"], "content": _parts(m, vision)})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
     return out
+
+
+def _parts(m: ChatMessage, vision: bool) -> str | list[dict[str, Any]]:
+    text, images = split_images(m, vision)
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    parts.extend({"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+                 for media_type, data in images)
+    return parts
 
 
 class OpenAIClient:
@@ -41,8 +56,9 @@ class OpenAIClient:
 
     def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
                  max_retries: int, context_window: int, client: ClientKind = "native",
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, vision: bool = True) -> None:
         self.model = model
+        self.vision = vision
         self.context_window = context_window
         self.max_tokens = max_tokens
         self._transport = make_transport("openai", client, model=model, api_key=api_key, base_url=base_url,
@@ -50,7 +66,7 @@ class OpenAIClient:
 
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(system, messages),
+        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(system, messages, vision=self.vision),
                                 "max_tokens": max_tokens or self.max_tokens}
         if tools:
             body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,

@@ -9,7 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-ChatMessage = dict[str, Any]  # {"role", "content", "tool_calls"?: [{"id","name","arguments"}], "tool_call_id"?}
+# {"role", "content", "tool_calls"?: [{"id","name","arguments"}], "tool_call_id"?,
+#  "images"?: [{"media_type", "file", "data"?: base64}] (a user message's pictures; without data: a note)}
+ChatMessage = dict[str, Any]
 ClientKind = Literal["native", "sdk"]
 
 
@@ -96,6 +98,27 @@ class Transport(Protocol):
         returned; a retry starts the assembler over."""
 
     async def close(self) -> None: ...
+
+
+IMAGE_GONE_NOTE = "[An image was attached here; it is no longer available.]"
+IMAGE_BLIND_NOTE = "[An image was attached here; this model cannot see images.]"
+
+
+def split_images(message: ChatMessage, vision: bool) -> tuple[str, list[tuple[str, str]]]:
+    """A message's text and the (media_type, base64) of the images a wire sends as image blocks; an image the
+    model cannot see (no vision, or its file is gone) becomes a fixed line of text instead, so the same stored
+    history always gives the same request."""
+    text = message.get("content") or ""
+    shown: list[tuple[str, str]] = []
+    notes: list[str] = []
+    for image in message.get("images") or ():
+        if not vision:
+            notes.append(IMAGE_BLIND_NOTE)
+        elif image.get("data"):
+            shown.append((str(image["media_type"]), str(image["data"])))
+        else:
+            notes.append(IMAGE_GONE_NOTE)
+    return "\n".join([text, *notes]) if notes else text, shown
 
 
 def as_object(value: Any) -> Mapping[str, Any]:

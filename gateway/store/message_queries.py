@@ -16,7 +16,7 @@ from gateway.errors import StoreError
 from gateway.store.connection import Database
 from gateway.store.delivery_queries import insert_outbound
 from gateway.store.history_cache import ChatView
-from gateway.store.rows import COMPRESSED, HISTORY_KINDS, MessageRow, ModelCall, _row, chat_view, iso
+from gateway.store.rows import COMPRESSED, HISTORY_KINDS, MessageRow, ModelCall, _row, chat_view, iso, media_column
 from gateway.store.session_queries import insert_call
 
 
@@ -48,13 +48,14 @@ class MessageQueries(Database):
         for m in messages:
             content = m.get("content") or ""
             calls = json.dumps(m["tool_calls"]) if m.get("tool_calls") else None
+            media = media_column(m)
             cur = conn.execute(
                 "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-                " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " platform_message_id, created_at, kind, turn_id, media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, m["role"], content, calls, m.get("tool_call_id"), m.get("user_id"), m.get("user_name"),
-                 m.get("platform_message_id"), created, kind, turn_id))
+                 m.get("platform_message_id"), created, kind, turn_id, media))
             last = int(cur.lastrowid or 0)
-            views.append(chat_view(m["role"], content, calls, m.get("tool_call_id")))
+            views.append(chat_view(m["role"], content, calls, m.get("tool_call_id"), media))
         if kind in HISTORY_KINDS:
             self.history_cache.stage(session_id, views)
         return last
@@ -76,7 +77,7 @@ class MessageQueries(Database):
         try:
             cur = self.conn.cursor()
             cur.row_factory = None
-            rows = cur.execute("SELECT role, content, tool_calls, tool_call_id FROM messages WHERE session_id = ?"
+            rows = cur.execute("SELECT role, content, tool_calls, tool_call_id, media FROM messages WHERE session_id = ?"
                                " AND active = 1 AND kind IN ('chat', 'summary') ORDER BY id", (session_id,)).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"query failed: {exc}") from exc
@@ -121,9 +122,10 @@ class MessageQueries(Database):
             for r in tail:
                 conn.execute(
                     "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-                    " platform_message_id, created_at, kind, turn_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " platform_message_id, created_at, kind, turn_id, media)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (session_id, r.role, r.content, r.tool_calls, r.tool_call_id, r.user_id, r.user_name,
-                     r.platform_message_id, r.created_at, r.kind, r.turn_id))
+                     r.platform_message_id, r.created_at, r.kind, r.turn_id, r.media))
             conn.execute("UPDATE sessions SET compressions = compressions + 1 WHERE id = ?", (session_id,))
             return int(cur.lastrowid or 0)
 

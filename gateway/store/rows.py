@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -33,14 +34,28 @@ COMPRESSED = 2  # messages.active: out of the context after compression, still s
 HISTORY_KINDS = ("chat", "summary")  # what a session's model input is made of
 
 
-def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str | None) -> ChatView:
-    """A stored message as a neutral chat message (gateway/llm/types.py's ChatMessage shape)."""
+def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str | None,
+              media: str | None = None) -> ChatView:
+    """A stored message as a neutral chat message (gateway/llm/types.py's ChatMessage shape).
+
+    `media` is the stored image list of a user message: `[{"media_type", "file"}]`, files named relative to
+    GATEWAY_HOME/media (gateway/store/transcript.py reads them back as base64 for the model)."""
     message: ChatView = {"role": sys.intern(role), "content": content}
     if tool_calls:
         message["tool_calls"] = json.loads(tool_calls)
     if tool_call_id:
         message["tool_call_id"] = tool_call_id
+    if media:
+        message["images"] = json.loads(media)
     return message
+
+
+def media_column(message: Mapping[str, Any]) -> str | None:
+    """What `messages.media` stores of a message's images: type and file only (never the base64 a turn sent)."""
+    images = message.get("images")
+    if not images:
+        return None
+    return json.dumps([{"media_type": i["media_type"], "file": i["file"]} for i in images if i.get("file")]) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,7 @@ class MessageRow:
     active: int
     kind: str
     turn_id: str | None
+    media: str | None = None  # the images of a user message (JSON; see chat_view)
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,8 +172,26 @@ CREATE TABLE pairing_lockouts (
 );
 """
 
+# Attachments (gateway/media/): the images of a user message (`messages.media`, JSON: what the history sends the
+# model again, byte for byte, on every later turn); the album part a first part took over (`inbound.merged_into`:
+# the whole album is one turn, also after a restart); the notices a chat was given once (no vision, no
+# transcription service).
+_MEDIA = """
+ALTER TABLE messages ADD COLUMN media TEXT;
+ALTER TABLE inbound ADD COLUMN merged_into INTEGER;
+CREATE INDEX inbound_merged ON inbound(merged_into) WHERE merged_into IS NOT NULL;
+CREATE TABLE media_notices (
+  platform TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  notice TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (platform, chat_id, notice)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
     ("0003_search_index", SEARCH_INDEX_MIGRATION_SQL),
+    ("0006_media", _MEDIA),
 ]

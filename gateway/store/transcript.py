@@ -10,11 +10,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from gateway.events import Attachment, ChatRef, Inbound
 from gateway.llm.types import ChatMessage
 from gateway.store.database import Store
+from gateway.store.media_files import read_base64
 from gateway.store.rows import MessageRow, chat_view
 
 _INBOUND_FIELDS = tuple(f.name for f in fields(Inbound))
@@ -56,13 +58,36 @@ def well_formed(inbound: Inbound) -> Inbound:
     return replace(inbound, **fixed) if fixed else inbound
 
 
-def history_messages(rows: Sequence[MessageRow]) -> list[ChatMessage]:
-    return _drop_dangling_tool_calls([chat_view(r.role, r.content, r.tool_calls, r.tool_call_id) for r in rows])
+def history_messages(rows: Sequence[MessageRow], *, home: Path | None = None) -> list[ChatMessage]:
+    """Stored rows as chat messages; with `home`, their images carry the file's bytes (see `with_image_data`),
+    without it they stay names, which the wires send as a one-line note (a summary or flush needs no pixels)."""
+    msgs = [chat_view(r.role, r.content, r.tool_calls, r.tool_call_id, r.media) for r in rows]
+    return _drop_dangling_tool_calls(with_image_data(msgs, home) if home is not None else msgs)
 
 
 def session_history(store: Store, session_id: int) -> list[ChatMessage]:
-    """The session's model input so far: `history_messages(store.history(id))`, from the store's cache."""
-    return _drop_dangling_tool_calls(store.chat_history(session_id))
+    """The session's model input so far: `history_messages(store.history(id))`, from the store's cache, with the
+    images' bytes read from GATEWAY_HOME/media (the home is where state.db lives)."""
+    return _drop_dangling_tool_calls(with_image_data(store.chat_history(session_id), store.path.parent))
+
+
+def with_image_data(msgs: list[ChatMessage], home: Path) -> list[ChatMessage]:
+    """Every stored image as `{"media_type", "file", "data": base64}`: the same file gives the same text on every
+    turn, so the provider's cached prefix matches. A file the retention removed gets no data (the wires then send
+    a fixed note). New dicts throughout: the history cache shares the stored lists."""
+    if not any("images" in m for m in msgs):
+        return msgs
+    out = []
+    for m in msgs:
+        if "images" in m:
+            m = {**m, "images": [_with_data(i, home) for i in m["images"]]}
+        out.append(m)
+    return out
+
+
+def _with_data(image: dict[str, Any], home: Path) -> dict[str, Any]:
+    data = read_base64(home, str(image.get("file") or ""))
+    return {**image, "data": data} if data is not None else dict(image)
 
 
 def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:

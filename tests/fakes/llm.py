@@ -14,6 +14,7 @@ Output tokens are `len(text) // 4` (a tool call counts `len(name + json(argument
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 from collections import deque
@@ -567,7 +568,54 @@ def _validate(body: Mapping[str, Any], wire: str) -> str | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
+    problem = _validate_images(messages, wire)
+    if problem:
+        return problem
     return _validate_openai(messages) if wire == "openai" else _validate_anthropic(body, messages)
+
+
+IMAGE_TYPES = {"image/jpeg": b"\xff\xd8\xff", "image/png": b"\x89PNG", "image/gif": b"GIF8", "image/webp": b"RIFF"}
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # Anthropic: 5 MB per image (OpenAI allows 20 MB)
+
+
+def _validate_images(messages: Sequence[Mapping[str, Any]], wire: str) -> str | None:
+    """Image blocks as the APIs check them: user messages only, a known type, base64 that decodes to an image of
+    that type and size."""
+    for n, m in enumerate(messages):
+        content = m.get("content")
+        for block in content if isinstance(content, list) else ():
+            source = _image_source(block, wire)
+            if source is None:
+                continue
+            if m.get("role") != "user":
+                return f"messages.{n}: images are only allowed in messages with role 'user'"
+            media_type, data = source
+            if media_type not in IMAGE_TYPES:
+                return f"messages.{n}: image media_type {media_type!r} is not supported"
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except ValueError:
+                return f"messages.{n}: image data is not valid base64"
+            if len(raw) > MAX_IMAGE_BYTES:
+                return f"messages.{n}: image exceeds 5 MB maximum: {len(raw)} bytes > {MAX_IMAGE_BYTES} bytes"
+            if not raw.startswith(IMAGE_TYPES[media_type]):
+                return f"messages.{n}: Image does not match the provided media type {media_type}"
+    return None
+
+
+def _image_source(block: Any, wire: str) -> tuple[str, str] | None:
+    if not isinstance(block, dict):
+        return None
+    if wire == "anthropic" and block.get("type") == "image":
+        source = block.get("source") or {}
+        return str(source.get("media_type")), str(source.get("data")) if source.get("type") == "base64" else ""
+    if wire == "openai" and block.get("type") == "image_url":
+        url = str((block.get("image_url") or {}).get("url") or "")
+        head, _, data = url.partition(",")
+        if not head.startswith("data:") or not head.endswith(";base64"):
+            return "not a data URL", ""
+        return head[len("data:"):-len(";base64")], data
+    return None
 
 
 def _validate_openai(messages: Sequence[Mapping[str, Any]]) -> str | None:

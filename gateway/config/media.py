@@ -1,0 +1,29 @@
+"""The `media:` section of config.yaml: what the gateway does with photos, documents and voice notes (limits,
+retention, the speech-to-text service). Its own module so settings.py stays one screenful per section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MEDIA_DIR = "media"  # GATEWAY_HOME/media/<session_id>/…: the files of each session (gateway/store/media_files.py)
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionConfig:
+    """An OpenAI-compatible speech-to-text service: `POST {base_url}/audio/transcriptions` (OpenAI, Groq, a local
+    whisper server)."""
+
+    base_url: str
+    model: str = "whisper-1"
+    api_key_env: str | None = None
+    language: str | None = None
+    timeout_s: float = field(default=120.0, metadata={"positive": True})
+
+
+@dataclass(frozen=True, slots=True)
+class MediaConfig:
+    max_bytes: int = field(default=20 * 1024 * 1024, metadata={"positive": True})
+    timeout_s: float = field(default=120.0, metadata={"positive": True})
+    retention_days: float = field(default=30.0, metadata={"positive": True})
+    max_document_chars: int = field(default=50_000, metadata={"positive": True})
+    transcription: TranscriptionConfig | None = None

@@ -1,0 +1,81 @@
+"""Attachments at rest: `GATEWAY_HOME/media/<session_id>/`, one folder per session, beside state.db.
+
+A session's files live and die with it: `delete_session_media` removes them when its rows go (`gateway users
+forget`), and the retention sweep removes files older than `media.retention_days`. The history names a prepared
+image by its path relative to the media folder, and `read_base64` gives the model the same bytes every turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from gateway.config.media import MEDIA_DIR
+
+log = logging.getLogger(__name__)
+
+
+def media_root(home: Path) -> Path:
+    return home / MEDIA_DIR
+
+
+def session_dir(home: Path, session_id: int) -> Path:
+    return media_root(home) / str(int(session_id))
+
+
+def relative_name(home: Path, path: Path) -> str:
+    """How the history names a file: relative to the media folder, with forward slashes (a moved home still works)."""
+    return path.relative_to(media_root(home)).as_posix()
+
+
+def read_base64(home: Path, name: str) -> str | None:
+    """A stored file as base64 text, or None once it is gone (retention) or when the name leaves the folder."""
+    root = media_root(home).resolve()
+    path = (root / name).resolve()
+    if root not in path.parents:
+        return None
+    try:
+        return base64.b64encode(path.read_bytes()).decode("ascii")
+    except OSError:
+        return None
+
+
+def delete_session_media(home: Path, session_ids: Iterable[int]) -> int:
+    """Remove every file of these sessions; returns how many files went.
+
+    The one call for anything that deletes sessions (`gateway users forget`): pass the ids of the sessions whose
+    rows are being deleted, before or after the rows go. A session without files, or called twice, is fine.
+    """
+    removed = 0
+    for session_id in session_ids:
+        folder = session_dir(home, session_id)
+        if folder.is_dir():
+            removed += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
+def sweep(home: Path, *, older_than_days: float, now: float | None = None) -> int:
+    """The retention: remove files not written for `older_than_days` and the session folders left empty."""
+    root = media_root(home)
+    if not root.is_dir():
+        return 0
+    cutoff = (time.time() if now is None else now) - older_than_days * 86_400
+    removed = 0
+    for folder in [p for p in root.iterdir() if p.is_dir()]:
+        for path in [p for p in folder.iterdir() if p.is_file()]:
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except OSError as exc:
+                log.warning("media retention: cannot remove %s: %s", path.name, exc)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
+    return removed
+

@@ -1,0 +1,59 @@
+"""Files for the attachment tests, made here (no fixtures on disk): pictures with Pillow, PDFs written by hand with a
+real text layer, and a fake voice note."""
+
+from __future__ import annotations
+
+import io
+
+
+def picture(width: int = 800, height: int = 600, *, fmt: str = "JPEG", color: tuple[int, ...] = (200, 40, 40),
+            mode: str = "RGB") -> bytes:
+    """A picture with some structure (a stripe per 50 px), so a resize changes its bytes."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new(mode, (width, height), color)
+    draw = ImageDraw.Draw(image)
+    for x in range(0, width, 50):
+        draw.line([(x, 0), (x, height)], fill=(10, 10, 200) + ((255,) if mode == "RGBA" else ()), width=3)
+    out = io.BytesIO()
+    image.save(out, fmt)
+    return out.getvalue()
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def make_pdf(pages: list[str]) -> bytes:
+    """A minimal valid PDF (Helvetica, one text object per page) that pypdf reads back line by line."""
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    font = 3 + 2 * len(pages)
+    for i, text in enumerate(pages):
+        ops = ["BT", "/F1 12 Tf", "14 TL", "72 720 Td"]
+        for line in text.split("\n"):
+            ops.append("(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*")
+        stream = "\n".join([*ops, "ET"]).encode("latin-1")
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+                       f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode())
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += b"%010d 00000 n \n" % offset
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+CORRUPT_PDF = b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\ntruncated in the middle of"
+VOICE_NOTE = b"OggS\x00\x02" + bytes(range(256)) * 8  # an Ogg page header and noise: the fake transcriber reads bytes
