@@ -6,7 +6,6 @@ session. Replies arrive over the socket as Markdown; the page renders them.
 
 from __future__ import annotations
 
-import hmac
 import itertools
 import json
 import logging
@@ -28,8 +27,7 @@ HistorySource = Callable[[str], Sequence[tuple[str, str]]]
 class WebChatAdapter:
     platform = "web"
 
-    def __init__(self, *, auth_token: str | None = None) -> None:
-        self.auth_token = auth_token
+    def __init__(self) -> None:
         self._submit: Submit | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         self._sent = 0
@@ -62,24 +60,13 @@ class WebChatAdapter:
         # A closed tab still counts as delivered: the reply is stored and shown in the session history.
         return mid
 
-    def _authorized(self, request: web.Request) -> bool:
-        if not self.auth_token:
-            return True
-        given = request.query.get("token") or request.cookies.get("gateway_token") or ""
-        return hmac.compare_digest(given.encode(), self.auth_token.encode())
-
+    # Who may open the page or the socket (the owner only, from this page's own origin) is checked for every route
+    # by the daemon's guard (gateway/ops/web_guard.py) before these run.
     async def _page(self, request: web.Request) -> web.Response:
-        if not self._authorized(request):
-            return web.Response(status=401, text="web.auth_token required: open /?token=...")
         html = resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
-        resp = web.Response(text=html, content_type="text/html")
-        if self.auth_token and request.query.get("token"):
-            resp.set_cookie("gateway_token", request.query["token"], httponly=True, samesite="Strict")
-        return resp
+        return web.Response(text=html, content_type="text/html")
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
-        if not self._authorized(request):
-            raise web.HTTPUnauthorized(text="web.auth_token required")
         client = request.query.get("client") or uuid.uuid4().hex
         client = "".join(ch for ch in client if ch.isalnum() or ch in "-_")[:64] or uuid.uuid4().hex
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=4 * MAX_MESSAGE_CHARS)

@@ -122,7 +122,7 @@ async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str =
     port = free_port()
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
-        f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
+        f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\n  auth_token: {BENCH_WEB_TOKEN}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
         + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")
     log = home.parent / "gateway.log"
@@ -229,7 +229,7 @@ class Tab:
 
     async def say(self, tag: str) -> Sample:
         if self.ws is None:
-            self.ws = await self.http.ws_connect(f"ws://127.0.0.1:{self.port}/ws?client={self.name}")
+            self.ws = await self.http.ws_connect(f"ws://127.0.0.1:{self.port}/ws?client={self.name}&token={BENCH_WEB_TOKEN}")
         sent = time.monotonic()
         await self.ws.send_str(json.dumps({"text": f"{tag} how is the weather?"}))
         while True:

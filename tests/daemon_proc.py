@@ -18,6 +18,8 @@ from typing import Any, Self
 
 import aiohttp
 
+from gateway.ops.web_guard import load_web_secret
+
 GATEWAY = str(Path(sys.executable).parent / "gateway")
 
 
@@ -149,15 +151,18 @@ class DaemonProc:
 class WebChatClient:
     """One browser tab of the web chat: a WebSocket with a fixed client id (the chat id)."""
 
-    def __init__(self, port: int, client: str = "tab1") -> None:
+    def __init__(self, port: int, client: str = "tab1", *, home: Path | None = None, token: str | None = None) -> None:
         self.url = f"ws://127.0.0.1:{port}/ws?client={client}"
+        # The login secret, as a script sends it (a browser sends the cookie the login link set).
+        secret = token or (load_web_secret(home) if home is not None else None)
+        self.headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         self.session: aiohttp.ClientSession | None = None
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.received: list[dict[str, Any]] = []
 
     async def __aenter__(self) -> Self:
         self.session = aiohttp.ClientSession()
-        self.ws = await self.session.ws_connect(self.url)
+        self.ws = await self.session.ws_connect(self.url, headers=self.headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -217,7 +217,7 @@ async def run_web_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.C
                         install_signals=False)
         await daemon.start()
         try:
-            async with WebChatClient(daemon.web_port or 0) as tab:
+            async with WebChatClient(daemon.web_port or 0, home=home) as tab:
                 assert tab.ws is not None
                 await tab.ws.send_str(generated(case) or case["frame"])
                 expect = case["expect"]

@@ -129,15 +129,16 @@ async def test_healthz_and_readyz(daemon: Daemon) -> None:
     assert status == 503 and json.loads(body)["draining"] is True
 
 
-async def test_status_is_for_loopback_clients_only(daemon: Daemon) -> None:
+async def test_status_is_for_loopback_clients_or_the_login_secret(daemon: Daemon) -> None:
     status, _, body = await get(daemon, "/status")
     data = json.loads(body)
     assert status == 200
     assert data["adapters"]["web"]["state"] == "running" and data["ready"] is True
     assert {"sessions_active", "queued", "turns_running", "outbound_pending", "flush", "cache_hit_ratio",
             "uptime_s", "version", "pid"} <= set(data)
-    status, _, _ = await get(daemon, "/status", headers={"X-Forwarded-For": "203.0.113.9"})
-    assert status == 403
+    proxied = {"X-Forwarded-For": "203.0.113.9"}
+    assert (await get(daemon, "/status", headers=proxied))[0] == 401
+    assert (await get(daemon, "/status", headers={**proxied, "Authorization": "Bearer ops-test-token-123"}))[0] == 200
 
 
 async def test_metrics_through_a_proxy_need_the_token(daemon: Daemon) -> None:

@@ -287,7 +287,7 @@ async def test_sigterm_drains_a_turn_in_flight_and_delivers_it(tmp_path: Path, f
     await daemon.start()
     try:
         await daemon.wait_ready()
-        async with WebChatClient(port) as tab:
+        async with WebChatClient(port, home=home) as tab:
             await tab.say("slow question")
             await fake_llm.wait_for_call("/v1/messages", timeout=30)
             await daemon.signal(signal.SIGTERM)
@@ -315,7 +315,7 @@ async def test_a_turn_past_the_drain_deadline_is_stored_and_answered_after_resta
     await first.start()
     try:
         await first.wait_ready()
-        async with WebChatClient(port) as tab:
+        async with WebChatClient(port, home=home) as tab:
             await tab.say("very slow question")
             await fake_llm.wait_for_call("/v1/messages", timeout=30)
             await first.signal(signal.SIGTERM)
@@ -368,7 +368,7 @@ async def test_a_second_sigterm_stops_at_once_and_keeps_the_turn_for_replay(
     await daemon.start()
     try:
         await daemon.wait_ready()
-        async with WebChatClient(port) as tab:
+        async with WebChatClient(port, home=home) as tab:
             await tab.say("question")
             await fake_llm.wait_for_call("/v1/messages", timeout=30)
             await daemon.signal(signal.SIGTERM)

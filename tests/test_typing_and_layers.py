@@ -38,7 +38,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
-    "ops": [("notify", "service", "supervisor", "status"), "wiring", ("doctor", "daemon")],
+    "ops": [("notify", "service", "supervisor", "status", "web_guard"), "wiring", ("doctor", "daemon")],
     "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service"), "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")

@@ -11,6 +11,7 @@ import pytest
 from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 from gateway.ops.daemon import Daemon
+from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM
 from tests.helpers import write_config
@@ -24,10 +25,14 @@ async def _daemon(home: Path) -> Daemon:
     return daemon
 
 
-async def _exchange(port: int, text: str, client: str = "tab1") -> list[dict[str, str]]:
+def _auth(home: Path) -> dict[str, str]:
+    return {"Authorization": f"Bearer {load_web_secret(home)}"}
+
+
+async def _exchange(port: int, text: str, client: str = "tab1", *, home: Path) -> list[dict[str, str]]:
     got: list[dict[str, str]] = []
     async with aiohttp.ClientSession() as http:
-        async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client={client}") as ws:
+        async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client={client}", headers=_auth(home)) as ws:
             await ws.send_str(json.dumps({"text": text}))
             async for msg in ws:
                 data = json.loads(msg.data)
@@ -44,14 +49,16 @@ async def test_page_and_socket_round_trip(home: Path, fake_llm: FakeLLM) -> None
     daemon = await _daemon(home)
     try:
         assert daemon.web_port
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{daemon.web_port}/") as resp:
+        login = f"http://127.0.0.1:{daemon.web_port}/?token={load_web_secret(home)}"  # the link `gateway web-url` prints
+        jar = aiohttp.CookieJar(unsafe=True)  # like a browser, keep cookies from an IP address
+        async with aiohttp.ClientSession(cookie_jar=jar) as http, http.get(login) as resp:
             page = await resp.text()
             assert resp.status == 200 and resp.content_type == "text/html"
         assert "<title>agent-gateway" in page and "new WebSocket" in page and "function markdown" in page
-        first = await _exchange(daemon.web_port, "hello **there**")
+        first = await _exchange(daemon.web_port, "hello **there**", home=home)
         assert first[0]["type"] == "ack" and first[0]["outcome"] == "accepted"
         assert first[-1]["kind"] == "reply" and first[-1]["text"] == "echo: hello **there** [users=1]"
-        second = await _exchange(daemon.web_port, "again")  # same client id → same session
+        second = await _exchange(daemon.web_port, "again", home=home)  # same client id → same session
         assert second[-1]["text"] == "echo: again [users=2]"
     finally:
         await daemon.stop()
@@ -61,7 +68,7 @@ async def test_unreachable_model_shows_an_error_line(home: Path) -> None:
     write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1", extra="web:\n  port: 0\n")
     daemon = await _daemon(home)
     try:
-        got = await _exchange(daemon.web_port or 0, "hi")
+        got = await _exchange(daemon.web_port or 0, "hi", home=home)
         assert got[-1]["kind"] == "error"
         assert "couldn't get an answer from the model" in got[-1]["text"]
     finally:
@@ -83,11 +90,11 @@ async def test_a_reloaded_tab_gets_the_conversation_so_far(home: Path, fake_llm:
     daemon = await _daemon(home)
     try:
         port = daemon.web_port or 0
-        await _exchange(port, "remember **this**", client="tabA")
+        await _exchange(port, "remember **this**", client="tabA", home=home)
         async with aiohttp.ClientSession() as http:
-            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=tabA") as ws:
+            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=tabA", headers=_auth(home)) as ws:
                 first = json.loads((await ws.receive()).data)
-            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=someone-else") as ws:
+            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=someone-else", headers=_auth(home)) as ws:
                 other = json.loads((await ws.receive()).data)
         assert first == {"type": "history", "messages": [
             {"role": "user", "text": "remember **this**"},

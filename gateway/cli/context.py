@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.config.settings import Config, default_home, load_config
+
+if TYPE_CHECKING:
+    from gateway.telemetry.logs import Redactor
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -17,16 +21,17 @@ log = logging.getLogger("gateway")
 
 
 def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str, str], *, level: str | None = None,
-             fmt: str | None = None) -> None:
-    """Logging for this command, with every secret of the config and the environment masked."""
+             fmt: str | None = None) -> Redactor:
+    """Logging for this command, with every secret of the config and the environment masked (the redactor is
+    returned so that secrets found later, such as the web login secret, can be added)."""
     from gateway.telemetry.logs import config_secrets, env_secrets
     from gateway.telemetry.logs import setup_logging as configure
     chosen_level = args.log_level or level or (config.logging.level if config else "INFO")
     chosen_fmt = args.log_format or fmt or (config.logging.format if config else "auto")
     key_envs = [m.api_key_env for m in (config.model, config.model.fallback if config.model else None)
                 if m is not None and m.api_key_env] if config else []
-    configure(chosen_level, chosen_fmt,  # type: ignore[arg-type]
-                  secrets=[*config_secrets(config), *env_secrets(env, also=key_envs)])
+    return configure(chosen_level, chosen_fmt,  # type: ignore[arg-type]
+                     secrets=[*config_secrets(config), *env_secrets(env, also=key_envs)])
 
 
 def home_of(args: argparse.Namespace) -> Path:

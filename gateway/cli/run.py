@@ -1,4 +1,5 @@
-"""gateway run (the daemon) and gateway chat (the same pipeline in this terminal)."""
+"""gateway run (the daemon), gateway web-url (its web chat's login link) and gateway chat (the same pipeline in
+this terminal)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import asyncio
 import gc
 import os
+import sys
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, EXIT_RESTART, config_of, log, setup_logging
 from gateway.config.settings import environ
@@ -14,6 +16,8 @@ from gateway.errors import ConfigError
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub.add_parser("run", help="run the daemon (web chat + configured platforms)").set_defaults(func=cmd_run)
+    sub.add_parser("web-url", help="print the web chat's login link (it sets a cookie in the browser that opens it)"
+                   ).set_defaults(func=cmd_web_url)
     sub.add_parser("chat", help="talk to the agent in this terminal (stdin lines → replies)").set_defaults(
         func=cmd_chat)
 
@@ -22,20 +26,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Exit 0 after a clean drain, 75 when a restart would help (SIGHUP, the port is still taken), 78 on bad config."""
     from gateway.ops.daemon import check_web_binding, run_daemon
     from gateway.ops.notify import Notifier
+    from gateway.ops.web_guard import login_secret
     from gateway.ops.wiring import build_gateway, platform_adapters
     config = config_of(args)
     env = environ()
-    setup_logging(args, config, env)
+    redactor = setup_logging(args, config, env)
     check_web_binding(config)
     notifier = Notifier.from_env(env, pid=os.getpid(), watchdog=config.daemon.watchdog)
     try:
+        secret = login_secret(config.web, config.home) if config.web.enabled else None
+        redactor.add([secret.value] if secret else [])
+        # On a terminal the login link is printed; under systemd stdout is the journal, which is no place for it.
+        announce = _print_login if sys.stdout.isatty() else None
         gateway = build_gateway(config, env=env, adapters=platform_adapters(config))
         # The libraries' import-time heap (~400k objects) lives forever; left to the collector, every full
         # collection walks it and stalls the loop for ~200 ms. Frozen, and with young collections less often
         # (a turn allocates thousands of short-lived objects), bench/overhead.py's p99.9 went from ~165 to ~8 ms.
         gc.freeze()
         gc.set_threshold(10_000, 20, 10)
-        return asyncio.run(run_daemon(gateway, notifier=notifier))
+        return asyncio.run(run_daemon(gateway, notifier=notifier, announce=announce))
     except (ConfigError, KeyboardInterrupt):
         raise
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT during the drain: stop now, as asked
@@ -47,6 +56,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception:  # noqa: BLE001 (the task root: logged with its traceback, exit 1)
         log.exception("the daemon crashed")
         return EXIT_ERROR
+
+
+def _print_login(url: str) -> None:
+    print(f"web chat: {url}\n  (this link logs a browser in; `gateway web-url` prints it again)", flush=True)
+
+
+def cmd_web_url(args: argparse.Namespace) -> int:
+    """The same link `gateway run` prints on a terminal: the public URL, or where this machine reaches the port."""
+    from gateway.ops.status import connect_host
+    from gateway.ops.web_guard import WebGuard
+    config = config_of(args)
+    web = config.web
+    if not web.enabled:
+        print("the web chat is off (web.enabled: false)", file=sys.stderr)
+        return EXIT_ERROR
+    guard = WebGuard.for_config(web, config.home)
+    print(guard.login_url(f"http://{connect_host(web.host)}:{web.port}"))
+    if guard.secret is None:
+        print("note: web.auth is none, so the web chat asks nobody to log in", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

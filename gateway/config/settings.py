@@ -6,7 +6,9 @@ This is the only module that reads the environment; secrets are `Secret` strings
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -152,6 +154,29 @@ class WebConfig:
     host: str = "127.0.0.1"
     port: int = field(default=8765, metadata=_range(0, 65535))
     auth_token: Secret | None = None
+    auth: Literal["token", "none"] = "token"
+    public_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.auth == "none" and not is_loopback_host(self.host):
+            raise ValueError(f"web.auth: none is allowed only with a loopback web.host (it is {self.host!r}); "
+                             "anyone who reaches the port would be the owner")
+        if self.public_url is not None and not _ORIGIN.fullmatch(self.public_url):
+            raise ValueError(f"web.public_url must be scheme://host[:port] (http or https, no path); got "
+                             f"{self.public_url!r}")
+
+
+_ORIGIN = re.compile(r"https?://[^/\s?#@]+/?")
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address: only this machine can reach a listener bound there."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)

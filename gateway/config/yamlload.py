@@ -7,6 +7,7 @@ Used for config.yaml (gateway/config/settings.py) and anything else the user edi
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import os
 import re
 import types
@@ -32,6 +33,12 @@ class Secret(str):
     @property
     def value(self) -> str:
         return str.__str__(self)
+
+    def matches(self, given: str) -> bool:
+        """Constant-time equality with what a caller sent. aiohttp hands over non-UTF-8 header bytes as surrogates,
+        which a plain `.encode()` refuses with an error (a 500 for unauthenticated garbage); here they just differ."""
+        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
+                                   self.value.encode("utf-8", "surrogateescape"))
 
 
 def read_yaml_file(path: Path) -> yaml.Node | None:

@@ -7,19 +7,20 @@ drain deadline live here; what the objects are is wiring's job.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
+from collections.abc import Callable
 from datetime import timedelta
 
 from aiohttp import web
 
-from gateway.config.settings import Config
+from gateway.config.settings import Config, is_loopback_host
 from gateway.errors import ConfigError
 from gateway.events import AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
 from gateway.ops.notify import Notifier
-from gateway.ops.status import Ops
+from gateway.ops.status import Ops, connect_host
 from gateway.ops.supervisor import Supervisor
+from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import Gateway
 from gateway.sessions.catchup import CatchUps
 from gateway.sessions.keys import session_key
@@ -37,11 +38,7 @@ def check_web_binding(config: Config) -> None:
     host = config.web.host
     if not config.web.enabled or config.web.auth_token:
         return
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback_host(host):
         raise ConfigError(f"web.host is {host!r}, which is not a loopback address; set web.auth_token "
                           "(e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}) or bind to 127.0.0.1",
                           file=str(config.home / "config.yaml"), key="web.auth_token")
@@ -54,8 +51,11 @@ class Daemon:
     STOPPING=1 when the drain begins. SIGHUP drains too, then `exit_code` asks for a restart (75).
     """
 
-    def __init__(self, gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None) -> None:
+    def __init__(self, gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None,
+                 announce: Callable[[str], None] | None = None) -> None:
         self.gw = gateway
+        self.announce = announce  # hears the web chat's login link (`gateway run` on a terminal prints it)
+        self.guard: WebGuard | None = None
         self.install_signals = install_signals
         self.stop_event = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -63,9 +63,7 @@ class Daemon:
         self._signals = 0
         self.exit_code = 0
         self.notifier = notifier or Notifier()
-        token = gateway.config.web.auth_token
-        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health,
-                       auth_token=token.value if token else None)
+        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health)
         self._keepalive: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -151,13 +149,20 @@ class Daemon:
         if web_adapter is not None and hasattr(web_adapter, "attach"):
             web_adapter.attach(app, history=self._web_history)
         self.ops.attach(app)
+        config = self.gw.config
+        self.guard = WebGuard.for_config(config.web, config.home)
+        self.guard.protect(app)  # last: every route above, and any added later, is behind it
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.gw.config.web.host, self.gw.config.web.port)
+        site = web.TCPSite(self._runner, config.web.host, config.web.port)
         await site.start()
         sockets = getattr(site._server, "sockets", None)  # aiohttp keeps the bound socket on its private server
         self.web_port = sockets[0].getsockname()[1] if sockets else None
-        log.info("web chat at http://%s:%s", self.gw.config.web.host, self.web_port)
+        base = f"http://{connect_host(config.web.host)}:{self.web_port}"
+        log.info("web chat at %s/ (%s)", base, "no login: web.auth is none" if self.guard.secret is None else
+                 "`gateway web-url` prints its login link")
+        if self.announce is not None:
+            self.announce(self.guard.login_url(base))
 
     def _web_history(self, client: str, limit: int = 100) -> list[tuple[str, str]]:
         """What a reloaded web chat tab shows: the person's and the agent's words in the current session."""
@@ -218,9 +223,10 @@ class Daemon:
         self.notifier.close()
 
 
-async def run_daemon(gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None) -> int:
+async def run_daemon(gateway: Gateway, *, install_signals: bool = True, notifier: Notifier | None = None,
+                     announce: Callable[[str], None] | None = None) -> int:
     """Run until a signal; returns the exit code (0 after a clean drain, 75 when a restart was asked for)."""
-    daemon = Daemon(gateway, install_signals=install_signals, notifier=notifier)
+    daemon = Daemon(gateway, install_signals=install_signals, notifier=notifier, announce=announce)
     try:
         await daemon.start()
         await daemon.serve()

@@ -20,6 +20,7 @@ import aiohttp
 from gateway.config.settings import Config, load_config
 from gateway.errors import ConfigError, LLMError, LLMNotConfigured, LLMRejected, LLMTimeout
 from gateway.ops.status import connect_host
+from gateway.ops.web_guard import SECRET_FILE
 from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
 
 Verdict = Literal["ok", "warn", "fail", "skip"]
@@ -54,6 +55,7 @@ class Doctor:
         checks = [first, *self.check_home(), self.check_database()]
         if config is None:
             return checks
+        checks.extend(self.check_web(config))
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             probes: list[Awaitable[list[Check]]] = [
@@ -106,6 +108,22 @@ class Doctor:
             found.append(Check("home", "warn", f"{config} is readable by group/others ({_mode(config.stat())})",
                                f"chmod 600 {config}"))
         return found
+
+    def check_web(self, config: Config) -> list[Check]:
+        """The web chat's login: who can chat as the owner without it (web users are trusted as the owner)."""
+        web = config.web
+        if not web.enabled:
+            return []
+        if web.auth == "none":
+            return [Check("web", "warn", "web.auth is none: any program or user on this machine can chat as the "
+                          "owner, read the history and write memory", "remove `auth: none` from web:, then open the "
+                          "link `gateway web-url` prints")]
+        key = self.home / SECRET_FILE
+        if not web.auth_token and key.exists() and key.stat().st_mode & 0o077:
+            return [Check("web", "warn", f"{key} is readable by group/others ({_mode(key.stat())})",
+                          f"chmod 600 {key}")]
+        how = "web.auth_token" if web.auth_token else f"the secret in {key.name}"
+        return [Check("web", "ok", f"the web chat needs its login link ({how}; `gateway web-url` prints it)")]
 
     def check_database(self) -> Check:
         path = self.home / "state.db"

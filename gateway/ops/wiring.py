@@ -156,8 +156,7 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
     found: list[Adapter] = []
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
-        token = config.web.auth_token.value if config.web.auth_token else None
-        found.append(WebChatAdapter(auth_token=token))
+        found.append(WebChatAdapter())
     if config.telegram is not None:
         from adapters.telegram.adapter import TelegramAdapter
         found.append(TelegramAdapter(config.telegram, clock=monotonic))
