@@ -101,6 +101,8 @@ def seed(home: Path, sessions: int, history: int, platform: str = "web") -> None
 def client(i: int) -> str:
     return f"c{i:04d}"
 
+BENCH_WEB_TOKEN = "bench-web-token"  # the web chat's login secret (the echo baseline ignores it)
+
 
 @dataclass
 class Server:
@@ -229,7 +231,8 @@ class Tab:
 
     async def say(self, tag: str) -> Sample:
         if self.ws is None:
-            self.ws = await self.http.ws_connect(f"ws://127.0.0.1:{self.port}/ws?client={self.name}&token={BENCH_WEB_TOKEN}")
+            url = f"ws://127.0.0.1:{self.port}/ws?client={self.name}&token={BENCH_WEB_TOKEN}"
+            self.ws = await self.http.ws_connect(url)
         sent = time.monotonic()
         await self.ws.send_str(json.dumps({"text": f"{tag} how is the weather?"}))
         while True:

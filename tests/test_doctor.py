@@ -65,6 +65,8 @@ async def test_everything_healthy(home: Path, fake_llm: FakeLLM, fake_telegram: 
                              "platforms: telegram, discord, slack)")]
     assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
     assert got["database"][0].startswith("ok   database  state.db integrity ok (")
+    assert got["web"] == [("ok   web       the web chat needs its login link (the secret in web.key; "
+                           "`gateway web-url` prints it)")]
     assert got["telegram"] == [f"ok   telegram  getMe: @{BOT_USERNAME} (id {BOT_ID})"]
     assert got["discord"][0].startswith("ok   discord   /users/@me: gatewaybot (id ")
     assert got["slack"] == ["ok   slack     auth.test: gatewaybot in Fake Team",
@@ -175,7 +177,7 @@ async def test_the_cli_prints_one_line_per_check(home: Path, fake_llm: FakeLLM, 
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, out.decode() + err.decode()
     names = [line.split()[1] for line in out.decode().splitlines()]
-    assert names == ["config", "home", "database", "telegram", "discord", "slack", "slack", "model", "daemon"]
+    assert names == ["config", "home", "database", "web", "telegram", "discord", "slack", "slack", "model", "daemon"]
 
 
 @pytest.mark.parametrize("verdicts,code", [(("ok", "warn", "skip"), 0), (("ok", "fail"), 1)])
