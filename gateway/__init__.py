@@ -4,6 +4,7 @@ The packages read top-down as the path of one message; each may import only the 
 (docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it):
 
     events, errors, scan   the vocabulary: normalized messages, the error tree, the untrusted-text scan
+                           (confusables: the look-alike letters it folds)
     config/                config.yaml → frozen dataclasses, and the YAML loader that locates errors
     telemetry/             logs (redacted, JSON or human) and Prometheus metrics
     llm/                   model clients: the two wires, their transports, the model choice

@@ -1,7 +1,10 @@
-"""Threat scan for text that will be trusted as instructions: context files, SOUL.md, memory entries, skills.
+"""Threat scan for text that will be trusted as instructions: context files, SOUL.md, memory entries, skills, and
+untrusted text on its way to the model.
 
 Deterministic regexes, not a model: the same text always gets the same verdict. It only reports;
-callers decide whether to block. Findings never contain a secret's value.
+callers decide whether to block. Findings never contain a secret's value. Phrases are matched as a model would
+read them: hidden payloads (tag characters, variation-selector bytes) spelled out, look-alike letters folded
+to ASCII (gateway/confusables.py). Plain ASCII text takes a fast path: the regexes only.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from gateway.confusables import FOLD_FROM, FOLD_TO, MARK_RANGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,15 +30,25 @@ class Finding:
         return f"{self.kind}: {self.detail.split(': ', 1)[0]}"
 
 
-# Zero-width and bidi controls: they hide or reorder text so a human reviewer sees something else.
-INVISIBLE_CHARS: frozenset[str] = frozenset(
-    [chr(c) for c in range(0x200B, 0x200E)]
-    + ["\u2060"]
-    + [chr(c) for c in range(0x2062, 0x2065)]
-    + ["\ufeff"]
-    + [chr(c) for c in range(0x202A, 0x202F)]
-    + [chr(c) for c in range(0x2066, 0x206A)]
-)
+# Characters a reader cannot see but a model reads: every format character (Cf: zero-width, bidi controls, soft
+# hyphen, tag characters U+E0000–U+E007F, …) except the visible prepended concatenation marks (U+0600–U+0605,
+# U+06DD, U+070F, U+0890–U+0891, U+08E2, U+110BD, U+110CD), and the blank fillers that render as nothing.
+# A test checks the Cf part against unicodedata; the ranges cover Unicode 15.1 so newer Pythons agree.
+_INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x061C, 0x061C), (0x115F, 0x1160), (0x180E, 0x180E), (0x200B, 0x200F),
+                     (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0x3164, 0x3164), (0xFEFF, 0xFEFF),
+                     (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F))
+INVISIBLE_CHARS: frozenset[str] = frozenset(chr(c) for lo, hi in _INVISIBLE_RANGES for c in range(lo, hi + 1))
+_INVISIBLE_RE = re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _INVISIBLE_RANGES) + "]")
+TAG_CHARS = range(0xE0000, 0xE0080)
+# A subdivision flag (🏴 + 2–7 tag letters/digits + CANCEL TAG, e.g. Scotland's) is the one legitimate use of tags.
+_FLAG_RE = re.compile("\U0001F3F4[\U000E0030-\U000E0039\U000E0061-\U000E007A]{1,7}\U000E007F")
+# Variation selectors pick a glyph for the character before them; data can also ride on them, one byte each
+# (U+FE00–FE0F = 0–15, U+E0100–E01EF = 16–255). A run of two or more, or one after a Latin, Greek or Cyrillic
+# letter (which has no variants), is a carrier. Mongolian free variation selectors count as selectors too.
+_SELECTORS = "\ufe00-\ufe0f\U000e0100-\U000e01ef\u180b-\u180d\u180f"
+_SELECTOR_RUN_RE = re.compile(f"(.?)([{_SELECTORS}]+)", re.DOTALL)
+_TAG_TO_ASCII = {c: c - 0xE0000 for c in range(0xE0020, 0xE007F)}  # the tag alphabet mirrors printable ASCII
 
 _FLAGS = re.IGNORECASE
 _S = r"\s+"  # words may be separated by any run of whitespace, newlines included
@@ -133,38 +148,133 @@ _SECRETS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _compile(table: tuple[tuple[str, str, str], ...], flags: int) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
-    return tuple((kind, label, re.compile(p, flags)) for kind, label, p in table)
+# Substrings (case-folded) one of which every match of a label's patterns contains: a pattern runs only when
+# its text holds one, so a long page that mentions none of them costs a few substring searches, not 25 regexes.
+# A label missing here always runs; tests/test_scan.py checks the shortcut never changes a verdict.
+_SECRET_FILE_NEEDS = (".env", ".ssh", "id_", ".aws/", ".netrc", ".pgpass", "credentials", ".docker/")
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "ignore previous instructions": ("ignore", "disregard", "forget", "skip", "override"),
+    "ignore your instructions": ("ignore", "disregard", "forget"),
+    "ignore everything above": ("ignore", "disregard", "forget"),
+    "hide from the user": ("user",),
+    "system prompt override": ("system", "override", "instructions", "rules", "purpose", "now"),
+    "role-play jailbreak": ("anything", "jailbr", "mode", "restriction", "rules", "limit", "guideline", "filter",
+                            "policies", "unrestricted", "unfiltered", "uncensored"),
+    "fake chat-role marker": ("<|", "[inst]", "[/inst]", "<<sys>>"),
+    "command sends secrets": ("$", "`", "printenv", "os.environ"),
+    "reads secret files": _SECRET_FILE_NEEDS,
+    "reveals secrets": ("key", "secrets", "passwords", "credentials", "tokens", "environment"),
+    "sends private data to a URL": ("://",),
+    "exfiltrate": ("exfiltrat",),
+    "markdown image with templated query": ("![",),
+    "instruction to send data to a URL": ("://", "www."),
+    "Anthropic API key (sk-ant-…)": ("sk-ant-",),
+    "OpenAI-style API key (sk-…)": ("sk-",),
+    "Stripe key": ("k_live_", "k_test_"),
+    "Slack token (xox…-/xapp-)": ("xox", "xapp-"),
+    "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "AWS access key id": ("akia", "asia"),
+    "Google API key": ("aiza",),
+    "Telegram bot token": (":",),
+    "Discord bot token": (".",),
+    "private key block": ("private key-----",),
+    "password or key assignment": ("pass", "pwd", "secret", "api", "access", "auth", "token"),
+}
+Compiled = tuple[str, str, re.Pattern[str], tuple[str, ...]]
+
+
+def _compile(table: tuple[tuple[str, str, str], ...], flags: int) -> tuple[Compiled, ...]:
+    return tuple((kind, label, re.compile(p, flags), _NEEDS.get(label, ())) for kind, label, p in table)
 
 
 _INJECTION_RE = _compile(_INJECTION, _FLAGS)
 _STRICT_RE = _compile(_STRICT, _FLAGS)
 # Key shapes are case-sensitive (AKIA, sk-); the assignment pattern is not.
 _SECRETS_RE = tuple(
-    (kind, label, re.compile(p, _FLAGS if label == "password or key assignment" else 0))
+    (kind, label, re.compile(p, _FLAGS if label == "password or key assignment" else 0), _NEEDS.get(label, ()))
     for kind, label, p in _SECRETS
 )
 
 # Markdown emphasis and quote characters an attacker can sprinkle inside a phrase to break a match.
 _DECORATION = re.compile(r"[*`\"\u201c\u201d\u2018\u2019]")
+# One translate table: look-alike letters → ASCII, combining marks → nothing (after NFKD, so é → e).
+_FOLD: dict[int, str | None] = {**{cp: None for lo, hi in MARK_RANGES for cp in range(lo, hi + 1)},
+                                **{ord(a): b for a, b in zip(FOLD_FROM, FOLD_TO, strict=True)}}
+_TAG_TEXT_RE = re.compile("[\U000e0020-\U000e007e]")
 
 
 def _normalize(text: str) -> str:
-    """Fold look-alikes (full-width letters, ligatures), drop format chars and decoration for phrase matching."""
-    folded = unicodedata.normalize("NFKC", text)
-    folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
-    return _DECORATION.sub("", folded.replace("\u2019", "'"))
+    """The text as a model reads it, for phrase matching: hidden payloads (tag characters, variation-selector
+    bytes) spelled out in place, other invisible characters dropped, look-alike and accented letters folded to
+    ASCII (NFKD, marks dropped, confusables), decoration removed. ASCII text skips the Unicode work."""
+    if not text.isascii():
+        text = _INVISIBLE_RE.sub("", _reveal(text))
+        if not text.isascii():
+            text = unicodedata.normalize("NFKD", text).translate(_FOLD)
+    return _DECORATION.sub("", text.replace("\u2019", "'"))
+
+
+def _reveal(text: str) -> str:
+    """Spell out what tag characters and variation-selector runs carry (a flag's tags carry nothing)."""
+    text = _FLAG_RE.sub("\U0001F3F4", text)
+    if _TAG_TEXT_RE.search(text):
+        text = text.translate(_TAG_TO_ASCII)
+    return _SELECTOR_RUN_RE.sub(_selector_text, text)
+
+
+def _selector_text(match: re.Match[str]) -> str:
+    base, run = match.group(1), match.group(2)
+    if not _is_carrier(base, run):
+        return match.group(0)
+    data = bytes(b for b in (_selector_byte(ch) for ch in run) if b is not None)
+    return base + " " + data.decode("utf-8", "ignore") + " "
+
+
+def _selector_byte(ch: str) -> int | None:
+    cp = ord(ch)
+    if 0xFE00 <= cp <= 0xFE0F:
+        return cp - 0xFE00
+    if 0xE0100 <= cp <= 0xE01EF:
+        return cp - 0xE0100 + 16
+    return None
+
+
+def _is_carrier(base: str, run: str) -> bool:
+    return len(run) > 1 or (base.isalpha() and ord(base) < 0x0530)
 
 
 def _invisible(text: str) -> list[Finding]:
+    """One finding per invisible character (first place it appears); tag characters and variation-selector
+    carriers as one finding each, with their count."""
+    if text.isascii():
+        return []
     found: list[Finding] = []
     seen: set[str] = set()
-    for i, ch in enumerate(text):
-        if ch in INVISIBLE_CHARS and ch not in seen:
+    tags: list[tuple[int, str]] = []
+    for m in _INVISIBLE_RE.finditer(_FLAG_RE.sub(_blank, text) if "\U0001F3F4" in text else text):
+        ch = m.group(0)
+        if ord(ch) in TAG_CHARS:
+            tags.append((m.start(), ch))
+        elif ch not in seen:
             seen.add(ch)
-            name = unicodedata.name(ch, "FORMAT CHARACTER")
-            found.append(Finding("invisible", f"U+{ord(ch):04X} {name} at {i}"))
+            found.append(Finding("invisible", f"{_name(ch)} at {m.start()}"))
+    if tags:
+        found.append(Finding("invisible", f"{_name(tags[0][1])} at {tags[0][0]} ({len(tags)} tag characters)"))
+    carriers = [m for m in _SELECTOR_RUN_RE.finditer(text) if _is_carrier(m.group(1), m.group(2))]
+    if carriers:
+        count = sum(len(m.group(2)) for m in carriers)
+        found.append(Finding("invisible", f"{_name(carriers[0].group(2)[0])} at {carriers[0].start(2)} "
+                                          f"({count} variation selectors carrying data)"))
     return found
+
+
+def _blank(match: re.Match[str]) -> str:
+    """A flag keeps its length (positions stay right) but loses its tags."""
+    return "\U0001F3F4" + "x" * (len(match.group(0)) - 1)
+
+
+def _name(ch: str) -> str:
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'FORMAT CHARACTER')}"
 
 
 def _phrase(match: re.Match[str]) -> str:
@@ -179,17 +289,24 @@ def scan_text(text: str, *, strict: bool = False) -> list[Finding]:
     text the model itself writes and later trusts (memory entries, skills), which must also carry no
     secrets and no instruction to send anything to a URL.
     """
+    return _scan(text, strict=strict, shortcut=True)
+
+
+def _scan(text: str, *, strict: bool, shortcut: bool) -> list[Finding]:
     findings = _invisible(text)
     normalized = _normalize(text)
-    tables = _INJECTION_RE + _STRICT_RE if strict else _INJECTION_RE
-    for kind, label, pattern in tables:
+    folded = normalized.casefold() if shortcut else ""
+    for kind, label, pattern, needs in _INJECTION_RE + _STRICT_RE if strict else _INJECTION_RE:
+        if shortcut and needs and not any(n in folded for n in needs):
+            continue
         m = pattern.search(normalized)
         if m:
             findings.append(Finding(kind, f"{label}: {_phrase(m)!r}"))
     if strict:
         raw = unicodedata.normalize("NFKC", text)
-        for kind, label, pattern in _SECRETS_RE:
-            if pattern.search(raw):
+        folded = raw.casefold() if shortcut else ""
+        for kind, label, pattern, needs in _SECRETS_RE:
+            if not (shortcut and needs and not any(n in folded for n in needs)) and pattern.search(raw):
                 findings.append(Finding(kind, label))
     return _dedupe(findings)
 

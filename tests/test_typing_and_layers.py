@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # gateway/'s packages (and its few top-level modules), bottom-up: each may import only those of a lower rank.
 # Same rank = peers that must not import each other. docs/architecture.md draws the same map.
 LAYERS: dict[str, int] = {
-    "events": 0, "errors": 0, "scan": 0,
-    "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "agent": 6, "prompt": 7, "delivery": 8,
+    "events": 0, "errors": 0, "confusables": 0,
+    "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "agent": 6, "prompt": 7, "delivery": 8,
     "sessions": 9, "access": 9, "ops": 10, "cli": 11,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
