@@ -53,7 +53,7 @@ def lifecycle(store: Store, clock: Any) -> Lifecycle:
     policies = Policies(SessionResetConfig(idle_minutes=1440, at_hour=4), "Europe/Berlin")
     # never started, so it never calls the model: ended sessions just stay pending
     flusher = Flusher(config=MemoryConfig(), store=store, agent=None, memory=None,  # type: ignore[arg-type]
-                      tool_names=(), home=Path("."), db_path=store.path, clock=clock)
+                      tools=None, home=Path("."), db_path=store.path, clock=clock)  # type: ignore[arg-type]
     return Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -77,6 +78,8 @@ def _dataclass_in(tp: Any) -> type | None:
 
 
 def _placeholder(key_type: Any) -> str:
+    if key_type is str:  # names the user picks (mcp_servers.<name>)
+        return "<name>"
     for name, text in PLACEHOLDERS.items():
         if key_type == getattr(config_module, name):
             return text
@@ -85,7 +88,7 @@ def _placeholder(key_type: Any) -> str:
 
 def reference_rows(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
     """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must list them."""
-    hints = typing.get_type_hints(cls, vars(config_module))
+    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
     rows: list[tuple[str, str, str]] = []
     for field in dataclasses.fields(cls):
         if field.metadata.get("internal"):

@@ -19,27 +19,32 @@ ROOT = Path(__file__).resolve().parent.parent
 # Same rank = peers that must not import each other. docs/architecture.md draws the same map.
 LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
-    "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "agent": 6, "prompt": 7, "delivery": 8,
+    "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5,
+    "agent": 6, "prompt": 7, "delivery": 8,
     "sessions": 9, "access": 9, "ops": 10, "cli": 11,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", "media", "settings"],
+    "config": ["yamlload", "media", "tools", "settings"],
     "telemetry": [("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
-    "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection", ("delivery_queries", "session_queries"),
+    "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
+              ("delivery_queries", "session_queries", "tool_queries"),
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search")],
+    "mcp": [("names", "content"), "link", "hub"],
+    "net": ["guard", "fetch", ("extract", "search")],
     "agent": ["tools", "loop"],
-    "agent.tools": ["schema", "registry", ("memory", "search", "skills"), "catalog"],
-    "prompt": ["hints", "builder", "inputs", "session_prompt"],
+    "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy"),
+                    "catalog"],
+    "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
     "delivery": ["ratelimit", "markup", "chunking", "outbox"],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
     "ops": [("notify", "service", "supervisor", "status", "web_guard"), "wiring", ("doctor", "daemon")],
-    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service"), "main"],
+    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools"), "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from gateway.agent.tools.registry import ToolContext, ToolRegistry
+from gateway.agent.tools.registry import ToolContext, ToolRegistry, ToolSpec
 from gateway.llm.types import ChatMessage, LLMClient, LLMReply, TextSink, Usage
 
 log = logging.getLogger(__name__)
@@ -34,20 +34,19 @@ class Agent:
         self.max_iterations = max_iterations
 
     async def run(self, *, system: str, history: Sequence[ChatMessage], user_message: ChatMessage,
-                  ctx: ToolContext, tool_names: Sequence[str], allowed_tools: Collection[str] | None = None,
+                  ctx: ToolContext, tools: Sequence[ToolSpec], allowed_tools: Collection[str] | None = None,
                   max_iterations: int | None = None, on_reply: Callable[[LLMReply], None] | None = None,
                   stream: TextSink | None = None, on_tool: Callable[[str], None] | None = None) -> TurnResult:
-        """Run one turn. `tool_names` is the session's tool list (part of the cached prefix, so it is always
-        sent whole); `allowed_tools` narrows what may actually execute (the pre-reset flush). `stream` gets each
-        model call's text as it is written; `on_tool` each tool's name as it starts (a live preview)."""
-        specs = self.tools.specs(tool_names)
+        """Run one turn. `tools` is the session's stored tool list (part of the cached prefix, so it is always sent
+        whole, byte for byte); `allowed_tools` narrows what may actually execute (the policy, the flush). `stream`
+        gets each model call's text as it is written; `on_tool` each tool's name as it starts (a live preview)."""
         convo: list[ChatMessage] = [*history, user_message]
         result = TurnResult(text="", messages=[])
         limit = max_iterations or self.max_iterations
         for step_no in range(limit):
             if stream is not None and step_no:
                 stream.restart()  # the answer is the last call's text alone
-            reply = await self.llm.complete(system=system, messages=convo, tools=specs, stream=stream)
+            reply = await self.llm.complete(system=system, messages=convo, tools=tools, stream=stream)
             result.iterations += 1
             result.usage = result.usage + reply.usage
             if on_reply is not None:

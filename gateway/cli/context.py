@@ -39,4 +39,8 @@ def home_of(args: argparse.Namespace) -> Path:
 
 
 def config_of(args: argparse.Namespace) -> Config:
-    return load_config(home_of(args))
+    """The loaded config, with the checks that need more than one key (tool names in agent.tools)."""
+    from gateway.agent.tools.catalog import check_tool_names
+    config = load_config(home_of(args))
+    check_tool_names(config)
+    return config

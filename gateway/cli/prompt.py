@@ -36,7 +36,7 @@ def cmd_prompt(args: argparse.Namespace) -> int:
             return EXIT_OK
         model = args.model or gateway.llm.model
         built = gateway.prompts.build_full(platform=args.platform, chat_type=args.chat_type, model=model,
-                                           provider=gateway.llm.provider, tool_names=gateway.tools.names(),
+                                           provider=gateway.llm.provider, tool_names=gateway.tool_names(args.platform),
                                            today=gateway.clock().date())
         sys.stdout.write((built.tiers_view() if args.tiers else built.text) + "\n")
         return EXIT_OK

@@ -92,6 +92,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         try:
             if lifecycle is not None:  # the same pipeline as the daemon: idle timers, and /new flushes the old session
                 await lifecycle.start()
+            if gateway.mcp is not None:
+                await gateway.mcp.start()
             await gateway.outbox.deliver_pending()
             await console.run()
             await gateway.sessions.wait_idle()
@@ -99,6 +101,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if lifecycle is not None:
                 await lifecycle.stop(config.daemon.drain_seconds)  # what does not fit stays pending
             await gateway.llm.close()
+            await gateway.close_tools()
             gateway.store.close()
 
     asyncio.run(main())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.config.media import MediaConfig, TranscriptionConfig
+from gateway.config.tools import McpServerConfig, ToolsConfig
 from gateway.config.yamlload import Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
@@ -67,6 +68,7 @@ class AgentConfig:
     compress_at: float = field(default=0.8, metadata=_range(0.1, 1.0))
     keep_recent: int = field(default=12, metadata=_range(2, 1000))
     tools: tuple[str, ...] | None = None
+    tools_by_platform: dict[PlatformName, tuple[str, ...]] = field(default_factory=dict)
     turn_timeout_s: float = field(default=600.0, metadata=_positive())
 
 
@@ -291,6 +293,8 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     # Not from the file: where it all lives. Set by load_config.
     home: Path = field(default=Path("."), metadata={"internal": True})
 

@@ -359,3 +359,24 @@ def _plain(node: yaml.Node, key: str, ctx: _Ctx) -> Any:
     if isinstance(node, yaml.SequenceNode):
         return [_convert(Any, n, key, ctx) for n in node.value]
     return {k.value: _convert(Any, v, _join(key, str(k.value)), ctx) for k, v in node.value}
+
+
+_KEY_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def locate(path: Path, key: str) -> int | None:
+    """The line of `key` (`agent.tools[2]`) in a YAML file, for a problem found after loading; None if absent."""
+    try:
+        node = read_yaml_file(path)
+    except ConfigError:
+        return None
+    for index, name in _KEY_PART.findall(key):
+        if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+        elif name and isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == name), None)
+        else:
+            return None
+        if node is None:
+            return None
+    return node.start_mark.line + 1 if node is not None else None

@@ -81,6 +81,8 @@ class Daemon:
         supervisor.hold()  # until its adapter is up, a platform's replies stay recorded as pending
         if gw.lifecycle is not None:
             await gw.lifecycle.start()
+        if gw.mcp is not None:  # before replay: the first sessions get the servers' tools (bounded wait)
+            await gw.mcp.start()
         # Replay queues the stored messages before any adapter can hand in a newer one, so per chat order holds.
         resumed, expired = await gw.sessions.replay()
         if resumed or expired:
@@ -216,6 +218,7 @@ class Daemon:
         if self._runner is not None:
             await self._runner.cleanup()
         await gw.llm.close()
+        await gw.close_tools()
         if self._keepalive is not None:  # the watchdog keeps being fed through the whole drain
             self._keepalive.cancel()
             await asyncio.gather(self._keepalive, return_exceptions=True)

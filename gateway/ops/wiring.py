@@ -19,20 +19,26 @@ from aiohttp import web
 from gateway.access.gate import AccessGate
 from gateway.access.pairing import PairingBook, load_key
 from gateway.agent.loop import Agent
-from gateway.agent.tools.catalog import build_registry
+from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, check_tool_names
+from gateway.agent.tools.mcp import McpTools
+from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.ratelimit import RateLimiter
-from gateway.errors import ConfigError, LLMNotConfigured
+from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.skills import SkillLibrary
 from gateway.llm.factory import UnconfiguredLLM, build_llm
 from gateway.llm.types import LLMClient
+from gateway.mcp.hub import McpHub
+from gateway.net.fetch import WebClient
+from gateway.net.search import WebSearch
 from gateway.ops.supervisor import Supervisor, Watchdog
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
+from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.commands import Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
@@ -71,6 +77,22 @@ class Gateway:
     lifecycle: Lifecycle | None = None
     supervisor: Supervisor | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    catalog: ToolCatalog | None = None
+    mcp: McpHub | None = None  # only with mcp_servers; the daemon starts and stops it
+    web: WebTools | None = None
+
+    def tool_names(self, platform: str) -> list[str]:
+        """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
+        return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
+
+    async def close_tools(self) -> None:
+        """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a CLI command)."""
+        if self.mcp is not None:
+            await self.mcp.stop()
+        if self.web is not None:
+            await self.web.client.close()
+            if self.web.search is not None:
+                await self.web.search.close()
 
 
 def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
@@ -83,7 +105,9 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     llm = llm or _model(config, env, probe_ollama=probe_ollama)
     memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit)
     skills = SkillLibrary(config.home)
-    tools = _tools(config, memory, skills)
+    tools, hub, web = _tools(config, env, memory, skills)
+    catalog = ToolCatalog(tools, ToolPolicy.of(config))
+    session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
     agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
@@ -93,10 +117,11 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                     backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
     prompts = PromptAssembler(config, facts, memory, skills)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
-                                    tool_names=tools.names(), adapters=by_platform, clock=clock, metrics=metrics)
+                                    tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
-                   clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics)
+                   clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
+                   mcp=hub, web=web)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> LLMClient:
@@ -107,11 +132,32 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> LLM
         return UnconfiguredLLM(str(exc))
 
 
-def _tools(config: Config, memory: MemoryStore, skills: SkillLibrary) -> ToolRegistry:
-    try:
-        return build_registry(config.home, enabled=config.agent.tools, memory=memory, skills=skills)
-    except ValueError as exc:
-        raise ConfigError(str(exc), file=str(config.home / "config.yaml"), key="agent.tools") from None
+def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore,
+           skills: SkillLibrary) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+    """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon)."""
+    check_tool_names(config)
+    web = _web_tools(config, env)
+    registry = build_registry(config.home, memory=memory, skills=skills, web=web)
+    hub = None
+    if config.mcp_servers:
+        hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp")
+        registry.provider = McpTools(hub)
+    return registry, hub, web
+
+
+def _web_tools(config: Config, env: Mapping[str, str]) -> WebTools:
+    fetch = config.tools.web_fetch
+    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes, timeout_s=fetch.timeout_s,
+                       max_redirects=fetch.max_redirects)
+    found = config.tools.web_search
+    search = None
+    if found is not None:
+        key = env.get(found.api_key_env) if found.api_key_env else None
+        if found.api_key_env and not key:
+            log.warning("tools.web_search: %s is not set; web_search is off", found.api_key_env)
+        else:
+            search = WebSearch(found.provider, base_url=found.base_url, api_key=key, timeout_s=found.timeout_s)
+    return WebTools(client, max_chars=fetch.max_chars, search=search, search_results=found.max_results if found else 5)
 
 
 def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
@@ -122,20 +168,20 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
 
 
 def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
-              memory: MemoryStore, tool_names: Sequence[str], adapters: dict[str, Adapter], clock: Clock,
+              memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
               metrics: Metrics) -> tuple[SessionManager, Lifecycle]:
     """The session manager with its gate, compression, pre-reset flush and lifecycle timers."""
     gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
     compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
-                            flush=AgentFlush(agent=agent, store=store, config=config, tool_names=tool_names,
+                            flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
                                              read_memory=memory.read, clock=clock))
     policies = Policies(config.session_reset, config.sessions.timezone)
-    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tool_names=tool_names,
+    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tools=tools,
                       home=config.home, db_path=config.db_path, clock=clock)
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=Commands(policies=policies, clock=clock), adapters=adapters,
-                              clock=clock, tool_names=tool_names, gate=gate, compressor=compressor, metrics=metrics)
+                              clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics)
     lifecycle.attach(sessions)
     return sessions, lifecycle
 

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gateway.agent.loop import Agent
 from gateway.llm.types import ChatMessage, ToolDef
+from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow, parse_iso
 from gateway.store.transcript import session_history
@@ -35,12 +36,12 @@ class ContextCompressor(Protocol):
 
 class SessionPrompt:
     def __init__(self, *, store: Store, agent: Agent, prompts: PromptSource, clock: Callable[[], datetime],
-                 tool_names: Sequence[str], compressor: ContextCompressor | None = None) -> None:
+                 tools: SessionTools, compressor: ContextCompressor | None = None) -> None:
         self.store = store
         self.agent = agent
         self.prompts = prompts
         self.clock = clock
-        self.tool_names = tuple(tool_names)
+        self.tools = tools
         self.compressor = compressor
 
     def ensure(self, session: SessionRow) -> str:
@@ -64,17 +65,23 @@ class SessionPrompt:
     def _build_and_store(self, session: SessionRow, reason: str | None) -> str:
         llm = self.agent.llm
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
+        tools = self._tools_for(session)
         text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                  provider=llm.provider, tool_names=self.tool_names, today=started.date())
+                                  provider=llm.provider, tool_names=tools.names, today=started.date())
         self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
                                 provider=llm.provider)
         return text
+
+    def _tools_for(self, session: SessionRow) -> SessionToolList:
+        if session.tool_list_id is None and session.system_prompt is None:
+            return self.tools.fix(session)  # a new session: the tools a new session gets now, from now on
+        return self.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
                                  user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
         """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
         compressor = self.compressor
-        specs = self.agent.tools.specs(self.tool_names)
+        specs = self.tools.of(session).specs
         if compressor is None or not compressor.over_limit(prompt, [*history, user_msg], specs):
             return prompt, history
         if not await compressor.compress(session, prompt, self.store.history(session.id)):

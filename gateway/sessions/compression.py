@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gateway.agent.loop import Agent
-from gateway.agent.tools.catalog import MEMORY_TOOLS
 from gateway.config.settings import AgentConfig, Config
 from gateway.errors import GatewayError, LLMError
 from gateway.knowledge.memory import Target
 from gateway.llm.types import ChatMessage, ToolDef
-from gateway.sessions.flush import flush_instruction, run_flush_call
+from gateway.prompt.session_tools import SessionTools
+from gateway.sessions.flush import flush_instruction, memory_tools, run_flush_call
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow
 from gateway.store.transcript import history_messages
@@ -209,20 +209,19 @@ class AgentFlush:
     memory and skill tools may run; the text answer is discarded.
     """
 
-    def __init__(self, *, agent: Agent, store: Store, config: Config, tool_names: Sequence[str],
+    def __init__(self, *, agent: Agent, store: Store, config: Config, tools: SessionTools,
                  read_memory: Callable[[Target], str], clock: Clock) -> None:
         self.agent = agent
         self.store = store
         self.config = config
         self.memory = config.memory
-        self.tool_names = tuple(tool_names)
-        self.allowed = MEMORY_TOOLS & set(self.tool_names)
+        self.tools = tools
         self.read_memory = read_memory
         self.clock = clock
 
     async def __call__(self, session: SessionRow, prompt: str, head: Sequence[MessageRow],
                        dropped: Sequence[MessageRow]) -> None:
-        if not self.memory.flush_enabled or "memory" not in self.allowed:
+        if not self.memory.flush_enabled or "memory" not in memory_tools(self.tools, session):
             return
         if sum(1 for r in dropped if r.kind == "chat" and r.role in ("user", "assistant")) < \
                 self.memory.flush_min_messages:
@@ -230,6 +229,6 @@ class AgentFlush:
         calls = await run_flush_call(
             self.agent, self.store, session=session, system=prompt, history=history_messages([*head, *dropped]),
             instruction=flush_instruction(self.read_memory("memory"), self.read_memory("user"), FLUSH_INSTRUCTION),
-            tool_names=self.tool_names, config=self.memory, home=self.config.home, db_path=self.config.db_path,
+            tools=self.tools, config=self.memory, home=self.config.home, db_path=self.config.db_path,
             clock=self.clock)
         log.info("memory flush before compression session=%s: %s tool calls", session.id, calls)

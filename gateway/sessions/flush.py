@@ -20,6 +20,7 @@ from gateway.agent.tools.registry import ToolContext
 from gateway.config.settings import MemoryConfig
 from gateway.knowledge.memory import MemoryStore
 from gateway.llm.types import ChatMessage, LLMReply
+from gateway.prompt.session_tools import SessionTools
 from gateway.store.database import Store
 from gateway.store.rows import SessionRow, iso
 from gateway.store.transcript import history_messages
@@ -60,7 +61,7 @@ def flush_instruction(memory_text: str, user_text: str, template: str = FLUSH_IN
 
 
 async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, system: str,
-                         history: list[ChatMessage], instruction: str, tool_names: Sequence[str],
+                         history: list[ChatMessage], instruction: str, tools: SessionTools,
                          config: MemoryConfig, home: Path, db_path: Path, clock: Callable[[], datetime]) -> int:
     """One silent agent call that may only save (memory and skill tools); returns how many tools ran.
 
@@ -70,15 +71,22 @@ async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, sys
     ctx = ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                       user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id)
 
+    listed = tools.of(session)
+
     def record(reply: LLMReply) -> None:
         store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider, model=reply.model,
                         now=clock())
 
     async with asyncio.timeout(config.flush_timeout_s):
         result = await agent.run(system=system, history=history, user_message={"role": "user", "content": instruction},
-                                 ctx=ctx, tool_names=tool_names, allowed_tools=MEMORY_TOOLS & set(tool_names),
+                                 ctx=ctx, tools=listed.specs, allowed_tools=memory_tools(tools, session),
                                  max_iterations=config.flush_max_iterations, on_reply=record)
     return result.tool_calls
+
+
+def memory_tools(tools: SessionTools, session: SessionRow) -> frozenset[str]:
+    """What a flush may run: the session's own memory and skill tools that the policy still enables."""
+    return MEMORY_TOOLS & tools.allowed(tools.of(session), session.platform)
 
 
 class FlushLedger:
@@ -130,15 +138,14 @@ class Flusher:
     """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of session ids."""
 
     def __init__(self, *, config: MemoryConfig, store: Store, agent: Agent, memory: MemoryStore,
-                 tool_names: Sequence[str], home: Path, db_path: Path, clock: Clock,
+                 tools: SessionTools, home: Path, db_path: Path, clock: Clock,
                  sleep: Sleep = asyncio.sleep, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
         self.config = config
         self.store = store
         self.ledger = FlushLedger(store)
         self.agent = agent
         self.memory = memory
-        self.tool_names = tuple(tool_names)
-        self.allowed = MEMORY_TOOLS & set(self.tool_names)
+        self.tools = tools
         self.home = home
         self.db_path = db_path
         self.clock = clock
@@ -263,10 +270,10 @@ class Flusher:
     def _skip_reason(self, session: SessionRow) -> str | None:
         if not self.config.flush_enabled:
             return "memory.flush_enabled is false"
-        if "memory" not in self.allowed:
-            return "the memory tool is not enabled"
         if session.system_prompt is None:
             return "no turn ever ran"
+        if "memory" not in memory_tools(self.tools, session):
+            return "the memory tool is not enabled"
         count = self.store.count_messages(session.id)
         if count < self.config.flush_min_messages:
             return f"{count} messages, fewer than memory.flush_min_messages={self.config.flush_min_messages}"
@@ -278,7 +285,7 @@ class Flusher:
             self.agent, self.store, session=session, system=session.system_prompt,
             history=history_messages(self.store.history(session.id)),
             instruction=flush_instruction(self.memory.read("memory"), self.memory.read("user")),
-            tool_names=self.tool_names, config=self.config, home=self.home, db_path=self.db_path, clock=self.clock)
+            tools=self.tools, config=self.config, home=self.home, db_path=self.db_path, clock=self.clock)
 
 
 def _describe(exc: BaseException) -> str:

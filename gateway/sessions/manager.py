@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -31,6 +31,7 @@ from gateway.events import (
 )
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
+from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes
 from gateway.sessions.turn_text import ERROR_TEXT, plain_reason, reset_notice, user_message
@@ -73,7 +74,7 @@ Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
 
 class SessionManager:
     def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
-                 adapters: dict[str, Adapter], clock: Clock, tool_names: Sequence[str],
+                 adapters: dict[str, Adapter], clock: Clock, tools: SessionTools,
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
                  commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
                  metrics: Metrics | None = None) -> None:
@@ -83,13 +84,13 @@ class SessionManager:
         self.outbox = outbox
         self.adapters = adapters
         self.clock = clock
-        self.tool_names = tuple(tool_names)
+        self.tools = tools
         self.hooks: SessionHooks = hooks or NoLifecycle()
         self.gate = gate
         self.commands = commands
         self.metrics = metrics
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
-                                     tool_names=self.tool_names, compressor=compressor)
+                                     tools=tools, compressor=compressor)
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
@@ -279,6 +280,8 @@ class SessionManager:
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
                          user_msg: ChatMessage, held: list[LLMReply]) -> TurnResult:
         ctx = self.tool_context(session, inbound.user_id)
+        tools = self.tools.of(session)
+        allowed = self.tools.allowed(tools, session.platform)
 
         def record(reply: LLMReply) -> None:
             if reply.tool_calls:
@@ -291,7 +294,7 @@ class SessionManager:
             async with self._typing(adapter, inbound.chat):
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
                     return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
-                                                tool_names=self.tool_names, on_reply=record)
+                                                tools=tools.specs, allowed_tools=allowed, on_reply=record)
 
     def _typing(self, adapter: Adapter | None, chat: ChatRef) -> Any:
         if adapter is None:

@@ -87,6 +87,7 @@ class SessionRow:
     cache_read_tokens: int
     cache_write_tokens: int
     compressions: int
+    tool_list_id: int | None = None  # the session's fixed tool list (tool_lists), set when its prompt is built
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,9 +189,22 @@ CREATE TABLE media_notices (
 );
 """
 
+# A session's tool list (gateway/prompt/session_tools.py): fixed when the session starts, sent byte for byte on
+# every turn. Sessions with the same list share one row.
+_SESSION_TOOLS = """
+CREATE TABLE tool_lists (
+  id INTEGER PRIMARY KEY,
+  digest TEXT NOT NULL UNIQUE,
+  specs TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+ALTER TABLE sessions ADD COLUMN tool_list_id INTEGER REFERENCES tool_lists(id);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
     ("0003_search_index", SEARCH_INDEX_MIGRATION_SQL),
     ("0006_media", _MEDIA),
+    ("0009_session_tools", _SESSION_TOOLS),
 ]

@@ -12,7 +12,7 @@ import typing
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.agent.tools import schema
 from gateway.errors import ToolError
@@ -50,6 +50,18 @@ class ToolResult:
     is_error: bool = False
 
 
+class ToolProvider(Protocol):
+    """Tools that come and go at run time (MCP servers: gateway/agent/tools/mcp.py); their servers check arguments."""
+
+    def specs(self) -> list[ToolSpec]: ...
+
+    def claims(self, name: str) -> bool: ...
+
+    def origin(self, name: str) -> str | None: ...
+
+    async def call(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Tool:
     spec: ToolSpec
@@ -62,6 +74,7 @@ class ToolRegistry:
 
     def __init__(self) -> None:
         self._tools: dict[str, _Tool] = {}
+        self.provider: ToolProvider | None = None
 
     def register(self, fn: ToolFunction, *, name: str | None = None) -> ToolSpec:
         """Add `fn`; its ToolContext parameter (if any) is injected, every other one comes from the model."""
@@ -87,14 +100,18 @@ class ToolRegistry:
     async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
                    allowed: Collection[str] | None = None) -> ToolResult:
         tool = self._tools.get(name)
-        if tool is None or (allowed is not None and name not in allowed):
+        external = tool is None and self.provider is not None and self.provider.claims(name)
+        if (tool is None and not external) or (allowed is not None and name not in allowed):
             usable = [n for n in self._tools if allowed is None or n in allowed]
-            what = "Unknown tool" if tool is None else "Tool not available right now:"
+            usable += sorted(n for n in allowed or () if n not in self._tools)
+            what = "Unknown tool" if tool is None and not external else "Tool not available right now:"
             return _error(f"{what} {name!r}. Tools you can call: {', '.join(usable) or 'none'}.")
         try:
             args = _parse_arguments(arguments)
         except ToolError as e:
             return _error(f"Invalid arguments for {name}: {e}")
+        if tool is None:
+            return await self._call_external(name, args, ctx)
         problems = schema.check(tool.spec.parameters, args)
         if problems:
             return _error(f"Invalid arguments for {name}: {'; '.join(problems)}.")
@@ -102,6 +119,14 @@ class ToolRegistry:
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ctx
         return await _run(tool, kwargs, ctx)
+
+    async def _call_external(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        assert self.provider is not None
+        try:
+            return await self.provider.call(name, args, ctx)
+        except Exception as e:  # a task root for one tool call: the turn goes on
+            log.exception("tool crashed: tool=%s session=%s", name, ctx.session_id)
+            return _error(f"Tool {name} failed unexpectedly ({type(e).__name__}).")
 
 
 async def _run(tool: _Tool, kwargs: dict[str, Any], ctx: ToolContext) -> ToolResult:

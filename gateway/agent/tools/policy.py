@@ -1,0 +1,81 @@
+"""Which tools are on, per platform: `agent.tools` (an allow list of names and globs, `mcp_github_*`) and
+`agent.tools_by_platform` (a platform's own list, replacing agent.tools there). No list means every tool.
+
+Also the config check for those names: a name must be a built-in tool, a glob that matches one, or point into a
+configured MCP server (`mcp_<server>_…`); anything else is a typo that would silently turn a tool off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from gateway.config.settings import Config
+from gateway.config.tools import SERVER_NAME
+from gateway.mcp.names import server_prefix
+
+_GLOB = "*?["
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    allow: tuple[str, ...] | None = None
+    by_platform: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: Config) -> ToolPolicy:
+        return cls(config.agent.tools, {str(k): v for k, v in config.agent.tools_by_platform.items()})
+
+    def enabled(self, name: str, platform: str) -> bool:
+        patterns = self.by_platform.get(platform, self.allow)
+        return patterns is None or any(fnmatchcase(name, p) for p in patterns)
+
+    def platforms_for(self, name: str, platforms: Sequence[str]) -> list[str]:
+        return [p for p in platforms if self.enabled(name, p)]
+
+
+def name_problems(config: Config, builtin: Collection[str]) -> list[tuple[str, str]]:
+    """(key path, message) for every tool name in agent.tools / agent.tools_by_platform that names nothing."""
+    servers = sorted(config.mcp_servers)
+    problems = [(f"mcp_servers.{n}", _bad_server(n)) for n in servers if not SERVER_NAME.fullmatch(n)]
+    for key, pattern in _patterns(config):
+        if _known(pattern, builtin, servers):
+            if pattern == "web_search" and config.tools.web_search is None:
+                problems.append((key, "web_search needs tools.web_search (provider, base_url, api_key_env)"))
+            continue
+        mcp = f"; MCP tools are named mcp_<server>_<tool> for the servers in mcp_servers ({', '.join(servers)})" \
+            if servers else "; MCP tools need a server in mcp_servers"
+        problems.append((key, f"unknown tool {pattern!r} (built-in tools: {', '.join(builtin)}{mcp})"))
+    return problems
+
+
+def _patterns(config: Config) -> Iterator[tuple[str, str]]:
+    for i, pattern in enumerate(config.agent.tools or ()):
+        yield f"agent.tools[{i}]", pattern
+    for platform, patterns in config.agent.tools_by_platform.items():
+        for i, pattern in enumerate(patterns):
+            yield f"agent.tools_by_platform.{platform}[{i}]", pattern
+
+
+def _known(pattern: str, builtin: Collection[str], servers: Sequence[str]) -> bool:
+    if any(fnmatchcase(name, pattern) for name in builtin):
+        return True
+    literal = pattern
+    for i, ch in enumerate(pattern):
+        if ch in _GLOB:
+            literal = pattern[:i]
+            break
+    is_glob = literal != pattern
+    for server in servers:
+        prefix = server_prefix(server)
+        if literal.startswith(prefix) and (is_glob or len(literal) > len(prefix)):
+            return True
+        if is_glob and prefix.startswith(literal):
+            return True
+    return False
+
+
+def _bad_server(name: str) -> str:
+    return (f"{name!r} is not a usable MCP server name (letters, digits, '-' or '_', at most 32, starting with a "
+            "letter or digit): it becomes part of tool names")

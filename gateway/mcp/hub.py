@@ -1,0 +1,228 @@
+"""Every configured MCP server kept connected: one task per server connects, lists its tools, waits until the
+connection ends, then reconnects with backoff (1 s doubling to 60 s). Calls go through whatever link is up;
+while a server is down its calls answer a tool error at once. Nothing a server does reaches past its own task:
+one bad server never stops the daemon or the other servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+from gateway.config.tools import McpServerConfig
+from gateway.errors import ToolError
+from gateway.mcp.content import result_text
+from gateway.mcp.names import exposed_name
+
+if TYPE_CHECKING:
+    from gateway.mcp.link import Link, ListedTool
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+State = Literal["starting", "up", "down", "disabled", "stopped"]
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+STABLE_S = 60.0  # up this long, and the next failure starts the backoff from the beginning again
+LOG_CAP_BYTES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class McpTool:
+    server: str
+    name: str         # the server's own name for it
+    exposed: str      # what the model calls: mcp_<server>_<tool>
+    description: str
+    schema: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ServerState:
+    name: str
+    transport: str
+    state: State = "starting"
+    error: str | None = None
+    restarts: int = 0
+    retry_in_s: float | None = None
+    tools: dict[str, McpTool] = field(default_factory=dict)  # by exposed name; kept while it restarts
+
+
+class McpHub:
+    def __init__(self, servers: Mapping[str, McpServerConfig], *, log_dir: Path | None = None,
+                 sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic,
+                 max_result_chars: int = 20_000) -> None:
+        self.configs = dict(servers)
+        self.log_dir = log_dir
+        self.sleep = sleep
+        self.clock = clock
+        self.max_result_chars = max_result_chars
+        self.states = {name: ServerState(name, c.transport, "starting" if c.enabled else "disabled")
+                       for name, c in sorted(self.configs.items())}
+        self._links: dict[str, Link] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tried: dict[str, asyncio.Event] = {name: asyncio.Event() for name in self.configs}
+        self._stopping = asyncio.Event()
+
+    # ------------------------------------------------------------------ what the agent sees
+    def tools(self) -> list[McpTool]:
+        """Every server's tools as last listed (a restarting server keeps its list), sorted by exposed name."""
+        found = [t for s in self.states.values() for t in s.tools.values()]
+        return sorted(found, key=lambda t: t.exposed)
+
+    def tool(self, exposed: str) -> McpTool | None:
+        return next((s.tools[exposed] for s in self.states.values() if exposed in s.tools), None)
+
+    async def call(self, exposed: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
+        """(text, is_error) of one call; ToolError when the tool or its server is not there."""
+        tool = self.tool(exposed)
+        if tool is None:
+            raise ToolError(f"{exposed} is no longer offered by any MCP server (it was when this conversation "
+                            "started). Do without it.")
+        link = self._links.get(tool.server)
+        if link is None or link.closed.is_set():  # closed: its task is about to notice and restart it
+            raise ToolError(self._unavailable(self.states[tool.server]))
+        result = await link.call(tool.name, arguments, self.configs[tool.server].timeout_s)
+        return result_text(result, max_chars=self.max_result_chars)
+
+    def _unavailable(self, state: ServerState) -> str:
+        why = f" ({state.error})" if state.error else " (it stopped; it is being restarted)"
+        retry = f"; next restart attempt in {state.retry_in_s:g} s" if state.retry_in_s else ""
+        return f"MCP server {state.name!r} is not running right now{why}{retry}. Try later or do without it."
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, *, wait_s: float | None = None) -> None:
+        """Start every enabled server; wait until each has connected or failed once (at most `wait_s`)."""
+        loop = asyncio.get_running_loop()
+        for name, config in self.configs.items():
+            if config.enabled:
+                self._tasks[name] = loop.create_task(self._keep(name, config), name=f"mcp:{name}")
+        waits = [self._tried[n].wait() for n in self._tasks]
+        if waits:
+            limit = wait_s if wait_s is not None else max(c.connect_timeout_s for c in self.configs.values()) + 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(limit):
+                    await asyncio.gather(*waits)
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for state in self.states.values():
+            if state.state != "disabled":
+                state.state = "stopped"
+
+    async def _keep(self, name: str, config: McpServerConfig) -> None:
+        attempt = 0
+        state = self.states[name]
+        while not self._stopping.is_set():
+            started = self.clock()
+            reason = await self._serve_once(name, config)
+            if self._stopping.is_set():
+                break
+            attempt = 0 if self.clock() - started >= STABLE_S else attempt
+            delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+            attempt += 1
+            state.state, state.error, state.retry_in_s = "down", reason, delay
+            state.restarts += 1
+            log.warning("mcp server %s down: %s; restarting in %gs", name, reason, delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._stopping.wait()
+
+    async def _serve_once(self, name: str, config: McpServerConfig) -> str:
+        """Connect, list, wait until the connection ends; returns why it ended. Never raises (a task root)."""
+        state = self.states[name]
+        try:
+            from gateway.mcp.link import open_link  # the SDK loads only here: see gateway/mcp/link.py
+            with self._errlog(name) as errlog:
+                async with asyncio.timeout(config.connect_timeout_s) as deadline:
+                    async with open_link(name, config, errlog=errlog) as link:
+                        listed = await link.list_tools()
+                        deadline.reschedule(None)
+                        self._up(state, link, listed)
+                        return await self._until_closed(link)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            return f"no answer within {config.connect_timeout_s:g} s"
+        except Exception as exc:  # noqa: BLE001 - a task root for one server: the daemon and the others go on
+            return _describe(exc)
+        finally:
+            self._links.pop(name, None)
+            self._tried[name].set()
+
+    def _up(self, state: ServerState, link: Link, listed: list[ListedTool]) -> None:
+        tools = {}
+        for t in listed:
+            exposed = exposed_name(state.name, t.name)
+            if exposed in tools:
+                log.warning("mcp server %s: tool %r clashes with another as %s; skipped", state.name, t.name, exposed)
+                continue
+            tools[exposed] = McpTool(state.name, t.name, exposed, t.description, t.input_schema)
+        self._log_change(state, tools)
+        state.tools, state.state, state.error, state.retry_in_s = tools, "up", None, None
+        self._links[state.name] = link
+        self._tried[state.name].set()
+
+    @staticmethod
+    def _log_change(state: ServerState, tools: Mapping[str, McpTool]) -> None:
+        if not state.tools:
+            log.info("mcp server %s up (%s): %s tools", state.name, state.transport, len(tools))
+            return
+        old = {n: (t.description, t.schema) for n, t in state.tools.items()}
+        new = {n: (t.description, t.schema) for n, t in tools.items()}
+        if old != new:
+            added, dropped = sorted(set(new) - set(old)), sorted(set(old) - set(new))
+            changed = sorted(n for n in set(old) & set(new) if old[n] != new[n])
+            log.info("mcp server %s changed its tools (added %s, dropped %s, changed %s); new sessions get the new "
+                     "list, running ones keep theirs", state.name, added or "none", dropped or "none",
+                     changed or "none")
+
+    async def _until_closed(self, link: Link) -> str:
+        closed = asyncio.ensure_future(link.closed.wait())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((closed, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            stopping.cancel()
+        return "stopped" if self._stopping.is_set() else "the server closed the connection"
+
+    @contextlib.contextmanager
+    def _errlog(self, name: str) -> Any:
+        """A stdio server's stderr goes to <log_dir>/<name>.log (cut when it passes 1 MB)."""
+        if self.log_dir is None:
+            yield None
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / f"{name}.log"
+        mode = "w" if path.exists() and path.stat().st_size > LOG_CAP_BYTES else "a"
+        handle: IO[str]
+        with open(path, mode, encoding="utf-8") as handle:
+            yield handle
+
+    def error_log(self, name: str, lines: int = 5) -> str:
+        """The last lines a stdio server wrote to stderr, for `gateway doctor`."""
+        if self.log_dir is None or not (self.log_dir / f"{name}.log").exists():
+            return ""
+        text = (self.log_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception the SDK raised, often an ExceptionGroup around the real cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__

@@ -1,0 +1,4 @@
+"""Reaching the web for the agent's tools: which addresses may be reached and a resolver that pins connections to
+the checked ones (guard), a size-capped GET that re-checks every redirect (fetch), HTML → Markdown (extract,
+trafilatura imported on first use) and the search providers' APIs (search). Imports the vocabulary and config.
+"""

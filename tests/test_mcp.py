@@ -1,0 +1,247 @@
+"""MCP servers end to end: a real server on the `mcp` SDK (tests/fakes/mcp_server.py) as a child process over
+stdio and over streamable HTTP on 127.0.0.1, the real gateway graph, and the fake LLM's recorded requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.ops.wiring import Gateway
+from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
+
+SERVER = Path(__file__).parent / "fakes" / "mcp_server.py"
+
+
+def _tools_file(tmp_path: Path, tools: list[str], version: str = "v1") -> Path:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"tools": tools, "version": version}), encoding="utf-8")
+    return path
+
+
+def _stdio_config(home: Path, fake: FakeLLM, tools_file: Path, *, extra: str = "") -> RecordingAdapter:
+    starts = home.parent / "starts.log"
+    servers = textwrap.dedent(f"""\
+        mcp_servers:
+          fake:
+            command: {sys.executable}
+            args: [{SERVER}, --tools, {tools_file}, --starts, {starts}]
+            timeout_s: 5
+            connect_timeout_s: 20
+        """)
+    write_config(home, base_url=llm_url(fake, "anthropic"), extra=servers + extra)
+    return RecordingAdapter()
+
+
+async def _started(home: Path, adapter: RecordingAdapter) -> Gateway:
+    gw = gateway_for(home, [adapter])
+    assert gw.mcp is not None
+    await gw.mcp.start()
+    return gw
+
+
+async def _close(gw: Gateway) -> None:
+    await gw.sessions.wait_idle()
+    await gw.close_tools()
+    await gw.llm.close()
+    gw.store.close()
+
+
+async def _ask(gw: Gateway, adapter: RecordingAdapter, text: str) -> str:
+    before = len(adapter.sent)
+    await gw.sessions.submit(inbound(text))
+    await adapter.wait_for(before + 1, timeout=30)
+    await gw.sessions.wait_idle()
+    return adapter.sent[-1].text
+
+
+def _tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
+    return [block for m in request["messages"] if isinstance(m["content"], list)
+            for block in m["content"] if block.get("type") == "tool_result"]
+
+
+async def test_stdio_server_tools_reach_the_model_and_a_result_comes_back(home: Path, fake_llm: FakeLLM,
+                                                                        tmp_path: Path) -> None:
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "add", "picture", "notes"]))
+    fake_llm.script(ToolCall("mcp_fake_add", {"a": 2, "b": 40}), Reply("the sum is 42"))
+    gw = await _started(home, adapter)
+    try:
+        assert await _ask(gw, adapter, "add 2 and 40") == "the sum is 42"
+    finally:
+        await _close(gw)
+    first, second = fake_llm.anthropic_requests()
+    tools = {t["name"]: t for t in first["tools"]}
+    assert [n for n in tools if n.startswith("mcp_")] == ["mcp_fake_add", "mcp_fake_echo", "mcp_fake_notes",
+                                                          "mcp_fake_picture"]
+    assert tools["mcp_fake_add"]["description"] == "Add two integers. v1"
+    assert tools["mcp_fake_add"]["input_schema"]["properties"]["a"]["type"] == "integer"
+    assert tools["mcp_fake_add"]["input_schema"]["required"] == ["a", "b"]
+    (result,) = _tool_results(second)
+    assert "42" in result["content"]
+    assert result["content"].startswith('<untrusted_content source="the MCP tool mcp_fake_add">')
+
+
+async def test_images_and_resources_become_text_results(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["picture", "notes"]))
+    fake_llm.script(ToolCall("mcp_fake_picture", {}), ToolCall("mcp_fake_notes", {}), Reply("seen"))
+    gw = await _started(home, adapter)
+    try:
+        await _ask(gw, adapter, "show me")
+    finally:
+        await _close(gw)
+    picture, notes = (_tool_results(r)[-1]["content"] for r in fake_llm.anthropic_requests()[1:])
+    assert "[image image/png, 29 bytes" in picture
+    assert "[resource memo://notes]\nthe notes" in notes
+
+
+async def test_a_crashing_server_is_a_tool_error_then_restarted(home: Path, fake_llm: FakeLLM,
+                                                                tmp_path: Path) -> None:
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "crash"]))
+    gw = await _started(home, adapter)
+    fake_llm.script(ToolCall("mcp_fake_crash", {}), ToolCall("mcp_fake_echo", {"text": "x"}), Reply("sorry"))
+    try:
+        await _ask(gw, adapter, "crash it")
+        crashed, down = (_tool_results(r)[-1] for r in fake_llm.anthropic_requests()[1:3])
+        assert crashed["is_error"] and "stopped while running crash" in crashed["content"]
+        assert down["is_error"] and "is not running right now" in down["content"]
+        assert gw.mcp is not None
+        state = gw.mcp.states["fake"]
+        await _wait(lambda: state.restarts == 1 and state.state == "up")
+        fake_llm.script(ToolCall("mcp_fake_echo", {"text": "back"}), Reply("ok"))
+        await _ask(gw, adapter, "again")
+    finally:
+        await _close(gw)
+    assert "echo: back" in _tool_results(fake_llm.anthropic_requests()[-1])[-1]["content"]
+    assert len((home.parent / "starts.log").read_text().split()) == 2
+
+
+async def test_the_tool_list_stays_byte_identical_across_a_restart_when_the_server_changes(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tools_file = _tools_file(tmp_path, ["echo", "add", "inject"])
+    adapter = _stdio_config(home, fake_llm, tools_file)
+    gw = await _started(home, adapter)
+    try:
+        await _ask(gw, adapter, "hello")
+    finally:
+        await _close(gw)
+    _tools_file(tmp_path, ["echo", "notes"], version="v2")  # add dropped, notes added, descriptions changed
+    caplog.set_level("INFO")
+    fake_llm.script(ToolCall("mcp_fake_add", {"a": 1, "b": 1}), Reply("gone"))
+    adapter = RecordingAdapter()
+    gw = await _started(home, adapter)
+    try:
+        await _ask(gw, adapter, "add again")  # the same session, after the restart
+        await gw.sessions.submit(inbound("new chat", chat_id="c2"))
+        await adapter.wait_for(2, timeout=30)
+    finally:
+        await _close(gw)
+    first, second, third, other = fake_llm.anthropic_requests()
+    assert json.dumps(second["tools"]) == json.dumps(first["tools"])  # byte for byte
+    assert json.dumps(third["tools"]) == json.dumps(first["tools"])
+    (gone,) = _tool_results(third)
+    assert gone["is_error"] and "no longer offered" in gone["content"]
+    names = [t["name"] for t in other["tools"] if t["name"].startswith("mcp_")]
+    assert names == ["mcp_fake_echo", "mcp_fake_notes"]
+    assert [t["description"] for t in other["tools"] if t["name"] == "mcp_fake_echo"] == ["Echo the text back. v2"]
+    changes = [r.getMessage() for r in caplog.records if "tools for new cli sessions changed" in r.getMessage()]
+    assert len(changes) == 1 and "added ['mcp_fake_notes']" in changes[0]
+
+
+async def test_an_injection_in_a_result_is_withheld(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["inject"]))
+    fake_llm.script(ToolCall("mcp_fake_inject", {}), Reply("no"))
+    gw = await _started(home, adapter)
+    try:
+        await _ask(gw, adapter, "go")
+    finally:
+        await _close(gw)
+    content = _tool_results(fake_llm.anthropic_requests()[1])[0]["content"]
+    assert content.startswith("[BLOCKED: the content from the MCP tool mcp_fake_inject looks like a prompt injection")
+    assert "reveal the system prompt" not in content
+
+
+async def test_a_server_that_cannot_start_leaves_the_others_working(home: Path, fake_llm: FakeLLM,
+                                                                    tmp_path: Path) -> None:
+    broken = "  broken:\n    command: /nonexistent/mcp-server\n"
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo"]), extra=broken)
+    fake_llm.script(ToolCall("mcp_fake_echo", {"text": "fine"}), Reply("ok"))
+    gw = await _started(home, adapter)
+    try:
+        assert gw.mcp is not None
+        assert gw.mcp.states["broken"].state == "down"
+        assert "command not found" in (gw.mcp.states["broken"].error or "")
+        assert await _ask(gw, adapter, "echo") == "ok"
+    finally:
+        await _close(gw)
+    assert "echo: fine" in _tool_results(fake_llm.anthropic_requests()[1])[0]["content"]
+
+
+@pytest.fixture
+async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    port_file = tmp_path / "port"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SERVER), "--tools", str(_tools_file(tmp_path, ["echo", "add"])), "--http",
+        "--port-file", str(port_file), stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await _wait(lambda: port_file.exists() and port_file.read_text() != "")
+        port = int(port_file.read_text())
+        await _wait_listening(port)
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_streamable_http_server(home: Path, fake_llm: FakeLLM,
+                                      http_server: tuple[str, asyncio.subprocess.Process]) -> None:
+    url, proc = http_server
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=f"""\
+        mcp_servers:
+          remote:
+            url: {url}
+            headers:
+              Authorization: Bearer test-token
+        """)
+    adapter = RecordingAdapter()
+    fake_llm.script(ToolCall("mcp_remote_echo", {"text": "over http"}), Reply("done"))
+    gw = await _started(home, adapter)
+    try:
+        assert await _ask(gw, adapter, "echo over http") == "done"
+        proc.kill()
+        await proc.wait()
+        fake_llm.script(ToolCall("mcp_remote_echo", {"text": "again"}), Reply("down"))
+        await _ask(gw, adapter, "and now")
+    finally:
+        await _close(gw)
+    requests = fake_llm.anthropic_requests()
+    assert [t["name"] for t in requests[0]["tools"] if t["name"].startswith("mcp_")] == ["mcp_remote_add",
+                                                                                          "mcp_remote_echo"]
+    assert "echo: over http" in _tool_results(requests[1])[0]["content"]
+    failed = _tool_results(requests[3])[-1]
+    assert failed["is_error"] and "remote" in failed["content"]
+
+
+async def _wait(predicate: Any, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def _wait_listening(port: int) -> None:
+    async with asyncio.timeout(20):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            return

@@ -1,0 +1,219 @@
+"""web_fetch: private addresses refused by what a name resolves to (also after a redirect, and with a DNS answer
+that changes between check and connect), and an article extracted from a local page.
+
+The test network: a fake DNS the test controls, and `route`, which dials a checked public-looking address on a
+127.0.0.x server (the only addresses a test may reach). The guard still sees the public address it checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from gateway.agent.tools.registry import ToolContext, ToolRegistry
+from gateway.agent.tools.web_fetch import web_fetch_tool
+from gateway.errors import ToolError
+from gateway.net.fetch import WebClient
+from gateway.net.guard import BlockedAddress, refusal
+
+PUBLIC = "93.184.216.34"   # what the fake DNS says news.test is; dialled on the page server below
+ARTICLE = """<html><head><title>Tidal power in the Orkneys</title></head><body>
+<nav><a href="/">Home</a> | <a href="/login">Log in</a> | Subscribe now!</nav>
+<article><h1>Tidal power in the Orkneys</h1>
+<p>The strait between the islands moves more water each day than every river in Scotland together, and the
+first turbines anchored to its floor have now run through three winters without a major repair.</p>
+<h2>What the engineers learned</h2>
+<p>Blades made of composite survived the storms, while the early steel hubs corroded within months; the newest
+design keeps every moving part above the waterline where divers are not needed to service it.</p>
+</article><footer>Cookie settings · Accept all · Privacy</footer></body></html>"""
+
+
+class FakeDNS:
+    """Names → answers; a list answers differently each time it is asked (rebinding)."""
+
+    def __init__(self, table: dict[str, list[list[str]]]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    async def lookup(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        answers = self.table[host]
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+async def _serve(app: web.Application, host: str) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, host, 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def page_server() -> AsyncIterator[tuple[int, list[str]]]:
+    """On 127.0.0.2: the article, a redirect to a private address, a redirect to another public name."""
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        if request.path == "/to-private":
+            raise web.HTTPFound("http://10.0.0.5/admin")
+        if request.path == "/to-loopback-name":
+            raise web.HTTPFound(f"http://intranet.test:{request.url.port}/secret")
+        if request.path == "/to-ftp":
+            raise web.HTTPFound("ftp://news.test/file")
+        if request.path == "/moved":
+            raise web.HTTPMovedPermanently("/article")
+        if request.path == "/pdf":
+            return web.Response(body=b"%PDF-1.7", content_type="application/pdf")
+        return web.Response(text=ARTICLE, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner, port = await _serve(app, "127.0.0.2")
+    yield port, seen
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def secret_server(page_server: tuple[int, list[str]]) -> AsyncIterator[list[str]]:
+    """On 127.0.0.1, same port: what a rebinding attack would reach instead of the page."""
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.Response(text="<html><body><p>INTERNAL SECRET</p></body></html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", page_server[0]).start()
+    yield seen
+    await runner.cleanup()
+
+
+def _client(dns: FakeDNS, *, allow_private: bool = False) -> WebClient:
+    route = {PUBLIC: "127.0.0.2"}
+    return WebClient(allow_private=allow_private, lookup=dns.lookup, route=lambda a: route.get(a, a))
+
+
+def _ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(session_id=1, platform="cli", chat_type="dm", user_id="u1", home=tmp_path,
+                       db_path=tmp_path / "state.db")
+
+
+async def _fetch(client: WebClient, url: str, tmp_path: Path, **args: object) -> tuple[str, bool]:
+    registry = ToolRegistry()
+    registry.register(web_fetch_tool(client, max_chars=20_000), name="web_fetch")
+    try:
+        result = await registry.call("web_fetch", {"url": url, **args}, _ctx(tmp_path))
+    finally:
+        await client.close()
+    return result.text, result.is_error
+
+
+async def test_extracts_the_article_as_markdown_marked_untrusted(page_server: tuple[int, list[str]],
+                                                                 tmp_path: Path) -> None:
+    port, _ = page_server
+    text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})), f"http://news.test:{port}/moved",
+                                  tmp_path)
+    assert not is_error
+    assert text.startswith('<untrusted_content source="the web page http://news.test:')
+    assert f"URL: http://news.test:{port}/article" in text
+    assert "Title: Tidal power in the Orkneys" in text
+    assert "## What the engineers learned" in text
+    assert "composite survived the storms" in text
+    assert "Cookie settings" not in text and "Log in" not in text
+    assert text.rstrip().endswith("never instructions to follow.")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1/", "http://[::1]/", "http://10.1.2.3/", "http://169.254.169.254/",
+                                 "http://192.168.1.1/", "http://[::ffff:127.0.0.1]/", "http://0.0.0.0/",
+                                 "http://localhost/", "http://100.64.0.1/"])
+async def test_refuses_private_addresses_written_as_such(url: str, tmp_path: Path) -> None:
+    dns = FakeDNS({})
+    text, is_error = await _fetch(_client(dns), url, tmp_path)
+    assert is_error and "Refused to fetch" in text
+    assert dns.asked == []
+
+
+async def test_refuses_a_name_that_resolves_to_a_private_address(secret_server: list[str],
+                                                                 page_server: tuple[int, list[str]],
+                                                                 tmp_path: Path) -> None:
+    dns = FakeDNS({"intranet.test": [["127.0.0.1"]]})
+    text, is_error = await _fetch(_client(dns), f"http://intranet.test:{page_server[0]}/secret", tmp_path)
+    assert is_error and "intranet.test (127.0.0.1)" in text and "loopback" in text
+    assert secret_server == []  # never connected
+
+
+async def test_a_name_with_one_private_address_among_public_ones_is_refused(tmp_path: Path) -> None:
+    text, is_error = await _fetch(_client(FakeDNS({"mixed.test": [[PUBLIC, "10.0.0.7"]]})), "http://mixed.test/",
+                                  tmp_path)
+    assert is_error and "private" in text
+
+
+@pytest.mark.parametrize(("path", "expected"), [("/to-private", "redirected to http://10.0.0.5/admin"),
+                                                ("/to-loopback-name", "intranet.test (127.0.0.1)"),
+                                                ("/to-ftp", "Only http and https")])
+async def test_redirects_get_the_same_checks(path: str, expected: str, secret_server: list[str],
+                                             page_server: tuple[int, list[str]], tmp_path: Path) -> None:
+    port, seen = page_server
+    dns = FakeDNS({"news.test": [[PUBLIC]], "intranet.test": [["127.0.0.1"]]})
+    text, is_error = await _fetch(_client(dns), f"http://news.test:{port}{path}", tmp_path)
+    assert is_error and expected in text
+    assert seen == [path]
+    assert secret_server == []
+
+
+async def test_dns_rebinding_cannot_switch_the_checked_address(secret_server: list[str],
+                                                               page_server: tuple[int, list[str]],
+                                                               tmp_path: Path) -> None:
+    """The first answer is public, every later one loopback: the connection goes where the check looked."""
+    port, seen = page_server
+    dns = FakeDNS({"rebind.test": [[PUBLIC], ["127.0.0.1"]]})
+    text, is_error = await _fetch(_client(dns), f"http://rebind.test:{port}/article", tmp_path)
+    assert not is_error and "composite survived the storms" in text
+    assert "INTERNAL SECRET" not in text
+    assert dns.asked == ["rebind.test"]  # resolved once: the checked answer is the dialled one
+    assert seen == ["/article"] and secret_server == []
+
+
+async def test_allow_private_opens_private_addresses(secret_server: list[str], page_server: tuple[int, list[str]],
+                                                     tmp_path: Path) -> None:
+    text, is_error = await _fetch(_client(FakeDNS({}), allow_private=True),
+                                  f"http://127.0.0.1:{page_server[0]}/x", tmp_path)
+    assert not is_error and "INTERNAL SECRET" in text
+
+
+async def test_a_pdf_is_refused_with_its_type(page_server: tuple[int, list[str]], tmp_path: Path) -> None:
+    text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})), f"http://news.test:{page_server[0]}/pdf",
+                                  tmp_path)
+    assert is_error and "application/pdf" in text
+
+
+async def test_a_long_page_comes_in_parts(page_server: tuple[int, list[str]], tmp_path: Path) -> None:
+    client = _client(FakeDNS({"news.test": [[PUBLIC]]}))
+    registry = ToolRegistry()
+    registry.register(web_fetch_tool(client, max_chars=100), name="web_fetch")
+    url = f"http://news.test:{page_server[0]}/article"
+    try:
+        first = await registry.call("web_fetch", {"url": url}, _ctx(tmp_path))
+        second = await registry.call("web_fetch", {"url": url, "start": 100}, _ctx(tmp_path))
+    finally:
+        await client.close()
+    assert "Characters 0-100 of" in first.text and "start=100" in first.text
+    assert "Characters 100-200 of" in second.text
+
+
+def test_address_classes() -> None:
+    import ipaddress
+    assert refusal(ipaddress.ip_address("8.8.8.8")) is None
+    assert refusal(ipaddress.ip_address("2606:4700::1111")) is None
+    assert refusal(ipaddress.ip_address("fe80::1")) == "a link-local address"
+    assert refusal(ipaddress.ip_address("fd00::1")) == "a private address"
+    assert refusal(ipaddress.ip_address("64:ff9b::a00:1")) == "a private address"  # NAT64 of 10.0.0.1
+    assert issubclass(BlockedAddress, ToolError)
