@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from gateway.cli.main import main
+from gateway.ops.doctor import Doctor
 from gateway.ops.wiring import Gateway
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
@@ -245,3 +247,36 @@ async def _wait_listening(port: int) -> None:
                 continue
             writer.close()
             return
+
+
+def test_tools_list_shows_every_tool_its_origin_and_platforms(home: Path, fake_llm: FakeLLM, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "add"]), extra="""\
+  broken:
+    command: /nonexistent/mcp-server
+agent:
+  tools: [memory, web_fetch, "mcp_fake_*"]
+  tools_by_platform:
+    slack: [mcp_fake_echo]
+""")
+    assert main(["--home", str(home), "tools", "list"]) == 1  # a server is down
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out[1:] if line and not line.startswith("mcp ")}
+    assert rows["memory"] == ["built-in", "telegram, discord, web, cli, cron"]
+    assert rows["session_search"] == ["built-in", "none (agent.tools leaves it out)"]
+    assert rows["web_search"] == ["built-in", "off: tools.web_search is not set"]
+    assert rows["mcp_fake_add"] == ["mcp:fake", "telegram, discord, web, cli, cron"]
+    assert rows["mcp_fake_echo"] == ["mcp:fake", "all"]
+    assert "mcp server fake (stdio): up, 2 tools" in out
+    assert any(line.startswith("mcp server broken (stdio): down: command not found") for line in out)
+
+
+async def test_doctor_starts_each_server_once_and_lists_its_tools(home: Path, fake_llm: FakeLLM,
+                                                                  tmp_path: Path) -> None:
+    _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "add"]),
+                  extra="  broken:\n    command: /nonexistent/mcp-server\n")
+    checks = {c.name: c for c in await Doctor(home, {}).run()}
+    assert checks["mcp:fake"].verdict == "ok"
+    assert checks["mcp:fake"].detail == "stdio: 2 tools (add, echo)"
+    assert checks["mcp:broken"].verdict == "fail" and "command not found" in checks["mcp:broken"].detail
+    assert len((home.parent / "starts.log").read_text().split()) == 1

@@ -9,12 +9,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import checks, pairing, prompt, run, service, sessions
+from gateway.cli import checks, pairing, prompt, run, service, sessions, tools
 from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
 from gateway.errors import ConfigError, GatewayError
 
 # Each module adds its sub-commands with register(sub); the order is the order of `gateway --help`.
-COMMANDS = (run, checks, prompt, sessions, pairing, service)
+COMMANDS = (run, checks, prompt, sessions, pairing, service, tools)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,8 +17,10 @@ from typing import Any, Literal
 
 import aiohttp
 
+from gateway.agent.tools.catalog import check_tool_names
 from gateway.config.settings import Config, load_config
 from gateway.errors import ConfigError, LLMError, LLMNotConfigured, LLMRejected, LLMTimeout
+from gateway.mcp.hub import McpHub
 from gateway.ops.status import connect_host
 from gateway.ops.web_guard import SECRET_FILE
 from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
@@ -61,7 +63,7 @@ class Doctor:
             probes: list[Awaitable[list[Check]]] = [
                 self._one(self.check_telegram(http, config)), self._one(self.check_discord(http, config)),
                 self.check_slack(http, config), self._one(self.check_model(config)),
-                self._one(self.check_daemon(http, config))]
+                self._one(self.check_daemon(http, config)), self.check_mcp(config)]
             for found in await asyncio.gather(*probes):
                 checks.extend(found)
         redact = Redactor([*config_secrets(config), *env_secrets(self.env)])
@@ -77,6 +79,7 @@ class Doctor:
         path = self.home / "config.yaml"
         try:
             config = load_config(self.home, env=dict(self.env))
+            check_tool_names(config)
         except ConfigError as exc:
             first = str(exc).splitlines()[0]
             return None, Check("config", "fail", first, "edit config.yaml; `gateway config check` lists every error")
@@ -229,6 +232,17 @@ class Doctor:
         used = reply.usage.input_tokens + reply.usage.cache_read_tokens + reply.usage.cache_write_tokens
         return Check("model", "ok", f"{llm.provider}/{reply.model or llm.model} answered ({used} prompt tokens)")
 
+    async def check_mcp(self, config: Config) -> list[Check]:
+        """Start each MCP server once, list its tools, stop it (the daemon's own servers are not touched)."""
+        if not config.mcp_servers:
+            return []
+        hub = McpHub(config.mcp_servers, log_dir=self.home / "logs" / "mcp")
+        try:
+            await hub.start()
+            return [_mcp_check(hub, state.name) for state in hub.states.values()]
+        finally:
+            await hub.stop()
+
     async def check_daemon(self, http: aiohttp.ClientSession, config: Config) -> Check | None:
         if not config.web.enabled:
             return Check("daemon", "skip", "web listener off (web.enabled: false): cannot ask the daemon")
@@ -270,6 +284,20 @@ def _why(status: int | None, body: Any) -> str:
 
 def _mode(info: os.stat_result) -> str:
     return stat.filemode(info.st_mode)
+
+
+def _mcp_check(hub: McpHub, name: str) -> Check:
+    state = hub.states[name]
+    label = f"mcp:{name}"
+    if state.state == "disabled":
+        return Check(label, "skip", "enabled: false")
+    if state.state == "up":
+        names = ", ".join(sorted(t.name for t in state.tools.values())) or "no tools"
+        return Check(label, "ok", f"{state.transport}: {len(state.tools)} tools ({names})")
+    tail = hub.error_log(name, lines=3).replace("\n", " | ")
+    detail = f"{state.transport}: {state.error or 'did not start'}" + (f"; stderr: {tail}" if tail else "")
+    return Check(label, "fail", detail, f"check mcp_servers.{name} (command, args, env / url, headers); "
+                 f"its stderr is in logs/mcp/{name}.log")
 
 
 def render(checks: list[Check]) -> str:

@@ -1,0 +1,75 @@
+"""gateway tools list: every tool, where it comes from (built-in or which MCP server) and on which platforms a new
+session gets it. MCP servers are started once to list their tools, then stopped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+from gateway.agent.tools.catalog import TOOL_ORDER
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, setup_logging
+from gateway.config.settings import environ
+from gateway.events import PLATFORMS
+
+if TYPE_CHECKING:
+    from gateway.ops.wiring import Gateway
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tools = sub.add_parser("tools", help="the agent's tools")
+    tools_sub = tools.add_subparsers(dest="tools_command", required=True)
+    listing = tools_sub.add_parser("list", help="every tool, where it comes from and the platforms it is on for")
+    listing.add_argument("--no-mcp", action="store_true", help="do not start the MCP servers to list their tools")
+    listing.set_defaults(func=cmd_tools_list)
+
+
+def cmd_tools_list(args: argparse.Namespace) -> int:
+    from gateway.ops.wiring import build_gateway
+    config = config_of(args)
+    setup_logging(args, config, environ(), level="ERROR")
+    gateway = build_gateway(config, env=environ(), probe_ollama=False)
+
+    async def main() -> tuple[list[str], bool]:
+        try:
+            if gateway.mcp is not None and not args.no_mcp:
+                await gateway.mcp.start()
+            down = gateway.mcp is not None and any(s.state == "down" for s in gateway.mcp.states.values())
+            return _rows(gateway), down
+        finally:
+            await gateway.close_tools()
+            await gateway.llm.close()
+            gateway.store.close()
+
+    lines, down = asyncio.run(main())
+    sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_ERROR if down else EXIT_OK
+
+
+def _rows(gateway: Gateway) -> list[str]:
+    catalog = gateway.catalog
+    assert catalog is not None
+    registry = catalog.registry
+    provided = registry.provider.specs() if registry.provider is not None else []
+    names = [*registry.names(), *sorted(s.name for s in provided)]
+    rows = [(name, catalog.origin(name), _platforms([p for p in PLATFORMS if catalog.enabled(name, p)]))
+            for name in names]
+    if "web_search" not in names:
+        rows.insert(TOOL_ORDER.index("web_search"), ("web_search", "built-in", "off: tools.web_search is not set"))
+    width = max(len(r[0]) for r in rows) + 2
+    lines = [f"{'TOOL':<{width}}{'FROM':<14}ON PLATFORMS"]
+    lines += [f"{name:<{width}}{origin:<14}{where}" for name, origin, where in rows]
+    if gateway.mcp is not None:
+        lines.append("")
+        for state in gateway.mcp.states.values():
+            error = f": {state.error}" if state.error else ""
+            lines.append(f"mcp server {state.name} ({state.transport}): {state.state}{error}, "
+                         f"{len(state.tools)} tools")
+    return lines
+
+
+def _platforms(found: list[str]) -> str:
+    if len(found) == len(PLATFORMS):
+        return "all"
+    return ", ".join(found) if found else "none (agent.tools leaves it out)"
