@@ -3,6 +3,8 @@
 GatewayError
 ├── ConfigError(file, line, key)          bad config: the daemon exits 78
 ├── StoreError                            a row that cannot be read or written
+├── HomeLocked                            another process holds the home's lock: exit 75 at once
+├── HomeUnusable                          the home or state.db cannot be used (read-only, damaged): exit 78
 ├── AdapterError(platform)
 │   ├── RateLimited(retry_after)          429: pause the chat (or the bot) that long
 │   ├── MarkupRejected                    the platform refused our markup: resend as plain text
@@ -59,6 +61,15 @@ class ConfigErrors(ConfigError):
 
 class StoreError(GatewayError):
     """The database could not give a trustworthy answer (never turned into 'no session')."""
+
+
+class HomeLocked(GatewayError):
+    """A second `gateway run`/`chat` on a home another process runs; the message names its PID."""
+
+
+class HomeUnusable(GatewayError):
+    """The home or its database cannot be used at start-up; one line says why and what to run. Restarting cannot
+    help, so the daemon exits 78 (the unit's RestartPreventExitStatus)."""
 
 
 class AdapterError(GatewayError):

@@ -43,7 +43,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
-    "ops": [("notify", "service", "supervisor", "status", "web_guard"), "wiring", ("doctor", "daemon")],
+    "ops": [("notify", "service", "supervisor", "status", "web_guard", "home"), "wiring", ("doctor", "daemon")],
     "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools"), "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")

@@ -1,17 +1,19 @@
 """The `gateway` command: one sub-command group per module of this package, registered here.
 
-The only place that maps errors to exit codes (78 = bad config, so systemd does not restart-loop).
+The only place that maps errors to exit codes (78 = bad config or an unusable home, so systemd does not
+restart-loop; 75 = the home is held by another process).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from gateway.cli import checks, pairing, prompt, run, service, sessions, tools
-from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
-from gateway.errors import ConfigError, GatewayError
+from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_RESTART
+from gateway.errors import ConfigError, GatewayError, HomeLocked, HomeUnusable
 
 # Each module adds its sub-commands with register(sub); the order is the order of `gateway --help`.
 COMMANDS = (run, checks, prompt, sessions, pairing, service, tools)
@@ -31,16 +33,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Everything a command creates in the home (state.db and its -wal/-shm, keys, memories) is the owner's alone,
+    # however the process was started; restored after, for callers in the same process (tests).
+    umask = os.umask(0o077)
     try:
         code: int = args.func(args)
     except ConfigError as exc:
         print(f"config error:\n{exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except HomeUnusable as exc:  # restarting cannot help: 78, so systemd does not restart-loop
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except HomeLocked as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RESTART
     except GatewayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        os.umask(umask)
     return code
 
 

@@ -8,10 +8,18 @@ import asyncio
 import gc
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, EXIT_RESTART, config_of, log, setup_logging
-from gateway.config.settings import environ
-from gateway.errors import ConfigError
+from gateway.config.settings import Config, environ
+from gateway.errors import ConfigError, HomeUnusable, StoreError
+from gateway.events import Adapter
+from gateway.ops.home import hold_home
+
+if TYPE_CHECKING:
+    from adapters.console import ConsoleAdapter
+    from gateway.ops.wiring import Gateway
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,25 +35,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gateway.ops.daemon import check_web_binding, run_daemon
     from gateway.ops.notify import Notifier
     from gateway.ops.web_guard import login_secret
-    from gateway.ops.wiring import build_gateway, platform_adapters
+    from gateway.ops.wiring import platform_adapters
     config = config_of(args)
     env = environ()
     redactor = setup_logging(args, config, env)
     check_web_binding(config)
     notifier = Notifier.from_env(env, pid=os.getpid(), watchdog=config.daemon.watchdog)
+    lock = hold_home(config.home)  # before anything touches the home: a second daemon stops here
     try:
         secret = login_secret(config.web, config.home) if config.web.enabled else None
         redactor.add([secret.value] if secret else [])
         # On a terminal the login link is printed; under systemd stdout is the journal, which is no place for it.
         announce = _print_login if sys.stdout.isatty() else None
-        gateway = build_gateway(config, env=env, adapters=platform_adapters(config))
+        gateway = _build(config, env, platform_adapters(config))
         # The libraries' import-time heap (~400k objects) lives forever; left to the collector, every full
         # collection walks it and stalls the loop for ~200 ms. Frozen, and with young collections less often
         # (a turn allocates thousands of short-lived objects), bench/overhead.py's p99.9 went from ~165 to ~8 ms.
         gc.freeze()
         gc.set_threshold(10_000, 20, 10)
         return asyncio.run(run_daemon(gateway, notifier=notifier, announce=announce))
-    except (ConfigError, KeyboardInterrupt):
+    except (ConfigError, HomeUnusable, KeyboardInterrupt):
         raise
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT during the drain: stop now, as asked
         log.warning("stopped before the drain finished (second signal); unfinished turns stay stored for replay")
@@ -56,6 +65,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception:  # noqa: BLE001 (the task root: logged with its traceback, exit 1)
         log.exception("the daemon crashed")
         return EXIT_ERROR
+    finally:
+        lock.release()
+
+
+def _build(config: Config, env: dict[str, str], adapters: Sequence[Adapter]) -> Gateway:
+    """The object graph; a home or state.db that cannot be used (read-only, damaged) is one line and exit 78."""
+    from gateway.ops.home import database_problem
+    from gateway.ops.wiring import build_gateway
+    try:
+        return build_gateway(config, env=env, adapters=adapters)
+    except (StoreError, OSError) as exc:
+        raise HomeUnusable(database_problem(config.db_path, exc)) from None
 
 
 def _print_login(url: str) -> None:
@@ -80,29 +101,33 @@ def cmd_web_url(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from adapters.console import ConsoleAdapter
-    from gateway.ops.wiring import build_gateway
     config = config_of(args)
     setup_logging(args, config, environ(), level="WARNING")
     console = ConsoleAdapter(prompt="you> ")
-    gateway = build_gateway(config, env=environ(), adapters=[console])
-
-    async def main() -> None:
-        await console.start(gateway.sessions.submit)
-        lifecycle = gateway.lifecycle
-        try:
-            if lifecycle is not None:  # the same pipeline as the daemon: idle timers, and /new flushes the old session
-                await lifecycle.start()
-            if gateway.mcp is not None:
-                await gateway.mcp.start()
-            await gateway.outbox.deliver_pending()
-            await console.run()
-            await gateway.sessions.wait_idle()
-        finally:
-            if lifecycle is not None:
-                await lifecycle.stop(config.daemon.drain_seconds)  # what does not fit stays pending
-            await gateway.llm.close()
-            await gateway.close_tools()
-            gateway.store.close()
-
-    asyncio.run(main())
+    # Exclusive, like the daemon: two processes would both run the idle timers and flushes of the same sessions.
+    lock = hold_home(config.home, command="chat")
+    try:
+        gateway = _build(config, environ(), [console])
+        asyncio.run(_chat(config, gateway, console))
+    finally:
+        lock.release()
     return EXIT_OK
+
+
+async def _chat(config: Config, gateway: Gateway, console: ConsoleAdapter) -> None:
+    await console.start(gateway.sessions.submit)
+    lifecycle = gateway.lifecycle
+    try:
+        if lifecycle is not None:  # the same pipeline as the daemon: idle timers, and /new flushes the old session
+            await lifecycle.start()
+        if gateway.mcp is not None:
+            await gateway.mcp.start()
+        await gateway.outbox.deliver_pending()
+        await console.run()
+        await gateway.sessions.wait_idle()
+    finally:
+        if lifecycle is not None:
+            await lifecycle.stop(config.daemon.drain_seconds)  # what does not fit stays pending
+        await gateway.llm.close()
+        await gateway.close_tools()
+        gateway.store.close()

@@ -34,10 +34,14 @@ class Database:
         conn.row_factory = sqlite3.Row
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
-        conn.execute("PRAGMA busy_timeout=5000")
-        self.db.enable_wal()
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
+        try:
+            conn.execute("PRAGMA busy_timeout=5000")
+            self.db.enable_wal()
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:  # not a database, damaged, read-only: the caller says which, in one line
+            conn.close()
+            raise StoreError(f"cannot open {path}: {exc}") from exc
         self.applied = self._migrate(migrations)
         self.history_cache = HistoryCache()
         self._data_version = self._read_data_version()
