@@ -21,11 +21,11 @@ LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
     "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5,
     "agent": 6, "prompt": 7, "delivery": 8,
-    "sessions": 9, "access": 9, "ops": 10, "cli": 11,
+    "sessions": 9, "access": 9, "scheduling": 10, "ops": 11, "cli": 12,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", "media", "tools", "settings"],
+    "config": ["yamlload", ("media", "tools", "schedule"), "settings"],
     "telemetry": [("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
     "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
@@ -35,7 +35,9 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "mcp": [("names", "content"), "link", "hub"],
     "net": ["guard", "fetch", ("extract", "search")],
     "agent": ["tools", "loop"],
-    "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy"),
+    "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
+    "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy",
+                                           "schedule"),
                     "catalog"],
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
     "delivery": ["ratelimit", "markup", "chunking", "outbox"],
@@ -44,7 +46,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
     "ops": [("notify", "service", "supervisor", "status", "web_guard", "home"), "wiring", ("doctor", "daemon")],
-    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools"), "main"],
+    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs"), "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")

@@ -30,7 +30,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("help", "List the commands"),
 )
 ASK_DESCRIPTION = "Ask the agent something (instead of mentioning it)"
-EPHEMERAL_COMMANDS = frozenset({"status", "usage", "help"})  # only the asker needs to see these
+JOBS_DESCRIPTION = "Your scheduled reminders and jobs; give an id to cancel one"
+EPHEMERAL_COMMANDS = frozenset({"status", "usage", "help", "jobs"})  # only the asker needs to see these
 NOT_ANSWERED = {
     SubmitOutcome.IGNORED: "Sorry, I can't answer you here.",
     SubmitOutcome.DUPLICATE: "I already have this one.",
@@ -69,6 +70,12 @@ class SlashCommands:
             await self.on_command(interaction, "ask", prompt)
 
         tree.add_command(app_commands.Command(name="ask", description=ASK_DESCRIPTION, callback=ask))
+
+        @app_commands.describe(cancel="The id of one of your jobs, to cancel it")
+        async def jobs(interaction: discord.Interaction[Any], cancel: int | None = None) -> None:
+            await self.on_command(interaction, "jobs", "" if cancel is None else f"cancel {cancel}")
+
+        tree.add_command(app_commands.Command(name="jobs", description=JOBS_DESCRIPTION, callback=jobs))
         return tree
 
     def _command_callback(self, name: str) -> Callable[[discord.Interaction[Any]], Any]:
@@ -107,7 +114,7 @@ class SlashCommands:
             log.warning("discord: could not acknowledge /%s (%s)", name, exc)
             return
         try:
-            inbound = interaction_inbound(interaction, prompt if name == "ask" else f"/{name}")
+            inbound = interaction_inbound(interaction, prompt if name == "ask" else f"/{name} {prompt}".strip())
             self._remember_interaction(inbound.message_id, interaction, ephemeral)
             result = await self._submit(inbound)
             await self._settle_interaction(inbound.message_id, result)

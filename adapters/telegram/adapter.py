@@ -55,6 +55,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("stop", "Stop the answer in progress"),
     ("retry", "Answer your last message again"),
     ("undo", "Forget the last exchange"),
+    ("jobs", "Your scheduled jobs (/jobs cancel ID stops one)"),
     ("help", "List the commands"),
 )
 

@@ -122,10 +122,14 @@ async def _chat(config: Config, gateway: Gateway, console: ConsoleAdapter) -> No
             await lifecycle.start()
         if gateway.mcp is not None:
             await gateway.mcp.start()
+        if gateway.jobs is not None:  # the console's own scheduled jobs run while it is open
+            await gateway.jobs.start()
         await gateway.outbox.deliver_pending()
         await console.run()
         await gateway.sessions.wait_idle()
     finally:
+        if gateway.jobs is not None:
+            await gateway.jobs.stop(config.daemon.drain_seconds)
         if lifecycle is not None:
             await lifecycle.stop(config.daemon.drain_seconds)  # what does not fit stays pending
         await gateway.llm.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.config.media import MediaConfig, TranscriptionConfig
+from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
 from gateway.config.yamlload import Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
@@ -295,6 +296,7 @@ class Config:
     media: MediaConfig = field(default_factory=MediaConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     # Not from the file: where it all lives. Set by load_config.
     home: Path = field(default=Path("."), metadata={"internal": True})
 

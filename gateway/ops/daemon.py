@@ -87,6 +87,8 @@ class Daemon:
         resumed, expired = await gw.sessions.replay()
         if resumed or expired:
             log.info("replay: %s messages resumed, %s answered with the offline note", resumed, expired)
+        if gw.jobs is not None:  # scheduled jobs: timers rebuilt, what came due while down run (or reported)
+            await gw.jobs.start()
         # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
         self._ready()
         # Platforms that never redeliver (Discord) fetch what they missed once each connection is up.
@@ -206,6 +208,8 @@ class Daemon:
         except TimeoutError:
             log.warning("drain deadline (%ss) passed; unfinished turns stay stored for replay", deadline)
             await gw.sessions.cancel_all()
+        if gw.jobs is not None:  # job runs get what is left of the drain; one cut off is reported at the next start
+            await gw.jobs.stop(max(deadline - (asyncio.get_running_loop().time() - started), 0.0))
         if gw.lifecycle is not None:  # flushes get what is left of the drain deadline; the rest stay pending
             left = deadline - (asyncio.get_running_loop().time() - started)
             await gw.lifecycle.stop(max(left, 0.0))

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from gateway.errors import StoreError
 from gateway.events import AdapterHealth
+from gateway.scheduling.jobstore import JobStore
 from gateway.store.database import Store
 from gateway.store.rows import iso
 from gateway.telemetry.metrics import TOKEN_KINDS, Metrics, State, cache_hit_ratio
@@ -118,10 +120,23 @@ class Ops:
             "flush": {"pending": state.flush_backlog.get("pending", 0),
                       "running": state.flush_backlog.get("running", 0),
                       **{k: state.flushes.get(k, 0) for k in ("done", "nothing", "failed")}},
+            "jobs": self.jobs(),
             "cache_hit_ratio": cache_hit_ratio(state.tokens),
             "models": {m: {"cache_hit_ratio": cache_hit_ratio(state.tokens, m),
                            **{k: state.tokens.get((m, k), 0) for k in TOKEN_KINDS}} for m in models},
         }
+
+    def jobs(self) -> dict[str, Any]:
+        """Scheduled jobs: how many of each state, runs in flight, the last day's outcomes, the next one due."""
+        jobs = JobStore(self.store)
+        counts = jobs.job_counts(since=datetime.fromtimestamp(self.wall() - 86_400, UTC))
+        nxt = jobs.next_job()
+        return {**{state: counts.get(f"jobs_{state}", 0) for state in ("active", "stopped")},
+                "running": counts.get("runs_running", 0),
+                "last_24h": {status: counts.get(f"runs_{status}", 0)
+                             for status in ("done", "failed", "missed", "interrupted")},
+                "next": None if nxt is None else {"id": nxt.id, "name": nxt.name, "at": nxt.next_run_at,
+                                                  "posts_to": f"{nxt.platform}:{nxt.chat_id}"}}
 
     def status_line(self) -> str:
         """The one line systemd shows in `systemctl status` (STATUS=)."""
@@ -223,7 +238,23 @@ def render_status(data: Mapping[str, Any]) -> str:
     flush = data.get("flush") or {}
     lines.append(f"flush backlog: {flush.get('pending', 0)} pending, {flush.get('running', 0)} running"
                  f" · done {flush.get('done', 0)}, nothing {flush.get('nothing', 0)}, failed {flush.get('failed', 0)}")
+    if data.get("jobs") is not None:
+        lines.append(_jobs_line(data["jobs"]))
     return "\n".join(lines)
+
+
+def _jobs_line(jobs: Mapping[str, Any]) -> str:
+    line = f"jobs: {jobs.get('active', 0)} active, {jobs.get('running', 0)} running"
+    if jobs.get("stopped"):
+        line += f", {jobs['stopped']} stopped (creator lost access)"
+    nxt = jobs.get("next")
+    if nxt:
+        label = f"#{nxt['id']}" + (f" \"{nxt['name']}\"" if nxt.get("name") else "")
+        line += f" · next {label} at {nxt['at']}"
+    day = jobs.get("last_24h") or {}
+    if any(day.values()):
+        line += " · last 24 h: " + ", ".join(f"{n} {status}" for status, n in day.items() if n)
+    return line
 
 
 def _duration(seconds: Any) -> str:

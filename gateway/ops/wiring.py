@@ -39,6 +39,11 @@ from gateway.ops.supervisor import Supervisor, Watchdog
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
 from gateway.prompt.session_tools import SessionTools
+from gateway.scheduling.book import JobBook
+from gateway.scheduling.command import JobsCommand
+from gateway.scheduling.jobstore import JobStore
+from gateway.scheduling.runner import JobRunner
+from gateway.scheduling.turn import JobTurn, RunTools
 from gateway.sessions.commands import Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
@@ -80,6 +85,7 @@ class Gateway:
     catalog: ToolCatalog | None = None
     mcp: McpHub | None = None  # only with mcp_servers; the daemon starts and stops it
     web: WebTools | None = None
+    jobs: JobRunner | None = None
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -105,7 +111,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     llm = llm or _model(config, env, probe_ollama=probe_ollama)
     memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit)
     skills = SkillLibrary(config.home)
-    tools, hub, web = _tools(config, env, memory, skills)
+    book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
+    tools, hub, web = _tools(config, env, memory, skills, book)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
@@ -116,12 +123,15 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                     limiter=RateLimiter(clock=monotonic, sleep=sleep),
                     backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
     prompts = PromptAssembler(config, facts, memory, skills)
+    gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
-                                    tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics)
+                                    tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
+                                    gate=gate, jobs_command=JobsCommand(book))
+    jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web)
+                   mcp=hub, web=web, jobs=jobs)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> LLMClient:
@@ -132,12 +142,12 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> LLM
         return UnconfiguredLLM(str(exc))
 
 
-def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore,
-           skills: SkillLibrary) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
+           jobs: JobBook | None) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon)."""
     check_tool_names(config)
     web = _web_tools(config, env)
-    registry = build_registry(config.home, memory=memory, skills=skills, web=web)
+    registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
     hub = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp")
@@ -169,9 +179,8 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
 
 def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
               memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
-              metrics: Metrics) -> tuple[SessionManager, Lifecycle]:
-    """The session manager with its gate, compression, pre-reset flush and lifecycle timers."""
-    gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
+              metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand) -> tuple[SessionManager, Lifecycle]:
+    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands."""
     compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
                             flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
                                              read_memory=memory.read, clock=clock))
@@ -179,11 +188,28 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
     flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tools=tools,
                       home=config.home, db_path=config.db_path, clock=clock)
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
+    commands = Commands(policies=policies, clock=clock)
+    commands.add("jobs", jobs_command)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
-                              hooks=lifecycle, commands=Commands(policies=policies, clock=clock), adapters=adapters,
+                              hooks=lifecycle, commands=commands, adapters=adapters,
                               clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics)
     lifecycle.attach(sessions)
     return sessions, lifecycle
+
+
+def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, prompts: PromptAssembler,
+          catalog: ToolCatalog, gate: AccessGate, sleep: Sleep) -> JobRunner | None:
+    """Scheduled jobs: the runs' own tool lists (the `cron` platform's, without `schedule` unless allowed) and the
+    runner, which serves the jobs of this process's platforms and asks the same gate about each creator at run time."""
+    if book is None:
+        return None
+    run_tools = SessionTools(store=sessions.store, clock=sessions.clock,
+                             catalog=RunTools(catalog, schedule=config.schedule.jobs_may_schedule))
+    runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
+                       turn=JobTurn(manager=sessions, jobs=book.jobs, prompts=prompts, tools=run_tools),
+                       platforms=sessions.adapters, sleep=sleep)
+    book.changed = runner.changed
+    return runner
 
 
 def _watchdogs(config: Config) -> dict[str, Watchdog]:

@@ -1,7 +1,7 @@
 """In-chat commands, answered before the agent and outside the session's queue.
 
-`/new` (`/reset`), `/status`, `/usage`, `/stop`, `/retry`, `/undo`, `/help`. Any other `/word` is not ours:
-the handler returns None and the message goes to the agent as text.
+`/new` (`/reset`), `/status`, `/usage`, `/stop`, `/retry`, `/undo`, `/help`, and those added from above
+(`/jobs`). Any other `/word` is not ours: the handler returns None and the message goes to the agent as text.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ Commands:
 /stop: stop the answer I'm working on
 /retry: answer your last message again
 /undo: forget your last message and my answer
+/jobs: your scheduled reminders and jobs (/jobs cancel ID stops one)
 /help: this list
 Any other /word is passed to me as ordinary text."""
 
@@ -53,6 +54,10 @@ class Commands:
             "new": self.new, "reset": self.new, "status": self.status, "usage": self.usage, "stop": self.stop,
             "retry": self.retry, "undo": self.undo, "help": self.help,
             "start": self.start}  # Telegram sends /start when a user opens the bot; unknown users get pairing
+
+    def add(self, word: str, handler: Handler) -> None:
+        """A command whose work lives above sessions (`/jobs`: gateway/scheduling/command.py)."""
+        self.handlers[word] = handler
 
     async def __call__(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
         handler = self.handlers.get(command_word(inbound.text) or "")

@@ -197,10 +197,10 @@ class SessionManager:
             return True
         return False
 
-    def tool_context(self, session: SessionRow, user_id: str | None) -> ToolContext:
+    def tool_context(self, session: SessionRow, user_id: str | None, origin: Inbound | None = None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
-                           chat_id=session.chat_id)
+                           chat_id=session.chat_id, origin=origin)
 
     # ------------------------------------------------------------------ the turn
     async def _turn(self, inbound_id: int) -> None:
@@ -279,7 +279,7 @@ class SessionManager:
 
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
                          user_msg: ChatMessage, held: list[LLMReply]) -> TurnResult:
-        ctx = self.tool_context(session, inbound.user_id)
+        ctx = self.tool_context(session, inbound.user_id, inbound)
         tools = self.tools.of(session)
         allowed = self.tools.allowed(tools, session.platform)
 

@@ -35,11 +35,13 @@ BATCH = 200  # expiries between yields to the event loop, so a crowd at the dail
 
 
 class DeadlineTimers:
-    """Deadlines by session key (one per active session) in a heap; one scheduler job at the earliest."""
+    """Deadlines by key (one per active session; scheduled jobs use one per job) in a heap; one scheduler job,
+    named `job_id`, at the earliest."""
 
     def __init__(self, scheduler: AsyncIOScheduler, clock: Clock,
-                 on_due: Callable[[list[tuple[str, int]]], Awaitable[object]]) -> None:
+                 on_due: Callable[[list[tuple[str, int]]], Awaitable[object]], *, job_id: str = SWEEP_JOB) -> None:
         self.scheduler = scheduler
+        self.job_id = job_id
         self.clock = clock
         self.on_due = on_due
         self._by_key: dict[str, tuple[int, float]] = {}
@@ -105,13 +107,13 @@ class DeadlineTimers:
             return
         top = self._live_top()
         if top is None:
-            if self._armed is not None and self.scheduler.get_job(SWEEP_JOB) is not None:
-                self.scheduler.remove_job(SWEEP_JOB)
+            if self._armed is not None and self.scheduler.get_job(self.job_id) is not None:
+                self.scheduler.remove_job(self.job_id)
             self._armed = None
             return
         delay = max(top[0] - self.clock().timestamp(), 0.0)
         self.scheduler.add_job(self._sweep, "date", run_date=datetime.now(UTC) + timedelta(seconds=delay),
-                               id=SWEEP_JOB, replace_existing=True, misfire_grace_time=None, coalesce=True)
+                               id=self.job_id, replace_existing=True, misfire_grace_time=None, coalesce=True)
         self._armed = top[0]
 
     async def _sweep(self) -> None:

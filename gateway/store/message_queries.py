@@ -39,6 +39,12 @@ class MessageQueries(Database):
         with self.tx() as conn:
             self._insert_messages(conn, session_id, messages, now=now, kind=kind, turn_id=turn_id)
 
+    def insert_messages(self, conn: sqlite3.Connection, session_id: int, messages: Sequence[dict[str, Any]], *,
+                        now: datetime, kind: str = "chat", turn_id: str | None = None) -> int:
+        """Append messages inside the caller's `tx()`, for a feature whose rows must commit with them (a scheduled
+        job's run ends with its messages, gateway/scheduling/jobstore.py)."""
+        return self._insert_messages(conn, session_id, messages, now=now, kind=kind, turn_id=turn_id)
+
     def _insert_messages(self, conn: sqlite3.Connection, session_id: int, messages: Sequence[dict[str, Any]], *,
                          now: datetime, kind: str, turn_id: str | None) -> int:
         """Insert neutral chat messages (role, content, tool calls…) inside the caller's transaction."""

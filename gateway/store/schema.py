@@ -201,10 +201,59 @@ CREATE TABLE tool_lists (
 ALTER TABLE sessions ADD COLUMN tool_list_id INTEGER REFERENCES tool_lists(id);
 """
 
+# Scheduled jobs (gateway/scheduling/): each job belongs to the chat (thread included) and the person that made it;
+# the creator's handle, server and roles are kept so the gate can be asked again at run time. A run is claimed as a
+# `job_runs` row before its turn starts; UNIQUE (job_id, scheduled_for) is what makes "never twice" hold.
+_JOBS = """
+CREATE TABLE jobs (
+  id INTEGER PRIMARY KEY,
+  name TEXT,
+  prompt TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  timezone TEXT NOT NULL,
+  platform TEXT NOT NULL,
+  chat_type TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  thread_id TEXT,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  username TEXT,
+  space_id TEXT,
+  roles TEXT,
+  created_at TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'active',
+  state_reason TEXT,
+  next_run_at TEXT,
+  last_run_at TEXT,
+  runs INTEGER NOT NULL DEFAULT 0,
+  run_requested_at TEXT
+);
+CREATE INDEX jobs_due ON jobs(next_run_at) WHERE state = 'active';
+CREATE INDEX jobs_owner ON jobs(platform, user_id, state);
+CREATE INDEX jobs_requested ON jobs(run_requested_at) WHERE run_requested_at IS NOT NULL;
+CREATE TABLE job_runs (
+  id INTEGER PRIMARY KEY,
+  job_id INTEGER NOT NULL REFERENCES jobs(id),
+  scheduled_for TEXT NOT NULL,
+  trigger TEXT NOT NULL,
+  status TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  session_id INTEGER,
+  turn_id TEXT,
+  error TEXT,
+  UNIQUE (job_id, scheduled_for)
+);
+CREATE INDEX job_runs_running ON job_runs(status) WHERE status = 'running';
+CREATE INDEX job_runs_job ON job_runs(job_id, id);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
     ("0003_search_index", SEARCH_INDEX_MIGRATION_SQL),
     ("0006_media", _MEDIA),
     ("0009_session_tools", _SESSION_TOOLS),
+    ("0008_jobs", _JOBS),
 ]

@@ -408,7 +408,7 @@ async def test_start_raises_adapter_fatal_for_a_bad_token(home: Path, fake_disco
 async def test_slash_commands_are_synced_globally(home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
     async with running(home, fake_llm, fake_discord):
         names = [c["name"] for c in fake_discord.global_commands]
-        assert names == [name for name, _ in COMMANDS] + ["ask"]
+        assert names == [name for name, _ in COMMANDS] + ["ask", "jobs"]
         body = fake_discord.calls_to("PUT /applications/{app}/commands")[0].body
         by_name = {c["name"]: c for c in body}
         assert by_name["status"]["description"] == "Show the session, model and token usage"
@@ -421,7 +421,7 @@ async def test_slash_commands_are_synced_globally(home: Path, fake_llm: FakeLLM,
 async def test_slash_commands_per_guild(home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
     extra = f"  command_sync: guilds\n  allowed_guilds: ['{GUILD_ID}']\n"
     async with running(home, fake_llm, fake_discord, extra):
-        assert [c["name"] for c in fake_discord.guild_commands[GUILD_ID]][-1] == "ask"
+        assert [c["name"] for c in fake_discord.guild_commands[GUILD_ID]][-2:] == ["ask", "jobs"]
         assert fake_discord.global_commands == []
     fake_discord.calls.clear()
     async with running(home, fake_llm, fake_discord, "  command_sync: 'off'\n"):

@@ -15,6 +15,7 @@ from pathlib import Path
 from gateway.agent.tools.memory import memory_tool
 from gateway.agent.tools.policy import ToolPolicy, name_problems
 from gateway.agent.tools.registry import ToolFunction, ToolRegistry, ToolSpec
+from gateway.agent.tools.schedule import JobBook, schedule_tool
 from gateway.agent.tools.search import session_search_tool
 from gateway.agent.tools.skills import skill_tools
 from gateway.agent.tools.web_fetch import web_fetch_tool
@@ -28,7 +29,7 @@ from gateway.knowledge.skills import SkillLibrary
 from gateway.net.fetch import WebClient
 from gateway.net.search import WebSearch
 
-TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search")
+TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule")
 # What the pre-reset flush may run: it saves what the session learned, it must not search or reply.
 MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})
 
@@ -46,12 +47,12 @@ class WebTools:
 def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375,
                    enabled: Collection[str] | None = None, memory: MemoryStore | None = None,
                    skills: SkillLibrary | None = None, search: SessionSearch | None = None,
-                   web: WebTools | None = None) -> ToolRegistry:
+                   web: WebTools | None = None, jobs: JobBook | None = None) -> ToolRegistry:
     """All built-in tools (or those in `enabled`) in TOOL_ORDER, over the memories and skills of `home`.
 
     Pass `memory` / `skills` to share the instances the prompt builder reads (one lock, one index cache),
-    `search` to close its connection on shutdown (otherwise it closes when the registry is collected), and
-    `web` for web_fetch (and web_search when a provider is configured).
+    `search` to close its connection on shutdown (otherwise it closes when the registry is collected),
+    `web` for web_fetch (and web_search when a provider is configured), and `jobs` for schedule (scheduling on).
     """
     memory = memory or MemoryStore(home / "memories", memory_char_limit, user_char_limit)
     skills = skills or SkillLibrary(home)
@@ -63,8 +64,10 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
         tools["web_fetch"] = web_fetch_tool(web.client, max_chars=web.max_chars)
         if web.search is not None:
             tools["web_search"] = web_search_tool(web.search, default_count=web.search_results)
+    if jobs is not None:
+        tools["schedule"] = schedule_tool(jobs)
     if enabled is not None:
-        unknown = set(enabled) - set(tools)
+        unknown = set(enabled) - set(TOOL_ORDER)
         if unknown:
             raise ValueError(f"unknown tools: {', '.join(sorted(unknown))}; known: {', '.join(TOOL_ORDER)}")
     registry = ToolRegistry()

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from gateway.agent.tools import schema
 from gateway.errors import ToolError
+from gateway.events import Inbound
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,10 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling: tools scope what they read and write by it (session search never crosses users)."""
+    """Who is calling: tools scope what they read and write by it (session search never crosses users).
+
+    `origin` is the message the turn answers (its chat and thread, the sender's handle and roles); None in
+    background work such as the pre-reset flush."""
 
     session_id: int
     platform: str
@@ -42,6 +46,7 @@ class ToolContext:
     home: Path
     db_path: Path
     chat_id: str | None = None
+    origin: Inbound | None = None
 
 
 @dataclass(frozen=True, slots=True)
