@@ -100,7 +100,8 @@ async def test_a_reminder_made_in_a_thread_is_posted_there_at_its_time(home: Pat
         assert (posted.chat.chat_id, posted.chat.thread_id, posted.reply_to_id) == ("g1", "t7", None)
         run_request = fake_llm.anthropic_requests()[2]
         assert "This is a scheduled run: no user is present" in str(run_request["system"])
-        assert [t["name"] for t in run_request["tools"]] == ["memory", "session_search", "skill_view", "skill_manage"]
+        assert [t["name"] for t in run_request["tools"]] == ["memory", "session_search", "skill_view", "skill_manage",
+                                                            "web_fetch"]  # the chat's tools, without schedule
         assert texts(run_request)[-1].startswith('[Scheduled job #1 "bank", set up by Ann on 2031-01-06 in a cli group.'
                                                  " It was due 2031-01-06 10:30 CET; it is now 2031-01-06 10:30 CET.")
         assert texts(run_request)[-1].endswith("\n\nRemind them to call the bank.")
@@ -399,3 +400,17 @@ async def test_the_operator_lists_shows_cancels_and_runs_jobs(home: Path, fake_l
         assert line == f'jobs: 1 active, 0 running · next #1 "standup" at {standup_next} · last 24 h: 1 done'
         assert cli(["--home", str(home), "jobs", "list", "--all"]) == 0
         assert "cancelled (cancelled by the operator (gateway jobs cancel))" in capsys.readouterr().out
+
+
+async def test_runs_get_the_cron_platforms_tools(home: Path, fake_llm: FakeLLM) -> None:
+    """agent.tools_by_platform.cron picks a run's tools like any platform's; chats keep theirs."""
+    adapter = setup(home, fake_llm, extra="agent:\n  tools_by_platform:\n    cron: [memory, schedule]\n")
+    clock = FakeClock()
+    fake_llm.script(create("1h"), Reply("ok"), Reply("done"))
+    async with jobs_gateway(home, [adapter], clock) as gw:
+        await say(gw, "remind me")
+        clock.advance(hours=1)
+        await fire_jobs(gw)
+        chat, run = fake_llm.anthropic_requests()[0], fake_llm.anthropic_requests()[2]
+        assert "schedule" in [t["name"] for t in chat["tools"]]
+        assert [t["name"] for t in run["tools"]] == ["memory"]  # schedule stays out unless jobs_may_schedule
