@@ -39,6 +39,8 @@ def write(home: Path, fake: FakeLLM, window: int = 6000) -> None:
         agent:
           compress_at: 0.5
           keep_recent: 4
+        schedule:
+          enabled: false  # the small window is measured against the other tools' specs
         """))
     path.write_text(path.read_text().replace("  timeout_s: 10\n", f"  timeout_s: 10\n  context_window: {window}\n"))
 
