@@ -190,7 +190,7 @@ async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, asyncio.subpro
     port_file = tmp_path / "port"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(SERVER), "--tools", str(_tools_file(tmp_path, ["echo", "add"])), "--http",
-        "--port-file", str(port_file), stderr=asyncio.subprocess.DEVNULL)
+        "--port-file", str(port_file), "--require-token", "s3cret-token", stderr=asyncio.subprocess.DEVNULL)
     try:
         await _wait(lambda: port_file.exists() and port_file.read_text() != "")
         port = int(port_file.read_text())
@@ -202,15 +202,16 @@ async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, asyncio.subpro
             await proc.wait()
 
 
-async def test_streamable_http_server(home: Path, fake_llm: FakeLLM,
+async def test_streamable_http_server(home: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch,
                                       http_server: tuple[str, asyncio.subprocess.Process]) -> None:
     url, proc = http_server
+    monkeypatch.setenv("REMOTE_MCP_TOKEN", "s3cret-token")
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=f"""\
         mcp_servers:
           remote:
             url: {url}
             headers:
-              Authorization: Bearer test-token
+              Authorization: Bearer ${{REMOTE_MCP_TOKEN}}
         """)
     adapter = RecordingAdapter()
     fake_llm.script(ToolCall("mcp_remote_echo", {"text": "over http"}), Reply("done"))
@@ -280,3 +281,35 @@ async def test_doctor_starts_each_server_once_and_lists_its_tools(home: Path, fa
     assert checks["mcp:fake"].detail == "stdio: 2 tools (add, echo)"
     assert checks["mcp:broken"].verdict == "fail" and "command not found" in checks["mcp:broken"].detail
     assert len((home.parent / "starts.log").read_text().split()) == 1
+
+
+async def test_a_wrong_header_token_keeps_the_server_down(home: Path, fake_llm: FakeLLM,
+                                                          http_server: tuple[str, asyncio.subprocess.Process]) -> None:
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=f"""\
+        mcp_servers:
+          remote:
+            url: {http_server[0]}
+            headers: {{Authorization: Bearer wrong}}
+        """)
+    gw = await _started(home, RecordingAdapter())
+    try:
+        assert gw.mcp is not None and gw.mcp.states["remote"].state == "down"
+        assert gw.mcp.tools() == []
+    finally:
+        await _close(gw)
+
+
+async def test_a_call_past_its_timeout_is_a_tool_error(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["slow", "echo"]))
+    config = (home / "config.yaml").read_text().replace("timeout_s: 5", "timeout_s: 0.5")
+    (home / "config.yaml").write_text(config)
+    fake_llm.script(ToolCall("mcp_fake_slow", {"seconds": 5}), ToolCall("mcp_fake_echo", {"text": "fast"}),
+                    Reply("ok"))
+    gw = await _started(home, adapter)
+    try:
+        await _ask(gw, adapter, "be slow")
+    finally:
+        await _close(gw)
+    slow, fast = (_tool_results(r)[-1] for r in fake_llm.anthropic_requests()[1:3])
+    assert slow["is_error"] and "did not answer slow within 0.5 s" in slow["content"]
+    assert "echo: fast" in fast["content"]  # the server is still up

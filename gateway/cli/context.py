@@ -30,6 +30,8 @@ def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str
     chosen_fmt = args.log_format or fmt or (config.logging.format if config else "auto")
     key_envs = [m.api_key_env for m in (config.model, config.model.fallback if config.model else None)
                 if m is not None and m.api_key_env] if config else []
+    if config and config.tools.web_search is not None and config.tools.web_search.api_key_env:
+        key_envs.append(config.tools.web_search.api_key_env)
     return configure(chosen_level, chosen_fmt,  # type: ignore[arg-type]
                      secrets=[*config_secrets(config), *env_secrets(env, also=key_envs)])
 

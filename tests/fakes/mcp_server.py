@@ -1,7 +1,8 @@
 """A real MCP server on the official `mcp` SDK (MCPServer), run by tests as a child process over stdio or
 streamable HTTP on 127.0.0.1.
 
-    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log] [--http --port 0 --port-file F]
+    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log]
+                                     [--http --port 0 --port-file F --require-token T]
 
 `tools.json` is `{"tools": ["echo", ...], "version": "v1"}`: which of the tools below it offers, and a word
 appended to every description (so a test can change a server's tools between two daemon runs). Each start
@@ -73,7 +74,18 @@ def build(spec: dict[str, Any]) -> MCPServer:
     return app
 
 
-async def serve_http(app: MCPServer, port: int, port_file: Path | None) -> None:
+def require_token(asgi: Any, token: str) -> Any:
+    """Refuse (401) any HTTP request without `Authorization: Bearer <token>`, as a real hosted server would."""
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and (b"authorization", f"Bearer {token}".encode()) not in scope["headers"]:
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await asgi(scope, receive, send)
+    return guarded
+
+
+async def serve_http(app: MCPServer, port: int, port_file: Path | None, token: str | None) -> None:
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -81,7 +93,8 @@ async def serve_http(app: MCPServer, port: int, port_file: Path | None) -> None:
     sock.bind(("127.0.0.1", port))
     if port_file is not None:
         port_file.write_text(str(sock.getsockname()[1]), encoding="utf-8")
-    config = uvicorn.Config(app.streamable_http_app(), log_level="warning")
+    asgi = app.streamable_http_app()
+    config = uvicorn.Config(require_token(asgi, token) if token else asgi, log_level="warning")
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
@@ -92,6 +105,7 @@ def main() -> None:
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", type=Path)
+    parser.add_argument("--require-token", help="HTTP: answer 401 without Authorization: Bearer <token>")
     args = parser.parse_args()
     spec = json.loads(args.tools.read_text(encoding="utf-8")) if args.tools else {}
     if args.starts is not None:
@@ -99,7 +113,7 @@ def main() -> None:
             f.write(f"{os.getpid()}\n")
     app = build(spec)
     if args.http:
-        asyncio.run(serve_http(app, args.port, args.port_file))
+        asyncio.run(serve_http(app, args.port, args.port_file, args.require_token))
     else:
         app.run("stdio")
 
