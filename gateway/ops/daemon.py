@@ -175,7 +175,10 @@ class Daemon:
         if session is None:
             return []
         rows = self.gw.store.history(session.id, kinds=("chat",))
-        said = [(r.role, r.content) for r in rows if r.role in ("user", "assistant") and r.content.strip()]
+        # A person's messages carry their user id; a user-role line without one is the gateway's own note (what a
+        # scheduled job posted is recorded after such a note), not something they said.
+        said = [(r.role, r.content) for r in rows if (r.role == "assistant" or (r.role == "user" and r.user_id))
+                and r.content.strip()]
         return said[-limit:]
 
     def _on_signal(self) -> None:
