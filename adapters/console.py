@@ -1,7 +1,8 @@
 """The terminal as a platform (`cli`): each stdin line is one message, each reply goes to stdout.
 
 It waits for the answer to a line before reading the next, so a piped conversation reads like a chat and
-the second message sees the first exchange.
+the second message sees the first exchange. Replies are separated by a blank line, and the adapter counts the
+lines whose answer was an error, so `gateway chat` can exit non-zero when none of them got an answer.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ class ConsoleAdapter:
         self._submit: Submit | None = None
         self._answered: dict[str, _Waiter] = {}
         self._count = 0
+        self.turns = 0  # lines sent to the agent (commands excluded)
+        self.failed = 0  # of those, how many were answered with an error
+
+    @property
+    def all_failed(self) -> bool:
+        """Every message sent to the agent got an error back (and there was at least one)."""
+        return self.turns > 0 and self.failed == self.turns
 
     async def start(self, submit: Submit) -> None:
         self._submit = submit
@@ -38,6 +46,8 @@ class ConsoleAdapter:
             waiter.event.set()
 
     async def send(self, message: OutboundMessage) -> str:
+        if message.chunk_index == 0 and self._count:
+            self.stdout.write("\n")  # a blank line between replies: piped output stays readable
         self.stdout.write(message.plain if message.kind is OutboundKind.ERROR else message.text)
         self.stdout.write("\n")
         self.stdout.flush()
@@ -45,6 +55,7 @@ class ConsoleAdapter:
         last = message.chunk_index == message.chunk_count - 1
         waiter = self._answered.get(message.reply_to_id or "")
         if last and waiter is not None and (message.kind is not OutboundKind.NOTICE or waiter.is_command):
+            waiter.failed = message.kind is OutboundKind.ERROR
             waiter.event.set()
         return f"cli-{self._count}"
 
@@ -60,6 +71,9 @@ class ConsoleAdapter:
                 # a turn's reply or error; a command's answer (a notice) is sent in the background too
                 waiter.is_command = result.reason in ("command", "queue full")
                 await asyncio.wait_for(waiter.event.wait(), timeout)
+                if not waiter.is_command:
+                    self.turns += 1
+                    self.failed += waiter.failed
         finally:
             self._answered.pop(message_id, None)
 
@@ -84,3 +98,4 @@ class _Waiter:
 
     is_command: bool
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import sys
@@ -10,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCall
 from tests.helpers import llm_url, write_config
 
 
-async def _chat(home: Path, stdin: str) -> tuple[int, str, str]:
+async def _chat(home: Path, stdin: str, *options: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli.main", "--home", str(home), "chat",
+        sys.executable, "-m", "gateway.cli.main", "--home", str(home), *options, "chat",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -28,7 +29,7 @@ async def test_two_lines_two_replies_same_session(home: Path, fake_llm: FakeLLM,
     write_config(home, provider=provider, base_url=llm_url(fake_llm, provider))
     code, out, err = await _chat(home, "hi\nwhat did I say?\n")
     assert code == 0, err
-    assert out.splitlines() == ["echo: hi [users=1]", "echo: what did I say? [users=2]"]
+    assert out.splitlines() == ["echo: hi [users=1]", "", "echo: what did I say? [users=2]"]  # a blank line between
     second = fake_llm.calls[-1].body
     texts = str(second["messages"])
     assert "hi" in texts and "echo: hi [users=1]" in texts  # the second request carried the first exchange
@@ -52,18 +53,37 @@ async def test_tool_call_round_trip(home: Path, fake_llm: FakeLLM, provider: str
         assert len(results) == 1 and "saved" in str(results[0]["content"]).lower()
 
 
-async def test_no_model_says_what_to_set(home: Path) -> None:
+async def test_no_model_says_what_to_set_and_exits_non_zero(home: Path) -> None:
     code, out, _err = await _chat(home, "hello\n")
-    assert code == 0
+    assert code == 1  # nothing was answered: a script piping into `gateway chat` must notice
     assert "No model is configured. Set ANTHROPIC_API_KEY" in out
 
 
-async def test_unreachable_model_gives_a_clear_line(home: Path) -> None:
+async def test_unreachable_model_gives_a_clear_line_exits_1_and_logs_the_turn_id(home: Path) -> None:
     write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1")
-    code, out, _err = await _chat(home, "hello\n")
+    code, out, err = await _chat(home, "hello\nagain\n", "--log-format", "json")
+    assert code == 1
+    sorry = ("Sorry, I couldn't get an answer from the model just now (the model service is "
+             "unavailable). Please try again in a moment.")
+    assert out.splitlines() == [sorry, "", sorry]
+    # docs/operations.md's filter `select(.turn == "t1")` finds the failed turn: the colon after the id is prose
+    failed = [r for r in map(json.loads, err.splitlines()) if r["msg"].startswith("turn failed")]
+    assert [r["turn"] for r in failed] == ["t1", "t2"]
+    assert failed[0]["msg"].startswith("turn failed platform=cli session=1 turn=t1: ")
+
+
+async def test_one_answered_turn_among_failures_exits_0(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url)
+    fake_llm.script(Fault(400), Reply("fine now"))
+    code, out, err = await _chat(home, "first\nsecond\n")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "fine now"
+
+
+async def test_only_commands_exit_0(home: Path) -> None:
+    code, out, _err = await _chat(home, "/help\n")
     assert code == 0
-    assert out.strip() == ("Sorry, I couldn't get an answer from the model just now (the model service is "
-                           "unavailable). Please try again in a moment.")
+    assert out.startswith("Commands:")
 
 
 async def test_new_in_the_terminal_flushes_the_old_session_before_exit(home: Path, fake_llm: FakeLLM) -> None:
@@ -73,7 +93,7 @@ async def test_new_in_the_terminal_flushes_the_old_session_before_exit(home: Pat
                     Reply("(saved)"))
     code, out, err = await _chat(home, "first\nsecond\n/new\n")
     assert code == 0, err
-    assert out.splitlines() == ["one", "two",
+    assert out.splitlines() == ["one", "", "two", "",
                                 "Started a new conversation. I still remember what I saved to memory."]
     flush_request = fake_llm.anthropic_requests()[2]
     assert "about to be reset" in str(flush_request["messages"][-1])

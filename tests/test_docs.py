@@ -175,3 +175,16 @@ def test_commands_named_in_the_docs_exist() -> None:
     for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
         for cmd in re.findall(r"`gateway (?:--[a-z-]+(?: \S+)? )*([a-z][a-z-]+)", page.read_text(encoding="utf-8")):
             assert cmd in commands, f"{page.name} mentions `gateway {cmd}`, which does not exist"
+
+
+def test_the_docs_name_the_unit_that_install_service_writes() -> None:
+    """`systemctl restart gateway` fails: the unit is agent-gateway.service (gateway/ops/service.py)."""
+    from gateway.ops.service import UNIT_NAME
+    unit = UNIT_NAME.removesuffix(".service")
+    for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        named = re.findall(r"systemctl (?:--user )?(?:start|stop|restart|status|reset-failed|enable|disable)"
+                           r"(?: --now)? ([\w@.-]+)", text)
+        named += re.findall(r"journalctl (?:--user )?-u ([\w@.-]+)", text)
+        for name in named:
+            assert name.removesuffix(".service") == unit, f"{page.name} names the unit {name!r}, not {unit!r}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -130,12 +131,80 @@ def test_loose_permissions(home: Path) -> None:
     (home / "config.yaml").chmod(0o644)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"] == [
-        f"FAIL home      {home} is writable by group/others (drwxrwxrwx) — fix: chmod 700 {home}",
+        f"FAIL home      {home} is writable by group/others (drwxrwxrwx) — fix: chmod 700 {home} (or `gateway "
+        "doctor --fix`)",
         (f"WARN home      {home}/config.yaml is readable by group/others (-rw-r--r--) — fix: chmod 600 "
-        f"{home}/config.yaml")]
+         f"{home}/config.yaml, or chmod 700 {home} (`gateway doctor --fix`)")]
     home.chmod(0o750)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"][0].startswith(f"WARN home      {home} is readable by group/others (drwxr-x---)")
+
+
+def test_a_0644_config_in_a_private_home_is_fine(home: Path) -> None:
+    """docs/operations.md installs the system unit's config.yaml with -m 0644 (the dynamic user must read it);
+    inside the 0700 state directory nobody else can reach it, so doctor does not ask for 0600."""
+    home.chmod(0o700)
+    (home / "config.yaml").write_text("web:\n  port: 9\n")
+    (home / "config.yaml").chmod(0o644)
+    got = lines(asyncio.run(Doctor(home, {}).run()))
+    assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert "install -m 0644 config.yaml" in docs and "StateDirectoryMode=0700" in docs
+
+
+async def test_no_warning_about_what_the_gateway_made_itself(tmp_path: Path) -> None:
+    """A first run in a home that did not exist, with the usual umask 022: the home, the database, the pairing key
+    and the memory files it creates pass doctor's permission checks."""
+    from gateway.config.settings import load_config
+    from gateway.ops.wiring import build_gateway
+    from tests.helpers import RecordingAdapter, inbound
+    home = tmp_path / "fresh" / "home"
+    old = os.umask(0o022)
+    try:
+        config = load_config(home, env={})
+        gateway = build_gateway(config, env={}, adapters=[RecordingAdapter("cli")], probe_ollama=False)
+        gateway.memory.add("user", "Likes tea.")
+        await gateway.sessions.submit(inbound("hello"))
+        await gateway.sessions.wait_idle()
+        gateway.store.close()
+    finally:
+        os.umask(old)
+    assert {p.name for p in home.iterdir()} >= {"state.db", "pairing.key", "memories"}
+    got = lines(await Doctor(home, {}).run())
+    assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
+
+
+def test_doctor_fix_repairs_folders_and_permissions_and_nothing_else(tmp_path: Path) -> None:
+    home, user_home = tmp_path / "home", tmp_path / "user"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    (home / "config.yaml").write_text("web:\n  port: 9\n")
+    (home / "config.yaml").chmod(0o644)
+    (home / "pairing.key").write_text("00" * 32)
+    (home / "pairing.key").chmod(0o644)
+    (home / "state.db").write_bytes(b"not a database " * 100)
+    env_file = user_home / ".config" / "agent-gateway" / "env"
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text("TELEGRAM_BOT_TOKEN=123:abc\n")
+    env_file.chmod(0o644)
+    env = {"HOME": str(user_home), "PATH": os.environ["PATH"]}
+    before = lines(asyncio.run(Doctor(home, env).run()))
+    assert [line.split()[0] for line in before["home"]] == ["WARN", "WARN", "WARN", "WARN"]
+
+    done = subprocess.run([GATEWAY, "--home", str(home), "doctor", "--fix"], capture_output=True, text=True,
+                          env=env, timeout=60, check=False)
+    out = done.stdout.splitlines()
+    assert out[:5] == [f"fix  created {home}/memories (drwx------)", f"fix  created {home}/skills (drwx------)",
+                       f"fix  chmod 700 {home} (was drwxr-xr-x)", f"fix  chmod 600 {home}/config.yaml (was -rw-r--r--)",
+                       f"fix  chmod 600 {home}/pairing.key (was -rw-r--r--)"]
+    assert out[5] == f"fix  chmod 600 {env_file} (was -rw-r--r--)"
+    assert f"ok   home      {home} (drwx------, owner uid {os.getuid()})" in out
+    assert any(line.startswith("FAIL database") for line in out)  # not its to repair: restoring is the owner's call
+    assert (home / "state.db").read_bytes() == b"not a database " * 100
+    assert done.returncode == 1
+    again = subprocess.run([GATEWAY, "--home", str(home), "doctor", "--fix"], capture_output=True, text=True,
+                           env=env, timeout=60, check=False)
+    assert again.stdout.splitlines()[0] == "fix  nothing to repair (folders and permissions are as they should be)"
 
 
 def test_a_damaged_database_fails_with_the_restore_hint(home: Path) -> None:

@@ -123,7 +123,8 @@ async def test_healthz_and_readyz(daemon: Daemon) -> None:
     assert status == 200 and json.loads(body) == {"ok": True, "draining": False}
     status, _, body = await get(daemon, "/readyz")
     assert status == 200
-    assert json.loads(body) == {"ready": True, "store": "ok", "draining": False, "adapters": {"web": "running"}}
+    assert json.loads(body) == {"ready": True, "store": "ok", "draining": False, "model": "anthropic/claude-test",
+                                "adapters": {"web": "running"}}
     daemon.ops.draining = True
     status, _, body = await get(daemon, "/readyz")
     assert status == 503 and json.loads(body)["draining"] is True

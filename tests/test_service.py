@@ -250,6 +250,8 @@ def test_a_taken_port_exits_75_so_systemd_retries(tmp_path: Path) -> None:
         done = run_cli("--home", str(home), "--log-format", "json", "run")
     assert done.returncode == 75, done.stderr
     assert "cannot start" in done.stderr and "exiting 75" in done.stderr
+    # A restart helps only when the old process still holds the port; another program needs another port.
+    assert f"set web.port in {home}/config.yaml to a free port" in done.stderr
 
 
 # ---------------------------------------------------------------------------------------------- drain

@@ -16,8 +16,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
     cfg_sub.add_parser("check", help="validate config.yaml; print ok or every error with its line").set_defaults(
         func=cmd_config_check)
-    sub.add_parser("doctor", help="check config, home, database, platform tokens and the model; one line each"
-                   ).set_defaults(func=cmd_doctor)
+    doc = sub.add_parser("doctor", help="check config, home, database, platform tokens and the model; one line each")
+    doc.add_argument("--fix", action="store_true",
+                     help="first repair what is safe to repair: missing folders, loose permissions")
+    doc.set_defaults(func=cmd_doctor)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -32,6 +34,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from gateway.ops.doctor import Doctor, exit_code, render
-    checks = asyncio.run(Doctor(home_of(args), environ()).run())
+    doctor = Doctor(home_of(args), environ())
+    if args.fix:
+        repaired = doctor.repair()
+        for line in repaired:
+            print(f"fix  {line}")
+        if not repaired:
+            print("fix  nothing to repair (folders and permissions are as they should be)")
+    checks = asyncio.run(doctor.run())
     print(render(checks))
     return exit_code(checks)

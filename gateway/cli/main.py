@@ -21,6 +21,7 @@ COMMANDS = (run, checks, prompt, sessions, jobs, pairing, service, tools)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="One LLM agent on your chat platforms.")
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
     parser.add_argument("--home", help="gateway home (default: $GATEWAY_HOME or ~/.agent-gateway)")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--log-format", choices=["auto", "human", "json"],
@@ -29,6 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         command.register(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """`gateway --version`; the version is looked up only when asked for (every other command skips it)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from gateway.ops.status import package_version
+        print(f"agent-gateway {package_version()}")
+        parser.exit()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

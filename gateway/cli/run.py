@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import os
 import sys
@@ -60,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.warning("stopped before the drain finished (second signal); unfinished turns stay stored for replay")
         return EXIT_OK
     except OSError as exc:  # e.g. the web port is still held by the previous instance
-        log.error("cannot start: %s; exiting %s so the service manager restarts it", exc, EXIT_RESTART)
+        log.error("cannot start: %s; exiting %s so the service manager restarts it%s", exc, EXIT_RESTART,
+                  port_hint(exc, config))
         return EXIT_RESTART
     except Exception:  # noqa: BLE001 (the task root: logged with its traceback, exit 1)
         log.exception("the daemon crashed")
@@ -99,6 +101,14 @@ def cmd_web_url(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def port_hint(exc: OSError, config: Config) -> str:
+    """A taken port is either the old process still stopping (a restart fixes it) or another program (it won't)."""
+    if exc.errno != errno.EADDRINUSE or not config.web.enabled:
+        return ""
+    return (f" (if another program uses {config.web.host}:{config.web.port}, set web.port in "
+            f"{config.home / 'config.yaml'} to a free port, or web.enabled: false)")
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from adapters.console import ConsoleAdapter
     config = config_of(args)
@@ -111,6 +121,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         asyncio.run(_chat(config, gateway, console))
     finally:
         lock.release()
+    if console.all_failed:  # a script piping into `gateway chat` learns that nothing was answered
+        return EXIT_ERROR
     return EXIT_OK
 
 

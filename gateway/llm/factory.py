@@ -8,6 +8,7 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from gateway.config.settings import Config, ModelConfig, ModelEndpoint, Secret
 from gateway.errors import LLMNotConfigured, LLMTimeout, LLMUnavailable
@@ -65,19 +66,33 @@ class FallbackClient:
         await self.fallback.close()
 
 
-def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelConfig:
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """The model that answers and how it was chosen, in words for the operator (start-up banner, dashboard)."""
+
+    model: ModelConfig
+    source: str
+
+
+def choose_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelChoice:
     """The configured model, else the first API key found in the environment, else a local Ollama."""
     if config.model is not None:
-        return config.model
+        return ModelChoice(config.model, "configured")
     for var, (provider, name, base_url) in DEFAULT_MODELS.items():
         if env.get(var):
-            return ModelConfig(provider=provider, name=name, base_url=base_url, api_key_env=var)  # type: ignore[arg-type]
+            found = ModelConfig(provider=provider, name=name, base_url=base_url, api_key_env=var)  # type: ignore[arg-type]
+            return ModelChoice(found, f"auto-detected from {var}")
     if probe_ollama:
         local = _ollama_model()
         if local:
-            return ModelConfig(provider="openai", name=local, base_url=f"{OLLAMA_URL}/v1", api_key=Secret("ollama"),
-                               context_window=32_768)
+            return ModelChoice(ModelConfig(provider="openai", name=local, base_url=f"{OLLAMA_URL}/v1",
+                                           api_key=Secret("ollama"), context_window=32_768),
+                               f"auto-detected: Ollama at {OLLAMA_URL}")
     raise LLMNotConfigured(NOT_CONFIGURED)
+
+
+def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelConfig:
+    return choose_model(config, env, probe_ollama=probe_ollama).model
 
 
 def _ollama_model() -> str | None:
@@ -133,7 +148,11 @@ def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLM
 
 
 def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:
-    model = resolve_model(config, env, probe_ollama=probe_ollama)
+    return build_chosen(choose_model(config, env, probe_ollama=probe_ollama), env, config)
+
+
+def build_chosen(choice: ModelChoice, env: Mapping[str, str], config: Config) -> LLMClient:
+    model = choice.model
     client = make_client(model, env, config)
     if model.fallback is not None:
         return FallbackClient(client, make_client(model.fallback, env, config))

@@ -63,7 +63,7 @@ class Daemon:
         self._signals = 0
         self.exit_code = 0
         self.notifier = notifier or Notifier()
-        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health)
+        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health, model=gateway.llm)
         self._keepalive: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -1,7 +1,8 @@
 """`gateway doctor`: check config, home permissions, the database, each platform token and the model endpoint.
 
 One line per check with a fix hint. Tokens are checked with each platform's own auth call (Telegram getMe,
-Discord /users/@me, Slack auth.test) at the configured API base, so tests point it at fakes. Nothing is changed.
+Discord /users/@me, Slack auth.test) at the configured API base, so tests point it at fakes. Nothing is changed,
+except by `repair` (`doctor --fix`): missing folders and loose permissions, nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ Verdict = Literal["ok", "warn", "fail", "skip"]
 HTTP_TIMEOUT_S = 10.0
 DISCORD_API = "https://discord.com/api/v10"
 SLACK_API = "https://slack.com/api/"
+SECRET_FILES = ("config.yaml", "pairing.key", "web.key")
 DB_FIX = "stop the daemon; restore the latest backup (docs/operations.md: backups) or salvage with " \
     "`sqlite3 state.db .recover`"
 
@@ -90,6 +92,9 @@ class Doctor:
         return config, Check("config", "ok", f"{path} (model {model}; platforms: {', '.join(platforms) or 'none'})")
 
     def check_home(self) -> list[Check]:
+        """The home is private (0700: what the daemon creates and the system unit's StateDirectoryMode= sets).
+        Inside a private home a file's own mode does not matter (the system unit's config.yaml is 0644 so the
+        dynamic user can read it); in a home others can enter, the files holding secrets must be 0600."""
         home = self.home
         if not home.exists():
             return [Check("home", "ok", f"{home} does not exist yet (the first run creates it)")]
@@ -100,16 +105,18 @@ class Doctor:
                                f"chown -R $(id -un) {home}"))
         elif info.st_mode & 0o022:
             found.append(Check("home", "fail", f"{home} is writable by group/others ({_mode(info)})",
-                               f"chmod 700 {home}"))
+                               f"chmod 700 {home} (or `gateway doctor --fix`)"))
         elif info.st_mode & 0o077:
             found.append(Check("home", "warn", f"{home} is readable by group/others ({_mode(info)}); it holds "
-                               "memories and chat history", f"chmod 700 {home}"))
+                               "memories and chat history", f"chmod 700 {home} (or `gateway doctor --fix`)"))
         else:
             found.append(Check("home", "ok", f"{home} ({_mode(info)}, owner uid {info.st_uid})"))
-        config = home / "config.yaml"
-        if config.exists() and config.stat().st_mode & 0o044:
-            found.append(Check("home", "warn", f"{config} is readable by group/others ({_mode(config.stat())})",
-                               f"chmod 600 {config}"))
+        if info.st_mode & 0o011:  # others can reach the files: each secret must guard itself
+            for path in (home / name for name in SECRET_FILES):
+                if path.exists() and path.stat().st_mode & 0o044:
+                    found.append(Check("home", "warn", f"{path} is readable by group/others ({_mode(path.stat())})",
+                                       f"chmod 600 {path}, or chmod 700 {home} (`gateway doctor --fix`)"))
+        found.extend(self._check_env_files())
         return found
 
     def check_web(self, config: Config) -> list[Check]:
@@ -127,6 +134,33 @@ class Doctor:
                           f"chmod 600 {key}")]
         how = "web.auth_token" if web.auth_token else f"the secret in {key.name}"
         return [Check("web", "ok", f"the web chat needs its login link ({how}; `gateway web-url` prints it)")]
+
+    def _check_env_files(self) -> list[Check]:
+        """The service's EnvironmentFile= holds the tokens themselves: 0600 (install-service creates it so)."""
+        found = []
+        for path in env_files(self.home, self.env):
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            if info.st_mode & 0o077:
+                found.append(Check("home", "warn", f"{path} holds tokens and is open to group/others ({_mode(info)})",
+                                   f"chmod 600 {path} (or `gateway doctor --fix`)"))
+        return found
+
+    def repair(self) -> list[str]:
+        """What `doctor --fix` changes, only where it is safe: missing folders are made, and the home, its secret
+        files and the env file lose group/other access. Ownership, the database and tokens are left alone."""
+        done: list[str] = []
+        for folder in (self.home, self.home / "memories", self.home / "skills"):
+            if not folder.exists():
+                folder.mkdir(mode=0o700, parents=True)
+                done.append(f"created {folder} (drwx------)")
+        done.extend(_tighten(self.home, 0o700))
+        for path in [*(self.home / name for name in SECRET_FILES), *env_files(self.home, self.env)]:
+            if path.exists():
+                done.extend(_tighten(path, 0o600))
+        return done
 
     def check_database(self) -> Check:
         path = self.home / "state.db"
@@ -252,6 +286,8 @@ class Doctor:
             return Check("daemon", "skip", f"not running (nothing answers at {url})")
         if isinstance(body, dict) and "adapters" in body:
             states = ", ".join(f"{k} {v}" for k, v in body["adapters"].items()) or "no adapters"
+            if "model" in body and body["model"] is None:
+                states += "; no model"
             verdict: Verdict = "ok" if ok else "warn"
             return Check("daemon", verdict, f"running at {url}: {'ready' if ok else 'not ready'} ({states})",
                          "`gateway status` shows each adapter's last error")
@@ -280,6 +316,27 @@ def _why(status: int | None, body: Any) -> str:
         text = body.get("description") or body.get("message") or body.get("error") or ""
         return f"HTTP {status} {text}".strip()
     return f"HTTP {status}"
+
+
+def env_files(home: Path, env: Mapping[str, str]) -> list[Path]:
+    """Where install-service puts this install's tokens: the system unit's env file for a home under /var/lib,
+    else the user unit's (only when the environment names the user's home: tests pass none)."""
+    from gateway.ops.service import SYSTEM_ENV_FILE, user_env_file
+    if home.absolute().is_relative_to("/var/lib"):
+        return [Path(SYSTEM_ENV_FILE)]
+    return [user_env_file(env)] if env.get("XDG_CONFIG_HOME") or env.get("HOME") else []
+
+
+def _tighten(path: Path, mode: int) -> list[str]:
+    """chmod to `mode` when group/others have any access and the file is ours; a line saying what changed."""
+    info = path.stat()
+    if not info.st_mode & 0o077 or info.st_uid != os.geteuid():
+        return []
+    try:
+        path.chmod(mode)
+    except OSError as exc:
+        return [f"could not chmod {path}: {exc.strerror}"]
+    return [f"chmod {mode:o} {path} (was {_mode(info)})"]
 
 
 def _mode(info: os.stat_result) -> str:

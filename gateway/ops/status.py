@@ -22,6 +22,8 @@ from aiohttp import web
 
 from gateway.errors import StoreError
 from gateway.events import AdapterHealth
+from gateway.llm.factory import UnconfiguredLLM
+from gateway.llm.types import LLMClient
 from gateway.scheduling.jobstore import JobStore
 from gateway.store.database import Store
 from gateway.store.rows import iso
@@ -61,10 +63,11 @@ class Ops:
     """The daemon's read-only view for probes, scrapes and `gateway status`."""
 
     def __init__(self, *, store: Store, metrics: Metrics, health: Health,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, model: LLMClient | None = None) -> None:
         self.store = store
         self.metrics = metrics
         self.health = health
+        self.model = model
         self.wall = wall
         self.started_at = wall()
         self.draining = False
@@ -99,12 +102,16 @@ class Ops:
         return True
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Ready = the store answers, the daemon is not draining, and every adapter is running."""
+        """Ready = a message sent now would be answered: the store answers, the daemon is not draining, a model
+        is configured (or auto-detected) and every adapter is running. The model is not called: a probe every
+        few seconds would cost tokens and rate limit, and a provider's outage is a turn error, not a restart."""
         store = self.store_ok()
         adapters = {name: h.state for name, h in sorted(self.health().items())}
-        ready = store and not self.draining and all(state == "running" for state in adapters.values())
+        model = model_name(self.model)
+        ready = (store and not self.draining and model is not None
+                 and all(state == "running" for state in adapters.values()))
         return ready, {"ready": ready, "store": "ok" if store else "unavailable", "draining": self.draining,
-                       "adapters": adapters}
+                       "model": model, "adapters": adapters}
 
     def snapshot(self) -> dict[str, Any]:
         """Everything `gateway status` prints, as JSON-ready data."""
@@ -176,6 +183,13 @@ class Ops:
 
     async def _status(self, request: web.Request) -> web.Response:
         return web.json_response(self.snapshot())
+
+
+def model_name(llm: LLMClient | None) -> str | None:
+    """`provider/model`, or None when no model is configured (the stand-in that answers every turn with a hint)."""
+    if llm is None or isinstance(llm, UnconfiguredLLM):
+        return None
+    return f"{llm.provider}/{llm.model}"
 
 
 def connect_host(host: str) -> str:

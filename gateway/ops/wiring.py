@@ -30,7 +30,7 @@ from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.skills import SkillLibrary
-from gateway.llm.factory import UnconfiguredLLM, build_llm
+from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model
 from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
 from gateway.net.fetch import WebClient
@@ -86,6 +86,7 @@ class Gateway:
     mcp: McpHub | None = None  # only with mcp_servers; the daemon starts and stops it
     web: WebTools | None = None
     jobs: JobRunner | None = None
+    model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -105,10 +106,12 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                   llm: LLMClient | None = None, clock: Clock = utcnow, probe_ollama: bool = True,
                   sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic) -> Gateway:
     """The object graph, built once, bottom-up: store → model → knowledge and tools → delivery → sessions."""
-    config.home.mkdir(parents=True, exist_ok=True)
+    config.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # memories and chat history: the owner's alone
     store = Store(config.db_path)
     metrics = Metrics()
-    llm = llm or _model(config, env, probe_ollama=probe_ollama)
+    source = "given"
+    if llm is None:
+        llm, source = _model(config, env, probe_ollama=probe_ollama)
     memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit)
     skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
@@ -131,15 +134,17 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs)
+                   mcp=hub, web=web, jobs=jobs, model_source=source)
 
 
-def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> LLMClient:
+def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
+    """The model client and how it was chosen (the start-up banner and the dashboard say which)."""
     try:
-        return build_llm(config, env, probe_ollama=probe_ollama)
+        choice = choose_model(config, env, probe_ollama=probe_ollama)
+        return build_chosen(choice, env, config), choice.source
     except LLMNotConfigured as exc:  # the chat surfaces say what to set instead of the daemon refusing to start
         log.warning("%s", exc)
-        return UnconfiguredLLM(str(exc))
+        return UnconfiguredLLM(str(exc)), "not configured"
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,

@@ -116,7 +116,9 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname, "logger": record.name, "msg": message,
         }
         for key, value in TURN_FIELDS.findall(message):
-            out.setdefault(key, value)
+            # "turn=t9: reason" ends the field with a colon that is prose, not part of the id (a jq filter
+            # `.turn == "t9"` must find the failed turn too)
+            out.setdefault(key, value.rstrip(":."))
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:

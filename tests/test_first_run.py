@@ -1,0 +1,38 @@
+"""What a newcomer meets first: `gateway --version`, the start-up banner, readiness without a model."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.cli.main import main
+from gateway.config.settings import load_config
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import build_gateway, platform_adapters
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"agent-gateway {version('agent-gateway')}\n"
+
+
+async def test_readyz_is_not_ready_without_a_model(home: Path) -> None:
+    """No model: every message would be answered with "no model is configured", so a probe must not say ready."""
+    (home / "config.yaml").write_text("web:\n  port: 0\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{daemon.web_port}/readyz") as resp:
+                assert resp.status == 503
+                assert await resp.json() == {"ready": False, "store": "ok", "draining": False, "model": None,
+                                             "adapters": {"web": "running"}}
+    finally:
+        await daemon.stop()
