@@ -131,8 +131,8 @@ def test_loose_permissions(home: Path) -> None:
     (home / "config.yaml").chmod(0o644)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"] == [
-        f"FAIL home      {home} is writable by group/others (drwxrwxrwx) — fix: chmod 700 {home} (or `gateway "
-        "doctor --fix`)",
+        (f"FAIL home      {home} is writable by group/others (drwxrwxrwx) — fix: chmod 700 {home} (or `gateway "
+         "doctor --fix`)"),
         (f"WARN home      {home}/config.yaml is readable by group/others (-rw-r--r--) — fix: chmod 600 "
          f"{home}/config.yaml, or chmod 700 {home} (`gateway doctor --fix`)")]
     home.chmod(0o750)

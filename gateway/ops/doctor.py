@@ -30,7 +30,7 @@ Verdict = Literal["ok", "warn", "fail", "skip"]
 HTTP_TIMEOUT_S = 10.0
 DISCORD_API = "https://discord.com/api/v10"
 SLACK_API = "https://slack.com/api/"
-SECRET_FILES = ("config.yaml", "pairing.key", "web.key")
+SECRET_FILES = ("config.yaml", "pairing.key")  # web.key has a check of its own (check_web)
 DB_FIX = "stop the daemon; restore the latest backup (docs/operations.md: backups) or salvage with " \
     "`sqlite3 state.db .recover`"
 
@@ -157,7 +157,7 @@ class Doctor:
                 folder.mkdir(mode=0o700, parents=True)
                 done.append(f"created {folder} (drwx------)")
         done.extend(_tighten(self.home, 0o700))
-        for path in [*(self.home / name for name in SECRET_FILES), *env_files(self.home, self.env)]:
+        for path in [*(self.home / name for name in (*SECRET_FILES, SECRET_FILE)), *env_files(self.home, self.env)]:
             if path.exists():
                 done.extend(_tighten(path, 0o600))
         return done
