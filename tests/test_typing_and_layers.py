@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", ("media", "tools", "schedule"), "settings"],
+    "config": ["yamlload", ("media", "tools", "schedule"), "settings", "starter"],
     "telemetry": [("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
     "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
@@ -46,7 +46,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
                  ("commands", "timers")],
     "access": ["pairing", "gate"],
     "ops": [("notify", "service", "supervisor", "status", "web_guard", "home"), "wiring", ("doctor", "daemon")],
-    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs"), "main"],
+    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs"), "init", "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")

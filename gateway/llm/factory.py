@@ -83,7 +83,7 @@ def choose_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool =
             found = ModelConfig(provider=provider, name=name, base_url=base_url, api_key_env=var)  # type: ignore[arg-type]
             return ModelChoice(found, f"auto-detected from {var}")
     if probe_ollama:
-        local = _ollama_model()
+        local = ollama_model()
         if local:
             return ModelChoice(ModelConfig(provider="openai", name=local, base_url=f"{OLLAMA_URL}/v1",
                                            api_key=Secret("ollama"), context_window=32_768),
@@ -95,7 +95,7 @@ def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool 
     return choose_model(config, env, probe_ollama=probe_ollama).model
 
 
-def _ollama_model() -> str | None:
+def ollama_model() -> str | None:
     try:
         with urllib.request.urlopen(f"{OLLAMA_URL}/api/tags", timeout=0.5) as resp:
             models = json.load(resp).get("models") or []

@@ -1,0 +1,191 @@
+"""`gateway init`: the written config.yaml loads with `gateway config check`, holds what was chosen (and no secret),
+is never overwritten without --force; the questions re-ask bad answers, send one test request to the model, and
+end with the next steps. Run as a subprocess, as a newcomer would run it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+from gateway.config.settings import load_config
+from tests.daemon_proc import GATEWAY
+from tests.fakes.base import Fault
+from tests.fakes.llm import FakeLLM
+
+TOKENS = {"TG_TOKEN": "123456:tg-secret-value", "DC_TOKEN": "dc-secret-value", "SL_BOT": "xoxb-secret-value",
+          "SL_APP": "xapp-secret-value", "MY_KEY": "sk-secret-value"}
+
+
+def gateway(home: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ["PATH"], "HOME": str(home.parent)}
+    return subprocess.run([GATEWAY, "--home", str(home), *args], input=stdin, capture_output=True, text=True,
+                          env={**base, **(env or {})}, timeout=120, check=False)
+
+
+async def gateway_async(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """The same, without blocking the event loop that serves the fake model."""
+    proc = await asyncio.create_subprocess_exec(
+        GATEWAY, "--home", str(home), *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={"PATH": os.environ["PATH"], "HOME": str(home.parent)})
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 120)
+    return subprocess.CompletedProcess([], proc.returncode or 0, out.decode(), err.decode())
+
+
+def test_yes_writes_a_config_that_config_check_accepts(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = gateway(home, "init", "--yes", "--provider", "openai", "--model", "gpt-4.1-mini",
+                   "--base-url", "https://llm.example/v1", "--api-key-env", "MY_KEY",
+                   "--telegram-token-env", "TG_TOKEN", "--discord-token-env", "DC_TOKEN",
+                   "--slack-bot-token-env", "SL_BOT", "--slack-app-token-env", "SL_APP",
+                   "--allow", "telegram:111", "--allow", "telegram:222", "--allow", "slack:U123",
+                   "--admin", "telegram:111", "--web-port", "9876")
+    assert done.returncode == 0, done.stderr
+    path = home / "config.yaml"
+    out = done.stdout.splitlines()
+    assert out[0] == "skip model     MY_KEY is not set here, so no test request"
+    assert out[1] == f"wrote {path}"
+    assert out[3] == "Next steps:"
+    assert out[4] == ("  1. set MY_KEY, TG_TOKEN, DC_TOKEN, SL_BOT, SL_APP in the shell that runs the gateway "
+                      "(export NAME=value), or in the service's env file once it runs as one")
+    assert f"`gateway --home {home} config check` validates the file" in out[5]
+    assert f"`gateway --home {home} run` starts it and prints the web chat's login link" in out[6]
+    assert path.stat().st_mode & 0o777 == 0o600 and home.stat().st_mode & 0o777 == 0o700
+    assert (home / "memories").is_dir() and (home / "skills").is_dir()
+
+    check = gateway(home, "config", "check", env=TOKENS)
+    assert (check.returncode, check.stdout) == (0, "ok\n"), check.stderr
+    text = path.read_text()
+    assert not any(secret in text for secret in TOKENS.values())
+    assert text.startswith("# agent-gateway configuration, written by `gateway init`")
+    config = load_config(home, env=TOKENS)
+    assert config.model is not None
+    assert (config.model.provider, config.model.name, config.model.base_url, config.model.api_key_env) == \
+        ("openai", "gpt-4.1-mini", "https://llm.example/v1", "MY_KEY")
+    assert config.telegram is not None and config.telegram.token.value == TOKENS["TG_TOKEN"]
+    assert config.telegram.allowed_users == ("111", "222")
+    assert config.discord is not None and config.discord.allowed_users == ()
+    assert config.slack is not None and config.slack.app_token is not None
+    assert (config.slack.bot_token.value, config.slack.app_token.value) == (TOKENS["SL_BOT"], TOKENS["SL_APP"])
+    assert config.slack.allowed_users == ("U123",)
+    assert (config.access.unknown_dm, config.access.admins) == ("pair", ("telegram:111",))
+    assert (config.web.host, config.web.port) == ("127.0.0.1", 9876)
+
+
+def test_a_config_is_never_overwritten_without_force(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("web:\n  port: 1234\n")
+    args = ("init", "--yes", "--provider", "anthropic", "--model", "claude-sonnet-4-5", "--no-pairing")
+    refused = gateway(home, *args)
+    assert refused.returncode == 1
+    assert f"{home}/config.yaml already exists; not touching it" in refused.stderr
+    assert (home / "config.yaml").read_text() == "web:\n  port: 1234\n"
+
+    forced = gateway(home, *args, "--force")
+    assert forced.returncode == 0, forced.stderr
+    backups = list(home.glob("config.yaml.*.bak"))
+    assert len(backups) == 1 and backups[0].read_text() == "web:\n  port: 1234\n"
+    assert f"kept the old config as {backups[0]}" in forced.stdout
+    config = load_config(home, env={})
+    assert config.model is not None and config.model.api_key_env == "ANTHROPIC_API_KEY"
+    assert config.access.unknown_dm == "ignore" and config.telegram is None
+
+
+def test_yes_refuses_what_it_cannot_write(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cases = {
+        ("--provider", "openai"): "--yes needs --provider (anthropic or openai) and --model NAME",
+        ("--provider", "openai", "--model", "m", "--api-key-env", "MY-KEY"): "'MY-KEY' is not an environment variable",
+        ("--provider", "openai", "--model", "m", "--slack-bot-token-env", "B"): "Slack needs both",
+        ("--provider", "openai", "--model", "m", "--allow", "discord:1"): "--allow names discord, which is not",
+        ("--provider", "openai", "--model", "m", "--admin", "irc:me"): "--admin 'irc:me': expected PLATFORM:ID",
+    }
+    for args, message in cases.items():
+        done = gateway(home, "init", "--yes", *args)
+        assert done.returncode == 1 and message in done.stderr, (args, done.stderr)
+    assert not (home / "config.yaml").exists()
+
+
+async def test_the_questions_try_the_model_and_write_what_was_answered(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    home = tmp_path / "home"
+    fake_llm.script(Fault(404, {"error": {"message": "The model `local-modl` does not exist",
+                                          "type": "invalid_request_error"}}))
+    answers = [
+        "9",                       # not a choice: asked again
+        "5",                       # another OpenAI-compatible server
+        fake_llm.openai_base_url,  # on 127.0.0.1: no key is asked for
+        "",                        # the model name has no default: asked again
+        "local-modl",
+        "",                        # test request: yes (the default); the fake refuses the name
+        "n",                       # do not keep it: choose again
+        "5", fake_llm.openai_base_url, "local-model",
+        "",                        # test again: this one answers
+        "telegram, irc",           # irc is not a platform: asked again
+        "telegram,slack",
+        "",                        # TELEGRAM_BOT_TOKEN
+        "42, 43",
+        "",                        # SLACK_BOT_TOKEN
+        "MY APP",                  # not a variable name: asked again
+        "SLACK_APP",
+        "",                        # nobody on Slack yet
+        "",                        # pairing: yes
+        "telegram:42",             # admin
+        "n",                       # no service
+    ]
+    done = await gateway_async(home, "init", stdin="\n".join(answers) + "\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "  expected one of: 1, 2, 3, 4, 5" in out
+    assert "  an answer is needed" in out
+    assert "  not a platform: irc" in out
+    assert "  'MY APP' is not an environment variable name" in out
+    assert "FAIL model     openai/local-modl: rejected: " in out and "Keep this model anyway? [y/N]" in out
+    assert "ok   model     openai/local-model answered" in out
+    assert [r["model"] for r in fake_llm.openai_requests()] == ["local-modl", "local-model"]
+    assert fake_llm.openai_requests()[1]["messages"][-1]["content"] == "Reply with: ok"
+    assert "set TELEGRAM_BOT_TOKEN, SLACK_BOT_TOKEN, SLACK_APP in the shell" in out
+
+    env = {"TELEGRAM_BOT_TOKEN": "1:x", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP": "xapp-1"}
+    assert gateway(home, "config", "check", env=env).stdout == "ok\n"
+    config = load_config(home, env=env)
+    assert config.model is not None
+    assert (config.model.name, config.model.base_url, config.model.api_key_env) == \
+        ("local-model", fake_llm.openai_base_url, None)
+    assert config.telegram is not None and config.telegram.allowed_users == ("42", "43")
+    assert config.slack is not None and config.slack.allowed_users == ()
+    assert (config.access.unknown_dm, config.access.admins) == ("pair", ("telegram:42",))
+
+
+def test_the_questions_skip_the_test_without_a_key_and_can_install_the_service(tmp_path: Path) -> None:
+    """`systemctl`/`loginctl` are stand-ins on PATH that record their arguments (no systemd PID 1 here)."""
+    home, bin_dir, calls = tmp_path / "home", tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for tool in ("systemctl", "loginctl"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {calls}\n")
+        (bin_dir / tool).chmod(0o755)
+    answers = ["1", "", "", "", "n", "y"]  # Anthropic, its default model and key variable, no platforms
+    done = gateway(home, "init", stdin="\n".join(answers) + "\n",
+                   env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "tester", "LOGNAME": "tester"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ANTHROPIC_API_KEY is not set in this shell, so no test request now" in done.stdout
+    unit = tmp_path / ".config/systemd/user/agent-gateway.service"
+    assert f"Environment=GATEWAY_HOME={home}" in unit.read_text()
+    assert calls.read_text().splitlines()[:2] == ["systemctl --user daemon-reload",
+                                                  "systemctl --user enable --now agent-gateway.service"]
+    assert ("set ANTHROPIC_API_KEY in ~/.config/agent-gateway/env (NAME=value lines), then `systemctl --user "
+            "restart agent-gateway`") in done.stdout
+    config = load_config(home, env={})
+    assert config.model is not None and (config.model.provider, config.model.name) == ("anthropic",
+                                                                                       "claude-sonnet-4-5")
+    assert config.access.unknown_dm == "ignore"
+
+
+def test_input_that_ends_early_writes_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = gateway(home, "init", stdin="2\n")
+    assert done.returncode == 1
+    assert "no answer (input ended); `gateway init --yes --provider … --model …` asks nothing" in done.stderr
+    assert not (home / "config.yaml").exists()
