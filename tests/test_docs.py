@@ -192,7 +192,7 @@ def test_the_docs_name_the_unit_that_install_service_writes() -> None:
 
 def test_ci_runs_exactly_the_readme_commands() -> None:
     """.ci/run's last line is the README's test command as written; the README's first command sets up a venv."""
-    blocks = re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(encoding="utf-8"), re.DOTALL)
     setup, tests = blocks[0], blocks[1]
     assert setup == "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && gateway init && gateway run"
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").rstrip("\n").splitlines()
