@@ -43,7 +43,7 @@ async def test_tool_call_round_trip(home: Path, fake_llm: FakeLLM, provider: str
     code, out, err = await _chat(home, "my name is Ada\n")
     assert code == 0, err
     assert out.strip() == "Nice to meet you, Ada. I'll remember that."
-    assert "Name is Ada." in (home / "memories" / "USER.md").read_text()
+    assert "Name is Ada." in (home / "memories" / "people" / "1.md").read_text()
     follow_up = fake_llm.calls[-1].body["messages"]
     if provider == "openai":
         tool_msgs = [m for m in follow_up if m["role"] == "tool"]
@@ -97,7 +97,7 @@ async def test_new_in_the_terminal_flushes_the_old_session_before_exit(home: Pat
                                 "Started a new conversation. I still remember what I saved to memory."]
     flush_request = fake_llm.anthropic_requests()[2]
     assert "about to be reset" in str(flush_request["messages"][-1])
-    assert "Likes short answers." in (home / "memories" / "USER.md").read_text()
+    assert "Likes short answers." in (home / "memories" / "people" / "1.md").read_text()
     state = sqlite3.connect(home / "state.db").execute(
         "SELECT end_reason, flush_state FROM sessions ORDER BY id").fetchall()
     assert state == [("command", "done")]

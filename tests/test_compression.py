@@ -151,7 +151,7 @@ async def test_long_history_is_compressed_and_the_turn_continues(chat: Chat) -> 
     # The flush request reuses the session's prompt bytes and tool list, and carries the live memory.
     assert system_text(flush_body) == old_prompt
     assert [t["name"] for t in flush_body["tools"]] == [t["name"] for t in before[0][1]["tools"]]
-    assert "<user_profile>\n(empty)\n</user_profile>" in last_text(flush_body)
+    assert "Their profile as it is now:\n<user>\n(empty)\n</user>" in last_text(flush_body)
     # The summarizer saw the dropped turns only: not the first exchange, not the kept tail.
     summary_input = last_text(summary_body)
     assert "Turn 2:" in summary_input and "Miso" in summary_input
@@ -231,7 +231,7 @@ async def test_the_flush_may_only_use_memory_and_skill_tools(chat: Chat) -> None
     [result] = [blk for blk in flushes[1]["messages"][-1]["content"] if blk["type"] == "tool_result"]
     assert result["is_error"] is True and "Tool not available right now: 'session_search'" in result["content"]
     assert CAT_FACT not in chat.session().system_prompt
-    assert not (chat.home / "memories" / "USER.md").exists()
+    assert not (chat.home / "memories" / "people").exists()
 
 
 async def test_a_failed_summary_leaves_the_history_alone_and_the_turn_is_answered(

@@ -21,6 +21,7 @@ from gateway.agent.tools.registry import ToolContext
 from gateway.cli import main as cli
 from gateway.config.settings import load_config
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
+from gateway.knowledge.memory import MemoryRights
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.chaos.crashpoints import VirtualTime
@@ -267,10 +268,10 @@ async def run_memory(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captur
     gw = build_gateway(load_config(home, env={}), env={}, probe_ollama=False)
     try:
         ctx = ToolContext(session_id=1, platform="cli", chat_type="dm", user_id="u", home=home,
-                          db_path=home / "state.db")
+                          db_path=home / "state.db", memory=MemoryRights(person_id=1, shared=True))
         result = await gw.tools.call("memory", json.dumps({"action": "add", "target": "memory",
                                                            "content": case["entry"]}), ctx)
-        stored = gw.memory.read("memory")
+        stored = gw.memory.shared().read()
     finally:
         gw.store.close()
     expect = case["expect"]

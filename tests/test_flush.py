@@ -82,14 +82,19 @@ async def test_flush_reuses_the_sessions_cached_prefix(home: Path, caching_llm: 
     assert adapter.texts()[-1] == "Started a new conversation. I still remember what I saved to memory."
 
 
+def _owner(gw: Gateway) -> int:
+    """The person of the console user these tests talk as: the local owner."""
+    return gw.people.resolve("cli", "u1", now=START).id
+
+
 async def test_flush_instruction_carries_the_live_memory_files(home: Path, fake_llm: FakeLLM) -> None:
     adapter = _config(home, fake_llm)
     async with open_gateway(home, [adapter], clock=FakeClock(), start=True) as gw:
         assert gw.lifecycle is not None
         await _talk(gw, "one", "two")
         # written after the session's prompt was frozen: the flush must see it anyway
-        gw.memory.add("memory", "The deploy script lives in ops/deploy.sh")
-        gw.memory.add("user", "Prefers short answers")
+        gw.memory.shared().add("The deploy script lives in ops/deploy.sh")
+        gw.memory.profile(_owner(gw)).add("Prefers short answers")
         await gw.sessions.submit(inbound("/reset"))
         await gw.lifecycle.flusher.wait_idle()
     instruction = last_user_text(_flush_requests(fake_llm)[0])
@@ -111,7 +116,7 @@ async def test_only_memory_and_skill_tools_run_and_the_reply_is_not_sent(home: P
                         Reply("I saved your preferences!"))
         await gw.sessions.submit(inbound("/new"))
         await gw.lifecycle.flusher.wait_idle()
-        assert gw.memory.entries("user") == ("Name: Ada; likes green tea",)
+        assert gw.memory.profile(_owner(gw)).entries() == ("Name: Ada; likes green tea",)
     assert len(_flush_requests(fake_llm)) == 1
     second = fake_llm.anthropic_requests()[-1]  # the flush's second step: it carries the tool results
     results = [b for m in second["messages"] for b in m["content"] if b.get("type") == "tool_result"]

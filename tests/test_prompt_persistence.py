@@ -186,7 +186,7 @@ async def test_memory_written_during_a_session_shows_up_only_in_the_next_session
     await pipe.say("remember that I drink green tea")
     await pipe.say("what do I drink?")
 
-    memory_file = pipe.home / "memories" / "USER.md"
+    memory_file = pipe.home / "memories" / "people" / "1.md"
     assert "Drinks green tea." in memory_file.read_text(encoding="utf-8")
     first = pipe.session()
     assert first.system_prompt is not None

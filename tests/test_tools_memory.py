@@ -11,12 +11,12 @@ import pytest
 from gateway.agent.tools.catalog import build_registry
 from gateway.agent.tools.registry import ToolContext, ToolResult
 from gateway.errors import ToolError
-from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.memory import MemoryRights, MemoryStore
 
 
 def _ctx(home: Path) -> ToolContext:
     return ToolContext(session_id=1, platform="telegram", chat_type="dm", user_id="42", home=home,
-                       db_path=home / "state.db", chat_id="42")
+                       db_path=home / "state.db", chat_id="42", memory=MemoryRights(person_id=1, shared=True))
 
 
 async def _memory(home: Path, **arguments: object) -> ToolResult:
@@ -26,15 +26,15 @@ async def _memory(home: Path, **arguments: object) -> ToolResult:
 
 async def test_add_writes_entries_separated_by_section_lines(tmp_path: Path) -> None:
     first = await _memory(tmp_path, action="add", target="user", content="Name is Ada.")
-    assert first == ToolResult("Saved to the user profile (USER.md): 12 of 100 characters used. Future sessions "
+    assert first == ToolResult("Saved to the user profile (people/1.md): 12 of 100 characters used. Future sessions "
                                "will see this; the memory in this session's prompt stays as it was when the "
                                "session started.")
     await _memory(tmp_path, action="add", target="user", content="  Prefers short answers.\n")
-    assert (tmp_path / "memories" / "USER.md").read_text() == "Name is Ada.\n§\nPrefers short answers.\n"
+    assert (tmp_path / "memories" / "people" / "1.md").read_text() == "Name is Ada.\n§\nPrefers short answers.\n"
     store = MemoryStore(tmp_path / "memories", 200, 100)
-    assert store.entries("user") == ("Name is Ada.", "Prefers short answers.")
-    assert store.usage("user") == (len("Name is Ada.\n§\nPrefers short answers."), 100)
-    assert store.read("memory") == ""
+    assert store.profile(1).entries() == ("Name is Ada.", "Prefers short answers.")
+    assert store.profile(1).usage() == (len("Name is Ada.\n§\nPrefers short answers."), 100)
+    assert store.shared().read() == ""
 
 
 async def test_replace_and_remove_by_unique_substring(tmp_path: Path) -> None:
@@ -42,9 +42,9 @@ async def test_replace_and_remove_by_unique_substring(tmp_path: Path) -> None:
         await _memory(tmp_path, action="add", target="memory", content=fact)
     replaced = await _memory(tmp_path, action="replace", target="memory", old_text="Debian",
                              content="Server runs Debian 13 since May.")
-    assert replaced.text.startswith("Saved to your notes (MEMORY.md)")
+    assert replaced.text.startswith("Saved to the shared notes (MEMORY.md)")
     removed = await _memory(tmp_path, action="remove", target="memory", old_text="make deploy")
-    assert removed.text.startswith("Removed from your notes (MEMORY.md): ")
+    assert removed.text.startswith("Removed from the shared notes (MEMORY.md): ")
     assert (tmp_path / "memories" / "MEMORY.md").read_text() == "Server runs Debian 13 since May.\n§\nBackups at 03:00.\n"
     await _memory(tmp_path, action="remove", target="memory", old_text="Server")
     await _memory(tmp_path, action="remove", target="memory", old_text="Backups")
@@ -55,21 +55,22 @@ async def test_limit_refusal_says_how_much_room_is_left(tmp_path: Path) -> None:
     await _memory(tmp_path, action="add", target="user", content="x" * 80)
     result = await _memory(tmp_path, action="add", target="user", content="Lives in Lisbon, works remotely.")
     assert result == ToolResult(
-        "Not saved: the user profile (USER.md) is at 80 of 100 characters, 20 left, and this entry needs 32. "
+        "Not saved: the user profile (people/1.md) is at 80 of 100 characters, 20 left, and this entry needs 32. "
         "Consolidate first: merge or shorten entries with action=replace, or drop outdated ones with "
         "action=remove, then try again.", is_error=True)
-    assert MemoryStore(tmp_path / "memories").entries("user") == ("x" * 80,)
+    assert MemoryStore(tmp_path / "memories").profile(1).entries() == ("x" * 80,)
 
 
 async def test_an_over_full_file_can_still_shrink(tmp_path: Path) -> None:
     memories = tmp_path / "memories"
     memories.mkdir()
-    (memories / "USER.md").write_text("a" * 90 + "\n§\n" + "b" * 40 + "\n")  # edited by hand past the limit
+    (memories / "people").mkdir(parents=True)
+    (memories / "people" / "1.md").write_text("a" * 90 + "\n§\n" + "b" * 40 + "\n")  # edited by hand past the limit
     grow = await _memory(tmp_path, action="replace", target="user", old_text="bbb", content="b" * 41)
     assert grow.is_error and "is at 133 of 100 characters, 0 left" in grow.text
     shrink = await _memory(tmp_path, action="replace", target="user", old_text="bbb", content="short")
     assert not shrink.is_error
-    assert MemoryStore(memories).entries("user") == ("a" * 90, "short")
+    assert MemoryStore(memories).profile(1).entries() == ("a" * 90, "short")
 
 
 async def test_duplicate_is_refused_ignoring_case_and_spacing(tmp_path: Path) -> None:
@@ -89,18 +90,18 @@ async def test_ambiguous_substring_is_refused_with_the_candidates(tmp_path: Path
                                                                    "old machine in the basement of the office.")
     result = await _memory(tmp_path, action="replace", target="memory", old_text="Postgres", content="x")
     assert result == ToolResult(
-        "old_text 'Postgres' matches 2 entries in your notes (MEMORY.md): 1. 'Project alpha uses Postgres "
+        "old_text 'Postgres' matches 2 entries in the shared notes (MEMORY.md): 1. 'Project alpha uses Postgres "
         "16.'; 2. 'Project beta uses Postgres 15 on a very old machine in th...'. Use a longer part of the "
         "one you mean.", is_error=True)
     missing = await _memory(tmp_path, action="remove", target="memory", old_text="MySQL")
-    assert missing == ToolResult("No entry in your notes (MEMORY.md) contains 'MySQL'.", is_error=True)
+    assert missing == ToolResult("No entry in the shared notes (MEMORY.md) contains 'MySQL'.", is_error=True)
 
 
 async def test_exact_entry_wins_over_longer_matches(tmp_path: Path) -> None:
     await _memory(tmp_path, action="add", target="memory", content="Uses uv.")
     await _memory(tmp_path, action="add", target="memory", content="Uses uv. Lockfile is committed.")
     assert not (await _memory(tmp_path, action="remove", target="memory", old_text="Uses uv.")).is_error
-    assert MemoryStore(tmp_path / "memories").entries("memory") == ("Uses uv. Lockfile is committed.",)
+    assert MemoryStore(tmp_path / "memories").shared().entries() == ("Uses uv. Lockfile is committed.",)
 
 
 @pytest.mark.parametrize(("content", "why"), [
@@ -143,14 +144,14 @@ def test_parse_tolerates_hand_edited_files(tmp_path: Path) -> None:
     memories.mkdir()
     (memories / "MEMORY.md").write_text("\n first\nstill first \n  §  \n\n§\nsecond\n§")
     store = MemoryStore(memories)
-    assert store.entries("memory") == ("first\nstill first", "second")
-    assert store.read("memory") == "\n first\nstill first \n  §  \n\n§\nsecond\n§"
+    assert store.shared().entries() == ("first\nstill first", "second")
+    assert store.shared().read() == "\n first\nstill first \n  §  \n\n§\nsecond\n§"
 
 
 def test_writes_leave_no_temp_files(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path / "memories")
-    store.add("memory", "one")
-    store.replace("memory", "one", "two")
+    store.shared().add("one")
+    store.shared().replace("one", "two")
     assert sorted(p.name for p in (tmp_path / "memories").iterdir()) == [".lock", "MEMORY.md"]
 
 
@@ -162,14 +163,14 @@ def test_concurrent_threads_lose_no_entry(tmp_path: Path) -> None:
     def write(n: int) -> None:
         start.wait()
         for i in range(25):
-            stores[n % 2].add("memory", f"fact {n}-{i}")
+            stores[n % 2].shared().add(f"fact {n}-{i}")
 
     threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    entries = stores[0].entries("memory")
+    entries = stores[0].shared().entries()
     assert sorted(entries) == sorted(f"fact {n}-{i}" for n in range(8) for i in range(25))
 
 
@@ -181,14 +182,14 @@ async def test_concurrent_tool_calls_lose_no_entry(tmp_path: Path) -> None:
         registry.call("memory", {"action": "add", "target": "user", "content": f"likes colour {i}"}, _ctx(tmp_path))
         for i in range(40)))
     assert not any(r.is_error for r in results)
-    assert len(MemoryStore(tmp_path / "memories").entries("user")) == 40
+    assert len(MemoryStore(tmp_path / "memories").profile(1).entries()) == 40
 
 
 def _process_writer(directory: str, name: str, start: threading.Barrier) -> None:
     store = MemoryStore(Path(directory), memory_char_limit=100_000)
     start.wait()
     for i in range(30):
-        store.add("memory", f"{name} fact {i}")
+        store.shared().add(f"{name} fact {i}")
 
 
 def test_two_processes_lose_no_entry(tmp_path: Path) -> None:
@@ -201,11 +202,11 @@ def test_two_processes_lose_no_entry(tmp_path: Path) -> None:
     for p in procs:
         p.join(timeout=60)
     assert [p.exitcode for p in procs] == [0, 0]
-    entries = MemoryStore(tmp_path / "memories").entries("memory")
+    entries = MemoryStore(tmp_path / "memories").shared().entries()
     assert sorted(entries) == sorted(f"{n} fact {i}" for n in ("daemon", "cli") for i in range(30))
 
 
 def test_store_raises_tool_errors(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path / "memories", memory_char_limit=10)
     with pytest.raises(ToolError, match="10 left"):
-        store.add("memory", "x" * 11)
+        store.shared().add("x" * 11)

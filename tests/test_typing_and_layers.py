@@ -28,10 +28,10 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "config": ["yamlload", ("media", "tools", "schedule"), "settings", "starter"],
     "telemetry": [("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
-    "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
+    "store": [("history_cache", "search_index", "media_files", "people_tables"), ("rows", "schema"), "connection",
               ("delivery_queries", "session_queries", "tool_queries"),
               "message_queries", "database", "transcript"],
-    "knowledge": ["files", ("memory", "skills", "search")],
+    "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content"), "link", "hub"],
     "net": ["guard", "fetch", ("extract", "search")],
     "agent": ["tools", "loop"],
@@ -44,9 +44,9 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
-    "access": ["pairing", "gate"],
-    "ops": [("notify", "service", "supervisor", "status", "web_guard", "home"), "wiring", ("doctor", "daemon")],
-    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs"), "init", "main"],
+    "access": ["pairing", "gate", "roles", "linking"],
+    "ops": [("notify", "service", "supervisor", "status", "web_guard", "home", "access_watch"), "wiring", ("doctor", "daemon")],
+    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs", "users"), "init", "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")

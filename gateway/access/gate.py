@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +19,7 @@ from gateway.access.pairing import CODE_TTL, PairingBook
 from gateway.config.settings import AccessConfig, Config
 from gateway.delivery.outbox import Outbox
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult, command_word
+from gateway.knowledge.people import LOCAL_OWNER, PeopleBook, identity_of
 from gateway.store.database import Store
 from gateway.store.transcript import encode_inbound
 
@@ -140,7 +141,9 @@ class AccessGate:
     """SessionManager's `gate`: None lets a message through; a SubmitResult stops it before it is stored."""
 
     def __init__(self, config: Config, pairing: PairingBook, outbox: Outbox, *, clock: Clock,
-                 notices: Outbox | None = None) -> None:
+                 notices: Outbox | None = None, people: PeopleBook | None = None) -> None:
+        self.people = people
+        self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None  # set by linking.Linker
         self.config = config
         self.access = config.access
         self.rules = platform_rules(config)
@@ -160,9 +163,27 @@ class AccessGate:
         if not rules.allows_place(inbound):
             return False
         return (is_admin(self.access, platform, inbound.user_id) or rules.lists_user(inbound)
-                or self.pairing.is_approved(platform, inbound.user_id))
+                or self.pairing.is_approved(platform, inbound.user_id) or self._linked_allowed(platform, inbound))
+
+    def _linked_allowed(self, platform: str, inbound: Inbound) -> bool:
+        """One approval per person: an identity linked to this one that is let in by id (an admin, listed, approved
+        by code, the local owner) lets this one in too; the place lists above still apply to this message."""
+        person = self.people.find(identity_of(platform, inbound.user_id)) if self.people is not None else None
+        if person is None or len(person.identities) < 2:
+            return False
+        for other in person.identities:
+            rules = self.rules.get(other.platform, Rules())
+            if (other.identity == LOCAL_OWNER or is_admin(self.access, other.platform, other.user_id)
+                    or other.user_id in rules.user_ids or (other.username and _handle(other.username) in rules.usernames)
+                    or self.pairing.is_approved(other.platform, other.user_id)):
+                return True
+        return False
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
+        if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
+            verdict = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
+            if verdict is not None:
+                return verdict
         if inbound.chat.platform not in LOCAL_PLATFORMS:
             if not self.is_allowed(inbound):
                 return await self._stranger(inbound)
@@ -213,7 +234,7 @@ class AccessGate:
     # ------------------------------------------------------------------ /approve
     async def _approve_command(self, inbound: Inbound) -> SubmitResult:
         platform, user_id = inbound.chat.platform, inbound.user_id
-        inbound_id = self._store_answered(inbound)
+        inbound_id = self.store_answered(inbound)
         if inbound_id is None:
             return SubmitResult(SubmitOutcome.DUPLICATE)
         args = inbound.text.split()[1:]
@@ -225,7 +246,7 @@ class AccessGate:
         elif len(args) != 1:
             reply = APPROVE_USAGE
         else:
-            approval = self.pairing.approve(args[0], by=f"{platform}:{user_id}", now=self.clock())
+            approval = self.pairing.approve(args[0], by=f"{platform}:{user_id}", now=self.clock(), announce=False)
             log.info("access: /approve by platform=%s user=%s: %s", platform, user_id, approval.status)
             reply = approval.describe()
         self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
@@ -234,7 +255,7 @@ class AccessGate:
                                   APPROVED_TEXT)
         return SubmitResult(SubmitOutcome.ACCEPTED if admin else SubmitOutcome.REFUSED, "command")
 
-    def _store_answered(self, inbound: Inbound) -> int | None:
+    def store_answered(self, inbound: Inbound) -> int | None:
         """Record the command (code redacted) so a redelivery is a duplicate, not a second, failed approval."""
         redacted = replace(inbound, text=inbound.text.split(maxsplit=1)[0] + " [code]")
         chat = inbound.chat

@@ -201,9 +201,11 @@ class PairingBook:
         raise StoreError("could not store a unique pairing code")
 
     # ------------------------------------------------------------------ approving
-    def approve(self, code: str, *, by: str, now: datetime) -> Approval:
+    def approve(self, code: str, *, by: str, now: datetime, announce: bool = True) -> Approval:
         """Approve the user holding `code`. A wrong code counts against every platform with codes waiting
-        (those are what a guess could hit); the fifth in a row locks pairing there for an hour."""
+        (those are what a guess could hit); the fifth in a row locks pairing there for an hour. `announce`
+        records the approval for the daemon, which welcomes the person where they asked (gateway/ops/access_watch.py);
+        the in-chat /approve welcomes them itself."""
         row = self.store.one("SELECT * FROM pairing WHERE code_hash = ?", (self.code_hash(code),))
         if row is None:
             return self._wrong(now)
@@ -222,6 +224,10 @@ class PairingBook:
                 " approved_at = excluded.approved_at, approved_by = excluded.approved_by",
                 (row["platform"], row["user_id"], row["user_name"], iso(now), by))
             conn.execute("UPDATE pairing_lockouts SET failures = 0 WHERE platform = ?", (row["platform"],))
+            if announce:
+                conn.execute("INSERT INTO access_events (kind, platform, user_id, chat_id, detail, created_at)"
+                             " VALUES ('approved', ?, ?, ?, ?, ?)",
+                             (row["platform"], row["user_id"], row["chat_id"], by, iso(now)))
         return found
 
     def _wrong(self, now: datetime) -> Approval:
@@ -241,11 +247,14 @@ class PairingBook:
                     locked.append(platform)
         return Approval("wrong", locked_until=until if locked else None, locked_now=tuple(locked))
 
-    def revoke(self, platform: str, user_id: str) -> bool:
-        """Forget an approved user (and any code they hold); True if there was anything to forget."""
+    def revoke(self, platform: str, user_id: str, *, now: datetime | None = None) -> bool:
+        """Forget an approved user (and any code they hold); True if there was anything to forget. The revocation
+        is recorded for the daemon, which ends the user's running sessions (gateway/ops/access_watch.py)."""
         with self.store.tx() as conn:
             a = conn.execute("DELETE FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id))
             b = conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?", (platform, user_id))
+            conn.execute("INSERT INTO access_events (kind, platform, user_id, created_at) VALUES ('revoked', ?, ?, ?)",
+                         (platform, user_id, iso(now or datetime.now(UTC))))
             return a.rowcount + b.rowcount > 0
 
 

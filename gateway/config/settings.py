@@ -82,6 +82,10 @@ class MemoryConfig:
     flush_max_iterations: int = field(default=8, metadata=_range(1, 50))
     flush_timeout_s: float = field(default=180.0, metadata=_positive())
     flush_concurrency: int = field(default=2, metadata=_range(1, 32))
+    shared_writers: Literal["admins", "everyone"] = "admins"
+    chat_notes: bool = True
+    chat_char_limit: int = field(default=1000, metadata=_positive())
+    chat_writers: Literal["admins", "everyone"] = "everyone"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""Persistent memory: MEMORY.md (the agent's notes) and USER.md (who the user is), edited by the memory tool
-(gateway/agent/tools/memory.py) and the pre-reset flush.
+"""Persistent memory in scopes: the shared notes (MEMORY.md), one profile per person (people/<id>.md) and, for
+groups and channels, notes per chat (chats/<chat>.md). Edited by the memory tool (gateway/agent/tools/memory.py)
+and the pre-reset flush, within what `MemoryRights` allows the caller.
 
 Writes change the files at once; a running session's prompt keeps the snapshot it was built with,
 because the provider's prompt cache depends on that prompt never changing.
@@ -7,6 +8,8 @@ because the provider's prompt cache depends on that prompt never changing.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -14,10 +17,38 @@ from gateway.errors import ToolError
 from gateway.knowledge.files import FileLock, atomic_write
 from gateway.scan import describe, scan_text
 
-Target = Literal["memory", "user"]
+Target = Literal["memory", "user", "chat"]
 SEPARATOR = "§"
-FILES: dict[Target, str] = {"memory": "MEMORY.md", "user": "USER.md"}
-LABELS: dict[Target, str] = {"memory": "your notes (MEMORY.md)", "user": "the user profile (USER.md)"}
+SHARED_FILE = "MEMORY.md"
+LEGACY_USER_FILE = "USER.md"  # the one global profile of earlier versions (see gateway/knowledge/people.py)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRights:
+    """What one caller's memory tool may write, decided by policy (gateway/access/roles.py).
+
+    `person_id` is whose profile `target: user` writes (None: nobody's, e.g. a shared conversation's flush);
+    `chat` is this conversation's chat-notes key (groups and channels, when chat notes are on).
+    """
+
+    person_id: int | None = None
+    shared: bool = False
+    chat: str | None = None
+    chat_writable: bool = False
+    shared_policy: str = "admins"
+    chat_policy: str = "everyone"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryView:
+    """Whose memory a session's prompt shows besides the shared notes: its owner's profile, its chat's notes."""
+
+    person_id: int | None = None
+    chat: str | None = None
+
+
+NO_RIGHTS = MemoryRights()  # deny by default: a caller nobody vouched for writes nothing
+NO_VIEW = MemoryView()  # the shared notes only
 
 
 def render(entries: list[str] | tuple[str, ...]) -> str:
@@ -38,67 +69,124 @@ def parse(text: str) -> list[str]:
     return [e for e in entries if e]
 
 
-class MemoryStore:
-    """The two memory files under one directory, each with its own character limit."""
+def chat_key(platform: str, chat_id: str) -> str:
+    return f"{platform}:{chat_id}"
 
-    def __init__(self, directory: Path, memory_char_limit: int = 2200, user_char_limit: int = 1375) -> None:
-        self.directory = directory
-        self._limits: dict[Target, int] = {"memory": memory_char_limit, "user": user_char_limit}
-        self._lock = FileLock(directory / ".lock")
 
-    def path(self, target: Target) -> Path:
-        return self.directory / FILES[target]
+def _file_name(key: str) -> str:
+    """A chat key as a file name: safe characters kept, anything else as %XX (so two keys never collide)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), key) + ".md"
 
-    def read(self, target: Target) -> str:
+
+class MemoryFile:
+    """One memory file (a scope's entries, separated by § lines) with its character limit."""
+
+    def __init__(self, path: Path, limit: int, label: str, lock: FileLock) -> None:
+        self.path = path
+        self.limit = limit
+        self.label = label
+        self._lock = lock
+
+    def read(self) -> str:
         """The whole file as it is now ("" when absent): what a new session's prompt snapshots.
 
         A hand edit in another encoding must not stop every new session from starting: bad bytes read as U+FFFD.
         """
         try:
-            return self.path(target).read_text(encoding="utf-8", errors="replace")
+            return self.path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return ""
 
-    def entries(self, target: Target) -> tuple[str, ...]:
-        return tuple(parse(self.read(target)))
+    def entries(self) -> tuple[str, ...]:
+        return tuple(parse(self.read()))
 
-    def usage(self, target: Target) -> tuple[int, int]:
-        return len(render(self.entries(target))), self._limits[target]
+    def usage(self) -> tuple[int, int]:
+        return len(render(self.entries())), self.limit
 
-    def add(self, target: Target, content: str) -> tuple[int, int]:
+    def add(self, content: str) -> tuple[int, int]:
         content = _clean(content)
         with self._lock.hold():
-            entries = parse(self.read(target))
+            entries = parse(self.read())
             _refuse_duplicate(content, entries)
-            return self._write(target, entries, [*entries, content], len(content))
+            return self._write(entries, [*entries, content], len(content))
 
-    def replace(self, target: Target, old_text: str, content: str) -> tuple[int, int]:
+    def replace(self, old_text: str, content: str) -> tuple[int, int]:
         content = _clean(content)
         with self._lock.hold():
-            entries = parse(self.read(target))
-            i = _find_one(old_text, entries, target)
+            entries = parse(self.read())
+            i = _find_one(old_text, entries, self.label)
             _refuse_duplicate(content, entries[:i] + entries[i + 1:])
             new = [*entries[:i], content, *entries[i + 1:]]
-            return self._write(target, entries, new, len(content))
+            return self._write(entries, new, len(content))
 
-    def remove(self, target: Target, old_text: str) -> tuple[int, int]:
+    def remove(self, old_text: str) -> tuple[int, int]:
         with self._lock.hold():
-            entries = parse(self.read(target))
-            i = _find_one(old_text, entries, target)
-            return self._write(target, entries, entries[:i] + entries[i + 1:], 0)
+            entries = parse(self.read())
+            i = _find_one(old_text, entries, self.label)
+            return self._write(entries, entries[:i] + entries[i + 1:], 0)
 
-    def _write(self, target: Target, old: list[str], new: list[str], needed: int) -> tuple[int, int]:
-        limit = self._limits[target]
+    def absorb(self, other: MemoryFile) -> int:
+        """Append `other`'s entries that are not here yet, then delete it (two profiles become one); returns how
+        many were added. The limit is not checked: nothing is lost, and an over-full file can be consolidated."""
+        with self._lock.hold():
+            mine = parse(self.read())
+            keys = {_key(e) for e in mine}
+            added = [e for e in parse(other.read()) if _key(e) not in keys]
+            if added:
+                atomic_write(self.path, render([*mine, *added]) + "\n")
+            other.path.unlink(missing_ok=True)
+        return len(added)
+
+    def delete(self) -> bool:
+        with self._lock.hold():
+            existed = self.path.exists()
+            self.path.unlink(missing_ok=True)
+        return existed
+
+    def _write(self, old: list[str], new: list[str], needed: int) -> tuple[int, int]:
+        limit = self.limit
         used, size = len(render(old)), len(render(new))
         # Growing past the limit is refused; shrinking is always allowed, so an over-full file can be consolidated.
         if size > limit and size > used:
             room = max(limit - used, 0)
             raise ToolError(
-                f"Not saved: {LABELS[target]} is at {used:,} of {limit:,} characters, {room:,} left, and this "
+                f"Not saved: {self.label} is at {used:,} of {limit:,} characters, {room:,} left, and this "
                 f"entry needs {needed:,}. Consolidate first: merge or shorten entries with action=replace, or "
                 f"drop outdated ones with action=remove, then try again.")
-        atomic_write(self.path(target), render(new) + "\n" if new else "")
+        atomic_write(self.path, render(new) + "\n" if new else "")
         return size, limit
+
+
+class MemoryStore:
+    """The memory files under one directory, each scope with its own character limit, behind one lock."""
+
+    def __init__(self, directory: Path, memory_char_limit: int = 2200, user_char_limit: int = 1375,
+                 chat_char_limit: int = 1000) -> None:
+        self.directory = directory
+        self.limits: dict[Target, int] = {"memory": memory_char_limit, "user": user_char_limit,
+                                          "chat": chat_char_limit}
+        self._lock = FileLock(directory / ".lock")
+
+    def shared(self) -> MemoryFile:
+        return MemoryFile(self.directory / SHARED_FILE, self.limits["memory"], "the shared notes (MEMORY.md)",
+                          self._lock)
+
+    def profile(self, person_id: int) -> MemoryFile:
+        return MemoryFile(self.directory / "people" / f"{int(person_id)}.md", self.limits["user"],
+                          f"the user profile (people/{int(person_id)}.md)", self._lock)
+
+    def chat(self, key: str) -> MemoryFile:
+        name = _file_name(key)
+        return MemoryFile(self.directory / "chats" / name, self.limits["chat"], f"this chat's notes (chats/{name})",
+                          self._lock)
+
+    def legacy_user(self) -> Path:
+        return self.directory / LEGACY_USER_FILE
+
+    def snapshot(self, view: MemoryView) -> tuple[str, str, str]:
+        """(shared notes, the owner's profile, the chat's notes) as they are now; "" for a scope not in view."""
+        return (self.shared().read(), self.profile(view.person_id).read() if view.person_id is not None else "",
+                self.chat(view.chat).read() if view.chat is not None else "")
 
 
 def _clean(content: str) -> str:
@@ -125,7 +213,7 @@ def _refuse_duplicate(content: str, entries: list[str]) -> None:
         raise ToolError("Not saved: this entry is already in memory.")
 
 
-def _find_one(old_text: str, entries: list[str], target: Target) -> int:
+def _find_one(old_text: str, entries: list[str], label: str) -> int:
     """Index of the one entry containing `old_text` (an exact whole-entry match wins a tie)."""
     needle = old_text.strip()
     if not needle:
@@ -136,10 +224,10 @@ def _find_one(old_text: str, entries: list[str], target: Target) -> int:
         if len(exact) == 1:
             return exact[0]
         listed = "; ".join(f"{n}. {_brief(entries[i])}" for n, i in enumerate(hits, 1))
-        raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {LABELS[target]}: {listed}. "
+        raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {label}: {listed}. "
                         "Use a longer part of the one you mean.")
     if not hits:
-        raise ToolError(f"No entry in {LABELS[target]} contains {needle!r}.")
+        raise ToolError(f"No entry in {label} contains {needle!r}.")
     return hits[0]
 
 

@@ -35,6 +35,8 @@ class Asker(Protocol):
     @property
     def chat_id(self) -> str | None: ...
     @property
+    def accounts(self) -> tuple[tuple[str, str | None], ...]: ...
+    @property
     def db_path(self) -> Path: ...
 
 
@@ -77,56 +79,74 @@ class SessionHits:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """Whose sessions may be searched: the asker owns the session or spoke in it, on the same platform.
+    """Whose sessions may be searched: the person asking owns the session or spoke in it, under any of their
+    linked identities (`accounts`: platform and user id; user id None for a platform whose every user is the
+    local owner).
 
-    `chat_id` set means only sessions of that group chat: asked in a group, the answer is read by the
+    `chat` set means only sessions of that group chat: asked in a group, the answer is read by the
     whole group, so the asker's DMs and other groups stay out of it.
     """
 
-    platform: str
-    user_id: str
-    chat_id: str | None
+    accounts: tuple[tuple[str, str | None], ...]
+    chat: tuple[str, str] | None
     exclude_session: int
 
     @classmethod
     def of(cls, ctx: Asker) -> Scope:
-        if not ctx.user_id:
+        accounts = tuple(ctx.accounts)
+        if not ctx.user_id or not accounts:
             raise ToolError("Search is unavailable here: the person asking is unknown.")
-        chat_id = None if ctx.chat_type == "dm" else (ctx.chat_id or "")
-        return cls(ctx.platform, ctx.user_id, chat_id, ctx.session_id)
+        chat = None if ctx.chat_type == "dm" else (ctx.platform, ctx.chat_id or "")
+        return cls(accounts, chat, ctx.session_id)
 
     def predicate(self) -> tuple[str, dict[str, object]]:
         """SQL on `s` (sessions): true for sessions in scope."""
-        where = ("s.platform = :platform AND s.id != :current AND (s.user_id = :user OR EXISTS "
-                 "(SELECT 1 FROM messages x WHERE x.user_id = :user AND x.session_id = s.id))")
-        args: dict[str, object] = {"platform": self.platform, "user": self.user_id,
-                                   "current": self.exclude_session}
-        if self.chat_id is not None:
-            where += " AND s.chat_id = :chat AND s.chat_type != 'dm'"
-            args["chat"] = self.chat_id
+        args: dict[str, object] = {"current": self.exclude_session}
+        anyone = []
+        for n, (platform, user) in enumerate(self.accounts):
+            args[f"p{n}"] = platform
+            if user is None:
+                anyone.append(f"s.platform = :p{n}")
+                continue
+            args[f"u{n}"] = user
+            anyone.append(f"(s.platform = :p{n} AND (s.user_id = :u{n} OR EXISTS "
+                          f"(SELECT 1 FROM messages x WHERE x.user_id = :u{n} AND x.session_id = s.id)))")
+        where = f"s.id != :current AND ({' OR '.join(anyone)})"
+        if self.chat is not None:
+            where += " AND s.platform = :chat_platform AND s.chat_id = :chat AND s.chat_type != 'dm'"
+            args["chat_platform"], args["chat"] = self.chat
         return where, args
 
     def sessions(self, conn: sqlite3.Connection, cap: int) -> list[int] | None:
         """The scope's session ids, or None when there are more than `cap`."""
         where, args = self.predicate()
-        owned = [r[0] for r in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE s.user_id = :user AND {where} LIMIT :cap", {**args, "cap": cap + 1})]
-        if len(owned) > cap:
-            return None
-        # Distinct sessions the user spoke in: one index seek each, not a scan of all their messages. In a
-        # group most of them are elsewhere, so more are listed before giving up on a small scope.
-        most = cap if self.chat_id is None else _MAX_SPOKE_SESSIONS
+        found: set[int] = set()
+        for platform, user in self.accounts:
+            mine = "s.platform = :mp" + ("" if user is None else " AND s.user_id = :mu")
+            owned = [r[0] for r in conn.execute(f"SELECT s.id FROM sessions s WHERE {mine} AND {where} LIMIT :cap",
+                                                {**args, "mp": platform, "mu": user, "cap": cap + 1})]
+            found.update(owned)
+            if len(found) > cap:
+                return None
+            spoke = self._spoke(conn, user, cap) if user is not None else []
+            if spoke is None:
+                return None
+            rows = conn.execute(f"SELECT s.id FROM sessions s WHERE s.id IN (SELECT value FROM json_each(:ids)) "
+                                f"AND {where}", {**args, "ids": json.dumps(spoke)})
+            found.update(r[0] for r in rows)
+        ids = sorted(found)
+        return ids if len(ids) <= cap else None
+
+    def _spoke(self, conn: sqlite3.Connection, user: str, cap: int) -> list[int] | None:
+        """Distinct sessions the user spoke in: one index seek each, not a scan of all their messages. In a
+        group most of them are elsewhere, so more are listed before giving up on a small scope."""
+        most = cap if self.chat is None else _MAX_SPOKE_SESSIONS
         spoke = [r[0] for r in conn.execute(
             "WITH RECURSIVE spoke(sid) AS (SELECT (SELECT min(session_id) FROM messages WHERE user_id = :u) "
             "UNION ALL SELECT (SELECT min(session_id) FROM messages WHERE user_id = :u AND session_id > sid) "
             "FROM spoke WHERE sid IS NOT NULL LIMIT :cap) SELECT sid FROM spoke WHERE sid IS NOT NULL",
-            {"u": self.user_id, "cap": most + 1})]
-        if len(spoke) > most:
-            return None
-        rows = conn.execute(f"SELECT s.id FROM sessions s WHERE s.id IN (SELECT value FROM json_each(:ids)) "
-                            f"AND {where}", {**args, "ids": json.dumps(spoke)})
-        ids = sorted(set(owned).union(r[0] for r in rows))
-        return ids if len(ids) <= cap else None
+            {"u": user, "cap": most + 1})]
+        return None if len(spoke) > most else spoke
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway.access.gate import AccessGate
+from gateway.access.linking import Linker
 from gateway.access.pairing import PairingBook, load_key
+from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, check_tool_names
 from gateway.agent.tools.mcp import McpTools
@@ -29,6 +31,7 @@ from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter
 from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.skills import SkillLibrary
 from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model
 from gateway.llm.types import LLMClient
@@ -100,6 +103,12 @@ class Gateway:
             await self.web.client.close()
             if self.web.search is not None:
                 await self.web.search.close()
+    roles: Roles | None = None
+
+    @property
+    def people(self) -> PeopleBook:
+        assert self.roles is not None
+        return self.roles.people
 
 
 def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
@@ -112,7 +121,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     source = "given"
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
-    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit)
+    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit,
+                         config.memory.chat_char_limit)
     skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     tools, hub, web = _tools(config, env, memory, skills, book)
@@ -126,15 +136,18 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                     limiter=RateLimiter(clock=monotonic, sleep=sleep),
                     backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
     prompts = PromptAssembler(config, facts, memory, skills)
-    gate = AccessGate(config, PairingBook(store, load_key(config.home)), outbox, clock=clock)
+    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
+    migrate_global_profile(roles, memory)
+    gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
+    Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
-                                    gate=gate, jobs_command=JobsCommand(book))
+                                    gate=gate, jobs_command=JobsCommand(book), roles=roles)
     jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs, model_source=source)
+                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -184,20 +197,22 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
 
 def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
               memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
-              metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand) -> tuple[SessionManager, Lifecycle]:
+              metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand,
+              roles: Roles) -> tuple[SessionManager, Lifecycle]:
     """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands."""
     compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
                             flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
-                                             read_memory=memory.read, clock=clock))
+                                             memory=memory, clock=clock, callers=roles))
     policies = Policies(config.session_reset, config.sessions.timezone)
     flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tools=tools,
-                      home=config.home, db_path=config.db_path, clock=clock)
+                      home=config.home, db_path=config.db_path, clock=clock, callers=roles)
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
-                              clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics)
+                              clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
+                              callers=roles)
     lifecycle.attach(sessions)
     return sessions, lifecycle
 

@@ -59,6 +59,8 @@ class PromptInputs:
     platform_hint: ResolvedHint
     tool_use_enforcement: bool | str | tuple[str, ...]
     context_file_max_chars: int = 20000
+    chat_text: str = ""
+    chat_limit: int = 1000
     soul_max_chars: int = 20000
 
 
@@ -94,13 +96,14 @@ DEFAULT_IDENTITY = (
 )
 
 MEMORY_GUIDANCE = (
-    "You have a persistent memory (the memory tool): your notes, and a profile of the user. Save durable "
-    "facts proactively, without being asked: the user's name, preferences and situation, decisions made, "
-    "corrections to how you work, and facts about their setup that will still matter in a later "
-    "conversation. Do not save one-off task details or anything you were asked to forget. Memory is loaded "
-    "once when a conversation starts and stays frozen for that conversation, so what you save now shows up "
-    "in the next one. Keep entries short and factual, and replace or remove an outdated entry instead of "
-    "adding one that contradicts it."
+    "You have a persistent memory (the memory tool): a profile of each person you talk to (target user: the "
+    "person who sent the message), shared notes every conversation sees (target memory), and notes for a group "
+    "chat (target chat). Save durable facts proactively, without being asked: the person's name, preferences "
+    "and situation go in their own profile; decisions, corrections to how you work and facts about the setup "
+    "go in the shared notes, when you may write them. Do not save one-off task details or anything you were "
+    "asked to forget. Memory is loaded once when a conversation starts and stays frozen for that "
+    "conversation, so what you save now shows up in the next one. Keep entries short and factual, and "
+    "replace or remove an outdated entry instead of adding one that contradicts it."
 )
 
 SESSION_SEARCH_GUIDANCE = (
@@ -265,8 +268,10 @@ def _volatile(i: PromptInputs) -> list[PromptBlock]:
     return [
         PromptBlock("volatile", "memory_snapshot", "memories/MEMORY.md",
                     _snapshot("MEMORY (your notes)", i.memory_text, i.memory_limit)),
-        PromptBlock("volatile", "user_snapshot", "memories/USER.md",
+        PromptBlock("volatile", "user_snapshot", "memories/people/",
                     _snapshot("USER PROFILE (who the user is)", i.user_text, i.user_limit)),
+        PromptBlock("volatile", "chat_snapshot", "memories/chats/",
+                    _snapshot("CHAT NOTES (this group only; written by its members)", i.chat_text, i.chat_limit)),
         PromptBlock("volatile", "conversation_started", "date", f"Conversation started: {format_date(i.today)}"),
         PromptBlock("volatile", "model", "config", f"Model: {i.model_name} (provider: {i.provider})"),
     ]

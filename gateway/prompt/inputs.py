@@ -10,7 +10,7 @@ from datetime import date
 from pathlib import Path
 
 from gateway.config.settings import Config
-from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.memory import NO_VIEW, MemoryStore, MemoryView
 from gateway.knowledge.skills import SkillLibrary
 from gateway.prompt.builder import BuiltPrompt, PromptInputs, build_prompt, find_context_file, load_soul
 from gateway.prompt.hints import HintOverride, PlatformFacts, resolve_hint
@@ -25,8 +25,10 @@ class PromptAssembler:
         self.skills = skills
 
     def inputs(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
-               today: date) -> PromptInputs:
+               today: date, view: MemoryView = NO_VIEW) -> PromptInputs:
+        """`view`: whose profile (the session's owner; nobody in a shared conversation) and which chat's notes."""
         cfg = self.config
+        shared, profile, chat = self.memory.snapshot(view) if "memory" in tool_names else ("", "", "")
         facts = self.facts.get(platform) or self.facts["cli"]
         override = cfg.platform_hints.get(platform)  # type: ignore[call-overload]
         hint = resolve_hint(facts, HintOverride(append=override.append, replace=override.replace)
@@ -39,10 +41,9 @@ class PromptAssembler:
             tool_names=tuple(tool_names), today=today, soul=load_soul(cfg.home),
             context_file=find_context_file(Path(workdir)) if workdir is not None else None,
             system_message=cfg.agent.system_message,
-            memory_text=self.memory.read("memory") if "memory" in tool_names else "",
-            memory_limit=cfg.memory.memory_char_limit,
-            user_text=self.memory.read("user") if "memory" in tool_names else "",
-            user_limit=cfg.memory.user_char_limit,
+            memory_text=shared, memory_limit=cfg.memory.memory_char_limit,
+            user_text=profile, user_limit=cfg.memory.user_char_limit,
+            chat_text=chat, chat_limit=cfg.memory.chat_char_limit,
             skills_index=skills, platform_hint=hint,
             tool_use_enforcement=cfg.agent.tool_use_enforcement,
             context_file_max_chars=cfg.agent.context_file_max_chars)
@@ -51,6 +52,6 @@ class PromptAssembler:
         return build_prompt(self.inputs(**kwargs))  # type: ignore[arg-type]
 
     def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
-              today: date) -> str:
+              today: date, view: MemoryView = NO_VIEW) -> str:
         return self.build_full(platform=platform, chat_type=chat_type, model=model, provider=provider,
-                               tool_names=tool_names, today=today).text
+                               tool_names=tool_names, today=today, view=view).text

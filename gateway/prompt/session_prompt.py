@@ -10,6 +10,8 @@ from datetime import date, datetime
 from typing import Protocol
 
 from gateway.agent.loop import Agent
+from gateway.agent.tools.registry import Callers
+from gateway.knowledge.memory import NO_VIEW, MemoryView
 from gateway.llm.types import ChatMessage, ToolDef
 from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
@@ -23,7 +25,7 @@ class PromptSource(Protocol):
     """Builds a new session's system prompt (gateway/prompt/inputs.py's PromptAssembler); called once per session."""
 
     def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
-              today: date) -> str: ...
+              today: date, view: MemoryView = NO_VIEW) -> str: ...
 
 
 class ContextCompressor(Protocol):
@@ -36,8 +38,10 @@ class ContextCompressor(Protocol):
 
 class SessionPrompt:
     def __init__(self, *, store: Store, agent: Agent, prompts: PromptSource, clock: Callable[[], datetime],
-                 tools: SessionTools, compressor: ContextCompressor | None = None) -> None:
+                 tools: SessionTools, compressor: ContextCompressor | None = None,
+                 callers: Callers | None = None) -> None:
         self.store = store
+        self.callers = callers
         self.agent = agent
         self.prompts = prompts
         self.clock = clock
@@ -67,7 +71,8 @@ class SessionPrompt:
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
         tools = self._tools_for(session)
         text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                  provider=llm.provider, tool_names=tools.names, today=started.date())
+                                  provider=llm.provider, tool_names=tools.names, today=started.date(),
+                                  view=self.callers.view(session) if self.callers is not None else NO_VIEW)
         self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
                                 provider=llm.provider)
         return text

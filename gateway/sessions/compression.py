@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gateway.agent.loop import Agent
+from gateway.agent.tools.registry import Callers
 from gateway.config.settings import AgentConfig, Config
 from gateway.errors import GatewayError, LLMError
-from gateway.knowledge.memory import Target
+from gateway.knowledge.memory import MemoryStore
 from gateway.llm.types import ChatMessage, ToolDef
 from gateway.prompt.session_tools import SessionTools
-from gateway.sessions.flush import flush_instruction, memory_tools, run_flush_call
+from gateway.sessions.flush import flush_instruction, memory_tools, owner_context, run_flush_call
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow
 from gateway.store.transcript import history_messages
@@ -49,12 +50,10 @@ SUMMARY_HEADER = ("[Summary of {n} earlier messages of this conversation, writte
 FLUSH_INSTRUCTION = (
     "[Automatic maintenance, not from the user] The conversation above is about to be shortened: the "
     "messages after the first exchange will be replaced by a summary. Before that happens, save anything "
-    "durable from them with the memory tool: facts about the user and their preferences, decisions, "
-    "corrections to how you work, lessons learned; and a reusable multi-step workflow as a skill if there "
-    "was one. Your memory as it stands right now is below: add only what is new, and replace an entry only "
-    "when the conversation clearly supersedes it. If nothing is worth saving, save nothing. Do not reply "
-    "to the user; your text answer is discarded.\n\n"
-    "<memory>\n{memory}\n</memory>\n<user_profile>\n{user}\n</user_profile>"
+    "durable from them with the memory tool, in the scopes you may write here:\n{targets}\n"
+    "- a reusable multi-step workflow as a skill, if there was one.\nYour memory as it stands right now is "
+    "below: add only what is new, and replace an entry only when the conversation clearly supersedes it. If "
+    "nothing is worth saving, save nothing. Do not reply to the user; your text answer is discarded.\n\n{files}"
 )
 
 
@@ -210,13 +209,14 @@ class AgentFlush:
     """
 
     def __init__(self, *, agent: Agent, store: Store, config: Config, tools: SessionTools,
-                 read_memory: Callable[[Target], str], clock: Clock) -> None:
+                 memory: MemoryStore, clock: Clock, callers: Callers | None = None) -> None:
         self.agent = agent
         self.store = store
         self.config = config
         self.memory = config.memory
         self.tools = tools
-        self.read_memory = read_memory
+        self.memory_files = memory
+        self.callers = callers
         self.clock = clock
 
     async def __call__(self, session: SessionRow, prompt: str, head: Sequence[MessageRow],
@@ -226,9 +226,9 @@ class AgentFlush:
         if sum(1 for r in dropped if r.kind == "chat" and r.role in ("user", "assistant")) < \
                 self.memory.flush_min_messages:
             return
+        ctx = owner_context(self.callers, session, self.config.home, self.config.db_path)
         calls = await run_flush_call(
             self.agent, self.store, session=session, system=prompt, history=history_messages([*head, *dropped]),
-            instruction=flush_instruction(self.read_memory("memory"), self.read_memory("user"), FLUSH_INSTRUCTION),
-            tools=self.tools, config=self.memory, home=self.config.home, db_path=self.config.db_path,
-            clock=self.clock)
+            instruction=flush_instruction(self.memory_files, ctx.memory, FLUSH_INSTRUCTION),
+            tools=self.tools, config=self.memory, ctx=ctx, clock=self.clock)
         log.info("memory flush before compression session=%s: %s tool calls", session.id, calls)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import MEMORY_TOOLS
-from gateway.agent.tools.registry import ToolContext
+from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import MemoryConfig
-from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.memory import MemoryRights, MemoryStore
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.prompt.session_tools import SessionTools
 from gateway.store.database import Store
@@ -39,37 +39,51 @@ FLUSH_MARK = "[Gateway: this conversation is about to be reset"
 FLUSH_INSTRUCTION = """\
 [Gateway: this conversation is about to be reset. This message comes from the gateway, not from the user.]
 Before it ends, save what is worth keeping from the conversation above:
-- durable facts, decisions and lessons: the memory tool, target "memory";
-- the user's preferences and facts about them: the memory tool, target "user";
+{targets}
 - a reusable multi-step workflow, if one came up: a skill (skill_manage).
 Add only what is new. Do not overwrite or remove an entry unless this conversation clearly supersedes it.
 If nothing is worth saving, call no tool. Do not reply to the user: your text answer is discarded.
 
-MEMORY.md as it is now (it may have changed since your system prompt was written):
-<memory>
-{memory}
-</memory>
+{files}"""
 
-USER.md as it is now:
-<user>
-{user}
-</user>"""
+TARGETS = {
+    "user": '- the preferences of the person this conversation belongs to, and facts about them: the memory tool, '
+            'target "user";',
+    "memory": '- durable facts, decisions and lessons for every conversation: the memory tool, target "memory";',
+    "chat": '- facts about this group and how it works: the memory tool, target "chat";',
+}
 
 
-def flush_instruction(memory_text: str, user_text: str, template: str = FLUSH_INSTRUCTION) -> str:
-    return template.format(memory=memory_text.strip() or "(empty)", user=user_text.strip() or "(empty)")
+def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str = FLUSH_INSTRUCTION) -> str:
+    """The instruction with the live memory this flush may write to: the scopes it may write (as the session's
+    owner), then each file as it is now (it may have changed since the system prompt was written)."""
+    targets = [TARGETS["user"]] if rights.person_id is not None else []
+    targets += [TARGETS["memory"]] if rights.shared else []
+    targets += [TARGETS["chat"]] if rights.chat is not None and rights.chat_writable else []
+    files = [_file("MEMORY.md (the shared notes) as it is now (it may have changed since your system prompt was "
+                   "written)" + ("" if rights.shared else "; you may not change it here"), "memory",
+                   memory.shared().read())]
+    if rights.person_id is not None:
+        files.append(_file("Their profile as it is now", "user", memory.profile(rights.person_id).read()))
+    if rights.chat is not None:
+        files.append(_file("This chat's notes as they are now", "chat", memory.chat(rights.chat).read()))
+    return template.format(targets="\n".join(targets) or "- nothing in memory: save a skill only, if one came up;",
+                           files="\n\n".join(files))
+
+
+def _file(title: str, tag: str, text: str) -> str:
+    return f"{title}:\n<{tag}>\n{text.strip() or '(empty)'}\n</{tag}>"
 
 
 async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, system: str,
                          history: list[ChatMessage], instruction: str, tools: SessionTools,
-                         config: MemoryConfig, home: Path, db_path: Path, clock: Callable[[], datetime]) -> int:
+                         config: MemoryConfig, ctx: ToolContext, clock: Callable[[], datetime]) -> int:
     """One silent agent call that may only save (memory and skill tools); returns how many tools ran.
 
     Shared by the pre-reset flush and the flush before compression: same prompt bytes and tool list as the
-    session's turns, so the request reads the cached prefix; the text answer is never sent nor stored.
+    session's turns, so the request reads the cached prefix; the text answer is never sent nor stored. `ctx` is
+    the session's owner (gateway/access/roles.py): the flush writes the scopes they may write, nothing else.
     """
-    ctx = ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
-                      user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id)
 
     listed = tools.of(session)
 
@@ -138,8 +152,9 @@ class Flusher:
     """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of session ids."""
 
     def __init__(self, *, config: MemoryConfig, store: Store, agent: Agent, memory: MemoryStore,
-                 tools: SessionTools, home: Path, db_path: Path, clock: Clock,
+                 tools: SessionTools, home: Path, db_path: Path, clock: Clock, callers: Callers | None = None,
                  sleep: Sleep = asyncio.sleep, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
+        self.callers: Callers | None = callers
         self.config = config
         self.store = store
         self.ledger = FlushLedger(store)
@@ -281,11 +296,20 @@ class Flusher:
 
     async def _run(self, session: SessionRow) -> int:
         assert session.system_prompt is not None
+        ctx = owner_context(self.callers, session, self.home, self.db_path)
         return await run_flush_call(
             self.agent, self.store, session=session, system=session.system_prompt,
             history=history_messages(self.store.history(session.id)),
-            instruction=flush_instruction(self.memory.read("memory"), self.memory.read("user")),
-            tools=self.tools, config=self.config, home=self.home, db_path=self.db_path, clock=self.clock)
+            instruction=flush_instruction(self.memory, ctx.memory), tools=self.tools, config=self.config,
+            ctx=ctx, clock=self.clock)
+
+
+def owner_context(callers: Callers | None, session: SessionRow, home: Path, db_path: Path) -> ToolContext:
+    """Whom a flush acts for: the session's owner (`callers`); without people, nobody (it may save skills only)."""
+    if callers is not None:
+        return callers.owner(session)
+    return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
+                       user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id)
 
 
 def _describe(exc: BaseException) -> str:

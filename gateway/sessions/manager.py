@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gateway.agent.loop import Agent, TurnResult
-from gateway.agent.tools.registry import ToolContext
+from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import Config, ResetOverride
 from gateway.delivery.outbox import Outbox
 from gateway.errors import LLMError, LLMNotConfigured
@@ -77,8 +77,9 @@ class SessionManager:
                  adapters: dict[str, Adapter], clock: Clock, tools: SessionTools,
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
                  commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, callers: Callers | None = None) -> None:
         self.config = config
+        self.callers = callers
         self.store = store
         self.agent = agent
         self.outbox = outbox
@@ -90,7 +91,7 @@ class SessionManager:
         self.commands = commands
         self.metrics = metrics
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
-                                     tools=tools, compressor=compressor)
+                                     tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
@@ -198,6 +199,11 @@ class SessionManager:
         return False
 
     def tool_context(self, session: SessionRow, user_id: str | None, origin: Inbound | None = None) -> ToolContext:
+        """Who the turn's tools act for: the sender, as a person with their memory rights (`callers`)."""
+        if self.callers is not None:
+            ctx = self.callers.asker(session, user_id, origin.user_name if origin else None,
+                                     origin.username if origin else None)
+            return replace(ctx, origin=origin)
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
                            chat_id=session.chat_id, origin=origin)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from gateway.store.people_tables import PEOPLE_MIGRATION_SQL
 from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
@@ -256,4 +257,5 @@ MIGRATIONS: list[Migration] = [
     ("0006_media", _MEDIA),
     ("0009_session_tools", _SESSION_TOOLS),
     ("0008_jobs", _JOBS),
+    ("0005_people", PEOPLE_MIGRATION_SQL),
 ]

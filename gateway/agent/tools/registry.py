@@ -17,6 +17,9 @@ from typing import Any, Protocol
 from gateway.agent.tools import schema
 from gateway.errors import ToolError
 from gateway.events import Inbound
+from gateway.knowledge.memory import NO_RIGHTS, MemoryRights, MemoryView
+from gateway.knowledge.people import OWNER_PLATFORMS, Person
+from gateway.store.rows import SessionRow
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,11 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling: tools scope what they read and write by it (session search never crosses users).
+    """Who is calling: tools scope what they read and write by it (session search never crosses people).
 
     `origin` is the message the turn answers (its chat and thread, the sender's handle and roles); None in
-    background work such as the pre-reset flush."""
+    background work such as the pre-reset flush. `person` is the person asking, with every identity linked to
+    theirs; `memory` what they may write (nothing by default: gateway/access/roles.py grants it by policy)."""
 
     session_id: int
     platform: str
@@ -47,6 +51,32 @@ class ToolContext:
     db_path: Path
     chat_id: str | None = None
     origin: Inbound | None = None
+    person: Person | None = None
+    memory: MemoryRights = NO_RIGHTS
+
+    @property
+    def accounts(self) -> tuple[tuple[str, str | None], ...]:
+        """(platform, user id) of every identity of the person asking; user id None: every user of a platform
+        where everyone is the local owner (web chat, console)."""
+        if self.person is None:
+            return ((self.platform, self.user_id),) if self.user_id else ()
+        found: list[tuple[str, str | None]] = []
+        for i in self.person.identities:
+            found.extend(((p, None) for p in sorted(OWNER_PLATFORMS)) if i.platform in OWNER_PLATFORMS
+                         else [(i.platform, i.user_id)])
+        return tuple(found)
+
+
+class Callers(Protocol):
+    """Whom a session's tools act for (gateway/access/roles.py): a turn's sender, or for a flush the session's
+    owner; and whose memory the session's prompt shows."""
+
+    def asker(self, session: SessionRow, user_id: str | None, user_name: str | None = None,
+              username: str | None = None) -> ToolContext: ...
+
+    def owner(self, session: SessionRow) -> ToolContext: ...
+
+    def view(self, session: SessionRow) -> MemoryView: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,152 @@
+"""The in-chat `/link` flow: one person proves two identities, and they become one person.
+
+`/link` in a direct message gives a one-time code (shown only there, never stored in clear: its HMAC under the
+pairing key, like pairing codes); `/link CODE` sent from the other account, on any platform, links the two. Both
+accounts must already be allowed, unless the code came from an admin: then the new account is let in by the link
+(it shares the admin's approval). Wrong codes count per account and in all; too many lock the flow for an hour.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gateway.access.gate import AccessGate
+from gateway.access.pairing import new_code
+from gateway.access.roles import Roles
+from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult
+from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.people import Person, identity_of
+from gateway.store.rows import iso, parse_iso
+
+log = logging.getLogger("gateway.access.gate")
+
+LINK_TTL = timedelta(minutes=10)
+MAX_WRONG_PER_ACCOUNT = 5
+MAX_WRONG_IN_ALL = 30
+LOCKOUT = timedelta(hours=1)
+
+CODE_TEXT = ("To link another account of yours to this one, send `/link {code}` to me from that account (any "
+             "platform) within {minutes} minutes. Linked accounts are one person to me: one profile, one memory, "
+             "one approval.")
+GROUP_TEXT = "Send /link to me in a direct message: the code it gives must stay private."
+LINKED_TEXT = "Linked: this account and {other} are one person to me now (one profile, one memory)."
+ALREADY_TEXT = "This account is already linked to {other}."
+WRONG_TEXT = "No link request has that code (codes last {minutes} minutes and work once)."
+LOCKED_TEXT = "Too many wrong link codes: linking is paused for a while. Try again later."
+NOT_ALLOWED_TEXT = ("This account is not allowed here yet, and the code was not given to an admin. Ask the owner to "
+                    "approve it (write to me from it to get a pairing code), then send /link again.")
+USAGE_TEXT = "Usage: /link (gives a code), then /link CODE from your other account."
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCode:
+    person_id: int
+    identity: str
+    expires_at: datetime
+
+
+class Linker:
+    """Issues and redeems link codes; AccessGate hands it every `/link` first (it reaches it even from a stranger's
+    DM, so a new account can be linked to an admin's)."""
+
+    def __init__(self, gate: AccessGate, roles: Roles, memory: MemoryStore, *,
+                 clock: Callable[[], datetime]) -> None:
+        self.gate = gate
+        self.roles = roles
+        self.people = roles.people
+        self.store = roles.people.store
+        self.memory = memory
+        self.clock = clock
+        self._wrong: dict[str, deque[datetime]] = {}
+        gate.link = self.handle
+
+    async def handle(self, inbound: Inbound) -> SubmitResult | None:
+        """Answer a `/link`; None leaves the message to the gate (a stranger's: dropped in a group, a pairing code
+        in a DM, unless it carries a code)."""
+        allowed = self.gate.is_allowed(inbound)
+        args = inbound.text.split()[1:]
+        if not allowed and (inbound.chat.is_group or not args):
+            return None
+        inbound_id = self.gate.store_answered(inbound)
+        if inbound_id is None:
+            return SubmitResult(SubmitOutcome.DUPLICATE)
+        if len(args) > 1:
+            reply = USAGE_TEXT
+        elif args:
+            reply = self.redeem(inbound, args[0], allowed=allowed)
+        elif inbound.chat.is_group:
+            reply = GROUP_TEXT
+        else:
+            code = self.issue(inbound)
+            # The code goes through the in-memory outbox: a clear code never reaches the database.
+            self.gate.notices.post_soon(f"link:{inbound_id}", inbound.chat, CODE_TEXT.format(
+                code=code, minutes=int(LINK_TTL.total_seconds() // 60)), reply_to_id=inbound.message_id)
+            return SubmitResult(SubmitOutcome.ACCEPTED, "command")
+        self.gate.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
+        return SubmitResult(SubmitOutcome.ACCEPTED if allowed else SubmitOutcome.REFUSED, "command")
+
+    # ------------------------------------------------------------------ codes
+    def issue(self, inbound: Inbound) -> str:
+        now = self.clock()
+        person = self._person(inbound)
+        identity = identity_of(inbound.chat.platform, inbound.user_id)
+        code = new_code()
+        with self.store.tx() as conn:
+            conn.execute("DELETE FROM link_codes WHERE identity = ? OR expires_at <= ?", (identity, iso(now)))
+            conn.execute("INSERT INTO link_codes (code_hash, identity, person_id, chat_platform, chat_id,"
+                         " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (self.gate.pairing.code_hash(code), identity, person.id, inbound.chat.platform,
+                          inbound.chat.chat_id, iso(now), iso(now + LINK_TTL)))
+        log.info("access: link code issued platform=%s user=%s", inbound.chat.platform, inbound.user_id)
+        return code
+
+    def redeem(self, inbound: Inbound, code: str, *, allowed: bool) -> str:
+        now = self.clock()
+        me = identity_of(inbound.chat.platform, inbound.user_id)
+        if self._locked(me, now):
+            return LOCKED_TEXT
+        row = self.store.one("SELECT * FROM link_codes WHERE code_hash = ?", (self.gate.pairing.code_hash(code),))
+        expires = parse_iso(row["expires_at"]) if row is not None else None
+        if row is None or expires is None or expires <= now or row["identity"] == me:
+            self._count_wrong(me, now)
+            return WRONG_TEXT.format(minutes=int(LINK_TTL.total_seconds() // 60))
+        issuer = self.people.get(int(row["person_id"]))
+        if issuer is None:
+            return WRONG_TEXT.format(minutes=int(LINK_TTL.total_seconds() // 60))
+        if not allowed and not self.roles.is_admin(issuer):
+            log.info("access: refused (/link of a stranger to a non-admin) platform=%s user=%s",
+                     inbound.chat.platform, inbound.user_id)
+            return NOT_ALLOWED_TEXT
+        self.store.execute("DELETE FROM link_codes WHERE code_hash = ?", (row["code_hash"],))
+        return self._link(issuer, inbound, row["identity"], ChatRef(row["chat_platform"], "dm", row["chat_id"]))
+
+    def _link(self, issuer: Person, inbound: Inbound, issuer_identity: str, issuer_chat: ChatRef) -> str:
+        mine = self._person(inbound)
+        me = identity_of(inbound.chat.platform, inbound.user_id)
+        if mine.id == issuer.id:
+            return ALREADY_TEXT.format(other=issuer_identity)
+        merged = self.people.link(issuer, mine, self.memory, by=f"link:{issuer_identity}")
+        log.info("access: linked %s to person %s by a link code", me, merged.id)
+        self.gate.outbox.post_soon(f"linked:{merged.id}:{inbound.message_id}", issuer_chat,
+                                   LINKED_TEXT.format(other=me))
+        return LINKED_TEXT.format(other=issuer_identity)
+
+    def _person(self, inbound: Inbound) -> Person:
+        return self.people.resolve(inbound.chat.platform, inbound.user_id, now=self.clock(),
+                                   user_name=inbound.user_name, username=inbound.username)
+
+    def _locked(self, identity: str, now: datetime) -> bool:
+        for times in self._wrong.values():
+            while times and now - times[0] >= LOCKOUT:
+                times.popleft()
+        mine = self._wrong.get(identity, deque())
+        return len(mine) >= MAX_WRONG_PER_ACCOUNT or sum(map(len, self._wrong.values())) >= MAX_WRONG_IN_ALL
+
+    def _count_wrong(self, identity: str, now: datetime) -> None:
+        self._wrong.setdefault(identity, deque()).append(now)
+        for key in [k for k, v in self._wrong.items() if not v]:
+            del self._wrong[key]

@@ -1,0 +1,158 @@
+"""Roles: who is an admin, who may write which memory, and so what a turn's or a flush's tools act as.
+
+Admins are the people holding an identity listed in `access.admins` (linked identities count: they are one person),
+and the local owner (web chat, console). With no admins configured and exactly one person allowed on the platforms,
+that person is the admin: a single-user install needs no admin list. `memory.shared_writers` says whether only
+admins (the default) or everyone may write the shared notes; `memory.chat_writers` the same for a chat's notes.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from datetime import datetime
+
+from gateway.access.gate import platform_rules
+from gateway.access.pairing import PairingBook
+from gateway.agent.tools.registry import ToolContext
+from gateway.config.settings import Config
+from gateway.knowledge.files import FileLock
+from gateway.knowledge.memory import MemoryFile, MemoryRights, MemoryStore, MemoryView, chat_key
+from gateway.knowledge.people import LOCAL_OWNER, PeopleBook, Person, identity_of, personal_owner
+from gateway.store.rows import SessionRow, iso
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+class Roles:
+    """The `callers` seam of the session manager, the prompt and the flush (gateway/agent/tools/registry.py)."""
+
+    def __init__(self, config: Config, people: PeopleBook, pairing: PairingBook, *, clock: Clock) -> None:
+        self.config = config
+        self.people = people
+        self.pairing = pairing
+        self.clock = clock
+
+    # ------------------------------------------------------------------ admins
+    def is_admin(self, person: Person | None) -> bool:
+        if person is None:
+            return False
+        ids = person.ids
+        if LOCAL_OWNER in ids:
+            return True
+        if self.config.access.admins:
+            return bool(ids.intersection(self.config.access.admins))
+        sole = self.sole_person()
+        return sole is not None and bool(ids & sole)
+
+    def sole_person(self) -> frozenset[str] | None:
+        """The identities of the one person allowed on the platforms (by config or pairing), or None when that is
+        not exactly one person (none, several, or a role-based allowlist whose members are not known)."""
+        found: set[frozenset[str]] = set()
+        for platform, rules in platform_rules(self.config).items():
+            if rules.roles:
+                return None
+            for uid in rules.user_ids:
+                found.add(self._person_ids(identity_of(platform, uid)))
+            for handle in rules.usernames:
+                found.add(self._handle_ids(platform, handle))
+        for approved in self.pairing.approved():
+            found.add(self._person_ids(identity_of(approved.platform, approved.user_id)))
+        return next(iter(found)) if len(found) == 1 else None
+
+    def profile_owner(self) -> Person | None:
+        """Whose profile the old global USER.md was: the first admin, else the one allowed person, else the local
+        owner when no platform lets anyone in; None when it cannot be told (several people, no admin)."""
+        for admin in self.config.access.admins:
+            platform, _, user_id = admin.partition(":")
+            return self.people.resolve(platform, user_id, now=self.clock())
+        sole = self.sole_person()
+        known = sorted(i for i in sole or () if ":@" not in i)
+        if known:
+            platform, _, user_id = known[0].partition(":")
+            return self.people.resolve(platform, user_id, now=self.clock())
+        if sole is None and not self._anyone_allowed():
+            return self.people.resolve("web", "owner", now=self.clock())
+        return None
+
+    def _anyone_allowed(self) -> bool:
+        return any(not rules.is_empty for rules in platform_rules(self.config).values()) or bool(self.pairing.approved())
+
+    def _person_ids(self, identity: str) -> frozenset[str]:
+        person = self.people.find(identity)
+        return person.ids if person is not None else frozenset({identity})
+
+    def _handle_ids(self, platform: str, handle: str) -> frozenset[str]:
+        row = self.people.store.one("SELECT identity FROM identities WHERE platform = ? AND lower(username) = ?",
+                                    (platform, handle))
+        return self._person_ids(row[0]) if row is not None else frozenset({f"{platform}:@{handle}"})
+
+    # ------------------------------------------------------------------ memory
+    def rights(self, person: Person | None, view: MemoryView) -> MemoryRights:
+        memory = self.config.memory
+        admin = self.is_admin(person)
+        return MemoryRights(
+            person_id=person.id if person is not None else None,
+            shared=memory.shared_writers == "everyone" or admin,
+            chat=view.chat, chat_writable=view.chat is not None and (memory.chat_writers == "everyone" or admin),
+            shared_policy=memory.shared_writers, chat_policy=memory.chat_writers)
+
+    def view(self, session: SessionRow) -> MemoryView:
+        """What a session's prompt shows besides the shared notes: its owner's profile (none in a shared
+        conversation) and, in a group or channel, the chat's notes."""
+        owner = self.owner_person(session)
+        return MemoryView(owner.id if owner is not None else None, self._chat(session))
+
+    def _chat(self, session: SessionRow) -> str | None:
+        if session.chat_type == "dm" or not self.config.memory.chat_notes:
+            return None
+        return chat_key(session.platform, session.chat_id)
+
+    def owner_person(self, session: SessionRow) -> Person | None:
+        owner = personal_owner(session)
+        return None if owner is None else self.people.resolve(session.platform, owner, now=self.clock())
+
+    # ------------------------------------------------------------------ tool contexts
+    def asker(self, session: SessionRow, user_id: str | None, user_name: str | None = None,
+              username: str | None = None) -> ToolContext:
+        """The tools of a turn act for the person who sent its message."""
+        person = (self.people.resolve(session.platform, user_id, now=self.clock(), user_name=user_name,
+                                      username=username) if user_id else None)
+        return self._context(session, user_id, person)
+
+    def owner(self, session: SessionRow) -> ToolContext:
+        """A flush acts for the session's owner; a shared session's flush for nobody's profile."""
+        person = self.owner_person(session)
+        return self._context(session, personal_owner(session), person)
+
+    def _context(self, session: SessionRow, user_id: str | None, person: Person | None) -> ToolContext:
+        return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
+                           user_id=user_id, home=self.config.home, db_path=self.config.db_path,
+                           chat_id=session.chat_id, person=person,
+                           memory=self.rights(person, MemoryView(None, self._chat(session))))
+
+
+MIGRATION_NOTE = "user_md_migration"
+
+
+def migrate_global_profile(roles: Roles, memory: MemoryStore) -> str | None:
+    """Once: the single global USER.md of earlier versions becomes the profile of the owner (the first admin, the
+    one allowed person, or the local owner when no platform lets anyone in), or joins the shared notes when there
+    is no such person. A copy stays as USER.md.migrated; what happened is logged and kept for `gateway doctor`."""
+    legacy = memory.legacy_user()
+    if not legacy.is_file():
+        return None
+    owner = roles.profile_owner()
+    target = memory.profile(owner.id) if owner is not None else memory.shared()
+    where = f"the profile of {owner.label()}" if owner is not None else "the shared notes (MEMORY.md)"
+    shutil.copy2(legacy, legacy.with_name(legacy.name + ".migrated"))
+    added = target.absorb(MemoryFile(legacy, 0, "USER.md", FileLock(memory.directory / ".lock")))
+    note = (f"memories/USER.md (one profile for everyone, from an earlier version) became {where}: {added} "
+            f"entr{'y' if added == 1 else 'ies'} moved; the old file is kept as USER.md.migrated")
+    roles.people.store.execute("INSERT OR REPLACE INTO people_notes (name, text, created_at) VALUES (?, ?, ?)",
+                               (MIGRATION_NOTE, note, iso(roles.clock())))
+    log.warning("%s", note)
+    return note

@@ -1,0 +1,197 @@
+"""People: a person is one or more platform identities (`telegram:123`, `discord:456`, `slack:U02`, `web:owner`).
+
+Linked identities share one profile (memories/people/<id>.md), one session_search scope and one pairing approval.
+A person is made the first time one of their identities is seen; linking merges two people into one, unlinking
+gives an identity a person (and an empty profile) of its own. The web chat and the console are the local owner:
+every user there is the one identity `web:owner`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from gateway.errors import GatewayError
+from gateway.events import PLATFORMS
+from gateway.knowledge.memory import MemoryStore
+from gateway.store.database import Store
+from gateway.store.rows import iso
+
+LOCAL_OWNER = "web:owner"
+OWNER_PLATFORMS = frozenset({"web", "cli"})  # loopback (or a token): whoever reaches them is the owner
+
+
+class OwnedSession(Protocol):
+    """The parts of a session row (gateway/store/rows.py) that say whom it belongs to."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def platform(self) -> str: ...
+    @property
+    def chat_type(self) -> str: ...
+    @property
+    def chat_id(self) -> str: ...
+    @property
+    def thread_id(self) -> str | None: ...
+    @property
+    def user_id(self) -> str | None: ...
+
+
+def identity_of(platform: str, user_id: str) -> str:
+    return LOCAL_OWNER if platform in OWNER_PLATFORMS else f"{platform}:{user_id}"
+
+
+def parse_identity(text: str) -> tuple[str, str]:
+    """`telegram:123` → ("telegram", "123"); a clear error for anything else."""
+    platform, _, user_id = text.strip().partition(":")
+    if platform not in PLATFORMS or not user_id:
+        raise GatewayError(f"expected PLATFORM:ID (e.g. telegram:123, web:owner); got {text!r}")
+    return platform, user_id
+
+
+def personal_owner(session: OwnedSession) -> str | None:
+    """The user a session belongs to: a DM's, or a group member's own session (sessions.group_per_user); None for
+    a shared one (a thread, or a group with one session for everyone). Reads the key sessions/manager.py makes."""
+    if session.user_id is None:
+        return None
+    if session.chat_type == "dm":
+        return session.user_id
+    own = f"{session.platform}:{session.chat_type}:{session.chat_id}:{session.user_id}"
+    return session.user_id if session.thread_id is None and session.key == own else None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    identity: str
+    platform: str
+    user_id: str
+    user_name: str | None
+    username: str | None
+    linked_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    id: int
+    name: str | None
+    created_at: str
+    identities: tuple[Identity, ...]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(i.identity for i in self.identities)
+
+    @property
+    def accounts(self) -> tuple[tuple[str, str], ...]:
+        """(platform, user id) of every identity, for searches over stored rows; the owner's web and cli ids are
+        not known here (each browser has its own), so those rows are matched by platform alone."""
+        return tuple((i.platform, i.user_id) for i in self.identities)
+
+    def label(self) -> str:
+        name = f" {self.name}" if self.name else ""
+        return f"person {self.id}{name} ({', '.join(sorted(self.ids))})"
+
+
+class PeopleBook:
+    """People and their identities, in the gateway's SQLite database."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ reads
+    def find(self, identity: str) -> Person | None:
+        row = self.store.one("SELECT person_id FROM identities WHERE identity = ?", (identity,))
+        return None if row is None else self.get(int(row[0]))
+
+    def get(self, person_id: int) -> Person | None:
+        row = self.store.one("SELECT * FROM people WHERE id = ?", (person_id,))
+        if row is None:
+            return None
+        ids = self.store.all("SELECT * FROM identities WHERE person_id = ? ORDER BY created_at, identity",
+                             (person_id,))
+        return Person(int(row["id"]), row["name"], row["created_at"], tuple(
+            Identity(r["identity"], r["platform"], r["user_id"], r["user_name"], r["username"], r["linked_by"])
+            for r in ids))
+
+    def lookup(self, text: str) -> Person | None:
+        """A person by id (`3`) or by any of their identities (`telegram:123`)."""
+        text = text.strip()
+        if text.isdigit():
+            return self.get(int(text))
+        return self.find(identity_of(*parse_identity(text)))
+
+    def all(self) -> list[Person]:
+        rows = self.store.all("SELECT id FROM people ORDER BY id")
+        return [p for p in (self.get(int(r[0])) for r in rows) if p is not None]
+
+    # ------------------------------------------------------------------ writes
+    def resolve(self, platform: str, user_id: str, *, now: datetime, user_name: str | None = None,
+                username: str | None = None) -> Person:
+        """The person behind this platform user, made (with an empty profile) the first time they are seen."""
+        identity = identity_of(platform, user_id)
+        row = self.store.one("SELECT person_id, user_name, username FROM identities WHERE identity = ?", (identity,))
+        if row is not None:
+            if (user_name and user_name != row["user_name"]) or (username and username != row["username"]):
+                self._rename(identity, int(row["person_id"]), user_name, username)
+            person = self.get(int(row["person_id"]))
+            if person is not None:
+                return person
+        return self._create(identity, platform, user_id, user_name, username, now)
+
+    def _rename(self, identity: str, person_id: int, user_name: str | None, username: str | None) -> None:
+        with self.store.tx() as conn:
+            conn.execute("UPDATE identities SET user_name = COALESCE(?, user_name), username = COALESCE(?, username)"
+                         " WHERE identity = ?", (user_name, username, identity))
+            if user_name:
+                conn.execute("UPDATE people SET name = ? WHERE id = ?", (user_name, person_id))
+
+    def _create(self, identity: str, platform: str, user_id: str, user_name: str | None, username: str | None,
+                now: datetime) -> Person:
+        if identity == LOCAL_OWNER:
+            platform, user_id, user_name = "web", "owner", user_name or "owner"
+        with self.store.tx() as conn:  # BEGIN IMMEDIATE: a second process making the same person waits, then sees it
+            found = conn.execute("SELECT person_id FROM identities WHERE identity = ?", (identity,)).fetchone()
+            if found is None:
+                person_id = conn.execute("INSERT INTO people (name, created_at) VALUES (?, ?)",
+                                         (user_name, iso(now))).lastrowid
+                conn.execute("INSERT INTO identities (identity, person_id, platform, user_id, user_name, username,"
+                             " created_at, linked_by) VALUES (?, ?, ?, ?, ?, ?, ?, 'seen')",
+                             (identity, person_id, platform, user_id, user_name, username, iso(now)))
+            else:
+                person_id = found[0]
+        person = self.get(int(person_id or 0))
+        if person is None:
+            raise GatewayError(f"could not store the person for {identity}")
+        return person
+
+    def link(self, keep: Person, other: Person, memory: MemoryStore, *, by: str) -> Person:
+        """`other`'s identities join `keep`, and its profile entries are added to `keep`'s (duplicates dropped)."""
+        if keep.id == other.id:
+            return keep
+        with self.store.tx() as conn:
+            conn.execute("UPDATE identities SET person_id = ?, linked_by = ? WHERE person_id = ?",
+                         (keep.id, by, other.id))
+            conn.execute("DELETE FROM people WHERE id = ?", (other.id,))
+        memory.profile(keep.id).absorb(memory.profile(other.id))
+        merged = self.get(keep.id)
+        assert merged is not None
+        return merged
+
+    def unlink(self, identity: str, *, now: datetime) -> Person:
+        """The identity leaves its person and becomes a person of its own, with an empty profile (the profile stays
+        with the identities that remain)."""
+        person = self.find(identity)
+        if person is None:
+            raise GatewayError(f"{identity} is not known")
+        if len(person.identities) == 1:
+            raise GatewayError(f"{identity} is the only identity of {person.label()}: nothing to unlink")
+        with self.store.tx() as conn:
+            new_id = conn.execute("INSERT INTO people (name, created_at) VALUES ((SELECT user_name FROM identities"
+                                  " WHERE identity = ?), ?)", (identity, iso(now))).lastrowid
+            conn.execute("UPDATE identities SET person_id = ?, linked_by = 'unlinked' WHERE identity = ?",
+                         (new_id, identity))
+        fresh = self.get(int(new_id or 0))
+        assert fresh is not None
+        return fresh
