@@ -181,9 +181,9 @@ class AccessGate:
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
-            verdict = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
-            if verdict is not None:
-                return verdict
+            linked = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
+            if linked is not None:
+                return linked
         if inbound.chat.platform not in LOCAL_PLATFORMS:
             if not self.is_allowed(inbound):
                 return await self._stranger(inbound)

@@ -56,7 +56,7 @@ class Doctor:
 
     async def run(self) -> list[Check]:
         config, first = self.check_config()
-        checks = [first, *self.check_home(), self.check_database()]
+        checks = [first, *self.check_home(), self.check_database(), *self.check_memory()]
         if config is None:
             return checks
         checks.extend(self.check_web(config))
@@ -185,6 +185,22 @@ class Doctor:
             return Check("database", "fail", f"integrity_check: {'; '.join(rows[:3])}", DB_FIX)
         size = path.stat().st_size
         return Check("database", "ok", f"{path.name} integrity ok ({size // 1024:,} KiB, {migrations} migrations)")
+
+    def check_memory(self) -> list[Check]:
+        """What happened to the memory files on an upgrade (the old global USER.md, gateway/access/roles.py)."""
+        path = self.home / "state.db"
+        if not path.exists():
+            return []
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+            try:
+                row = conn.execute("SELECT text, created_at FROM people_notes WHERE name = 'user_md_migration'"
+                                   ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return []  # before migration 0005_people: nothing was moved yet
+        return [] if row is None else [Check("memory", "ok", f"{row[0]} ({row[1][:10]})")]
 
     # ------------------------------------------------------------------ platforms
     async def check_telegram(self, http: aiohttp.ClientSession, config: Config) -> Check | None:
