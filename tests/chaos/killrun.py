@@ -225,6 +225,7 @@ session_reset:
 memory:
   memory_char_limit: 1000000
   flush_min_messages: 1
+  shared_writers: everyone  # the flushes of many people's sessions all write the shared notes here
 delivery:
   replay_max_age_minutes: 600
 daemon:
