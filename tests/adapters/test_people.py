@@ -96,7 +96,7 @@ async def test_a_personal_fact_reaches_only_its_owner_also_on_a_linked_platform(
         await _say(fake_telegram, gw, ALICE, "/link", user=ALICE)
         code = re.search(r"/link ([A-Z0-9]{8})", fake_telegram.sent_texts(ALICE)[-1])
         assert code is not None
-        assert gw.store.one("SELECT COUNT(*) FROM outbound WHERE text LIKE ?", (f"%{code.group(1)}%",))[0] == 0
+        assert gw.store.all("SELECT id FROM outbound WHERE text LIKE ?", (f"%{code.group(1)}%",)) == []
         await discord.submit(inbound(f"/link {code.group(1)}", platform="discord", chat_id="d-alice",
                                      user_id="555", user_name="alice#1"))
         await discord.wait_for(1)
