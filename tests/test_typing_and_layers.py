@@ -28,7 +28,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "config": ["yamlload", ("media", "tools", "schedule"), "settings", "starter"],
     "telemetry": [("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
-    "store": [("history_cache", "search_index", "media_files", "people_tables"), ("rows", "schema"), "connection",
+    "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
               ("delivery_queries", "session_queries", "tool_queries"),
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],

@@ -8,7 +8,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from gateway.store.people_tables import PEOPLE_MIGRATION_SQL
 from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
@@ -250,6 +249,55 @@ CREATE INDEX job_runs_running ON job_runs(status) WHERE status = 'running';
 CREATE INDEX job_runs_job ON job_runs(job_id, id);
 """
 
+# People (gateway/knowledge/people.py): persons and their platform identities, the /link codes (HMAC only,
+# gateway/access/linking.py), access changes the CLI records for the daemon (gateway/ops/access_watch.py), and
+# one-off notes such as the move of the old global USER.md (shown by `gateway doctor`).
+_PEOPLE = """
+CREATE TABLE people (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT,
+  created_at TEXT NOT NULL
+);
+CREATE TABLE identities (
+  identity TEXT PRIMARY KEY,
+  person_id INTEGER NOT NULL REFERENCES people(id),
+  platform TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  user_name TEXT,
+  username TEXT,
+  created_at TEXT NOT NULL,
+  linked_by TEXT NOT NULL
+);
+CREATE INDEX identities_person ON identities(person_id);
+CREATE INDEX identities_username ON identities(platform, username) WHERE username IS NOT NULL;
+CREATE TABLE link_codes (
+  code_hash TEXT PRIMARY KEY,
+  identity TEXT NOT NULL UNIQUE,
+  person_id INTEGER NOT NULL,
+  chat_platform TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  expires_at TEXT NOT NULL
+);
+CREATE TABLE access_events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  platform TEXT NOT NULL,
+  user_id TEXT NOT NULL,
+  chat_id TEXT,
+  detail TEXT,
+  created_at TEXT NOT NULL,
+  handled_at TEXT
+);
+CREATE INDEX access_events_open ON access_events(id) WHERE handled_at IS NULL;
+CREATE TABLE people_notes (
+  name TEXT PRIMARY KEY,
+  text TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+"""
+
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -257,5 +305,5 @@ MIGRATIONS: list[Migration] = [
     ("0006_media", _MEDIA),
     ("0009_session_tools", _SESSION_TOOLS),
     ("0008_jobs", _JOBS),
-    ("0005_people", PEOPLE_MIGRATION_SQL),
+    ("0005_people", _PEOPLE),
 ]
