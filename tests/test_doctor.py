@@ -157,13 +157,14 @@ async def test_no_warning_about_what_the_gateway_made_itself(tmp_path: Path) -> 
     and the memory files it creates pass doctor's permission checks."""
     from gateway.config.settings import load_config
     from gateway.ops.wiring import build_gateway
+    from gateway.store.rows import utcnow
     from tests.helpers import RecordingAdapter, inbound
     home = tmp_path / "fresh" / "home"
     old = os.umask(0o022)
     try:
         config = load_config(home, env={})
         gateway = build_gateway(config, env={}, adapters=[RecordingAdapter("cli")], probe_ollama=False)
-        gateway.memory.add("user", "Likes tea.")
+        gateway.memory.profile(gateway.people.resolve("cli", "local", now=utcnow()).id).add("Likes tea.")
         await gateway.sessions.submit(inbound("hello"))
         await gateway.sessions.wait_idle()
         gateway.store.close()
