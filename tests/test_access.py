@@ -535,3 +535,76 @@ async def test_daemon_refuses_to_start_web_chat_off_loopback(home: Path) -> None
         assert daemon.web_port is None
     finally:
         daemon.gw.store.close()
+
+
+async def test_strangers_re_asking_cannot_keep_the_queue_full(world: MakeWorld) -> None:
+    """Three strangers re-ask every ten minutes for three hours: a real user who writes in between still gets a
+    code at once (the oldest request makes room) and keeps it for its whole hour, and so does a later one."""
+    w = world()
+    strangers = ("66", "77", "88")
+    for stranger in strangers:
+        await w.say("telegram", "hi", user=stranger)
+    for step in range(1, 19):
+        w.clock.advance(minutes=10)
+        for stranger in strangers:
+            await w.say("telegram", "let me in", user=stranger)
+        if step == 2:
+            assert (await w.say("telegram", "hello, it's Dana", user="1001")).outcome is SubmitOutcome.REFUSED
+            dana = w.code_sent_to("telegram", "1001")
+        if step == 7:  # 50 minutes after Dana asked: the strangers' re-asks did not push her out
+            assert "1001" in {p.user_id for p in w.gate.pairing.pending(w.clock())}
+            assert w.gate.pairing.approve(dana, by="cli", now=w.clock()).status == "approved"
+        if step == 15:
+            assert (await w.say("telegram", "hi, Eve here", user="1002")).outcome is SubmitOutcome.REFUSED
+            assert w.code_sent_to("telegram", "1002")
+        assert len(w.gate.pairing.pending(w.clock())) <= 3
+    assert (await w.say("telegram", "thanks!", user="1001")).outcome is SubmitOutcome.ACCEPTED
+    assert w.llm.turns == ["thanks!"]
+
+
+async def test_asking_again_replaces_the_code_but_keeps_the_requests_end(world: MakeWorld) -> None:
+    w = world()
+    await w.say("telegram", "hi", user="1001")
+    w.clock.advance(minutes=50)
+    await w.say("telegram", "I lost the code", user="1001")
+    first, second = w.texts("telegram", "1001")
+    assert "(valid for 60 minutes)" in first and "(valid for 10 minutes)" in second
+    w.clock.advance(minutes=10)
+    code = CODE_RE.search(second).group(1)  # type: ignore[union-attr]
+    assert w.gate.pairing.approve(code, by="cli", now=w.clock()).status == "expired"
+
+
+async def test_an_expired_request_cools_down_before_its_requester_may_ask_again(world: MakeWorld) -> None:
+    w = world()
+    await w.say("discord", "hi", user="81", chat="91")
+    w.clock.advance(minutes=61)
+    assert (await w.say("discord", "hi?", user="81", chat="91")).outcome is SubmitOutcome.IGNORED
+    assert w.gate.pairing.pending(w.clock()) == []
+    w.clock.advance(minutes=60)
+    assert (await w.say("discord", "hi??", user="81", chat="91")).outcome is SubmitOutcome.REFUSED
+    assert len(w.texts("discord", "91")) == 2
+
+
+async def test_a_full_queue_makes_room_only_once_its_oldest_waited_ten_minutes(world: MakeWorld) -> None:
+    w = world()
+    for user in ("1", "2", "3"):
+        await w.say("telegram", "hi", user=user)
+        w.clock.advance(minutes=1)
+    assert (await w.say("telegram", "hi", user="4")).outcome is SubmitOutcome.IGNORED  # all three are fresh
+    w.clock.advance(minutes=7)  # the first asked ten minutes ago
+    assert (await w.say("telegram", "hi again", user="4")).outcome is SubmitOutcome.REFUSED
+    assert sorted(p.user_id for p in w.gate.pairing.pending(w.clock())) == ["2", "3", "4"]
+    assert (await w.say("telegram", "and me?", user="1")).outcome is SubmitOutcome.IGNORED  # made room: cooling
+
+
+async def test_an_approval_admits_that_platform_only(world: MakeWorld) -> None:
+    w = world()
+    await w.say("telegram", "hi", user="123")
+    code = w.code_sent_to("telegram", "123")
+    assert w.gate.pairing.approve(code, by="cli", now=w.clock()).status == "approved"
+    assert (await w.say("telegram", "hello", user="123")).outcome is SubmitOutcome.ACCEPTED
+    for platform in ("discord", "slack"):  # the same user id on another platform is another person
+        result = await w.say(platform, "hello from here", user="123", chat="123")
+        assert result == SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
+        assert not w.gate.pairing.is_approved(platform, "123")
+    assert w.llm.turns == ["hello"]

@@ -39,7 +39,8 @@ ADMIN_ONLY_TEXT = "Only an admin can approve pairing codes."
 APPROVE_USAGE = "Usage: /approve CODE"
 _STRANGER_REASONS = {"pending": "unknown user; pairing code already sent",
                      "full": "unknown user; too many pairing codes pending on this platform",
-                     "locked": "unknown user; pairing is locked after wrong approvals"}
+                     "locked": "unknown user; pairing is locked after wrong approvals",
+                     "cooling": "unknown user; their pairing request expired lately"}
 
 
 def is_admin(access: AccessConfig, platform: str, user_id: str) -> bool:
@@ -210,7 +211,8 @@ class AccessGate:
         log.info("access: unknown user, pairing code sent platform=%s user=%s chat=%s", chat.platform,
                  inbound.user_id, chat.chat_id)
         self._hint(chat.platform)
-        text = PAIRING_TEXT.format(code=issued.code, minutes=int(CODE_TTL.total_seconds() // 60))
+        left = (issued.expires_at - self.clock()) if issued.expires_at is not None else CODE_TTL
+        text = PAIRING_TEXT.format(code=issued.code, minutes=max(1, int(left.total_seconds() // 60)))
         # Sent in the background: the platform's ack must not wait behind a 429 pause.
         self.notices.post_soon(f"pair:{chat.platform}:{chat.chat_id}:{inbound.message_id}", chat, text,
                                reply_to_id=inbound.message_id)

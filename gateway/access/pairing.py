@@ -22,14 +22,18 @@ from gateway.store.rows import iso, parse_iso
 
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud or retyped without doubt
 CODE_LENGTH = 8
-CODE_TTL = timedelta(hours=1)
-NEW_CODE_EVERY = timedelta(minutes=10)
+CODE_TTL = timedelta(hours=1)  # a request's life, from the first ask: asking again does not extend it
+NEW_CODE_EVERY = timedelta(minutes=10)  # a lost code can be replaced this often, within the same request
 MAX_PENDING_PER_PLATFORM = 3
+# Once a request expired (or was made room for), its requester waits this long before asking again, so the
+# same few strangers cannot hold the queue by re-asking; and a full queue expires its oldest request for a
+# newcomer once that one has waited NEW_CODE_EVERY. An owner trying an expired code lifts the wait.
+REQUEST_COOLDOWN = timedelta(hours=1)
 MAX_FAILED_APPROVALS = 5
 LOCKOUT = timedelta(hours=1)
 KEY_FILE = "pairing.key"
 
-IssueStatus = Literal["issued", "pending", "full", "locked"]
+IssueStatus = Literal["issued", "pending", "full", "locked", "cooling"]
 ApprovalStatus = Literal["approved", "expired", "wrong", "locked"]
 
 
@@ -39,6 +43,7 @@ class Issued:
 
     status: IssueStatus
     code: str | None = None
+    expires_at: datetime | None = None  # with a code: when its request ends (a replaced code keeps the end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,18 +177,38 @@ class PairingBook:
     # ------------------------------------------------------------------ issuing
     def issue(self, *, platform: str, user_id: str, user_name: str | None, chat_id: str,
               now: datetime) -> Issued:
-        """A new code for this user, unless pairing is locked, they got one lately, or the platform is full."""
+        """A code for this user, unless pairing is locked, they got one lately, their last request is cooling
+        down, or the platform is full (its oldest request expires for a newcomer once it waited ten minutes)."""
         if self.locked_until(platform, now) is not None:
             return Issued("locked")
-        self.store.execute("DELETE FROM pairing WHERE expires_at <= ?", (iso(now - timedelta(days=1)),))
+        self.store.execute("DELETE FROM pairing WHERE expires_at <= ?", (iso(now - REQUEST_COOLDOWN),))
         mine = self.store.one("SELECT created_at, expires_at FROM pairing WHERE platform = ? AND user_id = ?",
                               (platform, user_id))
-        if mine is not None and _dt(mine["expires_at"]) > now and now - _dt(mine["created_at"]) < NEW_CODE_EVERY:
-            return Issued("pending")
-        others = self.store.one("SELECT COUNT(*) FROM pairing WHERE platform = ? AND user_id != ? AND expires_at > ?",
-                                (platform, user_id, iso(now)))
-        if others is not None and others[0] >= MAX_PENDING_PER_PLATFORM:
+        if mine is not None:
+            expires = _dt(mine["expires_at"])
+            if expires <= now:
+                return Issued("cooling")
+            if now - _dt(mine["created_at"]) < NEW_CODE_EVERY:
+                return Issued("pending")
+            return self._store_code(platform, user_id, user_name, chat_id, now=now, expires=expires)
+        if not self._room(platform, now):
             return Issued("full")
+        return self._store_code(platform, user_id, user_name, chat_id, now=now, expires=now + CODE_TTL)
+
+    def _room(self, platform: str, now: datetime) -> bool:
+        """Is there a free place in the platform's queue, or one to free: its oldest request, if old enough?"""
+        rows = self.store.all("SELECT id, expires_at FROM pairing WHERE platform = ? AND expires_at > ?"
+                              " ORDER BY expires_at", (platform, iso(now)))
+        if len(rows) < MAX_PENDING_PER_PLATFORM:
+            return True
+        oldest = rows[0]
+        if _dt(oldest["expires_at"]) - CODE_TTL > now - NEW_CODE_EVERY:
+            return False
+        self.store.execute("UPDATE pairing SET expires_at = ? WHERE id = ?", (iso(now), oldest["id"]))
+        return True
+
+    def _store_code(self, platform: str, user_id: str, user_name: str | None, chat_id: str, *, now: datetime,
+                    expires: datetime) -> Issued:
         for _ in range(5):  # a hash collision with another pending code is astronomically rare; retry anyway
             code = new_code()
             try:
@@ -192,12 +217,12 @@ class PairingBook:
                     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, user_id) DO UPDATE SET"
                     " user_name = excluded.user_name, chat_id = excluded.chat_id, code_hash = excluded.code_hash,"
                     " created_at = excluded.created_at, expires_at = excluded.expires_at",
-                    (platform, user_id, user_name, chat_id, self.code_hash(code), iso(now), iso(now + CODE_TTL)))
+                    (platform, user_id, user_name, chat_id, self.code_hash(code), iso(now), iso(expires)))
             except StoreError as exc:
                 if isinstance(exc.__cause__, sqlite3.IntegrityError):
                     continue
                 raise
-            return Issued("issued", code)
+            return Issued("issued", code, expires)
         raise StoreError("could not store a unique pairing code")
 
     # ------------------------------------------------------------------ approving

@@ -67,6 +67,9 @@ class SkillLibrary:
 
     def __init__(self, home: Path, *, max_chars: int = MAX_SKILL_CHARS) -> None:
         self.root = home / "skills"
+        # Where every skill file must really be: symbolic links already in the folder (or the folder itself
+        # linked elsewhere) must not carry a read or a write outside the home.
+        self._real_root = home.resolve() / "skills"
         self.max_chars = max_chars
         self.builds = 0  # how many times the index was rebuilt from file contents; tests read it
         self._cache: tuple[Manifest, tuple[SkillEntry, ...]] | None = None
@@ -88,9 +91,10 @@ class SkillLibrary:
         found: list[tuple[str, str, int, int, int]] = []
         for category in _subdirs(self.root):
             for name in _subdirs(self.root / category):
+                path = self.root / category / name / SKILL_FILE
                 try:
-                    st = os.stat(self.root / category / name / SKILL_FILE)
-                except OSError:
+                    st = os.stat(self._confined(path))
+                except (OSError, ToolError):
                     continue
                 found.append((category, name, st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(sorted(found))
@@ -103,8 +107,16 @@ class SkillLibrary:
             return None
         return SkillEntry(category, name, " ".join(skill.description.split()))
 
+    def _confined(self, path: Path) -> Path:
+        """`path`, if it resolves inside the home's skills folder; a ToolError otherwise."""
+        if not path.resolve().is_relative_to(self._real_root):
+            shown = path.relative_to(self.root.parent) if path.is_relative_to(self.root.parent) else path
+            raise ToolError(f"Refused: {shown} leads outside the gateway home through a symbolic link; skills are "
+                            "read and written only inside its skills folder.")
+        return path
+
     def _load(self, category: str, name: str) -> Skill:
-        text = (self.root / category / name / SKILL_FILE).read_text(encoding="utf-8")
+        text = self._confined(self.root / category / name / SKILL_FILE).read_text(encoding="utf-8")
         meta, body = split_front_matter(text)
         if meta is None or not str(meta.get("description", "")).strip():
             raise ToolError(f"{SKILL_FILE} has no front matter with a description")
@@ -134,6 +146,7 @@ class SkillLibrary:
     def create(self, category: str, name: str, content: str, description: str | None = None) -> Skill:
         _check_name("category", category)
         _check_name("name", name)
+        self._confined(self.root / category / name / SKILL_FILE)
         with self._write_lock.hold():
             existing = [c for c in _subdirs(self.root) if (self.root / c / name / SKILL_FILE).is_file()]
             if existing:
@@ -144,6 +157,7 @@ class SkillLibrary:
 
     def patch(self, name: str, *, category: str | None = None, content: str | None = None,
               old_text: str | None = None, description: str | None = None) -> Skill:
+        self._confined(self.root / ".lock")
         with self._write_lock.hold():
             skill = self.find(name, category)
             if old_text is not None:
@@ -156,9 +170,14 @@ class SkillLibrary:
             return self._save(skill, description)
 
     def delete(self, name: str, category: str | None = None) -> Skill:
+        self._confined(self.root / ".lock")
         with self._write_lock.hold():
             skill = self.find(name, category)
-            shutil.rmtree(self.root / skill.category / skill.name)
+            folder = self._confined(self.root / skill.category / skill.name)
+            if folder.is_symlink():
+                raise ToolError(f"Refused: skills/{skill.category}/{skill.name} is a symbolic link; delete it by "
+                                "hand if it should go.")
+            shutil.rmtree(folder)
             try:
                 (self.root / skill.category).rmdir()
             except OSError:
@@ -172,7 +191,7 @@ class SkillLibrary:
         meta["description"] = " ".join(str(meta.get("description") or "").split())
         skill = Skill(skill.category, skill.name, meta, skill.body)
         _validate(skill, self.max_chars)
-        atomic_write(self.root / skill.category / skill.name / SKILL_FILE, skill.render())
+        atomic_write(self._confined(self.root / skill.category / skill.name / SKILL_FILE), skill.render())
         return skill
 
 
