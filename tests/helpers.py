@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound, OutboundMessage
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.fakes.llm import FakeLLM
+
+
+def require(missing: str | None) -> None:
+    """A test needs a tool the machine may lack (systemd-analyze, mypy…): skip on a developer's machine, but fail
+    in CI (.ci/run sets GATEWAY_CI=1), where a missing tool must break the run instead of hiding tests."""
+    if missing is None:
+        return
+    if os.environ.get("GATEWAY_CI"):
+        pytest.fail(f"{missing} (GATEWAY_CI is set: CI installs it, so its absence is a failure)")
+    pytest.skip(missing)
 
 
 def write_config(home: Path, *, provider: str = "anthropic", base_url: str | None = None, extra: str = "") -> Path:

@@ -16,14 +16,29 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ops.service import UnitSpec, gateway_executable, render_unit
+from gateway.ops.service import (
+    UnitSpec,
+    exec_chain,
+    exec_warnings,
+    gateway_executable,
+    install,
+    plan_install,
+    render_unit,
+)
 from tests.daemon_proc import GATEWAY, DaemonProc, WebChatClient, free_port
 from tests.fakes.base import Delay
 from tests.fakes.llm import FakeLLM
+from tests.helpers import require
 
 REPO = Path(__file__).resolve().parent.parent
-needs_systemd = pytest.mark.skipif(shutil.which("systemd-analyze") is None or shutil.which("systemctl") is None,
-                                   reason="systemd-analyze/systemctl not installed (apt-get install -y systemd)")
+needs_systemd = pytest.mark.usefixtures("systemd_tools")
+
+
+@pytest.fixture
+def systemd_tools() -> None:
+    """The offline systemd tools; outside CI a machine without them skips these tests (require())."""
+    missing = shutil.which("systemd-analyze") is None or shutil.which("systemctl") is None
+    require("systemd-analyze/systemctl not installed (apt-get install -y systemd)" if missing else None)
 
 
 def system_spec(**kw: object) -> UnitSpec:
@@ -186,11 +201,55 @@ def test_install_service_writes_a_user_unit_that_verifies(tmp_path: Path) -> Non
                    env={"HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     unit = units / "agent-gateway.service"
-    env_file = tmp_path / ".config/agent-gateway/env"
-    assert f"wrote {unit}" in done.stdout and f"created {env_file} (mode 0600)" in done.stdout
+    assert f"wrote {unit}" in done.stdout
     assert "next: systemctl --user enable --now agent-gateway.service" in done.stdout
-    assert env_file.stat().st_mode & 0o777 == 0o600
     assert verify(unit, user=True, tmp_path=tmp_path).stderr == ""
+
+
+def test_install_service_without_unit_dir_creates_the_env_file(tmp_path: Path) -> None:
+    done = run_cli("--home", str(tmp_path / "gwhome"), "install-service", "--user", env={"HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    env_file = tmp_path / ".config/agent-gateway/env"
+    assert f"wrote {tmp_path}/.config/systemd/user/agent-gateway.service" in done.stdout
+    assert f"created {env_file} (mode 0600)" in done.stdout
+    assert env_file.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("mode", ["--user", "--system"])
+def test_a_custom_unit_dir_gets_the_unit_and_nothing_is_written_elsewhere(tmp_path: Path, mode: str) -> None:
+    """With --unit-dir only that directory changes: no env file under ~/.config or /etc/agent-gateway."""
+    units, system_env = tmp_path / "units", Path("/etc/agent-gateway")
+    had_system_env = system_env.exists()
+    home = ["--home", str(tmp_path / "gwhome")] if mode == "--user" else []
+    done = run_cli(*home, "install-service", mode, "--unit-dir", str(units), env={"HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["agent-gateway.service", "units"]
+    assert system_env.exists() == had_system_env
+    env_file = tmp_path / ".config/agent-gateway/env" if mode == "--user" else system_env / "env"
+    if not env_file.exists():
+        assert f"not created: {env_file} (--unit-dir writes only the unit)" in done.stdout
+
+
+def test_exec_start_in_the_temporary_directory_or_a_home_is_warned_about(tmp_path: Path) -> None:
+    """The script, the interpreter on its #! line and where that leads: each must be reachable by the system
+    unit's dynamic user, which gets an empty private /tmp and cannot enter closed home directories."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python3").symlink_to("/root/.pyenv/versions/nowhere/bin/python3.11")
+    script = venv / "gateway"
+    script.write_text(f"#!{venv}/python3\nimport sys\n", encoding="utf-8")
+    chain = exec_chain(str(script))
+    assert chain == [str(script), f"{venv}/python3", "/root/.pyenv/versions/nowhere/bin/python3.11"]
+    spec = UnitSpec(mode="system", exec_path=str(script), home="/var/lib/agent-gateway",
+                    env_file="/etc/agent-gateway/env")
+    said: list[str] = []
+    plan = plan_install(spec, unit_dir=tmp_path / "units", env_file=tmp_path / "env", user=None)
+    assert install(plan, dry_run=True, enable=False, out=said.append) == 0
+    warnings = [line for line in said if line.startswith("warning: ")]
+    assert [w.split(" is in ")[0] for w in warnings] == [f"warning: {p}" for p in chain]
+    assert "PrivateTmp=yes" in warnings[0] and "PrivateTmp=yes" in warnings[1] and "home directory" in warnings[2]
+    assert exec_warnings(UnitSpec(mode="user", exec_path=str(script), home=str(tmp_path), env_file="x")) == []
+    assert exec_warnings(spec, chain=["/opt/agent-gateway/bin/gateway", "/usr/bin/python3.11"]) == []
 
 
 def test_install_service_enable_runs_systemctl_and_linger(tmp_path: Path) -> None:
@@ -383,3 +442,16 @@ async def test_a_second_sigterm_stops_at_once_and_keeps_the_turn_for_replay(
     assert code == 0, daemon.output()
     assert "Traceback" not in daemon.output()
     assert inbound_rows(home) == [("question", "running")]
+
+
+def test_in_ci_a_missing_systemd_fails_the_unit_checks_instead_of_skipping(tmp_path: Path) -> None:
+    """.ci/run sets GATEWAY_CI=1: there a unit check without systemd-analyze fails; on a developer's machine it
+    skips. Run on a PATH that has no systemd tools."""
+    test = f"{Path(__file__).name}::test_system_unit_verifies_with_no_stderr"
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", test]
+    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_CI"} | {"PATH": str(tmp_path)}
+    dev = subprocess.run(args, cwd=REPO / "tests", env=env, capture_output=True, text=True, timeout=300, check=False)
+    ci = subprocess.run(args, cwd=REPO / "tests", env={**env, "GATEWAY_CI": "1"}, capture_output=True, text=True,
+                        timeout=300, check=False)
+    assert dev.returncode == 0 and "SKIPPED" in dev.stdout, dev.stdout + dev.stderr
+    assert ci.returncode == 1 and "GATEWAY_CI is set" in ci.stdout, ci.stdout + ci.stderr

@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
+from tests.helpers import require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -171,20 +171,20 @@ def test_every_package_says_what_it_holds() -> None:
         assert doc and len(doc) > 40, f"{init.relative_to(ROOT)}: say what the package holds and may import"
 
 
-@pytest.mark.skipif(shutil.which("mypy") is None and not (Path(sys.executable).parent / "mypy").exists(),
-                    reason="mypy not installed (pip install -e '.[test]' brings it)")
 def test_mypy_clean() -> None:
     """One run over every package in [tool.mypy] `packages`: gateway/ and adapters/ strict, tests/ and bench/ with
     annotations optional but every body checked (the overrides in pyproject.toml)."""
+    missing = shutil.which("mypy") is None and not (Path(sys.executable).parent / "mypy").exists()
+    require("mypy not installed (pip install -e '.[test]' brings it)" if missing else None)
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["packages"]
     assert {"gateway", "adapters", "tests", "bench"} <= set(packages)
     result = subprocess.run([sys.executable, "-m", "mypy"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None and not (Path(sys.executable).parent / "ruff").exists(),
-                    reason="ruff not installed (pip install -e '.[test]' brings it)")
 def test_ruff_check() -> None:
+    missing = shutil.which("ruff") is None and not (Path(sys.executable).parent / "ruff").exists()
+    require("ruff not installed (pip install -e '.[test]' brings it)" if missing else None)
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     result = subprocess.run([ruff, "check", "--no-cache", "."], check=False, cwd=ROOT, capture_output=True,
                             text=True, timeout=300)

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ins.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
     ins.add_argument("--enable", action="store_true",
                      help="also run daemon-reload and enable --now (and enable linger for a user unit)")
-    ins.add_argument("--unit-dir", help="write the unit here instead of the standard directory")
+    ins.add_argument("--unit-dir", help="write the unit here instead of the standard directory (and nothing else: "
+                     "the env file is left to you)")
     ins.set_defaults(func=cmd_install_service)
 
 
@@ -71,7 +72,8 @@ def cmd_install_service(args: argparse.Namespace) -> int:
                         env_file=str(env_file), drain_seconds=drain)
         unit_dir = Path(args.unit_dir) if args.unit_dir else unit_dir_for(mode, env)
         plan = plan_install(spec, unit_dir=unit_dir, env_file=env_file,
-                            user=None if mode == "system" else getpass.getuser())
+                            user=None if mode == "system" else getpass.getuser(),
+                            create_env_file=not args.unit_dir)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -148,10 +148,46 @@ def _service_section(spec: UnitSpec) -> list[str]:
             "KillMode=mixed", "KillSignal=SIGTERM"]
 
 
+HOME_DIRS = ("/home/", "/root/", "/run/user/")
+TMP_DIRS = ("/tmp/", "/var/tmp/")
+
+
 def _protect_home(spec: UnitSpec) -> str:
     """A venv under /home or /root must stay readable, or ExecStart would vanish inside the sandbox."""
-    under_home = spec.exec_path.startswith(("/home/", "/root/", "/run/user/"))
+    under_home = spec.exec_path.startswith(HOME_DIRS)
     return "read-only" if under_home else "yes"
+
+
+def exec_chain(exec_path: str) -> list[str]:
+    """What starting ExecStart needs to read: the script, the interpreter on its #! line, and where that
+    interpreter's symbolic links lead (a venv's python is usually a link into a pyenv or /usr)."""
+    chain = [exec_path]
+    try:
+        with open(exec_path, "rb") as fh:
+            first = fh.readline(256)
+    except OSError:
+        return chain
+    if first.startswith(b"#!") and first[2:].split():
+        interpreter = first[2:].split()[0].decode(errors="replace")
+        chain += [interpreter, str(Path(interpreter).resolve())]
+    return list(dict.fromkeys(chain))
+
+
+def exec_warnings(spec: UnitSpec, chain: Sequence[str] | None = None) -> list[str]:
+    """Why the system unit's sandboxed dynamic user may be unable to start ExecStart (nothing for a user unit)."""
+    if spec.mode != "system":
+        return []
+    found: list[str] = []
+    for path in chain if chain is not None else exec_chain(spec.exec_path):
+        if path.startswith(TMP_DIRS):
+            found.append(f"{path} is in the temporary directory, which PrivateTmp=yes replaces with an empty one: the "
+                         "service cannot start it. Install the gateway elsewhere (e.g. python3 -m venv "
+                         "/opt/agent-gateway).")
+        elif path.startswith(HOME_DIRS):
+            found.append(f"{path} is in a home directory: ProtectHome= leaves it read-only, but the service runs as "
+                         "a dynamic user, who cannot enter a home closed to others (/root always is). Install the "
+                         "gateway outside /home and /root (e.g. python3 -m venv /opt/agent-gateway).")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------- paths
@@ -189,13 +225,17 @@ class Plan:
     env_file: Path
     commands: tuple[tuple[str, ...], ...]   # run in order when enabling
     linger_user: str | None                 # user units: who needs linger to run while logged out
+    create_env_file: bool = True            # False with --unit-dir: nothing is written outside what was named
+    warnings: tuple[str, ...] = ()          # said before anything is written (e.g. ExecStart the unit cannot reach)
 
 
-def plan_install(spec: UnitSpec, *, unit_dir: Path, env_file: Path, user: str | None) -> Plan:
+def plan_install(spec: UnitSpec, *, unit_dir: Path, env_file: Path, user: str | None,
+                 create_env_file: bool = True) -> Plan:
     scope = ("systemctl",) if spec.mode == "system" else ("systemctl", "--user")
     commands = ((*scope, "daemon-reload"), (*scope, "enable", "--now", UNIT_NAME))
     return Plan(unit_path=unit_dir / UNIT_NAME, unit_text=render_unit(spec), env_file=env_file,
-                commands=commands, linger_user=user if spec.mode == "user" else None)
+                commands=commands, linger_user=user if spec.mode == "user" else None,
+                create_env_file=create_env_file, warnings=tuple(exec_warnings(spec)))
 
 
 def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -205,10 +245,12 @@ def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 def install(plan: Plan, *, dry_run: bool, enable: bool, out: Callable[[str], None] = print,
             run: Runner = run_command, linger_dir: Path = Path("/var/lib/systemd/linger")) -> int:
     """Write the unit (and an empty env file), then daemon-reload + enable --now if asked. Prints each step."""
+    for warning in plan.warnings:
+        out(f"warning: {warning}")
     if dry_run:
         out(f"# would write {plan.unit_path}:")
         out(plan.unit_text.rstrip("\n"))
-        if not plan.env_file.exists():
+        if plan.create_env_file and not plan.env_file.exists():
             out(f"# would create {plan.env_file} (mode 0600) for tokens")
         for argv in plan.commands if enable else ():
             out(f"# would run: {' '.join(argv)}")
@@ -225,7 +267,11 @@ def install(plan: Plan, *, dry_run: bool, enable: bool, out: Callable[[str], Non
             "install-service --system)")
         return 1
     out(f"wrote {plan.unit_path}")
-    _ensure_env_file(plan.env_file, out)
+    if plan.create_env_file:
+        _ensure_env_file(plan.env_file, out)
+    elif not plan.env_file.exists():
+        out(f"not created: {plan.env_file} (--unit-dir writes only the unit); the unit reads tokens from it if you "
+            "create it (mode 0600)")
     if not enable:
         for argv in plan.commands:
             out(f"next: {' '.join(argv)}")
