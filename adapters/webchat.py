@@ -1,7 +1,9 @@
 """The local web chat (`web`): a page served by aiohttp and one WebSocket per browser tab.
 
 Each browser keeps a random client id (localStorage), which is its chat id, so a reload continues the same
-session. Replies arrive over the socket as Markdown; the page renders them.
+session. Replies arrive over the socket as Markdown; the page renders them. While an answer is written, its text
+arrives as it comes: a `draft` frame (the text so far), then `delta` frames (what was added); the reply's
+`message` frame names the draft it `replaces`. `progress` frames carry the tool line, `retract` takes a draft down.
 """
 
 from __future__ import annotations
@@ -16,12 +18,23 @@ from importlib import resources
 
 from aiohttp import WSMsgType, web
 
-from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome
+from gateway.events import (
+    ChatRef,
+    Inbound,
+    OutboundMessage,
+    PreviewPart,
+    PreviewStyle,
+    Submit,
+    SubmitOutcome,
+)
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
 # The current session's (role, text) pairs for a client id, so a reloaded tab shows the conversation so far.
 HistorySource = Callable[[str], Sequence[tuple[str, str]]]
+# No limits to keep under, and the page renders Markdown itself: every delta goes out as it arrives.
+PREVIEW_STYLE = PreviewStyle(interval_s=0.0, raw=True)
+MAX_DRAFTS = 1000  # drafts whose answer never came (a crash) are forgotten past this many
 
 
 class WebChatAdapter:
@@ -35,6 +48,7 @@ class WebChatAdapter:
         # Inbound ids: unique across restarts (the store dedupes on them) without a uuid4 per message.
         self._boot = uuid.uuid4().hex[:16]
         self._received = itertools.count(1)
+        self._drafts: dict[str, tuple[str, set[web.WebSocketResponse]]] = {}  # id → (text so far, tabs told)
 
     def attach(self, app: web.Application, *, history: HistorySource | None = None) -> None:
         self._history = history
@@ -50,15 +64,55 @@ class WebChatAdapter:
                 await ws.close()
 
     async def send(self, message: OutboundMessage) -> str:
+        return await self._message(message, replaces=None)
+
+    async def _message(self, message: OutboundMessage, *, replaces: str | None) -> str:
         self._sent += 1
         mid = f"web-{self._sent}"
-        payload = json.dumps({"type": "message", "id": mid, "kind": message.kind.value, "text": message.text,
-                              "reply_to": message.reply_to_id})
+        frame: dict[str, object] = {"type": "message", "id": mid, "kind": message.kind.value, "text": message.text,
+                                    "reply_to": message.reply_to_id}
+        if replaces is not None:
+            frame["replaces"] = replaces
+        payload = json.dumps(frame)
         for ws in list(self._sockets.get(message.chat.chat_id, ())):
             if not ws.closed:
                 await ws.send_str(payload)
         # A closed tab still counts as delivered: the reply is stored and shown in the session history.
         return mid
+
+    # ------------------------------------------------------------------ live previews
+    def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle:
+        return PREVIEW_STYLE
+
+    async def show_preview(self, part: PreviewPart) -> str:
+        """A tab that saw this draft gets what was added; one that did not (opened since) the whole text."""
+        draft_id = part.platform_message_id or f"wd-{self._boot[:8]}-{next(self._received)}"
+        shown, told = self._drafts.pop(draft_id, ("", set()))
+        self._drafts[draft_id] = (part.text, told)
+        while len(self._drafts) > MAX_DRAFTS:
+            del self._drafts[next(iter(self._drafts))]
+        growing = bool(shown) and part.text.startswith(shown) and not part.is_progress
+        kind = "progress" if part.is_progress else "draft"
+        for ws in list(self._sockets.get(part.chat.chat_id, ())):
+            if ws.closed:
+                continue
+            if growing and ws in told:
+                await ws.send_str(json.dumps({"type": "delta", "id": draft_id, "text": part.text[len(shown):]}))
+            else:
+                await ws.send_str(json.dumps({"type": kind, "id": draft_id, "text": part.text}))
+                told.add(ws)
+        return draft_id
+
+    async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str:
+        self._drafts.pop(platform_message_id, None)
+        return await self._message(message, replaces=platform_message_id)
+
+    async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
+        self._drafts.pop(platform_message_id, None)
+        payload = json.dumps({"type": "retract", "id": platform_message_id})
+        for ws in list(self._sockets.get(chat.chat_id, ())):
+            if not ws.closed:
+                await ws.send_str(payload)
 
     # Who may open the page or the socket (the owner only, from this page's own origin) is checked for every route
     # by the daemon's guard (gateway/ops/web_guard.py) before these run.

@@ -125,7 +125,8 @@ async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str =
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
         f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\n  auth_token: {BENCH_WEB_TOKEN}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
-        + extra, encoding="utf-8")
+        # The echo answers whole: so does the gateway here (the streaming figure is measured on its own).
+        + "streaming:\n  mode: off\n" + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")
     log = home.parent / "gateway.log"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path),

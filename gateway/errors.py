@@ -10,6 +10,7 @@ GatewayError
 │   ├── MarkupRejected                    the platform refused our markup: resend as plain text
 │   ├── RecipientUnavailable              403 blocked / kicked: do not retry
 │   ├── PlatformUnavailable               5xx, resets, timeouts: retry with backoff
+│   ├── PreviewGone                       the message a live preview showed was deleted: post anew
 │   └── AdapterFatal                      bad token, disallowed intents: stay down, no restarts
 ├── LLMError
 │   ├── LLMTimeout
@@ -95,6 +96,10 @@ class RecipientUnavailable(AdapterError):
 
 class PlatformUnavailable(AdapterError):
     """A transient failure (5xx, reset, timeout) worth retrying with backoff."""
+
+
+class PreviewGone(AdapterError):
+    """The message a live preview showed is gone (deleted by someone): the answer goes as a new message."""
 
 
 class AdapterFatal(AdapterError):

@@ -204,6 +204,59 @@ class CatchUp(Protocol):
     async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class PreviewStyle:
+    """How an adapter shows a live preview in one chat (docs/streaming.md).
+
+    `interval_s` is the least time between two preview calls in the chat and, when `scope` names one, across
+    every chat of the account too (Slack's method tiers count per workspace). `ephemeral`: a draft the platform
+    drops by itself (Telegram's sendMessageDraft), so only the newest part is shown and nothing is replaced.
+    `raw`: the partial Markdown goes as is, because the client renders it (the web chat, Slack's own streaming).
+    """
+
+    interval_s: float
+    scope: str = ""
+    ephemeral: bool = False
+    raw: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewPart:
+    """One part of an answer being written, rendered and within the platform's limit, or the progress line
+    (`index` -1). `platform_message_id` is the message that shows it so far (None: open one). `key` is stable per
+    turn and part, for a draft id or a nonce. `user_id`/`space_id` name who asked (Slack streams name them)."""
+
+    chat: ChatRef
+    index: int
+    text: str
+    entities: tuple[TextEntity, ...] = ()
+    platform_message_id: str | None = None
+    reply_to_id: str | None = None
+    user_id: str = ""
+    space_id: str | None = None
+    key: str = ""
+
+    @property
+    def is_progress(self) -> bool:
+        return self.index < 0
+
+
+@runtime_checkable
+class LivePreview(Protocol):
+    """Optional ability: show an answer while it is written. `preview_style` is None where it cannot (a slash
+    command's reply). `show_preview` opens or updates a part and returns its message id ("" for a draft);
+    `finish_preview` turns a part into the final chunk (raising `PreviewGone` if the message is gone);
+    `drop_preview` takes a part down."""
+
+    def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle | None: ...
+
+    async def show_preview(self, part: PreviewPart) -> str: ...
+
+    async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str: ...
+
+    async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None: ...
+
+
 def command_word(text: str) -> str | None:
     """`/New@my_bot args` → `new`; None for anything that is not a slash command."""
     stripped = text.strip()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.settings import load_config
-from gateway.events import ChatRef, OutboundMessage, Submit
+from gateway.events import ChatRef, OutboundMessage, PreviewPart, PreviewStyle, Submit
 from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.fakeclock import FakeClock
@@ -68,6 +68,64 @@ class TypingAdapter(ScriptedAdapter):
             self.events.append("typing off")
 
 
+EDITS = PreviewStyle(1.0)  # a platform whose previews are messages edited at most once a second
+
+
+class PreviewAdapter(ScriptedAdapter):
+    """Also shows live previews (the LivePreview ability). Every preview call is logged with its clock time;
+    `fail_preview(...)` queues errors for the next show_preview calls; finishing a preview shares the send
+    script (it is the send of that chunk)."""
+
+    def __init__(self, platform: str, clock: FakeClock | None = None, *,
+                 style: PreviewStyle | None = EDITS) -> None:
+        super().__init__(platform, clock)
+        self.style = style
+        self.shows: list[tuple[float, PreviewPart]] = []
+        self.finished: list[tuple[str, OutboundMessage]] = []
+        self.dropped: list[str] = []
+        self.preview_script: list[BaseException | None] = []
+        self.in_call = asyncio.Event()  # set while a show_preview is on the wire, when `hold` is set
+        self.hold: asyncio.Event | None = None
+        self._opened = 0
+
+    def fail_preview(self, *errors: BaseException | None) -> None:
+        self.preview_script.extend(errors)
+
+    def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle | None:
+        return self.style
+
+    async def show_preview(self, part: PreviewPart) -> str:
+        self.shows.append((self.clock.monotonic() if self.clock else 0.0, part))
+        self.events.append(f"show {part.index}")
+        if self.hold is not None:
+            self.in_call.set()
+            await self.hold.wait()
+        if self.preview_script and (error := self.preview_script.pop(0)) is not None:
+            raise error
+        if self.style is not None and self.style.ephemeral:
+            return ""
+        if part.platform_message_id:
+            return part.platform_message_id
+        self._opened += 1
+        return f"p{self._opened}"
+
+    async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str:
+        self.attempts.append((self.clock.monotonic() if self.clock else 0.0, message))
+        self.events.append(f"finish {message.chunk_index} {platform_message_id}")
+        if self.script and (error := self.script.pop(0)) is not None:
+            raise error
+        self.finished.append((platform_message_id, message))
+        self.sent.append(message)
+        return platform_message_id
+
+    async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
+        self.events.append(f"drop {platform_message_id}")
+        self.dropped.append(platform_message_id)
+
+    def shown(self) -> list[str]:
+        return [part.text for _, part in self.shows]
+
+
 class ReplyLLM:
     """A model that answers each user message with `answer(text)`, or raises what `answer` raises."""
 
@@ -88,6 +146,29 @@ class ReplyLLM:
 
     async def close(self) -> None:
         return None
+
+
+class StreamingLLM(ReplyLLM):
+    """A model that writes its answer in `pieces`, `every` seconds of virtual time apart, telling the stream
+    each piece as it goes (and answering whole, as the wires do, at the end)."""
+
+    def __init__(self, clock: FakeClock, pieces: Sequence[str], *, every: float = 0.5) -> None:
+        super().__init__(lambda text: "".join(pieces))
+        self.clock = clock
+        self.pieces = list(pieces)
+        self.every = every
+        self.streamed = 0
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+        self.seen.append(str(messages[-1]["content"]))
+        if stream is not None:
+            self.streamed += 1
+        for piece in self.pieces:
+            if stream is not None:
+                stream.text(piece)
+            await self.clock.sleep(self.every)
+        return LLMReply("".join(self.pieces), (), Usage(10, 2), self.model, self.provider)
 
 
 def gateway_on(clock: FakeClock, home: Path, adapters: Sequence[Any], llm: Any) -> Gateway:

@@ -40,7 +40,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
                                            "schedule"),
                     "catalog"],
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
-    "delivery": ["ratelimit", "markup", "chunking", "outbox"],
+    "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox", "stream"],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],

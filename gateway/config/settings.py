@@ -27,6 +27,7 @@ ResetMode = Literal["idle", "daily", "both", "none"]
 PlatformName = Literal["telegram", "discord", "slack", "web", "cli", "cron"]
 ChatTypeName = Literal["dm", "group", "channel"]
 BusyPolicy = Literal["queue", "interrupt"]
+StreamMode = Literal["off", "edit", "progress"]
 
 
 def _positive(**kw: object) -> dict[str, object]:
@@ -131,6 +132,33 @@ class DeliveryConfig:
     offline_notice: str = "Sorry, I was offline when you sent this. Please send it again if it still matters."
     dedupe_retention_hours: float = field(default=72.0, metadata=_positive())
     max_send_attempts: int = field(default=6, metadata=_range(1, 100))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingByChat:
+    """`streaming.by_platform.<platform>` per chat type; a bare mode there sets all three."""
+
+    dm: StreamMode | None = None
+    group: StreamMode | None = None
+    channel: StreamMode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingConfig:
+    """Live previews of an answer while it is written (docs/streaming.md). `auto`: edit in Telegram private chats
+    and the web chat, off elsewhere."""
+
+    mode: Literal["auto", "off", "edit", "progress"] = "auto"
+    by_platform: dict[PlatformName, StreamMode | StreamingByChat] = field(default_factory=dict)
+
+    def mode_for(self, platform: str, chat_type: str) -> StreamMode:
+        override = self.by_platform.get(platform)  # type: ignore[call-overload]
+        chosen = getattr(override, chat_type, None) if isinstance(override, StreamingByChat) else override
+        if chosen is not None:
+            return chosen  # type: ignore[no-any-return]
+        if self.mode != "auto":
+            return self.mode
+        return "edit" if platform == "web" or (platform == "telegram" and chat_type == "dm") else "off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +316,7 @@ class Config:
     session_reset: SessionResetConfig = field(default_factory=SessionResetConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
     prompt_caching: PromptCachingConfig = field(default_factory=PromptCachingConfig)
     platform_hints: dict[PlatformName, PlatformHintOverride] = field(default_factory=dict)
     web: WebConfig = field(default_factory=WebConfig)

@@ -1,4 +1,6 @@
 """Getting answers to people exactly once: the outbox (stored chunks sent in order per chat), rate limits
-(ratelimit), chunking at the platform's limits (chunking) and markup per platform (markup/).
-Imports prompt's platform facts, store, telemetry and the vocabulary.
+(ratelimit), chunking at the platform's limits (chunking) and markup per platform (markup/); and live previews
+of an answer being written (stream), with their pacing (pacing), safe partial rendering (partial) and the
+durable record of which message shows which part (previews), so the outbox's answer replaces the preview.
+Imports config, prompt's platform facts, store, llm's types, telemetry and the vocabulary.
 """

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from gateway.delivery.chunking import render_chunks
+from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable
 from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
@@ -103,8 +104,10 @@ class Outbox:
                  clock: Clock, sleep: Sleep = asyncio.sleep, backoff: Backoff = Backoff(),
                  rng: random.Random | None = None, limiter: RateLimiter | None = None,
                  available: Callable[[str], bool] | None = None, max_rounds: int = 10,
-                 max_rate_limited: int = 20, metrics: Metrics | None = None) -> None:
+                 max_rate_limited: int = 20, metrics: Metrics | None = None,
+                 previews: PreviewBook | None = None) -> None:
         self.store = store
+        self.previews = previews  # live previews the answer replaces (gateway/delivery/stream.py)
         self.adapters = adapters
         self.facts = facts
         self.clock = clock
@@ -228,13 +231,19 @@ class Outbox:
         while True:
             await self.limiter.acquire(chat)
             try:
-                mid = await adapter.send(row_message(row, use_plain=tries.use_plain))
+                message = row_message(row, use_plain=tries.use_plain)
+                if self.previews is None:
+                    mid = await adapter.send(message)
+                else:
+                    mid = await self.previews.deliver(adapter, row.turn_id, message)
             except Exception as exc:  # noqa: BLE001 (each kind is handled or logged in _after_failure)
                 outcome = await self._after_failure(row, chat, exc, tries)
                 if outcome is None:
                     continue
                 return outcome
             self._mark(row, "sent", platform_message_id=mid)
+            if self.previews is not None and row.chunk_index == row.chunk_count - 1:
+                await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
 
     def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:

@@ -27,7 +27,10 @@ from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.pacing import ChatPacer
+from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
+from gateway.delivery.stream import Streams
 from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter
 from gateway.knowledge.memory import MemoryStore
@@ -132,9 +135,12 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
+    limiter = RateLimiter(clock=monotonic, sleep=sleep)
+    previews = PreviewBook(store, ChatPacer(monotonic), clock=clock, sleep=sleep)
     outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
-                    limiter=RateLimiter(clock=monotonic, sleep=sleep),
-                    backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics)
+                    limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
+                    previews=previews)
+    streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
     prompts = PromptAssembler(config, facts, memory, skills)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     migrate_global_profile(roles, memory)
@@ -142,7 +148,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
-                                    gate=gate, jobs_command=JobsCommand(book), roles=roles)
+                                    gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams)
     jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
@@ -198,7 +204,7 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
 def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
               memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
               metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand,
-              roles: Roles) -> tuple[SessionManager, Lifecycle]:
+              roles: Roles, streams: Streams) -> tuple[SessionManager, Lifecycle]:
     """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands."""
     compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
                             flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
@@ -212,7 +218,7 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
                               clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
-                              callers=roles)
+                              callers=roles, streams=streams)
     lifecycle.attach(sessions)
     return sessions, lifecycle
 

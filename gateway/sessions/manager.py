@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from gateway.agent.loop import Agent, TurnResult
 from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import Config, ResetOverride
 from gateway.delivery.outbox import Outbox
+from gateway.delivery.stream import NO_PREVIEW, Live, Streams
 from gateway.errors import LLMError, LLMNotConfigured
 from gateway.events import (
     Adapter,
@@ -77,7 +79,8 @@ class SessionManager:
                  adapters: dict[str, Adapter], clock: Clock, tools: SessionTools,
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
                  commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
-                 metrics: Metrics | None = None, callers: Callers | None = None) -> None:
+                 metrics: Metrics | None = None, callers: Callers | None = None,
+                 streams: Streams | None = None) -> None:
         self.config = config
         self.callers = callers
         self.store = store
@@ -90,6 +93,7 @@ class SessionManager:
         self.gate = gate
         self.commands = commands
         self.metrics = metrics
+        self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
@@ -241,7 +245,7 @@ class SessionManager:
             history = session_history(self.store, session.id)
             user_msg = self.user_message(inbound, ended)
             prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
-            result = await self._run_agent(session, inbound, prompt, history, user_msg, held)
+            result = await self._run_agent(session, inbound, prompt, history, user_msg, held, turn)
         except (LLMError, TimeoutError) as exc:
             why = plain_reason(exc)
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
@@ -284,7 +288,7 @@ class SessionManager:
                              now=self.clock())
 
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
-                         user_msg: ChatMessage, held: list[LLMReply]) -> TurnResult:
+                         user_msg: ChatMessage, held: list[LLMReply], turn: str) -> TurnResult:
         ctx = self.tool_context(session, inbound.user_id, inbound)
         tools = self.tools.of(session)
         allowed = self.tools.allowed(tools, session.platform)
@@ -297,10 +301,15 @@ class SessionManager:
 
         async with self._turns:
             adapter = self.adapters.get(inbound.chat.platform)
-            async with self._typing(adapter, inbound.chat):
+            async with self._typing(adapter, inbound.chat), self._preview(turn, inbound, adapter) as live:
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
                     return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
-                                                tools=tools.specs, allowed_tools=allowed, on_reply=record)
+                                                tools=tools.specs, allowed_tools=allowed, on_reply=record,
+                                                stream=live.sink, on_tool=live.on_tool)
+
+    def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
+        return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
+
 
     def _typing(self, adapter: Adapter | None, chat: ChatRef) -> Any:
         if adapter is None:

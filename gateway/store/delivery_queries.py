@@ -1,5 +1,5 @@
 """Queries on the delivery log: inbound messages (stored before the platform is acknowledged) and outbound
-chunks (recorded before the first is sent, marked as each goes)."""
+chunks (recorded before the first is sent, marked as each goes), and the live previews an answer replaces."""
 
 from __future__ import annotations
 
@@ -90,6 +90,32 @@ class DeliveryQueries(Database):
                      " COALESCE(?, platform_message_id), last_error = ?, sent_at = CASE WHEN ? = 'sent' THEN ?"
                      " ELSE sent_at END WHERE id = ?",
                      (status, platform_message_id, error, status, iso(now), outbound_id))
+
+    # ---- live previews: which message shows which part of an answer being written (delivery/previews.py)
+    def put_preview(self, turn_id: str, index: int, platform: str, chat_id: str, platform_message_id: str, *,
+                    now: datetime) -> None:
+        self.execute("INSERT INTO previews (turn_id, part_index, platform, chat_id, platform_message_id, created_at)"
+                     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (turn_id, part_index) DO UPDATE SET"
+                     " platform_message_id = excluded.platform_message_id",
+                     (turn_id, index, platform, chat_id, platform_message_id, iso(now)))
+
+    def previews(self) -> dict[str, dict[int, str]]:
+        """Every stored part, by turn: the table holds only turns whose answer is not out yet."""
+        found: dict[str, dict[int, str]] = {}
+        for row in self.all("SELECT turn_id, part_index, platform_message_id FROM previews"):
+            found.setdefault(row["turn_id"], {})[int(row["part_index"])] = row["platform_message_id"]
+        return found
+
+    def forget_previews(self, turn_id: str, index: int | None = None) -> None:
+        if index is None:
+            self.execute("DELETE FROM previews WHERE turn_id = ?", (turn_id,))
+        else:
+            self.execute("DELETE FROM previews WHERE turn_id = ? AND part_index = ?", (turn_id, index))
+
+    def prune_previews(self, before: datetime) -> int:
+        """Parts of turns that never finished (interrupted, given up): their messages stay as they are."""
+        with self.tx() as conn:
+            return conn.execute("DELETE FROM previews WHERE created_at < ?", (iso(before),)).rowcount
 
 
 def insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], now: datetime) -> None:

@@ -297,6 +297,18 @@ CREATE TABLE people_notes (
 );
 """
 
+# Live previews (gateway/store/delivery_queries.py): the message showing each part of an answer being written.
+_STREAMING = """
+CREATE TABLE previews (
+  turn_id TEXT NOT NULL,
+  part_index INTEGER NOT NULL,
+  platform TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  platform_message_id TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (turn_id, part_index)
+);
+"""
 
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
@@ -306,4 +318,5 @@ MIGRATIONS: list[Migration] = [
     ("0009_session_tools", _SESSION_TOOLS),
     ("0008_jobs", _JOBS),
     ("0005_people", _PEOPLE),
+    ("0007_streaming", _STREAMING),
 ]

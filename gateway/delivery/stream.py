@@ -1,0 +1,239 @@
+"""Live previews: what the model is writing, shown in the chat while the turn runs, under the platform's limits.
+
+A preview is never the answer. The answer is stored and sent by the outbox as always; it replaces the preview
+(an edit of the same message) or follows it (a Telegram draft, a progress line). So nothing here may fail a turn:
+a preview that errors stops, and the turn goes on. One task per turn wakes on new text, waits for the chat's
+pacing and any 429 pause, and makes at most one platform call per tick; the id of a message it opened is stored
+before that message is ever edited, so a restarted daemon edits it instead of posting a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from gateway.config.settings import StreamingConfig
+from gateway.delivery.partial import Part, preview_parts, progress_line
+from gateway.delivery.previews import PreviewBook
+from gateway.delivery.ratelimit import RateLimiter
+from gateway.errors import AdapterError, MarkupRejected, PreviewGone, RateLimited
+from gateway.events import Adapter, Inbound, LivePreview, PreviewPart, PreviewStyle
+from gateway.llm.types import TextSink
+from gateway.prompt.hints import PlatformFacts
+
+log = logging.getLogger(__name__)
+
+Monotonic = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+PROGRESS = -1  # the part index of the progress line
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What a turn hands the agent: where the answer's text goes, and where tool starts are told."""
+
+    sink: TextSink | None = None
+    on_tool: Callable[[str], None] | None = None
+
+
+NO_PREVIEW = Live()
+
+
+class Streams:
+    """Opens one live preview per turn, as `streaming` asks and the platform's adapter can show."""
+
+    def __init__(self, config: StreamingConfig, book: PreviewBook, facts: Mapping[str, PlatformFacts],
+                 limiter: RateLimiter, *, sleep: Sleep) -> None:
+        self.config = config
+        self.book = book
+        self.facts = facts
+        self.limiter = limiter
+        self.sleep = sleep
+        self._able: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, is it a LivePreview)
+
+    @asynccontextmanager
+    async def open(self, turn_id: str, inbound: Inbound, adapter: Adapter | None) -> AsyncIterator[Live]:
+        stream = self._stream(turn_id, inbound, adapter)
+        if stream is None:
+            yield NO_PREVIEW
+            return
+        stream.start()
+        try:
+            yield Live(stream, None) if stream.mode == "edit" else Live(None, stream.tool)
+        except asyncio.CancelledError:  # a drain or a kill: the replayed turn takes the preview over
+            await stream.close(keep=True)
+            raise
+        except BaseException:  # the turn failed: its error message stands alone
+            await stream.close(keep=False)
+            raise
+        await stream.close(keep=True)
+
+    def _stream(self, turn_id: str, inbound: Inbound, adapter: Adapter | None) -> AnswerStream | None:
+        chat = inbound.chat
+        mode = self.config.mode_for(chat.platform, chat.chat_type)
+        if mode == "off" or adapter is None or not self._can_preview(adapter):
+            return None
+        style = adapter.preview_style(chat, inbound.message_id)  # type: ignore[attr-defined]
+        if style is None:
+            return None
+        facts = self.facts.get(chat.platform) or self.facts["cli"]
+        return AnswerStream(turn_id=turn_id, inbound=inbound, adapter=adapter, style=style,  # type: ignore[arg-type]
+                            facts=facts, mode=mode, book=self.book, limiter=self.limiter, sleep=self.sleep)
+
+    def _can_preview(self, adapter: Adapter) -> bool:
+        known = self._able.get(adapter.platform)
+        if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
+            known = self._able[adapter.platform] = (adapter, isinstance(adapter, LivePreview))
+        return known[1]
+
+
+class AnswerStream:
+    """One turn's preview. `text`/`restart` are the model's TextSink (edit mode); `tool` lists tool starts
+    (progress mode). Both only note what changed and wake the task; the task makes the platform calls."""
+
+    def __init__(self, *, turn_id: str, inbound: Inbound, adapter: LivePreview, style: PreviewStyle,
+                 facts: PlatformFacts, mode: str, book: PreviewBook, limiter: RateLimiter, sleep: Sleep) -> None:
+        self.turn_id = turn_id
+        self.inbound = inbound
+        self.chat = inbound.chat
+        self.adapter = adapter
+        self.style = style
+        self.facts = facts
+        self.mode = mode
+        self.book = book
+        self.limiter = limiter
+        self.sleep = sleep
+        self.calls = 0  # platform calls made (bench/overhead.py)
+        self._key = (self.chat.platform, self.chat.chat_id)
+        book.pacer.track(self._key, style.interval_s, (self.chat.platform, style.scope) if style.scope else None)
+        self._pieces: list[str] = []
+        self._tools: list[str] = []
+        self._ids: dict[int, str] = book.parts(turn_id)  # messages an earlier life of this turn opened
+        self._shown: dict[int, tuple[str, object]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._in_call = False
+        self._broken = False
+        self._plain = False
+
+    # ------------------------------------------------------------------ what the turn tells it
+    def text(self, delta: str) -> None:
+        self._pieces.append(delta)
+        self._wake.set()
+
+    def restart(self) -> None:
+        """The text so far is void (a retry, the fallback model, the next model call); what is shown stays
+        until new text replaces it."""
+        self._pieces.clear()
+
+    def tool(self, name: str) -> None:
+        self._tools.append(name)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ the task
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"preview:{self.turn_id}")
+
+    async def close(self, *, keep: bool) -> None:
+        """Stop updating. A call on the wire is let finish (its message id gets stored); no call starts after.
+        `keep=False` (the turn failed) takes the preview down again."""
+        self._closing = True
+        self._wake.set()
+        task = self._task
+        if task is not None:
+            if not self._in_call:
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if not keep:
+            await self._drop_all()
+
+    async def _run(self) -> None:
+        while not (self._closing or self._broken):
+            await self._wake.wait()
+            if self._closing:
+                return
+            delay = max(self.book.pacer.delay(self._key), self.limiter.paused_for(self.chat))
+            if delay > 0:
+                await self.sleep(delay)
+                continue
+            self._wake.clear()
+            if await self._step():
+                self._wake.set()  # another part still differs: it goes on the next tick
+
+    async def _step(self) -> bool:
+        """Show the first part that differs from what the chat shows; True when more differ."""
+        changed = [(i, p) for i, p in self._wanted() if self._shown.get(i) != (p.text, p.entities)]
+        if not changed:
+            return False
+        index, part = changed[0]
+        await self._show(index, part)
+        return len(changed) > 1
+
+    def _wanted(self) -> list[tuple[int, Part]]:
+        if self.mode == "progress":
+            return [(PROGRESS, Part(line, (), line))] if (line := progress_line(self._tools)) else []
+        parts = preview_parts("".join(self._pieces), self.facts, raw=self.style.raw)
+        if self._plain:
+            parts = [Part(p.plain, (), p.plain) for p in parts]
+        if self.style.ephemeral and parts:  # a draft shows one part: the newest
+            return [(len(parts) - 1, parts[-1])]
+        return list(enumerate(parts))
+
+    async def _show(self, index: int, part: Part) -> None:
+        target = PreviewPart(chat=self.chat, index=index, text=part.text, entities=part.entities,
+                             platform_message_id=self._ids.get(index), reply_to_id=self.inbound.message_id,
+                             user_id=self.inbound.user_id, space_id=self.inbound.space_id,
+                             key=f"{self.turn_id}:{index}")
+        self._in_call = True
+        try:
+            mid = await self.adapter.show_preview(target)
+        except RateLimited as exc:  # the stream waits it out; the final answer only waits what Telegram demands
+            self.limiter.pause(self.chat, exc.retry_after, is_global=exc.is_global)
+            log.info("%s: preview of turn %s paused %.3gs (429)", self.chat.platform, self.turn_id, exc.retry_after)
+            return
+        except MarkupRejected as exc:
+            self._fail_markup(exc)
+            return
+        except PreviewGone:  # someone deleted it: the next tick opens a new one
+            self._ids.pop(index, None)
+            self._shown.pop(index, None)
+            self.book.forget_part(self.turn_id, index)
+            return
+        except AdapterError as exc:
+            log.info("%s: preview of turn %s stopped: %s", self.chat.platform, self.turn_id, exc)
+            self._broken = True
+            return
+        except Exception:
+            log.exception("%s: preview of turn %s crashed; the answer still comes", self.chat.platform, self.turn_id)
+            self._broken = True
+            return
+        finally:
+            self._in_call = False
+            self.calls += 1
+            self.book.pacer.note(self._key)
+        if mid and self._ids.get(index) != mid:
+            self.book.record(self.turn_id, index, self.chat, mid)  # before this message is ever edited
+            self._ids[index] = mid
+        self._shown[index] = (part.text, part.entities)
+
+    def _fail_markup(self, exc: MarkupRejected) -> None:
+        if self._plain:
+            log.info("%s: preview of turn %s stopped: plain text refused too (%s)", self.chat.platform,
+                     self.turn_id, exc)
+            self._broken = True
+        else:
+            self._plain = True
+            self._wake.set()
+
+    async def _drop_all(self) -> None:
+        for index, mid in sorted(self._ids.items()):
+            try:
+                await self.adapter.drop_preview(self.chat, mid)
+            except Exception as exc:  # noqa: BLE001 (a stale preview is all that is left)
+                log.info("%s: preview part %s of turn %s not removed: %s", self.chat.platform, index,
+                         self.turn_id, exc)
+        self.book.forget_turn(self.turn_id)
