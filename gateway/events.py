@@ -10,7 +10,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 ChatType = Literal["dm", "group", "channel"]
 CHAT_TYPES: tuple[ChatType, ...] = ("dm", "group", "channel")
@@ -126,6 +129,19 @@ class SubmitResult:
 
 
 Submit = Callable[[Inbound], Awaitable[SubmitResult]]
+
+
+class HttpListener(Protocol):
+    """An aiohttp application being served: the port it is bound to, and how to stop it."""
+
+    port: int
+
+    async def stop(self) -> None: ...
+
+
+# How an adapter that receives webhooks serves them (app, host, port). The daemon hands in one that bounds
+# connections and header/body read times (gateway/ops/http_limits.py), so the adapter never opens a bare listener.
+ServeHttp = Callable[["web.Application", str, int], Awaitable[HttpListener]]
 
 
 @dataclass(frozen=True, slots=True)

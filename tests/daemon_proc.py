@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -68,8 +69,9 @@ class NotifySocket:
 
 class DaemonProc:
     def __init__(self, home: Path, *, env: Mapping[str, str] | None = None, watchdog_usec: int | None = None,
-                 args: tuple[str, ...] = ("--log-format", "json", "run")) -> None:
+                 args: tuple[str, ...] = ("--log-format", "json", "run"), nofile: int | None = None) -> None:
         self.home = home
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) for the daemon, as a unit's LimitNOFILE= sets it
         self.extra_env = dict(env or {})
         self.watchdog_usec = watchdog_usec
         self.args = args
@@ -87,10 +89,14 @@ class DaemonProc:
             env["WATCHDOG_USEC"] = str(self.watchdog_usec)
         self.proc = await asyncio.create_subprocess_exec(
             GATEWAY, "--home", str(self.home), *self.args, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=self._limits)
         assert self.proc.stdout and self.proc.stderr
         self._readers = [asyncio.create_task(self._pump(self.proc.stdout, self.stdout)),
                          asyncio.create_task(self._pump(self.proc.stderr, self.stderr))]
+
+    def _limits(self) -> None:
+        if self.nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     @staticmethod
     async def _pump(stream: asyncio.StreamReader, into: bytearray) -> None:

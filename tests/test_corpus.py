@@ -23,6 +23,7 @@ from gateway.config.settings import load_config
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
 from gateway.knowledge.memory import MemoryRights
 from gateway.ops.daemon import Daemon
+from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.chaos.crashpoints import VirtualTime
 from tests.daemon_proc import WebChatClient
@@ -310,7 +311,7 @@ async def run_slack_http(case: dict[str, Any], tmp_path: Path, capsys: pytest.Ca
             f"  mode: http\n  listen_port: 0\n  api_url: {slack.api_base_url}\n  allowed_users: ['U1']\n"))
         config = load_config(home, env={})
         assert config.slack is not None
-        adapter = SlackAdapter(config.slack)
+        adapter = SlackAdapter(config.slack, serve=serve_http)
         recorder = Recorder()
         await adapter.start(recorder)
         try:
@@ -343,7 +344,7 @@ async def run_telegram_webhook(case: dict[str, Any], tmp_path: Path, capsys: pyt
             f"  listen_port: 0\n  allowed_users: ['{ALICE}']\n"))
         config = load_config(home, env={})
         assert config.telegram is not None
-        adapter = TelegramAdapter(config.telegram, submit_retry_delays=())
+        adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), serve=serve_http)
         recorder = Recorder()
         await adapter.start(recorder)
         try:

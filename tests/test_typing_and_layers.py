@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
     "config": ["yamlload", ("media", "tools", "schedule"), "settings", "starter"],
-    "telemetry": [("logs", "metrics")],
+    "telemetry": ["repeats", ("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
     "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
               ("delivery_queries", "session_queries", "tool_queries"),
@@ -45,7 +45,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate", "roles", "linking"],
-    "ops": [("notify", "service", "supervisor", "status", "web_guard", "home", "access_watch"), "wiring", ("doctor", "daemon")],
+    "ops": [("notify", "service", "supervisor", "status", "web_guard", "home", "access_watch", "http_limits"), "wiring", ("doctor", "daemon")],
     "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs", "users"), "init", "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")

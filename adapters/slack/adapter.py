@@ -52,7 +52,16 @@ from adapters.slack.text import (
 )
 from gateway.config.settings import SlackConfig
 from gateway.errors import PlatformUnavailable
-from gateway.events import ChatRef, ChatType, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+from gateway.events import (
+    ChatRef,
+    ChatType,
+    Inbound,
+    OutboundMessage,
+    ServeHttp,
+    Submit,
+    SubmitOutcome,
+    SubmitResult,
+)
 
 __all__ = ["THREAD_UNREAD_NOTE", "SlackAdapter", "mentioned_users", "slack_to_text"]
 
@@ -81,14 +90,14 @@ class SlackAdapter:
     def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
                  monotonic: Callable[[], float] = time.monotonic,
                  thinking_reaction: str = THINKING_REACTION, enrich_budget: float = ENRICH_BUDGET_S,
-                 ack_budget: float = ACK_BUDGET_S) -> None:
+                 ack_budget: float = ACK_BUDGET_S, serve: ServeHttp | None = None) -> None:
         self.config = config
         self.monotonic = monotonic
         self.enrich_budget = enrich_budget
         self.ack_budget = ack_budget
         self._client: AsyncWebClient | None = None
         self._me: Me | None = None
-        self._connection = Connection(config, ping_interval=ping_interval, ping_timeout=ping_timeout)
+        self._connection = Connection(config, ping_interval=ping_interval, ping_timeout=ping_timeout, serve=serve)
         self._intake = Intake(ack_budget)            # listeners, hand-ins and requests not yet acked
         self._directory = Directory(config, enrich_budget)  # chat types, people, threads, lookups in flight
         self._outbound = Outbound(self._intake, monotonic, thinking_reaction)  # replies and the thinking mark

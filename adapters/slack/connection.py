@@ -18,7 +18,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.ack import SocketClient, SocketHandler, events_endpoint
 from adapters.slack.text import NETWORK_ERRORS, PLATFORM, describe, start_error
 from gateway.config.settings import SlackConfig
-from gateway.errors import PlatformUnavailable
+from gateway.errors import AdapterFatal, PlatformUnavailable
+from gateway.events import HttpListener, ServeHttp
 
 log = logging.getLogger("adapters.slack.adapter")  # one logger for the Slack adapter, whichever module speaks
 
@@ -27,13 +28,15 @@ class Connection:
     """`config.mode` picks the way in: "http" serves `config.path` (`http_port` is the port bound), otherwise
     Socket Mode with the app token."""
 
-    def __init__(self, config: SlackConfig, *, ping_interval: float, ping_timeout: float) -> None:
+    def __init__(self, config: SlackConfig, *, ping_interval: float, ping_timeout: float,
+                 serve: ServeHttp | None = None) -> None:
         self.config = config
+        self._serve = serve  # the daemon's bounded listener (gateway/ops/http_limits.py)
+        self._listener: HttpListener | None = None
         self.ping_interval = ping_interval  # the SDK's own websocket ping cadence
         self.ping_timeout = ping_timeout
         self.http_port: int | None = None
         self._socket: SocketHandler | None = None
-        self._runner: web.AppRunner | None = None
         self._pongs: dict[float, asyncio.Future[None]] = {}
 
     async def open(self, app: AsyncApp, client: AsyncWebClient) -> None:
@@ -46,21 +49,19 @@ class Connection:
         if self._socket is not None:
             socket, self._socket = self._socket, None
             await socket.close_async()  # type: ignore[no-untyped-call]
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            await listener.stop()
         self.http_port = None
 
     async def _serve_http(self, app: AsyncApp) -> None:
         cfg = self.config
+        if self._serve is None:
+            raise AdapterFatal(PLATFORM, "http mode needs the daemon's HTTP listener (SlackAdapter(serve=...))")
         server = web.Application()
         server.router.add_post(cfg.path, events_endpoint(app))
-        runner = self._runner = web.AppRunner(server, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        self.http_port = sockets[0].getsockname()[1] if sockets else None
+        self._listener = await self._serve(server, cfg.listen_host, cfg.listen_port)
+        self.http_port = self._listener.port
         log.info("slack: Events API at http://%s:%s%s", cfg.listen_host, self.http_port, cfg.path)
 
     async def _connect_socket(self, app: AsyncApp, client: AsyncWebClient) -> None:
@@ -94,7 +95,7 @@ class Connection:
         """Socket Mode: one websocket ping answered within `ping_timeout` (the supervisor reconnects us when
         no event and no pong came for `liveness_minutes`). HTTP mode has no connection to check."""
         if self.config.mode == "http":
-            return self._runner is not None
+            return self._listener is not None
         session = self._socket.client.current_session if self._socket is not None else None
         if session is None or session.closed:
             return False

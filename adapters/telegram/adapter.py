@@ -40,7 +40,7 @@ from adapters.telegram.text import (
 from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal
-from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+from gateway.events import ChatRef, Inbound, OutboundMessage, ServeHttp, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 
@@ -67,7 +67,7 @@ class TelegramAdapter:
 
     def __init__(self, config: TelegramConfig, *, typing_interval: float = TYPING_INTERVAL_S,
                  submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, serve: ServeHttp | None = None) -> None:
         self.config = config
         self.submit_retry_delays = tuple(submit_retry_delays)
         self._submit: Submit | None = None
@@ -75,7 +75,7 @@ class TelegramAdapter:
         self._dp: Dispatcher | None = None
         self._me: User | None = None
         self._polling: asyncio.Task[None] | None = None
-        self._webhook = WebhookServer(config)
+        self._webhook = WebhookServer(config, serve)
         self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
 
     # ------------------------------------------------------------------ lifecycle

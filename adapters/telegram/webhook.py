@@ -7,7 +7,6 @@ Telegram (setWebhook) is the adapter's part of start-up.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 
@@ -16,6 +15,9 @@ from aiogram.types import Update
 from aiohttp import web
 
 from gateway.config.settings import TelegramConfig
+from gateway.config.yamlload import Secret
+from gateway.errors import AdapterFatal
+from gateway.events import HttpListener, ServeHttp
 
 log = logging.getLogger("adapters.telegram.adapter")  # one logger for the Telegram adapter, whichever module speaks
 
@@ -27,11 +29,12 @@ class NotStored(Exception):
 class WebhookServer:
     """Serves `config.path` on `config.listen_host:listen_port`; `port` is the one bound (0 in config picks one)."""
 
-    def __init__(self, config: TelegramConfig) -> None:
+    def __init__(self, config: TelegramConfig, serve: ServeHttp | None = None) -> None:
         self.config = config
         self.port: int | None = None
         self.secret = ""
-        self._runner: web.AppRunner | None = None
+        self._serve = serve  # the daemon's bounded listener (gateway/ops/http_limits.py)
+        self._listener: HttpListener | None = None
         self._bot: Bot | None = None
         self._dp: Dispatcher | None = None
 
@@ -40,23 +43,21 @@ class WebhookServer:
         self._bot, self._dp = bot, dp
         # Without a configured secret, a fresh random one still keeps strangers from posting fake updates.
         self.secret = cfg.secret_token.value if cfg.secret_token else secrets.token_urlsafe(32)
+        if self._serve is None:
+            raise AdapterFatal("telegram", "webhook mode needs the daemon's HTTP listener (TelegramAdapter(serve=...))")
         app = web.Application()
         app.router.add_post(cfg.path, self._on_webhook)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        self.port = sockets[0].getsockname()[1] if sockets else None
+        self._listener = await self._serve(app, cfg.listen_host, cfg.listen_port)
+        self.port = self._listener.port
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()  # the webhook stays set: Telegram keeps updates until we are back
-            self._runner = None
+        if self._listener is not None:
+            await self._listener.stop()  # the webhook stays set: Telegram keeps updates until we are back
+            self._listener = None
 
     async def _on_webhook(self, request: web.Request) -> web.Response:
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
-        if not hmac.compare_digest(given.encode(), self.secret.encode()):
+        if not Secret(self.secret).matches(given):
             return web.Response(status=401, text="Unauthorized")
         assert self._bot is not None and self._dp is not None
         try:

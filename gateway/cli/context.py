@@ -24,16 +24,12 @@ def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str
              fmt: str | None = None) -> Redactor:
     """Logging for this command, with every secret of the config and the environment masked (the redactor is
     returned so that secrets found later, such as the web login secret, can be added)."""
-    from gateway.telemetry.logs import config_secrets, env_secrets
+    from gateway.telemetry.logs import redactor_for
     from gateway.telemetry.logs import setup_logging as configure
     chosen_level = args.log_level or level or (config.logging.level if config else "INFO")
     chosen_fmt = args.log_format or fmt or (config.logging.format if config else "auto")
-    key_envs = [m.api_key_env for m in (config.model, config.model.fallback if config.model else None)
-                if m is not None and m.api_key_env] if config else []
-    if config and config.tools.web_search is not None and config.tools.web_search.api_key_env:
-        key_envs.append(config.tools.web_search.api_key_env)
     return configure(chosen_level, chosen_fmt,  # type: ignore[arg-type]
-                     secrets=[*config_secrets(config), *env_secrets(env, also=key_envs)])
+                     redactor=redactor_for(config, env))
 
 
 def home_of(args: argparse.Namespace) -> Path:

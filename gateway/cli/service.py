@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     """Ask the running daemon (GET /status on the web listener, loopback only) and print its answer."""
     from gateway.ops.status import fetch_status, render_status
+    from gateway.telemetry.logs import redact_tree, redactor_for
     config = config_of(args)
     if not config.web.enabled:
         print("the web listener is off (web.enabled: false), so there is no daemon to ask", file=sys.stderr)
@@ -42,6 +43,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"no daemon answers on {config.web.host}:{config.web.port} ({exc}); is `gateway run` running?",
               file=sys.stderr)
         return EXIT_ERROR
+    data = redact_tree(data, redactor_for(config, environ()))  # again here: the daemon may be an older version
     print(json.dumps(data, indent=2) if args.json else render_status(data))
     return EXIT_OK
 

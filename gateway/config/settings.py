@@ -300,6 +300,7 @@ class AccessConfig:
 class DaemonConfig:
     drain_seconds: float = field(default=20.0, metadata=_range(0, 3600))
     watchdog: bool = True
+    max_connections: int = field(default=256, metadata=_range(8, 100_000))
 
 
 @dataclass(frozen=True, slots=True)

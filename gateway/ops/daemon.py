@@ -17,6 +17,8 @@ from aiohttp import web
 from gateway.config.settings import Config, is_loopback_host
 from gateway.errors import ConfigError
 from gateway.events import AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
+from gateway.ops.http_limits import Limits, Listening
+from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.notify import Notifier
 from gateway.ops.status import Ops, connect_host
 from gateway.ops.supervisor import Supervisor
@@ -58,12 +60,13 @@ class Daemon:
         self.guard: WebGuard | None = None
         self.install_signals = install_signals
         self.stop_event = asyncio.Event()
-        self._runner: web.AppRunner | None = None
+        self._listener: Listening | None = None
         self.web_port: int | None = None
         self._signals = 0
         self.exit_code = 0
         self.notifier = notifier or Notifier()
-        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health, model=gateway.llm)
+        self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health, model=gateway.llm,
+                       redact=gateway.redact)
         self._keepalive: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -156,12 +159,9 @@ class Daemon:
         config = self.gw.config
         self.guard = WebGuard.for_config(config.web, config.home)
         self.guard.protect(app)  # last: every route above, and any added later, is behind it
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, config.web.host, config.web.port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None)  # aiohttp keeps the bound socket on its private server
-        self.web_port = sockets[0].getsockname()[1] if sockets else None
+        limits = Limits(max_connections=config.daemon.max_connections)
+        self._listener = await serve_http(app, config.web.host, config.web.port, limits=limits, name="web")
+        self.web_port = self._listener.port
         base = f"http://{connect_host(config.web.host)}:{self.web_port}"
         log.info("web chat at %s/ (%s)", base, "no login: web.auth is none" if self.guard.secret is None else
                  "`gateway web-url` prints its login link")
@@ -222,8 +222,8 @@ class Daemon:
         for task in gw.background:
             task.cancel()
         await asyncio.gather(*gw.background, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._listener is not None:
+            await self._listener.stop()
         await gw.llm.close()
         await gw.close_tools()
         if self._keepalive is not None:  # the watchdog keeps being fed through the whole drain

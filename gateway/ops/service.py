@@ -22,6 +22,7 @@ SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 SYSTEM_HOME = PurePosixPath("/var/lib/agent-gateway")
 SYSTEM_ENV_FILE = PurePosixPath("/etc/agent-gateway/env")
 WATCHDOG_SEC = 30
+LIMIT_NOFILE = 65536  # the usual default soft limit (1024) let a connection flood run accept() out of files
 STOP_MARGIN_S = 25  # after the drain: flushes' leftovers, adapters' stop, closing the store
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -140,7 +141,9 @@ def _service_section(spec: UnitSpec) -> list[str]:
             raise ServiceError(f"a system unit keeps its home under /var/lib (StateDirectory=); got {spec.home}")
         lines += [f"WorkingDirectory={spec.home}", f"StateDirectory={state}", "StateDirectoryMode=0700",
                   "DynamicUser=yes"]
-    return [*lines, "UMask=0077", f"WatchdogSec={WATCHDOG_SEC}", "TimeoutStartSec=90",
+    return [*lines, "UMask=0077",
+            "# each connection is an open file; the daemon keeps at most daemon.max_connections per listener",
+            f"LimitNOFILE={LIMIT_NOFILE}", f"WatchdogSec={WATCHDOG_SEC}", "TimeoutStartSec=90",
             f"TimeoutStopSec={spec.timeout_stop}",
             "# 0 = clean stop; 75 = restart me (temporary failure); 78 = bad config: do not restart-loop on it",
             "Restart=always", "RestartSec=5", "RestartForceExitStatus=75", "RestartPreventExitStatus=78",

@@ -27,6 +27,7 @@ from gateway.llm.types import LLMClient
 from gateway.scheduling.jobstore import JobStore
 from gateway.store.database import Store
 from gateway.store.rows import iso
+from gateway.telemetry.logs import redact_tree
 from gateway.telemetry.metrics import TOKEN_KINDS, Metrics, State, cache_hit_ratio
 
 Health = Callable[[], Mapping[str, AdapterHealth]]
@@ -63,8 +64,10 @@ class Ops:
     """The daemon's read-only view for probes, scrapes and `gateway status`."""
 
     def __init__(self, *, store: Store, metrics: Metrics, health: Health,
-                 wall: Callable[[], float] = time.time, model: LLMClient | None = None) -> None:
+                 wall: Callable[[], float] = time.time, model: LLMClient | None = None,
+                 redact: Callable[[str], str] = str) -> None:
         self.store = store
+        self.redact = redact  # an adapter's last error can quote a URL with its token in it
         self.metrics = metrics
         self.health = health
         self.model = model
@@ -118,7 +121,7 @@ class Ops:
         state = self.state()
         ready, _ = self.readiness()
         models = sorted({m for m, _ in state.tokens})
-        return {
+        data = {
             "version": package_version(), "pid": os.getpid(), "started_at": state.started_at,
             "uptime_s": round(self.wall() - state.started_at, 1), "ready": ready, "draining": state.draining,
             "adapters": {name: _health_json(h) for name, h in sorted(state.adapters.items())},
@@ -132,6 +135,8 @@ class Ops:
             "models": {m: {"cache_hit_ratio": cache_hit_ratio(state.tokens, m),
                            **{k: state.tokens.get((m, k), 0) for k in TOKEN_KINDS}} for m in models},
         }
+        redacted: dict[str, Any] = redact_tree(data, self.redact)  # every string, not only the errors we know of
+        return redacted
 
     def jobs(self) -> dict[str, Any]:
         """Scheduled jobs: how many of each state, runs in flight, the last day's outcomes, the next one due."""

@@ -7,6 +7,7 @@ The only place that decides which concrete class plays each part; tests build th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,6 +42,8 @@ from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
 from gateway.net.fetch import WebClient
 from gateway.net.search import WebSearch
+from gateway.ops.http_limits import Limits
+from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.supervisor import Supervisor, Watchdog
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
@@ -58,6 +61,7 @@ from gateway.sessions.manager import SessionManager
 from gateway.sessions.timers import Lifecycle
 from gateway.store.database import Store
 from gateway.store.rows import utcnow
+from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -107,6 +111,7 @@ class Gateway:
             if self.web.search is not None:
                 await self.web.search.close()
     roles: Roles | None = None
+    redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
 
     @property
     def people(self) -> PeopleBook:
@@ -153,7 +158,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles)
+                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
+                   redact=redactor_for(config, env))
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -252,18 +258,20 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
     `monotonic` must be the gateway's own clock: an adapter that holds sends back (Telegram's flood waits) and
     the outbox that schedules them have to agree on when a wait is over."""
     found: list[Adapter] = []
+    limits = Limits(max_connections=config.daemon.max_connections)
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
         found.append(WebChatAdapter())
     if config.telegram is not None:
         from adapters.telegram.adapter import TelegramAdapter
-        found.append(TelegramAdapter(config.telegram, clock=monotonic))
+        found.append(TelegramAdapter(config.telegram, clock=monotonic,
+                                     serve=functools.partial(serve_http, limits=limits, name="telegram")))
     if config.discord is not None:
         from adapters.discord.adapter import DiscordAdapter
         found.append(DiscordAdapter(config.discord))
     if config.slack is not None:
         from adapters.slack.adapter import SlackAdapter
-        found.append(SlackAdapter(config.slack))
+        found.append(SlackAdapter(config.slack, serve=functools.partial(serve_http, limits=limits, name="slack")))
     return found
 
 

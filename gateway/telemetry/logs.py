@@ -12,11 +12,12 @@ import logging
 import logging.config
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
 from gateway.config.yamlload import Secret
+from gateway.telemetry.repeats import RepeatFilter
 
 LogFormat = Literal["auto", "human", "json"]
 MASK = "***"
@@ -138,19 +139,20 @@ def resolve_format(fmt: LogFormat, stream: IO[str]) -> Literal["human", "json"]:
 
 
 def setup_logging(level: str = "INFO", fmt: LogFormat = "auto", *, secrets: Iterable[str] = (),
-                  stream: IO[str] | None = None) -> Redactor:
+                  stream: IO[str] | None = None, redactor: Redactor | None = None) -> Redactor:
     """Configure the root logger once (cli.py calls this); returns the redactor so more secrets can be added."""
     stream = stream or sys.stderr
-    redactor = Redactor(secrets)
+    redactor = redactor or Redactor()
+    redactor.add(secrets)
     chosen = resolve_format(fmt, stream)
     formatter: dict[str, Any] = ({"()": JsonFormatter} if chosen == "json" else {"format": HUMAN_FORMAT})
     logging.config.dictConfig({
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"redact": {"()": RedactingFilter, "redactor": redactor}},
+        "filters": {"redact": {"()": RedactingFilter, "redactor": redactor}, "repeats": {"()": RepeatFilter}},
         "formatters": {"main": formatter},
         "handlers": {"main": {"class": "logging.StreamHandler", "stream": stream, "formatter": "main",
-                              "filters": ["redact"]}},
+                              "filters": ["redact", "repeats"]}},
         "root": {"level": level, "handlers": ["main"]},
         "loggers": {name: {"level": "WARNING"} for name in QUIET_LIBRARIES},
     })
@@ -177,6 +179,28 @@ def config_secrets(config: object) -> list[str]:
 
     walk(config)
     return found
+
+
+def redactor_for(config: Any, env: Mapping[str, str]) -> Redactor:
+    """What every operator surface (logs, /status, `gateway status`, doctor) masks: the config's secrets, the
+    environment's credentials (including the model's `api_key_env`) and the known token shapes."""
+    models = [config.model, config.model.fallback if config.model else None] if config is not None else []
+    key_envs = [m.api_key_env for m in models if m is not None and m.api_key_env]
+    search = config.tools.web_search if config is not None else None
+    if search is not None and search.api_key_env:
+        key_envs.append(search.api_key_env)
+    return Redactor([*config_secrets(config), *env_secrets(env, also=key_envs)])
+
+
+def redact_tree(node: Any, redact: Callable[[str], str]) -> Any:
+    """Every string in JSON-like data (dicts, lists, tuples) passed through `redact`, keys included."""
+    if isinstance(node, str):
+        return redact(node)
+    if isinstance(node, Mapping):
+        return {redact_tree(k, redact): redact_tree(v, redact) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [redact_tree(v, redact) for v in node]
+    return node
 
 
 def env_secrets(env: Mapping[str, str], *, also: Iterable[str] = ()) -> list[str]:

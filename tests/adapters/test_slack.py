@@ -26,6 +26,7 @@ from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterFatal
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
 from gateway.ops.daemon import Daemon
+from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from gateway.sessions.commands import HELP_TEXT, NEW_TEXT
 from tests.fakeclock import FakeClock
@@ -128,7 +129,7 @@ async def running(home: Path, llm: FakeLLM, fake: FakeSlack, extra: str = "", *,
     assert config.slack is not None
     clock = FakeClock(start=datetime.now(UTC))
     adapters: list[Any] = platform_adapters(config) if via_config else \
-        [SlackAdapter(config.slack, ping_interval=30.0, ping_timeout=ping_timeout)]
+        [SlackAdapter(config.slack, ping_interval=30.0, ping_timeout=ping_timeout, serve=serve_http)]
     adapter = next(a for a in adapters if isinstance(a, SlackAdapter))
     gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, clock=clock.now, sleep=clock.sleep,
                        monotonic=clock.monotonic)

@@ -21,6 +21,7 @@ from gateway.config.settings import load_config
 from gateway.errors import AdapterError, RateLimited, StoreError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
 from gateway.ops.daemon import Daemon
+from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from gateway.sessions.commands import START_TEXT
 from tests.fakes.base import ConnectionReset, Delay
@@ -98,7 +99,7 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
         adapters: list[Any] = platform_adapters(config, monotonic=virtual.monotonic)
     else:
         adapters = [TelegramAdapter(config.telegram, typing_interval=typing_interval, submit_retry_delays=(),
-                                    clock=virtual.monotonic)]
+                                    clock=virtual.monotonic, serve=serve_http)]
     adapter = next(a for a in adapters if isinstance(a, TelegramAdapter))
     gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, sleep=virtual.sleep,
                        monotonic=virtual.monotonic)
