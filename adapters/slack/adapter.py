@@ -147,8 +147,11 @@ class SlackAdapter:
         cfg = self.config
         # process_before_response: bolt acks (HTTP 200 / envelope ack) only once the listener has returned, and
         # not at all (HTTP 500 / no ack) when it raised, so Slack redelivers a message we did not store.
+        # logger: bolt's own loggers copy this one's level (WARNING, gateway/telemetry/logs.py) rather than the
+        # root's, which let it write every unsigned request body at INFO.
         app = AsyncApp(client=client, signing_secret=cfg.signing_secret.value if cfg.signing_secret else "",
-                       request_verification_enabled=cfg.mode == "http", process_before_response=True)
+                       request_verification_enabled=cfg.mode == "http", process_before_response=True,
+                       logger=logging.getLogger("slack_bolt"))
 
         # Bolt injects listener arguments by parameter name, so these are plain functions, not bound methods.
         async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:

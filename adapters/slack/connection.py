@@ -59,7 +59,8 @@ class Connection:
         if self._serve is None:
             raise AdapterFatal(PLATFORM, "http mode needs the daemon's HTTP listener (SlackAdapter(serve=...))")
         server = web.Application()
-        server.router.add_post(cfg.path, events_endpoint(app))
+        secret = cfg.signing_secret.value if cfg.signing_secret else ""
+        server.router.add_post(cfg.path, events_endpoint(app, secret))
         self._listener = await self._serve(server, cfg.listen_host, cfg.listen_port)
         self.http_port = self._listener.port
         log.info("slack: Events API at http://%s:%s%s", cfg.listen_host, self.http_port, cfg.path)

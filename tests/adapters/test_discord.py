@@ -25,7 +25,7 @@ from adapters.discord.adapter import (
 )
 from gateway.config.settings import load_config
 from gateway.errors import AdapterFatal
-from gateway.events import AdapterHealth
+from gateway.events import AdapterHealth, Inbound, SubmitResult
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from tests.fakes.discord import (
@@ -38,6 +38,7 @@ from tests.fakes.discord import (
     FakeDiscord,
     discord_error,
     now_iso,
+    patch_discord_urls,
     rate_limited,
 )
 from tests.fakes.llm import FakeLLM, Reply
@@ -508,3 +509,49 @@ def test_thread_name() -> None:
     long = thread_name("x" * 200, "Alice")
     assert len(long) == 80 and long.endswith("…")
 
+
+
+# ------------------------------------------------------------------------------------------ Discord's deadlines
+async def test_an_interaction_is_acknowledged_within_3_s_even_when_storing_takes_longer(
+        home: Path, fake_llm: FakeLLM) -> None:
+    now = [0.0]
+    fake = FakeDiscord(clock=lambda: now[0])
+    await fake.start()
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=discord_yaml(fake))
+    config = load_config(home, env={})
+    assert config.discord is not None
+    adapter = DiscordAdapter(config.discord, guild_ready_timeout=0.1)
+    gateway = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False, sleep=_no_wait)
+    store = gateway.sessions.submit
+
+    async def slow_store(message: Inbound) -> SubmitResult:
+        now[0] += 5.0  # Discord's clock moves on while the message is stored
+        return await store(message)
+
+    gateway.sessions.submit = slow_store  # type: ignore[method-assign,assignment]
+    daemon = Daemon(gateway, install_signals=False)
+    try:
+        with patch_discord_urls(fake):
+            await daemon.start()
+            await fake.push_interaction("ask", options=[{"name": "prompt", "type": 3, "value": "slow?"}])
+            await wait_for(lambda: bool(fake.late_interactions) or (bool(fake.sent) and bool(fake.sent[0].edits)))
+            assert fake.late_interactions == []  # "thinking…" went out before the store, within the 3 s
+            assert fake.interaction_responses[0]["type"] == 5
+            assert fake.sent[0].content == "echo: [Alice] slow? [users=1]"  # the answer through the interaction
+            await daemon.stop()
+    finally:
+        await fake.stop()
+
+
+async def test_discord_py_waits_out_an_exhausted_bucket(home: Path, fake_llm: FakeLLM,
+                                                       fake_discord: FakeDiscord) -> None:
+    async with running(home, fake_llm, fake_discord) as run:
+        fake_llm.script(Reply("\n\n".join(f"part {i} " + "x" * 1500 for i in range(7))))  # 7 messages
+        await fake_discord.push_message(CHANNEL_ID, f"{MENTION} a long one please")
+        await fake_discord.wait_for_sent(CHANNEL_ID, count=7, timeout=15)
+        await run.gw.sessions.wait_idle()
+    posts = fake_discord.calls_to(f"POST /channels/{CHANNEL_ID}/messages")
+    assert len(posts) == 7 and fake_discord.bucket_violations == []
+    assert posts[5].at - posts[0].at >= fake_discord.bucket_window * 0.9  # the 6th waited for the bucket to reset
+    assert [m.content.split()[:2] for m in fake_discord.sent_messages(CHANNEL_ID)] == [
+        ["part", str(i)] for i in range(7)]

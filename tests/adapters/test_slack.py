@@ -4,11 +4,13 @@ Slack user would see."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import itertools
 import json
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -23,12 +25,13 @@ from adapters.slack.adapter import THREAD_UNREAD_NOTE, SlackAdapter, slack_to_te
 from gateway.config.settings import SlackConfig, load_config
 from gateway.delivery.outbox import Backoff
 from gateway.delivery.ratelimit import RateLimiter
-from gateway.errors import AdapterFatal
+from gateway.errors import AdapterFatal, ConfigError
 from gateway.events import Inbound, SubmitOutcome, SubmitResult
 from gateway.ops.daemon import Daemon
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from gateway.sessions.commands import HELP_TEXT, NEW_TEXT
+from gateway.telemetry.logs import setup_logging
 from tests.fakeclock import FakeClock
 from tests.fakes.base import Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply
@@ -43,6 +46,7 @@ from tests.fakes.slack import (
     slack_error,
     url_verification,
 )
+from tests.fakes.slack_events import EventsApi
 from tests.helpers import write_config
 
 ALICE, BOB, STRANGER = "U1", "U2", "U9"
@@ -710,3 +714,110 @@ async def test_http_slash_command_is_stored_before_the_200_and_answered_after_it
         assert [r[1:4] for r in run.inbound_rows()][-1] == (CHANNEL, None, ALICE)  # stored when the 200 came
         await slack.wait_until(lambda: len(slack.responses) == 2)
         assert slack.responses[1]["text"] == "echo: [Alice] what is 2+2? [users=1]"
+
+
+# ------------------------------------------------------------------------------------------ Slack's deadlines
+@asynccontextmanager
+async def http_adapter(home: Path, slack: FakeSlack, submit: Callable[[Inbound], Awaitable[SubmitResult]],
+                       **kwargs: Any) -> AsyncIterator[tuple[SlackAdapter, str]]:
+    """The adapter alone in HTTP mode, with `submit` standing in for the core (the store's front door)."""
+    write_config(home, extra=slack_yaml(slack, "http", ""))
+    config = load_config(home, env={})
+    assert config.slack is not None
+    adapter = SlackAdapter(config.slack, serve=serve_http, **kwargs)
+    await adapter.start(submit)
+    try:
+        yield adapter, f"http://127.0.0.1:{adapter.http_port}/slack/events"
+    finally:
+        await adapter.stop()
+
+
+async def test_slack_retries_a_late_ack_and_the_retry_never_reaches_the_store(home: Path, slack: FakeSlack) -> None:
+    handed_in: list[str] = []
+    release = asyncio.Event()
+
+    async def slow_store(inbound: Inbound) -> SubmitResult:
+        handed_in.append(inbound.text)
+        await release.wait()
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    # Slack's 3 s and our 2.5 s budget, scaled down tenfold: this time the store is slower than Slack waits.
+    async with http_adapter(home, slack, slow_store, ack_budget=0.25) as (_, url):
+        api = EventsApi(url, SIGNING_SECRET, ack_deadline=0.1, retry_delays=(0.0, 0.0, 0.0))
+        deliveries = await api.deliver(event_callback(dm("slow to store"), event_id="EvSlow"))
+        release.set()
+    assert [(d.attempt, d.reason, d.outcome) for d in deliveries] == [(0, "", "timeout"), (1, "http_timeout", "ok")]
+    assert handed_in == ["slow to store"]  # Slack's retry, sent while the first post was in flight, went no further
+
+
+async def test_slack_gets_its_ack_within_3_seconds_however_slow_the_store(home: Path, slack: FakeSlack) -> None:
+    release = asyncio.Event()
+
+    async def stuck_store(inbound: Inbound) -> SubmitResult:
+        await release.wait()
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    async with http_adapter(home, slack, stuck_store) as (_, url):  # Slack's real 3 s against our real budget
+        deliveries = await EventsApi(url, SIGNING_SECRET).deliver(event_callback(dm("hello"), event_id="EvOnTime"))
+        release.set()
+    assert [(d.attempt, d.outcome, d.status) for d in deliveries] == [(0, "ok", 200)]
+    assert deliveries[0].elapsed < 3.0
+
+
+async def test_a_delivery_that_was_not_stored_comes_again_and_is_taken(home: Path, slack: FakeSlack) -> None:
+    handed_in: list[str] = []
+
+    async def store(inbound: Inbound) -> SubmitResult:
+        handed_in.append(inbound.text)
+        if len(handed_in) == 1:
+            return SubmitResult(SubmitOutcome.REFUSED, "shutting down")  # not stored: must not be acked
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    async with http_adapter(home, slack, store) as (_, url):
+        api = EventsApi(url, SIGNING_SECRET, retry_delays=(0.0, 0.0, 0.0))
+        deliveries = await api.deliver(event_callback(dm("try again"), event_id="EvAgain"))
+    assert [(d.attempt, d.reason, d.outcome) for d in deliveries] == [(0, "", "error"), (1, "http_error", "ok")]
+    assert handed_in == ["try again", "try again"]
+
+
+def test_http_mode_without_a_signing_secret_is_a_config_error(home: Path, slack: FakeSlack) -> None:
+    (home / "config.yaml").write_text(f"slack:\n  bot_token: '{BOT_TOKEN}'\n  mode: http\n")
+    with pytest.raises(ConfigError, match=r"signing_secret is required when mode is http") as refused:
+        load_config(home, env={})
+    assert "config.yaml:2" in str(refused.value) and "slack" in str(refused.value)
+
+
+# ------------------------------------------------------------------------------------------ garbage
+async def _raw_post(port: int, head: bytes, body: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /slack/events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + head
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer
+
+
+async def test_unauthenticated_garbage_gets_401_signed_garbage_400_and_no_body_reaches_the_log(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    stream = io.StringIO()
+    setup_logging("INFO", "json", stream=stream)
+    huge = b'{"type": "event_callback", "event": {"text": "' + b"A" * 900_000 + b'"}}'
+    async with running(home, fake_llm, slack, mode="http") as run:
+        port = run.adapter.http_port or 0
+        for body in (b"{not json", b"payload=%7Bbad", huge):
+            assert (await _raw_post(port, b"Content-Type: application/json\r\n", body))[:12] == b"HTTP/1.1 401"
+        for head in (b"X-Slack-Request-Timestamp: abc\r\nX-Slack-Signature: v0=00\r\n",
+                     b"X-Slack-Request-Timestamp: 1\r\nX-Slack-Signature: v0=\xff\xfe\r\n"):
+            assert (await _raw_post(port, head, b"{}"))[:12] == b"HTTP/1.1 401"
+        for body, kind in ((b"{not json", "application/json"), (b"payload=%7Bbad", "application/x-www-form-urlencoded"),
+                           (b"\xff\xfe", "application/json"), (b"[1, 2]", "application/json")):
+            signed = signed_request_headers(SIGNING_SECRET, body, None, kind)
+            head = "".join(f"{k}: {v}\r\n" for k, v in signed.items()).encode()
+            assert (await _raw_post(port, head, body))[:12] == b"HTTP/1.1 400", body
+        # not UTF-8 at all: no Slack body, signed or not
+        assert (await _raw_post(port, b"Content-Type: application/json\r\n", b"\xff\xfe"))[:12] == b"HTTP/1.1 400"
+        assert run.inbound_rows() == []
+    lines = stream.getvalue().splitlines()
+    assert lines and max(len(line) for line in lines) < 2_000  # no request body copied into the log
+    assert not any("Traceback" in line for line in lines)

@@ -604,3 +604,23 @@ async def test_bad_token_is_a_clear_error_and_other_adapters_keep_running(
 def test_addressing(text: str, expected: str, mentioned: bool, command: bool, other: bool) -> None:
     said = addressing(text, entities(text), me())
     assert (said.text, said.mentioned, said.command, said.for_other_bot) == (expected, mentioned, command, other)
+
+
+async def test_webhook_garbage_gets_401_or_400_never_500(home: Path, fake_llm: FakeLLM,
+                                                        fake_telegram: FakeTelegram) -> None:
+    extra = ("  mode: webhook\n  webhook_url: https://bot.example.test/tg\n  secret_token: s3cret\n"
+             "  listen_port: 0\n  path: /tg\n")
+    async with running(home, fake_llm, fake_telegram, extra) as run:
+        await fake_telegram.wait_for_call("setwebhook")
+        answers = []
+        for head, body in ((b"X-Telegram-Bot-Api-Secret-Token: \xff\xfe\r\n", b"{}"),  # not even UTF-8
+                           (b"X-Telegram-Bot-Api-Secret-Token: s3cret\r\n", b"{not json"),
+                           (b"X-Telegram-Bot-Api-Secret-Token: s3cret\r\n", b"\xff\xfe"),
+                           (b"X-Telegram-Bot-Api-Secret-Token: s3cret\r\n", b'{"update_id": "x"}')):
+            reader, writer = await asyncio.open_connection("127.0.0.1", run.adapter.webhook_port)
+            writer.write(b"POST /tg HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: "
+                         b"application/json\r\n" + head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            answers.append((await asyncio.wait_for(reader.read(), 10))[:12])
+            writer.close()
+        assert answers == [b"HTTP/1.1 401", b"HTTP/1.1 400", b"HTTP/1.1 400", b"HTTP/1.1 400"]
+        assert run.inbound_texts() == []

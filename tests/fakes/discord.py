@@ -7,6 +7,7 @@ Point discord.py at it with `patch_discord_urls(fake)` (class attributes, restor
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import re
@@ -61,6 +62,11 @@ API = "/api/v10"
 PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | (1 << 15)  # members, presences, message_content
 MAX_CONTENT = 2000
 MAX_NONCE = 25
+# Discord's message-create bucket is 5 per 5 s per channel; the window is shorter here so tests stay quick while
+# discord.py still has to wait one out (set bucket_window=5.0 for the real span).
+BUCKET_LIMIT = 5
+BUCKET_WINDOW_S = 0.5
+INTERACTION_DEADLINE_S = 3.0  # "you must send an initial response within 3 seconds of receiving the event"
 NONCE_WINDOW_S = 120.0  # Discord says "the past few minutes" for enforce_nonce; the exact span is not published
 DISCORD_EPOCH_MS = 1420070400000
 
@@ -193,7 +199,8 @@ class FakeDiscord(FakeServer):
     def __init__(self, *, token: str = TOKEN, guilds: Sequence[Mapping[str, Any]] | None = None,
                  users: Sequence[Mapping[str, Any]] | None = None, heartbeat_interval_ms: int = 1000,
                  enabled_privileged_intents: int = PRIVILEGED_INTENTS, echo_own_messages: bool = True,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, bucket_limit: int = BUCKET_LIMIT,
+                 bucket_window: float = BUCKET_WINDOW_S) -> None:
         super().__init__(clock=clock)
         self.token = token
         default_users = [make_user(USER_ID, "alice", global_name="Alice"), make_user(OTHER_USER_ID, "bob")]
@@ -209,6 +216,12 @@ class FakeDiscord(FakeServer):
         self.nonce_repeats: list[Call] = []  # creates answered with the message an earlier one posted
         self.on_posted: Callable[[DiscordMessage], None] | None = None  # called the moment a REST create is stored
         self.retry_after_violations: list[Call] = []  # requests to a bucket before its served retry_after expired
+        # Every answer carries X-RateLimit-*, as Discord's do, so discord.py's own bucket handling runs: it must wait
+        # out a Remaining of 0 (real time, as discord.py sleeps) or get a 429 recorded in bucket_violations.
+        self.bucket_limit, self.bucket_window = bucket_limit, bucket_window
+        self.bucket_violations: list[Call] = []
+        self._buckets: dict[str, tuple[float, int]] = {}  # bucket → (resets at, requests used), time.monotonic
+        self.late_interactions: list[str] = []  # interaction ids answered after Discord's 3 s (404 10062)
         self._nonces: dict[str, tuple[str, str, float]] = {}  # nonce → (channel, message, when posted)
         self._limited_until: dict[str, float] = {}  # bucket (route + channel) → end of its served retry_after
         self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji) currently set by the bot
@@ -304,6 +317,12 @@ class FakeDiscord(FakeServer):
             limited = self._retry_after_check(call, bucket)
             if limited is not None:
                 return limited
+            rate = self._spend(call, f"{bucket}:{request.match_info.get('token', '')}", name)
+            if rate is None:
+                self.bucket_violations.append(call)
+                again = rate_limited(self._buckets[f"{bucket}:{request.match_info.get('token', '')}"][0]
+                                     - time.monotonic())
+                return json_response(again.body, again.status, again.headers)
             concrete = f"{request.method} {request.path.removeprefix(API)}"
             step = self.take_fault([concrete, name])
             after = step.then if isinstance(step, AfterCommit) else None
@@ -321,9 +340,24 @@ class FakeDiscord(FakeServer):
             if after is not None:
                 return await self.apply_fault(request, after, _error_body) or json_response(result)
             if result is None:
-                return web.Response(status=204)
-            return json_response(result)
+                return web.Response(status=204, headers=rate)
+            return json_response(result, headers=rate)
         return handler
+
+    def _spend(self, call: Call, bucket: str, route: str) -> dict[str, str] | None:
+        """One request from `bucket` (route + major parameters): its X-RateLimit-* headers, or None when the client
+        sent it while Remaining was 0."""
+        now = time.monotonic()
+        resets, used = self._buckets.get(bucket, (now + self.bucket_window, 0))
+        if now >= resets:
+            resets, used = now + self.bucket_window, 0
+        if used >= self.bucket_limit:
+            return None
+        used += 1
+        self._buckets[bucket] = (resets, used)
+        return {"X-RateLimit-Limit": str(self.bucket_limit), "X-RateLimit-Remaining": str(self.bucket_limit - used),
+                "X-RateLimit-Reset": f"{time.time() + resets - now:.3f}", "X-RateLimit-Reset-After": f"{resets - now:.3f}",
+                "X-RateLimit-Bucket": hashlib.sha1(route.encode()).hexdigest()[:16]}
 
     def _retry_after_check(self, call: Call, bucket: str) -> web.Response | None:
         until = self._limited_until.get(bucket)
@@ -569,6 +603,9 @@ class FakeDiscord(FakeServer):
             raise _ApiError(404, "Unknown interaction", 10062)
         if interaction.get("_responded"):
             raise _ApiError(400, "Interaction has already been acknowledged.", 40060)
+        if self.clock() - interaction["_created"] > INTERACTION_DEADLINE_S:  # the token is invalid from then on
+            self.late_interactions.append(iid)
+            raise _ApiError(404, "Unknown interaction", 10062)
         interaction["_responded"] = True
         kind, data = int(body.get("type", 0)), dict(body.get("data") or {})
         self.interaction_responses.append({"interaction_id": iid, "token": token, "type": kind, "data": data})
@@ -719,7 +756,7 @@ class FakeDiscord(FakeServer):
                                  "flags": 0, "permissions": "2248473465835073"}
         else:
             payload["user"] = user
-        self.interactions[token] = payload
+        self.interactions[token] = {**payload, "_created": self.clock()}
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid, token
 
