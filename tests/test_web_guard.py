@@ -261,3 +261,42 @@ async def test_gateway_run_prints_the_login_link_on_a_terminal_and_never_logs_it
     secret = load_web_secret(home)
     assert f"web chat: http://127.0.0.1:{port}/?token={secret}".encode() in printed
     assert secret.encode() not in err and b"gateway web-url" in err  # the log says where to get it
+
+
+def _lan_address() -> str | None:
+    """A non-loopback address of this machine (none on a host without a network)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+            address = str(probe.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+async def test_off_loopback_status_needs_the_secret_and_gateway_status_sends_it(
+        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    address = _lan_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback address")
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url,
+                 extra=f"web:\n  host: {address}\n  port: {port}\n  auth_token: lan-token-123\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"http://{address}:{port}/status") as resp:
+            assert resp.status == 401  # this machine's own LAN address is just another peer
+        gateway = str(Path(sys.executable).parent / "gateway")
+        proc = await asyncio.create_subprocess_exec(gateway, "--home", str(home), "status",
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        assert "web       running" in out.decode()
+    finally:
+        await daemon.stop()

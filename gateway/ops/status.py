@@ -215,11 +215,13 @@ def _health_json(health: AdapterHealth) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the client side
-def fetch_status(host: str, port: int, *, timeout: float = 5.0) -> dict[str, Any]:
-    """GET /status from the daemon on this machine (raises OSError when nothing answers)."""
+def fetch_status(host: str, port: int, *, timeout: float = 5.0, secret: str | None = None) -> dict[str, Any]:
+    """GET /status from the daemon on this machine (raises OSError when nothing answers). The login secret, when
+    given, is sent as Bearer: a listener bound to a non-loopback address sees this machine as any other peer."""
     url = f"http://{connect_host(host)}:{port}/status"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {secret}"} if secret else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             data: dict[str, Any] = json.load(resp)
     except urllib.error.HTTPError as exc:
         raise OSError(f"HTTP {exc.code} from {url}") from None
