@@ -91,11 +91,11 @@ def inbound(text: str, *, platform: str = "cli", chat_id: str = "c1", user_id: s
                    user_name=user_name)
 
 
-def gateway_for(home: Path, adapters: Sequence[Any], *, llm: Any = None, clock: Any = None) -> Gateway:
+def gateway_for(home: Path, adapters: Sequence[Any], *, llm: Any = None, clock: Any = None, sleep: Any = None,
+                monotonic: Any = None) -> Gateway:
     config = load_config(home)
     kwargs: dict[str, Any] = {"env": {}, "adapters": adapters, "probe_ollama": False}
-    if llm is not None:
-        kwargs["llm"] = llm
-    if clock is not None:
-        kwargs["clock"] = clock
+    for name, value in (("llm", llm), ("clock", clock), ("sleep", sleep), ("monotonic", monotonic)):
+        if value is not None:
+            kwargs[name] = value
     return build_gateway(config, **kwargs)

@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 
 from gateway.cli.main import main
+from gateway.config.tools import McpServerConfig
+from gateway.errors import ToolError
+from gateway.mcp.hub import McpHub
 from gateway.ops.doctor import Doctor
 from gateway.ops.wiring import Gateway
+from tests.fakeclock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
 
@@ -42,8 +46,8 @@ def _stdio_config(home: Path, fake: FakeLLM, tools_file: Path, *, extra: str = "
     return RecordingAdapter()
 
 
-async def _started(home: Path, adapter: RecordingAdapter) -> Gateway:
-    gw = gateway_for(home, [adapter])
+async def _started(home: Path, adapter: RecordingAdapter, time_: FakeClock | None = None) -> Gateway:
+    gw = gateway_for(home, [adapter], sleep=time_ and time_.sleep, monotonic=time_ and time_.monotonic)
     assert gw.mcp is not None
     await gw.mcp.start()
     return gw
@@ -106,7 +110,8 @@ async def test_images_and_resources_become_text_results(home: Path, fake_llm: Fa
 async def test_a_crashing_server_is_a_tool_error_then_restarted(home: Path, fake_llm: FakeLLM,
                                                                 tmp_path: Path) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "crash"]))
-    gw = await _started(home, adapter)
+    time_ = FakeClock()
+    gw = await _started(home, adapter, time_)
     fake_llm.script(ToolCall("mcp_fake_crash", {}), ToolCall("mcp_fake_echo", {"text": "x"}), Reply("sorry"))
     try:
         await _ask(gw, adapter, "crash it")
@@ -115,6 +120,10 @@ async def test_a_crashing_server_is_a_tool_error_then_restarted(home: Path, fake
         assert down["is_error"] and "is not running right now" in down["content"]
         assert gw.mcp is not None
         state = gw.mcp.states["fake"]
+        await _wait(lambda: time_.sleeps == [1.0])  # the backoff waits on the injected sleep, not on real time
+        await time_.advance(0.9)
+        assert (state.state, len((home.parent / "starts.log").read_text().split())) == ("down", 1)
+        await time_.advance(0.1)
         await _wait(lambda: state.restarts == 1 and state.state == "up")
         fake_llm.script(ToolCall("mcp_fake_echo", {"text": "back"}), Reply("ok"))
         await _ask(gw, adapter, "again")
@@ -313,3 +322,54 @@ async def test_a_call_past_its_timeout_is_a_tool_error(home: Path, fake_llm: Fak
     slow, fast = (_tool_results(r)[-1] for r in fake_llm.anthropic_requests()[1:3])
     assert slow["is_error"] and "did not answer slow within 0.5 s" in slow["content"]
     assert "echo: fast" in fast["content"]  # the server is still up
+
+
+
+def _hub(time_: FakeClock, **servers: McpServerConfig) -> McpHub:
+    return McpHub(servers, sleep=time_.sleep, clock=time_.monotonic)
+
+
+async def test_restart_backoff_doubles_up_to_a_minute_on_the_injected_clock() -> None:
+    time_ = FakeClock()
+    hub = _hub(time_, bad=McpServerConfig(command="/nonexistent/mcp-server"))
+    await hub.start()
+    try:
+        await _wait(lambda: len(time_.sleeps) == 1)  # the spawn fails for real; the waits are virtual
+        for n in range(2, 10):
+            await time_.advance(time_.sleeps[-1])
+            await _wait(lambda n=n: len(time_.sleeps) == n)
+        assert time_.sleeps == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+        assert hub.states["bad"].restarts == 9 and hub.states["bad"].retry_in_s == 60.0
+        assert time_.t == sum(time_.sleeps[:-1])
+    finally:
+        await hub.stop()
+
+
+async def test_a_server_that_ran_a_minute_starts_the_backoff_over(tmp_path: Path) -> None:
+    time_ = FakeClock()
+    starts = tmp_path / "starts.log"
+    args = (str(SERVER), "--tools", str(_tools_file(tmp_path, ["crash"])), "--starts", str(starts))
+    hub = _hub(time_, fake=McpServerConfig(command=sys.executable, args=args, connect_timeout_s=20))
+    state = hub.states["fake"]
+
+    async def crash_after(up_s: float) -> None:
+        await time_.advance(up_s)
+        with pytest.raises(ToolError):
+            await hub.call("mcp_fake_crash", {})
+        await _wait(lambda: state.state == "down")
+
+    async def restart() -> None:
+        await time_.advance(time_.sleeps[-1])
+        await _wait(lambda: state.state == "up")
+
+    await hub.start()
+    try:
+        await crash_after(0)
+        await restart()
+        await crash_after(61)  # up past STABLE_S on the fake clock: the next wait is 1 s again
+        await restart()
+        await crash_after(5)
+        assert time_.sleeps == [1.0, 1.0, 2.0]
+        assert len(starts.read_text().split()) == 3
+    finally:
+        await hub.stop()

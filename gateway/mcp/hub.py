@@ -1,5 +1,6 @@
 """Every configured MCP server kept connected: one task per server connects, lists its tools, waits until the
-connection ends, then reconnects with backoff (1 s doubling to 60 s). Calls go through whatever link is up;
+connection ends, then reconnects with backoff (1 s doubling to 60 s, on the sleep and clock the wiring injects, so
+tests drive it with a fake clock). Calls go through whatever link is up;
 while a server is down its calls answer a tool error at once. Nothing a server does reaches past its own task:
 one bad server never stops the daemon or the other servers.
 """
@@ -134,9 +135,7 @@ class McpHub:
             state.state, state.error, state.retry_in_s = "down", reason, delay
             state.restarts += 1
             log.warning("mcp server %s down: %s; restarting in %gs", name, reason, delay)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._stopping.wait()
+            await self._first(self.sleep(delay), self._stopping.wait())
 
     async def _serve_once(self, name: str, config: McpServerConfig) -> str:
         """Connect, list, wait until the connection ends; returns why it ended. Never raises (a task root)."""
@@ -188,14 +187,18 @@ class McpHub:
                      changed or "none")
 
     async def _until_closed(self, link: Link) -> str:
-        closed = asyncio.ensure_future(link.closed.wait())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait((closed, stopping), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closed.cancel()
-            stopping.cancel()
+        await self._first(link.closed.wait(), self._stopping.wait())
         return "stopped" if self._stopping.is_set() else "the server closed the connection"
+
+    @staticmethod
+    async def _first(*waits: Awaitable[Any]) -> None:
+        """Wait until one of `waits` is done; cancel the others."""
+        futures = [asyncio.ensure_future(w) for w in waits]
+        try:
+            await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for future in futures:
+                future.cancel()
 
     @contextlib.contextmanager
     def _errlog(self, name: str) -> Any:

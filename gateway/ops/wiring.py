@@ -133,7 +133,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                          config.memory.chat_char_limit)
     skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
-    tools, hub, web = _tools(config, env, memory, skills, book)
+    tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
@@ -173,14 +173,15 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float]
+           ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon)."""
     check_tool_names(config)
     web = _web_tools(config, env)
     registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
     hub = None
     if config.mcp_servers:
-        hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp")
+        hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
         registry.provider = McpTools(hub)
     return registry, hub, web
 
