@@ -32,7 +32,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
               ("delivery_queries", "session_queries", "tool_queries"),
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
-    "mcp": [("names", "content"), "link", "hub"],
+    "mcp": [("names", "content", "vet"), "link", "hub"],
     "net": ["guard", "fetch", ("extract", "search")],
     "agent": ["tools", "loop"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],

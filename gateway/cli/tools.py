@@ -1,5 +1,6 @@
 """gateway tools list: every tool, where it comes from (built-in or which MCP server) and on which platforms a new
-session gets it. MCP servers are started once to list their tools, then stopped."""
+session gets it, and the MCP tools withheld because their description looks like a prompt injection. MCP servers
+are started once to list their tools, then stopped."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def _rows(gateway: Gateway) -> list[str]:
             for name in names]
     if "web_search" not in names:
         rows.insert(TOOL_ORDER.index("web_search"), ("web_search", "built-in", "off: tools.web_search is not set"))
+    if gateway.mcp is not None:
+        rows += sorted((name, f"mcp:{state.name}", f"withheld: {why}")
+                       for state in gateway.mcp.states.values() for name, why in state.withheld.items())
     width = max(len(r[0]) for r in rows) + 2
     lines = [f"{'TOOL':<{width}}{'FROM':<14}ON PLATFORMS"]
     lines += [f"{name:<{width}}{origin:<14}{where}" for name, origin, where in rows]
@@ -64,8 +68,9 @@ def _rows(gateway: Gateway) -> list[str]:
         lines.append("")
         for state in gateway.mcp.states.values():
             error = f": {state.error}" if state.error else ""
+            withheld = f", {len(state.withheld)} withheld (see above)" if state.withheld else ""
             lines.append(f"mcp server {state.name} ({state.transport}): {state.state}{error}, "
-                         f"{len(state.tools)} tools")
+                         f"{len(state.tools)} tools{withheld}")
     return lines
 
 

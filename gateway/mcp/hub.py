@@ -20,6 +20,7 @@ from gateway.config.tools import McpServerConfig
 from gateway.errors import ToolError
 from gateway.mcp.content import result_text
 from gateway.mcp.names import exposed_name
+from gateway.mcp.vet import vet_tool
 
 if TYPE_CHECKING:
     from gateway.mcp.link import Link, ListedTool
@@ -51,6 +52,7 @@ class ServerState:
     restarts: int = 0
     retry_in_s: float | None = None
     tools: dict[str, McpTool] = field(default_factory=dict)  # by exposed name; kept while it restarts
+    withheld: dict[str, str] = field(default_factory=dict)  # exposed name → why (its text looks like an injection)
 
 
 class McpHub:
@@ -68,6 +70,7 @@ class McpHub:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._tried: dict[str, asyncio.Event] = {name: asyncio.Event() for name in self.configs}
         self._stopping = asyncio.Event()
+        self._reported: set[tuple[str, str]] = set()  # withheld tools already logged
 
     # ------------------------------------------------------------------ what the agent sees
     def tools(self) -> list[McpTool]:
@@ -78,9 +81,15 @@ class McpHub:
     def tool(self, exposed: str) -> McpTool | None:
         return next((s.tools[exposed] for s in self.states.values() if exposed in s.tools), None)
 
+    def withheld(self, exposed: str) -> str | None:
+        """Why a tool a server lists is kept from sessions (see gateway/mcp/vet.py), or None."""
+        return next((s.withheld[exposed] for s in self.states.values() if exposed in s.withheld), None)
+
     async def call(self, exposed: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
         """(text, is_error) of one call; ToolError when the tool or its server is not there."""
         tool = self.tool(exposed)
+        if tool is None and (why := self.withheld(exposed)):
+            raise ToolError(f"{exposed} is withheld: its description looks like a prompt injection ({why}).")
         if tool is None:
             raise ToolError(f"{exposed} is no longer offered by any MCP server (it was when this conversation "
                             "started). Do without it.")
@@ -160,17 +169,31 @@ class McpHub:
             self._tried[name].set()
 
     def _up(self, state: ServerState, link: Link, listed: list[ListedTool]) -> None:
-        tools = {}
-        for t in listed:
-            exposed = exposed_name(state.name, t.name)
-            if exposed in tools:
-                log.warning("mcp server %s: tool %r clashes with another as %s; skipped", state.name, t.name, exposed)
-                continue
-            tools[exposed] = McpTool(state.name, t.name, exposed, t.description, t.input_schema)
+        tools, withheld = self._vetted(state.name, listed)
         self._log_change(state, tools)
-        state.tools, state.state, state.error, state.retry_in_s = tools, "up", None, None
+        state.tools, state.withheld, state.state, state.error, state.retry_in_s = tools, withheld, "up", None, None
         self._links[state.name] = link
         self._tried[state.name].set()
+
+    def _vetted(self, server: str, listed: list[ListedTool]) -> tuple[dict[str, McpTool], dict[str, str]]:
+        """The listed tools the model may see, by exposed name, and those withheld with the reason."""
+        tools: dict[str, McpTool] = {}
+        withheld: dict[str, str] = {}
+        for t in listed:
+            exposed = exposed_name(server, t.name)
+            if exposed in tools or exposed in withheld:
+                log.warning("mcp server %s: tool %r clashes with another as %s; skipped", server, t.name, exposed)
+                continue
+            vetted = vet_tool(t.description, t.input_schema)
+            if vetted.problem is None:
+                tools[exposed] = McpTool(server, t.name, exposed, vetted.description, vetted.schema)
+                continue
+            withheld[exposed] = vetted.problem
+            if (exposed, vetted.problem) not in self._reported:  # once, not on every reconnect or re-list
+                self._reported.add((exposed, vetted.problem))
+                log.warning("mcp server %s: tool %s withheld from sessions: its description or schema looks like a "
+                            "prompt injection (%s)", server, t.name, vetted.problem)
+        return tools, withheld
 
     @staticmethod
     def _log_change(state: ServerState, tools: Mapping[str, McpTool]) -> None:

@@ -366,7 +366,13 @@ def _mcp_check(hub: McpHub, name: str) -> Check:
         return Check(label, "skip", "enabled: false")
     if state.state == "up":
         names = ", ".join(sorted(t.name for t in state.tools.values())) or "no tools"
-        return Check(label, "ok", f"{state.transport}: {len(state.tools)} tools ({names})")
+        detail = f"{state.transport}: {len(state.tools)} tools ({names})"
+        if state.withheld:
+            why = "; ".join(f"{n} ({w})" for n, w in sorted(state.withheld.items()))
+            return Check(label, "warn", f"{detail}; withheld from sessions (their text reads like orders to the "
+                         f"model): {why}", f"check that mcp_servers.{name} runs the server (and version) you meant; "
+                         "the other tools are offered")
+        return Check(label, "ok", detail)
     tail = hub.error_log(name, lines=3).replace("\n", " | ")
     detail = f"{state.transport}: {state.error or 'did not start'}" + (f"; stderr: {tail}" if tail else "")
     return Check(label, "fail", detail, f"check mcp_servers.{name} (command, args, env / url, headers); "
