@@ -27,8 +27,7 @@ from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 from gateway.events import ChatRef, Inbound, OutboundMessage, SubmitOutcome, SubmitResult
 from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
-from gateway.ops.daemon import Daemon, check_web_binding
-from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
+from gateway.ops.wiring import Gateway
 from tests.helpers import RecordingAdapter, gateway_for, write_config
 
 START = datetime.now(UTC).replace(microsecond=0)  # near real time, so the CLI's own clock agrees on expiry
@@ -504,37 +503,26 @@ async def test_unknown_bots_never_get_pairing_codes(world: MakeWorld) -> None:
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
 def test_web_chat_on_loopback_needs_no_token(home: Path, host: str) -> None:
     (home / "config.yaml").write_text(f"web:\n  host: '{host}'\n")
-    check_web_binding(load_config(home, env={}))
+    assert load_config(home, env={}).web.host == host
 
 
 def test_web_chat_off_loopback_with_a_token_may_start(home: Path) -> None:
     (home / "config.yaml").write_text("web:\n  host: 0.0.0.0\n  auth_token: ${WEB_TOKEN}\n")
-    check_web_binding(load_config(home, env={"WEB_TOKEN": "s3cret"}))
+    assert load_config(home, env={"WEB_TOKEN": "s3cret"}).web.host == "0.0.0.0"
 
 
-def test_web_chat_off_loopback_without_a_token_refuses_to_start(home: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    (home / "config.yaml").write_text("web:\n  host: 192.168.1.20\n  port: 0\n")
+def test_web_chat_off_loopback_without_a_token_is_a_config_error_at_its_line(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "config.yaml").write_text("web:\n  port: 0\n  host: 192.168.1.20\n")
     with pytest.raises(ConfigError) as caught:
-        check_web_binding(load_config(home, env={}))
-    assert str(caught.value) == (
-        f"{home / 'config.yaml'}: web.auth_token: web.host is '192.168.1.20', which is not a loopback address; "
-        "set web.auth_token (e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}) or bind to 127.0.0.1")
+        load_config(home, env={})
+    line = (f"{home / 'config.yaml'}:3: web.host: '192.168.1.20' is not a loopback address, so the web chat needs "
+            "web.auth_token (e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}); or bind to 127.0.0.1")
+    assert str(caught.value) == line
+    assert main(["--home", str(home), "config", "check"]) == 78
+    assert capsys.readouterr().err == line + "\n"
     assert main(["--home", str(home), "run"]) == 78  # exit 78: systemd does not restart-loop on it
-    assert "not a loopback address; set web.auth_token" in capsys.readouterr().err
-
-
-async def test_daemon_refuses_to_start_web_chat_off_loopback(home: Path) -> None:
-    (home / "config.yaml").write_text("web:\n  host: 0.0.0.0\n  port: 0\n")
-    config = load_config(home, env={})
-    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
-                    install_signals=False)
-    try:
-        with pytest.raises(ConfigError, match="not a loopback address"):
-            await daemon.start()
-        assert daemon.web_port is None
-    finally:
-        daemon.gw.store.close()
+    assert line in capsys.readouterr().err
 
 
 async def test_strangers_re_asking_cannot_keep_the_queue_full(world: MakeWorld) -> None:

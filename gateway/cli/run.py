@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Exit 0 after a clean drain, 75 when a restart would help (SIGHUP, the port is still taken), 78 on bad config."""
-    from gateway.ops.daemon import check_web_binding, run_daemon
+    from gateway.ops.daemon import run_daemon
     from gateway.ops.http_limits import raise_fd_limit
     from gateway.ops.notify import Notifier
     from gateway.ops.web_guard import login_secret
@@ -41,7 +41,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = config_of(args)
     env = environ()
     redactor = setup_logging(args, config, env)
-    check_web_binding(config)
     notifier = Notifier.from_env(env, pid=os.getpid(), watchdog=config.daemon.watchdog)
     lock = hold_home(config.home)  # before anything touches the home: a second daemon stops here
     raise_fd_limit()

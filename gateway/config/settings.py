@@ -16,7 +16,7 @@ from typing import Literal
 from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
-from gateway.config.yamlload import Secret, load_dataclass, read_yaml_file
+from gateway.config.yamlload import KeyProblem, Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
 
@@ -193,6 +193,9 @@ class WebConfig:
     public_url: str | None = None
 
     def __post_init__(self) -> None:
+        if self.enabled and not self.auth_token and not is_loopback_host(self.host):  # checked by config check too
+            raise KeyProblem("host", f"{self.host!r} is not a loopback address, so the web chat needs web.auth_token "
+                             "(e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}); or bind to 127.0.0.1")
         if self.auth == "none" and not is_loopback_host(self.host):
             raise ValueError(f"web.auth: none is allowed only with a loopback web.host (it is {self.host!r}); "
                              "anyone who reaches the port would be the owner")

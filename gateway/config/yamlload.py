@@ -24,6 +24,15 @@ MAX_FILE_BYTES = 1_000_000
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+class KeyProblem(ValueError):
+    """Raised by a config dataclass's __post_init__ about one of its keys: reported at that key's line."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(message)
+
+
 class Secret(str):
     """A string that never shows itself in repr, str() of containers, or logs."""
 
@@ -297,6 +306,10 @@ def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
         raise _Invalid
     try:
         return tp(**values)
+    except KeyProblem as exc:
+        where = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == exc.key), node)
+        ctx.error(where, _join(key, exc.key), exc.message)
+        raise _Invalid from None
     except (ValueError, TypeError) as exc:
         ctx.error(node, key, str(exc))
         raise _Invalid from None

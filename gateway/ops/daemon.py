@@ -14,8 +14,6 @@ from datetime import timedelta
 
 from aiohttp import web
 
-from gateway.config.settings import Config, is_loopback_host
-from gateway.errors import ConfigError
 from gateway.events import AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
 from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
@@ -33,17 +31,6 @@ RETRY_PENDING_EVERY_S = 30.0  # a reply left pending (platform down, retries use
 PRUNE_INBOUND_EVERY_S = 3600.0
 CHECKPOINT_EVERY_S = 2.0  # WAL checkpoints in a thread; inside a turn's commit they were the p99 of a reply
 RESTART_EXIT_CODE = 75  # EX_TEMPFAIL: the unit's RestartForceExitStatus
-
-
-def check_web_binding(config: Config) -> None:
-    """The web chat is open to whoever reaches it, so off-loopback it needs a token."""
-    host = config.web.host
-    if not config.web.enabled or config.web.auth_token:
-        return
-    if not is_loopback_host(host):
-        raise ConfigError(f"web.host is {host!r}, which is not a loopback address; set web.auth_token "
-                          "(e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}) or bind to 127.0.0.1",
-                          file=str(config.home / "config.yaml"), key="web.auth_token")
 
 
 class Daemon:
@@ -71,7 +58,6 @@ class Daemon:
 
     async def start(self) -> None:
         gw = self.gw
-        check_web_binding(gw.config)
         if self.install_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
