@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of
+
+if TYPE_CHECKING:
+    from gateway.store.database import Store
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,10 +46,25 @@ def cmd_pairing(args: argparse.Namespace) -> int:
         if not platform or not user_id:
             print(f"expected PLATFORM:ID (e.g. telegram:123); got {args.who!r}", file=sys.stderr)
             return EXIT_ERROR
-        revoked = book.revoke(platform, user_id)
-        print(f"revoked {platform}:{user_id}" if revoked else f"{platform}:{user_id} was not approved by pairing")
+        revoked = False
+        for who_platform, who_id in _linked(store, platform, user_id):  # one approval per person
+            if book.revoke(who_platform, who_id, now=utcnow()):
+                revoked = True
+                print(f"revoked {who_platform}:{who_id}; the running daemon ends their sessions (flushed) and jobs")
+        if not revoked:
+            print(f"{platform}:{user_id} was not approved by pairing")
         if user_id in platform_rules(config).get(platform, Rules()).user_ids:
             print(f"note: {user_id} is still in {platform}.allowed_users in config.yaml; remove it there too")
         return EXIT_OK if revoked else EXIT_ERROR
     finally:
         store.close()
+
+
+def _linked(store: Store, platform: str, user_id: str) -> list[tuple[str, str]]:
+    """This user and every identity linked to theirs (gateway/knowledge/people.py)."""
+    from gateway.knowledge.people import PeopleBook, identity_of
+    person = PeopleBook(store).find(identity_of(platform, user_id))
+    found = [(platform, user_id)]
+    if person is not None:
+        found += [(i.platform, i.user_id) for i in person.identities if (i.platform, i.user_id) != (platform, user_id)]
+    return found

@@ -15,6 +15,7 @@ from datetime import timedelta
 from aiohttp import web
 
 from gateway.events import AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
+from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.notify import Notifier
@@ -55,6 +56,8 @@ class Daemon:
         self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health, model=gateway.llm,
                        redact=gateway.redact)
         self._keepalive: asyncio.Task[None] | None = None
+        self.access_watch = AccessWatch(store=gateway.store, outbox=gateway.outbox, sessions=gateway.sessions,
+                                        clock=gateway.clock)
 
     async def start(self) -> None:
         gw = self.gw
@@ -88,6 +91,8 @@ class Daemon:
         await supervisor.start(catchups.watch(self._metered(gw.sessions.submit)), on_up=on_up)
         loop = asyncio.get_running_loop()
         gw.background.append(loop.create_task(gw.outbox.retry_pending(RETRY_PENDING_EVERY_S), name="retry-pending"))
+        # Approvals, revocations and erasures made from the CLI (or while the daemon was down) are acted on here.
+        gw.background.append(loop.create_task(self.access_watch.run(), name="access-watch"))
         gw.background.append(loop.create_task(self._prune_inbound(), name="prune-inbound"))
         gw.store.checkpoint_off_loop()
         gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))

@@ -1,0 +1,163 @@
+"""Forgetting a person (the right to be forgotten): their profile, their conversations, what the search index holds
+of them, and the media files of their sessions.
+
+Their own sessions (DMs, their sessions in groups) go whole: messages (the search index follows by its triggers),
+usage rows, inbound and outbound rows. What they said in a conversation shared with others stays as a turn, its text
+replaced, so the others' transcripts keep their shape. Then their identities, approvals and link codes, their
+profile file and `media/<session id>/`. One transaction for the database; the files after it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.people import OWNER_PLATFORMS, PeopleBook, Person, personal_owner
+from gateway.store.media_files import delete_session_media, session_dir
+from gateway.store.rows import SessionRow, _row, iso
+
+REDACTED = "[deleted: this person asked to be forgotten]"
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetPlan:
+    """What forgetting a person removes; shown before the confirmation, returned after the deed."""
+
+    person: Person
+    sessions: tuple[int, ...]
+    keys: tuple[str, ...]
+    messages: int
+    shared_messages: int
+    profile_chars: int
+    media_dirs: tuple[Path, ...]
+    jobs: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        return (f"{self.person.label()}: {len(self.sessions)} session(s) with {self.messages} message(s), "
+                f"{self.shared_messages} message(s) of theirs in shared conversations (text removed), a profile of "
+                f"{self.profile_chars} characters, {len(self.media_dirs)} media folder(s), "
+                f"{len(self.jobs)} scheduled job(s)")
+
+
+class Forgetter:
+    def __init__(self, people: PeopleBook, memory: MemoryStore, home: Path) -> None:
+        self.people = people
+        self.store = people.store
+        self.memory = memory
+        self.home = home
+
+    def plan(self, person: Person) -> ForgetPlan:
+        owned = self.owned_sessions(person)
+        sessions = tuple(s.id for s in owned)
+        ids = json.dumps(list(sessions))
+        row = self.store.one("SELECT COUNT(*) FROM messages WHERE session_id IN (SELECT value FROM json_each(?))",
+                             (ids,))
+        shared = sum(self._shared_count(platform, user_id, ids) for platform, user_id in accounts(person))
+        media = tuple(d for d in (session_dir(self.home, sid) for sid in sessions) if d.is_dir())
+        profile = len(self.memory.profile(person.id).read().strip())
+        keys = tuple(sorted({s.key for s in owned}))
+        return ForgetPlan(person, sessions, keys, int(row[0]) if row else 0, shared, profile, media,
+                          tuple(self._jobs(person)))
+
+    def _jobs(self, person: Person) -> list[int]:
+        found: list[int] = []
+        for platform, user_id in accounts(person):
+            where, args = ("platform = ?", (platform,)) if user_id is None else \
+                ("platform = ? AND user_id = ?", (platform, user_id))
+            found += [int(r[0]) for r in self.store.all(f"SELECT id FROM jobs WHERE {where}", args)]
+        return sorted(set(found))
+
+    def owned_sessions(self, person: Person) -> list[SessionRow]:
+        found: dict[int, SessionRow] = {}
+        for platform, user_id in accounts(person):
+            where, args = ("platform = ?", (platform,)) if user_id is None else \
+                ("platform = ? AND user_id = ?", (platform, user_id))
+            for r in self.store.all(f"SELECT * FROM sessions WHERE {where}", args):
+                session = _row(SessionRow, r)
+                if personal_owner(session) is not None:
+                    found[session.id] = session
+        for job_id in self._jobs(person):  # the sessions their scheduled jobs ran in
+            for r in self.store.all("SELECT * FROM sessions WHERE platform = 'cron' AND chat_id = ?", (f"job{job_id}",)):
+                found[int(r["id"])] = _row(SessionRow, r)
+        return [found[k] for k in sorted(found)]
+
+    def _shared_count(self, platform: str, user_id: str | None, owned: str) -> int:
+        if user_id is None:
+            return 0
+        row = self.store.one("SELECT COUNT(*) FROM messages m JOIN sessions s ON s.id = m.session_id WHERE"
+                             " m.user_id = ? AND s.platform = ? AND m.session_id NOT IN"
+                             " (SELECT value FROM json_each(?))", (user_id, platform, owned))
+        return int(row[0]) if row else 0
+
+    def forget(self, plan: ForgetPlan, *, now: datetime) -> ForgetPlan:
+        person = plan.person
+        ids = json.dumps(list(plan.sessions))
+        with self.store.tx() as conn:
+            for sql in _OWNED_SQL:
+                conn.execute(sql, (ids,))
+            for platform, user_id in accounts(person):
+                _forget_account(conn, platform, user_id, ids)
+            jobs = json.dumps(list(plan.jobs))
+            conn.execute("DELETE FROM job_runs WHERE job_id IN (SELECT value FROM json_each(?))", (jobs,))
+            conn.execute("DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))", (jobs,))
+            conn.execute("DELETE FROM link_codes WHERE person_id = ?", (person.id,))
+            conn.execute("DELETE FROM identities WHERE person_id = ?", (person.id,))
+            conn.execute("DELETE FROM people WHERE id = ?", (person.id,))
+            for identity in person.identities:
+                conn.execute("INSERT INTO access_events (kind, platform, user_id, detail, created_at)"
+                             " VALUES ('forgotten', ?, ?, ?, ?)",
+                             (identity.platform, identity.user_id, json.dumps(plan.keys), iso(now)))
+        self.store.history_cache.clear()
+        self.memory.profile(person.id).delete()
+        delete_session_media(self.home, plan.sessions)
+        return plan
+
+
+# The person's own sessions, given as a JSON list of ids (?1). Outbound rows have no session: a DM's are found by
+# its chat; in a group, by the turn ids made from the person's inbound rows (t<id>, c<id>, c<id>:paired …).
+_IN_OWNED = "(SELECT value FROM json_each(?1))"
+_OWNED_SQL: Sequence[str] = (
+    f"DELETE FROM messages WHERE session_id IN {_IN_OWNED}",
+    f"DELETE FROM llm_calls WHERE session_id IN {_IN_OWNED}",
+    (f"DELETE FROM outbound WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED} AND s.chat_type = 'dm'"
+     " AND s.platform = outbound.platform AND s.chat_id = outbound.chat_id)"),
+    (f"DELETE FROM outbound WHERE rtrim(substr(turn_id, 2), '0123456789:abcdefghijklmnopqrstuvwxyz') = '' AND"
+     f" CAST(substr(turn_id, 2) AS INTEGER) IN (SELECT id FROM inbound WHERE session_id IN {_IN_OWNED})"),
+    f"DELETE FROM inbound WHERE session_id IN {_IN_OWNED}",
+    f"UPDATE sessions SET parent_id = NULL WHERE parent_id IN {_IN_OWNED}",
+    f"DELETE FROM sessions WHERE id IN {_IN_OWNED}",
+)
+
+
+def _forget_account(conn: sqlite3.Connection, platform: str, user_id: str | None, owned: str) -> None:
+    if user_id is None:  # the local owner: every web chat and console row is theirs
+        conn.execute("DELETE FROM inbound WHERE platform = ?", (platform,))
+        return
+    # In a conversation shared with others, their turns stay (the others' transcript keeps its shape) with every
+    # message of those turns, the agent's answers included, emptied of text.
+    conn.execute("UPDATE messages SET content = ?, user_name = NULL WHERE turn_id IN (SELECT m.turn_id FROM"
+                 " messages m JOIN sessions s ON s.id = m.session_id WHERE m.user_id = ? AND s.platform = ? AND"
+                 " m.turn_id IS NOT NULL AND m.session_id NOT IN (SELECT value FROM json_each(?)))",
+                 (REDACTED, user_id, platform, owned))
+    conn.execute("UPDATE messages SET content = ?, user_name = NULL WHERE user_id = ? AND session_id IN"
+                 " (SELECT id FROM sessions WHERE platform = ?) AND session_id NOT IN (SELECT value FROM"
+                 " json_each(?))", (REDACTED, user_id, platform, owned))
+    conn.execute("DELETE FROM inbound WHERE platform = ? AND user_id = ?", (platform, user_id))
+    conn.execute("DELETE FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id))
+    conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?", (platform, user_id))
+
+
+def accounts(person: Person) -> list[tuple[str, str | None]]:
+    """(platform, user id) per identity; None for the local owner's platforms, where every user id is theirs."""
+    out: list[tuple[str, str | None]] = []
+    for i in person.identities:
+        if i.platform in OWNER_PLATFORMS:
+            out.extend((p, None) for p in sorted(OWNER_PLATFORMS))
+        else:
+            out.append((i.platform, i.user_id))
+    return out
