@@ -383,7 +383,7 @@ async def test_approve_by_cli_then_the_user_gets_turns(world: MakeWorld, capsys:
     assert main(["--home", str(w.home), "pairing", "approve", code]) == 1  # used up
     assert "No pending pairing request has that code." in capsys.readouterr().err
     assert main(["--home", str(w.home), "pairing", "revoke", "telegram:1001"]) == 0
-    assert capsys.readouterr().out == "revoked telegram:1001\n"
+    assert capsys.readouterr().out == "revoked telegram:1001; the running daemon ends their sessions (flushed) and jobs\n"
     assert (await w.say("telegram", "and now?", user="1001", chat="-5", chat_type="group")).outcome \
         is SubmitOutcome.IGNORED
 
