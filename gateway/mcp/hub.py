@@ -1,5 +1,5 @@
-"""Every configured MCP server kept connected: one task per server connects, lists its tools, waits until the
-connection ends, then reconnects with backoff (1 s doubling to 60 s, on the sleep and clock the wiring injects, so
+"""Every configured MCP server kept connected: one task per server connects, lists its tools (again whenever the
+server says they changed), waits until the connection ends, then reconnects with backoff (1 s doubling to 60 s, on the sleep and clock the wiring injects, so
 tests drive it with a fake clock). Calls go through whatever link is up;
 while a server is down its calls answer a tool error at once. Nothing a server does reaches past its own task:
 one bad server never stops the daemon or the other servers.
@@ -157,7 +157,7 @@ class McpHub:
                         listed = await link.list_tools()
                         deadline.reschedule(None)
                         self._up(state, link, listed)
-                        return await self._until_closed(link)
+                        return await self._serve(state, link, config)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -209,9 +209,33 @@ class McpHub:
                      "list, running ones keep theirs", state.name, added or "none", dropped or "none",
                      changed or "none")
 
-    async def _until_closed(self, link: Link) -> str:
-        await self._first(link.closed.wait(), self._stopping.wait())
+    async def _serve(self, state: ServerState, link: Link, config: McpServerConfig) -> str:
+        """Until the connection ends: list the tools again whenever the server says they changed."""
+        watcher = asyncio.ensure_future(link.watch_tools())
+        try:
+            while True:
+                await self._first(link.closed.wait(), self._stopping.wait(), link.changed.wait())
+                if link.closed.is_set() or self._stopping.is_set():
+                    break
+                link.changed.clear()  # a notification during the listing below asks for one more
+                await self._relist(state, link, config)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         return "stopped" if self._stopping.is_set() else "the server closed the connection"
+
+    async def _relist(self, state: ServerState, link: Link, config: McpServerConfig) -> None:
+        """New sessions get the new list; running sessions keep the one stored with their prompt."""
+        try:
+            async with asyncio.timeout(config.connect_timeout_s):
+                listed = await link.list_tools()
+        except Exception as exc:  # noqa: BLE001 - the old list stays; a dead link is noticed by the loop
+            log.warning("mcp server %s said its tools changed, but listing them failed: %s; keeping the old list",
+                        state.name, _describe(exc))
+            return
+        tools, state.withheld = self._vetted(state.name, listed)
+        self._log_change(state, tools)
+        state.tools = tools
 
     @staticmethod
     async def _first(*waits: Awaitable[Any]) -> None:

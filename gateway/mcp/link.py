@@ -8,6 +8,7 @@ runs on anyio task groups): the hub's per-server task holds it, other tasks only
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -19,11 +20,15 @@ import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, Implementation
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, Implementation, ToolListChangedNotification
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.config.tools import McpServerConfig
 from gateway.errors import ToolError
+
+log = logging.getLogger("gateway.mcp.hub")
 
 CLIENT_INFO = Implementation(name="agent-gateway", version="0.1")
 MAX_PAGES = 50  # a paginator that never ends cannot hang a start
@@ -37,12 +42,29 @@ class ListedTool:
 
 
 class Link:
-    """An entered `mcp.Client`; `closed` is set when the server's side of the connection ends."""
+    """An entered `mcp.Client`; `closed` is set when the server's side of the connection ends, `changed` when the
+    server says its tool list changed (`notifications/tools/list_changed`)."""
 
-    def __init__(self, server: str, client: Client, closed: asyncio.Event) -> None:
+    def __init__(self, server: str, client: Client, closed: asyncio.Event, changed: asyncio.Event) -> None:
         self.server = server
         self._client = client
         self.closed = closed
+        self.changed = changed
+
+    async def watch_tools(self) -> None:
+        """On a 2026-07-28 connection, change notifications come only on a `subscriptions/listen` stream the client
+        opens: hold one open (each event sets `changed`, through the message handler too). Earlier protocol
+        versions send them unasked, to the message handler; then this returns at once. Never raises."""
+        if self._client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return
+        try:
+            async with self._client.listen(tools_list_changed=True) as subscription:
+                async for event in subscription:
+                    if isinstance(event, ToolsListChanged):
+                        self.changed.set()
+        except (MCPError, SubscriptionLost, ListenNotSupportedError, TimeoutError) as exc:
+            log.info("mcp server %s: no tool-change stream (%s); its tools are listed again when it reconnects",
+                     self.server, type(exc).__name__)
 
     async def list_tools(self) -> list[ListedTool]:
         tools: list[ListedTool] = []
@@ -80,20 +102,26 @@ class Link:
 @asynccontextmanager
 async def open_link(server: str, config: McpServerConfig, *, errlog: TextIO | None = None) -> AsyncIterator[Link]:
     """Connect (spawn or dial), negotiate, and yield the link; leaving closes it (and stops a child process)."""
-    closed = asyncio.Event()
+    closed, changed = asyncio.Event(), asyncio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            changed.set()
+
     if config.command is not None:
         params = StdioServerParameters(command=config.command, args=list(config.args),
                                        env={k: v.value for k, v in config.env.items()} or None,
                                        cwd=config.cwd)
         async with Client(_Watched(stdio_client(params, errlog=errlog or sys.stderr), closed),
-                          client_info=CLIENT_INFO, cache=None) as client:
-            yield Link(server, client, closed)
+                          client_info=CLIENT_INFO, cache=None, message_handler=on_message) as client:
+            yield Link(server, client, closed, changed)
         return
     headers = {k: v.value for k, v in config.headers.items()}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)) as http:
         transport = streamable_http_client(config.url or "", http_client=http)
-        async with Client(_Watched(transport, closed), client_info=CLIENT_INFO, cache=None) as client:
-            yield Link(server, client, closed)
+        async with Client(_Watched(transport, closed), client_info=CLIENT_INFO, cache=None,
+                          message_handler=on_message) as client:
+            yield Link(server, client, closed, changed)
 
 
 class _Watched:
