@@ -33,7 +33,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content", "vet"), "link", "hub"],
-    "net": ["guard", "fetch", ("extract", "search")],
+    "net": [("guard", "pages"), "fetch", ("extract", "search")],
     "agent": ["tools", "loop"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy",

@@ -18,6 +18,8 @@ from gateway.agent.tools.web_fetch import web_fetch_tool
 from gateway.errors import ToolError
 from gateway.net.fetch import WebClient
 from gateway.net.guard import BlockedAddress, refusal
+from gateway.net.pages import PageCache, ReadPage
+from tests.fakeclock import FakeClock
 
 PUBLIC = "93.184.216.34"   # what the fake DNS says news.test is; dialled on the page server below
 ARTICLE = """<html><head><title>Tidal power in the Orkneys</title></head><body>
@@ -207,6 +209,62 @@ async def test_a_long_page_comes_in_parts(page_server: tuple[int, list[str]], tm
         await client.close()
     assert "Characters 0-100 of" in first.text and "start=100" in first.text
     assert "Characters 100-200 of" in second.text
+
+
+async def test_paging_through_a_long_page_downloads_it_once(page_server: tuple[int, list[str]],
+                                                            tmp_path: Path) -> None:
+    """The parts after the first come from the page read a moment ago (the server sees one request); the
+    final URL works as well as the one asked for; `start=0` reads afresh; past the TTL (on the injected clock) a
+    continuation downloads again."""
+    client = _client(FakeDNS({"news.test": [[PUBLIC]]}))
+    time_ = FakeClock()
+    registry = ToolRegistry()
+    registry.register(web_fetch_tool(client, max_chars=100, pages=PageCache(clock=time_.monotonic)), name="web_fetch")
+    port, seen = page_server
+    moved, final = f"http://news.test:{port}/moved", f"http://news.test:{port}/article"
+
+    async def part(url: str, start: int) -> str:
+        result = await registry.call("web_fetch", {"url": url, "start": start}, _ctx(tmp_path))
+        assert not result.is_error, result.text
+        return result.text
+
+    try:
+        parts = [await part(moved, 0), await part(moved, 100), await part(final, 200), await part(moved, 300)]
+        assert seen == ["/moved", "/article"]  # one download (a redirect and the page), four parts
+        await time_.advance(299)
+        await part(moved, 100)
+        assert len(seen) == 2
+        await part(moved, 0)
+        assert seen[2:] == ["/moved", "/article"]
+        await time_.advance(301)
+        await part(final, 100)
+        assert seen[4:] == ["/article"]
+    finally:
+        await client.close()
+    assert [p.split("Characters ", 1)[1].split(" of", 1)[0] for p in parts] == ["0-100", "100-200", "200-300",
+                                                                               "300-400"]
+    assert "Tidal power" in parts[0] and f"URL: {final}" in parts[3]
+
+
+def test_the_page_cache_is_bounded_in_characters_and_pages() -> None:
+    time_ = FakeClock()
+    cache = PageCache(max_chars=250, max_pages=4, clock=time_.monotonic)
+    pages = {n: ReadPage(f"https://site.test/{n}", None, n * 100, False) for n in "abc"}
+    cache.put("https://site.test/a?utm=1", pages["a"])  # under the URL asked for and the final one
+    cache.put(" https://site.test/b ", pages["b"])
+    assert cache.chars == 200 and len(cache) == 2  # a page's text counts once
+    assert cache.get("https://site.test/a") is pages["a"]  # a is now the most recently used, under both URLs
+    cache.put("https://site.test/c", pages["c"])  # over 250 characters: b, the least recently used, goes
+    assert cache.get("https://site.test/b") is None and cache.get("https://site.test/b ") is None
+    assert cache.get("https://site.test/a?utm=1") is pages["a"] and cache.chars == 200
+    cache.put("https://site.test/huge", ReadPage("https://site.test/huge", None, "x" * 251, False))
+    assert cache.get("https://site.test/huge") is None and cache.chars == 200  # larger than the cache: not kept
+    for n in range(3):
+        cache.put(f"https://site.test/{n}", ReadPage(f"https://site.test/{n}", "t", "", False))
+    assert len(cache) == 4 and cache.get("https://site.test/c") is None  # at most max_pages pages
+    cache.put("https://site.test/a?utm=1", ReadPage("https://site.test/a", None, "new", False))  # replaced
+    assert cache.get("https://site.test/a") == ReadPage("https://site.test/a", None, "new", False)
+    assert cache.chars == 3 + 3 and len(cache) == 4
 
 
 def test_address_classes() -> None:

@@ -41,6 +41,7 @@ from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model
 from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
 from gateway.net.fetch import WebClient
+from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
 from gateway.ops.http_limits import Limits
 from gateway.ops.http_limits import serve as serve_http
@@ -177,7 +178,7 @@ def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: 
            ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon)."""
     check_tool_names(config)
-    web = _web_tools(config, env)
+    web = _web_tools(config, env, monotonic)
     registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
     hub = None
     if config.mcp_servers:
@@ -186,7 +187,7 @@ def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: 
     return registry, hub, web
 
 
-def _web_tools(config: Config, env: Mapping[str, str]) -> WebTools:
+def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float]) -> WebTools:
     fetch = config.tools.web_fetch
     client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes, timeout_s=fetch.timeout_s,
                        max_redirects=fetch.max_redirects)
@@ -198,7 +199,8 @@ def _web_tools(config: Config, env: Mapping[str, str]) -> WebTools:
             log.warning("tools.web_search: %s is not set; web_search is off", found.api_key_env)
         else:
             search = WebSearch(found.provider, base_url=found.base_url, api_key=key, timeout_s=found.timeout_s)
-    return WebTools(client, max_chars=fetch.max_chars, search=search, search_results=found.max_results if found else 5)
+    return WebTools(client, max_chars=fetch.max_chars, search=search, search_results=found.max_results if found else 5,
+                    pages=PageCache(clock=monotonic))
 
 
 def _platform_facts(config: Config) -> dict[str, PlatformFacts]:

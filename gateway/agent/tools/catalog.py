@@ -27,6 +27,7 @@ from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.search import SessionSearch
 from gateway.knowledge.skills import SkillLibrary
 from gateway.net.fetch import WebClient
+from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
 
 TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule")
@@ -42,6 +43,7 @@ class WebTools:
     max_chars: int = 20_000
     search: WebSearch | None = None
     search_results: int = 5
+    pages: PageCache | None = None  # pages web_fetch read a moment ago (gateway/net/pages.py)
 
 
 def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375,
@@ -61,7 +63,7 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
     tools: dict[str, ToolFunction] = {"memory": memory_tool(memory), "session_search": session_search_tool(search),
                                       "skill_view": skill_view, "skill_manage": skill_manage}
     if web is not None:
-        tools["web_fetch"] = web_fetch_tool(web.client, max_chars=web.max_chars)
+        tools["web_fetch"] = web_fetch_tool(web.client, max_chars=web.max_chars, pages=web.pages)
         if web.search is not None:
             tools["web_search"] = web_search_tool(web.search, default_count=web.search_results)
     if jobs is not None:
