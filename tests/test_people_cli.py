@@ -169,3 +169,28 @@ async def test_revoking_ends_the_persons_sessions_and_jobs(home: Path, fake_llm:
 @pytest.mark.parametrize("when", [timedelta(0)])
 def test_the_users_command_is_registered(when: timedelta) -> None:
     assert build_parser().parse_args(["users", "forget", "3", "--yes"]).yes is True
+
+
+async def test_a_scheduled_jobs_run_speaks_for_its_maker(home: Path, fake_llm: FakeLLM) -> None:
+    """A job's run session (platform cron) shows its maker's profile when the job was made in a DM, and no profile
+    when its answer goes to a group; its tools act for the maker."""
+    async with gateway(home, fake_llm) as (gw, _):
+        roles = gw.roles
+        assert roles is not None
+        maker = gw.people.resolve("telegram", "1", now=utcnow())
+        in_dm = _job(gw, "1")
+        store = JobStore(gw.store)
+        in_group = store.add_job(NewJob(
+            name=None, prompt="standup", kind="once", spec="2099-01-01T09:00:00+00:00", timezone="UTC",
+            chat=ChatRef("telegram", "group", "-100"), user_id="1", user_name=None, username=None, space_id=None,
+            roles=(), next_run_at=datetime(2099, 1, 1, 9, tzinfo=UTC)), now=utcnow(), limit=50)
+        assert in_group is not None
+        runs = [gw.store.create_session(key=f"cron:job{j}:run1", platform="cron", chat_type=t, chat_id=f"job{j}",
+                                        thread_id=None, user_id="1", parent_id=None, model="m", provider="p",
+                                        now=utcnow()) for j, t in ((in_dm, "dm"), (in_group.id, "group"))]
+        assert roles.view(runs[0]).person_id == maker.id
+        group_view = roles.view(runs[1])
+        assert group_view.person_id is None and group_view.chat == "telegram:-100"
+        ctx = roles.asker(runs[0], "1")
+        assert ctx.person is not None and ctx.person.id == maker.id and ctx.memory.person_id == maker.id
+        assert ctx.platform == "telegram" and ctx.session_id == runs[0].id

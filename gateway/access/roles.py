@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from gateway.access.gate import platform_rules
@@ -103,6 +104,7 @@ class Roles:
     def view(self, session: SessionRow) -> MemoryView:
         """What a session's prompt shows besides the shared notes: its owner's profile (none in a shared
         conversation) and, in a group or channel, the chat's notes."""
+        session = self.speaks_for(session)
         owner = self.owner_person(session)
         return MemoryView(owner.id if owner is not None else None, self._chat(session))
 
@@ -110,6 +112,18 @@ class Roles:
         if session.chat_type == "dm" or not self.config.memory.chat_notes:
             return None
         return chat_key(session.platform, session.chat_id)
+
+    def speaks_for(self, session: SessionRow) -> SessionRow:
+        """A scheduled job's run (its own `cron` session, gateway/scheduling/turn.py) speaks for the chat and the
+        person that made the job: their profile when it was made in a DM, none when its answer goes to a group."""
+        if session.platform != "cron" or not session.chat_id.startswith("job") or not session.chat_id[3:].isdigit():
+            return session
+        job = self.people.store.one("SELECT platform, chat_type, chat_id FROM jobs WHERE id = ?",
+                                    (int(session.chat_id[3:]),))
+        if job is None:
+            return session
+        key = f"{job['platform']}:{job['chat_type']}:{job['chat_id']}" + (":job" if job["chat_type"] != "dm" else "")
+        return replace(session, platform=job["platform"], chat_type=job["chat_type"], chat_id=job["chat_id"], key=key)
 
     def owner_person(self, session: SessionRow) -> Person | None:
         owner = personal_owner(session)
@@ -119,12 +133,14 @@ class Roles:
     def asker(self, session: SessionRow, user_id: str | None, user_name: str | None = None,
               username: str | None = None) -> ToolContext:
         """The tools of a turn act for the person who sent its message."""
+        session = self.speaks_for(session)
         person = (self.people.resolve(session.platform, user_id, now=self.clock(), user_name=user_name,
                                       username=username) if user_id else None)
         return self._context(session, user_id, person)
 
     def owner(self, session: SessionRow) -> ToolContext:
         """A flush acts for the session's owner; a shared session's flush for nobody's profile."""
+        session = self.speaks_for(session)
         person = self.owner_person(session)
         return self._context(session, personal_owner(session), person)
 

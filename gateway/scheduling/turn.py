@@ -67,7 +67,7 @@ class JobTurn:
         self.tools = tools
         # A run is one turn in a fresh session: nothing to compress, and its prompt and tools are fixed once.
         self.prompt = SessionPrompt(store=self.store, agent=self.agent, prompts=prompts, clock=self.clock,
-                                    tools=tools)
+                                    tools=tools, callers=manager.callers)
 
     async def run(self, job: JobRow, run_id: int, due: datetime) -> None:
         """Run the job's turn and post its answer; a model failure posts the job's own words instead."""
@@ -102,9 +102,11 @@ class JobTurn:
                      held: list[LLMReply]) -> TurnResult:
         prompt = self.prompt.ensure(session)
         chat = origin.chat
-        ctx = ToolContext(session_id=session.id, platform=chat.platform, chat_type=chat.chat_type,
-                          user_id=origin.user_id, home=self.config.home, db_path=self.config.db_path,
-                          chat_id=chat.chat_id, origin=origin)
+        # The person's memory scope (gateway/access/roles.py reads the job's chat for its `cron` session).
+        ctx = (self.manager.tool_context(session, origin.user_id, origin) if self.manager.callers is not None else
+               ToolContext(session_id=session.id, platform=chat.platform, chat_type=chat.chat_type,
+                           user_id=origin.user_id, home=self.config.home, db_path=self.config.db_path,
+                           chat_id=chat.chat_id, origin=origin))
 
         def record(reply: LLMReply) -> None:
             if reply.tool_calls:
