@@ -4,6 +4,9 @@ Each browser keeps a random client id (localStorage), which is its chat id, so a
 session. Replies arrive over the socket as Markdown; the page renders them. While an answer is written, its text
 arrives as it comes: a `draft` frame (the text so far), then `delta` frames (what was added); the reply's
 `message` frame names the draft it `replaces`. `progress` frames carry the tool line, `retract` takes a draft down.
+The page names each message it sends (a random id), so it can match answers, drafts and errors to it in any order
+(`reply_to`), and a message sent twice (a resend after a dropped connection) is stored once. On connect a tab hears which model answers (or how to configure one) and the
+session so far, failed messages included, which it can send again (`retry_of`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 
@@ -30,8 +34,12 @@ from gateway.events import (
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
-# The current session's (role, text) pairs for a client id, so a reloaded tab shows the conversation so far.
-HistorySource = Callable[[str], Sequence[tuple[str, str]]]
+# The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message of the person's
+# its "id"; a message that failed also has the "error" it got.
+HistorySource = Callable[[str], Sequence[Mapping[str, object]]]
+Retried = Callable[[str, str], object]  # (client id, message id): a failed message was sent again; forget it
+Hello = Callable[[], Mapping[str, object]]  # what a tab hears first: {"model": name or None, "notice": text or None}
+CLIENT_MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 # No limits to keep under, and the page renders Markdown itself: every delta goes out as it arrives.
 PREVIEW_STYLE = PreviewStyle(interval_s=0.0, raw=True)
 MAX_DRAFTS = 1000  # drafts whose answer never came (a crash) are forgotten past this many
@@ -45,13 +53,18 @@ class WebChatAdapter:
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         self._sent = 0
         self._history: HistorySource | None = None
+        self._retried: Retried | None = None
+        self._hello: Hello | None = None
         # Inbound ids: unique across restarts (the store dedupes on them) without a uuid4 per message.
         self._boot = uuid.uuid4().hex[:16]
         self._received = itertools.count(1)
         self._drafts: dict[str, tuple[str, set[web.WebSocketResponse]]] = {}  # id → (text so far, tabs told)
 
-    def attach(self, app: web.Application, *, history: HistorySource | None = None) -> None:
+    def attach(self, app: web.Application, *, history: HistorySource | None = None, retried: Retried | None = None,
+               hello: Hello | None = None) -> None:
         self._history = history
+        self._retried = retried
+        self._hello = hello
         app.router.add_get("/", self._page)
         app.router.add_get("/ws", self._socket)
 
@@ -97,9 +110,11 @@ class WebChatAdapter:
             if ws.closed:
                 continue
             if growing and ws in told:
-                await ws.send_str(json.dumps({"type": "delta", "id": draft_id, "text": part.text[len(shown):]}))
+                await ws.send_str(json.dumps({"type": "delta", "id": draft_id, "text": part.text[len(shown):],
+                                              "reply_to": part.reply_to_id}))
             else:
-                await ws.send_str(json.dumps({"type": kind, "id": draft_id, "text": part.text}))
+                await ws.send_str(json.dumps({"type": kind, "id": draft_id, "text": part.text,
+                                              "reply_to": part.reply_to_id}))
                 told.add(ws)
         return draft_id
 
@@ -126,9 +141,10 @@ class WebChatAdapter:
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=4 * MAX_MESSAGE_CHARS)
         await ws.prepare(request)
         self._sockets.setdefault(client, set()).add(ws)
+        if self._hello is not None:
+            await ws.send_str(json.dumps({"type": "hello", **self._hello()}))
         if self._history is not None:
-            past = [{"role": role, "text": text} for role, text in self._history(client)]
-            await ws.send_str(json.dumps({"type": "history", "messages": past}))
+            await ws.send_str(json.dumps({"type": "history", "messages": list(self._history(client))}))
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
@@ -140,7 +156,8 @@ class WebChatAdapter:
 
     async def _handle(self, client: str, ws: web.WebSocketResponse, data: str) -> None:
         try:
-            text = str(json.loads(data).get("text", ""))
+            frame = json.loads(data)
+            text = str(frame.get("text", ""))
         except (ValueError, AttributeError):
             await ws.send_str(json.dumps({"type": "error", "text": "malformed message"}))
             return
@@ -152,9 +169,15 @@ class WebChatAdapter:
         if self._submit is None:
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is not ready"}))
             return
-        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=f"{self._boot}-{next(self._received)}",
+        given = str(frame.get("id") or "")
+        message_id = given if CLIENT_MESSAGE_ID.fullmatch(given) else f"{self._boot}-{next(self._received)}"
+        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=message_id,
                           received_at=datetime.now(UTC), user_name=None)
         result = await self._submit(inbound)
-        await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": result.outcome.value}))
+        await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": result.outcome.value,
+                                      "reason": result.reason}))
+        retry_of = str(frame.get("retry_of") or "")
+        if retry_of and self._retried is not None and result.outcome is not SubmitOutcome.REFUSED:
+            self._retried(client, retry_of)  # only once the new one is stored: a refused retry keeps the old
         if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is shutting down"}))

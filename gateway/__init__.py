@@ -14,6 +14,8 @@ The packages read top-down as the path of one message; each may import only the 
     prompt/                the three-tier system prompt, platform hints, the stored session prompt
     delivery/              outbox, rate limits, chunking and markup per platform
     sessions/  access/     the session manager and its lifecycle; the gate and pairing
+    scheduling/            scheduled jobs: reminders and recurring runs set up from a chat
+    webui/                 the dashboard and the web chat's stored history, for the owner's browser
     ops/                   the composition root (daemon), health and status, service install, doctor
     cli/                   the `gateway` command
 """

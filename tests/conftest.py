@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import browser  # noqa: F401 (a fixture, for every test module)
 from tests.fakes.fixtures import *
 
 # Never let a developer's real keys or home leak into a test run.

@@ -56,7 +56,7 @@ async def test_tool_call_round_trip(home: Path, fake_llm: FakeLLM, provider: str
 async def test_no_model_says_what_to_set_and_exits_non_zero(home: Path) -> None:
     code, out, _err = await _chat(home, "hello\n")
     assert code == 1  # nothing was answered: a script piping into `gateway chat` must notice
-    assert "No model is configured. Set ANTHROPIC_API_KEY" in out
+    assert "No model is configured. Run gateway init, or set ANTHROPIC_API_KEY" in out  # plain text: no backticks
 
 
 async def test_unreachable_model_gives_a_clear_line_exits_1_and_logs_the_turn_id(home: Path) -> None:

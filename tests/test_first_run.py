@@ -36,3 +36,22 @@ async def test_readyz_is_not_ready_without_a_model(home: Path) -> None:
                                              "adapters": {"web": "running"}}
     finally:
         await daemon.stop()
+
+
+def test_the_banner_says_which_model_and_why(home: Path) -> None:
+    from gateway.cli.run import banner
+    config = load_config(home, env={})
+    bare = build_gateway(config, env={}, probe_ollama=False)
+    detected = build_gateway(config, env={"OPENAI_API_KEY": "sk-test-123456"}, probe_ollama=False)
+    try:
+        lines = banner(config, bare).splitlines()
+        assert lines[0] == f"agent-gateway {version('agent-gateway')}"
+        assert lines[1:] == [f"  home       {home}",
+                             f"  config     none at {home}/config.yaml (defaults; `gateway init` writes one)",
+                             "  model      none: every message is answered with how to set one (`gateway init`)",
+                             "  platforms  none"]
+        assert banner(config, detected).splitlines()[3] == \
+            "  model      openai/gpt-4.1-mini (auto-detected from OPENAI_API_KEY)"
+    finally:
+        bare.store.close()
+        detected.store.close()

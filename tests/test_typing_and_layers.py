@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
     "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5,
     "agent": 6, "prompt": 7, "delivery": 8,
-    "sessions": 9, "access": 9, "scheduling": 10, "ops": 11, "cli": 12,
+    "sessions": 9, "access": 9, "scheduling": 10, "webui": 11, "ops": 12, "cli": 13,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
@@ -36,6 +36,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "net": [("guard", "pages"), "fetch", ("extract", "search")],
     "agent": ["tools", "loop"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
+    "webui": [("series", "chat_history", "panels"), "routes"],
     "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy",
                                            "schedule"),
                     "catalog"],

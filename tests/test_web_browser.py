@@ -2,17 +2,15 @@
 
 A page on another port of the same host is same-site, so the browser sends it the owner's SameSite=Strict cookie:
 only the Origin check stands between that page and the owner's chat. Skipped only where Chromium or Playwright is
-missing outside CI; in CI (CI=true) their absence fails the run.
+missing outside CI; in CI their absence fails the run (tests/browser.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
@@ -21,40 +19,20 @@ from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
+from tests.browser import needs_browser
 from tests.fakes.llm import FakeLLM
 from tests.helpers import write_config
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+if TYPE_CHECKING:
+    from playwright.async_api import Browser
 
-try:
-    from playwright.async_api import Browser, async_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    async_playwright = None  # type: ignore[assignment]
-
-_missing = "playwright is not installed" if async_playwright is None else (
-    f"no Chromium at {CHROMIUM}" if not Path(CHROMIUM).exists() else None)
-if _missing and os.environ.get("CI"):
-    raise RuntimeError(f"browser tests must run in CI: {_missing} (.ci/run installs them)")
-pytestmark = pytest.mark.skipif(_missing is not None, reason=_missing or "")
+pytestmark = needs_browser()
 
 EVIL_PAGE = """<!doctype html><title>waiting</title><script>
 const ws = new WebSocket("ws://127.0.0.1:%(port)s/ws?client=victim");
 ws.onopen = () => { ws.send(JSON.stringify({text: "planted by another page"})); document.title = "opened"; };
 ws.onerror = () => { document.title = "refused"; };
 </script>"""
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    assert async_playwright is not None
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @pytest.fixture

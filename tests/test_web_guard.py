@@ -73,7 +73,7 @@ async def test_a_page_on_another_origin_cannot_open_the_socket_even_with_the_own
             assert refused.value.status == 403, origin
         async with http.ws_connect(url(daemon, "/ws?client=tab1"),
                                    headers={"Origin": f"http://127.0.0.1:{daemon.web_port}"}) as ws:
-            assert json.loads((await ws.receive()).data)["type"] == "history"
+            assert [json.loads((await ws.receive()).data)["type"] for _ in range(2)] == ["hello", "history"]
             await ws.send_str(json.dumps({"text": "from my own page"}))
             assert json.loads((await ws.receive()).data)["type"] == "ack"
     finally:
@@ -101,15 +101,21 @@ async def test_without_the_secret_every_owner_route_is_locked_and_says_how_to_lo
     async with aiohttp.ClientSession() as http:
         async with http.get(url(daemon, "/"), headers={"Accept": "text/html"}) as resp:
             assert resp.status == 401 and "gateway web-url" in await resp.text()
-        for path in ("/ws?client=x", "/dashboard", "/anything/added/later", "/?token=wrong"):
+        for path in ("/ws?client=x", "/dashboard", "/dashboard/api/state", "/dashboard/api/events",
+                     "/dashboard/static/dashboard.js", "/anything/added/later", "/?token=wrong"):
             async with http.get(url(daemon, path)) as resp:
                 assert resp.status == 401, path
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(url(daemon, "/ws?client=x"))
         assert refused.value.status == 401
-        async with http.get(url(daemon, "/dashboard"), headers={"Authorization": f"Bearer {load_web_secret(home)}"}
-                            ) as resp:
-            assert resp.status == 404  # past the guard: the route simply does not exist (yet)
+        for path in ("/dashboard/api/pairing/approve", "/dashboard/api/pairing/deny"):
+            async with http.post(url(daemon, path), json={"code": "K7Q2MZ4P"}) as resp:
+                assert resp.status == 401, path
+        bearer = {"Authorization": f"Bearer {load_web_secret(home)}"}
+        async with http.get(url(daemon, "/dashboard"), headers=bearer) as resp:
+            assert resp.status == 200 and "<title>agent-gateway · dashboard</title>" in await resp.text()
+        async with http.get(url(daemon, "/anything/added/later"), headers=bearer) as resp:
+            assert resp.status == 404  # past the guard: the route simply does not exist
 
 
 async def test_the_login_link_sets_a_strict_httponly_cookie_and_cleans_the_address(
@@ -215,7 +221,7 @@ async def test_a_public_url_behind_a_proxy_is_its_own_origin(home: Path, fake_ll
             for headers in ({"Host": "chat.example.com", "Origin": "https://chat.example.com"},  # Host passed on
                             {"Origin": "https://chat.example.com"}):  # the proxy sent its own Host
                 async with http.ws_connect(url(daemon, "/ws?client=p"), headers={**headers, **bearer}) as ws:
-                    assert json.loads((await ws.receive()).data)["type"] == "history"
+                    assert [json.loads((await ws.receive()).data)["type"] for _ in range(2)] == ["hello", "history"]
             with pytest.raises(aiohttp.WSServerHandshakeError):
                 await http.ws_connect(url(daemon, "/ws?client=p"),
                                       headers={"Origin": "https://chat.example.com.evil.example", **bearer})

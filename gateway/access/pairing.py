@@ -282,6 +282,12 @@ class PairingBook:
                          (platform, user_id, iso(now or datetime.now(UTC))))
             return a.rowcount + b.rowcount > 0
 
+    def deny(self, platform: str, user_id: str) -> bool:
+        """Drop a pending request (the dashboard's Deny): its code stops working; True if there was one."""
+        with self.store.tx() as conn:
+            return conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?",
+                                (platform, user_id)).rowcount > 0
+
 
 def _dt(text: str) -> datetime:
     value = parse_iso(text)

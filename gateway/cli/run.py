@@ -47,9 +47,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         secret = login_secret(config.web, config.home) if config.web.enabled else None
         redactor.add([secret.value] if secret else [])
-        # On a terminal the login link is printed; under systemd stdout is the journal, which is no place for it.
-        announce = _print_login if sys.stdout.isatty() else None
         gateway = _build(config, env, platform_adapters(config))
+        print(banner(config, gateway), flush=True)
+        # On a terminal the login link is printed; under systemd stdout is the journal, which is no place for it.
+        announce = _print_login if sys.stdout.isatty() else _print_address
         # The libraries' import-time heap (~400k objects) lives forever; left to the collector, every full
         # collection walks it and stalls the loop for ~200 ms. Frozen, and with young collections less often
         # (a turn allocates thousands of short-lived objects), bench/overhead.py's p99.9 went from ~165 to ~8 ms.
@@ -82,8 +83,33 @@ def _build(config: Config, env: dict[str, str], adapters: Sequence[Adapter]) -> 
         raise HomeUnusable(database_problem(config.db_path, exc)) from None
 
 
+def banner(config: Config, gateway: Gateway) -> str:
+    """What `gateway run` says first: what runs, from where, with which model (and why that one), where to look."""
+    from gateway.ops.status import model_name, package_version
+    path = config.home / "config.yaml"
+    model = model_name(gateway.llm)
+    lines = [f"agent-gateway {package_version()}",
+             f"  home       {config.home}",
+             f"  config     {path}" if path.exists() else f"  config     none at {path} (defaults; `gateway init` "
+                                                            "writes one)",
+             f"  model      {model} ({gateway.model_source})" if model else
+             "  model      none: every message is answered with how to set one (`gateway init`)",
+             f"  platforms  {', '.join(gateway.adapters) or 'none'}"]
+    if not config.web.enabled:  # otherwise the daemon adds the web lines once the port is bound
+        lines.append("  web chat   off (web.enabled: false)")
+    return "\n".join(lines)
+
+
 def _print_login(url: str) -> None:
-    print(f"web chat: {url}\n  (this link logs a browser in; `gateway web-url` prints it again)", flush=True)
+    base = url.split("?", 1)[0].rstrip("/")
+    print(f"  web chat   {url}\n             (this link logs a browser in; `gateway web-url` prints it again)\n"
+          f"  dashboard  {base}/dashboard", flush=True)
+
+
+def _print_address(url: str) -> None:
+    """Under a service manager: the address without the login secret (the journal is readable by admins)."""
+    base = url.split("?", 1)[0].rstrip("/")
+    print(f"  web chat   {base}/ (`gateway web-url` prints its login link)\n  dashboard  {base}/dashboard", flush=True)
 
 
 def cmd_web_url(args: argparse.Namespace) -> int:

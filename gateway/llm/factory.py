@@ -33,7 +33,8 @@ VISION_NAMES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-4-turbo", "gpt-4-vision", "
                 "grok-4", "grok-2-vision", "internvl", "glm-4v", "glm-4.5v", "phi-4-multimodal", "kimi-vl")
 BLIND_NAMES = ("o1-mini", "o3-mini", "claude-2", "claude-instant", "gpt-4o-audio", "gpt-4o-mini-audio",
                "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-tts")
-NOT_CONFIGURED = ("No model is configured. Set ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY, "
+NOT_CONFIGURED = ("No model is configured. Run `gateway init`, or set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+                  "OPENROUTER_API_KEY, "
                   "start Ollama on 127.0.0.1:11434, or add a `model:` section to config.yaml "
                   "(see docs/configuration.md).")
 

@@ -14,17 +14,22 @@ from datetime import timedelta
 
 from aiohttp import web
 
-from gateway.events import AdapterHealth, ChatRef, Inbound, Submit, SubmitResult
+from gateway.access.pairing import PairingBook, load_key
+from gateway.config.settings import environ
+from gateway.events import AdapterHealth, Inbound, Submit, SubmitResult
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.notify import Notifier
-from gateway.ops.status import Ops, connect_host
+from gateway.ops.status import Ops, connect_host, model_name, package_version
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import Gateway
 from gateway.sessions.catchup import CatchUps
-from gateway.sessions.keys import session_key
+from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
+from gateway.webui.chat_history import WebChatHistory, hello
+from gateway.webui.panels import ModelView
+from gateway.webui.routes import Dashboard
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ class Daemon:
         self.gw = gateway
         self.announce = announce  # hears the web chat's login link (`gateway run` on a terminal prints it)
         self.guard: WebGuard | None = None
+        self.dashboard: Dashboard | None = None
         self.install_signals = install_signals
         self.stop_event = asyncio.Event()
         self._listener: Listening | None = None
@@ -143,12 +149,16 @@ class Daemon:
     async def _start_web(self) -> None:
         app = self.gw.web_app or web.Application()
         self.gw.web_app = app
-        web_adapter = self.gw.adapters.get("web")
-        if web_adapter is not None and hasattr(web_adapter, "attach"):
-            web_adapter.attach(app, history=self._web_history)
-        self.ops.attach(app)
         config = self.gw.config
         self.guard = WebGuard.for_config(config.web, config.home)
+        web_adapter = self.gw.adapters.get("web")
+        if web_adapter is not None and hasattr(web_adapter, "attach"):
+            history = WebChatHistory(self.gw.store)
+            model = model_name(self.gw.llm)
+            web_adapter.attach(app, history=history.lines, retried=history.retried, hello=lambda: hello(model))
+        self.ops.attach(app)
+        self.dashboard = self._dashboard()
+        self.dashboard.attach(app)
         self.guard.protect(app)  # last: every route above, and any added later, is behind it
         limits = Limits(max_connections=config.daemon.max_connections)
         self._listener = await serve_http(app, config.web.host, config.web.port, limits=limits, name="web")
@@ -159,18 +169,15 @@ class Daemon:
         if self.announce is not None:
             self.announce(self.guard.login_url(base))
 
-    def _web_history(self, client: str, limit: int = 100) -> list[tuple[str, str]]:
-        """What a reloaded web chat tab shows: the person's and the agent's words in the current session."""
-        key = session_key(ChatRef("web", "dm", client), client, group_per_user=True)
-        session = self.gw.store.active_session(key)
-        if session is None:
-            return []
-        rows = self.gw.store.history(session.id, kinds=("chat",))
-        # A person's messages carry their user id; a user-role line without one is the gateway's own note (what a
-        # scheduled job posted is recorded after such a note), not something they said.
-        said = [(r.role, r.content) for r in rows if (r.role == "assistant" or (r.role == "user" and r.user_id))
-                and r.content.strip()]
-        return said[-limit:]
+    def _dashboard(self) -> Dashboard:
+        gw = self.gw
+        secrets = [*config_secrets(gw.config), *env_secrets(environ())]
+        if self.guard is not None and self.guard.secret is not None:
+            secrets.append(self.guard.secret.value)
+        return Dashboard(store=gw.store, book=PairingBook(gw.store, load_key(gw.config.home)), outbox=gw.outbox,
+                         health=self._health, model=ModelView(model_name(gw.llm), gw.model_source),
+                         ready=lambda: self.ops.readiness()[0], version=package_version(), redact=Redactor(secrets),
+                         clock=gw.clock)
 
     def _on_signal(self) -> None:
         self._signals += 1

@@ -266,7 +266,8 @@ class Doctor:
         try:
             llm = build_llm(config, self.env)
         except LLMNotConfigured as exc:
-            return Check("model", "fail", str(exc), "set model: in config.yaml or export ANTHROPIC_API_KEY")
+            return Check("model", "fail", str(exc), "`gateway init`, or set model: in config.yaml, or export "
+                         "ANTHROPIC_API_KEY")
         try:
             reply = await asyncio.wait_for(llm.complete(system="Health check.", messages=[
                 {"role": "user", "content": "Reply with: ok"}], tools=[], max_tokens=8), self.timeout * 3)

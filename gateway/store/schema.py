@@ -310,6 +310,13 @@ CREATE TABLE previews (
 );
 """
 
+# The dashboard's time series (gateway/webui/series.py) reads messages and model calls by time; the prune of old
+# inbound rows (ops/daemon.py) uses the same index.
+_DASHBOARD = """
+CREATE INDEX inbound_received ON inbound(received_at);
+CREATE INDEX llm_calls_created ON llm_calls(created_at);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -319,4 +326,5 @@ MIGRATIONS: list[Migration] = [
     ("0008_jobs", _JOBS),
     ("0005_people", _PEOPLE),
     ("0007_streaming", _STREAMING),
+    ("0010_dashboard", _DASHBOARD),
 ]

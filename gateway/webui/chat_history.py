@@ -1,0 +1,60 @@
+"""What a web chat tab is told when it connects: which model answers (or the command that configures one), and the
+current session's words, with each message that failed kept in its place (the error it got, and its id so the page
+can offer to send it again) until it is retried or the session ends. The web adapter gets these as plain
+callables; it never reads the store itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.events import ChatRef
+from gateway.sessions.keys import session_key
+from gateway.store.database import Store
+
+TURN = re.compile(r"t(\d+)$")
+SHOWN = 100
+NO_MODEL_NOTICE = ("No model is configured, so I can't answer yet. On the machine that runs the gateway, run "
+                   "`gateway init` (or export ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENROUTER_API_KEY), then restart "
+                   "the gateway.")
+
+
+def hello(model: str | None) -> dict[str, Any]:
+    """The first frame on a web chat socket: the model's name, or the notice the page shows as a banner."""
+    return {"model": model, "notice": None if model else NO_MODEL_NOTICE}
+
+
+class WebChatHistory:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def lines(self, client: str) -> list[dict[str, Any]]:
+        """The last SHOWN lines of the client's current session, in the order they were sent."""
+        session = self.store.active_session(session_key(ChatRef("web", "dm", client), client, group_per_user=True))
+        if session is None:
+            return []
+        found: list[tuple[tuple[int, int], dict[str, Any]]] = []
+        place = 0
+        for n, row in enumerate(self.store.history(session.id, kinds=("chat",))):
+            turn = TURN.match(row.turn_id or "")
+            place = int(turn.group(1)) if turn else place
+            # A person's lines carry their user id; a user-role line without one is the gateway's own note (what a
+            # scheduled job posted is recorded after such a note), not something they said.
+            if (row.role == "assistant" or (row.role == "user" and row.user_id)) and row.content.strip():
+                found.append(((place, n), {"role": row.role, "text": row.content}))
+        for failed in self.store.all(
+                "SELECT i.id, i.platform_message_id, i.text, (SELECT group_concat(o.plain, '') FROM outbound o"
+                " WHERE o.turn_id = 'e' || i.id) AS error FROM inbound i WHERE i.platform = 'web' AND i.chat_id = ?"
+                " AND i.status = 'failed' AND i.session_id = ? ORDER BY i.id", (client, session.id)):
+            found.append(((failed["id"], -1), {"role": "user", "text": failed["text"], "id": failed["platform_message_id"],
+                                              "error": failed["error"] or "This message failed."}))
+        found.sort(key=lambda item: item[0])
+        return [line for _, line in found[-SHOWN:]]
+
+    def retried(self, client: str, message_id: str) -> bool:
+        """The person sent a failed message again: it leaves the history (the new one takes its place)."""
+        with self.store.tx() as conn:
+            changed = conn.execute("UPDATE inbound SET status = 'retried' WHERE platform = 'web' AND chat_id = ?"
+                                   " AND platform_message_id = ? AND status = 'failed'", (client, message_id))
+            return changed.rowcount > 0
