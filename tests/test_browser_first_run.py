@@ -218,3 +218,35 @@ async def test_without_a_model_both_pages_say_how_to_fix_it(home: Path, browser:
         await expect_text(page, "#ready", "^not ready$")
     finally:
         await daemon.stop()
+
+
+async def test_a_streamed_answer_grows_on_the_page_and_stays_one_message(home: Path, browser: Browser) -> None:
+    from playwright.async_api import expect
+
+    from tests.fakes.llm import Paced, StreamGate
+    answer = "Here is a plan, written as it comes:\n\n1. **Tea** first\n2. Then the *inbox*"
+    gate = StreamGate()
+    async with FakeLLM(stream_chunk_chars=10) as llm:
+        write_config(home, provider="anthropic", base_url=llm.base_url, extra="web:\n  port: 0\n")
+        llm.script(Paced(Reply(answer), gate=gate))
+        config = load_config(home, env={})
+        daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                        install_signals=False)
+        await daemon.start()
+        try:
+            page = await (await browser.new_context()).new_page()
+            await page.goto(f"http://127.0.0.1:{daemon.web_port}/?token={load_web_secret(home)}")
+            await expect_text(page, "#status", "^connected$")
+            await say(page, "plan my morning")
+            await expect(page.locator(".typing")).to_have_count(1, timeout=WAIT_MS)
+            gate.release(2)
+            draft = page.locator(".msg.bot.draft")
+            await expect(draft).to_have_text("Here is a plan, writ", timeout=WAIT_MS)  # two pieces of 10
+            await expect(page.locator(".typing")).to_have_count(0)  # the answer is showing: not "thinking…"
+            gate.release_all()
+            await expect(page.locator(".msg.bot strong")).to_have_text("Tea", timeout=WAIT_MS)
+            await expect(page.locator(".msg.bot")).to_have_count(1)  # the reply took the draft's place
+            await expect(page.locator(".msg.bot.draft")).to_have_count(0)
+            await expect(page.locator(".msg.bot li")).to_have_text(["Tea first", "Then the inbox"])
+        finally:
+            await daemon.stop()

@@ -95,7 +95,8 @@ async def test_the_answer_arrives_as_it_is_written_and_the_reply_replaces_the_dr
                 assert draft["text"] == ANSWER[:12]
                 gate.release(1)
                 delta = await tab.until(lambda f: f["type"] == "delta")
-                assert delta == {"type": "delta", "id": draft["id"], "text": ANSWER[12:24]}
+                assert delta == {"type": "delta", "id": draft["id"], "text": ANSWER[12:24],
+                                 "reply_to": draft["reply_to"]}  # the message it answers: the page's "thinking…" goes
                 gate.release_all()
                 final = await tab.until(lambda f: f["type"] == "message" and f["kind"] == "reply")
         finally:
@@ -164,7 +165,8 @@ def test_the_page_grows_the_draft_and_puts_the_reply_in_its_place(tmp_path: Path
         function el(tag) { return { tag, className: "", innerHTML: "", textContent: "", children: [],
           appendChild(c) { nodes.push(c); }, replaceChildren() {}, remove() { this.removed = true; },
           addEventListener() {}, scrollTop: 0, scrollHeight: 0, value: "" }; }
-        const byId = { log: el("main"), input: el("textarea"), status: el("span"), form: el("form") };
+        const byId = { log: el("main"), input: el("textarea"), status: el("span"), form: el("form"),
+          "new-chat": el("button"), banner: el("p") };
         globalThis.document = { getElementById: (id) => byId[id], createElement: el };
         globalThis.localStorage = { getItem: () => "c1", setItem() {} };
         globalThis.location = { protocol: "http:", host: "x", search: "" };

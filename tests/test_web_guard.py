@@ -265,7 +265,7 @@ async def test_gateway_run_prints_the_login_link_on_a_terminal_and_never_logs_it
         _, err = await asyncio.wait_for(proc.communicate(), 60)
         os.close(main)
     secret = load_web_secret(home)
-    assert f"web chat: http://127.0.0.1:{port}/?token={secret}".encode() in printed
+    assert f"  web chat   http://127.0.0.1:{port}/?token={secret}".encode() in printed  # the start-up banner's line
     assert secret.encode() not in err and b"gateway web-url" in err  # the log says where to get it
 
 
