@@ -60,6 +60,9 @@ async def test_init_then_run_then_chat_in_the_browser(tmp_path: Path, fake_llm: 
     await daemon.start()
     try:
         await daemon.wait_ready()
+        async with asyncio.timeout(30):  # the banner is on its way through the pipe (its reader is a task)
+            while b"  dashboard  " not in daemon.stdout:
+                await asyncio.sleep(0.05)
         lines = daemon.stdout.decode().splitlines()
         assert lines[0].startswith("agent-gateway ")
         assert lines[1:5] == [f"  home       {home}", f"  config     {home}/config.yaml",
