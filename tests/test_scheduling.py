@@ -414,3 +414,34 @@ async def test_runs_get_the_cron_platforms_tools(home: Path, fake_llm: FakeLLM) 
         chat, run = fake_llm.anthropic_requests()[0], fake_llm.anthropic_requests()[2]
         assert "schedule" in [t["name"] for t in chat["tools"]]
         assert [t["name"] for t in run["tools"]] == ["memory"]  # schedule stays out unless jobs_may_schedule
+
+
+async def test_run_sessions_are_deleted_after_a_week_and_what_was_posted_stays(home: Path, fake_llm: FakeLLM) -> None:
+    adapter = setup(home, fake_llm)
+    clock = FakeClock()
+    fake_llm.script(create("0 * * * *", prompt="Say the hour.", name="chime"), Reply("ok"),
+                    Reply("11 o'clock"), Reply("12 o'clock"))
+    async with jobs_gateway(home, [adapter], clock) as gw:
+        assert gw.jobs is not None
+        await say(gw, "chime every hour")
+        clock.advance(hours=1)
+        await fire_jobs(gw)
+        [first] = [r["session_id"] for r in run_rows(gw)]
+        media = home / "media" / str(first)
+        media.mkdir(parents=True)
+        (media / "0-0.png").write_bytes(b"x")
+        assert gw.store.one("SELECT COUNT(*) FROM messages WHERE session_id = ?", (first,))[0] > 0
+        clock.advance(days=7)
+        assert gw.jobs.prune_if_due() == 0  # ended 7 days ago to the minute: kept
+        clock.advance(hours=1)
+        assert gw.jobs.prune_if_due() == 1
+        assert gw.store.one("SELECT COUNT(*) FROM sessions WHERE id = ?", (first,))[0] == 0
+        assert gw.store.one("SELECT COUNT(*) FROM messages WHERE session_id = ?", (first,))[0] == 0
+        assert not media.exists()
+        assert [(r["status"], r["session_id"]) for r in run_rows(gw)] == [("done", None)]  # the run stays
+        chat = gw.store.active_session("cli:dm:c1")
+        assert chat is not None
+        posted = [r["content"] for r in gw.store.all("SELECT content FROM messages WHERE session_id = ?"
+                                                     " AND role = 'assistant'", (chat.id,))]
+        assert "⏰ **chime** (job #1)\n\n11 o'clock" in posted
+        assert gw.jobs.prune_if_due() == 0  # at most once an hour

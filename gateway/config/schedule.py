@@ -32,9 +32,10 @@ class ScheduleConfig:
     min_interval: str = "5m"
     max_concurrent_runs: int = field(default=2, metadata={"min": 1, "max": 100})
     jobs_may_schedule: bool = False
+    keep_run_sessions: str = "7d"
 
     def __post_init__(self) -> None:
-        for name in ("misfire_grace", "min_interval"):
+        for name in ("misfire_grace", "min_interval", "keep_run_sessions"):
             if parse_duration(getattr(self, name)) is None:
                 raise ValueError(f"schedule.{name}: expected a duration such as 30m, 1h or 1h30m; "
                                  f"got {getattr(self, name)!r}")
@@ -49,6 +50,12 @@ class ScheduleConfig:
     def grace(self) -> timedelta:
         """How late a run may still start (a daemon that was down, a stalled loop); later ones are reported."""
         return parse_duration(self.misfire_grace) or timedelta(hours=1)
+
+    @property
+    def run_sessions_kept(self) -> timedelta:
+        """How long a run's own session (its prompt, tool calls and answer) is kept; what it posted stays in the
+        chat's session. A job every 5 minutes would otherwise leave 288 sessions a day."""
+        return parse_duration(self.keep_run_sessions) or timedelta(days=7)
 
     @property
     def shortest_interval(self) -> timedelta:

@@ -237,6 +237,18 @@ class JobStore:
                                " AND ended_at IS NULL", (iso(now),))
             return cur.rowcount
 
+    def prune_run_sessions(self, *, ended_before: datetime) -> list[int]:
+        """Delete the sessions of runs that ended before `ended_before` with their messages (the search index
+        follows by its triggers); their runs stay, without a session. Returns the deleted session ids."""
+        with self.store.tx() as conn:
+            ids = [int(r[0]) for r in conn.execute(
+                "SELECT id FROM sessions WHERE platform = 'cron' AND key LIKE 'cron:job%' AND ended_at IS NOT NULL"
+                " AND ended_at < ?", (iso(ended_before),))]
+            listed = json.dumps(ids)
+            for sql in _PRUNE_SQL:
+                conn.execute(sql, (listed,))
+        return ids
+
     # ---------------------------------------------------------------- requests from `gateway jobs run`
     def request_run(self, job_id: int, *, now: datetime) -> bool:
         """Ask the daemon to run an active job now (it polls for requests); False when the job is not active."""
@@ -272,3 +284,12 @@ def _still_due(conn: sqlite3.Connection, job_id: int, due: str, trigger: str) ->
     if row is None or row[0] != ACTIVE:
         return False
     return bool(row[2] == due) if trigger == "manual" else bool(row[1] == due)
+
+
+_RUN_SESSIONS = "(SELECT value FROM json_each(?1))"
+_PRUNE_SQL = (
+    f"DELETE FROM messages WHERE session_id IN {_RUN_SESSIONS}",
+    f"UPDATE job_runs SET session_id = NULL WHERE session_id IN {_RUN_SESSIONS}",
+    f"UPDATE sessions SET parent_id = NULL WHERE parent_id IN {_RUN_SESSIONS}",
+    f"DELETE FROM sessions WHERE id IN {_RUN_SESSIONS}",
+)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -24,6 +24,7 @@ from gateway.scheduling.jobstore import JobRow, JobStore, RunRow
 from gateway.scheduling.turn import JobTurn, origin_of
 from gateway.scheduling.when import next_run
 from gateway.sessions.timers import DeadlineTimers
+from gateway.store.media_files import delete_session_media
 from gateway.store.rows import parse_iso
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ Sleep = Callable[[float], Awaitable[None]]
 SWEEP_JOB = "scheduled-jobs"
 POLL_EVERY_S = 2.0  # how soon `gateway jobs run ID` (a row the CLI writes) is picked up
 BATCH = 200  # due jobs handled between yields to the event loop
+PRUNE_EVERY = timedelta(hours=1)  # old run sessions are deleted this often (on the injected clock)
 
 
 class JobRunner:
@@ -41,6 +43,7 @@ class JobRunner:
                  sleep: Sleep = asyncio.sleep) -> None:
         self.jobs = jobs
         self.config = config.schedule
+        self.home = config.home
         self.turn = turn
         self.allowed = allowed
         self.clock = clock
@@ -52,6 +55,7 @@ class JobRunner:
         self._runs: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(config.schedule.max_concurrent_runs)
         self._poller: asyncio.Task[None] | None = None
+        self._pruned_at: datetime | None = None
 
     # ---------------------------------------------------------------- the book's hook
     def changed(self, job: JobRow) -> None:
@@ -67,6 +71,7 @@ class JobRunner:
         """Report runs a kill cut short, rebuild the timers, then run or report what came due while down."""
         now = self.clock()
         self.jobs.end_run_sessions(now=now)
+        self.prune_if_due()
         cut = [self._interrupted(run) for run in self.jobs.unfinished_runs()]
         overdue = self.rebuild()
         self.scheduler.start()
@@ -209,8 +214,21 @@ class JobRunner:
             await self.sleep(POLL_EVERY_S)
             try:
                 await self.run_requests()
+                self.prune_if_due()
             except Exception:
                 log.exception("reading job run requests failed")
+
+    def prune_if_due(self) -> int:
+        """Delete the sessions of runs older than `schedule.keep_run_sessions` (and their media), once an hour."""
+        now = self.clock()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
+            return 0
+        self._pruned_at = now
+        ids = self.jobs.prune_run_sessions(ended_before=now - self.config.run_sessions_kept)
+        delete_session_media(self.home, ids)
+        if ids:
+            log.info("jobs: deleted %s run session(s) older than %s", len(ids), self.config.keep_run_sessions)
+        return len(ids)
 
     async def run_requests(self) -> int:
         """Run the jobs the operator asked for; a request older than the grace (the daemon was down) lapses."""
