@@ -430,13 +430,12 @@ async def test_run_sessions_are_deleted_after_a_week_and_what_was_posted_stays(h
         media = home / "media" / str(first)
         media.mkdir(parents=True)
         (media / "0-0.png").write_bytes(b"x")
-        assert gw.store.one("SELECT COUNT(*) FROM messages WHERE session_id = ?", (first,))[0] > 0
+        assert count(gw, "messages WHERE session_id = ?", first) > 0
         clock.advance(days=7)
         assert gw.jobs.prune_if_due() == 0  # ended 7 days ago to the minute: kept
         clock.advance(hours=1)
         assert gw.jobs.prune_if_due() == 1
-        assert gw.store.one("SELECT COUNT(*) FROM sessions WHERE id = ?", (first,))[0] == 0
-        assert gw.store.one("SELECT COUNT(*) FROM messages WHERE session_id = ?", (first,))[0] == 0
+        assert count(gw, "sessions WHERE id = ?", first) == count(gw, "messages WHERE session_id = ?", first) == 0
         assert not media.exists()
         assert [(r["status"], r["session_id"]) for r in run_rows(gw)] == [("done", None)]  # the run stays
         chat = gw.store.active_session("cli:dm:c1")
@@ -445,3 +444,9 @@ async def test_run_sessions_are_deleted_after_a_week_and_what_was_posted_stays(h
                                                      " AND role = 'assistant'", (chat.id,))]
         assert "⏰ **chime** (job #1)\n\n11 o'clock" in posted
         assert gw.jobs.prune_if_due() == 0  # at most once an hour
+
+
+def count(gw: Gateway, where: str, *args: Any) -> int:
+    row = gw.store.one(f"SELECT COUNT(*) FROM {where}", args)
+    assert row is not None
+    return int(row[0])
