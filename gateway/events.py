@@ -6,7 +6,7 @@ Nothing platform-specific lives here; adapters translate their platform's object
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -218,6 +218,15 @@ class CatchUp(Protocol):
     Overlap with live events is harmless: the core dedupes on platform + chat + message id."""
 
     async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int: ...
+
+
+@runtime_checkable
+class KnownThreads(Protocol):
+    """Optional ability, for platforms where the bot follows a thread once it took part (Slack): before it starts,
+    the adapter is told the threads it took part in, read back from the store (oldest first), so after a restart a
+    thread's next message needs no new mention."""
+
+    def remember_threads(self, threads: Sequence[ChatRef]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

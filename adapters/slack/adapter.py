@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any
@@ -107,6 +107,13 @@ class SlackAdapter:
         self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
 
     # ------------------------------------------------------------------ lifecycle
+    def remember_threads(self, threads: Sequence[ChatRef]) -> None:
+        """The threads the bot took part in before a restart (the core read them from its store): their next
+        message is followed without a mention, as before the restart."""
+        for chat in threads:
+            if chat.thread_id:
+                put(self._threads, (chat.chat_id, chat.thread_id), chat.chat_type)
+
     async def start(self, submit: Submit) -> None:
         cfg = self.config
         self._intake.submit = submit

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway.access.pairing import PairingBook, load_key
 from gateway.config.settings import environ
-from gateway.events import AdapterHealth, Inbound, Submit, SubmitResult
+from gateway.events import AdapterHealth, Inbound, KnownThreads, Submit, SubmitResult
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
@@ -25,7 +25,7 @@ from gateway.ops.status import Ops, connect_host, model_name, package_version
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import Gateway
-from gateway.sessions.catchup import CatchUps
+from gateway.sessions.catchup import CatchUps, joined_threads
 from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
 from gateway.webui.chat_history import WebChatHistory, hello
 from gateway.webui.panels import ModelView
@@ -87,6 +87,9 @@ class Daemon:
             log.info("replay: %s messages resumed, %s answered with the offline note", resumed, expired)
         if gw.jobs is not None:  # scheduled jobs: timers rebuilt, what came due while down run (or reported)
             await gw.jobs.start()
+        for adapter in gw.adapters.values():  # threads followed before a restart are followed again (Slack)
+            if isinstance(adapter, KnownThreads):
+                adapter.remember_threads(joined_threads(gw.store, adapter.platform))
         # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
         self._ready()
         # Platforms that never redeliver (Discord) fetch what they missed once each connection is up.

@@ -40,6 +40,23 @@ def last_seen(store: Store, platform: str, *, since: datetime, upto_row: int | N
     return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"]): str(r["last"]).strip() for r in rows}
 
 
+# The threads the bot took part in: a session of the thread, or a message from it that was taken (the adapter only
+# hands in what addresses the bot, and a thread's first taken message is where the bot joins it).
+_THREADS_SQL = """
+SELECT chat_type, chat_id, thread_id, MAX(at) AS latest FROM (
+  SELECT chat_type, chat_id, thread_id, created_at AS at FROM sessions WHERE platform = ?1 AND thread_id IS NOT NULL
+  UNION ALL
+  SELECT chat_type, chat_id, thread_id, received_at AS at FROM inbound WHERE platform = ?1 AND thread_id IS NOT NULL)
+GROUP BY chat_id, thread_id ORDER BY latest DESC LIMIT ?2
+"""
+
+
+def joined_threads(store: Store, platform: str, *, most: int = 4096) -> list[ChatRef]:
+    """The `most` most recently active threads of `platform` the bot took part in, oldest first."""
+    rows = store.all(_THREADS_SQL, (platform, most))
+    return [ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"]) for r in reversed(rows)]
+
+
 def _max_row(store: Store) -> int:
     row = store.one("SELECT MAX(id) FROM inbound")
     return int(row[0]) if row is not None and row[0] is not None else 0

@@ -262,6 +262,22 @@ async def test_channel_mention_answers_in_a_thread_and_the_thread_follows_withou
         assert len(fake_llm.anthropic_requests()) == 2
 
 
+async def test_a_thread_the_bot_joined_is_followed_after_a_restart(home: Path, fake_llm: FakeLLM,
+                                                                   slack: FakeSlack) -> None:
+    root = mention("<@UBOT> plan the offsite?")
+    async with running(home, fake_llm, slack):
+        await slack.push_event(root)
+        await slack.wait_for_post(CHANNEL)
+    async with running(home, fake_llm, slack) as run:  # a new daemon on the same home
+        await slack.push_event(said("what about Friday?", user=BOB, thread_ts=root["ts"]))  # no mention
+        second = await slack.wait_for_post(CHANNEL, count=2)
+        assert second.text == "echo: [Bob Jones] what about Friday? [users=2]" and second.thread_ts == root["ts"]
+        await slack.push_event(said("a thread the bot never joined", thread_ts=new_ts()))
+        await slack.push_event(dm("sentinel"))
+        await slack.wait_for_post(DM)
+        assert len(slack.posted(CHANNEL)) == 2 and len(run.inbound_rows()) == 3
+
+
 async def test_when_threaded_answers_a_top_level_mention_in_the_channel(home: Path, fake_llm: FakeLLM,
                                                                          slack: FakeSlack) -> None:
     async with running(home, fake_llm, slack, "  reply_in_thread: when_threaded\n") as run:
