@@ -267,3 +267,24 @@ def test_the_page_ships_in_the_package_and_names_no_outside_source() -> None:
         text = (root / "gateway" / "webui" / name).read_text(encoding="utf-8")
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), name
         assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text, name
+
+
+async def test_an_open_dashboard_does_not_hold_up_the_drain(home: Path, fake_llm: FakeLLM) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    assert daemon.dashboard is not None
+    never: asyncio.Event = asyncio.Event()
+
+    async def no_tick(seconds: float) -> None:  # the push interval never ends by itself
+        await never.wait()
+
+    daemon.dashboard.sleep = no_tick
+    url = f"http://127.0.0.1:{daemon.web_port}/dashboard/api/events"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, headers={"Authorization": f"Bearer {load_web_secret(home)}"}) as resp:
+            await next_event(resp)
+            await asyncio.wait_for(daemon.stop(), 15)  # the stream's pause ends with the daemon
+            assert await asyncio.wait_for(resp.content.read(), 5) == b""

@@ -135,6 +135,8 @@ async def test_status_is_for_loopback_clients_or_the_login_secret(daemon: Daemon
     data = json.loads(body)
     assert status == 200
     assert data["adapters"]["web"]["state"] == "running" and data["ready"] is True
+    assert (data["model"], data["model_source"]) == ("anthropic/claude-test", "configured")
+    assert render_status(data).splitlines()[1] == "model: anthropic/claude-test (configured)"
     assert {"sessions_active", "queued", "turns_running", "outbound_pending", "flush", "cache_hit_ratio",
             "uptime_s", "version", "pid"} <= set(data)
     proxied = {"X-Forwarded-For": "203.0.113.9"}

@@ -26,7 +26,7 @@ from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import Gateway
 from gateway.sessions.catchup import CatchUps, joined_threads
-from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
+from gateway.telemetry.logs import redactor_for
 from gateway.webui.chat_history import WebChatHistory, hello
 from gateway.webui.panels import ModelView
 from gateway.webui.routes import Dashboard
@@ -60,7 +60,7 @@ class Daemon:
         self.exit_code = 0
         self.notifier = notifier or Notifier()
         self.ops = Ops(store=gateway.store, metrics=gateway.metrics, health=self._health, model=gateway.llm,
-                       redact=gateway.redact)
+                       redact=gateway.redact, model_source=gateway.model_source)
         self._keepalive: asyncio.Task[None] | None = None
         self.access_watch = AccessWatch(store=gateway.store, outbox=gateway.outbox, sessions=gateway.sessions,
                                         clock=gateway.clock)
@@ -174,12 +174,12 @@ class Daemon:
 
     def _dashboard(self) -> Dashboard:
         gw = self.gw
-        secrets = [*config_secrets(gw.config), *env_secrets(environ())]
+        redact = redactor_for(gw.config, environ())  # as the logs and /status mask, and the web login secret
         if self.guard is not None and self.guard.secret is not None:
-            secrets.append(self.guard.secret.value)
+            redact.add([self.guard.secret.value])
         return Dashboard(store=gw.store, book=PairingBook(gw.store, load_key(gw.config.home)), outbox=gw.outbox,
                          health=self._health, model=ModelView(model_name(gw.llm), gw.model_source),
-                         ready=lambda: self.ops.readiness()[0], version=package_version(), redact=Redactor(secrets),
+                         ready=lambda: self.ops.readiness()[0], version=package_version(), redact=redact,
                          clock=gw.clock)
 
     def _on_signal(self) -> None:

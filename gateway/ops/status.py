@@ -65,12 +65,13 @@ class Ops:
 
     def __init__(self, *, store: Store, metrics: Metrics, health: Health,
                  wall: Callable[[], float] = time.time, model: LLMClient | None = None,
-                 redact: Callable[[str], str] = str) -> None:
+                 redact: Callable[[str], str] = str, model_source: str = "") -> None:
         self.store = store
         self.redact = redact  # an adapter's last error can quote a URL with its token in it
         self.metrics = metrics
         self.health = health
         self.model = model
+        self.model_source = model_source  # how it was chosen: configured, auto-detected from …
         self.wall = wall
         self.started_at = wall()
         self.draining = False
@@ -123,6 +124,7 @@ class Ops:
         models = sorted({m for m, _ in state.tokens})
         data = {
             "version": package_version(), "pid": os.getpid(), "started_at": state.started_at,
+            "model": model_name(self.model), "model_source": self.model_source,
             "uptime_s": round(self.wall() - state.started_at, 1), "ready": ready, "draining": state.draining,
             "adapters": {name: _health_json(h) for name, h in sorted(state.adapters.items())},
             "sessions_active": state.sessions_active, "queued": state.queued,
@@ -234,7 +236,12 @@ def render_status(data: Mapping[str, Any]) -> str:
     """The human view of `/status`."""
     state = "draining" if data.get("draining") else ("ready" if data.get("ready") else "not ready")
     lines = [(f"agent-gateway {data.get('version')} · pid {data.get('pid')} · up {_duration(data.get('uptime_s'))}"
-             f" · {state}"), "adapters:"]
+             f" · {state}")]
+    if "model" in data:  # a daemon from before the model was reported says nothing here
+        how = f" ({data['model_source']})" if data.get("model_source") else ""
+        lines.append(f"model: {data['model']}{how}" if data["model"] else
+                     "model: none, so every message gets an error (`gateway init` sets one up)")
+    lines.append("adapters:")
     adapters: Mapping[str, Mapping[str, Any]] = data.get("adapters") or {}
     for name, h in adapters.items():
         bits = [f"  {name:<9} {h.get('state', '?'):<8}"]

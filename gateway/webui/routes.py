@@ -105,10 +105,20 @@ class Dashboard:
                 if digest != last:
                     await response.write(f"event: state\ndata: {body}\n\n".encode())
                     last = digest
-                await self.sleep(PUSH_EVERY_S)
+                await self._pause()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         return response
+
+    async def _pause(self) -> None:
+        """The push interval, cut short when the daemon stops: an open dashboard must not hold up the drain."""
+        tick = asyncio.ensure_future(self.sleep(PUSH_EVERY_S))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({tick, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (tick, stop):
+                task.cancel()
 
     async def _close_streams(self, app: web.Application) -> None:
         self._stopping.set()
