@@ -22,6 +22,7 @@ from importlib import resources
 
 from aiohttp import WSMsgType, web
 
+from gateway.errors import StoreUnavailable
 from gateway.events import (
     ChatRef,
     Inbound,
@@ -173,7 +174,16 @@ class WebChatAdapter:
         message_id = given if CLIENT_MESSAGE_ID.fullmatch(given) else f"{self._boot}-{next(self._received)}"
         inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=message_id,
                           received_at=datetime.now(UTC), user_name=None)
-        result = await self._submit(inbound)
+        try:
+            result = await self._submit(inbound)
+        except Exception as exc:  # noqa: BLE001 (not stored, for whatever reason: the tab must hear it)
+            log.warning("web: message %s not stored (%s)", inbound.message_id, exc)
+            await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": "refused",
+                                          "reason": "not stored"}))
+            if not isinstance(exc, StoreUnavailable):  # the core tells the chat itself when storage failed
+                await ws.send_str(json.dumps({"type": "error", "text": "your message could not be stored; please "
+                                              "send it again"}))
+            return
         await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": result.outcome.value,
                                       "reason": result.reason}))
         retry_of = str(frame.get("retry_of") or "")

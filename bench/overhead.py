@@ -124,7 +124,7 @@ async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str =
     port = free_port()
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
-        f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\n  auth_token: {BENCH_WEB_TOKEN}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n"
+        f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\n  auth_token: {BENCH_WEB_TOKEN}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n  max_connections: 4000\n"
         # The echo answers whole: so does the gateway here (the streaming figure is measured on its own).
         + "streaming:\n  mode: off\n" + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")

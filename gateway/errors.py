@@ -3,6 +3,7 @@
 GatewayError
 ├── ConfigError(file, line, key)          bad config: the daemon exits 78
 ├── StoreError                            a row that cannot be read or written
+│   └── StoreUnavailable(reason)          the database takes no writes now: busy, full, read-only, I/O
 ├── HomeLocked                            another process holds the home's lock: exit 75 at once
 ├── HomeUnusable                          the home or state.db cannot be used (read-only, damaged): exit 78
 ├── AdapterError(platform)
@@ -62,6 +63,15 @@ class ConfigErrors(ConfigError):
 
 class StoreError(GatewayError):
     """The database could not give a trustworthy answer (never turned into 'no session')."""
+
+
+class StoreUnavailable(StoreError):
+    """A write failed for a reason that can pass: another process holds the write lock (busy), the disk is full,
+    the file went read-only or I/O failed. Callers that must not lose what they write wait and try again."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason  # busy | full | readonly | io
+        super().__init__(message)
 
 
 class HomeLocked(GatewayError):

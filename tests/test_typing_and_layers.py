@@ -43,7 +43,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
     "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox", "stream"],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
-    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup"), ("report", "flush"), "compression", "manager",
+    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup", "outage"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate", "roles", "linking"],
     "ops": [("notify", "service", "supervisor", "status", "web_guard", "home", "access_watch", "http_limits"), "wiring", ("doctor", "daemon")],

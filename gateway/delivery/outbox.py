@@ -21,7 +21,7 @@ from datetime import datetime
 from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
-from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable
+from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable, StoreUnavailable
 from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
@@ -137,10 +137,37 @@ class Outbox:
     def post_soon(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
                   reply_to_id: str | None = None) -> None:
         """Record now, send in the background: for callers on a platform's ack path (Slack wants its ack within
-        3 s; a 429 pause must not hold it). Order is still per chat: every flush sends in recorded order."""
+        3 s; a 429 pause must not hold it). Order is still per chat: every flush sends in recorded order. A notice
+        that cannot be recorded (the database takes no writes) is sent unrecorded rather than not at all."""
         rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
-        self.store.insert_outbound(rows, now=self.clock())
+        try:
+            self.store.insert_outbound(rows, now=self.clock())
+        except StoreUnavailable:
+            self.send_unrecorded(chat, markdown, reply_to_id=reply_to_id)
+            return
         self.deliver_soon(turn_id)
+
+    def send_unrecorded(self, chat: ChatRef, markdown: str, *, reply_to_id: str | None = None) -> None:
+        """Send a notice now without recording it, for when nothing can be recorded (the database takes no
+        writes): best effort, in the background, never retried or resent after a restart."""
+        adapter = self.adapters.get(chat.platform)
+        if adapter is None:
+            return
+        rows = self.rows_for("unrecorded", chat, markdown, kind=OutboundKind.NOTICE, reply_to_id=reply_to_id)
+        messages = [OutboundMessage(chat=chat, text=str(r["text"]), plain=str(r["plain"]), reply_to_id=reply_to_id,
+                                    kind=OutboundKind.NOTICE, chunk_index=i, chunk_count=len(rows), entities=tuple(
+                                        TextEntity(**e) for e in json.loads(str(r["entities"] or "[]"))))
+                    for i, r in enumerate(rows)]
+        task = asyncio.get_running_loop().create_task(self._send_all(adapter, messages), name="send-unrecorded")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send_all(self, adapter: Adapter, messages: list[OutboundMessage]) -> None:
+        try:
+            for message in messages:
+                await adapter.send(message)
+        except Exception as exc:  # noqa: BLE001 (best effort: the user may not hear it, nothing else breaks)
+            log.warning("an unrecorded notice to %s could not be sent: %s", messages[0].chat.platform, exc)
 
     def deliver_soon(self, turn_id: str) -> None:
         """Send an already recorded turn in the background (its rows stay pending for the retry round if it fails)."""

@@ -7,6 +7,7 @@ drain deadline live here; what the objects are is wiring's job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from gateway.access.pairing import PairingBook, load_key
 from gateway.config.settings import environ
+from gateway.errors import StoreError
 from gateway.events import AdapterHealth, Inbound, KnownThreads, Submit, SubmitResult
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
@@ -107,12 +109,24 @@ class Daemon:
         gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))
 
     async def _checkpoint(self) -> None:
+        """Every few seconds: the WAL checkpoint (in a thread), and while writes fail, a probe write (on the loop's
+        connection) so readiness comes back with the space even when no turn is waiting. Logged once per streak."""
+        failing = False
         while True:
             await asyncio.sleep(CHECKPOINT_EVERY_S)
+            if not self.gw.store.health.writable:
+                with contextlib.suppress(StoreError):
+                    self.gw.store.probe()
             try:
                 await asyncio.to_thread(self.gw.store.checkpoint)
             except Exception:
-                log.exception("WAL checkpoint failed")
+                if not failing:
+                    log.exception("WAL checkpoint failed (logged once until a checkpoint works again)")
+                failing = True
+            else:
+                if failing:
+                    log.warning("WAL checkpoints work again")
+                failing = False
 
     async def _prune_inbound(self) -> None:
         """Dedupe remembers a message id for `delivery.dedupe_retention_hours`; older answered rows go."""

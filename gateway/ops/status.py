@@ -99,6 +99,10 @@ class Ops:
         return {str(row[0]): int(row[1]) for row in self.store.all(sql)}
 
     def store_ok(self) -> bool:
+        """The store answers and takes writes (a full disk or a broken file leaves reads working); another
+        process holding the write lock for a moment is no outage."""
+        if self.store.health.reason not in (None, "busy"):
+            return False
         try:
             self.store.one("SELECT 1")
         except StoreError:
@@ -114,8 +118,12 @@ class Ops:
         model = model_name(self.model)
         ready = (store and not self.draining and model is not None
                  and all(state == "running" for state in adapters.values()))
-        return ready, {"ready": ready, "store": "ok" if store else "unavailable", "draining": self.draining,
+        return ready, {"ready": ready, "store": "ok" if store else self._store_problem(), "draining": self.draining,
                        "model": model, "adapters": adapters}
+
+    def _store_problem(self) -> str:
+        problem = self.store.health.problem
+        return f"unavailable: {problem}" if problem else "unavailable"
 
     def snapshot(self) -> dict[str, Any]:
         """Everything `gateway status` prints, as JSON-ready data."""

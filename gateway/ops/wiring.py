@@ -66,6 +66,9 @@ from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
+# The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
+# path (store.health.write sleeps and tries again), so a CLI or backup holding the lock never stalls the loop.
+LOOP_BUSY_TIMEOUT_MS = 50
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
@@ -125,7 +128,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                   sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic) -> Gateway:
     """The object graph, built once, bottom-up: store → model → knowledge and tools → delivery → sessions."""
     config.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # memories and chat history: the owner's alone
-    store = Store(config.db_path)
+    store = Store(config.db_path, busy_timeout_ms=LOOP_BUSY_TIMEOUT_MS)
     metrics = Metrics()
     source = "given"
     if llm is None:

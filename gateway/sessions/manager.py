@@ -20,7 +20,7 @@ from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import Config, ResetOverride
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import NO_PREVIEW, Live, Streams
-from gateway.errors import LLMError, LLMNotConfigured
+from gateway.errors import LLMError, LLMNotConfigured, StoreUnavailable
 from gateway.events import (
     Adapter,
     ChatRef,
@@ -36,10 +36,11 @@ from gateway.prompt.session_prompt import ContextCompressor, PromptSource, Sessi
 from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes
+from gateway.sessions.outage import StoreOutage
 from gateway.sessions.turn_text import ERROR_TEXT, plain_reason, reset_notice, user_message
 from gateway.store.database import Store
 from gateway.store.rows import ModelCall, SessionRow, iso, parse_iso
-from gateway.store.transcript import decode_inbound, encode_inbound, session_history, well_formed
+from gateway.store.transcript import decode_inbound, session_history, well_formed
 from gateway.telemetry.metrics import Metrics, error_kind
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class SessionManager:
         self.gate = gate
         self.commands = commands
         self.metrics = metrics
+        self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
@@ -112,15 +114,15 @@ class SessionManager:
         if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
         inbound = well_formed(inbound)
-        if self.gate is not None:
-            verdict = await self.gate(inbound)
-            if verdict is not None:
-                return verdict
-        inbound_id = self.store.insert_inbound(
-            platform=inbound.chat.platform, chat_type=inbound.chat.chat_type, chat_id=inbound.chat.chat_id,
-            thread_id=inbound.chat.thread_id, platform_message_id=inbound.message_id, user_id=inbound.user_id,
-            user_name=inbound.user_name, text=inbound.text, payload=encode_inbound(inbound),
-            received_at=inbound.received_at)
+        try:
+            if self.gate is not None:
+                verdict = await self.gate(inbound)
+                if verdict is not None:
+                    return verdict
+            inbound_id = await self.outage.intake(inbound)
+        except StoreUnavailable as exc:
+            self.outage.not_stored(inbound, exc)
+            raise
         if inbound_id is None:
             log.info("duplicate %s message %s in chat %s ignored", inbound.chat.platform, inbound.message_id,
                      inbound.chat.chat_id)
@@ -149,7 +151,8 @@ class SessionManager:
         polling offset, Slack's 3 s) must not wait behind a 429 pause on a command answer.
         """
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
-        self.store.settle_inbound(inbound_id, status, rows, now=self.clock(), session_id=session_id)
+        await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
+                                                                   session_id=session_id))
         self._answered(inbound, inbound_id)
         if wait:
             await self.outbox.deliver(turn_id)
@@ -214,6 +217,9 @@ class SessionManager:
 
     # ------------------------------------------------------------------ the turn
     async def _turn(self, inbound_id: int) -> None:
+        await self.outage.turn(lambda: self._turn_once(inbound_id))
+
+    async def _turn_once(self, inbound_id: int) -> None:
         row = self.store.inbound(inbound_id)
         if row.status not in ("pending", "running"):
             return
@@ -255,8 +261,8 @@ class SessionManager:
             await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, text, kind=OutboundKind.ERROR,
                                session_id=session.id)
             return
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, StoreUnavailable):
+            raise  # cancelled: replay takes over; storage: the outage runs the turn again
         except Exception:
             log.exception("turn crashed platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
             self._count_turn(inbound.chat.platform, "crash", now, "turn_crash")
@@ -266,8 +272,9 @@ class SessionManager:
         stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
-        self.store.complete_turn(session.id, [stored_user, *result.messages], rows, inbound_id, now=self.clock(),
-                                 turn_id=turn, calls=[_model_call(r) for r in held])
+        messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
+        await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
+                                                                 now=self.clock(), turn_id=turn, calls=calls))
         held.clear()
         self._answered(inbound, inbound_id)
         self.turns_done += 1
@@ -282,10 +289,14 @@ class SessionManager:
             if error is not None:
                 self.metrics.error(error)
 
-    def _record_usage(self, session_id: int, reply: LLMReply) -> None:
+    def _record_usage(self, session_id: int, reply: LLMReply) -> bool:
         call = _model_call(reply)
-        self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider, model=call.model,
-                             now=self.clock())
+        try:
+            self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider,
+                                 model=call.model, now=self.clock())
+        except StoreUnavailable:
+            return False  # kept for the turn's own transaction, or lost with a turn that is run again
+        return True
 
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
                          user_msg: ChatMessage, held: list[LLMReply], turn: str) -> TurnResult:
@@ -294,10 +305,10 @@ class SessionManager:
         allowed = self.tools.allowed(tools, session.platform)
 
         def record(reply: LLMReply) -> None:
-            if reply.tool_calls:
-                self._record_usage(session.id, reply)  # tools run next, maybe for long: on record now
-            else:
-                held.append(reply)  # the answer: its usage goes in with it, one transaction fewer per turn
+            # Tools run next, maybe for long: on record now. The answer's usage goes in with it (one transaction
+            # fewer per turn), and so does a call whose record failed.
+            if not reply.tool_calls or not self._record_usage(session.id, reply):
+                held.append(reply)
 
         async with self._turns:
             adapter = self.adapters.get(inbound.chat.platform)

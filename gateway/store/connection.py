@@ -2,30 +2,105 @@
 one/all/execute helpers. The per-table queries build on it (session_queries, message_queries, delivery_queries).
 
 Calls are synchronous and short (WAL + synchronous=NORMAL: no fsync per commit), so the event loop may call them
-directly. A query that fails raises StoreError.
+directly. A query that fails raises StoreError; one that fails for a reason that can pass (another process's
+write lock held past the short busy timeout, a full disk, a read-only file, I/O) raises StoreUnavailable, and
+StoreHealth (one per Database, `store.health`) keeps whether writes work and waits, without blocking the loop, until
+they do.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
-from gateway.errors import StoreError
+from gateway.errors import StoreError, StoreUnavailable
 from gateway.store.history_cache import HistoryCache
 from gateway.store.rows import iso, utcnow
 from gateway.store.schema import MIGRATIONS, Migration
+
+log = logging.getLogger("gateway.store")
+
+T = TypeVar("T")
+FIRST_PAUSE_S = 0.05
+MAX_PAUSE_S = 2.0
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class StoreHealth:
+    """The state of one database's writes: `problem` is None while they work, else why they fail."""
+
+    def __init__(self, *, sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic,
+                 max_pause: float = MAX_PAUSE_S) -> None:
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.max_pause = max_pause
+        self.problem: str | None = None
+        self.reason: str | None = None  # busy | full | readonly | io
+        self.since: float | None = None
+        self.outages = 0  # counts each time writes stopped working; a caller can tell one outage from the next
+
+    def failed(self, exc: StoreUnavailable) -> None:
+        if self.problem is None:
+            self.outages += 1
+            self.since = self.monotonic()
+            if exc.reason != "busy":  # a lock held by another process is routine; the rest is an outage
+                log.error("the database takes no writes (%s); messages that cannot be stored are refused, turns "
+                          "wait until it works again", exc)
+        self.problem, self.reason = str(exc), exc.reason
+
+    def ok(self) -> None:
+        if self.problem is not None:
+            if self.reason != "busy":
+                log.warning("the database takes writes again (it failed for %.0f s)",
+                            self.monotonic() - (self.since or self.monotonic()))
+            self.problem = self.reason = self.since = None
+
+    @property
+    def writable(self) -> bool:
+        return self.problem is None
+
+    async def write(self, call: Callable[[], T], *, deadline: float | None = None) -> T:
+        """`call()` (a synchronous store write), tried again after a pause while the store is unavailable.
+        With a `deadline` it gives up (StoreUnavailable) after that many seconds of a held lock, and at once for
+        any other reason; without one it tries until it works or is cancelled."""
+        started = self.monotonic()
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                return call()
+            except StoreUnavailable as exc:
+                # With a deadline (a sender waiting for its ack), only a lock is worth waiting for: a full or
+                # broken disk does not come back in seconds.
+                if deadline is not None and (exc.reason != "busy" or self.monotonic() - started + pause > deadline):
+                    raise
+            await self.sleep(pause)
+            pause = min(pause * 2, self.max_pause)
+
+    async def pause(self, attempt: int) -> None:
+        """The wait before attempt `attempt` (1, 2, …) of something bigger than one write (a whole turn)."""
+        await self.sleep(min(FIRST_PAUSE_S * 2 ** max(attempt - 1, 0), self.max_pause))
+
+
+# SQLite's primary result codes for failures that can pass, by what they mean for a caller.
+UNAVAILABLE = {sqlite3.SQLITE_BUSY: "busy", sqlite3.SQLITE_LOCKED: "busy", sqlite3.SQLITE_FULL: "full",
+               sqlite3.SQLITE_READONLY: "readonly", sqlite3.SQLITE_IOERR: "io"}
 
 
 class Database:
     """One connection to state.db. Open once in the composition root (as a Store); close on shutdown."""
 
-    def __init__(self, path: Path, *, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+    def __init__(self, path: Path, *, migrations: Sequence[Migration] = MIGRATIONS,
+                 busy_timeout_ms: int = 5000) -> None:
         self.path = path
+        self.health = StoreHealth()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -35,7 +110,7 @@ class Database:
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         try:
-            conn.execute("PRAGMA busy_timeout=5000")
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             self.db.enable_wal()
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -70,21 +145,53 @@ class Database:
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """One small write transaction (BEGIN IMMEDIATE so a second process waits instead of failing)."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        """One small write transaction (BEGIN IMMEDIATE: it waits for another process's lock up to the busy
+        timeout). A failure that can pass (busy, full, read-only, I/O) is StoreUnavailable, and store.health
+        hears of every failure and every commit."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._raise_unavailable(exc)
+            raise
         try:
             yield self.conn
-        except BaseException:
+        except BaseException as exc:
             self.history_cache.rollback()
-            self.conn.execute("ROLLBACK")
+            self._rollback()
+            if isinstance(exc, sqlite3.Error):
+                self._raise_unavailable(exc)
             raise
-        else:
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            self.history_cache.rollback()
+            self._rollback()
+            if isinstance(exc, sqlite3.Error):
+                self._raise_unavailable(exc)
+            raise
+        self.history_cache.commit()
+        self.health.ok()
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:  # SQLite may have rolled back already (some I/O and full errors do)
             try:
-                self.conn.execute("COMMIT")
-            except BaseException:
-                self.history_cache.rollback()
-                raise
-            self.history_cache.commit()
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
+    def _raise_unavailable(self, exc: sqlite3.Error) -> None:
+        """StoreUnavailable (health told) when `exc` is a failure that can pass; otherwise nothing."""
+        reason = UNAVAILABLE.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
+        if reason is not None:
+            error = StoreUnavailable(reason, f"{exc} ({reason})")
+            self.health.failed(error)
+            raise error from exc
+
+    def probe(self) -> None:
+        """A small write that needs new pages, removed again in the same transaction: does a write work now?"""
+        with self.tx() as conn:
+            conn.execute("INSERT INTO store_probe (filler) VALUES (zeroblob(16384))")
+            conn.execute("DELETE FROM store_probe")
 
     def _migrate(self, migrations: Sequence[Migration]) -> list[str]:
         self.conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -118,14 +225,14 @@ class Database:
         try:
             row: sqlite3.Row | None = self.conn.execute(sql, args).fetchone()
         except sqlite3.Error as exc:
-            raise StoreError(f"query failed: {exc}") from exc
+            raise _query_error(exc) from exc
         return row
 
     def all(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         try:
             return self.conn.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"query failed: {exc}") from exc
+            raise _query_error(exc) from exc
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one write statement in its own transaction; return lastrowid."""
@@ -140,3 +247,8 @@ class Database:
 
     def _read_data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def _query_error(exc: sqlite3.Error) -> StoreError:
+    reason = UNAVAILABLE.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
+    return StoreUnavailable(reason, f"query failed: {exc}") if reason else StoreError(f"query failed: {exc}")

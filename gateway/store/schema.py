@@ -317,6 +317,12 @@ CREATE INDEX inbound_received ON inbound(received_at);
 CREATE INDEX llm_calls_created ON llm_calls(created_at);
 """
 
+# A table the daemon writes one blob into and deletes again while the database takes no writes: the probe that
+# notices when space (or the lock) is back although no turn is waiting (gateway/store/connection.py probe).
+_ROBUSTNESS = """
+CREATE TABLE store_probe (filler BLOB);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -327,4 +333,5 @@ MIGRATIONS: list[Migration] = [
     ("0005_people", _PEOPLE),
     ("0007_streaming", _STREAMING),
     ("0010_dashboard", _DASHBOARD),
+    ("0011_robustness", _ROBUSTNESS),
 ]

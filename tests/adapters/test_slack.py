@@ -31,6 +31,7 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
 from gateway.sessions.commands import HELP_TEXT, NEW_TEXT
+from gateway.sessions.outage import NOT_STORED_TEXT
 from gateway.telemetry.logs import setup_logging
 from tests.fakeclock import FakeClock
 from tests.fakes.base import Delay, Fault
@@ -678,14 +679,15 @@ async def test_http_event_that_cannot_be_stored_gets_a_500_and_its_retry_is_answ
         body = event_callback(dm("store me"), "EvBroken1")
         run.gw.store.conn.execute("PRAGMA query_only = ON")  # every write fails: the disk is gone, say
         assert (await run.post(body))[0] == 500
+        assert (await slack.wait_for_post(DM)).text == NOT_STORED_TEXT  # the user hears it, unrecorded
         run.gw.store.conn.execute("PRAGMA query_only = OFF")
-        assert run.inbound_rows() == [] and slack.posted() == []
+        assert run.inbound_rows() == []
         retry = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_error"}
         assert (await run.post(body, headers=retry))[0] == 200
-        assert (await slack.wait_for_post(DM)).text == "echo: store me [users=1]"
+        assert (await slack.wait_for_post(DM, 2)).text == "echo: store me [users=1]"
         assert (await run.post(body, headers={**retry, "X-Slack-Retry-Num": "2"}))[0] == 200  # once is enough
         await run.gw.sessions.wait_idle()
-        assert len(run.inbound_rows()) == 1 and len(slack.posted(DM)) == 1
+        assert len(run.inbound_rows()) == 1 and len(slack.posted(DM)) == 2
 
 
 async def test_socket_event_that_cannot_be_stored_is_not_acked_and_its_redelivery_is_answered(
@@ -699,7 +701,8 @@ async def test_socket_event_that_cannot_be_stored_is_not_acked_and_its_redeliver
         run.gw.store.conn.execute("PRAGMA query_only = OFF")
         again = await slack.push_event(event, event_id="EvBroken2", retry_attempt=1, retry_reason="timeout")
         await slack.wait_for_ack(again)
-        assert (await slack.wait_for_post(DM)).text == "echo: store me [users=1]"
+        told, answer = await slack.wait_for_post(DM), await slack.wait_for_post(DM, 2)
+        assert (told.text, answer.text) == (NOT_STORED_TEXT, "echo: store me [users=1]")  # told once, not twice
         acked = {a["envelope_id"] for a in slack.acks}
         assert lost not in acked and command not in acked  # a slash command's user sees that it failed
         assert slack.responses == [] and len(run.inbound_rows()) == 1

@@ -1,0 +1,188 @@
+"""The database taking no writes, for real: another process holding SQLite's write lock, and a disk that is full
+(the database capped with `PRAGMA max_page_count`, so a write that needs a new page fails with SQLITE_FULL as it
+would on a full disk). What is accepted is answered once writes work again; what cannot be stored is refused and
+the sender is told once; the event loop never waits on the lock; /readyz says not ready until it is over."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Self
+
+import aiohttp
+import pytest
+
+from gateway.config.settings import load_config
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import build_gateway, platform_adapters
+from gateway.sessions.outage import NOT_STORED_TEXT
+from tests.daemon_proc import WebChatClient
+from tests.fakes.llm import Delay, FakeLLM
+from tests.helpers import write_config
+
+HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+class LockHolder:
+    """Another process holding state.db's write lock until told to let go."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> Self:
+        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", HOLD_LOCK, str(self.db),
+                                                         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert self.proc.stdout is not None
+        assert (await asyncio.wait_for(self.proc.stdout.readline(), 30)) == b"locked\n"
+        return self
+
+    async def release(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"\n")
+            await self.proc.stdin.drain()
+            await asyncio.wait_for(self.proc.wait(), 30)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+
+@pytest.fixture
+async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    try:
+        yield daemon
+    finally:
+        await daemon.stop()
+
+
+async def _readyz(port: int) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+        return resp.status, await resp.json()
+
+
+def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_a_held_write_lock_never_stalls_the_loop_and_the_message_is_answered(daemon: Daemon,
+                                                                                    home: Path) -> None:
+    port = daemon.web_port or 0
+    async with WebChatClient(port, home=home) as tab, LockHolder(home / "state.db") as lock:
+        assert tab.ws is not None
+        await tab.ws.send_str(json.dumps({"text": "hello while the database is locked"}))
+        await asyncio.sleep(0.3)  # the message reached the daemon and waits for the lock
+        started = time.monotonic()
+        for _ in range(5):  # the loop serves other requests while the message waits for the lock
+            status, _ = await _readyz(port)
+            assert status == 200  # another process's lock is routine, not an outage
+        assert time.monotonic() - started < 2.0  # with the old 5 s busy wait on the loop, the first took 5 s
+        assert _rows(home / "state.db", "SELECT COUNT(*) FROM inbound") == [(0,)]  # not stored, not acked yet
+        await lock.release()
+        ack = await tab.next("ack")
+        assert ack["outcome"] == "accepted"
+        reply = await tab.next("message")
+    assert reply["text"].startswith("echo: hello while the database is locked")
+    assert _rows(home / "state.db", "SELECT status FROM inbound") == [("answered",)]
+
+
+async def test_a_lock_held_past_the_wait_refuses_the_message_and_says_so(daemon: Daemon, home: Path) -> None:
+    daemon.gw.sessions.outage.submit_wait = 0.5
+    port = daemon.web_port or 0
+    async with WebChatClient(port, home=home) as tab, LockHolder(home / "state.db"):
+        ack = await tab.say("this one cannot be stored")
+        notice = await tab.next("message")
+    assert ack["outcome"] == "refused"
+    assert notice["text"] == NOT_STORED_TEXT
+    assert _rows(home / "state.db", "SELECT COUNT(*) FROM inbound") == [(0,)]
+    async with WebChatClient(port, home=home) as tab:  # the lock is gone: the next message is answered
+        assert (await tab.say("and now?"))["outcome"] == "accepted"
+        assert (await tab.next("message"))["text"].startswith("echo: and now?")
+
+
+def _fill(daemon: Daemon) -> int:
+    """The disk is full: the database may not grow by a single page more."""
+    conn = daemon.gw.store.conn
+    pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    return pages
+
+
+async def test_a_full_disk_refuses_new_messages_once_holds_accepted_ones_and_recovers(
+        daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    port = daemon.web_port or 0
+    long = "x" * 20_000  # needs new pages wherever it is stored
+    fake_llm.script(Delay(1.0))  # the answer comes a second after the request: the disk fills in between
+    async with WebChatClient(port, home=home, client="tabA") as tab:
+        assert (await tab.say(f"accepted before the disk filled {long}"))["outcome"] == "accepted"
+        await fake_llm.wait_for_call("/v1/messages")
+        _fill(daemon)
+        await fake_llm.wait_until(lambda: not daemon.gw.store.health.writable, timeout=10)
+        assert daemon.gw.store.health.reason == "full"
+        status, body = await _readyz(port)
+        assert status == 503 and body["store"] == "unavailable: database or disk is full (full)"
+        first = await tab.say(f"new message one {long}")
+        notice = await tab.next("message")
+        second = await tab.say(f"new message two {long}")
+        assert (first["outcome"], second["outcome"]) == ("refused", "refused")
+        assert notice["text"] == NOT_STORED_TEXT
+        daemon.gw.store.conn.execute("PRAGMA max_page_count = 1073741823")  # space is back
+        reply = await tab.next("message")
+        assert reply["text"].startswith("echo: accepted before the disk filled")
+        assert [m for m in tab.received if m.get("type") == "message"] == [notice, reply]  # told once
+    status, _ = await _readyz(port)
+    assert status == 200
+    assert _rows(home / "state.db", "SELECT status, substr(text, 1, 31) FROM inbound") == [
+        ("answered", "accepted before the disk filled")]
+
+
+async def test_readiness_comes_back_with_the_space_when_nothing_waits(daemon: Daemon, home: Path) -> None:
+    port = daemon.web_port or 0
+    _fill(daemon)
+    async with WebChatClient(port, home=home) as tab:
+        assert (await tab.say("y" * 20_000))["outcome"] == "refused"
+    assert (await _readyz(port))[0] == 503
+    daemon.gw.store.conn.execute("PRAGMA max_page_count = 1073741823")
+    deadline = time.monotonic() + 15  # the daemon's own probe (every 2 s) notices; no message is needed
+    while (await _readyz(port))[0] != 200:
+        assert time.monotonic() < deadline, "still not ready after the space came back"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_lock_taken_while_the_model_answers_delays_the_reply_and_loses_nothing(
+        daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    port = daemon.web_port or 0
+    fake_llm.script(Delay(0.5))
+    async with WebChatClient(port, home=home) as tab:
+        assert (await tab.say("answer me while the database is locked"))["outcome"] == "accepted"
+        await fake_llm.wait_for_call("/v1/messages")
+        async with LockHolder(home / "state.db") as lock:
+            await fake_llm.wait_until(lambda: daemon.gw.store.health.reason == "busy", timeout=10)
+            await asyncio.sleep(0.5)  # the answer is in, its turn cannot store it: nothing is sent meanwhile
+            assert _rows(home / "state.db", "SELECT status FROM inbound") == [("running",)]
+            await lock.release()
+        reply = await tab.next("message")
+    assert reply["text"].startswith("echo: answer me while the database is locked")
+    assert _rows(home / "state.db", "SELECT status FROM inbound") == [("answered",)]
+    assert _rows(home / "state.db", "SELECT COUNT(*) FROM outbound WHERE status = 'sent'") == [(1,)]
