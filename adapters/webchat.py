@@ -7,6 +7,9 @@ arrives as it comes: a `draft` frame (the text so far), then `delta` frames (wha
 The page names each message it sends (a random id), so it can match answers, drafts and errors to it in any order
 (`reply_to`), and a message sent twice (a resend after a dropped connection) is stored once. On connect a tab hears which model answers (or how to configure one) and the
 session so far, failed messages included, which it can send again (`retry_of`).
+Files (a picture, a PDF, a recording) are uploaded first (`POST /upload`, streamed to disk and bounded like
+every attachment), then named by their upload ids in the socket message; the core fetches them through `media`
+like any platform's files.
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
+from pathlib import Path
 
-from aiohttp import WSMsgType, web
+from aiohttp import BodyPartReader, WSMsgType, web
 
-from gateway.errors import StoreUnavailable
+from gateway.errors import MediaUnavailable, StoreUnavailable
 from gateway.events import (
+    Attachment,
     ChatRef,
     Inbound,
     OutboundMessage,
@@ -35,6 +40,9 @@ from gateway.events import (
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
+MAX_FILES = 10                 # per message
+UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+CHUNK = 64 * 1024
 # The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message of the person's
 # its "id"; a message that failed also has the "error" it got.
 HistorySource = Callable[[str], Sequence[Mapping[str, object]]]
@@ -49,7 +57,9 @@ MAX_DRAFTS = 1000  # drafts whose answer never came (a crash) are forgotten past
 class WebChatAdapter:
     platform = "web"
 
-    def __init__(self) -> None:
+    def __init__(self, *, uploads: Path | None = None, max_upload_bytes: int = 20 * 1024 * 1024) -> None:
+        self.uploads = uploads  # where uploaded files wait for their turn (GATEWAY_HOME/media/uploads); None: off
+        self.max_upload_bytes = max_upload_bytes
         self._submit: Submit | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         self._sent = 0
@@ -68,6 +78,7 @@ class WebChatAdapter:
         self._hello = hello
         app.router.add_get("/", self._page)
         app.router.add_get("/ws", self._socket)
+        app.router.add_post("/upload", self._upload)
 
     async def start(self, submit: Submit) -> None:
         self._submit = submit
@@ -159,10 +170,12 @@ class WebChatAdapter:
         try:
             frame = json.loads(data)
             text = str(frame.get("text", ""))
-        except (ValueError, AttributeError):
-            await ws.send_str(json.dumps({"type": "error", "text": "malformed message"}))
+            files = self._files(frame.get("files") or [])
+        except (ValueError, AttributeError, TypeError) as exc:
+            await ws.send_str(json.dumps({"type": "error", "text": str(exc) if isinstance(exc, _BadFiles)
+                                          else "malformed message"}))
             return
-        if not text.strip():
+        if not text.strip() and not files:
             return
         if len(text) > MAX_MESSAGE_CHARS:
             await ws.send_str(json.dumps({"type": "error", "text": f"message too long (limit {MAX_MESSAGE_CHARS:,})"}))
@@ -173,7 +186,7 @@ class WebChatAdapter:
         given = str(frame.get("id") or "")
         message_id = given if CLIENT_MESSAGE_ID.fullmatch(given) else f"{self._boot}-{next(self._received)}"
         inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=message_id,
-                          received_at=datetime.now(UTC), user_name=None)
+                          received_at=datetime.now(UTC), user_name=None, attachments=files)
         try:
             result = await self._submit(inbound)
         except Exception as exc:  # noqa: BLE001 (not stored, for whatever reason: the tab must hear it)
@@ -191,3 +204,82 @@ class WebChatAdapter:
             self._retried(client, retry_of)  # only once the new one is stored: a refused retry keeps the old
         if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is shutting down"}))
+
+    # ------------------------------------------------------------------ files
+    async def _upload(self, request: web.Request) -> web.Response:
+        """One file (multipart field `file`), streamed to disk; 413 past the limit, nothing kept of it."""
+        if self.uploads is None:
+            return web.json_response({"error": "uploads are off"}, status=404)
+        try:
+            reader = await request.multipart()
+            part = await reader.next()
+        except (ValueError, AssertionError):
+            part = None
+        if not isinstance(part, BodyPartReader) or part.name != "file":
+            return web.json_response({"error": "expected a multipart body with one `file`"}, status=400)
+        upload_id = uuid.uuid4().hex
+        size = await self._store(part, self.uploads / upload_id)
+        if size is None:
+            return web.json_response({"error": f"the file is larger than {self.max_upload_bytes:,} bytes"},
+                                     status=413)
+        name = (part.filename or "file")[:200]
+        kind = part.headers.get("Content-Type", "application/octet-stream").split(";")[0].strip()
+        return web.json_response({"id": upload_id, "name": name, "type": kind, "size": size})
+
+    async def _store(self, part: BodyPartReader, path: Path) -> int | None:
+        assert self.uploads is not None
+        self.uploads.mkdir(parents=True, exist_ok=True, mode=0o700)
+        size = 0
+        try:
+            with path.open("wb") as out:
+                while chunk := await part.read_chunk(CHUNK):
+                    size += len(chunk)
+                    if size > self.max_upload_bytes:
+                        raise _TooLarge
+                    out.write(chunk)
+        except _TooLarge:
+            path.unlink(missing_ok=True)
+            return None
+        except BaseException:  # a dropped connection: no half file stays behind
+            path.unlink(missing_ok=True)
+            raise
+        return size
+
+    def _files(self, items: object) -> tuple[Attachment, ...]:
+        """The socket message's `files`: [{id, name, type, size}] as the upload answered them."""
+        if not isinstance(items, list) or len(items) > MAX_FILES:
+            raise _BadFiles(f"at most {MAX_FILES} files per message")
+        found = []
+        for item in items:
+            upload_id = str(item.get("id") or "") if isinstance(item, dict) else ""
+            if not UPLOAD_ID.match(upload_id) or self.uploads is None or not (self.uploads / upload_id).is_file():
+                raise _BadFiles("a file of this message was not uploaded (or is gone); attach it again")
+            kind = str(item.get("type") or "application/octet-stream")
+            found.append(Attachment(_kind(kind), name=str(item.get("name") or "file")[:200], mime_type=kind,
+                                    size=(self.uploads / upload_id).stat().st_size, ref=upload_id))
+        return tuple(found)
+
+    async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
+        """An uploaded file's bytes (the core bounds size and time)."""
+        ref = attachment.ref or ""
+        if self.uploads is None or not UPLOAD_ID.match(ref):
+            raise MediaUnavailable("the upload is unknown")
+        try:
+            with (self.uploads / ref).open("rb") as f:
+                while chunk := f.read(CHUNK):
+                    yield chunk
+        except FileNotFoundError:
+            raise MediaUnavailable("the upload is gone (removed by the retention)") from None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BadFiles(ValueError):
+    pass
+
+
+def _kind(mime: str) -> str:
+    major = mime.split("/", 1)[0]
+    return {"image": "photo", "audio": "audio", "video": "video"}.get(major, "document")

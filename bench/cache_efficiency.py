@@ -1,8 +1,10 @@
 """Benchmark the provider prefix cache: a 20-turn Telegram conversation over the Anthropic wire against the fake
 LLM's cache emulation, with the gateway pipeline restarted (new object graph, same home and database) after
-turn 10. Two turns use a tool (a memory write, a search), so some turns make two model calls.
+turn 10. Two turns use a tool (a memory write, a search), so some turns make two model calls. Every third turn
+sends a photo (a different picture each time, prepared and stored like any attachment), so the history carries
+image blocks that must come back byte for byte on every later request, also after the restart.
 
-Run:  python bench/cache_efficiency.py [--turns 20] [--restart-after 10] [-v]
+Run:  python bench/cache_efficiency.py [--turns 20] [--restart-after 10] [--photo-every 3] [-v]
 Prints cached input tokens, total input tokens, the ideal bound for "system_and_3" and cached / bound
 (goal ≥ 0.99), and whether the system prompt was byte-identical in every request.
 
@@ -15,17 +17,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from gateway.config.settings import load_config
-from gateway.events import ChatRef, Inbound
+from gateway.events import Attachment, ChatRef, Inbound
 from gateway.ops.wiring import Gateway, build_gateway
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests/ holds the fakes
@@ -55,6 +58,7 @@ class Figures:
     bound: int
     requests: int
     same_system: bool
+    images: int = 0
 
     @property
     def ratio(self) -> float:
@@ -77,6 +81,41 @@ def script_for(n: int) -> list[Any]:
     return []
 
 
+class PhotoAdapter(RecordingAdapter):
+    """The Telegram side of the bench: records replies and serves the photos users send (a MediaSource)."""
+
+    def __init__(self) -> None:
+        super().__init__("telegram")
+        self.files: dict[str, bytes] = {}
+
+    async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
+        data = self.files[attachment.ref or ""]
+        for offset in range(0, len(data), 65536):
+            yield data[offset:offset + 65536]
+
+
+def photo(n: int) -> bytes:
+    """A 1600×1200 picture (scaled to 1313×985 by the gateway), different for every turn."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (1600, 1200), ((n * 37) % 256, (n * 91) % 256, (n * 53) % 256))
+    draw = ImageDraw.Draw(image)
+    for x in range(0, 1600, 40 + n):
+        draw.line([(x, 0), (1600 - x, 1200)], fill=(255, 255, 255), width=3)
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def inbound_for(n: int, text: str, now: datetime, adapter: PhotoAdapter, photo_every: int) -> Inbound:
+    files: tuple[Attachment, ...] = ()
+    if photo_every and n % photo_every == 0:
+        adapter.files[f"photo-{n}"] = data = photo(n)
+        files = (Attachment("photo", mime_type="image/jpeg", size=len(data), ref=f"photo-{n}"),)
+    return Inbound(chat=ChatRef("telegram", "dm", "42", None), user_id="42", text=text, message_id=str(n),
+                   received_at=now, user_name="Dana", attachments=files)
+
+
 def build(home: Path, clock: Clock, adapter: RecordingAdapter) -> Gateway:
     gw = build_gateway(load_config(home), env={}, adapters=[adapter], clock=clock, probe_ollama=False)
     adapter.submit = gw.sessions.submit
@@ -88,7 +127,7 @@ async def close(gw: Gateway) -> None:
     gw.store.close()
 
 
-async def run(turns: int, restart_after: int, verbose: bool) -> Figures:
+async def run(turns: int, restart_after: int, verbose: bool, photo_every: int = 3) -> Figures:
     fake = FakeLLM(cache=True, cache_min_tokens=CACHE_MIN_TOKENS)
     await fake.start()
     with tempfile.TemporaryDirectory(prefix="cache-bench-") as tmp:
@@ -101,15 +140,13 @@ async def run(turns: int, restart_after: int, verbose: bool) -> Figures:
               timezone: UTC
             """))
         clock = Clock(datetime(2026, 6, 1, 10, 0, tzinfo=UTC))
-        adapter = RecordingAdapter("telegram")
+        adapter = PhotoAdapter()
         gw = build(home, clock, adapter)
         try:
             for n, text in enumerate(messages(turns), start=1):
                 fake.script(*script_for(n))
                 clock.now += timedelta(minutes=1)
-                await gw.sessions.submit(Inbound(chat=ChatRef("telegram", "dm", "42", None), user_id="42",
-                                                 text=text, message_id=str(n), received_at=clock.now,
-                                                 user_name="Dana"))
+                await gw.sessions.submit(inbound_for(n, text, clock.now, adapter, photo_every))
                 await gw.sessions.wait_idle()
                 if n == restart_after:
                     await close(gw)
@@ -132,19 +169,23 @@ def figures(bodies: list[dict[str, Any]], usages: list[Usage], verbose: bool) ->
         if verbose:
             print(f"request {i + 1:2}: prompt {usage.prompt_total:6}  read {usage.cache_read:6}  "
                   f"write {usage.cache_creation:5}  uncached {usage.input_tokens:5}  ideal read {ideal:6}")
+    images = sum(1 for m in bodies[-1]["messages"] for b in m["content"] if b.get("type") == "image")
     return Figures(cached=sum(u.cache_read for u in usages), total=sum(u.prompt_total for u in usages),
                    written=sum(u.cache_creation for u in usages), bound=bound, requests=len(usages),
-                   same_system=len(systems) == 1)
+                   same_system=len(systems) == 1, images=images)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--restart-after", type=int, default=10)
+    parser.add_argument("--photo-every", type=int, default=3, help="a photo with every Nth message (0: none)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per model request")
     args = parser.parse_args(argv)
-    f = asyncio.run(run(args.turns, args.restart_after, args.verbose))
-    print(f"turns: {args.turns} (pipeline restarted after turn {args.restart_after}), model requests: {f.requests}")
+    f = asyncio.run(run(args.turns, args.restart_after, args.verbose, args.photo_every))
+    photos = args.turns // args.photo_every if args.photo_every else 0
+    print(f"turns: {args.turns} (pipeline restarted after turn {args.restart_after}), model requests: {f.requests}, "
+          f"photos: {photos} (image blocks in the last request: {f.images})")
     print(f"cached input tokens:     {f.cached}")
     print(f"cache write tokens:      {f.written}")
     print(f"total input tokens:      {f.total}")

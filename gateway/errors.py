@@ -164,4 +164,7 @@ class MediaUnavailable(MediaError):
 
 
 def _mb(size: int) -> str:
-    return f"{size / (1024 * 1024):.1f} MB" if size >= 1024 * 1024 else f"{max(1, size // 1024)} KB"
+    for unit, scale in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}" if unit == "MB" else f"{size / scale:.0f} {unit}"
+    return f"{max(1, size // 1024)} KB"

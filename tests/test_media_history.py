@@ -155,7 +155,9 @@ def test_retention_removes_old_files_and_empty_folders(tmp_path: Path) -> None:
     month_ago = time.time() - 31 * 86_400
     os.utime(media_root(tmp_path) / old["file"], (month_ago, month_ago))
     assert sweep(tmp_path, older_than_days=30) == 1
-    assert not session_dir(tmp_path, 1).exists() and (session_dir(tmp_path, 2) / "2-0.jpg").exists()
+    assert list(session_dir(tmp_path, 1).iterdir()) == [] and (session_dir(tmp_path, 2) / "2-0.jpg").exists()
+    assert sweep(tmp_path, older_than_days=30, now=time.time() + 7200) == 0  # the emptied folder, a while later
+    assert not session_dir(tmp_path, 1).exists() and session_dir(tmp_path, 2).exists()
     assert delete_session_media(tmp_path, [2, 3]) == 1 and not session_dir(tmp_path, 2).exists()
     assert delete_session_media(tmp_path, [2]) == 0
 

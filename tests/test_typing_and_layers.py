@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Same rank = peers that must not import each other. docs/architecture.md draws the same map.
 LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
-    "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5,
+    "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5, "media": 5,
     "agent": 6, "prompt": 7, "delivery": 8,
     "sessions": 9, "access": 9, "scheduling": 10, "webui": 11, "ops": 12, "cli": 13,
 }
@@ -34,6 +34,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content", "vet"), "link", "hub"],
     "net": [("guard", "pages"), "fetch", ("extract", "search")],
+    "media": [("download", "images", "documents", "transcribe"), "prepare", "turns"],
     "agent": ["tools", "loop"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -28,6 +28,7 @@ from adapters.discord.catchup import (
     channel_id_of,
 )
 from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
+from adapters.discord.files import DiscordFiles
 from adapters.discord.outbound import Outbound
 from adapters.discord.text import (
     INTENT_HINT,
@@ -46,7 +47,7 @@ from adapters.discord.text import (
 from adapters.discord.threads import AutoThreads
 from gateway.config.settings import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal
-from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+from gateway.events import Attachment, ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
            "thread_name"]
@@ -100,6 +101,7 @@ class DiscordAdapter:
         self._commands = SlashCommands(config, self._submit_in_order, monotonic)
         self._threads = AutoThreads()  # `thread_replies: auto`: planned on arrival, opened with the answer
         self._outbound = Outbound(self._commands, self._threads)  # replies and "is typing…"
+        self._files = DiscordFiles(config.api_base)  # attachments, streamed from the CDN
         self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
                                         self._channels, monotonic,
                                         lambda: (self.catch_up_budget, self.catch_up_concurrency))
@@ -125,6 +127,11 @@ class DiscordAdapter:
 
     async def stop(self) -> None:
         await self._close()
+        await self._files.close()
+
+    def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
+        """An attachment's bytes from its CDN URL (the core bounds size and time; see `files`)."""
+        return self._files.chunks(attachment)
 
     async def wait_closed(self) -> None:
         """Returns when the gateway loop ended on its own; 4014/4004 and the like raise `AdapterFatal`."""

@@ -127,9 +127,13 @@ def roles_of(user: discord.abc.User) -> tuple[str, ...]:
 
 
 def attachment(item: discord.Attachment) -> Attachment:
+    """A file with its CDN URL to fetch it by; a voice message (the mic button: Ogg/Opus with a duration and a
+    waveform) is a voice note."""
     mime = item.content_type or ""
-    kind = {"image": "photo", "audio": "audio", "video": "video"}.get(mime.split("/", 1)[0], "file")
-    return Attachment(kind, name=item.filename, mime_type=item.content_type, size=item.size)
+    kind = "voice" if item.is_voice_message() else \
+        {"image": "photo", "audio": "audio", "video": "video"}.get(mime.split("/", 1)[0], "file")
+    name = "voice message" if kind == "voice" else item.filename
+    return Attachment(kind, name=name, mime_type=item.content_type, size=item.size, ref=item.url)
 
 
 # ---------------------------------------------------------------------- outbound

@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.ack import Intake, NotStored
 from adapters.slack.connection import Connection
+from adapters.slack.files import SlackFiles
 from adapters.slack.lookup import Directory, task_result
 from adapters.slack.outbound import THINKING_REACTION, Outbound
 from adapters.slack.text import (
@@ -53,6 +54,7 @@ from adapters.slack.text import (
 from gateway.config.settings import SlackConfig
 from gateway.errors import PlatformUnavailable
 from gateway.events import (
+    Attachment,
     ChatRef,
     ChatType,
     Inbound,
@@ -105,6 +107,7 @@ class SlackAdapter:
         self._message_keys = Recent()
         self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
         self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
+        self._files = SlackFiles(config.bot_token.value, config.api_url)  # attachments, with the bot token
 
     # ------------------------------------------------------------------ lifecycle
     def remember_threads(self, threads: Sequence[ChatRef]) -> None:
@@ -138,6 +141,11 @@ class SlackAdapter:
         await asyncio.gather(*lookups, return_exceptions=True)
         self._directory.in_flight.clear()
         self._unread.clear()
+        await self._files.close()
+
+    def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
+        """A file's bytes from its private URL with the bot token (the core bounds size and time; see `files`)."""
+        return self._files.chunks(attachment)
 
     async def _auth_test(self, client: AsyncWebClient) -> Me:
         try:

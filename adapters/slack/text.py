@@ -166,6 +166,9 @@ def slack_to_text(text: str, bot_user_id: str, names: Mapping[str, str | None]) 
 
 
 def attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """The event's files with their `url_private_download` (fetched later with the bot token); an audio clip
+    recorded in Slack (`subtype: slack_audio`) is a voice note. A file Slack hides (over a free workspace's limit,
+    deleted) comes without a link, and the model is told it was there."""
     found = []
     for item in event.get("files") or ():
         if not isinstance(item, dict):
@@ -173,9 +176,13 @@ def attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
         mime = str(item.get("mimetype") or "") or None
         major = (mime or "").split("/")[0]
         kind = {"image": "photo", "audio": "audio", "video": "video"}.get(major, "document")
+        if item.get("subtype") == "slack_audio":
+            kind = "voice"
         size = item.get("size")
+        link = item.get("url_private_download") or item.get("url_private")
         found.append(Attachment(kind=kind, name=item.get("name") or item.get("title"), mime_type=mime,
-                                size=size if isinstance(size, int) else None))
+                                size=size if isinstance(size, int) else None,
+                                ref=str(link) if link and item.get("mode") != "hidden_by_limit" else None))
     return tuple(found)
 
 

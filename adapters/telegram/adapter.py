@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
 
@@ -23,6 +23,7 @@ from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramNotFound,
 from aiogram.types import BotCommand, ChatMemberUpdated, Message, User
 from aiogram.utils.token import TokenValidationError
 
+from adapters.telegram.files import file_chunks
 from adapters.telegram.outbound import TYPING_INTERVAL_S, Outbound
 from adapters.telegram.text import (
     CHAT_TYPES,
@@ -39,8 +40,8 @@ from adapters.telegram.text import (
 )
 from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
-from gateway.errors import AdapterError, AdapterFatal
-from gateway.events import ChatRef, Inbound, OutboundMessage, ServeHttp, Submit, SubmitOutcome, SubmitResult
+from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
+from gateway.events import Attachment, ChatRef, Inbound, OutboundMessage, ServeHttp, Submit, SubmitOutcome, SubmitResult
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 
@@ -119,8 +120,14 @@ class TelegramAdapter:
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
 
+    def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
+        """An attachment's bytes through getFile (the core bounds size and time; see `files`)."""
+        if self._bot is None:
+            raise MediaUnavailable("Telegram is not connected")
+        return file_chunks(self._bot, attachment, local=self.config.local_api)
+
     def _make_bot(self) -> Bot:
-        api = TelegramAPIServer.from_base(self.config.api_server.rstrip("/"))
+        api = TelegramAPIServer.from_base(self.config.api_server.rstrip("/"), is_local=self.config.local_api)
         try:
             return Bot(self.config.token.value, session=AiohttpSession(api=api))
         except TokenValidationError:
@@ -210,6 +217,7 @@ class TelegramAdapter:
             text=said.text,
             message_id=message_key(message), received_at=utc(message.edit_date or message.date),
             reply_to_id=str(replied.message_id) if replied is not None else None, attachments=files,
+            group_id=message.media_group_id,
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
             chat_title=message.chat.title)
 

@@ -18,7 +18,7 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import Message, MessageEntity, User
+from aiogram.types import Message, MessageEntity, Sticker, User
 
 from gateway.errors import AdapterError, MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable
 from gateway.events import Attachment, ChatType
@@ -94,19 +94,35 @@ def real_reply(message: Message) -> Message | None:
 
 
 def attachments(message: Message) -> tuple[Attachment, ...]:
+    """The message's files, each with its file_id (`ref`) for getFile: the largest size of a photo, a document
+    (a GIF comes as an animation and a document: kept once, as a video), audio, video, a round video note, a voice
+    note, and a sticker as a still image (an animated or video sticker by its thumbnail)."""
     found: list[Attachment] = []
     if message.photo:
-        found.append(Attachment("photo", size=message.photo[-1].file_size))
-    for kind, media in (("document", message.document), ("audio", message.audio), ("video", message.video)):
+        best = message.photo[-1]
+        found.append(Attachment("photo", mime_type="image/jpeg", size=best.file_size, ref=best.file_id))
+    document = None if message.animation is not None else message.document
+    for kind, media in (("document", document), ("audio", message.audio), ("video", message.video),
+                        ("video", message.animation), ("video", message.video_note)):
         if media is not None:
             found.append(Attachment(kind, name=getattr(media, "file_name", None),
-                                    mime_type=getattr(media, "mime_type", None), size=media.file_size))
+                                    mime_type=getattr(media, "mime_type", None), size=media.file_size,
+                                    ref=media.file_id))
     if message.voice is not None:
-        found.append(Attachment("audio", name="voice message", mime_type=message.voice.mime_type,
-                                size=message.voice.file_size))
+        found.append(Attachment("voice", name="voice note", mime_type=message.voice.mime_type or "audio/ogg",
+                                size=message.voice.file_size, ref=message.voice.file_id))
     if message.sticker is not None:
-        found.append(Attachment("sticker", name=message.sticker.emoji))
+        found.append(_sticker(message.sticker))
     return tuple(found)
+
+
+def _sticker(sticker: Sticker) -> Attachment:
+    name = f"sticker {sticker.emoji}" if sticker.emoji else "sticker"
+    if not sticker.is_animated and not sticker.is_video:
+        return Attachment("sticker", name=name, mime_type="image/webp", size=sticker.file_size, ref=sticker.file_id)
+    thumb = sticker.thumbnail
+    return Attachment("sticker", name=name, size=thumb.file_size if thumb else None,
+                      ref=thumb.file_id if thumb else None)
 
 
 def sender_id(message: Message) -> str:

@@ -221,6 +221,7 @@ def is_loopback_host(host: str) -> bool:
 class TelegramConfig:
     token: Secret
     api_server: str = "https://api.telegram.org"
+    local_api: bool = False
     mode: Literal["polling", "webhook"] = "polling"
     webhook_url: str | None = None
     secret_token: Secret | None = None

@@ -28,6 +28,7 @@ from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import Gateway
 from gateway.sessions.catchup import CatchUps, joined_threads
+from gateway.store.media_files import sweep
 from gateway.telemetry.logs import redactor_for
 from gateway.webui.chat_history import WebChatHistory, hello
 from gateway.webui.panels import ModelView
@@ -105,6 +106,7 @@ class Daemon:
         # Approvals, revocations and erasures made from the CLI (or while the daemon was down) are acted on here.
         gw.background.append(loop.create_task(self.access_watch.run(), name="access-watch"))
         gw.background.append(loop.create_task(self._prune_inbound(), name="prune-inbound"))
+        gw.background.append(loop.create_task(self._media_retention(), name="media-retention"))
         gw.store.checkpoint_off_loop()
         gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))
 
@@ -127,6 +129,19 @@ class Daemon:
                 if failing:
                     log.warning("WAL checkpoints work again")
                 failing = False
+
+    async def _media_retention(self) -> None:
+        """Attachment files older than `media.retention_days` go (in a thread: a walk of the media folder)."""
+        while True:
+            try:
+                removed = await asyncio.to_thread(sweep, self.gw.config.home,
+                                                  older_than_days=self.gw.config.media.retention_days)
+                if removed:
+                    log.info("media retention: removed %s files older than %s days", removed,
+                             self.gw.config.media.retention_days)
+            except Exception:
+                log.exception("media retention sweep failed")
+            await asyncio.sleep(PRUNE_INBOUND_EVERY_S)
 
     async def _prune_inbound(self) -> None:
         """Dedupe remembers a message id for `delivery.dedupe_retention_hours`; older answered rows go."""
@@ -241,6 +256,8 @@ class Daemon:
             await self._listener.stop()
         await gw.llm.close()
         await gw.close_tools()
+        if gw.media is not None:
+            await gw.media.close()
         if self._keepalive is not None:  # the watchdog keeps being fed through the whole drain
             self._keepalive.cancel()
             await asyncio.gather(self._keepalive, return_exceptions=True)

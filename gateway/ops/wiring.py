@@ -26,6 +26,7 @@ from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, c
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
+from gateway.config.media import MEDIA_DIR
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
@@ -37,9 +38,12 @@ from gateway.events import Adapter
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.skills import SkillLibrary
-from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model
+from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model, sees_images_client
 from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
+from gateway.media.prepare import MediaPipeline
+from gateway.media.transcribe import Transcriber
+from gateway.media.turns import AttachmentTurns
 from gateway.net.fetch import WebClient
 from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
@@ -101,6 +105,7 @@ class Gateway:
     web: WebTools | None = None
     jobs: JobRunner | None = None
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
+    media: AttachmentTurns | None = None
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -155,15 +160,17 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
+    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
-                                    gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams)
+                                    gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
+                                    media=media)
     jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env))
+                   redact=redactor_for(config, env), media=media)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -174,6 +181,22 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
     except LLMNotConfigured as exc:  # the chat surfaces say what to set instead of the daemon refusing to start
         log.warning("%s", exc)
         return UnconfiguredLLM(str(exc)), "not configured"
+
+
+def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
+           clock: Clock) -> AttachmentTurns:
+    """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
+    album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
+    stt = config.media.transcription
+    transcriber = None
+    if stt is not None:
+        key = env.get(stt.api_key_env) if stt.api_key_env else None
+        if stt.api_key_env and not key:
+            log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
+                        "without a key", stt.api_key_env)
+        transcriber = Transcriber(stt, key)
+    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber)
+    return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
@@ -216,7 +239,7 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
 def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
               memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
               metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand,
-              roles: Roles, streams: Streams) -> tuple[SessionManager, Lifecycle]:
+              roles: Roles, streams: Streams, media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
     """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands."""
     compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
                             flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
@@ -230,7 +253,7 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
                               clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
-                              callers=roles, streams=streams)
+                              callers=roles, streams=streams, media=media)
     lifecycle.attach(sessions)
     return sessions, lifecycle
 
@@ -267,7 +290,8 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
     limits = Limits(max_connections=config.daemon.max_connections)
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
-        found.append(WebChatAdapter())
+        found.append(WebChatAdapter(uploads=config.home / MEDIA_DIR / "uploads",
+                                    max_upload_bytes=config.media.max_bytes))
     if config.telegram is not None:
         from adapters.telegram.adapter import TelegramAdapter
         found.append(TelegramAdapter(config.telegram, clock=monotonic,

@@ -228,7 +228,8 @@ class AgentFlush:
             return
         ctx = owner_context(self.callers, session, self.config.home, self.config.db_path)
         calls = await run_flush_call(
-            self.agent, self.store, session=session, system=prompt, history=history_messages([*head, *dropped]),
+            self.agent, self.store, session=session, system=prompt,
+            history=history_messages([*head, *dropped], home=self.config.home),  # with its pictures: a warm prefix
             instruction=flush_instruction(self.memory_files, ctx.memory, FLUSH_INSTRUCTION),
             tools=self.tools, config=self.memory, ctx=ctx, clock=self.clock)
         log.info("memory flush before compression session=%s: %s tool calls", session.id, calls)

@@ -299,7 +299,8 @@ class Flusher:
         ctx = owner_context(self.callers, session, self.home, self.db_path)
         return await run_flush_call(
             self.agent, self.store, session=session, system=session.system_prompt,
-            history=history_messages(self.store.history(session.id)),
+            # with its pictures: the same prefix as the session's turns, so the provider's cache still holds
+            history=history_messages(self.store.history(session.id), home=self.home),
             instruction=flush_instruction(self.memory, ctx.memory), tools=self.tools, config=self.config,
             ctx=ctx, clock=self.clock)
 

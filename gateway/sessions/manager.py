@@ -32,6 +32,7 @@ from gateway.events import (
     command_word,
 )
 from gateway.llm.types import ChatMessage, LLMReply
+from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
 from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.keys import platform_per_user, session_key
@@ -81,7 +82,7 @@ class SessionManager:
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
                  commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
                  metrics: Metrics | None = None, callers: Callers | None = None,
-                 streams: Streams | None = None) -> None:
+                 streams: Streams | None = None, media: AttachmentTurns | None = None) -> None:
         self.config = config
         self.callers = callers
         self.store = store
@@ -96,6 +97,7 @@ class SessionManager:
         self.metrics = metrics
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
+        self.media = media
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
@@ -224,6 +226,8 @@ class SessionManager:
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
+        if inbound.group_id and self.media is not None:  # an album: its later parts join this turn
+            inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()
         session, ended = self.open_session(self.key_for(inbound), inbound, now)
         touch = inbound.chat.platform != "cron"  # idle counts real user messages only
@@ -237,19 +241,33 @@ class SessionManager:
                   inbound.text)
         if ended and self._notify_reset(session):
             await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
+        media = await self._attachments(inbound_id, inbound, session)
+        if media is not None and media.all_failed and not inbound.text.strip():
+            assert media.notice is not None  # nothing else to answer: what went wrong is the answer
+            await self._settle(inbound_id, "answered", f"m{inbound_id}", inbound, media.notice, session_id=session.id)
+            return
         held: list[LLMReply] = []  # the final model call: its usage is stored in the turn's transaction
         try:
-            await self._answer(inbound_id, inbound, session, ended, turn, now, held)
+            await self._answer(inbound_id, inbound, session, ended, turn, now, held, media)
         finally:
             for reply in held:  # the answer was not stored: the call goes on record anyway
                 self._record_usage(session.id, reply)
 
+    async def _attachments(self, inbound_id: int, inbound: Inbound, session: SessionRow) -> TurnMedia | None:
+        """The message's files made ready for the model; what could not be used is told to the user first."""
+        if not inbound.attachments or self.media is None:
+            return None
+        media = await self.media.prepare(inbound, session_id=session.id, inbound_id=inbound_id)
+        if media.notice and not (media.all_failed and not inbound.text.strip()):
+            await self.outbox.post(f"m{inbound_id}", inbound.chat, media.notice, reply_to_id=inbound.message_id)
+        return media
+
     async def _answer(self, inbound_id: int, inbound: Inbound, session: SessionRow, ended: str | None, turn: str,
-                      now: datetime, held: list[LLMReply]) -> None:
+                      now: datetime, held: list[LLMReply], media: TurnMedia | None = None) -> None:
         try:
             prompt = self._prompt.ensure(session)
             history = session_history(self.store, session.id)
-            user_msg = self.user_message(inbound, ended)
+            user_msg = user_message(inbound, ended, media)
             prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
             result = await self._run_agent(session, inbound, prompt, history, user_msg, held, turn)
         except (LLMError, TimeoutError) as exc:

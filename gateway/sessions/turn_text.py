@@ -6,23 +6,32 @@ from __future__ import annotations
 from gateway.errors import LLMNotConfigured, LLMTimeout
 from gateway.events import Inbound
 from gateway.llm.types import ChatMessage
+from gateway.media.turns import TurnMedia
 
 ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
 
 
-def user_message(inbound: Inbound, ended: str | None) -> ChatMessage:
-    """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note."""
+def user_message(inbound: Inbound, ended: str | None, media: TurnMedia | None = None) -> ChatMessage:
+    """Per-turn facts go here, never into the stored prompt: sender in groups, a one-shot reset note. What the
+    attachments gave comes with the text: a voice note's transcript first (it is what they said), then the text
+    or caption, then one block per file; the prepared images ride along as `images`."""
     parts = []
     if ended:
         parts.append(f"[Note: the previous conversation ended ({reason_words(ended)}); this is a new session.]")
     text = inbound.text
-    if inbound.attachments:
+    if media is not None:
+        p = media.prepared
+        text = "\n".join(x for x in (*p.voice, text, *p.blocks) if x.strip())
+    elif inbound.attachments:  # no media pipeline (a test's bare manager): at least say they were there
         names = ", ".join(a.name or a.kind for a in inbound.attachments)
         text = f"{text}\n[attachments not loaded: {names}]".strip()
     if inbound.chat.is_group and inbound.user_name:
         text = f"[{inbound.user_name}] {text}"
     parts.append(text)
-    return {"role": "user", "content": "\n".join(parts)}
+    message: ChatMessage = {"role": "user", "content": "\n".join(parts)}
+    if media is not None and media.prepared.images:
+        message["images"] = list(media.prepared.images)
+    return message
 
 
 def reason_words(reason: str) -> str:

@@ -19,6 +19,8 @@ from gateway.config.media import MEDIA_DIR
 
 log = logging.getLogger(__name__)
 
+EMPTY_FOLDER_GRACE_S = 3600.0  # an empty session folder goes only when nothing was written in it for this long
+
 
 def media_root(home: Path) -> Path:
     return home / MEDIA_DIR
@@ -65,7 +67,8 @@ def sweep(home: Path, *, older_than_days: float, now: float | None = None) -> in
     root = media_root(home)
     if not root.is_dir():
         return 0
-    cutoff = (time.time() if now is None else now) - older_than_days * 86_400
+    now_s = time.time() if now is None else now
+    cutoff = now_s - older_than_days * 86_400
     removed = 0
     for folder in [p for p in root.iterdir() if p.is_dir()]:
         for path in [p for p in folder.iterdir() if p.is_file()]:
@@ -76,6 +79,7 @@ def sweep(home: Path, *, older_than_days: float, now: float | None = None) -> in
             except OSError as exc:
                 log.warning("media retention: cannot remove %s: %s", path.name, exc)
         with contextlib.suppress(OSError):
-            folder.rmdir()  # only when empty
+            if folder.stat().st_mtime < now_s - EMPTY_FOLDER_GRACE_S:  # a fresh one: a download about to start
+                folder.rmdir()  # only when empty
     return removed
 

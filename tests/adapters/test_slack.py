@@ -548,7 +548,8 @@ def test_manifest_subscribes_to_what_the_adapter_handles() -> None:
     assert events == {"app_mention", "message.channels", "message.groups", "message.im", "message.mpim"}
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     needed = {"app_mentions:read", "channels:history", "groups:history", "im:history", "mpim:history",
-              "chat:write", "commands", "reactions:write", "users:read", "channels:read", "groups:read"}
+              "chat:write", "commands", "reactions:write", "users:read", "channels:read", "groups:read",
+              "files:read"}
     assert needed <= scopes
     default_command = next(f.default for f in fields(SlackConfig) if f.name == "slash_command")
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == [default_command]

@@ -482,18 +482,6 @@ async def test_edits_answered_when_configured(home: Path, fake_llm: FakeLLM, fak
         assert run.inbound_texts() == ["frist", "first"]
 
 
-async def test_photo_caption_reaches_the_model_with_an_attachment_note(home: Path, fake_llm: FakeLLM,
-                                                                       fake_telegram: FakeTelegram) -> None:
-    async with running(home, fake_llm, fake_telegram):
-        fake_telegram.inject_update({"message": {
-            "message_id": 5, "date": int(time.time()), "caption": "what is this?",
-            "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
-            "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
-            "photo": [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 1234}]}})
-        sent = await fake_telegram.wait_for_sent(ALICE)
-        assert sent.text == "echo: what is this?\n[attachments not loaded: photo] [users=1]"
-
-
 async def test_channel_posts_answered_when_configured(home: Path, fake_llm: FakeLLM) -> None:
     channel = -100900
     tg = FakeTelegram()

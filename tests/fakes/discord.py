@@ -7,6 +7,7 @@ Point discord.py at it with `patch_discord_urls(fake)` (class attributes, restor
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import math
@@ -24,6 +25,7 @@ import yarl
 from aiohttp import WSMsgType, web
 
 from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
+from tests.fakes.files import FileShelf
 
 __all__ = [
     "APP_ID",
@@ -104,6 +106,13 @@ def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
         "mfa_level": 0, "nsfw_level": 0, "premium_tier": 0, "preferred_locale": "en-US", "system_channel_flags": 0,
         "system_channel_id": None, "rules_channel_id": None, "afk_channel_id": None, "afk_timeout": 300,
     }
+
+
+VOICE_MESSAGE_FLAG = 1 << 13  # a message sent with the mic button carries this flag
+
+
+def _cdn_sign(path: str) -> str:
+    return hashlib.sha256(f"cdn-secret:{path}".encode()).hexdigest()[:32]
 
 
 def snowflake(at: float | None = None, increment: int = 0) -> str:
@@ -244,6 +253,8 @@ class FakeDiscord(FakeServer):
         self._sessions = Counter(1)
         self._threads_from: set[str] = set()
         self._history_holds: dict[str, asyncio.Event] = {}  # channel → released when set (a slow history read)
+        self.cdn = FileShelf()  # attachment path → bytes
+        self._cdn_expired = False
         self._routes()
 
     @property
@@ -273,6 +284,30 @@ class FakeDiscord(FakeServer):
 
     def new_id(self) -> str:
         return str(self._ids())
+
+    def add_attachment(self, data: bytes, filename: str, content_type: str, *, channel_id: str | int = CHANNEL_ID,
+                       voice: bool = False) -> dict[str, Any]:
+        """An attachment object for `push_message(attachments=[...])`, its bytes served from a signed CDN URL
+        (`?ex=&is=&hm=` as Discord signs them; `expire_attachments()` makes every link answer 404)."""
+        aid = self.new_id()
+        path = f"/attachments/{channel_id}/{aid}/{filename}"
+        self.cdn.put(path, data, filename, content_type)
+        url = f"{self.base_url}{path}?ex=6a00ff00&is=69ff0000&hm={_cdn_sign(path)}&"
+        out: dict[str, Any] = {"id": aid, "filename": filename, "size": len(data), "url": url, "proxy_url": url,
+                               "content_type": content_type}
+        if voice:
+            out.update(duration_secs=3.5, waveform=base64.b64encode(bytes(range(0, 256, 4))).decode())
+        return out
+
+    def expire_attachments(self) -> None:
+        self._cdn_expired = True
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        self.record(request, "GET /attachments", None)
+        path = request.path
+        if self._cdn_expired or request.query.get("hm") != _cdn_sign(path):
+            return web.Response(status=404, text="This content is no longer available.")
+        return await self.cdn.serve(request, path)
 
     # -- routing ----------------------------------------------------------------------------------
     def _routes(self) -> None:
@@ -307,6 +342,7 @@ class FakeDiscord(FakeServer):
             r.add_route(method, API + path, self._wrap(f"{method} {path}", fn, auth))
         r.add_route("*", API + "/{tail:.*}", self._wrap("unknown", self._unknown, False))
         r.add_get("/gateway", self._gateway)
+        r.add_get("/attachments/{cid}/{aid}/{filename}", self._cdn)
         r.add_get("/resume-gateway", self._gateway)
 
     def _wrap(self, name: str, fn: Handler, auth: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -696,7 +732,7 @@ class FakeDiscord(FakeServer):
                            referenced_message: str | int | Mapping[str, Any] | None = None,
                            author_bot: bool = False, message_id: str | int | None = None,
                            author_name: str | None = None, attachments: Sequence[Mapping[str, Any]] = (),
-                           live: bool = True) -> str:
+                           live: bool = True, flags: int = 0) -> str:
         """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel. With `live=False`
         the event only enters the session history, so the client receives it when it next RESUMEs."""
         cid = str(channel_id)
@@ -709,7 +745,7 @@ class FakeDiscord(FakeServer):
             "id": mid, "channel_id": cid, "author": author, "content": content, "timestamp": now_iso(),
             "edited_timestamp": None, "tts": False, "mention_everyone": False,
             "mentions": [self._user(str(u)) for u in mentions or ()], "mention_roles": [],
-            "attachments": list(attachments), "embeds": [], "pinned": False, "type": 0, "flags": 0,
+            "attachments": list(attachments), "embeds": [], "pinned": False, "type": 0, "flags": flags,
             "components": []}
         if gid:
             message["guild_id"] = gid

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 from aiohttp import WSMsgType, web
 
 from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
+from tests.fakes.files import FileShelf
 
 __all__ = [
     "APP_ID",
@@ -146,6 +147,10 @@ class FakeSlack(FakeServer):
         self.app.router.add_route("*", "/api/{method}", self._handle)
         self.app.router.add_post("/upload/{file_id}", self._upload)
         self.app.router.add_get("/link/", self._socket_mode)
+        self.app.router.add_get("/files-pri/{team_file}/{name}", self._private_file)
+        self.app.router.add_get("/files-pri/{team_file}/download/{name}", self._private_file)
+        self.shelf = FileShelf()  # private URL path → bytes
+        self.files_scope = True  # False: the app lacks files:read (every download gets the sign-in page)
 
     @property
     def api_base_url(self) -> str:
@@ -364,6 +369,36 @@ class FakeSlack(FakeServer):
         return out
 
     # -- Socket Mode ------------------------------------------------------------------------------
+    def add_file(self, data: bytes, name: str, mimetype: str, *, subtype: str | None = None,
+                 hidden: bool = False) -> dict[str, Any]:
+        """A file object as a `file_share` event carries it; its `url_private_download` answers only to
+        `Authorization: Bearer <bot token>` (anything else gets Slack's sign-in page, as HTML)."""
+        fid = f"F{self._file_ids():07d}"
+        path = f"/files-pri/{self.team_id}-{fid}/download/{name}"
+        self.shelf.put(path, data, name, mimetype)
+        out: dict[str, Any] = {"id": fid, "name": name, "title": name, "mimetype": mimetype,
+                               "filetype": name.rsplit(".", 1)[-1], "size": len(data), "mode": "hosted",
+                               "url_private": f"{self.base_url}/files-pri/{self.team_id}-{fid}/{name}",
+                               "url_private_download": f"{self.base_url}{path}"}
+        if subtype:
+            out["subtype"] = subtype
+        if hidden:
+            out = {"id": fid, "mode": "hidden_by_limit", "name": name, "mimetype": mimetype}
+        return out
+
+    async def _private_file(self, request: web.Request) -> web.StreamResponse:
+        self.record(request, "files-pri", None)
+        if request.headers.get("Authorization") != f"Bearer {self.bot_token}" or not self.files_scope:
+            return web.Response(text="<!DOCTYPE html><html><body>Sign in to Slack</body></html>",
+                                content_type="text/html")
+        step = self.take_fault(["files-pri"])
+        if step is not None:
+            response = await self.apply_fault(request, step, lambda s: {"ok": False, "error": f"http_{s}"})
+            if response is not None:
+                return response
+        team_file, name = request.match_info["team_file"], request.match_info["name"]
+        return await self.shelf.serve(request, f"/files-pri/{team_file}/download/{name}")
+
     async def _socket_mode(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=False)
         await ws.prepare(request)

@@ -10,11 +10,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
+from tests.fakes.files import FileShelf
 from tests.fakes.tg_markup import EntityParseError, parse, u16len
 
 __all__ = [
@@ -40,6 +42,7 @@ BOT_ID = 4242
 BOT_USERNAME = "gw_test_bot"
 TOKEN = f"{BOT_ID}:AAtest-token-for-the-fake-bot-api-0000"
 MAX_TEXT = 4096
+MAX_DOWNLOAD = 20 * 1024 * 1024  # getFile on the cloud Bot API: "Bad Request: file is too big" past this
 MAX_CAPTION = 1024
 DEFAULT_UPDATE_TYPES = ("message", "edited_message", "channel_post", "edited_channel_post", "business_connection",
                         "business_message", "edited_business_message", "deleted_business_messages",
@@ -143,6 +146,10 @@ class FakeTelegram(FakeServer):
         self._poll_generation = 0
         self._stopping = False
         self.app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self.app.router.add_get("/file/bot{token}/{path:.+}", self._file)
+        self.shelf = FileShelf()  # file_path → bytes, served under /file/bot<token>/<file_path>
+        self.local_dir: Path | None = None  # set: a local Bot API server (files on disk, no 20 MB cap)
+        self._file_ids: dict[str, tuple[str, str]] = {}  # file_id → (file_unique_id, file_path)
 
     # -- test API: inbound ----------------------------------------------------------------------
     def inject_message(self, chat_id: int, text: str, *, chat_type: str = "private", user_id: int = 1001,
@@ -188,6 +195,19 @@ class FakeTelegram(FakeServer):
         self.injected[body["update_id"]] = body
         self.notify()
         return int(body["update_id"])
+
+    def add_file(self, data: bytes, *, name: str = "file.bin", mime_type: str = "application/octet-stream",
+                 folder: str = "documents") -> dict[str, Any]:
+        """A file users can send: returns its Bot API object (file_id, file_unique_id, file_size) for an update."""
+        n = len(self._file_ids) + 1
+        file_id, unique = f"AgAC{n:04d}file", f"AQAD{n:04d}"
+        path = f"{folder}/file_{n}{Path(name).suffix}"
+        self._file_ids[file_id] = (unique, path)
+        self.shelf.put(path, data, name, mime_type)
+        if self.local_dir is not None:
+            (self.local_dir / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.local_dir / path).write_bytes(data)
+        return {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}
 
     def block_chat(self, chat_id: int) -> None:
         """From now on every send to this chat is 403 "bot was blocked by the user"."""
@@ -386,6 +406,32 @@ class FakeTelegram(FakeServer):
         self._sent = [m for m in self._sent if (m.chat_id, m.message_id) != key]
         self.notify()
         return True
+
+    async def _m_getfile(self, p: Mapping[str, Any]) -> Any:
+        known = self._file_ids.get(str(p.get("file_id") or ""))
+        if known is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        unique, path = known
+        size = len(self.shelf.files[path].data)
+        if self.local_dir is not None:
+            return {"file_id": p["file_id"], "file_unique_id": unique, "file_size": size,
+                    "file_path": str(self.local_dir / path)}
+        if size > MAX_DOWNLOAD:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {"file_id": p["file_id"], "file_unique_id": unique, "file_size": size, "file_path": path}
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        """The download URL getFile's path points at; served like Telegram: 404 for a wrong token or path."""
+        path = request.match_info["path"]
+        self.record(request, "file", {"path": path})
+        if request.match_info["token"] != self.token or self.local_dir is not None:
+            return web.Response(status=404, text="Not Found")
+        step = self.take_fault(["file"])
+        if step is not None:
+            response = await self.apply_fault(request, step, lambda s: {"ok": False, "error_code": s})
+            if response is not None:
+                return response
+        return await self.shelf.serve(request, path)
 
     async def _m_sendchataction(self, p: Mapping[str, Any]) -> Any:
         self._writable_chat(p)

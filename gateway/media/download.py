@@ -1,0 +1,54 @@
+"""One attachment from its platform to a file: the adapter's own download (a `MediaSource` stream of chunks),
+bounded by `media.max_bytes` and `media.timeout_s`, written to a `.part` file and renamed only when whole, so a
+kill mid-download leaves nothing that looks complete and the next attempt starts over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+from gateway.errors import MediaTooLarge, MediaUnavailable
+from gateway.events import Attachment, MediaSource
+
+
+async def download(source: MediaSource, attachment: Attachment, dest: Path, *, max_bytes: int,
+                   timeout_s: float) -> int:
+    """Fetch into `dest` (reused when a previous life finished it); returns its size in bytes."""
+    if attachment.size is not None and attachment.size > max_bytes:
+        raise MediaTooLarge(attachment.size, max_bytes)
+    if dest.is_file():
+        return dest.stat().st_size
+    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        async with asyncio.timeout(timeout_s):
+            size = await _stream(source, attachment, part, max_bytes)
+    except TimeoutError:
+        part.unlink(missing_ok=True)
+        raise MediaUnavailable(f"the download took longer than {timeout_s:g} s") from None
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, dest)
+    return size
+
+
+async def _stream(source: MediaSource, attachment: Attachment, part: Path, max_bytes: int) -> int:
+    written = 0
+    stream = source.media(attachment)
+    try:
+        with part.open("wb") as out:
+            async for chunk in stream:
+                written += len(chunk)
+                if written > max_bytes:
+                    raise MediaTooLarge(None, max_bytes)
+                out.write(chunk)
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+    return written

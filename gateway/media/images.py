@@ -1,0 +1,95 @@
+"""A downloaded picture → the image a model is sent: upright, within the providers' limits, JPEG or PNG.
+
+Pillow is imported here only, on the first picture: a gateway that never receives one never loads it.
+The output is written once and sent byte for byte on every later turn (the prompt cache keys on those bytes), so
+nothing here runs again for a picture already in the history.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gateway.errors import MediaError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+log = logging.getLogger(__name__)
+
+# Anthropic scales anything past ~1.15 megapixels or 1568 px down on its side (and refuses > 8000 px or 5 MB);
+# OpenAI fits "high" detail into 2048 px and then 768 px on the short side. Sending at most this is never refused
+# and costs no more tokens than the model would spend anyway.
+MAX_EDGE = 1568
+MAX_PIXELS = 1_150_000
+MAX_ENCODED_BYTES = 3_700_000  # base64 of it stays under Anthropic's 5 MB per image
+JPEG_QUALITY = 85
+MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedImage:
+    media_type: str  # image/jpeg or image/png
+    data: bytes
+    width: int
+    height: int
+
+
+def prepare_image(source: Path) -> PreparedImage:
+    """Decode, rotate per EXIF, drop animation (first frame), downscale, and encode; MediaError when unreadable."""
+    from PIL import Image as PILImage
+    from PIL import ImageOps, UnidentifiedImageError
+
+    PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
+    try:
+        with PILImage.open(source) as opened:
+            opened.seek(0)  # an animated GIF/WebP sticker: its first frame is the still image
+            image = ImageOps.exif_transpose(opened)
+            image.load()
+    except PILImage.DecompressionBombError:
+        raise MediaError("the picture is too large to open (over 64 megapixels)") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
+        log.info("image %s unreadable: %s", source.name, type(exc).__name__)
+        raise MediaError("it is not a picture that can be opened (damaged, or a format Pillow cannot read)") from None
+    return _encode(_fit(image))
+
+
+def _fit(image: Image) -> Image:
+    from PIL.Image import Resampling
+
+    width, height = image.size
+    scale = min(1.0, MAX_EDGE / max(width, height), (MAX_PIXELS / (width * height)) ** 0.5)
+    if scale < 1.0:
+        size = (max(1, int(width * scale)), max(1, int(height * scale)))
+        image = image.resize(size, Resampling.LANCZOS)
+    return image
+
+
+def _encode(image: Image) -> PreparedImage:
+    """PNG keeps transparency (stickers) when it stays small; everything else is JPEG on white."""
+    from PIL import Image as PILImage
+
+    if _has_alpha(image):
+        rgba = image.convert("RGBA")
+        png = _save(rgba, "PNG", optimize=False, compress_level=6)
+        if len(png) <= MAX_ENCODED_BYTES:
+            return PreparedImage("image/png", png, *rgba.size)
+        flat = PILImage.new("RGB", rgba.size, (255, 255, 255))
+        flat.paste(rgba, mask=rgba.getchannel("A"))
+        image = flat
+    rgb = image.convert("RGB")
+    return PreparedImage("image/jpeg", _save(rgb, "JPEG", quality=JPEG_QUALITY, optimize=False), *rgb.size)
+
+
+def _has_alpha(image: Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
+
+
+def _save(image: Image, fmt: str, **options: object) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **options)
+    return out.getvalue()
+

@@ -1,0 +1,171 @@
+"""One message's attachments → what the model reads: image files for image blocks, document text, a voice note's
+transcript, a one-line note for anything else, and for the user a plain sentence about each file that could not
+be used. Never raises for a bad file: the message's text always goes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.config.media import MediaConfig
+from gateway.errors import MediaError, MediaTooLarge, MediaUnavailable
+from gateway.events import Attachment, MediaSource
+from gateway.media.documents import (
+    document_block,
+    is_pdf,
+    is_text_like,
+    other_block,
+    read_pdf,
+    read_text_file,
+    suffix,
+)
+from gateway.media.download import download
+from gateway.media.images import prepare_image
+from gateway.media.transcribe import Transcriber
+from gateway.store.media_files import relative_name, session_dir
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"})
+AUDIO_SUFFIXES = frozenset({"ogg", "oga", "opus", "mp3", "m4a", "wav", "webm", "flac", "aac", "mpga"})
+TOLD_ONCE_VISION = "vision"
+TOLD_ONCE_TRANSCRIPTION = "transcription"
+
+
+@dataclass(slots=True)
+class Prepared:
+    """What one message's attachments became."""
+
+    voice: list[str] = field(default_factory=list)          # transcripts: they are the message's words
+    blocks: list[str] = field(default_factory=list)         # for the model, after the text
+    images: list[dict[str, str]] = field(default_factory=list)  # {"media_type", "file", "data"}
+    problems: list[str] = field(default_factory=list)       # one sentence each, for the user
+    tell_once: list[str] = field(default_factory=list)      # TOLD_ONCE_* keys this message triggers
+    count: int = 0                                          # attachments in the message
+    failed: int = 0                                         # …of which could not be used (a problem each)
+
+
+def category(a: Attachment) -> str:
+    """image, audio, video, document or other: from the kind the adapter saw, the MIME type and the name."""
+    mime = (a.mime_type or "").lower()
+    ext = suffix(a.name)
+    if a.kind in ("photo", "sticker", "image") or (mime.startswith("image/") and mime != "image/svg+xml") \
+            or (not mime and ext in IMAGE_SUFFIXES):
+        return "image"
+    if a.kind in ("voice", "audio") or mime.startswith("audio/") or (not mime and ext in AUDIO_SUFFIXES):
+        return "audio"
+    if a.kind == "video" or mime.startswith("video/"):
+        return "video"
+    if is_pdf(a.name, mime) or is_text_like(a.name, mime):
+        return "document"
+    return "other"
+
+
+MAX_NAME_CHARS = 120  # a file name is the sender's to choose: shown to the model and the user, but not at any length
+
+
+def display_name(a: Attachment) -> str:
+    if a.name:
+        name = " ".join(a.name.split())
+        return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
+    return {"photo": "photo", "sticker": "sticker", "voice": "voice note"}.get(a.kind, a.kind)
+
+
+class MediaPipeline:
+    def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None) -> None:
+        self.config = config
+        self.home = home
+        self.vision = vision
+        self.transcriber = transcriber
+
+    async def prepare(self, source: MediaSource | None, attachments: Sequence[Attachment], *, session_id: int,
+                      inbound_id: int) -> Prepared:
+        out = Prepared(count=len(attachments))
+        for index, attachment in enumerate(attachments):
+            dest = session_dir(self.home, session_id) / f"{inbound_id}-{index}"
+            try:
+                await self._one(source, attachment, dest, out)
+            except asyncio.CancelledError:
+                raise
+            except MediaError as exc:
+                self._failed(attachment, exc, out)
+            except Exception as exc:  # a library's surprise on a hostile file must not cost the message
+                log.exception("attachment %s of inbound %s failed", index, inbound_id)
+                self._failed(attachment, MediaError(f"it could not be processed ({type(exc).__name__})"), out)
+            finally:
+                _remove(dest)  # the raw download: what the model needs was taken from it
+        return out
+
+    async def _one(self, source: MediaSource | None, a: Attachment, dest: Path, out: Prepared) -> None:
+        kind = category(a)
+        name = display_name(a)
+        if kind == "image" and not self.vision:
+            out.blocks.append(f"[The user sent an image ({name}); this model cannot see images.]")
+            out.tell_once.append(TOLD_ONCE_VISION)
+        elif kind == "audio" and self.transcriber is None:
+            out.blocks.append(f"[The user sent a {'voice note' if a.kind == 'voice' else 'recording'} ({name}); "
+                              "it could not be transcribed: no transcription service is configured.]")
+            out.tell_once.append(TOLD_ONCE_TRANSCRIPTION)
+        elif kind in ("video", "other"):
+            out.blocks.append(other_block(name, a.mime_type, a.size, "Video" if kind == "video" else "File"))
+        elif source is None or not a.ref:
+            out.blocks.append(other_block(name, a.mime_type, a.size, why="the platform gave no way to download it"))
+        else:
+            size = await download(source, a, dest, max_bytes=self.config.max_bytes, timeout_s=self.config.timeout_s)
+            await self._read(kind, a, name, dest, size, out)
+
+    async def _read(self, kind: str, a: Attachment, name: str, path: Path, size: int, out: Prepared) -> None:
+        if kind == "image":
+            image = await asyncio.to_thread(prepare_image, path)
+            stored = path.with_name(f"{path.name}.{'png' if image.media_type == 'image/png' else 'jpg'}")
+            stored.write_bytes(image.data)
+            out.images.append({"media_type": image.media_type, "file": relative_name(self.home, stored),
+                               "data": base64.b64encode(image.data).decode("ascii")})
+            out.blocks.append(f"[image: {name}]")
+        elif kind == "audio":
+            assert self.transcriber is not None
+            text = await self.transcriber.transcribe(path, filename=_audio_filename(a), mime_type=a.mime_type)
+            label = "voice note" if a.kind == "voice" else f"audio {name}"
+            out.voice.append(f"[{label}, transcribed] {text}" if text else f"[{label}: no speech was recognized]")
+        else:
+            limit = self.config.max_document_chars
+            reader = read_pdf if is_pdf(a.name, a.mime_type) else read_text_file
+            doc = await asyncio.to_thread(reader, path, limit)
+            out.blocks.append(document_block(name, a.mime_type, size, doc, limit))
+
+    async def close(self) -> None:
+        if self.transcriber is not None:
+            await self.transcriber.close()
+
+    def _failed(self, a: Attachment, exc: MediaError, out: Prepared) -> None:
+        name = display_name(a)
+        if isinstance(exc, MediaTooLarge):
+            why = f"it is too large ({exc.describe()})"
+        elif isinstance(exc, MediaUnavailable):
+            why = f"it could not be downloaded: {exc}"
+        else:
+            why = str(exc)
+        out.failed += 1
+        out.problems.append(f"I couldn't use {name}: {why}.")
+        out.blocks.append(f"[The user sent {name}, but it could not be used: {why}.]")
+
+
+def _audio_filename(a: Attachment) -> str:
+    """Transcription services tell the format by the file name's extension: the real name when it has a known
+    one, else `voice.<extension of its MIME type>` (Telegram's voice notes are audio/ogg without a name)."""
+    if a.name and suffix(a.name) in AUDIO_SUFFIXES:
+        return a.name
+    subtype = (a.mime_type or "audio/ogg").split("/", 1)[-1].split(";")[0].lower()
+    ext = {"mpeg": "mp3", "x-m4a": "m4a", "mp4": "m4a", "x-wav": "wav", "wave": "wav", "opus": "ogg"}.get(subtype, subtype)
+    return f"voice.{ext if ext in AUDIO_SUFFIXES else 'ogg'}"
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".part").unlink(missing_ok=True)
+

@@ -1,0 +1,105 @@
+"""Files in the web chat: uploaded over HTTP (the owner only, streamed to disk, bounded), named in the socket
+message, and seen by the model like any platform's attachments."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gateway.config.settings import load_config
+from gateway.ops.daemon import Daemon
+from gateway.ops.web_guard import load_web_secret
+from gateway.ops.wiring import build_gateway, platform_adapters
+from tests.fakes.llm import FakeLLM
+from tests.helpers import write_config
+from tests.mediafiles import image_size, make_pdf, picture
+
+
+async def start(home: Path, llm: FakeLLM, extra: str = "") -> Daemon:
+    write_config(home, provider="anthropic", base_url=llm.base_url, extra=f"web:\n  port: 0\n{extra}")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    return daemon
+
+
+def auth(home: Path) -> dict[str, str]:
+    return {"Authorization": f"Bearer {load_web_secret(home)}"}
+
+
+async def upload(port: int, home: Path, data: bytes, name: str, kind: str, *,
+                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    form = aiohttp.FormData()
+    form.add_field("file", data, filename=name, content_type=kind)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://127.0.0.1:{port}/upload", data=form,
+                             headers=auth(home) if headers is None else headers) as resp:
+            return resp.status, await resp.json(content_type=None) if resp.status != 401 else {}
+
+
+async def say(port: int, home: Path, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send one socket message; everything the page gets until the reply (or an error frame)."""
+    got: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=tab1", headers=auth(home)) as ws:
+            await ws.send_str(json.dumps(body))
+            async for msg in ws:
+                data = json.loads(msg.data)
+                if data["type"] == "history":
+                    continue
+                got.append(data)
+                if data["type"] == "error" or (data["type"] == "message" and data["kind"] in ("reply", "error")):
+                    break
+    return got
+
+
+async def test_an_uploaded_picture_and_pdf_reach_the_model(home: Path, fake_llm: FakeLLM) -> None:
+    daemon = await start(home, fake_llm)
+    try:
+        assert daemon.web_port
+        status, photo = await upload(daemon.web_port, home, picture(2000, 1000, fmt="PNG"), "plot.png", "image/png")
+        assert status == 200 and photo["name"] == "plot.png" and photo["type"] == "image/png"
+        status, pdf = await upload(daemon.web_port, home, make_pdf(["Total: 42"]), "bill.pdf", "application/pdf")
+        assert status == 200
+        frames = await say(daemon.web_port, home, {"text": "explain", "files": [photo, pdf]})
+        assert frames[0]["type"] == "ack" and frames[0]["outcome"] == "accepted"
+        assert frames[-1]["text"].startswith("echo: explain\n[image: plot.png]\n[Document: bill.pdf (application/pdf")
+        content = fake_llm.anthropic_requests()[-1]["messages"][-1]["content"]
+        assert content[0]["type"] == "image"
+        assert image_size(base64.b64decode(content[0]["source"]["data"])) == (1516, 758)
+        assert '<document name="bill.pdf">\nTotal: 42\n</document>' in content[1]["text"]
+    finally:
+        await daemon.stop()
+
+
+async def test_uploads_are_bounded_owner_only_and_named_by_real_ids(home: Path, fake_llm: FakeLLM) -> None:
+    daemon = await start(home, fake_llm, "media:\n  max_bytes: 1000\n")
+    try:
+        assert daemon.web_port
+        status, body = await upload(daemon.web_port, home, b"z" * 5000, "big.txt", "text/plain")
+        assert status == 413 and body["error"] == "the file is larger than 1,000 bytes"
+        assert list((home / "media" / "uploads").iterdir()) == []  # nothing kept of it
+        status, _ = await upload(daemon.web_port, home, b"hi", "a.txt", "text/plain", headers={})
+        assert status == 401
+        frames = await say(daemon.web_port, home, {"text": "x", "files": [{"id": "../../state.db", "name": "db"}]})
+        assert frames == [{"type": "error",
+                           "text": "a file of this message was not uploaded (or is gone); attach it again"}]
+        assert fake_llm.anthropic_requests() == []
+    finally:
+        await daemon.stop()
+
+
+async def test_a_message_of_only_a_file_is_answered(home: Path, fake_llm: FakeLLM) -> None:
+    daemon = await start(home, fake_llm)
+    try:
+        assert daemon.web_port
+        _, note = await upload(daemon.web_port, home, b"buy milk\nbuy eggs\n", "todo.md", "text/markdown")
+        frames = await say(daemon.web_port, home, {"text": "", "files": [note]})
+        assert '<document name="todo.md">\nbuy milk\nbuy eggs\n\n</document>' in frames[-1]["text"]
+    finally:
+        await daemon.stop()
