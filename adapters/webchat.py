@@ -14,6 +14,7 @@ like any platform's files.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -43,6 +44,7 @@ MAX_MESSAGE_CHARS = 100_000
 MAX_FILES = 10                 # per message
 UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
 CHUNK = 64 * 1024
+UPLOAD_STALL_S = 30.0          # an upload that sends nothing for this long is dropped (the listener leaves it to us)
 # The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message of the person's
 # its "id"; a message that failed also has the "error" it got.
 HistorySource = Callable[[str], Sequence[Mapping[str, object]]]
@@ -60,6 +62,7 @@ class WebChatAdapter:
     def __init__(self, *, uploads: Path | None = None, max_upload_bytes: int = 20 * 1024 * 1024) -> None:
         self.uploads = uploads  # where uploaded files wait for their turn (GATEWAY_HOME/media/uploads); None: off
         self.max_upload_bytes = max_upload_bytes
+        self.upload_stall_s = UPLOAD_STALL_S
         self._submit: Submit | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         self._sent = 0
@@ -218,29 +221,30 @@ class WebChatAdapter:
         if not isinstance(part, BodyPartReader) or part.name != "file":
             return web.json_response({"error": "expected a multipart body with one `file`"}, status=400)
         upload_id = uuid.uuid4().hex
-        size = await self._store(part, self.uploads / upload_id)
-        if size is None:
+        try:
+            size = await self._store(part, self.uploads / upload_id)
+        except _TooLarge:
             return web.json_response({"error": f"the file is larger than {self.max_upload_bytes:,} bytes"},
                                      status=413)
+        except TimeoutError:
+            return web.json_response({"error": f"the upload stalled (nothing for {self.upload_stall_s:g} s)"},
+                                     status=408)
         name = (part.filename or "file")[:200]
         kind = part.headers.get("Content-Type", "application/octet-stream").split(";")[0].strip()
         return web.json_response({"id": upload_id, "name": name, "type": kind, "size": size})
 
-    async def _store(self, part: BodyPartReader, path: Path) -> int | None:
+    async def _store(self, part: BodyPartReader, path: Path) -> int:
         assert self.uploads is not None
         self.uploads.mkdir(parents=True, exist_ok=True, mode=0o700)
         size = 0
         try:
             with path.open("wb") as out:
-                while chunk := await part.read_chunk(CHUNK):
+                while chunk := await asyncio.wait_for(part.read_chunk(CHUNK), self.upload_stall_s):
                     size += len(chunk)
                     if size > self.max_upload_bytes:
                         raise _TooLarge
                     out.write(chunk)
-        except _TooLarge:
-            path.unlink(missing_ok=True)
-            return None
-        except BaseException:  # a dropped connection: no half file stays behind
+        except BaseException:  # too big, stalled, or the connection dropped: no half file stays behind
             path.unlink(missing_ok=True)
             raise
         return size

@@ -3,13 +3,16 @@ message, and seen by the model like any platform's attachments."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from adapters.webchat import WebChatAdapter
 from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.web_guard import load_web_secret
@@ -101,5 +104,30 @@ async def test_a_message_of_only_a_file_is_answered(home: Path, fake_llm: FakeLL
         _, note = await upload(daemon.web_port, home, b"buy milk\nbuy eggs\n", "todo.md", "text/markdown")
         frames = await say(daemon.web_port, home, {"text": "", "files": [note]})
         assert '<document name="todo.md">\nbuy milk\nbuy eggs\n\n</document>' in frames[-1]["text"]
+    finally:
+        await daemon.stop()
+
+
+async def test_a_stalled_upload_is_dropped_and_leaves_nothing(home: Path, fake_llm: FakeLLM) -> None:
+    daemon = await start(home, fake_llm)
+    try:
+        assert daemon.web_port
+        web_adapter = daemon.gw.adapters["web"]
+        assert isinstance(web_adapter, WebChatAdapter)
+        web_adapter.upload_stall_s = 0.2
+        boundary = "XyZ"
+
+        async def slow_body() -> AsyncIterator[bytes]:
+            yield (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"s.txt\"\r\n"
+                   "Content-Type: text/plain\r\n\r\nfirst bytes").encode()
+            await asyncio.sleep(1.0)  # then nothing: a client holding the connection open
+            yield f"\r\n--{boundary}--\r\n".encode()
+
+        headers = {**auth(home), "Content-Type": f"multipart/form-data; boundary={boundary}"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"http://127.0.0.1:{daemon.web_port}/upload", data=slow_body(),
+                                 headers=headers) as resp:
+                assert resp.status == 408 and "stalled" in (await resp.json())["error"]
+        assert list((home / "media" / "uploads").iterdir()) == []
     finally:
         await daemon.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 log = logging.getLogger(__name__)
 
 SUBMIT_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0)
+REMEMBERED_ALBUMS = 500
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Start a new conversation"),
     ("reset", "Start a new conversation (same as /new)"),
@@ -78,6 +80,7 @@ class TelegramAdapter:
         self._polling: asyncio.Task[None] | None = None
         self._webhook = WebhookServer(config, serve)
         self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
+        self._albums: OrderedDict[tuple[int, str | None], None] = OrderedDict()  # albums addressed to us (recent)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -206,9 +209,11 @@ class TelegramAdapter:
             return None
         replied = real_reply(message)
         to_us = replied is not None and replied.from_user is not None and replied.from_user.id == self._me.id
-        addressed = chat_type == "dm" or said.mentioned or said.command or to_us
+        addressed = chat_type == "dm" or said.mentioned or said.command or to_us or self._album_for_us(message)
         if chat_type != "dm" and cfg.require_mention and not addressed:
             return None
+        if addressed and message.media_group_id:
+            self._remember_album(message)
         return Inbound(
             chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
                          str(message.message_thread_id) if message.is_topic_message and message.message_thread_id
@@ -220,6 +225,16 @@ class TelegramAdapter:
             group_id=message.media_group_id,
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
             chat_title=message.chat.title)
+
+    def _album_for_us(self, message: Message) -> bool:
+        """A later photo of an album whose captioned part spoke to us (Telegram sends each photo as a message of
+        its own, and only one carries the caption with the @mention)."""
+        return (message.chat.id, message.media_group_id) in self._albums if message.media_group_id else False
+
+    def _remember_album(self, message: Message) -> None:
+        self._albums[(message.chat.id, message.media_group_id)] = None
+        while len(self._albums) > REMEMBERED_ALBUMS:
+            self._albums.popitem(last=False)
 
     async def _submit_stored(self, inbound: Inbound) -> SubmitResult:
         """Return only once the inbound is stored (or refused for good); until then the update stays unconfirmed."""

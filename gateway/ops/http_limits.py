@@ -1,7 +1,8 @@
 """The daemon's HTTP listeners with bounds, so that slow or half-open connections cannot starve the rest.
 
 A connection must finish its request headers within `header_timeout` of opening (or of its last answer), a request
-body must arrive within `body_timeout`, and at most `max_connections` are open at once: at the cap, the oldest
+body must arrive within `body_timeout` (a multipart upload is streamed by its handler instead, which bounds its size
+and the wait for each chunk: the web chat's files), and at most `max_connections` are open at once: at the cap, the oldest
 connection with no request in progress is closed to make room, and only when every one is busy is the newcomer
 turned away (503). Used for the web chat, the Telegram webhook and the Slack Events endpoint (handed to those
 adapters as their `serve`).
@@ -65,7 +66,7 @@ class _Connections:
             return await handler(request)
         self.busy[transport] = self.busy.get(transport, 0) + 1
         try:
-            if request.body_exists:
+            if request.body_exists and request.content_type != "multipart/form-data":
                 try:
                     await asyncio.wait_for(request.read(), self.limits.body_timeout)
                 except TimeoutError:

@@ -16,10 +16,10 @@ from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from gateway.store.media_files import media_root
-from tests.adapters.test_telegram import ALICE, VirtualTime, telegram_yaml
+from tests.adapters.test_telegram import ALICE, GROUP, VirtualTime, telegram_yaml
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM
-from tests.fakes.telegram import FakeTelegram
+from tests.fakes.telegram import FakeTelegram, make_update_entities
 from tests.fakes.transcription import FakeTranscription
 from tests.helpers import write_config
 from tests.mediafiles import CORRUPT_PDF, VOICE_NOTE, image_size, make_pdf, picture
@@ -48,12 +48,15 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
         await daemon.stop()
 
 
-def message(tg: FakeTelegram, *, message_id: int, caption: str | None = None, **media: Any) -> int:
-    body: dict[str, Any] = {"message_id": message_id, "date": int(time.time()),
-                            "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+def message(tg: FakeTelegram, *, message_id: int, caption: str | None = None, chat: int = ALICE,
+            **media: Any) -> int:
+    where = {"id": chat, "type": "private", "first_name": "Alice"} if chat == ALICE else \
+        {"id": chat, "type": "supergroup", "title": "Team"}
+    body: dict[str, Any] = {"message_id": message_id, "date": int(time.time()), "chat": where,
                             "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"}, **media}
     if caption is not None:
         body["caption"] = caption
+        body["caption_entities"] = make_update_entities(caption)
     return tg.inject_update({"message": body})
 
 
@@ -137,6 +140,22 @@ async def test_an_album_is_one_turn(home: Path, fake_llm: FakeLLM, fake_telegram
         rows = gw.store.all("SELECT id, platform_message_id, status, merged_into FROM inbound ORDER BY id")
         assert [tuple(r)[1:] for r in rows] == [("7", "answered", None), ("8", "merged", rows[0]["id"])]
         assert len(fake_llm.anthropic_requests()) == 1 and len(fake_telegram.sent_messages(ALICE)) == 1
+
+
+async def test_an_album_addressed_in_a_group_is_one_turn_with_every_photo(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    async with running(home, fake_llm, fake_telegram):
+        first = photo_sizes(fake_telegram, picture(200, 100), 200, 100)
+        second = photo_sizes(fake_telegram, picture(100, 200), 100, 200)
+        message(fake_telegram, message_id=20, chat=GROUP, caption="@gw_test_bot which is better?", photo=first,
+                media_group_id="album-9")
+        message(fake_telegram, message_id=21, chat=GROUP, photo=second, media_group_id="album-9")  # no mention
+        message(fake_telegram, message_id=22, chat=GROUP, photo=first, media_group_id="album-other")  # not for us
+        sent = await fake_telegram.wait_for_sent(GROUP)
+        assert sent.text == "echo: [Alice] which is better?\n[image: photo]\n[image: photo] [users=1]"
+        content = last_user_content(fake_llm)
+        assert [image_size(base64.b64decode(b["source"]["data"])) for b in content[:2]] == [(200, 100), (100, 200)]
+        assert len(fake_llm.anthropic_requests()) == 1
 
 
 async def test_without_vision_the_model_gets_a_note_and_the_user_is_told_once(
