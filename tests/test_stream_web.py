@@ -166,8 +166,10 @@ def test_the_page_grows_the_draft_and_puts_the_reply_in_its_place(tmp_path: Path
           appendChild(c) { nodes.push(c); }, replaceChildren() {}, remove() { this.removed = true; },
           addEventListener() {}, scrollTop: 0, scrollHeight: 0, value: "" }; }
         const byId = { log: el("main"), input: el("textarea"), status: el("span"), form: el("form"),
-          "new-chat": el("button"), banner: el("p") };
-        globalThis.document = { getElementById: (id) => byId[id], createElement: el };
+          "new-chat": el("button"), banner: el("p"), picker: el("input"), files: el("div"),
+          attach: el("button") };
+        globalThis.document = { getElementById: (id) => byId[id], createElement: el, addEventListener() {},
+                                body: el("body") };
         globalThis.localStorage = { getItem: () => "c1", setItem() {} };
         globalThis.location = { protocol: "http:", host: "x", search: "" };
         globalThis.URLSearchParams = class { get() { return null; } };
