@@ -53,8 +53,8 @@ async def say(port: int, home: Path, body: dict[str, Any]) -> list[dict[str, Any
             await ws.send_str(json.dumps(body))
             async for msg in ws:
                 data = json.loads(msg.data)
-                if data["type"] == "history":
-                    continue
+                if data["type"] in ("history", "hello", "draft", "delta", "progress"):
+                    continue  # what a tab hears on connect, and the live preview of the answer
                 got.append(data)
                 if data["type"] == "error" or (data["type"] == "message" and data["kind"] in ("reply", "error")):
                     break
