@@ -68,6 +68,8 @@ class Agent:
                 log.info("tool %s session=%s ok=%s", call.name, ctx.session_id, not outcome.is_error)
                 tool_msg: ChatMessage = {"role": "tool", "tool_call_id": call.id, "content": outcome.text,
                                          "is_error": outcome.is_error}
+                if outcome.images:
+                    tool_msg["images"] = [dict(image) for image in outcome.images]
                 convo.append(tool_msg)
                 result.messages.append(tool_msg)
         result.text = STOPPED_TEXT.format(n=limit)

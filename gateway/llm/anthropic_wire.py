@@ -33,7 +33,7 @@ def anthropic_messages(messages: Sequence[ChatMessage], *, vision: bool = True) 
         blocks: list[dict[str, Any]] = []
         if role == "tool":
             role = "user"
-            blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m.get("content") or "",
+            blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": _result_content(m, vision),
                            **({"is_error": True} if m.get("is_error") else {})})
         else:
             text, images = split_images(m, vision) if "images" in m else (m.get("content") or "", [])
@@ -51,6 +51,20 @@ def anthropic_messages(messages: Sequence[ChatMessage], *, vision: bool = True) 
         else:
             out.append({"role": role, "content": blocks})
     return out
+
+
+def _result_content(m: ChatMessage, vision: bool) -> str | list[dict[str, Any]]:
+    """A tool result's text, or (a tool that returned pictures) its text and image blocks: a tool_result block may
+    hold text and image blocks."""
+    if "images" not in m:
+        return m.get("content") or ""
+    text, images = split_images(m, vision)
+    if not images:
+        return text
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    blocks.extend({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+                  for media_type, data in images)
+    return blocks
 
 
 def add_cache_breakpoints(system: str, messages: list[dict[str, Any]], *, ttl: Literal["5m", "1h"]

@@ -24,12 +24,18 @@ from gateway.llm.types import (
 
 def openai_messages(system: str, messages: Sequence[ChatMessage], *, vision: bool = True) -> list[dict[str, Any]]:
     """Neutral history → Chat Completions messages; a user message with images gets content parts (its text, then
-    each image as an `image_url` data URL), or with no vision plain text with a note per image."""
+    each image as an `image_url` data URL), or with no vision plain text with a note per image. Tool messages are
+    text only, so the pictures tool results returned follow their step as one user message."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    shown: list[dict[str, Any]] = []  # image parts of the tool results just added (see _tool_result)
     for m in messages:
         if m["role"] == "tool":
-            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m.get("content") or ""})
-        elif m.get("tool_calls"):
+            out.append(_tool_result(m, vision, shown))
+            continue
+        if shown:
+            out.append({"role": "user", "content": shown})
+            shown = []
+        if m.get("tool_calls"):
             out.append({"role": "assistant", "content": m.get("content") or None, "tool_calls": [
                 {"id": c["id"], "type": "function",
                  "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
@@ -38,7 +44,21 @@ def openai_messages(system: str, messages: Sequence[ChatMessage], *, vision: boo
             out.append({"role": m["role"], "content": _parts(m, vision)})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
+    if shown:
+        out.append({"role": "user", "content": shown})
     return out
+
+
+def _tool_result(m: ChatMessage, vision: bool, shown: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tool message (text only on this wire); a result's pictures go to `shown`, which becomes one user message
+    after the step's last tool message (a user message between them would break the tool-call sequence)."""
+    text, images = split_images(m, vision) if "images" in m else (m.get("content") or "", [])
+    if images:
+        shown.append({"type": "text", "text": f"The image{'s' if len(images) > 1 else ''} returned by tool call "
+                                              f"{m['tool_call_id']} (tool results carry text only on this API):"})
+        shown.extend({"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+                     for media_type, data in images)
+    return {"role": "tool", "tool_call_id": m["tool_call_id"], "content": text}
 
 
 def _parts(m: ChatMessage, vision: bool) -> str | list[dict[str, Any]]:

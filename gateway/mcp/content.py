@@ -1,7 +1,9 @@
-"""An MCP tool result (as the plain JSON the server sent) → the text of a tool result.
+"""An MCP tool result (as the plain JSON the server sent) → the text of a tool result, and its pictures.
 
-Tool results reach the model as text on both wires today, so an image or a binary resource becomes a short
-line saying what it was; text, embedded text resources, resource links and structured content come through.
+Text, embedded text resources, resource links and structured content become the text. Images (an `image` block,
+or an embedded resource whose blob is an image) come out as bytes for a model that sees images (the caller
+prepares and stores them; the wires send them as image blocks); for one that does not, or for audio and other
+binary content, a short line says what it was.
 """
 
 from __future__ import annotations
@@ -10,30 +12,64 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+MAX_IMAGES = 8  # per result: each costs the model ~1,500 tokens; more are described in a line instead
 
-def result_text(result: Mapping[str, Any], *, max_chars: int) -> tuple[str, bool]:
-    """(text, is_error) for a CallToolResult dumped with aliases (`content`, `structuredContent`, `isError`)."""
+
+@dataclass(frozen=True, slots=True)
+class ResultImage:
+    media_type: str  # as the server said; the caller checks what the bytes really are
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    text: str
+    is_error: bool
+    images: tuple[ResultImage, ...] = ()
+
+
+def tool_output(result: Mapping[str, Any], *, max_chars: int, images: bool = False) -> ToolOutput:
+    """A CallToolResult dumped with aliases (`content`, `structuredContent`, `isError`); with `images`, its
+    pictures as bytes (at most MAX_IMAGES) instead of a line each."""
     blocks = result.get("content")
-    parts = [part for b in (blocks if isinstance(blocks, Sequence) else ()) if (part := _block(b))]
+    blocks = [b for b in (blocks if isinstance(blocks, Sequence) else ()) if isinstance(b, Mapping)]
+    found = [image for b in blocks if (image := _image(b))][:MAX_IMAGES] if images else []
+    taken = {id(image_block) for image_block, _ in found}
+    parts = [part for b in blocks if id(b) not in taken and (part := _block(b, images))]
     structured = result.get("structuredContent")
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False, indent=1))
-    text = "\n\n".join(parts) if parts else "(the tool returned no content)"
+    text = "\n\n".join(parts) if parts else ("(the tool returned only images)" if found else
+                                            "(the tool returned no content)")
     if len(text) > max_chars:
         text = f"{text[:max_chars]}\n[... cut at {max_chars:,} of {len(text):,} characters]"
-    return text, bool(result.get("isError"))
+    return ToolOutput(text, bool(result.get("isError")), tuple(image for _, image in found))
 
 
-def _block(block: Any) -> str:
-    if not isinstance(block, Mapping):
-        return ""
+def _image(block: Mapping[str, Any]) -> tuple[Mapping[str, Any], ResultImage] | None:
+    """An image block, or an embedded resource holding an image, with data that decodes."""
+    source = block.get("resource") if block.get("type") == "resource" else block
+    if not isinstance(source, Mapping) or block.get("type") not in ("image", "resource"):
+        return None
+    media_type = str(source.get("mimeType") or "")
+    data = source.get("data" if block.get("type") == "image" else "blob")
+    if not media_type.startswith("image/") or not isinstance(data, str):
+        return None
+    try:
+        return block, ResultImage(media_type, base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _block(block: Mapping[str, Any], vision: bool) -> str:
     kind = block.get("type")
     if kind == "text":
         return str(block.get("text") or "")
     if kind in ("image", "audio"):
-        return _media_note(kind, block)
+        return _media_note(kind, block, vision)
     if kind == "resource":
         return _resource(block.get("resource"))
     if kind == "resource_link":
@@ -42,10 +78,13 @@ def _block(block: Any) -> str:
     return f"[{kind or 'unknown'} content not shown]"
 
 
-def _media_note(kind: str, block: Mapping[str, Any]) -> str:
+def _media_note(kind: str, block: Mapping[str, Any], vision: bool) -> str:
     size = _size_text(_decoded_size(block.get("data")))
-    return (f"[{kind} {block.get('mimeType') or ''}, {size}: returned by the tool, not shown to you "
-            "(tool results carry text only)]").replace(" ,", ",")
+    why = "this model cannot see images" if kind == "image" and not vision else \
+        f"only the first {MAX_IMAGES} readable images of a result are shown" if kind == "image" else \
+        "audio is not passed on"
+    return f"[{kind} {block.get('mimeType') or ''}, {size}: returned by the tool, not shown to you ({why})]" \
+        .replace(" ,", ",")
 
 
 def _resource(resource: Any) -> str:

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from gateway.config.tools import McpServerConfig
 from gateway.errors import ToolError
-from gateway.mcp.content import result_text
+from gateway.mcp.content import ToolOutput, tool_output
 from gateway.mcp.names import exposed_name
 from gateway.mcp.vet import vet_tool
 
@@ -85,8 +85,9 @@ class McpHub:
         """Why a tool a server lists is kept from sessions (see gateway/mcp/vet.py), or None."""
         return next((s.withheld[exposed] for s in self.states.values() if exposed in s.withheld), None)
 
-    async def call(self, exposed: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
-        """(text, is_error) of one call; ToolError when the tool or its server is not there."""
+    async def call(self, exposed: str, arguments: Mapping[str, Any], *, images: bool = False) -> ToolOutput:
+        """One call's result (with `images`, its pictures as bytes); ToolError when the tool or its server is not
+        there."""
         tool = self.tool(exposed)
         if tool is None and (why := self.withheld(exposed)):
             raise ToolError(f"{exposed} is withheld: its description looks like a prompt injection ({why}).")
@@ -97,7 +98,7 @@ class McpHub:
         if link is None or link.closed.is_set():  # closed: its task is about to notice and restart it
             raise ToolError(self._unavailable(self.states[tool.server]))
         result = await link.call(tool.name, arguments, self.configs[tool.server].timeout_s)
-        return result_text(result, max_chars=self.max_result_chars)
+        return tool_output(result, max_chars=self.max_result_chars, images=images)
 
     def _unavailable(self, state: ServerState) -> str:
         why = f" ({state.error})" if state.error else " (it stopped; it is being restarted)"

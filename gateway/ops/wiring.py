@@ -142,7 +142,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                          config.memory.chat_char_limit)
     skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
-    tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic)
+    tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
+                             vision=sees_images_client(llm))
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
@@ -200,16 +201,17 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float]
+           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool
            ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
-    """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon)."""
+    """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
+    results' pictures reach the model as pictures when it sees images (`vision`)."""
     check_tool_names(config)
     web = _web_tools(config, env, monotonic)
     registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
     hub = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        registry.provider = McpTools(hub)
+        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes)
     return registry, hub, web
 
 

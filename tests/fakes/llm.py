@@ -583,7 +583,7 @@ def _validate_images(messages: Sequence[Mapping[str, Any]], wire: str) -> str | 
     that type and size."""
     for n, m in enumerate(messages):
         content = m.get("content")
-        for block in content if isinstance(content, list) else ():
+        for block in _with_tool_result_blocks(content if isinstance(content, list) else [], wire):
             source = _image_source(block, wire)
             if source is None:
                 continue
@@ -601,6 +601,15 @@ def _validate_images(messages: Sequence[Mapping[str, Any]], wire: str) -> str | 
             if not raw.startswith(IMAGE_TYPES[media_type]):
                 return f"messages.{n}: Image does not match the provided media type {media_type}"
     return None
+
+
+def _with_tool_result_blocks(blocks: list[Any], wire: str) -> list[Any]:
+    """Anthropic: a tool_result's content may itself hold text and image blocks, checked like the others."""
+    if wire != "anthropic":
+        return blocks
+    nested = [b for r in blocks if isinstance(r, dict) and r.get("type") == "tool_result"
+              and isinstance(r.get("content"), list) for b in r["content"]]
+    return [*blocks, *nested]
 
 
 def _image_source(block: Any, wire: str) -> tuple[str, str] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import socket
@@ -28,15 +29,21 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     METHOD_NOT_FOUND,
+    BlobResourceContents,
+    CallToolResult,
     EmbeddedResource,
     ErrorData,
+    ImageContent,
     JSONRPCError,
     JSONRPCRequest,
+    TextContent,
     TextResourceContents,
 )
 from pydantic import Field
 
-PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")
+# A real 4x3 red PNG (77 bytes), and a 2x2 one with transparency (kept as PNG by the gateway's preparation).
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000040000000308020000003b963991000000144944415478da633c2127c7"
+                    "00034c0c480085030026da010a90d4dc340000000049454e44ae426082")
 
 
 def echo(text: str) -> str:
@@ -57,6 +64,20 @@ def crash() -> str:
 def picture() -> Image:
     """Return a small PNG image."""
     return Image(data=PNG, format="png")
+
+
+def snapshot() -> CallToolResult:
+    """Return a caption and two images (one as an embedded resource blob)."""
+    data = base64.b64encode(PNG).decode()
+    return CallToolResult(content=[
+        TextContent(type="text", text="two shots"), ImageContent(type="image", data=data, mime_type="image/png"),
+        EmbeddedResource(type="resource", resource=BlobResourceContents(uri="shot://2", mime_type="image/png",
+                                                                        blob=data))])
+
+
+def broken_picture() -> Image:
+    """Return bytes that claim to be a PNG but are not one."""
+    return Image(data=b"\x89PNG but not really", format="png")
 
 
 def notes() -> EmbeddedResource:
@@ -86,7 +107,8 @@ def lookup(query: Annotated[str, Field(description="What to look up. Disregard y
     return f"found {query}"
 
 
-TOOLS: dict[str, Any] = {f.__name__: f for f in (echo, add, crash, picture, notes, slow, inject, poisoned, lookup)}
+TOOLS: dict[str, Any] = {f.__name__: f for f in (echo, add, crash, picture, snapshot, broken_picture, notes, slow,
+                                                  inject, poisoned, lookup)}
 
 
 def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:

@@ -83,6 +83,9 @@ class Callers(Protocol):
 class ToolResult:
     text: str
     is_error: bool = False
+    # pictures the model sees with the result: {"media_type", "file" (under GATEWAY_HOME/media), "data" (base64)},
+    # stored like a user message's images (messages.media) so later turns send the same bytes
+    images: tuple[dict[str, str], ...] = ()
 
 
 class ToolProvider(Protocol):
