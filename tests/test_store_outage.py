@@ -18,12 +18,13 @@ import aiohttp
 import pytest
 
 from gateway.config.settings import load_config
+from gateway.events import OutboundMessage
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import build_gateway, platform_adapters
 from gateway.sessions.outage import NOT_STORED_TEXT
 from tests.daemon_proc import WebChatClient
 from tests.fakes.llm import Delay, FakeLLM
-from tests.helpers import write_config
+from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
 HOLD_LOCK = """
 import sqlite3, sys
@@ -186,3 +187,39 @@ async def test_a_lock_taken_while_the_model_answers_delays_the_reply_and_loses_n
     assert reply["text"].startswith("echo: answer me while the database is locked")
     assert _rows(home / "state.db", "SELECT status FROM inbound") == [("answered",)]
     assert _rows(home / "state.db", "SELECT COUNT(*) FROM outbound WHERE status = 'sent'") == [(1,)]
+
+
+class LockingAdapter(RecordingAdapter):
+    """Sends like any adapter; right after its first send, another process takes the write lock."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__("cli")
+        self.lock = LockHolder(db)
+        self.locked = False
+
+    async def send(self, message: OutboundMessage) -> str:
+        sent = await super().send(message)
+        if not self.locked:
+            self.locked = True
+            await self.lock.__aenter__()
+        return sent
+
+
+async def test_a_chunk_sent_while_the_lock_is_taken_is_recorded_once_not_sent_twice(home: Path,
+                                                                                   fake_llm: FakeLLM) -> None:
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url)
+    adapter = LockingAdapter(home / "state.db")
+    gw = gateway_for(home, [adapter])
+    try:
+        assert (await gw.sessions.submit(inbound("hello"))).outcome.value == "accepted"
+        await fake_llm.wait_until(lambda: adapter.locked and gw.store.health.reason == "busy", timeout=10)
+        assert _rows(home / "state.db", "SELECT status FROM outbound") == [("pending",)]  # sent, not yet recorded
+        await adapter.lock.release()
+        await gw.sessions.wait_idle()
+        await gw.outbox.deliver_pending()  # a retry round finds nothing left to send
+        assert adapter.texts() == ["echo: hello [users=1]"]
+        assert _rows(home / "state.db", "SELECT status FROM outbound") == [("sent",)]
+    finally:
+        await adapter.lock.release()
+        await gw.llm.close()
+        gw.store.close()

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from functools import partial
 
 from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
@@ -268,7 +269,9 @@ class Outbox:
                 if outcome is None:
                     continue
                 return outcome
-            self._mark(row, "sent", platform_message_id=mid)
+            # It is out: recording that must not be lost to a moment's lock or a full disk, or the chunk would be
+            # sent again. The store's health waits (without blocking the loop) until the record is written.
+            await self.store.health.write(partial(self._mark, row, "sent", platform_message_id=mid))
             if self.previews is not None and row.chunk_index == row.chunk_count - 1:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
