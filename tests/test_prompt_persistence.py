@@ -238,3 +238,32 @@ async def test_prompt_stored_before_the_first_call_survives_a_failed_turn(
         assert systems(fake_llm) == [stored, stored]
     finally:
         await pipe.close()
+
+
+async def test_a_failed_tool_result_reads_the_same_on_later_turns(home: Path, fake_llm: FakeLLM) -> None:
+    """Anthropic's tool_result carries is_error; a later turn built from the store must send the same block, or the
+    cached prefix breaks there (it did: the flag was not stored)."""
+    write_config(home, base_url=fake_llm.base_url)
+    fake_llm.script(ToolCall("skill_view", {"name": "no-such-skill"}), Reply("There is no such skill."),
+                    Reply("ok"))
+    gw = gateway_for(home, [RecordingAdapter("cli")])
+    try:
+        await gw.sessions.submit(inbound("show me the deploy skill"))
+        await gw.sessions.wait_idle()
+        gw.store.history_cache.clear()  # as after a restart: the next turn reads the rows back
+        await gw.sessions.submit(inbound("thanks"))
+        await gw.sessions.wait_idle()
+    finally:
+        await gw.llm.close()
+        gw.store.close()
+    requests = fake_llm.anthropic_requests()
+
+    def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [b for m in body["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])
+                if b.get("type") == "tool_result"]
+
+    [in_turn] = tool_results(requests[1])
+    [later] = tool_results(requests[2])
+    assert in_turn.get("is_error") is True
+    assert {k: v for k, v in later.items() if k != "cache_control"} == \
+        {k: v for k, v in in_turn.items() if k != "cache_control"}

@@ -55,13 +55,15 @@ class MessageQueries(Database):
             content = m.get("content") or ""
             calls = json.dumps(m["tool_calls"]) if m.get("tool_calls") else None
             media = media_column(m)
+            failed = 1 if m.get("is_error") else 0  # a failed tool result: the wire says so on every later turn too
             cur = conn.execute(
                 "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-                " platform_message_id, created_at, kind, turn_id, media) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " platform_message_id, created_at, kind, turn_id, media, is_error)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, m["role"], content, calls, m.get("tool_call_id"), m.get("user_id"), m.get("user_name"),
-                 m.get("platform_message_id"), created, kind, turn_id, media))
+                 m.get("platform_message_id"), created, kind, turn_id, media, failed))
             last = int(cur.lastrowid or 0)
-            views.append(chat_view(m["role"], content, calls, m.get("tool_call_id"), media))
+            views.append(chat_view(m["role"], content, calls, m.get("tool_call_id"), media, failed))
         if kind in HISTORY_KINDS:
             self.history_cache.stage(session_id, views)
         return last
@@ -83,7 +85,8 @@ class MessageQueries(Database):
         try:
             cur = self.conn.cursor()
             cur.row_factory = None
-            rows = cur.execute("SELECT role, content, tool_calls, tool_call_id, media FROM messages WHERE session_id = ?"
+            rows = cur.execute("SELECT role, content, tool_calls, tool_call_id, media, is_error FROM messages"
+                               " WHERE session_id = ?"
                                " AND active = 1 AND kind IN ('chat', 'summary') ORDER BY id", (session_id,)).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"query failed: {exc}") from exc
@@ -128,10 +131,10 @@ class MessageQueries(Database):
             for r in tail:
                 conn.execute(
                     "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, user_id, user_name,"
-                    " platform_message_id, created_at, kind, turn_id, media)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " platform_message_id, created_at, kind, turn_id, media, is_error)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (session_id, r.role, r.content, r.tool_calls, r.tool_call_id, r.user_id, r.user_name,
-                     r.platform_message_id, r.created_at, r.kind, r.turn_id, r.media))
+                     r.platform_message_id, r.created_at, r.kind, r.turn_id, r.media, r.is_error))
             conn.execute("UPDATE sessions SET compressions = compressions + 1 WHERE id = ?", (session_id,))
             return int(cur.lastrowid or 0)
 

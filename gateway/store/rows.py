@@ -35,7 +35,7 @@ HISTORY_KINDS = ("chat", "summary")  # what a session's model input is made of
 
 
 def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str | None,
-              media: str | None = None) -> ChatView:
+              media: str | None = None, is_error: int = 0) -> ChatView:
     """A stored message as a neutral chat message (gateway/llm/types.py's ChatMessage shape).
 
     `media` is the stored image list of a user message: `[{"media_type", "file"}]`, files named relative to
@@ -47,6 +47,8 @@ def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str
         message["tool_call_id"] = tool_call_id
     if media:
         message["images"] = json.loads(media)
+    if is_error:
+        message["is_error"] = True
     return message
 
 
@@ -106,6 +108,7 @@ class MessageRow:
     kind: str
     turn_id: str | None
     media: str | None = None  # the images of a user message (JSON; see chat_view)
+    is_error: int = 0  # a tool result that reported a failure
 
 
 @dataclass(frozen=True, slots=True)

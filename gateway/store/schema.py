@@ -323,6 +323,12 @@ _ROBUSTNESS = """
 CREATE TABLE store_probe (filler BLOB);
 """
 
+# A tool result's failure flag is part of what the model saw: Anthropic's tool_result carries `is_error`, and a
+# later turn that dropped it would change a block inside the cached prefix.
+_TOOL_ERRORS = """
+ALTER TABLE messages ADD COLUMN is_error INTEGER NOT NULL DEFAULT 0;
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -334,4 +340,5 @@ MIGRATIONS: list[Migration] = [
     ("0007_streaming", _STREAMING),
     ("0010_dashboard", _DASHBOARD),
     ("0011_robustness", _ROBUSTNESS),
+    ("0014_tool_errors", _TOOL_ERRORS),
 ]

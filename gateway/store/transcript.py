@@ -61,7 +61,7 @@ def well_formed(inbound: Inbound) -> Inbound:
 def history_messages(rows: Sequence[MessageRow], *, home: Path | None = None) -> list[ChatMessage]:
     """Stored rows as chat messages; with `home`, their images carry the file's bytes (see `with_image_data`),
     without it they stay names, which the wires send as a one-line note (a summary or flush needs no pixels)."""
-    msgs = [chat_view(r.role, r.content, r.tool_calls, r.tool_call_id, r.media) for r in rows]
+    msgs = [chat_view(r.role, r.content, r.tool_calls, r.tool_call_id, r.media, r.is_error) for r in rows]
     return _drop_dangling_tool_calls(with_image_data(msgs, home) if home is not None else msgs)
 
 
