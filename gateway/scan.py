@@ -57,7 +57,8 @@ _ARTICLES = r"(?:(?:all|any|of|the|your|my|these|those|every|everything)\s+)*"
 _SECRET_VAR = r"(?:\w*_)?(?:api_?key|key|token|secret|pass|passw(?:or)?d|credentials?|auth(?:_token)?)(?:_\w*)?\b"
 # Paths that hold credentials (.env.example is not one).
 _SECRET_FILE = (r"(?:\.env(?![\w.-])|~/\.ssh\b|\.ssh/|\bid_(?:rsa|ed25519|ecdsa|dsa)\b|\.aws/|\.netrc\b|\.pgpass\b"
-                r"|\.git-credentials\b|\bcredentials\.json\b|/credentials\b|\.docker/config\.json)")
+                r"|\.git-credentials\b|\bcredentials\.json\b|/credentials\b|\.docker/config\.json|\bmcp\.json\b"
+                r"|\bclaude_desktop_config\.json\b|\.kube/config\b|\.npmrc\b|\.pypirc\b)")
 
 # (kind, label, pattern). Order is the report order. Patterns run on normalized text (see _normalize).
 _INJECTION: tuple[tuple[str, str, str], ...] = (
@@ -79,6 +80,13 @@ _INJECTION: tuple[tuple[str, str, str], ...] = (
      r"|hide\s+(?:this|these)\s+(?:instructions?|messages?|actions?|steps?|commands?|requests?|text))\s+from\s+the\s+user")),
     ("injection", "hide from the user",
      r"\bwithout\s+(?:telling|informing)\s+the\s+user|\bthe\s+user\s+(?:must|should)\s+(?:not|never)\s+(?:know|find\s+out|learn|be\s+told)\b"),
+    ("injection", "hide from the user",  # tool poisoning: "do not mention that you first need to read the file"
+     (r"\b(?:do\s+not|don'?t|never)\s+(?:mention|say|tell\s+\w+|reveal|disclose)\s+(?:that\s+)?you\s+"
+     r"(?:first\s+|also\s+)?(?:need\s+to|have\s+to|must|will|are\s+going\s+to|had\s+to)\s+"
+     r"(?:read|call|open|access|fetch|send|pass|run|use)\b")),
+    ("exfiltration", "passes file contents in a tool argument",
+     (r"\bpass\s+(?:its|their|the(?:\s+file'?s)?|this\s+file'?s|that\s+file'?s)\s+(?:full\s+)?contents?\s+"
+     r"(?:as|in|into|through)\s+(?:the\s+)?[\"'`]?\w+[\"'`]?(?:\s+(?:parameter|argument|field))?")),
     ("injection", "system prompt override",
      (r"\b(?:system\s+prompt\s+override|new\s+system\s+prompt|override\s+(?:your|the|all|any)\s+"
      r"(?:previous\s+|prior\s+|system\s+)?(?:instructions|system\s+prompt|rules|guidelines))")),
@@ -109,7 +117,7 @@ _INJECTION: tuple[tuple[str, str, str], ...] = (
      + _SECRET_FILE),
     ("exfiltration", "reads secret files",
      rf"\b(?:read|print|dump|output|show|display|open)\s+(?:out\s+)?{_ARTICLES}(?:contents?\s+of\s+)?{_ARTICLES}"
-     + _SECRET_FILE),
+     r"[\"'`]?(?:~|\.{1,2})?(?:/[\w.-]+)*/?" + _SECRET_FILE),
     ("exfiltration", "reveals secrets",
      (rf"\b(?:reveal|leak|send|upload|exfil\w*|paste)\s+{_ARTICLES}"
      r"(?:private\s+keys?|api\s+keys?|secrets|passwords|credentials|tokens|environment\s+variables|ssh\s+keys?)\b")),
@@ -151,12 +159,14 @@ _SECRETS: tuple[tuple[str, str, str], ...] = (
 # Substrings (case-folded) one of which every match of a label's patterns contains: a pattern runs only when
 # its text holds one, so a long page that mentions none of them costs a few substring searches, not 25 regexes.
 # A label missing here always runs; tests/test_scan.py checks the shortcut never changes a verdict.
-_SECRET_FILE_NEEDS = (".env", ".ssh", "id_", ".aws/", ".netrc", ".pgpass", "credentials", ".docker/")
+_SECRET_FILE_NEEDS = (".env", ".ssh", "id_", ".aws/", ".netrc", ".pgpass", "credentials", ".docker/", "mcp.json",
+                      "claude_desktop_config", ".kube/", ".npmrc", ".pypirc")
 _NEEDS: dict[str, tuple[str, ...]] = {
     "ignore previous instructions": ("ignore", "disregard", "forget", "skip", "override"),
     "ignore your instructions": ("ignore", "disregard", "forget"),
     "ignore everything above": ("ignore", "disregard", "forget"),
-    "hide from the user": ("user",),
+    "hide from the user": ("user", "you"),
+    "passes file contents in a tool argument": ("content",),
     "system prompt override": ("system", "override", "instructions", "rules", "purpose", "now"),
     "role-play jailbreak": ("anything", "jailbr", "mode", "restriction", "rules", "limit", "guideline", "filter",
                             "policies", "unrestricted", "unfiltered", "uncensored"),
