@@ -3,7 +3,8 @@
 GatewayError
 ├── ConfigError(file, line, key)          bad config: the daemon exits 78
 ├── StoreError                            a row that cannot be read or written
-│   └── StoreUnavailable(reason)          the database takes no writes now: busy, full, read-only, I/O
+│   ├── StoreUnavailable(reason)          the database takes no writes now: busy, full, read-only, I/O
+│   └── TurnGone                          the message a turn answers was deleted as it ran (its person forgotten)
 ├── HomeLocked                            another process holds the home's lock: exit 75 at once
 ├── HomeUnusable                          the home or state.db cannot be used (read-only, damaged): exit 78
 ├── AdapterError(platform)
@@ -72,6 +73,11 @@ class StoreUnavailable(StoreError):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason  # busy | full | readonly | io
         super().__init__(message)
+
+
+class TurnGone(StoreError):
+    """The message a turn answers (or the turn's session) was deleted while the turn ran: `gateway users forget`
+    erased its person. Nothing of the turn is stored, and nothing is sent."""
 
 
 class HomeLocked(GatewayError):

@@ -131,7 +131,8 @@ async def test_a_cli_approval_is_welcomed_by_the_daemon_once(home: Path, fake_ll
         code = CODE_RE.search(tg.sent[0].plain)
         assert code is not None
         assert main(["--home", str(home), "pairing", "approve", code.group(1)]) == 0  # only records it
-        watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, clock=gw.clock)
+        watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory,
+                            clock=gw.clock)
         assert watch.handle() == 1
         await gw.outbox.wait_background()
         assert tg.texts("55")[-1] == "You're approved: I can talk with you now. Send me a message to start."
@@ -154,7 +155,8 @@ async def test_revoking_ends_the_persons_sessions_and_jobs(home: Path, fake_llm:
                        by="test")
         await _say(gw, tg, "hi from telegram", chat_id="1", user_id="1")
         assert main(["--home", str(home), "pairing", "revoke", "discord:8"]) == 0
-        watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, clock=gw.clock)
+        watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory,
+                            clock=gw.clock)
         assert watch.handle() == 2  # both linked identities
         assert gw.store.active_session("discord:dm:d8") is None
         assert gw.store.active_session("telegram:dm:1") is None

@@ -98,6 +98,11 @@ class Forgetter:
         person = plan.person
         ids = json.dumps(list(plan.sessions))
         with self.store.tx() as conn:
+            for platform, user_id in accounts(person):  # the live previews of their turns (chat and message ids)
+                where, args = ("platform = ?", (platform,)) if user_id is None else \
+                    ("platform = ? AND user_id = ?", (platform, user_id))
+                conn.execute(f"DELETE FROM previews WHERE turn_id IN (SELECT 't' || id FROM inbound WHERE {where})",
+                             args)
             for sql in _OWNED_SQL:
                 conn.execute(sql, (ids,))
             for platform, user_id in accounts(person):
@@ -108,10 +113,10 @@ class Forgetter:
             conn.execute("DELETE FROM link_codes WHERE person_id = ?", (person.id,))
             conn.execute("DELETE FROM identities WHERE person_id = ?", (person.id,))
             conn.execute("DELETE FROM people WHERE id = ?", (person.id,))
+            detail = json.dumps({"person": person.id, "keys": list(plan.keys)})
             for identity in person.identities:
                 conn.execute("INSERT INTO access_events (kind, platform, user_id, detail, created_at)"
-                             " VALUES ('forgotten', ?, ?, ?, ?)",
-                             (identity.platform, identity.user_id, json.dumps(plan.keys), iso(now)))
+                             " VALUES ('forgotten', ?, ?, ?, ?)", (identity.platform, identity.user_id, detail, iso(now)))
         self.store.history_cache.clear()
         self.memory.profile(person.id).delete()
         delete_session_media(self.home, plan.sessions)

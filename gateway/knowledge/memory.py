@@ -9,6 +9,7 @@ because the provider's prompt cache depends on that prompt never changing.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -81,11 +82,13 @@ def _file_name(key: str) -> str:
 class MemoryFile:
     """One memory file (a scope's entries, separated by § lines) with its character limit."""
 
-    def __init__(self, path: Path, limit: int, label: str, lock: FileLock) -> None:
+    def __init__(self, path: Path, limit: int, label: str, lock: FileLock,
+                 erased: Callable[[], bool] = lambda: False) -> None:
         self.path = path
         self.limit = limit
         self.label = label
         self._lock = lock
+        self._erased = erased  # asked under the lock: a write that comes after the erasure is refused
 
     def read(self) -> str:
         """The whole file as it is now ("" when absent): what a new session's prompt snapshots.
@@ -144,6 +147,9 @@ class MemoryFile:
         return existed
 
     def _write(self, old: list[str], new: list[str], needed: int) -> tuple[int, int]:
+        if self._erased():
+            raise ToolError(f"Not saved: {self.label} belongs to a person who was forgotten (gateway users forget); "
+                            "nothing about them is kept.")
         limit = self.limit
         used, size = len(render(old)), len(render(new))
         # Growing past the limit is refused; shrinking is always allowed, so an over-full file can be consolidated.
@@ -166,14 +172,22 @@ class MemoryStore:
         self.limits: dict[Target, int] = {"memory": memory_char_limit, "user": user_char_limit,
                                           "chat": chat_char_limit}
         self._lock = FileLock(directory / ".lock")
+        self._erased: set[int] = set()  # people forgotten while this process runs (a turn of theirs may still)
 
     def shared(self) -> MemoryFile:
         return MemoryFile(self.directory / SHARED_FILE, self.limits["memory"], "the shared notes (MEMORY.md)",
                           self._lock)
 
     def profile(self, person_id: int) -> MemoryFile:
-        return MemoryFile(self.directory / "people" / f"{int(person_id)}.md", self.limits["user"],
-                          f"the user profile (people/{int(person_id)}.md)", self._lock)
+        pid = int(person_id)
+        return MemoryFile(self.directory / "people" / f"{pid}.md", self.limits["user"],
+                          f"the user profile (people/{pid}.md)", self._lock, lambda: pid in self._erased)
+
+    def erase_profile(self, person_id: int) -> bool:
+        """A forgotten person's profile goes, and stays gone: a turn of theirs still running in this process
+        cannot write it again (the check and the delete both hold the lock)."""
+        self._erased.add(int(person_id))
+        return self.profile(person_id).delete()
 
     def chat(self, key: str) -> MemoryFile:
         name = _file_name(key)

@@ -18,6 +18,7 @@ from typing import Any
 from gateway.access.gate import APPROVED_TEXT
 from gateway.delivery.outbox import Outbox
 from gateway.events import ChatRef
+from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import OWNER_PLATFORMS, personal_owner
 from gateway.scheduling.jobstore import JobStore
 from gateway.sessions.manager import SessionManager
@@ -31,9 +32,10 @@ POLL_EVERY_S = 2.0
 
 
 class AccessWatch:
-    def __init__(self, *, store: Store, outbox: Outbox, sessions: SessionManager, clock: Callable[[], datetime],
-                 sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, *, store: Store, outbox: Outbox, sessions: SessionManager, memory: MemoryStore,
+                 clock: Callable[[], datetime], sleep: Sleep = asyncio.sleep) -> None:
         self.store = store
+        self.memory = memory
         self.outbox = outbox
         self.sessions = sessions
         self.clock = clock
@@ -75,9 +77,15 @@ class AccessWatch:
         log.info("access: %s:%s revoked; %s session(s) ended, %s job(s) stopped", platform, user_id, ended, jobs)
 
     def _forgotten(self, row: Any) -> None:
-        for key in json.loads(row["detail"] or "[]"):
-            self.sessions.stop_turn(str(key))
+        """Their running turns stop quietly (one that ends first stores and sends nothing: TurnGone), and their
+        profile, which such a turn may have written again after the CLI deleted it, goes for good."""
+        detail = json.loads(row["detail"] or "[]")
+        keys, person = (detail, None) if isinstance(detail, list) else (detail.get("keys", []), detail.get("person"))
+        stopped = sum(self.sessions.stop_turn(str(key)) for key in keys)
+        if person is not None:
+            self.memory.erase_profile(int(person))
         self.store.history_cache.clear()
+        log.info("access: %s:%s forgotten; %s running turn(s) stopped", row["platform"], row["user_id"], stopped)
 
     def _unknown(self, row: Any) -> None:
         log.warning("access: unknown access event %r (id %s) ignored", row["kind"], row["id"])

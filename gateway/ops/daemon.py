@@ -66,7 +66,7 @@ class Daemon:
                        redact=gateway.redact, model_source=gateway.model_source)
         self._keepalive: asyncio.Task[None] | None = None
         self.access_watch = AccessWatch(store=gateway.store, outbox=gateway.outbox, sessions=gateway.sessions,
-                                        clock=gateway.clock)
+                                        memory=gateway.memory, clock=gateway.clock)
 
     async def start(self) -> None:
         gw = self.gw

@@ -20,7 +20,7 @@ from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import Config, ResetOverride
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import NO_PREVIEW, Live, Streams
-from gateway.errors import LLMError, LLMNotConfigured, StoreUnavailable
+from gateway.errors import LLMError, LLMNotConfigured, StoreUnavailable, TurnGone
 from gateway.events import (
     Adapter,
     ChatRef,
@@ -153,8 +153,11 @@ class SessionManager:
         polling offset, Slack's 3 s) must not wait behind a 429 pause on a command answer.
         """
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
-        await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
-                                                                   session_id=session_id))
+        try:
+            await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
+                                                                       session_id=session_id))
+        except TurnGone:
+            return _gone(inbound, turn_id)
         self._answered(inbound, inbound_id)
         if wait:
             await self.outbox.deliver(turn_id)
@@ -222,7 +225,10 @@ class SessionManager:
         await self.outage.turn(lambda: self._turn_once(inbound_id))
 
     async def _turn_once(self, inbound_id: int) -> None:
-        row = self.store.inbound(inbound_id)
+        try:
+            row = self.store.inbound(inbound_id)
+        except TurnGone:
+            return _gone(None, f"t{inbound_id}")
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
@@ -291,8 +297,12 @@ class SessionManager:
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
         messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
-        await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
-                                                                 now=self.clock(), turn_id=turn, calls=calls))
+        try:
+            await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
+                                                                     now=self.clock(), turn_id=turn, calls=calls))
+        except TurnGone:
+            self._count_turn(inbound.chat.platform, "dropped", now)
+            return _gone(inbound, turn)
         held.clear()
         self._answered(inbound, inbound_id)
         self.turns_done += 1
@@ -342,11 +352,11 @@ class SessionManager:
 
     def _typing(self, adapter: Adapter | None, chat: ChatRef) -> Any:
         if adapter is None:
-            return _NullContext()
+            return nullcontext()
         known = self._can_type.get(adapter.platform)
         if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
             known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
-        return adapter.typing(chat) if known[1] else _NullContext()  # type: ignore[attr-defined]
+        return adapter.typing(chat) if known[1] else nullcontext()  # type: ignore[attr-defined]
 
     def _notify_reset(self, session: SessionRow) -> bool:
         policy = self.config.session_reset
@@ -406,13 +416,11 @@ class SessionManager:
     def stop_turn(self, key: str) -> bool:
         return self._lanes.stop_turn(key)
 
+def _gone(inbound: Inbound | None, turn: str) -> None:
+    """`gateway users forget` erased the message as its turn ran (or waited): nothing is stored or sent, no error."""
+    log.info("turn dropped platform=%s turn=%s: its message was deleted (its person was forgotten)",
+             inbound.chat.platform if inbound else "?", turn)
+
+
 def _model_call(reply: LLMReply) -> ModelCall:
     return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)
-
-
-class _NullContext:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None

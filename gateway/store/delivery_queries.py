@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from gateway.errors import StoreError
+from gateway.errors import StoreError, TurnGone
 from gateway.store.connection import Database
 from gateway.store.rows import InboundRow, OutboundRow, _row, iso
 
@@ -35,9 +35,11 @@ class DeliveryQueries(Database):
         """An inbound's final status and the chunks that answer it (a notice, an error) in one transaction:
         after a crash either both are there or neither, never a final status with its answer lost."""
         with self.tx() as conn:
+            cur = conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
+                               " WHERE id = ?", (status, iso(now), session_id, inbound_id))
+            if cur.rowcount == 0:
+                raise TurnGone(f"inbound {inbound_id} was deleted: its answer is not recorded")
             insert_outbound(conn, outbound, now)
-            conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
-                         " WHERE id = ?", (status, iso(now), session_id, inbound_id))
 
     def set_inbound_status(self, inbound_id: int, status: str, *, now: datetime,
                            session_id: int | None = None) -> None:
@@ -48,7 +50,7 @@ class DeliveryQueries(Database):
     def inbound(self, inbound_id: int) -> InboundRow:
         row = _row(InboundRow, self.one("SELECT * FROM inbound WHERE id = ?", (inbound_id,)))
         if row is None:
-            raise StoreError(f"inbound {inbound_id} does not exist")
+            raise TurnGone(f"inbound {inbound_id} does not exist")
         return row
 
     def unfinished_inbound(self) -> list[InboundRow]:

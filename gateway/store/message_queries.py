@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from gateway.errors import StoreError
+from gateway.errors import StoreError, TurnGone
 from gateway.store.connection import Database
 from gateway.store.delivery_queries import insert_outbound
 from gateway.store.history_cache import ChatView
@@ -146,10 +146,17 @@ class MessageQueries(Database):
         After a crash either all of it is there (the chunks get sent at boot) or none (the turn runs again).
         """
         with self.tx() as conn:
-            self._insert_messages(conn, session_id, messages, now=now, kind="chat", turn_id=turn_id)
+            if inbound_id is not None:
+                cur = conn.execute("UPDATE inbound SET status = 'answered', finished_at = ?, session_id = ?"
+                                   " WHERE id = ?", (iso(now), session_id, inbound_id))
+                if cur.rowcount == 0:  # `gateway users forget` erased it while the turn ran: keep nothing of it
+                    raise TurnGone(f"inbound {inbound_id} was deleted while its turn ran")
+            elif conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+                raise TurnGone(f"session {session_id} was deleted while a turn ran")
+            try:
+                self._insert_messages(conn, session_id, messages, now=now, kind="chat", turn_id=turn_id)
+            except sqlite3.IntegrityError as exc:  # messages.session_id: the session row is gone
+                raise TurnGone(f"session {session_id} was deleted while a turn ran") from exc
             insert_outbound(conn, outbound, now)
             for call in calls:
                 insert_call(conn, session_id, call, now)
-            if inbound_id is not None:
-                conn.execute("UPDATE inbound SET status = 'answered', finished_at = ?, session_id = ? WHERE id = ?",
-                             (iso(now), session_id, inbound_id))

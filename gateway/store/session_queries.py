@@ -71,6 +71,9 @@ class SessionQueries(Database):
     def add_usage(self, session_id: int | None, usage: Usage, *, purpose: str, provider: str, model: str,
                   now: datetime) -> None:
         with self.tx() as conn:
+            if session_id is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                                       (session_id,)).fetchone() is None:
+                return  # deleted while it ran (its person forgotten): no usage row points at it
             insert_call(conn, session_id, ModelCall(usage, purpose, provider, model), now)
 
 
