@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.settings import load_config
-from gateway.events import ChatRef, OutboundMessage, PreviewPart, PreviewStyle, Submit
+from gateway.events import ChatRef, OutboundMessage, PreviewPart, PreviewStyle, Submit, TextEntity
 from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.fakeclock import FakeClock
@@ -86,6 +86,7 @@ class PreviewAdapter(ScriptedAdapter):
         self.preview_script: list[BaseException | None] = []
         self.in_call = asyncio.Event()  # set while a show_preview is on the wire, when `hold` is set
         self.hold: asyncio.Event | None = None
+        self.messages: dict[str, tuple[str, tuple[TextEntity, ...]]] = {}  # what the chat shows, by message id
         self._opened = 0
 
     def fail_preview(self, *errors: BaseException | None) -> None:
@@ -104,10 +105,12 @@ class PreviewAdapter(ScriptedAdapter):
             raise error
         if self.style is not None and self.style.ephemeral:
             return ""
-        if part.platform_message_id:
-            return part.platform_message_id
-        self._opened += 1
-        return f"p{self._opened}"
+        mid = part.platform_message_id
+        if not mid:
+            self._opened += 1
+            mid = f"p{self._opened}"
+        self.messages[mid] = (part.text, part.entities)
+        return mid
 
     async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str:
         self.attempts.append((self.clock.monotonic() if self.clock else 0.0, message))
@@ -116,14 +119,29 @@ class PreviewAdapter(ScriptedAdapter):
             raise error
         self.finished.append((platform_message_id, message))
         self.sent.append(message)
+        self.messages[platform_message_id] = (message.plain, ()) if message.use_plain else (message.text,
+                                                                                           message.entities)
         return platform_message_id
 
     async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
         self.events.append(f"drop {platform_message_id}")
         self.dropped.append(platform_message_id)
+        self.messages.pop(platform_message_id, None)
+
+    async def send(self, message: OutboundMessage) -> str:
+        mid = await super().send(message)
+        self.messages[mid] = (message.plain, ()) if message.use_plain else (message.text, message.entities)
+        return mid
 
     def shown(self) -> list[str]:
         return [part.text for _, part in self.shows]
+
+    def view(self) -> list[tuple[str, tuple[TextEntity, ...]]]:
+        """The messages the chat shows now, oldest first (previews as edited, sends as sent)."""
+        return list(self.messages.values())
+
+    def texts(self) -> list[str]:
+        return [text for text, _ in self.view()]
 
 
 class ReplyLLM:

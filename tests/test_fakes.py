@@ -14,8 +14,8 @@ import pytest
 from aiogram import Bot, Dispatcher, F, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramRetryAfter
-from aiogram.types import Message, ReplyParameters
+from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramNotFound, TelegramRetryAfter
+from aiogram.types import Message, MessageEntity, ReplyParameters
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import MessageParam, TextBlock, TextBlockParam, ToolUseBlock
 from discord import app_commands
@@ -208,6 +208,8 @@ async def test_telegram_polling_reply_and_markup(fake_telegram: tg.FakeTelegram)
 
 
 async def test_telegram_errors_and_flood_control(fake_telegram: tg.FakeTelegram) -> None:
+    now = [1000.0]
+    fake_telegram.clock = lambda: now[0]
     bot = _bot(fake_telegram)
     with pytest.raises(TelegramBadRequest, match=r"can't parse entities: Character '\.' is reserved"):
         await bot.send_message(5, "a.b", parse_mode="MarkdownV2")
@@ -221,8 +223,10 @@ async def test_telegram_errors_and_flood_control(fake_telegram: tg.FakeTelegram)
     with pytest.raises(TelegramNetworkError):
         await bot.send_message(6, "y")
     sent = await bot.send_message(6, "first")
+    now[0] += 1.0  # an edit a second after the chat's last message: fine
     with pytest.raises(TelegramBadRequest, match="message is not modified"):
         await bot.edit_message_text("first", chat_id=6, message_id=sent.message_id)
+    now[0] += 1.0
     await bot.edit_message_text("second", chat_id=6, message_id=sent.message_id)
     assert [(m.text, m.edits) for m in fake_telegram.sent_messages(6)] == [("second", ("first",))]
     await bot.session.close()
@@ -230,6 +234,38 @@ async def test_telegram_errors_and_flood_control(fake_telegram: tg.FakeTelegram)
     with pytest.raises(Exception, match="Unauthorized"):
         await bad.get_me()
     await bad.session.close()
+
+
+async def test_telegram_drafts_and_edit_pacing(fake_telegram: tg.FakeTelegram) -> None:
+    now = [1000.0]
+    fake_telegram.clock = lambda: now[0]
+    bot = _bot(fake_telegram)
+    fake_telegram.inject_message(7, "hi")  # a private chat
+    fake_telegram.inject_message(-70, "hi", chat_type="group")
+    assert await bot.send_message_draft(7, 3, text="Thinking about it")
+    await bot.send_message(7, "Thought about it.")  # the answer may follow a draft at once
+    with pytest.raises(TelegramBadRequest, match="private chats"):
+        await bot.send_message_draft(-70, 3, text="no drafts in groups")
+    sent = await bot.send_message(-70, "one")
+    with pytest.raises(TelegramRetryAfter):  # an edit inside the second after the chat's last message
+        await bot.edit_message_text("two", chat_id=-70, message_id=sent.message_id)
+    now[0] += 1.0
+    with pytest.raises(TelegramBadRequest, match="outside the text"):
+        await bot.edit_message_text("two", chat_id=-70, message_id=sent.message_id, entities=[
+            MessageEntity(type="bold", offset=2, length=5)])
+    await bot.edit_message_text("two", chat_id=-70, message_id=sent.message_id)  # the refused ones did not count
+    with pytest.raises(TelegramRetryAfter):  # a send right after an edit
+        await bot.send_message(-70, "three")
+    assert [d.text for d in fake_telegram.drafts] == ["Thinking about it"]
+    assert [c.name for c in fake_telegram.flood_violations] == ["editmessagetext", "sendmessage"]
+    assert [status for _, status, _ in fake_telegram.refused] == [400, 429, 400, 429]
+    await bot.session.close()
+    no_drafts = tg.FakeTelegram(drafts_supported=False)
+    async with no_drafts:
+        old = _bot(no_drafts)
+        with pytest.raises(TelegramNotFound):
+            await old.send_message_draft(7, 3, text="x")
+        await old.session.close()
 
 
 # ---------------------------------------------------------------------------------------------- Slack

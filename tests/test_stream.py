@@ -14,7 +14,7 @@ import pytest
 
 from gateway.config.settings import StreamingByChat, StreamingConfig, load_config
 from gateway.delivery.pacing import ChatPacer
-from gateway.delivery.partial import preview_parts, progress_line, split_raw
+from gateway.delivery.partial import PartialRenderer, preview_parts, progress_line, split_raw
 from gateway.errors import ConfigError, MarkupRejected, PlatformUnavailable, PreviewGone, RateLimited
 from gateway.events import PreviewStyle
 from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolCall, ToolDef, Usage
@@ -39,6 +39,14 @@ async def one_turn(clock: FakeClock, home: Path, adapter: PreviewAdapter, llm: o
         gw.store.close()
 
 
+class Revised(StreamingLLM):
+    """Streams its pieces, then answers with a slightly different text (the preview cannot have shown it)."""
+
+    async def complete(self, **kw: object) -> LLMReply:
+        reply = await super().complete(**kw)  # type: ignore[arg-type]
+        return LLMReply(reply.text + " (revised)", (), reply.usage, reply.model, reply.provider)
+
+
 # ---- edit mode -------------------------------------------------------------------------------------------------
 
 async def test_the_answer_grows_in_place_then_the_final_replaces_it(home: Path) -> None:
@@ -50,9 +58,19 @@ async def test_the_answer_grows_in_place_then_the_final_replaces_it(home: Path) 
     times = [t for t, _ in tg.shows]
     assert all(b - a >= 1.0 for a, b in itertools.pairwise(times))  # paced: one update a second at most
     assert tg.shown()[0] == "The answer" and all(b.startswith(a) for a, b in itertools.pairwise(tg.shown()))
-    assert [m.text for _, m in tg.finished] == ["The answer grows piece by piece."]  # the preview became it
-    assert tg.finished[0][0] == "p1" and tg.sent == [m for _, m in tg.finished]  # no second message
-    assert tg.attempts[0][0] - times[-1] >= 1.0  # the final edit is paced like the preview's
+    assert tg.shown()[-1] == "The answer grows piece by piece." and tg.sent == []  # it already shows the answer:
+    assert tg.finished == []  # no second message, and no edit that would change nothing
+
+
+async def test_a_final_that_differs_from_the_last_preview_is_edited_into_it(home: Path) -> None:
+    write_home(home, EDIT)
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock)
+
+    await one_turn(clock, home, tg, Revised(clock, PIECES, every=0.5))
+    assert [(mid, m.text) for mid, m in tg.finished] == [("p1", "The answer grows piece by piece. (revised)")]
+    assert tg.sent == [m for _, m in tg.finished]  # the preview became it: no second message
+    assert tg.attempts[0][0] - tg.shows[-1][0] >= 1.0  # the final edit is paced like the preview's
 
 
 async def test_the_final_text_is_the_non_streamed_answer_byte_for_byte(home: Path, tmp_path: Path) -> None:
@@ -65,9 +83,9 @@ async def test_the_final_text_is_the_non_streamed_answer_byte_for_byte(home: Pat
         clock = FakeClock()
         tg = PreviewAdapter("telegram", clock)
         await one_turn(clock, place, tg, StreamingLLM(clock, answer))
-        finals.append([(m.text, m.entities, m.plain) for m in tg.sent])
+        finals.append(tg.view())
         assert bool(tg.shows) is (mode == "edit")
-    assert finals[0] == finals[1]
+    assert finals[0] == finals[1] and len(finals[0]) == 1
 
 
 async def test_a_partial_inside_a_code_fence_is_shown_closed(home: Path) -> None:
@@ -94,7 +112,8 @@ async def test_a_long_partial_rolls_over_into_a_second_message(home: Path) -> No
     parts = [(part.index, part.platform_message_id) for _, part in tg.shows]
     assert (0, None) in parts and (1, None) in parts  # a second message was opened past 4096
     assert all(len(part.text.encode("utf-16-le")) // 2 <= 4096 for _, part in tg.shows)
-    assert [(mid, m.chunk_index) for mid, m in tg.finished] == [("p1", 0), ("p2", 1)]  # both became the final
+    assert list(tg.messages) == ["p1", "p2"]  # both became the final's two chunks, and no third message
+    assert [t.rstrip() for t in tg.texts()] == [para, para]
 
 
 async def test_parts_the_final_does_not_need_are_taken_down(home: Path) -> None:
@@ -133,7 +152,7 @@ async def test_a_429_pauses_the_stream_and_the_final_waits_only_that_long(home: 
     await one_turn(clock, home, tg, StreamingLLM(clock, PIECES * 4, every=0.5))
     limited_at = tg.shows[1][0]
     assert tg.shows[2][0] - limited_at >= 7.0  # nothing went into the flood wait
-    assert [m.text for _, m in tg.finished] == ["".join(PIECES * 4)]
+    assert tg.texts() == ["".join(PIECES * 4)]
 
 
 async def test_rejected_markup_falls_back_to_plain_text(home: Path) -> None:
@@ -152,10 +171,11 @@ async def test_a_preview_someone_deleted_is_opened_again_and_the_final_posted_an
     tg = PreviewAdapter("telegram", clock)
     tg.fail_preview(None, PreviewGone("telegram", "message to edit not found"))
     tg.fail(PreviewGone("telegram", "message to edit not found"))  # and the final finds its message gone too
-    await one_turn(clock, home, tg, StreamingLLM(clock, PIECES * 3, every=0.5))
+    await one_turn(clock, home, tg, Revised(clock, PIECES * 3, every=0.5))
     opened = [part.platform_message_id for _, part in tg.shows]
     assert opened[:3] == [None, "p1", None]
-    assert [m.text for m in tg.sent] == ["".join(PIECES * 3)] and tg.finished == []  # sent as a new message
+    assert tg.events[-2:] == ["finish 0 p2", "send 0"] and tg.finished == []  # sent as a new message
+    assert tg.sent[-1].text == "".join(PIECES * 3) + " (revised)"
 
 
 async def test_a_failing_preview_stops_and_the_answer_still_comes(home: Path) -> None:
@@ -197,9 +217,10 @@ async def test_closing_waits_for_the_call_on_the_wire_and_keeps_its_message(home
         assert tg.sent == []  # the answer is ready but waits for the call on the wire
         tg.hold.set()
         await clock.run(gw.sessions.wait_idle())
+        assert [r["platform_message_id"] for r in gw.store.all("SELECT platform_message_id FROM outbound")] == ["p1"]
     finally:
         gw.store.close()
-    assert [(mid, m.text) for mid, m in tg.finished] == [("p1", "only piece")]
+    assert tg.texts() == ["only piece"] and list(tg.messages) == ["p1"]  # the one message shows the answer
 
 
 # ---- progress mode ---------------------------------------------------------------------------------------------
@@ -302,6 +323,21 @@ def test_partials_are_rendered_like_the_final_and_split_safely() -> None:
     assert preview_parts("   \n", telegram) == []
     assert split_raw("aaaa\nbbbb\ncc", 6) == ["aaaa\n", "bbbb\n", "cc"]
     assert [p.text for p in preview_parts("x" * 10, FACTS["web"], raw=True)] == ["x" * 10]
+
+
+def test_a_long_answer_is_rendered_a_stretch_at_a_time_never_cut_inside_a_fence() -> None:
+    renderer = PartialRenderer(FACTS["discord"])
+    text = "".join(f"Paragraph {i}: " + "word " * 60 + "\n\n" + ("```py\n" + "x = 1\n" * 30 + "```\n\n" if i % 3 == 0
+                                                                  else "") for i in range(40))
+    for end in range(50, len(text) + 97, 97):
+        parts = renderer.parts(text[:end])
+        assert all(len(p.text) <= 2000 and p.text.count("```") % 2 == 0 for p in parts)
+        done = text[:renderer._start]
+        assert done.count("```") % 2 == 0  # what is closed never ends inside a fence
+    assert renderer._start > len(text) - 3000  # only the last stretch is still rendered at every update
+    assert "".join(p.plain for p in parts).replace("\n", "").startswith("Paragraph 0:")
+    renderer.reset()
+    assert renderer.parts("fresh start") == preview_parts("fresh start", FACTS["discord"])
 
 
 def test_the_progress_line_folds_repeats_and_keeps_the_newest() -> None:

@@ -3,8 +3,8 @@
 An update is acknowledged to Telegram (polling offset, webhook 200) only after `submit` has stored it, so a
 crash between receiving and storing makes Telegram deliver it again; the store's dedupe answers it once.
 This module holds the lifecycle (polling or webhook) and the inbound side; the webhook's HTTP server is in
-`webhook`, sending and "typing…" in `outbound` (paced per chat by `pacing`), the pure translation (addressing,
-senders, keys, error mapping) in `text`.
+`webhook`, sending and "typing…" in `outbound` (paced per chat by `pacing`), live previews of an answer being
+written in `preview`, the pure translation (addressing, senders, keys, error mapping) in `text`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from aiogram.utils.token import TokenValidationError
 
 from adapters.telegram.files import file_chunks
 from adapters.telegram.outbound import TYPING_INTERVAL_S, Outbound
+from adapters.telegram.preview import TelegramPreview
 from adapters.telegram.text import (
     CHAT_TYPES,
     PLATFORM,
@@ -42,7 +43,18 @@ from adapters.telegram.text import (
 from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
-from gateway.events import Attachment, ChatRef, Inbound, OutboundMessage, ServeHttp, Submit, SubmitOutcome, SubmitResult
+from gateway.events import (
+    Attachment,
+    ChatRef,
+    Inbound,
+    OutboundMessage,
+    PreviewPart,
+    PreviewStyle,
+    ServeHttp,
+    Submit,
+    SubmitOutcome,
+    SubmitResult,
+)
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 
@@ -81,6 +93,7 @@ class TelegramAdapter:
         self._webhook = WebhookServer(config, serve)
         self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
         self._albums: OrderedDict[tuple[int, str | None], None] = OrderedDict()  # albums addressed to us (recent)
+        self._preview = TelegramPreview(self._outbound)  # drafts in private chats, edits in groups
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -277,6 +290,19 @@ class TelegramAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """Refresh "typing…" every few seconds while the turn runs; stop the moment it ends."""
         return self._outbound.typing(chat)
+
+    # ------------------------------------------------------------------ live previews (in `preview`)
+    def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle:
+        return self._preview.style(chat)
+
+    async def show_preview(self, part: PreviewPart) -> str:
+        return await self._preview.show(part)
+
+    async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str:
+        return await self._preview.finish(message, platform_message_id)
+
+    async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
+        await self._preview.drop(chat, platform_message_id)
 
     @property
     def typing_active(self) -> int:

@@ -86,11 +86,11 @@ class Outbound:
                 sent = await self.bot.send_message(exc.migrate_to_chat_id, text, entities=entities,
                                                    parse_mode=None, **kwargs)
         except (TimeoutError, TelegramAPIError, AiogramError, OSError) as exc:
-            raise self._translate_error(exc, message.chat.chat_id) from None
+            raise self.translate_error(exc, message.chat.chat_id) from None
         self._unavailable.discard(message.chat.chat_id)
         return str(sent.message_id)
 
-    def _translate_error(self, exc: BaseException, chat_id: str) -> AdapterError:
+    def translate_error(self, exc: BaseException, chat_id: str) -> AdapterError:
         error = send_error(exc)
         if isinstance(error, RateLimited):  # the outbox pauses the chat's sends; typing must pause too
             self.pacing.note_flood(chat_id, error.retry_after)

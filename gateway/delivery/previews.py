@@ -33,6 +33,7 @@ class PreviewBook:
         self.sleep = sleep
         store.prune_previews(clock() - KEEP_STALE)
         self._parts: dict[str, dict[int, str]] = store.previews()
+        self._shown: dict[tuple[str, int], int] = {}  # (turn, part) → hash of what its message shows now
 
     def parts(self, turn_id: str) -> dict[int, str]:
         return dict(self._parts.get(turn_id, {}))
@@ -48,7 +49,13 @@ class PreviewBook:
         self.store.put_preview(turn_id, index, chat.platform, chat.chat_id, platform_message_id, now=self.clock())
         self._parts.setdefault(turn_id, {})[index] = platform_message_id
 
+    def showing(self, turn_id: str, index: int, text: str, entities: object) -> None:
+        """What part `index` of the turn's preview shows now (this process only): a final chunk that is exactly
+        that needs no edit."""
+        self._shown[(turn_id, index)] = hash((text, entities))
+
     def forget_part(self, turn_id: str, index: int) -> None:
+        self._shown.pop((turn_id, index), None)
         found = self._parts.get(turn_id)
         if found is not None and found.pop(index, None) is not None:
             self.store.forget_previews(turn_id, index)
@@ -56,19 +63,24 @@ class PreviewBook:
                 del self._parts[turn_id]
 
     def forget_turn(self, turn_id: str) -> None:
+        for index in self._parts.get(turn_id, {}):
+            self._shown.pop((turn_id, index), None)
         if self._parts.pop(turn_id, None) is not None:
             self.store.forget_previews(turn_id)
 
     async def deliver(self, adapter: Adapter, turn_id: str, message: OutboundMessage) -> str:
         """The outbox's send of one chunk: the part of the preview that showed it becomes it (an edit, no second
-        message), else it is sent; either way no sooner than the chat's preview pacing allows."""
+        message, no sooner than the chat's preview pacing allows), else it is sent. A send right after a draft is
+        what Telegram asks for; a send right after an edit the outbox's own per-chat limit spaces."""
         key = (message.chat.platform, message.chat.chat_id)
-        wait = self.pacer.delay(key)
-        if wait > 0:
-            await self.sleep(wait)
         try:
             mid = self.part(turn_id, message.chunk_index)
+            if mid is not None and self._shown.get((turn_id, message.chunk_index)) == hash(
+                    (message.text, message.entities)) and not message.use_plain:
+                return mid  # the preview already shows exactly this chunk
             if mid is not None and isinstance(adapter, LivePreview):
+                if (wait := self.pacer.delay(key)) > 0:  # an edit, paced like the preview's own
+                    await self.sleep(wait)
                 try:
                     return await adapter.finish_preview(message, mid)
                 except PreviewGone:

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.config.settings import StreamingConfig
-from gateway.delivery.partial import Part, preview_parts, progress_line
+from gateway.delivery.partial import Part, PartialRenderer, progress_line
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterError, MarkupRejected, PreviewGone, RateLimited
@@ -110,6 +110,7 @@ class AnswerStream:
         self._key = (self.chat.platform, self.chat.chat_id)
         book.pacer.track(self._key, style.interval_s, (self.chat.platform, style.scope) if style.scope else None)
         self._pieces: list[str] = []
+        self._renderer = PartialRenderer(facts, raw=style.raw)
         self._tools: list[str] = []
         self._ids: dict[int, str] = book.parts(turn_id)  # messages an earlier life of this turn opened
         self._shown: dict[int, tuple[str, object]] = {}
@@ -129,6 +130,7 @@ class AnswerStream:
         """The text so far is void (a retry, the fallback model, the next model call); what is shown stays
         until new text replaces it."""
         self._pieces.clear()
+        self._renderer.reset()
 
     def tool(self, name: str) -> None:
         self._tools.append(name)
@@ -176,7 +178,7 @@ class AnswerStream:
     def _wanted(self) -> list[tuple[int, Part]]:
         if self.mode == "progress":
             return [(PROGRESS, Part(line, (), line))] if (line := progress_line(self._tools)) else []
-        parts = preview_parts("".join(self._pieces), self.facts, raw=self.style.raw)
+        parts = self._renderer.parts("".join(self._pieces))
         if self._plain:
             parts = [Part(p.plain, (), p.plain) for p in parts]
         if self.style.ephemeral and parts:  # a draft shows one part: the newest
@@ -219,6 +221,8 @@ class AnswerStream:
             self.book.record(self.turn_id, index, self.chat, mid)  # before this message is ever edited
             self._ids[index] = mid
         self._shown[index] = (part.text, part.entities)
+        if mid and not self.style.raw:  # raw Markdown is never the final's rendering: the finish always goes
+            self.book.showing(self.turn_id, index, part.text, part.entities)
 
     def _fail_markup(self, exc: MarkupRejected) -> None:
         if self._plain:

@@ -95,6 +95,7 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
     config = load_config(home, env={})
     assert config.telegram is not None
     virtual = time_ or VirtualTime()
+    tg.clock = virtual.monotonic  # Telegram and the gateway share the virtual clock (previews are paced on it)
     if via_config:
         adapters: list[Any] = platform_adapters(config, monotonic=virtual.monotonic)
     else:

@@ -30,6 +30,7 @@ async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, clock: FakeClock) -
     config = load_config(home, env={})
     assert config.telegram is not None
     virtual = VirtualTime()
+    tg.clock = virtual.monotonic  # Telegram and the gateway share the virtual clock (previews are paced on it)
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
     gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False, clock=clock, sleep=virtual.sleep,
                        monotonic=virtual.monotonic)

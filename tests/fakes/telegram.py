@@ -26,6 +26,7 @@ __all__ = [
     "Call",
     "ConnectionReset",
     "Delay",
+    "Draft",
     "FakeTelegram",
     "Fault",
     "Malformed",
@@ -51,6 +52,12 @@ DEFAULT_UPDATE_TYPES = ("message", "edited_message", "channel_post", "edited_cha
                         "chat_join_request", "chat_boost", "removed_chat_boost")
 CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
                 "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note"}
+# Calls that put text in front of a person: Telegram asks bots for about one a second per chat. The fake refuses an
+# edit or a draft that comes sooner than that after the chat's previous one (and a send right after an edit), with
+# a 429 that also counts as a flood violation: a preview must be paced, never hit a flood wait.
+MESSAGE_CALLS = ("sendmessage", "editmessagetext", "sendmessagedraft")
+PREVIEW_CALLS = ("editmessagetext", "sendmessagedraft")
+EDIT_INTERVAL_S = 1.0
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are exactly "
                 "the same as a current content and reply markup of the message")
 
@@ -107,6 +114,18 @@ class SentMessage:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """One sendMessageDraft as the user saw it: the streamed text so far, in a private chat."""
+
+    chat_id: int
+    draft_id: int
+    text: str
+    entities: tuple[dict[str, Any], ...] = ()
+    message_thread_id: int | None = None
+    at: float = 0.0
+
+
 def make_update_entities(text: str) -> list[dict[str, Any]]:
     """bot_command and mention entities the way Telegram adds them to incoming text."""
     found = []
@@ -124,6 +143,7 @@ class FakeTelegram(FakeServer):
 
     def __init__(self, *, token: str = TOKEN, bot_id: int = BOT_ID, bot_username: str = BOT_USERNAME,
                  bot_first_name: str = "Gateway Test Bot", enforce_retry_after: bool = True,
+                 drafts_supported: bool = True,
                  clock: Clock = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock=clock)
         self.token = token
@@ -138,6 +158,10 @@ class FakeTelegram(FakeServer):
         self.chats: dict[int, dict[str, Any]] = {}
         self.blocked_chats: set[int] = set()
         self.flood_violations: list[Call] = []  # requests that came before a served retry_after expired
+        self.drafts_supported = drafts_supported  # False: an older Bot API without sendMessageDraft (404)
+        self.drafts: list[Draft] = []
+        self.refused: list[tuple[Call, int, str]] = []  # every error answer the fake gave, with its description
+        self._last_message_call: dict[str, tuple[float, str]] = {}  # chat → (when, method) of its last text call
         self._flood_until: dict[str, float] = {}
         self._sent: list[SentMessage] = []
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # (chat, message_id) → message (any sender)
@@ -246,7 +270,7 @@ class FakeTelegram(FakeServer):
         call = self.record(request, method, params)
         if request.match_info["token"] != self.token:
             return _envelope_error(401, "Unauthorized")
-        flood = self._flood_check(call, params)
+        flood = self._flood_check(call, params) or self._pace_check(call, method, params)
         if flood is not None:
             return flood
         step = self.take_fault([method])
@@ -257,12 +281,16 @@ class FakeTelegram(FakeServer):
                 self._note_flood(step, params)
                 return response
         handler = getattr(self, f"_m_{method}", None)
-        if handler is None:
+        if handler is None or (method == "sendmessagedraft" and not self.drafts_supported):
+            self.refused.append((call, 404, "Not Found"))
             return _envelope_error(404, "Not Found")
         try:
             result = await handler(params)
         except _ApiError as e:
+            self.refused.append((call, e.status, e.description))
             return _envelope_error(e.status, e.description, **e.parameters)
+        if method in MESSAGE_CALLS:  # what the pacing counts: text that reached the chat
+            self._last_message_call[str(params.get("chat_id"))] = (call.at, method)
         return json_response({"ok": True, "result": result})
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
@@ -291,6 +319,23 @@ class FakeTelegram(FakeServer):
         self.flood_violations.append(call)
         wait = max(1, math.ceil(until - call.at))
         return _envelope_error(429, f"Too Many Requests: retry after {wait}", retry_after=wait)
+
+    def _pace_check(self, call: Call, method: str, params: Mapping[str, Any]) -> web.Response | None:
+        """An edit or a draft less than EDIT_INTERVAL_S after the chat's previous text call, or a send that soon
+        after an edit, is refused with a 429 and recorded as a flood violation."""
+        if method not in MESSAGE_CALLS or not self.enforce_retry_after:
+            return None
+        chat = str(params.get("chat_id"))
+        last = self._last_message_call.get(chat)
+        # A draft is no message: the answer's sendMessage may follow it at once, as Telegram's docs have it. A clock
+        # that went back is a test's next virtual clock (a restarted gateway): nothing to compare with.
+        if last is None or call.at - last[0] >= EDIT_INTERVAL_S or call.at < last[0] or \
+                (method not in PREVIEW_CALLS and last[1] != "editmessagetext"):
+            return None
+        self.flood_violations.append(call)
+        self._flood_until[chat] = last[0] + EDIT_INTERVAL_S
+        self.refused.append((call, 429, "Too Many Requests: retry after 1"))
+        return _envelope_error(429, "Too Many Requests: retry after 1", retry_after=1)
 
     def _note_flood(self, step: Any, params: Mapping[str, Any]) -> None:
         while isinstance(step, Delay):
@@ -398,6 +443,24 @@ class FakeTelegram(FakeServer):
         self.notify()
         return message
 
+    async def _m_sendmessagedraft(self, p: Mapping[str, Any]) -> Any:
+        chat_id = self._writable_chat(p)
+        if (self.chats.get(chat_id) or {}).get("type", "private" if chat_id > 0 else "group") != "private":
+            raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        draft_id = int(p.get("draft_id") or 0)
+        if not draft_id:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        text, entities = self._render(str(p.get("text") or ""), p, MAX_TEXT, "message is too long")
+        thread = p.get("message_thread_id")
+        self.drafts.append(Draft(chat_id, draft_id, text, tuple(entities),
+                                 int(thread) if thread not in (None, "") else None, self.clock()))
+        self.notify()
+        return True
+
+    def drafts_to(self, chat_id: int) -> list[str]:
+        """The texts the user saw drafted in a private chat, in order."""
+        return [d.text for d in self.drafts if d.chat_id == chat_id]
+
     async def _m_deletemessage(self, p: Mapping[str, Any]) -> Any:
         key = (_chat_id(p.get("chat_id")), int(p.get("message_id") or 0))
         if key not in self._messages:
@@ -483,6 +546,7 @@ class FakeTelegram(FakeServer):
         entity_key = "caption_entities" if "caption" in p else "entities"
         if p.get(entity_key):
             text, entities = raw, list(p[entity_key])
+            _check_entities(text, entities)
         else:
             mode = p.get("parse_mode")
             if mode and str(mode).lower() not in ("markdownv2", "html", "markdown"):
@@ -565,6 +629,16 @@ class FakeTelegram(FakeServer):
         if found is None:
             raise KeyError(f"no message {ref} in chat {chat_id} to reply to")
         return {k: v for k, v in found.items() if k != "reply_to_message"}
+
+
+def _check_entities(text: str, entities: list[dict[str, Any]]) -> None:
+    """Entities must lie inside the text (UTF-16 offsets) and have a length: what Telegram refuses otherwise."""
+    size = u16len(text)
+    for e in entities:
+        offset, length = int(e.get("offset", -1)), int(e.get("length", 0))
+        if offset < 0 or length <= 0 or offset + length > size:
+            raise _ApiError(400, f"Bad Request: can't parse entities: entity {e.get('type')} at {offset}+{length} "
+                                 f"is outside the text ({size} code units)")
 
 
 def _envelope_error(status: int, description: str, **parameters: Any) -> web.Response:
