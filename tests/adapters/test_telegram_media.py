@@ -35,6 +35,7 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str = "", *
     config = load_config(home, env={})
     assert config.telegram is not None
     virtual = VirtualTime()
+    tg.clock = virtual.monotonic  # Telegram and the gateway share the virtual clock (previews are paced on it)
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
     gw = build_gateway(config, env=env or {}, adapters=[adapter], probe_ollama=False, sleep=virtual.sleep,
                        monotonic=virtual.monotonic)
