@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
+import subprocess
+import textwrap
 from collections.abc import AsyncIterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from adapters.webchat import WebChatAdapter
 from gateway.config.settings import load_config
@@ -131,3 +136,48 @@ async def test_a_stalled_upload_is_dropped_and_leaves_nothing(home: Path, fake_l
         assert list((home / "media" / "uploads").iterdir()) == []
     finally:
         await daemon.stop()
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="runs the page's script in node")
+def test_the_page_uploads_the_chosen_file_then_names_it_in_the_message(tmp_path: Path) -> None:
+    page = resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
+    script = page.split("<script>", 1)[1].split("</script>", 1)[0]
+    harness = textwrap.dedent("""\
+        function el(tag) { return { tag, className: "", innerHTML: "", textContent: "", children: [], dataset: {},
+          classList: { add() {}, remove() {} }, h: {}, appendChild(c) {}, replaceChildren(...c) { this.children = c; },
+          remove() {}, addEventListener(t, f) { this.h[t] = f; }, focus() {}, click() {}, scrollTop: 0,
+          scrollHeight: 0, value: "" }; }
+        const byId = { log: el("main"), input: el("textarea"), status: el("span"), form: el("form"),
+          "new-chat": el("button"), banner: el("p"), picker: el("input"), files: el("div"), attach: el("button") };
+        globalThis.document = { getElementById: (id) => byId[id], createElement: el, addEventListener() {},
+                                body: el("body") };
+        globalThis.localStorage = { getItem: () => "c1", setItem() {} };
+        globalThis.location = { protocol: "http:", host: "x", search: "" };
+        const uploads = [], frames = [];
+        globalThis.FormData = class { append(key, file, name) { uploads.push([key, name]); } };
+        globalThis.fetch = async (url, opts) => ({ ok: true, json: async () =>
+          ({ id: "0123456789abcdef0123456789abcdef", name: "cat.png", type: "image/png", size: 3 }) });
+        let sock;
+        globalThis.WebSocket = class { constructor() { sock = this; this.readyState = 1; }
+                                       send(f) { frames.push(JSON.parse(f)); } };
+        globalThis.WebSocket.OPEN = 1;
+        """) + script + textwrap.dedent("""
+        (async () => {
+          byId.picker.files = [{ name: "cat.png" }];
+          byId.picker.h.change();
+          const chips = byId.files.children.map((c) => c.textContent);
+          byId.input.value = "what is it?";
+          await byId.form.h.submit({ preventDefault() {} });
+          console.log(JSON.stringify({ chips, uploads, frames, left: byId.files.children.length,
+                                       input: byId.input.value }));
+        })();
+        """)
+    path = tmp_path / "page.js"
+    path.write_text(harness, encoding="utf-8")
+    out = json.loads(subprocess.run(["node", str(path)], capture_output=True, text=True, timeout=30,
+                                    check=True).stdout)
+    assert out["chips"] == ["📎 cat.png"] and out["uploads"] == [["file", "cat.png"]]
+    [frame] = out["frames"]
+    assert frame["text"] == "what is it?" and frame["files"] == [
+        {"id": "0123456789abcdef0123456789abcdef", "name": "cat.png", "type": "image/png", "size": 3}]
+    assert out["left"] == 0 and out["input"] == ""  # sent: the chips and the text box are cleared
