@@ -1,4 +1,5 @@
 """Discord through discord.py 2: the adapter (gateway websocket, messages → `Inbound`), sending and "is typing…"
-(outbound), the threads `thread_replies: auto` opens (threads), message text and errors (text), slash commands
-(commands) and the catch-up after a reconnect (catchup). Imports only the vocabulary and its own modules.
+(outbound), live previews of an answer being written (preview), the threads `thread_replies: auto` opens
+(threads), message text and errors (text), slash commands (commands) and the catch-up after a reconnect
+(catchup). Imports only the vocabulary and its own modules.
 """

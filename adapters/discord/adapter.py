@@ -30,6 +30,7 @@ from adapters.discord.catchup import (
 from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
 from adapters.discord.files import DiscordFiles
 from adapters.discord.outbound import Outbound
+from adapters.discord.preview import DiscordPreview
 from adapters.discord.text import (
     INTENT_HINT,
     PLATFORM,
@@ -47,7 +48,17 @@ from adapters.discord.text import (
 from adapters.discord.threads import AutoThreads
 from gateway.config.settings import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal
-from gateway.events import Attachment, ChatRef, Inbound, OutboundMessage, Submit, SubmitOutcome, SubmitResult
+from gateway.events import (
+    Attachment,
+    ChatRef,
+    Inbound,
+    OutboundMessage,
+    PreviewPart,
+    PreviewStyle,
+    Submit,
+    SubmitOutcome,
+    SubmitResult,
+)
 
 __all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
            "thread_name"]
@@ -101,6 +112,7 @@ class DiscordAdapter:
         self._commands = SlashCommands(config, self._submit_in_order, monotonic)
         self._threads = AutoThreads()  # `thread_replies: auto`: planned on arrival, opened with the answer
         self._outbound = Outbound(self._commands, self._threads)  # replies and "is typing…"
+        self._preview = DiscordPreview(self._outbound)  # the answer as it is written: a message edited in place
         self._files = DiscordFiles(config.api_base)  # attachments, streamed from the CDN
         self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
                                         self._channels, monotonic,
@@ -284,6 +296,19 @@ class DiscordAdapter:
     @property
     def typing_active(self) -> int:
         return self._outbound.typing_active
+
+    # ------------------------------------------------------------------ live previews (in `preview`)
+    def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle | None:
+        return self._preview.style(reply_to_id)
+
+    async def show_preview(self, part: PreviewPart) -> str:
+        return await self._preview.show(part)
+
+    async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str:
+        return await self._preview.finish(message, platform_message_id)
+
+    async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
+        await self._preview.drop(chat, platform_message_id)
 
 
 # ---------------------------------------------------------------------- the one place the library's URLs are set

@@ -37,8 +37,8 @@ class Outbound:
 
     def __init__(self, commands: SlashCommands, threads: AutoThreads) -> None:
         self.client: discord.Client | None = None
-        self._commands = commands
-        self._threads = threads
+        self.commands = commands
+        self.threads = threads
         self._origins: OrderedDict[str, Origin] = OrderedDict()
         self._typing = 0
 
@@ -46,6 +46,10 @@ class Outbound:
         self._origins[str(message.id)] = Origin(message.channel.id, message.author.id)
         while len(self._origins) > REMEMBERED_MESSAGES:
             self._origins.popitem(last=False)
+
+    def origin(self, our_id: str | None) -> Origin | None:
+        """Where the message we answer was and who wrote it (for reply references and whom a reply may ping)."""
+        return self._origins.get(our_id or "")
 
     async def send(self, message: OutboundMessage) -> str:
         client = self.client
@@ -56,12 +60,12 @@ class Outbound:
         mentions = allowed_mentions(origin.author_id if origin else None)
         nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
         try:
-            pending = self._commands.interaction_for(message.reply_to_id)
+            pending = self.commands.interaction_for(message.reply_to_id)
             if pending is not None:
-                sent = await self._commands.answer(pending, text, mentions)
+                sent = await self.commands.answer(pending, text, mentions)
                 if sent is not None:
                     return sent
-            target = await self._threads.open(message.chat)
+            target = await self.threads.open(message.chat)
             channel = client.get_partial_messageable(target)
             reference = reference_for(message, target, origin)
             if reference is not None:
@@ -84,7 +88,7 @@ class Outbound:
         indicator = None
         if client is not None and not client.is_closed():
             try:
-                indicator = client.get_partial_messageable(await self._threads.open(chat)).typing()
+                indicator = client.get_partial_messageable(await self.threads.open(chat)).typing()
                 await indicator.__aenter__()
             except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
                 log.debug("discord: typing indicator in channel %s failed: %s", chat.chat_id, exc)

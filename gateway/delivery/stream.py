@@ -161,6 +161,7 @@ class AnswerStream:
             delay = max(self.book.pacer.delay(self._key), self.limiter.paused_for(self.chat))
             if delay > 0:
                 await self.sleep(delay)
+                await asyncio.sleep(0)  # never a busy loop, whatever the injected sleep does
                 continue
             self._wake.clear()
             if await self._step():

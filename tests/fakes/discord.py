@@ -209,7 +209,7 @@ class FakeDiscord(FakeServer):
                  users: Sequence[Mapping[str, Any]] | None = None, heartbeat_interval_ms: int = 1000,
                  enabled_privileged_intents: int = PRIVILEGED_INTENTS, echo_own_messages: bool = True,
                  clock: Clock = time.monotonic, bucket_limit: int = BUCKET_LIMIT,
-                 bucket_window: float = BUCKET_WINDOW_S) -> None:
+                 bucket_window: float = BUCKET_WINDOW_S, bucket_clock: Clock = time.monotonic) -> None:
         super().__init__(clock=clock)
         self.token = token
         default_users = [make_user(USER_ID, "alice", global_name="Alice"), make_user(OTHER_USER_ID, "bob")]
@@ -228,6 +228,9 @@ class FakeDiscord(FakeServer):
         # Every answer carries X-RateLimit-*, as Discord's do, so discord.py's own bucket handling runs: it must wait
         # out a Remaining of 0 (real time, as discord.py sleeps) or get a 429 recorded in bucket_violations.
         self.bucket_limit, self.bucket_window = bucket_limit, bucket_window
+        # The buckets' time: real by default (discord.py sleeps for real on a Remaining of 0); a test whose gateway
+        # paces itself on a virtual clock passes that clock, with the real window, so its pacing is what is checked.
+        self.bucket_clock = bucket_clock
         self.bucket_violations: list[Call] = []
         self._buckets: dict[str, tuple[float, int]] = {}  # bucket → (resets at, requests used), time.monotonic
         self.late_interactions: list[str] = []  # interaction ids answered after Discord's 3 s (404 10062)
@@ -357,7 +360,7 @@ class FakeDiscord(FakeServer):
             if rate is None:
                 self.bucket_violations.append(call)
                 again = rate_limited(self._buckets[f"{bucket}:{request.match_info.get('token', '')}"][0]
-                                     - time.monotonic())
+                                     - self.bucket_clock())
                 return json_response(again.body, again.status, again.headers)
             concrete = f"{request.method} {request.path.removeprefix(API)}"
             step = self.take_fault([concrete, name])
@@ -383,7 +386,7 @@ class FakeDiscord(FakeServer):
     def _spend(self, call: Call, bucket: str, route: str) -> dict[str, str] | None:
         """One request from `bucket` (route + major parameters): its X-RateLimit-* headers, or None when the client
         sent it while Remaining was 0."""
-        now = time.monotonic()
+        now = self.bucket_clock()
         resets, used = self._buckets.get(bucket, (now + self.bucket_window, 0))
         if now >= resets:
             resets, used = now + self.bucket_window, 0
