@@ -141,3 +141,77 @@ def test_unknown_session_is_an_error(configured: Path) -> None:
     result = gateway(configured, "--session", "telegram:dm:nobody")
     assert result.returncode == 1
     assert result.stderr.strip() == "no stored prompt for session 'telegram:dm:nobody'"
+
+
+async def _people_home(home: Path, llm: FakeLLM, extra: str = "") -> None:
+    """Ada (telegram:1, linked with discord:77) has a profile; Bo (telegram:2) has none; each wrote once."""
+    write_config(home, base_url=llm.base_url, extra="web:\n  enabled: false\n"
+                 "telegram:\n  token: t\n  allowed_users: ['1', '2']\n" + extra)
+    gw = gateway_for(home, [RecordingAdapter("telegram")])
+    try:
+        for user, name in (("1", "Ada"), ("2", "Bo")):
+            await gw.sessions.submit(inbound("hi", platform="telegram", chat_id=user, user_id=user, user_name=name))
+        await gw.sessions.wait_idle()
+        ada = gw.people.find("telegram:1")
+        assert ada is not None
+        gw.memory.profile(ada.id).add("Ada is allergic to peanuts")
+        discord = gw.people.resolve("discord", "77", now=datetime.now(UTC))
+        gw.people.link(ada, discord, gw.memory, by="test")
+    finally:
+        await gw.llm.close()
+        gw.store.close()
+
+
+async def test_a_persons_prompt_is_what_their_next_session_stores(home: Path, fake_llm: FakeLLM) -> None:
+    await _people_home(home, fake_llm)
+    shown = gateway(home, "--person", "telegram:1")
+    assert shown.returncode == 0, shown.stderr
+    assert "USER PROFILE (who the user is) [1% — 26/1375 chars]\nAda is allergic to peanuts\n" in shown.stdout
+    assert "You are chatting on Telegram." in shown.stdout
+    # Ada's next session stores exactly these bytes.
+    gw = gateway_for(home, [RecordingAdapter("telegram")])
+    try:
+        await gw.sessions.submit(inbound("/new", platform="telegram", chat_id="1", user_id="1"))
+        await gw.sessions.submit(inbound("what do you know?", platform="telegram", chat_id="1", user_id="1"))
+        await gw.sessions.wait_idle()
+        session = gw.store.active_session("telegram:dm:1")
+    finally:
+        await gw.llm.close()
+        gw.store.close()
+    assert session is not None and session.system_prompt is not None
+    assert shown.stdout == session.system_prompt + "\n"
+    # By person id, and on her linked Discord account (the profile is the person's, the platform hint Discord's).
+    assert gateway(home, "--person", "1", "--platform", "telegram").stdout == shown.stdout
+    on_discord = gateway(home, "--person", "discord:77")
+    assert on_discord.returncode == 0 and "You are chatting on Discord." in on_discord.stdout
+    assert "Ada is allergic to peanuts" in on_discord.stdout
+    # Bo's prompt holds nothing of hers; nor does the prompt without a person.
+    for other in (gateway(home, "--person", "telegram:2"), gateway(home, "--platform", "telegram")):
+        assert other.returncode == 0, other.stderr
+        assert "peanuts" not in other.stdout and "USER PROFILE" not in other.stdout
+
+
+async def test_a_persons_prompt_in_a_group_follows_the_session_policy(home: Path, fake_llm: FakeLLM) -> None:
+    await _people_home(home, fake_llm)
+    (home / "memories" / "chats").mkdir(parents=True, exist_ok=True)
+    (home / "memories" / "chats" / "telegram%3A-100.md").write_text("Standup is at 9.\n", encoding="utf-8")
+    own = gateway(home, "--person", "telegram:1", "--chat-type", "group", "--chat", "-100", "--tiers")
+    assert own.returncode == 0, own.stderr
+    assert "Ada is allergic to peanuts" in own.stdout and "Standup is at 9." in own.stdout
+    assert "--- user_snapshot [memories/people/]" in own.stdout
+    config = home / "config.yaml"
+    config.write_text(config.read_text() + "sessions:\n  group_per_user: false\n", encoding="utf-8")
+    shared = gateway(home, "--person", "telegram:1", "--chat-type", "group", "--chat", "-100")
+    assert shared.returncode == 0 and "peanuts" not in shared.stdout and "Standup is at 9." in shared.stdout
+    assert "one session for everyone in it (sessions.group_per_user is off): no personal profile" in shared.stderr
+
+
+async def test_a_person_who_cannot_be_found_is_a_clear_error(home: Path, fake_llm: FakeLLM) -> None:
+    await _people_home(home, fake_llm)
+    unknown = gateway(home, "--person", "telegram:999")
+    assert unknown.returncode == 1 and unknown.stderr.strip() == "no person 'telegram:999' (see `gateway users list`)"
+    elsewhere = gateway(home, "--person", "2", "--platform", "discord")
+    assert elsewhere.returncode == 1
+    assert elsewhere.stderr.strip() == "person 2 Bo (telegram:2) has no identity on discord"
+    dm_chat = gateway(home, "--person", "1", "--chat", "-100")
+    assert dm_chat.returncode == 1 and "--chat names a group or channel" in dm_chat.stderr

@@ -20,7 +20,7 @@ from gateway.agent.tools.registry import ToolContext
 from gateway.config.settings import Config
 from gateway.knowledge.files import FileLock
 from gateway.knowledge.memory import MemoryFile, MemoryRights, MemoryStore, MemoryView, chat_key
-from gateway.knowledge.people import LOCAL_OWNER, PeopleBook, Person, identity_of, personal_owner
+from gateway.knowledge.people import LOCAL_OWNER, OwnedSession, PeopleBook, Person, identity_of, personal_owner
 from gateway.store.rows import SessionRow, iso
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,14 @@ class Roles:
     def view(self, session: SessionRow) -> MemoryView:
         """What a session's prompt shows besides the shared notes: its owner's profile (none in a shared
         conversation) and, in a group or channel, the chat's notes."""
-        session = self.speaks_for(session)
-        owner = self.owner_person(session)
-        return MemoryView(owner.id if owner is not None else None, self._chat(session))
+        return self.view_at(self.speaks_for(session))
 
-    def _chat(self, session: SessionRow) -> str | None:
+    def view_at(self, place: OwnedSession) -> MemoryView:
+        """`view` for a session at `place`, also one not made yet (`gateway prompt --person`)."""
+        owner = self.owner_person(place)
+        return MemoryView(owner.id if owner is not None else None, self._chat(place))
+
+    def _chat(self, session: OwnedSession) -> str | None:
         if session.chat_type == "dm" or not self.config.memory.chat_notes:
             return None
         return chat_key(session.platform, session.chat_id)
@@ -125,7 +128,7 @@ class Roles:
         key = f"{job['platform']}:{job['chat_type']}:{job['chat_id']}" + (":job" if job["chat_type"] != "dm" else "")
         return replace(session, platform=job["platform"], chat_type=job["chat_type"], chat_id=job["chat_id"], key=key)
 
-    def owner_person(self, session: SessionRow) -> Person | None:
+    def owner_person(self, session: OwnedSession) -> Person | None:
         owner = personal_owner(session)
         return None if owner is None else self.people.resolve(session.platform, owner, now=self.clock())
 
