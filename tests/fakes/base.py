@@ -29,6 +29,7 @@ class Call:
     headers: Mapping[str, str]
     query: Mapping[str, str]
     at: float
+    raw: bytes = b""  # the body byte for byte, where a fake keeps it (the LLM fake: to search every byte sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +124,9 @@ class FakeServer:
         await self.stop()
 
     # -- record --------------------------------------------------------------------------------
-    def record(self, request: web.Request, name: str, body: Any) -> Call:
+    def record(self, request: web.Request, name: str, body: Any, raw: bytes = b"") -> Call:
         call = Call(method=request.method, path=request.path, name=name, body=body,
-                    headers=dict(request.headers), query=dict(request.query), at=self.clock())
+                    headers=dict(request.headers), query=dict(request.query), at=self.clock(), raw=raw)
         self.calls.append(call)
         self.notify()
         return call

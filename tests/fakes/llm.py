@@ -261,6 +261,10 @@ class FakeLLM(FakeServer):
     def anthropic_requests(self) -> list[dict[str, Any]]:
         return [c.body for c in self.calls if c.path == ANTHROPIC_PATH]
 
+    def anthropic_raw(self) -> list[bytes]:
+        """The Anthropic request bodies exactly as they arrived."""
+        return [c.raw for c in self.calls if c.path == ANTHROPIC_PATH]
+
     # -- common request handling ---------------------------------------------------------------
     async def _begin(self, request: web.Request, wire: str) -> tuple[dict[str, Any] | None,
                                                                      web.StreamResponse | None]:
@@ -269,7 +273,7 @@ class FakeLLM(FakeServer):
         except ValueError:
             self.record(request, request.path, None)
             return None, json_response(_error(wire, 400, "request body is not valid JSON"), 400)
-        self.record(request, request.path, body)
+        self.record(request, request.path, body, await request.read())  # read() is cached: the same bytes
         key = request.headers.get("x-api-key") or \
             request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not key or (self.api_key is not None and key != self.api_key):
