@@ -1,7 +1,8 @@
 """agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat.
 
-The packages read top-down as the path of one message; each may import only the ones listed before it
-(docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it):
+The packages read top-down as the path of one message; each may import only the ones listed before it (the ones
+on one line are peers, and so are the four of knowledge/, media/, mcp/ and net/); docs/architecture.md has the map,
+tests/test_typing_and_layers.py enforces it:
 
     events, errors, scan   the vocabulary: normalized messages, the error tree, the untrusted-text scan
                            (confusables: the look-alike letters it folds)
@@ -9,13 +10,15 @@ The packages read top-down as the path of one message; each may import only the 
     telemetry/             logs (redacted, JSON or human) and Prometheus metrics
     llm/                   model clients: the two wires, their transports, the model choice
     store/                 SQLite: schema and migrations, rows, the search index, transcripts
-    knowledge/             what the agent knows: memory files, skills library, session search
+    knowledge/ media/      what the agent knows: memory files, people, skills library, session search;
+                           attachments made ready for the model (pictures, documents, voice)
+    mcp/  net/             MCP servers and their tools; the web tools' reach (address guard, fetch, search)
     agent/                 the model ⇄ tools loop and every tool
     prompt/                the three-tier system prompt, platform hints, the stored session prompt
     delivery/              outbox, rate limits, chunking and markup per platform
     sessions/  access/     the session manager and its lifecycle; the gate and pairing
     scheduling/            scheduled jobs: reminders and recurring runs set up from a chat
     webui/                 the dashboard and the web chat's stored history, for the owner's browser
-    ops/                   the composition root (daemon), health and status, service install, doctor
+    ops/                   the composition root (wiring), the daemon, health and status, service install, doctor
     cli/                   the `gateway` command
 """

@@ -5,7 +5,9 @@ edge, and packages stay small and say what they hold."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tomllib
@@ -52,6 +54,8 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")
+MODULE_LINES = 400
+FUNCTION_LINES = 50
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -168,9 +172,44 @@ def test_packages_stay_small() -> None:
 
 
 def test_every_package_says_what_it_holds() -> None:
+    """Its docstring names each of its modules and sub-packages, so a module added later cannot go unmentioned."""
+    unnamed = []
     for init in [*(ROOT / "gateway").rglob("__init__.py"), *(ROOT / "adapters").rglob("__init__.py")]:
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc and len(doc) > 40, f"{init.relative_to(ROOT)}: say what the package holds and may import"
+        parts = [p.stem for p in init.parent.glob("*.py") if p.name != "__init__.py"]
+        parts += [d.name for d in init.parent.iterdir() if (d / "__init__.py").exists()]
+        unnamed += [f"{init.parent.relative_to(ROOT)}/{name}" for name in sorted(parts)
+                    if not re.search(rf"\b{re.escape(name)}\b", doc)]
+    assert unnamed == [], "name these in their package's __init__.py docstring"
+
+
+def test_the_architecture_map_names_every_package() -> None:
+    """docs/architecture.md opens with the map of packages: every package of gateway/ is on it."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"## Packages\n.*?```\n(.*?)```", text, re.DOTALL)
+    assert block is not None
+    packages = sorted(d.name for d in (ROOT / "gateway").iterdir() if (d / "__init__.py").exists())
+    assert [p for p in packages if not re.search(rf"(^|\s){p}/", block.group(1), re.MULTILINE)] == []
+    assert sorted(p for p in LAYERS if (ROOT / "gateway" / p).is_dir()) == packages
+
+
+def test_modules_and_functions_stay_short() -> None:
+    """Modules under MODULE_LINES lines, no function over FUNCTION_LINES, most of them a few lines (STYLE)."""
+    long_modules, long_functions, lengths = [], [], []
+    for path in sorted([*(ROOT / "gateway").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MODULE_LINES:
+            long_modules.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                lengths.append(length)
+                if length > FUNCTION_LINES:
+                    long_functions.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+    assert long_modules == [], "split these along a seam"
+    assert long_functions == [], "split these"
+    assert statistics.median(lengths) <= 10
 
 
 def test_mypy_clean() -> None:

@@ -1,7 +1,8 @@
 """Reset policies: which policy a session lives under and when it expires (idle and daily deadlines).
 
 Pure functions of a session's timestamps and the config; the timers (gateway/sessions/timers.py) and the lazy check
-on the next message (gateway/sessions/manager.py) both ask the same question here, so they can never disagree.
+on the next message (gateway/sessions/manager.py) both ask the same question here, so they can never disagree. The
+seam between the manager and the timers (SessionHooks) is declared here too.
 """
 
 from __future__ import annotations
@@ -10,14 +11,38 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from gateway.config.settings import ResetMode, ResetOverride, SessionResetConfig
 from gateway.store.rows import SessionRow, parse_iso
 
-__all__ = ["Deadline", "Policies", "ResetPolicy", "daily_boundary_after", "deadline_for", "latest_daily_boundary",
-           "local_zone", "resolve_policy"]
+__all__ = ["Deadline", "NoLifecycle", "Policies", "ResetPolicy", "SessionHooks", "daily_boundary_after", "deadline_for",
+           "latest_daily_boundary", "local_zone", "resolve_policy"]
+
+
+class SessionHooks(Protocol):
+    """What the session manager asks of the lifecycle (gateway/sessions/timers.py implements it): has this session
+    expired, a session ended, a session was just used."""
+
+    def expired(self, session: SessionRow, now: datetime) -> str | None: ...
+
+    def session_ended(self, session: SessionRow, reason: str) -> None: ...
+
+    def session_touched(self, session: SessionRow, now: datetime) -> None: ...
+
+
+class NoLifecycle:
+    """No reset policy at all: sessions never expire (a manager built without timers)."""
+
+    def expired(self, session: SessionRow, now: datetime) -> str | None:
+        return None
+
+    def session_ended(self, session: SessionRow, reason: str) -> None:
+        return None
+
+    def session_touched(self, session: SessionRow, now: datetime) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

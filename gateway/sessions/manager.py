@@ -13,11 +13,10 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
 
 from gateway.agent.loop import Agent, TurnResult
 from gateway.agent.tools.registry import Callers, ToolContext
-from gateway.config.settings import Config, ResetOverride
+from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import NO_PREVIEW, Live, Streams
 from gateway.errors import LLMError, LLMNotConfigured, StoreUnavailable, TurnGone
@@ -37,6 +36,7 @@ from gateway.prompt.session_prompt import ContextCompressor, PromptSource, Sessi
 from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes
+from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage
 from gateway.sessions.turn_text import ERROR_TEXT, plain_reason, reset_notice, user_message
 from gateway.store.database import Store
@@ -49,27 +49,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 QUEUE_FULL_TEXT = "I'm still working through your earlier messages; please wait a moment before sending more."
 BUSY_TEXT = "Still working on your previous message; I'll answer this one next."
-
-
-class SessionHooks(Protocol):
-    """The lifecycle's seams: expiry policy, what happens when a session ends, and in-chat commands."""
-
-    def expired(self, session: SessionRow, now: datetime) -> str | None: ...
-
-    def session_ended(self, session: SessionRow, reason: str) -> None: ...
-
-    def session_touched(self, session: SessionRow, now: datetime) -> None: ...
-
-
-class NoLifecycle:
-    def expired(self, session: SessionRow, now: datetime) -> str | None:
-        return None
-
-    def session_ended(self, session: SessionRow, reason: str) -> None:
-        return None
-
-    def session_touched(self, session: SessionRow, now: datetime) -> None:
-        return None
 
 
 CommandHandler = Callable[["SessionManager", Inbound, str], Awaitable["str | None"]]
@@ -349,8 +328,7 @@ class SessionManager:
     def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
         return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
 
-
-    def _typing(self, adapter: Adapter | None, chat: ChatRef) -> Any:
+    def _typing(self, adapter: Adapter | None, chat: ChatRef) -> AbstractAsyncContextManager[object]:
         if adapter is None:
             return nullcontext()
         known = self._can_type.get(adapter.platform)
@@ -359,16 +337,7 @@ class SessionManager:
         return adapter.typing(chat) if known[1] else nullcontext()  # type: ignore[attr-defined]
 
     def _notify_reset(self, session: SessionRow) -> bool:
-        policy = self.config.session_reset
-        overrides: tuple[ResetOverride | None, ...] = (policy.by_platform.get(session.platform),  # type: ignore[call-overload]
-                                                       policy.by_chat_type.get(session.chat_type))  # type: ignore[call-overload]
-        for override in overrides:
-            if override is not None and override.notify is not None:
-                return override.notify
-        return policy.notify
-
-    def user_message(self, inbound: Inbound, ended: str | None) -> ChatMessage:
-        return user_message(inbound, ended)
+        return resolve_policy(self.config.session_reset, session.platform, session.chat_type).notify
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
@@ -415,6 +384,7 @@ class SessionManager:
 
     def stop_turn(self, key: str) -> bool:
         return self._lanes.stop_turn(key)
+
 
 def _gone(inbound: Inbound | None, turn: str) -> None:
     """`gateway users forget` erased the message as its turn ran (or waited): nothing is stored or sent, no error."""
