@@ -88,20 +88,41 @@ class _Connections:
             if handler in seen or now - made > FRESH_S:
                 del self._fresh[handler]
         open_now = [h for h in connected if h.transport is not None]
-        if len(open_now) + len(self._fresh) >= self.limits.max_connections:
-            idle = next((h for h in open_now if h.transport not in self.busy), None)
-            if idle is None:
-                self.refused += 1
-                log.warning("%s: all %s connections are busy (daemon.max_connections); refusing new ones",
-                            self.name, self.limits.max_connections)
-                return _Refuse()
-            self.evicted += 1
-            log.warning("%s: %s connections open (daemon.max_connections); closing the oldest idle ones",
+        if len(open_now) + len(self._fresh) >= self.limits.max_connections and not self._make_room(open_now):
+            self.refused += 1
+            log.warning("%s: all %s connections are busy (daemon.max_connections); refusing new ones",
                         self.name, self.limits.max_connections)
-            idle.force_close()
+            return _Refuse()
         handler = server()
         self._fresh[handler] = now
         return handler
+
+    def _make_room(self, open_now: list[RequestHandler]) -> bool:
+        """Close the oldest idle connection: an open one with no request in progress, else one accepted earlier in
+        this same round (a burst the kernel queued is accepted before any of it is connected; those are idle too,
+        and counting them as busy turned real requests away). False when every connection is busy."""
+        idle = next((h for h in open_now if h.transport not in self.busy), None)
+        if idle is None and not self._fresh:
+            return False
+        self.evicted += 1
+        log.warning("%s: %s connections open (daemon.max_connections); closing the oldest idle ones",
+                    self.name, self.limits.max_connections)
+        if idle is not None:
+            idle.force_close()
+        else:
+            fresh = next(iter(self._fresh))
+            del self._fresh[fresh]
+            # Its connection_made is already queued (its transport was made right after it): close it after that,
+            # since aiohttp's handler closed before it is connected would keep the socket open.
+            asyncio.get_running_loop().call_soon(_close_connected, fresh, 3)
+        return True
+
+
+def _close_connected(handler: RequestHandler, tries: int) -> None:
+    if handler.transport is not None:
+        handler.force_close()
+    elif tries > 1:
+        asyncio.get_running_loop().call_soon(_close_connected, handler, tries - 1)
 
 
 async def _too_slow(request: web.Request) -> web.StreamResponse:
