@@ -16,10 +16,11 @@ import aiohttp
 import pytest
 
 from gateway.config.settings import load_config
+from gateway.config.yamlload import Secret
 from gateway.errors import ConfigError
 from gateway.ops.daemon import Daemon
 from gateway.ops.doctor import Doctor
-from gateway.ops.web_guard import COOKIE_PREFIX, SECRET_FILE, load_web_secret
+from gateway.ops.web_guard import COOKIE_PREFIX, SECRET_FILE, WebGuard, load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.daemon_proc import free_port
 from tests.fakes.llm import FakeLLM
@@ -96,6 +97,19 @@ async def test_nothing_but_probes_answers_a_rebound_host_name(daemon: Daemon, ho
                 assert resp.status == 200, host
 
 
+async def test_readyz_tells_anyone_ready_or_not_and_only_an_operator_which_model(daemon: Daemon, home: Path) -> None:
+    async with aiohttp.ClientSession() as http:
+        for headers in ({"Host": "rebind.evil.example"}, {"X-Forwarded-For": "203.0.113.9"}):  # a stranger
+            async with http.get(url(daemon, "/readyz"), headers=headers) as resp:
+                assert resp.status == 200 and await resp.json() == {
+                    "ready": True, "store": "ok", "draining": False, "model": "configured",
+                    "adapters": {"web": "running"}}, headers
+        for headers in ({}, {"X-Forwarded-For": "203.0.113.9",  # this machine, or the secret through a proxy
+                             "Authorization": f"Bearer {load_web_secret(home)}"}):
+            async with http.get(url(daemon, "/readyz"), headers=headers) as resp:
+                assert (await resp.json())["model"] == "anthropic/claude-test", headers
+
+
 async def test_without_the_secret_every_owner_route_is_locked_and_says_how_to_log_in(
         daemon: Daemon, home: Path) -> None:
     async with aiohttp.ClientSession() as http:
@@ -145,6 +159,37 @@ async def test_garbage_credentials_get_401_never_500(daemon: Daemon, home: Path)
     answers = (await _read_answers(reader, 6)).split(b"HTTP/1.1 ")[1:]
     assert [a[:3] for a in answers] == [b"401", b"401", b"401", b"401", b"401", b"403"]
     writer.close()
+
+
+async def test_a_forged_cookie_is_refused_and_a_token_opens_a_socket_without_a_redirect(
+        daemon: Daemon, home: Path) -> None:
+    secret = load_web_secret(home)
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.get(url(daemon, f"/?token={secret}"), allow_redirects=False) as resp:
+            name = resp.cookies.popitem()[0]
+    forged = {"Cookie": f"{name}={'0' * 64}"}  # the right cookie name, a made-up value
+    async with aiohttp.ClientSession() as http:
+        for path in ("/", "/dashboard/api/state"):
+            async with http.get(url(daemon, path), headers=forged) as resp:
+                assert resp.status == 401, path
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(url(daemon, "/ws?client=f"), headers=forged)
+        assert refused.value.status == 401
+        async with http.ws_connect(url(daemon, f"/ws?client=f&token={secret}")) as ws:  # a script: no cookie
+            assert json.loads((await ws.receive()).data)["type"] == "hello"
+    other = WebGuard(Secret("another-install-secret"))
+    assert other.cookie_name != name  # two installs on one host keep their own cookies
+
+
+async def test_the_login_redirect_never_leaves_this_site(daemon: Daemon, home: Path) -> None:
+    secret = load_web_secret(home).encode()
+    for path in (b"//evil.example/", b"/\\evil.example/", b"/\\/evil.example/", b"/%2F%2Fevil.example/"):
+        reader, writer = await _raw(daemon)
+        writer.write(b"GET " + path + b"?token=" + secret + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = await reader.read()
+        writer.close()
+        location = next(line for line in answer.split(b"\r\n") if line.startswith(b"Location: "))[10:]
+        assert location.startswith(b"/") and location[1:2] not in (b"/", b"\\"), (path, location)
 
 
 async def _raw(daemon: Daemon) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

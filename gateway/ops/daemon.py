@@ -188,6 +188,7 @@ class Daemon:
             history = WebChatHistory(self.gw.store)
             model = model_name(self.gw.llm)
             web_adapter.attach(app, history=history.lines, retried=history.retried, hello=lambda: hello(model))
+        self.ops.operator = self.guard.operator
         self.ops.attach(app)
         self.dashboard = self._dashboard()
         self.dashboard.attach(app)

@@ -76,6 +76,8 @@ class Ops:
         self.started_at = wall()
         self.draining = False
         self.tally = UsageTally()
+        # Who may read what /readyz holds beyond ready or not: the daemon sets its web guard's check here.
+        self.operator: Callable[[web.Request], bool] = lambda request: False
         metrics.watch(self.state)
 
     # ------------------------------------------------------------------ state
@@ -187,6 +189,8 @@ class Ops:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         ready, body = self.readiness()
+        if not self.operator(request):
+            body = public_readiness(body)
         return web.json_response(body, status=200 if ready else 503)
 
     # Who may read these is decided in one place for every route: gateway/ops/web_guard.py.
@@ -205,6 +209,13 @@ def model_name(llm: LLMClient | None) -> str | None:
     if llm is None or isinstance(llm, UnconfiguredLLM):
         return None
     return f"{llm.provider}/{llm.model}"
+
+
+def public_readiness(body: Mapping[str, Any]) -> dict[str, Any]:
+    """/readyz for anyone who is not an operator: ready or not and why, without the model's name (a fine-tuned
+    model's name carries the organisation's) or the store's error text."""
+    return {**body, "model": None if body.get("model") is None else "configured",
+            "store": "ok" if body.get("store") == "ok" else "unavailable"}
 
 
 def connect_host(host: str) -> str:

@@ -36,7 +36,8 @@ class Access(enum.Enum):
     OWNER = "owner"          # this host's name, the page's own origin, and the login secret
 
 
-# Liveness and readiness are for systemd, load balancers and monitors, which send whatever Host they like.
+# Liveness and readiness are for systemd, load balancers and monitors, which send whatever Host they like; what
+# /readyz says beyond ready or not (the model's name, why the store fails) is for operators only (Ops.operator).
 # /status and /metrics are read by `gateway status` and a local Prometheus: counts and states, redacted, never
 # chat text, so a loopback peer needs no secret; anyone else needs it as a Bearer token.
 ROUTE_ACCESS: Mapping[str, Access] = {
@@ -128,12 +129,12 @@ class WebGuard:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         access = ROUTE_ACCESS.get(request.path, Access.OWNER)
-        if access is Access.OPEN:
+        if access is Access.OPEN:  # anyone; what only an operator may read there, its handler withholds (operator())
             return await handler(request)
         if not self.host_ok(request.headers.get("Host")):
             return web.Response(status=403, text="unknown Host header (this listener answers to its own names only)\n")
         if access is Access.OPERATOR:
-            if is_local(request) or self._bearer_ok(request):
+            if self.operator(request):
                 return await handler(request)
             return web.Response(status=401, text=f"{request.path} from another host needs the login secret "
                                                  "(Authorization: Bearer)\n")
@@ -150,6 +151,10 @@ class WebGuard:
         if request.method == "GET" and "websocket" not in request.headers.get("Upgrade", "").lower():
             return self._log_in(request)
         return _with_headers(await handler(request))  # a socket or a script: the token is enough
+
+    def operator(self, request: web.Request) -> bool:
+        """This listener's name, and a loopback peer not relayed by a proxy or the secret as Bearer."""
+        return self.host_ok(request.headers.get("Host")) and (is_local(request) or self._bearer_ok(request))
 
     def host_ok(self, host: str | None) -> bool:
         """An IP literal, a loopback name, or a name this listener was configured with: never a rebound name."""
@@ -191,7 +196,8 @@ class WebGuard:
     def _log_in(self, request: web.Request) -> web.Response:
         """Set the cookie and send the browser to the same URL without the token (out of history and screens)."""
         target = request.rel_url.without_query_params("token")
-        location = "/" + str(target).lstrip("/")  # never "//host": that would send the browser elsewhere
+        # Never "//host" or "/\\host" (browsers read a backslash as a slash): that would send the browser elsewhere.
+        location = "/" + str(target).lstrip("/\\")
         response = web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store",
                                                      **SECURITY_HEADERS})
         secure = request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
