@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import resource
 import socket
 import sys
@@ -181,3 +182,20 @@ async def test_a_burst_accepted_at_once_still_lets_the_newest_in(listening: List
     finally:
         for sock in (*idle, last):
             sock.close()
+
+
+async def test_malformed_requests_are_one_warning_without_traceback(listening: Listening,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp logs what it cannot parse at ERROR with a traceback quoting the bytes: from anyone, at any rate."""
+    garbage = (b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /?token=\x80 HTTP/1.1\r\n\r\n",
+               b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n")
+    with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+        for data in garbage:
+            reader, writer = await connect(listening.port, data)
+            assert (await closed_by_server(reader))[:12] in (b"HTTP/1.0 400", b"HTTP/1.1 400", b"HTTP/1.1 431"), data
+            writer.close()
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(records) == len(garbage)
+    assert {(r.levelname, r.getMessage(), r.exc_info) for r in records} <= {
+        ("WARNING", f"malformed HTTP requests answered {code} ({kind})", None)
+        for code in (400, 431) for kind in ("InvalidURLError", "BadHttpMessage", "InvalidHeader", "LineTooLong")}

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 log = logging.getLogger(__name__)
@@ -161,9 +162,30 @@ class _CappedSite(web.TCPSite):
             reuse_address=self._reuse_address, reuse_port=self._reuse_port)
 
 
+class MalformedRequests(logging.Filter):
+    """aiohttp logs a request it cannot even parse (a bad URL or header byte, a line past its limits) at ERROR with
+    a traceback and the bytes sent. That is the client's doing, answered 400: one WARNING line without traceback,
+    the same text whatever was sent or from where, so the repeat filter folds a flood of them into a count."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+            record.msg, record.args = "malformed HTTP requests answered %s (%s)", (exc.code, type(exc).__name__)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _quiet_malformed_requests() -> None:
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequests) for f in server_log.filters):
+        server_log.addFilter(MalformedRequests())
+
+
 async def serve(app: web.Application, host: str, port: int, *, limits: Limits = Limits(),
                 name: str = "http") -> Listening:
     """Serve `app` on host:port within `limits`; call before anything else freezes the app."""
+    _quiet_malformed_requests()
     connections = _Connections(limits, name)
     app.middlewares.insert(0, connections.track)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.header_timeout)
