@@ -242,6 +242,9 @@ async def test_auth_none_opens_the_chat_on_loopback_but_keeps_origin_and_host_ch
                 assert resp.status == 200
             async with http.get(url(daemon, "/"), headers={"Host": "rebind.evil.example"}) as resp:
                 assert resp.status == 403
+            for relayed in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"}):  # a proxy
+                async with http.get(url(daemon, "/dashboard/api/state"), headers=relayed) as resp:
+                    assert resp.status == 401, relayed
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
                 await http.ws_connect(url(daemon, "/ws?client=x"), headers={"Origin": EVIL})
             assert refused.value.status == 403
@@ -255,6 +258,9 @@ async def test_auth_none_opens_the_chat_on_loopback_but_keeps_origin_and_host_ch
 def test_auth_none_off_loopback_is_a_config_error(home: Path) -> None:
     (home / "config.yaml").write_text("web:\n  host: 0.0.0.0\n  auth: none\n  auth_token: some-token-123\n")
     with pytest.raises(ConfigError, match=r"auth: none is allowed only with a loopback"):
+        load_config(home, env={})
+    (home / "config.yaml").write_text("web:\n  auth: none\n  public_url: https://chat.example.com\n")
+    with pytest.raises(ConfigError, match=r"config.yaml:\d+.*auth: none cannot go with web.public_url"):
         load_config(home, env={})
 
 

@@ -199,6 +199,9 @@ class WebConfig:
         if self.auth == "none" and not is_loopback_host(self.host):
             raise ValueError(f"web.auth: none is allowed only with a loopback web.host (it is {self.host!r}); "
                              "anyone who reaches the port would be the owner")
+        if self.auth == "none" and self.public_url is not None:
+            raise ValueError("web.auth: none cannot go with web.public_url: the proxy in front makes the chat "
+                             "reachable from elsewhere, and anyone reaching it would be the owner")
         if self.public_url is not None and not _ORIGIN.fullmatch(self.public_url):
             raise ValueError(f"web.public_url must be scheme://host[:port] (http or https, no path); got "
                              f"{self.public_url!r}")

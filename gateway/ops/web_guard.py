@@ -143,7 +143,9 @@ class WebGuard:
     async def _owner(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if not self.origin_ok(request.headers.get("Origin"), request.headers.get("Host")):
             return web.Response(status=403, text="cross-origin request refused\n")
-        if self.secret is None or self._cookie_ok(request) or self._bearer_ok(request):
+        if self.secret is None:  # `web.auth: none`: this machine only, never a request a proxy relays
+            return _with_headers(await handler(request)) if is_local(request) else _locked(request)
+        if self._cookie_ok(request) or self._bearer_ok(request):
             return _with_headers(await handler(request))
         token = request.query.get("token")
         if token is None or not self.secret.matches(token):
