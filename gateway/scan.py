@@ -32,10 +32,12 @@ class Finding:
 
 # Characters a reader cannot see but a model reads: every format character (Cf: zero-width, bidi controls, soft
 # hyphen, tag characters U+E0000–U+E007F, …) except the visible prepended concatenation marks (U+0600–U+0605,
-# U+06DD, U+070F, U+0890–U+0891, U+08E2, U+110BD, U+110CD), and the blank fillers that render as nothing.
+# U+06DD, U+070F, U+0890–U+0891, U+08E2, U+110BD, U+110CD), and the blank fillers that render as nothing
+# (Hangul fillers, the braille blank that invisible-text tricks use as a space).
 # A test checks the Cf part against unicodedata; the ranges cover Unicode 15.1 so newer Pythons agree.
 _INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x061C, 0x061C), (0x115F, 0x1160), (0x180E, 0x180E), (0x200B, 0x200F),
-                     (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0x3164, 0x3164), (0xFEFF, 0xFEFF),
+                     (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0x2800, 0x2800), (0x3164, 0x3164),
+                     (0xFEFF, 0xFEFF),
                      (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
                      (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F))
 INVISIBLE_CHARS: frozenset[str] = frozenset(chr(c) for lo, hi in _INVISIBLE_RANGES for c in range(lo, hi + 1))
@@ -213,14 +215,22 @@ _FOLD: dict[int, str | None] = {**{cp: None for lo, hi in MARK_RANGES for cp in 
 _TAG_TEXT_RE = re.compile("[\U000e0020-\U000e007e]")
 
 
-def _normalize(text: str) -> str:
+def _normalize(text: str) -> tuple[str, ...]:
     """The text as a model reads it, for phrase matching: hidden payloads (tag characters, variation-selector
-    bytes) spelled out in place, other invisible characters dropped, look-alike and accented letters folded to
-    ASCII (NFKD, marks dropped, confusables), decoration removed. ASCII text skips the Unicode work."""
-    if not text.isascii():
-        text = _INVISIBLE_RE.sub("", _reveal(text))
-        if not text.isascii():
-            text = unicodedata.normalize("NFKD", text).translate(_FOLD)
+    bytes) spelled out in place, look-alike and accented letters folded to ASCII (NFKD, marks dropped,
+    confusables), decoration removed. An invisible character may sit inside a word or stand for the space between
+    two, so text that has any is read both ways: with them dropped, and with each one a space. ASCII text skips
+    the Unicode work."""
+    if text.isascii():
+        return (_undecorate(text),)
+    revealed = _reveal(text)
+    forms = [_INVISIBLE_RE.sub("", revealed)]
+    if len(forms[0]) != len(revealed):
+        forms.append(_INVISIBLE_RE.sub(" ", revealed))
+    return tuple(_undecorate(f if f.isascii() else unicodedata.normalize("NFKD", f).translate(_FOLD)) for f in forms)
+
+
+def _undecorate(text: str) -> str:
     return _DECORATION.sub("", text.replace("\u2019", "'"))
 
 
@@ -304,12 +314,12 @@ def scan_text(text: str, *, strict: bool = False) -> list[Finding]:
 
 def _scan(text: str, *, strict: bool, shortcut: bool) -> list[Finding]:
     findings = _invisible(text)
-    normalized = _normalize(text)
-    folded = normalized.casefold() if shortcut else ""
+    forms = _normalize(text)
+    folded = " ".join(forms).casefold() if shortcut else ""
     for kind, label, pattern, needs in _INJECTION_RE + _STRICT_RE if strict else _INJECTION_RE:
         if shortcut and needs and not any(n in folded for n in needs):
             continue
-        m = pattern.search(normalized)
+        m = next((found for form in forms if (found := pattern.search(form))), None)
         if m:
             findings.append(Finding(kind, f"{label}: {_phrase(m)!r}"))
     if strict:
