@@ -135,7 +135,7 @@ async def test_a_crashing_server_is_a_tool_error_then_restarted(home: Path, fake
         assert down["is_error"] and "is not running right now" in down["content"]
         assert gw.mcp is not None
         state = gw.mcp.states["fake"]
-        await _wait(lambda: time_.sleeps == [1.0])  # the backoff waits on the injected sleep, not on real time
+        await _wait(lambda: backoffs(time_) == [1.0])  # the backoff waits on the injected sleep, not on real time
         await time_.advance(0.9)
         assert (state.state, len((home.parent / "starts.log").read_text().split())) == ("down", 1)
         await time_.advance(0.1)
@@ -324,20 +324,30 @@ async def test_a_wrong_header_token_keeps_the_server_down(home: Path, fake_llm: 
 
 
 async def test_a_call_past_its_timeout_is_a_tool_error(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """The per-call timeout (timeout_s: 5) is the hub's, on the injected clock: the answer waits until the fake
+    clock passes 5 s, then the call is a tool error, is cancelled on the server, and the server answers the next."""
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["slow", "echo"]))
-    config = (home / "config.yaml").read_text().replace("timeout_s: 5", "timeout_s: 0.5")
-    (home / "config.yaml").write_text(config)
-    fake_llm.script(ToolCall("mcp_fake_slow", {"seconds": 5}), ToolCall("mcp_fake_echo", {"text": "fast"}),
+    fake_llm.script(ToolCall("mcp_fake_slow", {"seconds": 600}), ToolCall("mcp_fake_echo", {"text": "fast"}),
                     Reply("ok"))
-    gw = await _started(home, adapter)
+    time_ = FakeClock()
+    gw = await _started(home, adapter, time_)
     try:
-        await _ask(gw, adapter, "be slow")
+        asked = asyncio.ensure_future(_ask(gw, adapter, "be slow"))
+        await _wait(lambda: time_.sleeps[-1:] == [5.0])  # the call's timer, on the fake clock
+        await time_.advance(4.9)
+        assert not asked.done() and len(fake_llm.calls) == 1
+        await time_.advance(0.1)
+        await asyncio.wait_for(asked, 30)
     finally:
         await _close(gw)
     slow, fast = (_tool_results(r)[-1] for r in fake_llm.anthropic_requests()[1:3])
-    assert slow["is_error"] and "did not answer slow within 0.5 s" in slow["content"]
+    assert slow["is_error"] and slow["content"] == "MCP server 'fake' did not answer slow within 5 s."
     assert "echo: fast" in fast["content"]  # the server is still up
 
+
+def backoffs(time_: FakeClock) -> list[float]:
+    """The restart waits among the fake clock's sleeps: every call waits on it too, for its timeout (5 s here)."""
+    return [s for s in time_.sleeps if s != 5.0]
 
 
 def _hub(time_: FakeClock, **servers: McpServerConfig) -> McpHub:
@@ -364,7 +374,7 @@ async def test_a_server_that_ran_a_minute_starts_the_backoff_over(tmp_path: Path
     time_ = FakeClock()
     starts = tmp_path / "starts.log"
     args = (str(SERVER), "--tools", str(_tools_file(tmp_path, ["crash"])), "--starts", str(starts))
-    hub = _hub(time_, fake=McpServerConfig(command=sys.executable, args=args, connect_timeout_s=20))
+    hub = _hub(time_, fake=McpServerConfig(command=sys.executable, args=args, connect_timeout_s=20, timeout_s=5))
     state = hub.states["fake"]
 
     async def crash_after(up_s: float) -> None:
@@ -374,7 +384,7 @@ async def test_a_server_that_ran_a_minute_starts_the_backoff_over(tmp_path: Path
         await _wait(lambda: state.state == "down")
 
     async def restart() -> None:
-        await time_.advance(time_.sleeps[-1])
+        await time_.advance(backoffs(time_)[-1])
         await _wait(lambda: state.state == "up")
 
     await hub.start()
@@ -384,7 +394,7 @@ async def test_a_server_that_ran_a_minute_starts_the_backoff_over(tmp_path: Path
         await crash_after(61)  # up past STABLE_S on the fake clock: the next wait is 1 s again
         await restart()
         await crash_after(5)
-        assert time_.sleeps == [1.0, 1.0, 2.0]
+        assert backoffs(time_) == [1.0, 1.0, 2.0]
         assert len(starts.read_text().split()) == 3
     finally:
         await hub.stop()
@@ -404,7 +414,7 @@ async def test_a_tool_whose_description_carries_an_injection_is_withheld(
         assert gw.mcp is not None
         with pytest.raises(ToolError):  # a restart lists the tools again: the warning is not repeated
             await gw.mcp.call("mcp_fake_crash", {})
-        await _wait(lambda: time_.sleeps == [1.0])
+        await _wait(lambda: backoffs(time_) == [1.0])
         await time_.advance(1.0)
         await _wait(lambda: gw.mcp is not None and gw.mcp.states["fake"].state == "up")
     finally:
@@ -507,3 +517,20 @@ async def test_a_tool_that_turns_poisoned_is_refused_to_sessions_that_have_it(tm
         assert [t.exposed for t in hub.tools()] == ["mcp_fake_reload"]
     finally:
         await hub.stop()
+
+
+async def test_a_server_still_starting_when_the_wait_ends_is_reported_not_up() -> None:
+    """A server that never answers `initialize` (or whose child ignores being stopped, so closing it takes longer
+    than the wait): `gateway tools list` exits 1 and doctor fails it with the reason, instead of 'starting'."""
+    from gateway.ops.doctor import _mcp_check
+    mute = McpServerConfig(command=sys.executable, args=("-c", "import sys; sys.stdin.read()"), connect_timeout_s=30)
+    hub = McpHub({"mute": mute})
+    await hub.start(wait_s=0.3)
+    try:
+        state = hub.states["mute"]
+        assert (state.state, state.error) == ("starting", "no answer within 0.3 s")
+        assert hub.not_up() == [state]
+        check = _mcp_check(hub, "mute")
+        assert check.verdict == "fail" and check.detail == "stdio: no answer within 0.3 s"
+    finally:  # a connection still being made is dropped at once (the daemon's stop does not wait out its 10 s)
+        await asyncio.wait_for(hub.stop(), 5)

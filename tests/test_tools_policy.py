@@ -128,3 +128,23 @@ def test_a_daemon_without_mcp_servers_never_imports_mcp(home: Path) -> None:
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_server_names_whose_tool_names_could_clash_are_a_config_error(home: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`github` with a tool `work_issues` and `github_work` with a tool `issues` would both be
+    mcp_github_work_issues: two tools of one name, which the model APIs refuse on every request."""
+    (home / "config.yaml").write_text(textwrap.dedent("""\
+        mcp_servers:
+          github:
+            command: x
+          github_work:
+            command: y
+          github-home:
+            command: z
+        """), encoding="utf-8")
+    assert main(["--home", str(home), "config", "check"]) == 78
+    err = capsys.readouterr().err
+    assert f"{home / 'config.yaml'}:" in err
+    assert "mcp_servers.github_work: the server names 'github' and 'github_work' overlap" in err
+    assert "rename one (e.g. 'github-work')" in err and "github-home" not in err

@@ -7,6 +7,7 @@ The test network: a fake DNS the test controls, and `route`, which dials a check
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -46,12 +47,26 @@ class FakeDNS:
         return answers.pop(0) if len(answers) > 1 else answers[0]
 
 
-async def _serve(app: web.Application, host: str) -> tuple[web.AppRunner, int]:
+_HELD: dict[int, socket.socket] = {}  # port → a socket on 127.0.0.1 kept for secret_server (same port as the page)
+
+
+async def _serve_paired(app: web.Application) -> tuple[web.AppRunner, int]:
+    """Serve `app` on 127.0.0.2 at a port that is also free on 127.0.0.1, and hold that one for secret_server:
+    other processes on this machine use 127.0.0.1 ports, so taking the same number later could find it in use."""
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, host, 0)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    for _ in range(50):
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        try:
+            await web.TCPSite(runner, "127.0.0.2", port).start()
+        except OSError:
+            held.close()
+            continue
+        _HELD[port] = held
+        return runner, port
+    raise AssertionError("no port free on both 127.0.0.1 and 127.0.0.2")
 
 
 @pytest.fixture
@@ -71,13 +86,21 @@ async def page_server() -> AsyncIterator[tuple[int, list[str]]]:
             raise web.HTTPMovedPermanently("/article")
         if request.path == "/pdf":
             return web.Response(body=b"%PDF-1.7", content_type="application/pdf")
+        if request.path == "/bogus-charset":  # a charset no codec has: the page still reads
+            return web.Response(body=ARTICLE.encode(), headers={"Content-Type": "text/html; charset=x-no-such"})
+        if request.path == "/latin1":  # no charset header: the page's own <meta charset> says how to read it
+            page = ARTICLE.replace("<head>", '<head><meta charset="iso-8859-1">').replace("three", "três")
+            return web.Response(body=page.encode("latin-1"), headers={"Content-Type": "text/html"})
         return web.Response(text=ARTICLE, content_type="text/html")
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner, port = await _serve(app, "127.0.0.2")
+    runner, port = await _serve_paired(app)
     yield port, seen
     await runner.cleanup()
+    held = _HELD.pop(port, None)
+    if held is not None:
+        held.close()
 
 
 @pytest.fixture
@@ -93,7 +116,7 @@ async def secret_server(page_server: tuple[int, list[str]]) -> AsyncIterator[lis
     app.router.add_get("/{tail:.*}", handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", page_server[0]).start()
+    await web.SockSite(runner, _HELD.pop(page_server[0])).start()
     yield seen
     await runner.cleanup()
 
@@ -141,6 +164,18 @@ async def test_refuses_private_addresses_written_as_such(url: str, tmp_path: Pat
     text, is_error = await _fetch(_client(dns), url, tmp_path)
     assert is_error and "Refused to fetch" in text
     assert dns.asked == []
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f000001", "0177.0.0.1", "0x7f.1", "127.1", "017700000001", "0",
+                                  "[::ffff:7f00:1]", "[0:0:0:0:0:ffff:127.0.0.1]", "[::]", "0.0.0.0", "[::127.0.0.1]"])
+async def test_other_spellings_of_this_machine_are_refused_by_the_address_they_stand_for(
+        host: str, secret_server: list[str], page_server: tuple[int, list[str]], tmp_path: Path) -> None:
+    """Decimal, octal and hex IPv4 (resolvers read `2130706433` as 127.0.0.1), IPv4-mapped IPv6, the unspecified
+    addresses (a connect to 0.0.0.0 reaches this machine): refused on sight, with the address named; no lookup."""
+    dns = FakeDNS({})
+    text, is_error = await _fetch(_client(dns), f"http://{host}:{page_server[0]}/secret", tmp_path)
+    assert is_error and text.startswith("Refused to fetch ") and " address" in text, text
+    assert dns.asked == [] and secret_server == []
 
 
 async def test_refuses_a_name_that_resolves_to_a_private_address(secret_server: list[str],
@@ -195,6 +230,16 @@ async def test_a_pdf_is_refused_with_its_type(page_server: tuple[int, list[str]]
     text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})), f"http://news.test:{page_server[0]}/pdf",
                                   tmp_path)
     assert is_error and "application/pdf" in text
+
+
+@pytest.mark.parametrize("path", ["/bogus-charset", "/latin1"])
+async def test_a_page_in_an_unknown_or_declared_charset_still_reads(path: str, page_server: tuple[int, list[str]],
+                                                                   tmp_path: Path) -> None:
+    text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})), f"http://news.test:{page_server[0]}{path}",
+                                  tmp_path)
+    assert not is_error, text
+    assert "composite survived the storms" in text
+    assert ("run through três winters" if path == "/latin1" else "run through three winters") in text
 
 
 async def test_a_long_page_comes_in_parts(page_server: tuple[int, list[str]], tmp_path: Path) -> None:
@@ -273,5 +318,6 @@ def test_address_classes() -> None:
     assert refusal(ipaddress.ip_address("2606:4700::1111")) is None
     assert refusal(ipaddress.ip_address("fe80::1")) == "a link-local address"
     assert refusal(ipaddress.ip_address("fd00::1")) == "a private address"
+    assert refusal(ipaddress.ip_address("fec0::1")) == "a private address"  # site-local (deprecated, still routed)
     assert refusal(ipaddress.ip_address("64:ff9b::a00:1")) == "a private address"  # NAT64 of 10.0.0.1
     assert issubclass(BlockedAddress, ToolError)

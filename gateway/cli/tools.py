@@ -36,7 +36,7 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
         try:
             if gateway.mcp is not None and not args.no_mcp:
                 await gateway.mcp.start()
-            down = gateway.mcp is not None and any(s.state == "down" for s in gateway.mcp.states.values())
+            down = gateway.mcp is not None and bool(gateway.mcp.not_up())
             return _rows(gateway), down
         finally:
             await gateway.close_tools()

@@ -75,10 +75,3 @@ class WebSearchConfig:
 class ToolsConfig:
     web_fetch: WebFetchConfig = field(default_factory=WebFetchConfig)
     web_search: WebSearchConfig | None = None
-
-
-def check_server_names(servers: dict[str, McpServerConfig]) -> None:
-    for name in servers:
-        if not SERVER_NAME.fullmatch(name):
-            raise ValueError(f"mcp_servers: {name!r} is not a usable server name (letters, digits, '-' or '_', "
-                             "at most 32, starting with a letter or digit): it becomes part of tool names")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
 
 from gateway.config.tools import McpServerConfig
 from gateway.errors import ToolError
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
 State = Literal["starting", "up", "down", "disabled", "stopped"]
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 STABLE_S = 60.0  # up this long, and the next failure starts the backoff from the beginning again
@@ -97,8 +98,26 @@ class McpHub:
         link = self._links.get(tool.server)
         if link is None or link.closed.is_set():  # closed: its task is about to notice and restart it
             raise ToolError(self._unavailable(self.states[tool.server]))
-        result = await link.call(tool.name, arguments, self.configs[tool.server].timeout_s)
+        limit = self.configs[tool.server].timeout_s
+        result = await self._within(link.call(tool.name, arguments), limit,
+                                    f"MCP server {tool.server!r} did not answer {tool.name} within {limit:g} s.")
         return tool_output(result, max_chars=self.max_result_chars, images=images)
+
+    async def _within(self, call: Awaitable[T], seconds: float, late: str) -> T:
+        """`call`'s result, or ToolError(late) once `seconds` have passed on the injected clock; the call is then
+        cancelled (the SDK tells the server with notifications/cancelled)."""
+        work = asyncio.ensure_future(call)
+        timer = asyncio.ensure_future(self.sleep(seconds))
+        try:
+            await asyncio.wait((work, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+        if work.cancelled():
+            raise ToolError(late)
+        return work.result()
 
     def _unavailable(self, state: ServerState) -> str:
         why = f" ({state.error})" if state.error else " (it stopped; it is being restarted)"
@@ -118,9 +137,20 @@ class McpHub:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(limit):
                     await asyncio.gather(*waits)
+            for name in self._tasks:  # still connecting (or still closing a child that ignores being stopped)
+                state = self.states[name]
+                if state.state == "starting" and state.error is None:
+                    state.error = f"no answer within {limit:g} s"
+
+    def not_up(self) -> list[ServerState]:
+        """The enabled servers without a live connection: down, or still starting after start() gave up waiting."""
+        return [s for s in self.states.values() if s.state in ("starting", "down")]
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
+        for name, task in self._tasks.items():  # still connecting: nothing to close gracefully, nothing to wait for
+            if name not in self._links:
+                task.cancel()
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout_s)

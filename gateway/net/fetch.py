@@ -6,6 +6,7 @@ Environment proxies are ignored on purpose: a proxy would connect on our behalf 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,7 +30,24 @@ class Fetched:
     truncated: bool    # the body went past the byte cap and was cut there
 
     def text(self) -> str:
-        return self.body.decode(self.charset or "utf-8", errors="replace")
+        """The body as text, in the charset the headers name, else the one an HTML page declares in its first
+        bytes (`<meta charset>`), else UTF-8. A charset Python does not know (a site's typo, or a trick to make
+        the tool fail) reads as UTF-8; undecodable bytes become U+FFFD."""
+        for charset in (self.charset, _declared_charset(self.body[:4096]), "utf-8"):
+            if charset:
+                try:
+                    return self.body.decode(charset, errors="replace")
+                except LookupError:
+                    continue
+        return self.body.decode("utf-8", errors="replace")
+
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""", re.IGNORECASE)
+
+
+def _declared_charset(head: bytes) -> str | None:
+    found = _META_CHARSET.search(head)
+    return found.group(1).decode("ascii") if found else None
 
 
 def checked_url(raw: str, *, allow_private: bool) -> URL:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,8 @@ from gateway.errors import ToolError
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Lookup = Callable[[str, int], Awaitable[list[str]]]  # host, port → addresses (the system resolver by default)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# The old inet_aton spellings of an IPv4 address: 2130706433, 0x7f000001, 0177.0.0.1, 127.1, 0x7f.1
+_LEGACY_IPV4 = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}", re.IGNORECASE)
 
 
 class BlockedAddress(ToolError):
@@ -38,6 +41,8 @@ def refusal(ip: IPAddress) -> str | None:
         return "a loopback address"
     if ip.is_link_local:
         return "a link-local address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:  # fec0::/10: deprecated, still routed inside some
+        return "a private address"                                   # networks; Python counts it as global
     if ip.is_unspecified or ip.is_multicast or ip.is_reserved:
         return "a reserved address"
     if ip.is_private or not ip.is_global:
@@ -46,9 +51,18 @@ def refusal(ip: IPAddress) -> str | None:
 
 
 def parse_ip(host: str) -> IPAddress | None:
+    """An IP literal, including the decimal, octal and hex IPv4 forms resolvers accept (`http://2130706433/` is
+    127.0.0.1 to getaddrinfo), so they are judged by the address they stand for, whoever would parse them."""
+    text = host.strip("[]").split("%", 1)[0]
     try:
-        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+        return ipaddress.ip_address(text)
     except ValueError:
+        pass
+    if not _LEGACY_IPV4.fullmatch(text.rstrip(".")):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(text.rstrip(".")))
+    except OSError:
         return None
 
 
@@ -65,8 +79,9 @@ def check_address(host: str, address: str, *, allow_private: bool) -> None:
 
 def check_host(host: str, *, allow_private: bool) -> None:
     """An IP-literal host is checked here (aiohttp does not resolve it); a name is checked when it resolves."""
-    if parse_ip(host) is not None:
-        check_address(host, host, allow_private=allow_private)
+    ip = parse_ip(host)
+    if ip is not None:
+        check_address(host, str(ip), allow_private=allow_private)
     elif not allow_private and _names_this_machine(host.lower().rstrip(".")):
         raise BlockedAddress(f"Refused to fetch {host}: it names this machine.")
 

@@ -39,6 +39,8 @@ def name_problems(config: Config, builtin: Collection[str]) -> list[tuple[str, s
     """(key path, message) for every tool name in agent.tools / agent.tools_by_platform that names nothing."""
     servers = sorted(config.mcp_servers)
     problems = [(f"mcp_servers.{n}", _bad_server(n)) for n in servers if not SERVER_NAME.fullmatch(n)]
+    problems += [(f"mcp_servers.{longer}", _overlap(shorter, longer)) for shorter in servers for longer in servers
+                 if longer.startswith(server_prefix(shorter)[len("mcp_"):])]
     for key, pattern in _patterns(config):
         if _known(pattern, builtin, servers):
             if pattern == "web_search" and config.tools.web_search is None:
@@ -74,6 +76,13 @@ def _known(pattern: str, builtin: Collection[str], servers: Sequence[str]) -> bo
         if is_glob and prefix.startswith(literal):
             return True
     return False
+
+
+def _overlap(shorter: str, longer: str) -> str:
+    """Server `a` with tool `b_x` and server `a_b` with tool `x` would both be mcp_a_b_x (the model APIs refuse two
+    tools of one name), and `mcp_a_*` would match the tools of both."""
+    return (f"the server names {shorter!r} and {longer!r} overlap: tool names are mcp_<server>_<tool>, so "
+            f"mcp_{longer}_… could belong to either; rename one (e.g. {longer.replace('_', '-')!r})")
 
 
 def _bad_server(name: str) -> str:
