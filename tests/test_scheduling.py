@@ -201,7 +201,9 @@ async def test_people_list_and_cancel_only_their_own_jobs(home: Path, fake_llm: 
         assert adapter.texts()[-1] == "You have no active job #1 (/jobs lists yours)."
         await say(gw, "what is scheduled?")
         listed = tool_results(fake_llm.anthropic_requests()[-1])[-1]
-        assert listed["content"] == '#1 "tea": once at 2031-01-06 11:00 CET (in 1 h)'
+        assert listed["content"] == ("Now: 2031-01-06 10:00 CET in Europe/Berlin, the gateway's time zone (this "
+                                     "person has not saved their own: action=set_timezone).\n"
+                                     '#1 "tea": once at 2031-01-06 11:00 CET (in 1 h)')
         await say(gw, "/jobs cancel #1")
         assert adapter.texts()[-1] == 'Cancelled job #1 "tea".'
         assert job_rows(gw)[0]["state"] == "cancelled"

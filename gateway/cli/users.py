@@ -1,4 +1,4 @@
-"""`gateway users`: people and their linked identities: list, show, link, unlink, forget.
+"""`gateway users`: people and their linked identities: list, show, link, unlink, forget, timezone.
 
 Works beside a running daemon (the same database and memory files); what the daemon must act on (a forgotten
 person's running turns) it learns from the access events recorded here.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import TextIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of
 from gateway.config.settings import Config
@@ -34,7 +35,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fg = us_sub.add_parser("forget", help="delete a person's profile, conversations, search rows and media")
     fg.add_argument("who", metavar="ID")
     fg.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    for parser in (sh, ln, ul, fg):
+    tz = us_sub.add_parser("timezone", help="show or set a person's own time zone (their scheduled jobs' times)")
+    tz.add_argument("who", metavar="ID", help="a person id, or one of their identities (telegram:123)")
+    tz.add_argument("zone", metavar="ZONE", nargs="?", help="an IANA name such as Europe/Berlin")
+    tz.add_argument("--clear", action="store_true", help="forget it: the gateway's zone is used again")
+    for parser in (sh, ln, ul, fg, tz):
         parser.set_defaults(func=cmd_users)
 
 
@@ -61,6 +66,8 @@ def run(args: argparse.Namespace, config: Config, *, stdin: TextIO | None = None
             return EXIT_OK
         if command == "link":
             return _link(people, memory, args.a, args.b, out)
+        if command == "timezone":
+            return _timezone(people, _person(people, args.who, create=True), args.zone, clear=args.clear, out=out)
         person = _person(people, args.who)
         if command == "show":
             print(render_person(store, memory, person), file=out)
@@ -86,6 +93,25 @@ def _link(people: PeopleBook, memory: MemoryStore, a: str, b: str, out: TextIO) 
         return EXIT_OK
     merged = people.link(keep, other, memory, by="cli")
     print(f"linked: {merged.label()}; one profile, one session search, one approval", file=out)
+    return EXIT_OK
+
+
+def _timezone(people: PeopleBook, person: Person, zone: str | None, *, clear: bool, out: TextIO) -> int:
+    if zone is None and not clear:
+        print(f"{person.label()}: " + (person.timezone or "no time zone of their own (the gateway's is used)"),
+              file=out)
+        return EXIT_OK
+    if zone is not None and clear:
+        raise GatewayError("give a ZONE or --clear, not both")
+    if zone is not None:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise GatewayError(f"unknown time zone {zone!r}: use an IANA name such as Europe/Berlin or "
+                               "America/New_York") from None
+    people.set_timezone(person.id, zone)
+    now = zone or "cleared (the gateway's is used)"
+    print(f"{person.label()}: time zone {now}; jobs made from now on use it, existing jobs keep theirs", file=out)
     return EXIT_OK
 
 
@@ -120,6 +146,7 @@ def render_person(store: Store, memory: MemoryStore, person: Person) -> str:
              "Identities:"]
     lines += [f"  {i.identity}" + (f" ({i.user_name})" if i.user_name else "") + f"  [{i.linked_by}]"
               for i in person.identities]
+    lines.append("Time zone: " + (person.timezone or "the gateway's (none of their own)"))
     profile = memory.profile(person.id)
     used, limit = profile.usage()
     lines.append(f"Profile ({profile.path}, {used}/{limit} chars):")

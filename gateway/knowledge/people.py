@@ -78,6 +78,7 @@ class Person:
     name: str | None
     created_at: str
     identities: tuple[Identity, ...]
+    timezone: str | None = None  # IANA name; None: the gateway's zone
 
     @property
     def ids(self) -> frozenset[str]:
@@ -113,7 +114,7 @@ class PeopleBook:
                              (person_id,))
         return Person(int(row["id"]), row["name"], row["created_at"], tuple(
             Identity(r["identity"], r["platform"], r["user_id"], r["user_name"], r["username"], r["linked_by"])
-            for r in ids))
+            for r in ids), row["timezone"])
 
     def lookup(self, text: str) -> Person | None:
         """A person by id (`3`) or by any of their identities (`telegram:123`)."""
@@ -166,11 +167,18 @@ class PeopleBook:
             raise GatewayError(f"could not store the person for {identity}")
         return person
 
+    def set_timezone(self, person_id: int, timezone: str | None) -> None:
+        """The person's own time zone (an IANA name the caller checked), or None for the gateway's."""
+        with self.store.tx() as conn:
+            conn.execute("UPDATE people SET timezone = ? WHERE id = ?", (timezone, person_id))
+
     def link(self, keep: Person, other: Person, memory: MemoryStore, *, by: str) -> Person:
-        """`other`'s identities join `keep`, and its profile entries are added to `keep`'s (duplicates dropped)."""
+        """`other`'s identities join `keep`, and its profile entries are added to `keep`'s (duplicates dropped);
+        `keep`'s time zone stays, or `other`'s is taken when `keep` had none."""
         if keep.id == other.id:
             return keep
         with self.store.tx() as conn:
+            conn.execute("UPDATE people SET timezone = COALESCE(timezone, ?) WHERE id = ?", (other.timezone, keep.id))
             conn.execute("UPDATE identities SET person_id = ?, linked_by = ? WHERE person_id = ?",
                          (keep.id, by, other.id))
             conn.execute("DELETE FROM people WHERE id = ?", (other.id,))

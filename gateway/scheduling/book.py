@@ -11,13 +11,15 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from gateway.config.schedule import parse_duration
 from gateway.config.settings import Config
 from gateway.errors import ToolError
 from gateway.events import Inbound
+from gateway.knowledge.people import PeopleBook, identity_of
 from gateway.scan import describe, scan_text
 from gateway.scheduling import text
 from gateway.scheduling.jobstore import JobRow, JobStore, NewJob
-from gateway.scheduling.when import parse_when
+from gateway.scheduling.when import local_text, parse_when, zone
 from gateway.sessions.lifecycle import local_zone
 
 log = logging.getLogger(__name__)
@@ -29,18 +31,28 @@ MAX_NAME_CHARS = 80
 
 class JobBook:
     """The `JobBook` of gateway/agent/tools/schedule.py. `changed` is told of every new or ended job (the runner
-    arms or forgets its timer)."""
+    arms or forgets its timer).
+
+    Times are read in the zone the model names, else the person's own (people.timezone, which the model saves
+    with action=set_timezone and the operator with `gateway users timezone`), else the gateway's."""
 
     def __init__(self, *, jobs: JobStore, config: Config, clock: Clock) -> None:
         self.jobs = jobs
+        self.people = PeopleBook(jobs.store)
         self.config = config.schedule
         self.zone = config.schedule.timezone or config.sessions.timezone or str(local_zone(None))
         self.clock = clock
         self.changed: Callable[[JobRow], None] = lambda job: None
 
+    def zone_of(self, origin: Inbound) -> str | None:
+        """The sender's own time zone, if they (or the operator) saved one."""
+        person = self.people.find(identity_of(origin.chat.platform, origin.user_id))
+        return person.timezone if person is not None else None
+
     def create(self, origin: Inbound, *, when: str, prompt: str, name: str | None, timezone: str | None) -> str:
         now = self.clock()
-        schedule = parse_when(when, now=now, timezone=timezone or self.zone,
+        own = self.zone_of(origin)
+        schedule = parse_when(when, now=now, timezone=timezone or own or self.zone,
                               min_interval=self.config.shortest_interval)
         new = NewJob(name=_name(name), prompt=_prompt(prompt), kind=schedule.kind, spec=schedule.spec,
                      timezone=schedule.timezone, chat=origin.chat, user_id=origin.user_id, user_name=origin.user_name,
@@ -53,11 +65,34 @@ class JobBook:
         log.info("job %s created platform=%s chat=%s user=%s kind=%s next=%s", job.id, job.platform, job.chat_id,
                  job.user_id, job.kind, job.next_run_at)
         self.changed(job)
-        return text.created(job, now, schedule.following(schedule.first, schedule.first))
+        answer = text.created(job, now, schedule.following(schedule.first, schedule.first))
+        if timezone is None and own is None and _zone_matters(when, schedule.kind):
+            answer += f" {text.gateway_zone_note(self.zone)}"
+        return answer
 
     def listing(self, origin: Inbound) -> str:
+        """For the model: the time now in the person's zone (so "tomorrow" is counted from the right day), then
+        their jobs."""
+        own = self.zone_of(origin)
+        return f"{text.now_line(self.clock(), own or self.zone, own is not None)}\n{self.job_lines(origin)}"
+
+    def job_lines(self, origin: Inbound) -> str:
+        """The sender's jobs, one a line (`/jobs` shows these)."""
         jobs = self.jobs.jobs_of(origin.chat.platform, origin.user_id)
         return text.job_list(jobs, self.clock(), here=origin.chat)
+
+    def set_timezone(self, origin: Inbound, timezone: str) -> str:
+        """Save the sender's own time zone; their later jobs are read in it (existing jobs keep theirs)."""
+        name = timezone.strip()
+        zone(name)  # an unknown name: a ToolError the model can correct
+        person = self.people.resolve(origin.chat.platform, origin.user_id, now=self.clock(),
+                                     user_name=origin.user_name, username=origin.username)
+        self.people.set_timezone(person.id, name)
+        log.info("person %s time zone set to %s by platform=%s user=%s", person.id, name, origin.chat.platform,
+                 origin.user_id)
+        return (f"Saved {name} as this person's time zone (it is {local_text(self.clock(), zone(name))} there). "
+                "Times in jobs made from now on are read in it; existing jobs keep the zone they were made in "
+                "(cancel one and create it again to move it).")
 
     def cancel(self, origin: Inbound, job_id: int) -> str:
         job = self.cancel_job(origin, job_id)
@@ -76,6 +111,19 @@ class JobBook:
         ended = self.jobs.job(job_id) or job
         self.changed(ended)
         return ended
+
+def _zone_matters(when: str, kind: str) -> bool:
+    """Whether reading `when` took a time zone: a cron expression or a local date-time does; a delay, "every 2h"
+    or a date-time with its own offset is the same moment anywhere."""
+    if kind != "once":
+        return kind == "cron"
+    if parse_duration(" ".join(when.lower().split()).removeprefix("in ")) is not None:
+        return False
+    try:
+        return datetime.fromisoformat(when.strip()).tzinfo is None
+    except ValueError:
+        return True
+
 
 def _prompt(prompt: str) -> str:
     prompt = prompt.strip()

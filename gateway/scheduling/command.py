@@ -28,7 +28,7 @@ class JobsCommand:
             return OFF_TEXT
         args = inbound.text.split()[1:]
         if not args or args[0].lower() == "list":
-            listing = self.book.listing(inbound)
+            listing = self.book.job_lines(inbound)
             return NONE_TEXT if listing == NO_JOBS else f"Your scheduled jobs:\n{listing}\n\nStop one with /jobs cancel ID."
         if args[0].lower() in ("cancel", "stop") and len(args) == 2 and args[1].lstrip("#").isdigit():
             job_id = int(args[1].lstrip("#"))

@@ -67,6 +67,20 @@ def created(job: JobRow, now: datetime, following: datetime | None) -> str:
             f"action=cancel with job_id {job.id}, or the person sends /jobs cancel {job.id}.")
 
 
+def now_line(now: datetime, timezone: str, own: bool) -> str:
+    """What time it is for the person, so the model counts "tomorrow" and "at 9" from the right day and zone."""
+    whose = "this person's time zone" if own else \
+        "the gateway's time zone (this person has not saved their own: action=set_timezone)"
+    return f"Now: {local_text(now, zone(timezone))} in {timezone}, {whose}."
+
+
+def gateway_zone_note(timezone: str) -> str:
+    """After a job made in the gateway's zone for someone whose own zone is not known."""
+    return (f"The time was read in {timezone}, the gateway's time zone, because this person has not saved their "
+            "own: if they live elsewhere, ask them, save it with action=set_timezone, then cancel this job and "
+            "create it again.")
+
+
 def details(job: JobRow, runs: Sequence[RunRow], now: datetime) -> str:
     """`gateway jobs show`: everything about one job and its latest runs."""
     next_at = parse_iso(job.next_run_at)

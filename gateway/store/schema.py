@@ -329,6 +329,12 @@ _TOOL_ERRORS = """
 ALTER TABLE messages ADD COLUMN is_error INTEGER NOT NULL DEFAULT 0;
 """
 
+# A person's own time zone (gateway/knowledge/people.py): "remind me at 9" means 9 where they live. Set by the
+# model through the `schedule` tool or by `gateway users timezone`; NULL = the gateway's zone.
+_PERSON_ZONE = """
+ALTER TABLE people ADD COLUMN timezone TEXT;
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -341,4 +347,5 @@ MIGRATIONS: list[Migration] = [
     ("0010_dashboard", _DASHBOARD),
     ("0011_robustness", _ROBUSTNESS),
     ("0014_tool_errors", _TOOL_ERRORS),
+    ("0016_review2122", _PERSON_ZONE),
 ]
