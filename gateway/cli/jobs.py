@@ -1,7 +1,8 @@
 """gateway jobs list|show|cancel|run: the scheduled jobs of everyone, for the operator.
 
 Works beside a running daemon on the same database: a cancelled job is never run (the daemon reads the job
-again when its time comes), and `run` leaves a request the daemon picks up within a few seconds.
+again when its time comes), and `run` leaves a request the daemon picks up within a few seconds, then follows the
+run until it ends.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of
 
 if TYPE_CHECKING:
-    from gateway.scheduling.jobstore import JobStore
+    from gateway.scheduling.jobstore import JobRow, JobStore, RunRow
 
 WAIT_STEP_S = 0.25
 
@@ -31,8 +32,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cancel.add_argument("job_id", type=int)
     run = jobs_sub.add_parser("run", help="ask the running daemon to run a job now (its schedule is unchanged)")
     run.add_argument("job_id", type=int)
-    run.add_argument("--wait", type=float, default=10.0, metavar="S",
-                     help="seconds to wait for the daemon to start the run (default 10; 0: do not wait)")
+    run.add_argument("--wait", type=float, default=120.0, metavar="S",
+                     help="seconds to wait for the run to end and say how it went (default 120; 0: do not wait)")
     for parser in (ls, show, cancel, run):
         parser.set_defaults(func=cmd_jobs)
 
@@ -80,6 +81,8 @@ def _cancel(args: argparse.Namespace, jobs: JobStore) -> int:
 
 
 def _run(args: argparse.Namespace, jobs: JobStore) -> int:
+    """Leave a run request for the daemon, then follow the run it starts until it ends (or --wait runs out):
+    exit 0 when it posted its answer, 1 when it failed or was cut short."""
     from gateway.store.rows import iso, utcnow
     job = jobs.job(args.job_id)
     asked = utcnow()
@@ -88,14 +91,29 @@ def _run(args: argparse.Namespace, jobs: JobStore) -> int:
         print(f"job #{args.job_id} {state}", file=sys.stderr)
         return EXIT_ERROR
     deadline = time.monotonic() + max(args.wait, 0.0)
+    run = None
     while True:
-        run = jobs.store.one("SELECT id, status FROM job_runs WHERE job_id = ? AND scheduled_for = ?", (job.id, iso(asked)))
-        if run is not None:
-            print(f"{job.title}: run {run['id']} started ({run['status']}); `gateway jobs show {job.id}` follows it")
-            return EXIT_OK
-        if time.monotonic() >= deadline:
+        found = jobs.store.one("SELECT id FROM job_runs WHERE job_id = ? AND scheduled_for = ?", (job.id, iso(asked)))
+        run = jobs.run(int(found["id"])) if found is not None else None
+        if (run is not None and run.status != "running") or time.monotonic() >= deadline:
             break
         time.sleep(WAIT_STEP_S)
-    print(f"asked the daemon to run {job.title}; it has not started yet (is `gateway run` running?). The request "
-          "stands until the daemon picks it up, for up to schedule.misfire_grace.")
-    return EXIT_OK
+    if run is None:
+        print(f"asked the daemon to run {job.title}; it has not started yet (is `gateway run` running?). The "
+              "request stands until the daemon picks it up, for up to schedule.misfire_grace.")
+        return EXIT_OK
+    return _outcome(job, run)
+
+
+def _outcome(job: JobRow, run: RunRow) -> int:
+    from gateway.scheduling.text import where
+    follow = f"`gateway jobs show {job.id}` follows it"
+    if run.status == "running":
+        print(f"{job.title}: run {run.id} started and is still running; {follow}")
+        return EXIT_OK
+    if run.status == "done":
+        print(f"{job.title}: run {run.id} done; its answer was posted to {where(job.chat)}")
+        return EXIT_OK
+    print(f"{job.title}: run {run.id} {run.status}" + (f" ({run.error})" if run.error else "") +
+          f"; the chat ({where(job.chat)}) was told")
+    return EXIT_ERROR

@@ -68,6 +68,8 @@ class JobBook:
         answer = text.created(job, now, schedule.following(schedule.first, schedule.first))
         if timezone is None and own is None and _zone_matters(when, schedule.kind):
             answer += f" {text.gateway_zone_note(self.zone)}"
+        if origin.chat.platform == "cli":
+            answer += f" {text.CONSOLE_NOTE}"
         return answer
 
     def listing(self, origin: Inbound) -> str:

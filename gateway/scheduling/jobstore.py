@@ -226,6 +226,10 @@ class JobStore:
         """Runs claimed and never finished: the process died (or was stopped) in the middle of them."""
         return [_row(RunRow, r) for r in self.store.all("SELECT * FROM job_runs WHERE status = 'running' ORDER BY id")]
 
+    def run(self, run_id: int) -> RunRow | None:
+        row = self.store.one("SELECT * FROM job_runs WHERE id = ?", (run_id,))
+        return None if row is None else _row(RunRow, row)
+
     def runs_of(self, job_id: int, *, limit: int = 10) -> list[RunRow]:
         rows = self.store.all("SELECT * FROM job_runs WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
         return [_row(RunRow, r) for r in rows]

@@ -13,6 +13,8 @@ from gateway.sessions.lifecycle import human_age
 from gateway.store.rows import parse_iso
 
 NO_JOBS = "No scheduled jobs."
+CONSOLE_NOTE = ("This chat is the terminal (`gateway chat`): the job runs only while a `gateway chat` is open, and a "
+                "run missed meanwhile is caught up or reported when one opens again; tell the person so.")
 
 
 def at(job: JobRow, moment: datetime | str | None) -> str:
