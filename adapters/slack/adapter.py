@@ -35,6 +35,7 @@ from adapters.slack.connection import Connection
 from adapters.slack.files import SlackFiles
 from adapters.slack.lookup import Directory, task_result
 from adapters.slack.outbound import THINKING_REACTION, Outbound
+from adapters.slack.preview import SlackPreview
 from adapters.slack.text import (
     NETWORK_ERRORS,
     PLATFORM,
@@ -59,6 +60,8 @@ from gateway.events import (
     ChatType,
     Inbound,
     OutboundMessage,
+    PreviewPart,
+    PreviewStyle,
     ServeHttp,
     Submit,
     SubmitOutcome,
@@ -103,6 +106,7 @@ class SlackAdapter:
         self._intake = Intake(ack_budget)            # listeners, hand-ins and requests not yet acked
         self._directory = Directory(config, enrich_budget)  # chat types, people, threads, lookups in flight
         self._outbound = Outbound(self._intake, monotonic, thinking_reaction)  # replies and the thinking mark
+        self._preview = SlackPreview(self._outbound, monotonic)  # Slack's own streaming, or a message updated
         self._event_ids = Recent()
         self._message_keys = Recent()
         self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
@@ -322,3 +326,16 @@ class SlackAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """The thinking reaction on the message being answered, for the whole turn."""
         return self._outbound.typing(chat)
+
+    # ------------------------------------------------------------------ live previews (in `preview`)
+    def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle | None:
+        return self._preview.style(chat, reply_to_id)
+
+    async def show_preview(self, part: PreviewPart) -> str:
+        return await self._preview.show(part)
+
+    async def finish_preview(self, message: OutboundMessage, platform_message_id: str) -> str:
+        return await self._preview.finish(message, platform_message_id)
+
+    async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
+        await self._preview.drop(chat, platform_message_id)

@@ -60,6 +60,13 @@ class Outbound:
         put(self._responders, message_id, Responder(respond, user_id, channel_id, self._monotonic()))
         self._latest.pop((channel_id, None), None)  # no message to mark: the thinking reaction must not land elsewhere
 
+    def from_slash_command(self, our_id: str | None) -> bool:
+        return (our_id or "") in self._responders
+
+    async def hold(self, chat_id: str, our_id: str) -> None:
+        """Nothing goes to a chat before Slack has the ack of the message it answers."""
+        await self._intake.hold(chat_id, our_id)
+
     # ------------------------------------------------------------------ messages
     async def send(self, message: OutboundMessage) -> str:
         client = self.client

@@ -4,6 +4,7 @@ held piece by piece by a StreamGate. The fake and the gateway share one virtual 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable
 from functools import partial
@@ -12,6 +13,17 @@ from pathlib import Path
 from tests.adapters.test_telegram import ALICE, GROUP, VirtualTime, running
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.fakes.telegram import FakeTelegram, SentMessage, retry_after
+
+
+class QuietTime(VirtualTime):
+    """Virtual time that only the waits under test move: the daemon's 2-second pollers (jobs, access changes) are
+    parked for good instead of racing the clock, so the spacing of preview calls is what the preview chose."""
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds == 2.0:
+            await asyncio.Event().wait()
+        await super().sleep(seconds)
+
 
 ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
           "def run():\n    return 42\n```\nand that is all.")
@@ -44,7 +56,7 @@ async def unstreamed(tmp_path: Path, llm: FakeLLM, chat: int, text: str, *, chat
     home.mkdir()
     async with FakeTelegram() as tg:
         llm.script(Reply(ANSWER))
-        async with running(home, llm, tg, "streaming:\n  mode: off\n"):
+        async with running(home, llm, tg, "streaming:\n  mode: off\n", time_=QuietTime()):
             tg.inject_message(chat, text, chat_type=chat_type)
             return await tg.wait_for_sent(chat)
 
@@ -56,7 +68,7 @@ async def test_a_private_chat_sees_drafts_then_one_normal_message(home: Path, tm
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
-        async with running(home, fake_llm, tg) as run:  # the default: drafts in private chats
+        async with running(home, fake_llm, tg, time_=QuietTime()) as run:  # the default: drafts in private chats
             tg.inject_message(ALICE, "what is the plan?")
             await answer_piece_by_piece(tg, gate, lambda: len(tg.drafts_to(ALICE)))
             final = await tg.wait_for_sent(ALICE)
@@ -81,7 +93,7 @@ async def test_a_group_sees_one_message_grow_and_become_the_answer(home: Path, t
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
-        async with running(home, fake_llm, tg, EDIT_GROUPS) as run:
+        async with running(home, fake_llm, tg, EDIT_GROUPS, time_=QuietTime()) as run:
             asked = tg.inject_message(GROUP, MENTION, chat_type="supergroup")
             await answer_piece_by_piece(tg, gate, lambda: updates(tg, GROUP))
             await tg.wait_until(lambda: tg.sent_messages(GROUP)[0].text.endswith("all."), 10)
@@ -106,7 +118,7 @@ async def test_a_code_fence_cut_by_the_stream_is_never_refused(home: Path, fake_
     try:
         async with FakeLLM(stream_chunk_chars=23) as llm:  # pieces end inside the fence and inside the markers
             llm.script(Paced(Reply(code + "```\ndone"), gate=gate))
-            async with running(home, llm, tg, EDIT_GROUPS) as run:
+            async with running(home, llm, tg, EDIT_GROUPS, time_=QuietTime()) as run:
                 tg.inject_message(GROUP, MENTION, chat_type="supergroup")
                 await answer_piece_by_piece(tg, gate, lambda: updates(tg, GROUP), 6)
                 await tg.wait_until(lambda: tg.sent_messages(GROUP)[0].text.endswith("done"), 10)
@@ -120,7 +132,7 @@ async def test_a_code_fence_cut_by_the_stream_is_never_refused(home: Path, fake_
 
 async def test_a_429_on_a_draft_pauses_the_stream_for_the_wait(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = VirtualTime()
+    virtual = QuietTime()
     tg = FakeTelegram()
     await tg.start()
     try:
@@ -148,7 +160,7 @@ async def test_without_drafts_a_private_chat_previews_by_edits(home: Path, fake_
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
-        async with running(home, fake_llm, tg) as run:
+        async with running(home, fake_llm, tg, time_=QuietTime()) as run:
             tg.inject_message(ALICE, "what is the plan?")
             await answer_piece_by_piece(tg, gate, lambda: updates(tg, ALICE))
             await tg.wait_until(lambda: tg.sent_messages(ALICE)[0].text.endswith("all."), 10)
@@ -161,7 +173,7 @@ async def test_without_drafts_a_private_chat_previews_by_edits(home: Path, fake_
 
 async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = VirtualTime()  # time goes on across the restart, for the gateway and Telegram alike
+    virtual = QuietTime()  # time goes on across the restart, for the gateway and Telegram alike
     tg = FakeTelegram()
     await tg.start()
     try:
@@ -170,8 +182,9 @@ async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(home
             tg.inject_message(GROUP, MENTION, chat_type="supergroup")
             gate.release(2)
             await tg.wait_until(lambda: bool(tg.sent_messages(GROUP)) and bool(tg.sent_messages(GROUP)[0].edits), 10)
-        # the daemon died mid-answer (drain 0: the turn was cut and stays stored); a new one starts
+        # the daemon died mid-answer (drain 0: the turn was cut and stays stored); a new one starts a while later
         gate.release_all()
+        virtual.t += 5.0
         async with running(home, fake_llm, tg, EDIT_GROUPS, time_=virtual) as run:
             await tg.wait_until(lambda: tg.sent_messages(GROUP)[0].text.endswith("all."), 10)
             await run.gw.sessions.wait_idle()

@@ -49,6 +49,11 @@ APP_ID = "A1"
 MAX_TEXT = 40_000
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
+MAX_STREAM_TEXT = 12_000  # markdown_text per chat.*Stream call
+# Web API rate tiers, per method per workspace ("Tier 2: 20+ per minute", Tier 3 50+, Tier 4 100+); the fake holds
+# them to exactly that over any 60 s of its clock, and a call beyond gets a 429 recorded in `tier_violations`.
+TIERS = {"chat.startStream": 20, "chat.stopStream": 20, "chat.update": 50, "chat.appendStream": 100}
+TIER_WINDOW_S = 60.0
 
 
 # ------------------------------------------------------------------------------------- faults/builders
@@ -101,6 +106,7 @@ class SlackMessage:
     bot_id: str | None = None
     edits: tuple[str, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
+    streaming: bool = False  # started with chat.startStream and not stopped yet
 
     def as_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "message", "user": self.user, "text": self.text, "ts": self.ts}
@@ -127,8 +133,11 @@ class FakeSlack(FakeServer):
 
     def __init__(self, *, bot_token: str = BOT_TOKEN, app_token: str = APP_TOKEN, bot_user_id: str = BOT_USER_ID,
                  bot_id: str = BOT_ID, team_id: str = TEAM_ID, users: Mapping[str, Mapping[str, Any]] | None = None,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, streaming_supported: bool = True) -> None:
         super().__init__(clock=clock)
+        self.streaming_supported = streaming_supported  # False: chat.*Stream are unknown_method (older workspace)
+        self.tier_violations: list[Call] = []
+        self._tier_calls: dict[str, list[float]] = {}
         self.bot_token, self.app_token = bot_token, app_token
         self.bot_user_id, self.bot_id, self.team_id = bot_user_id, bot_id, team_id
         self.users: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (users or {}).items()}
@@ -199,7 +208,9 @@ class FakeSlack(FakeServer):
         params = await _merged_params(request)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip() or params.pop("token", "")
         params.pop("token", None)
-        self.record(request, name, params)
+        call = self.record(request, name, params)
+        if not self._within_tier(call):
+            return json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         step = self.take_fault([name])
         if step is not None:
             response = await self.apply_fault(request, step, lambda s: {"ok": False, "error": f"http_{s}"})
@@ -216,12 +227,24 @@ class FakeSlack(FakeServer):
         if (name == "apps.connections.open") != (token == self.app_token) and name != "auth.test":
             return json_response({"ok": False, "error": "not_allowed_token_type"})
         handler = getattr(self, "_m_" + name.replace(".", "_"), None)
-        if handler is None:
+        if handler is None or (name.endswith("Stream") and not self.streaming_supported):
             return json_response({"ok": False, "error": "unknown_method"})
         result = handler(params)
         if "error" in result:
             return json_response({"ok": False, **result})
         return json_response({"ok": True, **result})
+
+    def _within_tier(self, call: Call) -> bool:
+        limit = TIERS.get(call.name)
+        if limit is None:
+            return True
+        recent = [t for t in self._tier_calls.get(call.name, []) if call.at - t < TIER_WINDOW_S]
+        if len(recent) >= limit:
+            self.tier_violations.append(call)
+            self._tier_calls[call.name] = recent
+            return False
+        self._tier_calls[call.name] = [*recent, call.at]
+        return True
 
     def _m_auth_test(self, p: Mapping[str, Any]) -> dict[str, Any]:
         return {"url": "https://fake-team.slack.com/", "team": "Fake Team", "user": "gatewaybot",
@@ -243,7 +266,7 @@ class FakeSlack(FakeServer):
         index = self._find(p.get("channel"), p.get("ts"))
         if index is None:
             return {"error": "message_not_found"}
-        if self.messages[index].bot_id != self.bot_id:
+        if self.messages[index].bot_id != self.bot_id or self.messages[index].streaming:
             return {"error": "cant_update_message"}
         problem = _check_content(p)
         if problem:
@@ -254,6 +277,58 @@ class FakeSlack(FakeServer):
         self.messages[index] = new
         self.notify()
         return {"channel": new.channel, "ts": new.ts, "text": new.text, "message": new.as_api()}
+
+    # -- chat.startStream / appendStream / stopStream: a message written as it is streamed (Markdown) --------
+    def _m_chat_startStream(self, p: Mapping[str, Any]) -> dict[str, Any]:
+        channel, thread = str(p.get("channel") or ""), p.get("thread_ts")
+        if not channel or not thread:
+            return {"error": "invalid_arguments"}
+        if not channel.startswith("D"):  # outside a DM Slack wants to know whom the stream is for
+            if not p.get("recipient_team_id"):
+                return {"error": "missing_recipient_team_id"}
+            if not p.get("recipient_user_id"):
+                return {"error": "missing_recipient_user_id"}
+        text = _stream_text(p)
+        if len(text) > MAX_STREAM_TEXT:
+            return {"error": "msg_too_long"}
+        message = SlackMessage(channel=channel, ts=self.next_ts(), text=text, user=self.bot_user_id,
+                               thread_ts=str(thread), bot_id=self.bot_id, params=dict(p), streaming=True)
+        self.messages.append(message)
+        self.notify()
+        return {"channel": channel, "ts": message.ts}
+
+    def _m_chat_appendStream(self, p: Mapping[str, Any]) -> dict[str, Any]:
+        index, problem = self._streaming(p)
+        if problem:
+            return {"error": problem}
+        text = _stream_text(p)
+        if not text:
+            return {"error": "no_text"}
+        if len(text) > MAX_STREAM_TEXT:
+            return {"error": "msg_too_long"}
+        old = self.messages[index]
+        self.messages[index] = replace(old, text=old.text + text, edits=(*old.edits, old.text))
+        self.notify()
+        return {"channel": old.channel, "ts": old.ts}
+
+    def _m_chat_stopStream(self, p: Mapping[str, Any]) -> dict[str, Any]:
+        index, problem = self._streaming(p)
+        if problem:
+            return {"error": problem}
+        old = self.messages[index]
+        text = _stream_text(p)
+        new = replace(old, text=old.text + text, streaming=False, edits=(*old.edits, old.text) if text else old.edits)
+        self.messages[index] = new
+        self.notify()
+        return {"channel": new.channel, "ts": new.ts, "message": new.as_api()}
+
+    def _streaming(self, p: Mapping[str, Any]) -> tuple[int, str | None]:
+        index = self._find(p.get("channel"), p.get("ts"))
+        if index is None:
+            return -1, "message_not_found"
+        if not self.messages[index].streaming:
+            return index, "message_not_in_streaming_state"
+        return index, None
 
     def _m_chat_delete(self, p: Mapping[str, Any]) -> dict[str, Any]:
         index = self._find(p.get("channel"), p.get("ts"))
@@ -507,6 +582,14 @@ async def _merged_params(request: web.Request) -> dict[str, Any]:
         else:
             params.update(dict(parse_qsl(raw.decode())))
     return params
+
+
+def _stream_text(p: Mapping[str, Any]) -> str:
+    """`markdown_text`, or the `markdown_text` chunks the SDK's helpers send instead."""
+    chunks = p.get("chunks") or []
+    chunks = json.loads(chunks) if isinstance(chunks, str) else chunks
+    return str(p.get("markdown_text") or "") + "".join(str(c.get("text") or "") for c in chunks
+                                                      if isinstance(c, dict) and c.get("type") == "markdown_text")
 
 
 def _blocks(p: Mapping[str, Any]) -> list[dict[str, Any]]:
