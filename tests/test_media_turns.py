@@ -87,3 +87,30 @@ async def test_a_message_of_only_unusable_files_is_answered_without_the_model(ho
     assert [m.text for m in adapter.sent] == [
         "I couldn't use photo: it is not a picture that can be opened (damaged, or a format Pillow cannot read)."]
     assert fake_llm.anthropic_requests() == []
+
+
+async def test_a_told_once_notice_is_never_marked_given_without_being_recorded_for_sending(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """The once-per-chat notice and its 'given' mark are one transaction: a turn that dies while recording the
+    notice (here: the outbound insert fails, as a kill or a full disk would stop it) leaves neither, so the
+    replay after the restart still tells the user, once."""
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url)
+    adapter = PhotoAdapter()
+    gw = build(home, adapter)
+    gw.store.execute("CREATE TRIGGER die BEFORE INSERT ON outbound WHEN NEW.turn_id LIKE 'm%'"
+                     " BEGIN SELECT RAISE(ABORT, 'killed'); END")
+    voice = Inbound(chat=ChatRef("cli", "dm", "42"), user_id="42", text="", message_id="11",
+                    received_at=datetime.now(UTC), attachments=(Attachment("voice", ref="v"),))
+    await gw.sessions.submit(voice)
+    await gw.sessions.wait_idle()
+    assert adapter.sent == [] and gw.store.all("SELECT * FROM media_notices") == []
+    gw.store.execute("DROP TRIGGER die")
+    gw.store.execute("UPDATE inbound SET status = 'running'")  # as a kill -9 at that moment leaves it
+    await close(gw)
+    again = build(home, adapter)
+    assert await again.sessions.replay() == (1, 0)
+    await again.sessions.wait_idle()
+    await close(again)
+    said = [m.text for m in adapter.sent]
+    assert said[0].startswith("I can't listen to voice notes yet: no transcription service is set up")
+    assert said[1].startswith("echo: [The user sent a voice note") and len(said) == 2

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gateway.events import Adapter, Inbound, MediaSource
 from gateway.media.prepare import TOLD_ONCE_TRANSCRIPTION, TOLD_ONCE_VISION, MediaPipeline, Prepared
 from gateway.store.database import Store
+from gateway.store.delivery_queries import insert_outbound
 from gateway.store.rows import iso
 from gateway.store.transcript import decode_inbound
 
@@ -32,14 +33,17 @@ TOLD_ONCE_TEXT = {
 }
 
 Sleep = Callable[[float], Awaitable[None]]
+RowsFor = Callable[[str], Sequence[Mapping[str, object]]]  # a notice's text → its outbound rows (Outbox.rows_for)
 
 
 @dataclass(frozen=True, slots=True)
 class TurnMedia:
-    """The prepared attachments and the one notice for the user (None: nothing to say)."""
+    """The prepared attachments, what could not be used (for the user; None: nothing), and the once-per-chat
+    notices this turn would give if the chat has not had them yet."""
 
     prepared: Prepared
     notice: str | None
+    tell_once: tuple[str, ...] = ()
 
     @property
     def all_failed(self) -> bool:
@@ -97,16 +101,26 @@ class AttachmentTurns:
         source = adapter if isinstance(adapter, MediaSource) else None
         prepared = await self.pipeline.prepare(source, inbound.attachments, session_id=session_id,
                                                inbound_id=inbound_id)
-        lines = list(prepared.problems)
-        lines.extend(TOLD_ONCE_TEXT[key] for key in dict.fromkeys(prepared.tell_once) if self._first_time(inbound, key))
-        return TurnMedia(prepared, "\n".join(lines) or None)
+        return TurnMedia(prepared, "\n".join(prepared.problems) or None, tuple(dict.fromkeys(prepared.tell_once)))
 
-    def _first_time(self, inbound: Inbound, key: str) -> bool:
+    def record_notice(self, inbound: Inbound, media: TurnMedia, rows_for: RowsFor) -> bool:
+        """Record the notice for the user (what could not be used, and each once-per-chat notice this chat has not
+        had) as outbound rows, in the same transaction that marks those notices given: a crash before it commits
+        leaves neither, one after leaves both, and the outbox sends the rows once. False: nothing to say."""
+        if not media.notice and not media.tell_once:
+            return False
+        now = self.clock()
         with self.store.tx() as conn:
-            cur = conn.execute("INSERT INTO media_notices (platform, chat_id, notice, created_at) VALUES (?, ?, ?, ?)"
-                               " ON CONFLICT DO NOTHING",
-                               (inbound.chat.platform, inbound.chat.chat_id, key, iso(self.clock())))
-            return cur.rowcount == 1
+            lines = [media.notice] if media.notice else []
+            for key in media.tell_once:
+                cur = conn.execute("INSERT INTO media_notices (platform, chat_id, notice, created_at) VALUES"
+                                   " (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                                   (inbound.chat.platform, inbound.chat.chat_id, key, iso(now)))
+                if cur.rowcount == 1:
+                    lines.append(TOLD_ONCE_TEXT[key])
+            if lines:
+                insert_outbound(conn, [dict(r) for r in rows_for("\n".join(lines))], now)
+        return bool(lines)
 
     async def close(self) -> None:
         await self.pipeline.close()

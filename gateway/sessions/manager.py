@@ -243,8 +243,11 @@ class SessionManager:
         if not inbound.attachments or self.media is None:
             return None
         media = await self.media.prepare(inbound, session_id=session.id, inbound_id=inbound_id)
-        if media.notice and not (media.all_failed and not inbound.text.strip()):
-            await self.outbox.post(f"m{inbound_id}", inbound.chat, media.notice, reply_to_id=inbound.message_id)
+        if not (media.all_failed and not inbound.text.strip()):  # else the notice is the answer (_turn_once)
+            turn = f"m{inbound_id}"
+            if self.media.record_notice(inbound, media, lambda text: self.outbox.rows_for(
+                    turn, inbound.chat, text, kind=OutboundKind.NOTICE, reply_to_id=inbound.message_id)):
+                await self.outbox.deliver(turn)
         return media
 
     async def _answer(self, inbound_id: int, inbound: Inbound, session: SessionRow, ended: str | None, turn: str,
