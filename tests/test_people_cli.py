@@ -100,6 +100,8 @@ async def test_forget_removes_the_person_everywhere(home: Path, fake_llm: FakeLL
         media = home / "media" / str(own.id)
         media.mkdir(parents=True)
         (media / "1-0.jpg").write_bytes(b"jpeg")
+        for chat in ("1", "2", "-100"):  # 'told once' marks: their DM's go, the others' chats' stay
+            gw.store.execute("INSERT INTO media_notices VALUES ('telegram', ?, 'vision', '2026-01-01')", (chat,))
         job = _job(gw, "1")
     code, out = _users(home, "forget", "telegram:1")  # not a terminal, no --yes: nothing happens
     assert code == 1 and "It cannot be undone." in out
@@ -121,6 +123,7 @@ async def test_forget_removes_the_person_everywhere(home: Path, fake_llm: FakeLL
         assert [r[0] for r in redacted] == ["[deleted: this person asked to be forgotten]"]  # the shared topic
         assert store.all("SELECT id FROM outbound WHERE chat_id = '1'") == []
         assert [r[0] for r in store.all("SELECT kind FROM access_events")] == ["forgotten"]
+        assert [r[0] for r in store.all("SELECT chat_id FROM media_notices ORDER BY chat_id")] == ["-100", "2"]
 
 
 async def test_a_cli_approval_is_welcomed_by_the_daemon_once(home: Path, fake_llm: FakeLLM) -> None:

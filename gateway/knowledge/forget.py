@@ -2,7 +2,7 @@
 of them, and the media files of their sessions.
 
 Their own sessions (DMs, their sessions in groups) go whole: messages (the search index follows by its triggers),
-usage rows, inbound and outbound rows. What they said in a conversation shared with others stays as a turn, its text
+usage rows, inbound and outbound rows, which one-time notices their DM got (media_notices). What they said in a conversation shared with others stays as a turn, its text
 replaced, so the others' transcripts keep their shape. Then their identities, approvals and link codes, their
 profile file and `media/<session id>/`. One transaction for the database; the files after it.
 """
@@ -133,6 +133,8 @@ _OWNED_SQL: Sequence[str] = (
      " AND s.platform = outbound.platform AND s.chat_id = outbound.chat_id)"),
     (f"DELETE FROM outbound WHERE rtrim(substr(turn_id, 2), '0123456789:abcdefghijklmnopqrstuvwxyz') = '' AND"
      f" CAST(substr(turn_id, 2) AS INTEGER) IN (SELECT id FROM inbound WHERE session_id IN {_IN_OWNED})"),
+    (f"DELETE FROM media_notices WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED} AND"
+     " s.chat_type = 'dm' AND s.platform = media_notices.platform AND s.chat_id = media_notices.chat_id)"),
     f"DELETE FROM inbound WHERE session_id IN {_IN_OWNED}",
     f"UPDATE sessions SET parent_id = NULL WHERE parent_id IN {_IN_OWNED}",
     f"DELETE FROM sessions WHERE id IN {_IN_OWNED}",
