@@ -28,7 +28,7 @@ from adapters.discord.catchup import (
     channel_id_of,
 )
 from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
-from adapters.discord.files import DiscordFiles
+from adapters.discord.files import DiscordFiles, refresher, sticker
 from adapters.discord.outbound import Outbound
 from adapters.discord.preview import DiscordPreview
 from adapters.discord.text import (
@@ -124,6 +124,7 @@ class DiscordAdapter:
         point_library_at(self.config)
         client = self._client = self._make_client()
         self._outbound.client = client
+        self._files.refresh = refresher(client.http)  # expired attachment links, renewed with the bot's token
         tree = self._commands.tree(client)
         try:
             await self._login(client)
@@ -239,7 +240,8 @@ class DiscordAdapter:
                           roles={r.id: r.name for r in message.role_mentions},
                           bot_roles={r.id for r in message.role_mentions if r.tags and r.tags.bot_id == me.id},
                           channels={c.id: c.name for c in message.channel_mentions})
-        attachments = tuple(attachment(a) for a in message.attachments)
+        attachments = (*(attachment(a) for a in message.attachments),
+                       *(sticker(s, self._files.cdn_origin) for s in message.stickers))
         if not said.text and not attachments:
             return None
         replied = replied_author(message)

@@ -54,6 +54,8 @@ def category(a: Attachment) -> str:
     """image, audio, video, document or other: from the kind the adapter saw, the MIME type and the name."""
     mime = (a.mime_type or "").lower()
     ext = suffix(a.name)
+    if a.kind == "sticker" and mime and not mime.startswith("image/"):
+        return "other"  # an animation only its platform plays (Discord's Lottie stickers)
     if a.kind in ("photo", "sticker", "image") or (mime.startswith("image/") and mime != "image/svg+xml") \
             or (not mime and ext in IMAGE_SUFFIXES):
         return "image"
@@ -112,7 +114,11 @@ class MediaPipeline:
                               "it could not be transcribed: no transcription service is configured.]")
             out.tell_once.append(TOLD_ONCE_TRANSCRIPTION)
         elif kind in ("video", "other"):
-            out.blocks.append(other_block(name, a.mime_type, a.size, "Video" if kind == "video" else "File"))
+            if a.kind == "sticker":
+                out.blocks.append(other_block(name, a.mime_type, a.size, "Sticker", "it is an animation only the "
+                                              "chat app can play"))
+            else:
+                out.blocks.append(other_block(name, a.mime_type, a.size, "Video" if kind == "video" else "File"))
         elif source is None or not a.ref:
             out.blocks.append(other_block(name, a.mime_type, a.size, why="the platform gave no way to download it"))
         else:

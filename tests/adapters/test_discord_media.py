@@ -4,6 +4,7 @@ fake's signed CDN URLs; what is asserted is the bytes the model was sent and wha
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 from typing import Any
 
@@ -73,16 +74,67 @@ async def test_oversized_and_corrupt_files_get_clear_answers(home: Path, fake_ll
         assert len(fake_discord.calls_to("GET /attachments")) == 1  # the big one was never fetched
 
 
-async def test_an_expired_link_still_lets_the_text_through(home: Path, fake_llm: FakeLLM,
-                                                          fake_discord: FakeDiscord) -> None:
+async def test_an_expired_link_is_refreshed_and_the_photo_still_arrives(home: Path, fake_llm: FakeLLM,
+                                                                      fake_discord: FakeDiscord) -> None:
+    """A turn replayed a day later (an outage, a restart) finds its signed CDN link expired: Discord is asked for
+    a fresh one (POST /attachments/refresh-urls, with the bot's token) and the picture still reaches the model."""
     async with running(home, fake_llm, fake_discord):
         photo = fake_discord.add_attachment(picture(50, 50), "a.png", "image/png", channel_id=DM)
         fake_discord.expire_attachments()
         await fake_discord.push_message(DM, "look", attachments=[photo])
+        reply = await fake_discord.wait_for_sent(DM)
+        assert reply.content == "echo: look\n[image: a.png] [users=1]"
+        assert image_size(base64.b64decode(last_user_content(fake_llm)[0]["source"]["data"])) == (50, 50)
+        refresh = fake_discord.calls_to("POST /attachments/refresh-urls")
+        assert len(refresh) == 1 and refresh[0].body == {"attachment_urls": [photo["url"]]}
+        assert len(fake_discord.calls_to("GET /attachments")) == 2  # the dead link, then the fresh one
+
+
+async def test_a_deleted_file_still_lets_the_text_through(home: Path, fake_llm: FakeLLM,
+                                                          fake_discord: FakeDiscord) -> None:
+    async with running(home, fake_llm, fake_discord):
+        photo = fake_discord.add_attachment(picture(50, 50), "a.png", "image/png", channel_id=DM)
+        fake_discord.expire_attachments()
+        fake_discord.delete_attachment(photo)
+        await fake_discord.push_message(DM, "look", attachments=[photo])
         notice = await fake_discord.wait_for_sent(DM)
         assert notice.content == ("I couldn't use a.png: it could not be downloaded: Discord no longer serves it "
-                                  "(the link expired or the message is gone).")
+                                  "(the message or the file was deleted).")
         assert (await fake_discord.wait_for_sent(DM, count=2)).content.startswith("echo: look\n")
+
+
+def apng(size: int) -> bytes:
+    """An animated PNG (as Discord's APNG stickers): a green first frame, then a red one."""
+    from PIL import Image
+
+    frames = [Image.new("RGBA", (size, size), color) for color in ((0, 200, 0, 255), (200, 0, 0, 255))]
+    out = io.BytesIO()
+    frames[0].save(out, "PNG", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    return out.getvalue()
+
+
+async def test_stickers_are_seen_as_still_images(home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
+    """PNG, APNG (its first frame) and GIF stickers reach the model as pictures; a Lottie sticker (a vector
+    animation) is described instead of fetched."""
+    async with running(home, fake_llm, fake_discord):
+        still = fake_discord.add_sticker(picture(320, 320, fmt="PNG"), "Thumbs up", 1)
+        moving = fake_discord.add_sticker(apng(160), "Wave", 2)
+        gif = fake_discord.add_sticker(picture(100, 80, fmt="GIF"), "Dance", 4)
+        lottie = fake_discord.add_sticker(b'{"v": "5.5.2", "layers": []}', "Clyde", 3)
+        await fake_discord.push_message(DM, "", stickers=[still, moving, gif, lottie])
+        reply = await fake_discord.wait_for_sent(DM)
+        assert reply.content == ("echo: [image: sticker Thumbs up]\n[image: sticker Wave]\n[image: sticker Dance]\n"
+                                 "[Sticker: sticker Clyde (application/x-lottie+json). Its contents were not loaded: "
+                                 "it is an animation only the chat app can play.] [users=1]")
+        images = [b for b in last_user_content(fake_llm) if b["type"] == "image"]
+        sizes = [image_size(base64.b64decode(b["source"]["data"])) for b in images]
+        assert sizes == [(320, 320), (160, 160), (100, 80)]
+        from PIL import Image
+
+        with Image.open(io.BytesIO(base64.b64decode(images[1]["source"]["data"]))) as first:
+            red, green, _ = first.convert("RGB").getpixel((80, 80))  # type: ignore[misc]
+        assert green > 150 and red < 50  # the first frame, not the last
+        assert len(fake_discord.calls_to("GET /stickers")) == 3  # the Lottie file was never fetched
 
 
 async def test_a_link_to_another_host_is_never_fetched(home: Path, fake_llm: FakeLLM,

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import discord.gateway
 import discord.http
@@ -111,8 +112,12 @@ def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
 VOICE_MESSAGE_FLAG = 1 << 13  # a message sent with the mic button carries this flag
 
 
-def _cdn_sign(path: str) -> str:
-    return hashlib.sha256(f"cdn-secret:{path}".encode()).hexdigest()[:32]
+STICKER_EXTENSIONS = {1: "png", 2: "png", 3: "json", 4: "gif"}  # format_type: PNG, APNG, LOTTIE, GIF
+CDN_DAY = 0x15180  # a signed link lives a day
+
+
+def _cdn_sign(path: str, ex: int) -> str:
+    return hashlib.sha256(f"cdn-secret:{path}:{ex:x}".encode()).hexdigest()[:32]
 
 
 def snowflake(at: float | None = None, increment: int = 0) -> str:
@@ -256,8 +261,9 @@ class FakeDiscord(FakeServer):
         self._sessions = Counter(1)
         self._threads_from: set[str] = set()
         self._history_holds: dict[str, asyncio.Event] = {}  # channel → released when set (a slow history read)
-        self.cdn = FileShelf()  # attachment path → bytes
-        self._cdn_expired = False
+        self.cdn = FileShelf()  # attachment path → bytes; stickers too (/stickers/<id>.<ext>, never signed)
+        self._cdn_ex = 0x6a00ff00  # the expiry newly signed links get (hex Unix seconds, as Discord's `ex`)
+        self._cdn_oldest = 0  # links signed to expire before this no longer work
         self._routes()
 
     @property
@@ -295,22 +301,61 @@ class FakeDiscord(FakeServer):
         aid = self.new_id()
         path = f"/attachments/{channel_id}/{aid}/{filename}"
         self.cdn.put(path, data, filename, content_type)
-        url = f"{self.base_url}{path}?ex=6a00ff00&is=69ff0000&hm={_cdn_sign(path)}&"
+        url = self._signed(path)
         out: dict[str, Any] = {"id": aid, "filename": filename, "size": len(data), "url": url, "proxy_url": url,
                                "content_type": content_type}
         if voice:
             out.update(duration_secs=3.5, waveform=base64.b64encode(bytes(range(0, 256, 4))).decode())
         return out
 
+    def _signed(self, path: str) -> str:
+        ex = self._cdn_ex
+        return f"{self.base_url}{path}?ex={ex:x}&is={ex - CDN_DAY:x}&hm={_cdn_sign(path, ex)}&"
+
     def expire_attachments(self) -> None:
-        self._cdn_expired = True
+        """A day passes: every link signed so far answers 404; links signed from now on (by refresh-urls) work."""
+        self._cdn_oldest = self._cdn_ex + 1
+        self._cdn_ex += CDN_DAY
+
+    def delete_attachment(self, attachment: Mapping[str, Any]) -> None:
+        """Its message was deleted: the CDN no longer has it, whatever the link."""
+        self.cdn.files.pop(urlsplit(str(attachment["url"])).path, None)
+
+    def add_sticker(self, data: bytes, name: str, format_type: int) -> dict[str, Any]:
+        """A sticker item for `push_message(stickers=[...])`; its image at /stickers/<id>.<ext> as Discord's CDN
+        serves it (PNG for PNG and APNG, GIF, the Lottie JSON)."""
+        sid = self.new_id()
+        ext = STICKER_EXTENSIONS[format_type]
+        mime = {"png": "image/png", "gif": "image/gif", "json": "application/json"}[ext]
+        self.cdn.put(f"/stickers/{sid}.{ext}", data, f"{sid}.{ext}", mime)
+        return {"id": sid, "name": name, "format_type": format_type}
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
         self.record(request, "GET /attachments", None)
         path = request.path
-        if self._cdn_expired or request.query.get("hm") != _cdn_sign(path):
+        try:
+            ex = int(request.query.get("ex", ""), 16)
+        except ValueError:
+            ex = -1
+        if ex < self._cdn_oldest or request.query.get("hm") != _cdn_sign(path, ex):
             return web.Response(status=404, text="This content is no longer available.")
         return await self.cdn.serve(request, path)
+
+    async def _sticker_file(self, request: web.Request) -> web.StreamResponse:
+        self.record(request, "GET /stickers", None)
+        return await self.cdn.serve(request, request.path)
+
+    async def _refresh_urls(self, request: web.Request, body: Any) -> Any:
+        """POST /attachments/refresh-urls: each of our attachment links signed anew (others come back as given)."""
+        urls = body.get("attachment_urls") if isinstance(body, dict) else None
+        if not isinstance(urls, list) or not urls or len(urls) > 50:
+            raise _ApiError(400, "Invalid Form Body", 50035)
+        out = []
+        for url in urls:
+            parts = urlsplit(str(url))
+            known = parts.path.startswith("/attachments/") and parts.netloc == urlsplit(self.base_url).netloc
+            out.append({"original": url, "refreshed": self._signed(parts.path) if known else url})
+        return {"refreshed_urls": out}
 
     # -- routing ----------------------------------------------------------------------------------
     def _routes(self) -> None:
@@ -330,6 +375,7 @@ class FakeDiscord(FakeServer):
             ("PUT", "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._add_reaction, True),
             ("DELETE", "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._remove_reaction, True),
             ("POST", "/channels/{cid}/typing", self._typing, True),
+            ("POST", "/attachments/refresh-urls", self._refresh_urls, True),
             ("POST", "/channels/{cid}/messages/{mid}/threads", self._thread_from_message, True),
             ("POST", "/channels/{cid}/threads", self._thread_without_message, True),
             ("GET", "/applications/{app}/commands", self._get_commands, True),
@@ -346,6 +392,7 @@ class FakeDiscord(FakeServer):
         r.add_route("*", API + "/{tail:.*}", self._wrap("unknown", self._unknown, False))
         r.add_get("/gateway", self._gateway)
         r.add_get("/attachments/{cid}/{aid}/{filename}", self._cdn)
+        r.add_get("/stickers/{file}", self._sticker_file)
         r.add_get("/resume-gateway", self._gateway)
 
     def _wrap(self, name: str, fn: Handler, auth: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -735,7 +782,7 @@ class FakeDiscord(FakeServer):
                            referenced_message: str | int | Mapping[str, Any] | None = None,
                            author_bot: bool = False, message_id: str | int | None = None,
                            author_name: str | None = None, attachments: Sequence[Mapping[str, Any]] = (),
-                           live: bool = True, flags: int = 0) -> str:
+                           live: bool = True, flags: int = 0, stickers: Sequence[Mapping[str, Any]] = ()) -> str:
         """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel. With `live=False`
         the event only enters the session history, so the client receives it when it next RESUMEs."""
         cid = str(channel_id)
@@ -752,6 +799,8 @@ class FakeDiscord(FakeServer):
             "components": []}
         if gid:
             message["guild_id"] = gid
+        if stickers:
+            message["sticker_items"] = [dict(item) for item in stickers]
         if referenced_message is not None:
             ref = dict(referenced_message) if isinstance(referenced_message, Mapping) else \
                 self._messages.get((cid, str(referenced_message)))
