@@ -18,6 +18,7 @@ class TranscriptionConfig:
     api_key_env: str | None = None
     language: str | None = None
     timeout_s: float = field(default=120.0, metadata={"positive": True})
+    max_bytes: int = field(default=25 * 1024 * 1024, metadata={"positive": True})  # OpenAI's and Groq's upload cap
 
 
 @dataclass(frozen=True, slots=True)

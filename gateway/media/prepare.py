@@ -122,6 +122,8 @@ class MediaPipeline:
         elif source is None or not a.ref:
             out.blocks.append(other_block(name, a.mime_type, a.size, why="the platform gave no way to download it"))
         else:
+            if kind == "audio" and self.transcriber is not None:
+                self.transcriber.check_size(a.size)  # too long to transcribe: not worth downloading
             size = await download(source, a, dest, max_bytes=self.config.max_bytes, timeout_s=self.config.timeout_s)
             await self._read(kind, a, name, dest, size, out)
 

@@ -24,8 +24,20 @@ class Transcriber:
         self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
 
+    def check_size(self, size: int | None) -> None:
+        """MediaError when the recording is bigger than the service takes (25 MB on OpenAI): said plainly, before
+        anything is downloaded or sent when its size is known."""
+        if size is not None and size > self.config.max_bytes:
+            raise MediaError(self._too_long(size))
+
+    def _too_long(self, size: int | None) -> str:
+        shown = f"{_mb(size)}; " if size is not None else ""
+        return (f"it is too long to transcribe ({shown}the transcription service takes recordings up to "
+                f"{_mb(self.config.max_bytes)}): please send it in shorter parts")
+
     async def transcribe(self, path: Path, *, filename: str, mime_type: str | None) -> str:
         """The spoken text; MediaError with a short reason when the service cannot give it."""
+        self.check_size(path.stat().st_size)
         form = aiohttp.FormData()
         form.add_field("model", self.config.model)
         form.add_field("response_format", "json")
@@ -42,6 +54,10 @@ class Transcriber:
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             log.warning("transcription failed: %s: %s", type(exc).__name__, exc)
             raise MediaError("it could not be transcribed: the transcription service did not answer") from None
+        if status == 413:  # the service's own cap is lower than media.transcription.max_bytes says
+            log.warning("transcription refused as too large: %.200s", body)
+            raise MediaError(f"it is too long to transcribe (the transcription service refused a recording of "
+                             f"{_mb(path.stat().st_size)}): please send it in shorter parts")
         if status != 200:
             log.warning("transcription failed: HTTP %s: %.200s", status, body)
             raise MediaError(f"it could not be transcribed: the transcription service answered HTTP {status}")
@@ -59,3 +75,7 @@ class Transcriber:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MB" if size >= 1024 * 1024 else f"{size / 1024:.0f} KB"

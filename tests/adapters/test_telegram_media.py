@@ -324,3 +324,29 @@ async def test_a_failed_transcription_gets_a_clear_answer(home: Path, fake_llm: 
             assert sent.text == ("I couldn't use voice note: it could not be transcribed: the transcription service "
                                  "answered HTTP 500.")
             assert fake_llm.anthropic_requests() == []
+
+
+async def test_a_recording_too_long_to_transcribe_is_refused_plainly(home: Path, fake_llm: FakeLLM,
+                                                                    fake_telegram: FakeTelegram) -> None:
+    """Over media.transcription.max_bytes (25 MB, OpenAI's cap; 100 KB here) the user hears why and what to do,
+    and nothing is downloaded; a service whose cap is lower still (it answers 413) gets the same plain answer."""
+    async with FakeTranscription(api_key=None) as stt:
+        stt.max_request_bytes = 150_000
+        extra = f"media:\n  transcription:\n    base_url: {stt.v1_url}\n    max_bytes: 200000\n"
+        async with running(home, fake_llm, fake_telegram, extra):
+            long = fake_telegram.add_file(b"OggS" + bytes(250_000), name="talk.ogg", mime_type="audio/ogg",
+                                          folder="voice")
+            message(fake_telegram, message_id=5, caption="the meeting",
+                    voice={**long, "duration": 900, "mime_type": "audio/ogg"})
+            notice = await fake_telegram.wait_for_sent(ALICE)
+            assert notice.text == ("I couldn't use voice note: it is too long to transcribe (244 KB; the transcription "
+                                   "service takes recordings up to 195 KB): please send it in shorter parts.")
+            assert (await fake_telegram.wait_for_sent(ALICE, count=2)).text.startswith("echo: the meeting\n")
+            assert [f.name for f in fake_telegram.calls if f.name in ("getfile", "file")] == []
+            middling = fake_telegram.add_file(b"OggS" + bytes(180_000), name="v.ogg", mime_type="audio/ogg",
+                                              folder="voice")
+            message(fake_telegram, message_id=6, voice={**middling, "duration": 600, "mime_type": "audio/ogg"})
+            refused = await fake_telegram.wait_for_sent(ALICE, count=3)
+            assert refused.text == ("I couldn't use voice note: it is too long to transcribe (the transcription service "
+                                    "refused a recording of 176 KB): please send it in shorter parts.")
+        assert stt.uploads == [] and len(stt.calls_to("transcriptions")) == 1

@@ -13,7 +13,7 @@ from aiohttp import BodyPartReader, web
 
 from tests.fakes.base import Clock, FakeServer, json_response
 
-MAX_FILE_BYTES = 25 * 1024 * 1024  # OpenAI's limit for one upload
+MAX_REQUEST_BYTES = 25 * 1024 * 1024  # OpenAI's limit for one upload (the whole request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,7 @@ class FakeTranscription(FakeServer):
         self.uploads: list[Upload] = []
         self.transcripts: dict[str, str] = {}  # sha256 of the audio → its text
         self.default_text = "hello from a voice note"
+        self.max_request_bytes = MAX_REQUEST_BYTES
         self.app.router.add_post("/v1/audio/transcriptions", self._transcribe)
 
     @property
@@ -54,16 +55,17 @@ class FakeTranscription(FakeServer):
             response = await self.apply_fault(request, step, _error)
             if response is not None:
                 return response
-        upload, problem = await _read_upload(request)
+        upload, problem = await _read_upload(request, self.max_request_bytes)
         if problem is not None:
-            return json_response(_error(400, problem), status=400)
+            status = 413 if problem.startswith("Maximum content size") else 400
+            return json_response(_error(status, problem, "server_error" if status == 413 else None), status=status)
         assert upload is not None
         self.uploads.append(upload)
         text = self.transcripts.get(hashlib.sha256(upload.data).hexdigest(), self.default_text)
         return json_response({"text": text})
 
 
-async def _read_upload(request: web.Request) -> tuple[Upload | None, str | None]:
+async def _read_upload(request: web.Request, limit: int) -> tuple[Upload | None, str | None]:
     if not request.content_type.startswith("multipart/form-data"):
         return None, "Could not parse multipart form"
     reader = await request.multipart()
@@ -80,10 +82,12 @@ async def _read_upload(request: web.Request) -> tuple[Upload | None, str | None]
         return None, "Missing required parameter: 'file'."
     if not fields.get("model"):
         return None, "Missing required parameter: 'model'."
-    if len(file[2]) > MAX_FILE_BYTES:
-        return None, f"Maximum content size limit (26214400) exceeded ({len(file[2])} bytes read)"
+    read = len(file[2]) + sum(len(v) for v in fields.values())
+    if read > limit:  # OpenAI counts the whole request, and answers 413
+        return None, f"Maximum content size limit ({limit}) exceeded ({read} bytes read)"
     return Upload(file[0], file[1], file[2], fields), None
 
 
-def _error(status: int, message: str = "") -> dict[str, Any]:
-    return {"error": {"message": message or f"Error {status}", "type": "invalid_request_error", "code": None}}
+def _error(status: int, message: str = "", kind: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message or f"Error {status}", "type": kind or "invalid_request_error",
+                      "param": None, "code": None}}
