@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
@@ -24,6 +23,7 @@ from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramNotFound,
 from aiogram.types import BotCommand, ChatMemberUpdated, Message, User
 from aiogram.utils.token import TokenValidationError
 
+from adapters.telegram.albums import Albums
 from adapters.telegram.files import file_chunks
 from adapters.telegram.outbound import TYPING_INTERVAL_S, Outbound
 from adapters.telegram.preview import TelegramPreview
@@ -61,7 +61,6 @@ __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
 log = logging.getLogger(__name__)
 
 SUBMIT_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0)
-REMEMBERED_ALBUMS = 500
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Start a new conversation"),
     ("reset", "Start a new conversation (same as /new)"),
@@ -92,7 +91,7 @@ class TelegramAdapter:
         self._polling: asyncio.Task[None] | None = None
         self._webhook = WebhookServer(config, serve)
         self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
-        self._albums: OrderedDict[tuple[int, str | None], None] = OrderedDict()  # albums addressed to us (recent)
+        self._albums = Albums()  # a group's albums: which speak to us, and the parts before the one that does
         self._preview = TelegramPreview(self._outbound)  # drafts in private chats, edits in groups
 
     # ------------------------------------------------------------------ lifecycle
@@ -201,8 +200,12 @@ class TelegramAdapter:
     # ------------------------------------------------------------------ inbound
     async def _on_message(self, message: Message) -> None:
         inbound = self.translate(message)
-        if inbound is not None:  # /start too: the gate pairs a stranger, the commands greet a known user
-            await self._submit_stored(inbound)
+        if inbound is None:
+            return
+        if inbound.group_id and inbound.chat.chat_type != "dm":  # an album's earlier parts, held until now
+            for part in self._albums.address((message.chat.id, inbound.group_id)):
+                await self._submit_stored(part)
+        await self._submit_stored(inbound)  # /start too: the gate pairs a stranger, the commands greet a known user
 
     def translate(self, message: Message) -> Inbound | None:
         """The message as the core sees it, or None when it is not for us (dropped at the edge)."""
@@ -222,12 +225,10 @@ class TelegramAdapter:
             return None
         replied = real_reply(message)
         to_us = replied is not None and replied.from_user is not None and replied.from_user.id == self._me.id
-        addressed = chat_type == "dm" or said.mentioned or said.command or to_us or self._album_for_us(message)
-        if chat_type != "dm" and cfg.require_mention and not addressed:
-            return None
-        if addressed and message.media_group_id:
-            self._remember_album(message)
-        return Inbound(
+        album = (message.chat.id, message.media_group_id) if message.media_group_id else None
+        addressed = chat_type == "dm" or said.mentioned or said.command or to_us or bool(
+            album and self._albums.addressed(album))
+        inbound = Inbound(
             chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
                          str(message.message_thread_id) if message.is_topic_message and message.message_thread_id
                          else None),
@@ -238,16 +239,11 @@ class TelegramAdapter:
             group_id=message.media_group_id,
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
             chat_title=message.chat.title)
-
-    def _album_for_us(self, message: Message) -> bool:
-        """A later photo of an album whose captioned part spoke to us (Telegram sends each photo as a message of
-        its own, and only one carries the caption with the @mention)."""
-        return (message.chat.id, message.media_group_id) in self._albums if message.media_group_id else False
-
-    def _remember_album(self, message: Message) -> None:
-        self._albums[(message.chat.id, message.media_group_id)] = None
-        while len(self._albums) > REMEMBERED_ALBUMS:
-            self._albums.popitem(last=False)
+        if chat_type != "dm" and cfg.require_mention and not addressed:
+            if album is not None and files:
+                self._albums.hold(album, inbound)  # a later part of its album may still @mention us
+            return None
+        return inbound
 
     async def _submit_stored(self, inbound: Inbound) -> SubmitResult:
         """Return only once the inbound is stored (or refused for good); until then the update stays unconfirmed."""

@@ -159,6 +159,30 @@ async def test_an_album_addressed_in_a_group_is_one_turn_with_every_photo(
         assert len(fake_llm.anthropic_requests()) == 1
 
 
+async def test_a_group_album_whose_last_part_mentions_the_bot_keeps_the_parts_before_it(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """Files sent as an album carry the caption on the last part: the parts before it were not for the bot when
+    they came, and still belong to the turn once the caption @mentions it. An album nobody addressed stays out."""
+    async with running(home, fake_llm, fake_telegram) as gw:
+        docs = [fake_telegram.add_file(f"notes {n}".encode(), name=f"n{n}.txt", mime_type="text/plain")
+                for n in (1, 2, 3)]
+        for n, doc in enumerate(docs[:2], start=30):
+            message(fake_telegram, message_id=n, chat=GROUP, media_group_id="files-1",
+                    document={**doc, "file_name": f"n{n - 29}.txt", "mime_type": "text/plain"})
+        message(fake_telegram, message_id=40, chat=GROUP, media_group_id="other",  # an album not for us
+                document={**docs[0], "file_name": "x.txt", "mime_type": "text/plain"})
+        message(fake_telegram, message_id=32, chat=GROUP, media_group_id="files-1",
+                caption="@gw_test_bot compare these", document={**docs[2], "file_name": "n3.txt",
+                                                                "mime_type": "text/plain"})
+        sent = await fake_telegram.wait_for_sent(GROUP)
+        text = texts(last_user_content(fake_llm))
+        assert text.startswith("[Alice] compare these\n[Document: n1.txt") and sent.text.startswith("echo: [Alice]")
+        assert [text.count(f'<document name="n{n}.txt">\nnotes {n}\n</document>') for n in (1, 2, 3)] == [1, 1, 1]
+        rows = gw.store.all("SELECT platform_message_id, status FROM inbound ORDER BY id")
+        assert [tuple(r) for r in rows] == [("30", "answered"), ("31", "merged"), ("32", "merged")]
+        assert len(fake_llm.anthropic_requests()) == 1
+
+
 async def test_without_vision_the_model_gets_a_note_and_the_user_is_told_once(
         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
     async with running(home, fake_llm, fake_telegram, vision=False):
