@@ -12,6 +12,7 @@ from typing import Any
 from gateway.events import ChatRef
 from gateway.sessions.keys import session_key
 from gateway.store.database import Store
+from gateway.store.transcript import decode_inbound
 
 TURN = re.compile(r"t(\d+)$")
 SHOWN = 100
@@ -35,22 +36,37 @@ class WebChatHistory:
         if session is None:
             return []
         found: list[tuple[tuple[int, int], dict[str, Any]]] = []
+        sent = self._sent(client, session.id)
         place = 0
         for n, row in enumerate(self.store.history(session.id, kinds=("chat",))):
             turn = TURN.match(row.turn_id or "")
             place = int(turn.group(1)) if turn else place
             # A person's lines carry their user id; a user-role line without one is the gateway's own note (what a
             # scheduled job posted is recorded after such a note), not something they said.
-            if (row.role == "assistant" or (row.role == "user" and row.user_id)) and row.content.strip():
+            if row.role == "user" and row.user_id and turn and place in sent:
+                found.append(((place, n), {"role": "user", **sent[place]}))  # what they sent, not what the model read
+            elif (row.role == "assistant" or (row.role == "user" and row.user_id)) and row.content.strip():
                 found.append(((place, n), {"role": row.role, "text": row.content}))
         for failed in self.store.all(
-                "SELECT i.id, i.platform_message_id, i.text, (SELECT group_concat(o.plain, '') FROM outbound o"
+                "SELECT i.id, i.platform_message_id, (SELECT group_concat(o.plain, '') FROM outbound o"
                 " WHERE o.turn_id = 'e' || i.id) AS error FROM inbound i WHERE i.platform = 'web' AND i.chat_id = ?"
                 " AND i.status = 'failed' AND i.session_id = ? ORDER BY i.id", (client, session.id)):
-            found.append(((failed["id"], -1), {"role": "user", "text": failed["text"], "id": failed["platform_message_id"],
+            found.append(((failed["id"], -1), {"role": "user", **sent.get(failed["id"], {"text": ""}),
+                                              "id": failed["platform_message_id"],
                                               "error": failed["error"] or "This message failed."}))
         found.sort(key=lambda item: item[0])
         return [line for _, line in found[-SHOWN:]]
+
+    def _sent(self, client: str, session_id: int) -> dict[int, dict[str, Any]]:
+        """Each stored message of the tab's session as the person sent it: the words they typed, and the files they
+        attached as the upload named them (so a failed one can be sent again with its files)."""
+        out: dict[int, dict[str, Any]] = {}
+        for row in self.store.all("SELECT id, text, payload FROM inbound WHERE platform = 'web' AND chat_id = ?"
+                                  " AND session_id = ?", (client, session_id)):
+            files = [{"id": a.ref, "name": a.name, "type": a.mime_type, "size": a.size}
+                     for a in decode_inbound(row["payload"]).attachments]
+            out[int(row["id"])] = {"text": row["text"], **({"files": files} if files else {})}
+        return out
 
     def retried(self, client: str, message_id: str) -> bool:
         """The person sent a failed message again: it leaves the history (the new one takes its place)."""
