@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,7 +24,7 @@ from tests.helpers import write_config
 from tests.mediafiles import image_size, picture
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Page
+    from playwright.async_api import Browser, FilePayload, Page
 
 pytestmark = needs_browser()
 
@@ -50,7 +50,7 @@ async def opened(browser: Browser, daemon: Daemon, home: Path) -> Page:
     return page
 
 
-def file(name: str, mime: str, data: bytes) -> dict[str, Any]:
+def file(name: str, mime: str, data: bytes) -> FilePayload:
     return {"name": name, "mimeType": mime, "buffer": data}
 
 
