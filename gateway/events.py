@@ -221,6 +221,16 @@ class CatchUp(Protocol):
 
 
 @runtime_checkable
+class MemberRoles(Protocol):
+    """Optional ability, for platforms whose access rules read server roles (Discord): a member's roles in a server
+    as they are now (role ids, as `Inbound.roles`), asked before each run of a scheduled job its creator made
+    there. None when they are no longer a member of it; raises when it cannot be told right now (the roles the
+    job was made with are used then)."""
+
+    async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None: ...
+
+
+@runtime_checkable
 class KnownThreads(Protocol):
     """Optional ability, for platforms where the bot follows a thread once it took part (Slack): before it starts,
     the adapter is told the threads it took part in, read back from the store (oldest first), so after a restart a

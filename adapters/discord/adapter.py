@@ -287,6 +287,23 @@ class DiscordAdapter:
         """The daemon's catch-up once this connection is up: what came since the newest stored message of each chat."""
         return await self._catch_up.catch_up(self._client, last_seen)
 
+    async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None:
+        """A server member's roles now (asked over REST: the member cache needs the privileged members intent);
+        None when they have left the server or the bot is no longer in it; AdapterError when Discord cannot say."""
+        client = self._client
+        if client is None or not client.is_ready():
+            raise AdapterError(PLATFORM, "not connected")
+        guild = client.get_guild(int(space_id))
+        if guild is None:
+            return None
+        try:
+            member = await guild.fetch_member(int(user_id))
+        except discord.NotFound:
+            return None
+        except (discord.HTTPException, aiohttp.ClientError) as exc:
+            raise AdapterError(PLATFORM, f"cannot look up member {user_id}: {exc}") from None
+        return roles_of(member)
+
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
         return await self._outbound.send(message)

@@ -34,7 +34,7 @@ from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter
+from gateway.events import Adapter, MemberRoles
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.skills import SkillLibrary
@@ -270,7 +270,8 @@ def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, pro
                              catalog=RunTools(catalog, schedule=config.schedule.jobs_may_schedule))
     runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
                        turn=JobTurn(manager=sessions, jobs=book.jobs, prompts=prompts, tools=run_tools),
-                       platforms=sessions.adapters, sleep=sleep)
+                       platforms=sessions.adapters, sleep=sleep,
+                       members={p: a for p, a in sessions.adapters.items() if isinstance(a, MemberRoles)})
     book.changed = runner.changed
     return runner
 

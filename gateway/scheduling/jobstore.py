@@ -164,6 +164,11 @@ class JobStore:
                                (state, reason, job_id, *(owner or ())))
             return cur.rowcount == 1
 
+    def set_roles(self, job_id: int, roles: tuple[str, ...]) -> None:
+        """The creator's roles as the platform says they are now (read by the access check of each run)."""
+        with self.store.tx() as conn:
+            conn.execute("UPDATE jobs SET roles = ? WHERE id = ?", (json.dumps(list(roles)) if roles else None, job_id))
+
     def scheduled_jobs(self) -> list[tuple[int, str, str]]:
         """(id, platform, next run) of every active job with a run ahead: what the timers load at boot."""
         cur = self.store.conn.cursor()

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from gateway.config.settings import Config
-from gateway.events import Inbound
+from gateway.events import Inbound, MemberRoles
 from gateway.scheduling import text
 from gateway.scheduling.jobstore import JobRow, JobStore, RunRow
 from gateway.scheduling.turn import JobTurn, origin_of
@@ -40,8 +40,9 @@ PRUNE_EVERY = timedelta(hours=1)  # old run sessions are deleted this often (on 
 class JobRunner:
     def __init__(self, *, jobs: JobStore, config: Config, turn: JobTurn, allowed: Callable[[Inbound], bool],
                  clock: Clock, platforms: Collection[str], scheduler: AsyncIOScheduler | None = None,
-                 sleep: Sleep = asyncio.sleep) -> None:
+                 sleep: Sleep = asyncio.sleep, members: Mapping[str, MemberRoles] | None = None) -> None:
         self.jobs = jobs
+        self.members = dict(members or {})  # platform → the adapter that tells a member's roles now (Discord)
         self.config = config.schedule
         self.home = config.home
         self.turn = turn
@@ -130,8 +131,10 @@ class JobRunner:
         await self._fire_all(due, trigger="schedule")
 
     async def _fire_all(self, due: Sequence[tuple[str, int]], *, trigger: str) -> None:
+        asked: dict[tuple[str, str, str], tuple[str, ...] | None] = {}  # one lookup per person and server per sweep
         for n, (_, job_id) in enumerate(due, 1):
             try:
+                await self.recheck_member(job_id, asked)
                 self.fire(job_id, trigger=trigger)
             except Exception:  # a task root for one job: the others still fire
                 log.exception("job %s could not be fired", job_id)
@@ -161,14 +164,40 @@ class JobRunner:
         if fresh is not None:
             self.changed(fresh)
 
+    async def recheck_member(self, job_id: int,
+                             asked: dict[tuple[str, str, str], tuple[str, ...] | None] | None = None) -> None:
+        """Before a run, where the platform can tell (Discord): the creator's server roles as they are now, so a
+        role taken away (or the server left) counts at the access check as it would for a message; when the
+        platform cannot be asked, the roles the job last had are used."""
+        job = self.jobs.job(job_id)
+        source = self.members.get(job.platform) if job is not None and job.space_id else None
+        if job is None or job.space_id is None or source is None or job.state != "active":
+            return
+        key = (job.platform, job.space_id, job.user_id)
+        try:
+            roles = asked[key] if asked is not None and key in asked else \
+                await source.member_roles(job.space_id, job.user_id)
+        except Exception as exc:  # noqa: BLE001 - the check falls back to the stored roles; the run goes on
+            log.info("job %s: cannot ask %s about %s's roles now (%s); using the ones it has", job.id, job.platform,
+                     job.user_id, exc)
+            return
+        if asked is not None:
+            asked[key] = roles
+        if roles is None:
+            self._stop(job, f"{job.platform}:{job.user_id} is no longer a member of server {job.space_id}")
+        elif sorted(roles) != sorted(job.role_ids):
+            self.jobs.set_roles(job.id, tuple(roles))
+
+    def _stop(self, job: JobRow, reason: str) -> None:
+        if self.jobs.end_job(job.id, "stopped", reason):
+            log.warning("job %s stopped: %s", job.id, reason)
+            self.timers.disarm(str(job.id), job.id)
+
     def _revoked(self, job: JobRow, now: datetime) -> bool:
         """Ask the gate about the creator as it would about a message from them; a refusal stops the job."""
         if self.allowed(origin_of(job, now)):
             return False
-        reason = f"{job.platform}:{job.user_id} no longer has access"
-        if self.jobs.end_job(job.id, "stopped", reason):
-            log.warning("job %s stopped: %s", job.id, reason)
-            self.timers.disarm(str(job.id), job.id)
+        self._stop(job, f"{job.platform}:{job.user_id} no longer has access")
         return True
 
     def _missed(self, job: JobRow, due: datetime, following: datetime | None, now: datetime, trigger: str) -> None:
@@ -243,7 +272,10 @@ class JobRunner:
                 log.warning("job %s: run request from %s lapsed (older than %s)", job_id, requested,
                             self.config.misfire_grace)
                 self.jobs.drop_request(job_id, requested)
-            elif not self._revoked(job, now):
+                continue
+            await self.recheck_member(job_id)
+            job = self.jobs.job(job_id)
+            if job is not None and job.state == "active" and not self._revoked(job, now):
                 run_id = self.jobs.claim_run(job_id, requested, trigger="manual", now=now, next_at=None)
                 if run_id is not None:
                     self._start_run(job, run_id, asked)

@@ -89,14 +89,19 @@ BOT_USER = {**make_user(BOT_ID, "gatewaybot", bot=True), "verified": True, "mfa_
 
 def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
                channels: Sequence[tuple[str, str]] = (("general", CHANNEL_ID),),
-               members: Sequence[Mapping[str, Any]] = (), owner_id: str = USER_ID) -> dict[str, Any]:
-    """A GUILD_CREATE payload: text channels (name, id) and member user objects (the bot is added)."""
+               members: Sequence[Mapping[str, Any]] = (), owner_id: str = USER_ID,
+               roles: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A GUILD_CREATE payload: text channels (name, id), roles (id → name, besides @everyone) and member user
+    objects (the bot is added)."""
     member_users = [BOT_USER, *members]
+    extra_roles = [{"id": rid, "name": rname, "permissions": "0", "position": i, "color": 0, "hoist": False,
+                    "managed": False, "mentionable": True, "flags": 0}
+                   for i, (rid, rname) in enumerate((roles or {}).items(), 1)]
     return {
         "id": guild_id, "name": name, "owner_id": owner_id, "unavailable": False, "member_count": len(member_users),
         "large": False, "joined_at": now_iso(), "features": [], "emojis": [], "stickers": [], "icon": None,
         "roles": [{"id": guild_id, "name": "@everyone", "permissions": "2248473465835073", "position": 0,
-                   "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0}],
+                   "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0}, *extra_roles],
         "channels": [{"id": cid, "type": 0, "name": cname, "position": i, "permission_overwrites": [],
                       "guild_id": guild_id, "nsfw": False, "topic": None, "last_message_id": None,
                       "rate_limit_per_user": 0, "parent_id": None} for i, (cname, cid) in enumerate(channels)],
@@ -214,14 +219,17 @@ class FakeDiscord(FakeServer):
                  users: Sequence[Mapping[str, Any]] | None = None, heartbeat_interval_ms: int = 1000,
                  enabled_privileged_intents: int = PRIVILEGED_INTENTS, echo_own_messages: bool = True,
                  clock: Clock = time.monotonic, bucket_limit: int = BUCKET_LIMIT,
-                 bucket_window: float = BUCKET_WINDOW_S, bucket_clock: Clock = time.monotonic) -> None:
+                 bucket_window: float = BUCKET_WINDOW_S, bucket_clock: Clock = time.monotonic,
+                 roles: Mapping[str, str] | None = None) -> None:
         super().__init__(clock=clock)
         self.token = token
         default_users = [make_user(USER_ID, "alice", global_name="Alice"), make_user(OTHER_USER_ID, "bob")]
         self.users: dict[str, dict[str, Any]] = {u["id"]: dict(u) for u in (*default_users, *(users or ()))}
         self.users[BOT_ID] = dict(BOT_USER)
         self.guilds = [dict(g) for g in guilds] if guilds is not None else \
-            [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]])]
+            [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]], roles=roles)]
+        self.member_roles: dict[str, list[str]] = {}  # user id → role ids they have now (in events and REST)
+        self.departed: set[str] = set()  # users who left the guilds: GET member answers 10007
         self.channels: dict[str, dict[str, Any]] = {c["id"]: dict(c) for g in self.guilds for c in g["channels"]}
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.enabled_privileged_intents = enabled_privileged_intents
@@ -367,6 +375,7 @@ class FakeDiscord(FakeServer):
             ("GET", "/gateway/bot", self._get_gateway_bot, True),
             ("POST", "/users/@me/channels", self._create_dm, True),
             ("GET", "/channels/{cid}", self._get_channel, True),
+            ("GET", "/guilds/{gid}/members/{uid}", self._get_member, True),
             ("POST", "/channels/{cid}/messages", self._post_message, True),
             ("GET", "/channels/{cid}/messages", self._list_messages, True),
             ("GET", "/channels/{cid}/messages/{mid}", self._get_message, True),
@@ -500,6 +509,22 @@ class FakeDiscord(FakeServer):
 
     async def _get_channel(self, request: web.Request, body: Any) -> Any:
         return self._channel(request.match_info["cid"])
+
+    async def _get_member(self, request: web.Request, body: Any) -> Any:
+        """GET /guilds/{gid}/members/{uid}: a guild member with their role ids (10007 once they left)."""
+        gid, uid = request.match_info["gid"], request.match_info["uid"]
+        guild = next((g for g in self.guilds if g["id"] == gid), None)
+        if guild is None:
+            raise _ApiError(404, "Unknown Guild", 10004)
+        if uid in self.departed or not any(m["user"]["id"] == uid for m in guild["members"]):
+            raise _ApiError(404, "Unknown Member", 10007)
+        return {**self._member(uid), "user": self._user(uid), "nick": None, "avatar": None, "premium_since": None,
+                "pending": False, "communication_disabled_until": None}
+
+    def _member(self, user_id: str) -> dict[str, Any]:
+        """A member object as gateway events carry it: the roles `member_roles` gives the user now."""
+        return {"roles": list(self.member_roles.get(user_id, ())), "joined_at": now_iso(), "deaf": False,
+                "mute": False, "flags": 0}
 
     async def _post_message(self, request: web.Request, body: Any) -> Any:
         cid = request.match_info["cid"]
@@ -840,8 +865,7 @@ class FakeDiscord(FakeServer):
         if gid:
             payload["guild_id"] = gid
             payload["guild_locale"] = "en-US"
-            payload["member"] = {"user": user, "roles": [], "joined_at": now_iso(), "deaf": False, "mute": False,
-                                 "flags": 0, "permissions": "2248473465835073"}
+            payload["member"] = {**self._member(str(user_id)), "user": user, "permissions": "2248473465835073"}
         else:
             payload["user"] = user
         self.interactions[token] = {**payload, "_created": self.clock()}
@@ -856,7 +880,7 @@ class FakeDiscord(FakeServer):
     def _with_member(self, message: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(message)
         if out.get("guild_id"):
-            out["member"] = {"roles": [], "joined_at": now_iso(), "deaf": False, "mute": False, "flags": 0}
+            out["member"] = self._member(str(out.get("author", {}).get("id", "")))
         return out
 
     def _message_obj(self, sent: DiscordMessage) -> dict[str, Any]:
