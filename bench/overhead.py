@@ -12,10 +12,13 @@ The web chat is the platform here because it has no published send limits: Teleg
 would measure the rate limiter, not overhead.
 
 Also printed: the daemon's and the echo's CPU time per message over the throughput run (user + system, from
-/proc), which moves much less than msg/s when other jobs share the machine.
+/proc), which moves much less than msg/s when other jobs share the machine. The gateway answers whole here, as the
+echo does; then the streaming figure (bench/streaming.py): the model's first token → the first visible text on the
+web chat and on Telegram (a fake Bot API), p50/p99, and platform calls per answer.
 
 Run:  PYTHONPATH=. python bench/overhead.py [--sessions 1000] [--history 100] [--latency 2000]
       [--clients 50] [--per-client 40] [--model-client native|sdk] [--keep DIR] [--profile DIR]
+      [--stream-answers 100] [--stream-pieces 12] [--stream-every 0.1]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bench import streaming
 from gateway.store.database import Store
 from tests.daemon_proc import NotifySocket, free_port
 from tests.fakes.llm import FakeLLM
@@ -120,13 +124,14 @@ class Server:
             self.proc.wait()
 
 
-async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str = "native") -> Server:
+async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str = "native",
+                        streaming: str = "off") -> Server:
     port = free_port()
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
         f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\n  auth_token: {BENCH_WEB_TOKEN}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n  max_connections: 4000\n"
         # The echo answers whole: so does the gateway here (the streaming figure is measured on its own).
-        + "streaming:\n  mode: off\n" + extra, encoding="utf-8")
+        + f"streaming:\n  mode: {streaming}\n" + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / "gw-notify.sock")
     log = home.parent / "gateway.log"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path),
@@ -361,6 +366,9 @@ async def main(args: argparse.Namespace) -> None:
             finally:
                 echo.stop()
         print(report(g, e, args, seed_s))
+        if args.answers:  # the streaming figure: first token → first visible text, calls per answer
+            print()
+            print(await streaming.measure(root, args))
 
 
 if __name__ == "__main__":
@@ -377,4 +385,5 @@ if __name__ == "__main__":
                         help="the daemon's model.client: its own aiohttp transport or the vendor SDK")
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it (database, logs)")
     parser.add_argument("--profile", type=Path, help="write py-spy samples of the gateway's throughput run here")
+    streaming.arguments(parser, prefix="stream-")
     asyncio.run(main(parser.parse_args()))

@@ -314,6 +314,11 @@ def test_the_pacer_spaces_calls_per_chat_and_per_account() -> None:
     now[0] = 0.5
     assert pacer.delay(("slack", "C1")) == pytest.approx(0.7)
     assert pacer.delay(("slack", "C2")) == pytest.approx(0.7)  # the workspace's tier counts every channel
+    pacer.track(("telegram", "1"), 1.1)
+    pacer.note(("telegram", "1"), draft=True)
+    assert pacer.delay(("telegram", "1")) == pytest.approx(1.1) and pacer.delay(("telegram", "1"), send=True) == 0
+    pacer.note(("telegram", "1"))  # an edit: the next send keeps its distance as well
+    assert pacer.delay(("telegram", "1"), send=True) == pytest.approx(1.1)
 
 
 def test_partials_are_rendered_like_the_final_and_split_safely() -> None:

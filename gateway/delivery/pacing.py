@@ -23,6 +23,7 @@ class _Entry:
     interval: float
     last: float
     scope: Scope | None = None  # the wider scope a chat also counts against (a Slack workspace)
+    last_edit: float = float("-inf")  # the last call that was not a draft: a send must keep its distance too
 
 
 class ChatPacer:
@@ -40,24 +41,27 @@ class ChatPacer:
         if len(self._entries) > PRUNE_ABOVE:
             self._prune()
 
-    def delay(self, chat: Scope) -> float:
-        """Seconds until the next call in `chat` may go (0: now)."""
+    def delay(self, chat: Scope, *, send: bool = False) -> float:
+        """Seconds until the next call in `chat` may go (0: now). A `send` may follow a draft at once (that is
+        how a draft ends), not an edit."""
         entry = self._entries.get(chat)
         if entry is None:
             return 0.0
         now = self.clock()
-        wait = self._wait(entry, now)
+        wait = max(0.0, entry.last_edit + entry.interval - now) if send else self._wait(entry, now)
         if entry.scope is not None and (wider := self._entries.get(entry.scope)) is not None:
             wait = max(wait, self._wait(wider, now))
         return wait
 
-    def note(self, chat: Scope) -> None:
-        """A call in `chat` went out now."""
+    def note(self, chat: Scope, *, draft: bool = False) -> None:
+        """A call in `chat` went out now (`draft`: an ephemeral preview, no message)."""
         entry = self._entries.get(chat)
         if entry is None:
             return
         now = self.clock()
         entry.last = now
+        if not draft:
+            entry.last_edit = now
         if entry.scope is not None and (wider := self._entries.get(entry.scope)) is not None:
             wider.last = now
 

@@ -70,8 +70,8 @@ class PreviewBook:
 
     async def deliver(self, adapter: Adapter, turn_id: str, message: OutboundMessage) -> str:
         """The outbox's send of one chunk: the part of the preview that showed it becomes it (an edit, no second
-        message, no sooner than the chat's preview pacing allows), else it is sent. A send right after a draft is
-        what Telegram asks for; a send right after an edit the outbox's own per-chat limit spaces."""
+        message, no sooner than the chat's preview pacing allows), else it is sent: at once after a draft (that is
+        how a draft ends), a pacing interval after a preview's edit in the chat (another answer's, say)."""
         key = (message.chat.platform, message.chat.chat_id)
         try:
             mid = self.part(turn_id, message.chunk_index)
@@ -86,6 +86,8 @@ class PreviewBook:
                 except PreviewGone:
                     log.info("%s: the preview of %s part %s is gone; sent anew", key[0], turn_id, message.chunk_index)
                     self.forget_part(turn_id, message.chunk_index)
+            if (wait := self.pacer.delay(key, send=True)) > 0:  # not on top of another answer's preview edit
+                await self.sleep(wait)
             return await adapter.send(message)
         finally:
             self.pacer.note(key)

@@ -192,6 +192,7 @@ class AnswerStream:
                              user_id=self.inbound.user_id, space_id=self.inbound.space_id,
                              key=f"{self.turn_id}:{index}")
         self._in_call = True
+        mid = ""
         try:
             mid = await self.adapter.show_preview(target)
         except RateLimited as exc:  # the stream waits it out; the final answer only waits what Telegram demands
@@ -217,7 +218,7 @@ class AnswerStream:
         finally:
             self._in_call = False
             self.calls += 1
-            self.book.pacer.note(self._key)
+            self.book.pacer.note(self._key, draft=self.style.ephemeral and not mid)  # a draft has no message id
         if mid and self._ids.get(index) != mid:
             self.book.record(self.turn_id, index, self.chat, mid)  # before this message is ever edited
             self._ids[index] = mid

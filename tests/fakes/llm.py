@@ -89,7 +89,7 @@ class CutStream:
 @dataclass(frozen=True, slots=True)
 class Paced:
     """Stream `answer` slowly, as a model writes: before text piece i (0-based) the fake awaits `gate(i)` (a
-    `StreamGate` lets a test hand out pieces one by one), then sleeps `every` seconds on the fake's `sleep`."""
+    `StreamGate` lets a test hand out pieces one by one), and pieces are `every` seconds apart (the fake's `sleep`)."""
 
     answer: Reply | ToolCall | ToolCalls | CutStream | None = None
     gate: Callable[[int], Awaitable[None]] | None = None
@@ -489,7 +489,7 @@ class FakeLLM(FakeServer):
             if pace is not None and _is_text(data):
                 if pace.gate is not None:
                     await pace.gate(pieces)
-                if pace.every:
+                if pace.every and pieces:
                     await self.sleep(pace.every)
                 pieces += 1
             await self._write_frame(resp, event, data)
