@@ -208,6 +208,28 @@ def test_doctor_fix_repairs_folders_and_permissions_and_nothing_else(tmp_path: P
     assert again.stdout.splitlines()[0] == "fix  nothing to repair (folders and permissions are as they should be)"
 
 
+def test_doctor_fix_leaves_a_0644_config_in_a_private_home_alone(tmp_path: Path) -> None:
+    """The system unit's config.yaml is installed 0644 inside its 0700 state directory so the dynamic user can read
+    it (docs/operations.md); `sudo gateway doctor --fix` must not make it 0600 and stop the service reading it.
+    web.key is the exception doctor always wants 0600, and --fix agrees."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    for name, mode in (("config.yaml", 0o644), ("pairing.key", 0o644), ("web.key", 0o644)):
+        (home / name).write_text("web:\n  port: 9\n" if name == "config.yaml" else "00" * 32)
+        (home / name).chmod(mode)
+    for folder in ("memories", "skills"):
+        (home / folder).mkdir(mode=0o700)
+    before = lines(asyncio.run(Doctor(home, {}).run()))
+    warned = (f"WARN web       {home}/web.key is readable by group/others (-rw-r--r--) — fix: chmod 600 {home}/web.key "
+              "(or `gateway doctor --fix`)")
+    assert before["web"] == [warned]
+    assert Doctor(home, {}).repair() == [f"chmod 600 {home}/web.key (was -rw-r--r--)"]
+    assert (home / "config.yaml").stat().st_mode & 0o777 == 0o644
+    assert (home / "pairing.key").stat().st_mode & 0o777 == 0o644
+    after = lines(asyncio.run(Doctor(home, {}).run()))
+    assert [line.split()[0] for line in after["home"] + after["web"]] == ["ok", "ok"]
+
+
 def test_a_damaged_database_fails_with_the_restore_hint(home: Path) -> None:
     home.chmod(0o700)
     (home / "state.db").write_bytes(b"this is not a database " * 200)

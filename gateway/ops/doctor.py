@@ -131,7 +131,7 @@ class Doctor:
         key = self.home / SECRET_FILE
         if not web.auth_token and key.exists() and key.stat().st_mode & 0o077:
             return [Check("web", "warn", f"{key} is readable by group/others ({_mode(key.stat())})",
-                          f"chmod 600 {key}")]
+                          f"chmod 600 {key} (or `gateway doctor --fix`)")]
         how = "web.auth_token" if web.auth_token else f"the secret in {key.name}"
         return [Check("web", "ok", f"the web chat needs its login link ({how}; `gateway web-url` prints it)")]
 
@@ -149,15 +149,19 @@ class Doctor:
         return found
 
     def repair(self) -> list[str]:
-        """What `doctor --fix` changes, only where it is safe: missing folders are made, and the home, its secret
-        files and the env file lose group/other access. Ownership, the database and tokens are left alone."""
+        """What `doctor --fix` changes, only where it is safe: missing folders are made, and the home, web.key and
+        the env file lose group/other access; config.yaml and pairing.key too, but only when the home was open
+        (inside a private home their mode does not matter, and the system unit's config.yaml must stay readable
+        by its dynamic user). Ownership, the database and tokens are left alone."""
         done: list[str] = []
+        was_open = self.home.exists() and bool(self.home.stat().st_mode & 0o077)
         for folder in (self.home, self.home / "memories", self.home / "skills"):
             if not folder.exists():
                 folder.mkdir(mode=0o700, parents=True)
                 done.append(f"created {folder} (drwx------)")
         done.extend(_tighten(self.home, 0o700))
-        for path in [*(self.home / name for name in (*SECRET_FILES, SECRET_FILE)), *env_files(self.home, self.env)]:
+        secrets = (*SECRET_FILES, SECRET_FILE) if was_open else (SECRET_FILE,)
+        for path in [*(self.home / name for name in secrets), *env_files(self.home, self.env)]:
             if path.exists():
                 done.extend(_tighten(path, 0o600))
         return done
