@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import version
 from pathlib import Path
 
@@ -55,3 +56,18 @@ def test_the_banner_says_which_model_and_why(home: Path) -> None:
     finally:
         bare.store.close()
         detected.store.close()
+
+
+def test_a_reader_that_leaves_gets_no_traceback(home: Path) -> None:
+    """`gateway prompt … | head -1`: the pipe closes before the command writes; it exits 1 quietly."""
+    import subprocess
+
+    from tests.daemon_proc import GATEWAY
+    proc = subprocess.Popen([GATEWAY, "--home", str(home), "prompt", "--platform", "telegram"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": os.environ["PATH"]})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # long before the interpreter has started, let alone written
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err

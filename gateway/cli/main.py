@@ -52,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     umask = os.umask(0o077)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, where a reader that left (`gateway doctor | head -3`) can be caught
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_ERROR
     except ConfigError as exc:
         print(f"config error:\n{exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -69,6 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         os.umask(umask)
     return code
+
+
+
+def _stdout_to_devnull() -> None:
+    """The reader of our output is gone: no traceback, and nothing more written at exit (Python's own flush)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a captured stdout in tests has no descriptor
+        pass
 
 
 if __name__ == "__main__":
