@@ -71,3 +71,25 @@ def test_a_reader_that_leaves_gets_no_traceback(home: Path) -> None:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1
     assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err
+
+
+async def test_the_banner_ends_before_the_log_says_where_the_web_chat_is(
+        home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """On a terminal the log (stderr) and the banner (stdout) interleave: the banner's web lines are printed before
+    the log line that names the same address, so they are not split by it; the log line stays (a log file or the
+    journal's JSON says where the web chat is too)."""
+    (home / "config.yaml").write_text("web:\n  port: 0\n")
+    config = load_config(home, env={})
+    logged_before: list[int] = []
+
+    def announce(url: str) -> None:
+        logged_before.append(sum(r.getMessage().startswith("web chat at") for r in caplog.records))
+
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False, announce=announce)
+    with caplog.at_level("INFO", logger="gateway.ops.daemon"):
+        await daemon.start()
+        await daemon.stop()
+    assert logged_before == [0]
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("web chat at")] == [
+        f"web chat at http://127.0.0.1:{daemon.web_port}/ (`gateway web-url` prints its login link)"]

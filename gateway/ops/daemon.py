@@ -197,10 +197,10 @@ class Daemon:
         self._listener = await serve_http(app, config.web.host, config.web.port, limits=limits, name="web")
         self.web_port = self._listener.port
         base = f"http://{connect_host(config.web.host)}:{self.web_port}"
+        if self.announce is not None:  # `gateway run`: the banner's last lines first, the log line after them
+            self.announce(self.guard.login_url(base))
         log.info("web chat at %s/ (%s)", base, "no login: web.auth is none" if self.guard.secret is None else
                  "`gateway web-url` prints its login link")
-        if self.announce is not None:
-            self.announce(self.guard.login_url(base))
 
     def _dashboard(self) -> Dashboard:
         gw = self.gw
