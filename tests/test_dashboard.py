@@ -181,6 +181,25 @@ async def test_the_owner_approves_and_denies_pairing_requests(running: Running) 
     assert status == 415
 
 
+async def test_a_denied_stranger_gets_no_new_code_for_an_hour(running: Running) -> None:
+    """Deny would mean little if the stranger's next message brought a fresh code and put them back on the list."""
+    telegram = running.telegram
+    await telegram.submit(inbound("let me in", platform="telegram", chat_id="502", user_id="502", user_name="Mallory"))
+    await telegram.wait_for(1)
+    status, answer = await running.post("deny", {"platform": "telegram", "user_id": "502"})
+    assert status == 200 and answer["text"].startswith("Denied telegram:502: their code no longer works, and for an "
+                                                       "hour they get no new one")
+    await telegram.submit(inbound("let me in!!", platform="telegram", chat_id="502", user_id="502",
+                                  user_name="Mallory"))
+    assert len(telegram.sent) == 1  # no second code
+    assert (await running.state())["pairing"]["pending"] == []
+    await running.clock.advance(3601)
+    await telegram.submit(inbound("please?", platform="telegram", chat_id="502", user_id="502", user_name="Mallory"))
+    await telegram.wait_for(2)
+    assert re.search(r"this bot: `?[A-Z0-9]{8}", telegram.sent[-1].plain)
+    assert [p["user_id"] for p in (await running.state())["pairing"]["pending"]] == ["502"]
+
+
 async def test_scheduled_jobs_are_listed(running: Running) -> None:
     jobs = JobStore(running.daemon.gw.store)
     chat = ChatRef("telegram", "dm", "501")

@@ -282,11 +282,15 @@ class PairingBook:
                          (platform, user_id, iso(now or datetime.now(UTC))))
             return a.rowcount + b.rowcount > 0
 
-    def deny(self, platform: str, user_id: str) -> bool:
-        """Drop a pending request (the dashboard's Deny): its code stops working; True if there was one."""
+    def deny(self, platform: str, user_id: str, *, now: datetime) -> bool:
+        """End a pending request (the dashboard's Deny); True if there was one. Its code stops working (the stored
+        hash is replaced by one no code has) and the requester cools down as after an expired request: asking again
+        within REQUEST_COOLDOWN gets no new code, so a denied stranger does not reappear at once. Revoking the
+        user lifts the wait."""
         with self.store.tx() as conn:
-            return conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?",
-                                (platform, user_id)).rowcount > 0
+            return conn.execute("UPDATE pairing SET expires_at = ?, code_hash = ? WHERE platform = ? AND user_id = ?"
+                                " AND expires_at > ?", (iso(now), f"denied:{secrets.token_hex(16)}", platform,
+                                                         user_id, iso(now))).rowcount > 0
 
 
 def _dt(text: str) -> datetime:

@@ -138,10 +138,10 @@ class Dashboard:
     async def _deny(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
         platform, user_id = str(body.get("platform", "")), str(body.get("user_id", ""))
-        denied = self.book.deny(platform, user_id)
+        denied = self.book.deny(platform, user_id, now=self.clock())
         log.info("access: pairing request denied from the dashboard platform=%s user=%s", platform, user_id)
-        text = (f"Denied {platform}:{user_id}: their code no longer works (if they write again they get a new one; "
-                "access.unknown_dm: ignore stops codes altogether)." if denied
+        text = (f"Denied {platform}:{user_id}: their code no longer works, and for an hour they get no new one "
+                "(access.unknown_dm: ignore stops codes altogether)." if denied
                 else f"No pending request from {platform}:{user_id}.")
         return web.json_response({"ok": denied, "text": text}, status=200 if denied else 404)
 
