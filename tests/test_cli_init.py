@@ -5,12 +5,14 @@ end with the next steps. Run as a subprocess, as a newcomer would run it."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import socket
 import subprocess
 from pathlib import Path
 
 from gateway.config.settings import load_config
-from tests.daemon_proc import GATEWAY
+from tests.daemon_proc import GATEWAY, free_port
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM
 
@@ -35,13 +37,13 @@ async def gateway_async(home: Path, *args: str, stdin: str = "") -> subprocess.C
 
 
 def test_yes_writes_a_config_that_config_check_accepts(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+    home, port = tmp_path / "home", free_port()
     done = gateway(home, "init", "--yes", "--provider", "openai", "--model", "gpt-4.1-mini",
                    "--base-url", "https://llm.example/v1", "--api-key-env", "MY_KEY",
                    "--telegram-token-env", "TG_TOKEN", "--discord-token-env", "DC_TOKEN",
                    "--slack-bot-token-env", "SL_BOT", "--slack-app-token-env", "SL_APP",
                    "--allow", "telegram:111", "--allow", "telegram:222", "--allow", "slack:U123",
-                   "--admin", "telegram:111", "--web-port", "9876")
+                   "--admin", "telegram:111", "--web-port", str(port))
     assert done.returncode == 0, done.stderr
     path = home / "config.yaml"
     out = done.stdout.splitlines()
@@ -71,7 +73,7 @@ def test_yes_writes_a_config_that_config_check_accepts(tmp_path: Path) -> None:
     assert (config.slack.bot_token.value, config.slack.app_token.value) == (TOKENS["SL_BOT"], TOKENS["SL_APP"])
     assert config.slack.allowed_users == ("U123",)
     assert (config.access.unknown_dm, config.access.admins) == ("pair", ("telegram:111",))
-    assert (config.web.host, config.web.port) == ("127.0.0.1", 9876)
+    assert (config.web.host, config.web.port) == ("127.0.0.1", port)
 
 
 def test_a_config_is_never_overwritten_without_force(tmp_path: Path) -> None:
@@ -189,3 +191,55 @@ def test_input_that_ends_early_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "no answer (input ended); `gateway init --yes --provider … --model …` asks nothing" in done.stderr
     assert not (home / "config.yaml").exists()
+
+
+def test_a_taken_web_port_is_noticed_before_gateway_run_fails_on_it(tmp_path: Path) -> None:
+    """Another program (say a second gateway) listens on 8765: init gives the web chat the next free port and says
+    so, rather than writing a config whose `gateway run` cannot start; a port asked for is kept, with a note."""
+    from gateway.cli.init import DEFAULT_WEB_PORT, port_in_use, web_port
+    from gateway.ops.home import hold_home
+    home, out = tmp_path / "home", io.StringIO()
+    taken = {DEFAULT_WEB_PORT, DEFAULT_WEB_PORT + 1}
+    assert web_port(None, home, out, in_use=taken.__contains__) == DEFAULT_WEB_PORT + 2
+    assert out.getvalue() == (f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web "
+                              f"chat gets port {DEFAULT_WEB_PORT + 2} (web.port)\n")
+    assert web_port(None, home, io.StringIO(), in_use=set().__contains__) == DEFAULT_WEB_PORT
+    out = io.StringIO()
+    assert web_port(DEFAULT_WEB_PORT, home, out, in_use=taken.__contains__) == DEFAULT_WEB_PORT
+    assert out.getvalue() == f"note: port {DEFAULT_WEB_PORT} is in use on this machine now; `gateway run` needs it free\n"
+    lock = hold_home(home)  # this home's own daemon runs (`init --force` beside it): the port it holds is its own
+    try:
+        assert web_port(None, home, io.StringIO(), in_use=taken.__contains__) == DEFAULT_WEB_PORT
+    finally:
+        lock.release()
+
+    with socket.socket() as listener:  # a real listener, as `gateway run` would meet it
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert port_in_use(port)
+        done = gateway(home, "init", "--yes", "--provider", "openai", "--model", "m", "--no-model-test",
+                       "--web-port", str(port))
+        assert done.returncode == 0 and f"note: port {port} is in use on this machine now" in done.stdout
+    assert not port_in_use(port)
+    assert load_config(home, env={"OPENAI_API_KEY": "x"}).web.port == port
+
+
+def test_init_moves_off_a_taken_default_port(tmp_path: Path) -> None:
+    from gateway.cli.init import DEFAULT_WEB_PORT, port_in_use
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:  # hold 8765 (unless some other program already does: the same situation)
+            listener.bind(("127.0.0.1", DEFAULT_WEB_PORT))
+            listener.listen()
+        except OSError:
+            pass
+        assert port_in_use(DEFAULT_WEB_PORT)
+        home = tmp_path / "home"
+        done = gateway(home, "init", "--yes", "--provider", "openai", "--model", "m", "--no-model-test")
+    assert done.returncode == 0, done.stderr
+    port = load_config(home, env={"OPENAI_API_KEY": "x"}).web.port
+    assert port != DEFAULT_WEB_PORT
+    assert f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web chat gets port {port}" \
+        in done.stdout

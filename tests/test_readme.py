@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.settings import load_config
 from tests.daemon_proc import NotifySocket, WebChatClient
 from tests.fakes.llm import FakeLLM
 
@@ -72,7 +73,8 @@ async def test_the_readme_first_command_works_as_written(tmp_path: Path, fake_ll
         assert ready.done() and ready.exception() is None, output.decode(errors="replace")[-3000:]
         assert b"ok   model     openai/local-model answered" in output
         assert f"wrote {gw_home}/config.yaml".encode() in output
-        async with WebChatClient(8765, "readme", home=gw_home) as tab:
+        port = load_config(gw_home, env={}).web.port  # 8765, or the next free port if something held it
+        async with WebChatClient(port, "readme", home=gw_home) as tab:
             await tab.say("hello from the README")
             reply = await tab.next("message")
         assert reply["text"] == "echo: hello from the README [users=1]"

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -20,6 +21,7 @@ from gateway.cli.context import EXIT_ERROR, EXIT_OK, home_of
 from gateway.config.settings import environ
 from gateway.config.starter import CHAT_PLATFORMS, TOKEN_VARS, PlatformChoice, Starter, check_env_name, render
 from gateway.errors import ConfigError
+from gateway.ops.home import held as home_held
 
 # (label, provider, default model, base_url, key variable): the presets the questions offer
 PRESETS = {
@@ -31,6 +33,7 @@ PRESETS = {
     "other": ("another OpenAI-compatible server (vLLM, llama.cpp, LiteLLM …)", "openai", "", None, "OPENAI_API_KEY"),
 }
 OLLAMA_CONTEXT = 32_768
+DEFAULT_WEB_PORT = 8765
 NON_INTERACTIVE = "gateway init --yes --provider … --model …"
 Check = Callable[[str], object]  # raises ValueError saying what is wrong with an answer
 
@@ -56,7 +59,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--admin", action="append", default=[], metavar="PLATFORM:ID",
                    help="a user who may approve pairing codes in the chat (repeat it)")
     p.add_argument("--no-pairing", action="store_true", help="strangers get no answer (no pairing codes)")
-    p.add_argument("--web-port", type=int, default=8765, help="the web chat's port (default 8765)")
+    p.add_argument("--web-port", type=int, help=f"the web chat's port (default {DEFAULT_WEB_PORT}, or the next free "
+                   "one when another program holds it now)")
     p.add_argument("--no-model-test", action="store_true", help="do not send the one-line test request")
     p.set_defaults(func=cmd_init)
 
@@ -76,6 +80,7 @@ def cmd_init(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: T
         else:
             tester = None if args.no_model_test else (lambda chosen: model_test(chosen, env, home))
             starter, service = Questions(stdin or sys.stdin, out, env, tester).run(home)
+        starter = replace(starter, web_port=web_port(args.web_port, home, out))
     except (ValueError, InitStopped) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -110,8 +115,7 @@ def from_flags(args: argparse.Namespace) -> Starter:
     key_env = check_env_name(args.api_key_env) if args.api_key_env else _default_key_env(args.provider, args.base_url)
     _by_platform(args.admin, "--admin")
     return Starter(provider=args.provider, model=args.model, base_url=args.base_url or None, api_key_env=key_env,
-                   platforms=tuple(platforms), pairing=not args.no_pairing, admins=tuple(args.admin),
-                   web_port=_port(args.web_port))
+                   platforms=tuple(platforms), pairing=not args.no_pairing, admins=tuple(args.admin))
 
 
 def _default_key_env(provider: str, base_url: str | None) -> str | None:
@@ -134,10 +138,36 @@ def _by_platform(entries: Sequence[str], flag: str) -> dict[str, list[str]]:
     return found
 
 
-def _port(port: int) -> int:
-    if not 0 < port < 65536:
-        raise ValueError(f"--web-port {port}: expected 1–65535")
+def web_port(wanted: int | None, home: Path, out: TextIO, *, in_use: Callable[[int], bool] | None = None) -> int:
+    """--web-port as given (with a note when something listens there now); else 8765, or the first free port after
+    it when another program holds 8765 now (a second gateway on this machine, say), so `gateway run` can start.
+    This home's own running daemon is the likely holder: then 8765 stays."""
+    busy = in_use or port_in_use
+    if wanted is not None:
+        if not 0 < wanted < 65536:
+            raise ValueError(f"--web-port {wanted}: expected 1–65535")
+        if busy(wanted):
+            print(f"note: port {wanted} is in use on this machine now; `gateway run` needs it free", file=out)
+        return wanted
+    if not busy(DEFAULT_WEB_PORT) or home_held(home):
+        return DEFAULT_WEB_PORT
+    port = next((p for p in range(DEFAULT_WEB_PORT + 1, DEFAULT_WEB_PORT + 100) if not busy(p)), DEFAULT_WEB_PORT)
+    if port != DEFAULT_WEB_PORT:
+        print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web chat gets port "
+              f"{port} (web.port)", file=out)
     return port
+
+
+def port_in_use(port: int) -> bool:
+    """Would `gateway run` fail to listen on 127.0.0.1:port now? (SO_REUSEADDR, as aiohttp listens: a connection
+    still closing does not count, a listener does.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------- the questions

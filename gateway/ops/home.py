@@ -55,6 +55,22 @@ def hold_home(home: Path, *, command: str = "run") -> HomeLock:
     return HomeLock(path, fd)
 
 
+def held(home: Path) -> bool:
+    """Is a daemon (or `gateway chat`) running on this home now? Asked without taking the lock for long: a shared
+    lock is refused while the holder's exclusive one stands."""
+    try:
+        fd = os.open(home / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def _holder(path: Path) -> int | None:
     try:
         return int(path.read_text(encoding="ascii").split()[0])
