@@ -78,9 +78,12 @@ async def test_init_then_run_then_chat_in_the_browser(tmp_path: Path, fake_llm: 
         assert page.url == f"http://127.0.0.1:{port}/"
         await expect_text(page, "#status", "^connected$")
         await expect(page.locator("#banner")).to_be_hidden()
+        await expect(page.locator(".empty")).to_have_text(re.compile("^Say hello: anthropic/claude-test answers here"))
+        await expect(page.get_by_role("button", name="Attach files")).to_be_visible()  # an icon, not a font's emoji
 
         await say(page, "hello there")
         await expect(page.get_by_text("echo: hello there [users=1]")).to_be_visible(timeout=WAIT_MS)
+        await expect(page.locator(".empty")).to_have_count(0)
         await say(page, "/status")
         await expect(page.get_by_text(re.compile(r"^Session 1: started"))).to_be_visible(timeout=WAIT_MS)
         await expect(page.locator(".typing")).to_have_count(0, timeout=WAIT_MS)  # no "thinking…" left behind
@@ -176,7 +179,9 @@ async def test_the_dashboard_shows_the_day_and_takes_pairing_decisions(
     await expect_text(page, "#sessions-count", "^0 active$")
     await expect_text(page, "#flush-counts", "saved 1")
     await expect(page.locator("#cache-chart circle")).not_to_have_count(0)
-    await expect_text(page, "#cache-total", r"\(\d+% over 24h\)")
+    await expect_text(page, "#cache-total", r"^\(\d+% of prompt tokens, all model calls, 24h\)$")
+    await expect(page.locator("#sessions th")).to_have_text(["platform", "chat", "user", "last activity", "messages",
+                                                             "prompt / output tokens", "cache hit (session)"])
     rows = page.locator("#pairing tbody tr")
     await expect(rows).to_have_count(2)
     await expect(rows.nth(0)).to_contain_text("telegram:501 (Ada)")
@@ -186,6 +191,9 @@ async def test_the_dashboard_shows_the_day_and_takes_pairing_decisions(
         await tab.next("message")
     await expect_text(page, "#sessions-count", "^1 active$")
     await screenshot(page, "dashboard")
+    await page.set_viewport_size({"width": 420, "height": 900})  # a phone: every panel fits, nothing scrolls sideways
+    assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    await page.set_viewport_size({"width": 1280, "height": 900})
 
     await rows.nth(0).locator("input.code").fill(codes["501"].lower())
     await rows.nth(0).get_by_role("button", name="Approve").click()
@@ -212,8 +220,14 @@ async def test_without_a_model_both_pages_say_how_to_fix_it(home: Path, browser:
         await expect(banner).to_be_visible(timeout=WAIT_MS)
         await expect(banner).to_contain_text("No model is configured")
         await expect(banner.locator("code").first).to_have_text("gateway init")
+        await expect(page.locator(".empty")).to_have_count(0)  # the banner says it all
         await say(page, "anyone there?")
         await expect(page.locator(".me.failed")).to_contain_text("Retry", timeout=WAIT_MS)
+        await expect(page.locator(".msg.error code").first).to_have_text("gateway init")  # no stray backticks
+        await page.set_viewport_size({"width": 400, "height": 700})
+        new_chat = await page.get_by_role("button", name="New chat").bounding_box()
+        assert new_chat is not None and new_chat["height"] < 40  # one line, not "New / chat"
+        await page.set_viewport_size({"width": 1280, "height": 720})
         await screenshot(page, "web-chat-no-model")
         await page.goto(f"http://127.0.0.1:{daemon.web_port}/dashboard")
         await expect(page.locator("#no-model")).to_be_visible(timeout=WAIT_MS)

@@ -34,6 +34,10 @@ function ago(iso, now) {
   return s < 5 ? "just now" : `${duration(s)} ago`;
 }
 function until(iso, now) { return iso ? `in ${duration((Date.parse(iso) - Date.parse(now)) / 1000)}` : "—"; }
+function ident(id) {
+  // a web tab's id is 32 hex digits: shown cut short, in full on hover, so the table keeps to the page's width
+  const td = el("td", id || "—", "ident"); if (id) td.title = id; return td;
+}
 function badge(text, kind) { return el("span", text, `badge ${kind || ""}`); }
 function fill(tbody, rows, empty, cols) {
   tbody.replaceChildren(...rows);
@@ -72,7 +76,7 @@ function renderSessions(s) {
   $("sessions-count").textContent = `${ss.active} active`;
   $("sessions-per-platform").replaceChildren(...Object.entries(ss.per_platform).map(([p, n]) => badge(`${p}: ${n}`)));
   fill($("sessions").tBodies[0], ss.recent.map((x) => row([
-    x.platform, x.chat_type, x.user_id || "—", ago(x.last_activity, s.now), el("td", num(x.messages), "num"),
+    x.platform, x.chat_type, ident(x.user_id), ago(x.last_activity, s.now), el("td", num(x.messages), "num"),
     el("td", `${num(x.input_tokens + x.cache_read_tokens + x.cache_write_tokens)} / ${num(x.output_tokens)}`, "num"),
     el("td", pct(x.cache_hit_ratio), "num")])), "no active sessions", 7);
 }
@@ -86,8 +90,8 @@ function renderPairing(s) {
     approve.onclick = () => decide("approve", { code: input.value });
     deny.onclick = () => decide("deny", { platform: r.platform, user_id: r.user_id });
     const actions = document.createElement("td"); actions.className = "actions"; actions.append(approve, " ", deny);
-    return row([`${r.platform}:${r.user_id}${r.user_name ? ` (${r.user_name})` : ""}`, ago(r.asked_at, s.now),
-                until(r.expires_at, s.now), input, actions]);
+    return row([`${r.platform}:${r.user_id}${r.user_name ? ` (${r.user_name})` : ""}`,
+                el("td", ago(r.asked_at, s.now), "when"), el("td", until(r.expires_at, s.now), "when"), input, actions]);
   }), p.locked.length ? `pairing locked on ${p.locked.map((l) => l.platform).join(", ")}` : "nobody is waiting", 5);
   $("approved").replaceChildren(...(p.approved.length ? p.approved.map((a) => el("li",
     `${a.platform}:${a.user_id}${a.user_name ? ` (${a.user_name})` : ""}, by ${a.approved_by} ${ago(a.approved_at, s.now)}`))
@@ -173,7 +177,8 @@ function renderSeries(series) {
     dot.appendChild(tip); cache.appendChild(dot);
   }
   const read = buckets.reduce((a, b) => a + b.cache_read, 0), prompt = buckets.reduce((a, b) => a + b.prompt_tokens, 0);
-  $("cache-total").textContent = prompt ? `(${pct(read / prompt)} over ${series.window})` : "(no model calls yet)";
+  $("cache-total").textContent = prompt ? `(${pct(read / prompt)} of prompt tokens, all model calls, ${series.window})`
+    : "(no model calls yet)";
 }
 
 // ---------------------------------------------------------------------------------------- live updates
