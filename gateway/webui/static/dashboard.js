@@ -1,5 +1,5 @@
 "use strict";
-// The dashboard: one EventSource on /dashboard/api/events sends the whole state whenever it changes; this file
+// The dashboard: one EventSource on /dashboard/api/events sends the whole state every 2 s; this file
 // only draws it. Every value goes into the page as text (textContent), never as HTML.
 const COLORS = { telegram: "#229ed9", discord: "#5865f2", slack: "#4a154b", web: "#2563eb", cli: "#6b7280",
                  cron: "#b45309" };
