@@ -18,6 +18,7 @@ from gateway.knowledge.memory import MemoryRights, MemoryStore
 from gateway.knowledge.people import personal_owner
 from gateway.ops.doctor import Doctor
 from gateway.ops.wiring import Gateway
+from gateway.store.database import Store
 from gateway.store.rows import utcnow
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
@@ -68,8 +69,11 @@ async def test_with_no_admins_the_one_allowed_person_is_the_admin(home: Path, fa
         stranger = gw.people.resolve("telegram", "7", now=utcnow())
         owner = gw.people.resolve("web", "any-browser", now=utcnow())
         assert roles.is_admin(one) and not roles.is_admin(stranger) and roles.is_admin(owner)
-        # A second allowed person: nobody is the admin by elimination any more (the local owner still is).
-        roles.pairing.store.execute("INSERT INTO approved_users VALUES ('discord', '5', NULL, '2026-01-01', 'cli')")
+        # A second allowed person (approved from the terminal, on its own connection): nobody is the admin by
+        # elimination any more (the local owner still is).
+        cli = Store(gw.config.db_path)
+        cli.execute("INSERT INTO approved_users VALUES ('discord', '5', NULL, '2026-01-01', 'cli')")
+        cli.close()
         assert not roles.is_admin(one) and roles.is_admin(owner)
         # Linking the second into the first makes them one person again.
         gw.people.link(one, gw.people.resolve("discord", "5", now=utcnow()), gw.memory, by="test")

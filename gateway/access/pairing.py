@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import StoreError
+from gateway.knowledge.people import people_changed
 from gateway.store.database import Store
 from gateway.store.rows import iso, parse_iso
 
@@ -241,6 +242,7 @@ class PairingBook:
         if _dt(row["expires_at"]) <= now:
             self.store.execute("DELETE FROM pairing WHERE id = ?", (row["id"],))
             return Approval("expired", found.platform, found.user_id, found.user_name, found.chat_id)
+        people_changed(self.store)  # who is let in changes (gateway/knowledge/people.py keeps it)
         with self.store.tx() as conn:
             conn.execute("DELETE FROM pairing WHERE id = ?", (row["id"],))
             conn.execute(
@@ -275,6 +277,7 @@ class PairingBook:
     def revoke(self, platform: str, user_id: str, *, now: datetime | None = None) -> bool:
         """Forget an approved user (and any code they hold); True if there was anything to forget. The revocation
         is recorded for the daemon, which ends the user's running sessions (gateway/ops/access_watch.py)."""
+        people_changed(self.store)
         with self.store.tx() as conn:
             a = conn.execute("DELETE FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id))
             b = conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?", (platform, user_id))

@@ -36,6 +36,7 @@ class Roles:
         self.people = people
         self.pairing = pairing
         self.clock = clock
+        self._sole: tuple[int, frozenset[str] | None] | None = None  # (people's stamp, answer)
 
     # ------------------------------------------------------------------ admins
     def is_admin(self, person: Person | None) -> bool:
@@ -51,7 +52,16 @@ class Roles:
 
     def sole_person(self) -> frozenset[str] | None:
         """The identities of the one person allowed on the platforms (by config or pairing), or None when that is
-        not exactly one person (none, several, or a role-based allowlist whose members are not known)."""
+        not exactly one person (none, several, or a role-based allowlist whose members are not known).
+
+        Asked on every turn when no admins are configured, and it reads every allowed person: kept until people or
+        approvals change (here, by another command, by another process; see PeopleBook.stamp)."""
+        stamp = self.people.stamp()
+        if self._sole is None or self._sole[0] != stamp:
+            self._sole = (stamp, self._sole_person())
+        return self._sole[1]
+
+    def _sole_person(self) -> frozenset[str] | None:
         found: set[frozenset[str]] = set()
         for platform, rules in platform_rules(self.config).items():
             if rules.roles:

@@ -118,6 +118,7 @@ class Forgetter:
                 conn.execute("INSERT INTO access_events (kind, platform, user_id, detail, created_at)"
                              " VALUES ('forgotten', ?, ?, ?, ?)", (identity.platform, identity.user_id, detail, iso(now)))
         self.store.history_cache.clear()
+        self.people.invalidate()
         self.memory.profile(person.id).delete()
         delete_session_media(self.home, plan.sessions)
         return plan

@@ -8,6 +8,7 @@ every user there is the one identity `web:owner`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -95,18 +96,91 @@ class Person:
         return f"person {self.id}{name} ({', '.join(sorted(self.ids))})"
 
 
+CACHE_MAX = 10_000  # identities and people kept; past it the cache starts over
+
+
+class _Kept:
+    """What the PeopleBooks on one store's connection have read: shared by all of them (the daemon has several:
+    the roles', the scheduler's), so a write through any one is seen by every other."""
+
+    def __init__(self, version: int) -> None:
+        self.ids: dict[str, int | None] = {}  # identity → person id (None: not known)
+        self.people: dict[int, Person] = {}
+        self.version = version  # the store's data_version when last looked at
+        self.generation = 0
+
+
+_KEPT: weakref.WeakKeyDictionary[Store, _Kept] = weakref.WeakKeyDictionary()
+
+
+def _kept(store: Store) -> _Kept:
+    kept = _KEPT.get(store)
+    if kept is None:
+        kept = _KEPT[store] = _Kept(store.data_version())
+    return kept
+
+
+def people_changed(store: Store) -> None:
+    """Who is who, or who is let in, changed through this store's connection (an approval, an erasure): every
+    PeopleBook on it reads afresh, and what was worked out from people (the admin by elimination) is redone."""
+    kept = _kept(store)
+    kept.ids.clear()
+    kept.people.clear()
+    kept.generation += 1
+
+
 class PeopleBook:
-    """People and their identities, in the gateway's SQLite database."""
+    """People and their identities, in the gateway's SQLite database.
+
+    Every turn asks who its sender is, so what was read is kept (per store: see _Kept) until a write through this
+    connection (`people_changed`), or until another connection commits (a `gateway users` or `pairing` command,
+    another process), which SQLite's `data_version` tells. `stamp()` counts those, so what others work out from
+    people and approvals can be kept until it moves."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._kept = _kept(store)
+
+    def stamp(self) -> int:
+        """The store's generation of people and approvals, after a look at whether another connection committed."""
+        kept = self._kept
+        version = self.store.data_version()
+        if version != kept.version:
+            kept.version = version
+            people_changed(self.store)
+        return kept.generation
+
+    def invalidate(self) -> None:
+        people_changed(self.store)
 
     # ------------------------------------------------------------------ reads
     def find(self, identity: str) -> Person | None:
-        row = self.store.one("SELECT person_id FROM identities WHERE identity = ?", (identity,))
-        return None if row is None else self.get(int(row[0]))
+        self.stamp()
+        ids = self._kept.ids
+        if identity not in ids:
+            row = self.store.one("SELECT person_id FROM identities WHERE identity = ?", (identity,))
+            if len(ids) >= CACHE_MAX:
+                ids.clear()
+            ids[identity] = None if row is None else int(row[0])
+        person_id = ids.get(identity)
+        return None if person_id is None else self._get(person_id)
 
     def get(self, person_id: int) -> Person | None:
+        self.stamp()
+        return self._get(person_id)
+
+    def _get(self, person_id: int) -> Person | None:
+        people = self._kept.people
+        person = people.get(person_id)
+        if person is None:
+            person = self._load(person_id)
+            if person is not None:
+                if len(people) >= CACHE_MAX:
+                    people.clear()
+                people[person_id] = person
+        return person
+
+    def _load(self, person_id: int) -> Person | None:
         row = self.store.one("SELECT * FROM people WHERE id = ?", (person_id,))
         if row is None:
             return None
@@ -132,16 +206,18 @@ class PeopleBook:
                 username: str | None = None) -> Person:
         """The person behind this platform user, made (with an empty profile) the first time they are seen."""
         identity = identity_of(platform, user_id)
-        row = self.store.one("SELECT person_id, user_name, username FROM identities WHERE identity = ?", (identity,))
-        if row is not None:
-            if (user_name and user_name != row["user_name"]) or (username and username != row["username"]):
-                self._rename(identity, int(row["person_id"]), user_name, username)
-            person = self.get(int(row["person_id"]))
-            if person is not None:
-                return person
-        return self._create(identity, platform, user_id, user_name, username, now)
+        person = self.find(identity)
+        if person is None:
+            return self._create(identity, platform, user_id, user_name, username, now)
+        mine = next((i for i in person.identities if i.identity == identity), None)
+        if mine is not None and ((user_name and user_name != mine.user_name) or
+                                 (username and username != mine.username)):
+            self._rename(identity, person.id, user_name, username)
+            person = self.get(person.id) or person
+        return person
 
     def _rename(self, identity: str, person_id: int, user_name: str | None, username: str | None) -> None:
+        self.invalidate()
         with self.store.tx() as conn:
             conn.execute("UPDATE identities SET user_name = COALESCE(?, user_name), username = COALESCE(?, username)"
                          " WHERE identity = ?", (user_name, username, identity))
@@ -152,6 +228,7 @@ class PeopleBook:
                 now: datetime) -> Person:
         if identity == LOCAL_OWNER:
             platform, user_id, user_name = "web", "owner", user_name or "owner"
+        self.invalidate()
         with self.store.tx() as conn:  # BEGIN IMMEDIATE: a second process making the same person waits, then sees it
             found = conn.execute("SELECT person_id FROM identities WHERE identity = ?", (identity,)).fetchone()
             if found is None:
@@ -169,6 +246,7 @@ class PeopleBook:
 
     def set_timezone(self, person_id: int, timezone: str | None) -> None:
         """The person's own time zone (an IANA name the caller checked), or None for the gateway's."""
+        self.invalidate()
         with self.store.tx() as conn:
             conn.execute("UPDATE people SET timezone = ? WHERE id = ?", (timezone, person_id))
 
@@ -177,6 +255,7 @@ class PeopleBook:
         `keep`'s time zone stays, or `other`'s is taken when `keep` had none."""
         if keep.id == other.id:
             return keep
+        self.invalidate()
         with self.store.tx() as conn:
             conn.execute("UPDATE people SET timezone = COALESCE(timezone, ?) WHERE id = ?", (other.timezone, keep.id))
             conn.execute("UPDATE identities SET person_id = ?, linked_by = ? WHERE person_id = ?",
@@ -195,6 +274,7 @@ class PeopleBook:
             raise GatewayError(f"{identity} is not known")
         if len(person.identities) == 1:
             raise GatewayError(f"{identity} is the only identity of {person.label()}: nothing to unlink")
+        self.invalidate()
         with self.store.tx() as conn:
             new_id = conn.execute("INSERT INTO people (name, created_at) VALUES ((SELECT user_name FROM identities"
                                   " WHERE identity = ?), ?)", (identity, iso(now))).lastrowid

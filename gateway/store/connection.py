@@ -248,6 +248,11 @@ class Database:
     def _read_data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
+    def data_version(self) -> int:
+        """Changes when another connection (a CLI command, another process) commits; never on this connection's
+        own commits. What is cached from rows others may change is checked against it."""
+        return self._read_data_version()
+
 
 def _query_error(exc: sqlite3.Error) -> StoreError:
     reason = UNAVAILABLE.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
