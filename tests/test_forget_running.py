@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,11 @@ from gateway.cli import users
 from gateway.cli.main import build_parser
 from gateway.config.settings import load_config
 from gateway.errors import ToolError
+from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.wiring import Gateway
+from tests.delivery import TELEGRAM_CONFIG, PreviewAdapter, StreamingLLM, gateway_on, write_home
+from tests.fakeclock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -216,3 +219,43 @@ async def test_in_a_shared_conversation_a_forgotten_persons_turn_leaves_nothing(
         texts = [str(r[0]) for r in gw.store.all("SELECT content FROM messages WHERE session_id = ?", (shared.id,))]
         assert not any("X123" in t for t in texts) and len(texts) == 2  # two's turn only
         assert errors(caplog) == []
+
+
+class ForgottenMidway(StreamingLLM):
+    """Writes its answer piece by piece; after the second piece of its second answer, the operator runs
+    `gateway users forget` for the person it is answering."""
+
+    def __init__(self, clock: FakeClock, home: Path) -> None:
+        super().__init__(clock, ["Your passport ", "number is ", "on page ", "two."], every=1.5)
+        self.home = home
+        self.answers = 0
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+        self.answers += 1
+        for i, piece in enumerate(self.pieces):
+            if stream is not None:
+                stream.text(piece)
+            await self.clock.sleep(self.every)
+            if self.answers == 2 and i == 1:
+                forget(self.home, "telegram:u1")
+        return LLMReply("".join(self.pieces), (), Usage(10, 2), self.model, self.provider)
+
+
+async def test_the_live_preview_of_a_forgotten_persons_answer_comes_down(home: Path) -> None:
+    write_home(home, TELEGRAM_CONFIG + "streaming:\n  mode: edit\n")
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock)
+    gw = gateway_on(clock, home, [tg], ForgottenMidway(clock, home))
+    try:
+        for text in ("hi", "where is my passport number?"):
+            await clock.run(gw.sessions.submit(inbound(text, platform="telegram", chat_id="100", user_id="u1")))
+            await clock.run(gw.sessions.wait_idle())
+        second = {p.platform_message_id for _, p in tg.shows[4:]} - {None}
+        assert second == {"p2"}  # the second answer was growing in its own message when the person was forgotten
+        assert tg.dropped == ["p2"] and tg.sent == []  # it came down; nothing was sent, no error either
+        assert tg.view() == [("Your passport number is on page two.", ())]  # the first answer stays
+        assert gw.store.all("SELECT * FROM previews") == []
+        assert left_of(gw, "u1") == NOTHING
+    finally:
+        gw.store.close()

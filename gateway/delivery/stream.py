@@ -20,7 +20,7 @@ from gateway.delivery.partial import Part, PartialRenderer, progress_line
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterError, MarkupRejected, PreviewGone, RateLimited
-from gateway.events import Adapter, Inbound, LivePreview, PreviewPart, PreviewStyle
+from gateway.events import Adapter, ChatRef, Inbound, LivePreview, PreviewPart, PreviewStyle
 from gateway.llm.types import TextSink
 from gateway.prompt.hints import PlatformFacts
 
@@ -70,6 +70,18 @@ class Streams:
             await stream.close(keep=False)
             raise
         await stream.close(keep=True)
+
+    async def abandon(self, turn_id: str, chat: ChatRef, adapter: Adapter | None) -> None:
+        """A turn that will never be answered (its message was erased as it ran: `gateway users forget`): the
+        preview of its answer comes down, and its records go."""
+        for index, mid in sorted(self.book.parts(turn_id).items()):
+            if adapter is None or not self._can_preview(adapter):
+                break
+            try:
+                await adapter.drop_preview(chat, mid)  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 (a stale preview is all that is left)
+                log.info("%s: preview part %s of turn %s not removed: %s", chat.platform, index, turn_id, exc)
+        self.book.forget_turn(turn_id)
 
     def _stream(self, turn_id: str, inbound: Inbound, adapter: Adapter | None) -> AnswerStream | None:
         chat = inbound.chat

@@ -136,7 +136,7 @@ class SessionManager:
             await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
                                                                        session_id=session_id))
         except TurnGone:
-            return _gone(inbound, turn_id)
+            return await self._gone(inbound, turn_id)
         self._answered(inbound, inbound_id)
         if wait:
             await self.outbox.deliver(turn_id)
@@ -207,7 +207,7 @@ class SessionManager:
         try:
             row = self.store.inbound(inbound_id)
         except TurnGone:
-            return _gone(None, f"t{inbound_id}")
+            return await self._gone(None, f"t{inbound_id}")
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
@@ -284,7 +284,7 @@ class SessionManager:
                                                                      now=self.clock(), turn_id=turn, calls=calls))
         except TurnGone:
             self._count_turn(inbound.chat.platform, "dropped", now)
-            return _gone(inbound, turn)
+            return await self._gone(inbound, turn)
         held.clear()
         self._answered(inbound, inbound_id)
         self.turns_done += 1
@@ -388,11 +388,12 @@ class SessionManager:
     def stop_turn(self, key: str) -> bool:
         return self._lanes.stop_turn(key)
 
-
-def _gone(inbound: Inbound | None, turn: str) -> None:
-    """`gateway users forget` erased the message as its turn ran (or waited): nothing is stored or sent, no error."""
-    log.info("turn dropped platform=%s turn=%s: its message was deleted (its person was forgotten)",
-             inbound.chat.platform if inbound else "?", turn)
+    async def _gone(self, inbound: Inbound | None, turn: str) -> None:
+        """`gateway users forget` erased the message as its turn ran (or waited): nothing stored or sent, no error."""
+        log.info("turn dropped platform=%s turn=%s: its message was deleted (its person was forgotten)",
+                 inbound.chat.platform if inbound else "?", turn)
+        if inbound is not None and self.streams is not None:  # a preview of the answer comes down too
+            await self.streams.abandon(turn, inbound.chat, self.adapters.get(inbound.chat.platform))
 
 
 def _model_call(reply: LLMReply) -> ModelCall:
