@@ -207,7 +207,7 @@ class Daemon:
         redact = redactor_for(gw.config, environ())  # as the logs and /status mask, and the web login secret
         if self.guard is not None and self.guard.secret is not None:
             redact.add([self.guard.secret.value])
-        return Dashboard(store=gw.store, book=PairingBook(gw.store, load_key(gw.config.home)), outbox=gw.outbox,
+        return Dashboard(store=gw.store, book=PairingBook(gw.store, load_key(gw.config.home)),
                          health=self._health, model=ModelView(model_name(gw.llm), gw.model_source),
                          ready=lambda: self.ops.readiness()[0], version=package_version(), redact=redact,
                          clock=gw.clock)

@@ -18,10 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.access.gate import APPROVED_TEXT
 from gateway.access.pairing import PairingBook
-from gateway.delivery.outbox import Outbox
-from gateway.events import AdapterHealth, ChatRef
+from gateway.events import AdapterHealth
 from gateway.store.database import Store
 from gateway.store.rows import iso
 from gateway.webui import panels
@@ -39,12 +37,11 @@ STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 class Dashboard:
     """Built by the daemon with what it reads; `attach(app)` before the guard protects the app."""
 
-    def __init__(self, *, store: Store, book: PairingBook, outbox: Outbox,
+    def __init__(self, *, store: Store, book: PairingBook,
                  health: Callable[[], Mapping[str, AdapterHealth]], model: ModelView, ready: Callable[[], bool],
                  version: str, redact: Redact, clock: Clock, sleep: Sleep = asyncio.sleep) -> None:
         self.store = store
         self.book = book
-        self.outbox = outbox
         self.health = health
         self.model = model
         self.ready = ready
@@ -124,11 +121,10 @@ class Dashboard:
         code = str(body.get("code", "")).strip()
         if not code:
             return web.json_response({"ok": False, "text": "Type the code the person was given."}, status=400)
+        # Recorded as an access change: the daemon's access watch welcomes the person, once (it did twice when
+        # this page sent a welcome of its own as well).
         approval = self.book.approve(code, by="web", now=self.clock())
         log.info("access: approval from the dashboard: %s", approval.status)
-        if approval.status == "approved" and approval.platform and approval.chat_id:
-            self.outbox.post_soon(f"web-approve:{approval.platform}:{approval.user_id}:{iso(self.clock())}",
-                                  ChatRef(approval.platform, "dm", approval.chat_id), APPROVED_TEXT)
         return web.json_response({"ok": approval.status == "approved", "text": approval.describe()})
 
     async def _deny(self, request: web.Request) -> web.Response:
