@@ -136,14 +136,18 @@ class Outbox:
         return await self.deliver(turn_id)
 
     def post_soon(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
-                  reply_to_id: str | None = None) -> None:
+                  reply_to_id: str | None = None, unrecorded: bool = True) -> None:
         """Record now, send in the background: for callers on a platform's ack path (Slack wants its ack within
         3 s; a 429 pause must not hold it). Order is still per chat: every flush sends in recorded order. A notice
-        that cannot be recorded (the database takes no writes) is sent unrecorded rather than not at all."""
+        that cannot be recorded (the database takes no writes) is sent unrecorded rather than not at all, unless
+        `unrecorded` is False: then StoreUnavailable is raised, for a caller that will post it again later (sent
+        unrecorded each time, it would reach the chat once per try)."""
         rows = self.rows_for(turn_id, chat, markdown, kind=kind, reply_to_id=reply_to_id)
         try:
             self.store.insert_outbound(rows, now=self.clock())
         except StoreUnavailable:
+            if not unrecorded:
+                raise
             self.send_unrecorded(chat, markdown, reply_to_id=reply_to_id)
             return
         self.deliver_soon(turn_id)

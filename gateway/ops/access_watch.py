@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.access.gate import APPROVED_TEXT
 from gateway.delivery.outbox import Outbox
+from gateway.errors import StoreUnavailable
 from gateway.events import ChatRef
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import OWNER_PLATFORMS, personal_owner
@@ -41,14 +42,25 @@ class AccessWatch:
         self.clock = clock
         self.sleep = sleep
         self.jobs = JobStore(store)
+        self._waiting = False  # the database took no writes last round (said once until it does again)
 
     async def run(self, every: float = POLL_EVERY_S) -> None:
         while True:
-            try:
-                self.handle()
-            except Exception:  # a task root: the next round tries again
-                log.exception("acting on access changes failed")
+            self.round()
             await self.sleep(every)
+
+    def round(self) -> None:
+        """One poll; what fails is tried again the next round (an event is marked handled only once acted on)."""
+        try:
+            self.handle()
+        except StoreUnavailable as exc:  # locked by another process, or a full disk: routine, no traceback
+            if not self._waiting:
+                log.warning("access changes wait until the database takes writes (%s)", exc)
+            self._waiting = True
+            return
+        except Exception:  # a task root: the next round tries again
+            log.exception("acting on access changes failed")
+        self._waiting = False
 
     def handle(self) -> int:
         """Act on every access event not yet handled; returns how many."""
@@ -63,7 +75,8 @@ class AccessWatch:
             return
         # Recorded before the event is marked handled, under a turn id of its own: a crash in between records the
         # same rows again (a no-op), so the welcome goes out once.
-        self.outbox.post_soon(f"welcome:{row['id']}", ChatRef(row["platform"], "dm", row["chat_id"]), APPROVED_TEXT)
+        self.outbox.post_soon(f"welcome:{row['id']}", ChatRef(row["platform"], "dm", row["chat_id"]), APPROVED_TEXT,
+                              unrecorded=False)  # not recorded: the next round tries again, so it is sent once
         log.info("access: welcome sent to %s:%s after approval", row["platform"], row["user_id"])
 
     def _revoked(self, row: Any) -> None:

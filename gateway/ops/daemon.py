@@ -148,7 +148,7 @@ class Daemon:
         keep = timedelta(hours=self.gw.config.delivery.dedupe_retention_hours)
         while True:
             try:
-                pruned = self.gw.store.prune_inbound(self.gw.clock() - keep)
+                pruned = await self.gw.store.health.write(lambda: self.gw.store.prune_inbound(self.gw.clock() - keep))
                 if pruned:
                     log.info("pruned %s inbound rows older than %s", pruned, keep)
             except Exception:

@@ -18,12 +18,13 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from gateway.config.settings import Config
+from gateway.errors import StoreUnavailable
 from gateway.events import Inbound, MemberRoles
 from gateway.scheduling import text
 from gateway.scheduling.jobstore import JobRow, JobStore, RunRow
 from gateway.scheduling.turn import JobTurn, origin_of
 from gateway.scheduling.when import next_run
-from gateway.sessions.timers import DeadlineTimers
+from gateway.sessions.timers import STORE_RETRY, DeadlineTimers
 from gateway.store.media_files import delete_session_media
 from gateway.store.rows import parse_iso
 
@@ -136,6 +137,9 @@ class JobRunner:
             try:
                 await self.recheck_member(job_id, asked)
                 self.fire(job_id, trigger=trigger)
+            except StoreUnavailable as exc:  # its timer is spent: armed again, or it would run only after a restart
+                self.timers.arm(str(job_id), job_id, self.clock() + STORE_RETRY)
+                log.warning("job %s could not be fired (%s); trying again in %ss", job_id, exc, STORE_RETRY.seconds)
             except Exception:  # a task root for one job: the others still fire
                 log.exception("job %s could not be fired", job_id)
             if n % BATCH == 0:
@@ -244,6 +248,8 @@ class JobRunner:
             try:
                 await self.run_requests()
                 self.prune_if_due()
+            except StoreUnavailable as exc:  # the request stays; the next poll asks again
+                log.warning("job run requests wait: %s", exc)
             except Exception:
                 log.exception("reading job run requests failed")
 

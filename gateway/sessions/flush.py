@@ -13,11 +13,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import MEMORY_TOOLS
 from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import MemoryConfig
+from gateway.errors import StoreUnavailable
 from gateway.knowledge.memory import MemoryRights, MemoryStore
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.prompt.session_tools import SessionTools
@@ -27,6 +29,7 @@ from gateway.store.transcript import history_messages
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -86,15 +89,23 @@ async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, sys
     """
 
     listed = tools.of(session)
+    late: list[Callable[[], None]] = []  # usage the database would not take at once (locked, full)
 
     def record(reply: LLMReply) -> None:
-        store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider, model=reply.model,
-                        now=clock())
+        def add() -> None:
+            store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider, model=reply.model,
+                            now=clock())
+        try:
+            add()
+        except StoreUnavailable:  # the flush goes on: what it saves is worth more than this row
+            late.append(add)
 
     async with asyncio.timeout(config.flush_timeout_s):
         result = await agent.run(system=system, history=history, user_message={"role": "user", "content": instruction},
                                  ctx=ctx, tools=listed.specs, allowed_tools=memory_tools(tools, session),
                                  max_iterations=config.flush_max_iterations, on_reply=record)
+    for add in late:
+        await store.health.write(add)
     return result.tool_calls
 
 
@@ -225,13 +236,18 @@ class Flusher:
                 self._queued.discard(session_id)
                 self._queue.task_done()
 
+    async def _write(self, call: Callable[[], T]) -> T:
+        """A step of the flush's state, waiting (off the loop) while the database takes no writes: given up here,
+        the flush would stay pending until the next restart."""
+        return await self.store.health.write(call)
+
     # ---------------------------------------------------------------- one flush
     async def flush(self, session_id: int) -> str | None:
         """Flush one session now; returns its final state, or None if it was not ours to flush."""
-        session = self.ledger.claim(session_id)
+        session = await self._write(lambda: self.ledger.claim(session_id))
         if session is None:
             return None
-        settled = self._settle_without_running(session)
+        settled = await self._settle_without_running(session)
         if settled is not None:
             return settled
         attempts, failures = session.flush_attempts, 0
@@ -239,38 +255,38 @@ class Flusher:
             try:
                 tool_calls = await self._run(session)
             except asyncio.CancelledError:
-                self.ledger.release(session_id, uncount=True)
+                self._release(session_id, uncount=True)
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then recorded
                 failures += 1
                 if await self._gave_up(session_id, exc, attempts, failures):
                     return "failed"
-                attempts = self.ledger.next_attempt(session_id)
+                attempts = await self._write(lambda: self.ledger.next_attempt(session_id))
                 continue
-            self.ledger.finish(session_id, "done", self.clock())
+            await self._write(lambda: self.ledger.finish(session_id, "done", self.clock()))
             log.info("flush session=%s done attempts=%s tool_calls=%s", session_id, attempts, tool_calls)
             return "done"
 
-    def _settle_without_running(self, session: SessionRow) -> str | None:
+    async def _settle_without_running(self, session: SessionRow) -> str | None:
         """'failed' when kills cut it off too often, 'nothing' when there is nothing to save, else None."""
         if session.flush_attempts > MAX_STARTS:
             error = f"cut off {session.flush_attempts - 1} times before it could finish"
-            self.ledger.finish(session.id, "failed", self.clock(), error)
+            await self._write(lambda: self.ledger.finish(session.id, "failed", self.clock(), error))
             log.warning("flush session=%s failed: %s", session.id, error)
             return "failed"
         skip = self._skip_reason(session)
         if skip is not None:
             log.info("flush session=%s: nothing to do (%s)", session.id, skip)
-            self.ledger.finish(session.id, "nothing", self.clock())
+            await self._write(lambda: self.ledger.finish(session.id, "nothing", self.clock()))
             return "nothing"
         return None
 
     async def _gave_up(self, session_id: int, exc: Exception, attempts: int, failures: int) -> bool:
         """Record a failed attempt; True when it was the last one allowed, else wait out the retry delay."""
         error = _describe(exc)
-        self.ledger.note_error(session_id, error)
+        await self._write(lambda: self.ledger.note_error(session_id, error))
         if failures >= MAX_ATTEMPTS or attempts >= MAX_STARTS:
-            self.ledger.finish(session_id, "failed", self.clock(), error)
+            await self._write(lambda: self.ledger.finish(session_id, "failed", self.clock(), error))
             log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
             return True
         delay = self.retry_delays[min(failures - 1, len(self.retry_delays) - 1)]
@@ -278,9 +294,17 @@ class Flusher:
         try:
             await self.sleep(delay)
         except asyncio.CancelledError:
-            self.ledger.release(session_id, uncount=False)
+            self._release(session_id, uncount=False)
             raise
         return False
+
+    def _release(self, session_id: int, *, uncount: bool) -> None:
+        """Stopped: back to pending for the next boot (which also recovers a row left running, should the
+        database not take even this write now)."""
+        try:
+            self.ledger.release(session_id, uncount=uncount)
+        except StoreUnavailable as exc:
+            log.warning("flush session=%s stays running until the next start (%s)", session_id, exc)
 
     def _skip_reason(self, session: SessionRow) -> str | None:
         if not self.config.flush_enabled:

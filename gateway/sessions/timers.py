@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from gateway.errors import StoreUnavailable
 from gateway.sessions.flush import Flusher
 from gateway.sessions.lifecycle import Deadline, Policies
 from gateway.store.database import Store
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 SWEEP_JOB = "session-deadlines"
 BUSY_RECHECK = timedelta(seconds=30)  # a session whose turn is running when it comes due is looked at again then
+STORE_RETRY = timedelta(seconds=5)  # a deadline whose work the database would not take (locked, full) comes again
 BATCH = 200  # expiries between yields to the event loop, so a crowd at the daily hour never stalls chats
 
 
@@ -173,8 +175,12 @@ class Lifecycle:
         """End each due session whose deadline really passed (by the injected clock); returns how many."""
         ended = 0
         for n, (key, session_id) in enumerate(due, 1):
-            if self._expire_one(key, session_id):
-                ended += 1
+            try:
+                ended += self._expire_one(key, session_id)
+            except StoreUnavailable as exc:  # popped from the heap: armed again, or it would wait for a message
+                self.timers.arm(key, session_id, self.clock() + STORE_RETRY)
+                log.warning("session %s could not be ended (%s); trying again in %ss", session_id, exc,
+                            STORE_RETRY.seconds)
             if n % BATCH == 0:
                 await asyncio.sleep(0)
         return ended
