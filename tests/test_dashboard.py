@@ -30,6 +30,7 @@ from tests.fakeclock import START, FakeClock
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, inbound, write_config
+from tests.store_locks import LockHolder
 
 SECRET_IN_ERROR = "sk-ant-api03-leakedleakedleakedleaked"
 
@@ -201,6 +202,23 @@ async def test_a_denied_stranger_gets_no_new_code_for_an_hour(running: Running) 
     await telegram.wait_for(2)
     assert re.search(r"this bot: `?[A-Z0-9]{8}", telegram.sent[-1].plain)
     assert [p["user_id"] for p in (await running.state())["pairing"]["pending"]] == ["502"]
+
+
+async def test_a_decision_the_database_cannot_take_now_says_so(running: Running,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    await running.telegram.submit(inbound("hi", platform="telegram", chat_id="501", user_id="501", user_name="Ada"))
+    await running.telegram.wait_for(1)
+    code = re.search(r"this bot: `?([A-Z0-9]{8})", running.telegram.sent[0].plain)
+    assert code is not None
+    async with LockHolder(running.home / "state.db"):  # another process holds the write lock (or the disk is full)
+        for action, body in (("approve", {"code": code.group(1)}), ("deny", {"platform": "telegram",
+                                                                             "user_id": "501"})):
+            status, answer = await running.post(action, body)
+            assert status == 503 and answer["ok"] is False, answer
+            assert answer["text"].startswith("The database takes no writes right now"), answer
+    assert not [r for r in caplog.records if r.exc_info]  # no 500 with a traceback
+    status, answer = await running.post("approve", {"code": code.group(1)})  # and the code still works after
+    assert (status, answer["ok"]) == (200, True)
 
 
 async def test_scheduled_jobs_are_listed(running: Running) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.access.pairing import PairingBook
+from gateway.errors import StoreUnavailable
 from gateway.events import AdapterHealth
 from gateway.store.database import Store
 from gateway.store.rows import iso
@@ -57,8 +58,8 @@ class Dashboard:
         app.router.add_get("/dashboard/static/{name}", self._static)
         app.router.add_get("/dashboard/api/state", self._state)
         app.router.add_get("/dashboard/api/events", self._events)
-        app.router.add_post("/dashboard/api/pairing/approve", self._approve)
-        app.router.add_post("/dashboard/api/pairing/deny", self._deny)
+        app.router.add_post("/dashboard/api/pairing/approve", _writes(self._approve))
+        app.router.add_post("/dashboard/api/pairing/deny", _writes(self._deny))
         app.on_shutdown.append(self._close_streams)
 
     # ------------------------------------------------------------------ the data
@@ -136,6 +137,21 @@ class Dashboard:
                 "(access.unknown_dm: ignore stops codes altogether)." if denied
                 else f"No pending request from {platform}:{user_id}.")
         return web.json_response({"ok": denied, "text": text}, status=200 if denied else 404)
+
+
+def _writes(handler: Callable[[web.Request], Awaitable[web.Response]]) -> Callable[[web.Request],
+                                                                            Awaitable[web.Response]]:
+    """A decision the database cannot take now (another process holds its lock, the disk is full) is a 503 the
+    page shows, not a 500: nothing was changed, the owner can try again."""
+    async def guarded(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except StoreUnavailable as exc:
+            log.warning("dashboard: %s %s not done: %s", request.method, request.path, exc)
+            return web.json_response({"ok": False, "text": "The database takes no writes right now (another program "
+                                      "holds it, or the disk is full); nothing was changed. Try again in a moment."},
+                                     status=503)
+    return guarded
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
