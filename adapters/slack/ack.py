@@ -143,7 +143,7 @@ def events_endpoint(app: AsyncApp, signing_secret: str) -> Callable[[web.Request
                                             headers=request.headers)  # type: ignore[arg-type]
         except (ValueError, TypeError, AttributeError):  # JSONDecodeError is a ValueError
             bolt_request = None
-        if bolt_request is None or not isinstance(bolt_request.body, dict):
+        if bolt_request is None or not _slack_shaped(bolt_request.body):
             return web.Response(status=400, text="not a Slack request body\n")
         window = AckWindow()
         token = _WINDOW.set(window)
@@ -157,6 +157,13 @@ def events_endpoint(app: AsyncApp, signing_secret: str) -> Callable[[web.Request
             window.close()
 
     return handle
+
+
+def _slack_shaped(body: object) -> bool:
+    """The fields bolt reads before any check of its own (`type`, `event`): a signed body where they are not what
+    Slack sends is not Slack's, and bolt would answer it with a 500 and a traceback."""
+    return (isinstance(body, dict) and isinstance(body.get("type", ""), str)
+            and isinstance(body.get("event", {}), dict))
 
 
 def _signed(verifier: SignatureVerifier, body: str, headers: Mapping[str, str]) -> bool:

@@ -831,7 +831,9 @@ async def test_unauthenticated_garbage_gets_401_signed_garbage_400_and_no_body_r
                      b"X-Slack-Request-Timestamp: 1\r\nX-Slack-Signature: v0=\xff\xfe\r\n"):
             assert (await _raw_post(port, head, b"{}"))[:12] == b"HTTP/1.1 401"
         for body, kind in ((b"{not json", "application/json"), (b"payload=%7Bbad", "application/x-www-form-urlencoded"),
-                           (b"\xff\xfe", "application/json"), (b"[1, 2]", "application/json")):
+                           (b"\xff\xfe", "application/json"), (b"[1, 2]", "application/json"),
+                           (b'{"type": "event_callback", "event_id": 5, "event": "x"}', "application/json"),
+                           (b'{"type": ["event_callback"]}', "application/json")):
             signed = signed_request_headers(SIGNING_SECRET, body, None, kind)
             head = "".join(f"{k}: {v}\r\n" for k, v in signed.items()).encode()
             assert (await _raw_post(port, head, body))[:12] == b"HTTP/1.1 400", body
