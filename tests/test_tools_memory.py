@@ -210,3 +210,13 @@ def test_store_raises_tool_errors(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path / "memories", memory_char_limit=10)
     with pytest.raises(ToolError, match="10 left"):
         store.shared().add("x" * 11)
+
+
+async def test_a_linked_lock_file_in_memories_creates_nothing_outside(tmp_path: Path) -> None:
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    (home / "memories").mkdir(parents=True)
+    outside.mkdir()
+    (home / "memories" / ".lock").symlink_to(outside / "made-by-the-lock")
+    result = await _memory(home, action="add", target="memory", content="Backups at 03:00.")
+    assert result.is_error
+    assert not (outside / "made-by-the-lock").exists() and not (home / "memories" / "MEMORY.md").exists()

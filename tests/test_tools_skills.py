@@ -212,6 +212,19 @@ async def test_a_linked_category_or_skills_folder_takes_no_new_skill_outside(tmp
     assert sorted(p.name for p in outside.rglob("*")) == ["SKILL.md", "planted"]
 
 
+@pytest.mark.parametrize("action", ["create", "patch"])
+async def test_a_linked_lock_file_opens_nothing_outside(tmp_path: Path, outside: Path, action: str) -> None:
+    home = tmp_path / "home"
+    await _call(home, "skill_manage", action="create", name="tea", category="kitchen", content="Boil water.",
+                description="Brew tea")
+    (home / "skills" / ".lock").unlink()
+    (home / "skills" / ".lock").symlink_to(outside / "made-by-the-lock")
+    arguments = {"name": "coffee", "category": "kitchen"} if action == "create" else {"name": "tea"}
+    result = await _call(home, "skill_manage", action=action, content="Grind beans.", description="Brew", **arguments)
+    assert result.is_error and "leads outside the gateway home" in result.text
+    assert not (outside / "made-by-the-lock").exists()
+
+
 async def test_links_that_stay_inside_the_skills_folder_still_work(tmp_path: Path) -> None:
     await _call(tmp_path, "skill_manage", action="create", name="tea", category="kitchen", content="Boil water.",
                 description="Brew tea")

@@ -53,7 +53,8 @@ class FileLock:
     def hold(self) -> Iterator[None]:
         with self._thread_lock:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+            # Never through a symbolic link: one planted in the folder would have this create a file elsewhere.
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield

@@ -147,6 +147,7 @@ class SkillLibrary:
         _check_name("category", category)
         _check_name("name", name)
         self._confined(self.root / category / name / SKILL_FILE)
+        self._confined(self.root / ".lock")
         with self._write_lock.hold():
             existing = [c for c in _subdirs(self.root) if (self.root / c / name / SKILL_FILE).is_file()]
             if existing:
