@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -26,6 +27,11 @@ def require(missing: str | None) -> None:
     if os.environ.get("GATEWAY_CI"):
         pytest.fail(f"{missing} (GATEWAY_CI is set: CI installs it, so its absence is a failure)")
     pytest.skip(missing)
+
+
+def require_tool(name: str, package: str) -> None:
+    """The test runs `name` (node, …): skipped without it on a developer's machine, a failure in CI."""
+    require(None if shutil.which(name) else f"{name} is not installed (apt-get install {package})")
 
 
 def write_config(home: Path, *, provider: str = "anthropic", base_url: str | None = None, extra: str = "") -> Path:

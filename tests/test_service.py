@@ -455,3 +455,12 @@ def test_in_ci_a_missing_systemd_fails_the_unit_checks_instead_of_skipping(tmp_p
                         timeout=300, check=False)
     assert dev.returncode == 0 and "SKIPPED" in dev.stdout, dev.stdout + dev.stderr
     assert ci.returncode == 1 and "GATEWAY_CI is set" in ci.stdout, ci.stdout + ci.stderr
+
+
+def test_no_test_skips_quietly_when_a_tool_is_missing() -> None:
+    """A test that needs a program asks require()/require_tool() (tests/helpers.py), so that in CI its absence
+    fails the run; a plain skipif on shutil.which would hide the test there (node did, for two of them)."""
+    quiet = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "tests").rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"skip(?:if)?\(.*shutil\.which", line)]
+    assert quiet == []

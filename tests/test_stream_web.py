@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import textwrap
 from importlib import resources
@@ -13,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
-from tests.helpers import write_config
+from tests.helpers import require_tool, write_config
 
 ANSWER = "A streamed answer, written in several pieces:\n\n```python\nprint('hi')\n```\nand a **bold** end."
 
@@ -152,8 +150,8 @@ async def test_a_kill_mid_stream_gives_exactly_one_answer_after_the_restart(home
     assert len(tab2.replies()) == 1
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="runs the page's script in node")
 def test_the_page_grows_the_draft_and_puts_the_reply_in_its_place(tmp_path: Path) -> None:
+    require_tool("node", "nodejs")  # runs the page's script
     page = resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
     script = page.split("<script>", 1)[1].split("</script>", 1)[0]
     frames = [{"type": "draft", "id": "d1", "text": "Hello"}, {"type": "delta", "id": "d1", "text": " **wor"},

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shutil
 import subprocess
 import textwrap
 from collections.abc import AsyncIterator
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from adapters.webchat import WebChatAdapter
 from gateway.config.settings import load_config
@@ -23,7 +21,7 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM
-from tests.helpers import write_config
+from tests.helpers import require_tool, write_config
 from tests.mediafiles import image_size, make_pdf, picture
 
 
@@ -138,8 +136,8 @@ async def test_a_stalled_upload_is_dropped_and_leaves_nothing(home: Path, fake_l
         await daemon.stop()
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="runs the page's script in node")
 def test_the_page_uploads_the_chosen_file_then_names_it_in_the_message(tmp_path: Path) -> None:
+    require_tool("node", "nodejs")  # runs the page's script
     page = resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
     script = page.split("<script>", 1)[1].split("</script>", 1)[0]
     harness = textwrap.dedent("""\
