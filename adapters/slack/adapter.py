@@ -7,8 +7,9 @@ ack is on disk and one we could not store is not acked and comes again. Slack gi
 is bounded: lookups that enrich a message (conversations.info, users.info, a thread's history) get 1.5 s together;
 what is not back by then is guessed from the id, left out, or, for a thread's history, shown with the thread's next
 message (this one carries a note); and the listener returns by 2.5 s even when the core is still sending an inline
-answer (a command's reply), which in any case waits until the ack is out. Slack's redeliveries are dropped here
-by event id and, failing that, by the store's dedupe on channel + ts. This module holds the lifecycle and the
+answer (a command's reply), which in any case waits until the ack is out. Slack's redeliveries (same event id,
+same message) and the two events one mention makes (`app_mention` and `message`) are dropped here by channel + ts
+before they reach the store; the store's own dedupe on the message id covers a restart. This module holds the lifecycle and the
 inbound side (events and the slash command); the HTTP server or Socket Mode websocket is in `connection`, sending
 and the thinking reaction in `outbound`, the ack plumbing in `ack`, the Web API lookups in `lookup`, the pure
 translation in `text`.
@@ -107,7 +108,6 @@ class SlackAdapter:
         self._directory = Directory(config, enrich_budget)  # chat types, people, threads, lookups in flight
         self._outbound = Outbound(self._intake, monotonic, thinking_reaction)  # replies and the thinking mark
         self._preview = SlackPreview(self._outbound, monotonic)  # Slack's own streaming, or a message updated
-        self._event_ids = Recent()
         self._message_keys = Recent()
         self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
         self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
@@ -208,16 +208,8 @@ class SlackAdapter:
 
     # ------------------------------------------------------------------ inbound: events
     async def _on_event(self, body: Mapping[str, Any], event: Mapping[str, Any], *, via_mention: bool) -> None:
-        event_id = str(body.get("event_id") or "")
-        if event_id and not self._event_ids.add(event_id):
-            log.debug("slack: event %s delivered again; dropped", event_id)
-            return
         with self._intake.tracked():
-            try:
-                await self._handle_event(body, event, via_mention)
-            except BaseException:  # not stored, so bolt does not ack it: Slack's retry of it must get through
-                self._event_ids.discard(event_id)
-                raise
+            await self._handle_event(body, event, via_mention)
 
     async def _handle_event(self, body: Mapping[str, Any], event: Mapping[str, Any], via_mention: bool) -> None:
         assert self._me is not None
@@ -225,13 +217,14 @@ class SlackAdapter:
         if target is None:
             return
         key = (target.channel, target.ts)
-        if not self._message_keys.add(key):  # a mention arrives as `app_mention` and as `message`
-            return
+        if not self._message_keys.add(key):  # a redelivery, or the other event of a mention: Slack's retries, sent
+            log.debug("slack: %s %s delivered again (event %s); dropped", *key, body.get("event_id"))
+            return  # while the first delivery is still being stored, never reach the store
         try:
             inbound = await self._inbound(body, event, target)
             if inbound is not None:
                 await self._intake.store(inbound, lambda result: self._accepted(inbound, target, result))
-        except BaseException:
+        except BaseException:  # not stored, so bolt does not ack it: Slack's retry of it must get through
             self._message_keys.discard(key)
             raise
 

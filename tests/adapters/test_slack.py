@@ -39,6 +39,7 @@ from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.slack import (
     APP_TOKEN,
     BOT_TOKEN,
+    BOT_USER_ID,
     SIGNING_SECRET,
     FakeSlack,
     event_callback,
@@ -768,6 +769,23 @@ async def test_slack_retries_a_late_ack_and_the_retry_never_reaches_the_store(ho
         release.set()
     assert [(d.attempt, d.reason, d.outcome) for d in deliveries] == [(0, "", "timeout"), (1, "http_timeout", "ok")]
     assert handed_in == ["slow to store"]  # Slack's retry, sent while the first post was in flight, went no further
+
+
+async def test_one_mention_is_two_events_and_reaches_the_store_once(home: Path, slack: FakeSlack) -> None:
+    """Slack sends a mention as `app_mention` and as `message`, with two event ids: the same message (channel, ts)."""
+    handed_in: list[str] = []
+
+    async def store(inbound: Inbound) -> SubmitResult:
+        handed_in.append(inbound.text)
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    async with http_adapter(home, slack, store) as (_, url):
+        api = EventsApi(url, SIGNING_SECRET, retry_delays=(0.0, 0.0, 0.0))
+        ts = new_ts()
+        text = f"<@{BOT_USER_ID}> hello"
+        await api.deliver(event_callback(mention(text, ts=ts), event_id="EvMention"))
+        await api.deliver(event_callback(said(text, ts=ts), event_id="EvMessage"))
+    assert len(handed_in) == 1
 
 
 async def test_slack_gets_its_ack_within_3_seconds_however_slow_the_store(home: Path, slack: FakeSlack) -> None:
