@@ -48,7 +48,7 @@ from tests.fakes.slack import (
     slack_error,
     url_verification,
 )
-from tests.fakes.slack_events import EventsApi
+from tests.fakes.slack_events import EventsApi, SocketModeEvents
 from tests.helpers import write_config
 
 ALICE, BOB, STRANGER = "U1", "U2", "U9"
@@ -799,6 +799,54 @@ async def test_slack_gets_its_ack_within_3_seconds_however_slow_the_store(home: 
         deliveries = await EventsApi(url, SIGNING_SECRET).deliver(event_callback(dm("hello"), event_id="EvOnTime"))
         release.set()
     assert [(d.attempt, d.outcome, d.status) for d in deliveries] == [(0, "ok", 200)]
+    assert deliveries[0].elapsed < 3.0
+
+
+@asynccontextmanager
+async def socket_adapter(home: Path, slack: FakeSlack, submit: Callable[[Inbound], Awaitable[SubmitResult]],
+                         **kwargs: Any) -> AsyncIterator[SlackAdapter]:
+    """The adapter alone in Socket Mode, with `submit` standing in for the core."""
+    write_config(home, extra=slack_yaml(slack, "socket", ""))
+    config = load_config(home, env={})
+    assert config.slack is not None
+    adapter = SlackAdapter(config.slack, serve=serve_http, **kwargs)
+    await adapter.start(submit)
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+async def test_socket_mode_redelivers_a_late_ack_and_the_retry_never_reaches_the_store(
+        home: Path, slack: FakeSlack) -> None:
+    handed_in: list[str] = []
+    release = asyncio.Event()
+
+    async def slow_store(inbound: Inbound) -> SubmitResult:
+        handed_in.append(inbound.text)
+        await release.wait()
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    async with socket_adapter(home, slack, slow_store, ack_budget=0.25):  # scaled down tenfold, as over HTTP
+        events = SocketModeEvents(slack, ack_deadline=0.1, retry_delays=(0.0, 0.0, 0.0))
+        deliveries = await events.deliver(dm("slow to store"), event_id="EvSlowSocket")
+        release.set()
+    assert [(d.attempt, d.reason, d.outcome) for d in deliveries] == [(0, "", "timeout"), (1, "timeout", "ok")]
+    assert handed_in == ["slow to store"]
+
+
+async def test_socket_mode_gets_its_ack_within_3_seconds_however_slow_the_store(home: Path,
+                                                                                slack: FakeSlack) -> None:
+    release = asyncio.Event()
+
+    async def stuck_store(inbound: Inbound) -> SubmitResult:
+        await release.wait()
+        return SubmitResult(SubmitOutcome.ACCEPTED)
+
+    async with socket_adapter(home, slack, stuck_store):  # Slack's real 3 s against our real budget
+        deliveries = await SocketModeEvents(slack).deliver(dm("hello"), event_id="EvOnTimeSocket")
+        release.set()
+    assert [(d.attempt, d.outcome) for d in deliveries] == [(0, "ok")]
     assert deliveries[0].elapsed < 3.0
 
 

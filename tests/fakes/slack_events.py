@@ -1,5 +1,5 @@
-"""Slack's side of the HTTP Events API: it posts each event to the app's Request URL, signed, and holds the app to
-Slack's deadline. An answer that is not a 2xx within 3 seconds is a failure, and Slack sends the event again: at
+"""Slack's side of the Events API, over HTTP and over Socket Mode: each event is delivered (posted to the app's Request
+URL, signed, or pushed as an envelope on its websocket), and the app is held to Slack's deadline. An answer that is not a 2xx within 3 seconds is a failure, and Slack sends the event again: at
 once, after a minute, after five minutes, each time with `X-Slack-Retry-Num` (1, 2, 3) and `X-Slack-Retry-Reason`
 (`http_timeout`, `http_error`, `connection_failed`). A post that timed out is neither cancelled nor waited for:
 the app sees the retry while the first post is still in flight.
@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.fakes.slack import signed_request_headers
+from tests.fakes.slack import FakeSlack, signed_request_headers
 
 ACK_DEADLINE_S = 3.0
 RETRY_DELAYS_S = (0.0, 60.0, 300.0)  # Slack's schedule: immediately, after 1 minute, after 5 minutes
@@ -90,3 +90,36 @@ class EventsApi:
                 return resp.status
         except (aiohttp.ClientError, OSError):
             return None
+
+
+class SocketModeEvents:
+    """Pushes events on the fake's Socket Mode websocket as Slack does: an envelope not acked within 3 s counts as
+    failed and the event comes again, in a new envelope with `retry_attempt` 1, 2, 3 and `retry_reason`, on the
+    same schedule as over HTTP. A late ack is ignored (the retry is on its way already)."""
+
+    def __init__(self, fake: FakeSlack, *, ack_deadline: float = ACK_DEADLINE_S,
+                 retry_delays: Sequence[float] = RETRY_DELAYS_S,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.fake = fake
+        self.ack_deadline = ack_deadline
+        self.retry_delays = tuple(retry_delays)
+        self.sleep = sleep
+        self.deliveries: list[Delivery] = []
+
+    async def deliver(self, event: Mapping[str, Any], event_id: str) -> list[Delivery]:
+        found: list[Delivery] = []
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await self.sleep(self.retry_delays[attempt - 1])
+            reason = "timeout" if attempt else ""
+            started = time.monotonic()
+            envelope = await self.fake.push_event(event, event_id=event_id, retry_attempt=attempt, retry_reason=reason)
+            try:
+                await self.fake.wait_for_ack(envelope, timeout=self.ack_deadline)
+            except TimeoutError:
+                found.append(Delivery(event_id, attempt, reason, "timeout", None, time.monotonic() - started))
+                continue
+            found.append(Delivery(event_id, attempt, reason, "ok", None, time.monotonic() - started))
+            break
+        self.deliveries.extend(found)
+        return found
