@@ -16,6 +16,7 @@ import pytest
 from gateway.cli.main import main
 from gateway.ops.home import LOCK_FILE
 from tests.daemon_proc import GATEWAY, DaemonProc, free_port
+from tests.store_locks import LockHolder
 
 
 def _home(parent: Path) -> Path:
@@ -148,4 +149,47 @@ async def test_a_read_only_home_is_one_line_and_exit_78(tmp_path: Path) -> None:
     assert _error_lines(err) == [
         (f"error: {home} is not writable (Permission denied): the daemon keeps its database there; `gateway doctor` "
          "says what to fix")]
+    assert "Traceback" not in err
+
+
+async def _made_home(tmp_path: Path) -> Path:
+    """A home whose state.db exists (a first run made it), as on any restart."""
+    home = _home(tmp_path)
+    first = DaemonProc(home)
+    await first.start()
+    try:
+        await first.wait_ready()
+        assert await first.stop() == 0, first.output()
+    finally:
+        await first.kill()
+    for sock in home.parent.glob("notify-*.sock"):  # a later DaemonProc may get the same name
+        sock.unlink()
+    return home
+
+
+async def test_a_lock_another_process_holds_for_a_moment_at_start_is_waited_for(tmp_path: Path) -> None:
+    """`gateway pairing approve` (or a sqlite3 shell) writing while the service restarts: a start, not exit 78 (which
+    systemd never restarts)."""
+    home = await _made_home(tmp_path)
+    daemon = DaemonProc(home)
+    async with LockHolder(home / "state.db") as lock:
+        await daemon.start()
+        await asyncio.sleep(1.0)
+        await lock.release()
+    try:
+        await daemon.wait_ready()
+        assert await daemon.stop() == 0, daemon.output()
+    finally:
+        await daemon.kill()
+    assert "Traceback" not in daemon.output()
+
+
+async def test_a_lock_held_past_the_start_wait_exits_75_to_be_started_again(tmp_path: Path) -> None:
+    home = await _made_home(tmp_path)
+    async with LockHolder(home / "state.db"):
+        code, err = await _gateway(home, "--log-format", "json", "run")
+    assert code == 75, err  # temporary: the unit's RestartForceExitStatus, not 78
+    assert _error_lines(err) == [
+        (f"error: {home / 'state.db'} stayed locked by another process for 5 s (a sqlite3 shell, a long gateway "
+         "command?); exiting 75 so the service manager tries again")]
     assert "Traceback" not in err

@@ -10,13 +10,16 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, EXIT_RESTART, config_of, log, setup_logging
 from gateway.config.settings import Config, environ
-from gateway.errors import ConfigError, HomeUnusable, StoreError
+from gateway.errors import ConfigError, HomeLocked, HomeUnusable, StoreError, StoreUnavailable
 from gateway.events import Adapter
 from gateway.ops.home import hold_home
+
+START_BUSY_TIMEOUT_MS = 5000  # while the daemon starts, a statement waits this long for another process's lock
 
 if TYPE_CHECKING:
     from adapters.console import ConsoleAdapter
@@ -57,8 +60,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         gc.freeze()
         gc.set_threshold(10_000, 20, 10)
         return asyncio.run(run_daemon(gateway, notifier=notifier, announce=announce))
-    except (ConfigError, HomeUnusable, KeyboardInterrupt):
+    except (ConfigError, HomeUnusable, HomeLocked, KeyboardInterrupt):
         raise
+    except StoreUnavailable as exc:  # start-up writes after the build (replay, timers): the same wait was spent
+        if exc.reason != "busy":
+            log.error("cannot start: the database takes no writes (%s); exiting %s so the service manager tries "
+                      "again", exc, EXIT_RESTART)
+            return EXIT_RESTART
+        raise HomeLocked(still_locked(config.db_path)) from None
     except asyncio.CancelledError:  # a second SIGTERM/SIGINT during the drain: stop now, as asked
         log.warning("stopped before the drain finished (second signal); unfinished turns stay stored for replay")
         return EXIT_OK
@@ -74,13 +83,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _build(config: Config, env: dict[str, str], adapters: Sequence[Adapter]) -> Gateway:
-    """The object graph; a home or state.db that cannot be used (read-only, damaged) is one line and exit 78."""
+    """The object graph; a home or state.db that cannot be used (read-only, damaged) is one line and exit 78. While
+    it starts, the daemon waits START_BUSY_TIMEOUT_MS for another process's write lock (a CLI command writing during
+    a restart); one held longer is a temporary failure (75): systemd starts it again, it never would after 78."""
     from gateway.ops.home import database_problem
     from gateway.ops.wiring import build_gateway
     try:
-        return build_gateway(config, env=env, adapters=adapters)
+        return build_gateway(config, env=env, adapters=adapters, busy_timeout_ms=START_BUSY_TIMEOUT_MS)
     except (StoreError, OSError) as exc:
+        if isinstance(exc, StoreUnavailable) and exc.reason == "busy":
+            raise HomeLocked(still_locked(config.db_path)) from None
         raise HomeUnusable(database_problem(config.db_path, exc)) from None
+
+
+def still_locked(db_path: Path) -> str:
+    return (f"{db_path} stayed locked by another process for {START_BUSY_TIMEOUT_MS // 1000} s (a sqlite3 shell, a "
+            f"long gateway command?); exiting {EXIT_RESTART} so the service manager tries again")
 
 
 def banner(config: Config, gateway: Gateway) -> str:

@@ -26,7 +26,7 @@ from gateway.ops.notify import Notifier
 from gateway.ops.status import Ops, connect_host, model_name, package_version
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
-from gateway.ops.wiring import Gateway
+from gateway.ops.wiring import LOOP_BUSY_TIMEOUT_MS, Gateway
 from gateway.sessions.catchup import CatchUps, joined_threads
 from gateway.store.media_files import sweep
 from gateway.telemetry.logs import redactor_for
@@ -109,6 +109,7 @@ class Daemon:
         gw.background.append(loop.create_task(self._media_retention(), name="media-retention"))
         gw.store.checkpoint_off_loop()
         gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))
+        gw.store.set_busy_timeout(LOOP_BUSY_TIMEOUT_MS)  # serving now: the loop waits a moment at most for a lock
 
     async def _checkpoint(self) -> None:
         """Every few seconds: the WAL checkpoint (in a thread), and while writes fail, a probe write (on the loop's

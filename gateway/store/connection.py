@@ -136,6 +136,11 @@ class Database:
         finally:
             conn.close()
 
+    def set_busy_timeout(self, busy_timeout_ms: int) -> None:
+        """How long a statement waits for another process's write lock (the daemon's start-up may wait longer
+        than its event loop later may)."""
+        self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+
     def close(self) -> None:
         try:
             self.conn.execute("PRAGMA optimize")
