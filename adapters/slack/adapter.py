@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -78,7 +79,9 @@ ENRICH_BUDGET_S = 1.5          # names, channel type, thread history: what is no
 ACK_BUDGET_S = 2.5             # the listener returns by then, whatever the core is still doing (Slack waits 3 s)
 THREAD_UNREAD_NOTE = ("[This message is part of a thread that began before you joined; its earlier messages could "
                       "not be read in time and will come with the next message here.]")
-COMMAND_WORDS = frozenset({"new", "reset", "status", "usage", "stop", "retry", "undo", "help"})
+COMMAND_WORDS = frozenset({"new", "reset", "status", "usage", "stop", "retry", "undo", "help", "jobs"})
+# `/agent jobs cancel 4`: the one command that takes words after it (Slack keeps `/jobs` for its own commands)
+JOBS_CANCEL = re.compile(r"jobs\s+(?:cancel|stop)\s+#?\d+", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------------- the adapter
@@ -299,7 +302,7 @@ class SlackAdapter:
         text = str(body.get("text") or "").strip()
         if not text:
             text = "/help"
-        elif text.lower() in COMMAND_WORDS:
+        elif text.lower() in COMMAND_WORDS or JOBS_CANCEL.fullmatch(text):
             text = f"/{text.lower()}"
         message_id = f"cmd:{body.get('trigger_id') or time.time()}"
         self._outbound.slash_command(message_id, respond, user, channel)
