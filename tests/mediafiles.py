@@ -57,3 +57,19 @@ def make_pdf(pages: list[str]) -> bytes:
 
 CORRUPT_PDF = b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\ntruncated in the middle of"
 VOICE_NOTE = b"OggS\x00\x02" + bytes(range(256)) * 8  # an Ogg page header and noise: the fake transcriber reads bytes
+
+
+def blank_png(width: int, height: int) -> bytes:
+    """A valid 1-bit PNG of this size, all black, made without Pillow: a few KB on disk however many pixels it
+    claims (a decompression bomb; the test process never holds its pixels)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" * (1 + (width + 7) // 8)  # filter byte, then the row's bits
+    packer = zlib.compressobj(9)
+    body = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")

@@ -7,8 +7,10 @@ import asyncio
 import io
 import subprocess
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ from gateway.media.documents import document_block, read_pdf, read_text_file
 from gateway.media.download import download
 from gateway.media.images import prepare_image
 from gateway.media.prepare import category
-from tests.mediafiles import CORRUPT_PDF, image_size, make_pdf, picture
+from tests.mediafiles import CORRUPT_PDF, blank_png, image_size, make_pdf, picture
 
 
 # ------------------------------------------------------------------------------------------ pictures
@@ -62,12 +64,36 @@ def test_unreadable_and_oversized_pictures_are_refused_with_a_reason(tmp_path: P
     path.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     with pytest.raises(MediaError, match="not a picture that can be opened"):
         prepare_image(path)
-    from PIL import Image
+    from PIL.Image import DecompressionBombWarning
 
     bomb = tmp_path / "bomb.png"
-    Image.new("1", (20_000, 20_000)).save(bomb)  # 400 megapixels, a few KB on disk
-    with pytest.raises(MediaError, match="too large to open"):
-        prepare_image(bomb)
+    for side in (20_000, 9_000):  # 400 megapixels (Pillow's own refusal), and 81 (Pillow would only warn)
+        bomb.write_bytes(blank_png(side, side))
+        with warnings.catch_warnings(), pytest.raises(MediaError, match="too large to open"):
+            warnings.simplefilter("ignore", DecompressionBombWarning)  # as in the daemon: a warning, not an error
+            prepare_image(bomb)
+
+
+def test_a_big_jpeg_is_decoded_at_a_fraction_of_its_size(tmp_path: Path) -> None:
+    """A 48-megapixel phone photo is decoded at a quarter of its pixels (JPEG draft mode), not whole: the result
+    is the same size as a full decode would give, from far less memory."""
+    path = tmp_path / "phone.jpg"
+    path.write_bytes(picture(8000, 6000))
+    decoded: list[tuple[int, int]] = []
+    from PIL import ImageOps
+
+    real = ImageOps.exif_transpose
+
+    def spy(image: Any, **kwargs: Any) -> Any:
+        decoded.append(image.size)
+        return real(image, **kwargs)
+
+    ImageOps.exif_transpose = spy
+    try:
+        prepared = prepare_image(path)
+    finally:
+        ImageOps.exif_transpose = real
+    assert decoded == [(2000, 1500)] and (prepared.width, prepared.height) == (1238, 928)
 
 
 # ------------------------------------------------------------------------------------------ documents

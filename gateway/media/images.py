@@ -43,13 +43,17 @@ def prepare_image(source: Path) -> PreparedImage:
     from PIL import Image as PILImage
     from PIL import ImageOps, UnidentifiedImageError
 
-    PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
+    PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS  # Pillow warns past this (refuses past twice it); we refuse
     try:
         with PILImage.open(source) as opened:
+            width, height = opened.size  # from the header: nothing is decoded yet
+            if width * height > MAX_SOURCE_PIXELS:
+                raise PILImage.DecompressionBombError(f"{width}x{height}")
             opened.seek(0)  # an animated GIF/WebP sticker: its first frame is the still image
+            opened.draft(None, _target(width, height))  # a big JPEG is decoded at 1/2, 1/4 or 1/8 of its size
             image = ImageOps.exif_transpose(opened)
             image.load()
-    except PILImage.DecompressionBombError:
+    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):  # the warning: where it is an error
         raise MediaError("the picture is too large to open (over 64 megapixels)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         log.info("image %s unreadable: %s", source.name, type(exc).__name__)
@@ -57,11 +61,21 @@ def prepare_image(source: Path) -> PreparedImage:
     return _encode(_fit(image))
 
 
+def _scale(width: int, height: int) -> float:
+    """How much a picture of this size is shrunk (1.0: not at all); the same either way round."""
+    return min(1.0, MAX_EDGE / max(width, height), float((MAX_PIXELS / (width * height)) ** 0.5))
+
+
+def _target(width: int, height: int) -> tuple[int, int]:
+    scale = _scale(width, height)
+    return max(1, int(width * scale)), max(1, int(height * scale))
+
+
 def _fit(image: Image) -> Image:
     from PIL.Image import Resampling
 
     width, height = image.size
-    scale = min(1.0, MAX_EDGE / max(width, height), (MAX_PIXELS / (width * height)) ** 0.5)
+    scale = _scale(width, height)
     if scale < 1.0:
         size = (max(1, int(width * scale)), max(1, int(height * scale)))
         image = image.resize(size, Resampling.LANCZOS)
