@@ -73,3 +73,30 @@ def blank_png(width: int, height: int) -> bytes:
     body = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+def pdf_bomb(unpacked: int = 40_000_000, copies: int = 2) -> bytes:
+    """A PDF of a few KB whose one page's content is `copies` references to a compressed stream of `unpacked`
+    zero bytes: reading it unpacks copies × unpacked bytes (past pypdf's 75 MB limit by default)."""
+    import zlib
+
+    packer = zlib.compressobj(9)
+    block = b"\x00" * 1_000_000
+    stream = b"".join(packer.compress(block) for _ in range(unpacked // len(block))) + packer.flush()
+    refs = " ".join(["4 0 R"] * copies)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents [{refs}] "
+               "/Resources << /Font << /F1 5 0 R >> >> >>".encode(),
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += b"%010d 00000 n \n" % offset
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)

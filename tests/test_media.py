@@ -20,7 +20,7 @@ from gateway.media.documents import document_block, read_pdf, read_text_file
 from gateway.media.download import download
 from gateway.media.images import prepare_image
 from gateway.media.prepare import category
-from tests.mediafiles import CORRUPT_PDF, blank_png, image_size, make_pdf, picture
+from tests.mediafiles import CORRUPT_PDF, blank_png, image_size, make_pdf, pdf_bomb, picture
 
 
 # ------------------------------------------------------------------------------------------ pictures
@@ -142,6 +142,29 @@ def test_pdfs_read_page_by_page_and_refuse_what_they_cannot_read(tmp_path: Path)
     path.write_bytes(make_pdf([""]))
     with pytest.raises(MediaError, match="no text layer"):
         read_pdf(path, 1000)
+
+
+def test_a_pdf_bomb_gets_a_clear_answer(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.pdf"
+    path.write_bytes(pdf_bomb())  # a few KB that unpack to 80 MB
+    assert path.stat().st_size < 200_000
+    with pytest.raises(MediaError, match="the PDF is too large to read"):
+        read_pdf(path, 1000)
+
+
+def test_a_pdf_that_takes_too_long_is_read_as_far_as_the_time_allows(tmp_path: Path) -> None:
+    """Some PDFs take minutes of CPU a page (millions of drawing operations unpacked from a few KB): reading stops
+    after media's time budget (here on a clock that moves 20 s a page), with what was read so far and a note."""
+    ticks = iter(range(0, 10_000, 20))
+    path = tmp_path / "slow.pdf"
+    path.write_bytes(make_pdf(["page one", "page two", "page three"]))
+    doc = read_pdf(path, 1000, budget_s=30, clock=lambda: next(ticks))
+    assert (doc.text, doc.pages, doc.pages_read) == ("page one", 3, 1)
+    assert "[Only the first 1 of its 3 pages were read: reading it took longer than 30 s.]" in \
+        document_block("slow.pdf", "application/pdf", 500, doc, 1000)
+    path.write_bytes(make_pdf(["", "page two"]))
+    with pytest.raises(MediaError, match=r"takes too long to read \(over 30 s for its first 1 of 2 pages\)"):
+        read_pdf(path, 1000, budget_s=30, clock=lambda: next(ticks))
 
 
 def test_a_document_cannot_close_its_own_markers(tmp_path: Path) -> None:
