@@ -4,11 +4,12 @@ kept through compression, and removed with their session or by the retention swe
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ from gateway.llm.anthropic_wire import AnthropicClient, anthropic_messages
 from gateway.llm.factory import sees_images
 from gateway.llm.openai_wire import OpenAIClient, openai_messages
 from gateway.llm.types import IMAGE_BLIND_NOTE, IMAGE_GONE_NOTE, ChatMessage
+from gateway.ops.daemon import Daemon
 from gateway.store.database import Store
 from gateway.store.media_files import delete_session_media, media_root, session_dir, sweep
 from gateway.store.transcript import history_messages, session_history
 from tests.fakes.llm import FakeLLM
+from tests.helpers import gateway_for, write_config
 from tests.mediafiles import picture
 
 NOW = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
@@ -194,3 +197,21 @@ async def test_the_fake_api_accepts_what_both_clients_send(fake_llm: FakeLLM) ->
             await client.complete(system="s", messages=wrong, tools=[])
     finally:
         await client.close()
+
+
+async def test_the_daemon_sweeps_media_by_its_own_clock(home: Path, fake_llm: FakeLLM) -> None:
+    """The retention runs at start and hourly with the daemon's clock (here 31 days on): a file the file system
+    wrote a moment ago is a month old to it, and goes."""
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="media:\n  retention_days: 30\n")
+    photo, _ = stored_image(home, 7, "3-0.jpg")
+    later = datetime.now(UTC) + timedelta(days=31)
+    daemon = Daemon(gateway_for(home, [], clock=lambda: later), install_signals=False)
+    await daemon.start()
+    try:
+        for _ in range(500):
+            if not (media_root(home) / photo["file"]).exists():
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await daemon.stop()
+    assert not (media_root(home) / photo["file"]).exists()

@@ -135,7 +135,7 @@ class Daemon:
         """Attachment files older than `media.retention_days` go (in a thread: a walk of the media folder)."""
         while True:
             try:
-                removed = await asyncio.to_thread(sweep, self.gw.config.home,
+                removed = await asyncio.to_thread(sweep, self.gw.config.home, now=self.gw.clock().timestamp(),
                                                   older_than_days=self.gw.config.media.retention_days)
                 if removed:
                     log.info("media retention: removed %s files older than %s days", removed,
