@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -235,10 +236,11 @@ class WebChatAdapter:
 
     async def _store(self, part: BodyPartReader, path: Path) -> int:
         assert self.uploads is not None
-        self.uploads.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for folder in (self.uploads.parent, self.uploads):  # GATEWAY_HOME/media/uploads: the owner's files, 0700
+            folder.mkdir(exist_ok=True, mode=0o700)
         size = 0
         try:
-            with path.open("wb") as out:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
                 while chunk := await asyncio.wait_for(part.read_chunk(CHUNK), self.upload_stall_s):
                     size += len(chunk)
                     if size > self.max_upload_bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import stat
 import subprocess
 import textwrap
 from collections.abc import AsyncIterator
@@ -70,6 +71,9 @@ async def test_an_uploaded_picture_and_pdf_reach_the_model(home: Path, fake_llm:
         assert daemon.web_port
         status, photo = await upload(daemon.web_port, home, picture(2000, 1000, fmt="PNG"), "plot.png", "image/png")
         assert status == 200 and photo["name"] == "plot.png" and photo["type"] == "image/png"
+        uploads = home / "media" / "uploads"
+        assert [stat.S_IMODE(p.stat().st_mode) for p in (uploads.parent, uploads, uploads / photo["id"])] == \
+            [0o700, 0o700, 0o600]
         status, pdf = await upload(daemon.web_port, home, make_pdf(["Total: 42"]), "bill.pdf", "application/pdf")
         assert status == 200
         frames = await say(daemon.web_port, home, {"text": "explain", "files": [photo, pdf]})

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gateway.errors import MediaTooLarge, MediaUnavailable
 from gateway.events import Attachment, MediaSource
+from gateway.store.media_files import open_private
 
 
 async def download(source: MediaSource, attachment: Attachment, dest: Path, *, max_bytes: int,
@@ -40,7 +41,7 @@ async def _stream(source: MediaSource, attachment: Attachment, part: Path, max_b
     written = 0
     stream = source.media(attachment)
     try:
-        with part.open("wb") as out:
+        with open_private(part) as out:
             async for chunk in stream:
                 written += len(chunk)
                 if written > max_bytes:

@@ -27,7 +27,7 @@ from gateway.media.documents import (
 from gateway.media.download import download
 from gateway.media.images import prepare_image
 from gateway.media.transcribe import Transcriber
-from gateway.store.media_files import relative_name, session_dir
+from gateway.store.media_files import private_folder, relative_name, session_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,10 @@ class MediaPipeline:
     async def prepare(self, source: MediaSource | None, attachments: Sequence[Attachment], *, session_id: int,
                       inbound_id: int) -> Prepared:
         out = Prepared(count=len(attachments))
+        folder = private_folder(self.home, session_dir(self.home, session_id)) if attachments else None
         for index, attachment in enumerate(attachments):
-            dest = session_dir(self.home, session_id) / f"{inbound_id}-{index}"
+            assert folder is not None
+            dest = folder / f"{inbound_id}-{index}"
             try:
                 await self._one(source, attachment, dest, out)
             except asyncio.CancelledError:
@@ -131,7 +133,7 @@ class MediaPipeline:
         if kind == "image":
             image = await asyncio.to_thread(prepare_image, path)
             stored = path.with_name(f"{path.name}.{'png' if image.media_type == 'image/png' else 'jpg'}")
-            stored.write_bytes(image.data)
+            write_private(stored, image.data)
             out.images.append({"media_type": image.media_type, "file": relative_name(self.home, stored),
                                "data": base64.b64encode(image.data).decode("ascii")})
             out.blocks.append(f"[image: {name}]")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import os
 import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from gateway.config.media import MEDIA_DIR
 
@@ -28,6 +30,25 @@ def media_root(home: Path) -> Path:
 
 def session_dir(home: Path, session_id: int) -> Path:
     return media_root(home) / str(int(session_id))
+
+
+def private_folder(home: Path, folder: Path) -> Path:
+    """Make `folder` (under the media folder) and the media folder itself, each 0700 whatever the umask: the files
+    are people's photos and documents."""
+    root = media_root(home)
+    for path in (root, *reversed([p for p in folder.parents if root in p.parents]), folder):
+        path.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def open_private(path: Path) -> BinaryIO:
+    """A new file for writing, 0600 whatever the umask (an existing one is emptied)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+
+
+def write_private(path: Path, data: bytes) -> None:
+    with open_private(path) as f:
+        f.write(data)
 
 
 def relative_name(home: Path, path: Path) -> str:

@@ -5,6 +5,7 @@ the user saw."""
 from __future__ import annotations
 
 import base64
+import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -93,6 +94,8 @@ async def test_a_photo_reaches_the_model_as_an_image_block_and_stays_the_same(
         assert [f.name for f in fake_telegram.calls if f.name in ("getfile", "file")] == ["getfile", "file"]
         stored = list(media_root(home).rglob("*.jpg"))
         assert len(stored) == 1 and stored[0].read_bytes() == base64.b64decode(image["source"]["data"])
+        modes = [stat.S_IMODE(p.stat().st_mode) for p in (media_root(home), stored[0].parent, stored[0])]
+        assert modes == [0o700, 0o700, 0o600]  # people's photos: the owner's alone, whatever the umask
         fake_telegram.inject_message(ALICE, "and the colour?")
         await fake_telegram.wait_for_sent(ALICE, count=2)
         later = fake_llm.anthropic_requests()[-1]["messages"]

@@ -23,7 +23,7 @@ from gateway.mcp.content import ResultImage
 from gateway.mcp.hub import McpHub
 from gateway.mcp.names import is_mcp_name
 from gateway.scan import mark_untrusted
-from gateway.store.media_files import relative_name, session_dir
+from gateway.store.media_files import private_folder, relative_name, session_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +91,17 @@ def _store(image: ResultImage, home: Path, session_id: int, max_bytes: int) -> d
 
     if len(image.data) > max_bytes:
         raise MediaTooLarge(len(image.data), max_bytes)
-    folder = session_dir(home, session_id)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder = private_folder(home, session_dir(home, session_id))
     source = folder / f"tool-{os.urandom(6).hex()}.part"
     try:
-        source.write_bytes(image.data)
+        write_private(source, image.data)
         prepared = prepare_image(source)
     finally:
         source.unlink(missing_ok=True)
     stored = folder / f"tool-{hashlib.sha256(prepared.data).hexdigest()[:20]}.{prepared.media_type.split('/')[1]}"
     if not stored.exists():
         partial = stored.with_name(f"{stored.name}.part")
-        partial.write_bytes(prepared.data)
+        write_private(partial, prepared.data)
         partial.replace(stored)  # whole or not at all
     return {"media_type": prepared.media_type, "file": relative_name(home, stored),
             "data": base64.b64encode(prepared.data).decode("ascii")}
