@@ -13,13 +13,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.config.settings import ModelEndpoint
 from gateway.llm.anthropic_wire import AnthropicClient, anthropic_messages
 from gateway.llm.factory import sees_images
 from gateway.llm.openai_wire import OpenAIClient, openai_messages
-from gateway.llm.types import IMAGE_BLIND_NOTE, IMAGE_GONE_NOTE, ChatMessage
+from gateway.llm.types import IMAGE_BLIND_NOTE, IMAGE_GONE_NOTE, IMAGE_LEFT_OUT_NOTE, ChatMessage
 from gateway.ops.daemon import Daemon
 from gateway.store.database import Store
 from gateway.store.media_files import delete_session_media, media_root, session_dir, sweep
@@ -215,3 +216,56 @@ async def test_the_daemon_sweeps_media_by_its_own_clock(home: Path, fake_llm: Fa
     finally:
         await daemon.stop()
     assert not (media_root(home) / photo["file"]).exists()
+
+
+def photo_chat(count: int, data: str) -> list[ChatMessage]:
+    """`count` turns, each a photo and an answer, then a question."""
+    turns: list[ChatMessage] = []
+    for n in range(count):
+        turns += [{"role": "user", "content": f"photo {n}",
+                   "images": [{"media_type": "image/jpeg", "file": f"1/{n}.jpg", "data": data}]},
+                  {"role": "assistant", "content": f"seen {n}"}]
+    return [*turns, {"role": "user", "content": "which was the best?"}]
+
+
+def image_blocks(wire: list[dict[str, Any]]) -> int:
+    return sum(1 for m in wire for b in m["content"] if isinstance(b, dict) and b.get("type") == "image")
+
+
+def test_a_history_with_more_pictures_than_a_request_takes_leaves_the_oldest_out_in_steps() -> None:
+    """Anthropic takes 100 pictures a request: past that the oldest are left out ten at a time (a note in their
+    place), so the request's start stays the same while the next ten pictures come (the prompt cache holds)."""
+    data = base64.b64encode(picture(16, 16)).decode()
+    assert image_blocks(anthropic_messages(photo_chat(100, data))) == 100
+    wire = anthropic_messages(photo_chat(101, data))
+    assert image_blocks(wire) == 91
+    assert wire[0]["content"] == [{"type": "text", "text": f"photo 0\n{IMAGE_LEFT_OUT_NOTE}"}]
+    assert wire[20]["content"][0]["type"] == "image"  # photo 10: the first one still sent
+    assert anthropic_messages(photo_chat(110, data))[:200] == wire[:200]  # the same start up to 110 pictures
+    assert image_blocks(anthropic_messages(photo_chat(111, data))) == 91
+    big = base64.b64encode(b"\xff\xd8\xff" + bytes(900_000)).decode()  # 1.2 MB of base64 each
+    assert image_blocks(anthropic_messages(photo_chat(25, big))) == 15  # within 24 M characters of pictures
+
+
+async def test_the_fake_apis_refuse_too_many_pictures_and_the_clients_never_send_them(fake_llm: FakeLLM) -> None:
+    data = base64.b64encode(picture(16, 16)).decode()
+    big = base64.b64encode(b"\xff\xd8\xff" + bytes(900_000)).decode()
+    client = AnthropicClient(model="claude-test", api_key="k", base_url=fake_llm.base_url, max_tokens=64,
+                             timeout_s=30, max_retries=0, context_window=1_000_000)
+    try:
+        for history in (photo_chat(130, data), photo_chat(30, big)):  # 130 pictures; 36 MB of them
+            reply = await client.complete(system="s", messages=history, tools=[])
+            assert reply.text.startswith("echo: which was the best?")
+        raw = fake_llm.anthropic_raw()[-1]
+        assert len(raw) < 32 * 1024 * 1024
+    finally:
+        await client.close()
+    fake_llm.validate = True
+    too_many = {"model": "claude-test", "max_tokens": 8, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                                                   "data": data}}] * 101}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{fake_llm.base_url}/v1/messages", json=too_many,
+                             headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"]["message"] == "Too much media: 0 document pages + 101 images > 100"

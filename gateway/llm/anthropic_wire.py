@@ -18,6 +18,7 @@ from gateway.llm.types import (
     ToolDef,
     Usage,
     as_object,
+    fit_images,
     split_images,
     token_count,
 )
@@ -28,7 +29,7 @@ def anthropic_messages(messages: Sequence[ChatMessage], *, vision: bool = True) 
     """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge; a user
     message's images go first as base64 `image` blocks (Anthropic's advice: images before the text)."""
     out: list[dict[str, Any]] = []
-    for m in messages:
+    for m in fit_images(messages):
         role = m["role"]
         blocks: list[dict[str, Any]] = []
         if role == "tool":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import io
 import json
 import logging
 import random
@@ -189,7 +190,8 @@ class HttpTransport:
 
     async def _once(self, data: bytes) -> dict[str, Any]:
         try:
-            async with self._client().post(self.url, data=data, headers=self._headers, proxy=self._proxy) as resp:
+            async with self._client().post(self.url, data=_payload(data), headers=self._headers,
+                                           proxy=self._proxy) as resp:
                 raw = await resp.read()
                 status, headers = resp.status, resp.headers
         except TimeoutError as exc:
@@ -211,7 +213,7 @@ class HttpTransport:
 
     async def _stream_once(self, data: bytes, assembler: StreamAssembler) -> dict[str, Any]:
         try:
-            async with self._client().post(self.url, data=data, headers=self._stream_headers, proxy=self._proxy,
+            async with self._client().post(self.url, data=_payload(data), headers=self._stream_headers, proxy=self._proxy,
                                            timeout=self._stream_timeout) as resp:
                 if resp.status >= 400:
                     raise self._refused(resp.status, resp.headers, await resp.read())
@@ -274,3 +276,12 @@ class _Retry(LLMError):
 def _chain(error: LLMError, cause: BaseException) -> LLMError:
     error.__cause__ = cause
     return error
+
+
+LARGE_BODY = 1 << 20  # aiohttp writes a bytes body in one go, and warns past 1 MB; a buffer goes out in chunks
+
+
+def _payload(data: bytes) -> bytes | io.BytesIO:
+    """A request body as aiohttp best sends it: a history with pictures easily passes a megabyte (a fresh buffer per
+    attempt, since a retry sends it again)."""
+    return io.BytesIO(data) if len(data) > LARGE_BODY else data

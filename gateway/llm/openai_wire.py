@@ -17,6 +17,7 @@ from gateway.llm.types import (
     ToolDef,
     Usage,
     as_object,
+    fit_images,
     split_images,
     token_count,
 )
@@ -28,7 +29,7 @@ def openai_messages(system: str, messages: Sequence[ChatMessage], *, vision: boo
     text only, so the pictures tool results returned follow their step as one user message."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     shown: list[dict[str, Any]] = []  # image parts of the tool results just added (see _tool_result)
-    for m in messages:
+    for m in fit_images(messages):
         if m["role"] == "tool":
             out.append(_tool_result(m, vision, shown))
             continue

@@ -102,6 +102,36 @@ class Transport(Protocol):
 
 IMAGE_GONE_NOTE = "[An image was attached here; it is no longer available.]"
 IMAGE_BLIND_NOTE = "[An image was attached here; this model cannot see images.]"
+IMAGE_LEFT_OUT_NOTE = ("[An image was attached here; it is left out now: the conversation holds more pictures than "
+                       "one request can carry.]")
+# What one request may carry: Anthropic takes 100 images and 32 MB in all (OpenAI 500 images, 50 MB of them). The
+# oldest pictures are left out past either, STEP at a time, so the request's start stays the same for the next
+# STEP pictures (the prompt cache keeps matching) instead of changing with every new one.
+MAX_REQUEST_IMAGES = 100
+MAX_REQUEST_IMAGE_CHARS = 24_000_000  # base64 characters: room for the text within Anthropic's 32 MB
+LEAVE_OUT_STEP = 10
+
+
+def fit_images(messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+    """The history with its oldest pictures marked left out when it holds more than one request may carry (a
+    conversation that outgrew the limit would otherwise be refused on every turn)."""
+    sizes = [len(str(image.get("data"))) for m in messages for image in m.get("images") or () if image.get("data")]
+    drop = 0
+    while len(sizes) - drop > MAX_REQUEST_IMAGES or sum(sizes[drop:]) > MAX_REQUEST_IMAGE_CHARS:
+        drop += LEAVE_OUT_STEP
+    if not drop:
+        return messages
+    out: list[ChatMessage] = []
+    for m in messages:
+        if drop > 0 and m.get("images"):
+            images = []
+            for image in m["images"]:
+                if drop > 0 and image.get("data"):
+                    image, drop = {**image, "data": None, "left_out": True}, drop - 1
+                images.append(image)
+            m = {**m, "images": images}
+        out.append(m)
+    return out
 
 
 def split_images(message: ChatMessage, vision: bool) -> tuple[str, list[tuple[str, str]]]:
@@ -114,6 +144,8 @@ def split_images(message: ChatMessage, vision: bool) -> tuple[str, list[tuple[st
     for image in message.get("images") or ():
         if not vision:
             notes.append(IMAGE_BLIND_NOTE)
+        elif image.get("left_out"):
+            notes.append(IMAGE_LEFT_OUT_NOTE)
         elif image.get("data"):
             shown.append((str(image["media_type"]), str(image["data"])))
         else:

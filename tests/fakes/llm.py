@@ -281,6 +281,8 @@ class FakeLLM(FakeServer):
                                               else "Incorrect API key provided"), 401)
         if wire == "anthropic" and "anthropic-version" not in request.headers:
             return None, json_response(_error(wire, 400, "anthropic-version: header is required"), 400)
+        if wire == "anthropic" and len(await request.read()) > MAX_ANTHROPIC_REQUEST_BYTES:
+            return None, json_response(_error(wire, 413, "Request exceeds the maximum size"), 413)
         problem = _validate(body, wire) if self.validate else None
         if problem:
             return None, json_response(_error(wire, 400, problem), 400)
@@ -580,11 +582,21 @@ def _validate(body: Mapping[str, Any], wire: str) -> str | None:
 
 IMAGE_TYPES = {"image/jpeg": b"\xff\xd8\xff", "image/png": b"\x89PNG", "image/gif": b"GIF8", "image/webp": b"RIFF"}
 MAX_IMAGE_BYTES = 5 * 1024 * 1024  # Anthropic: 5 MB per image (OpenAI allows 20 MB)
+MAX_IMAGES = {"anthropic": 100, "openai": 500}  # per request
+MAX_OPENAI_IMAGE_BYTES = 50 * 1024 * 1024  # OpenAI: image bytes per request
+MAX_ANTHROPIC_REQUEST_BYTES = 32 * 1024 * 1024  # Anthropic: the whole request (413 request_too_large past it)
 
 
 def _validate_images(messages: Sequence[Mapping[str, Any]], wire: str) -> str | None:
     """Image blocks as the APIs check them: user messages only, a known type, base64 that decodes to an image of
-    that type and size."""
+    that type and size, and no more of them in one request than the API takes."""
+    sources = [s for m in messages for b in _with_tool_result_blocks(_blocks(m), wire)
+               if (s := _image_source(b, wire))]
+    if len(sources) > MAX_IMAGES[wire]:
+        return (f"Too much media: 0 document pages + {len(sources)} images > {MAX_IMAGES[wire]}" if wire == "anthropic"
+                else f"Too many images: {len(sources)} provided, at most {MAX_IMAGES[wire]} per request")
+    if wire == "openai" and sum(len(data) * 3 // 4 for _, data in sources) > MAX_OPENAI_IMAGE_BYTES:
+        return "Total image bytes in this request exceed the 50 MB limit"
     for n, m in enumerate(messages):
         content = m.get("content")
         for block in _with_tool_result_blocks(content if isinstance(content, list) else [], wire):
@@ -605,6 +617,11 @@ def _validate_images(messages: Sequence[Mapping[str, Any]], wire: str) -> str | 
             if not raw.startswith(IMAGE_TYPES[media_type]):
                 return f"messages.{n}: Image does not match the provided media type {media_type}"
     return None
+
+
+def _blocks(message: Mapping[str, Any]) -> list[Any]:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
 
 
 def _with_tool_result_blocks(blocks: list[Any], wire: str) -> list[Any]:
