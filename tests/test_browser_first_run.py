@@ -267,3 +267,28 @@ async def test_a_streamed_answer_grows_on_the_page_and_stays_one_message(home: P
             await expect(page.locator(".msg.bot li")).to_have_text(["Tea first", "Then the inbox"])
         finally:
             await daemon.stop()
+
+
+async def test_a_model_without_its_key_is_named_on_both_pages(home: Path, browser: Browser) -> None:
+    from playwright.async_api import expect
+    (home / "config.yaml").write_text("model:\n  provider: anthropic\n  name: claude-sonnet-4-5\n  api_key_env: MY_KEY\n"
+                                      "web:\n  port: 0\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    try:
+        page = await (await browser.new_context()).new_page()
+        await page.goto(f"http://127.0.0.1:{daemon.web_port}/?token={load_web_secret(home)}")
+        await expect(page.locator("#banner")).to_have_text(re.compile(
+            r"^The configured model can't answer yet: model claude-sonnet-4-5: no API key \(set MY_KEY "),
+            timeout=WAIT_MS)
+        await page.goto(f"http://127.0.0.1:{daemon.web_port}/dashboard")
+        banner = page.locator("#no-model")
+        await expect(banner).to_be_visible(timeout=WAIT_MS)
+        await expect(banner).to_have_text(re.compile(r"The configured model cannot answer: .*set MY_KEY"))
+        await expect(banner).not_to_contain_text("gateway init", use_inner_text=True)  # what is shown
+        await expect_text(page, "#model-name", "^cannot answer$")
+        await expect_text(page, "#model-source", r"^\(configured\)$")
+    finally:
+        await daemon.stop()

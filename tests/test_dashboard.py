@@ -111,7 +111,7 @@ async def test_the_day_so_far(running: Running, fake_llm: FakeLLM) -> None:
     await chat(running, "still here?", client="tab2")
 
     state = await running.state()
-    assert state["model"] == {"name": "anthropic/claude-test", "source": "configured"}
+    assert state["model"] == {"name": "anthropic/claude-test", "source": "configured", "problem": None}
     assert state["ready"] is True
     web = next(a for a in state["adapters"] if a["platform"] == "web")
     assert (web["state"], web["reconnects"], web["last_error"]) == ("running", 0, None)

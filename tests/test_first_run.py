@@ -93,3 +93,34 @@ async def test_the_banner_ends_before_the_log_says_where_the_web_chat_is(
     assert logged_before == [0]
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("web chat at")] == [
         f"web chat at http://127.0.0.1:{daemon.web_port}/ (`gateway web-url` prints its login link)"]
+
+
+async def test_a_configured_model_without_its_key_says_so_instead_of_asking_for_gateway_init(home: Path) -> None:
+    """`gateway init` wrote the model; the shell that runs the gateway lacks its key. Every surface must name the
+    missing variable: "no model is configured, run gateway init" would send the newcomer round in a circle."""
+    from gateway.cli.run import banner
+    from gateway.ops.status import render_status
+    from tests.daemon_proc import WebChatClient
+    (home / "config.yaml").write_text("model:\n  provider: anthropic\n  name: claude-sonnet-4-5\n  api_key_env: MY_KEY\n"
+                                      "web:\n  port: 0\n")
+    config = load_config(home, env={})
+    why = "model claude-sonnet-4-5: no API key (set MY_KEY or model.api_key)"
+    gateway = build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False)
+    assert banner(config, gateway).splitlines()[3] == f"  model      configured, but it cannot answer: {why}"
+    daemon = Daemon(gateway, install_signals=False)
+    await daemon.start()
+    try:
+        async with WebChatClient(daemon.web_port or 0, "tab", home=home) as tab:
+            greeting = await tab.next("hello")
+            reply = (await tab.say("hi"), await tab.next("message"))[1]
+        assert greeting == {"type": "hello", "model": None, "notice": (
+            f"The configured model can't answer yet: {why}. Set it where the gateway runs (a service reads its env "
+            "file), then restart the gateway.")}
+        assert reply["text"] == why and reply["kind"] == "error"
+        assert daemon.dashboard is not None
+        assert daemon.dashboard.state()["model"] == {"name": None, "source": "configured", "problem": why}
+        status = daemon.ops.snapshot()
+        assert status["ready"] is False
+        assert render_status(status).splitlines()[1] == f"model: configured, but it cannot answer: {why}"
+    finally:
+        await daemon.stop()

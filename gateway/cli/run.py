@@ -103,14 +103,16 @@ def still_locked(db_path: Path) -> str:
 
 def banner(config: Config, gateway: Gateway) -> str:
     """What `gateway run` says first: what runs, from where, with which model (and why that one), where to look."""
+    from gateway.llm.factory import model_problem
     from gateway.ops.status import model_name, package_version
     path = config.home / "config.yaml"
-    model = model_name(gateway.llm)
+    model, problem = model_name(gateway.llm), model_problem(gateway.llm)
     lines = [f"agent-gateway {package_version()}",
              f"  home       {config.home}",
              f"  config     {path}" if path.exists() else f"  config     none at {path} (defaults; `gateway init` "
                                                             "writes one)",
              f"  model      {model} ({gateway.model_source})" if model else
+             f"  model      {gateway.model_source}, but it cannot answer: {problem}" if problem else
              "  model      none: every message is answered with how to set one (`gateway init`)",
              f"  platforms  {', '.join(gateway.adapters) or 'none'}"]
     if not config.web.enabled:  # otherwise the daemon adds the web lines once the port is bound

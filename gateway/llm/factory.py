@@ -161,14 +161,16 @@ def build_chosen(choice: ModelChoice, env: Mapping[str, str], config: Config) ->
 
 
 class UnconfiguredLLM:
-    """Stands in when no model is configured, so the chat surfaces can say what to set instead of crashing."""
+    """Stands in when no model can answer, so the chat surfaces can say what to set instead of crashing: none is
+    configured, or the one chosen (`wanted`, provider/name) cannot be used (its key variable is not set)."""
 
     provider = "none"
     model = "none"
     context_window = 200_000
 
-    def __init__(self, reason: str = NOT_CONFIGURED) -> None:
+    def __init__(self, reason: str = NOT_CONFIGURED, *, wanted: str | None = None) -> None:
         self.reason = reason
+        self.wanted = wanted
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
@@ -176,3 +178,8 @@ class UnconfiguredLLM:
 
     async def close(self) -> None:
         return None
+
+
+def model_problem(llm: object) -> str | None:
+    """Why the chosen model cannot answer (e.g. its key variable is unset); None when it can, or none was chosen."""
+    return llm.reason if isinstance(llm, UnconfiguredLLM) and llm.wanted else None

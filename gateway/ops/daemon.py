@@ -19,6 +19,7 @@ from gateway.access.pairing import PairingBook, load_key
 from gateway.config.settings import environ
 from gateway.errors import StoreError
 from gateway.events import AdapterHealth, Inbound, KnownThreads, Submit, SubmitResult
+from gateway.llm.factory import model_problem
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
@@ -187,8 +188,9 @@ class Daemon:
         web_adapter = self.gw.adapters.get("web")
         if web_adapter is not None and hasattr(web_adapter, "attach"):
             history = WebChatHistory(self.gw.store)
-            model = model_name(self.gw.llm)
-            web_adapter.attach(app, history=history.lines, retried=history.retried, hello=lambda: hello(model))
+            model, problem = model_name(self.gw.llm), model_problem(self.gw.llm)
+            web_adapter.attach(app, history=history.lines, retried=history.retried,
+                               hello=lambda: hello(model, problem))
         self.ops.operator = self.guard.operator
         self.ops.attach(app)
         self.dashboard = self._dashboard()
@@ -209,7 +211,8 @@ class Daemon:
         if self.guard is not None and self.guard.secret is not None:
             redact.add([self.guard.secret.value])
         return Dashboard(store=gw.store, book=PairingBook(gw.store, load_key(gw.config.home)),
-                         health=self._health, model=ModelView(model_name(gw.llm), gw.model_source),
+                         health=self._health,
+                         model=ModelView(model_name(gw.llm), gw.model_source, model_problem(gw.llm)),
                          ready=lambda: self.ops.readiness()[0], version=package_version(), redact=redact,
                          clock=gw.clock)
 

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from gateway.errors import StoreError
 from gateway.events import AdapterHealth
-from gateway.llm.factory import UnconfiguredLLM
+from gateway.llm.factory import UnconfiguredLLM, model_problem
 from gateway.llm.types import LLMClient
 from gateway.scheduling.jobstore import JobStore
 from gateway.store.database import Store
@@ -135,6 +135,7 @@ class Ops:
         data = {
             "version": package_version(), "pid": os.getpid(), "started_at": state.started_at,
             "model": model_name(self.model), "model_source": self.model_source,
+            "model_problem": model_problem(self.model),
             "uptime_s": round(self.wall() - state.started_at, 1), "ready": ready, "draining": state.draining,
             "adapters": {name: _health_json(h) for name, h in sorted(state.adapters.items())},
             "sessions_active": state.sessions_active, "queued": state.queued,
@@ -259,6 +260,8 @@ def render_status(data: Mapping[str, Any]) -> str:
     if "model" in data:  # a daemon from before the model was reported says nothing here
         how = f" ({data['model_source']})" if data.get("model_source") else ""
         lines.append(f"model: {data['model']}{how}" if data["model"] else
+                     f"model: {data['model_source']}, but it cannot answer: {data['model_problem']}"
+                     if data.get("model_problem") else
                      "model: none, so every message gets an error (`gateway init` sets one up)")
     lines.append("adapters:")
     adapters: Mapping[str, Mapping[str, Any]] = data.get("adapters") or {}

@@ -181,10 +181,14 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
     """The model client and how it was chosen (the start-up banner and the dashboard say which)."""
     try:
         choice = choose_model(config, env, probe_ollama=probe_ollama)
-        return build_chosen(choice, env, config), choice.source
     except LLMNotConfigured as exc:  # the chat surfaces say what to set instead of the daemon refusing to start
         log.warning("%s", exc)
         return UnconfiguredLLM(str(exc)), "not configured"
+    try:
+        return build_chosen(choice, env, config), choice.source
+    except LLMNotConfigured as exc:  # chosen, but it cannot answer: say so by name, not "run gateway init"
+        log.warning("%s", exc)
+        return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
 
 
 def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],

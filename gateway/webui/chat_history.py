@@ -21,9 +21,13 @@ NO_MODEL_NOTICE = ("No model is configured, so I can't answer yet. On the machin
                    "the gateway.")
 
 
-def hello(model: str | None) -> dict[str, Any]:
-    """The first frame on a web chat socket: the model's name, or the notice the page shows as a banner."""
-    return {"model": model, "notice": None if model else NO_MODEL_NOTICE}
+def hello(model: str | None, problem: str | None = None) -> dict[str, Any]:
+    """The first frame on a web chat socket: the model's name, or the notice the page shows as a banner: how to set
+    one up, or (`problem`) why the configured one cannot answer, which `gateway init` would not fix."""
+    if model:
+        return {"model": model, "notice": None}
+    return {"model": None, "notice": f"The configured model can't answer yet: {problem}. Set it where the gateway "
+            "runs (a service reads its env file), then restart the gateway." if problem else NO_MODEL_NOTICE}
 
 
 class WebChatHistory:

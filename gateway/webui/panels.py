@@ -24,10 +24,12 @@ JOBS_SHOWN = 50
 
 @dataclass(frozen=True, slots=True)
 class ModelView:
-    """The model that answers and how it was chosen (None: no model; every turn gets the hint to fix it)."""
+    """The model that answers and how it was chosen (None: no model; every turn gets the hint to fix it), and why
+    the chosen one cannot answer when that is the case (its key variable is not set)."""
 
     name: str | None
     source: str
+    problem: str | None = None
 
 
 def adapters(health: Mapping[str, AdapterHealth], now: datetime, redact: Redact) -> list[dict[str, Any]]:

@@ -67,7 +67,8 @@ class Dashboard:
         now = self.clock()
         return {
             "version": self.version, "now": iso(now), "uptime_s": round((now - self.started_at).total_seconds()),
-            "ready": self.ready(), "model": {"name": self.model.name, "source": self.model.source},
+            "ready": self.ready(), "model": {"name": self.model.name, "source": self.model.source,
+                                                    "problem": self.model.problem},
             "adapters": panels.adapters(self.health(), now, self.redact),
             "sessions": panels.sessions(self.store), "flushes": panels.flushes(self.store, self.redact),
             "pairing": panels.pairing(self.book, now), "jobs": panels.jobs(self.store),

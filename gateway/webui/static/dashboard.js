@@ -54,7 +54,11 @@ function render(s) {
   $("ready").textContent = s.ready ? "ready" : "not ready";
   $("ready").className = `badge ${s.ready ? "ok" : "bad"}`;
   $("no-model").hidden = s.model.name !== null;
-  $("model-name").textContent = s.model.name || "none";
+  $("no-model-problem").hidden = !s.model.problem;  // configured, but it cannot answer: say why, not "gateway init"
+  $("no-model-fix").hidden = !!s.model.problem;
+  $("no-model-problem").textContent = s.model.problem ? `The configured model cannot answer: ${s.model.problem}. Set ` +
+    "it where the gateway runs (a service reads its env file), then restart the gateway." : "";
+  $("model-name").textContent = s.model.name || (s.model.problem ? "cannot answer" : "none");
   $("model-source").textContent = `(${s.model.source})`;
   renderAdapters(s);
   renderSessions(s);
