@@ -534,3 +534,31 @@ async def test_a_server_still_starting_when_the_wait_ends_is_reported_not_up() -
         assert check.verdict == "fail" and check.detail == "stdio: no answer within 0.3 s"
     finally:  # a connection still being made is dropped at once (the daemon's stop does not wait out its 10 s)
         await asyncio.wait_for(hub.stop(), 5)
+
+
+async def test_a_command_that_writes_only_garbage_is_dropped_with_the_reason() -> None:
+    """Not an MCP server at all (a wrong command, a crash loop printing on stdout): it is dropped after 20 such lines
+    with a sentence that says why, not after its connect timeout of thousands of logged tracebacks a second."""
+    spew = McpServerConfig(command=sys.executable, args=("-c", "while True: print('Traceback: not json', flush=True)"),
+                           connect_timeout_s=120)
+    hub = McpHub({"spew": spew})
+    await asyncio.wait_for(hub.start(wait_s=60), 30)
+    try:
+        state = hub.states["spew"]
+        assert state.state == "down"
+        assert state.error == ("it wrote 20 lines in a row on stdout that are not MCP messages (is the command an MCP "
+                               "server? its log lines belong on stderr)")
+    finally:
+        await asyncio.wait_for(hub.stop(), 10)
+
+
+async def test_a_few_stray_lines_on_stdout_are_tolerated(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo"]), server_args=", --junk, 19")
+    fake_llm.script(ToolCall("mcp_fake_echo", {"text": "still here"}), Reply("ok"))
+    gw = await _started(home, adapter)
+    try:
+        assert gw.mcp is not None and gw.mcp.states["fake"].state == "up"
+        assert await _ask(gw, adapter, "echo") == "ok"
+    finally:
+        await _close(gw)
+    assert "echo: still here" in _tool_results(fake_llm.anthropic_requests()[1])[0]["content"]

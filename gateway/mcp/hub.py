@@ -253,7 +253,7 @@ class McpHub:
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
-        return "stopped" if self._stopping.is_set() else "the server closed the connection"
+        return "stopped" if self._stopping.is_set() else link.why_closed or "the server closed the connection"
 
     async def _relist(self, state: ServerState, link: Link, config: McpServerConfig) -> None:
         """New sessions get the new list; running sessions keep the one stored with their prompt."""
@@ -305,5 +305,7 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, ToolError):  # already a sentence for the operator
+        return str(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__

@@ -32,6 +32,10 @@ log = logging.getLogger("gateway.mcp.hub")
 
 CLIENT_INFO = Implementation(name="agent-gateway", version="0.1")
 MAX_PAGES = 50  # a paginator that never ends cannot hang a start
+# A server that writes something other than JSON-RPC on stdout (a log line, a banner) is tolerated; one that does
+# nothing else (a wrong command, a crash loop printing a traceback) is dropped after this many lines in a row,
+# instead of the SDK logging a traceback per line (thousands a second) until the connect timeout ends it.
+MAX_BAD_LINES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +49,18 @@ class Link:
     """An entered `mcp.Client`; `closed` is set when the server's side of the connection ends, `changed` when the
     server says its tool list changed (`notifications/tools/list_changed`)."""
 
-    def __init__(self, server: str, client: Client, closed: asyncio.Event, changed: asyncio.Event) -> None:
+    def __init__(self, server: str, client: Client, closed: asyncio.Event, changed: asyncio.Event,
+                 read: _WatchedRead | None = None) -> None:
         self.server = server
         self._client = client
         self.closed = closed
         self.changed = changed
+        self._read = read
+
+    @property
+    def why_closed(self) -> str | None:
+        """Why the gateway ended the connection itself (the server sent only garbage), if it did."""
+        return self._read.why_closed if self._read is not None else None
 
     async def watch_tools(self) -> None:
         """On a 2026-07-28 connection, change notifications come only on a `subscriptions/listen` stream the client
@@ -110,16 +121,30 @@ async def open_link(server: str, config: McpServerConfig, *, errlog: TextIO | No
         params = StdioServerParameters(command=config.command, args=list(config.args),
                                        env={k: v.value for k, v in config.env.items()} or None,
                                        cwd=config.cwd)
-        async with Client(_Watched(stdio_client(params, errlog=errlog or sys.stderr), closed),
-                          client_info=CLIENT_INFO, cache=None, message_handler=on_message) as client:
-            yield Link(server, client, closed, changed)
+        watched = _Watched(stdio_client(params, errlog=errlog or sys.stderr), closed)
+        async with _explained(watched), Client(watched, client_info=CLIENT_INFO, cache=None,
+                                               message_handler=on_message) as client:
+            yield Link(server, client, closed, changed, watched.read)
         return
     headers = {k: v.value for k, v in config.headers.items()}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)) as http:
         transport = streamable_http_client(config.url or "", http_client=http)
-        async with Client(_Watched(transport, closed), client_info=CLIENT_INFO, cache=None,
-                          message_handler=on_message) as client:
-            yield Link(server, client, closed, changed)
+        watched = _Watched(transport, closed)
+        async with _explained(watched), Client(watched, client_info=CLIENT_INFO, cache=None,
+                                               message_handler=on_message) as client:
+            yield Link(server, client, closed, changed, watched.read)
+
+
+@asynccontextmanager
+async def _explained(watched: _Watched) -> AsyncIterator[None]:
+    """A connection the gateway dropped (the server wrote only garbage) fails with that reason, not with the SDK's
+    bare 'connection closed' (raised by the handshake or a request, maybe inside a task group's ExceptionGroup)."""
+    try:
+        yield
+    except Exception:
+        if watched.read is not None and watched.read.why_closed:
+            raise ToolError(watched.read.why_closed) from None
+        raise
 
 
 class _Watched:
@@ -128,10 +153,12 @@ class _Watched:
     def __init__(self, inner: AbstractAsyncContextManager[tuple[Any, Any]], closed: asyncio.Event) -> None:
         self._inner = inner
         self._closed = closed
+        self.read: _WatchedRead | None = None
 
     async def __aenter__(self) -> tuple[Any, Any]:
         read, write = await self._inner.__aenter__()
-        return _WatchedRead(read, self._closed), write
+        self.read = _WatchedRead(read, self._closed)
+        return self.read, write
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> bool | None:
@@ -140,16 +167,30 @@ class _Watched:
 
 
 class _WatchedRead:
+    """The SDK's read stream, ended early (as if the server had gone) after MAX_BAD_LINES unparsable lines in a
+    row: the SDK hands each one over as an exception value."""
+
     def __init__(self, inner: Any, closed: asyncio.Event) -> None:
         self._inner = inner
         self._closed = closed
+        self._bad = 0
+        self.why_closed: str | None = None
 
     @property
     def last_context(self) -> Any:
         return getattr(self._inner, "last_context", None)
 
     async def receive(self) -> Any:
-        return await self._inner.receive()
+        return self._count(await self._inner.receive())
+
+    def _count(self, item: Any) -> Any:
+        self._bad = self._bad + 1 if isinstance(item, Exception) else 0
+        if self._bad >= MAX_BAD_LINES:
+            self.why_closed = (f"it wrote {MAX_BAD_LINES} lines in a row on stdout that are not MCP messages "
+                               "(is the command an MCP server? its log lines belong on stderr)")
+            self._closed.set()
+            raise StopAsyncIteration
+        return item
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -159,7 +200,7 @@ class _WatchedRead:
 
     async def __anext__(self) -> Any:
         try:
-            return await self._inner.__anext__()
+            return self._count(await self._inner.__anext__())
         except StopAsyncIteration:
             self._closed.set()
             raise

@@ -219,7 +219,11 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--require-token", help="HTTP: answer 401 without Authorization: Bearer <token>")
     parser.add_argument("--legacy", action="store_true", help="stdio: speak only the 2025 protocol (no server/discover)")
+    parser.add_argument("--junk", type=int, default=0, help="stdio: first write this many lines that are not JSON-RPC "
+                        "(a banner or log lines printed to stdout by mistake)")
     args = parser.parse_args()
+    for i in range(args.junk):
+        print(f"starting up ({i + 1})...", flush=True)
     spec = json.loads(args.tools.read_text(encoding="utf-8")) if args.tools else {}
     if args.starts is not None:
         with args.starts.open("a", encoding="utf-8") as f:
