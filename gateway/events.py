@@ -222,10 +222,11 @@ class CatchUp(Protocol):
 
 @runtime_checkable
 class MemberRoles(Protocol):
-    """Optional ability, for platforms whose access rules read server roles (Discord): a member's roles in a server
-    as they are now (role ids, as `Inbound.roles`), asked before each run of a scheduled job its creator made
-    there. None when they are no longer a member of it; raises when it cannot be told right now (the roles the
-    job was made with are used then)."""
+    """Optional ability, for platforms that can say whether a job's creator still belongs where it was made: a
+    member's roles in a server (Discord) or workspace (Slack: none) as they are now (role ids, as `Inbound.roles`),
+    asked before each run of a scheduled job its creator made there. None when they are no longer a member of it
+    (left the server, a deactivated Slack account); raises when it cannot be told right now (the roles the job was
+    made with are used then)."""
 
     async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None: ...
 

@@ -315,6 +315,13 @@ class SlackAdapter:
             username=str(body.get("user_name") or "") or person.handle,
             space_id=str(body.get("team_id") or self._me.team_id) or None))
 
+    async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None:
+        """Asked before each run of a job made in a workspace: None once the creator's account is deactivated
+        there (Slack has no roles the access rules read, so a member has none)."""
+        if self._me is None:
+            raise PlatformUnavailable(PLATFORM, "not connected")
+        return () if await self._directory.still_member(space_id, user_id) else None
+
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
         return await self._outbound.send(message)

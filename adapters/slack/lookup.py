@@ -30,6 +30,7 @@ from adapters.slack.text import (
     ts_value,
 )
 from gateway.config.settings import SlackConfig
+from gateway.errors import AdapterError
 from gateway.events import ChatType
 
 log = logging.getLogger("adapters.slack.adapter")  # one logger for the Slack adapter, whichever module speaks
@@ -141,6 +142,20 @@ class Directory:
         if waits:  # shared lookups: waited for, never cancelled from here
             await asyncio.wait(waits)
         return {uid: self.people.get(uid, Person()).name for uid in user_ids}
+
+    async def still_member(self, team_id: str, user_id: str) -> bool:
+        """Whether the user is still an active member of the workspace (asked now, not cached): a deactivated
+        account (`deleted`) or one Slack no longer knows is not. Raises AdapterError when Slack cannot say."""
+        assert self.client is not None
+        try:
+            user = (await self.client.users_info(user=user_id)).get("user") or {}
+        except SlackApiError as exc:
+            if exc.response.get("error") in ("user_not_found", "user_not_visible"):
+                return False
+            raise AdapterError("slack", f"users.info failed ({describe(exc)})") from None
+        except NETWORK_ERRORS as exc:
+            raise AdapterError("slack", f"users.info failed ({describe(exc)})") from None
+        return not user.get("deleted") and str(user.get("team_id") or team_id) == team_id
 
     # ------------------------------------------------------------------ a thread's earlier messages
     async def thread_context(self, channel: str, thread_ts: str, current_ts: str) -> str:

@@ -170,8 +170,9 @@ class JobRunner:
 
     async def recheck_member(self, job_id: int,
                              asked: dict[tuple[str, str, str], tuple[str, ...] | None] | None = None) -> None:
-        """Before a run, where the platform can tell (Discord): the creator's server roles as they are now, so a
-        role taken away (or the server left) counts at the access check as it would for a message; when the
+        """Before a run, where the platform can tell (Discord, Slack): the creator's server roles as they are now,
+        so a role taken away (or the server left, the Slack account deactivated) counts at the access check as it
+        would for a message; when the
         platform cannot be asked, the roles the job last had are used."""
         job = self.jobs.job(job_id)
         source = self.members.get(job.platform) if job is not None and job.space_id else None
@@ -188,7 +189,8 @@ class JobRunner:
         if asked is not None:
             asked[key] = roles
         if roles is None:
-            self._stop(job, f"{job.platform}:{job.user_id} is no longer a member of server {job.space_id}")
+            where = "server" if job.platform == "discord" else "workspace"
+            self._stop(job, f"{job.platform}:{job.user_id} is no longer a member of {where} {job.space_id}")
         elif sorted(roles) != sorted(job.role_ids):
             self.jobs.set_roles(job.id, tuple(roles))
 
