@@ -198,3 +198,105 @@ def test_ci_runs_exactly_the_readme_commands() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").rstrip("\n").splitlines()
     assert ci[-1] == tests
     assert tests.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]'")
+
+
+# ---------------------------------------------------------------------------------------------- platform set-up pages
+# The scopes each Slack Web API method needs (Slack's method reference); a method the adapter starts to call that is
+# missing here fails the test below, so the manifest cannot fall behind the code.
+SLACK_METHOD_SCOPES: dict[str, frozenset[str]] = {
+    "auth.test": frozenset(),
+    "apps.connections.open": frozenset(),  # the app-level token's connections:write, not a bot scope
+    **{f"chat.{m}": frozenset({"chat:write"}) for m in (
+        "postMessage", "postEphemeral", "update", "delete", "startStream", "appendStream", "stopStream")},
+    "conversations.info": frozenset({"channels:read", "groups:read", "im:read", "mpim:read"}),
+    "conversations.replies": frozenset({"channels:history", "groups:history", "im:history", "mpim:history"}),
+    "users.info": frozenset({"users:read"}),
+    "reactions.add": frozenset({"reactions:write"}),
+    "reactions.remove": frozenset({"reactions:write"}),
+}
+SLACK_EVENT_SCOPES = {"app_mention": "app_mentions:read", "message.channels": "channels:history",
+                      "message.groups": "groups:history", "message.im": "im:history", "message.mpim": "mpim:history"}
+_SLACK_FAMILIES = "auth|apps|chat|conversations|users|reactions|files|team|bots|views|assistant|pins|usergroups|dnd"
+
+
+def _slack_source() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "adapters" / "slack").glob("*.py")))
+
+
+def test_slack_manifest_asks_for_the_scope_of_every_method_the_adapter_calls() -> None:
+    import yaml
+
+    source = _slack_source()
+    called = {m.replace("_", ".") for m in re.findall(rf"client(?:\(\))?\.((?:{_SLACK_FAMILIES})_[A-Za-z_]+)\b",
+                                                       source)}
+    assert {"chat.postMessage", "chat.startStream", "reactions.add", "conversations.replies"} <= called
+    unknown = called - set(SLACK_METHOD_SCOPES)
+    assert not unknown, f"the Slack adapter calls {sorted(unknown)}: add their scopes here and to the manifest"
+    needed = set().union(*(SLACK_METHOD_SCOPES[m] for m in called))
+    if "url_private" in source:
+        needed.add("files:read")  # downloads with the bot token
+    manifest = yaml.safe_load((DOCS / "slack-app-manifest.yaml").read_text(encoding="utf-8"))
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    needed |= {SLACK_EVENT_SCOPES[e] for e in events}
+    if manifest["features"].get("slash_commands"):
+        needed.add("commands")
+    granted = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert needed <= granted, f"the manifest misses {sorted(needed - granted)}"
+    assert not granted - needed, f"the manifest asks for scopes nothing uses: {sorted(granted - needed)}"
+    table = (DOCS / "slack.md").read_text(encoding="utf-8").split("Scopes and why each is needed:")[1].split("\n\n")[1]
+    first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
+    assert set(re.findall(r"`([a-z_:]+)`", "".join(first_cells))) == granted, "slack.md's scope table ≠ the manifest"
+
+
+def test_telegram_page_lists_the_command_menu_the_adapter_registers() -> None:
+    from adapters.telegram.adapter import COMMANDS
+
+    text = (DOCS / "telegram.md").read_text(encoding="utf-8")
+    menu = text.split("Telegram's command menu lists:")[1].split(". These commands")[0]
+    assert re.findall(r"`/(\w+)`", menu) == [name for name, _ in COMMANDS]
+
+
+def test_discord_page_names_every_slash_command_and_the_invite_permissions_add_up() -> None:
+    import discord
+
+    from adapters.discord.commands import COMMANDS
+
+    text = (DOCS / "discord.md").read_text(encoding="utf-8")
+    intro = text.split("The slash commands")[1].split("\n\n")[0]
+    assert set(re.findall(r"`/(\w+)`", intro)) == {name for name, _ in COMMANDS} | {"ask", "jobs"}
+    rows = re.findall(r"^  \| ([A-Z][A-Za-z ]+) \| (\d+) \|", text, flags=re.MULTILINE)
+    assert rows, "discord.md's permission table"
+    for name, value in rows:
+        flag = {"View Channels": "view_channel"}.get(name, name.lower().replace(" ", "_"))
+        assert getattr(discord.Permissions, flag).flag == int(value), name
+    invite = re.search(r"scope=([\w+.]+)&permissions=(\d+)", text)
+    assert invite is not None and invite.group(1) == "bot+applications.commands"
+    assert int(invite.group(2)) == sum(int(v) for _, v in rows)
+
+
+def test_cli_flags_named_in_the_docs_exist() -> None:
+    """`gateway users timezone --clear`, `gateway init --web-port` …: every --flag written after a command exists."""
+    parser = build_parser()
+
+    def subcommands(p: Any) -> dict[str, Any]:
+        return next((dict(a.choices) for a in p._actions if a.choices and a.dest.endswith("command")), {})
+
+    def flags(p: Any) -> set[str]:
+        return {s for a in p._actions for s in a.option_strings}
+
+    top = flags(parser)
+    checked = 0
+    for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        lines = re.findall(r"`(gateway [^`\n]+)`", text) + re.findall(r"^\s*(?:sudo )?(gateway \S[^\n#]*)", text,
+                                                                      flags=re.MULTILINE)
+        for line in lines:
+            current = parser
+            for token in line.split()[1:]:
+                if token in subcommands(current):
+                    current = subcommands(current)[token]
+                elif token.startswith("--"):
+                    flag = token.split("=")[0].rstrip(".,;:)]")
+                    assert flag in flags(current) | top, f"{page.name}: `{line}`: {flag} does not exist"
+                    checked += 1
+    assert checked > 20

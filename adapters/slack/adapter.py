@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -52,6 +51,7 @@ from adapters.slack.text import (
     put,
     received_at,
     slack_to_text,
+    slash_text,
     start_error,
 )
 from gateway.config.settings import SlackConfig
@@ -79,9 +79,6 @@ ENRICH_BUDGET_S = 1.5          # names, channel type, thread history: what is no
 ACK_BUDGET_S = 2.5             # the listener returns by then, whatever the core is still doing (Slack waits 3 s)
 THREAD_UNREAD_NOTE = ("[This message is part of a thread that began before you joined; its earlier messages could "
                       "not be read in time and will come with the next message here.]")
-COMMAND_WORDS = frozenset({"new", "reset", "status", "usage", "stop", "retry", "undo", "help", "jobs"})
-# `/agent jobs cancel 4`: the one command that takes words after it (Slack keeps `/jobs` for its own commands)
-JOBS_CANCEL = re.compile(r"jobs\s+(?:cancel|stop)\s+#?\d+", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------------- the adapter
@@ -299,11 +296,7 @@ class SlackAdapter:
     async def _handle_command(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]]) -> None:
         """`/agent new|status|help|…` become the in-chat commands; any other text is a prompt; none is help."""
         channel, user = str(body.get("channel_id") or ""), str(body.get("user_id") or "")
-        text = str(body.get("text") or "").strip()
-        if not text:
-            text = "/help"
-        elif text.lower() in COMMAND_WORDS or JOBS_CANCEL.fullmatch(text):
-            text = f"/{text.lower()}"
+        text = slash_text(str(body.get("text") or ""))
         message_id = f"cmd:{body.get('trigger_id') or time.time()}"
         self._outbound.slash_command(message_id, respond, user, channel)
         chat_type, _ = await self._directory.enrich(channel, self._directory.cached_type(channel, None), {user})

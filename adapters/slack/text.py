@@ -32,6 +32,10 @@ USER_SUBTYPES = frozenset({"", "file_share", "thread_broadcast", "me_message"})
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (SlackClientError, aiohttp.ClientError, OSError, TimeoutError)
 API_ERRORS: tuple[type[BaseException], ...] = (SlackApiError, *NETWORK_ERRORS)
 CHANNEL_TYPES: dict[str, ChatType] = {"im": "dm", "mpim": "group", "group": "group", "channel": "channel"}
+# `/agent WORDS` that are one of the core's in-chat commands: Slack sends any message starting with "/" to a slash
+# command, so `/jobs`, `/link CODE` … can only reach us through `/agent` (or after the bot's mention).
+_SLASH_WORDS = re.compile(r"(?i)(new|reset|status|usage|stop|retry|undo|help|jobs|link)"
+                          r"|(jobs\s+(?:list|(?:cancel|stop)\s+#?\d+))|((?:link|approve)\s+[A-Za-z0-9]{8})")
 _FATAL_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
                            "not_allowed_token_type"})
 _MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long", "no_text",
@@ -259,3 +263,15 @@ def send_error(exc: BaseException) -> AdapterError:
     if status >= 500 or code in _TRANSIENT_ERRORS:
         return PlatformUnavailable(PLATFORM, code or f"HTTP {status}")
     return AdapterError(PLATFORM, code or f"HTTP {status}")
+
+
+def slash_text(text: str) -> str:
+    """What `/agent TEXT` says: an in-chat command as `/word args`, any other text as the prompt it is, none as /help.
+    Only whole command shapes count, so `/agent new ideas for the offsite` stays a prompt."""
+    words = " ".join(text.split())
+    if not words:
+        return "/help"
+    if _SLASH_WORDS.fullmatch(words):
+        word, _, rest = words.partition(" ")
+        return f"/{word.lower()} {rest}".rstrip()
+    return text.strip()

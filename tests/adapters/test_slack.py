@@ -458,6 +458,39 @@ async def test_slash_command_paths(home: Path, fake_llm: FakeLLM, slack: FakeSla
         assert user_texts(fake_llm) == ["[Alice] what is 2+2?"]
 
 
+async def test_slash_command_carries_the_commands_slack_will_not_let_people_type(
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    """Slack takes every message that starts with "/" for a slash command, so `/jobs`, `/link CODE` and
+    `/approve CODE` reach the core only as `/agent jobs`, `/agent link CODE` …; a prompt that merely starts
+    with such a word stays a prompt."""
+    async with running(home, fake_llm, slack) as run:
+        await slack.push_slash_command("/agent", "jobs", channel_id=DM, trigger_id="j1")
+        await slack.wait_until(lambda: len(slack.responses) >= 1)
+        assert slack.responses[0]["response_type"] == "ephemeral"
+        assert slack.responses[0]["text"].startswith("You have no scheduled jobs.")
+
+        await slack.push_slash_command("/agent", "Jobs cancel 7", channel_id=DM, trigger_id="j2")
+        await slack.wait_until(lambda: len(slack.responses) >= 2)
+        assert slack.responses[1]["text"] == "You have no active job #7 (/jobs lists yours)."
+
+        await slack.push_slash_command("/agent", "link", channel_id=DM, trigger_id="j3")
+        await slack.wait_until(lambda: len(slack.responses) >= 3)
+        assert slack.responses[2]["response_type"] == "ephemeral"  # the code is for Alice's eyes only
+        code = slack.responses[2]["text"].split("`/link ")[1].split("`")[0]
+
+        await slack.push_slash_command("/agent", f"link {code}", user_id=BOB, channel_id="D2", trigger_id="j4")
+        await slack.wait_until(lambda: len(slack.responses) >= 4)
+        assert slack.responses[3]["text"] == f"Linked: this account and slack:{ALICE} are one person to me now " \
+                                             "(one profile, one memory)."
+        people = {r["identity"]: r["person_id"] for r in run.gw.store.all("SELECT identity, person_id FROM identities")}
+        assert people[f"slack:{ALICE}"] == people[f"slack:{BOB}"]
+
+        await slack.push_slash_command("/agent", "new ideas for the offsite", channel_id=DM, trigger_id="j5")
+        await slack.wait_until(lambda: len(slack.responses) >= 5)
+        assert slack.responses[4]["text"].startswith("echo: new ideas for the offsite")
+        assert user_texts(fake_llm) == ["new ideas for the offsite"]
+
+
 async def test_slash_reply_longer_than_the_response_url_allows_goes_on_in_the_channel(
         home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
     fake_llm.script(Reply("\n\n".join(f"Part {i}: " + "words " * 450 for i in range(8))))
