@@ -185,6 +185,47 @@ async def test_the_owner_approves_and_denies_pairing_requests(running: Running) 
     assert status == 415
 
 
+async def test_a_page_on_another_origin_cannot_approve_deny_or_upload_with_the_owners_cookie(
+        running: Running) -> None:
+    """Cross-site request forgery, as a page the owner visits would try it: the stranger knows their own code, and
+    a page on another port of this host is the same *site*, so the browser sends the SameSite=Strict cookie along.
+    What stops it is the Origin check, for every owner route (not only the WebSocket) and every body type a page
+    may send without asking first (a form, text/plain, multipart)."""
+    await running.telegram.submit(inbound("let me in", platform="telegram", chat_id="502", user_id="502",
+                                          user_name="Mallory"))
+    await running.telegram.wait_for(1)
+    code = re.search(r"this bot: `?([A-Z0-9]{8})", running.telegram.sent[0].plain).group(1)  # type: ignore[union-attr]
+    port = running.daemon.web_port
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
+        async with browser.get(f"{running.base}/?token={load_web_secret(running.home)}") as resp:
+            assert resp.status == 200  # logged in: the cookie is in this browser
+        for origin in (f"http://127.0.0.1:{(port or 0) + 1}", f"http://localhost:{port}", "http://evil.example",
+                       "null"):
+            attempts: list[tuple[str, dict[str, Any]]] = [
+                ("approve", {"json": {"code": code}}),
+                ("approve", {"data": f'{{"code": "{code}"}}', "headers": {"Content-Type": "text/plain"}}),
+                ("approve", {"data": {"code": code}}),
+                ("deny", {"json": {"platform": "telegram", "user_id": "502"}})]
+            for action, kwargs in attempts:
+                headers = {"Origin": origin, **kwargs.pop("headers", {})}
+                async with browser.post(f"{running.base}/dashboard/api/pairing/{action}", headers=headers,
+                                        **kwargs) as resp:
+                    assert resp.status == 403, (origin, action)
+            form = aiohttp.FormData()
+            form.add_field("file", b"planted", filename="x.txt", content_type="text/plain")
+            async with browser.post(f"{running.base}/upload", data=form, headers={"Origin": origin}) as resp:
+                assert resp.status == 403, origin
+            async with browser.get(f"{running.base}/dashboard/api/events", headers={"Origin": origin}) as resp:
+                assert resp.status == 403, origin  # an EventSource from that page reads nothing either
+        uploads = running.home / "media" / "uploads"
+        assert not uploads.exists() or list(uploads.iterdir()) == []
+        assert [p["user_id"] for p in (await running.state())["pairing"]["pending"]] == ["502"]  # still waiting
+        assert len(running.telegram.sent) == 1  # no welcome went out
+        async with browser.post(f"{running.base}/dashboard/api/pairing/deny", headers={"Origin": running.base},
+                                json={"platform": "telegram", "user_id": "502"}) as resp:
+            assert resp.status == 200  # the dashboard's own page, same cookie: allowed
+
+
 async def test_a_denied_stranger_gets_no_new_code_for_an_hour(running: Running) -> None:
     """Deny would mean little if the stranger's next message brought a fresh code and put them back on the list."""
     telegram = running.telegram

@@ -86,8 +86,12 @@ async def test_nothing_but_probes_answers_a_rebound_host_name(daemon: Daemon, ho
     rebound = {"Host": f"rebind.evil.example:{daemon.web_port}"}
     bearer = {"Authorization": f"Bearer {load_web_secret(home)}"}
     async with aiohttp.ClientSession() as http:
-        for path in ("/status", "/metrics", "/", "/ws", "/dashboard"):
+        for path in ("/status", "/metrics", "/", "/ws", "/dashboard", "/dashboard/api/state", "/dashboard/api/events",
+                     "/dashboard/static/dashboard.js"):
             async with http.get(url(daemon, path), headers={**rebound, **bearer}) as resp:
+                assert resp.status == 403, path
+        for path in ("/upload", "/dashboard/api/pairing/approve", "/dashboard/api/pairing/deny"):
+            async with http.post(url(daemon, path), headers={**rebound, **bearer}, json={"code": "K7Q2MZ4P"}) as resp:
                 assert resp.status == 403, path
         for path in ("/healthz", "/readyz"):  # probes send whatever Host they like, and learn nothing private
             async with http.get(url(daemon, path), headers=rebound) as resp:
