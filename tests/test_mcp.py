@@ -122,6 +122,35 @@ async def test_without_vision_images_are_a_line_and_resources_text(home: Path, f
     assert not (home / "media").exists()  # nothing kept for a model that cannot see it
 
 
+async def test_a_server_quoting_its_own_credential_never_shows_it_to_the_model(home: Path, fake_llm: FakeLLM,
+                                                                               tmp_path: Path) -> None:
+    """The token in mcp_servers.<name>.env is for the server; an answer or an error that quotes it (an upstream's 401
+    echoing the request) must not put it in the model's context, whence it would reach a chat."""
+    token = "fk_live_5b1f0c9e7d2a4c3b8e6f"
+    tools = _tools_file(tmp_path, ["whoami", "denied"])
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
+        mcp_servers:
+          fake:
+            command: {sys.executable}
+            args: [{SERVER}, --tools, {tools}]
+            env:
+              FAKE_API_TOKEN: {token}
+            timeout_s: 5
+            connect_timeout_s: 20
+        """))
+    adapter = RecordingAdapter()
+    fake_llm.script(ToolCall("mcp_fake_whoami", {}), ToolCall("mcp_fake_denied", {}), Reply("checked"))
+    gw = await _started(home, adapter)
+    try:
+        assert await _ask(gw, adapter, "who are you over there?") == "checked"
+    finally:
+        await _close(gw)
+    answer, error = (_tool_results(r)[-1] for r in fake_llm.anthropic_requests()[1:])
+    assert "acting as bot-42 with token ***" in answer["content"]
+    assert error["is_error"] and "401 Unauthorized" in error["content"] and "key=***" in error["content"]
+    assert not any(token in json.dumps(r) for r in fake_llm.anthropic_requests())
+
+
 async def test_a_crashing_server_is_a_tool_error_then_restarted(home: Path, fake_llm: FakeLLM,
                                                                 tmp_path: Path) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "crash"]))

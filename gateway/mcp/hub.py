@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
@@ -33,6 +34,8 @@ State = Literal["starting", "up", "down", "disabled", "stopped"]
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 STABLE_S = 60.0  # up this long, and the next failure starts the backoff from the beginning again
 LOG_CAP_BYTES = 1_000_000
+MIN_SECRET_CHARS = 6  # as the log redactor: a shorter value would mask ordinary words
+MASK = "***"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +100,22 @@ class McpHub:
                             "started). Do without it.")
         link = self._links.get(tool.server)
         if link is None or link.closed.is_set():  # closed: its task is about to notice and restart it
-            raise ToolError(self._unavailable(self.states[tool.server]))
+            raise ToolError(self.masked(self._unavailable(self.states[tool.server])))
         limit = self.configs[tool.server].timeout_s
-        result = await self._within(link.call(tool.name, arguments), limit,
-                                    f"MCP server {tool.server!r} did not answer {tool.name} within {limit:g} s.")
-        return tool_output(result, max_chars=self.max_result_chars, images=images)
+        try:
+            result = await self._within(link.call(tool.name, arguments), limit,
+                                        f"MCP server {tool.server!r} did not answer {tool.name} within {limit:g} s.")
+        except ToolError as exc:
+            raise ToolError(self.masked(str(exc))) from None
+        out = tool_output(result, max_chars=self.max_result_chars, images=images)
+        return dataclasses.replace(out, text=self.masked(out.text))
+
+    def masked(self, text: str) -> str:
+        """`text` without the credentials the servers were given (`env`, `headers`): a server or the API behind it
+        may quote them (a 401 echoing the request), and what a tool answers reaches the model, then a chat."""
+        for secret in sorted(_credentials(self.configs.values()), key=len, reverse=True):
+            text = text.replace(secret, MASK)
+        return text
 
     async def _within(self, call: Awaitable[T], seconds: float, late: str) -> T:
         """`call`'s result, or ToolError(late) once `seconds` have passed on the injected clock; the call is then
@@ -297,6 +311,15 @@ class McpHub:
             return ""
         text = (self.log_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _credentials(configs: Iterable[McpServerConfig]) -> set[str]:
+    """Every env and header value, and a header's last word (the token of `Bearer <token>`)."""
+    found: set[str] = set()
+    for config in configs:
+        for secret in (*config.env.values(), *config.headers.values()):
+            found.update(v for v in (secret.value, *secret.value.split()[-1:]) if len(v) >= MIN_SECRET_CHARS)
+    return found
 
 
 def _describe(exc: BaseException) -> str:
