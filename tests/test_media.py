@@ -231,8 +231,8 @@ async def test_a_stalled_download_times_out(tmp_path: Path) -> None:
     assert source.closed and list(tmp_path.iterdir()) == []
 
 
-def test_pillow_and_pypdf_load_only_when_a_file_needs_them() -> None:
+def test_pillow_pypdf_and_pillow_heif_load_only_when_a_file_needs_them() -> None:
     code = ("import sys, gateway.ops.daemon, gateway.ops.wiring, adapters.telegram.adapter;"
-            "print(sorted(m for m in ('PIL', 'pypdf') if m in sys.modules))")
+            "print(sorted(m for m in ('PIL', 'pypdf', 'pillow_heif') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"

@@ -24,6 +24,7 @@ TEXT_MIME_TYPES = frozenset({"application/json", "application/xml", "application
                              "application/x-ndjson", "application/csv", "application/x-subrip"})
 PDF_MIME = "application/pdf"
 READ_FACTOR = 4  # bytes read per character kept: UTF-8 needs at most 4
+SNIFF_BYTES = 8192  # how much of a file of unknown type is looked at to tell text from binary
 
 
 PDF_READ_S = 30.0  # a PDF's text is read for at most this long (a crafted one can take hours of CPU)
@@ -49,6 +50,20 @@ def is_pdf(name: str | None, mime: str | None) -> bool:
 def is_text_like(name: str | None, mime: str | None) -> bool:
     mime = (mime or "").lower().split(";")[0].strip()
     return mime.startswith("text/") or mime in TEXT_MIME_TYPES or suffix(name) in TEXT_SUFFIXES
+
+
+def looks_like_text(path: Path) -> bool:
+    """A file of unknown type whose start is text: UTF-8 (a character cut by the read allowed) or UTF-16 with a
+    BOM, and no control characters but whitespace."""
+    with path.open("rb") as f:
+        raw = f.read(SNIFF_BYTES)
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return True
+    try:
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(raw, final=False)
+    except UnicodeDecodeError:
+        return False
+    return bool(text.strip()) and not any((ord(ch) < 32 and ch not in "\t\n\r\f") or ch == "\x7f" for ch in text)
 
 
 def read_text_file(path: Path, limit: int) -> Extracted:

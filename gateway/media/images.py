@@ -1,6 +1,8 @@
 """A downloaded picture → the image a model is sent: upright, within the providers' limits, JPEG or PNG.
 
-Pillow is imported here only, on the first picture: a gateway that never receives one never loads it.
+Pillow is imported here only, on the first picture: a gateway that never receives one never loads it. HEIC/HEIF
+(what an iPhone saves, and sends when a photo goes as a file) is opened through pillow-heif, loaded on the first
+such picture only.
 The output is written once and sent byte for byte on every later turn (the prompt cache keys on those bytes), so
 nothing here runs again for a picture already in the history.
 """
@@ -28,6 +30,8 @@ MAX_PIXELS = 1_150_000
 MAX_ENCODED_BYTES = 3_700_000  # base64 of it stays under Anthropic's 5 MB per image
 JPEG_QUALITY = 85
 MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
+# ISO base media files whose `ftyp` brand says HEIF (AVIF, the same container, Pillow reads itself)
+HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,8 @@ def prepare_image(source: Path) -> PreparedImage:
     from PIL import ImageOps, UnidentifiedImageError
 
     PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS  # Pillow warns past this (refuses past twice it); we refuse
+    if is_heif(source):
+        _open_heif()
     try:
         with PILImage.open(source) as opened:
             width, height = opened.size  # from the header: nothing is decoded yet
@@ -57,7 +63,8 @@ def prepare_image(source: Path) -> PreparedImage:
         raise MediaError("the picture is too large to open (over 64 megapixels)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         log.info("image %s unreadable: %s", source.name, type(exc).__name__)
-        raise MediaError("it is not a picture that can be opened (damaged, or a format Pillow cannot read)") from None
+        raise MediaError("it is not a picture that can be opened (damaged, or a picture format not read here)") \
+            from None
     return _encode(_fit(image))
 
 
@@ -69,6 +76,22 @@ def _scale(width: int, height: int) -> float:
 def _target(width: int, height: int) -> tuple[int, int]:
     scale = _scale(width, height)
     return max(1, int(width * scale)), max(1, int(height * scale))
+
+
+def is_heif(source: Path) -> bool:
+    """An iPhone's HEIC (or another HEIF still): `....ftyp<brand>` at the start of the file."""
+    with source.open("rb") as f:
+        head = f.read(12)
+    return head[4:8] == b"ftyp" and head[8:12] in HEIF_BRANDS
+
+
+def _open_heif() -> None:
+    try:
+        import pillow_heif
+    except ImportError:  # the dependency is missing from this install: say so plainly
+        raise MediaError("it is a HEIC picture, which this installation cannot open (pillow-heif is missing); "
+                         "send it as a photo, or as JPEG") from None
+    pillow_heif.register_heif_opener()  # once is enough; again is harmless
 
 
 def _fit(image: Image) -> Image:

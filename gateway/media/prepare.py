@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from gateway.config.media import MediaConfig
 from gateway.errors import MediaError, MediaTooLarge, MediaUnavailable
@@ -19,6 +20,7 @@ from gateway.media.documents import (
     document_block,
     is_pdf,
     is_text_like,
+    looks_like_text,
     other_block,
     read_pdf,
     read_text_file,
@@ -31,7 +33,7 @@ from gateway.store.media_files import private_folder, relative_name, session_dir
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"})
+IMAGE_SUFFIXES = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "heic", "heif", "avif"})
 AUDIO_SUFFIXES = frozenset({"ogg", "oga", "opus", "mp3", "m4a", "wav", "webm", "flac", "aac", "mpga"})
 TOLD_ONCE_VISION = "vision"
 TOLD_ONCE_TRANSCRIPTION = "transcription"
@@ -69,13 +71,24 @@ def category(a: Attachment) -> str:
 
 
 MAX_NAME_CHARS = 120  # a file name is the sender's to choose: shown to the model and the user, but not at any length
+GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream", "application/unknown"})
 
 
 def display_name(a: Attachment) -> str:
+    """The name as one line without invisible characters: a right-to-left override could make `cod.exe` read as
+    `exe.doc` to the user, a zero-width character hide words from the scan (a zero-width joiner stays: emoji)."""
     if a.name:
-        name = " ".join(a.name.split())
-        return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
+        name = " ".join("".join(ch for ch in a.name if ch == "\u200d" or unicodedata.category(ch)[0] != "C"
+                                or ch.isspace()).split())
+        if name:
+            return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
     return {"photo": "photo", "sticker": "sticker", "voice": "voice note"}.get(a.kind, a.kind)
+
+
+def untyped(a: Attachment) -> bool:
+    """A file nothing says the type of (no extension, a generic MIME type): worth a look, it may be text (a
+    README, a Makefile-like script, notes saved without an extension)."""
+    return a.kind == "document" and (a.mime_type or "").lower() in GENERIC_TYPES and not PurePath(a.name or "").suffix
 
 
 class MediaPipeline:
@@ -115,6 +128,13 @@ class MediaPipeline:
             out.blocks.append(f"[The user sent a {'voice note' if a.kind == 'voice' else 'recording'} ({name}); "
                               "it could not be transcribed: no transcription service is configured.]")
             out.tell_once.append(TOLD_ONCE_TRANSCRIPTION)
+        elif kind == "other" and untyped(a) and source is not None and a.ref:
+            size = await download(source, a, dest, max_bytes=self.config.max_bytes, timeout_s=self.config.timeout_s)
+            if await asyncio.to_thread(looks_like_text, dest):
+                await self._read("document", a, name, dest, size, out)
+            else:
+                out.blocks.append(other_block(name, a.mime_type, size, why="it is not text, and nothing says what "
+                                              "type it is"))
         elif kind in ("video", "other"):
             if a.kind == "sticker":
                 out.blocks.append(other_block(name, a.mime_type, a.size, "Sticker", "it is an animation only the "

@@ -1,0 +1,80 @@
+"""What people send every day, end to end on the platforms' fakes: an iPhone's HEIC photo, a picture sent as a file,
+an Office document, a file with an odd name or none, a big video, files in threads and replies, several at once,
+and downloads that meet a 429 or a 5xx first."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+from gateway.store.media_files import media_root
+from tests.adapters.test_telegram import ALICE
+from tests.adapters.test_telegram_media import last_user_content, message, running, texts
+from tests.fakes.llm import FakeLLM
+from tests.fakes.telegram import FakeTelegram
+from tests.mediafiles import image_size
+
+
+def heic(width: int, height: int) -> bytes:
+    """An iPhone's photo format, written without registering pillow-heif with Pillow (the gateway must do that)."""
+    import pillow_heif
+    from PIL import Image
+
+    out = io.BytesIO()
+    pillow_heif.from_pillow(Image.new("RGB", (width, height), (30, 140, 60))).save(out, quality=80)
+    return out.getvalue()
+
+
+async def test_an_iphone_heic_photo_sent_as_a_file_is_seen(home: Path, fake_llm: FakeLLM,
+                                                          fake_telegram: FakeTelegram) -> None:
+    async with running(home, fake_llm, fake_telegram):
+        doc = fake_telegram.add_file(heic(400, 300), name="IMG_0042.HEIC", mime_type="image/heic")
+        message(fake_telegram, message_id=5, caption="what plant?",
+                document={**doc, "file_name": "IMG_0042.HEIC", "mime_type": "image/heic"})
+        sent = await fake_telegram.wait_for_sent(ALICE)
+        assert sent.text == "echo: what plant?\n[image: IMG_0042.HEIC] [users=1]"
+        image = last_user_content(fake_llm)[0]
+        assert image["source"]["media_type"] == "image/jpeg"
+        assert image_size(base64.b64decode(image["source"]["data"])) == (400, 300)
+
+
+async def test_a_big_video_is_described_not_fetched(home: Path, fake_llm: FakeLLM,
+                                                    fake_telegram: FakeTelegram) -> None:
+    async with running(home, fake_llm, fake_telegram):
+        video = fake_telegram.add_file(b"\x00" * 100, name="clip.mp4", mime_type="video/mp4", folder="videos")
+        message(fake_telegram, message_id=5, caption="look at this",
+                video={**video, "file_size": 50 * 1024 * 1024, "width": 1920, "height": 1080, "duration": 60,
+                       "file_name": "clip.mp4", "mime_type": "video/mp4"})
+        sent = await fake_telegram.wait_for_sent(ALICE)
+        assert sent.text == ("echo: look at this\n[Video: clip.mp4 (video/mp4, 50.0 MB). Its contents were not "
+                             "loaded: this type cannot be read here.] [users=1]")
+        assert fake_telegram.sent_texts(ALICE) == [sent.text]
+        assert [f.name for f in fake_telegram.calls if f.name in ("getfile", "file")] == []
+
+
+async def test_a_file_with_an_odd_name_and_no_extension_is_read_when_it_is_text(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """Nothing says the type (no extension, application/octet-stream): its start is looked at. Text is read as a
+    document; anything else is described. The name loses the invisible characters that could disguise it."""
+    async with running(home, fake_llm, fake_telegram):
+        notes = fake_telegram.add_file("Привет, мир\nline 2\n".encode(), name="x", mime_type="application/octet-stream")
+        message(fake_telegram, message_id=5, document={**notes, "file_name": "Отчёт 2026 📊",
+                                                       "mime_type": "application/octet-stream"})
+        await fake_telegram.wait_for_sent(ALICE)
+        text = texts(last_user_content(fake_llm))
+        assert text.startswith("[Document: Отчёт 2026 📊 (application/octet-stream, 28 bytes).")
+        assert '<document name="Отчёт 2026 📊">\nПривет, мир\nline 2\n\n</document>' in text
+        blob = fake_telegram.add_file(bytes(range(256)) * 4, name="y", mime_type="application/octet-stream")
+        message(fake_telegram, message_id=6, document={**blob, "file_name": "dump", "mime_type":
+                                                       "application/octet-stream"})
+        sent = await fake_telegram.wait_for_sent(ALICE, count=2)
+        assert sent.text == ("echo: [File: dump (application/octet-stream, 1 KB). Its contents were not loaded: it "
+                             "is not text, and nothing says what type it is.] [users=2]")
+        message(fake_telegram, message_id=7, document={**blob, "file_name": "photo\u202egpj.exe\u200b",
+                                                       "mime_type": "application/octet-stream"})
+        sent = await fake_telegram.wait_for_sent(ALICE, count=3)
+        assert sent.text == ("echo: [File: photogpj.exe (application/octet-stream, 1 KB). Its contents were not "
+                             "loaded: this type cannot be read here.] [users=3]")
+        assert len([f for f in fake_telegram.calls if f.name == "getfile"]) == 2  # a typed binary is not fetched
+        assert not [p for p in media_root(home).rglob("*") if p.is_file()]  # the raw downloads are gone
