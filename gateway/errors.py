@@ -22,10 +22,12 @@ GatewayError
 ├── ToolError                             a tool refused or failed; the model sees the message
 └── MediaError                            an attachment could not be used (the user is told why)
     ├── MediaTooLarge(size, limit)        over media.max_bytes or the platform's own cap
-    └── MediaUnavailable                  the download failed: gone, refused, network, timeout
+    └── MediaUnavailable(transient)       the download failed: gone, refused, network, timeout (429/5xx: again)
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 
 class GatewayError(Exception):
@@ -166,7 +168,24 @@ class MediaTooLarge(MediaError):
 
 
 class MediaUnavailable(MediaError):
-    """The platform would not give the file (expired link, refused, network, timeout)."""
+    """The platform would not give the file (expired link, refused, network, timeout). `transient`: it was busy
+    or failing (429, 5xx, a dropped connection), so the download is tried again soon; `retry_after`: the seconds
+    it asked to wait first."""
+
+    def __init__(self, message: str, *, transient: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.retry_after = retry_after
+
+    @classmethod
+    def http(cls, who: str, status: int, headers: Mapping[str, str] | None = None) -> MediaUnavailable:
+        """`<who> answered HTTP <status>`: a 429 or a 5xx is transient, to wait what its `Retry-After` says."""
+        value = (headers or {}).get("Retry-After")
+        try:
+            wait = float(value) if value is not None else None
+        except ValueError:  # the HTTP-date form: the backoff instead
+            wait = None
+        return cls(f"{who} answered HTTP {status}", transient=status == 429 or status >= 500, retry_after=wait)
 
 
 def _mb(size: int) -> str:

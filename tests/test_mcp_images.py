@@ -108,7 +108,7 @@ async def test_a_picture_that_cannot_be_read_is_a_line(home: Path, fake_llm: Fak
     (result,) = _tool_results(fake_llm.anthropic_requests()[1])
     assert isinstance(result["content"], str), result
     assert result["content"].endswith("[An image (image/png, 19 bytes) the tool returned could not be shown: it is "
-                                      "not a picture that can be opened (damaged, or a format Pillow cannot read).]")
+                                      "not a picture that can be opened (damaged, or a picture format not read here).]")
     assert _stored_media(home) == [None] and not list((home / "media").rglob("*.*"))
 
 

@@ -85,7 +85,7 @@ async def test_a_message_of_only_unusable_files_is_answered_without_the_model(ho
     await gw.sessions.wait_idle()
     await close(gw)
     assert [m.text for m in adapter.sent] == [
-        "I couldn't use photo: it is not a picture that can be opened (damaged, or a format Pillow cannot read)."]
+        "I couldn't use photo: it is not a picture that can be opened (damaged, or a picture format not read here)."]
     assert fake_llm.anthropic_requests() == []
 
 

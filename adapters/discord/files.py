@@ -101,7 +101,8 @@ class DiscordFiles:
             async with self._client().get(url, timeout=aiohttp.ClientTimeout(total=None)) as resp:
                 yield resp
         except (aiohttp.ClientError, OSError) as exc:
-            raise MediaUnavailable(f"the download from Discord failed ({type(exc).__name__})") from None
+            raise MediaUnavailable(f"the download from Discord failed ({type(exc).__name__})", transient=True) \
+                from None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -118,12 +119,12 @@ async def _body(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     if resp.status in (403, 404):
         raise MediaUnavailable(GONE)
     if resp.status != 200:
-        raise MediaUnavailable(f"Discord's CDN answered HTTP {resp.status}")
+        raise MediaUnavailable.http("Discord's CDN", resp.status, resp.headers)
     try:
         async for chunk in resp.content.iter_chunked(CHUNK):
             yield chunk
     except (aiohttp.ClientError, OSError) as exc:
-        raise MediaUnavailable(f"the download from Discord failed ({type(exc).__name__})") from None
+        raise MediaUnavailable(f"the download from Discord failed ({type(exc).__name__})", transient=True) from None
 
 
 def _signed(url: str) -> bool:

@@ -38,7 +38,7 @@ class SlackFiles:
                 async for chunk in resp.content.iter_chunked(CHUNK):
                     yield chunk
         except (aiohttp.ClientError, OSError) as exc:
-            raise MediaUnavailable(f"the download from Slack failed ({type(exc).__name__})") from None
+            raise MediaUnavailable(f"the download from Slack failed ({type(exc).__name__})", transient=True) from None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -53,6 +53,6 @@ class SlackFiles:
 
 def _check(resp: aiohttp.ClientResponse, attachment: Attachment) -> None:
     if resp.status != 200:
-        raise MediaUnavailable(f"Slack answered HTTP {resp.status}")
+        raise MediaUnavailable.http("Slack", resp.status, resp.headers)
     if resp.content_type == "text/html" and not (attachment.mime_type or "").startswith("text/html"):
         raise MediaUnavailable("Slack refused the download (the app needs the files:read scope)")

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import aiohttp
 from aiogram import Bot
-from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramBadRequest
+from aiogram.exceptions import (
+    AiogramError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
 
 from gateway.errors import MediaTooLarge, MediaUnavailable
 from gateway.events import Attachment
@@ -40,7 +47,14 @@ async def _file_path(bot: Bot, attachment: Attachment) -> str:
         if "too big" in str(exc).lower():
             raise MediaTooLarge(attachment.size, CLOUD_FILE_LIMIT, "Telegram's Bot API") from None
         raise MediaUnavailable(f"Telegram refused the file ({exc.message})") from None
-    except (TelegramAPIError, AiogramError, OSError, TimeoutError) as exc:
+    except TelegramRetryAfter as exc:
+        raise MediaUnavailable("Telegram answered HTTP 429 (too many requests)", transient=True,
+                               retry_after=float(exc.retry_after)) from None
+    except TelegramServerError as exc:
+        raise MediaUnavailable(f"Telegram answered with a server error ({exc.message})", transient=True) from None
+    except (TelegramNetworkError, OSError, TimeoutError) as exc:
+        raise MediaUnavailable(f"Telegram could not be reached ({type(exc).__name__})", transient=True) from None
+    except (TelegramAPIError, AiogramError) as exc:
         raise MediaUnavailable(f"Telegram could not be reached ({type(exc).__name__})") from None
     if not file.file_path:
         raise MediaUnavailable("Telegram gave no path for it")
@@ -53,9 +67,9 @@ async def _download(bot: Bot, path: str) -> AsyncIterator[bytes]:
         async for chunk in bot.session.stream_content(url, timeout=NO_TIMEOUT_S, chunk_size=CHUNK):
             yield chunk
     except aiohttp.ClientResponseError as exc:  # its str() holds the URL, and the URL the token
-        raise MediaUnavailable(f"Telegram answered HTTP {exc.status}") from None
+        raise MediaUnavailable.http("Telegram", exc.status, exc.headers) from None
     except (aiohttp.ClientError, OSError) as exc:
-        raise MediaUnavailable(f"the download from Telegram failed ({type(exc).__name__})") from None
+        raise MediaUnavailable(f"the download from Telegram failed ({type(exc).__name__})", transient=True) from None
 
 
 async def _read_local(path: Path) -> AsyncIterator[bytes]:
@@ -67,3 +81,4 @@ async def _read_local(path: Path) -> AsyncIterator[bytes]:
                 await asyncio.sleep(0)
     except OSError as exc:
         raise MediaUnavailable(f"the local Bot API server's file cannot be read ({exc.strerror})") from None
+

@@ -26,7 +26,7 @@ from gateway.media.documents import (
     read_text_file,
     suffix,
 )
-from gateway.media.download import download
+from gateway.media.download import Sleep, download
 from gateway.media.images import prepare_image
 from gateway.media.transcribe import Transcriber
 from gateway.store.media_files import private_folder, relative_name, session_dir, write_private
@@ -92,8 +92,10 @@ def untyped(a: Attachment) -> bool:
 
 
 class MediaPipeline:
-    def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None) -> None:
+    def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None,
+                 sleep: Sleep = asyncio.sleep) -> None:
         self.config = config
+        self.sleep = sleep  # between tries of a download the platform refused for now (429, 5xx)
         self.home = home
         self.vision = vision
         self.transcriber = transcriber
@@ -129,7 +131,7 @@ class MediaPipeline:
                               "it could not be transcribed: no transcription service is configured.]")
             out.tell_once.append(TOLD_ONCE_TRANSCRIPTION)
         elif kind == "other" and untyped(a) and source is not None and a.ref:
-            size = await download(source, a, dest, max_bytes=self.config.max_bytes, timeout_s=self.config.timeout_s)
+            size = await self._download(source, a, dest)
             if await asyncio.to_thread(looks_like_text, dest):
                 await self._read("document", a, name, dest, size, out)
             else:
@@ -146,8 +148,12 @@ class MediaPipeline:
         else:
             if kind == "audio" and self.transcriber is not None:
                 self.transcriber.check_size(a.size)  # too long to transcribe: not worth downloading
-            size = await download(source, a, dest, max_bytes=self.config.max_bytes, timeout_s=self.config.timeout_s)
+            size = await self._download(source, a, dest)
             await self._read(kind, a, name, dest, size, out)
+
+    async def _download(self, source: MediaSource, a: Attachment, dest: Path) -> int:
+        return await download(source, a, dest, max_bytes=self.config.max_bytes, timeout_s=self.config.timeout_s,
+                              sleep=self.sleep)
 
     async def _read(self, kind: str, a: Attachment, name: str, path: Path, size: int, out: Prepared) -> None:
         if kind == "image":

@@ -164,7 +164,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock)
+    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
@@ -192,7 +192,7 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
 
 
 def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
-           clock: Clock) -> AttachmentTurns:
+           clock: Clock, sleep: Sleep) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
     album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
     stt = config.media.transcription
@@ -203,7 +203,8 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber)
+    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber,
+                             sleep=sleep)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 

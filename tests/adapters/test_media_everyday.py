@@ -9,11 +9,16 @@ import io
 from pathlib import Path
 
 from gateway.store.media_files import media_root
+from tests.adapters import test_discord, test_slack
+from tests.adapters.test_slack_media import shared
 from tests.adapters.test_telegram import ALICE
-from tests.adapters.test_telegram_media import last_user_content, message, running, texts
+from tests.adapters.test_telegram_media import last_user_content, message, photo_sizes, running, texts
+from tests.fakes.base import Fault
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.llm import FakeLLM
-from tests.fakes.telegram import FakeTelegram
-from tests.mediafiles import image_size
+from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram, retry_after
+from tests.mediafiles import image_size, picture
 
 
 def heic(width: int, height: int) -> bytes:
@@ -78,3 +83,47 @@ async def test_a_file_with_an_odd_name_and_no_extension_is_read_when_it_is_text(
                              "loaded: this type cannot be read here.] [users=3]")
         assert len([f for f in fake_telegram.calls if f.name == "getfile"]) == 2  # a typed binary is not fetched
         assert not [p for p in media_root(home).rglob("*") if p.is_file()]  # the raw downloads are gone
+
+
+# ------------------------------------------------------------------------------------------ busy platforms
+async def test_a_telegram_429_or_5xx_on_the_download_is_waited_out(home: Path, fake_llm: FakeLLM,
+                                                                    fake_telegram: FakeTelegram) -> None:
+    """getFile answers 429 (retry after 3 s), then the file URL a 502: the gateway waits what Telegram asked, then
+    backs off, and the photo still reaches the model; three failures in a row are told plainly."""
+    async with running(home, fake_llm, fake_telegram) as gw:
+        fake_telegram.fail("getFile", retry_after(3))
+        fake_telegram.fail("file", Fault(502))
+        message(fake_telegram, message_id=5, caption="the chart",
+                photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
+        sent = await fake_telegram.wait_for_sent(ALICE)
+        assert sent.text == "echo: the chart\n[image: photo] [users=1]"
+        assert [f.name for f in fake_telegram.calls if f.name in ("getfile", "file")] == \
+               ["getfile", "getfile", "file", "getfile", "file"]
+        assert fake_telegram.flood_violations == []
+        assert gw.media is not None and gw.media.pipeline.sleep is not None
+        fake_telegram.fail("file", Fault(503), Fault(503), Fault(503))
+        message(fake_telegram, message_id=6, caption="again", photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
+        notice = await fake_telegram.wait_for_sent(ALICE, count=2)
+        assert notice.text == "I couldn't use photo: it could not be downloaded: Telegram answered HTTP 503."
+
+
+async def test_slack_s_429_and_discord_s_503_on_a_file_are_waited_out(home: Path, fake_llm: FakeLLM,
+                                                                      fake_discord: FakeDiscord) -> None:
+    async with FakeSlack(users=test_slack.USERS) as slack:
+        async with test_slack.running(home, fake_llm, slack) as run:
+            slack.fail("files-pri", Fault(429, headers={"Retry-After": "2"}), Fault(500))
+            photo = slack.add_file(picture(300, 200, fmt="PNG"), "plot.png", "image/png")
+            await slack.push_event(shared(slack, "and this?", photo))
+            for wait in (2.0, 4.0):  # what Retry-After said, then the backoff after the 500
+                await slack.wait_until(lambda: wait in run.clock.sleeps)  # noqa: B023 (awaited at once)
+                await run.clock.advance(wait)
+            post = await slack.wait_for_post(test_slack.DM)
+            assert post.text == "echo: and this?\n[image: plot.png] [users=1]"
+            assert len(slack.calls_to("files-pri")) == 3
+    async with test_discord.running(home, fake_llm, fake_discord):
+        fake_discord.fail("GET /attachments", Fault(503))
+        photo = fake_discord.add_attachment(picture(200, 100), "cat.png", "image/png", channel_id=test_discord.DM)
+        await fake_discord.push_message(test_discord.DM, "see", attachments=[photo])
+        reply = await fake_discord.wait_for_sent(test_discord.DM)
+        assert reply.content == "echo: see\n[image: cat.png] [users=1]"
+        assert len(fake_discord.calls_to("GET /attachments")) == 2

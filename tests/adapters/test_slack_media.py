@@ -89,11 +89,11 @@ async def test_corrupt_oversized_and_failed_files_get_clear_answers(home: Path, 
         notice = await slack.wait_for_post(DM)
         assert notice.text == ("I couldn't use broken.pdf: the PDF is damaged or not a PDF at all.\n"
                                "I couldn't use big.csv: it is too large (68 KB; the limit is 48 KB).")
-        slack.fail("files-pri", Fault(500))
+        slack.fail("files-pri", Fault(404))  # a 429 or 5xx is asked again (tests/adapters/test_media_everyday.py)
         photo = slack.add_file(picture(40, 40), "q.jpg", "image/jpeg")
         await slack.push_event(shared(slack, "and this", photo))
         failed = await slack.wait_for_post(DM, count=2)
-        assert failed.text == "I couldn't use q.jpg: it could not be downloaded: Slack answered HTTP 500."
+        assert failed.text == "I couldn't use q.jpg: it could not be downloaded: Slack answered HTTP 404."
         assert (await slack.wait_for_post(DM, count=3)).text.startswith("echo: and this\n")
         assert len(fake_llm.anthropic_requests()) == 1  # the message of two unusable files got its answer alone
 

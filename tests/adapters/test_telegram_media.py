@@ -282,7 +282,7 @@ async def test_a_file_over_media_max_bytes_is_cut_off_mid_download(home: Path, f
 async def test_a_failed_download_still_lets_the_text_through(home: Path, fake_llm: FakeLLM,
                                                             fake_telegram: FakeTelegram) -> None:
     async with running(home, fake_llm, fake_telegram):
-        fake_telegram.fail("file", Fault(502))
+        fake_telegram.fail("file", Fault(502), Fault(502), Fault(502))  # asked three times
         message(fake_telegram, message_id=5, caption="the chart",
                 photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
         notice = await fake_telegram.wait_for_sent(ALICE)

@@ -347,6 +347,11 @@ class FakeDiscord(FakeServer):
             ex = -1
         if ex < self._cdn_oldest or request.query.get("hm") != _cdn_sign(path, ex):
             return web.Response(status=404, text="This content is no longer available.")
+        step = self.take_fault(["GET /attachments"])  # the CDN busy or failing: 429 with Retry-After, 5xx
+        if step is not None:
+            response = await self.apply_fault(request, step, lambda s: "upstream connect error")
+            if response is not None:
+                return response
         return await self.cdn.serve(request, path)
 
     async def _sticker_file(self, request: web.Request) -> web.StreamResponse:
