@@ -100,3 +100,95 @@ def pdf_bomb(unpacked: int = 40_000_000, copies: int = 2) -> bytes:
         out += b"%010d 00000 n \n" % offset
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
+
+
+def _zip(members: dict[str, str]) -> bytes:
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, body in members.items():
+            z.writestr(name, body)
+    return out.getvalue()
+
+
+W_NS = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+R_NS = 'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"'
+REL_NS = 'xmlns="http://schemas.openxmlformats.org/package/2006/relationships"'
+
+
+def _rels(targets: list[str]) -> str:
+    items = "".join(f'<Relationship Id="rId{i}" Type="x" Target="{t}"/>' for i, t in enumerate(targets, start=1))
+    return f'<?xml version="1.0" encoding="UTF-8"?><Relationships {REL_NS}>{items}</Relationships>'
+
+
+def make_docx(paragraphs: list[str], table: list[list[str]] = ()) -> bytes:  # type: ignore[assignment]
+    """A Word file as Word writes one: paragraphs of runs (a tab inside one), then a table."""
+    def para(text: str) -> str:
+        runs = "<w:r><w:tab/></w:r>".join(f'<w:r><w:t xml:space="preserve">{part}</w:t></w:r>'
+                                          for part in text.split("\t"))
+        return f"<w:p>{runs}</w:p>"
+    rows = "".join("<w:tr>" + "".join(f"<w:tc>{para(c)}</w:tc>" for c in row) + "</w:tr>" for row in table)
+    body = "".join(para(p) for p in paragraphs) + (f"<w:tbl>{rows}</w:tbl>" if table else "")
+    return _zip({"[Content_Types].xml": "<Types/>",
+                 "word/document.xml": f'<?xml version="1.0"?><w:document {W_NS}><w:body>{body}</w:body></w:document>'})
+
+
+def make_xlsx(sheets: dict[str, list[list[str | int]]]) -> bytes:
+    """An Excel file: strings in the shared table, numbers inline, sheets named in the workbook (in reverse file
+    order, as after a reordering)."""
+    ns = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
+    shared: list[str] = []
+    members: dict[str, str] = {}
+    names = list(sheets)
+    for n, name in enumerate(names, start=1):
+        rows = []
+        for r, row in enumerate(sheets[name], start=1):
+            cells = []
+            for c, value in enumerate(row):
+                ref = f"{chr(65 + c)}{r}"
+                if value == "":
+                    continue
+                if isinstance(value, int):
+                    cells.append(f'<c r="{ref}"><v>{value}</v></c>')
+                else:
+                    shared.append(value)
+                    cells.append(f'<c r="{ref}" t="s"><v>{len(shared) - 1}</v></c>')
+            rows.append(f'<row r="{r}">{"".join(cells)}</row>')
+        members[f"xl/worksheets/sheet{len(names) + 1 - n}.xml"] = \
+            f'<worksheet {ns}><sheetData>{"".join(rows)}</sheetData></worksheet>'
+    sis = "".join(f"<si><t>{s}</t></si>" for s in shared)
+    members["xl/sharedStrings.xml"] = f"<sst {ns}>{sis}</sst>"
+    listed = "".join(f'<sheet name="{name}" sheetId="{n}" r:id="rId{n}"/>' for n, name in enumerate(names, start=1))
+    members["xl/workbook.xml"] = f"<workbook {ns} {R_NS}><sheets>{listed}</sheets></workbook>"
+    members["xl/_rels/workbook.xml.rels"] = _rels([f"worksheets/sheet{len(names) + 1 - n}.xml"
+                                                   for n in range(1, len(names) + 1)])
+    return _zip(members)
+
+
+def make_pptx(slides: list[list[str]]) -> bytes:
+    a = 'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"'
+    p = 'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"'
+    members = {}
+    for n, texts in enumerate(slides, start=1):
+        paras = "".join(f"<a:p><a:r><a:t>{t}</a:t></a:r></a:p>" for t in texts)
+        members[f"ppt/slides/slide{n}.xml"] = f"<p:sld {p} {a}><p:txBody>{paras}</p:txBody></p:sld>"
+    ids = "".join(f'<p:sldId id="{255 + n}" r:id="rId{n}"/>' for n in range(1, len(slides) + 1))
+    members["ppt/presentation.xml"] = f"<p:presentation {p} {R_NS}><p:sldIdLst>{ids}</p:sldIdLst></p:presentation>"
+    members["ppt/_rels/presentation.xml.rels"] = _rels([f"slides/slide{n}.xml" for n in range(1, len(slides) + 1)])
+    return _zip(members)
+
+
+def make_odt(paragraphs: list[str], rows: list[list[str]] = ()) -> bytes:  # type: ignore[assignment]
+    t = 'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"'
+    tb = 'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0"'
+    o = 'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+    body = "".join(f"<text:p>{p}</text:p>" for p in paragraphs)
+    if rows:
+        body += '<table:table table:name="T1">' + "".join(
+            "<table:table-row>" + "".join(f"<table:table-cell><text:p>{c}</text:p></table:table-cell>" for c in row)
+            + '<table:table-cell table:number-columns-repeated="16000"/></table:table-row>' for row in rows) + \
+            '<table:table-row table:number-rows-repeated="1048000"><table:table-cell/></table:table-row></table:table>'
+    return _zip({"mimetype": "application/vnd.oasis.opendocument.text",
+                 "content.xml": f"<office:document-content {o} {t} {tb}><office:body><office:text>{body}"
+                                "</office:text></office:body></office:document-content>"})

@@ -36,7 +36,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content", "vet"), "link", "hub"],
     "net": [("guard", "pages"), "fetch", ("extract", "search")],
-    "media": [("download", "images", "documents", "transcribe"), "prepare", "turns"],
+    "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "agent": ["tools", "loop"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],

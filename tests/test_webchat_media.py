@@ -22,8 +22,9 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM
+from tests.fakes.transcription import FakeTranscription
 from tests.helpers import require_tool, write_config
-from tests.mediafiles import image_size, make_pdf, picture
+from tests.mediafiles import CORRUPT_PDF, VOICE_NOTE, image_size, make_pdf, picture
 
 
 async def start(home: Path, llm: FakeLLM, extra: str = "") -> Daemon:
@@ -49,8 +50,9 @@ async def upload(port: int, home: Path, data: bytes, name: str, kind: str, *,
             return resp.status, await resp.json(content_type=None) if resp.status != 401 else {}
 
 
-async def say(port: int, home: Path, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Send one socket message; everything the page gets until the reply (or an error frame)."""
+async def say(port: int, home: Path, body: dict[str, Any], *, until: str = "reply") -> list[dict[str, Any]]:
+    """Send one socket message; everything the page gets until the reply, or a message of the kind `until` (or
+    an error frame)."""
     got: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=tab1", headers=auth(home)) as ws:
@@ -60,7 +62,7 @@ async def say(port: int, home: Path, body: dict[str, Any]) -> list[dict[str, Any
                 if data["type"] in ("history", "hello", "draft", "delta", "progress"):
                     continue  # what a tab hears on connect, and the live preview of the answer
                 got.append(data)
-                if data["type"] == "error" or (data["type"] == "message" and data["kind"] in ("reply", "error")):
+                if data["type"] == "error" or (data["type"] == "message" and data["kind"] in (until, "error")):
                     break
     return got
 
@@ -113,6 +115,25 @@ async def test_a_message_of_only_a_file_is_answered(home: Path, fake_llm: FakeLL
         assert '<document name="todo.md">\nbuy milk\nbuy eggs\n\n</document>' in frames[-1]["text"]
     finally:
         await daemon.stop()
+
+
+async def test_a_recording_is_transcribed_and_a_corrupt_pdf_is_answered_plainly(home: Path, fake_llm: FakeLLM) -> None:
+    async with FakeTranscription(api_key=None) as stt:
+        stt.says(VOICE_NOTE, "call the plumber tomorrow")
+        daemon = await start(home, fake_llm, f"media:\n  transcription:\n    base_url: {stt.v1_url}\n")
+        try:
+            assert daemon.web_port
+            _, memo = await upload(daemon.web_port, home, VOICE_NOTE, "memo.ogg", "audio/ogg")
+            frames = await say(daemon.web_port, home, {"text": "", "files": [memo]})
+            assert frames[-1]["text"] == "echo: [audio memo.ogg, transcribed] call the plumber tomorrow [users=1]"
+            assert stt.uploads[0].filename == "memo.ogg" and stt.uploads[0].data == VOICE_NOTE
+            _, broken = await upload(daemon.web_port, home, CORRUPT_PDF, "scan.pdf", "application/pdf")
+            frames = await say(daemon.web_port, home, {"text": "", "files": [broken]}, until="notice")
+            assert [f["text"] for f in frames if f["type"] == "message"] == [
+                "I couldn't use scan.pdf: the PDF is damaged or not a PDF at all."]
+            assert len(fake_llm.anthropic_requests()) == 1
+        finally:
+            await daemon.stop()
 
 
 async def test_a_stalled_upload_is_dropped_and_leaves_nothing(home: Path, fake_llm: FakeLLM) -> None:

@@ -79,7 +79,7 @@ def read_text_file(path: Path, limit: int) -> Extracted:
         raise MediaError("it is a binary file, not text")
     else:
         text = _decode(raw, cut=unread > 0)
-    return _cut(text.replace("\r\n", "\n"), limit, extra=unread // READ_FACTOR)
+    return cut(text.replace("\r\n", "\n"), limit, extra=unread // READ_FACTOR)
 
 
 def _decode(raw: bytes, *, cut: bool) -> str:
@@ -127,12 +127,12 @@ def read_pdf(path: Path, limit: int, *, budget_s: float = PDF_READ_S,
             raise MediaError(f"the PDF takes too long to read (over {budget_s:g} s for its first {len(parts)} "
                              f"of {count} pages)")
         raise MediaError("the PDF has no text layer (a scan or pictures only)")
-    extracted = _cut(text, limit)
+    extracted = cut(text, limit)
     return Extracted(extracted.text, extracted.truncated_chars, pages=count,
                      pages_read=len(parts) if stopped else None)
 
 
-def _cut(text: str, limit: int, extra: int = 0) -> Extracted:
+def cut(text: str, limit: int, extra: int = 0) -> Extracted:
     if len(text) <= limit and not extra:
         return Extracted(text)
     return Extracted(text[:limit], len(text) - min(len(text), limit) + extra)

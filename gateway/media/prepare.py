@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
@@ -17,6 +18,7 @@ from gateway.config.media import MediaConfig
 from gateway.errors import MediaError, MediaTooLarge, MediaUnavailable
 from gateway.events import Attachment, MediaSource
 from gateway.media.documents import (
+    Extracted,
     document_block,
     is_pdf,
     is_text_like,
@@ -28,6 +30,7 @@ from gateway.media.documents import (
 )
 from gateway.media.download import Sleep, download
 from gateway.media.images import prepare_image
+from gateway.media.office import is_legacy_office, office_format, read_office
 from gateway.media.transcribe import Transcriber
 from gateway.store.media_files import private_folder, relative_name, session_dir, write_private
 
@@ -35,6 +38,9 @@ log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "heic", "heif", "avif"})
 AUDIO_SUFFIXES = frozenset({"ogg", "oga", "opus", "mp3", "m4a", "wav", "webm", "flac", "aac", "mpga"})
+UNREADABLE = "this type cannot be read here"
+LEGACY_OFFICE = ("it is in an old Office format (Word, Excel or PowerPoint 97–2003), which cannot be read here; saved "
+                 "as .docx, .xlsx, .pptx or PDF it can be")
 TOLD_ONCE_VISION = "vision"
 TOLD_ONCE_TRANSCRIPTION = "transcription"
 
@@ -65,7 +71,7 @@ def category(a: Attachment) -> str:
         return "audio"
     if a.kind == "video" or mime.startswith("video/"):
         return "video"
-    if is_pdf(a.name, mime) or is_text_like(a.name, mime):
+    if is_pdf(a.name, mime) or is_text_like(a.name, mime) or office_format(a.name, mime):
         return "document"
     return "other"
 
@@ -142,7 +148,8 @@ class MediaPipeline:
                 out.blocks.append(other_block(name, a.mime_type, a.size, "Sticker", "it is an animation only the "
                                               "chat app can play"))
             else:
-                out.blocks.append(other_block(name, a.mime_type, a.size, "Video" if kind == "video" else "File"))
+                out.blocks.append(other_block(name, a.mime_type, a.size, "Video" if kind == "video" else "File",
+                                              LEGACY_OFFICE if is_legacy_office(a.name, a.mime_type) else UNREADABLE))
         elif source is None or not a.ref:
             out.blocks.append(other_block(name, a.mime_type, a.size, why="the platform gave no way to download it"))
         else:
@@ -170,8 +177,7 @@ class MediaPipeline:
             out.voice.append(f"[{label}, transcribed] {text}" if text else f"[{label}: no speech was recognized]")
         else:
             limit = self.config.max_document_chars
-            reader = read_pdf if is_pdf(a.name, a.mime_type) else read_text_file
-            doc = await asyncio.to_thread(reader, path, limit)
+            doc = await asyncio.to_thread(_reader(a), path, limit)
             out.blocks.append(document_block(name, a.mime_type, size, doc, limit))
 
     async def close(self) -> None:
@@ -189,6 +195,13 @@ class MediaPipeline:
         out.failed += 1
         out.problems.append(f"I couldn't use {name}: {why}.")
         out.blocks.append(f"[The user sent {name}, but it could not be used: {why}.]")
+
+
+def _reader(a: Attachment) -> Callable[[Path, int], Extracted]:
+    if is_pdf(a.name, a.mime_type):
+        return read_pdf
+    fmt = office_format(a.name, a.mime_type)
+    return functools.partial(read_office, fmt=fmt) if fmt else read_text_file
 
 
 def _audio_filename(a: Attachment) -> str:

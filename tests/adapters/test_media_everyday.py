@@ -18,7 +18,10 @@ from tests.fakes.discord import FakeDiscord
 from tests.fakes.llm import FakeLLM
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, retry_after
-from tests.mediafiles import image_size, picture
+from tests.mediafiles import image_size, make_docx, make_xlsx, picture
+
+DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
 def heic(width: int, height: int) -> bytes:
@@ -127,3 +130,51 @@ async def test_slack_s_429_and_discord_s_503_on_a_file_are_waited_out(home: Path
         reply = await fake_discord.wait_for_sent(test_discord.DM)
         assert reply.content == "echo: see\n[image: cat.png] [users=1]"
         assert len(fake_discord.calls_to("GET /attachments")) == 2
+
+
+# ------------------------------------------------------------------------------------------ Office files
+async def test_word_and_excel_files_in_one_discord_message_are_read(home: Path, fake_llm: FakeLLM,
+                                                                    fake_discord: FakeDiscord) -> None:
+    """Several attachments in one message, in a reply to an earlier message: each is read, in order; an Office
+    97–2003 file is described with what to do instead."""
+    async with test_discord.running(home, fake_llm, fake_discord):
+        earlier = await fake_discord.push_message(test_discord.DM, "numbers coming")
+        await fake_discord.wait_for_sent(test_discord.DM)
+        word = fake_discord.add_attachment(make_docx(["Plan", "Ship on Friday"]), "Plan.docx", DOCX_TYPE,
+                                           channel_id=test_discord.DM)
+        sheet = fake_discord.add_attachment(make_xlsx({"Q3": [["Month", "Sales"], ["July", 41]]}), "Sales.xlsx",
+                                            XLSX_TYPE, channel_id=test_discord.DM)
+        old = fake_discord.add_attachment(b"\xd0\xcf\x11\xe0" + bytes(2000), "Old.doc", "application/msword",
+                                          channel_id=test_discord.DM)
+        photo = fake_discord.add_attachment(picture(300, 200), "board.jpg", "image/jpeg", channel_id=test_discord.DM)
+        await fake_discord.push_message(test_discord.DM, "compare", attachments=[photo, word, sheet, old],
+                                        referenced_message=earlier)
+        await fake_discord.wait_for_sent(test_discord.DM, count=2)
+        content = last_user_content(fake_llm)
+        assert content[0]["type"] == "image" and image_size(base64.b64decode(content[0]["source"]["data"])) == (300, 200)
+        text = texts(content)
+        assert text.startswith(f"compare\n[image: board.jpg]\n[Document: Plan.docx ({DOCX_TYPE}, ")
+        assert '<document name="Plan.docx">\nPlan\nShip on Friday\n</document>' in text
+        assert '<document name="Sales.xlsx">\n[Sheet: Q3]\nMonth\tSales\nJuly\t41\n</document>' in text
+        assert text.endswith("[File: Old.doc (application/msword, 2 KB). Its contents were not loaded: it is in an old "
+                             "Office format (Word, Excel or PowerPoint 97–2003), which cannot be read here; saved as "
+                             ".docx, .xlsx, .pptx or PDF it can be.]")
+        assert len(fake_discord.calls_to("GET /attachments")) == 3  # the old one was never fetched
+
+
+async def test_a_file_in_a_slack_thread_is_read_and_answered_in_the_thread(home: Path, fake_llm: FakeLLM) -> None:
+    async with FakeSlack(users=test_slack.USERS) as slack:
+        async with test_slack.running(home, fake_llm, slack):
+            root = test_slack.mention("<@UBOT> can you check the numbers?")
+            await slack.push_event(root)
+            await slack.wait_for_post(test_slack.CHANNEL)
+            csv = slack.add_file(b"month,sales\nJuly,41\n", "sales.csv", "text/csv")
+            photo = slack.add_file(picture(120, 80), "chart.jpg", "image/jpeg")
+            await slack.push_event(test_slack.said("here they are", user=test_slack.BOB, thread_ts=root["ts"],
+                                                   subtype="file_share", files=[csv, photo]))
+            reply = await slack.wait_for_post(test_slack.CHANNEL, count=2)
+            assert reply.thread_ts == root["ts"]
+            assert reply.text.startswith("echo: [Bob Jones] here they are\n[Document: sales.csv (text/csv, 20 bytes).")
+            content = last_user_content(fake_llm)
+            assert content[0]["type"] == "image" and '<document name="sales.csv">\nmonth,sales\nJuly,41\n' in \
+                texts(content)
