@@ -300,3 +300,51 @@ def test_cli_flags_named_in_the_docs_exist() -> None:
                     assert flag in flags(current) | top, f"{page.name}: `{line}`: {flag} does not exist"
                     checked += 1
     assert checked > 20
+
+
+class _AnyEnv(dict[str, str]):
+    """Every `${VAR}` an example names is set (to a token-shaped value)."""
+
+    def __missing__(self, key: str) -> str:
+        return "x" * 40
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def test_config_examples_in_the_docs_load(tmp_path: Path) -> None:
+    """Each ```yaml block whose keys are config sections is a config.yaml that `gateway config check` accepts."""
+    import yaml
+
+    from gateway.config.settings import load_config
+
+    sections = {f.name for f in dataclasses.fields(Config) if not f.metadata.get("internal")}
+    loaded = 0
+    for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
+        for i, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)):
+            data = yaml.safe_load(block)
+            if not isinstance(data, dict) or not set(data) <= sections:
+                continue  # another program's file (Prometheus, a manifest)
+            path = tmp_path / f"{page.stem}-{i}.yaml"
+            path.write_text(block, encoding="utf-8")
+            load_config(tmp_path, env=_AnyEnv(), path=path)  # raises ConfigError naming the line
+            loaded += 1
+    assert loaded >= 15
+
+
+def test_tools_page_lists_every_built_in_tool() -> None:
+    from gateway.agent.tools.catalog import TOOL_ORDER
+
+    text = (DOCS / "tools.md").read_text(encoding="utf-8")
+    table = text.split("## Built-in tools")[1].split("\n\n")[1]
+    named = {n for row in table.splitlines() if row.startswith("| `") for n in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert named == set(TOOL_ORDER)
+
+
+def test_each_platform_page_explains_every_key_of_its_section() -> None:
+    from gateway.config.settings import DiscordConfig, SlackConfig, TelegramConfig
+
+    for cls, page in ((TelegramConfig, "telegram.md"), (DiscordConfig, "discord.md"), (SlackConfig, "slack.md")):
+        text = (DOCS / page).read_text(encoding="utf-8")
+        missing = [f.name for f in dataclasses.fields(cls) if f"| `{f.name}` |" not in text]
+        assert not missing, f"{page} does not explain {missing}"
