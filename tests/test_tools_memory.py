@@ -16,7 +16,8 @@ from gateway.knowledge.memory import MemoryRights, MemoryStore
 
 def _ctx(home: Path) -> ToolContext:
     return ToolContext(session_id=1, platform="telegram", chat_type="dm", user_id="42", home=home,
-                       db_path=home / "state.db", chat_id="42", memory=MemoryRights(person_id=1, shared=True))
+                       db_path=home / "state.db", chat_id="42", memory=MemoryRights(person_id=1, shared=True,
+                                                                              own_conversation=True))
 
 
 async def _memory(home: Path, **arguments: object) -> ToolResult:

@@ -102,11 +102,12 @@ class Roles:
         return self._person_ids(row[0]) if row is not None else frozenset({f"{platform}:@{handle}"})
 
     # ------------------------------------------------------------------ memory
-    def rights(self, person: Person | None, view: MemoryView) -> MemoryRights:
+    def rights(self, person: Person | None, view: MemoryView, *, own: bool = False) -> MemoryRights:
+        """`own`: the conversation is the person's own (see MemoryRights.own_conversation)."""
         memory = self.config.memory
         admin = self.is_admin(person)
         return MemoryRights(
-            person_id=person.id if person is not None else None,
+            person_id=person.id if person is not None else None, own_conversation=own and person is not None,
             shared=memory.shared_writers == "everyone" or admin,
             chat=view.chat, chat_writable=view.chat is not None and (memory.chat_writers == "everyone" or admin),
             shared_policy=memory.shared_writers, chat_policy=memory.chat_writers)
@@ -161,7 +162,8 @@ class Roles:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
                            chat_id=session.chat_id, person=person,
-                           memory=self.rights(person, MemoryView(None, self._chat(session))))
+                           memory=self.rights(person, MemoryView(None, self._chat(session)),
+                                              own=user_id is not None and personal_owner(session) == user_id))
 
 
 MIGRATION_NOTE = "user_md_migration"

@@ -13,15 +13,18 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
+from gateway.events import ChatRef, Inbound
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import OWNER_PLATFORMS, PeopleBook, Person, personal_owner
-from gateway.store.media_files import delete_session_media, session_dir
-from gateway.store.rows import SessionRow, _row, iso
+from gateway.store.media_files import delete_session_media, media_root, session_dir
+from gateway.store.rows import SessionRow, _row, iso, parse_iso
+from gateway.store.transcript import encode_inbound
 
 REDACTED = "[deleted: this person asked to be forgotten]"
+SUMMARY_REDACTED = "[summary deleted: someone in this conversation asked to be forgotten]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +108,11 @@ class Forgetter:
                              args)
             for sql in _OWNED_SQL:
                 conn.execute(sql, (ids,))
+            newest = conn.execute("SELECT MAX(id) FROM inbound").fetchone()[0]
             for platform, user_id in accounts(person):
                 _forget_account(conn, platform, user_id, ids)
+            files = _blank_shared_turns(conn)
+            _keep_inbound_ids(conn, newest)
             jobs = json.dumps(list(plan.jobs))
             conn.execute("DELETE FROM job_runs WHERE job_id IN (SELECT value FROM json_each(?))", (jobs,))
             conn.execute("DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))", (jobs,))
@@ -121,6 +127,10 @@ class Forgetter:
         self.people.invalidate()
         self.memory.profile(person.id).delete()
         delete_session_media(self.home, plan.sessions)
+        for name in files:  # what they sent in shared conversations
+            path = (media_root(self.home) / name).resolve()
+            if path.is_relative_to(media_root(self.home).resolve()):
+                path.unlink(missing_ok=True)
         return plan
 
 
@@ -155,9 +165,49 @@ def _forget_account(conn: sqlite3.Connection, platform: str, user_id: str | None
     conn.execute("UPDATE messages SET content = ?, user_name = NULL WHERE user_id = ? AND session_id IN"
                  " (SELECT id FROM sessions WHERE platform = ?) AND session_id NOT IN (SELECT value FROM"
                  " json_each(?))", (REDACTED, user_id, platform, owned))
+    # A summary of a shared conversation written after they spoke in it may retell what they said.
+    conn.execute("UPDATE messages SET content = ? WHERE kind = 'summary' AND EXISTS (SELECT 1 FROM messages m JOIN"
+                 " sessions s ON s.id = m.session_id WHERE m.session_id = messages.session_id AND m.user_id = ? AND"
+                 " s.platform = ? AND m.id < messages.id)", (SUMMARY_REDACTED, user_id, platform))
+    # The answers recorded for their messages, wherever they were sent (turn ids t<inbound id>, c<id>, m<id> …).
+    conn.execute("DELETE FROM outbound WHERE rtrim(substr(turn_id, 2), '0123456789:abcdefghijklmnopqrstuvwxyz') = ''"
+                 " AND CAST(substr(turn_id, 2) AS INTEGER) IN (SELECT id FROM inbound WHERE platform = ? AND"
+                 " user_id = ?)", (platform, user_id))
+    # Their messages in groups and channels stay as empty rows: a platform delivering one again (a retry, a
+    # restart's catch-up reading the channel's history) finds it taken, and ids are not handed out twice.
+    for row in conn.execute("SELECT * FROM inbound WHERE platform = ? AND user_id = ? AND chat_type != 'dm'",
+                            (platform, user_id)).fetchall():
+        empty = Inbound(ChatRef(platform, row["chat_type"], row["chat_id"], row["thread_id"]), user_id="",
+                        text=REDACTED, message_id=row["platform_message_id"],
+                        received_at=parse_iso(row["received_at"]) or datetime.now(UTC))
+        conn.execute("UPDATE inbound SET user_id = '', user_name = NULL, text = ?, payload = ?, status = 'forgotten'"
+                     " WHERE id = ?", (REDACTED, encode_inbound(empty), row["id"]))
     conn.execute("DELETE FROM inbound WHERE platform = ? AND user_id = ?", (platform, user_id))
     conn.execute("DELETE FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id))
     conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?", (platform, user_id))
+
+
+def _blank_shared_turns(conn: sqlite3.Connection) -> list[str]:
+    """The redacted turns' tool calls keep their ids and names, not their arguments, and the pictures they sent
+    go; returns the media files to delete (named under GATEWAY_HOME/media)."""
+    files: list[str] = []
+    for row in conn.execute("SELECT id, tool_calls, media FROM messages WHERE content = ? AND (tool_calls IS NOT NULL"
+                            " OR media IS NOT NULL)", (REDACTED,)).fetchall():
+        calls = [{**call, "arguments": "{}"} for call in json.loads(row["tool_calls"] or "[]")]
+        files += [str(image.get("file")) for image in json.loads(row["media"] or "[]") if image.get("file")]
+        conn.execute("UPDATE messages SET tool_calls = ?, media = NULL WHERE id = ?",
+                     (json.dumps(calls) if calls else None, row["id"]))
+    return files
+
+
+def _keep_inbound_ids(conn: sqlite3.Connection, newest: int | None) -> None:
+    """SQLite gives the next row the highest id in use plus one: had the erasure removed the newest inbound row, the
+    next message would get its id again, and with it the turn id (t<id>) of an answer already recorded."""
+    if newest is None or conn.execute("SELECT 1 FROM inbound WHERE id = ?", (newest,)).fetchone() is not None:
+        return
+    conn.execute("INSERT INTO inbound (id, platform, chat_type, chat_id, platform_message_id, user_id, text, payload,"
+                 " received_at, status) VALUES (?, '', 'dm', '', ?, '', '', '{}', '', 'forgotten')",
+                 (newest, f"forgotten:{newest}"))
 
 
 def accounts(person: Person) -> list[tuple[str, str | None]]:

@@ -29,10 +29,13 @@ class MemoryRights:
     """What one caller's memory tool may write, decided by policy (gateway/access/roles.py).
 
     `person_id` is whose profile `target: user` writes (None: nobody's, e.g. a shared conversation's flush);
-    `chat` is this conversation's chat-notes key (groups and channels, when chat notes are on).
+    `chat` is this conversation's chat-notes key (groups and channels, when chat notes are on); `own_conversation`
+    says the conversation is that person's own (a DM, their own session in a group), so a tool result may quote
+    their profile: in a shared one it would stay in a transcript the others' requests carry.
     """
 
     person_id: int | None = None
+    own_conversation: bool = False
     shared: bool = False
     chat: str | None = None
     chat_writable: bool = False
@@ -113,19 +116,20 @@ class MemoryFile:
             _refuse_duplicate(content, entries)
             return self._write(entries, [*entries, content], len(content))
 
-    def replace(self, old_text: str, content: str) -> tuple[int, int]:
+    def replace(self, old_text: str, content: str, *, quote: bool = True) -> tuple[int, int]:
+        """`quote`: an ambiguous `old_text` is answered with the entries it matches (False: only how many)."""
         content = _clean(content)
         with self._lock.hold():
             entries = parse(self.read())
-            i = _find_one(old_text, entries, self.label)
+            i = _find_one(old_text, entries, self.label, quote)
             _refuse_duplicate(content, entries[:i] + entries[i + 1:])
             new = [*entries[:i], content, *entries[i + 1:]]
             return self._write(entries, new, len(content))
 
-    def remove(self, old_text: str) -> tuple[int, int]:
+    def remove(self, old_text: str, *, quote: bool = True) -> tuple[int, int]:
         with self._lock.hold():
             entries = parse(self.read())
-            i = _find_one(old_text, entries, self.label)
+            i = _find_one(old_text, entries, self.label, quote)
             return self._write(entries, entries[:i] + entries[i + 1:], 0)
 
     def absorb(self, other: MemoryFile) -> int:
@@ -227,7 +231,7 @@ def _refuse_duplicate(content: str, entries: list[str]) -> None:
         raise ToolError("Not saved: this entry is already in memory.")
 
 
-def _find_one(old_text: str, entries: list[str], label: str) -> int:
+def _find_one(old_text: str, entries: list[str], label: str, quote: bool = True) -> int:
     """Index of the one entry containing `old_text` (an exact whole-entry match wins a tie)."""
     needle = old_text.strip()
     if not needle:
@@ -237,6 +241,9 @@ def _find_one(old_text: str, entries: list[str], label: str) -> int:
         exact = [i for i in hits if entries[i] == needle]
         if len(exact) == 1:
             return exact[0]
+        if not quote:
+            raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {label}. Use a longer part of the "
+                            "one you mean (its entries are not quoted here: this conversation is shared).")
         listed = "; ".join(f"{n}. {_brief(entries[i])}" for n, i in enumerate(hits, 1))
         raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {label}: {listed}. "
                         "Use a longer part of the one you mean.")

@@ -36,7 +36,7 @@ class DeliveryQueries(Database):
         after a crash either both are there or neither, never a final status with its answer lost."""
         with self.tx() as conn:
             cur = conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
-                               " WHERE id = ?", (status, iso(now), session_id, inbound_id))
+                               " WHERE id = ? AND status != 'forgotten'", (status, iso(now), session_id, inbound_id))
             if cur.rowcount == 0:
                 raise TurnGone(f"inbound {inbound_id} was deleted: its answer is not recorded")
             insert_outbound(conn, outbound, now)
@@ -45,11 +45,11 @@ class DeliveryQueries(Database):
                            session_id: int | None = None) -> None:
         finished = iso(now) if status not in ("pending", "running") else None
         self.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
-                     " WHERE id = ?", (status, finished, session_id, inbound_id))
+                     " WHERE id = ? AND status != 'forgotten'", (status, finished, session_id, inbound_id))
 
     def inbound(self, inbound_id: int) -> InboundRow:
         row = _row(InboundRow, self.one("SELECT * FROM inbound WHERE id = ?", (inbound_id,)))
-        if row is None:
+        if row is None or row.status == "forgotten":  # its sender was forgotten (gateway/knowledge/forget.py)
             raise TurnGone(f"inbound {inbound_id} does not exist")
         return row
 

@@ -148,7 +148,7 @@ class MessageQueries(Database):
         with self.tx() as conn:
             if inbound_id is not None:
                 cur = conn.execute("UPDATE inbound SET status = 'answered', finished_at = ?, session_id = ?"
-                                   " WHERE id = ?", (iso(now), session_id, inbound_id))
+                                   " WHERE id = ? AND status != 'forgotten'", (iso(now), session_id, inbound_id))
                 if cur.rowcount == 0:  # `gateway users forget` erased it while the turn ran: keep nothing of it
                     raise TurnGone(f"inbound {inbound_id} was deleted while its turn ran")
             elif conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:

@@ -7,6 +7,7 @@ Which file a target means, and whether this caller may change it, comes from the
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Annotated, Literal
 
 from gateway.agent.tools.registry import ToolContext, ToolFunction
@@ -39,12 +40,13 @@ def memory_tool(store: MemoryStore) -> ToolFunction:
         if action in ("replace", "remove") and old_text is None:
             raise ToolError(f"action={action} needs old_text (a unique part of the entry).")
         file = writable(store, ctx.memory, target)
+        quote = target != "user" or ctx.memory.own_conversation  # a profile is quoted only in its owner's chat
         if action == "add":
             used, limit = await asyncio.to_thread(file.add, content or "")
         elif action == "replace":
-            used, limit = await asyncio.to_thread(file.replace, old_text or "", content or "")
+            used, limit = await asyncio.to_thread(partial(file.replace, old_text or "", content or "", quote=quote))
         else:
-            used, limit = await asyncio.to_thread(file.remove, old_text or "")
+            used, limit = await asyncio.to_thread(partial(file.remove, old_text or "", quote=quote))
         done = "Removed from" if action == "remove" else "Saved to"
         return (f"{done} {file.label}: {used:,} of {limit:,} characters used. Future sessions will see "
                 "this; the memory in this session's prompt stays as it was when the session started.")

@@ -1,0 +1,134 @@
+"""Trying to get one person's memory into another person's request, through every path a group offers.
+
+Two people, one (`1`) and two (`2`), share a group topic (a shared session) and each has a DM. Each check reads
+every byte of the requests the model gets for the other person afterwards.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from gateway.cli import users
+from gateway.cli.main import build_parser
+from gateway.config.settings import load_config
+from gateway.events import SubmitOutcome
+from gateway.ops.wiring import Gateway
+from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
+
+TOPIC: dict[str, Any] = {"platform": "telegram", "chat_type": "group", "chat_id": "-100", "thread_id": "7"}
+
+
+@asynccontextmanager
+async def gateway(home: Path, llm: FakeLLM, extra: str = "") -> AsyncIterator[tuple[Gateway, RecordingAdapter]]:
+    write_config(home, base_url=llm.base_url, extra="web:\n  enabled: false\n"
+                 "telegram:\n  token: t\n  allowed_users: ['1', '2']\n  require_mention: false\n"
+                 "access:\n  admins: ['telegram:1']\n" + extra)
+    tg = RecordingAdapter("telegram")
+    gw = gateway_for(home, [tg])
+    try:
+        yield gw, tg
+    finally:
+        await gw.outbox.wait_background()
+        await gw.sessions.cancel_all()
+        await gw.llm.close()
+        gw.store.close()
+
+
+async def say(gw: Gateway, tg: RecordingAdapter, text: str, user: str, where: dict[str, Any] | None = None,
+              message_id: str | None = None) -> None:
+    before = len(tg.sent)
+    chat = where or {"platform": "telegram", "chat_id": user}
+    await gw.sessions.submit(inbound(text, user_id=user, message_id=message_id, **chat))
+    await tg.wait_for(before + 1)
+    await gw.sessions.wait_idle()
+
+
+def forget(home: Path, who: str) -> None:
+    out = io.StringIO()
+    args = build_parser().parse_args(["--home", str(home), "users", "forget", who, "--yes"])
+    assert users.run(args, load_config(home, env={}), stdin=io.StringIO(), out=out) == 0, out.getvalue()
+
+
+def raw_since(llm: FakeLLM, mark: int) -> bytes:
+    return b"\n".join(llm.anthropic_raw()[mark:])
+
+
+async def test_an_ambiguous_profile_edit_in_a_shared_topic_does_not_list_the_profile(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """The memory tool's 'matches N entries' error quotes the entries: in a shared conversation it must not quote
+    the asker's private profile into the transcript every member's next request carries."""
+    async with gateway(home, fake_llm) as (gw, tg):
+        fake_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Takes insulin at 8"}),
+                        ToolCall("memory", {"action": "add", "target": "user", "content": "Takes the bus at 9"}),
+                        Reply("Noted."))
+        await say(gw, tg, "private: I take insulin at 8 and the bus at 9", "1")
+        fake_llm.script(ToolCall("memory", {"action": "remove", "target": "user", "old_text": "Takes"}),
+                        Reply("Which one?"))
+        await say(gw, tg, "forget what I take", "1", TOPIC)
+        mark = len(fake_llm.anthropic_raw())
+        await say(gw, tg, "hello topic", "2", TOPIC)
+        seen = raw_since(fake_llm, mark)
+        assert b"topic" in seen and b"insulin" not in seen
+        # In one's own DM the entries are quoted, so the model can tell which one is meant.
+        fake_llm.script(ToolCall("memory", {"action": "remove", "target": "user", "old_text": "Takes"}),
+                        Reply("Which one?"))
+        await say(gw, tg, "forget what I take", "1")
+        assert b"matches 2 entries" in fake_llm.anthropic_raw()[-1] and b"insulin" in fake_llm.anthropic_raw()[-1]
+
+
+async def test_after_forget_a_shared_topic_keeps_nothing_of_theirs(home: Path, fake_llm: FakeLLM) -> None:
+    """Their words, the arguments of the tools their turn called, their pictures, a summary retelling them and the
+    answer recorded for them all go; the next message in the topic is answered (its id is not theirs again), and
+    their message delivered again (a retry, a catch-up) is not taken as new."""
+    async with gateway(home, fake_llm) as (gw, tg):
+        await say(gw, tg, "two here, hello topic", "2", TOPIC)
+        fake_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Passport X123"}),
+                        Reply("Saved your X123."))
+        await say(gw, tg, "one here: remember my passport is X123", "1", TOPIC, message_id="tg-77")
+        shared = gw.store.active_session("telegram:group:-100:7")
+        assert shared is not None
+        picture = home / "media" / str(shared.id) / "passport.jpg"
+        picture.parent.mkdir(parents=True, exist_ok=True)
+        picture.write_bytes(b"\xff\xd8 passport scan")
+        gw.store.execute("UPDATE messages SET media = ? WHERE user_id = '1'",
+                         (json.dumps([{"media_type": "image/jpeg", "file": f"{shared.id}/passport.jpg"}]),))
+        gw.store.execute("INSERT INTO messages (session_id, role, content, created_at, kind, active) VALUES"
+                         " (?, 'user', 'Summary: one said the passport is X123', '2026-01-01', 'summary', 0)",
+                         (shared.id,))
+        forget(home, "telegram:1")
+        mark = len(fake_llm.anthropic_raw())
+        await say(gw, tg, "what did the others say?", "2", TOPIC)
+        seen = raw_since(fake_llm, mark)
+        assert b"others say" in seen and b"X123" not in seen
+        shared = gw.store.active_session("telegram:group:-100:7")
+        assert shared is not None
+        rows = gw.store.all("SELECT content, tool_calls FROM messages WHERE session_id = ?", (shared.id,))
+        assert not any("X123" in json.dumps(list(r)) for r in rows)
+        rows = gw.store.all("SELECT content, tool_calls, media FROM messages WHERE session_id = ?", (shared.id,))
+        assert not any("X123" in json.dumps(list(r)) or "passport.jpg" in json.dumps(list(r)) for r in rows)
+        assert not picture.exists()
+        assert gw.store.all("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'X123'") == []
+        assert gw.store.all("SELECT id FROM outbound WHERE text LIKE '%X123%'") == []
+        assert gw.store.all("SELECT id FROM inbound WHERE text LIKE '%X123%' OR payload LIKE '%X123%'") == []
+        again = await gw.sessions.submit(inbound("one here: remember my passport is X123", user_id="1",
+                                                 message_id="tg-77", **TOPIC))
+        assert again.outcome is SubmitOutcome.DUPLICATE
+
+
+async def test_a_new_session_never_inherits_a_forgotten_persons_session(home: Path, fake_llm: FakeLLM) -> None:
+    """The CLI forgets one from its own connection; before the daemon notices, two starts a conversation. SQLite
+    hands out the highest deleted row id again: two's new session must not get one's history with it."""
+    async with gateway(home, fake_llm) as (gw, tg):
+        await say(gw, tg, "my diagnosis is ZEBRA-7", "1")
+        forget(home, "telegram:1")
+        mark = len(fake_llm.anthropic_raw())
+        await say(gw, tg, "hello, I am new here", "2")
+        seen = raw_since(fake_llm, mark)
+        assert b"I am new here" in seen and b"ZEBRA" not in seen
+        assert tg.texts("2")[0].startswith("echo: hello, I am new here")
