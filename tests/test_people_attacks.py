@@ -17,7 +17,9 @@ from gateway.cli import users
 from gateway.cli.main import build_parser
 from gateway.config.settings import load_config
 from gateway.events import SubmitOutcome
+from gateway.ops.access_watch import AccessWatch
 from gateway.ops.wiring import Gateway
+from gateway.store.rows import utcnow
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -30,7 +32,7 @@ async def gateway(home: Path, llm: FakeLLM, extra: str = "") -> AsyncIterator[tu
                  "telegram:\n  token: t\n  allowed_users: ['1', '2']\n  require_mention: false\n"
                  "access:\n  admins: ['telegram:1']\n" + extra)
     tg = RecordingAdapter("telegram")
-    gw = gateway_for(home, [tg])
+    gw = gateway_for(home, [tg, RecordingAdapter("discord")] if "discord:" in extra else [tg])
     try:
         yield gw, tg
     finally:
@@ -132,3 +134,36 @@ async def test_a_new_session_never_inherits_a_forgotten_persons_session(home: Pa
         seen = raw_since(fake_llm, mark)
         assert b"I am new here" in seen and b"ZEBRA" not in seen
         assert tg.texts("2")[0].startswith("echo: hello, I am new here")
+
+
+async def test_an_unlinked_account_keeps_no_conversation_that_carries_the_profile(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """discord:8 was linked to one (by mistake, or by a code one was talked into giving); its DM started with one's
+    profile in the frozen prompt. After `gateway users unlink discord:8` that conversation ends, unflushed (a flush
+    would save what the prompt said about one into the new person's profile), and its next one knows nothing."""
+    discord = "discord:\n  token: d\n  allowed_users: ['8']\n"
+    async with gateway(home, fake_llm, extra=discord) as (gw, _):
+        dc = gw.sessions.adapters["discord"]
+        assert isinstance(dc, RecordingAdapter)
+        one = gw.people.resolve("telegram", "1", now=utcnow())
+        gw.memory.profile(one.id).add("Lives at 12 Elm Street")
+        gw.people.link(one, gw.people.resolve("discord", "8", now=utcnow()), gw.memory, by="test")
+        await say(gw, dc, "hello", "8", {"platform": "discord", "chat_id": "d8"})
+        session = gw.store.active_session("discord:dm:d8")
+        assert session is not None and "Elm Street" in (session.system_prompt or "")
+
+        out = io.StringIO()
+        args = build_parser().parse_args(["--home", str(home), "users", "unlink", "discord:8"])
+        assert users.run(args, load_config(home, env={}), stdin=io.StringIO(), out=out) == 0
+        watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory,
+                            clock=gw.clock)
+        assert watch.handle() == 1
+        ended = gw.store.session(session.id)
+        assert ended.ended_at is not None and ended.end_reason == "unlinked" and ended.flush_state is None
+
+        mark = len(fake_llm.anthropic_raw())
+        await say(gw, dc, "what do you know about me?", "8", {"platform": "discord", "chat_id": "d8"})
+        seen = raw_since(fake_llm, mark)
+        assert b"what do you know" in seen and b"Elm Street" not in seen
+        person = gw.people.find("discord:8")
+        assert person is not None and gw.memory.profile(person.id).read() == ""

@@ -268,7 +268,8 @@ class PeopleBook:
 
     def unlink(self, identity: str, *, now: datetime) -> Person:
         """The identity leaves its person and becomes a person of its own, with an empty profile (the profile stays
-        with the identities that remain)."""
+        with the identities that remain). An access event tells the daemon to end the identity's running
+        conversations: their frozen prompts carry the profile it no longer shares (gateway/ops/access_watch.py)."""
         person = self.find(identity)
         if person is None:
             raise GatewayError(f"{identity} is not known")
@@ -280,6 +281,10 @@ class PeopleBook:
                                   " WHERE identity = ?), ?)", (identity, iso(now))).lastrowid
             conn.execute("UPDATE identities SET person_id = ?, linked_by = 'unlinked' WHERE identity = ?",
                          (new_id, identity))
+            mine = next(i for i in person.identities if i.identity == identity)
+            conn.execute("INSERT INTO access_events (kind, platform, user_id, detail, created_at) VALUES"
+                         " ('unlinked', ?, ?, ?, ?)", (mine.platform, mine.user_id,
+                                                       f'{{"from": {person.id}, "to": {new_id}}}', iso(now)))
         fresh = self.get(int(new_id or 0))
         assert fresh is not None
         return fresh

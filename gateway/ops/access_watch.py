@@ -3,7 +3,8 @@
 The CLI only records: `gateway pairing approve` stores the approval, `pairing revoke` the revocation, `users forget`
 the erasure. The daemon notices (a cheap poll, and once at start for what happened while it was down) and acts: a
 short welcome through the platform the person asked from (through the outbox, so exactly once), the end of a revoked
-person's own sessions (flushed as usual) and of their scheduled jobs, the turns of a forgotten person stopped.
+person's own sessions (flushed as usual) and of their scheduled jobs, the turns of a forgotten person stopped, the
+conversations of an unlinked identity ended (not flushed).
 """
 
 from __future__ import annotations
@@ -99,6 +100,18 @@ class AccessWatch:
             self.memory.erase_profile(int(person))
         self.store.history_cache.clear()
         log.info("access: %s:%s forgotten; %s running turn(s) stopped", row["platform"], row["user_id"], stopped)
+
+    def _unlinked(self, row: Any) -> None:
+        """An identity left its person: its running conversations end, unflushed. Their prompts carry the profile
+        it no longer shares, and a flush would save what they say about that person into the new one's profile."""
+        platform, user_id = row["platform"], row["user_id"]
+        ended = 0
+        for session in self._own_sessions(platform, user_id):
+            self.sessions.stop_turn(session.key)
+            if self.store.end_session(session.id, reason="unlinked", now=self.clock(), flush_state=None):
+                self.sessions.hooks.session_ended(self.store.session(session.id), "unlinked")
+                ended += 1
+        log.info("access: %s:%s unlinked; %s session(s) ended", platform, user_id, ended)
 
     def _unknown(self, row: Any) -> None:
         log.warning("access: unknown access event %r (id %s) ignored", row["kind"], row["id"])
