@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from gateway.access.gate import AccessGate
+from gateway.access.linking import Linker
 from gateway.cli import users
 from gateway.cli.main import build_parser
 from gateway.config.settings import load_config
@@ -20,6 +22,7 @@ from gateway.events import SubmitOutcome
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.wiring import Gateway
 from gateway.store.rows import utcnow
+from tests.fakeclock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -30,9 +33,10 @@ TOPIC: dict[str, Any] = {"platform": "telegram", "chat_type": "group", "chat_id"
 async def gateway(home: Path, llm: FakeLLM, extra: str = "") -> AsyncIterator[tuple[Gateway, RecordingAdapter]]:
     write_config(home, base_url=llm.base_url, extra="web:\n  enabled: false\n"
                  "telegram:\n  token: t\n  allowed_users: ['1', '2']\n  require_mention: false\n"
+                 "discord:\n  token: d\n  allowed_users: ['8', '9']\n"
                  "access:\n  admins: ['telegram:1']\n" + extra)
     tg = RecordingAdapter("telegram")
-    gw = gateway_for(home, [tg, RecordingAdapter("discord")] if "discord:" in extra else [tg])
+    gw = gateway_for(home, [tg, RecordingAdapter("discord")])
     try:
         yield gw, tg
     finally:
@@ -141,8 +145,7 @@ async def test_an_unlinked_account_keeps_no_conversation_that_carries_the_profil
     """discord:8 was linked to one (by mistake, or by a code one was talked into giving); its DM started with one's
     profile in the frozen prompt. After `gateway users unlink discord:8` that conversation ends, unflushed (a flush
     would save what the prompt said about one into the new person's profile), and its next one knows nothing."""
-    discord = "discord:\n  token: d\n  allowed_users: ['8']\n"
-    async with gateway(home, fake_llm, extra=discord) as (gw, _):
+    async with gateway(home, fake_llm) as (gw, _):
         dc = gw.sessions.adapters["discord"]
         assert isinstance(dc, RecordingAdapter)
         one = gw.people.resolve("telegram", "1", now=utcnow())
@@ -167,3 +170,35 @@ async def test_an_unlinked_account_keeps_no_conversation_that_carries_the_profil
         assert b"what do you know" in seen and b"Elm Street" not in seen
         person = gw.people.find("discord:8")
         assert person is not None and gw.memory.profile(person.id).read() == ""
+
+
+async def test_link_codes_expire_and_wrong_guesses_lock_out_only_the_guessers(home: Path, fake_llm: FakeLLM) -> None:
+    async with gateway(home, fake_llm) as (gw, _):
+        clock = FakeClock()
+        gate = gw.sessions.gate
+        assert isinstance(gate, AccessGate) and gw.roles is not None
+        linker = Linker(gate, gw.roles, gw.memory, clock=clock.now)
+
+        def redeem(user: str, code: str) -> str:
+            message = inbound(f"/link {code}", platform="discord", chat_id=f"d{user}", user_id=user)
+            return linker.redeem(message, code, allowed=gate.is_allowed(message))
+
+        # A code lasts ten minutes.
+        old = linker.issue(inbound("/link", platform="telegram", chat_id="2", user_id="2"))
+        await clock.advance(10 * 60)
+        assert redeem("8", old).startswith("No link request has that code")
+        # Strangers guessing (seven accounts, five wrong codes each) lock themselves out, not the people allowed in.
+        for n in range(7):
+            for _ in range(6):
+                redeem(f"70{n}", "WRONGCOD")
+        assert redeem("700", "WRONGCOD").startswith("Too many wrong link codes")
+        code = linker.issue(inbound("/link", platform="telegram", chat_id="1", user_id="1"))
+        assert redeem("8", code).startswith("Linked: this account and telegram:1")
+        # An allowed account's own wrong guesses lock it for an hour, its right code included.
+        code = linker.issue(inbound("/link", platform="telegram", chat_id="2", user_id="2"))
+        for _ in range(5):
+            assert redeem("9", "WRONGCOD").startswith("No link request has that code")
+        assert redeem("9", code).startswith("Too many wrong link codes")
+        await clock.advance(3600)
+        code = linker.issue(inbound("/link", platform="telegram", chat_id="2", user_id="2"))
+        assert redeem("9", code).startswith("Linked: this account and telegram:2")

@@ -3,7 +3,8 @@
 `/link` in a direct message gives a one-time code (shown only there, never stored in clear: its HMAC under the
 pairing key, like pairing codes); `/link CODE` sent from the other account, on any platform, links the two. Both
 accounts must already be allowed, unless the code came from an admin: then the new account is let in by the link
-(it shares the admin's approval). Wrong codes count per account and in all; too many lock the flow for an hour.
+(it shares the admin's approval). Wrong codes count per account and in all; too many lock the flow for an hour (for
+strangers and for the accounts let in apart, so strangers cannot pause it for the others).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class Linker:
         self.store = roles.people.store
         self.memory = memory
         self.clock = clock
-        self._wrong: dict[str, deque[datetime]] = {}
+        # Wrong codes per account, kept apart for strangers: their guesses must not pause linking for the people
+        # already let in (a few throwaway accounts would otherwise lock everyone out for an hour).
+        self._wrong: dict[bool, dict[str, deque[datetime]]] = {True: {}, False: {}}
         gate.link = self.handle
 
     async def handle(self, inbound: Inbound) -> SubmitResult | None:
@@ -107,12 +110,12 @@ class Linker:
     def redeem(self, inbound: Inbound, code: str, *, allowed: bool) -> str:
         now = self.clock()
         me = identity_of(inbound.chat.platform, inbound.user_id)
-        if self._locked(me, now):
+        if self._locked(me, now, allowed):
             return LOCKED_TEXT
         row = self.store.one("SELECT * FROM link_codes WHERE code_hash = ?", (self.gate.pairing.code_hash(code),))
         expires = parse_iso(row["expires_at"]) if row is not None else None
         if row is None or expires is None or expires <= now or row["identity"] == me:
-            self._count_wrong(me, now)
+            self._count_wrong(me, now, allowed)
             return WRONG_TEXT.format(minutes=int(LINK_TTL.total_seconds() // 60))
         issuer = self.people.get(int(row["person_id"]))
         if issuer is None:
@@ -139,14 +142,16 @@ class Linker:
         return self.people.resolve(inbound.chat.platform, inbound.user_id, now=self.clock(),
                                    user_name=inbound.user_name, username=inbound.username)
 
-    def _locked(self, identity: str, now: datetime) -> bool:
-        for times in self._wrong.values():
+    def _locked(self, identity: str, now: datetime, allowed: bool) -> bool:
+        wrong = self._wrong[allowed]
+        for times in wrong.values():
             while times and now - times[0] >= LOCKOUT:
                 times.popleft()
-        mine = self._wrong.get(identity, deque())
-        return len(mine) >= MAX_WRONG_PER_ACCOUNT or sum(map(len, self._wrong.values())) >= MAX_WRONG_IN_ALL
+        mine = wrong.get(identity, deque())
+        return len(mine) >= MAX_WRONG_PER_ACCOUNT or sum(map(len, wrong.values())) >= MAX_WRONG_IN_ALL
 
-    def _count_wrong(self, identity: str, now: datetime) -> None:
-        self._wrong.setdefault(identity, deque()).append(now)
-        for key in [k for k, v in self._wrong.items() if not v]:
-            del self._wrong[key]
+    def _count_wrong(self, identity: str, now: datetime, allowed: bool) -> None:
+        wrong = self._wrong[allowed]
+        wrong.setdefault(identity, deque()).append(now)
+        for key in [k for k, v in wrong.items() if not v]:
+            del wrong[key]
