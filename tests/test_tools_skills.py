@@ -9,12 +9,13 @@ import pytest
 
 from gateway.agent.tools.catalog import build_registry
 from gateway.agent.tools.registry import ToolContext, ToolResult
+from gateway.knowledge.memory import MemoryRights
 from gateway.knowledge.skills import SkillEntry, SkillLibrary
 
 
 def _ctx(home: Path) -> ToolContext:
     return ToolContext(session_id=1, platform="web", chat_type="dm", user_id="u", home=home,
-                       db_path=home / "state.db", chat_id="u")
+                       db_path=home / "state.db", chat_id="u", memory=MemoryRights(person_id=1, shared=True))
 
 
 async def _call(home: Path, tool: str, **arguments: object) -> ToolResult:

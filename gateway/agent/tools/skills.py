@@ -1,11 +1,14 @@
-"""The `skill_view` and `skill_manage` tools over the skills library (gateway/knowledge/skills.py)."""
+"""The `skill_view` and `skill_manage` tools over the skills library (gateway/knowledge/skills.py).
+
+Skills are shared: their index is in every new session's prompt, so changing them follows the shared notes' policy
+(`memory.shared_writers`, the caller's MemoryRights.shared)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Annotated, Literal
 
-from gateway.agent.tools.registry import ToolFunction
+from gateway.agent.tools.registry import ToolContext, ToolFunction
 from gateway.errors import ToolError
 from gateway.knowledge.skills import DEFAULT_CATEGORY, SkillLibrary
 
@@ -18,6 +21,7 @@ def skill_tools(library: SkillLibrary) -> tuple[ToolFunction, ToolFunction]:
         return await asyncio.to_thread(library.view, name)
 
     async def skill_manage(
+        ctx: ToolContext,
         action: Annotated[Literal["create", "patch", "delete"],
                           "create a new skill; patch an existing one; delete one"],
         name: Annotated[str, "lowercase letters, digits, '-' or '_' (e.g. deploy-docs)"],
@@ -34,6 +38,9 @@ def skill_tools(library: SkillLibrary) -> tuple[ToolFunction, ToolFunction]:
         """Save a reusable procedure as a skill (a SKILL.md file) after working out how to do a task, fix
         or improve one that proved wrong or incomplete, or delete one that is obsolete.
         """
+        if not ctx.memory.shared:  # the skills index is in every new session's prompt, like the shared notes
+            raise ToolError("Not saved: skills reach every conversation (the skills index), and only admins may "
+                            f"change them (memory.shared_writers: {ctx.memory.shared_policy}).")
         if action == "create":
             if content is None:
                 raise ToolError("action=create needs content.")
