@@ -19,8 +19,10 @@ from gateway.cli import users
 from gateway.cli.main import build_parser
 from gateway.config.settings import load_config
 from gateway.events import SubmitOutcome
+from gateway.knowledge.memory import MemoryRights, MemoryStore
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.wiring import Gateway
+from gateway.sessions.flush import KEEP_PRIVATE, flush_instruction
 from gateway.store.rows import utcnow
 from tests.fakeclock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
@@ -224,3 +226,14 @@ async def test_skills_reach_every_prompt_so_they_follow_the_shared_notes_policy(
                         Reply("Saved."))
         await say(gw, tg, "save a skill for backups", "1")
         assert (home / "skills" / "general" / "backups" / "SKILL.md").exists()
+
+
+def test_a_flush_that_may_write_shared_scopes_is_told_to_keep_the_profile_out_of_them(tmp_path: Path) -> None:
+    """A person's own session (their DM, their session in a group) shows their profile in its prompt; its flush
+    may also write the shared or chat notes, which other people's prompts carry."""
+    memory = MemoryStore(tmp_path)
+    own_group = flush_instruction(memory, MemoryRights(person_id=1, chat="telegram:-100", chat_writable=True))
+    admin_dm = flush_instruction(memory, MemoryRights(person_id=1, shared=True))
+    assert KEEP_PRIVATE in own_group and KEEP_PRIVATE in admin_dm
+    assert KEEP_PRIVATE not in flush_instruction(memory, MemoryRights(person_id=1))  # only their profile to write
+    assert KEEP_PRIVATE not in flush_instruction(memory, MemoryRights(chat="telegram:-100", chat_writable=True))

@@ -56,6 +56,9 @@ TARGETS = {
     "chat": '- facts about this group and how it works: the memory tool, target "chat";',
 }
 
+KEEP_PRIVATE = ("- what the person's profile or this conversation says about them stays in their profile: never copy "
+                "it into the shared notes or a chat's notes, which other people's conversations show;")
+
 
 def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str = FLUSH_INSTRUCTION) -> str:
     """The instruction with the live memory this flush may write to: the scopes it may write (as the session's
@@ -63,6 +66,8 @@ def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str =
     targets = [TARGETS["user"]] if rights.person_id is not None else []
     targets += [TARGETS["memory"]] if rights.shared else []
     targets += [TARGETS["chat"]] if rights.chat is not None and rights.chat_writable else []
+    if rights.person_id is not None and len(targets) > 1:  # their profile may reach others' prompts through them
+        targets.append(KEEP_PRIVATE)
     files = [_file("MEMORY.md (the shared notes) as it is now (it may have changed since your system prompt was "
                    "written)" + ("" if rights.shared else "; you may not change it here"), "memory",
                    memory.shared().read())]
