@@ -96,6 +96,8 @@ async def test_after_forget_a_shared_topic_keeps_nothing_of_theirs(home: Path, f
     their message delivered again (a retry, a catch-up) is not taken as new."""
     async with gateway(home, fake_llm) as (gw, tg):
         await say(gw, tg, "two here, hello topic", "2", TOPIC)
+        gw.store.execute("INSERT INTO access_events (kind, platform, user_id, chat_id, created_at) VALUES"
+                         " ('approved', 'telegram', '1', '1', '2026-01-01')")  # an approval not welcomed yet
         fake_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Passport X123"}),
                         Reply("Saved your X123."))
         await say(gw, tg, "one here: remember my passport is X123", "1", TOPIC, message_id="tg-77")
@@ -122,6 +124,8 @@ async def test_after_forget_a_shared_topic_keeps_nothing_of_theirs(home: Path, f
         assert not any("X123" in json.dumps(list(r)) or "passport.jpg" in json.dumps(list(r)) for r in rows)
         assert not picture.exists()
         assert gw.store.all("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'X123'") == []
+        assert gw.store.all("SELECT rowid FROM messages_fts_tri WHERE messages_fts_tri MATCH 'X123'") == []
+        assert gw.store.all("SELECT id FROM access_events WHERE user_id = '1' AND kind != 'forgotten'") == []
         assert gw.store.all("SELECT id FROM outbound WHERE text LIKE '%X123%'") == []
         assert gw.store.all("SELECT id FROM inbound WHERE text LIKE '%X123%' OR payload LIKE '%X123%'") == []
         again = await gw.sessions.submit(inbound("one here: remember my passport is X123", user_id="1",

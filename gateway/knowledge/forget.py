@@ -120,6 +120,9 @@ class Forgetter:
             conn.execute("DELETE FROM identities WHERE person_id = ?", (person.id,))
             conn.execute("DELETE FROM people WHERE id = ?", (person.id,))
             detail = json.dumps({"person": person.id, "keys": list(plan.keys)})
+            for identity in person.identities:  # what the daemon was still to do for them (a welcome) goes too
+                conn.execute("DELETE FROM access_events WHERE platform = ? AND user_id = ?",
+                             (identity.platform, identity.user_id))
             for identity in person.identities:
                 conn.execute("INSERT INTO access_events (kind, platform, user_id, detail, created_at)"
                              " VALUES ('forgotten', ?, ?, ?, ?)", (identity.platform, identity.user_id, detail, iso(now)))
