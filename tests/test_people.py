@@ -188,8 +188,19 @@ async def test_link_by_a_non_admin_cannot_let_a_stranger_in(home: Path, fake_llm
         # A wrong code from an allowed account is refused, and the code is single-use per request.
         await _say(gw, tg, "/link ABCDEFGH", chat_id="1", user_id="1")
         assert tg.texts("1")[-1].startswith("No link request has that code")
-        await _say(gw, tg, f"/link {code}", chat_id="1", user_id="1")
+        # A right code first says what linking shares and with whom; only `/link CODE yes` links.
+        await _say(gw, tg, f"/link {code} yes", chat_id="1", user_id="1")  # not told yet: told now
+        assert tg.texts("1")[-1].startswith("This would make this account and telegram:2 one person to me")
+        assert len(gw.people.resolve("telegram", "1", now=utcnow()).identities) == 1
+        await _say(gw, tg, f"/link {code} yes", chat_id="1", user_id="1")
         assert tg.texts("1")[-1] == "Linked: this account and telegram:2 are one person to me now (one profile, one memory)."
+        # A code typed in a group is void at once: another member could send it first.
+        await _say(gw, tg, "/link", chat_id="2", user_id="2")
+        code = re.findall(r"/link ([A-Z0-9]{8})", tg.texts("2")[-1])[0]
+        await _say(gw, tg, f"/link {code}", chat_id="-100", user_id="1", chat_type="group")
+        assert tg.texts("-100")[-1].startswith("Link codes work only in a direct message to me")
+        await _say(gw, sl, f"/link {code}", chat_id="D1", user_id="U1")
+        assert sl.texts()[-1].startswith("No link request has that code")
         stored = [r[0] for r in gw.store.all("SELECT text FROM inbound WHERE text LIKE '/link%'")]
         assert stored and all(t == "/link [code]" for t in stored)  # codes never stored in clear
 

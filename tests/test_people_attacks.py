@@ -186,8 +186,12 @@ async def test_link_codes_expire_and_wrong_guesses_lock_out_only_the_guessers(ho
         linker = Linker(gate, gw.roles, gw.memory, clock=clock.now)
 
         def redeem(user: str, code: str) -> str:
+            """/link CODE, then (when told what it shares) /link CODE yes."""
             message = inbound(f"/link {code}", platform="discord", chat_id=f"d{user}", user_id=user)
-            return linker.redeem(message, code, allowed=gate.is_allowed(message))
+            told = linker.redeem(message, code, allowed=gate.is_allowed(message))
+            if not told.startswith("This would make this account and"):
+                return told
+            return linker.redeem(message, code, allowed=gate.is_allowed(message), confirmed=True)
 
         # A code lasts ten minutes.
         old = linker.issue(inbound("/link", platform="telegram", chat_id="2", user_id="2"))

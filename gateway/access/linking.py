@@ -1,7 +1,8 @@
 """The in-chat `/link` flow: one person proves two identities, and they become one person.
 
 `/link` in a direct message gives a one-time code (shown only there, never stored in clear: its HMAC under the
-pairing key, like pairing codes); `/link CODE` sent from the other account, on any platform, links the two. Both
+pairing key, like pairing codes); `/link CODE` sent from the other account, on any platform, in a direct message,
+says what linking shares and with whom, and `/link CODE yes` then links the two (a code typed in a group is void). Both
 accounts must already be allowed, unless the code came from an admin: then the new account is let in by the link
 (it shares the admin's approval). Wrong codes count per account and in all; too many lock the flow for an hour (for
 strangers and for the accounts let in apart, so strangers cannot pause it for the others).
@@ -41,6 +42,11 @@ LOCKED_TEXT = "Too many wrong link codes: linking is paused for a while. Try aga
 NOT_ALLOWED_TEXT = ("This account is not allowed here yet, and the code was not given to an admin. Ask the owner to "
                     "approve it (write to me from it to get a pairing code), then send /link again.")
 USAGE_TEXT = "Usage: /link (gives a code), then /link CODE from your other account."
+CONFIRM_TEXT = ("This would make this account and {other} one person to me: one profile, one memory, and each "
+                "account's past conversations with me searchable from the other. Only do it if both accounts are "
+                "yours. To go ahead, send the same command again with yes at the end: /link CODE yes")
+BURNT_TEXT = ("Link codes work only in a direct message to me: that one was shown here, so it no longer works. Send "
+              "/link to me in a direct message from your first account for a new one.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,7 @@ class Linker:
         # Wrong codes per account, kept apart for strangers: their guesses must not pause linking for the people
         # already let in (a few throwaway accounts would otherwise lock everyone out for an hour).
         self._wrong: dict[bool, dict[str, deque[datetime]]] = {True: {}, False: {}}
+        self._warned: dict[str, str] = {}  # account → the code it was told the consequences of (see redeem)
         gate.link = self.handle
 
     async def handle(self, inbound: Inbound) -> SubmitResult | None:
@@ -77,10 +84,13 @@ class Linker:
         inbound_id = self.gate.store_answered(inbound)
         if inbound_id is None:
             return SubmitResult(SubmitOutcome.DUPLICATE)
-        if len(args) > 1:
+        confirmed = len(args) == 2 and args[1].lower() == "yes"
+        if len(args) > 1 and not confirmed:
             reply = USAGE_TEXT
+        elif args and inbound.chat.is_group:
+            reply = self.burn(args[0])
         elif args:
-            reply = self.redeem(inbound, args[0], allowed=allowed)
+            reply = self.redeem(inbound, args[0], allowed=allowed, confirmed=confirmed)
         elif inbound.chat.is_group:
             reply = GROUP_TEXT
         else:
@@ -107,7 +117,15 @@ class Linker:
         log.info("access: link code issued platform=%s user=%s", inbound.chat.platform, inbound.user_id)
         return code
 
-    def redeem(self, inbound: Inbound, code: str, *, allowed: bool) -> str:
+    def burn(self, code: str) -> str:
+        """A code typed where others read it is void: whoever sent it first from their own account would get the
+        issuer's profile and past conversations."""
+        self.store.execute("DELETE FROM link_codes WHERE code_hash = ?", (self.gate.pairing.code_hash(code),))
+        return BURNT_TEXT
+
+    def redeem(self, inbound: Inbound, code: str, *, allowed: bool, confirmed: bool = False) -> str:
+        """A right code links only once its sender confirmed (`/link CODE yes`) after being told what linking
+        shares and with whom: nobody should be talked into handing their profile to someone else's account."""
         now = self.clock()
         me = identity_of(inbound.chat.platform, inbound.user_id)
         if self._locked(me, now, allowed):
@@ -124,6 +142,9 @@ class Linker:
             log.info("access: refused (/link of a stranger to a non-admin) platform=%s user=%s",
                      inbound.chat.platform, inbound.user_id)
             return NOT_ALLOWED_TEXT
+        if not confirmed or self._warned.pop(me, None) != row["code_hash"]:
+            self._warned[me] = row["code_hash"]
+            return CONFIRM_TEXT.format(other=_who(issuer, row["identity"]))
         self.store.execute("DELETE FROM link_codes WHERE code_hash = ?", (row["code_hash"],))
         return self._link(issuer, inbound, row["identity"], ChatRef(row["chat_platform"], "dm", row["chat_id"]))
 
@@ -155,3 +176,7 @@ class Linker:
         wrong.setdefault(identity, deque()).append(now)
         for key in [k for k, v in wrong.items() if not v]:
             del wrong[key]
+
+
+def _who(person: Person, identity: str) -> str:
+    return f"{identity} ({person.name})" if person.name else identity

@@ -121,8 +121,12 @@ async def test_a_personal_fact_reaches_only_its_owner_also_on_a_linked_platform(
         code = re.search(r"/link ([A-Z0-9]{8})", tg.sent_texts(ALICE)[-1])
         assert code is not None
         assert gw.store.all("SELECT id FROM outbound WHERE text LIKE ?", (f"%{code.group(1)}%",)) == []
-        # ... which she types in her DM with the bot on Discord, where nobody let her in yet.
-        linked = await _say_on_discord(dc, gw, ALICE_DM, f"/link {code.group(1)}", author=ALICE_DISCORD,
+        # ... which she types in her DM with the bot on Discord, where nobody let her in yet: told what linking
+        # shares and with whom, she confirms.
+        told_first = await _say_on_discord(dc, gw, ALICE_DM, f"/link {code.group(1)}", author=ALICE_DISCORD,
+                                           name="alice")
+        assert told_first.startswith(f"This would make this account and telegram:{ALICE} (Alice) one person to me")
+        linked = await _say_on_discord(dc, gw, ALICE_DM, f"/link {code.group(1)} yes", author=ALICE_DISCORD,
                                        name="alice")
         assert linked.startswith(f"Linked: this account and telegram:{ALICE} are one person")
         told = f"Linked: this account and discord:{ALICE_DISCORD} are one person"  # and the Telegram side hears so
