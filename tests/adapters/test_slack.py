@@ -480,14 +480,17 @@ async def test_slash_command_carries_the_commands_slack_will_not_let_people_type
 
         await slack.push_slash_command("/agent", f"link {code}", user_id=BOB, channel_id="D2", trigger_id="j4")
         await slack.wait_until(lambda: len(slack.responses) >= 4)
-        assert slack.responses[3]["text"] == f"Linked: this account and slack:{ALICE} are one person to me now " \
+        assert slack.responses[3]["text"].startswith(f"This would make this account and slack:{ALICE}")
+        await slack.push_slash_command("/agent", f"link {code} yes", user_id=BOB, channel_id="D2", trigger_id="j4b")
+        await slack.wait_until(lambda: len(slack.responses) >= 5)
+        assert slack.responses[4]["text"] == f"Linked: this account and slack:{ALICE} are one person to me now " \
                                              "(one profile, one memory)."
         people = {r["identity"]: r["person_id"] for r in run.gw.store.all("SELECT identity, person_id FROM identities")}
         assert people[f"slack:{ALICE}"] == people[f"slack:{BOB}"]
 
         await slack.push_slash_command("/agent", "new ideas for the offsite", channel_id=DM, trigger_id="j5")
-        await slack.wait_until(lambda: len(slack.responses) >= 5)
-        assert slack.responses[4]["text"].startswith("echo: new ideas for the offsite")
+        await slack.wait_until(lambda: len(slack.responses) >= 6)
+        assert slack.responses[5]["text"].startswith("echo: new ideas for the offsite")
         assert user_texts(fake_llm) == ["new ideas for the offsite"]
 
 
