@@ -8,6 +8,7 @@ import asyncio
 import io
 import itertools
 import json
+import logging
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -918,6 +919,23 @@ async def _raw_post(port: int, head: bytes, body: bytes) -> bytes:
     answer = await asyncio.wait_for(reader.read(), 10)
     writer.close()
     return answer
+
+
+async def test_bolt_writes_nothing_at_info_even_with_the_gateway_at_info(home: Path, fake_llm: FakeLLM,
+                                                                         slack: FakeSlack) -> None:
+    """Bolt's loggers copy a level when they are made, the root's unless it is handed one: at INFO its request check
+    writes every unsigned body it sees (a 900 KB line). Our signature check comes first, so that line should never be
+    reached; this keeps the second guard honest: at the gateway's INFO, bolt's own loggers stay at WARNING."""
+    stream = io.StringIO()
+    setup_logging("INFO", "json", stream=stream)
+    async with running(home, fake_llm, slack, mode="http") as run:
+        assert run.adapter.http_port
+        made = [name for name, obj in logging.root.manager.loggerDict.items()
+                if name.startswith("slack_bolt") and isinstance(obj, logging.Logger)]
+        assert "slack_bolt.RequestVerification" in made  # bolt's request check, made for this app
+        assert [name for name in made if logging.getLogger(name).isEnabledFor(logging.INFO)] == []
+        logging.getLogger("slack_bolt.RequestVerification").info("Invalid request signature (body: %s)", "B" * 50)
+    assert "B" * 50 not in stream.getvalue()
 
 
 async def test_unauthenticated_garbage_gets_401_signed_garbage_400_and_no_body_reaches_the_log(
