@@ -27,11 +27,12 @@ def gateway(home: Path, *args: str, stdin: str = "", env: dict[str, str] | None 
                           env={**base, **(env or {})}, timeout=120, check=False)
 
 
-async def gateway_async(home: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+async def gateway_async(home: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None,
+                        ) -> subprocess.CompletedProcess[str]:
     """The same, without blocking the event loop that serves the fake model."""
     proc = await asyncio.create_subprocess_exec(
         GATEWAY, "--home", str(home), *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={"PATH": os.environ["PATH"], "HOME": str(home.parent)})
+        stderr=asyncio.subprocess.PIPE, env={"PATH": os.environ["PATH"], "HOME": str(home.parent), **(env or {})})
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 120)
     return subprocess.CompletedProcess([], proc.returncode or 0, out.decode(), err.decode())
 
@@ -118,12 +119,13 @@ async def test_the_questions_try_the_model_and_write_what_was_answered(tmp_path:
     answers = [
         "9",                       # not a choice: asked again
         "5",                       # another OpenAI-compatible server
-        fake_llm.openai_base_url,  # on 127.0.0.1: no key is asked for
+        fake_llm.openai_base_url,  # on 127.0.0.1
         "",                        # the model name has no default: asked again
         "local-modl",
+        "",                        # its key variable, optional on this machine: none
         "",                        # test request: yes (the default); the fake refuses the name
         "n",                       # do not keep it: choose again
-        "5", fake_llm.openai_base_url, "local-model",
+        "5", fake_llm.openai_base_url, "local-model", "",
         "",                        # test again: this one answers
         "telegram, irc",           # irc is not a platform: asked again
         "telegram,slack",
@@ -159,6 +161,26 @@ async def test_the_questions_try_the_model_and_write_what_was_answered(tmp_path:
     assert config.telegram is not None and config.telegram.allowed_users == ("42", "43")
     assert config.slack is not None and config.slack.allowed_users == ()
     assert (config.access.unknown_dm, config.access.admins) == ("pair", ("telegram:42",))
+
+
+async def test_a_local_server_that_needs_a_key_gets_its_variable(tmp_path: Path) -> None:
+    """A vLLM or LiteLLM on 127.0.0.1 started with a key refuses requests without one: its variable is asked
+    (optional, Enter: none), the test request carries the key, and the config names the variable."""
+    home, llm = tmp_path / "home", FakeLLM(api_key="sk-local-secret")
+    await llm.start()
+    try:
+        answers = ["5", llm.openai_base_url, "served-model", "LOCAL_LLM_KEY", "", "", "n", "n"]
+        done = await gateway_async(home, "init", stdin="\n".join(answers) + "\n",
+                                   env={"LOCAL_LLM_KEY": "sk-local-secret"})
+    finally:
+        await llm.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Environment variable that holds its API key, if it needs one (Enter: none): " in done.stdout
+    assert "ok   model     openai/served-model answered" in done.stdout
+    assert [r[2].get("Authorization") for r in llm.requests] == ["Bearer sk-local-secret"]
+    assert "sk-local-secret" not in (home / "config.yaml").read_text()
+    config = load_config(home, env={"LOCAL_LLM_KEY": "sk-local-secret"})
+    assert config.model is not None and config.model.api_key_env == "LOCAL_LLM_KEY"
 
 
 def test_the_questions_skip_the_test_without_a_key_and_can_install_the_service(tmp_path: Path) -> None:

@@ -47,9 +47,9 @@ async def test_the_readme_first_command_works_as_written(tmp_path: Path, fake_ll
     project, gw_home = tmp_path / "agent-gateway", tmp_path / "home" / ".agent-gateway"
     fresh_copy(project)
     notify = NotifySocket(tmp_path / "notify.sock")
-    # gateway init's questions: another OpenAI-compatible server (the fake model, on 127.0.0.1: no key asked),
-    # its URL, the model's name, the test request (yes), no chat platforms, no pairing, no service.
-    answers = "".join(f"{line}\n" for line in ("5", fake_llm.openai_base_url, "local-model", "", "", "n", "n"))
+    # gateway init's questions: another OpenAI-compatible server (the fake model, on 127.0.0.1), its URL, the
+    # model's name, no key variable, the test request (yes), no chat platforms, no pairing, no service.
+    answers = "".join(f"{line}\n" for line in ("5", fake_llm.openai_base_url, "local-model", "", "", "", "n", "n"))
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "NOTIFY_SOCKET": str(notify.path)}
     if "PIP_CACHE_DIR" not in os.environ:  # the developer's pip cache, so the index is asked, not downloaded from
         env["PIP_CACHE_DIR"] = str(Path.home() / ".cache" / "pip")

@@ -220,12 +220,21 @@ class Questions:
         if keys[int(choice) - 1] == "other":
             base_url = self.ask("Its base URL (ending in /v1)", "http://127.0.0.1:8000/v1")
         name = self.ask("Model name", name or None)
-        if key_env is not None and not (base_url and _is_local(base_url)):
-            key_env = self.ask("Environment variable that holds the API key", key_env, check=check_env_name)
-        else:
-            key_env = None
+        key_env = self.key_variable(keys[int(choice) - 1], base_url, key_env)
         return Starter(provider=provider, model=name, base_url=base_url, api_key_env=key_env,  # type: ignore[arg-type]
                        context_window=OLLAMA_CONTEXT if keys[int(choice) - 1] == "ollama" else None)
+
+    def key_variable(self, preset: str, base_url: str | None, default: str | None) -> str | None:
+        """The variable holding the key. A server on this machine may need none (Ollama never does), but a local
+        vLLM, llama.cpp or LiteLLM started with a key refuses every request without it, so it is asked, optional."""
+        if base_url and _is_local(base_url):
+            if preset != "other":
+                return None
+            return self.ask("Environment variable that holds its API key, if it needs one (Enter: none)",
+                            required=False, check=check_env_name) or None
+        if default is None:
+            return None
+        return self.ask("Environment variable that holds the API key", default, check=check_env_name)
 
     def wants_test(self, starter: Starter) -> bool:
         if starter.api_key_env and not self.env.get(starter.api_key_env):

@@ -88,7 +88,7 @@ def _model(s: Starter) -> str:
     if s.api_key_env:
         lines.append(f"  api_key_env: {s.api_key_env}          # the environment variable that holds the key")
     else:
-        lines.append("  # no key: a local server on 127.0.0.1 needs none")
+        lines.append("  # no key is sent: if this server needs one, add  api_key_env: NAME_OF_ITS_VARIABLE")
     if s.context_window:
         lines.append(f"  context_window: {s.context_window}")
     return "\n".join(lines) + "\n"
