@@ -105,6 +105,10 @@ def test_yes_refuses_what_it_cannot_write(tmp_path: Path) -> None:
         ("--provider", "openai", "--model", "m", "--slack-bot-token-env", "B"): "Slack needs both",
         ("--provider", "openai", "--model", "m", "--allow", "discord:1"): "--allow names discord, which is not",
         ("--provider", "openai", "--model", "m", "--admin", "irc:me"): "--admin 'irc:me': expected PLATFORM:ID",
+        ("--provider", "openai", "--model", "m", "--discord-token-env", "D", "--allow", "discord:alice"):
+            "--allow 'discord:alice': 'alice' is not a Discord user id: expected a number",
+        ("--provider", "openai", "--model", "m", "--admin", "slack:@bob"):
+            "--admin 'slack:@bob': '@bob' is not a Slack user id: expected a member id like U012AB3CDE",
     }
     for args, message in cases.items():
         done = gateway(home, "init", "--yes", *args)
@@ -205,6 +209,30 @@ def test_the_questions_skip_the_test_without_a_key_and_can_install_the_service(t
     assert config.model is not None and (config.model.provider, config.model.name) == ("anthropic",
                                                                                        "claude-sonnet-4-5")
     assert config.access.unknown_dm == "ignore"
+
+
+def test_a_user_id_in_the_wrong_shape_is_asked_again_and_nothing_is_lost(tmp_path: Path) -> None:
+    """A Telegram name without its @ would match nobody, and a bad admin ended the whole set-up with nothing
+    written: each is asked again, saying what an id looks like there."""
+    home = tmp_path / "home"
+    answers = ["1", "", "",          # Anthropic, its default model and key variable (unset: no test request)
+               "telegram", "",       # TELEGRAM_BOT_TOKEN
+               "@alice, bob",        # bob: not an id
+               "@alice, 123456789",
+               "",                   # pairing: yes
+               "alice",              # not platform:id
+               "telegram:bob",       # not a Telegram id
+               "telegram:123456789",
+               "n"]
+    done = gateway(home, "init", stdin="\n".join(answers) + "\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("  'bob' is not a Telegram user id: expected a number (@userinfobot tells you yours) or an @username"
+            in done.stdout)
+    assert "  admin 'alice': expected PLATFORM:ID" in done.stdout
+    assert "  admin 'telegram:bob': 'bob' is not a Telegram user id" in done.stdout
+    config = load_config(home, env={"TELEGRAM_BOT_TOKEN": "1:x"})
+    assert config.telegram is not None and config.telegram.allowed_users == ("@alice", "123456789")
+    assert config.access.admins == ("telegram:123456789",)
 
 
 def test_input_that_ends_early_writes_nothing(tmp_path: Path) -> None:

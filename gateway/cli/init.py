@@ -19,7 +19,15 @@ from typing import TextIO
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, home_of
 from gateway.config.settings import environ
-from gateway.config.starter import CHAT_PLATFORMS, TOKEN_VARS, PlatformChoice, Starter, check_env_name, render
+from gateway.config.starter import (
+    CHAT_PLATFORMS,
+    TOKEN_VARS,
+    PlatformChoice,
+    Starter,
+    check_env_name,
+    check_user_id,
+    render,
+)
 from gateway.errors import ConfigError
 from gateway.ops.home import held as home_held
 
@@ -134,7 +142,10 @@ def _by_platform(entries: Sequence[str], flag: str) -> dict[str, list[str]]:
         platform, _, user = entry.partition(":")
         if platform not in CHAT_PLATFORMS or not user.strip():
             raise ValueError(f"{flag} {entry!r}: expected PLATFORM:ID with PLATFORM one of {', '.join(CHAT_PLATFORMS)}")
-        found.setdefault(platform, []).append(user.strip())
+        try:
+            found.setdefault(platform, []).append(check_user_id(platform, user.strip()))
+        except ValueError as exc:
+            raise ValueError(f"{flag} {entry!r}: {exc}") from None
     return found
 
 
@@ -188,9 +199,9 @@ class Questions:
         starter = self.tried_model()
         platforms = tuple(self.platform(name) for name in self.platform_names())
         pairing = self.yes("Let strangers who write to the bot ask for access with a pairing code?", True)
-        admins = tuple(self.ask_list("Admins who may approve codes from the chat (platform:id, comma-separated)")
+        admins = tuple(self.ask_list("Admins who may approve codes from the chat (platform:id, comma-separated)",
+                                     check=lambda entry: _by_platform([entry], "admin"))
                        if pairing and platforms else ())
-        _by_platform(admins, "admin")
         service = self.yes("Install and start a systemd user service now (gateway install-service --user "
                            "--enable)?", False)
         return replace(starter, platforms=platforms, pairing=pairing, admins=admins), service
@@ -257,7 +268,8 @@ class Questions:
         kinds = ("bot token (xoxb-…)", "app-level token (xapp-…)") if name == "slack" else ("bot token",)
         envs = tuple(self.ask(f"{title}: environment variable with the {kind}", default, check=check_env_name)
                      for kind, default in zip(kinds, TOKEN_VARS[name], strict=True))
-        users = self.ask_list(f"{title}: user ids allowed to talk to the agent (comma-separated; you first)")
+        users = self.ask_list(f"{title}: user ids allowed to talk to the agent (comma-separated; you first)",
+                              check=lambda user: check_user_id(name, user))
         return PlatformChoice(name, envs, tuple(users))
 
     # ------------------------------------------------------------------ one line at a time
@@ -280,12 +292,21 @@ class Questions:
             self.say(f"  {problem}")
         raise InitStopped(f"no usable answer to {question!r}")
 
-    def ask_list(self, question: str) -> list[str]:
-        return [part.strip() for part in self.ask(question, required=False).split(",") if part.strip()]
+    def ask_list(self, question: str, *, check: Check | None = None) -> list[str]:
+        """Comma-separated answers; `check` is asked of each, and one bad part asks the whole line again."""
+        def each(answer: str) -> None:
+            for part in _parts(answer):
+                if check is not None:
+                    check(part)
+        return _parts(self.ask(question, required=False, check=each))
 
     def yes(self, question: str, default: bool) -> bool:
         answer = self.ask(f"{question} {'[Y/n]' if default else '[y/N]'}", required=False, check=_yes_no)
         return default if not answer else answer.lower().startswith("y")
+
+
+def _parts(answer: str) -> list[str]:
+    return [part.strip() for part in answer.split(",") if part.strip()]
 
 
 def _yes_no(answer: str) -> None:

@@ -49,6 +49,23 @@ class Starter:
         return [*names, *(var for p in self.platforms for var in p.token_envs)]
 
 
+# What a user id looks like on each platform, and where a person finds theirs: an id in another shape (a Telegram
+# name without its @, a Discord or Slack display name) would match nobody, and the person would never get an answer.
+USER_IDS = {
+    "telegram": (re.compile(r"-?\d+|@\w+"), "a number (@userinfobot tells you yours) or an @username"),
+    "discord": (re.compile(r"\d+"), "a number (User Settings → Advanced → Developer Mode, then Copy User ID)"),
+    "slack": (re.compile(r"[UW][A-Z0-9]+"), "a member id like U012AB3CDE (a profile's ⋮ menu → Copy member ID)"),
+}
+
+
+def check_user_id(platform: str, user: str) -> str:
+    """A user id as `platform` writes it, or ValueError saying what one looks like there."""
+    shape, hint = USER_IDS[platform]
+    if not shape.fullmatch(user):
+        raise ValueError(f"{user!r} is not a {platform.capitalize()} user id: expected {hint}")
+    return user
+
+
 def check_env_name(name: str) -> str:
     """An environment variable name, or ValueError saying what is wrong with it."""
     if not ENV_NAME.fullmatch(name):
