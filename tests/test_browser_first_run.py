@@ -292,3 +292,50 @@ async def test_a_model_without_its_key_is_named_on_both_pages(home: Path, browse
         await expect_text(page, "#model-source", r"^\(configured\)$")
     finally:
         await daemon.stop()
+
+
+async def test_at_phone_width_nothing_scrolls_sideways(home: Path, fake_llm: FakeLLM, browser: Browser) -> None:
+    """On a 360 or 390 px phone the header (title, status, New chat, dashboard) fits, and an answer with a long
+    unbroken word and a wide code block stays inside its bubble: the code block scrolls, the page does not."""
+    from playwright.async_api import expect
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
+    config = load_config(home, env={})
+    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+                    install_signals=False)
+    await daemon.start()
+    wide = "A link: " + "x" * 120 + "\n\n```python\nprint('" + "a long line of code " * 8 + "')\n```"
+    fake_llm.script(Reply(wide))
+    try:
+        page = await (await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)).new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None)
+        await page.goto(f"http://127.0.0.1:{daemon.web_port}/?token={load_web_secret(home)}")
+        await expect_text(page, "#status", "^connected$")
+        await say(page, "show me something wide")
+        await expect(page.locator(".msg.bot pre")).to_be_visible(timeout=WAIT_MS)
+        for width in (390, 360):
+            await page.set_viewport_size({"width": width, "height": 800})
+            scroll, client = await page.evaluate(
+                "[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            assert scroll <= client == width, f"{width} px: the page is {scroll} px wide"
+            for name in ("New chat", "dashboard"):
+                control = page.get_by_role("button" if name == "New chat" else "link", name=name)
+                box = await control.bounding_box()
+                assert box is not None and box["x"] + box["width"] <= width and box["height"] < 40, (width, name)
+            bubble = await page.locator(".msg.bot").last.bounding_box()
+            assert bubble is not None and bubble["x"] + bubble["width"] <= width, (width, bubble)
+            code_fits = await page.locator(".msg.bot pre").evaluate("e => e.scrollWidth > e.clientWidth")
+            assert code_fits, "the code block scrolls inside the bubble"
+            await expect(page.locator("#input")).to_have_attribute("placeholder", "Message the agent")
+        await page.set_viewport_size({"width": 1100, "height": 800})  # the keys hint is back where it fits
+        await expect(page.locator("#input")).to_have_attribute("placeholder", re.compile(r"Enter to send"))
+        await page.set_viewport_size({"width": 390, "height": 844})
+        await screenshot(page, "web-chat-phone")
+        await page.goto(f"http://127.0.0.1:{daemon.web_port}/dashboard")
+        await expect_text(page, "#live", "^live$")
+        scroll, client = await page.evaluate(
+            "[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert scroll <= client == 390, f"the dashboard is {scroll} px wide"
+        assert errors == []  # nothing failed to load (a /favicon.ico request answered 404 on both pages)
+    finally:
+        await daemon.stop()
