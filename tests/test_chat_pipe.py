@@ -72,6 +72,19 @@ async def test_unreachable_model_gives_a_clear_line_exits_1_and_logs_the_turn_id
     assert failed[0]["msg"].startswith("turn failed platform=cli session=1 turn=t1: ")
 
 
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_a_refused_key_says_retrying_will_not_help(home: Path, provider: str) -> None:
+    """A wrong key (401) fails the same way every time: the person is told so, with the status only (never the
+    provider's own sentence), instead of "try again in a moment"."""
+    async with FakeLLM(api_key="the-right-key") as llm:  # write_config sends test-key
+        write_config(home, provider=provider, base_url=llm_url(llm, provider))
+        code, out, _err = await _chat(home, "hello\n")
+    assert code == 1
+    assert out.strip() == ("Sorry, I couldn't get an answer: the model refused the request (HTTP 401). Trying again "
+                           "won't help until the gateway's model settings are fixed (gateway doctor says what is "
+                           "wrong).")  # plain text here: no backticks
+
+
 async def test_one_answered_turn_among_failures_exits_0(home: Path, fake_llm: FakeLLM) -> None:
     write_config(home, provider="anthropic", base_url=fake_llm.base_url)
     fake_llm.script(Fault(400), Reply("fine now"))

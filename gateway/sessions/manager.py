@@ -19,7 +19,7 @@ from gateway.agent.tools.registry import Callers, ToolContext
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import NO_PREVIEW, Live, Streams
-from gateway.errors import LLMError, LLMNotConfigured, StoreUnavailable, TurnGone
+from gateway.errors import LLMError, StoreUnavailable, TurnGone
 from gateway.events import (
     Adapter,
     ChatRef,
@@ -38,7 +38,7 @@ from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage
-from gateway.sessions.turn_text import ERROR_TEXT, plain_reason, reset_notice, user_message
+from gateway.sessions.turn_text import failure_text, reset_notice, user_message
 from gateway.store.database import Store
 from gateway.store.rows import ModelCall, SessionRow, iso, parse_iso
 from gateway.store.transcript import decode_inbound, session_history, well_formed
@@ -259,13 +259,11 @@ class SessionManager:
             prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
             result = await self._run_agent(session, inbound, prompt, history, user_msg, held, turn)
         except (LLMError, TimeoutError) as exc:
-            why = plain_reason(exc)
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
             self._count_turn(inbound.chat.platform, "error", now, error_kind(exc))
-            text = str(exc) if isinstance(exc, LLMNotConfigured) else ERROR_TEXT.format(why=why)
-            await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, text, kind=OutboundKind.ERROR,
-                               session_id=session.id)
+            await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, failure_text(exc),
+                               kind=OutboundKind.ERROR, session_id=session.id)
             return
         except (asyncio.CancelledError, StoreUnavailable):
             raise  # cancelled: replay takes over; storage: the outage runs the turn again

@@ -1,14 +1,19 @@
 """What a turn says beyond the model's answer: the user message with its per-turn facts (never stored in the
-prompt), the one-shot reset notice, and the plain sentence for a failed model call."""
+prompt), the one-shot reset notice, and the plain sentence for a failed model call (failure_text)."""
 
 from __future__ import annotations
 
-from gateway.errors import LLMNotConfigured, LLMTimeout
+import re
+
+from gateway.errors import LLMNotConfigured, LLMRejected, LLMTimeout
 from gateway.events import Inbound
 from gateway.llm.types import ChatMessage
 from gateway.media.turns import TurnMedia
 
 ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
+# A refused key or request (4xx) fails the same way again: saying "try again in a moment" sent people round in circles.
+REJECTED_TEXT = ("Sorry, I couldn't get an answer: the model refused the request ({status}). Trying again won't help "
+                 "until the gateway's model settings are fixed (`gateway doctor` says what is wrong).")
 
 
 def user_message(inbound: Inbound, ended: str | None, media: TurnMedia | None = None) -> ChatMessage:
@@ -48,4 +53,17 @@ def plain_reason(exc: BaseException) -> str:
         return "it took too long"
     if isinstance(exc, LLMNotConfigured):
         return "no model is configured"
+    if isinstance(exc, LLMRejected):
+        return "the model refused the request"
     return "the model service is unavailable"
+
+
+def failure_text(exc: BaseException) -> str:
+    """What the person sees when the model call failed: only the HTTP status of a refusal, never the provider's
+    sentence (it can name the account or the organisation); the operator's log and `gateway doctor` have that."""
+    if isinstance(exc, LLMNotConfigured):
+        return str(exc)
+    if isinstance(exc, LLMRejected):
+        status = re.search(r"\bHTTP (\d{3})\b", str(exc))
+        return REJECTED_TEXT.format(status=f"HTTP {status.group(1)}" if status else "not worth retrying")
+    return ERROR_TEXT.format(why=plain_reason(exc))
