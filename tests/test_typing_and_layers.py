@@ -58,16 +58,30 @@ MODULE_LINES = 400
 FUNCTION_LINES = 50
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """Every module a file imports, by its absolute name: a relative import (`from ..ops import daemon`) is
+    resolved against the file's package, so it cannot slip past the map."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skip = _type_checking_lines(tree)
+    package = list(path.relative_to(root).parts[:-1])
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.extend((node.lineno, f"{module}.{a.name}") for a in node.names)
         elif isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
     return [(line, module) for line, module in found if line not in skip]
+
+
+def test_relative_imports_are_checked_by_their_absolute_name(tmp_path: Path) -> None:
+    module = tmp_path / "gateway" / "sessions" / "manager.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("from ..ops import daemon\nfrom . import lanes\nfrom .keys import session_key\n")
+    found = _imports(module, tmp_path)
+    assert found == [(1, "gateway.ops.daemon"), (2, "gateway.sessions.lanes"), (3, "gateway.sessions.keys.session_key")]
+    assert _edge_problem(["sessions", "manager"], found[0][1].split(".")[1:]) == "rank 12 from rank 9"
 
 
 def _type_checking_lines(tree: ast.AST) -> set[int]:
