@@ -102,7 +102,12 @@ class Daemon:
         async def on_up(platform: str) -> None:
             await asyncio.gather(gw.outbox.deliver_pending(platform), catchups.after_up(platform))
         await supervisor.start(catchups.watch(self._metered(gw.sessions.submit)), on_up=on_up)
-        loop = asyncio.get_running_loop()
+        self._start_chores()
+        gw.store.set_busy_timeout(LOOP_BUSY_TIMEOUT_MS)  # serving now: the loop waits a moment at most for a lock
+
+    def _start_chores(self) -> None:
+        """The periodic work of a serving daemon, each a background task that stop() cancels."""
+        gw, loop = self.gw, asyncio.get_running_loop()
         gw.background.append(loop.create_task(gw.outbox.retry_pending(RETRY_PENDING_EVERY_S), name="retry-pending"))
         # Approvals, revocations and erasures made from the CLI (or while the daemon was down) are acted on here.
         gw.background.append(loop.create_task(self.access_watch.run(), name="access-watch"))
@@ -110,7 +115,6 @@ class Daemon:
         gw.background.append(loop.create_task(self._media_retention(), name="media-retention"))
         gw.store.checkpoint_off_loop()
         gw.background.append(loop.create_task(self._checkpoint(), name="wal-checkpoint"))
-        gw.store.set_busy_timeout(LOOP_BUSY_TIMEOUT_MS)  # serving now: the loop waits a moment at most for a lock
 
     async def _checkpoint(self) -> None:
         """Every few seconds: the WAL checkpoint (in a thread), and while writes fail, a probe write (on the loop's
