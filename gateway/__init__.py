@@ -4,9 +4,10 @@ The packages read top-down as the path of one message; each may import only the 
 on one line are peers, and so are the four of knowledge/, media/, mcp/ and net/); docs/architecture.md has the map,
 tests/test_typing_and_layers.py enforces it:
 
-    events, errors, scan   the vocabulary: normalized messages, the error tree, the untrusted-text scan
-                           (confusables: the look-alike letters it folds)
-    config/                config.yaml → frozen dataclasses, and the YAML loader that locates errors
+    events, errors         the vocabulary: normalized messages, the error tree
+                           (confusables: the look-alike letters the scan folds)
+    scan, config/          the untrusted-text scan; config.yaml → frozen dataclasses, and the YAML loader that
+                           locates errors
     telemetry/             logs (redacted, JSON or human) and Prometheus metrics
     llm/                   model clients: the two wires, their transports, the model choice
     store/                 SQLite: schema and migrations, rows, the search index, transcripts

@@ -208,6 +208,21 @@ def test_the_architecture_map_names_every_package() -> None:
     assert sorted(p for p in LAYERS if (ROOT / "gateway" / p).is_dir()) == packages
 
 
+def test_the_architecture_map_draws_the_ranks() -> None:
+    """The map reads top-down in LAYERS order, and the names on one line are peers (one rank), so a reader who
+    trusts it never learns an import the test then refuses."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = re.search(r"## Packages\n.*?```\ngateway/\n(.*?)\nadapters/", text, re.DOTALL)
+    assert block is not None
+    rows = [re.findall(r"(\w+)(?:/|\.py)", re.split(r"\s{3,}", line.strip())[0])
+            for line in block.group(1).splitlines() if re.match(r"  \w", line)]
+    ranks = [{LAYERS[name] for name in row} for row in rows]
+    assert all(len(r) == 1 for r in ranks), [(row, sorted(r)) for row, r in zip(rows, ranks, strict=True) if len(r) > 1]
+    order = [min(r) for r in ranks]
+    assert order == sorted(order), rows
+    assert {name for row in rows for name in row} == set(LAYERS)
+
+
 def test_modules_and_functions_stay_short() -> None:
     """Modules under MODULE_LINES lines, no function over FUNCTION_LINES, most of them a few lines (STYLE)."""
     long_modules, long_functions, lengths = [], [], []
