@@ -1,5 +1,5 @@
 """What reaches an operator is masked like the logs: an upstream that echoed the bot token into an adapter's error
-must not put it into /status or `gateway status`."""
+must not put it into /status, `gateway status` or the dashboard."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gateway.config.settings import load_config
 from gateway.errors import PlatformUnavailable
 from gateway.events import OutboundMessage, Submit
 from gateway.ops.daemon import Daemon
+from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.llm import FakeLLM
 from tests.helpers import write_config
@@ -56,6 +57,14 @@ async def test_an_adapter_error_quoting_the_token_is_masked_in_status(home: Path
         error = json.loads(raw)["adapters"]["telegram"]["last_error"]
         assert "502 Bad Gateway" in error and "/bot***/getMe" in error
         assert TOKEN not in raw and TOKEN.split(":")[1] not in raw and STRAY not in raw
+        async with aiohttp.ClientSession() as http:  # the dashboard shows the same error, masked the same way
+            async with http.get(f"http://127.0.0.1:{daemon.web_port}/dashboard/api/state",
+                                headers={"Authorization": f"Bearer {load_web_secret(home)}"}) as resp:
+                assert resp.status == 200
+                state = await resp.text()
+        shown = next(a for a in json.loads(state)["adapters"] if a["platform"] == "telegram")["last_error"]
+        assert "502 Bad Gateway" in shown and "/bot***/getMe" in shown
+        assert TOKEN.split(":")[1] not in state and STRAY not in state
 
         (home / "config.yaml").write_text((home / "config.yaml").read_text().replace(
             "port: 0", f"port: {daemon.web_port}"))
