@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from gateway.config.settings import load_config
@@ -233,6 +235,27 @@ def test_a_user_id_in_the_wrong_shape_is_asked_again_and_nothing_is_lost(tmp_pat
     config = load_config(home, env={"TELEGRAM_BOT_TOKEN": "1:x"})
     assert config.telegram is not None and config.telegram.allowed_users == ("@alice", "123456789")
     assert config.access.admins == ("telegram:123456789",)
+
+
+async def test_ctrl_c_in_the_questions_is_not_a_success(tmp_path: Path) -> None:
+    """Ctrl-C exited 0, so the README's `gateway init && gateway run` went on to start the gateway anyway."""
+    home = tmp_path / "home"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli.main", "--home", str(home), "init", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert proc.stdout is not None
+    seen = b""
+    async with asyncio.timeout(60):
+        while b"Choose [1]: " not in seen:
+            chunk = await proc.stdout.read(4096)
+            assert chunk, seen.decode()
+            seen += chunk
+    proc.send_signal(signal.SIGINT)
+    _out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 130
+    assert err.decode().strip() == "interrupted"  # one line, no traceback
+    assert not (home / "config.yaml").exists()
 
 
 def test_input_that_ends_early_writes_nothing(tmp_path: Path) -> None:

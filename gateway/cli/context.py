@@ -16,6 +16,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_RESTART = 75
 EXIT_CONFIG = 78
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it: `gateway init && gateway run` stops at Ctrl-C
 
 log = logging.getLogger("gateway")
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway.cli import checks, init, jobs, pairing, prompt, run, service, sessions, tools, users
-from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_RESTART
+from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_RESTART
 from gateway.errors import ConfigError, GatewayError, HomeLocked, HomeUnusable
 
 # Each module adds its sub-commands with register(sub); the order is the order of `gateway --help`.
@@ -68,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GatewayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        return EXIT_OK
+    except KeyboardInterrupt:  # not a success: the README's `gateway init && gateway run` ran on after Ctrl-C
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         os.umask(umask)
     return code
