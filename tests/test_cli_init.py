@@ -89,6 +89,15 @@ def test_a_config_is_never_overwritten_without_force(tmp_path: Path) -> None:
     assert f"{home}/config.yaml already exists; not touching it" in refused.stderr
     assert (home / "config.yaml").read_text() == "web:\n  port: 1234\n"
 
+    # Without --yes nothing was asked to change: the README's one-liner, run a second time, goes on to
+    # `gateway run` with the config it has instead of stopping at init.
+    again = subprocess.run(["sh", "-c", f"{sys.executable} -m gateway.cli.main --home {home} init && echo next-command-ran"],
+                           input="", capture_output=True, text=True, timeout=120, check=False,
+                           cwd=Path(__file__).resolve().parent.parent)
+    assert again.returncode == 0 and again.stdout == "next-command-ran\n", again.stderr
+    assert f"{home}/config.yaml already exists; not touching it" in again.stderr
+    assert (home / "config.yaml").read_text() == "web:\n  port: 1234\n"
+
     forced = gateway(home, *args, "--force")
     assert forced.returncode == 0, forced.stderr
     backups = list(home.glob("config.yaml.*.bak"))

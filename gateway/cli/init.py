@@ -78,10 +78,10 @@ def cmd_init(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: T
     env = environ()
     home = home_of(args).absolute()
     path = home / "config.yaml"
-    if path.exists() and not args.force:
+    if path.exists() and not args.force:  # asked nothing yet: the README's `gateway init && gateway run` runs on
         print(f"{path} already exists; not touching it. `gateway config check` validates it; to start over, run "
               "`gateway init --force` (the old file is kept beside it as a .bak copy).", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_ERROR if args.yes else EXIT_OK  # --yes: the flags were not applied, which a script must see
     try:
         if args.yes:
             starter, service = from_flags(args), False
