@@ -336,6 +336,11 @@ async def test_at_phone_width_nothing_scrolls_sideways(home: Path, fake_llm: Fak
         scroll, client = await page.evaluate(
             "[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         assert scroll <= client == 390, f"the dashboard is {scroll} px wide"
+        for chart in ("#messages-chart", "#cache-chart"):  # its labels keep their shape (not squeezed to fit)
+            squeeze = await page.locator(f"{chart} text").last.evaluate(
+                "t => t.getBoundingClientRect().width / t.getBBox().width")
+            assert 0.95 < squeeze < 1.05, f"{chart}: labels drawn at {squeeze:.2f} of their width"
+        await screenshot(page, "dashboard-phone")
         assert errors == []  # nothing failed to load (a /favicon.ico request answered 404 on both pages)
     finally:
         await daemon.stop()

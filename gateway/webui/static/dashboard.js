@@ -134,7 +134,11 @@ function renderJobs(s) {
 }
 
 // ---------------------------------------------------------------------------------------- charts (plain SVG)
-const W = 600, H = 160, PAD = 18;
+// W follows the chart's drawn width, so its labels keep their shape (a fixed 600-wide viewBox squeezed them on a
+// phone); H is the stylesheet's fixed height.
+let W = 600;
+const H = 160, PAD = 18;
+let lastSeries = null;
 function svg(tag, attrs) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -147,6 +151,9 @@ function timeLabel(iso, step) {
 }
 
 function renderSeries(series) {
+  lastSeries = series;
+  W = Math.round($("messages-chart").getBoundingClientRect().width) || 600;
+  for (const id of ["messages-chart", "cache-chart"]) $(id).setAttribute("viewBox", `0 0 ${W} ${H}`);
   for (const b of document.querySelectorAll(".windows button")) b.classList.toggle("on", b.dataset.window === series.window);
   const buckets = series.buckets, n = buckets.length, bw = (W - PAD) / Math.max(n, 1);
   const platforms = [...new Set(buckets.flatMap((b) => Object.keys(b.messages)))].sort();
@@ -184,6 +191,8 @@ function renderSeries(series) {
   $("cache-total").textContent = prompt ? `(${pct(read / prompt)} of prompt tokens, all model calls, ${series.window})`
     : "(no model calls yet)";
 }
+
+addEventListener("resize", () => { if (lastSeries) renderSeries(lastSeries); });
 
 // ---------------------------------------------------------------------------------------- live updates
 function connect() {
