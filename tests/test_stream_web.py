@@ -169,6 +169,7 @@ def test_the_page_grows_the_draft_and_puts_the_reply_in_its_place(tmp_path: Path
         globalThis.document = { getElementById: (id) => byId[id], createElement: el, addEventListener() {},
                                 body: el("body") };
         globalThis.localStorage = { getItem: () => "c1", setItem() {} };
+        globalThis.matchMedia = () => ({ matches: false, addEventListener() {} });
         globalThis.location = { protocol: "http:", host: "x", search: "" };
         globalThis.URLSearchParams = class { get() { return null; } };
         let sock;

@@ -175,6 +175,7 @@ def test_the_page_uploads_the_chosen_file_then_names_it_in_the_message(tmp_path:
         globalThis.document = { getElementById: (id) => byId[id], createElement: el, addEventListener() {},
                                 body: el("body") };
         globalThis.localStorage = { getItem: () => "c1", setItem() {} };
+        globalThis.matchMedia = () => ({ matches: false, addEventListener() {} });
         globalThis.location = { protocol: "http:", host: "x", search: "" };
         const uploads = [], frames = [];
         globalThis.FormData = class { append(key, file, name) { uploads.push([key, name]); } };
