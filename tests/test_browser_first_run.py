@@ -303,7 +303,8 @@ async def test_at_phone_width_nothing_scrolls_sideways(home: Path, fake_llm: Fak
     daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
                     install_signals=False)
     await daemon.start()
-    wide = "A link: " + "x" * 120 + "\n\n```python\nprint('" + "a long line of code " * 8 + "')\n```"
+    wide = ("A link: " + "x" * 120 + "\n\n```python\nprint('" + "a long line of code " * 8 + "')\n```\n\n"
+            "| plan | when | notes |\n|:---|---:|---|\n| **tea** | 07:00 | " + "then the inbox, " * 6 + "|\n| walk | 08:00 | |")
     fake_llm.script(Reply(wide))
     try:
         page = await (await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)).new_page()
@@ -313,6 +314,13 @@ async def test_at_phone_width_nothing_scrolls_sideways(home: Path, fake_llm: Fak
         await expect_text(page, "#status", "^connected$")
         await say(page, "show me something wide")
         await expect(page.locator(".msg.bot pre")).to_be_visible(timeout=WAIT_MS)
+        table = page.locator(".msg.bot table")  # the web hint promises the model that tables display
+        await expect(table.locator("th")).to_have_text(["plan", "when", "notes"])
+        await expect(table.locator("tbody tr")).to_have_count(2)
+        await expect(table.locator("tbody strong")).to_have_text("tea")
+        for cell in ("plan", "when"):  # a short word stays whole (not "pl / an" in a squeezed column)
+            box = await table.locator("th", has_text=cell).bounding_box()
+            assert box is not None and box["height"] < 36, (cell, box)
         for width in (390, 360):
             await page.set_viewport_size({"width": width, "height": 800})
             scroll, client = await page.evaluate(
