@@ -348,3 +348,23 @@ def test_each_platform_page_explains_every_key_of_its_section() -> None:
         text = (DOCS / page).read_text(encoding="utf-8")
         missing = [f.name for f in dataclasses.fields(cls) if f"| `{f.name}` |" not in text]
         assert not missing, f"{page} does not explain {missing}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_between_pages_reach_a_file_and_heading_that_exist() -> None:
+    pages = [*DOCS.glob("*.md"), REPO / "README.md"]
+    checked = 0
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(((?:docs/)?[\w.-]*\.(?:md|yaml)|)(?:#([^)\s]+))?\)",
+                                         page.read_text(encoding="utf-8")):
+            path = (page.parent / target) if target else page
+            assert path.is_file(), f"{page.name} links to {target}, which does not exist"
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.MULTILINE)
+                assert anchor in {_slug(h) for h in headings}, f"{page.name} links to {target}#{anchor}: no such heading"
+            checked += 1
+    assert checked > 30
