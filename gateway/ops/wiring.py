@@ -169,7 +169,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
                                     media=media)
-    jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate, sleep=sleep)
+    jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
@@ -269,7 +269,7 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
 
 
 def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, prompts: PromptAssembler,
-          catalog: ToolCatalog, gate: AccessGate, sleep: Sleep) -> JobRunner | None:
+          catalog: ToolCatalog, gate: AccessGate) -> JobRunner | None:
     """Scheduled jobs: the runs' own tool lists (the `cron` platform's, without `schedule` unless allowed) and the
     runner, which serves the jobs of this process's platforms and asks the same gate about each creator at run time."""
     if book is None:
@@ -278,7 +278,7 @@ def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, pro
                              catalog=RunTools(catalog, schedule=config.schedule.jobs_may_schedule))
     runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
                        turn=JobTurn(manager=sessions, jobs=book.jobs, prompts=prompts, tools=run_tools),
-                       platforms=sessions.adapters, sleep=sleep,
+                       platforms=sessions.adapters,
                        members={p: a for p, a in sessions.adapters.items() if isinstance(a, MemberRoles)})
     book.changed = runner.changed
     return runner

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -31,9 +31,10 @@ from gateway.store.rows import parse_iso
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-Sleep = Callable[[float], Awaitable[None]]
 SWEEP_JOB = "scheduled-jobs"
-POLL_EVERY_S = 2.0  # how soon `gateway jobs run ID` (a row the CLI writes) is picked up
+# how soon `gateway jobs run ID` (a row the CLI writes) is picked up: wall-clock time, as the CLI's own wait for it
+# is, not the injected clock (a test's virtual time would otherwise be pushed on by this poll, 2 s a round)
+POLL_EVERY_S = 2.0
 BATCH = 200  # due jobs handled between yields to the event loop
 PRUNE_EVERY = timedelta(hours=1)  # old run sessions are deleted this often (on the injected clock)
 
@@ -41,7 +42,7 @@ PRUNE_EVERY = timedelta(hours=1)  # old run sessions are deleted this often (on 
 class JobRunner:
     def __init__(self, *, jobs: JobStore, config: Config, turn: JobTurn, allowed: Callable[[Inbound], bool],
                  clock: Clock, platforms: Collection[str], scheduler: AsyncIOScheduler | None = None,
-                 sleep: Sleep = asyncio.sleep, members: Mapping[str, MemberRoles] | None = None) -> None:
+                 members: Mapping[str, MemberRoles] | None = None) -> None:
         self.jobs = jobs
         self.members = dict(members or {})  # platform → the adapter that tells a member's roles now (Discord)
         self.config = config.schedule
@@ -52,7 +53,6 @@ class JobRunner:
         self.platforms = frozenset(platforms)
         self.scheduler = scheduler or AsyncIOScheduler(timezone=UTC)
         self.timers = DeadlineTimers(self.scheduler, clock, self._due, job_id=SWEEP_JOB)
-        self.sleep = sleep
         self.started = False
         self._runs: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(config.schedule.max_concurrent_runs)
@@ -246,7 +246,7 @@ class JobRunner:
     # ---------------------------------------------------------------- `gateway jobs run ID`
     async def _poll(self) -> None:
         while True:
-            await self.sleep(POLL_EVERY_S)
+            await asyncio.sleep(POLL_EVERY_S)
             try:
                 await self.run_requests()
                 self.prune_if_due()

@@ -15,7 +15,6 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_discord import MENTION, discord_yaml
 from tests.adapters.test_telegram import VirtualTime
-from tests.adapters.test_telegram_stream import QuietTime
 from tests.fakes.discord import BOT_ID, CHANNEL_ID, DiscordMessage, FakeDiscord, patch_discord_urls, snowflake
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.helpers import write_config
@@ -70,7 +69,7 @@ async def final(fake: FakeDiscord) -> DiscordMessage:
 async def test_a_channel_sees_one_message_grow_and_become_the_answer(home: Path, tmp_path: Path,
                                                                       fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with discord_fake(virtual) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:
@@ -85,7 +84,7 @@ async def test_a_channel_sees_one_message_grow_and_become_the_answer(home: Path,
     assert all(b - a >= 1.25 for a, b in itertools.pairwise(edits))  # under the channel's 5 per 5 s
     unstreamed = home.parent / "off"
     unstreamed.mkdir()
-    virtual2 = QuietTime()
+    virtual2 = VirtualTime()
     async with discord_fake(virtual2) as fake2:
         fake_llm.script(Reply(ANSWER))
         async with running(unstreamed, fake_llm, fake2, virtual2, extra="") as gw2:
@@ -97,7 +96,7 @@ async def test_a_channel_sees_one_message_grow_and_become_the_answer(home: Path,
 
 async def test_a_code_fence_cut_by_the_stream_is_always_closed(home: Path) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     code = "Look:\n```python\n" + "".join(f"x{i} = {i}  # *note* {i}\n" for i in range(10)) + "```\nThat is it."
     async with discord_fake(virtual) as fake, FakeLLM(stream_chunk_chars=19) as llm:
         llm.script(Paced(Reply(code), gate=gate))
@@ -113,7 +112,7 @@ async def test_a_code_fence_cut_by_the_stream_is_always_closed(home: Path) -> No
 
 async def test_a_kill_mid_stream_gives_one_answer_in_the_preview(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with discord_fake(virtual) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate), Reply(ANSWER))
         async with running(home, fake_llm, fake, virtual, EDIT + "daemon:\n  drain_seconds: 0\n"):

@@ -15,7 +15,6 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_slack import ALICE, CHANNEL, DM, USERS, dm, mention, slack_yaml
 from tests.adapters.test_telegram import VirtualTime
-from tests.adapters.test_telegram_stream import QuietTime
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.fakes.slack import FakeSlack, SlackMessage
 from tests.helpers import write_config
@@ -68,7 +67,7 @@ async def answered(fake: FakeSlack, channel: str) -> SlackMessage:
 async def unstreamed(tmp_path: Path, llm: FakeLLM, event: dict[str, object], channel: str) -> str:
     home = tmp_path / "off"
     home.mkdir()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         llm.script(Reply(ANSWER))
         async with running(home, llm, fake, virtual, extra="") as gw:
@@ -81,7 +80,7 @@ async def unstreamed(tmp_path: Path, llm: FakeLLM, event: dict[str, object], cha
 async def test_a_thread_answer_streams_natively_and_ends_as_the_answer(home: Path, tmp_path: Path,
                                                                        fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     event = mention("<@UBOT> how do I build it?")
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
@@ -104,7 +103,7 @@ async def test_a_thread_answer_streams_natively_and_ends_as_the_answer(home: Pat
 async def test_without_slack_streaming_the_message_is_updated_in_place(home: Path, tmp_path: Path,
                                                                        fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic, streaming_supported=False) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:
@@ -121,7 +120,7 @@ async def test_without_slack_streaming_the_message_is_updated_in_place(home: Pat
 
 async def test_a_dm_answered_in_place_is_updated_not_streamed(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:
@@ -135,7 +134,7 @@ async def test_a_dm_answered_in_place_is_updated_not_streamed(home: Path, fake_l
 
 async def test_a_kill_mid_stream_gives_one_answer_in_the_streamed_message(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate), Reply(ANSWER))
         async with running(home, fake_llm, fake, virtual, EDIT + "daemon:\n  drain_seconds: 0\n"):
@@ -153,7 +152,7 @@ async def test_a_kill_mid_stream_gives_one_answer_in_the_streamed_message(home: 
 
 async def test_a_slash_command_answer_has_no_preview(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:

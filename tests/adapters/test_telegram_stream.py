@@ -4,7 +4,6 @@ held piece by piece by a StreamGate. The fake and the gateway share one virtual 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Callable
 from functools import partial
@@ -13,17 +12,6 @@ from pathlib import Path
 from tests.adapters.test_telegram import ALICE, GROUP, VirtualTime, running
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.fakes.telegram import FakeTelegram, SentMessage, retry_after
-
-
-class QuietTime(VirtualTime):
-    """Virtual time that only the waits under test move: the daemon's 2-second pollers (jobs, access changes) are
-    parked for good instead of racing the clock, so the spacing of preview calls is what the preview chose."""
-
-    async def sleep(self, seconds: float) -> None:
-        if seconds == 2.0:
-            await asyncio.Event().wait()
-        await super().sleep(seconds)
-
 
 ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
           "def run():\n    return 42\n```\nand that is all.")
@@ -56,7 +44,7 @@ async def unstreamed(tmp_path: Path, llm: FakeLLM, chat: int, text: str, *, chat
     home.mkdir()
     async with FakeTelegram() as tg:
         llm.script(Reply(ANSWER))
-        async with running(home, llm, tg, "streaming:\n  mode: off\n", time_=QuietTime()):
+        async with running(home, llm, tg, "streaming:\n  mode: off\n"):
             tg.inject_message(chat, text, chat_type=chat_type)
             return await tg.wait_for_sent(chat)
 
@@ -68,7 +56,7 @@ async def test_a_private_chat_sees_drafts_then_one_normal_message(home: Path, tm
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
-        async with running(home, fake_llm, tg, time_=QuietTime()) as run:  # the default: drafts in private chats
+        async with running(home, fake_llm, tg) as run:  # the default: drafts in private chats
             tg.inject_message(ALICE, "what is the plan?")
             await answer_piece_by_piece(tg, gate, lambda: len(tg.drafts_to(ALICE)))
             final = await tg.wait_for_sent(ALICE)
@@ -93,7 +81,7 @@ async def test_a_group_sees_one_message_grow_and_become_the_answer(home: Path, t
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
-        async with running(home, fake_llm, tg, EDIT_GROUPS, time_=QuietTime()) as run:
+        async with running(home, fake_llm, tg, EDIT_GROUPS) as run:
             asked = tg.inject_message(GROUP, MENTION, chat_type="supergroup")
             await answer_piece_by_piece(tg, gate, lambda: updates(tg, GROUP))
             await tg.wait_until(lambda: tg.sent_messages(GROUP)[0].text.endswith("all."), 10)
@@ -118,7 +106,7 @@ async def test_a_code_fence_cut_by_the_stream_is_never_refused(home: Path, fake_
     try:
         async with FakeLLM(stream_chunk_chars=23) as llm:  # pieces end inside the fence and inside the markers
             llm.script(Paced(Reply(code + "```\ndone"), gate=gate))
-            async with running(home, llm, tg, EDIT_GROUPS, time_=QuietTime()) as run:
+            async with running(home, llm, tg, EDIT_GROUPS) as run:
                 tg.inject_message(GROUP, MENTION, chat_type="supergroup")
                 await answer_piece_by_piece(tg, gate, lambda: updates(tg, GROUP), 6)
                 await tg.wait_until(lambda: tg.sent_messages(GROUP)[0].text.endswith("done"), 10)
@@ -132,7 +120,7 @@ async def test_a_code_fence_cut_by_the_stream_is_never_refused(home: Path, fake_
 
 async def test_a_429_on_a_draft_pauses_the_stream_for_the_wait(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     tg = FakeTelegram()
     await tg.start()
     try:
@@ -160,7 +148,7 @@ async def test_without_drafts_a_private_chat_previews_by_edits(home: Path, fake_
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
-        async with running(home, fake_llm, tg, time_=QuietTime()) as run:
+        async with running(home, fake_llm, tg) as run:
             tg.inject_message(ALICE, "what is the plan?")
             await answer_piece_by_piece(tg, gate, lambda: updates(tg, ALICE))
             await tg.wait_until(lambda: tg.sent_messages(ALICE)[0].text.endswith("all."), 10)
@@ -173,7 +161,7 @@ async def test_without_drafts_a_private_chat_previews_by_edits(home: Path, fake_
 
 async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(home: Path, fake_llm: FakeLLM) -> None:
     gate = StreamGate()
-    virtual = QuietTime()  # time goes on across the restart, for the gateway and Telegram alike
+    virtual = VirtualTime()  # time goes on across the restart, for the gateway and Telegram alike
     tg = FakeTelegram()
     await tg.start()
     try:
