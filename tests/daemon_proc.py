@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import resource
 import signal
 import socket
@@ -25,9 +26,30 @@ GATEWAY = str(Path(sys.executable).parent / "gateway")
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a daemon this test starts later (it must bind the number itself), chosen where nothing else on this
+    busy machine picks ports by itself: below the kernel's ephemeral range, at random (not from `random`, which a
+    plugin may seed alike in two test runs). A port from bind(0) sits in that range, and until the daemon binds it,
+    any outgoing connection (1,100 of them in the flood test, and every other run's) may be given it as its local
+    port, and the daemon's bind then fails."""
+    low, _ = _ephemeral_range()
+    pick = random.SystemRandom()
+    for _ in range(100):
+        port = pick.randrange(max(1024, low - 12_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default; elsewhere (BSDs use 49152-65535) ports below it are as good
 
 
 class NotifySocket:
