@@ -325,9 +325,10 @@ def test_a_large_page_scans_fast() -> None:
     mixed = ("Текст на русском и English words, café, 日本語のテキスト. " * 2000)
     for text in (page, mixed):
         scan_text(text, strict=True)  # warm
-        started = time.perf_counter()
+        # the CPU this thread spent (about 0.03 s here), not wall time: on a loaded machine the thread waits its turn
+        started = time.thread_time()
         scan_text(text, strict=True)
-        assert time.perf_counter() - started < 0.5, len(text)
+        assert time.thread_time() - started < 0.5, len(text)
 
 
 def test_the_keyword_shortcut_never_changes_a_verdict() -> None:

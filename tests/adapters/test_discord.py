@@ -97,7 +97,7 @@ async def running(home: Path, llm: FakeLLM, fake: FakeDiscord, extra: str = "", 
         await daemon.stop()
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     async def loop() -> None:
         while not predicate():
             await asyncio.sleep(0.01)

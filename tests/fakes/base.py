@@ -85,6 +85,10 @@ async def reset_connection(request: web.Request) -> web.StreamResponse:
 class FakeServer:
     """Base of every fake: lifecycle, request record and fault queues. Subclasses add routes to `self.app`."""
 
+    # how long a `wait_*` helper waits by default: for real I/O through a real client library (a login, a websocket,
+    # a request and its answer), which takes seconds on a loaded 2-CPU machine; a wait that is met returns at once
+    WAIT_S = 30.0
+
     def __init__(self, *, clock: Clock = time.monotonic) -> None:
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.calls: list[Call] = []
@@ -146,13 +150,13 @@ class FakeServer:
         return [c for c in self.calls if self._matches(c, key)]
 
     async def wait_for_call(self, key: str | Callable[[Call], bool], count: int = 1,
-                            timeout: float = 5.0) -> Call:
+                            timeout: float = WAIT_S) -> Call:
         """Return the `count`-th matching call, waiting for it to arrive."""
         await self.wait_until(lambda: len(self.calls_to(key)) >= count, timeout,
                               lambda: f"{key!r} x{count} not seen; calls: {[c.name for c in self.calls]}")
         return self.calls_to(key)[count - 1]
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0,
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = WAIT_S,
                          describe: Callable[[], str] | None = None) -> None:
         """Re-check `predicate` every time the fake records something (and every 50 ms)."""
         loop = asyncio.get_running_loop()

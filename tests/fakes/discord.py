@@ -789,7 +789,7 @@ class FakeDiscord(FakeServer):
         return [m for m in self.sent if channel_id is None or m.channel_id == str(channel_id)]
 
     async def wait_for_sent(self, channel_id: str | int | None = None, count: int = 1,
-                            timeout: float = 5.0) -> DiscordMessage:
+                            timeout: float = FakeServer.WAIT_S) -> DiscordMessage:
         await self.wait_until(lambda: len(self.sent_messages(channel_id)) >= count, timeout,
                               lambda: f"{count} messages to {channel_id} not seen; got "
                                       f"{[m.content for m in self.sent_messages()]}")
@@ -991,17 +991,17 @@ class FakeDiscord(FakeServer):
         conn.live = True
         await self.dispatch("RESUMED", {})
 
-    async def wait_for_identify(self, count: int = 1, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_for_identify(self, count: int = 1, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
         await self.wait_until(lambda: len(self.identifies) >= count and bool(self._live()), timeout,
                               lambda: f"identifies={len(self.identifies)}, live={len(self._live())}")
         return self.identifies[count - 1]
 
-    async def wait_for_resume(self, count: int = 1, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_for_resume(self, count: int = 1, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
         await self.wait_until(lambda: len(self.resumes) >= count and bool(self._live()), timeout,
                               lambda: f"resumes={len(self.resumes)}, live={len(self._live())}")
         return self.resumes[count - 1]
 
-    async def force_reconnect(self, wait: bool = True, timeout: float = 5.0) -> None:
+    async def force_reconnect(self, wait: bool = True, timeout: float = FakeServer.WAIT_S) -> None:
         """Op 7 RECONNECT: the client closes and RESUMEs on `resume_gateway_url`; replays what it missed."""
         before = len(self.resumes)
         for conn in self._live():

@@ -197,7 +197,7 @@ class FakeSlack(FakeServer):
                 and (channel is None or m.channel == channel)
                 and (thread_ts is None or m.thread_ts == thread_ts)]
 
-    async def wait_for_post(self, channel: str | None = None, count: int = 1, timeout: float = 5.0) -> SlackMessage:
+    async def wait_for_post(self, channel: str | None = None, count: int = 1, timeout: float = FakeServer.WAIT_S) -> SlackMessage:
         await self.wait_until(lambda: len(self.posted(channel)) >= count, timeout,
                               lambda: f"{count} posts to {channel} not seen; got {[m.text for m in self.posted()]}")
         return self.posted(channel)[count - 1]
@@ -501,12 +501,12 @@ class FakeSlack(FakeServer):
     def open_sockets(self) -> int:
         return sum(1 for s in self._sockets if not s.ws.closed)
 
-    async def wait_for_connections(self, count: int = 1, timeout: float = 5.0) -> None:
+    async def wait_for_connections(self, count: int = 1, timeout: float = FakeServer.WAIT_S) -> None:
         """Wait until `connections` (total ever opened) reaches `count` and one socket is open."""
         await self.wait_until(lambda: self.connections >= count and self.open_sockets() > 0, timeout,
                               lambda: f"connections={self.connections}, open={self.open_sockets()}")
 
-    async def push_envelope(self, envelope: Mapping[str, Any], timeout: float = 5.0) -> str:
+    async def push_envelope(self, envelope: Mapping[str, Any], timeout: float = FakeServer.WAIT_S) -> str:
         """Send a raw envelope on the newest open socket (waiting for one); returns its envelope_id."""
         await self.wait_until(lambda: self.open_sockets() > 0, timeout, lambda: "no Socket Mode connection")
         body = dict(envelope)
@@ -546,7 +546,7 @@ class FakeSlack(FakeServer):
             envelope["envelope_id"] = envelope_id
         return await self.push_envelope(envelope)
 
-    async def wait_for_ack(self, envelope_id: str, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_for_ack(self, envelope_id: str, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
         await self.wait_until(lambda: any(a.get("envelope_id") == envelope_id for a in self.acks), timeout,
                               lambda: f"no ack for {envelope_id}; acks={self.acks}")
         return next(a for a in self.acks if a.get("envelope_id") == envelope_id)

@@ -244,7 +244,7 @@ class FakeTelegram(FakeServer):
     def sent_texts(self, chat_id: int | None = None) -> list[str]:
         return [m.text for m in self.sent_messages(chat_id)]
 
-    async def wait_for_sent(self, chat_id: int | None = None, count: int = 1, timeout: float = 5.0) -> SentMessage:
+    async def wait_for_sent(self, chat_id: int | None = None, count: int = 1, timeout: float = FakeServer.WAIT_S) -> SentMessage:
         await self.wait_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout,
                               lambda: f"{count} messages to {chat_id} not sent; got {self.sent_texts(chat_id)}")
         return self.sent_messages(chat_id)[count - 1]
