@@ -56,7 +56,8 @@ class Inbound:
     `is_bot` marks messages authored by another bot (for the bot-loop budget).
     Access control reads `username` (the platform handle without `@`, e.g. Telegram's, never a display name,
     which anyone can set to anything), `space_id` (the server the chat belongs to: Discord guild, Slack team)
-    and `roles` (the sender's role ids in that server, Discord).
+    and `roles` (the sender's role ids in that server, Discord). `context` is other people's words the adapter read
+    for this message; `text` is the sender's alone.
     """
 
     chat: ChatRef
@@ -74,6 +75,9 @@ class Inbound:
     space_id: str | None = None
     roles: tuple[str, ...] = ()
     group_id: str | None = None  # Telegram's media_group_id: the parts of one album make one turn
+    # What others said before this message, read by the adapter for it (a Slack thread's earlier messages): their
+    # words, not the sender's, so the core scans and frames it as untrusted before the model reads it.
+    context: str = ""
 
 
 class OutboundKind(enum.Enum):

@@ -253,31 +253,32 @@ class SlackAdapter:
                 functools.partial(self._directory.thread_context, target.channel, target.hydrate, target.ts))
         chat_type, names = await self._directory.enrich(target.channel, self._known_type(target), people,
                                                         () if history is None else (history,))
-        text = slack_to_text(raw, self._me.user_id, names)
+        text, context = slack_to_text(raw, self._me.user_id, names), ""
         if history is not None:
-            text = self._with_history(text, history, thread, noted=late is not None)
+            text, context = self._with_history(text, history, thread, noted=late is not None)
         person = self._directory.people.get(target.user_id, Person()) if not target.is_bot else \
             Person(name=str(event.get("username") or (event.get("bot_profile") or {}).get("name") or "") or None)
         return Inbound(
             chat=ChatRef(PLATFORM, chat_type, target.channel, target.thread_id), user_id=target.user_id, text=text,
+            context=context,
             message_id=target.ts, received_at=received_at(target.ts), user_name=person.name,
             attachments=files, is_addressed=target.addressed, is_bot=target.is_bot, username=person.handle,
             space_id=str(body.get("team_id") or event.get("team") or self._me.team_id) or None)
 
     def _with_history(self, text: str, history: asyncio.Task[str], thread: tuple[str, str] | None, *,
-                      noted: bool) -> str:
-        """The thread's earlier messages in front of the text; while reading them is still under way, a note
-        (once) now, and the transcript with the thread's next message."""
+                      noted: bool) -> tuple[str, str]:
+        """The text, and the thread's earlier messages as its context (other people's words: the core frames them
+        as untrusted); while reading them is still under way, a note (once) now, and the transcript with the
+        thread's next message."""
         if history.done():
-            context = task_result(history, "")
-            return f"{context}\n\n{text}" if context else text
+            return text, task_result(history, "")
         if thread is not None:
             put(self._unread, thread, history)
         if noted:
-            return text
+            return text, ""
         log.info("slack: thread %s in %s not read within %.1fs; answering without it for now",
                  thread[1] if thread else "?", thread[0] if thread else "?", self.enrich_budget)
-        return f"{THREAD_UNREAD_NOTE}\n\n{text}"
+        return f"{THREAD_UNREAD_NOTE}\n\n{text}", ""
 
     def _known_type(self, target: Target) -> ChatType | None:
         """The chat's type without asking Slack, if we can; a thread keeps the type it started with, so a

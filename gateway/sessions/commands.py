@@ -126,7 +126,8 @@ class Commands:
         first, ids = found
         original = _original_inbound(manager.store, inbound, first)
         retried = dataclasses.replace(inbound, text=original.text if original else first.content,
-                                      attachments=original.attachments if original else ())
+                                      attachments=original.attachments if original else (),
+                                      context=original.context if original else "")
         manager.store.deactivate_messages(ids)
         _rewrite_inbound(manager.store, inbound, retried)
         return None

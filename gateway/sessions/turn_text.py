@@ -9,6 +9,7 @@ from gateway.errors import LLMNotConfigured, LLMRejected, LLMTimeout
 from gateway.events import Inbound
 from gateway.llm.types import ChatMessage
 from gateway.media.turns import TurnMedia
+from gateway.scan import mark_untrusted
 
 ERROR_TEXT = "Sorry, I couldn't get an answer from the model just now ({why}). Please try again in a moment."
 # A refused key or request (4xx) fails the same way again: saying "try again in a moment" sent people round in circles.
@@ -23,6 +24,8 @@ def user_message(inbound: Inbound, ended: str | None, media: TurnMedia | None = 
     parts = []
     if ended:
         parts.append(f"[Note: the previous conversation ended ({reason_words(ended)}); this is a new session.]")
+    if inbound.context.strip():  # others' words (a thread read on joining it): scanned, framed, withheld if need be
+        parts.append(mark_untrusted(inbound.context, source="earlier messages in this chat") + "\n")
     text = inbound.text
     if media is not None:
         p = media.prepared
