@@ -252,12 +252,15 @@ class PreviewStyle:
     every chat of the account too (Slack's method tiers count per workspace). `ephemeral`: a draft the platform
     drops by itself (Telegram's sendMessageDraft), so only the newest part is shown and nothing is replaced.
     `raw`: the partial Markdown goes as is, because the client renders it (the web chat, Slack's own streaming).
+    `lasts_s`: a shown preview vanishes this long after its last update (a Telegram draft: 30 s), so the stream
+    shows it again before then while no new text comes (a long tool call); 0: it stays.
     """
 
     interval_s: float
     scope: str = ""
     ephemeral: bool = False
     raw: bool = False
+    lasts_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

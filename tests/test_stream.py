@@ -142,6 +142,20 @@ async def test_a_draft_platform_shows_only_the_newest_part_and_the_final_is_sent
     assert tg.finished == [] and [m.text for m in tg.sent] == ["The answer grows piece by piece."]
 
 
+async def test_a_draft_that_would_vanish_is_shown_again_until_the_answer_comes(home: Path) -> None:
+    write_home(home, EDIT)
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock, style=PreviewStyle(1.0, ephemeral=True, lasts_s=30.0))
+    await one_turn(clock, home, tg, StreamingLLM(clock, ["Thinking ", "hard."], every=100.0))  # long silences
+    times = [t for t, _ in tg.shows]
+    assert all(b - a <= 20.0 for a, b in itertools.pairwise([*times, tg.attempts[0][0]]))  # never 30 s without
+    assert tg.shown().count("Thinking") >= 5 and tg.shown().count("Thinking hard.") >= 5
+    assert [m.text for m in tg.sent] == ["Thinking hard."] and times[-1] <= tg.attempts[0][0]
+    shows = len(tg.shows)
+    await clock.advance(100.0)
+    assert len(tg.shows) == shows  # the answer is out: the keep-alive ended with the turn
+
+
 # ---- weather ---------------------------------------------------------------------------------------------------
 
 async def test_a_429_pauses_the_stream_and_the_final_waits_only_that_long(home: Path) -> None:

@@ -25,7 +25,9 @@ log = logging.getLogger("adapters.telegram.adapter")
 # "avoid sending more than one message per second" in a chat (Bot FAQ); edits and drafts count too. A little over,
 # so a clock that runs slightly apart from Telegram's never lands two calls inside one second.
 INTERVAL_S = 1.1
-DRAFT_STYLE = PreviewStyle(INTERVAL_S, ephemeral=True)
+# "a temporary 30-second preview" (Bot API, sendMessageDraft): a draft not updated for 30 s vanishes
+DRAFT_TTL_S = 30.0
+DRAFT_STYLE = PreviewStyle(INTERVAL_S, ephemeral=True, lasts_s=DRAFT_TTL_S)
 EDIT_STYLE = PreviewStyle(INTERVAL_S)
 _UNCHANGED = "message is not modified"
 _GONE = ("message to edit not found", "message can't be edited", "message to delete not found")

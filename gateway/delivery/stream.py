@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 Monotonic = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 PROGRESS = -1  # the part index of the progress line
+KEEP_ALIVE = 2 / 3  # a preview that vanishes by itself is shown again after this share of its lifetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,7 @@ class AnswerStream:
         self._in_call = False
         self._broken = False
         self._plain = False
+        self._draft: tuple[int, Part, float] | None = None  # the draft shown now (a vanishing style), and when
 
     # ------------------------------------------------------------------ what the turn tells it
     def text(self, delta: str) -> None:
@@ -167,7 +169,7 @@ class AnswerStream:
 
     async def _run(self) -> None:
         while not (self._closing or self._broken):
-            await self._wake.wait()
+            await self._until_woken()
             if self._closing:
                 return
             delay = max(self.book.pacer.delay(self._key), self.limiter.paused_for(self.chat))
@@ -179,9 +181,34 @@ class AnswerStream:
             if await self._step():
                 self._wake.set()  # another part still differs: it goes on the next tick
 
+    async def _until_woken(self) -> None:
+        """Wait for new text, or for the moment a preview that vanishes by itself must be shown again."""
+        left = self._keep_alive_in()
+        if left is None or self._wake.is_set():
+            await self._wake.wait()
+            return
+        if left > 0:
+            woken = asyncio.ensure_future(self._wake.wait())
+            slept = asyncio.ensure_future(self.sleep(left))
+            try:
+                await asyncio.wait({woken, slept}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+                slept.cancel()
+        self._wake.set()
+
+    def _keep_alive_in(self) -> float | None:
+        """Seconds until the shown preview must be renewed (None: it does not vanish, or nothing is shown)."""
+        if self._draft is None:
+            return None
+        return self._draft[2] + self.style.lasts_s * KEEP_ALIVE - self.book.pacer.clock()
+
     async def _step(self) -> bool:
-        """Show the first part that differs from what the chat shows; True when more differ."""
+        """Show the first part that differs from what the chat shows (or, when it is about to vanish, what it
+        shows again); True when more differ."""
         changed = [(i, p) for i, p in self._wanted() if self._shown.get(i) != (p.text, p.entities)]
+        if not changed and self._draft is not None and (self._keep_alive_in() or 0.0) <= 0:
+            changed = [(self._draft[0], self._draft[1])]  # no new text for a while (a long tool call): the same draft again
         if not changed:
             return False
         index, part = changed[0]
@@ -235,6 +262,8 @@ class AnswerStream:
             self.book.record(self.turn_id, index, self.chat, mid)  # before this message is ever edited
             self._ids[index] = mid
         self._shown[index] = (part.text, part.entities)
+        # a draft vanishes unless shown again in time (a message, the progress line, a fallback to edits stays)
+        self._draft = (index, part, self.book.pacer.clock()) if self.style.lasts_s and not mid else None
         if mid and not self.style.raw:  # raw Markdown is never the final's rendering: the finish always goes
             self.book.showing(self.turn_id, index, part.text, part.entities)
 

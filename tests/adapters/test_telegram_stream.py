@@ -4,6 +4,7 @@ held piece by piece by a StreamGate. The fake and the gateway share one virtual 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable
 from functools import partial
@@ -12,6 +13,34 @@ from pathlib import Path
 from tests.adapters.test_telegram import ALICE, GROUP, VirtualTime, running
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.fakes.telegram import FakeTelegram, SentMessage, retry_after
+
+
+class HeldTime(VirtualTime):
+    """VirtualTime whose long waits (a draft's keep-alive, say) end when the test moves the clock past them
+    (`advance`), as a real clock would, instead of never."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parked: list[tuple[float, asyncio.Future[None]]] = []
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= self.SHORT:
+            await super().sleep(seconds)
+            return
+        self.sleeps.append(seconds)
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._parked.append((self.t + seconds, woken))
+        await woken
+
+    async def advance(self, seconds: float) -> None:
+        for _ in range(20):  # what runs now (a wait that is about to start) starts before the clock moves
+            await asyncio.sleep(0)
+        self.t += seconds
+        for deadline, woken in self._parked:
+            if deadline <= self.t and not woken.done():
+                woken.set_result(None)
+        self._parked = [(d, w) for d, w in self._parked if not w.done()]
+
 
 ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
           "def run():\n    return 42\n```\nand that is all.")
@@ -180,3 +209,38 @@ async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(home
         await tg.stop()
     [message] = tg.sent_messages(GROUP)  # the stale preview became the one answer
     assert message.text.endswith("and that is all.") and tg.flood_violations == []
+
+
+async def test_a_draft_is_kept_alive_through_a_long_pause_in_the_answer(home: Path, tmp_path: Path,
+                                                                        fake_llm: FakeLLM) -> None:
+    """Telegram drops a draft 30 s after its last update: through a long tool call (the model's stream held for
+    90 s) the user keeps seeing what was written so far, and then the answer."""
+    gate = StreamGate()
+    virtual = HeldTime()
+    tg = FakeTelegram()
+    await tg.start()
+
+    def fresh() -> bool:
+        draft = tg.draft_showing(ALICE)
+        return draft is not None and virtual.t - draft.at < 21.0
+
+    try:
+        fake_llm.script(Paced(Reply(ANSWER), gate=gate))
+        async with running(home, fake_llm, tg, time_=virtual) as run:
+            tg.inject_message(ALICE, "what is the plan?")
+            gate.release(1)
+            await tg.wait_until(lambda: tg.draft_showing(ALICE) is not None, 10)
+            first = tg.drafts_to(ALICE)
+            for _ in range(90):  # the model says nothing for 90 s
+                await virtual.advance(1.0)
+                await tg.wait_until(fresh, 5, lambda: f"the draft vanished at t={virtual.t}: {tg.expired_drafts}")
+            gate.release_all()
+            final = await tg.wait_for_sent(ALICE)
+            await run.gw.sessions.wait_idle()
+    finally:
+        await tg.stop()
+    assert tg.expired_drafts == [] and tg.draft_showing(ALICE) is None  # the answer took the draft's place
+    again = tg.drafts[len(first):len(first) + 4]
+    assert [d.text for d in again] == [first[-1]] * 4  # the same text, shown again every 20 s of silence
+    assert len({d.draft_id for d in tg.drafts}) == 1
+    assert final.text.endswith("and that is all.") and tg.flood_violations == [] and tg.refused == []

@@ -58,6 +58,10 @@ CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "recor
 MESSAGE_CALLS = ("sendmessage", "editmessagetext", "sendmessagedraft")
 PREVIEW_CALLS = ("editmessagetext", "sendmessagedraft")
 EDIT_INTERVAL_S = 1.0
+# "the streamed draft is ephemeral and acts as a temporary 30-second preview" (Bot API, sendMessageDraft): clients
+# drop a live draft message_typing_draft_ttl (30 s) after its last update, or when a normal message arrives in the
+# same chat and topic (core.telegram.org/api/bots/ai). A new update of the draft starts its 30 s again.
+DRAFT_TTL_S = 30.0
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are exactly "
                 "the same as a current content and reply markup of the message")
 
@@ -160,6 +164,8 @@ class FakeTelegram(FakeServer):
         self.flood_violations: list[Call] = []  # requests that came before a served retry_after expired
         self.drafts_supported = drafts_supported  # False: an older Bot API without sendMessageDraft (404)
         self.drafts: list[Draft] = []
+        self.expired_drafts: list[Draft] = []  # drafts the user saw vanish by themselves (30 s without an update)
+        self._live_drafts: dict[tuple[int, int | None], Draft] = {}  # (chat, topic) → the draft shown there now
         self.refused: list[tuple[Call, int, str]] = []  # every error answer the fake gave, with its description
         self._last_message_call: dict[str, tuple[float, str]] = {}  # chat → (when, method) of its last text call
         self._flood_until: dict[str, float] = {}
@@ -452,10 +458,26 @@ class FakeTelegram(FakeServer):
             raise _ApiError(400, "Bad Request: draft_id must be non-zero")
         text, entities = self._render(str(p.get("text") or ""), p, MAX_TEXT, "message is too long")
         thread = p.get("message_thread_id")
-        self.drafts.append(Draft(chat_id, draft_id, text, tuple(entities),
-                                 int(thread) if thread not in (None, "") else None, self.clock()))
+        draft = Draft(chat_id, draft_id, text, tuple(entities), int(thread) if thread not in (None, "") else None,
+                      self.clock())
+        self._expire((chat_id, draft.message_thread_id), draft.at)
+        self.drafts.append(draft)
+        self._live_drafts[(chat_id, draft.message_thread_id)] = draft
         self.notify()
         return True
+
+    def draft_showing(self, chat_id: int, message_thread_id: int | None = None) -> Draft | None:
+        """The draft the user sees at the bottom of the chat (topic) now: None once a normal message replaced it or
+        30 s passed without an update (then it is in `expired_drafts`)."""
+        key = (chat_id, message_thread_id)
+        self._expire(key, self.clock())
+        return self._live_drafts.get(key)
+
+    def _expire(self, key: tuple[int, int | None], now: float) -> None:
+        live = self._live_drafts.get(key)
+        if live is not None and now - live.at >= DRAFT_TTL_S:
+            self.expired_drafts.append(live)
+            del self._live_drafts[key]
 
     def drafts_to(self, chat_id: int) -> list[str]:
         """The texts the user saw drafted in a private chat, in order."""
@@ -569,6 +591,9 @@ class FakeTelegram(FakeServer):
                            reply_to_message_id=reply_to, reply_markup=p.get("reply_markup"), method=method,
                            document=document, params=dict(p))
         self._sent.append(sent)
+        key = (chat_id, sent.message_thread_id)
+        self._expire(key, self.clock())
+        self._live_drafts.pop(key, None)  # a normal message in the chat takes the draft's place
         message = self._message_obj(sent)
         self._messages[(chat_id, sent.message_id)] = message
         self.notify()
