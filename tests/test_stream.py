@@ -270,6 +270,34 @@ async def test_progress_lists_the_tools_and_the_answer_comes_as_a_new_message(ho
     assert tg.finished == [] and [m.text for m in tg.sent] == ["Found it."] and tg.dropped == []
 
 
+class SaysThenLooks(ReplyLLM):
+    """Writes a sentence and calls `memory`, then writes the answer; each call takes 1.5 s of virtual time."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.calls = 0
+
+    async def complete(self, *, system: str, messages: list[ChatMessage], tools: list[ToolDef],  # type: ignore[override]
+                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+        self.calls += 1
+        text = "Let me look that up." if self.calls == 1 else "Found it."
+        if stream is not None:
+            stream.text(text)
+        await self.clock.sleep(1.5)
+        calls = (ToolCall("c1", "memory", "{}"),) if self.calls == 1 else ()
+        return LLMReply(text, calls, Usage(1, 1), self.model, self.provider)
+
+
+async def test_each_model_call_of_a_turn_starts_the_preview_over(home: Path) -> None:
+    write_home(home, EDIT)
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock)
+    await one_turn(clock, home, tg, SaysThenLooks(clock))
+    assert tg.shown() == ["Let me look that up.", "Found it."]  # never the two calls' text run together
+    assert tg.texts() == ["Found it."] and tg.sent == [m for _, m in tg.finished]
+
+
 async def test_edit_mode_shows_no_tool_progress(home: Path) -> None:
     write_home(home, EDIT)
     clock = FakeClock()
