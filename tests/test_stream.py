@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from gateway.prompt.hints import load_platform_facts
 from tests.delivery import TELEGRAM_CONFIG, PreviewAdapter, ReplyLLM, StreamingLLM, gateway_on, write_home
 from tests.fakeclock import FakeClock
 from tests.helpers import inbound
+from tests.test_replay import store_unanswered
 
 EDIT = TELEGRAM_CONFIG + "streaming:\n  mode: edit\n"
 PIECES = ["The answer ", "grows ", "piece ", "by ", "piece."]
@@ -154,6 +156,30 @@ async def test_a_draft_that_would_vanish_is_shown_again_until_the_answer_comes(h
     shows = len(tg.shows)
     await clock.advance(100.0)
     assert len(tg.shows) == shows  # the answer is out: the keep-alive ended with the turn
+
+
+async def test_a_turn_cut_mid_stream_and_too_old_to_answer_gets_the_offline_note_in_its_preview(home: Path) -> None:
+    """After a long outage the cut turn is not answered (delivery.replay_max_age_minutes): its half-written
+    preview becomes the offline note instead of staying above it."""
+    write_home(home, EDIT)
+    clock = FakeClock()
+    gw = gateway_on(clock, home, [PreviewAdapter("telegram", clock)], ReplyLLM())
+    asked = inbound("what is the weather", platform="telegram", chat_id="100", user_id="u1", message_id="old",
+                    received_at=clock.now() - timedelta(hours=3))
+    store_unanswered(gw, asked)
+    [(turn,)] = [(f"t{r[0]}",) for r in gw.store.all("SELECT id FROM inbound")]
+    gw.store.put_preview(turn, 0, "telegram", "100", "p1", now=clock.now() - timedelta(hours=3))
+    gw.store.close()
+    tg = PreviewAdapter("telegram", clock)
+    tg.messages["p1"] = ("The weather today is", ())  # what the chat still shows of the cut answer
+    gw = gateway_on(clock, home, [tg], ReplyLLM())
+    try:
+        assert await clock.run(gw.sessions.replay()) == (0, 1)
+        await clock.run(gw.sessions.wait_idle())
+        assert gw.store.all("SELECT * FROM previews") == []
+    finally:
+        gw.store.close()
+    assert tg.texts() == [gw.config.delivery.offline_notice] and [mid for mid, _ in tg.finished] == ["p1"]
 
 
 # ---- weather ---------------------------------------------------------------------------------------------------
@@ -374,7 +400,7 @@ def test_partials_are_rendered_like_the_final_and_split_safely() -> None:
 
 def test_a_long_answer_is_rendered_a_stretch_at_a_time_never_cut_inside_a_fence() -> None:
     renderer = PartialRenderer(FACTS["discord"])
-    text = "".join(f"Paragraph {i}: " + "word " * 60 + "\n\n" + ("```py\n" + "x = 1\n" * 30 + "```\n\n" if i % 3 == 0
+    text = "".join(f"Paragraph {i}: " + "word " * 60 + "\n\n" + ("```py\n" + "x = 1\n\n" * 30 + "```\n\n" if i % 3 == 0
                                                                   else "") for i in range(40))
     for end in range(50, len(text) + 97, 97):
         parts = renderer.parts(text[:end])

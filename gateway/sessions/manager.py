@@ -342,7 +342,7 @@ class SessionManager:
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
-        """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note instead."""
+        """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note as their answer."""
         max_age = timedelta(minutes=self.config.delivery.replay_max_age_minutes)
         now = self.clock()
         resumed = expired = 0
@@ -350,7 +350,7 @@ class SessionManager:
             inbound = decode_inbound(row.payload)
             received = parse_iso(row.received_at) or now
             if now - received > max_age:
-                await self._settle(row.id, "expired", f"o{row.id}", inbound, self.config.delivery.offline_notice)
+                await self._settle(row.id, "expired", f"t{row.id}", inbound, self.config.delivery.offline_notice)
                 expired += 1
                 continue
             key = self.key_for(inbound)
