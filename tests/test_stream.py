@@ -268,14 +268,15 @@ async def test_closing_waits_for_the_call_on_the_wire_and_keeps_its_message(home
 class ToolThenAnswer(ReplyLLM):
     """Calls `memory` twice, then `session_search`, then answers; each call takes 1.5 s of virtual time."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, every: float = 1.5) -> None:
         super().__init__()
         self.clock = clock
+        self.every = every
         self.steps = [["memory", "memory"], ["session_search"]]
 
     async def complete(self, *, system: str, messages: list[ChatMessage], tools: list[ToolDef],  # type: ignore[override]
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
-        await self.clock.sleep(1.5)
+        await self.clock.sleep(self.every)
         if self.steps:
             names = self.steps.pop(0)
             calls = tuple(ToolCall(f"c{i}{n}", n, "{}") for i, n in enumerate(names))
@@ -322,6 +323,15 @@ async def test_each_model_call_of_a_turn_starts_the_preview_over(home: Path) -> 
     await one_turn(clock, home, tg, SaysThenLooks(clock))
     assert tg.shown() == ["Let me look that up.", "Found it."]  # never the two calls' text run together
     assert tg.texts() == ["Found it."] and tg.sent == [m for _, m in tg.finished]
+
+
+async def test_the_progress_line_catches_up_before_the_answer_comes_below_it(home: Path) -> None:
+    write_home(home, TELEGRAM_CONFIG + "streaming:\n  mode: progress\n")
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock)
+    await one_turn(clock, home, tg, ToolThenAnswer(clock, every=0.0))  # the answer right after the last tool
+    assert tg.texts() == ["🔧 memory ×2 · session_search", "Found it."]
+    assert tg.attempts[0][0] - tg.shows[-1][0] >= 1.0  # the answer still paced after the status line's edit
 
 
 async def test_edit_mode_shows_no_tool_progress(home: Path) -> None:

@@ -70,7 +70,7 @@ class Streams:
         except BaseException:  # the turn failed: its error message stands alone
             await stream.close(keep=False)
             raise
-        await stream.close(keep=True)
+        await stream.close(keep=True, complete=True)
 
     async def abandon(self, turn_id: str, chat: ChatRef, adapter: Adapter | None) -> None:
         """A turn that will never be answered (its message was erased as it ran: `gateway users forget`): the
@@ -154,9 +154,10 @@ class AnswerStream:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"preview:{self.turn_id}")
 
-    async def close(self, *, keep: bool) -> None:
+    async def close(self, *, keep: bool, complete: bool = False) -> None:
         """Stop updating. A call on the wire is let finish (its message id gets stored); no call starts after.
-        `keep=False` (the turn failed) takes the preview down again."""
+        `keep=False` (the turn failed) takes the preview down again. `complete` (the turn is answered): a
+        progress line that has not caught up yet gets its last update, since it stays above the answer."""
         self._closing = True
         self._wake.set()
         task = self._task
@@ -164,8 +165,18 @@ class AnswerStream:
             if not self._in_call:
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if complete and self.mode == "progress" and not self._broken:
+            await self._catch_up()
         if not keep:
             await self._drop_all()
+
+    async def _catch_up(self) -> None:
+        changed = [(i, p) for i, p in self._wanted() if self._shown.get(i) != (p.text, p.entities)]
+        if changed:
+            delay = max(self.book.pacer.delay(self._key), self.limiter.paused_for(self.chat))
+            if delay > 0:
+                await self.sleep(delay)
+            await self._show(*changed[0])
 
     async def _run(self) -> None:
         while not (self._closing or self._broken):
