@@ -244,3 +244,24 @@ async def test_a_draft_is_kept_alive_through_a_long_pause_in_the_answer(home: Pa
     assert [d.text for d in again] == [first[-1]] * 4  # the same text, shown again every 20 s of silence
     assert len({d.draft_id for d in tg.drafts}) == 1
     assert final.text.endswith("and that is all.") and tg.flood_violations == [] and tg.refused == []
+
+
+async def test_a_flood_wait_another_call_earned_holds_the_draft_back(home: Path, fake_llm: FakeLLM) -> None:
+    """Telegram's flood wait covers the chat: after "typing…" got a 429, no draft goes before the wait is over."""
+    gate = StreamGate()
+    tg = FakeTelegram()
+    await tg.start()
+    try:
+        fake_llm.script(Paced(Reply(ANSWER), gate=gate))
+        tg.fail("sendChatAction", retry_after(5))
+        async with running(home, fake_llm, tg, time_=QuietTime()) as run:
+            tg.inject_message(ALICE, "what is the plan?")
+            await tg.wait_for_call("sendchataction")
+            gate.release_all()
+            await tg.wait_for_sent(ALICE)
+            await run.gw.sessions.wait_idle()
+    finally:
+        await tg.stop()
+    limited = next(c.at for c in tg.calls if c.name == "sendchataction")
+    first_draft = next(c.at for c in tg.calls if c.name == "sendmessagedraft")
+    assert first_draft - limited >= 5.0 and tg.flood_violations == []
