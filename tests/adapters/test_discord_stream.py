@@ -127,3 +127,21 @@ async def test_a_kill_mid_stream_gives_one_answer_in_the_preview(home: Path, fak
             await gw.sessions.wait_idle()
     assert [m.id for m in fake.sent_messages(CHANNEL_ID)] == [message.id]  # the stale preview became the answer
     assert fake.bucket_violations == []
+
+
+async def test_a_slash_command_answer_has_no_preview(home: Path, fake_llm: FakeLLM) -> None:
+    """/ask already shows the interaction's "thinking…": the answer is the interaction's, with no preview."""
+    gate = StreamGate()
+    virtual = QuietTime()
+    async with discord_fake(virtual) as fake:
+        fake_llm.script(Paced(Reply(ANSWER), gate=gate))
+        async with running(home, fake_llm, fake, virtual) as gw:
+            await fake.push_interaction("ask", options=[{"name": "prompt", "type": 3, "value": "how do I do it?"}])
+            for _ in range(3):
+                gate.release(1)
+            gate.release_all()
+            await fake.wait_until(lambda: bool(fake.sent) and fake.sent[-1].content.endswith("it."), 10)
+            await gw.sessions.wait_idle()
+    assert [m.via for m in fake.sent] == ["interaction"] and fake.sent[0].content.endswith("whole of it.")
+    assert fake.calls_to(lambda c: f"/channels/{CHANNEL_ID}/messages" in c.path) == []  # no post, no edit
+    assert len(fake.calls_to(lambda c: c.path.endswith("/messages/@original"))) == 1  # the answer, once
