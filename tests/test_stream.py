@@ -182,6 +182,20 @@ async def test_a_turn_cut_mid_stream_and_too_old_to_answer_gets_the_offline_note
     assert tg.texts() == [gw.config.delivery.offline_notice] and [mid for mid, _ in tg.finished] == ["p1"]
 
 
+async def test_preview_records_of_turns_never_finished_are_forgotten_at_start_after_two_days(home: Path) -> None:
+    write_home(home, EDIT)
+    clock = FakeClock()
+    gw = gateway_on(clock, home, [PreviewAdapter("telegram", clock)], ReplyLLM())
+    gw.store.put_preview("t1", 0, "telegram", "100", "p1", now=clock.now() - timedelta(days=2, minutes=1))
+    gw.store.put_preview("t2", 0, "telegram", "100", "p2", now=clock.now() - timedelta(days=1, hours=23))
+    gw.store.close()
+    gw = gateway_on(clock, home, [PreviewAdapter("telegram", clock)], ReplyLLM())
+    try:
+        assert [r[0] for r in gw.store.all("SELECT turn_id FROM previews")] == ["t2"]
+    finally:
+        gw.store.close()
+
+
 # ---- weather ---------------------------------------------------------------------------------------------------
 
 async def test_a_429_pauses_the_stream_and_the_final_waits_only_that_long(home: Path) -> None:
