@@ -260,6 +260,8 @@ async def test_a_streamed_answer_grows_on_the_page_and_stays_one_message(home: P
             draft = page.locator(".msg.bot.draft")
             await expect(draft).to_have_text("Here is a plan, writ", timeout=WAIT_MS)  # two pieces of 10
             await expect(page.locator(".typing")).to_have_count(0)  # the answer is showing: not "thinking…"
+            gate.release(1)
+            await expect(draft).to_have_text("Here is a plan, written as it", timeout=WAIT_MS)  # it grew: a delta
             gate.release_all()
             await expect(page.locator(".msg.bot strong")).to_have_text("Tea", timeout=WAIT_MS)
             await expect(page.locator(".msg.bot")).to_have_count(1)  # the reply took the draft's place
