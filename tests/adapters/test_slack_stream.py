@@ -11,6 +11,7 @@ from pathlib import Path
 
 from adapters.slack.adapter import SlackAdapter
 from gateway.config.settings import load_config
+from gateway.events import ChatRef, PreviewPart
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_slack import ALICE, CHANNEL, DM, USERS, dm, mention, slack_yaml
@@ -162,3 +163,27 @@ async def test_a_slash_command_answer_has_no_preview(home: Path, fake_llm: FakeL
             await gw.sessions.wait_idle()
     assert fake.responses[0]["text"].endswith("all.") and fake.posted() == []  # the response_url only
     assert fake.calls_to("chat.startStream") == [] and fake.calls_to("chat.update") == []
+
+
+async def test_at_most_18_streams_start_a_minute_and_the_rest_are_updated_messages(home: Path,
+                                                                                   fake_llm: FakeLLM) -> None:
+    """chat.startStream is Tier 2 (20 a minute per workspace): past 18 starts in a minute a thread's preview is a
+    posted message, so Slack never has to refuse one; a minute later streams start again."""
+    virtual = QuietTime()
+    async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
+        async with running(home, fake_llm, fake, virtual) as gw:
+            adapter = gw.sessions.adapters["slack"]
+            opened = []
+            for n in range(21):
+                if n == 20:
+                    virtual.t += 60.0
+                chat = ChatRef("slack", "group", CHANNEL, f"1700000{n:03d}.000100")
+                style = adapter.preview_style(chat, None)
+                part = PreviewPart(chat=chat, index=0, text=f"answer {n}", user_id=ALICE, space_id="T1",
+                                   key=f"t{n}:0")
+                opened.append((style.raw, await adapter.show_preview(part)))
+                virtual.t += 1.2  # as the core paces a workspace's preview calls
+    streamed = [raw and mid.startswith("s:") for raw, mid in opened]
+    assert streamed == [True] * 18 + [False] * 2 + [True]
+    assert len(fake.calls_to("chat.startStream")) == 19 and fake.tier_violations == []
+    assert [m.text for m in fake.posted(CHANNEL)][18:20] == ["answer 18", "answer 19"]
