@@ -173,6 +173,7 @@ async def test_at_most_18_streams_start_a_minute_and_the_rest_are_updated_messag
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         async with running(home, fake_llm, fake, virtual) as gw:
             adapter = gw.sessions.adapters["slack"]
+            assert isinstance(adapter, SlackAdapter)
             opened = []
             for n in range(21):
                 if n == 20:
