@@ -180,6 +180,7 @@ async def test_at_most_18_streams_start_a_minute_and_the_rest_are_updated_messag
                     virtual.t += 60.0
                 chat = ChatRef("slack", "group", CHANNEL, f"1700000{n:03d}.000100")
                 style = adapter.preview_style(chat, None)
+                assert style is not None
                 part = PreviewPart(chat=chat, index=0, text=f"answer {n}", user_id=ALICE, space_id="T1",
                                    key=f"t{n}:0")
                 opened.append((style.raw, await adapter.show_preview(part)))
