@@ -34,6 +34,8 @@ def configure(home: Path, llm: FakeLLM, tg: FakeTelegram, mode: str) -> None:
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
         f"web:\n  enabled: false\ntelegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n"
         f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\nstreaming:\n  mode: {mode}\n"))
+    config = home / "config.yaml"  # a model held at the gate on a busy machine is not a timed-out model
+    config.write_text(config.read_text(encoding="utf-8").replace("timeout_s: 10", "timeout_s: 120"), encoding="utf-8")
 
 
 async def one_life(home: Path, tg: FakeTelegram, until_done: bool) -> DaemonProc:

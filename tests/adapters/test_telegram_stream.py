@@ -231,8 +231,8 @@ async def test_a_draft_is_kept_alive_through_a_long_pause_in_the_answer(home: Pa
             gate.release(1)
             await tg.wait_until(lambda: tg.draft_showing(ALICE) is not None, 10)
             first = tg.drafts_to(ALICE)
-            for _ in range(90):  # the model says nothing for 90 s
-                await virtual.advance(1.0)
+            for _ in range(30):  # the model says nothing for 90 s
+                await virtual.advance(3.0)
                 await tg.wait_until(fresh, 5, lambda: f"the draft vanished at t={virtual.t}: {tg.expired_drafts}")
             gate.release_all()
             final = await tg.wait_for_sent(ALICE)
