@@ -132,7 +132,7 @@ async def test_a_kill_mid_stream_gives_one_answer_in_the_preview(home: Path, fak
 async def test_a_slash_command_answer_has_no_preview(home: Path, fake_llm: FakeLLM) -> None:
     """/ask already shows the interaction's "thinking…": the answer is the interaction's, with no preview."""
     gate = StreamGate()
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with discord_fake(virtual) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:

@@ -169,7 +169,7 @@ async def test_at_most_18_streams_start_a_minute_and_the_rest_are_updated_messag
                                                                                    fake_llm: FakeLLM) -> None:
     """chat.startStream is Tier 2 (20 a minute per workspace): past 18 starts in a minute a thread's preview is a
     posted message, so Slack never has to refuse one; a minute later streams start again."""
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         async with running(home, fake_llm, fake, virtual) as gw:
             adapter = gw.sessions.adapters["slack"]

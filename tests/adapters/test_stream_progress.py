@@ -10,8 +10,7 @@ from tests.adapters import test_discord_stream as discord_stream
 from tests.adapters import test_slack_stream as slack_stream
 from tests.adapters.test_discord import MENTION as DISCORD_MENTION
 from tests.adapters.test_slack import CHANNEL, USERS, mention
-from tests.adapters.test_telegram import ALICE, GROUP, running
-from tests.adapters.test_telegram_stream import QuietTime
+from tests.adapters.test_telegram import ALICE, GROUP, VirtualTime, running
 from tests.fakes.discord import BOT_ID, CHANNEL_ID
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
@@ -34,7 +33,7 @@ async def test_telegram_private_chat_and_group(home: Path, fake_llm: FakeLLM) ->
     tg = FakeTelegram()
     await tg.start()
     try:
-        async with running(home, fake_llm, tg, PROGRESS, time_=QuietTime()) as run:
+        async with running(home, fake_llm, tg, PROGRESS, time_=VirtualTime()) as run:
             for chat, text, kind in ((ALICE, "remember: tea", "private"),
                                      (GROUP, "@gw_test_bot remember: tea", "supergroup")):
                 two_tools_then_answer(fake_llm)
@@ -55,7 +54,7 @@ async def test_telegram_private_chat_and_group(home: Path, fake_llm: FakeLLM) ->
 
 
 async def test_discord_channel(home: Path, fake_llm: FakeLLM) -> None:
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with discord_stream.discord_fake(virtual) as fake:
         two_tools_then_answer(fake_llm)
         async with discord_stream.running(home, fake_llm, fake, virtual, extra=PROGRESS) as gw:
@@ -68,7 +67,7 @@ async def test_discord_channel(home: Path, fake_llm: FakeLLM) -> None:
 
 
 async def test_slack_channel(home: Path, fake_llm: FakeLLM) -> None:
-    virtual = QuietTime()
+    virtual = VirtualTime()
     async with FakeSlack(users=USERS, clock=virtual.monotonic) as fake:
         two_tools_then_answer(fake_llm)
         async with slack_stream.running(home, fake_llm, fake, virtual, extra=PROGRESS) as gw:

@@ -254,7 +254,7 @@ async def test_a_flood_wait_another_call_earned_holds_the_draft_back(home: Path,
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         tg.fail("sendChatAction", retry_after(5))
-        async with running(home, fake_llm, tg, time_=QuietTime()) as run:
+        async with running(home, fake_llm, tg, time_=VirtualTime()) as run:
             tg.inject_message(ALICE, "what is the plan?")
             await tg.wait_for_call("sendchataction")
             gate.release_all()
