@@ -245,3 +245,23 @@ def test_a_flush_that_may_write_shared_scopes_is_told_to_keep_the_profile_out_of
     assert KEEP_PRIVATE in own_group and KEEP_PRIVATE in admin_dm
     assert KEEP_PRIVATE not in flush_instruction(memory, MemoryRights(person_id=1))  # only their profile to write
     assert KEEP_PRIVATE not in flush_instruction(memory, MemoryRights(chat="telegram:-100", chat_writable=True))
+
+
+async def test_forget_leaves_no_byte_of_them_in_the_database_files_or_the_old_user_md(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """Deleted rows stay in SQLite's free pages and the search index keeps a deleted message's words until its
+    segments merge; the old global USER.md kept as USER.md.migrated is this person's profile when it moved to them."""
+    (home / "memories").mkdir(parents=True)
+    (home / "memories" / "USER.md").write_text("Blood type QUOKKA-NEGATIVE\n", encoding="utf-8")
+    async with gateway(home, fake_llm) as (gw, tg):  # telegram:1 is the first admin: the old profile is theirs
+        assert (home / "memories" / "USER.md.migrated").exists()
+        for n in range(30):  # enough for the search index to hold several segments
+            await say(gw, tg, f"note {n}: my locker code is WOMBAT{n}X and the vault is QUOKKA{n}", "1")
+        await say(gw, tg, "two here, about my QUOKKA", "2", TOPIC)
+        forget(home, "telegram:1")
+        assert not (home / "memories" / "USER.md.migrated").exists()
+        gw.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    files = [p for p in home.iterdir() if p.name.startswith("state.db")]
+    everything = b"".join(p.read_bytes() for p in files).lower()
+    assert b"wombat" not in everything and b"quokka-negative" not in everything
+    assert b"quokka" in everything  # two's message stays

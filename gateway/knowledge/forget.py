@@ -10,6 +10,8 @@ profile file and `media/<session id>/`. One transaction for the database; the fi
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,11 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.events import ChatRef, Inbound
-from gateway.knowledge.memory import MemoryStore
+from gateway.knowledge.memory import LEGACY_USER_FILE, MemoryStore
 from gateway.knowledge.people import OWNER_PLATFORMS, PeopleBook, Person, personal_owner
+from gateway.store.database import Store
 from gateway.store.media_files import delete_session_media, media_root, session_dir
 from gateway.store.rows import SessionRow, _row, iso, parse_iso
 from gateway.store.transcript import encode_inbound
+
+log = logging.getLogger(__name__)
 
 REDACTED = "[deleted: this person asked to be forgotten]"
 SUMMARY_REDACTED = "[summary deleted: someone in this conversation asked to be forgotten]"
@@ -67,6 +72,14 @@ class Forgetter:
         return ForgetPlan(person, sessions, keys, int(row[0]) if row else 0, shared, profile, media,
                           tuple(self._jobs(person)))
 
+    def _forget_legacy_profile(self, person: Person) -> None:
+        """The old global USER.md, kept as USER.md.migrated, is this person's profile when it was moved to them."""
+        row = self.store.one("SELECT text FROM people_notes WHERE name = 'user_md_migration'")
+        if row is not None and re.search(rf"became the profile of person {person.id}[ (]", str(row[0])):
+            self.memory.legacy_user().with_name(LEGACY_USER_FILE + ".migrated").unlink(missing_ok=True)
+            self.store.execute("UPDATE people_notes SET text = ? WHERE name = 'user_md_migration'",
+                               (f"{row[0]} (deleted since: its person was forgotten)",))
+
     def _jobs(self, person: Person) -> list[int]:
         found: list[int] = []
         for platform, user_id in accounts(person):
@@ -100,6 +113,7 @@ class Forgetter:
     def forget(self, plan: ForgetPlan, *, now: datetime) -> ForgetPlan:
         person = plan.person
         ids = json.dumps(list(plan.sessions))
+        self.store.conn.execute("PRAGMA secure_delete = ON")  # what is deleted is overwritten, not left in free pages
         with self.store.tx() as conn:
             for platform, user_id in accounts(person):  # the live previews of their turns (chat and message ids)
                 where, args = ("platform = ?", (platform,)) if user_id is None else \
@@ -128,7 +142,9 @@ class Forgetter:
                              " VALUES ('forgotten', ?, ?, ?, ?)", (identity.platform, identity.user_id, detail, iso(now)))
         self.store.history_cache.clear()
         self.people.invalidate()
+        _scrub(self.store)
         self.memory.profile(person.id).delete()
+        self._forget_legacy_profile(person)
         delete_session_media(self.home, plan.sessions)
         for name in files:  # what they sent in shared conversations
             path = (media_root(self.home) / name).resolve()
@@ -188,6 +204,17 @@ def _forget_account(conn: sqlite3.Connection, platform: str, user_id: str | None
     conn.execute("DELETE FROM inbound WHERE platform = ? AND user_id = ?", (platform, user_id))
     conn.execute("DELETE FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id))
     conn.execute("DELETE FROM pairing WHERE platform = ? AND user_id = ?", (platform, user_id))
+
+
+def _scrub(store: Store) -> None:
+    """The search index keeps a deleted message's words in its older segments until they are merged: merge them
+    (one rewrite of the index: seconds on a large store), then hand the write-ahead log's old pages back."""
+    with store.tx() as conn:
+        conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+        conn.execute("INSERT INTO messages_fts_tri(messages_fts_tri) VALUES ('optimize')")
+    busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    if busy:  # a reader (the daemon) holds old frames: the next checkpoint overwrites them
+        log.info("forget: the write-ahead log is still in use; its old pages go at the next checkpoint")
 
 
 def _blank_shared_turns(conn: sqlite3.Connection) -> list[str]:
