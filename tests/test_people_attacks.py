@@ -10,6 +10,7 @@ import io
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ from gateway.access.linking import Linker
 from gateway.cli import users
 from gateway.cli.main import build_parser
 from gateway.config.settings import load_config
-from gateway.events import SubmitOutcome
+from gateway.events import ChatRef, SubmitOutcome
 from gateway.knowledge.memory import MemoryRights, MemoryStore
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.wiring import Gateway
+from gateway.scheduling.jobstore import JobStore, NewJob
 from gateway.sessions.flush import KEEP_PRIVATE, flush_instruction
 from gateway.store.rows import utcnow
 from tests.fakeclock import FakeClock
@@ -265,3 +267,21 @@ async def test_forget_leaves_no_byte_of_them_in_the_database_files_or_the_old_us
     everything = b"".join(p.read_bytes() for p in files).lower()
     assert b"wombat" not in everything and b"quokka-negative" not in everything
     assert b"quokka" in everything  # two's message stays
+
+
+async def test_forget_takes_what_their_jobs_posted_in_a_group(home: Path, fake_llm: FakeLLM) -> None:
+    async with gateway(home, fake_llm) as (gw, tg):
+        await say(gw, tg, "hello", "1")
+        job = JobStore(gw.store).add_job(NewJob(
+            name=None, prompt="remind me of my insulin", kind="once", spec="2099-01-01T09:00:00+00:00",
+            timezone="UTC", chat=ChatRef("telegram", "group", "-100"), user_id="1", user_name=None, username=None,
+            space_id=None, roles=(), next_run_at=datetime(2099, 1, 1, 9, tzinfo=UTC)), now=utcnow(), limit=50)
+        assert job is not None
+        gw.store.execute("INSERT INTO job_runs (job_id, scheduled_for, trigger, status, started_at, turn_id) VALUES"
+                         " (?, '2026-01-01T09:00', 'due', 'done', '2026-01-01T09:00', 'jr1')", (job.id,))
+        for turn in ("jr1", f"jm{job.id}@2026-01-02T09:00"):
+            gw.store.execute("INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id,"
+                             " kind, text, plain, status, created_at) VALUES (?, 0, 1, 'telegram', 'group', '-100',"
+                             " 'reply', 'One: your insulin', 'One: your insulin', 'sent', '2026-01-01')", (turn,))
+        forget(home, "telegram:1")
+        assert gw.store.all("SELECT id FROM outbound WHERE text LIKE '%insulin%'") == []

@@ -128,6 +128,11 @@ class Forgetter:
             files = _blank_shared_turns(conn)
             _keep_inbound_ids(conn, newest)
             jobs = json.dumps(list(plan.jobs))
+            # What their jobs posted (a reminder in a group names them): turn ids of the runs, and jm<job>@… notices.
+            conn.execute("DELETE FROM outbound WHERE turn_id IN (SELECT turn_id FROM job_runs WHERE job_id IN"
+                         " (SELECT value FROM json_each(?)))", (jobs,))
+            for job_id in plan.jobs:
+                conn.execute("DELETE FROM outbound WHERE turn_id LIKE ?", (f"jm{job_id}@%",))
             conn.execute("DELETE FROM job_runs WHERE job_id IN (SELECT value FROM json_each(?))", (jobs,))
             conn.execute("DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))", (jobs,))
             conn.execute("DELETE FROM link_codes WHERE person_id = ?", (person.id,))
