@@ -58,9 +58,12 @@ class DeliveryQueries(Database):
         return [_row(InboundRow, r) for r in rows]
 
     def prune_inbound(self, before: datetime) -> int:
+        """Old answered rows go, but never the newest: SQLite gives a new row the highest id in use plus one, so after
+        a quiet spell longer than the retention the next message would get id 1 again, and with it the turn id (t1)
+        of an answer recorded long ago, and its own answer would never be sent."""
         with self.tx() as conn:
-            cur = conn.execute("DELETE FROM inbound WHERE received_at < ? AND status NOT IN ('pending', 'running')",
-                               (iso(before),))
+            cur = conn.execute("DELETE FROM inbound WHERE received_at < ? AND status NOT IN ('pending', 'running')"
+                               " AND id < (SELECT MAX(id) FROM inbound)", (iso(before),))
             return cur.rowcount
 
     def insert_outbound(self, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
