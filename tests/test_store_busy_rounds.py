@@ -133,16 +133,18 @@ async def test_the_hourly_prune_waits_for_a_lock_instead_of_failing_for_an_hour(
     config = load_config(home, env={})
     daemon = Daemon(build_gateway(config, env={}, adapters=[], probe_ollama=False), install_signals=False)
     store = daemon.gw.store
-    store.insert_inbound(platform="cli", chat_type="dm", chat_id="c1", thread_id=None, platform_message_id="m1",
-                         user_id="u1", user_name="U", text="old", payload="{}",
-                         received_at=utcnow() - timedelta(days=30))
+    for message_id in ("m1", "m2"):
+        store.insert_inbound(platform="cli", chat_type="dm", chat_id="c1", thread_id=None,
+                             platform_message_id=message_id, user_id="u1", user_name="U", text="old", payload="{}",
+                             received_at=utcnow() - timedelta(days=30))
     store.execute("UPDATE inbound SET status = 'answered'")
     try:
         async with LockHolder(home / "state.db") as lock:
             prune = asyncio.get_running_loop().create_task(daemon._prune_inbound())
             await fake_llm.wait_until(lambda: store.health.reason == "busy", timeout=10)
             await lock.release()
-        await fake_llm.wait_until(lambda: store.all("SELECT id FROM inbound") == [], timeout=10)
+        # the newest row stays (its id must not be handed out again: tests/test_inbound_ids.py)
+        await fake_llm.wait_until(lambda: [r[0] for r in store.all("SELECT id FROM inbound")] == [2], timeout=10)
         prune.cancel()
     finally:
         store.close()
