@@ -70,6 +70,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("retry", "Answer your last message again"),
     ("undo", "Forget the last exchange"),
     ("jobs", "Your scheduled jobs (/jobs cancel ID stops one)"),
+    ("link", "Link this account with yours on another platform"),
     ("help", "List the commands"),
 )
 

@@ -40,6 +40,7 @@ Commands:
 /retry: answer your last message again
 /undo: forget your last message and my answer
 /jobs: your scheduled reminders and jobs (/jobs cancel ID stops one)
+/link: make this account and yours on another platform one person (same memory); in a direct message
 /help: this list
 Any other /word is passed to me as ordinary text."""
 
