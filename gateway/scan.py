@@ -209,8 +209,12 @@ _SECRETS_RE = tuple(
 
 # Markdown emphasis and quote characters an attacker can sprinkle inside a phrase to break a match.
 _DECORATION = re.compile(r"[*`\"\u201c\u201d\u2018\u2019]")
+# Latin letter small capitals (ᴀʙᴄ…: the "small caps" of fancy-text generators) read as plain letters to a model,
+# but confusables.txt lists only some of them; q and x have none.
+_SMALL_CAPITALS = ("ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢ", "abcdefghijklmnoprstuvwyz")
 # One translate table: look-alike letters → ASCII, combining marks → nothing (after NFKD, so é → e).
 _FOLD: dict[int, str | None] = {**{cp: None for lo, hi in MARK_RANGES for cp in range(lo, hi + 1)},
+                                **{ord(a): b for a, b in zip(*_SMALL_CAPITALS, strict=True)},
                                 **{ord(a): b for a, b in zip(FOLD_FROM, FOLD_TO, strict=True)}}
 _TAG_TEXT_RE = re.compile("[\U000e0020-\U000e007e]")
 
