@@ -591,3 +591,11 @@ async def test_a_few_stray_lines_on_stdout_are_tolerated(home: Path, fake_llm: F
     finally:
         await _close(gw)
     assert "echo: still here" in _tool_results(fake_llm.anthropic_requests()[1])[0]["content"]
+
+
+def test_a_key_carried_in_a_server_url_is_masked_too() -> None:
+    """Some MCP servers take their key in the URL (`?api_key=…`) or as its password: an answer or error quoting the
+    URL must not hand the key to the model any more than a header's would."""
+    hub = McpHub({"q": McpServerConfig(url="https://bot:pa55word-99@mcp.example.com/mcp?api_key=k_9f8e7d6c&v=2")})
+    quoted = "401 for https://bot:pa55word-99@mcp.example.com/mcp?api_key=k_9f8e7d6c&v=2"
+    assert hub.masked(quoted) == "401 for https://bot:***@mcp.example.com/mcp?api_key=***&v=2"

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import parse_qsl, urlsplit
 
 from gateway.config.tools import McpServerConfig
 from gateway.errors import ToolError
@@ -314,11 +315,16 @@ class McpHub:
 
 
 def _credentials(configs: Iterable[McpServerConfig]) -> set[str]:
-    """Every env and header value, and a header's last word (the token of `Bearer <token>`)."""
+    """Every env and header value, a header's last word (the token of `Bearer <token>`), and what a `url` carries
+    that is not its address: a password and query values (`?api_key=…`: some servers take their key that way)."""
     found: set[str] = set()
     for config in configs:
         for secret in (*config.env.values(), *config.headers.values()):
             found.update(v for v in (secret.value, *secret.value.split()[-1:]) if len(v) >= MIN_SECRET_CHARS)
+        if config.url:
+            parts = urlsplit(config.url)
+            carried = [parts.password or "", *(v for _, v in parse_qsl(parts.query))]
+            found.update(v for v in carried if len(v) >= MIN_SECRET_CHARS)
     return found
 
 
