@@ -78,6 +78,7 @@ class Inbound:
     # What others said before this message, read by the adapter for it (a Slack thread's earlier messages): their
     # words, not the sender's, so the core scans and frames it as untrusted before the model reads it.
     context: str = ""
+    forwarded_from: str | None = None  # a forwarded message: whose words these are (not the sender's own)
 
 
 class OutboundKind(enum.Enum):

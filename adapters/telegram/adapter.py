@@ -33,6 +33,7 @@ from adapters.telegram.text import (
     Addressing,
     addressing,
     attachments,
+    forwarded_from,
     message_key,
     real_reply,
     sender_handle,
@@ -237,7 +238,7 @@ class TelegramAdapter:
             text=said.text,
             message_id=message_key(message), received_at=utc(message.edit_date or message.date),
             reply_to_id=str(replied.message_id) if replied is not None else None, attachments=files,
-            group_id=message.media_group_id,
+            group_id=message.media_group_id, forwarded_from=forwarded_from(message),
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
             chat_title=message.chat.title)
         if chat_type != "dm" and cfg.require_mention and not addressed:

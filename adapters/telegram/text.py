@@ -125,6 +125,18 @@ def _sticker(sticker: Sticker) -> Attachment:
                       ref=thumb.file_id if thumb else None)
 
 
+def forwarded_from(message: Message) -> str | None:
+    """Whose a forwarded message was (a person, a hidden person's name, a group or a channel); None: not one."""
+    origin = message.forward_origin
+    if origin is None:
+        return None
+    user = getattr(origin, "sender_user", None)
+    chat = getattr(origin, "chat", None) or getattr(origin, "sender_chat", None)
+    name = (user.full_name if user is not None else getattr(origin, "sender_user_name", None)) or \
+        (chat.title or chat.full_name if chat is not None else None)
+    return " ".join(str(name or "").split())[:80] or "someone"
+
+
 def sender_id(message: Message) -> str:
     if message.sender_chat is not None:  # anonymous admin or channel: the chat speaks
         return str(message.sender_chat.id)

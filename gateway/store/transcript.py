@@ -48,7 +48,7 @@ def well_formed(inbound: Inbound) -> Inbound:
     """Lone UTF-16 surrogates (a JavaScript client can put them in JSON escapes) cannot be encoded as UTF-8, so
     SQLite and every API would refuse the message; they become U+FFFD once, before anything stores the text."""
     fixed: dict[str, Any] = {}
-    for name in ("text", "user_name", "chat_title", "username", "context"):
+    for name in ("text", "user_name", "chat_title", "username", "context", "forwarded_from"):
         value = getattr(inbound, name)
         if isinstance(value, str) and _LONE_SURROGATE.search(value):
             fixed[name] = _LONE_SURROGATE.sub("\ufffd", value)
