@@ -24,7 +24,7 @@ from gateway.knowledge.memory import MemoryRights, MemoryStore
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.wiring import Gateway
 from gateway.scheduling.jobstore import JobStore, NewJob
-from gateway.sessions.flush import KEEP_PRIVATE, flush_instruction
+from gateway.sessions.flush import KEEP_PRIVATE, NOTHING_TO_WRITE, flush_instruction
 from gateway.store.rows import utcnow
 from tests.fakeclock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
@@ -247,6 +247,9 @@ def test_a_flush_that_may_write_shared_scopes_is_told_to_keep_the_profile_out_of
     assert KEEP_PRIVATE in own_group and KEEP_PRIVATE in admin_dm
     assert KEEP_PRIVATE not in flush_instruction(memory, MemoryRights(person_id=1))  # only their profile to write
     assert KEEP_PRIVATE not in flush_instruction(memory, MemoryRights(chat="telegram:-100", chat_writable=True))
+    # Skills follow the shared notes' policy: a flush that may not change them is not asked to.
+    assert "skill_manage" in admin_dm and "skill_manage" not in own_group
+    assert NOTHING_TO_WRITE in flush_instruction(memory, MemoryRights(chat="telegram:-100"))
 
 
 async def test_forget_leaves_no_byte_of_them_in_the_database_files_or_the_old_user_md(

@@ -51,7 +51,7 @@ FLUSH_INSTRUCTION = (
     "[Automatic maintenance, not from the user] The conversation above is about to be shortened: the "
     "messages after the first exchange will be replaced by a summary. Before that happens, save anything "
     "durable from them with the memory tool, in the scopes you may write here:\n{targets}\n"
-    "- a reusable multi-step workflow as a skill, if there was one.\nYour memory as it stands right now is "
+    "Your memory as it stands right now is "
     "below: add only what is new, and replace an entry only when the conversation clearly supersedes it. If "
     "nothing is worth saving, save nothing. Do not reply to the user; your text answer is discarded.\n\n{files}"
 )

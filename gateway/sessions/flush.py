@@ -43,7 +43,6 @@ FLUSH_INSTRUCTION = """\
 [Gateway: this conversation is about to be reset. This message comes from the gateway, not from the user.]
 Before it ends, save what is worth keeping from the conversation above:
 {targets}
-- a reusable multi-step workflow, if one came up: a skill (skill_manage).
 Add only what is new. Do not overwrite or remove an entry unless this conversation clearly supersedes it.
 If nothing is worth saving, call no tool. Do not reply to the user: your text answer is discarded.
 
@@ -54,10 +53,13 @@ TARGETS = {
             'target "user";',
     "memory": '- durable facts, decisions and lessons for every conversation: the memory tool, target "memory";',
     "chat": '- facts about this group and how it works: the memory tool, target "chat";',
+    "skill": "- a reusable multi-step workflow, if one came up: a skill (skill_manage).",
 }
 
 KEEP_PRIVATE = ("- what the person's profile or this conversation says about them stays in their profile: never copy "
                 "it into the shared notes or a chat's notes, which other people's conversations show;")
+
+NOTHING_TO_WRITE = "- nothing: memory cannot be written from this conversation; call no tool."
 
 
 def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str = FLUSH_INSTRUCTION) -> str:
@@ -68,6 +70,7 @@ def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str =
     targets += [TARGETS["chat"]] if rights.chat is not None and rights.chat_writable else []
     if rights.person_id is not None and len(targets) > 1:  # their profile may reach others' prompts through them
         targets.append(KEEP_PRIVATE)
+    targets += [TARGETS["skill"]] if rights.shared else []  # skills follow the shared notes' policy
     files = [_file("MEMORY.md (the shared notes) as it is now (it may have changed since your system prompt was "
                    "written)" + ("" if rights.shared else "; you may not change it here"), "memory",
                    memory.shared().read())]
@@ -75,8 +78,7 @@ def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str =
         files.append(_file("Their profile as it is now", "user", memory.profile(rights.person_id).read()))
     if rights.chat is not None:
         files.append(_file("This chat's notes as they are now", "chat", memory.chat(rights.chat).read()))
-    return template.format(targets="\n".join(targets) or "- nothing in memory: save a skill only, if one came up;",
-                           files="\n\n".join(files))
+    return template.format(targets="\n".join(targets) or NOTHING_TO_WRITE, files="\n\n".join(files))
 
 
 def _file(title: str, tag: str, text: str) -> str:
