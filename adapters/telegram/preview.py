@@ -29,6 +29,10 @@ INTERVAL_S = 1.1
 DRAFT_TTL_S = 30.0
 DRAFT_STYLE = PreviewStyle(INTERVAL_S, ephemeral=True, lasts_s=DRAFT_TTL_S)
 EDIT_STYLE = PreviewStyle(INTERVAL_S)
+# "In a group, bots are not able to send more than 20 messages per minute" (Bot FAQ), and edits share that budget
+# (TDLib's maintainer: editing limits "are the same as for message sending ... about 20 times per minute"): a little
+# over 3 s apart, a group's preview (and the answer's edit or send after it) stays under 20 a minute.
+GROUP_STYLE = PreviewStyle(3.1)
 _UNCHANGED = "message is not modified"
 _GONE = ("message to edit not found", "message can't be edited", "message to delete not found")
 
@@ -41,7 +45,9 @@ class TelegramPreview:
         self.drafts = True  # until the Bot API says it has no sendMessageDraft
 
     def style(self, chat: ChatRef) -> PreviewStyle:
-        return DRAFT_STYLE if chat.chat_type == "dm" and self.drafts else EDIT_STYLE
+        if chat.chat_type != "dm":
+            return GROUP_STYLE
+        return DRAFT_STYLE if self.drafts else EDIT_STYLE
 
     async def show(self, part: PreviewPart) -> str:
         if self._drafting(part) and await self._draft(part):

@@ -265,3 +265,25 @@ async def test_a_flood_wait_another_call_earned_holds_the_draft_back(home: Path,
     limited = next(c.at for c in tg.calls if c.name == "sendchataction")
     first_draft = next(c.at for c in tg.calls if c.name == "sendmessagedraft")
     assert first_draft - limited >= 5.0 and tg.flood_violations == []
+
+
+async def test_a_long_group_answer_stays_under_twenty_messages_a_minute(home: Path) -> None:
+    """A group takes about 20 sends and edits a minute from a bot (the fake refuses the 21st): a preview that grows
+    for a long time is edited no more often than that, and its final edit fits too."""
+    gate = StreamGate()
+    tg = FakeTelegram()
+    await tg.start()
+    try:
+        async with FakeLLM(stream_chunk_chars=8) as llm:
+            llm.script(Paced(Reply("Step by step: " + "one more word " * 30 + "done."), gate=gate))
+            async with running(home, llm, tg, EDIT_GROUPS, time_=VirtualTime()) as run:
+                tg.inject_message(GROUP, MENTION, chat_type="supergroup")
+                await answer_piece_by_piece(tg, gate, lambda: updates(tg, GROUP), 25)
+                await tg.wait_until(lambda: tg.sent_messages(GROUP)[0].text.endswith("done."), 10)
+                await run.gw.sessions.wait_idle()
+    finally:
+        await tg.stop()
+    [message] = tg.sent_messages(GROUP)
+    assert len(message.edits) >= 25 and tg.flood_violations == [] and tg.refused == []
+    calls = [c.at for c in tg.calls if c.name in ("sendmessage", "editmessagetext")]
+    assert all(sum(1 for t in calls if 0 <= t - start < 60.0) <= 20 for start in calls)

@@ -62,6 +62,12 @@ EDIT_INTERVAL_S = 1.0
 # drop a live draft message_typing_draft_ttl (30 s) after its last update, or when a normal message arrives in the
 # same chat and topic (core.telegram.org/api/bots/ai). A new update of the draft starts its 30 s again.
 DRAFT_TTL_S = 30.0
+# "In a group, bots are not able to send more than 20 messages per minute" (Bot FAQ), and edits share that budget
+# (TDLib's maintainer: "the limits for message editing are the same as for message sending ... about 20 times per
+# minute in a specific chat"). The fake holds a group to 20 sends and edits in any 60 s of its clock.
+GROUP_PER_MINUTE = 20
+GROUP_WINDOW_S = 60.0
+GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto")
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are exactly "
                 "the same as a current content and reply markup of the message")
 
@@ -168,6 +174,7 @@ class FakeTelegram(FakeServer):
         self._live_drafts: dict[tuple[int, int | None], Draft] = {}  # (chat, topic) → the draft shown there now
         self.refused: list[tuple[Call, int, str]] = []  # every error answer the fake gave, with its description
         self._last_message_call: dict[str, tuple[float, str]] = {}  # chat → (when, method) of its last text call
+        self._group_calls: dict[str, list[float]] = {}  # group → when its sends and edits went, last minute
         self._flood_until: dict[str, float] = {}
         self._sent: list[SentMessage] = []
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # (chat, message_id) → message (any sender)
@@ -276,7 +283,8 @@ class FakeTelegram(FakeServer):
         call = self.record(request, method, params)
         if request.match_info["token"] != self.token:
             return _envelope_error(401, "Unauthorized")
-        flood = self._flood_check(call, params) or self._pace_check(call, method, params)
+        flood = self._flood_check(call, params) or self._pace_check(call, method, params) or \
+            self._group_check(call, method, params)
         if flood is not None:
             return flood
         step = self.take_fault([method])
@@ -342,6 +350,22 @@ class FakeTelegram(FakeServer):
         self._flood_until[chat] = last[0] + EDIT_INTERVAL_S
         self.refused.append((call, 429, "Too Many Requests: retry after 1"))
         return _envelope_error(429, "Too Many Requests: retry after 1", retry_after=1)
+
+    def _group_check(self, call: Call, method: str, params: Mapping[str, Any]) -> web.Response | None:
+        """The 21st send or edit in a group within a minute is refused with a 429 and counted as a flood violation."""
+        chat = str(params.get("chat_id"))
+        if method not in GROUP_CALLS or not self.enforce_retry_after or not chat.startswith("-"):
+            return None
+        recent = [t for t in self._group_calls.get(chat, []) if 0 <= call.at - t < GROUP_WINDOW_S]
+        if len(recent) < GROUP_PER_MINUTE:
+            self._group_calls[chat] = [*recent, call.at]
+            return None
+        self._group_calls[chat] = recent
+        wait = max(1, math.ceil(recent[0] + GROUP_WINDOW_S - call.at))
+        self.flood_violations.append(call)
+        self._flood_until[chat] = call.at + wait
+        self.refused.append((call, 429, f"Too Many Requests: retry after {wait}"))
+        return _envelope_error(429, f"Too Many Requests: retry after {wait}", retry_after=wait)
 
     def _note_flood(self, step: Any, params: Mapping[str, Any]) -> None:
         while isinstance(step, Delay):
