@@ -209,6 +209,17 @@ async def test_a_429_pauses_the_stream_and_the_final_waits_only_that_long(home: 
     assert tg.texts() == ["".join(PIECES * 4)]
 
 
+async def test_an_update_refused_with_a_429_goes_after_the_pause_without_new_text(home: Path) -> None:
+    write_home(home, EDIT)
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock)
+    tg.fail_preview(None, RateLimited("telegram", 3.0))
+    await one_turn(clock, home, tg, Revised(clock, ["one ", "two"], every=20.0))  # then silence for 20 s
+    refused_at = tg.shows[1][0]
+    assert [(t - refused_at, part.text) for t, part in tg.shows[1:]] == [(0.0, "one two"), (3.0, "one two")]
+    assert tg.attempts[0][0] > refused_at + 3.0  # the preview showed it before the answer came
+
+
 async def test_rejected_markup_falls_back_to_plain_text(home: Path) -> None:
     write_home(home, EDIT)
     clock = FakeClock()

@@ -79,6 +79,7 @@ async def test_a_kill_9_mid_stream_in_a_group_leaves_one_message_the_answer(tmp_
                                 lambda: f"no edit: {tg.sent_texts(GROUP)}\n{first.output()[-3000:]}")
         finally:
             await first.kill()  # SIGKILL while the answer is being written
+        await asyncio.sleep(1.2)  # a restart takes longer than Telegram's second between a chat's calls (RestartSec)
         stale = tg.sent_messages(GROUP)
         assert len(stale) == 1 and not stale[0].text.endswith("all.")  # a half-written preview is all there is
         assert rows(home, "SELECT part_index FROM previews") == [(0,)]  # its id was stored before it was edited
@@ -87,7 +88,7 @@ async def test_a_kill_9_mid_stream_in_a_group_leaves_one_message_the_answer(tmp_
         try:
             again.release(1)  # the replayed turn streams again: into the stored preview, not a new message
             await tg.wait_until(lambda: len(tg.sent_messages(GROUP)[0].edits) > len(stale[0].edits), 30,
-                                lambda: f"the preview was not taken over: {tg.sent_texts(GROUP)}")
+                                lambda: f"the preview was not taken over: {tg.sent_texts(GROUP)} {tg.refused}")
             again.release_all()
             await tg.wait_until(lambda: any(m.text.endswith("all.") for m in tg.sent_messages(GROUP)), 30)
             await asyncio.sleep(1.5)  # anything the restarted daemon would still send, it sends now

@@ -248,6 +248,7 @@ class AnswerStream:
         except RateLimited as exc:  # the stream waits it out; the final answer only waits what Telegram demands
             self.limiter.pause(self.chat, exc.retry_after, is_global=exc.is_global)
             log.info("%s: preview of turn %s paused %.3gs (429)", self.chat.platform, self.turn_id, exc.retry_after)
+            self._wake.set()  # the refused update goes once the pause is over, new text or not
             return
         except MarkupRejected as exc:
             self._fail_markup(exc)
