@@ -220,6 +220,19 @@ async def test_an_update_refused_with_a_429_goes_after_the_pause_without_new_tex
     assert tg.attempts[0][0] > refused_at + 3.0  # the preview showed it before the answer came
 
 
+async def test_a_deleted_preview_is_opened_again_though_no_more_text_comes(home: Path) -> None:
+    """Pieces 20 s apart: the update that found its preview deleted opens a new one on the next tick (a pacing
+    interval later), not with the model's next words (it waited for them, like a 429 did before 6c5811f)."""
+    write_home(home, EDIT)
+    clock = FakeClock()
+    tg = PreviewAdapter("telegram", clock)
+    tg.fail_preview(None, PreviewGone("telegram", "message to edit not found"))
+    await one_turn(clock, home, tg, StreamingLLM(clock, PIECES, every=20.0))
+    gone_at = tg.shows[1][0]
+    assert tg.shows[2][1].platform_message_id is None and tg.shows[2][0] - gone_at < 5.0
+    assert tg.shows[2][1].text == tg.shows[1][1].text
+
+
 async def test_rejected_markup_falls_back_to_plain_text(home: Path) -> None:
     write_home(home, EDIT)
     clock = FakeClock()

@@ -257,6 +257,7 @@ class AnswerStream:
             self._ids.pop(index, None)
             self._shown.pop(index, None)
             self.book.forget_part(self.turn_id, index)
+            self._wake.set()  # opened again on the next tick, new text or not (as after a 429)
             return
         except AdapterError as exc:
             log.info("%s: preview of turn %s stopped: %s", self.chat.platform, self.turn_id, exc)
