@@ -233,6 +233,8 @@ class MemberRoles(Protocol):
     (left the server, a deactivated Slack account); raises when it cannot be told right now (the roles the job was
     made with are used then)."""
 
+    space_noun: str  # what the platform calls the space, for the reason a stopped job gives ("server")
+
     async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None: ...
 
 

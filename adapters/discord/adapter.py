@@ -287,6 +287,8 @@ class DiscordAdapter:
         """The daemon's catch-up once this connection is up: what came since the newest stored message of each chat."""
         return await self._catch_up.catch_up(self._client, last_seen)
 
+    space_noun = "server"
+
     async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None:
         """A server member's roles now (asked over REST: the member cache needs the privileged members intent);
         None when they have left the server or the bot is no longer in it; AdapterError when Discord cannot say."""

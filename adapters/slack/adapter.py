@@ -92,6 +92,7 @@ class SlackAdapter:
     """
 
     platform = PLATFORM
+    space_noun = "workspace"
 
     def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
                  monotonic: Callable[[], float] = time.monotonic,
@@ -314,7 +315,7 @@ class SlackAdapter:
         there (Slack has no roles the access rules read, so a member has none)."""
         if self._me is None:
             raise PlatformUnavailable(PLATFORM, "not connected")
-        return () if await self._directory.still_member(space_id, user_id) else None
+        return () if await self._directory.still_member(user_id) else None
 
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:

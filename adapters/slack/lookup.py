@@ -143,9 +143,10 @@ class Directory:
             await asyncio.wait(waits)
         return {uid: self.people.get(uid, Person()).name for uid in user_ids}
 
-    async def still_member(self, team_id: str, user_id: str) -> bool:
-        """Whether the user is still an active member of the workspace (asked now, not cached): a deactivated
-        account (`deleted`) or one Slack no longer knows is not. Raises AdapterError when Slack cannot say."""
+    async def still_member(self, user_id: str) -> bool:
+        """Whether the user's account is still active (asked now, not cached): a deactivated account (`deleted`)
+        or one Slack no longer knows is not. Their home team is not compared: a Slack Connect or Enterprise Grid
+        member's is another workspace's. Raises AdapterError when Slack cannot say."""
         assert self.client is not None
         try:
             user = (await self.client.users_info(user=user_id)).get("user") or {}
@@ -155,7 +156,7 @@ class Directory:
             raise AdapterError("slack", f"users.info failed ({describe(exc)})") from None
         except NETWORK_ERRORS as exc:
             raise AdapterError("slack", f"users.info failed ({describe(exc)})") from None
-        return not user.get("deleted") and str(user.get("team_id") or team_id) == team_id
+        return not user.get("deleted")  # not the team: a Slack Connect or Grid member's home team is another
 
     # ------------------------------------------------------------------ a thread's earlier messages
     async def thread_context(self, channel: str, thread_ts: str, current_ts: str) -> str:

@@ -189,8 +189,8 @@ class JobRunner:
         if asked is not None:
             asked[key] = roles
         if roles is None:
-            where = "server" if job.platform == "discord" else "workspace"
-            self._stop(job, f"{job.platform}:{job.user_id} is no longer a member of {where} {job.space_id}")
+            self._stop(job, f"{job.platform}:{job.user_id} is no longer a member of {source.space_noun} "
+                            f"{job.space_id}")
         elif sorted(roles) != sorted(job.role_ids):
             self.jobs.set_roles(job.id, tuple(roles))
 
