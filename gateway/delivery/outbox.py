@@ -15,7 +15,7 @@ import logging
 import random
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from functools import partial
 
@@ -23,7 +23,7 @@ from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable, StoreUnavailable
-from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
+from gateway.events import Adapter, ChatRef, Choices, OutboundKind, OutboundMessage, TextEntity
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
@@ -122,11 +122,21 @@ class Outbox:
         self.metrics = metrics
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
+        # A turn's buttons, if it has any (gateway/approvals/waits.py: a request's, while it is pending).
+        self.choices: Callable[[str], Choices | None] | None = None
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
         facts = self.facts.get(chat.platform) or self.facts["cli"]
         return render_rows(turn_id, chat, markdown, facts, kind=kind, reply_to_id=reply_to_id)
+
+    def message_for(self, chat: ChatRef, markdown: str, *,
+                    kind: OutboundKind = OutboundKind.NOTICE) -> OutboundMessage:
+        """`markdown` rendered for the chat's platform as one message (its first chunk): an edit's new text."""
+        row = self.rows_for("edit", chat, markdown, kind=kind)[0]
+        entities = tuple(TextEntity(**e) for e in json.loads(str(row["entities"] or "[]")))
+        return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]), entities=entities,
+                               kind=kind)
 
     async def post(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
                    reply_to_id: str | None = None) -> list[str]:
@@ -263,7 +273,7 @@ class Outbox:
         while True:
             await self.limiter.acquire(chat)
             try:
-                message = row_message(row, use_plain=tries.use_plain)
+                message = self._with_choices(row, row_message(row, use_plain=tries.use_plain))
                 if self.previews is None:
                     mid = await adapter.send(message)
                 else:
@@ -279,6 +289,13 @@ class Outbox:
             if self.previews is not None and row.chunk_index == row.chunk_count - 1:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
+
+    def _with_choices(self, row: OutboundRow, message: OutboundMessage) -> OutboundMessage:
+        """The last chunk of a message that has buttons carries them."""
+        if self.choices is None or row.chunk_index != row.chunk_count - 1:
+            return message
+        found = self.choices(row.turn_id)
+        return message if found is None else replace(message, choices=found)
 
     def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:
         """The adapter to send this row with, or why not now (platform not serving, or too many rounds)."""

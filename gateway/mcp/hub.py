@@ -46,6 +46,8 @@ class McpTool:
     exposed: str      # what the model calls: mcp_<server>_<tool>
     description: str
     schema: dict[str, Any]
+    read_only: bool = False    # what the server says of it (annotations); a hint, read by the approval policy
+    destructive: bool = False
 
 
 @dataclass(slots=True)
@@ -232,7 +234,8 @@ class McpHub:
                 continue
             vetted = vet_tool(t.description, t.input_schema)
             if vetted.problem is None:
-                tools[exposed] = McpTool(server, t.name, exposed, vetted.description, vetted.schema)
+                tools[exposed] = McpTool(server, t.name, exposed, vetted.description, vetted.schema,
+                                         read_only=t.read_only, destructive=t.destructive)
                 continue
             withheld[exposed] = vetted.problem
             if (exposed, vetted.problem) not in self._reported:  # once, not on every reconnect or re-list

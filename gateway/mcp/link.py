@@ -43,6 +43,8 @@ class ListedTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    read_only: bool = False    # annotations.readOnlyHint: true
+    destructive: bool = False  # annotations.destructiveHint: true (said outright, not the spec's default)
 
 
 class Link:
@@ -82,7 +84,7 @@ class Link:
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             page = await self._client.list_tools(cursor=cursor)
-            tools.extend(ListedTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools)
+            tools.extend(_listed(t) for t in page.tools)
             cursor = page.next_cursor
             if not cursor:
                 break
@@ -106,6 +108,13 @@ class Link:
         if exc.code == REQUEST_TIMEOUT:
             return f"MCP server {self.server!r} timed out running {tool}."
         return f"MCP server {self.server!r} refused {tool}: {exc.message[:300]}"
+
+
+def _listed(tool: Any) -> ListedTool:
+    hints = tool.annotations
+    return ListedTool(tool.name, tool.description or tool.title or "", dict(tool.input_schema),
+                      read_only=bool(hints and hints.read_only_hint is True),
+                      destructive=bool(hints and hints.destructive_hint is True))
 
 
 @asynccontextmanager

@@ -25,6 +25,7 @@ Handler = Callable[["SessionManager", Inbound, str], Awaitable["str | None"]]
 NEW_TEXT = "Started a new conversation. I still remember what I saved to memory."
 NOTHING_TO_STOP = "Nothing to stop: I'm not working on anything right now."
 STOPPED_TEXT = "Stopped."
+STOPPED_WAITING_TEXT = "Stopped. The request waiting for an answer is cancelled; nothing was run."
 BUSY_TEXT = "I'm still answering your last message. Send /stop first if you want me to drop it."
 NOTHING_TO_RETRY = "There is no message to answer again in this conversation yet."
 NOTHING_TO_UNDO = "There is nothing to undo in this conversation yet."
@@ -41,6 +42,7 @@ Commands:
 /undo: forget your last message and my answer
 /jobs: your scheduled reminders and jobs (/jobs cancel ID stops one)
 /link: make this account and yours on another platform one person (same memory); in a direct message
+/approve CODE or /deny CODE: answer a request to run a tool where there are no buttons (CODE session: always)
 /help: this list
 Any other /word is passed to me as ordinary text."""
 
@@ -111,7 +113,11 @@ class Commands:
         return "\n".join(lines)
 
     async def stop(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        return STOPPED_TEXT if manager.stop_turn(key) else NOTHING_TO_STOP
+        """Stop the running turn; one waiting for a person has its request cancelled (gateway/approvals)."""
+        waiting = manager.waiting is not None and key in manager.waiting.waits.parked_keys()
+        if not manager.stop_turn(key):
+            return NOTHING_TO_STOP
+        return STOPPED_WAITING_TEXT if waiting else STOPPED_TEXT
 
     async def retry(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
         """Deactivate the last exchange and let this very message go on as a turn carrying the old text.

@@ -38,6 +38,7 @@ from mcp_types import (
     JSONRPCRequest,
     TextContent,
     TextResourceContents,
+    ToolAnnotations,
 )
 from pydantic import Field
 
@@ -121,8 +122,39 @@ def denied() -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=f"401 Unauthorized: GET {url}")], is_error=True)
 
 
+RUNS: Path | None = None  # --runs: every run of a tool that changes something appends a line (counted across restarts)
+HOLD: Path | None = None  # --hold: delete_file waits until this file exists before it acts (a test kills meanwhile)
+
+
+async def delete_file(path: str) -> str:
+    """Delete a file. Annotated destructiveHint: true."""
+    if HOLD is not None:
+        while not HOLD.exists():
+            await asyncio.sleep(0.05)
+    if RUNS is not None:
+        with RUNS.open("a", encoding="utf-8") as f:
+            f.write(f"delete_file {path}\n")
+    return f"deleted {path}"
+
+
+def read_file(path: str) -> str:
+    """Read a file. Annotated readOnlyHint: true (and, wrongly, destructiveHint: true: read-only wins)."""
+    return f"contents of {path}"
+
+
+def rename_file(path: str, to: str) -> str:
+    """Rename a file. Not annotated."""
+    if RUNS is not None:
+        with RUNS.open("a", encoding="utf-8") as f:
+            f.write(f"rename_file {path} {to}\n")
+    return f"renamed {path} to {to}"
+
+
 TOOLS: dict[str, Any] = {f.__name__: f for f in (echo, add, crash, picture, snapshot, broken_picture, notes, slow,
-                                                  inject, poisoned, lookup, whoami, denied)}
+                                                  inject, poisoned, lookup, whoami, denied, delete_file, read_file,
+                                                  rename_file)}
+ANNOTATIONS = {"delete_file": ToolAnnotations(destructive_hint=True),
+               "read_file": ToolAnnotations(read_only_hint=True, destructive_hint=True)}
 
 
 def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:
@@ -152,7 +184,8 @@ def _offer(app: MCPServer, spec: dict[str, Any], offered: set[str]) -> set[str]:
     names = {n for n in spec.get("tools", list(TOOLS)) if n != "reload"}
     for name in names:
         fn = TOOLS[name]
-        app.add_tool(fn, description=f"{(fn.__doc__ or '').strip()} {version}".strip())
+        description = f"{(fn.__doc__ or '').strip()} {version}".strip()
+        app.add_tool(fn, description=description, annotations=ANNOTATIONS.get(name))
     return names
 
 
@@ -233,9 +266,13 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--require-token", help="HTTP: answer 401 without Authorization: Bearer <token>")
     parser.add_argument("--legacy", action="store_true", help="stdio: speak only the 2025 protocol (no server/discover)")
+    parser.add_argument("--runs", type=Path, help="append a line per run of a tool that changes something")
+    parser.add_argument("--hold", type=Path, help="delete_file waits until this file exists")
     parser.add_argument("--junk", type=int, default=0, help="stdio: first write this many lines that are not JSON-RPC "
                         "(a banner or log lines printed to stdout by mistake)")
     args = parser.parse_args()
+    global RUNS, HOLD
+    RUNS, HOLD = args.runs, args.hold
     for i in range(args.junk):
         print(f"starting up ({i + 1})...", flush=True)
     spec = json.loads(args.tools.read_text(encoding="utf-8")) if args.tools else {}

@@ -12,9 +12,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.agent.tools.ask import ask_tool
 from gateway.agent.tools.memory import memory_tool
 from gateway.agent.tools.policy import ToolPolicy, name_problems
-from gateway.agent.tools.registry import ToolFunction, ToolRegistry, ToolSpec
+from gateway.agent.tools.registry import ToolFunction, ToolHints, ToolRegistry, ToolSpec
 from gateway.agent.tools.schedule import JobBook, schedule_tool
 from gateway.agent.tools.search import session_search_tool
 from gateway.agent.tools.skills import skill_tools
@@ -30,7 +31,8 @@ from gateway.net.fetch import WebClient
 from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
 
-TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule")
+TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule",
+              "ask")
 # What the pre-reset flush may run: it saves what the session learned, it must not search or reply.
 MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})
 
@@ -68,6 +70,7 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
             tools["web_search"] = web_search_tool(web.search, default_count=web.search_results)
     if jobs is not None:
         tools["schedule"] = schedule_tool(jobs)
+    tools["ask"] = ask_tool()
     if enabled is not None:
         unknown = set(enabled) - set(TOOL_ORDER)
         if unknown:
@@ -104,6 +107,13 @@ class ToolCatalog:
 
     def enabled(self, name: str, platform: str) -> bool:
         return self.policy.enabled(name, platform)
+
+    def hints(self, name: str) -> ToolHints:
+        """What a tool says of itself (MCP annotations); a built-in tool says nothing."""
+        provider = self.registry.provider
+        found = getattr(provider, "hints", None)
+        hints = found(name) if found is not None and name not in self.registry.names() else None
+        return hints if isinstance(hints, ToolHints) else ToolHints()
 
     def origin(self, name: str) -> str:
         if name in self.registry.names():
