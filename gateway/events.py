@@ -181,7 +181,7 @@ class SubmitOutcome(enum.Enum):
 class SubmitResult:
     outcome: SubmitOutcome
     reason: str = ""
-    notice: str = ""  # for a tap: a short line for the tapper alone (why nothing changed; what was recorded)
+    notice: str = ""  # for a tap: a short line for the tapper alone (why nothing changed; what to do next)
 
 
 Submit = Callable[[Inbound], Awaitable[SubmitResult]]

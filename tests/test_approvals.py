@@ -5,6 +5,7 @@ often the tool really ran (the server writes every run to a file)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from adapters.console import ConsoleAdapter
 from gateway.events import ChatRef, SubmitOutcome
 from gateway.ops.wiring import Gateway
 from tests.approvals_support import DELETE, ButtonAdapter, mcp_yaml, rows, runs, tap, tool_results
@@ -73,7 +75,7 @@ async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(home
         assert rows(gw)[0]["state"] == "pending" and adapter.closed == {}
 
         allowed = await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
-        assert allowed.outcome is SubmitOutcome.ACCEPTED and allowed.notice == "✅ Allowed once."
+        assert allowed.outcome is SubmitOutcome.ACCEPTED and allowed.notice == ""
         assert (await answered(gw, adapter, 2))[-1] == "Deleted report.txt."
         again = await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
         assert again.outcome is SubmitOutcome.REFUSED and again.notice.startswith("Already answered")
@@ -314,3 +316,43 @@ async def test_an_ordinary_turn_pays_no_sql_for_approvals(home: Path, fake_llm: 
                 wired, statements = statements, []
     assert [s.split()[0] for s in wired] == [s.split()[0] for s in statements]
     assert not any("approvals" in s for s in wired)
+
+
+async def test_the_console_prints_the_request_and_takes_approve_code(home: Path, fake_llm: FakeLLM,
+                                                                     tmp_path: Path) -> None:
+    """`gateway chat` waits for each line's answer before reading the next: a request is such an answer, so the
+    person can type `/approve CODE` next."""
+    setup(home, fake_llm, tmp_path)
+    fake_llm.script(ToolCall(DELETE, {"path": "/srv/k"}), Reply("Deleted k."))
+    out = io.StringIO()
+    console = ConsoleAdapter(stdout=out)
+    async with gateway(home, console) as gw:  # type: ignore[arg-type]
+        await console.start(gw.sessions.submit)
+        await console.say("delete k", timeout=30)
+        code = rows(gw)[0]["code"]
+        assert f"Reply /approve {code} to allow it once" in out.getvalue()
+        await console.say(f"/approve {code}", timeout=30)
+        await gw.sessions.wait_idle()
+    printed = out.getvalue()
+    assert "✅ Allowed once." in printed and printed.rstrip().endswith("Deleted k.")
+    assert runs(tmp_path) == ["delete_file /srv/k"] and console.failed == 0
+
+
+async def test_a_tool_that_always_asks_shows_exactly_its_own_text(home: Path, fake_llm: FakeLLM,
+                                                                   tmp_path: Path) -> None:
+    """The seam the shell tool (issue #31) uses: `always_ask(name, describe)`; the request shows describe's text,
+    and the call runs through the registry like any other once allowed."""
+    setup(home, fake_llm, tmp_path)
+    fake_llm.script(ToolCall("mcp_fake_echo", {"text": "rm -rf build/"}), Reply("Ran it."))
+    adapter = ButtonAdapter()
+    async with gateway(home, adapter) as gw:
+        assert gw.approvals is not None
+        gw.approvals.always_ask("mcp_fake_echo", lambda args: f"Run this command?\n```\n{args['text']}\n```")
+        await ask(gw, "clean the build")
+        _, request = await adapter.wait_choices()
+        assert request.text == "🔐 **Approval needed**\nRun this command?\n```\nrm -rf build/\n```\n\n" \
+                               "This request expires in 10 minutes."
+        assert request.choices is not None
+        await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
+        assert (await answered(gw, adapter, 2))[-1] == "Ran it."
+    assert "echo: rm -rf build/" in str(tool_results(fake_llm.anthropic_requests()[1])[0]["content"])

@@ -17,7 +17,7 @@ import aiohttp
 import discord
 
 from adapters.discord.text import interaction_inbound, translate_error
-from gateway.events import Choices, Submit, SubmitOutcome, choice_data, parse_choice
+from gateway.events import Choices, Submit, choice_data, parse_choice
 
 log = logging.getLogger("adapters.discord.adapter")
 
@@ -52,7 +52,7 @@ async def on_click(interaction: discord.Interaction[Any], submit: Submit | None)
                                   picked=picked)
     try:
         result = await submit(inbound)
-        notice = result.notice if result.outcome is not SubmitOutcome.ACCEPTED else ""
+        notice = result.notice
     except Exception:  # a task root for one click: the clicker hears it failed
         log.exception("discord: a click in channel %s not handled", inbound.chat.chat_id)
         notice = FAILED_TEXT

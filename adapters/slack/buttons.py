@@ -23,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.text import API_ERRORS, NETWORK_ERRORS, PLATFORM, describe, guess_type, send_error
 from gateway.errors import PlatformUnavailable
-from gateway.events import ChatRef, Choices, Inbound, OutboundMessage, Submit, SubmitOutcome, choice_data, parse_choice
+from gateway.events import ChatRef, Choices, Inbound, OutboundMessage, Submit, choice_data, parse_choice
 
 log = logging.getLogger("adapters.slack.adapter")
 
@@ -82,7 +82,7 @@ class Buttons:
         inbound = dataclasses.replace(inbound, user_name=name(inbound.user_id) or inbound.user_name)
         try:
             result = await submit(inbound)
-            notice = result.notice if result.outcome is not SubmitOutcome.ACCEPTED else ""
+            notice = result.notice
         except Exception:  # a task root for one click: the clicker hears it failed
             log.exception("slack: a click in %s not handled", inbound.chat.chat_id)
             notice = FAILED_TEXT

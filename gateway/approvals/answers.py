@@ -63,8 +63,7 @@ class Answers:
         if not self.waits.decide(row, decision):
             fresh = self.waits.book.get(row.id)
             return _refused(already(fresh or row, self.waits.minutes))
-        line = texts.outcome_line(decision.state, decision.decision, None, minutes=self.waits.minutes)
-        return SubmitResult(SubmitOutcome.ACCEPTED, "choice", notice=line)
+        return SubmitResult(SubmitOutcome.ACCEPTED, "choice")  # the message itself shows the outcome now
 
     # ------------------------------------------------------------------ /approve, /deny
     def command(self, inbound: Inbound, word: str) -> str | None:
@@ -85,7 +84,9 @@ class Answers:
         choice = texts.DENY if word == "deny" else texts.SESSION if session else texts.ONCE
         decision = _decision(row, choice, who(inbound))
         assert decision is not None
-        return self._decide(row, decision).notice
+        decided = self._decide(row, decision)
+        return decided.notice or texts.outcome_line(decision.state, decision.decision, None,
+                                                   minutes=self.waits.minutes)
 
     # ------------------------------------------------------------------ a written answer to `ask`
     def asked(self, inbound: Inbound) -> ApprovalRow | None:

@@ -46,9 +46,11 @@ def _value(name: str, value: Any, redact: Redact) -> str:
     return text
 
 
-def approval_text(request: str, *, who: str | None, minutes: float) -> str:
+def approval_text(request: str, *, who: str | None, minutes: float | None) -> str:
+    """The request; while it waits (`minutes`) it says when it expires."""
     asker = f" (asked by {who})" if who else ""
-    return f"🔐 **Approval needed**{asker}\n{request}\n\nThis request expires in {_minutes(minutes)}."
+    expiry = f"\n\nThis request expires in {_minutes(minutes)}." if minutes is not None else ""
+    return f"🔐 **Approval needed**{asker}\n{request}{expiry}"
 
 
 def ask_text(question: str, options: tuple[str, ...]) -> str:

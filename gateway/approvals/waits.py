@@ -150,20 +150,21 @@ class Waits:
     def _rows(self, request_id: int, code: str, turn: WaitingTurn, hold: Hold,
               interactive: bool) -> list[dict[str, object]]:
         """The request's chunks: its text, and on a surface without buttons how to answer in words."""
-        text = self._shown(hold.kind, hold.text, hold.options, turn.inbound.user_name)
+        text = self._shown(hold.kind, hold.text, hold.options, turn.inbound.user_name, self.minutes)
         if not interactive:
             text = f"{text}\n\n{texts.fallback_text(hold.kind, code)}"
         return self.ports.outbox.rows_for(message_turn(request_id), turn.inbound.chat, text,
                                           kind=OutboundKind.NOTICE, reply_to_id=turn.inbound.message_id)
 
-    def _shown(self, kind: str, request: str, options: tuple[str, ...], who: str | None) -> str:
+    @staticmethod
+    def _shown(kind: str, request: str, options: tuple[str, ...], who: str | None, minutes: float | None) -> str:
         if kind == "ask":
             return texts.ask_text(request, options)
-        return texts.approval_text(request, who=who, minutes=self.minutes)
+        return texts.approval_text(request, who=who, minutes=minutes)
 
     def shown(self, row: ApprovalRow) -> str:
-        """The request's text as its message shows it, buttons aside."""
-        return self._shown(row.kind, row.request, row.answers, row.requester_name)
+        """The request's text once it is answered (its outcome line follows; no expiry any more)."""
+        return self._shown(row.kind, row.request, row.answers, row.requester_name, None)
 
     async def _answer_of(self, turn: WaitingTurn, row: ApprovalRow) -> Resume | None:
         """Wait for the decision (the lane waits with it), then what the model is told of it."""
