@@ -1,7 +1,7 @@
 """A real MCP server on the official `mcp` SDK (MCPServer), run by tests as a child process over stdio or
 streamable HTTP on 127.0.0.1.
 
-    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log]
+    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log] [--runs runs.log] [--hold F]
                                      [--http --port 0 --port-file F --require-token T] [--legacy]
 
 `tools.json` is `{"tools": ["echo", ...], "version": "v1"}`: which of the tools below it offers, and a word
@@ -9,6 +9,9 @@ appended to every description (so a test can change a server's tools between two
 (when the file lists it at start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection through
 its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed; `--legacy` makes the server
 speak only the 2025 protocol). Each start appends a line to `--starts`, so a test can count restarts.
+`delete_file` is annotated destructiveHint, `read_file` readOnlyHint (and destructiveHint: read-only wins),
+`rename_file` not at all; the two that change something append a line to `--runs` as they start (a run is counted
+across restarts and kills), and `delete_file` then waits until the `--hold` file exists (or its parent dies).
 """
 
 from __future__ import annotations
