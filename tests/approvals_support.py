@@ -1,6 +1,6 @@
-"""Helpers for the approvals tests: a real MCP server (tests/fakes/mcp_server.py) whose `delete_file` is annotated
-destructive and records every run in a file (so a run is counted across daemon restarts and kills), a contract
-fake adapter with the `Interactive` ability, and taps."""
+"""Helpers for the approvals tests: a real MCP server (tests/fakes/mcp_server.py) whose
+`delete_file` is annotated destructive and records every run in a file (so a run is counted across
+daemon restarts and kills), a contract fake adapter with the `Interactive` ability, and taps."""
 
 from __future__ import annotations
 
@@ -41,14 +41,15 @@ def mcp_yaml(folder: Path, *, tools: tuple[str, ...] = TOOLS, approval: str | No
 
 
 def runs(folder: Path) -> list[str]:
-    """Every run of a tool that changes something, in order, across every process that ran the server."""
+    """Every run of a tool that changes something, in order, across every process that ran the
+    server."""
     path = folder / "runs.log"
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 class ButtonAdapter(RecordingAdapter):
-    """A contract fake with the `Interactive` ability: records the buttons it was given and every message whose
-    buttons were replaced (platform message id → new text)."""
+    """A contract fake with the `Interactive` ability: records the buttons it was given and every
+    message whose buttons were replaced (platform message id → new text)."""
 
     def __init__(self, platform: str = "web") -> None:
         super().__init__(platform)
@@ -59,9 +60,11 @@ class ButtonAdapter(RecordingAdapter):
         self._changed.set()
 
     def with_choices(self) -> list[tuple[str, OutboundMessage]]:
-        return [(f"{self.platform}-{i}", m) for i, m in enumerate(self.sent, 1) if m.choices is not None]
+        return [(f"{self.platform}-{i}", m) for i,
+                m in enumerate(self.sent, 1) if m.choices is not None]
 
-    async def wait_choices(self, count: int = 1, timeout: float = 30.0) -> tuple[str, OutboundMessage]:
+    async def wait_choices(self, count: int = 1,
+                           timeout: float = 30.0) -> tuple[str, OutboundMessage]:
         await wait_until(lambda: len(self.with_choices()) >= count, self._changed, timeout)
         return self.with_choices()[count - 1]
 
@@ -78,9 +81,11 @@ async def wait_until(predicate: Any, changed: asyncio.Event, timeout: float) -> 
     await asyncio.wait_for(loop(), timeout)
 
 
-def tap(choices: Choices, value: str, *, chat: ChatRef, user_id: str, user_name: str | None = None) -> Inbound:
+def tap(choices: Choices, value: str, *, chat: ChatRef, user_id: str,
+        user_name: str | None = None) -> Inbound:
     """A tap on one of the buttons, as an adapter hands it in."""
-    base = inbound("", platform=chat.platform, chat_id=chat.chat_id, user_id=user_id, chat_type=chat.chat_type,
+    base = inbound("", platform=chat.platform, chat_id=chat.chat_id, user_id=user_id,
+                   chat_type=chat.chat_type,
                    user_name=user_name)
     return dataclasses.replace(base, picked=Picked(choices.token, value))
 
@@ -93,3 +98,10 @@ def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool_result blocks of an Anthropic request the fake LLM recorded."""
     return [block for m in request["messages"] if isinstance(m["content"], list)
             for block in m["content"] if block.get("type") == "tool_result"]
+
+
+def result_of(llm: Any, request: int = 1) -> dict[str, Any]:
+    """The first tool result the fake LLM's `request`-th Anthropic request carried (what the model
+    was told of the call that waited)."""
+    results = tool_results(llm.anthropic_requests()[request])
+    return results[0]

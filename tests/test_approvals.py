@@ -1,7 +1,8 @@
-"""Approvals and questions in the core: a real MCP server whose `delete_file` is annotated destructive, the real
-gateway graph, the fake LLM, and contract fake adapters (one with buttons, the console without). What a person
-sees (the request, its buttons, the message once answered), what the model is told, the rows in SQLite, and how
-often the tool really ran (the server writes every run to a file)."""
+"""Approvals and questions in the core: a real MCP server whose `delete_file` is annotated
+destructive, the real gateway graph, the fake LLM, and contract fake adapters (one with buttons, the
+console without). What a person sees (the request, its buttons, the message once answered), what the
+model is told, the rows in SQLite, and how often the tool really ran (the server writes every run to
+a file)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from adapters.console import ConsoleAdapter
 from gateway.events import ChatRef, SubmitOutcome
 from gateway.ops.wiring import Gateway
-from tests.approvals_support import DELETE, ButtonAdapter, mcp_yaml, rows, runs, tap, tool_results
+from tests.approvals_support import DELETE, ButtonAdapter, mcp_yaml, result_of, rows, runs, tap, tool_results
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
 from tests.lifecycle_support import FakeClock
@@ -29,7 +30,8 @@ def setup(home: Path, fake: FakeLLM, tmp_path: Path, extra: str = "", **mcp: Any
 
 
 @asynccontextmanager
-async def gateway(home: Path, adapter: RecordingAdapter, clock: FakeClock | None = None) -> AsyncIterator[Gateway]:
+async def gateway(home: Path, adapter: RecordingAdapter,
+                  clock: FakeClock | None = None) -> AsyncIterator[Gateway]:
     gw = gateway_for(home, [adapter], clock=clock or FakeClock())
     assert gw.mcp is not None
     await gw.mcp.start()
@@ -45,7 +47,8 @@ async def gateway(home: Path, adapter: RecordingAdapter, clock: FakeClock | None
 
 
 async def ask(gw: Gateway, text: str, chat: ChatRef = WEB, user: str = "tab1") -> None:
-    result = await gw.sessions.submit(inbound(text, platform=chat.platform, chat_id=chat.chat_id, user_id=user))
+    result = await gw.sessions.submit(inbound(text, platform=chat.platform, chat_id=chat.chat_id,
+                                              user_id=user))
     assert result.outcome is SubmitOutcome.ACCEPTED
 
 
@@ -55,8 +58,8 @@ async def answered(gw: Gateway, adapter: RecordingAdapter, count: int) -> list[s
     return adapter.texts()
 
 
-async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(home: Path, fake_llm: FakeLLM,
-                                                                            tmp_path: Path) -> None:
+async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted report.txt."))
     adapter = ButtonAdapter()
@@ -64,13 +67,15 @@ async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(home
         await ask(gw, "delete the report")
         mid, request = await adapter.wait_choices()
         assert "mcp_fake_delete_file" in request.text and "`/srv/report.txt`" in request.text
-        assert "expires in 10 minutes" in request.text and "/approve" not in request.text  # buttons, no fallback
+        # buttons, no fallback
+        assert "expires in 10 minutes" in request.text and "/approve" not in request.text
         assert request.choices is not None
         assert [(c.label, c.value) for c in request.choices.options] == [
             ("Allow once", "once"), ("Allow for this session", "session"), ("Deny", "deny")]
         assert runs(tmp_path) == [] and rows(gw)[0]["state"] == "pending"
 
-        refused = await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="someone-else"))
+        refused = await gw.sessions.submit(tap(request.choices, "once", chat=WEB,
+                                               user_id="someone-else"))
         assert refused.outcome is SubmitOutcome.REFUSED and "Only" in refused.notice
         assert rows(gw)[0]["state"] == "pending" and adapter.closed == {}
 
@@ -78,7 +83,8 @@ async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(home
         assert allowed.outcome is SubmitOutcome.ACCEPTED and allowed.notice == ""
         assert (await answered(gw, adapter, 2))[-1] == "Deleted report.txt."
         again = await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
-        assert again.outcome is SubmitOutcome.REFUSED and again.notice.startswith("Already answered")
+        assert again.outcome is SubmitOutcome.REFUSED
+        assert again.notice.startswith("Already answered")
         closed = await adapter.wait_closed(mid)
         await gw.sessions.wait_idle()
     assert closed.endswith("✅ Allowed once by you.") and "mcp_fake_delete_file" in closed
@@ -99,8 +105,8 @@ def rows_of(home: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("how", ["tap", "command"])
-async def test_deny_runs_nothing_and_the_model_says_so(home: Path, fake_llm: FakeLLM, tmp_path: Path,
-                                                       how: str) -> None:
+async def test_deny_runs_nothing_and_the_model_says_so(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path, how: str) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("OK, I did not delete it."))
     adapter = ButtonAdapter()
@@ -122,7 +128,8 @@ async def test_deny_runs_nothing_and_the_model_says_so(home: Path, fake_llm: Fak
     assert result["is_error"] is True and "denied" in str(result["content"])
 
 
-async def test_an_expired_request_runs_nothing(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_an_expired_request_runs_nothing(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path, extra="tools:\n  approval:\n    timeout_minutes: 5\n")
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("Nobody said yes, so I left it."))
     adapter, clock = ButtonAdapter(), FakeClock()
@@ -143,11 +150,11 @@ async def test_an_expired_request_runs_nothing(home: Path, fake_llm: FakeLLM, tm
     assert closed.endswith("⌛ Expired: nobody answered within 5 minutes. Nothing was run.")
     assert late.outcome is SubmitOutcome.REFUSED and "Expired" in late.notice
     assert runs(tmp_path) == []
-    assert "Nobody answered within 5 minutes" in str(tool_results(fake_llm.anthropic_requests()[1])[0]["content"])
+    assert "Nobody answered within 5 minutes" in str(result_of(fake_llm)["content"])
 
 
-async def test_a_restart_while_pending_then_allow_completes_the_turn_once(home: Path, fake_llm: FakeLLM,
-                                                                           tmp_path: Path) -> None:
+async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted b."))
     first, clock = ButtonAdapter(), FakeClock()
@@ -167,11 +174,13 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(home: 
         assert await second.wait_closed("web-1") if second.sent and second.sent[0].choices else True
     assert texts == ["Deleted b."]
     assert runs(tmp_path) == ["delete_file /srv/b"]
-    assert len(fake_llm.anthropic_requests()) == 2  # the model was not asked again for the stopped step
+    # the model was not asked again for the stopped step
+    assert len(fake_llm.anthropic_requests()) == 2
     assert [r["state"] for r in rows_of(home)] == ["done"]
 
 
-async def test_ask_with_two_options_returns_the_tapped_one(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_ask_with_two_options_returns_the_tapped_one(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall("ask", {"question": "Which report?", "options": ["March", "April"]}),
                     Reply("Sending the April report."))
@@ -191,8 +200,8 @@ async def test_ask_with_two_options_returns_the_tapped_one(home: Path, fake_llm:
     assert result["content"] == "The user answered: April"
 
 
-async def test_something_else_takes_the_next_message_as_the_answer(home: Path, fake_llm: FakeLLM,
-                                                                   tmp_path: Path) -> None:
+async def test_something_else_takes_the_next_message_as_the_answer(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall("ask", {"question": "Which report?", "options": ["March", "April"]}),
                     Reply("Sending the one from May."))
@@ -203,17 +212,18 @@ async def test_something_else_takes_the_next_message_as_the_answer(home: Path, f
         assert request.choices is not None
         other = await gw.sessions.submit(tap(request.choices, "other", chat=WEB, user_id="tab1"))
         assert other.notice.startswith("Write your answer")
-        result = await gw.sessions.submit(inbound("the one from May", platform="web", chat_id="tab1",
+        result = await gw.sessions.submit(inbound("the one from May", platform="web",
+                                                  chat_id="tab1",
                                                   user_id="tab1"))
         assert result.reason == "answer"
         texts = await answered(gw, adapter, 2)
     assert texts[-1] == "Sending the one from May."
-    assert tool_results(fake_llm.anthropic_requests()[1])[0]["content"] == "The user answered: the one from May"
+    assert result_of(fake_llm)["content"] == "The user answered: the one from May"
     assert len(fake_llm.anthropic_requests()) == 2  # the answer was no turn of its own
 
 
-async def test_without_buttons_the_request_is_text_and_approve_code_answers_it(home: Path, fake_llm: FakeLLM,
-                                                                              tmp_path: Path) -> None:
+async def test_without_buttons_the_request_is_text_and_approve_code_answers_it(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}), Reply("Deleted c."),
                     ToolCall(DELETE, {"path": "/srv/d"}), Reply("Deleted d too."))
@@ -224,7 +234,8 @@ async def test_without_buttons_the_request_is_text_and_approve_code_answers_it(h
         await console.wait_for(1)
         code = rows(gw)[0]["code"]
         request = console.sent[0]
-        assert request.choices is not None  # a console prints it as text: the fallback is in the text
+        # a console prints it as text: the fallback is in the text
+        assert request.choices is not None
         assert f"/approve {code}" in request.text and f"/deny {code}" in request.text
         assert len(code) == 6  # pairing codes have 8
         await ask(gw, f"/approve {code.lower()} session", cli, "u1")
@@ -237,7 +248,8 @@ async def test_without_buttons_the_request_is_text_and_approve_code_answers_it(h
     assert len(rows_of(home)) == 1
 
 
-async def test_stop_cancels_a_pending_request(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_stop_cancels_a_pending_request(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/e"}), Reply("never sent"))
     adapter = ButtonAdapter()
@@ -259,10 +271,11 @@ async def test_stop_cancels_a_pending_request(home: Path, fake_llm: FakeLLM, tmp
 
 
 async def test_which_calls_wait(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    """read_file says readOnlyHint (and destructiveHint: read-only wins), rename_file says nothing: both run
-    unasked, until tools.approval.require names rename_file."""
+    """read_file says readOnlyHint (and destructiveHint: read-only wins), rename_file says nothing:
+    both run unasked, until tools.approval.require names rename_file."""
     setup(home, fake_llm, tmp_path, extra="tools:\n  approval:\n    require: ['mcp_*_rename_*']\n")
-    fake_llm.script(ToolCall("mcp_fake_read_file", {"path": "/srv/f"}), ToolCall("mcp_fake_rename_file",
+    fake_llm.script(ToolCall("mcp_fake_read_file", {"path": "/srv/f"}),
+                    ToolCall("mcp_fake_rename_file",
                     {"path": "/srv/f", "to": "/srv/g"}), Reply("Done."))
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
@@ -275,7 +288,8 @@ async def test_which_calls_wait(home: Path, fake_llm: FakeLLM, tmp_path: Path) -
     assert runs(tmp_path) == ["rename_file /srv/f /srv/g"]
 
 
-async def test_a_server_configured_never_is_not_asked_about(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_a_server_configured_never_is_not_asked_about(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path, approval="never")
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/h"}), Reply("Deleted h."))
     adapter = ButtonAdapter()
@@ -285,9 +299,11 @@ async def test_a_server_configured_never_is_not_asked_about(home: Path, fake_llm
     assert runs(tmp_path) == ["delete_file /srv/h"]
 
 
-async def test_secrets_are_masked_and_long_values_shortened(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_secrets_are_masked_and_long_values_shortened(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     setup(home, fake_llm, tmp_path, approval="always")
-    fake_llm.script(ToolCall("mcp_fake_rename_file", {"path": "x" * 500, "to": "sk-ant-" + "a" * 40}),
+    fake_llm.script(ToolCall("mcp_fake_rename_file",
+                             {"path": "x" * 500, "to": "sk-ant-" + "a" * 40}),
                     Reply("ok"))
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
@@ -297,16 +313,18 @@ async def test_secrets_are_masked_and_long_values_shortened(home: Path, fake_llm
     assert "a" * 40 not in request.text
 
 
-async def test_an_ordinary_turn_pays_no_sql_for_approvals(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    """Checkpoints are written only when a turn stops: a turn whose calls need nobody's yes runs exactly the
-    statements it runs without approvals wired at all."""
+async def test_an_ordinary_turn_pays_no_sql_for_approvals(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """Checkpoints are written only when a turn stops: a turn whose calls need nobody's yes runs
+    exactly the statements it runs without approvals wired at all."""
     setup(home, fake_llm, tmp_path)
     adapter = ButtonAdapter()
     statements: list[str] = []
     async with gateway(home, adapter) as gw:
         for n in range(3):
             fake_llm.script(ToolCall("mcp_fake_echo", {"text": f"hi {n}"}), Reply(f"said hi {n}"))
-            if n == 2:  # approvals unwired: the registry's check, the outbox's hook, the manager's glue
+            # approvals unwired: the registry's check, the outbox's hook, the manager's glue
+            if n == 2:
                 gw.tools.holds, gw.outbox.choices, gw.sessions.waiting = None, None, None
             gw.store.conn.set_trace_callback(statements.append if n else None)
             await ask(gw, f"say hi {n}")
@@ -318,10 +336,10 @@ async def test_an_ordinary_turn_pays_no_sql_for_approvals(home: Path, fake_llm: 
     assert not any("approvals" in s for s in wired)
 
 
-async def test_the_console_prints_the_request_and_takes_approve_code(home: Path, fake_llm: FakeLLM,
-                                                                     tmp_path: Path) -> None:
-    """`gateway chat` waits for each line's answer before reading the next: a request is such an answer, so the
-    person can type `/approve CODE` next."""
+async def test_the_console_prints_the_request_and_takes_approve_code(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """`gateway chat` waits for each line's answer before reading the next: a request is such an
+    answer, so the person can type `/approve CODE` next."""
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/k"}), Reply("Deleted k."))
     out = io.StringIO()
@@ -338,21 +356,22 @@ async def test_the_console_prints_the_request_and_takes_approve_code(home: Path,
     assert runs(tmp_path) == ["delete_file /srv/k"] and console.failed == 0
 
 
-async def test_a_tool_that_always_asks_shows_exactly_its_own_text(home: Path, fake_llm: FakeLLM,
-                                                                   tmp_path: Path) -> None:
-    """The seam the shell tool (issue #31) uses: `always_ask(name, describe)`; the request shows describe's text,
-    and the call runs through the registry like any other once allowed."""
+async def test_a_tool_that_always_asks_shows_exactly_its_own_text(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """The seam the shell tool (issue #31) uses: `always_ask(name, describe)`; the request shows
+    describe's text, and the call runs through the registry like any other once allowed."""
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall("mcp_fake_echo", {"text": "rm -rf build/"}), Reply("Ran it."))
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         assert gw.approvals is not None
-        gw.approvals.always_ask("mcp_fake_echo", lambda args: f"Run this command?\n```\n{args['text']}\n```")
+        gw.approvals.always_ask("mcp_fake_echo",
+                                lambda args: f"Run this command?\n```\n{args['text']}\n```")
         await ask(gw, "clean the build")
         _, request = await adapter.wait_choices()
-        assert request.text == "🔐 **Approval needed**\nRun this command?\n```\nrm -rf build/\n```\n\n" \
-                               "This request expires in 10 minutes."
+        assert request.text == ("🔐 **Approval needed**\nRun this command?\n```\nrm -rf build/\n```"
+                                "\n\nThis request expires in 10 minutes.")
         assert request.choices is not None
         await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
         assert (await answered(gw, adapter, 2))[-1] == "Ran it."
-    assert "echo: rm -rf build/" in str(tool_results(fake_llm.anthropic_requests()[1])[0]["content"])
+    assert "echo: rm -rf build/" in str(result_of(fake_llm)["content"])

@@ -1,9 +1,11 @@
-"""kill -9 around a tap, through the real daemon (`gateway run` as a subprocess, as systemd runs it), real aiogram
-against the fake Bot API and a real MCP server whose destructive `delete_file` records each run as it starts.
+"""kill -9 around a tap, through the real daemon (`gateway run` as a subprocess, as systemd runs
+it), real aiogram against the fake Bot API and a real MCP server whose destructive `delete_file`
+records each run as it starts.
 
-Killed right after the tap (the decision and "executing" are on record, the call has started): the restarted
-daemon never runs the call again and tells the model its outcome is unknown; the person gets one answer. Killed
-while the request waits: after the restart the same button still works and the call runs once."""
+Killed right after the tap (the decision and "executing" are on record, the call has started): the
+restarted daemon never runs the call again and tells the model its outcome is unknown; the person
+gets one answer. Killed while the request waits: after the restart the same button still works and
+the call runs once."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.approvals_support import DELETE, mcp_yaml, runs, tool_results
+from tests.approvals_support import DELETE, mcp_yaml, result_of, runs
 from tests.daemon_proc import DaemonProc
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import TOKEN, FakeTelegram
@@ -30,7 +32,8 @@ def states(home: Path) -> list[str]:
 
 def sent_chunks(home: Path) -> list[str]:
     with sqlite3.connect(home / "state.db") as conn:
-        return [r[0] for r in conn.execute("SELECT status FROM outbound WHERE turn_id LIKE 'wait%'")]
+        found = conn.execute("SELECT status FROM outbound WHERE turn_id LIKE 'wait%'")
+        return [r[0] for r in found]
 
 
 async def until(predicate: object, timeout: float = 60.0) -> None:
@@ -39,7 +42,8 @@ async def until(predicate: object, timeout: float = 60.0) -> None:
             await asyncio.sleep(0.05)
 
 
-def configure(home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path, hold: Path | None = None) -> None:
+def configure(
+        home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path, hold: Path | None = None) -> None:
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
         f"web:\n  enabled: false\ntelegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n"
         f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n" + mcp_yaml(folder, hold=hold)))
@@ -54,8 +58,10 @@ async def test_a_kill_right_after_the_tap_never_runs_the_call_again(tmp_path: Pa
     home = tmp_path / "home"
     home.mkdir()
     async with FakeLLM() as llm, FakeTelegram() as tg:
-        configure(home, llm, tg, tmp_path, hold=tmp_path / "never")  # the call starts, then hangs until the kill
-        llm.script(ToolCall(DELETE, {"path": "/srv/k"}), Reply("I can't tell whether /srv/k was deleted."))
+        # the call starts, then hangs until the kill
+        configure(home, llm, tg, tmp_path, hold=tmp_path / "never")
+        llm.script(ToolCall(DELETE, {"path": "/srv/k"}),
+                   Reply("I can't tell whether /srv/k was deleted."))
         first = DaemonProc(home)
         await first.start()
         try:
@@ -63,17 +69,20 @@ async def test_a_kill_right_after_the_tap_never_runs_the_call_again(tmp_path: Pa
             tg.inject_message(ALICE, "delete /srv/k")
             request = await asked(tg)
             tg.tap(ALICE, request, "Allow once")
-            await until(lambda: runs(tmp_path) == ["delete_file /srv/k"])  # the approved call is running
+            # the approved call is running
+            await until(lambda: runs(tmp_path) == ["delete_file /srv/k"])
         finally:
             await first.kill()
-        assert states(home) == ["executing"]  # the decision and "executing" were on record before the call
+        # the decision and "executing" were on record before the call
+        assert states(home) == ["executing"]
         second = DaemonProc(home)
         await second.start()
         try:
             await second.wait_ready()
             answer = await tg.wait_for_sent(ALICE, count=2, timeout=60)
             await until(lambda: states(home) == ["unknown"])
-            await tg.wait_until(lambda: not tg.buttons(ALICE, request), 60)  # the edit, done again if it was lost
+            # the edit, done again if it was lost
+            await tg.wait_until(lambda: not tg.buttons(ALICE, request), 60)
         finally:
             code = await second.stop()
             await second.kill()
@@ -81,12 +90,14 @@ async def test_a_kill_right_after_the_tap_never_runs_the_call_again(tmp_path: Pa
     assert answer.text == "I can't tell whether /srv/k was deleted."
     assert [m.text for m in tg.sent_messages(ALICE)][1:] == [answer.text]  # one answer
     assert runs(tmp_path) == ["delete_file /srv/k"]  # started once, never again
-    (result,) = tool_results(llm.anthropic_requests()[1])
-    assert result["is_error"] is True and "whether it took effect is unknown" in str(result["content"])
+    (result,) = [result_of(llm)]
+    assert result["is_error"] is True
+    assert "whether it took effect is unknown" in str(result["content"])
     assert len(llm.anthropic_requests()) == 2
 
 
-async def test_a_kill_while_the_request_waits_then_the_same_button_runs_it_once(tmp_path: Path) -> None:
+async def test_a_kill_while_the_request_waits_then_the_same_button_runs_it_once(
+        tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     async with FakeLLM() as llm, FakeTelegram() as tg:
@@ -98,7 +109,8 @@ async def test_a_kill_while_the_request_waits_then_the_same_button_runs_it_once(
             await first.wait_ready()
             tg.inject_message(ALICE, "delete /srv/m")
             request = await asked(tg)
-            # Its send is on record (a kill in the instant between Telegram's answer and that record would send
+            # Its send is on record (a kill in the instant between Telegram's answer and that record
+            # would send
             # it again: Telegram takes no idempotency key, docs/architecture.md).
             await until(lambda: sent_chunks(home) == ["sent"])
         finally:

@@ -413,16 +413,21 @@ async def test_discord_slash_command_interaction_and_thread(fake_discord: dc.Fak
         await asyncio.wait_for(task, 5)
 
 
-# ------------------------------------------------------------------------------------ buttons (approvals)
-async def test_telegram_keyboards_and_callback_queries_follow_the_bot_api(fake_telegram: tg.FakeTelegram) -> None:
+# ------------------------------------------------------------------------------------ buttons
+# (approvals)
+async def test_telegram_keyboards_and_callback_queries_follow_the_bot_api(
+        fake_telegram: tg.FakeTelegram) -> None:
     from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
 
     bot = _bot(fake_telegram)
-    fake_telegram.enforce_retry_after = False  # the edit below comes right after the send: not what this is about
+    # the edit below comes right after the send: not what this is about
+    fake_telegram.enforce_retry_after = False
     try:
         def keyboard(data: str) -> InlineKeyboardMarkup:
-            return InlineKeyboardMarkup(inline_keyboard=[[InlineKeyboardButton(text="Yes", callback_data=data)]])
-        with pytest.raises(TelegramBadRequest, match="BUTTON_DATA_INVALID"):  # callback_data: 1-64 bytes
+            button = InlineKeyboardButton(text="Yes", callback_data=data)
+            return InlineKeyboardMarkup(inline_keyboard=[[button]])
+        # callback_data: 1-64 bytes
+        with pytest.raises(TelegramBadRequest, match="BUTTON_DATA_INVALID"):
             await bot.send_message(1001, "pick", reply_markup=keyboard("x" * 65))
         sent = await bot.send_message(1001, "pick", reply_markup=keyboard("d" * 64))
         assert fake_telegram.buttons(1001, sent.message_id) == ["Yes"]
@@ -436,37 +441,44 @@ async def test_telegram_keyboards_and_callback_queries_follow_the_bot_api(fake_t
         with pytest.raises(TelegramBadRequest, match="query ID is invalid"):  # answered once
             await bot.answer_callback_query(query)
         await bot.edit_message_text("done", chat_id=1001, message_id=sent.message_id)
-        assert fake_telegram.buttons(1001, sent.message_id) == []  # an edit without reply_markup drops it
+        # an edit without reply_markup drops it
+        assert fake_telegram.buttons(1001, sent.message_id) == []
     finally:
         await bot.session.close()
 
 
-async def test_slack_buttons_follow_block_kit_and_clicks_answer_the_clicker(fake_slack: sl.FakeSlack) -> None:
+async def test_slack_buttons_follow_block_kit_and_clicks_answer_the_clicker(
+        fake_slack: sl.FakeSlack) -> None:
     client = AsyncWebClient(token=sl.BOT_TOKEN, base_url=fake_slack.api_base_url)
 
     def actions(*buttons: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"type": "actions", "elements": list(buttons)}]
 
     def button(text: str, action_id: str) -> dict[str, Any]:
-        return {"type": "button", "text": {"type": "plain_text", "text": text}, "action_id": action_id, "value": "v"}
+        return {"type": "button", "text": {"type": "plain_text", "text": text},
+                "action_id": action_id, "value": "v"}
 
     with pytest.raises(SlackApiError, match="invalid_blocks"):  # button text: at most 75 characters
         await client.chat_postMessage(channel="C1", text="x", blocks=actions(button("y" * 76, "a")))
     with pytest.raises(SlackApiError, match="invalid_blocks"):  # action_id: unique in the message
-        await client.chat_postMessage(channel="C1", text="x", blocks=actions(button("A", "a"), button("B", "a")))
-    posted = await client.chat_postMessage(channel="C1", text="x", blocks=actions(button("A", "a"), button("B", "b")))
+        await client.chat_postMessage(channel="C1", text="x",
+                                      blocks=actions(button("A", "a"), button("B", "a")))
+    posted = await client.chat_postMessage(channel="C1", text="x",
+                                           blocks=actions(button("A", "a"), button("B", "b")))
     payload = fake_slack.block_actions("C1", posted["ts"], "B", user_id="U2")
     assert payload["type"] == "block_actions" and payload["actions"][0]["action_id"] == "b"
     with pytest.raises(LookupError):
         fake_slack.block_actions("C1", posted["ts"], "C")
     async with httpx2.AsyncClient() as http:
-        await http.post(payload["response_url"], json={"text": "only you", "response_type": "ephemeral"})
+        await http.post(payload["response_url"],
+                        json={"text": "only you", "response_type": "ephemeral"})
     assert fake_slack.ephemeral_for("U2") == ["only you"] and fake_slack.ephemeral_for("U1") == []
     await client.chat_update(channel="C1", ts=posted["ts"], text="decided")
     assert fake_slack.posted("C1")[0].buttons() == []  # text without blocks: the blocks go
 
 
-async def test_discord_components_clicks_and_ephemeral_replies(fake_discord: dc.FakeDiscord) -> None:
+async def test_discord_components_clicks_and_ephemeral_replies(
+        fake_discord: dc.FakeDiscord) -> None:
     client = _EchoClient()
     clicked: list[discord.Interaction] = []
 

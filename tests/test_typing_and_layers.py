@@ -38,7 +38,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "net": [("guard", "pages"), "fetch", ("extract", "search")],
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "agent": ["tools", "holds", "loop"],
-    "approvals": ["request", "book", ("policy", "closing"), "waits", "answers", "turns"],
+    "approvals": ["request", "book", ("policy", "closing", "checkpoint"), "waits", "answers", "turns"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],
     "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy",
@@ -47,7 +47,8 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
     "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox", "stream"],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
-    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup", "outage"), ("report", "flush"), "compression",
+    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup", "outage"),
+                 ("report", "flush"), "compression",
                  "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate", "roles", "linking"],
@@ -83,7 +84,8 @@ def test_relative_imports_are_checked_by_their_absolute_name(tmp_path: Path) -> 
     module.write_text("from ..ops import daemon\nfrom . import lanes\nfrom .keys import session_key\n")
     found = _imports(module, tmp_path)
     assert found == [(1, "gateway.ops.daemon"), (2, "gateway.sessions.lanes"), (3, "gateway.sessions.keys.session_key")]
-    assert _edge_problem(["sessions", "manager"], found[0][1].split(".")[1:]) == "rank 13 from rank 10"
+    problem = _edge_problem(["sessions", "manager"], found[0][1].split(".")[1:])
+    assert problem == "rank 13 from rank 10"
 
 
 def _type_checking_lines(tree: ast.AST) -> set[int]:

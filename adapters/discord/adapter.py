@@ -92,7 +92,8 @@ class _Client(discord.Client):
         await self.adapter.on_message(message)
 
     async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
-        if interaction.type is discord.InteractionType.component:  # slash commands go to the CommandTree
+        # slash commands go to the CommandTree
+        if interaction.type is discord.InteractionType.component:
             await on_click(interaction, self.adapter.submit_click)
 
 
@@ -324,7 +325,8 @@ class DiscordAdapter:
         client = self._client
         if client is None or client.is_closed():
             raise PlatformUnavailable(PLATFORM, "not connected")
-        await close(client, await self._threads.open(message.chat), platform_message_id, message.text)
+        await close(client, await self._threads.open(message.chat), platform_message_id,
+                    message.text)
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""

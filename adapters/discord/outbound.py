@@ -61,7 +61,9 @@ class Outbound:
         origin = self._origins.get(message.reply_to_id or "")
         mentions = allowed_mentions(origin.author_id if origin else None)
         nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
-        extra: dict[str, Any] = {"view": view_of(message.choices)} if message.choices is not None else {}
+        extra: dict[str, Any] = {}
+        if message.choices is not None:  # buttons (the Interactive ability: buttons.py)
+            extra["view"] = view_of(message.choices)
         try:
             pending = self.commands.interaction_for(message.reply_to_id) if not extra else None
             if pending is not None:

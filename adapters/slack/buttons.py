@@ -1,12 +1,14 @@
-"""Slack buttons (the `Interactive` ability): choices as Block Kit buttons under the message, a `block_actions`
-click (over Socket Mode, or the signed HTTP interactivity endpoint, the same Request URL as events) as a tap, a
-refusal shown to the clicker alone (an ephemeral message through the action's response_url), and a decided
-request's buttons replaced by its outcome (chat.update with `blocks: []`).
+"""Slack buttons (the `Interactive` ability): choices as Block Kit buttons under the message, a
+`block_actions` click (over Socket Mode, or the signed HTTP interactivity endpoint, the same Request
+URL as events) as a tap, a refusal shown to the clicker alone (an ephemeral message through the
+action's response_url), and a decided request's buttons replaced by its outcome (chat.update with
+`blocks: []`).
 
-Block Kit's button: `text` plain_text of at most 75 characters, `action_id` at most 255, `value` at most 2000;
-an actions block holds up to 25 elements. The core's `choice_data` (at most 64 bytes) is both the action_id and the
-value. Slack waits 3 s for the ack of an interaction and does not send it again: the listener only hands the click
-to the core (which stores nothing but a decision) and answers the clicker after the ack.
+Block Kit's button: `text` plain_text of at most 75 characters, `action_id` at most 255, `value` at
+most 2000; an actions block holds up to 25 elements. The core's `choice_data` (at most 64 bytes) is
+both the action_id and the value. Slack waits 3 s for the ack of an interaction and does not send it
+again: the listener only hands the click to the core (which stores nothing but a decision) and
+answers the clicker after the ack.
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ def blocks(text: str, mrkdwn: bool, choices: Choices) -> list[dict[str, Any]]:
     for choice in choices.options:
         data = choice_data(choices.token, choice.value)
         button: dict[str, Any] = {"type": "button", "action_id": data, "value": data,
-                                  "text": {"type": "plain_text", "text": choice.label[:MAX_BUTTON_TEXT]}}
+                                  "text": {"type": "plain_text",
+                                           "text": choice.label[:MAX_BUTTON_TEXT]}}
         if choice.style in STYLES:
             button["style"] = STYLES[choice.style]
         buttons.append(button)
-    section = {"type": "section", "text": {"type": "mrkdwn" if mrkdwn else "plain_text", "text": text}}
+    section = {"type": "section",
+               "text": {"type": "mrkdwn" if mrkdwn else "plain_text", "text": text}}
     return [section, {"type": "actions", "elements": buttons}]
 
 
@@ -51,16 +55,18 @@ def tap_inbound(body: Mapping[str, Any]) -> Inbound | None:
     """A block_actions payload as the core sees a tap; None when its button is not one of ours."""
     action: Mapping[str, Any] = next(iter(body.get("actions") or ()), {})
     picked = parse_choice(str(action.get("value") or ""))
-    channel = str((body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or "")
+    container = body.get("container") or {}
+    channel = str((body.get("channel") or {}).get("id") or container.get("channel_id") or "")
     if picked is None or not channel:
         return None
     user = body.get("user") or {}
     message = body.get("message") or {}
-    thread = message.get("thread_ts") or (body.get("container") or {}).get("thread_ts")
+    thread = message.get("thread_ts") or container.get("thread_ts")
     kind = "dm" if channel.startswith("D") else guess_type(channel)
     return Inbound(chat=ChatRef(PLATFORM, kind, channel, str(thread) if thread else None),
-                   user_id=str(user.get("id") or ""), text="", message_id=f"act:{action.get('action_ts') or ''}",
-                   received_at=datetime.now(UTC), user_name=user.get("name") or user.get("username"),
+                   user_id=str(user.get("id") or ""), text="",
+                   message_id=f"act:{action.get('action_ts') or ''}", received_at=datetime.now(UTC),
+                   user_name=user.get("name") or user.get("username"),
                    username=user.get("username"), picked=picked,
                    space_id=str((body.get("team") or {}).get("id") or "") or None)
 
@@ -74,8 +80,8 @@ class Buttons:
 
     async def click(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]],
                     submit: Submit | None, name: Callable[[str], str | None]) -> None:
-        """Hand the click to the core (the clicker's display name, when known, for the outcome line); a refusal
-        goes to the clicker alone once the ack is out."""
+        """Hand the click to the core (the clicker's display name, when known, for the outcome
+        line); a refusal goes to the clicker alone once the ack is out."""
         inbound = tap_inbound(body)
         if inbound is None or submit is None:
             return
@@ -87,7 +93,8 @@ class Buttons:
             log.exception("slack: a click in %s not handled", inbound.chat.chat_id)
             notice = FAILED_TEXT
         if notice:
-            task = asyncio.get_running_loop().create_task(self._tell(respond, notice), name="slack-click-answer")
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(self._tell(respond, notice), name="slack-click-answer")
             self._answers.add(task)
             task.add_done_callback(self._answers.discard)
 

@@ -1,10 +1,11 @@
-"""Telegram buttons (the `Interactive` ability): choices as an inline keyboard (text.keyboard), a callback query as a tap (an
-`Inbound` with `picked`) answered with answerCallbackQuery, and a decided request's keyboard replaced by its
-outcome with editMessageText.
+"""Telegram buttons (the `Interactive` ability): choices as an inline keyboard (text.keyboard), a
+callback query as a tap (an `Inbound` with `picked`) answered with answerCallbackQuery, and a
+decided request's keyboard replaced by its outcome with editMessageText.
 
-"After the user presses a callback button, Telegram clients will display a progress bar until you call
-answerCallbackQuery. It is, therefore, necessary to react by calling answerCallbackQuery even if no notification
-to the user is needed" (Bot API, CallbackQuery); its `text` is 0-200 characters, shown to the tapper alone.
+"After the user presses a callback button, Telegram clients will display a progress bar until you
+call answerCallbackQuery. It is, therefore, necessary to react by calling answerCallbackQuery even
+if no notification to the user is needed" (Bot API, CallbackQuery); its `text` is 0-200 characters,
+shown to the tapper alone.
 """
 
 from __future__ import annotations
@@ -36,11 +37,15 @@ def tap_inbound(query: CallbackQuery) -> Inbound | None:
     chat_type = CHAT_TYPES.get(message.chat.type)
     if chat_type is None:
         return None
-    topic = message.message_thread_id if isinstance(message, Message) and message.is_topic_message else None
+    topic = None
+    if isinstance(message, Message) and message.is_topic_message:
+        topic = message.message_thread_id
     user = query.from_user
-    return Inbound(chat=ChatRef(PLATFORM, chat_type, str(message.chat.id), str(topic) if topic else None),
-                   user_id=str(user.id), text="", message_id=f"cb{query.id}", received_at=datetime.now(UTC),
-                   user_name=user.full_name, username=user.username, picked=picked)
+    return Inbound(chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
+                                str(topic) if topic else None),
+                   user_id=str(user.id), text="", message_id=f"cb{query.id}",
+                   received_at=datetime.now(UTC), user_name=user.full_name, username=user.username,
+                   picked=picked)
 
 
 class Buttons:
@@ -54,7 +59,8 @@ class Buttons:
         if inbound is not None and submit is not None:
             try:
                 notice = (await submit(inbound)).notice
-            except Exception:  # a task root for one tap: the spinner must stop, the tapper hears it failed
+            # a task root for one tap: the spinner must stop, the tapper hears it failed
+            except Exception:
                 log.exception("telegram: a tap in chat %s not handled", inbound.chat.chat_id)
                 notice = FAILED_TEXT
         if self.out.bot is None:
@@ -62,7 +68,8 @@ class Buttons:
         text = notice if len(notice) <= ANSWER_TEXT_MAX else notice[:ANSWER_TEXT_MAX - 1] + "…"
         try:
             await self.out.bot.answer_callback_query(query.id, text=text or None)
-        except (TimeoutError, TelegramAPIError, AiogramError, OSError) as exc:  # too old, or Telegram is away
+        # too old, or Telegram is away
+        except (TimeoutError, TelegramAPIError, AiogramError, OSError) as exc:
             log.info("telegram: callback query %s not answered: %s", query.id, exc)
 
     async def close(self, message: OutboundMessage, platform_message_id: str) -> None:

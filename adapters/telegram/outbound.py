@@ -79,7 +79,8 @@ class Outbound:
             text, entities = (message.plain if message.use_plain else message.text), None
         else:
             text, entities = message.text, [entity(e) for e in message.entities]
-        if message.choices is not None:  # buttons (the Interactive ability: adapters/telegram/buttons.py)
+        # buttons (the Interactive ability: adapters/telegram/buttons.py)
+        if message.choices is not None:
             kwargs["reply_markup"] = keyboard(message.choices)
         try:
             try:

@@ -178,8 +178,8 @@ def entity(e: Any) -> MessageEntity:
 
 
 def keyboard(choices: Choices) -> InlineKeyboardMarkup:
-    """Buttons as an inline keyboard, one a row (a label like "Allow for this session" stays whole); each one's
-    callback_data is the core's `choice_data`, within Telegram's 1-64 bytes."""
+    """Buttons as an inline keyboard, one a row (a label like "Allow for this session" stays whole);
+    each one's callback_data is the core's `choice_data`, within Telegram's 1-64 bytes."""
     return InlineKeyboardMarkup(inline_keyboard=[
         [InlineKeyboardButton(text=c.label, callback_data=choice_data(choices.token, c.value))]
         for c in choices.options])

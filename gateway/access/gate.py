@@ -1,10 +1,10 @@
 """Access control: who gets a turn. One gate, run by SessionManager.submit before anything is stored.
 
-Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat budget for
-bot-authored messages. It never logs message text, and a clear pairing code never reaches the database.
-Answers to requests a waiting turn made (gateway/approvals/) come through here too: a tap on a button, and
-`/approve CODE` / `/deny CODE`; a request's code has 6 characters, a pairing code 8, and a code is looked up as a
-request of this chat first.
+Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat
+budget for bot-authored messages. It never logs message text, and a clear pairing code never reaches
+the database. Answers to requests a waiting turn made (gateway/approvals/) come through here too: a
+tap on a button, and `/approve CODE` / `/deny CODE`; a request's code has 6 characters, a pairing
+code 8, and a code is looked up as a request of this chat first.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ class AccessGate:
                  notices: Outbox | None = None, people: PeopleBook | None = None) -> None:
         self.people = people
         self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None  # set by linking.Linker
-        self.answers: Answers | None = None  # answers to waiting turns' requests (set by the wiring)
+        # answers to waiting turns' requests (set by the wiring)
+        self.answers: Answers | None = None
         self.config = config
         self.access = config.access
         self.rules = platform_rules(config)
@@ -188,9 +189,11 @@ class AccessGate:
         return False
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
-        if inbound.picked is not None:  # a tap on a button: who may answer is the request's rule, not the list's
+        # a tap on a button: who may answer is the request's rule, not the list's
+        if inbound.picked is not None:
             if self.answers is None:
-                return SubmitResult(SubmitOutcome.IGNORED, "choice", notice="Nothing is waiting for this.")
+                return SubmitResult(SubmitOutcome.IGNORED, "choice",
+                                    notice="Nothing is waiting for this.")
             return self.answers.tap(inbound)
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
             linked = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
@@ -255,9 +258,12 @@ class AccessGate:
         admin = is_admin(self.access, platform, user_id)
         word = command_word(inbound.text) or ""
         answered = self.answers.command(inbound, word) if self.answers is not None else None
-        if answered is not None or word == "deny":  # a waiting turn's request (never a pairing code)
-            reply = answered or (NO_REQUEST_TEXT.format(code=args[0].upper()) if args else DENY_USAGE)
-            self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
+        # a waiting turn's request (never a pairing code)
+        if answered is not None or word == "deny":
+            missing = NO_REQUEST_TEXT.format(code=args[0].upper()) if args else DENY_USAGE
+            reply = answered or missing
+            self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply,
+                                  reply_to_id=inbound.message_id)
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         if not admin:
             log.info("access: refused (/approve by a non-admin) platform=%s user=%s", platform, user_id)

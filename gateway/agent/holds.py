@@ -1,8 +1,8 @@
 """Where a turn stops for a person and how it goes on: the loop's side of gateway/approvals/.
 
-The agent loop only stops (a `Waiting` in its result, when the registry holds a call) and resumes (a `Resume`: the
-turn's messages so far, the calls of the step still to answer and the outcome of the first); storing the turn,
-asking the person and running the approved call are the caller's.
+The agent loop only stops (a `Waiting` in its result, when the registry holds a call) and resumes (a
+`Resume`: the turn's messages so far, the calls of the step still to answer and the outcome of the
+first); storing the turn, asking the person and running the approved call are the caller's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ ToolCallView = dict[str, Any]  # {"id", "name", "arguments"}: a call as the assi
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """The turn stopped at `calls[0]`, which waits for a person (`hold`); the rest of its step follows it."""
+    """The turn stopped at `calls[0]`, which waits for a person (`hold`); the rest of its step
+    follows it."""
 
     calls: tuple[ToolCallView, ...]
     hold: Hold
@@ -30,8 +31,9 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class Resume:
-    """Go on from a stop: `messages` are the turn's so far (after the user message), `calls` the step's calls
-    still unanswered, the first of them answered by `outcome` (run, denied, expired or the person's answer)."""
+    """Go on from a stop: `messages` are the turn's so far (after the user message), `calls` the
+    step's calls still unanswered, the first of them answered by `outcome` (run, denied, expired or
+    the person's answer)."""
 
     messages: tuple[ChatMessage, ...]
     calls: tuple[ToolCallView, ...]

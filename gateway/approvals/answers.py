@@ -1,9 +1,10 @@
-"""Answers to requests, as they come in through the gate: a tap (an `Inbound` with `picked`), `/approve CODE`
-(`session` to allow the tool for the rest of the session), `/deny CODE`, and a written answer to an `ask`.
+"""Answers to requests, as they come in through the gate: a tap (an `Inbound` with `picked`),
+`/approve CODE` (`session` to allow the tool for the rest of the session), `/deny CODE`, and a
+written answer to an `ask`.
 
-Only the person whose message started the turn, or an admin (`access.admins`), may answer, in the chat the request
-was asked in (its token or code is bound to that chat); anyone else gets a short refusal and nothing changes. The
-first answer wins; a second one hears what was decided.
+Only the person whose message started the turn, or an admin (`access.admins`), may answer, in the
+chat the request was asked in (its token or code is bound to that chat); anyone else gets a short
+refusal and nothing changes. The first answer wins; a second one hears what was decided.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class Answers:
         assert picked is not None
         row = self.waits.book.by_token(picked.token)
         if row is None or not _same_chat(row, inbound):
-            log.info("approvals: a tap on an unknown request (or from another chat) platform=%s user=%s",
-                     inbound.chat.platform, inbound.user_id)
+            log.info("approvals: a tap on an unknown request (or from another chat) platform=%s"
+                     " user=%s", inbound.chat.platform, inbound.user_id)
             return _refused(GONE_TEXT)
         refusal = self._refusal(row, inbound)
         if refusal is not None:
@@ -48,8 +49,8 @@ class Answers:
 
     def _refusal(self, row: ApprovalRow, inbound: Inbound) -> str | None:
         if not self.may_answer(row, inbound):
-            log.info("approvals: refused an answer to request %s from someone else platform=%s user=%s", row.id,
-                     inbound.chat.platform, inbound.user_id)
+            log.info("approvals: refused an answer to request %s from someone else platform=%s"
+                     " user=%s", row.id, inbound.chat.platform, inbound.user_id)
             asker = row.requester_name or "the person who asked"
             return f"Only {asker} (who asked) or an admin can answer this."
         if row.state != "pending" or all(o.row.id != row.id for o in self.waits.pending()):
@@ -57,18 +58,21 @@ class Answers:
         return None
 
     def may_answer(self, row: ApprovalRow, inbound: Inbound) -> bool:
-        return inbound.user_id == row.requester or f"{inbound.chat.platform}:{inbound.user_id}" in self.waits.admins
+        admin = f"{inbound.chat.platform}:{inbound.user_id}" in self.waits.admins
+        return inbound.user_id == row.requester or admin
 
     def _decide(self, row: ApprovalRow, decision: Decision) -> SubmitResult:
         if not self.waits.decide(row, decision):
             fresh = self.waits.book.get(row.id)
             return _refused(already(fresh or row, self.waits.minutes))
-        return SubmitResult(SubmitOutcome.ACCEPTED, "choice")  # the message itself shows the outcome now
+        # the message itself shows the outcome now
+        return SubmitResult(SubmitOutcome.ACCEPTED, "choice")
 
     # ------------------------------------------------------------------ /approve, /deny
     def command(self, inbound: Inbound, word: str) -> str | None:
-        """The answer to `/approve CODE [session]` or `/deny CODE` when CODE names a request asked in this chat;
-        None when it names none (an /approve may carry a pairing code: those are longer)."""
+        """The answer to `/approve CODE [session]` or `/deny CODE` when CODE names a request asked
+        in this chat; None when it names none (an /approve may carry a pairing code: those are
+        longer)."""
         args = inbound.text.split()[1:]
         if not args or len(args[0]) != CODE_LENGTH:
             return None
@@ -90,7 +94,8 @@ class Answers:
 
     # ------------------------------------------------------------------ a written answer to `ask`
     def asked(self, inbound: Inbound) -> ApprovalRow | None:
-        """The open question this message answers: one asked in its chat (and thread) of its sender."""
+        """The open question this message answers: one asked in its chat (and thread) of its
+        sender."""
         if not self.waits.open or not inbound.text.strip():
             return None
         chat = inbound.chat
@@ -102,7 +107,8 @@ class Answers:
         return None
 
     def answer(self, row: ApprovalRow, inbound: Inbound) -> bool:
-        """Take the message as the answer: "2" picks the second option, anything else is their own words."""
+        """Take the message as the answer: "2" picks the second option, anything else is their own
+        words."""
         text = " ".join(inbound.text.split())
         answers = row.answers
         if text.isdigit() and 1 <= int(text) <= len(answers):

@@ -1,6 +1,7 @@
-"""Once a request is answered, its message shows the outcome and who decided instead of its buttons: an edit
-through the adapter's `Interactive` ability, in the background, tried again after a 429 or while the platform is
-down. A request whose message had not gone out yet is never sent (its buttons would be stale).
+"""Once a request is answered, its message shows the outcome and who decided instead of its buttons:
+an edit through the adapter's `Interactive` ability, in the background, tried again after a 429 or
+while the platform is down. A request whose message had not gone out yet is never sent (its buttons
+would be stale).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ RETRY_S = (1.0, 5.0, 15.0, 60.0, 300.0)
 
 class Closer:
     def __init__(self, book: ApprovalBook, outbox: Outbox, adapters: Mapping[str, Adapter], *,
-                 clock: Callable[[], datetime], sleep: Callable[[float], Awaitable[None]], minutes: float) -> None:
+                 clock: Callable[[], datetime], sleep: Callable[[float], Awaitable[None]],
+                 minutes: float) -> None:
         self.book = book
         self.outbox = outbox
         self.adapters = adapters
@@ -58,12 +60,13 @@ class Closer:
             except (AdapterError, StoreUnavailable) as exc:
                 log.info("request %s: its message not updated yet (%s)", row.id, exc)
                 wait = delay or 0.0
-            except Exception:  # a task root: the decision stands, only its message keeps its buttons
+            # a task root: the decision stands, only its message keeps its buttons
+            except Exception:
                 log.exception("request %s: its message could not be updated", row.id)
                 return
             if delay is None:
-                log.warning("request %s: gave up updating its message; it keeps its buttons (a tap on them is "
-                            "answered: already decided)", row.id)
+                log.warning("request %s: gave up updating its message; it keeps its buttons (a tap"
+                            " on them is answered: already decided)", row.id)
                 return
             await self.sleep(wait)
 
@@ -71,9 +74,12 @@ class Closer:
         store = self.book.store
         chunks = store.outbound_for_turn(row.message_turn)
         unsent = [c for c in chunks if c.status == "pending"]
-        for chunk in unsent:  # answered before it went out (a /stop, the expiry, a restart): never send it
-            store.mark_outbound(chunk.id, "failed", now=self.clock(), error="answered before it was sent")
-        if unsent or not chunks or chunks[-1].status != "sent" or not chunks[-1].platform_message_id:
+        # answered before it went out (a /stop, the expiry, a restart): never send it
+        for chunk in unsent:
+            store.mark_outbound(chunk.id, "failed", now=self.clock(),
+                                error="answered before it was sent")
+        last = chunks[-1] if chunks else None
+        if unsent or last is None or last.status != "sent" or not last.platform_message_id:
             return
         adapter = self.adapters.get(row.platform)
         if not isinstance(adapter, Interactive):

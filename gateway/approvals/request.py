@@ -1,5 +1,6 @@
-"""What a person is shown and what the model is told: a request's text (secrets masked, long values shortened),
-its buttons, the line that replaces them once it is answered, and the tool results for each outcome. Pure.
+"""What a person is shown and what the model is told: a request's text (secrets masked, long values
+shortened), its buttons, the line that replaces them once it is answered, and the tool results for
+each outcome. Pure.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ MAX_VALUE_CHARS = 200      # a longer value shows its start and how much was lef
 MAX_ARGUMENTS = 12         # arguments shown at most (the rest are counted)
 MASK = "••••••"
 # An argument whose name says it holds a credential is never shown, whatever its value looks like.
-SECRET_NAME = re.compile(r"pass(word|wd|phrase)?$|secret|token|api[_-]?key|^key$|auth|credential|cookie|private",
-                         re.IGNORECASE)
+SECRET_NAME = re.compile(r"pass(word|wd|phrase)?$|secret|token|api[_-]?key|^key$|auth|credential"
+                         r"|cookie|private", re.IGNORECASE)
 ONCE, SESSION, DENY, OTHER = "once", "session", "deny", "other"
-APPROVAL_CHOICES = (Choice("Allow once", ONCE, "primary"), Choice("Allow for this session", SESSION),
+APPROVAL_CHOICES = (Choice("Allow once", ONCE, "primary"),
+                    Choice("Allow for this session", SESSION),
                     Choice("Deny", DENY, "danger"))
 OTHER_LABEL = "Something else"
 MAX_LABEL_CHARS = 60       # under Slack's 75 and Discord's 80 characters per button
@@ -59,11 +61,12 @@ def ask_text(question: str, options: tuple[str, ...]) -> str:
 
 
 def fallback_text(kind: str, code: str) -> str:
-    """What a surface without buttons adds: how to answer in words (these commands work on every surface)."""
+    """What a surface without buttons adds: how to answer in words (these commands work on every
+    surface)."""
     if kind == "ask":
         return "Reply with the number of an answer, or write your own."
-    return (f"Reply `/approve {code}` to allow it once, `/approve {code} session` to allow this tool for the rest "
-            f"of the conversation, or `/deny {code}`.")
+    return (f"Reply `/approve {code}` to allow it once, `/approve {code} session` to allow this"
+            f" tool for the rest of the conversation, or `/deny {code}`.")
 
 
 def choices(kind: str, token: str, options: tuple[str, ...]) -> Choices:
@@ -96,21 +99,23 @@ def outcome_line(state: str, decision: str | None, who: str | None, *, minutes: 
 def result_text(state: str, decision: str | None, *, minutes: float) -> str:
     """The tool result the model reads for a call that did not run, or for an `ask`."""
     if state == "denied":
-        return "The user denied this call, so it was not run. Tell them it was not done; do not try it again " \
-               "unless they ask."
+        return ("The user denied this call, so it was not run. Tell them it was not done; do not"
+                " try it again unless they ask.")
     if state == "expired":
-        return f"Nobody answered within {_minutes(minutes)}, so nothing was done (the call was not run). " \
-               "Tell the user."
+        return (f"Nobody answered within {_minutes(minutes)}, so nothing was done (the call was not"
+                " run). Tell the user.")
     if state == "unknown":
-        return ("The user approved this call and it started, but the gateway stopped before it finished, so "
-                "whether it took effect is unknown. It will not be run again by itself: check its effect if you "
-                "can before trying again, and tell the user.")
+        return ("The user approved this call and it started, but the gateway stopped before it"
+                " finished, so whether it took effect is unknown. It will not be run again by"
+                " itself: check its effect if you can before trying again, and tell the user.")
     return f"The user answered: {decision}"
 
 
 def _minutes(minutes: float) -> str:
     whole = round(minutes)
-    return f"{whole} minute{'s' if whole != 1 else ''}" if abs(minutes - whole) < 1e-9 else f"{minutes:g} minutes"
+    if abs(minutes - whole) > 1e-9:
+        return f"{minutes:g} minutes"
+    return f"{whole} minute{'s' if whole != 1 else ''}"
 
 
 def _short(text: str, limit: int) -> str:

@@ -1,30 +1,38 @@
 """A turn that waits for a person: stop, ask, wait, go on, exactly once and across restarts.
 
-When the agent loop stops at a held call, `carry` stores the request with the turn as it stood (the model's
-messages so far, the calls left: `checkpoint`) and the chunks that ask it, in one transaction; sends it; and waits
-(the session's lane waits with it, other sessions go on) for a decision, the expiry or /stop. A yes is recorded
-with "executing" in one statement before the call runs, and the call's result is stored before the model is asked
-again, so a call runs at most once: twice tapped, or killed after "executing" (then never again: the model is told
-the outcome is unknown). After a restart `load` re-arms what was pending with its remaining time and the turn
-goes on from its checkpoint, the same buttons still working. Decisions come in through `decide` (answers.py).
+When the agent loop stops at a held call, `carry` stores the request with the turn as it stood (the
+model's messages so far, the calls left: `checkpoint`) and the chunks that ask it, in one
+transaction; sends it; and waits (the session's lane waits with it, other sessions go on) for a
+decision, the expiry or /stop. A yes is recorded with "executing" in one statement before the call
+runs, and the call's result is stored before the model is asked again, so a call runs at most once:
+twice tapped, or killed after "executing" (then never again: the model is told the outcome is
+unknown). After a restart `load` re-arms what was pending with its remaining time and the turn goes
+on from its checkpoint, the same buttons still working. Decisions come in through `decide`
+(answers.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
 
-from gateway.agent.holds import Resume, ToolCallView
+from gateway.agent.holds import Resume
 from gateway.agent.loop import TurnResult
 from gateway.agent.tools.registry import Hold, ToolContext, ToolRegistry, ToolResult
 from gateway.approvals import request as texts
 from gateway.approvals.book import ApprovalBook, ApprovalRow, NewRequest, message_turn
+from gateway.approvals.checkpoint import (
+    arguments_of,
+    checkpoint,
+    loads,
+    result_of,
+    resume_from,
+    stored_result,
+    unknown_result,
+)
 from gateway.approvals.closing import Closer
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
@@ -32,7 +40,6 @@ from gateway.delivery.stream import Streams
 from gateway.events import Adapter, Choices, Inbound, Interactive, OutboundKind
 from gateway.llm.types import ChatMessage
 from gateway.store.database import Store
-from gateway.store.transcript import with_image_data
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +63,9 @@ class WaitPorts:
 
 @dataclass(frozen=True, slots=True)
 class WaitingTurn:
-    """The turn that waits: its session and lane, the message that started it (its sender may answer), who the
-    call runs for, what may run, and the user message it answers (stored with the checkpoint)."""
+    """The turn that waits: its session and lane, the message that started it (its sender may
+    answer), who the call runs for, what may run, and the user message it answers (stored with the
+    checkpoint)."""
 
     key: str
     session_id: int
@@ -84,31 +92,38 @@ class Opened:
     decided: asyncio.Future[Decision]
     timer: asyncio.Task[None] | None = None
     choices: Choices | None = None
-    parked: set[str] = field(default_factory=set)  # the lane key of the turn waiting for it, while it waits
+    # the lane key of the turn waiting for it, while it waits
+    parked: set[str] = field(default_factory=set)
 
 
 class Waits:
-    def __init__(self, ports: WaitPorts, config: Config, *, grant: Callable[[int, str], None]) -> None:
+    def __init__(self, ports: WaitPorts, config: Config, *,
+                 grant: Callable[[int, str], None]) -> None:
         self.ports = ports
         self.store = ports.store
         self.book = ApprovalBook(ports.store)
         self.admins = frozenset(config.access.admins)
         self.minutes = config.tools.approval.timeout_minutes
         self.grant = grant  # "Allow for this session": the policy remembers it
-        self.closer = Closer(self.book, ports.outbox, ports.adapters, clock=ports.clock, sleep=ports.sleep,
+        self.closer = Closer(self.book, ports.outbox, ports.adapters, clock=ports.clock,
+                             sleep=ports.sleep,
                              minutes=self.minutes)
         self.open: dict[int, Opened] = {}   # pending requests by id
-        self.points: dict[int, ApprovalRow] = {}  # inbound id → where a turn stopped before a restart goes on
+        # inbound id → where a turn stopped before a restart goes on
+        self.points: dict[int, ApprovalRow] = {}
         self.draining = False
 
     # ------------------------------------------------------------------ the turn's side
     def point(self, inbound_id: int) -> ApprovalRow | None:
-        """Where a turn stopped before a restart goes on from (a dict lookup: an ordinary turn pays no SQL)."""
+        """Where a turn stopped before a restart goes on from (a dict lookup: an ordinary turn pays
+        no SQL)."""
         return self.points.get(inbound_id)
 
-    async def carry(self, turn: WaitingTurn, result: TurnResult | None, run: Run) -> TurnResult | None:
-        """Wait for a person as often as the turn stops (`result.waiting`), going on after each answer; the final
-        result, or None when the turn was stopped meanwhile (its request cancelled: nothing to answer)."""
+    async def carry(self, turn: WaitingTurn, result: TurnResult | None,
+                    run: Run) -> TurnResult | None:
+        """Wait for a person as often as the turn stops (`result.waiting`), going on after each
+        answer; the final result, or None when the turn was stopped meanwhile (its request
+        cancelled: nothing to answer)."""
         point = self.points.pop(turn.inbound_id, None)
         if point is not None:
             resume = await self._went_on(turn, point)
@@ -130,34 +145,40 @@ class Waits:
         hold, call = result.waiting.hold, result.waiting.call
         chat = turn.inbound.chat
         adapter = self.ports.adapters.get(chat.platform)
-        if self.ports.streams is not None:  # the answer comes after the request, not in the preview above it
+        # the answer comes after the request, not in the preview above it
+        if self.ports.streams is not None:
             await self.ports.streams.abandon(turn.turn_id, chat, adapter)
         now = self.ports.clock()
         new = NewRequest(kind=hold.kind, session_id=turn.session_id, inbound_id=turn.inbound_id,
                          turn_id=turn.turn_id, chat=chat, requester=turn.inbound.user_id,
-                         requester_name=turn.inbound.user_name, tool=call["name"], call_id=call["id"],
-                         arguments=_arguments(call), request=hold.text, options=hold.options,
-                         checkpoint=checkpoint(turn.user_message, result), expires_at=now + self._timeout)
+                         requester_name=turn.inbound.user_name, tool=call["name"],
+                         call_id=call["id"], arguments=arguments_of(call), request=hold.text,
+                         options=hold.options, checkpoint=checkpoint(turn.user_message, result),
+                         expires_at=now + self._timeout)
         interactive = isinstance(adapter, Interactive)
         row = await self.store.health.write(lambda: self.book.open(
             new, lambda rid, code: self._rows(rid, code, turn, hold, interactive), now=now))
         self._arm(row)
-        log.info("turn waits for a person platform=%s session=%s turn=%s request=%s tool=%s", chat.platform,
+        log.info("turn waits for a person platform=%s session=%s turn=%s request=%s tool=%s",
+                 chat.platform,
                  turn.session_id, turn.turn_id, row.id, row.tool)
         await self.ports.outbox.deliver(row.message_turn)
         return row
 
     def _rows(self, request_id: int, code: str, turn: WaitingTurn, hold: Hold,
               interactive: bool) -> list[dict[str, object]]:
-        """The request's chunks: its text, and on a surface without buttons how to answer in words."""
+        """The request's chunks: its text, and on a surface without buttons how to answer in
+        words."""
         text = self._shown(hold.kind, hold.text, hold.options, turn.inbound.user_name, self.minutes)
         if not interactive:
             text = f"{text}\n\n{texts.fallback_text(hold.kind, code)}"
-        return self.ports.outbox.rows_for(message_turn(request_id), turn.inbound.chat, text,
-                                          kind=OutboundKind.NOTICE, reply_to_id=turn.inbound.message_id)
+        inbound = turn.inbound
+        return self.ports.outbox.rows_for(message_turn(request_id), inbound.chat, text,
+                                          kind=OutboundKind.NOTICE, reply_to_id=inbound.message_id)
 
     @staticmethod
-    def _shown(kind: str, request: str, options: tuple[str, ...], who: str | None, minutes: float | None) -> str:
+    def _shown(kind: str, request: str, options: tuple[str, ...], who: str | None,
+               minutes: float | None) -> str:
         if kind == "ask":
             return texts.ask_text(request, options)
         return texts.approval_text(request, who=who, minutes=minutes)
@@ -185,19 +206,21 @@ class Waits:
         return await self._outcome(turn, row, decision)
 
     def _left(self, row: ApprovalRow) -> None:
-        """The waiting turn was cancelled: by /stop, /new or an interrupting message its request is cancelled; by
-        the daemon's drain it stays pending for the next start."""
+        """The waiting turn was cancelled: by /stop, /new or an interrupting message its request is
+        cancelled; by the daemon's drain it stays pending for the next start."""
         if self.draining:
             return
         self.decide(row, Decision("cancelled"))
 
-    async def _outcome(self, turn: WaitingTurn, row: ApprovalRow, decision: Decision) -> Resume | None:
+    async def _outcome(self, turn: WaitingTurn, row: ApprovalRow,
+                       decision: Decision) -> Resume | None:
         if decision.state == "executing":
             if decision.decision == texts.SESSION:
                 self.grant(row.session_id, row.tool)
             outcome = await self._run(turn, row)
         elif decision.state in ("answered", "denied", "expired"):
-            outcome = ToolResult(texts.result_text(decision.state, decision.decision, minutes=self.minutes),
+            outcome = ToolResult(texts.result_text(decision.state, decision.decision,
+                                                   minutes=self.minutes),
                                  is_error=decision.state != "answered")
         else:  # cancelled while it waited: nothing to answer
             self.store.set_inbound_status(turn.inbound_id, "interrupted", now=self.ports.clock())
@@ -205,35 +228,39 @@ class Waits:
         return resume_from(row, outcome, self.store.path.parent)
 
     async def _run(self, turn: WaitingTurn, row: ApprovalRow) -> ToolResult:
-        """The approved call, once: "executing" is on record already; its result goes on record before the model
-        hears it. Cancelled meanwhile (/stop), it is on record as unknown."""
+        """The approved call, once: "executing" is on record already; its result goes on record
+        before the model hears it. Cancelled meanwhile (/stop), it is on record as unknown."""
         try:
-            outcome = await self.ports.registry.call(row.tool, _loads(row.arguments), turn.ctx,
+            outcome = await self.ports.registry.call(row.tool, loads(row.arguments), turn.ctx,
                                                      allowed=turn.allowed, approved=True)
         except asyncio.CancelledError:
             if not self.draining:
-                self.book.finish(row.id, "unknown", _result(_unknown(self.minutes)), now=self.ports.clock())
+                lost = stored_result(unknown_result(self.minutes))
+                self.book.finish(row.id, "unknown", lost, now=self.ports.clock())
             raise
-        await self.store.health.write(lambda: self.book.finish(row.id, "done", _result(outcome),
+        done = stored_result(outcome)
+        await self.store.health.write(lambda: self.book.finish(row.id, "done", done,
                                                                now=self.ports.clock()))
-        log.info("approved call ran request=%s tool=%s ok=%s", row.id, row.tool, not outcome.is_error)
+        log.info("approved call ran request=%s tool=%s ok=%s", row.id, row.tool,
+                 not outcome.is_error)
         return outcome
 
     async def _went_on(self, turn: WaitingTurn, row: ApprovalRow) -> Resume | None:
-        """After a restart: the turn goes on from where it stopped, never asking the model again for it."""
+        """After a restart: the turn goes on from where it stopped, never asking the model again for
+        it."""
         if row.state == "pending":
             return await self._answer_of(turn, row)
         return await self._settled(turn, row)
 
     async def _settled(self, turn: WaitingTurn, row: ApprovalRow) -> Resume | None:
         if row.state == "executing":  # it may have run before the daemon died: never run it again
-            unknown = _unknown(self.minutes)
-            self.book.finish(row.id, "unknown", _result(unknown), now=self.ports.clock())
-            log.warning("approved call of request %s (%s) was running when the daemon stopped; its outcome is "
-                        "unknown and it is not run again", row.id, row.tool)
+            unknown = unknown_result(self.minutes)
+            self.book.finish(row.id, "unknown", stored_result(unknown), now=self.ports.clock())
+            log.warning("approved call of request %s (%s) was running when the daemon stopped; its"
+                        " outcome is unknown and it is not run again", row.id, row.tool)
             return resume_from(row, unknown, self.store.path.parent)
         if row.state in ("done", "unknown") and row.result:
-            return resume_from(row, _result_of(_loads(row.result)), self.store.path.parent)
+            return resume_from(row, result_of(loads(row.result)), self.store.path.parent)
         if row.state in ("denied", "expired", "answered"):
             outcome = ToolResult(texts.result_text(row.state, row.decision, minutes=self.minutes),
                                  is_error=row.state != "answered")
@@ -243,24 +270,29 @@ class Waits:
 
     # ------------------------------------------------------------------ decisions
     def decide(self, row: ApprovalRow, decision: Decision) -> bool:
-        """Record a decision (one conditional UPDATE from pending: the first one wins), wake the turn and replace
-        the buttons by the outcome; False when the request was no longer pending."""
-        if not self.book.decide(row.id, decision.state, decision.decision, decision.by, now=self.ports.clock()):
+        """Record a decision (one conditional UPDATE from pending: the first one wins), wake the
+        turn and replace the buttons by the outcome; False when the request was no longer
+        pending."""
+        if not self.book.decide(row.id, decision.state, decision.decision, decision.by,
+                                now=self.ports.clock()):
             return False
-        opened = self.open.get(row.id)  # kept until its turn takes the decision (it may not be waiting yet)
+        # kept until its turn takes the decision (it may not be waiting yet)
+        opened = self.open.get(row.id)
         if opened is not None:
             if opened.timer is not None:
                 opened.timer.cancel()
             if not opened.decided.done():
                 opened.decided.set_result(decision)
-        log.info("request %s %s%s", row.id, decision.state, f" ({decision.decision})" if decision.decision else "")
-        self.closer.close_soon(row, self.shown(row), texts.outcome_line(decision.state, decision.decision,
-                                                                         decision.by, minutes=self.minutes))
+        log.info("request %s %s%s", row.id, decision.state,
+                 f" ({decision.decision})" if decision.decision else "")
+        line = texts.outcome_line(decision.state, decision.decision, decision.by,
+                                  minutes=self.minutes)
+        self.closer.close_soon(row, self.shown(row), line)
         return True
 
     def choices_for(self, turn_id: str) -> Choices | None:
-        """The outbox's hook: the buttons of a request's message while it is pending (a message sent late, after
-        its request was decided, goes without them)."""
+        """The outbox's hook: the buttons of a request's message while it is pending (a message sent
+        late, after its request was decided, goes without them)."""
         if not turn_id.startswith("wait"):
             return None
         opened = self.open.get(int(turn_id[4:])) if turn_id[4:].isdigit() else None
@@ -280,27 +312,30 @@ class Waits:
 
     def _arm(self, row: ApprovalRow) -> None:
         loop = asyncio.get_running_loop()
-        opened = Opened(row, loop.create_future(), choices=texts.choices(row.kind, row.token, row.answers))
+        opened = Opened(row, loop.create_future(),
+                        choices=texts.choices(row.kind, row.token, row.answers))
         self.open[row.id] = opened
         opened.timer = loop.create_task(self._expire_at(row), name=f"approval-expiry:{row.id}")
 
     async def _expire_at(self, row: ApprovalRow) -> None:
-        """Sleep (on the injected clock) until the request expires, however often the sleep wakes early."""
+        """Sleep (on the injected clock) until the request expires, however often the sleep wakes
+        early."""
         due = datetime.fromisoformat(row.expires_at)
         while (left := (due - self.ports.clock()).total_seconds()) > 0:
             await self.ports.sleep(left)
         self.expire_due()
 
     def expire_due(self) -> int:
-        """Expire every pending request whose time is up (what the timers do; a test calls it after moving the
-        clock); returns how many."""
+        """Expire every pending request whose time is up (what the timers do; a test calls it after
+        moving the clock); returns how many."""
         now = self.ports.clock()
         due = [o.row for o in self.pending() if datetime.fromisoformat(o.row.expires_at) <= now]
         return sum(self.decide(row, Decision("expired")) for row in due)
 
     def load(self) -> None:
-        """At boot, before the stored turns are replayed: every unfinished turn's stop, pending requests re-armed
-        with their remaining time, requests whose turn is over cancelled, unfinished edits done again."""
+        """At boot, before the stored turns are replayed: every unfinished turn's stop, pending
+        requests re-armed with their remaining time, requests whose turn is over cancelled,
+        unfinished edits done again."""
         for row in self.book.resumable():
             self.points[row.inbound_id] = row
             if row.state == "pending":
@@ -312,8 +347,8 @@ class Waits:
             self.closer.close_soon(row, self.shown(row), line)
 
     def park(self) -> set[str]:
-        """The drain begins: turns waiting for a person stop waiting now (their requests stay pending for the
-        next start); returns their lane keys."""
+        """The drain begins: turns waiting for a person stop waiting now (their requests stay
+        pending for the next start); returns their lane keys."""
         self.draining = True
         return self.parked_keys()
 
@@ -322,58 +357,3 @@ class Waits:
             if opened.timer is not None:
                 opened.timer.cancel()
         await self.closer.close()
-
-
-def checkpoint(user_message: ChatMessage, result: TurnResult) -> str:
-    """The turn as it stood: the user message, the model's messages so far, the step's calls left (the first is
-    the one that waits) and the counters; images as file names (their bytes are read back from disk)."""
-    assert result.waiting is not None
-    return json.dumps({"user": _bare(user_message), "messages": [_bare(m) for m in result.messages],
-                       "calls": list(result.waiting.calls), "iterations": result.iterations,
-                       "tool_calls": result.tool_calls}, ensure_ascii=False)
-
-
-def user_of(row: ApprovalRow, home: Path) -> ChatMessage:
-    """The user message a stopped turn answers, its images' bytes read back."""
-    return with_image_data([json.loads(row.checkpoint)["user"]], home)[0]
-
-
-def resume_from(row: ApprovalRow, outcome: ToolResult, home: Path) -> Resume:
-    point = json.loads(row.checkpoint)
-    messages = with_image_data(point["messages"], home)
-    calls: tuple[ToolCallView, ...] = tuple(point["calls"])
-    return Resume(tuple(messages), calls, outcome, point["iterations"], point["tool_calls"])
-
-
-def _bare(message: ChatMessage) -> dict[str, Any]:
-    out = dict(message)
-    if out.get("images"):
-        out["images"] = [{"media_type": i["media_type"], "file": i["file"]} for i in out["images"] if i.get("file")]
-    return out
-
-
-def _arguments(call: ToolCallView) -> dict[str, Any]:
-    raw = call.get("arguments")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            raw = {}
-    return dict(raw) if isinstance(raw, Mapping) else {}
-
-
-def _loads(text: str) -> Any:
-    return json.loads(text)
-
-
-def _result(outcome: ToolResult) -> dict[str, Any]:
-    return {"text": outcome.text, "is_error": outcome.is_error, "images": [dict(i) for i in outcome.images]}
-
-
-def _result_of(stored: dict[str, Any]) -> ToolResult:
-    return ToolResult(str(stored.get("text", "")), bool(stored.get("is_error")),
-                      tuple(dict(i) for i in stored.get("images") or ()))
-
-
-def _unknown(minutes: float) -> ToolResult:
-    return ToolResult(texts.result_text("unknown", None, minutes=minutes), is_error=True)

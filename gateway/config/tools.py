@@ -28,8 +28,10 @@ class McpServerConfig:
     enabled: bool = True
     timeout_s: float = field(default=60.0, metadata={"positive": True})
     connect_timeout_s: float = field(default=30.0, metadata={"positive": True})
-    # Which of its tools wait for a person's yes: `auto` those the server marks destructiveHint (never those it
-    # marks readOnlyHint), `always` every one, `never` none (tools.approval.require still names some).
+    # Which of its tools wait for a person's yes: `auto` those the server marks destructiveHint
+    # (never those it
+    # marks readOnlyHint), `always` every one, `never` none (tools.approval.require still names
+    # some).
     approval: Literal["auto", "always", "never"] = "auto"
 
     def __post_init__(self) -> None:
@@ -76,8 +78,9 @@ class WebSearchConfig:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalConfig:
-    """Calls that wait for a person's yes (docs/tools.md): `require` names tools (globs, on the real name) on top
-    of what MCP servers mark destructive; a request nobody answers in `timeout_minutes` expires, unrun."""
+    """Calls that wait for a person's yes (docs/tools.md): `require` names tools (globs, on the real
+    name) on top of what MCP servers mark destructive; a request nobody answers in `timeout_minutes`
+    expires, unrun."""
 
     require: tuple[str, ...] = ()
     timeout_minutes: float = field(default=10.0, metadata={"min": 1})

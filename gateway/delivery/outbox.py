@@ -122,7 +122,8 @@ class Outbox:
         self.metrics = metrics
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
-        # A turn's buttons, if it has any (gateway/approvals/waits.py: a request's, while it is pending).
+        # A turn's buttons, if it has any (gateway/approvals/waits.py: a request's, while it is
+        # pending).
         self.choices: Callable[[str], Choices | None] | None = None
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
@@ -132,10 +133,12 @@ class Outbox:
 
     def message_for(self, chat: ChatRef, markdown: str, *,
                     kind: OutboundKind = OutboundKind.NOTICE) -> OutboundMessage:
-        """`markdown` rendered for the chat's platform as one message (its first chunk): an edit's new text."""
+        """`markdown` rendered for the chat's platform as one message (its first chunk): an edit's
+        new text."""
         row = self.rows_for("edit", chat, markdown, kind=kind)[0]
         entities = tuple(TextEntity(**e) for e in json.loads(str(row["entities"] or "[]")))
-        return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]), entities=entities,
+        return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]),
+                               entities=entities,
                                kind=kind)
 
     async def post(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,

@@ -46,7 +46,8 @@ class McpTool:
     exposed: str      # what the model calls: mcp_<server>_<tool>
     description: str
     schema: dict[str, Any]
-    read_only: bool = False    # what the server says of it (annotations); a hint, read by the approval policy
+    # what the server says of it (annotations); a hint, read by the approval policy
+    read_only: bool = False
     destructive: bool = False
 
 

@@ -44,7 +44,8 @@ class ListedTool:
     description: str
     input_schema: dict[str, Any]
     read_only: bool = False    # annotations.readOnlyHint: true
-    destructive: bool = False  # annotations.destructiveHint: true (said outright, not the spec's default)
+    # annotations.destructiveHint: true (said outright, not the spec's default)
+    destructive: bool = False
 
 
 class Link:

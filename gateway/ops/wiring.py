@@ -112,15 +112,17 @@ class Gateway:
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
     media: AttachmentTurns | None = None
     waits: Waits | None = None  # turns waiting for a person (gateway/approvals/)
-    approvals: ApprovalPolicy | None = None  # which calls wait; `always_ask` for a tool that always does
+    # which calls wait; `always_ask` for a tool that always does
+    approvals: ApprovalPolicy | None = None
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
-        """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a CLI command);
-        the approvals' expiry timers and message edits stop too (their requests stay stored)."""
+        """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a
+        CLI command); the approvals' expiry timers and message edits stop too (their requests stay
+        stored)."""
         if self.waits is not None:
             await self.waits.close()
         if self.mcp is not None:
@@ -281,10 +283,12 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
 
 
 def _approvals(config: Config, sessions: SessionManager, gate: AccessGate, catalog: ToolCatalog,
-               streams: Streams, *, redact: Callable[[str], str], sleep: Sleep) -> tuple[Waits, ApprovalPolicy]:
-    """Calls that wait for a person: the check at the registry's dispatch point, the waiting turns, the answers
-    at the gate, and the buttons the outbox adds to a request's message."""
-    policy = ApprovalPolicy(config, catalog.hints, ApprovalBook(sessions.store).granted, redact=redact)
+               streams: Streams, *, redact: Callable[[str], str],
+               sleep: Sleep) -> tuple[Waits, ApprovalPolicy]:
+    """Calls that wait for a person: the check at the registry's dispatch point, the waiting turns,
+    the answers at the gate, and the buttons the outbox adds to a request's message."""
+    policy = ApprovalPolicy(config, catalog.hints, ApprovalBook(sessions.store).granted,
+                            redact=redact)
     ports = WaitPorts(store=sessions.store, outbox=sessions.outbox, adapters=sessions.adapters,
                       registry=catalog.registry, clock=sessions.clock, sleep=sleep, streams=streams)
     waits = Waits(ports, config, grant=policy.grant)

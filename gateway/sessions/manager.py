@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 
 from gateway.agent.holds import Resume
 from gateway.agent.loop import Agent, TurnResult
@@ -80,7 +81,7 @@ class SessionManager:
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
-        self.waiting: Waiting | None = None  # turns that wait for a person (gateway/approvals/turns.py)
+        self.waiting: Waiting | None = None  # turns that wait for a person (gateway/approvals/)
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
@@ -115,8 +116,8 @@ class SessionManager:
         key = self.key_for(inbound)
         if await self._command(inbound_id, inbound, key):
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
-        if self.waiting is not None and self.waiting.took(inbound_id, inbound):
-            return SubmitResult(SubmitOutcome.ACCEPTED, "answer")  # the answer to its sender's open question
+        if self.waiting is not None and self.waiting.took(inbound_id, inbound):  # answers an `ask`
+            return SubmitResult(SubmitOutcome.ACCEPTED, "answer")
         return await self._enqueue(key, inbound_id, inbound)
 
     async def _command(self, inbound_id: int, inbound: Inbound, key: str) -> bool:
@@ -217,12 +218,12 @@ class SessionManager:
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
-        point = self.waiting.point(inbound_id) if self.waiting is not None else None  # stopped before a restart
-        if inbound.group_id and self.media is not None and point is None:  # an album: its parts join this turn
+        stop = self.waiting.stop_of(inbound_id) if self.waiting else None  # stopped, then restarted
+        if inbound.group_id and self.media is not None and not stop:  # an album: one turn for all
             inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()
-        session, ended = (self.open_session(self.key_for(inbound), inbound, now) if point is None else
-                          (self.store.session(point.session_id), None))
+        session, ended = (self.open_session(self.key_for(inbound), inbound, now) if stop is None
+                          else (self.store.session(stop.session_id), None))
         touch = inbound.chat.platform != "cron"  # idle counts real user messages only
         self.store.start_turn(inbound_id, session.id, now=now, touch_user=touch)
         if touch:
@@ -234,7 +235,7 @@ class SessionManager:
                   inbound.text)
         if ended and self._notify_reset(session):
             await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
-        media = await self._attachments(inbound_id, inbound, session) if point is None else None
+        media = await self._attachments(inbound_id, inbound, session) if stop is None else None
         if media is not None and media.all_failed and not inbound.text.strip():
             assert media.notice is not None  # nothing else to answer: what went wrong is the answer
             await self._settle(inbound_id, "answered", f"m{inbound_id}", inbound, media.notice, session_id=session.id)
@@ -263,16 +264,12 @@ class SessionManager:
         try:
             prompt = self._prompt.ensure(session)
             history = session_history(self.store, session.id)
-            waiting = self.waiting
-            point = waiting.point(inbound_id) if waiting is not None else None
-            user_msg = waiting.user_of(point) if waiting and point else user_message(inbound, ended, media)
-            if point is None:
-                prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
-
-            def run(resume: Resume | None = None) -> Awaitable[TurnResult]:
-                return self._run_agent(session, inbound, prompt, history, user_msg, held, turn, resume)
-            result = await (waiting.turn(self, session, inbound, inbound_id, user_msg, point, run) if waiting
-                            else run())
+            stop = self.waiting.stop_of(inbound_id) if self.waiting else None
+            user_msg = stop.user_message if stop else user_message(inbound, ended, media)
+            prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
+            run = partial(self._run_agent, session, inbound, prompt, history, user_msg, held, turn)
+            result = await (self.waiting.turn(self, session, inbound, turn, user_msg, stop, run)
+                            if self.waiting else run())
             if result is None:
                 return  # stopped while it waited for a person: nothing to answer
         except (LLMError, TimeoutError) as exc:
@@ -342,7 +339,8 @@ class SessionManager:
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
                     return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
                                                 tools=tools.specs, allowed_tools=allowed, on_reply=record,
-                                                stream=live.sink, on_tool=live.on_tool, resume=resume)
+                                                stream=live.sink, on_tool=live.on_tool,
+                                                resume=resume)
 
     def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
         return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
@@ -360,11 +358,11 @@ class SessionManager:
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
-        return await replay(self)  # stored-but-unanswered messages, oldest first (gateway/sessions/catchup.py)
+        return await replay(self)  # stored but unanswered messages, oldest first (catchup.py)
 
     def stop_accepting(self) -> None:
         self._lanes.accepting = False
-        self._lanes.cancel_lanes(self.waiting.park() if self.waiting else set())  # they wait on after the restart
+        self._lanes.cancel_lanes(self.waiting.park() if self.waiting else set())  # after a restart
 
     def busy_lanes(self) -> int:
         return self._lanes.busy_lanes()

@@ -1,7 +1,8 @@
-"""What a web chat tab is told when it connects: which model answers (or the command that configures one), and the
-current session's words, with each message that failed kept in its place (the error it got, and its id so the page
-can offer to send it again) until it is retried or the session ends, and a request still waiting for the person's
-answer with its buttons. The web adapter gets these as plain callables; it never reads the store itself.
+"""What a web chat tab is told when it connects: which model answers (or the command that configures
+one), and the current session's words, with each message that failed kept in its place (the error it
+got, and its id so the page can offer to send it again) until it is retried or the session ends, and
+a request still waiting for the person's answer with its buttons. The web adapter gets these as
+plain callables; it never reads the store itself.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class WebChatHistory:
         return [*(line for _, line in found[-SHOWN:]), *self._waiting(client)]
 
     def _waiting(self, client: str) -> list[dict[str, Any]]:
-        """The tab's requests still waiting for an answer, as their message showed them, with their buttons."""
+        """The tab's requests still waiting for an answer, as their message showed them, with their
+        buttons."""
         lines = []
         for row in ApprovalBook(self.store).pending():
             if row.platform != "web" or row.chat_id != client:
@@ -72,9 +74,11 @@ class WebChatHistory:
             sent = [o for o in self.store.outbound_for_turn(row.message_turn) if o.status == "sent"]
             if sent:
                 offered = choices(row.kind, row.token, row.answers)
-                lines.append({"role": "assistant", "text": sent[-1].text, "id": sent[-1].platform_message_id,
+                lines.append({"role": "assistant", "text": sent[-1].text,
+                              "id": sent[-1].platform_message_id,
                               "choices": {"token": offered.token, "options": [
-                                  {"label": c.label, "value": c.value, "style": c.style} for c in offered.options]}})
+                                  {"label": c.label, "value": c.value, "style": c.style}
+                                  for c in offered.options]}})
         return lines
 
     def _sent(self, client: str, session_id: int) -> dict[int, dict[str, Any]]:

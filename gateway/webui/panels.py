@@ -1,6 +1,6 @@
-"""What the dashboard shows, as JSON-ready data: the model, each adapter's health, sessions, memory flushes,
-pairing requests, requests waiting for a person's answer and scheduled jobs. Read-only; every text that may hold
-a secret passes the redactor.
+"""What the dashboard shows, as JSON-ready data: the model, each adapter's health, sessions, memory
+flushes, pairing requests, requests waiting for a person's answer and scheduled jobs. Read-only;
+every text that may hold a secret passes the redactor.
 """
 
 from __future__ import annotations
@@ -93,8 +93,10 @@ def pairing(book: PairingBook, now: datetime) -> dict[str, Any]:
 
 
 def approvals(store: Store, redact: Redact) -> list[dict[str, Any]]:
-    """Requests waiting for a person: a tool call to allow or deny, or an `ask` question (docs/tools.md)."""
-    return [{"id": r.id, "kind": r.kind, "platform": r.platform, "chat_id": r.chat_id, "requester": r.requester,
+    """Requests waiting for a person: a tool call to allow or deny, or an `ask` question
+    (docs/tools.md)."""
+    return [{"id": r.id, "kind": r.kind, "platform": r.platform, "chat_id": r.chat_id,
+             "requester": r.requester,
              "requester_name": r.requester_name, "tool": r.tool, "request": redact(r.request)[:500],
              "code": r.code, "asked_at": r.created_at, "expires_at": r.expires_at}
             for r in ApprovalBook(store).pending()]

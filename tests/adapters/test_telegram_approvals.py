@@ -1,7 +1,8 @@
-"""Approvals and questions on Telegram end to end: real aiogram polling against the fake Bot API (inline keyboards,
-callback queries that must be answered with answerCallbackQuery), the whole daemon behind it, a real MCP server
-whose `delete_file` is annotated destructive and records each run in a file, and the fake LLM. Assertions are what
-each Telegram user saw (the buttons, their answers, the edited message) and how often the tool really ran."""
+"""Approvals and questions on Telegram end to end: real aiogram polling against the fake Bot API
+(inline keyboards, callback queries that must be answered with answerCallbackQuery), the whole
+daemon behind it, a real MCP server whose `delete_file` is annotated destructive and records each
+run in a file, and the fake LLM. Assertions are what each Telegram user saw (the buttons, their
+answers, the edited message) and how often the tool really ran."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_telegram import ALICE, BOB, GROUP, VirtualTime, telegram_yaml
-from tests.approvals_support import DELETE, mcp_yaml, runs, tool_results
+from tests.approvals_support import DELETE, mcp_yaml, result_of, runs
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram, SentMessage
 from tests.helpers import write_config
@@ -33,7 +34,8 @@ async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path,
     virtual = VirtualTime()
     tg.clock = virtual.monotonic
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
-    gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False, clock=clock or FakeClock(),
+    gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False,
+                       clock=clock or FakeClock(),
                        sleep=virtual.sleep, monotonic=virtual.monotonic)
     running = Daemon(gw, install_signals=False)
     await running.start()
@@ -51,12 +53,13 @@ async def request_in(tg: FakeTelegram, chat: int, count: int = 1) -> SentMessage
 
 async def edited_away(tg: FakeTelegram, chat: int, message_id: int) -> SentMessage:
     """The request once its keyboard is gone (the edit that shows its outcome)."""
-    await tg.wait_until(lambda: not tg.buttons(chat, message_id), describe=lambda: "the keyboard stayed")
+    await tg.wait_until(lambda: not tg.buttons(chat, message_id),
+                        describe=lambda: "the keyboard stayed")
     return next(m for m in tg.sent_messages(chat) if m.message_id == message_id)
 
 
 async def test_in_a_group_only_the_asker_can_allow_and_allow_once_runs_once(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted the report."))
     async with daemon(home, fake_llm, tg, tmp_path) as gw:
@@ -67,28 +70,33 @@ async def test_in_a_group_only_the_asker_can_allow_and_allow_once_runs_once(
         assert "(asked by Alice)" in request.text and "/approve" not in request.text
         assert any(e["type"] == "code" for e in request.entities)  # the argument as Telegram code
 
-        bobs = tg.tap(GROUP, request.message_id, "Allow once", user_id=BOB, username="bob", first_name="Bob")
-        assert (await tg.wait_for_answer(bobs))["text"] == "Only Alice (who asked) or an admin can answer this."
+        bobs = tg.tap(GROUP, request.message_id, "Allow once", user_id=BOB, username="bob",
+                      first_name="Bob")
+        refused = await tg.wait_for_answer(bobs)
+        assert refused["text"] == "Only Alice (who asked) or an admin can answer this."
         assert tg.buttons(GROUP, request.message_id) == APPROVAL_BUTTONS and runs(tmp_path) == []
 
         alices = tg.tap(GROUP, request.message_id, "Allow once")
-        assert "text" not in await tg.wait_for_answer(alices)  # answered (the spinner stops), no toast
+        # answered (the spinner stops), no toast
+        assert "text" not in await tg.wait_for_answer(alices)
         reply = await tg.wait_for_sent(GROUP, count=2)
         assert reply.text == "Deleted the report."
         shown = await edited_away(tg, GROUP, request.message_id)
         assert shown.text.endswith("✅ Allowed once by Alice.") and "/srv/report.txt" in shown.text
 
         # A second device still showing the old keyboard taps again: nothing runs twice.
-        again = tg.inject_callback(GROUP, request.message_id, request.reply_markup["inline_keyboard"][0][0]
+        again = tg.inject_callback(GROUP, request.message_id,
+                                   request.reply_markup["inline_keyboard"][0][0]
                                    ["callback_data"])
-        assert (await tg.wait_for_answer(again))["text"].startswith("Already answered. ✅ Allowed once by Alice")
+        second = await tg.wait_for_answer(again)
+        assert second["text"].startswith("Already answered. ✅ Allowed once by Alice")
         await gw.sessions.wait_idle()
     assert runs(tmp_path) == ["delete_file /srv/report.txt"]
     assert set(tg.callback_answers) == set(tg.callback_queries)  # every tap's spinner was stopped
 
 
-async def test_deny_runs_nothing_and_the_model_says_so(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
-                                                       tmp_path: Path) -> None:
+async def test_deny_runs_nothing_and_the_model_says_so(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("All right, I left /srv/a alone."))
     async with daemon(home, fake_llm, tg, tmp_path):
@@ -100,11 +108,11 @@ async def test_deny_runs_nothing_and_the_model_says_so(home: Path, fake_llm: Fak
         shown = await edited_away(tg, ALICE, request.message_id)
     assert shown.text.endswith("🚫 Denied by Alice. Nothing was run.")
     assert runs(tmp_path) == []
-    assert "denied" in str(tool_results(fake_llm.anthropic_requests()[1])[0]["content"])
+    assert "denied" in str(result_of(fake_llm)["content"])
 
 
 async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
     tg, clock = fake_telegram, FakeClock()
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted /srv/b."))
     async with daemon(home, fake_llm, tg, tmp_path, clock):
@@ -122,24 +130,27 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
     assert len(tg.sent_messages(ALICE)) == 2  # the request was not sent twice
 
 
-async def test_an_expired_request_runs_nothing(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
-                                               tmp_path: Path) -> None:
+async def test_an_expired_request_runs_nothing(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
     tg, clock = fake_telegram, FakeClock()
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}), Reply("Nobody allowed it, so /srv/c stays."))
+    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}),
+                    Reply("Nobody allowed it, so /srv/c stays."))
     async with daemon(home, fake_llm, tg, tmp_path, clock) as gw:
         assert gw.waits is not None
         tg.inject_message(ALICE, "delete /srv/c")
         request = await request_in(tg, ALICE)
         clock.advance(minutes=10)
-        assert gw.waits.expire_due() == 1  # what its timer does once the injected clock says it is time
-        assert (await tg.wait_for_sent(ALICE, count=2)).text == "Nobody allowed it, so /srv/c stays."
+        # what its timer does once the injected clock says it is time
+        assert gw.waits.expire_due() == 1
+        answer = await tg.wait_for_sent(ALICE, count=2)
+        assert answer.text == "Nobody allowed it, so /srv/c stays."
         shown = await edited_away(tg, ALICE, request.message_id)
     assert shown.text.endswith("⌛ Expired: nobody answered within 10 minutes. Nothing was run.")
     assert runs(tmp_path) == []
 
 
-async def test_ask_with_two_options_returns_the_tapped_one(home: Path, fake_llm: FakeLLM,
-                                                           fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+async def test_ask_with_two_options_returns_the_tapped_one(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
                     Reply("Coffee it is."))
@@ -153,4 +164,4 @@ async def test_ask_with_two_options_returns_the_tapped_one(home: Path, fake_llm:
         assert (await tg.wait_for_sent(ALICE, count=2)).text == "Coffee it is."
         shown = await edited_away(tg, ALICE, request.message_id)
     assert shown.text.endswith("💬 Alice answered: Coffee")
-    assert tool_results(fake_llm.anthropic_requests()[1])[0]["content"] == "The user answered: Coffee"
+    assert result_of(fake_llm)["content"] == "The user answered: Coffee"

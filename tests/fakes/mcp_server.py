@@ -1,17 +1,19 @@
 """A real MCP server on the official `mcp` SDK (MCPServer), run by tests as a child process over stdio or
 streamable HTTP on 127.0.0.1.
 
-    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log] [--runs runs.log] [--hold F]
-                                     [--http --port 0 --port-file F --require-token T] [--legacy]
+    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log] [--runs runs.log]
+    [--hold F] [--http --port 0 --port-file F --require-token T] [--legacy]
 
-`tools.json` is `{"tools": ["echo", ...], "version": "v1"}`: which of the tools below it offers, and a word
-appended to every description (so a test can change a server's tools between two daemon runs). The `reload` tool
-(when the file lists it at start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection through
-its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed; `--legacy` makes the server
-speak only the 2025 protocol). Each start appends a line to `--starts`, so a test can count restarts.
-`delete_file` is annotated destructiveHint, `read_file` readOnlyHint (and destructiveHint: read-only wins),
-`rename_file` not at all; the two that change something append a line to `--runs` as they start (a run is counted
-across restarts and kills), and `delete_file` then waits until the `--hold` file exists (or its parent dies).
+`tools.json` is `{"tools": ["echo", ...], "version": "v1"}`: which of the tools below it offers, and
+a word appended to every description (so a test can change a server's tools between two daemon
+runs). The `reload` tool (when the file lists it at start) reads the file again and tells the client
+its tools changed (on a 2026-07-28 connection through its subscriptions/listen stream, on a 2025 one
+as notifications/tools/list_changed; `--legacy` makes the server speak only the 2025 protocol). Each
+start appends a line to `--starts`, so a test can count restarts. `delete_file` is annotated
+destructiveHint, `read_file` readOnlyHint (and destructiveHint: read-only wins), `rename_file` not
+at all; the two that change something append a line to `--runs` as they start (a run is counted
+across restarts and kills), and `delete_file` then waits until the `--hold` file exists (or its
+parent dies).
 """
 
 from __future__ import annotations
@@ -125,8 +127,10 @@ def denied() -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=f"401 Unauthorized: GET {url}")], is_error=True)
 
 
-RUNS: Path | None = None  # --runs: every run of a tool that changes something appends a line (counted across restarts)
-HOLD: Path | None = None  # --hold: delete_file waits until this file exists before it acts (a test kills meanwhile)
+# --runs: every run of a tool that changes something appends a line (counted across restarts)
+RUNS: Path | None = None
+# --hold: delete_file waits until this file exists before it acts (a test kills meanwhile)
+HOLD: Path | None = None
 
 
 async def delete_file(path: str) -> str:
@@ -143,7 +147,8 @@ async def delete_file(path: str) -> str:
 
 
 def read_file(path: str) -> str:
-    """Read a file. Annotated readOnlyHint: true (and, wrongly, destructiveHint: true: read-only wins)."""
+    """Read a file. Annotated readOnlyHint: true (and, wrongly, destructiveHint: true: read-only
+    wins)."""
     return f"contents of {path}"
 
 
@@ -156,8 +161,8 @@ def rename_file(path: str, to: str) -> str:
 
 
 TOOLS: dict[str, Any] = {f.__name__: f for f in (echo, add, crash, picture, snapshot, broken_picture, notes, slow,
-                                                  inject, poisoned, lookup, whoami, denied, delete_file, read_file,
-                                                  rename_file)}
+                                                  inject, poisoned, lookup, whoami, denied)}
+TOOLS.update((f.__name__, f) for f in (delete_file, read_file, rename_file))
 ANNOTATIONS = {"delete_file": ToolAnnotations(destructive_hint=True),
                "read_file": ToolAnnotations(read_only_hint=True, destructive_hint=True)}
 
@@ -271,7 +276,8 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--require-token", help="HTTP: answer 401 without Authorization: Bearer <token>")
     parser.add_argument("--legacy", action="store_true", help="stdio: speak only the 2025 protocol (no server/discover)")
-    parser.add_argument("--runs", type=Path, help="append a line per run of a tool that changes something")
+    parser.add_argument("--runs", type=Path,
+                        help="append a line per run of a tool that changes something")
     parser.add_argument("--hold", type=Path, help="delete_file waits until this file exists")
     parser.add_argument("--junk", type=int, default=0, help="stdio: first write this many lines that are not JSON-RPC "
                         "(a banner or log lines printed to stdout by mistake)")

@@ -69,8 +69,9 @@ class EventsApi:
         return found
 
     async def interact(self, payload: Mapping[str, Any]) -> Delivery:
-        """An interaction (a button's `block_actions`) as Slack posts it to the Request URL: form-encoded
-        `payload=<json>`, signed; one post, never sent again (a late ack is an error the clicker sees)."""
+        """An interaction (a button's `block_actions`) as Slack posts it to the Request URL:
+        form-encoded `payload=<json>`, signed; one post, never sent again (a late ack is an error
+        the clicker sees)."""
         body = urlencode({"payload": json.dumps(payload)})
         async with aiohttp.ClientSession() as http:
             found = await self._post(http, body, str(payload.get("trigger_id", "")), 0, "",
@@ -119,16 +120,18 @@ class SocketModeEvents:
         self.deliveries: list[Delivery] = []
 
     async def interact(self, payload: Mapping[str, Any]) -> Delivery:
-        """An interaction pushed in an `interactive` envelope; Slack waits 3 s for its ack and never sends it
-        again."""
+        """An interaction pushed in an `interactive` envelope; Slack waits 3 s for its ack and never
+        sends it again."""
         started = time.monotonic()
         envelope = await self.fake.push_interactive(payload)
         try:
             await self.fake.wait_for_ack(envelope, timeout=self.ack_deadline)
         except TimeoutError:
-            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "timeout", None, time.monotonic() - started)
+            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "timeout", None,
+                             time.monotonic() - started)
         else:
-            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "ok", None, time.monotonic() - started)
+            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "ok", None,
+                             time.monotonic() - started)
         self.deliveries.append(found)
         return found
 

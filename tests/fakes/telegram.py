@@ -68,7 +68,8 @@ DRAFT_TTL_S = 30.0
 GROUP_PER_MINUTE = 20
 GROUP_WINDOW_S = 60.0
 GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto")
-# InlineKeyboardButton.callback_data: "Data to be sent in a callback query to the bot when the button is pressed,
+# InlineKeyboardButton.callback_data: "Data to be sent in a callback query to the bot when the
+# button is pressed,
 # 1-64 bytes"; answerCallbackQuery.text: "0-200 characters" (Bot API). A query is answered once.
 CALLBACK_DATA_MAX = 64
 CALLBACK_TEXT_MAX = 200
@@ -192,8 +193,10 @@ class FakeTelegram(FakeServer):
         self.shelf = FileShelf()  # file_path → bytes, served under /file/bot<token>/<file_path>
         self.local_dir: Path | None = None  # set: a local Bot API server (files on disk, no 20 MB cap)
         self._file_ids: dict[str, tuple[str, str]] = {}  # file_id → (file_unique_id, file_path)
-        self.callback_queries: dict[str, dict[str, Any]] = {}  # query id → the callback_query sent to the bot
-        self.callback_answers: dict[str, dict[str, Any]] = {}  # query id → the answerCallbackQuery it got
+        # query id → the callback_query sent to the bot
+        self.callback_queries: dict[str, dict[str, Any]] = {}
+        # query id → the answerCallbackQuery it got
+        self.callback_answers: dict[str, dict[str, Any]] = {}
         self._query_ids = Counter(9000)
 
     # -- test API: inbound ----------------------------------------------------------------------
@@ -241,40 +244,51 @@ class FakeTelegram(FakeServer):
         self.notify()
         return int(body["update_id"])
 
-    def tap(self, chat_id: int, message_id: int, label: str, *, user_id: int = 1001, username: str | None = "alice",
+    def tap(self, chat_id: int, message_id: int, label: str, *, user_id: int = 1001,
+            username: str | None = "alice",
             first_name: str = "Alice") -> str:
-        """A person taps the button labelled `label` under one of the bot's messages: a callback_query update with
-        that button's data; returns the query id. LookupError when the message shows no such button now (nobody
-        can tap a button the message no longer has)."""
-        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)), None)
-        data = next((b.get("callback_data") for row in _keyboard(sent.reply_markup if sent else None)
-                     for b in row if b.get("text") == label), None)
+        """A person taps the button labelled `label` under one of the bot's messages: a
+        callback_query update with that button's data; returns the query id. LookupError when the
+        message shows no such button now (nobody can tap a button the message no longer has)."""
+        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)),
+                    None)
+        shown = [b for row in _keyboard(sent.reply_markup if sent else None) for b in row]
+        data = next((b.get("callback_data") for b in shown if b.get("text") == label), None)
         if sent is None or data is None:
             raise LookupError(f"message {message_id} in chat {chat_id} shows no button {label!r}: "
                               f"{self.buttons(chat_id, message_id)}")
-        return self.inject_callback(chat_id, message_id, str(data), user_id=user_id, username=username,
+        return self.inject_callback(chat_id, message_id, str(data), user_id=user_id,
+                                    username=username,
                                     first_name=first_name)
 
     def inject_callback(self, chat_id: int, message_id: int, data: str, *, user_id: int = 1001,
                         username: str | None = "alice", first_name: str = "Alice") -> str:
-        """A callback_query with any data, as a client that still shows an old keyboard (or a forger) sends it."""
+        """A callback_query with any data, as a client that still shows an old keyboard (or a
+        forger) sends it."""
         query_id = str(self._query_ids())
-        sender: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "en"}
+        sender: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name,
+                                  "language_code": "en"}
         if username:
             sender["username"] = username
+        chat = self.chats.get(chat_id, {"id": chat_id})
         message = self._messages.get((chat_id, message_id)) or {"message_id": message_id, "date": 0,
-                                                                 "chat": self.chats.get(chat_id, {"id": chat_id})}
-        query = {"id": query_id, "from": sender, "message": message, "chat_instance": f"ci{chat_id}", "data": data}
+                                                                 "chat": chat}
+        query = {"id": query_id, "from": sender, "message": message,
+                 "chat_instance": f"ci{chat_id}", "data": data}
         self.callback_queries[query_id] = query
         self.inject_update({"callback_query": query})
         return query_id
 
     def buttons(self, chat_id: int, message_id: int) -> list[str]:
-        """The labels of the buttons the message shows now (none once its keyboard was edited away)."""
-        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)), None)
-        return [b.get("text", "") for row in _keyboard(sent.reply_markup if sent else None) for b in row]
+        """The labels of the buttons the message shows now (none once its keyboard was edited
+        away)."""
+        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)),
+                    None)
+        keyboard = _keyboard(sent.reply_markup if sent else None)
+        return [b.get("text", "") for row in keyboard for b in row]
 
-    async def wait_for_answer(self, query_id: str, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
+    async def wait_for_answer(self, query_id: str,
+                              timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
         await self.wait_until(lambda: query_id in self.callback_answers, timeout,
                               lambda: f"callback query {query_id} was never answered")
         return self.callback_answers[query_id]
@@ -753,11 +767,13 @@ def _keyboard(markup: Any) -> list[list[dict[str, Any]]]:
 
 
 def _check_keyboard(p: Mapping[str, Any]) -> None:
-    """An inline keyboard's buttons need a text and, for a callback button, 1-64 bytes of callback_data."""
+    """An inline keyboard's buttons need a text and, for a callback button, 1-64 bytes of
+    callback_data."""
     for row in _keyboard(p.get("reply_markup")):
         for button in row:
             if not str(button.get("text") or "").strip():
-                raise _ApiError(400, "Bad Request: text buttons are unallowed in the inline keyboard")
+                raise _ApiError(400,
+                                "Bad Request: text buttons are unallowed in the inline keyboard")
             data = button.get("callback_data")
             if data is not None and not 1 <= len(str(data).encode()) <= CALLBACK_DATA_MAX:
                 raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")

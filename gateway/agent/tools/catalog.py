@@ -31,7 +31,8 @@ from gateway.net.fetch import WebClient
 from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
 
-TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule",
+TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search",
+              "schedule",
               "ask")
 # What the pre-reset flush may run: it saves what the session learned, it must not search or reply.
 MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})

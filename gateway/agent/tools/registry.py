@@ -81,8 +81,9 @@ class Callers(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ToolHints:
-    """What a tool's maker says of it (MCP annotations: readOnlyHint, destructiveHint) and the MCP server it
-    belongs to; the approval policy reads them (gateway/approvals/policy.py), nothing else trusts them."""
+    """What a tool's maker says of it (MCP annotations: readOnlyHint, destructiveHint) and the MCP
+    server it belongs to; the approval policy reads them (gateway/approvals/policy.py), nothing else
+    trusts them."""
 
     server: str | None = None
     read_only: bool = False
@@ -100,8 +101,9 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A call that must wait for a person before it runs: an approval (`text` names the tool and its arguments as
-    the person is shown them) or an `ask` question (`text` the question, `options` its answers)."""
+    """A call that must wait for a person before it runs: an approval (`text` names the tool and its
+    arguments as the person is shown them) or an `ask` question (`text` the question, `options` its
+    answers)."""
 
     kind: Literal["approval", "ask"]
     text: str
@@ -110,14 +112,17 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class Held(ToolResult):
-    """What `ToolRegistry.call` returns for a call that waits (`hold`): it did not run; the agent loop stops the
-    turn there (gateway/agent/holds.py) and runs it again with `approved` once a person has said yes."""
+    """What `ToolRegistry.call` returns for a call that waits (`hold`): it did not run; the agent
+    loop stops the turn there (gateway/agent/holds.py) and runs it again with `approved` once a
+    person has said yes."""
 
     hold: Hold | None = None
 
 
-# The check at the dispatch point (gateway/approvals/policy.py): does this call (real name, parsed arguments)
-# wait for a person? A Hold if so, a ToolResult to answer instead (nobody can be asked here), None to run it.
+# The check at the dispatch point (gateway/approvals/policy.py): does this call (real name, parsed
+# arguments)
+# wait for a person? A Hold if so, a ToolResult to answer instead (nobody can be asked here), None
+# to run it.
 HoldCheck = Callable[[str, Mapping[str, Any], "ToolContext"], "Hold | ToolResult | None"]
 
 
@@ -171,8 +176,9 @@ class ToolRegistry:
 
     async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
                    allowed: Collection[str] | None = None, approved: bool = False) -> ToolResult:
-        """Run one call by its real name: every path to a tool comes through here, so this is where a call that
-        waits for a person (`holds`) is stopped; `approved` runs one a person said yes to."""
+        """Run one call by its real name: every path to a tool comes through here, so this is where
+        a call that waits for a person (`holds`) is stopped; `approved` runs one a person said yes
+        to."""
         tool = self._tools.get(name)
         external = tool is None and self.provider is not None and self.provider.claims(name)
         if (tool is None and not external) or (allowed is not None and name not in allowed):
@@ -185,7 +191,8 @@ class ToolRegistry:
         except ToolError as e:
             return _error(f"Invalid arguments for {name}: {e}")
         if tool is None:
-            return self._held(name, args, ctx, approved) or await self._call_external(name, args, ctx)
+            held = self._held(name, args, ctx, approved)
+            return held or await self._call_external(name, args, ctx)
         problems = schema.check(tool.spec.parameters, args)
         if problems:
             return _error(f"Invalid arguments for {name}: {'; '.join(problems)}.")
@@ -197,7 +204,8 @@ class ToolRegistry:
             kwargs[tool.ctx_param] = ctx
         return await _run(tool, kwargs, ctx)
 
-    def _held(self, name: str, args: dict[str, Any], ctx: ToolContext, approved: bool) -> ToolResult | None:
+    def _held(self, name: str, args: dict[str, Any], ctx: ToolContext,
+              approved: bool) -> ToolResult | None:
         if approved or self.holds is None:
             return None
         found = self.holds(name, args, ctx)
