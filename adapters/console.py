@@ -57,8 +57,7 @@ class ConsoleAdapter:
         last = message.chunk_index == message.chunk_count - 1
         waiter = self._answered.get(message.reply_to_id or "")
         # A question for the person (a request with its /approve, /deny lines) ends the wait too:
-        # the next line
-        # typed may be the answer.
+        # the next line typed may be the answer.
         asks = message.choices is not None
         answers = message.kind is not OutboundKind.NOTICE or asks
         if last and waiter is not None and (answers or waiter.is_command):

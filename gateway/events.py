@@ -112,10 +112,8 @@ class Choices:
 
 
 # What an adapter puts in a button's callback (and parses back): "ag:<token>:<value>". The core
-# keeps it within
-# the smallest platform limit, Telegram's callback_data of 1-64 bytes (Discord custom_id: 100
-# characters, Slack
-# action value: 2000).
+# keeps it within the smallest platform limit, Telegram's callback_data of 1-64 bytes (Discord
+# custom_id: 100 characters, Slack action value: 2000).
 CHOICE_PREFIX = "ag:"
 CHOICE_DATA_MAX = 64
 

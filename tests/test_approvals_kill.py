@@ -110,8 +110,7 @@ async def test_a_kill_while_the_request_waits_then_the_same_button_runs_it_once(
             tg.inject_message(ALICE, "delete /srv/m")
             request = await asked(tg)
             # Its send is on record (a kill in the instant between Telegram's answer and that record
-            # would send
-            # it again: Telegram takes no idempotency key, docs/architecture.md).
+            # would send it again: Telegram takes no idempotency key, docs/architecture.md).
             await until(lambda: sent_chunks(home) == ["sent"])
         finally:
             await first.kill()

@@ -29,9 +29,8 @@ class McpServerConfig:
     timeout_s: float = field(default=60.0, metadata={"positive": True})
     connect_timeout_s: float = field(default=30.0, metadata={"positive": True})
     # Which of its tools wait for a person's yes: `auto` those the server marks destructiveHint
-    # (never those it
-    # marks readOnlyHint), `always` every one, `never` none (tools.approval.require still names
-    # some).
+    # (never those it marks readOnlyHint), `always` every one, `never` none (tools.approval.require
+    # still names some).
     approval: Literal["auto", "always", "never"] = "auto"
 
     def __post_init__(self) -> None:

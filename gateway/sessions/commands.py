@@ -34,13 +34,18 @@ NO_SESSION_TEXT = "No conversation yet in this chat; your next message starts on
 START_TEXT = "Hi! I'm ready: just write to me to start a conversation. /help lists the commands."
 HELP_TEXT = """\
 Commands:
-/new or /reset: start a new conversation (what I saved to memory stays) /status: this conversation's
-age, messages, model, tokens, cache and next reset /usage: tokens used by this conversation and by
-this chat /stop: stop the answer I'm working on /retry: answer your last message again /undo: forget
-your last message and my answer /jobs: your scheduled reminders and jobs (/jobs cancel ID stops one)
+/new or /reset: start a new conversation (what I saved to memory stays)
+/status: this conversation's age, messages, model, tokens, cache and next reset
+/usage: tokens used by this conversation and by this chat
+/stop: stop the answer I'm working on
+/retry: answer your last message again
+/undo: forget your last message and my answer
+/jobs: your scheduled reminders and jobs (/jobs cancel ID stops one)
 /link: make this account and yours on another platform one person (same memory); in a direct message
-/approve CODE or /deny CODE: answer a request to run a tool where there are no buttons (CODE
-session: always) /help: this list Any other /word is passed to me as ordinary text."""
+/approve CODE, /deny CODE: answer a request to run a tool (where there are no buttons)
+/approve CODE session: allow it, and that tool for the rest of this conversation
+/help: this list
+Any other /word is passed to me as ordinary text."""
 
 
 class Commands:

@@ -336,14 +336,11 @@ ALTER TABLE people ADD COLUMN timezone TEXT;
 """
 
 # A turn that waits for a person (gateway/approvals/): one row per request (an approval of a tool
-# call, or an `ask`
-# question), with the turn as it stood when it stopped (`checkpoint`: the model's messages so far,
-# the calls left),
-# who may answer, until when, the token its buttons carry and the code the text fallback uses.
-# `state` moves
-# pending → executing → done (the call's result stored before the model is asked again) | denied |
-# expired |
-# cancelled | answered (an ask) | unknown (the daemon died while the call ran: never run again).
+# call, or an `ask` question), with the turn as it stood when it stopped (`checkpoint`: the model's
+# messages so far, the calls left), who may answer, until when, the token its buttons carry and the
+# code the text fallback uses. `state` moves pending → executing → done (the call's result stored
+# before the model is asked again) | denied | expired | cancelled | answered (an ask) | unknown (the
+# daemon died while the call ran: never run again).
 _APPROVALS = """
 CREATE TABLE approvals (
   id INTEGER PRIMARY KEY,

@@ -71,15 +71,13 @@ BUCKET_LIMIT = 5
 BUCKET_WINDOW_S = 0.5
 INTERACTION_DEADLINE_S = 3.0  # "you must send an initial response within 3 seconds of receiving the event"
 # Message components: "Action Rows can contain up to 5 Buttons", a message up to 5 action rows; a
-# button's
-# custom_id is "max 100 characters" and its label "max 80 characters"; styles 1-4 need a custom_id,
-# 5 (link) a url.
+# button's custom_id is "max 100 characters" and its label "max 80 characters"; styles 1-4 need a
+# custom_id, 5 (link) a url.
 MAX_ROWS, MAX_BUTTONS, MAX_CUSTOM_ID, MAX_LABEL = 5, 5, 100, 80
 EPHEMERAL = 1 << 6  # message flag 64: "only visible to the user who invoked the Interaction"
 # Interaction response types: 4 CHANNEL_MESSAGE_WITH_SOURCE, 5 DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
-# and for
-# component interactions only 6 DEFERRED_UPDATE_MESSAGE and 7 UPDATE_MESSAGE (edit the message the
-# button is on).
+# and for component interactions only 6 DEFERRED_UPDATE_MESSAGE and 7 UPDATE_MESSAGE (edit the
+# message the button is on).
 COMPONENT_RESPONSES = (6, 7)
 NONCE_WINDOW_S = 120.0  # Discord says "the past few minutes" for enforce_nonce; the exact span is not published
 DISCORD_EPOCH_MS = 1420070400000

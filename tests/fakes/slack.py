@@ -50,8 +50,7 @@ MAX_TEXT = 40_000
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
 # Block Kit: an actions block holds up to 25 elements; a button's text is plain_text of at most 75
-# characters, its
-# action_id at most 255 (unique within the message) and its value at most 2000.
+# characters, its action_id at most 255 (unique within the message) and its value at most 2000.
 MAX_ACTIONS, MAX_BUTTON_TEXT, MAX_ACTION_ID, MAX_VALUE = 25, 75, 255, 2000
 MAX_STREAM_TEXT = 12_000  # markdown_text per chat.*Stream call
 # Web API rate tiers, per method per workspace ("Tier 2: 20+ per minute", Tier 3 50+, Tier 4 100+); the fake holds

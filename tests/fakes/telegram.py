@@ -69,8 +69,8 @@ GROUP_PER_MINUTE = 20
 GROUP_WINDOW_S = 60.0
 GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto")
 # InlineKeyboardButton.callback_data: "Data to be sent in a callback query to the bot when the
-# button is pressed,
-# 1-64 bytes"; answerCallbackQuery.text: "0-200 characters" (Bot API). A query is answered once.
+# button is pressed, 1-64 bytes"; answerCallbackQuery.text: "0-200 characters" (Bot API). A query is
+# answered once.
 CALLBACK_DATA_MAX = 64
 CALLBACK_TEXT_MAX = 200
 QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"

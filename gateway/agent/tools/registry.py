@@ -120,9 +120,8 @@ class Held(ToolResult):
 
 
 # The check at the dispatch point (gateway/approvals/policy.py): does this call (real name, parsed
-# arguments)
-# wait for a person? A Hold if so, a ToolResult to answer instead (nobody can be asked here), None
-# to run it.
+# arguments) wait for a person? A Hold if so, a ToolResult to answer instead (nobody can be asked
+# here), None to run it.
 HoldCheck = Callable[[str, Mapping[str, Any], "ToolContext"], "Hold | ToolResult | None"]
 
 
