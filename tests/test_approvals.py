@@ -375,3 +375,18 @@ async def test_a_tool_that_always_asks_shows_exactly_its_own_text(
         await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
         assert (await answered(gw, adapter, 2))[-1] == "Ran it."
     assert "echo: rm -rf build/" in str(result_of(fake_llm)["content"])
+
+
+async def test_forget_takes_the_requests_their_turns_waited_on(home: Path, fake_llm: FakeLLM) -> None:
+    """`gateway users forget`: a request keeps the call's arguments and its message the question."""
+    from tests.test_people_attacks import forget
+    from tests.test_people_attacks import gateway as people
+
+    fake_llm.script(ToolCall("ask", {"question": "Which of my insulin pens?", "options": ["Blue", "Red"]}))
+    async with people(home, fake_llm) as (gw, tg):
+        await gw.sessions.submit(inbound("which pen", platform="telegram", chat_id="2", user_id="2"))
+        await tg.wait_for(1)
+        assert len(rows(gw)) == 1
+        forget(home, "telegram:2")
+        assert gw.store.all("SELECT id FROM approvals") == []
+        assert gw.store.all("SELECT id FROM outbound WHERE text LIKE '%insulin%'") == []
