@@ -1,0 +1,282 @@
+"""Tool search: a session's deferred tools, found by what they do and called by their real name.
+
+When a session's MCP tools would take too much of the context window (tools.search, see policy.py), their
+schemas stay out of the tools array. The array holds the core tools plus `tool_search` and `tool_call`, and it
+is the same bytes for the whole session (the provider's cached prefix). `tool_search` ranks the session's frozen
+catalog (BM25 over names, descriptions, parameter names and descriptions) and answers the best matches with
+their full schemas, which travel in the conversation. `tool_call` names one with its arguments; the agent loop
+runs it by its real name through the same path as a direct call (policy, argument check, logs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.agent.tools.registry import ToolResult, ToolSpec
+from gateway.errors import ToolError
+from gateway.mcp.names import PREFIX
+
+SEARCH = "tool_search"
+CALL = "tool_call"
+BRIDGE = (SEARCH, CALL)
+DEFAULT_RESULTS = 5
+MAX_RESULTS = 10
+MAX_QUERY_CHARS = 500
+K1, B = 1.2, 0.75
+WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word in a tool's name says more than one in its prose
+STOPWORDS = frozenset(
+    ["a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get", "how", "i", "in", "into", "is", "it", "me", "my", "of", "on", "or", "please", "some", "that", "the", "this", "to", "tool", "tools", "use", "using", "want", "what", "which", "with", "you", "your"])
+
+SEARCH_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What you want to do, in a few words"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
+                  "description": f"How many tools to return (default {DEFAULT_RESULTS})"},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+CALL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "The tool's full name, as tool_search returned it"},
+        "arguments": {"type": "object", "description": "Its arguments, as its parameters schema asks"},
+    },
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+
+def bridge_specs(deferred: Sequence[ToolSpec]) -> tuple[ToolSpec, ToolSpec]:
+    """The two tools that stand for `deferred` in the tools array; their text depends only on which servers
+    the deferred tools come from, so it is the same for every session with the same servers."""
+    servers = sorted({s.server for s in deferred if s.server})
+    where = f"the MCP servers {', '.join(servers)}" if servers else "more tools"
+    search = (f"Find tools of {where} that are not listed here: describe what you want to do in a few "
+              "words. Returns the best matches with their full names, descriptions and JSON schemas. "
+              f"Call one with {CALL}.")
+    call = (f"Call a tool that {SEARCH} found: its full name and its arguments, as its schema asks.")
+    return ToolSpec(SEARCH, search, SEARCH_PARAMETERS), ToolSpec(CALL, call, CALL_PARAMETERS)
+
+
+@dataclass(frozen=True, slots=True)
+class Bridged:
+    """A tool_call unwrapped: the real tool and the arguments the model gave it."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+class DeferredCatalog:
+    """The tools a session may find and call but is not shown, frozen with it (gateway/prompt/session_tools.py);
+    sessions with the same catalog share one, and its index is built on the first search."""
+
+    def __init__(self, entries: Sequence[ToolSpec]) -> None:
+        self.entries = tuple(entries)
+        self._by_name = {e.name: e for e in self.entries}
+        self._index: Bm25 | None = None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._by_name.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._by_name)
+
+    def search(self, query: str, limit: int = DEFAULT_RESULTS) -> list[ToolSpec]:
+        """The best matches for `query`, best first; a tool's exact name (or its own name on its server) first."""
+        query = query[:MAX_QUERY_CHARS]
+        exact = [e for e in self.entries if query.strip() in (e.name, _own_name(e))]
+        if self._index is None:
+            self._index = Bm25([_document(e) for e in self.entries])
+        ranked = [self.entries[i] for i in self._index.rank(tokens(query), limit)]
+        return [*exact, *(e for e in ranked if e not in exact)][:limit]
+
+    def answer(self, arguments: str | Mapping[str, Any] | None) -> ToolResult:
+        """tool_search's result: the matches as JSON with their full schemas."""
+        try:
+            args = _object(arguments, "arguments")
+            query = args.get("query")
+            if not isinstance(query, str) or not query.strip():
+                raise ToolError("'query' is required: what you want to do, in a few words")
+            limit = args.get("limit", DEFAULT_RESULTS)
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                limit = DEFAULT_RESULTS
+        except ToolError as exc:
+            return ToolResult(f"Invalid arguments for {SEARCH}: {exc}", is_error=True)
+        found = self.search(query, max(1, min(limit, MAX_RESULTS)))
+        out: dict[str, Any] = {"tools": [_shown(e) for e in found]}
+        if not found:
+            out["note"] = f"No tool matches. Try other words; {len(self)} tools can be searched."
+        return ToolResult(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+
+    def unwrap(self, arguments: str | Mapping[str, Any] | None, shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
+        """The tool a tool_call names, or the error the model gets (unknown name, arguments not an object)."""
+        try:
+            args = _object(arguments, "arguments")
+            name = args.get("name")
+            if not isinstance(name, str) or not name.strip():
+                raise ToolError("'name' is required: the tool's full name, as tool_search returned it")
+            inner = _object(args.get("arguments"), "'arguments'")
+        except ToolError as exc:
+            return ToolResult(f"Invalid arguments for {CALL}: {exc}", is_error=True)
+        name = name.strip()
+        if name in BRIDGE:
+            return ToolResult(f"{CALL} runs the tools {SEARCH} finds, not {name}.", is_error=True)
+        if name not in self._by_name and name not in shown:
+            near = ", ".join(e.name for e in self.search(name.replace(PREFIX, " "), 3))
+            hint = f" Closest names: {near}." if near else ""
+            return ToolResult(f"Unknown tool {name!r}: use {SEARCH} to find the tool and its full name.{hint}",
+                              is_error=True)
+        return Bridged(name, inner)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTool(ToolSpec):
+    """tool_search or tool_call as a session holds it: bound to that session's frozen catalog."""
+
+    catalog: DeferredCatalog | None = field(default=None, compare=False, repr=False)
+
+
+def bind(specs: Sequence[ToolSpec], catalog: DeferredCatalog) -> tuple[ToolSpec, ...]:
+    """`specs` with its tool_search and tool_call bound to `catalog` (the bytes sent stay the same)."""
+    return tuple(CatalogTool(s.name, s.description, s.parameters, s.annotations, s.server, catalog)
+                 if s.name in BRIDGE else s for s in specs)
+
+
+def catalog_of(specs: Sequence[ToolSpec]) -> DeferredCatalog | None:
+    return next((s.catalog for s in specs if isinstance(s, CatalogTool)), None)
+
+
+# ---- ranking ---------------------------------------------------------------------------------------------------
+
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case word stems of `text`; snake_case, kebab-case and camelCase split into their words."""
+    words = _WORD.findall(_CAMEL.sub(r"\1 \2", text).lower())
+    return [_stem(w) for w in words if w not in STOPWORDS]
+
+
+def _stem(word: str) -> str:
+    """A light English stemmer: plurals and the commonest endings, enough that "cities" finds "city"."""
+    if len(word) <= 3 or word.isdigit():
+        return word
+    for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith(("ss", "us", "is")):
+            return word[: len(word) - len(suffix)] + repl
+    return word
+
+
+class Bm25:
+    """Okapi BM25 over weighted fields, with an inverted index: a query costs its terms' postings only."""
+
+    def __init__(self, documents: Sequence[Counter[str]]) -> None:
+        self.size = len(documents)
+        lengths = [sum(d.values()) for d in documents]
+        self.average = (sum(lengths) / self.size) if self.size else 1.0
+        self.postings: dict[str, list[tuple[int, float]]] = {}
+        for i, doc in enumerate(documents):
+            norm = K1 * (1 - B + B * lengths[i] / (self.average or 1.0))
+            for term, tf in doc.items():
+                self.postings.setdefault(term, []).append((i, tf * (K1 + 1) / (tf + norm)))
+        self.vocabulary = sorted(self.postings)
+
+    def rank(self, query: Sequence[str], limit: int) -> list[int]:
+        scores: dict[int, float] = {}
+        for term, weight in self._expanded(query):
+            postings = self.postings[term]
+            idf = math.log(1 + (self.size - len(postings) + 0.5) / (len(postings) + 0.5))
+            for doc, part in postings:
+                scores[doc] = scores.get(doc, 0.0) + weight * idf * part
+        return sorted(scores, key=lambda d: (-scores[d], d))[:limit]
+
+    def _expanded(self, query: Sequence[str]) -> Iterator[tuple[str, float]]:
+        """Each known query term; an unknown one of 3+ letters stands for the words it begins (temp →
+        temperature) at half weight."""
+        for term in dict.fromkeys(query):
+            if term in self.postings:
+                yield term, 1.0
+            elif len(term) >= 3:
+                yield from ((w, 0.5) for w in self._starting(term))
+
+    def _starting(self, prefix: str) -> list[str]:
+        from bisect import bisect_left
+
+        found: list[str] = []
+        for word in self.vocabulary[bisect_left(self.vocabulary, prefix):]:
+            if not word.startswith(prefix) or len(found) == 8:
+                break
+            found.append(word)
+        return found
+
+
+def _document(spec: ToolSpec) -> Counter[str]:
+    """What a tool is found by, each word counted by the weight of the field it is in."""
+    doc: Counter[str] = Counter()
+    names, texts = _schema_words(spec.parameters)
+    for field_name, text in (("name", f"{_own_name(spec)} {spec.server}"),
+                             ("params", " ".join(names)), ("text", " ".join([spec.description, *texts]))):
+        for word in tokens(text):
+            doc[word] += WEIGHTS[field_name]
+    return doc
+
+
+def _schema_words(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
+    """Parameter names and the descriptions (titles, enum values) of a JSON schema, nested ones too."""
+    names: list[str] = []
+    texts: list[str] = []
+    if not isinstance(schema, Mapping) or depth > 8:
+        return names, texts
+    for key in ("description", "title"):
+        if isinstance(schema.get(key), str) and depth:
+            texts.append(schema[key])
+    texts.extend(str(v) for v in schema.get("enum") or () if isinstance(v, str))
+    properties = schema.get("properties")
+    children = list(properties.items()) if isinstance(properties, Mapping) else []
+    children += [("", schema[k]) for k in ("items", "additionalProperties") if k in schema]
+    children += [("", s) for k in ("anyOf", "oneOf", "allOf") for s in schema.get(k) or ()]
+    for name, child in children:
+        if name:
+            names.append(name)
+        more_names, more_texts = _schema_words(child, depth + 1)
+        names += more_names
+        texts += more_texts
+    return names, texts
+
+
+def _shown(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+
+
+def _own_name(spec: ToolSpec) -> str:
+    """The tool's name on its server, as the model sees it (`mcp_<server>_` taken off)."""
+    prefix = f"{PREFIX}{spec.server}_"
+    return spec.name[len(prefix):] if spec.server and spec.name.startswith(prefix) else spec.name
+
+
+def _object(value: str | Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """A JSON object given as one or as its text (models do both); None is an empty one."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"{what} are not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(value, Mapping):
+        raise ToolError(f"{what} must be a JSON object")
+    return dict(value)
