@@ -50,7 +50,7 @@ class McpTool:
     exposed: str      # what the model calls: mcp_<server>_<tool>
     description: str
     schema: dict[str, Any]
-    # what the server says of it (readOnlyHint, destructiveHint, …): for the core (approvals), never the model
+    # what the server says of it (readOnlyHint, destructiveHint, …): for the core, never the model
     annotations: dict[str, Any] = field(default_factory=dict)
 
 
@@ -322,7 +322,7 @@ class McpHub:
 
 
 def hints_of(found: Mapping[str, Any]) -> dict[str, Any]:
-    """The MCP tool annotations the core reads: the four hints when they are booleans, and a short title."""
+    """The MCP tool annotations the core reads: the four hints (booleans) and a short title."""
     kept: dict[str, Any] = {k: found[k] for k in HINTS if isinstance(found.get(k), bool)}
     title = found.get("title")
     if isinstance(title, str) and title.strip():

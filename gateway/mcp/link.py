@@ -43,7 +43,7 @@ class ListedTool:
     name: str
     description: str
     input_schema: dict[str, Any]
-    annotations: dict[str, Any] = field(default_factory=dict)  # as the server sent them (readOnlyHint, …)
+    annotations: dict[str, Any] = field(default_factory=dict)  # as the server sent them
 
 
 class Link:

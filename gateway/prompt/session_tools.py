@@ -2,8 +2,9 @@
 later turn, flush and compression, across restarts. Together with the prompt it is the provider's cached prefix,
 so a tool an MCP server adds or drops reaches only sessions that start afterwards.
 
-With tool search (gateway/agent/tools/deferred.py) the list has two parts, stored in one row: the tools sent
-(core tools, tool_search, tool_call) and the deferred catalog the session may search and call, frozen alike.
+With tool search (gateway/agent/tools/deferred.py) the list has two parts, stored in one row: the
+tools sent (core tools, tool_search, tool_call) and the deferred catalog the session may search and
+call, frozen alike.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.store.database import Store
 from gateway.store.rows import SessionRow
 
 log = logging.getLogger("gateway.sessions.manager")
+Specs = tuple[ToolSpec, ...]
 
 
 class ToolSource(Protocol):
@@ -30,14 +32,14 @@ class ToolSource(Protocol):
 
     def enabled(self, name: str, platform: str) -> bool: ...
 
-    def split(self, specs: Sequence[ToolSpec], window: int) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]:
-        """(sent, deferred) for a new session's tools at the model's context window (tool search)."""
+    def split(self, specs: Sequence[ToolSpec], window: int) -> tuple[Specs, Specs]:
+        """(sent, deferred): a new session's tools at the model's context window (tool search)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SessionToolList:
-    """`specs` is the tools array (with tool search: the core tools, tool_search and tool_call, bound to the
-    `deferred` catalog); `names` are its names."""
+    """`specs` is the tools array (with tool search: the core tools, tool_search and tool_call,
+    bound to the `deferred` catalog); `names` are its names."""
 
     list_id: int
     specs: tuple[ToolSpec, ...]
@@ -45,7 +47,8 @@ class SessionToolList:
     deferred: DeferredCatalog | None = None
 
     def spec(self, name: str) -> ToolSpec | None:
-        """A tool the session may call by its real name, sent or deferred (with its server and annotations)."""
+        """A tool the session may call by its real name, sent or deferred (with its server and
+        annotations)."""
         found = next((s for s in self.specs if s.name == name and name not in BRIDGE), None)
         return found or (self.deferred.get(name) if self.deferred is not None else None)
 
@@ -56,7 +59,7 @@ class SessionToolList:
 
 
 def encode_specs(specs: Sequence[ToolSpec], deferred: Sequence[ToolSpec] = ()) -> str:
-    """The stored form: a list of specs, or with deferred tools {"tools": [...], "deferred": [...]}."""
+    """The stored form: a list of specs; with deferred tools {"tools": [...], "deferred": [...]}."""
     sent = [_encoded(s) for s in specs]
     whole: Any = {"tools": sent, "deferred": [_encoded(s) for s in deferred]} if deferred else sent
     return json.dumps(whole, ensure_ascii=False, separators=(",", ":"))
@@ -67,11 +70,13 @@ def decode_specs(text: str) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]
     whole = json.loads(text)
     if isinstance(whole, list):
         return tuple(_decoded(t) for t in whole), ()
-    return tuple(_decoded(t) for t in whole["tools"]), tuple(_decoded(t) for t in whole["deferred"])
+    sent, deferred = whole["tools"], whole["deferred"]
+    return tuple(_decoded(t) for t in sent), tuple(_decoded(t) for t in deferred)
 
 
 def _encoded(spec: ToolSpec) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+    out: dict[str, Any] = {"name": spec.name, "description": spec.description,
+                           "parameters": spec.parameters}
     if spec.annotations:
         out["annotations"] = dict(spec.annotations)
     if spec.server:
@@ -80,7 +85,8 @@ def _encoded(spec: ToolSpec) -> dict[str, Any]:
 
 
 def _decoded(t: dict[str, Any]) -> ToolSpec:
-    return ToolSpec(t["name"], t["description"], t["parameters"], t.get("annotations") or {}, t.get("server", ""))
+    return ToolSpec(t["name"], t["description"], t["parameters"], t.get("annotations") or {},
+                    t.get("server", ""))
 
 
 class SessionTools:
@@ -93,8 +99,9 @@ class SessionTools:
         self._latest: dict[str, int | None] = {}  # platform → the list its newest session got
 
     def fix(self, session: SessionRow, *, window: int | None = None) -> SessionToolList:
-        """Give the session the tools a new session on its platform gets now, and store the choice. With the
-        model's context `window`, tool search may defer its MCP tools (tools.search); without, all are sent."""
+        """Give the session the tools a new session on its platform gets now, and store the choice.
+        With the model's context `window`, tool search may defer its MCP tools (tools.search);
+        without, all are sent."""
         specs = self.catalog.current(session.platform)
         sent, deferred = self.catalog.split(specs, window) if window else (specs, ())
         list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
@@ -112,12 +119,13 @@ class SessionTools:
         return self._load(list_id)
 
     def allowed(self, tools: SessionToolList, platform: str) -> frozenset[str]:
-        """What may run: the session's tools (sent or deferred) that the policy still enables on its platform,
-        by their real names, and tool_search / tool_call when the session has them."""
+        """What may run: the session's tools (sent or deferred) that the policy still enables on its
+        platform, by their real names, and tool_search / tool_call when the session has them."""
         key = (tools.list_id, platform)
         found = self._allowed.get(key)
         if found is None:
-            real = frozenset(s.name for s in tools.every() if self.catalog.enabled(s.name, platform))
+            enabled = self.catalog.enabled
+            real = frozenset(s.name for s in tools.every() if enabled(s.name, platform))
             bridge = frozenset(BRIDGE) if tools.deferred is not None else frozenset()
             found = self._allowed[key] = real | bridge
         return found
@@ -142,9 +150,15 @@ class SessionTools:
         self._latest[platform] = list_id
         if previous is None or previous == list_id:
             return
-        old, new = self._load(previous).every(), self._load(list_id).every()
+        before, after = self._load(previous), self._load(list_id)
+        old, new = before.every(), after.every()
         added = sorted({s.name for s in new} - {s.name for s in old})
         dropped = sorted({s.name for s in old} - {s.name for s in new})
         changed = sorted(s.name for s in new if s.name in {o.name for o in old} and s not in old)
-        log.info("tools for new %s sessions changed: added %s, dropped %s, changed %s; running sessions keep "
-                 "theirs", platform, added or "none", dropped or "none", changed or "none")
+        deferred = len(after.deferred or ())
+        search = f"; {deferred} behind tool search" if deferred else ""
+        if deferred != len(before.deferred or ()) and not deferred:
+            search = "; none behind tool search now"
+        log.info("tools for new %s sessions changed: added %s, dropped %s, changed %s%s; running "
+                 "sessions keep theirs", platform, added or "none", dropped or "none",
+                 changed or "none", search)

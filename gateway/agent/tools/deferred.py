@@ -1,11 +1,12 @@
 """Tool search: a session's deferred tools, found by what they do and called by their real name.
 
-When a session's MCP tools would take too much of the context window (tools.search, see policy.py), their
-schemas stay out of the tools array. The array holds the core tools plus `tool_search` and `tool_call`, and it
-is the same bytes for the whole session (the provider's cached prefix). `tool_search` ranks the session's frozen
-catalog (BM25 over names, descriptions, parameter names and descriptions) and answers the best matches with
-their full schemas, which travel in the conversation. `tool_call` names one with its arguments; the agent loop
-runs it by its real name through the same path as a direct call (policy, argument check, logs).
+When a session's MCP tools would take too much of the context window (tools.search, policy.py),
+their schemas stay out of the tools array. The array holds the core tools plus `tool_search` and
+`tool_call`, and it is the same bytes for the whole session (the provider's cached prefix).
+`tool_search` ranks the session's frozen catalog (BM25 over names, descriptions, parameter names and
+descriptions) and answers the best matches with their full schemas, which travel in the
+conversation. `tool_call` names one with its arguments; the agent loop runs it by its real name
+through the same path as a direct call (gateway/agent/loop.py, `Agent.dispatch`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ DEFAULT_RESULTS = 5
 MAX_RESULTS = 10
 MAX_QUERY_CHARS = 500
 K1, B = 1.2, 0.75
-WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word in a tool's name says more than one in its prose
-STOPWORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get", "how", "i", "in", "into", "is", "it", "me", "my", "of", "on", "or", "please", "some", "that", "the", "this", "to", "tool", "tools", "use", "using", "want", "what", "which", "with", "you", "your"])
+WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word of a name says more than one of prose
+STOPWORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get",
+    "how", "i", "in", "into", "is", "it", "me", "my", "of", "on", "or", "please", "some", "that",
+    "the", "this", "to", "tool", "tools", "use", "using", "want", "what", "which", "with", "you",
+    "your"))
 
 SEARCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -46,8 +50,10 @@ SEARCH_PARAMETERS: dict[str, Any] = {
 CALL_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "description": "The tool's full name, as tool_search returned it"},
-        "arguments": {"type": "object", "description": "Its arguments, as its parameters schema asks"},
+        "name": {"type": "string",
+                 "description": "The tool's full name, as tool_search returned it"},
+        "arguments": {"type": "object",
+                      "description": "Its arguments, as its parameters schema asks"},
     },
     "required": ["name"],
     "additionalProperties": False,
@@ -55,14 +61,15 @@ CALL_PARAMETERS: dict[str, Any] = {
 
 
 def bridge_specs(deferred: Sequence[ToolSpec]) -> tuple[ToolSpec, ToolSpec]:
-    """The two tools that stand for `deferred` in the tools array; their text depends only on which servers
-    the deferred tools come from, so it is the same for every session with the same servers."""
+    """The two tools that stand for `deferred` in the tools array. Their text depends only on which
+    servers the deferred tools come from: the same for every session with the same servers."""
     servers = sorted({s.server for s in deferred if s.server})
-    where = f"the MCP servers {', '.join(servers)}" if servers else "more tools"
-    search = (f"Find tools of {where} that are not listed here: describe what you want to do in a few "
-              "words. Returns the best matches with their full names, descriptions and JSON schemas. "
-              f"Call one with {CALL}.")
-    call = (f"Call a tool that {SEARCH} found: its full name and its arguments, as its schema asks.")
+    server = "server" if len(servers) == 1 else "servers"
+    where = f"the MCP {server} {', '.join(servers)}" if servers else "other sources"
+    search = (f"Find tools of {where} that are not listed here: describe what you want to do in "
+              "a few words. Returns the best matches with their full names, descriptions and JSON "
+              f"schemas. Call one with {CALL}.")
+    call = f"Call a tool that {SEARCH} found: its full name and its arguments, as its schema asks."
     return ToolSpec(SEARCH, search, SEARCH_PARAMETERS), ToolSpec(CALL, call, CALL_PARAMETERS)
 
 
@@ -75,8 +82,9 @@ class Bridged:
 
 
 class DeferredCatalog:
-    """The tools a session may find and call but is not shown, frozen with it (gateway/prompt/session_tools.py);
-    sessions with the same catalog share one, and its index is built on the first search."""
+    """The tools a session may find and call but is not shown, frozen with it
+    (gateway/prompt/session_tools.py). Sessions with the same catalog share one; its index is built
+    on the first search."""
 
     def __init__(self, entries: Sequence[ToolSpec]) -> None:
         self.entries = tuple(entries)
@@ -93,7 +101,8 @@ class DeferredCatalog:
         return tuple(self._by_name)
 
     def search(self, query: str, limit: int = DEFAULT_RESULTS) -> list[ToolSpec]:
-        """The best matches for `query`, best first; a tool's exact name (or its own name on its server) first."""
+        """The best matches for `query`, best first; a tool's exact name (or its own name on its
+        server) comes first."""
         query = query[:MAX_QUERY_CHARS]
         exact = [e for e in self.entries if query.strip() in (e.name, _own_name(e))]
         if self._index is None:
@@ -119,13 +128,16 @@ class DeferredCatalog:
             out["note"] = f"No tool matches. Try other words; {len(self)} tools can be searched."
         return ToolResult(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
 
-    def unwrap(self, arguments: str | Mapping[str, Any] | None, shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
-        """The tool a tool_call names, or the error the model gets (unknown name, arguments not an object)."""
+    def unwrap(self, arguments: str | Mapping[str, Any] | None,
+               shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
+        """The tool a tool_call names (deferred, or one of `shown`, the tools sent), or the error
+        the model gets (an unknown name, arguments that are not an object)."""
         try:
             args = _object(arguments, "arguments")
             name = args.get("name")
             if not isinstance(name, str) or not name.strip():
-                raise ToolError("'name' is required: the tool's full name, as tool_search returned it")
+                raise ToolError(f"'name' is required: the tool's full name, as {SEARCH} "
+                                "returned it")
             inner = _object(args.get("arguments"), "'arguments'")
         except ToolError as exc:
             return ToolResult(f"Invalid arguments for {CALL}: {exc}", is_error=True)
@@ -135,8 +147,8 @@ class DeferredCatalog:
         if name not in self._by_name and name not in shown:
             near = ", ".join(e.name for e in self.search(name.replace(PREFIX, " "), 3))
             hint = f" Closest names: {near}." if near else ""
-            return ToolResult(f"Unknown tool {name!r}: use {SEARCH} to find the tool and its full name.{hint}",
-                              is_error=True)
+            text = f"Unknown tool {name!r}: use {SEARCH} to find the tool and its full name.{hint}"
+            return ToolResult(text, is_error=True)
         return Bridged(name, inner)
 
 
@@ -148,7 +160,7 @@ class CatalogTool(ToolSpec):
 
 
 def bind(specs: Sequence[ToolSpec], catalog: DeferredCatalog) -> tuple[ToolSpec, ...]:
-    """`specs` with its tool_search and tool_call bound to `catalog` (the bytes sent stay the same)."""
+    """`specs` with tool_search and tool_call bound to `catalog` (what is sent stays the same)."""
     return tuple(CatalogTool(s.name, s.description, s.parameters, s.annotations, s.server, catalog)
                  if s.name in BRIDGE else s for s in specs)
 
@@ -157,30 +169,39 @@ def catalog_of(specs: Sequence[ToolSpec]) -> DeferredCatalog | None:
     return next((s.catalog for s in specs if isinstance(s, CatalogTool)), None)
 
 
-# ---- ranking ---------------------------------------------------------------------------------------------------
+# ---- ranking ------------------------------------------------------------------------------------
 
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-case word stems of `text`; snake_case, kebab-case and camelCase split into their words."""
+    """Lower-case word stems of `text`; snake_case, kebab-case and camelCase split into words."""
     words = _WORD.findall(_CAMEL.sub(r"\1 \2", text).lower())
     return [_stem(w) for w in words if w not in STOPWORDS]
 
 
 def _stem(word: str) -> str:
-    """A light English stemmer: plurals and the commonest endings, enough that "cities" finds "city"."""
+    """A light English stemmer, the same for tools and queries: plurals and the commonest endings,
+    so that "cities" finds "city" and "created" finds "create"."""
     if len(word) <= 3 or word.isdigit():
         return word
-    for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith(("ss", "us", "is")):
-            return word[: len(word) - len(suffix)] + repl
-    return word
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "xes", "zes", "ches", "shes")):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    elif word.endswith("ing") and len(word) > 5:
+        word = word[:-3]
+    elif word.endswith("ed") and len(word) > 4:
+        word = word[:-2]
+    return word[:-1] if word.endswith("e") and len(word) > 4 else word
 
 
 class Bm25:
-    """Okapi BM25 over weighted fields, with an inverted index: a query costs its terms' postings only."""
+    """Okapi BM25 over weighted fields, with an inverted index: a query costs only the postings of
+    its terms."""
 
     def __init__(self, documents: Sequence[Counter[str]]) -> None:
         self.size = len(documents)
@@ -203,8 +224,8 @@ class Bm25:
         return sorted(scores, key=lambda d: (-scores[d], d))[:limit]
 
     def _expanded(self, query: Sequence[str]) -> Iterator[tuple[str, float]]:
-        """Each known query term; an unknown one of 3+ letters stands for the words it begins (temp →
-        temperature) at half weight."""
+        """Each known query term; an unknown one of 3+ letters stands for the words it begins
+        (temp → temperature) at half weight."""
         for term in dict.fromkeys(query):
             if term in self.postings:
                 yield term, 1.0
@@ -226,15 +247,16 @@ def _document(spec: ToolSpec) -> Counter[str]:
     """What a tool is found by, each word counted by the weight of the field it is in."""
     doc: Counter[str] = Counter()
     names, texts = _schema_words(spec.parameters)
-    for field_name, text in (("name", f"{_own_name(spec)} {spec.server}"),
-                             ("params", " ".join(names)), ("text", " ".join([spec.description, *texts]))):
+    fields = (("name", f"{_own_name(spec)} {spec.server}"), ("params", " ".join(names)),
+              ("text", " ".join([spec.description, *texts])))
+    for field_name, text in fields:
         for word in tokens(text):
             doc[word] += WEIGHTS[field_name]
     return doc
 
 
 def _schema_words(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
-    """Parameter names and the descriptions (titles, enum values) of a JSON schema, nested ones too."""
+    """Parameter names and descriptions (titles, enum values) of a JSON schema, nested ones too."""
     names: list[str] = []
     texts: list[str] = []
     if not isinstance(schema, Mapping) or depth > 8:
@@ -276,7 +298,8 @@ def _object(value: str | Mapping[str, Any] | None, what: str) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ToolError(f"{what} are not valid JSON ({exc.msg} at position {exc.pos})") from None
+            why = f"{exc.msg} at position {exc.pos}"
+            raise ToolError(f"{what} are not valid JSON ({why})") from None
     if not isinstance(value, Mapping):
         raise ToolError(f"{what} must be a JSON object")
     return dict(value)

@@ -1,6 +1,7 @@
 """Which tools are on, per platform: `agent.tools` (an allow list of names and globs, `mcp_github_*`) and
 `agent.tools_by_platform` (a platform's own list, replacing agent.tools there). No list means every tool.
-And whether a new session's MCP tools are deferred behind tool search (`tools.search`, `tools.search_threshold`).
+And whether a new session's MCP tools are deferred behind tool search (`tools.search`,
+`tools.search_threshold`).
 
 Also the config check for those names: a name must be a built-in tool, a glob that matches one, or point into a
 configured MCP server (`mcp_<server>_…`); anything else is a typo that would silently turn a tool off.
@@ -34,12 +35,14 @@ class ToolPolicy:
 
     @classmethod
     def of(cls, config: Config) -> ToolPolicy:
-        return cls(config.agent.tools, {str(k): v for k, v in config.agent.tools_by_platform.items()},
-                   config.tools.search, config.tools.search_threshold)
+        by_platform = {str(k): v for k, v in config.agent.tools_by_platform.items()}
+        tools = config.tools
+        return cls(config.agent.tools, by_platform, tools.search, tools.search_threshold)
 
     def defers(self, deferrable: Sequence[ToolSpec], window: int) -> bool:
-        """Whether these tools leave a new session's tools array for tool search: always with `on`, never with
-        `off`; with `auto` when their schemas would take more than `search_threshold` of the context window."""
+        """Whether these tools leave a new session's tools array for tool search: always with `on`,
+        never with `off`; with `auto` when their schemas would take more than `search_threshold` of
+        the context window."""
         if not deferrable or self.search == "off":
             return False
         return self.search == "on" or schema_tokens(deferrable) > self.search_threshold * window
@@ -54,8 +57,10 @@ class ToolPolicy:
 
 def schema_tokens(specs: Sequence[ToolSpec]) -> int:
     """About the tokens `specs` take in a request, from their JSON size (no tokenizer needed)."""
-    return sum(len(json.dumps({"name": s.name, "description": s.description, "input_schema": s.parameters},
-                              ensure_ascii=False, separators=(",", ":"))) for s in specs) // CHARS_PER_TOKEN
+    wire = [{"name": s.name, "description": s.description, "input_schema": s.parameters}
+            for s in specs]
+    size = sum(len(json.dumps(w, ensure_ascii=False, separators=(",", ":"))) for w in wire)
+    return size // CHARS_PER_TOKEN
 
 
 def name_problems(config: Config, builtin: Collection[str]) -> list[tuple[str, str]]:

@@ -31,9 +31,9 @@ MAX_LISTED = 20  # names an "unknown tool" error lists (tool search may stand fo
 class ToolSpec:
     """What the model is shown: a name, a description and a JSON Schema object for the arguments.
 
-    `server` is the MCP server a tool comes from ("" for a built-in one) and `annotations` what it says of the
-    tool (`readOnlyHint`, `destructiveHint`, …): kept with the session's tools for the core to decide on
-    (approvals), never sent to the model."""
+    `server` is the MCP server a tool comes from ("" for a built-in one) and `annotations` what it
+    says of the tool (`readOnlyHint`, `destructiveHint`, …): kept with the session's tools for the
+    core to decide on (approvals), never sent to the model."""
 
     name: str
     description: str
@@ -145,10 +145,9 @@ class ToolRegistry:
     async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
                    allowed: Collection[str] | None = None,
                    parameters: Mapping[str, Any] | None = None) -> ToolResult:
-        """Run `name` (its real name, also when the model reached it through tool search) if `allowed`.
-
-        `parameters` is the JSON schema the model was shown for a provider's (MCP) tool: the arguments are
-        checked against it here, whichever way the call came."""
+        """Run `name` (its real name, also when the model reached it through tool search) if
+        `allowed`. `parameters` is the JSON schema the model was shown for a provider's (MCP) tool:
+        the arguments are checked against it here, whichever way the call came."""
         tool = self._tools.get(name)
         external = tool is None and self.provider is not None and self.provider.claims(name)
         if (tool is None and not external) or (allowed is not None and name not in allowed):
@@ -170,6 +169,11 @@ class ToolRegistry:
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ctx
         return await _run(tool, kwargs, ctx)
+
+    def refusal(self, name: str, allowed: Collection[str] | None) -> ToolResult:
+        """The error for a known tool that may not run here (the policy, a flush only saving)."""
+        usable = self._usable(allowed)
+        return _error(f"Tool not available right now: {name!r}. Tools you can call: {usable}.")
 
     def _usable(self, allowed: Collection[str] | None) -> str:
         usable = [n for n in self._tools if allowed is None or n in allowed]

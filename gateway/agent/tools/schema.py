@@ -1,8 +1,9 @@
 """JSON Schema for a tool, derived from its typed Python signature, and a checker for the model's arguments.
 
 Only the shapes tools use are supported (str, int, float, bool, Literal, `X | None`, list[X]); anything
-else is a programming error raised at registration, never at call time. An MCP tool's arguments are checked
-against the schema its server gave with `jsonschema` (`check_json`), loaded with the first such call.
+else is a programming error raised at registration, never at call time. An MCP tool's arguments are
+checked against the schema its server gave with `jsonschema` (`check_json`), loaded with the first
+such call.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def _article(expected: str) -> str:
     return f"an {expected}" if expected in ("integer", "array") else f"a {expected}"
 
 
-# ---- a server's schema (MCP tools) ------------------------------------------------------------------------------
+# ---- a server's schema (MCP tools) --------------------------------------------------------------
 
 MAX_PROBLEMS = 5
 MAX_PROBLEM_CHARS = 200
@@ -154,12 +155,14 @@ _validators: dict[int, tuple[Mapping[str, Any], Validator | None]] = {}
 
 
 def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str]:
-    """Problems with `arguments` against a server's JSON Schema, each naming its field; empty means valid.
+    """Problems with `arguments` against a server's JSON Schema, each naming its field; empty means
+    valid.
 
-    A null the schema refuses for an optional top-level parameter is dropped from `arguments` (models send
-    them for "not given"). `pattern` is left to the server: the regular expression is the server's and the
-    string the model's, and Python's `re` cannot be stopped mid-match. A schema jsonschema cannot use (an
-    unknown draft, a `$ref` to the network: never fetched) checks nothing; the server still does."""
+    A null the schema refuses for an optional top-level parameter is dropped from `arguments`
+    (models send them for "not given"). `pattern` is left to the server: the regular expression is
+    the server's and the string the model's, and Python's `re` cannot be stopped mid-match. A schema
+    jsonschema cannot use (an unknown draft, a `$ref` to the network: never fetched) checks
+    nothing; the server still does."""
     validator = _validator(schema)
     if validator is None:
         return []
@@ -172,11 +175,11 @@ def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str
             for key in nulls:
                 del arguments[key]
             errors = list(validator.iter_errors(arguments))
-    except Exception as exc:  # noqa: BLE001 - a schema that breaks the checker must not break the call
+    except Exception as exc:  # noqa: BLE001 - a schema the checker trips on must not stop a call
         log.info("tool schema not checkable (%s: %s); the arguments go to the server as they are",
                  type(exc).__name__, str(exc)[:200])
         return []
-    errors.sort(key=lambda e: [str(p) for p in e.path])
+    errors.sort(key=lambda e: ([str(p) for p in e.path], e.message))
     return [_problem(e.path, e.message) for e in errors[:MAX_PROBLEMS]]
 
 
@@ -187,7 +190,7 @@ def _problem(path: Any, message: str) -> str:
 
 
 def _validator(schema: Mapping[str, Any]) -> Validator | None:
-    """The validator for `schema`, built once per schema object (a session's specs live as long as it)."""
+    """The validator for `schema`, built once per schema object (a session's specs live long)."""
     known = _validators.get(id(schema))
     if known is not None and known[0] is schema:
         return known[1]
