@@ -133,7 +133,7 @@ async def test_search_finds_the_tool_the_bridge_runs_it_and_the_prefix_never_mov
     assert names == [*CORE, "tool_search", "tool_call"]
     assert len(names) <= 12 and tool_tokens(first) <= 2000
     search = "".join(t["description"] for t in first["tools"] if t["name"] == "tool_search")
-    assert "the MCP servers fake" in search
+    assert "Find tools of the MCP server fake that are not listed here" in search
     (found,) = tool_results(second)
     best = json.loads(found["content"])["tools"][0]
     assert best["name"] == WEATHER

@@ -8,6 +8,7 @@ search's `tool_call` (gateway/agent/tools/deferred.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,8 @@ class Agent:
             return await self.dispatch(call.name, call.arguments, calls)
         if calls.allowed is not None and call.name not in calls.allowed:  # a flush only saves
             return self.tools.refusal(call.name, calls.allowed)
+        if not catalog.ready:  # its first search: the index is built off the event loop
+            await asyncio.to_thread(catalog.prepare)
         if call.name == SEARCH:
             if calls.on_tool is not None:
                 calls.on_tool(SEARCH)

@@ -11,6 +11,7 @@ through the same path as a direct call (gateway/agent/loop.py, `Agent.dispatch`)
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import re
@@ -89,6 +90,7 @@ class DeferredCatalog:
     def __init__(self, entries: Sequence[ToolSpec]) -> None:
         self.entries = tuple(entries)
         self._by_name = {e.name: e for e in self.entries}
+        self._exact = {**{_own_name(e): e for e in self.entries}, **self._by_name}
         self._index: Bm25 | None = None
 
     def __len__(self) -> int:
@@ -100,15 +102,27 @@ class DeferredCatalog:
     def names(self) -> tuple[str, ...]:
         return tuple(self._by_name)
 
+    @property
+    def ready(self) -> bool:
+        return self._index is not None
+
+    def prepare(self) -> None:
+        """Build the search index (once; tens of milliseconds for hundreds of tools, so the agent loop
+        runs it in a thread)."""
+        if self._index is None:
+            self._index = Bm25([_document(e) for e in self.entries])
+
     def search(self, query: str, limit: int = DEFAULT_RESULTS) -> list[ToolSpec]:
         """The best matches for `query`, best first; a tool's exact name (or its own name on its
         server) comes first."""
         query = query[:MAX_QUERY_CHARS]
-        exact = [e for e in self.entries if query.strip() in (e.name, _own_name(e))]
-        if self._index is None:
-            self._index = Bm25([_document(e) for e in self.entries])
+        exact = self._exact.get(query.strip())
+        self.prepare()
+        assert self._index is not None
         ranked = [self.entries[i] for i in self._index.rank(tokens(query), limit)]
-        return [*exact, *(e for e in ranked if e not in exact)][:limit]
+        if exact is None:
+            return ranked
+        return [exact, *(e for e in ranked if e.name != exact.name)][:limit]
 
     def answer(self, arguments: str | Mapping[str, Any] | None) -> ToolResult:
         """tool_search's result: the matches as JSON with their full schemas."""
@@ -178,7 +192,14 @@ _WORD = re.compile(r"[a-z0-9]+")
 def tokens(text: str) -> list[str]:
     """Lower-case word stems of `text`; snake_case, kebab-case and camelCase split into words."""
     words = _WORD.findall(_CAMEL.sub(r"\1 \2", text).lower())
-    return [_stem(w) for w in words if w not in STOPWORDS]
+    stems = _stems
+    if len(stems) > MAX_STEMS:
+        stems.clear()
+    return [stems.get(w) or stems.setdefault(w, _stem(w)) for w in words if w not in STOPWORDS]
+
+
+_stems: dict[str, str] = {}  # word → stem: a catalog's words repeat, and so do queries'
+MAX_STEMS = 50_000
 
 
 def _stem(word: str) -> str:
@@ -221,7 +242,7 @@ class Bm25:
             idf = math.log(1 + (self.size - len(postings) + 0.5) / (len(postings) + 0.5))
             for doc, part in postings:
                 scores[doc] = scores.get(doc, 0.0) + weight * idf * part
-        return sorted(scores, key=lambda d: (-scores[d], d))[:limit]
+        return heapq.nsmallest(limit, scores, key=lambda d: (-scores[d], d))
 
     def _expanded(self, query: Sequence[str]) -> Iterator[tuple[str, float]]:
         """Each known query term; an unknown one of 3+ letters stands for the words it begins
