@@ -11,6 +11,8 @@ only new sessions see); `off` sends all 60; `auto` defers by the context window.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -25,7 +27,7 @@ from gateway.ops.wiring import Gateway
 from gateway.sessions.compression import SUMMARY_SYSTEM
 from gateway.sessions.flush import FLUSH_MARK
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, ToolCalls, estimate_tokens
-from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
+from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, require, write_config
 from tests.jobs_support import fire_jobs, settle
 from tests.lifecycle_support import FakeClock, last_user_text
 
@@ -323,3 +325,69 @@ def test_tools_list_marks_the_deferred_tools(home: Path, fake_llm: FakeLLM,
     assert rows[WEATHER] == ["mcp:fake", "telegram, discord, web, cli, cron; deferred (tool search)"]
     assert "60 tools deferred: new sessions find them with tool_search and call them with tool_call " \
         "(tools.search: on)" in out
+
+
+# ------------------------------------------------------------------------------ a reference server from npm
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """npm's reference MCP server, installed from npm's cache only (no network at test time): skipped
+    when it is not cached, a failure in CI (.ci/run caches it)."""
+    npm = shutil.which("npm")
+    require(None if npm else "npm is not installed (apt-get install npm)")
+    assert npm is not None
+    prefix = tmp_path_factory.mktemp("npm")
+    done = subprocess.run([npm, "install", "--offline", "--no-audit", "--no-fund", "--no-save",
+                           "--prefix", str(prefix), EVERYTHING], capture_output=True, text=True,
+                          timeout=300, check=False)
+    found = prefix / "node_modules" / ".bin" / "mcp-server-everything"
+    require(None if done.returncode == 0 and found.exists() else
+            f"{EVERYTHING} is not in npm's cache (npm install it once): {done.stderr[-300:]}")
+    return found
+
+
+async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_llm: FakeLLM,
+                                                              everything: Path) -> None:
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
+        mcp_servers:
+          everything:
+            command: {everything}
+            args: [stdio]
+            connect_timeout_s: 60
+        tools:
+          search: on
+        """))
+    fake_llm.script(ToolCall("tool_search", {"query": "add two numbers", "limit": 1}),
+                    ToolCall("tool_call", {"name": "mcp_everything_get-sum", "arguments": {"a": "2"}}),
+                    ToolCall("tool_call", {"name": "mcp_everything_get-sum",
+                                           "arguments": {"a": 2, "b": 3}}),
+                    answer_with_result)
+    adapter = RecordingAdapter()
+    gw = gateway_for(home, [adapter])
+    assert gw.mcp is not None
+    await gw.mcp.start()
+    try:
+        assert gw.mcp.states["everything"].state == "up", gw.mcp.states["everything"].error
+        reply = await ask(gw, adapter, "what is 2 + 3?")
+        session = gw.store.active_session("cli:dm:c1")
+        assert session is not None
+        tools = gw.sessions.tools.of(session)
+    finally:
+        await gw.close_tools()
+        await gw.llm.close()
+        gw.store.close()
+    assert "The sum of 2 and 3 is 5." in reply
+    first, second, third, _ = fake_llm.anthropic_requests()
+    assert [t["name"] for t in first["tools"]] == [*CORE, "tool_search", "tool_call"]
+    (found,) = json.loads(tool_results(second)[-1]["content"])["tools"]
+    assert found["name"] == "mcp_everything_get-sum" and found["parameters"]["required"] == ["a", "b"]
+    invalid = tool_results(third)[-1]
+    assert invalid["is_error"] and invalid["content"] == (
+        "Invalid arguments for mcp_everything_get-sum: 'b' is a required property; a: '2' is not of "
+        "type 'number'.")
+    assert tools.deferred is not None and len(tools.deferred) >= 10
+    summed, toggle = tools.spec("mcp_everything_get-sum"), tools.spec("mcp_everything_toggle-simulated-logging")
+    assert summed is not None and summed.annotations["readOnlyHint"] is True
+    assert toggle is not None and toggle.annotations["readOnlyHint"] is False
