@@ -1,15 +1,14 @@
 """Benchmark tool search: what a request costs with 0, 60 and 500 MCP tools, search off and on, and
 how fast a search over 500 tools answers.
 
-Run:  PYTHONPATH=. python bench/tool_search.py [--sizes 0,60,500] [--queries 400] [--everything]
+Run:  PYTHONPATH=. python bench/tool_search.py [--sizes 0,60,500] [--queries 400]
 
 For each size and `tools.search` (off, on) the real gateway graph starts the fake MCP server
 (tests/fakes/mcp_server.py) with that many of tests/fakes/mcp_catalog.py's tools (0: no server) and
 sends one message over the Anthropic wire to the fake LLM. Printed: the tools in the first request,
 their tokens and the request's input tokens (the fake's estimate: canonical JSON / 4). Then, on the
-500-tool session's frozen catalog: the index build, and p50 / p95 / max of `tool_search` as the agent
-loop runs it (rank + JSON answer) over realistic queries (goal: p95 < 5 ms). `--everything` also lists
-npm's @modelcontextprotocol/server-everything through the gateway when npm has it cached.
+500-tool session's frozen catalog: the index build, and p50 / p95 / max of `tool_search` as the
+agent loop runs it (rank + JSON answer) over realistic queries (goal: p95 < 5 ms).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests/ holds the fakes
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests/ holds fakes
 
 from gateway.agent.tools.deferred import DeferredCatalog
 from gateway.config.settings import load_config
@@ -35,12 +34,12 @@ from tests.fakes.llm import FakeLLM, estimate_tokens
 from tests.helpers import RecordingAdapter, inbound, write_config
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "mcp_server.py"
-QUERIES = ("forecast for a city", "send an email", "open an issue in a repository", "merge pull request",
-           "convert dollars to euros", "what time is it in Tokyo", "turn off the lights", "play a song",
-           "find a free slot for a meeting", "read a file", "restart the api service", "track my parcel",
-           "translate into German", "search my notes", "stock price", "book a flight to Oslo",
-           "delete the calendar event", "air quality and pollen", "add a todo for tomorrow",
-           "query the analytics database")
+QUERIES = ("forecast for a city", "send an email", "open an issue in a repository",
+           "merge pull request", "convert dollars to euros", "what time is it in Tokyo",
+           "turn off the lights", "play a song", "find a free slot for a meeting", "read a file",
+           "restart the api service", "track my parcel", "translate into German", "search my notes",
+           "stock price", "book a flight to Oslo", "delete the calendar event",
+           "air quality and pollen", "add a todo for tomorrow", "query the analytics database")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +51,8 @@ class Figure:
     input_tokens: int
 
 
-async def one_request(root: Path, fake: FakeLLM, tools: int, search: str) -> tuple[Figure, DeferredCatalog | None]:
+async def one_request(root: Path, fake: FakeLLM, tools: int,
+                      search: str) -> tuple[Figure, DeferredCatalog | None]:
     home = root / f"{tools}-{search}" / "home"
     home.mkdir(parents=True)
     spec = home.parent / "tools.json"
@@ -104,7 +104,6 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="0,60,500")
     parser.add_argument("--queries", type=int, default=400)
-    parser.add_argument("--everything", action="store_true")
     args = parser.parse_args()
     print(f"load average: {os.getloadavg()[0]:.2f}")
     figures: list[Figure] = []
@@ -120,13 +119,14 @@ async def main() -> None:
     print(f"\n{'MCP tools':>9}  {'search':<6}  {'tools sent':>10}  {'tool tokens':>11}  "
           f"{'request tokens':>14}")
     for f in figures:
-        print(f"{f.tools:>9}  {f.search:<6}  {f.sent:>10}  {f.tool_tokens:>11,}  {f.input_tokens:>14,}")
+        print(f"{f.tools:>9}  {f.search:<6}  {f.sent:>10}  {f.tool_tokens:>11,}  "
+              f"{f.input_tokens:>14,}")
     if biggest is not None:
         first, times = time_searches(biggest, args.queries)
         p95 = statistics.quantiles(times, n=20)[-1]
-        print(f"\ntool_search over {len(biggest)} tools: first search (builds the index) {first:.2f} ms; "
-              f"{len(times)} searches: p50 {statistics.median(times):.3f} ms, p95 {p95:.3f} ms, "
-              f"max {max(times):.3f} ms")
+        print(f"\ntool_search over {len(biggest)} tools: first search (builds the index) "
+              f"{first:.2f} ms; {len(times)} searches: p50 {statistics.median(times):.3f} ms, "
+              f"p95 {p95:.3f} ms, max {max(times):.3f} ms")
         for query in QUERIES[:5]:
             print(f"  {query!r}: {', '.join(s.name for s in biggest.search(query, 3))}")
 

@@ -1,6 +1,6 @@
 """Tool search's parts without a server: the ranking over the fake catalog's 500 tools, the bridge's
-unwrapping, the deferral decision of `tools.search`, argument checks against a server's JSON schema (which never
-fetch anything), and the stored form of a session's tools."""
+unwrapping, the deferral decision of `tools.search`, argument checks against a server's JSON schema
+(which never fetch anything), and the stored form of a session's tools."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def top(query: str, n: int = 1) -> list[str]:
 
 @pytest.mark.parametrize(("query", "best"), [
     ("forecast for a city", "mcp_fake_weather_forecast"),
-    ("weather forecasts for cities", "mcp_fake_weather_forecast"),   # plurals stem to the same words
+    ("weather forecasts for cities", "mcp_fake_weather_forecast"),   # plurals stem alike
     ("send an email", "mcp_fake_send_email"),
-    ("route by bike", "mcp_fake_get_directions"),              # a word from a parameter's description
+    ("route by bike", "mcp_fake_get_directions"),              # a parameter's description
     ("tracking_number", "mcp_fake_track_package"),             # a parameter's name
     ("thermo", "mcp_fake_set_thermostat"),                     # the start of a word
     ("sendSms", "mcp_fake_send_sms"),                          # camelCase splits
@@ -65,10 +65,11 @@ def test_search_answers_full_schemas_as_json_and_says_when_nothing_matches() -> 
     assert found[0]["parameters"]["properties"]["city"]["description"] == "City name, e.g. Oslo"
     assert set(found[0]) == {"name", "description", "parameters"}  # annotations stay with the core
     nothing = json.loads(CATALOG.answer('{"query": "zzzqqq"}').text)
-    assert nothing == {"tools": [], "note": "No tool matches. Try other words; 500 tools can be searched."}
+    note = "No tool matches. Try other words; 500 tools can be searched."
+    assert nothing == {"tools": [], "note": note}
     bad = CATALOG.answer({"limit": 2})
-    assert bad.is_error and bad.text == ("Invalid arguments for tool_search: 'query' is required: what you want "
-                                         "to do, in a few words")
+    assert bad.is_error and bad.text == ("Invalid arguments for tool_search: 'query' is required: "
+                                         "what you want to do, in a few words")
     assert len(json.loads(CATALOG.answer({"query": "email", "limit": 99}).text)["tools"]) == 10
 
 
@@ -81,22 +82,26 @@ def test_words_split_and_stem() -> None:
 
 def test_the_bridge_unwraps_its_call_or_says_what_is_wrong() -> None:
     shown = {"memory": ToolSpec("memory", "Memory.", {"type": "object", "properties": {}})}
-    assert CATALOG.unwrap({"name": "mcp_fake_send_sms", "arguments": '{"phone": "+47"}'}, shown) == \
-        Bridged("mcp_fake_send_sms", {"phone": "+47"})
-    assert CATALOG.unwrap('{"name": "memory"}', shown) == Bridged("memory", {})  # a tool in the array works too
-    for arguments, error in [
-        ({"arguments": {}}, ("Invalid arguments for tool_call: 'name' is required: the tool's full name, as "
-                            "tool_search returned it")),
-        ({"name": "mcp_fake_send_sms", "arguments": [1]}, ("Invalid arguments for tool_call: 'arguments' must be "
-                                                          "a JSON object")),
-        ('{"name": ', ("Invalid arguments for tool_call: arguments are not valid JSON (Expecting value at "
-                      "position 9)")),
+    sms = {"name": "mcp_fake_send_sms", "arguments": '{"phone": "+47"}'}
+    assert CATALOG.unwrap(sms, shown) == Bridged("mcp_fake_send_sms", {"phone": "+47"})
+    # a tool in the array may be called through the bridge too
+    assert CATALOG.unwrap('{"name": "memory"}', shown) == Bridged("memory", {})
+    bad = "Invalid arguments for tool_call: "
+    cases: list[tuple[str | dict[str, Any], str]] = [
+        ({"arguments": {}},
+         bad + "'name' is required: the tool's full name, as tool_search returned it"),
+        ({"name": "mcp_fake_send_sms", "arguments": [1]},
+         bad + "'arguments' must be a JSON object"),
+        ('{"name": ', bad + "arguments are not valid JSON (Expecting value at position 9)"),
         ({"name": SEARCH}, "tool_call runs the tools tool_search finds, not tool_search."),
-        ({"name": "send_sms_to_mars"}, ("Unknown tool 'send_sms_to_mars': use tool_search to find the tool and its "
-                                       "full name. Closest names: mcp_fake_send_sms")),
-    ]:
+        ({"name": "send_sms_to_mars"},
+         ("Unknown tool 'send_sms_to_mars': use tool_search to find the tool and its full name. "
+         "Closest names: mcp_fake_send_sms")),
+    ]
+    for arguments, error in cases:
         found = CATALOG.unwrap(arguments, shown)
-        assert isinstance(found, ToolResult) and found.is_error and found.text.startswith(error), found
+        assert isinstance(found, ToolResult) and found.is_error, found
+        assert found.text.startswith(error), found
 
 
 def test_bridge_specs_are_short_stable_and_carry_their_catalog_only_in_memory() -> None:
@@ -105,11 +110,11 @@ def test_bridge_specs_are_short_stable_and_carry_their_catalog_only_in_memory() 
     assert (search.name, call.name) == (SEARCH, CALL)
     assert "the MCP servers github, notes" in search.description
     assert schema_tokens([search, call]) < 300
-    assert bridge_specs(list(reversed(deferred))) == (search, call)  # the order of the catalog does not matter
+    assert bridge_specs(list(reversed(deferred))) == (search, call)  # the order does not matter
     bound = bind([ToolSpec("memory", "m", {}), search, call], CATALOG)
     assert catalog_of(bound) is CATALOG
-    assert [(s.name, s.description, s.parameters) for s in bound[1:]] == \
-        [(s.name, s.description, s.parameters) for s in (search, call)]  # what is sent stays the same
+    sent = [(s.name, s.description, s.parameters) for s in bound[1:]]
+    assert sent == [(s.name, s.description, s.parameters) for s in (search, call)]
 
 
 def test_auto_defers_past_the_share_of_the_context_window() -> None:
@@ -125,9 +130,10 @@ def test_auto_defers_past_the_share_of_the_context_window() -> None:
 
 
 def test_a_servers_schema_checks_arguments_naming_each_bad_field() -> None:
+    units = {"type": "object", "properties": {"temp": {"enum": ["c", "f"]}}}
     schema = {"type": "object", "additionalProperties": False, "required": ["city"],
-              "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1},
-                             "units": {"type": "object", "properties": {"temp": {"enum": ["c", "f"]}}}}}
+              "properties": {"city": {"type": "string"}, "units": units,
+                             "days": {"type": "integer", "minimum": 1}}}
     args: dict[str, Any] = {"days": 0, "units": {"temp": "k"}, "extra": 1}
     assert check_json(schema, args) == [
         "'city' is a required property",
@@ -136,18 +142,21 @@ def test_a_servers_schema_checks_arguments_naming_each_bad_field() -> None:
         "units.temp: 'k' is not one of ['c', 'f']",
     ]
     nulls: dict[str, Any] = {"city": "Oslo", "days": None}
-    assert check_json(schema, nulls) == [] and nulls == {"city": "Oslo"}  # a null for "not given" is dropped
-    assert check_json(schema, {"city": None}) == ["city: None is not of type 'string'"]  # required: not dropped
+    assert check_json(schema, nulls) == [] and nulls == {"city": "Oslo"}  # null: "not given"
+    required = ["city: None is not of type 'string'"]
+    assert check_json(schema, {"city": None}) == required  # a required one is not dropped
 
 
-def test_a_schema_is_never_fetched_and_pattern_is_left_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_schema_is_never_fetched_and_pattern_is_left_to_the_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     def no_network(*_: Any, **__: Any) -> Any:
         raise AssertionError("a schema check went to the network")
 
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
     remote = {"type": "object", "properties": {"x": {"$ref": "https://schemas.example.com/x.json"}}}
     assert check_json(remote, {"x": 1}) == []
-    local = {"type": "object", "$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}}
+    local = {"type": "object", "$defs": {"n": {"type": "integer"}},
+             "properties": {"x": {"$ref": "#/$defs/n"}}}
     assert check_json(local, {"x": "one"}) == ["x: 'one' is not of type 'integer'"]
     evil = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
     assert check_json(evil, {"s": "a" * 64 + "!"}) == []  # would backtrack for ages in `re`
@@ -159,7 +168,8 @@ def test_the_stored_form_keeps_annotations_and_the_catalog_and_reads_old_lists()
     text = encode_specs(sent, CATALOG.entries[:2])
     back_sent, back_deferred = decode_specs(text)
     assert back_sent == tuple(sent) and back_deferred == CATALOG.entries[:2]
-    assert back_deferred[0].annotations == {"readOnlyHint": True} and back_deferred[0].server == "fake"
+    assert back_deferred[0].annotations == {"readOnlyHint": True}
+    assert back_deferred[0].server == "fake"
     old = '[{"name":"memory","description":"Memory.","parameters":{"type":"object"}}]'
     assert encode_specs(sent[:1]) == old  # a list without search or annotations is stored as before
     assert decode_specs(old) == ((sent[0],), ())

@@ -58,7 +58,8 @@ def _rows(gateway: Gateway) -> list[str]:
     provided = registry.provider.specs() if registry.provider is not None else []
     names = [*registry.names(), *sorted(s.name for s in provided)]
     deferred = _deferred(gateway)
-    rows = [(name, catalog.origin(name), _platforms([p for p in PLATFORMS if catalog.enabled(name, p)])
+    rows = [(name, catalog.origin(name),
+             _platforms([p for p in PLATFORMS if catalog.enabled(name, p)])
              + (DEFERRED if name in deferred else "")) for name in names]
     if "web_search" not in names:
         rows.insert(TOOL_ORDER.index("web_search"), ("web_search", "built-in", "off: tools.web_search is not set"))
@@ -71,8 +72,9 @@ def _rows(gateway: Gateway) -> list[str]:
     if gateway.mcp is not None:
         lines.append("")
         if deferred:
-            lines.append(f"{len(deferred)} tools deferred: new sessions find them with tool_search and "
-                         f"call them with tool_call (tools.search: {gateway.config.tools.search})")
+            search = gateway.config.tools.search
+            lines.append(f"{len(deferred)} tools deferred: new sessions find them with tool_search "
+                         f"and call them with tool_call (tools.search: {search})")
         for state in gateway.mcp.states.values():
             error = f": {state.error}" if state.error else ""
             withheld = f", {len(state.withheld)} withheld (see above)" if state.withheld else ""
@@ -82,7 +84,7 @@ def _rows(gateway: Gateway) -> list[str]:
 
 
 def _deferred(gateway: Gateway) -> set[str]:
-    """The tools a new session on some platform would get behind tool search, at the model's window."""
+    """The tools a new session on some platform would get behind tool search (model's window)."""
     catalog = gateway.catalog
     assert catalog is not None
     window = gateway.llm.context_window

@@ -4,10 +4,11 @@ streamable HTTP on 127.0.0.1.
     python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log]
                                      [--http --port 0 --port-file F --require-token T] [--legacy]
 
-`tools.json` is `{"tools": ["echo", ...], "version": "v1", "catalog": 60}`: which of the tools below it offers, a
-word appended to every description (so a test can change a server's tools between two daemon runs), and how many
-of tests/fakes/mcp_catalog.py's realistic tools it offers too (weather_forecast, send_email, …; with annotations:
-`readOnlyHint` on the reading ones, `destructiveHint` on delete_/cancel_/archive_ ones). The `reload` tool
+`tools.json` is `{"tools": ["echo", ...], "version": "v1", "catalog": 60}`: which of the tools below
+it offers, a word appended to every description (so a test can change a server's tools between two
+daemon runs), and how many of tests/fakes/mcp_catalog.py's realistic tools it offers too
+(weather_forecast, send_email, …; with annotations: `readOnlyHint` on the reading ones,
+`destructiveHint` on delete_/cancel_/archive_ ones). The `reload` tool
 (when the file lists it at start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection through
 its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed; `--legacy` makes the server
 speak only the 2025 protocol). Each start appends a line to `--starts`, so a test can count restarts.
@@ -46,7 +47,7 @@ from mcp_types import (
 )
 from pydantic import Field
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repo root holds tests/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a script: the root holds tests/
 
 from tests.fakes.mcp_catalog import FakeTool, catalog, forecast
 
@@ -150,24 +151,28 @@ def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:
     if "reload" in spec.get("tools", ()):
         app.add_tool(reload)
     for tool in catalog(int(spec.get("catalog", 0))):
-        hints = ToolAnnotations(read_only_hint=tool.read_only or None, destructive_hint=tool.destructive or None)
+        hints = ToolAnnotations(read_only_hint=tool.read_only or None,
+                                destructive_hint=tool.destructive or None)
         text = f"{tool.description} {spec.get('version', '')}".strip()
         app.add_tool(_catalog_tool(tool), description=text, annotations=hints)
     return app
 
 
 def _catalog_tool(tool: FakeTool) -> Any:
-    """A function with the tool's parameters as its signature, so the SDK derives the schema a real server's
-    would have; it answers with its name and arguments (weather_forecast with a forecast)."""
+    """A function with the tool's parameters as its signature, so the SDK derives the schema a
+    real server's would have; it answers with its name and arguments (weather_forecast: a
+    forecast)."""
     def run(**arguments: Any) -> str:
         if tool.name == "weather_forecast":
             return forecast(arguments["city"], arguments.get("days"))
-        return f"{tool.name}: " + ", ".join(f"{k}={v}" for k, v in sorted(arguments.items()) if v is not None)
+        given = sorted((k, v) for k, v in arguments.items() if v is not None)
+        return f"{tool.name}: " + ", ".join(f"{k}={v}" for k, v in given)
 
     params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
                                 annotation=Annotated[p.type, Field(description=p.description)],
                                 **({} if p.required else {"default": None})) for p in tool.params]
-    run.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
+    signature = inspect.Signature(params, return_annotation=str)
+    run.__signature__ = signature  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in params} | {"return": str}
     run.__name__ = tool.name
     return run

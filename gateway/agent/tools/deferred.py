@@ -107,8 +107,8 @@ class DeferredCatalog:
         return self._index is not None
 
     def prepare(self) -> None:
-        """Build the search index (once; tens of milliseconds for hundreds of tools, so the agent loop
-        runs it in a thread)."""
+        """Build the search index (once; tens of milliseconds for hundreds of tools, so the agent
+        loop runs it in a thread)."""
         if self._index is None:
             self._index = Bm25([_document(e) for e in self.entries])
 
