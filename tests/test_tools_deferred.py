@@ -14,6 +14,7 @@ import pytest
 
 from gateway.agent.tools.deferred import (
     CALL,
+    MAX_ANSWER_CHARS,
     SEARCH,
     Bridged,
     DeferredCatalog,
@@ -189,3 +190,21 @@ def test_search_settings_are_checked_with_file_and_line(home: Path) -> None:
     write_config(home, extra="tools: {search: on, search_threshold: 0.25}\n")
     tools = load_config(home).tools
     assert (tools.search, tools.search_threshold) == ("on", 0.25)
+
+
+def test_a_search_answer_keeps_its_size_whatever_the_schemas() -> None:
+    """Three tools with ~10,000 characters of schema each: the best match comes whole, then as many
+    as fit in MAX_ANSWER_CHARS; the rest by name and description, with a note how to get them."""
+    field = {"type": "string", "description": "x" * 60}
+    huge = {"type": "object", "properties": {f"field_{i}": field for i in range(100)}}
+    catalog = DeferredCatalog([ToolSpec(f"mcp_big_report_{n}", f"Build report {n}.", huge, {}, "big")
+                               for n in range(3)])
+    answer = catalog.answer({"query": "build report"})
+    found = json.loads(answer.text)
+    assert len(answer.text) < MAX_ANSWER_CHARS + 1_000
+    assert [("parameters" in t) for t in found["tools"]] == [True, True, False]
+    assert found["note"] == ("Some schemas were left out for length: tool_search with a tool's "
+                             "full name returns its schema.")
+    left_out = found["tools"][2]["name"]
+    (whole,) = json.loads(catalog.answer({"query": left_out, "limit": 1}).text)["tools"]
+    assert whole["name"] == left_out and whole["parameters"] == huge

@@ -30,6 +30,7 @@ BRIDGE = (SEARCH, CALL)
 DEFAULT_RESULTS = 5
 MAX_RESULTS = 10
 MAX_QUERY_CHARS = 500
+MAX_ANSWER_CHARS = 24_000  # one search result: about 6,000 tokens of schemas at most
 K1, B = 1.2, 0.75
 WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word of a name says more than one of prose
 STOPWORDS = frozenset((
@@ -125,7 +126,8 @@ class DeferredCatalog:
         return [exact, *(e for e in ranked if e.name != exact.name)][:limit]
 
     def answer(self, arguments: str | Mapping[str, Any] | None) -> ToolResult:
-        """tool_search's result: the matches as JSON with their full schemas."""
+        """tool_search's result: the matches as JSON with their full schemas, as many as fit in
+        MAX_ANSWER_CHARS (the best one always); the others by name and description only."""
         try:
             args = _object(arguments, "arguments")
             query = args.get("query")
@@ -137,10 +139,19 @@ class DeferredCatalog:
         except ToolError as exc:
             return ToolResult(f"Invalid arguments for {SEARCH}: {exc}", is_error=True)
         found = self.search(query, max(1, min(limit, MAX_RESULTS)))
-        out: dict[str, Any] = {"tools": [_shown(e) for e in found]}
+        shown: list[dict[str, Any]] = []
+        room = MAX_ANSWER_CHARS
+        for entry in found:
+            full = _shown(entry)
+            room -= len(_json(full))
+            shown.append(full if room >= 0 or not shown else _shown(entry, schema=False))
+        out: dict[str, Any] = {"tools": shown}
         if not found:
             out["note"] = f"No tool matches. Try other words; {len(self)} tools can be searched."
-        return ToolResult(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+        elif any("parameters" not in t for t in shown):
+            out["note"] = (f"Some schemas were left out for length: {SEARCH} with a tool's full "
+                           "name returns its schema.")
+        return ToolResult(_json(out))
 
     def unwrap(self, arguments: str | Mapping[str, Any] | None,
                shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
@@ -299,8 +310,13 @@ def _schema_words(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
     return names, texts
 
 
-def _shown(spec: ToolSpec) -> dict[str, Any]:
-    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+def _shown(spec: ToolSpec, *, schema: bool = True) -> dict[str, Any]:
+    shown = {"name": spec.name, "description": spec.description}
+    return {**shown, "parameters": spec.parameters} if schema else shown
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _own_name(spec: ToolSpec) -> str:
