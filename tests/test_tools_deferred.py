@@ -197,7 +197,8 @@ def test_a_search_answer_keeps_its_size_whatever_the_schemas() -> None:
     as fit in MAX_ANSWER_CHARS; the rest by name and description, with a note how to get them."""
     field = {"type": "string", "description": "x" * 60}
     huge = {"type": "object", "properties": {f"field_{i}": field for i in range(100)}}
-    reports = [ToolSpec(f"mcp_big_report_{n}", f"Build report {n}.", huge, {}, "big") for n in range(3)]
+    reports = [ToolSpec(f"mcp_big_report_{n}", f"Build report {n}.", huge, {}, "big")
+               for n in range(3)]
     catalog = DeferredCatalog(reports)
     answer = catalog.answer({"query": "build report"})
     found = json.loads(answer.text)
