@@ -39,7 +39,8 @@ WEATHER = "mcp_fake_weather_forecast"
 
 
 def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | None = None,
-              catalog: int = 60, version: str = "v1", extra: str = "") -> None:
+              catalog: int = 60, version: str = "v1", extra: str = "",
+              provider: str = "anthropic") -> None:
     tools_file = home.parent / "tools.json"
     offered = {"tools": [], "catalog": catalog, "version": version}
     tools_file.write_text(json.dumps(offered), encoding="utf-8")
@@ -53,7 +54,7 @@ def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | No
         tools:
           search: {search}
         """)
-    path = write_config(home, base_url=llm_url(fake, "anthropic"),
+    path = write_config(home, provider=provider, base_url=llm_url(fake, provider),
                         extra=servers + textwrap.dedent(extra))
     if window is not None:
         text = path.read_text(encoding="utf-8")
@@ -431,3 +432,20 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
     toggle = tools.spec("mcp_everything_toggle-simulated-logging")
     assert summed is not None and summed.annotations["readOnlyHint"] is True
     assert toggle is not None and toggle.annotations["readOnlyHint"] is False
+
+
+async def test_the_bridge_works_on_the_openai_wire_too(home: Path, fake_llm: FakeLLM) -> None:
+    configure(home, fake_llm, provider="openai")
+
+    def answer(body: dict[str, Any]) -> Reply:
+        return Reply(f"Here it is: {body['messages'][-1]['content']}")
+
+    fake_llm.script(ToolCall("tool_search", {"query": "forecast for a city", "limit": 1}),
+                    ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Lima"}}), answer)
+    async with running(home) as (gw, adapter):
+        reply = await ask(gw, adapter, "weather in Lima?")
+    assert "Forecast for Lima" in reply
+    first, second, _ = fake_llm.openai_requests()
+    assert [t["function"]["name"] for t in first["tools"]] == [*CORE, "tool_search", "tool_call"]
+    (found,) = json.loads(second["messages"][-1]["content"])["tools"]
+    assert found["name"] == WEATHER
