@@ -100,9 +100,6 @@ class DeferredCatalog:
     def get(self, name: str) -> ToolSpec | None:
         return self._by_name.get(name)
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._by_name)
-
     @property
     def ready(self) -> bool:
         return self._index is not None
