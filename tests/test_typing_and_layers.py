@@ -41,7 +41,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],
     "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy",
-                                           "schedule"),
+                                           "schedule", "deferred"),
                     "catalog"],
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
     "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox", "stream"],

@@ -79,7 +79,9 @@ class SessionPrompt:
 
     def _tools_for(self, session: SessionRow) -> SessionToolList:
         if session.tool_list_id is None and session.system_prompt is None:
-            return self.tools.fix(session)  # a new session: the tools a new session gets now, from now on
+            # a new session: the tools a new session gets now, from now on (and tool search by
+            # the model's context window)
+            return self.tools.fix(session, window=self.agent.llm.context_window)
         return self.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],

@@ -4,8 +4,11 @@ streamable HTTP on 127.0.0.1.
     python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log]
                                      [--http --port 0 --port-file F --require-token T] [--legacy]
 
-`tools.json` is `{"tools": ["echo", ...], "version": "v1"}`: which of the tools below it offers, and a word
-appended to every description (so a test can change a server's tools between two daemon runs). The `reload` tool
+`tools.json` is `{"tools": ["echo", ...], "version": "v1", "catalog": 60}`: which of the tools below
+it offers, a word appended to every description (so a test can change a server's tools between two
+daemon runs), and how many of tests/fakes/mcp_catalog.py's realistic tools it offers too
+(weather_forecast, send_email, …; with annotations: `readOnlyHint` on the reading ones,
+`destructiveHint` on delete_/cancel_/archive_ ones). The `reload` tool
 (when the file lists it at start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection through
 its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed; `--legacy` makes the server
 speak only the 2025 protocol). Each start appends a line to `--starts`, so a test can count restarts.
@@ -16,9 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import inspect
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -38,8 +43,13 @@ from mcp_types import (
     JSONRPCRequest,
     TextContent,
     TextResourceContents,
+    ToolAnnotations,
 )
 from pydantic import Field
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a script: the root holds tests/
+
+from tests.fakes.mcp_catalog import FakeTool, catalog, forecast
 
 # A real 4x3 red PNG (77 bytes), and a 2x2 one with transparency (kept as PNG by the gateway's preparation).
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000040000000308020000003b963991000000144944415478da633c2127c7"
@@ -140,7 +150,32 @@ def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:
 
     if "reload" in spec.get("tools", ()):
         app.add_tool(reload)
+    for tool in catalog(int(spec.get("catalog", 0))):
+        hints = ToolAnnotations(read_only_hint=tool.read_only or None,
+                                destructive_hint=tool.destructive or None)
+        text = f"{tool.description} {spec.get('version', '')}".strip()
+        app.add_tool(_catalog_tool(tool), description=text, annotations=hints)
     return app
+
+
+def _catalog_tool(tool: FakeTool) -> Any:
+    """A function with the tool's parameters as its signature, so the SDK derives the schema a
+    real server's would have; it answers with its name and arguments (weather_forecast: a
+    forecast)."""
+    def run(**arguments: Any) -> str:
+        if tool.name == "weather_forecast":
+            return forecast(arguments["city"], arguments.get("days"))
+        given = sorted((k, v) for k, v in arguments.items() if v is not None)
+        return f"{tool.name}: " + ", ".join(f"{k}={v}" for k, v in given)
+
+    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
+                                annotation=Annotated[p.type, Field(description=p.description)],
+                                **({} if p.required else {"default": None})) for p in tool.params]
+    signature = inspect.Signature(params, return_annotation=str)
+    run.__signature__ = signature  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params} | {"return": str}
+    run.__name__ = tool.name
+    return run
 
 
 def _offer(app: MCPServer, spec: dict[str, Any], offered: set[str]) -> set[str]:

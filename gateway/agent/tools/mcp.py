@@ -40,8 +40,8 @@ class McpTools:
         self.max_image_bytes = max_image_bytes
 
     def specs(self) -> list[ToolSpec]:
-        return [ToolSpec(t.exposed, _description(t.description, t.server), _object_schema(t.schema))
-                for t in self.hub.tools()]
+        return [ToolSpec(t.exposed, _description(t.description, t.server), _object_schema(t.schema),
+                         t.annotations, t.server) for t in self.hub.tools()]
 
     def origin(self, name: str) -> str | None:
         tool = self.hub.tool(name)
