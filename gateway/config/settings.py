@@ -16,6 +16,7 @@ from typing import Literal
 from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
+from gateway.config.voice import VoiceConfig
 from gateway.config.yamlload import KeyProblem, Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
@@ -208,6 +209,7 @@ class WebConfig:
 
 
 _ORIGIN = re.compile(r"https?://[^/\s?#@]+/?")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 
 
 def is_loopback_host(host: str) -> bool:
@@ -319,6 +321,8 @@ class LoggingConfig:
 @dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig | None = None
+    models: dict[str, ModelConfig] = field(default_factory=dict)  # switched to in chat: /model NAME
+    models_switch: Literal["admins", "everyone"] = "admins"
     agent: AgentConfig = field(default_factory=AgentConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     session_reset: SessionResetConfig = field(default_factory=SessionResetConfig)
@@ -335,11 +339,18 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     # Not from the file: where it all lives. Set by load_config.
     home: Path = field(default=Path("."), metadata={"internal": True})
+
+    def __post_init__(self) -> None:
+        for name in self.models:
+            if name == "default" or not _MODEL_NAME.fullmatch(name):
+                raise KeyProblem(f"models.{name}", f"{name!r} cannot name a model: use letters, digits, - _ . (up to 32; "
+                                 "`default` means the main `model`)")
 
     @property
     def db_path(self) -> Path:

@@ -30,6 +30,7 @@ from gateway.events import (
     TypingIndicator,
     command_word,
 )
+from gateway.llm.factory import SessionModels
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
@@ -77,6 +78,7 @@ class SessionManager:
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
+        self.models: SessionModels | None = None  # with `models:`: what /model chose answers (wiring sets it)
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
@@ -211,6 +213,8 @@ class SessionManager:
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
+        if self.models is not None:  # the model this conversation chose with /model, for this turn's task
+            self.models.choose(self.store.model_choice(self.key_for(inbound)))
         if inbound.group_id and self.media is not None:  # an album: its later parts join this turn
             inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()
@@ -276,6 +280,8 @@ class SessionManager:
         stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
+        if self.outbox.voice is not None:  # its spoken copy, sent after the text (gateway/delivery/voice.py)
+            rows += self.outbox.voice.rows_for(turn, inbound, result.text)
         messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
         try:
             await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
