@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import yaml
+
 from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
@@ -346,12 +348,6 @@ class Config:
     # Not from the file: where it all lives. Set by load_config.
     home: Path = field(default=Path("."), metadata={"internal": True})
 
-    def __post_init__(self) -> None:
-        for name in self.models:
-            if name == "default" or not _MODEL_NAME.fullmatch(name):
-                raise KeyProblem(f"models.{name}", f"{name!r} cannot name a model: use letters, digits, - _ . (up to 32; "
-                                 "`default` means the main `model`)")
-
     @property
     def db_path(self) -> Path:
         return self.home / "state.db"
@@ -373,7 +369,21 @@ def load_config(home: Path, *, env: dict[str, str] | None = None, path: Path | N
         return Config(home=home)
     node = read_yaml_file(config_path)
     loaded: Config = load_dataclass(Config, node, file=str(config_path), env=environ)
+    _check_model_names(node, str(config_path))
     return _with_home(loaded, home)
+
+
+def _check_model_names(node: yaml.Node | None, file: str) -> None:
+    """`models:` names are what /model takes: a word, and never `default` (the main model's)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    models = next((v for k, v in node.value if k.value == "models"), None)
+    for name_node, _ in models.value if isinstance(models, yaml.MappingNode) else ():
+        name = str(name_node.value)
+        if name == "default" or not _MODEL_NAME.fullmatch(name):
+            raise ConfigError(f"{name!r} cannot name a model: use letters, digits, - _ . (up to 32; `default` "
+                              "means the main `model`)", file=file, line=name_node.start_mark.line + 1,
+                              key=f"models.{name}")
 
 
 def _with_home(cfg: Config, home: Path) -> Config:

@@ -307,28 +307,12 @@ def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
     try:
         return tp(**values)
     except KeyProblem as exc:
-        ctx.error(_problem_node(node, exc.key), _join(key, exc.key), exc.message)
+        where = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == exc.key), node)
+        ctx.error(where, _join(key, exc.key), exc.message)
         raise _Invalid from None
     except (ValueError, TypeError) as exc:
         ctx.error(node, key, str(exc))
         raise _Invalid from None
-
-
-def _problem_node(node: yaml.MappingNode, key: str) -> yaml.Node:
-    """Where a KeyProblem's key is: `host` (its value), or `models.NAME` (the key NAME of the mapping under
-    `models`, whatever NAME holds, dots included); the mapping itself when it is not there."""
-    head, _, name = key.partition(".")
-    value = _lookup(node, head, value=True)
-    if value is None:
-        return node
-    if not name or not isinstance(value, yaml.MappingNode):
-        return value
-    return _lookup(value, name, value=False) or value
-
-
-def _lookup(node: yaml.MappingNode, name: str, *, value: bool) -> yaml.Node | None:
-    return next((v if value else k for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == name),
-                None)
 
 
 def _check_bounds(f: dataclasses.Field[Any], value: Any, node: yaml.Node, key: str, ctx: _Ctx) -> None:

@@ -66,8 +66,7 @@ from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
 from gateway.scheduling.runner import JobRunner
 from gateway.scheduling.turn import JobTurn, RunTools
-from gateway.sessions.choices import ChoiceCommands
-from gateway.sessions.commands import Commands
+from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
 from gateway.sessions.lifecycle import Policies
@@ -187,7 +186,6 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
                                     media=media)
-    sessions.models = models
     jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,

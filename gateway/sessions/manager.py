@@ -30,7 +30,6 @@ from gateway.events import (
     TypingIndicator,
     command_word,
 )
-from gateway.llm.factory import SessionModels
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
@@ -78,7 +77,6 @@ class SessionManager:
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
-        self.models: SessionModels | None = None  # with `models:`: what /model chose answers (wiring sets it)
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
@@ -213,8 +211,6 @@ class SessionManager:
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
-        if self.models is not None:  # the model this conversation chose with /model, for this turn's task
-            self.models.choose(self.store.model_choice(self.key_for(inbound)))
         if inbound.group_id and self.media is not None:  # an album: its later parts join this turn
             inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()

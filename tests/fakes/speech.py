@@ -70,7 +70,7 @@ class FakeSpeech(FakeServer):
 
 def _check(body: Any) -> SpeechRequest:
     if not isinstance(body, dict):
-        raise ValueError("We could not parse the JSON body of your request.")
+        raise ValueError("We could not parse the JSON body of your request.")  # noqa: TRY004 (a 400, as OpenAI)
     for key in ("model", "input", "voice"):
         if not isinstance(body.get(key), str) or not body[key]:
             raise ValueError(f"'{key}' is a required property")
