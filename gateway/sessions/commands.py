@@ -204,7 +204,7 @@ def model_choices(options: Sequence[ModelOption]) -> list[tuple[str, str]]:
 def model_list(options: Sequence[ModelOption]) -> str:
     lines = ["Models (▸ answers in this conversation):"]
     for option, (label, _) in zip(options, model_choices(options), strict=True):
-        lines.append(f"{'▸' if option.current else '  '} {label} ({option.provider})")
+        lines.append(f"{'▸' if option.current else '•'} {label} ({option.provider})")
     return "\n".join([*lines, MODEL_USAGE])
 
 
