@@ -213,6 +213,8 @@ SLACK_METHOD_SCOPES: dict[str, frozenset[str]] = {
     "users.info": frozenset({"users:read"}),
     "reactions.add": frozenset({"reactions:write"}),
     "reactions.remove": frozenset({"reactions:write"}),
+    # slack_sdk's files_upload_v2: files.getUploadURLExternal, the upload, files.completeUploadExternal
+    "files.upload.v2": frozenset({"files:write"}),
 }
 SLACK_EVENT_SCOPES = {"app_mention": "app_mentions:read", "message.channels": "channels:history",
                       "message.groups": "groups:history", "message.im": "im:history", "message.mpim": "mpim:history"}
