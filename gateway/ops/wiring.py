@@ -76,7 +76,7 @@ from gateway.store.database import Store
 from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
-from gateway.voice.speaker import Speaker
+from gateway.voice.speaker import Speaker, tools_problem
 
 log = logging.getLogger(__name__)
 # The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
@@ -226,6 +226,9 @@ def _voice(config: Config, env: Mapping[str, str], *, store: Store, adapters: Ma
     if tts.api_key_env and not key:
         log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without a key",
                     tts.api_key_env)
+    missing = tools_problem(tts)
+    if missing is not None:
+        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
     speaker = Speaker(config.voice, tts, key)
     return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts, clock=clock)
 

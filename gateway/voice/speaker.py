@@ -4,9 +4,13 @@ configured provider needs on this machine, for `gateway doctor` and `gateway con
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Literal
 
 from gateway.config.voice import TtsConfig, VoiceConfig
+from gateway.config.yamlload import locate
+from gateway.errors import ConfigError
 from gateway.voice.encode import Speech, encode_voice
 from gateway.voice.speech import spoken_text
 from gateway.voice.tts import TextToSpeech, text_to_speech
@@ -37,3 +41,36 @@ def missing_tools(tts: TtsConfig, which: Callable[[str], str | None] = shutil.wh
     """The programs a provider needs that are not installed here, as `apt-get install` would name them."""
     needed = ["espeak-ng", "ffmpeg"] if tts.provider == "espeak" else ["ffmpeg"]
     return [name for name in needed if which(name) is None]
+
+
+def tools_problem(tts: TtsConfig, which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """What `voice.tts` needs that this machine lacks, in a sentence; None when nothing is missing."""
+    missing = missing_tools(tts, which)
+    if not missing:
+        return None
+    return (f"provider {tts.provider} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+            f" not installed (apt-get install {' '.join(missing)})")
+
+
+def config_problems(voice: VoiceConfig, path: Path) -> list[ConfigError]:
+    """`gateway config check`: a provider whose programs are missing, at its line in config.yaml."""
+    problem = None if voice.tts is None else tools_problem(voice.tts)
+    if problem is None:
+        return []
+    return [ConfigError(problem, file=str(path), line=locate(path, "voice.tts.provider"), key="voice.tts.provider")]
+
+
+def doctor_check(voice: VoiceConfig, env: Mapping[str, str]
+                 ) -> list[tuple[Literal["ok", "warn", "fail"], str, str | None]]:
+    """`gateway doctor`'s voice line: (verdict, detail, fix); none without `voice.tts`."""
+    tts = voice.tts
+    if tts is None:
+        return []
+    problem = tools_problem(tts)
+    if problem is not None:
+        return [("fail", f"voice.tts: {problem}", f"apt-get install {' '.join(missing_tools(tts))}")]
+    if tts.provider == "openai" and tts.api_key_env and not env.get(tts.api_key_env):
+        return [("warn", f"voice.tts.api_key_env names {tts.api_key_env}, which is not set",
+                 f"export {tts.api_key_env} where the gateway runs")]
+    where = "espeak-ng" if tts.provider == "espeak" else (tts.base_url or "api.openai.com")
+    return [("ok", f"speech from {where}, encoded by ffmpeg (voice.replies: {voice.replies})", None)]
