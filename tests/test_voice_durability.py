@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import tests.chaos.crashpoints as crashpoints
 from gateway.events import OutboundAudio, OutboundMessage
+from tests.chaos import crashpoints
 from tests.chaos.crashpoints import DyingAdapter, Scenario, run_with_crash
 from tests.helpers import write_config
 

@@ -37,7 +37,8 @@ async def encode_voice(audio: bytes, *, timeout_s: float, max_bytes: int,
     with tempfile.TemporaryDirectory(prefix="gateway-voice-") as folder:
         note = Path(folder) / "voice.ogg"
         levels = await run_tool(_argv(note, max_seconds, max_bytes), stdin=audio, timeout_s=timeout_s,
-                                max_output=int(max_seconds * LEVEL_RATE * 2) + 65_536, max_file_bytes=max_bytes)
+                                max_output=int(max_seconds * LEVEL_RATE * 2) + 65_536,
+                                max_file_bytes=max_bytes + 1_000_000)  # -fs stops it first; this in case
         data = await asyncio.to_thread(_read, note, max_bytes)
     if not data.startswith(b"OggS") or b"OpusHead" not in data[:200]:
         raise SpeechError("ffmpeg did not write an OGG/Opus file")
@@ -53,7 +54,7 @@ async def encode_voice(audio: bytes, *, timeout_s: float, max_bytes: int,
 
 def _argv(note: Path, max_seconds: float, max_bytes: int) -> list[str]:
     """One decode, two outputs: the note (a file, capped at `max_bytes`) and a 1 kHz loudness track (stdout)."""
-    return ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-t", f"{max_seconds:g}",
+    return ["ffmpeg", "-hide_banner", "-loglevel", "error", "-t", f"{max_seconds:g}", "-i", "pipe:0",
             "-map", "0:a:0", "-ac", "1", "-ar", "48000", "-c:a", "libopus", "-b:a", BITRATE,
             "-application", "voip", "-compression_level", COMPRESSION, "-fs", str(max_bytes), "-f", "ogg",
             str(note),

@@ -47,8 +47,8 @@ async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float,
 
 
 def _limit(pid: int, *, cpu_s: int, file_bytes: int | None) -> None:
-    """Set the child's limits from here (no preexec_fn: forking with Python code to run is unsafe in a threaded
-    process). The child runs a few microseconds unlimited first: before exec, it has done nothing."""
+    """Set the child's limits from here (no preexec_fn: running Python between fork and exec is unsafe in a
+    threaded process), before it is given its input: both tools wait on stdin before they do any work."""
     limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, MEMORY_BYTES)]
     if file_bytes is not None:
         limits.append((resource.RLIMIT_FSIZE, file_bytes))

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.prompt.builder import TOOL_USE_ENFORCEMENT
-from gateway.sessions.report import show_session
 from gateway.sessions.lifecycle import Policies
+from gateway.sessions.report import show_session
 from tests.adapters.test_telegram import ALICE, BOB
 from tests.adapters.test_telegram_voice import running
 from tests.fakes.llm import FakeLLM
