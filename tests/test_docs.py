@@ -229,7 +229,7 @@ def test_slack_manifest_asks_for_the_scope_of_every_method_the_adapter_calls() -
     import yaml
 
     source = _slack_source()
-    called = {m.replace("_", ".") for m in re.findall(rf"client(?:\(\))?\.((?:{_SLACK_FAMILIES})_[A-Za-z_]+)\b",
+    called = {m.replace("_", ".") for m in re.findall(rf"client(?:\(\))?\.((?:{_SLACK_FAMILIES})_[A-Za-z0-9_]+)\b",
                                                        source)}
     assert {"chat.postMessage", "chat.startStream", "reactions.add", "conversations.replies"} <= called
     unknown = called - set(SLACK_METHOD_SCOPES)
