@@ -113,8 +113,8 @@ class WebChatAdapter:
         return mid
 
     async def send_audio(self, audio: OutboundAudio) -> str:
-        """A voice reply: the page plays it in an audio player under the answer (the note travels in the frame,
-        so a reload shows the text only)."""
+        """A voice reply: the page plays it in an audio player under the answer (the note travels in
+        the frame, so a reload shows the text only)."""
         self._sent += 1
         mid = f"web-{self._sent}"
         src = "data:" + audio.mime_type + ";base64," + base64.b64encode(audio.data).decode()

@@ -22,8 +22,8 @@ GatewayError
 ├── ToolError                             a tool refused or failed; the model sees the message
 ├── MediaError                            an attachment could not be used (the user is told why)
 │   ├── MediaTooLarge(size, limit)        over media.max_bytes or the platform's own cap
-│   └── MediaUnavailable(transient)       the download failed: gone, refused, network, timeout (429/5xx: again)
-└── SpeechError                           a voice reply could not be made (TTS, encoding); its text went out
+│   └── MediaUnavailable(transient)       download failed: gone, refused, network (429/5xx: again)
+└── SpeechError                           a voice reply could not be made; its text went out before
 """
 
 from __future__ import annotations
@@ -190,8 +190,9 @@ class MediaUnavailable(MediaError):
 
 
 class SpeechError(GatewayError):
-    """A voice reply could not be made: the speech service or a local tool (espeak-ng, ffmpeg) failed. The
-    message says why in words a user may read; the answer's text was sent before, so nothing is lost."""
+    """A voice reply could not be made: the speech service or a local tool (espeak-ng, ffmpeg)
+    failed. The message says why in words a user may read; the answer's text was sent before, so
+    nothing is lost."""
 
 
 def _mb(size: int) -> str:

@@ -183,9 +183,9 @@ class Adapter(Protocol):
 class OutboundAudio:
     """A voice note: OGG/Opus bytes spoken from a reply whose text was sent before it.
 
-    `waveform` is up to 256 loudness levels (0–255), one per equal slice of the note, for a platform that draws
-    it (Discord). `transcript` is what is spoken (a caption or a title where the platform shows one). `key`
-    names the stored row, as `OutboundMessage.key` does.
+    `waveform` is up to 256 loudness levels (0–255), one per equal slice of the note, for a
+    platform that draws it (Discord). `transcript` is what is spoken (a title where the platform
+    shows one). `key` names the stored row, as `OutboundMessage.key` does.
     """
 
     chat: ChatRef
@@ -201,8 +201,8 @@ class OutboundAudio:
 
 @runtime_checkable
 class AudioReplies(Protocol):
-    """Optional ability: send a voice note (Telegram sendVoice, a Discord voice message, a Slack audio file, the
-    web chat's player); returns the platform's message id. Errors as for `send`."""
+    """Optional ability: send a voice note (Telegram sendVoice, a Discord voice message, a Slack
+    audio file, the web chat's player); returns the platform's message id. Errors as for `send`."""
 
     async def send_audio(self, audio: OutboundAudio) -> str: ...
 

@@ -1,6 +1,6 @@
-"""SessionModels (gateway/llm/factory.py): the model a conversation chose answers its own turn only, and
-everything that reads the agent's model (name, context window, vision) follows the choice; a choice that is no
-longer configured or cannot be used falls back to the main model."""
+"""SessionModels (gateway/llm/factory.py): the model a conversation chose answers its own turn only,
+and everything that reads the agent's model (name, context window, vision) follows the choice; a
+choice that is no longer configured or cannot be used falls back to the main model."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ class Named:
         self.context_window = context_window
         self.closed = False
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage],
+                       tools: Sequence[ToolDef], max_tokens: int | None = None,
+                       stream: TextSink | None = None) -> LLMReply:
         await asyncio.sleep(0)
         return LLMReply(self.model, (), Usage(1, 1), self.model, self.provider)
 
@@ -78,7 +79,8 @@ def test_the_list_marks_the_current_model_and_offers_each_as_a_choice() -> None:
     assert options == [ModelOption("default", "big-model", "fake", False),
                        ModelOption("fast", "small-model", "openai", True),
                        ModelOption("cheap", "tiny", "openai", False)]
-    assert model_choices(options) == [("default: big-model", "/model default"), ("fast: small-model", "/model fast"),
+    assert model_choices(options) == [("default: big-model", "/model default"),
+                                      ("fast: small-model", "/model fast"),
                                       ("cheap: tiny", "/model cheap")]
     assert model_list(models.options(None)).splitlines()[1:3] == ["▸ default: big-model (fake)",
                                                                    "• fast: small-model (openai)"]

@@ -324,7 +324,7 @@ class SlackAdapter:
         return await self._outbound.send(message)
 
     async def send_audio(self, audio: OutboundAudio) -> str:
-        """A voice reply: an audio file uploaded in the thread (in `voice`), after the answer's ack like a reply."""
+        """A voice reply: an audio file in the thread (`voice`), once the message's ack is out."""
         await self._outbound.hold(audio.chat.chat_id, audio.reply_to_id or "")
         return await upload_voice(self._outbound.client, audio)
 

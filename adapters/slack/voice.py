@@ -1,6 +1,7 @@
-"""Slack voice replies: the note uploaded as an audio file in the thread it answers, with Slack's current upload
-flow (files.getUploadURLExternal, the upload, files.completeUploadExternal: slack_sdk's files_upload_v2). Needs
-the bot scope files:write; without it the note is dropped with one clear warning."""
+"""Slack voice replies: the note uploaded as an audio file in the thread it answers, with Slack's
+current upload flow (files.getUploadURLExternal, the upload, files.completeUploadExternal:
+slack_sdk's files_upload_v2). Needs the bot scope files:write; without it the note is dropped with
+one clear warning."""
 
 from __future__ import annotations
 
@@ -18,16 +19,16 @@ log = logging.getLogger("adapters.slack.adapter")
 
 FILENAME = "voice-reply.ogg"
 TITLE = "Voice reply"
-NO_UPLOADS = frozenset({"missing_scope", "not_allowed_token_type", "restricted_action", "file_uploads_disabled",
-                        "not_in_channel", "channel_not_found"})
+NO_UPLOADS = frozenset({"missing_scope", "not_allowed_token_type", "restricted_action",
+                        "file_uploads_disabled", "not_in_channel", "channel_not_found"})
 
 
 async def upload_voice(client: AsyncWebClient | None, audio: OutboundAudio) -> str:
     """The uploaded file's id."""
     if client is None:
         raise PlatformUnavailable(PLATFORM, "not started")
-    kwargs: dict[str, Any] = {"channel": audio.chat.chat_id, "file": audio.data, "filename": FILENAME,
-                              "title": TITLE}
+    kwargs: dict[str, Any] = {"channel": audio.chat.chat_id, "file": audio.data,
+                              "filename": FILENAME, "title": TITLE}
     if audio.chat.thread_id:
         kwargs["thread_ts"] = audio.chat.thread_id
     try:
@@ -35,8 +36,9 @@ async def upload_voice(client: AsyncWebClient | None, audio: OutboundAudio) -> s
     except SlackApiError as exc:
         code = error_code(exc)
         if code in NO_UPLOADS:
-            log.warning("slack: a voice reply could not be uploaded to %s (%s%s)", audio.chat.chat_id, code,
-                        "; add the files:write bot scope" if code == "missing_scope" else "")
+            hint = "; add the files:write bot scope" if code == "missing_scope" else ""
+            log.warning("slack: a voice reply could not be uploaded to %s (%s%s)",
+                        audio.chat.chat_id, code, hint)
             raise RecipientUnavailable(PLATFORM, f"file upload refused: {code}") from None
         raise send_error(exc) from None
     except API_ERRORS as exc:

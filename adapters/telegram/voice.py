@@ -1,5 +1,6 @@
-"""Telegram voice replies: sendVoice with the OGG/Opus note, in the chat's slot like any message. A user whose
-privacy settings refuse voice messages (Telegram Premium: VOICE_MESSAGES_FORBIDDEN) gets it as an audio file."""
+"""Telegram voice replies: sendVoice with the OGG/Opus note, in the chat's slot like any message. A
+user whose privacy settings refuse voice messages (Telegram Premium: VOICE_MESSAGES_FORBIDDEN) gets
+it as an audio file."""
 
 from __future__ import annotations
 
@@ -38,10 +39,14 @@ async def _send(out: Outbound, audio: OutboundAudio) -> Message:
         kwargs["message_thread_id"] = int(audio.chat.thread_id)
     chat_id = int(audio.chat.chat_id)
     try:
-        return await out.bot.send_voice(chat_id, BufferedInputFile(audio.data, audio.filename), **kwargs)
+        return await out.bot.send_voice(chat_id, _file(audio), **kwargs)
     except TelegramBadRequest as exc:
         if "VOICE_MESSAGES_FORBIDDEN" not in str(exc):
             raise
-    log.info("telegram: chat %s accepts no voice messages; the voice reply goes as an audio file", chat_id)
-    return await out.bot.send_audio(chat_id, BufferedInputFile(audio.data, audio.filename), title=AUDIO_TITLE,
-                                    **kwargs)
+    log.info("telegram: chat %s takes no voice messages; the voice reply goes as an audio file",
+             chat_id)
+    return await out.bot.send_audio(chat_id, _file(audio), title=AUDIO_TITLE, **kwargs)
+
+
+def _file(audio: OutboundAudio) -> BufferedInputFile:
+    return BufferedInputFile(audio.data, audio.filename)

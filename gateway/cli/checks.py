@@ -29,7 +29,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return EXIT_CONFIG
-    problems = config_problems(config.voice, home_of(args) / "config.yaml")  # programs it needs, not installed
+    # programs voice.tts needs that are not installed
+    problems = config_problems(config.voice, home_of(args) / "config.yaml")
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:

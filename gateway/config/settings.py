@@ -381,9 +381,9 @@ def _check_model_names(node: yaml.Node | None, file: str) -> None:
     for name_node, _ in models.value if isinstance(models, yaml.MappingNode) else ():
         name = str(name_node.value)
         if name == "default" or not _MODEL_NAME.fullmatch(name):
-            raise ConfigError(f"{name!r} cannot name a model: use letters, digits, - _ . (up to 32; `default` "
-                              "means the main `model`)", file=file, line=name_node.start_mark.line + 1,
-                              key=f"models.{name}")
+            raise ConfigError(f"{name!r} cannot name a model: use letters, digits, - _ . (up to "
+                              "32; `default` means the main `model`)", file=file,
+                              line=name_node.start_mark.line + 1, key=f"models.{name}")
 
 
 def _with_home(cfg: Config, home: Path) -> Config:

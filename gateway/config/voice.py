@@ -1,5 +1,6 @@
-"""The `voice:` section of config.yaml: when an answer also comes as a voice note, how much of it is spoken, and
-the text-to-speech provider (an OpenAI-compatible service, or the local espeak-ng). docs/voice.md."""
+"""The `voice:` section of config.yaml (docs/voice.md): when an answer also comes as a voice note,
+how much of it is spoken, and the text-to-speech provider (an OpenAI-compatible service, or the
+local espeak-ng)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ DEFAULT_VOICES = {"openai": "alloy", "espeak": "en-us"}
 
 @dataclass(frozen=True, slots=True)
 class TtsConfig:
-    """`openai`: `POST {base_url}/audio/speech` (OpenAI, or a local server speaking its API); `espeak`: Debian's
-    espeak-ng on this machine, no service. Either way Debian's ffmpeg encodes the note (OGG/Opus)."""
+    """`openai`: `POST {base_url}/audio/speech` (OpenAI, or a local server speaking its API);
+    `espeak`: Debian's espeak-ng on this machine, no service. Either way Debian's ffmpeg encodes
+    the note (OGG/Opus)."""
 
     provider: Literal["openai", "espeak"]
     base_url: str | None = None  # openai: None is https://api.openai.com/v1
@@ -32,8 +34,8 @@ class TtsConfig:
 
 @dataclass(frozen=True, slots=True)
 class VoiceConfig:
-    """`replies`: auto (a voice note is answered with a voice note as well as the text), always, never; a chat's
-    `/voice on|off` overrides it. Nothing is spoken without `tts`."""
+    """`replies`: auto (a voice note is answered with a voice note as well as the text), always,
+    never; a chat's `/voice on|off` overrides it. Nothing is spoken without `tts`."""
 
     replies: VoiceReplies = "auto"
     max_chars: int = field(default=1500, metadata={"positive": True})

@@ -133,7 +133,7 @@ class Outbox:
         self.metrics = metrics
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
-        self.voice: VoiceReplies | None = None  # spoken copies of replies (gateway/delivery/voice.py)
+        self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -294,7 +294,8 @@ class Outbox:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
 
-    async def _send_voice(self, adapter: Adapter, row: OutboundRow, message: OutboundMessage) -> str:
+    async def _send_voice(self, adapter: Adapter, row: OutboundRow,
+                          message: OutboundMessage) -> str:
         if self.voice is None:
             raise SpeechError("voice replies are no longer configured")
         return await self.voice.send(adapter, row, message)
@@ -318,7 +319,7 @@ class Outbox:
             return self._markup_rejected(row, exc, tries)
         if isinstance(exc, RateLimited):
             return self._rate_limited(row, chat, exc, tries)
-        if isinstance(exc, SpeechError):  # a voice note that could not be made: its text went out before
+        if isinstance(exc, SpeechError):  # a voice note that could not be made; its text went out
             self._count_error(exc)
             self._mark(row, "failed", error=str(exc))
             return _Outcome.FAILED

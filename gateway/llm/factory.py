@@ -1,6 +1,6 @@
 """Which model answers: the configured one, else auto-detected from the environment; its fallback; a stand-in
-when none is configured; the one a conversation switched to (`models:`, /model). The only place that turns
-`model:` config into a client."""
+when none is configured; the one a conversation switched to (`models:`, /model).
+The only place that turns `model:` config into a client."""
 
 from __future__ import annotations
 
@@ -187,8 +187,8 @@ def model_problem(llm: object) -> str | None:
     return llm.reason if isinstance(llm, UnconfiguredLLM) and llm.wanted else None
 
 
-# The model the running turn's conversation chose (SessionModels.choose): set at the turn's start, it holds for
-# that task and the tasks it starts, and for no other turn.
+# The model the running turn's conversation chose (SessionModels.choose): set as the turn starts, it
+# holds for that task and the tasks it starts, and for no other turn.
 _CHOSEN: ContextVar[LLMClient | None] = ContextVar("gateway_chosen_model", default=None)
 
 
@@ -203,12 +203,14 @@ class ModelOption:
 
 
 class SessionModels:
-    """The main model and the named ones of `models:`, as the one client the agent holds. Each turn answers with
-    the model its conversation chose (`choose`, called as the turn starts); anything else with the main one.
+    """The main model and the named ones of `models:`, as the one client the agent holds. Each turn
+    answers with the model its conversation chose (`choose`, as the turn starts); anything else
+    with the main one.
 
-    The choice lives in a context variable, so the agent loop, the compression check (`context_window`) and the
-    prompt builder (`model`: the family's guidance, and a rebuild when it changed) all follow it without a client
-    being passed through them. Named clients are built on first use and kept."""
+    The choice lives in a context variable, so the agent loop, the compression check
+    (`context_window`) and the prompt builder (`model`: the family's guidance, and a rebuild when
+    it changed) all follow it with no client passed through them. Named clients are built on
+    first use and kept."""
 
     def __init__(self, main: LLMClient, named: Mapping[str, ModelConfig],
                  build: Callable[[ModelConfig], LLMClient]) -> None:
@@ -218,31 +220,36 @@ class SessionModels:
         self._clients: dict[str, LLMClient] = {}
 
     def client(self, name: str) -> LLMClient:
-        """The named model's client; KeyError when `models:` has no such name, LLMNotConfigured when it cannot
-        be used here (its key variable is not set)."""
+        """The named model's client; KeyError when `models:` has no such name, LLMNotConfigured
+        when it cannot be used here (its key variable is not set)."""
         found = self._clients.get(name)
         if found is None:
             found = self._clients[name] = self._build(self.named[name])
         return found
 
     def choose(self, name: str | None) -> LLMClient:
-        """Make the conversation's choice answer in this task; the main model for None, or for a name that is no
-        longer configured or cannot be used (said in the log)."""
+        """Make the conversation's choice answer in this task: the main model for None, or for a
+        name no longer configured or that cannot be used (said in the log)."""
         chosen = self.main
         if name is not None:
             try:
                 chosen = self.client(name)
             except KeyError:
-                log.warning("model %r was chosen in chat but is no longer in models:; the main model answers", name)
+                log.warning("model %r was chosen in chat but is no longer in models:; the main "
+                            "model answers", name)
             except LLMNotConfigured as exc:
-                log.warning("model %r was chosen in chat but cannot answer (%s); the main model answers", name, exc)
+                log.warning("model %r was chosen in chat but cannot answer (%s); the main model "
+                            "answers", name, exc)
         _CHOSEN.set(None if chosen is self.main else chosen)
         return chosen
 
     def options(self, current: str | None) -> list[ModelOption]:
-        """The main model, then `models:` in the file's order; `current` is the conversation's choice."""
-        main = ModelOption("default", self.main.model, self.main.provider, current not in self.named)
-        return [main, *(ModelOption(name, m.name, m.provider, name == current) for name, m in self.named.items())]
+        """The main model, then `models:` in the file's order; `current` is the conversation's."""
+        main = ModelOption("default", self.main.model, self.main.provider,
+                           current not in self.named)
+        named = [ModelOption(name, m.name, m.provider, name == current)
+                 for name, m in self.named.items()]
+        return [main, *named]
 
     @property
     def current(self) -> LLMClient:
@@ -264,10 +271,11 @@ class SessionModels:
     def vision(self) -> bool:
         return sees_images_client(self.current)
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
-        return await self.current.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
-                                           stream=stream)
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage],
+                       tools: Sequence[ToolDef], max_tokens: int | None = None,
+                       stream: TextSink | None = None) -> LLMReply:
+        return await self.current.complete(system=system, messages=messages, tools=tools,
+                                           max_tokens=max_tokens, stream=stream)
 
     async def close(self) -> None:
         """The named clients (the main one belongs to whoever built it)."""

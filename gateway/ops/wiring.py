@@ -122,8 +122,8 @@ class Gateway:
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
-        """Stop the MCP servers and close the HTTP sessions of the web tools, the models /model switches to and
-        the speech service (shutdown, or the end of a CLI command)."""
+        """Stop the MCP servers and close the HTTP sessions of the web tools, the models /model
+        switches to and the speech service (shutdown, or the end of a CLI command)."""
         if self.models is not None:
             await self.models.close()
         if self.outbox.voice is not None:
@@ -209,32 +209,35 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
 
 
 def _models(config: Config, env: Mapping[str, str], main: LLMClient) -> SessionModels | None:
-    """With `models:`, the client the agent holds: the main model, or the one a conversation chose (/model)."""
+    """With `models:`, the client the agent holds: the main model, or a conversation's /model."""
     if not config.models:
         return None
     return SessionModels(main, config.models,
                          lambda m: build_chosen(ModelChoice(m, "chosen in chat"), env, config))
 
 
-def _voice(config: Config, env: Mapping[str, str], *, store: Store, adapters: Mapping[str, Adapter],
-           facts: Mapping[str, PlatformFacts], clock: Clock) -> VoiceReplies | None:
+def _voice(config: Config, env: Mapping[str, str], *, store: Store,
+           adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
+           clock: Clock) -> VoiceReplies | None:
     """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
     tts = config.voice.tts
     if tts is None:
         return None
     key = env.get(tts.api_key_env) if tts.api_key_env else None
     if tts.api_key_env and not key:
-        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without a key",
-                    tts.api_key_env)
+        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
+                    "a key", tts.api_key_env)
     missing = tools_problem(tts)
     if missing is not None:
         log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
     speaker = Speaker(config.voice, tts, key)
-    return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts, clock=clock)
+    return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts,
+                        clock=clock)
 
 
 def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
-    """Whether a message's sender is an admin (access.admins, linked identities, the sole allowed person)."""
+    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
+    person)."""
     def is_admin(inbound: Inbound) -> bool:
         person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
                                       user_name=inbound.user_name, username=inbound.username)

@@ -50,10 +50,12 @@ class SessionPrompt:
         self.compressor = compressor
 
     def ensure(self, session: SessionRow) -> str:
-        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change.
+        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a
+        model change.
 
-        With `models:`, the model the conversation chose (/model) is made the one that answers this turn first
-        (gateway/llm/factory.py SessionModels): the prompt is then built for it, and a switch rebuilds it."""
+        With `models:`, the model the conversation chose (/model) is made the one that answers this
+        turn first (gateway/llm/factory.py SessionModels): the prompt is then built for it, and a
+        switch rebuilds it."""
         llm = self.agent.llm
         if isinstance(llm, SessionModels):
             llm.choose(self.store.model_choice(session.key))

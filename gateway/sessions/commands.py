@@ -1,8 +1,9 @@
 """In-chat commands, answered before the agent and outside the session's queue.
 
-`/new` (`/reset`), `/status`, `/usage`, `/stop`, `/retry`, `/undo`, `/help`; `/voice` and `/model` (a chat's
-voice replies and a conversation's model, stored: ChoiceCommands); and those added from above (`/jobs`). Any
-other `/word` is not ours: the handler returns None and the message goes to the agent as text.
+`/new` (`/reset`), `/status`, `/usage`, `/stop`, `/retry`, `/undo`, `/help`; `/voice` and `/model`
+(a chat's voice replies and a conversation's model, stored: ChoiceCommands); and those added from
+above (`/jobs`). Any other `/word` is not ours: the handler returns None and the message goes to the
+agent as text.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ Commands:
 /retry: answer your last message again
 /undo: forget your last message and my answer
 /jobs: your scheduled reminders and jobs (/jobs cancel ID stops one)
-/voice on or off: answers here also come as voice notes, or never do (/voice auto: the gateway's setting)
+/voice on or off: answers here come as voice notes too, or never (/voice auto: the default)
 /model: the models I can answer with; /model NAME switches this conversation to one
 /link: make this account and yours on another platform one person (same memory); in a direct message
 /help: this list
@@ -179,7 +180,8 @@ class Commands:
 
 VOICE_MODES = {"on": "on", "off": "off", "auto": None, "default": None}
 VOICE_SAID = {
-    "on": "Voice replies are on in this chat: every answer also comes as a voice note, after its text.",
+    "on": ("Voice replies are on in this chat: every answer also comes as a voice note, after its "
+           "text."),
     "off": "Voice replies are off in this chat: answers come as text only.",
 }
 VOICE_DEFAULTS = {
@@ -187,17 +189,19 @@ VOICE_DEFAULTS = {
     "always": "every answer also comes as a voice note",
     "never": "answers come as text only",
 }
-NO_TTS = "Voice replies are not set up on this gateway (voice.tts in config.yaml; see docs/voice.md)."
+NO_TTS = ("Voice replies are not set up on this gateway (voice.tts in config.yaml; see "
+          "docs/voice.md).")
 NO_AUDIO = "This chat cannot play voice notes, so answers here stay text."
 VOICE_USAGE = "Use /voice on, /voice off, or /voice auto to go back to the gateway's setting."
 ADMINS_ONLY = "Only an admin can {what} here."
-ONE_MODEL = "Only one model is set up here. More can be added under `models:` in config.yaml (docs/configuration.md)."
+ONE_MODEL = ("Only one model is set up here. More can be added under `models:` in config.yaml "
+             "(docs/configuration.md).")
 MODEL_USAGE = "Switch with /model NAME; /model default goes back to the main model."
 
 
 def model_choices(options: Sequence[ModelOption]) -> list[tuple[str, str]]:
-    """(label, command) for each model: the text below lists them, and a platform with buttons can show them as
-    buttons sending the same commands."""
+    """(label, command) for each model: the text list shows them, and a platform with buttons can
+    show them as buttons that send the same commands."""
     return [(f"{o.name}: {o.model}", f"/model {o.name}") for o in options]
 
 
@@ -209,9 +213,9 @@ def model_list(options: Sequence[ModelOption]) -> str:
 
 
 class ChoiceCommands:
-    """`/voice` and `/model` handlers (`await handler(manager, inbound, key)`). `is_admin` says whether the sender
-    is an admin (gateway/access/roles.py); switching a model takes one unless `models_switch: everyone`, and so
-    does switching voice replies for a whole group."""
+    """`/voice` and `/model` handlers (`await handler(manager, inbound, key)`). `is_admin` says
+    whether the sender is an admin (gateway/access/roles.py): switching a model takes one unless
+    `models_switch: everyone`, and so does switching voice replies for a whole group."""
 
     def __init__(self, config: Config, *, clock: Clock, is_admin: IsAdmin) -> None:
         self.config = config
@@ -233,16 +237,18 @@ class ChoiceCommands:
         mode = VOICE_MODES[word]
         chat = inbound.chat
         manager.store.set_chat_voice(chat.platform, chat.chat_id, mode, now=self.clock())
-        log.info("voice replies %s platform=%s chat=%s by user=%s", mode or "as configured", chat.platform,
-                 chat.chat_id, inbound.user_id)
+        log.info("voice replies %s platform=%s chat=%s by user=%s", mode or "as configured",
+                 chat.platform, chat.chat_id, inbound.user_id)
         if mode is None:
-            return f"Voice replies follow the gateway's setting again: {VOICE_DEFAULTS[self.config.voice.replies]}."
+            default = VOICE_DEFAULTS[self.config.voice.replies]
+            return f"Voice replies follow the gateway's setting again: {default}."
         return VOICE_SAID[mode]
 
     def _voice_now(self, manager: SessionManager, inbound: Inbound) -> str:
         chosen = manager.store.chat_voice(inbound.chat.platform, inbound.chat.chat_id)
+        default = VOICE_DEFAULTS[self.config.voice.replies]
         now = VOICE_SAID[chosen] if chosen else \
-            f"Voice replies follow the gateway's setting: {VOICE_DEFAULTS[self.config.voice.replies]}."
+            f"Voice replies follow the gateway's setting: {default}."
         return f"{now}\n{VOICE_USAGE}"
 
     async def model(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
@@ -254,7 +260,8 @@ class ChoiceCommands:
         if not name:
             return model_list(models.options(current))
         if name != "default" and name not in models.named:
-            return f"There is no model called {name!r} here.\n{model_list(models.options(current))}"
+            listed = model_list(models.options(current))
+            return f"There is no model called {name!r} here.\n{listed}"
         if self.config.models_switch != "everyone" and not self.is_admin(inbound):
             return ADMINS_ONLY.format(what="switch models")
         if (name == "default" and current is None) or name == current:

@@ -335,8 +335,9 @@ _PERSON_ZONE = """
 ALTER TABLE people ADD COLUMN timezone TEXT;
 """
 
-# What people chose in chat (gateway/store/session_queries.py, ChoiceQueries): a chat's voice replies (/voice on|off) and a
-# conversation's model (/model NAME, by session key: a new session of the same conversation keeps it).
+# What people chose in chat (ChoiceQueries in gateway/store/session_queries.py): a chat's voice
+# replies (/voice on|off) and a conversation's model (/model NAME, by session key: a new session of
+# the same conversation keeps it).
 _CHOICES = """
 CREATE TABLE chat_voice (
   platform TEXT NOT NULL,

@@ -1,5 +1,6 @@
-"""Any audio a provider gives (WAV, Opus, MP3 …) → a voice note: OGG/Opus, mono 48 kHz, with its duration and a
-waveform, made by Debian's ffmpeg in one bounded run (gateway/voice/process.py). No codec of our own."""
+"""Any audio a provider gives (WAV, Opus, MP3 …) → a voice note: OGG/Opus, mono 48 kHz, with its
+duration and a waveform, made by Debian's ffmpeg in one bounded run (gateway/voice/process.py).
+No codec of our own."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from pathlib import Path
 from gateway.errors import SpeechError
 from gateway.voice.process import run_tool
 
-MAX_SECONDS = 600.0      # a note is cut here, whatever the provider sent
-LEVEL_RATE = 1000        # samples per second of the loudness track the waveform and duration are read from
-WAVEFORM_POINTS = 256    # Discord draws at most 256 points, at most one per 100 ms
-BITRATE = "32k"          # speech: Opus at 32 kb/s is clear, about 240 KB a minute
-COMPRESSION = "5"        # libopus effort 0-10: 5 takes half the CPU of 10 (~1.7 s a minute here) for speech
+MAX_SECONDS = 600.0    # a note is cut here, whatever the provider sent
+LEVEL_RATE = 1000      # samples a second of the loudness track (the waveform and the duration)
+WAVEFORM_POINTS = 256  # Discord draws at most 256 points, at most one per 100 ms
+BITRATE = "32k"        # speech: Opus at 32 kb/s is clear, about 240 KB a minute
+COMPRESSION = "5"      # libopus effort 0-10: 5 takes half the CPU of 10 (~1.7 s a minute of speech)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +32,16 @@ class Speech:
 
 async def encode_voice(audio: bytes, *, timeout_s: float, max_bytes: int,
                        max_seconds: float = MAX_SECONDS) -> Speech:
-    """Encode with ffmpeg; SpeechError when it cannot (not installed, not audio, silent, too big)."""
+    """Encode with ffmpeg; SpeechError when it cannot (no ffmpeg, not audio, silent, too big)."""
     if not audio:
         raise SpeechError("the speech came back empty")
     with tempfile.TemporaryDirectory(prefix="gateway-voice-") as folder:
         note = Path(folder) / "voice.ogg"
-        levels = await run_tool(_argv(note, max_seconds, max_bytes), stdin=audio, timeout_s=timeout_s,
-                                max_output=int(max_seconds * LEVEL_RATE * 2) + 65_536,
-                                max_file_bytes=max_bytes + 1_000_000)  # -fs stops it first; this in case
+        # -fs stops ffmpeg at max_bytes; the file-size limit above it is in case it does not
+        track_bytes = int(max_seconds * LEVEL_RATE * 2) + 65_536
+        levels = await run_tool(_argv(note, max_seconds, max_bytes), stdin=audio,
+                                timeout_s=timeout_s, max_output=track_bytes,
+                                max_file_bytes=max_bytes + 1_000_000)
         data = await asyncio.to_thread(_read, note, max_bytes)
     if not data.startswith(b"OggS") or b"OpusHead" not in data[:200]:
         raise SpeechError("ffmpeg did not write an OGG/Opus file")
@@ -53,12 +56,15 @@ async def encode_voice(audio: bytes, *, timeout_s: float, max_bytes: int,
 
 
 def _argv(note: Path, max_seconds: float, max_bytes: int) -> list[str]:
-    """One decode, two outputs: the note (a file, capped at `max_bytes`) and a 1 kHz loudness track (stdout)."""
-    return ["ffmpeg", "-hide_banner", "-loglevel", "error", "-t", f"{max_seconds:g}", "-i", "pipe:0",
-            "-map", "0:a:0", "-ac", "1", "-ar", "48000", "-c:a", "libopus", "-b:a", BITRATE,
-            "-application", "voip", "-compression_level", COMPRESSION, "-fs", str(max_bytes), "-f", "ogg",
-            str(note),
-            "-map", "0:a:0", "-ac", "1", "-ar", str(LEVEL_RATE), "-c:a", "pcm_s16le", "-f", "s16le", "pipe:1"]
+    """One decode of at most `max_seconds`, two outputs: the note (a file, capped at `max_bytes`)
+    and a 1 kHz loudness track (stdout)."""
+    source = ["-hide_banner", "-loglevel", "error", "-t", f"{max_seconds:g}", "-i", "pipe:0"]
+    opus = ["-map", "0:a:0", "-ac", "1", "-ar", "48000", "-c:a", "libopus", "-b:a", BITRATE,
+            "-application", "voip", "-compression_level", COMPRESSION, "-fs", str(max_bytes),
+            "-f", "ogg", str(note)]
+    levels = ["-map", "0:a:0", "-ac", "1", "-ar", str(LEVEL_RATE), "-c:a", "pcm_s16le",
+              "-f", "s16le", "pipe:1"]
+    return ["ffmpeg", *source, *opus, *levels]
 
 
 def _read(path: Path, max_bytes: int) -> bytes:
@@ -72,7 +78,7 @@ def _read(path: Path, max_bytes: int) -> bytes:
 
 
 def waveform(samples: array.array[int], duration_s: float) -> bytes:
-    """Peak loudness per slice, scaled so the loudest slice is 255: at most 256 slices, none under 100 ms."""
+    """Peak loudness per slice, the loudest scaled to 255: at most 256 slices, none under 100 ms."""
     points = max(1, min(WAVEFORM_POINTS, int(duration_s * 10)))
     size = max(1, len(samples) // points)
     peaks = []

@@ -1,5 +1,6 @@
-"""espeak-ng and ffmpeg as bounded child processes: a time limit, CPU, memory and file-size limits, and a cap on
-what is read back. The event loop only waits: the child does the work, its output is read in chunks."""
+"""espeak-ng and ffmpeg as bounded child processes: a time limit, CPU, memory and file-size limits,
+and a cap on what is read back. The event loop only waits: the child does the work, its output is
+read in chunks."""
 
 from __future__ import annotations
 
@@ -7,28 +8,30 @@ import asyncio
 import contextlib
 import logging
 import resource
+from asyncio.subprocess import PIPE
 from collections.abc import Sequence
 
 from gateway.errors import SpeechError
 
 log = logging.getLogger(__name__)
 
-MEMORY_BYTES = 1 << 30          # address space: ffmpeg maps its libraries (~200 MB) and needs little more
-STDERR_KEPT = 2000              # the end of what the tool said, for the log
+MEMORY_BYTES = 1 << 30  # address space: ffmpeg maps its libraries (~200 MB) and needs little more
+STDERR_KEPT = 2000      # the end of what the tool said, for the log
 PACKAGES = {"espeak-ng": "espeak-ng", "ffmpeg": "ffmpeg", "ffprobe": "ffmpeg"}
 
 
 async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float, max_output: int,
                    max_file_bytes: int | None = None) -> bytes:
-    """The tool's standard output; SpeechError when it is missing, fails, runs out of time or writes more than
-    `max_output` bytes (then it is killed). `max_file_bytes` caps each file it writes (RLIMIT_FSIZE)."""
+    """The tool's standard output; SpeechError when it is missing, fails, runs out of time or
+    writes more than `max_output` bytes (then it is killed). `max_file_bytes` caps each file it
+    writes (RLIMIT_FSIZE)."""
     name = argv[0]
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=PIPE, stdout=PIPE, stderr=PIPE,
+                                                    start_new_session=True)
     except FileNotFoundError:
-        raise SpeechError(f"{name} is not installed (apt-get install {PACKAGES.get(name, name)})") from None
+        package = PACKAGES.get(name, name)
+        raise SpeechError(f"{name} is not installed (apt-get install {package})") from None
     except OSError as exc:
         raise SpeechError(f"{name} could not be started ({exc.strerror})") from None
     _limit(proc.pid, cpu_s=int(timeout_s) + 1, file_bytes=max_file_bytes)
@@ -41,14 +44,16 @@ async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float,
         await _reap(proc)
     if proc.returncode != 0:
         said = err.decode("utf-8", "replace").strip().splitlines()
-        log.warning("%s exited with %s: %s", name, proc.returncode, said[-1] if said else "(nothing on stderr)")
+        last = said[-1] if said else "(nothing on stderr)"
+        log.warning("%s exited with %s: %s", name, proc.returncode, last)
         raise SpeechError(f"{name} failed (exit status {proc.returncode})")
     return out
 
 
 def _limit(pid: int, *, cpu_s: int, file_bytes: int | None) -> None:
-    """Set the child's limits from here (no preexec_fn: running Python between fork and exec is unsafe in a
-    threaded process), before it is given its input: both tools wait on stdin before they do any work."""
+    """Set the child's limits from here (no preexec_fn: running Python between fork and exec is
+    unsafe in a threaded process), before it is given its input: both tools wait on stdin before
+    they do any work."""
     limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, MEMORY_BYTES)]
     if file_bytes is not None:
         limits.append((resource.RLIMIT_FSIZE, file_bytes))
@@ -92,7 +97,8 @@ async def _tail(pipe: asyncio.StreamReader) -> bytes:
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Kill a child still running (timed out, or too much output) and wait for it, so none is left behind."""
+    """Kill a child still running (timed out, or too much output) and wait for it, so none is left
+    behind."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

@@ -1,5 +1,6 @@
-"""An answer → a voice note: the words to speak (speech), the provider's audio (tts), OGG/Opus (encode). And what a
-configured provider needs on this machine, for `gateway doctor` and `gateway config check`."""
+"""An answer → a voice note: the words to speak (speech), the provider's audio (tts), OGG/Opus
+(encode). And what a configured provider needs on this machine, for `gateway doctor` and
+`gateway config check`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from gateway.voice.tts import TextToSpeech, text_to_speech
 
 ENCODE_TIMEOUT_S = 60.0
 MAX_NOTE_BYTES = 8 * 1024 * 1024  # under every platform's upload cap (Discord's is 10 MB)
+Which = Callable[[str], "str | None"]
+Verdict = Literal["ok", "warn", "fail"]
 
 
 class Speaker:
@@ -29,7 +32,7 @@ class Speaker:
         return spoken_text(markdown, min(self.config.max_chars, self.tts.max_input))
 
     async def speak(self, words: str) -> Speech:
-        """A voice note saying `words` (already the spoken text); SpeechError when it cannot be made."""
+        """A voice note saying `words` (the spoken text); SpeechError when it cannot be made."""
         audio = await self.tts.audio(words)
         return await encode_voice(audio, timeout_s=ENCODE_TIMEOUT_S, max_bytes=MAX_NOTE_BYTES)
 
@@ -37,19 +40,20 @@ class Speaker:
         await self.tts.close()
 
 
-def missing_tools(tts: TtsConfig, which: Callable[[str], str | None] = shutil.which) -> list[str]:
-    """The programs a provider needs that are not installed here, as `apt-get install` would name them."""
+def missing_tools(tts: TtsConfig, which: Which = shutil.which) -> list[str]:
+    """The programs a provider needs that are not installed here (named as apt-get names them)."""
     needed = ["espeak-ng", "ffmpeg"] if tts.provider == "espeak" else ["ffmpeg"]
     return [name for name in needed if which(name) is None]
 
 
-def tools_problem(tts: TtsConfig, which: Callable[[str], str | None] = shutil.which) -> str | None:
-    """What `voice.tts` needs that this machine lacks, in a sentence; None when nothing is missing."""
+def tools_problem(tts: TtsConfig, which: Which = shutil.which) -> str | None:
+    """What `voice.tts` needs that this machine lacks, in a sentence; None when nothing is."""
     missing = missing_tools(tts, which)
     if not missing:
         return None
-    return (f"provider {tts.provider} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
-            f" not installed (apt-get install {' '.join(missing)})")
+    verb = "is" if len(missing) == 1 else "are"
+    return (f"provider {tts.provider} needs {' and '.join(missing)}, which {verb} not installed "
+            f"(apt-get install {' '.join(missing)})")
 
 
 def config_problems(voice: VoiceConfig, path: Path) -> list[ConfigError]:
@@ -57,20 +61,23 @@ def config_problems(voice: VoiceConfig, path: Path) -> list[ConfigError]:
     problem = None if voice.tts is None else tools_problem(voice.tts)
     if problem is None:
         return []
-    return [ConfigError(problem, file=str(path), line=locate(path, "voice.tts.provider"), key="voice.tts.provider")]
+    line = locate(path, "voice.tts.provider")
+    return [ConfigError(problem, file=str(path), line=line, key="voice.tts.provider")]
 
 
 def doctor_check(voice: VoiceConfig, env: Mapping[str, str]
-                 ) -> list[tuple[Literal["ok", "warn", "fail"], str, str | None]]:
+                 ) -> list[tuple[Verdict, str, str | None]]:
     """`gateway doctor`'s voice line: (verdict, detail, fix); none without `voice.tts`."""
     tts = voice.tts
     if tts is None:
         return []
     problem = tools_problem(tts)
     if problem is not None:
-        return [("fail", f"voice.tts: {problem}", f"apt-get install {' '.join(missing_tools(tts))}")]
+        fix = f"apt-get install {' '.join(missing_tools(tts))}"
+        return [("fail", f"voice.tts: {problem}", fix)]
     if tts.provider == "openai" and tts.api_key_env and not env.get(tts.api_key_env):
         return [("warn", f"voice.tts.api_key_env names {tts.api_key_env}, which is not set",
                  f"export {tts.api_key_env} where the gateway runs")]
     where = "espeak-ng" if tts.provider == "espeak" else (tts.base_url or "api.openai.com")
-    return [("ok", f"speech from {where}, encoded by ffmpeg (voice.replies: {voice.replies})", None)]
+    detail = f"speech from {where}, encoded by ffmpeg (voice.replies: {voice.replies})"
+    return [("ok", detail, None)]

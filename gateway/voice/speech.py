@@ -1,5 +1,6 @@
-"""What of an answer is spoken: its words without code blocks, URLs, pictures or Markdown marks, cut at a sentence
-end before the limit (the text reply has it all). Pure: the same answer gives the same words."""
+"""What of an answer is spoken: its words without code blocks, URLs, pictures or Markdown marks,
+cut at a sentence end before the limit (the text reply has it all). Pure: the same answer always
+gives the same words."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ _ENDS = (".", "!", "?", "…", ":", ";", ",")
 
 @functools.cache
 def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": False, "maxNesting": 100}).enable(["table", "strikethrough"])
+    markdown = MarkdownIt("commonmark", {"html": False, "maxNesting": 100})
+    return markdown.enable(["table", "strikethrough"])
 
 
 def spoken_text(markdown: str, max_chars: int) -> str:
@@ -36,7 +38,7 @@ def spoken_text(markdown: str, max_chars: int) -> str:
 
 
 def _lines(tokens: Sequence[Token]) -> Iterator[str]:
-    """One line per block (paragraph, heading, list item, table row), closed with a full stop for a pause."""
+    """One line per block (paragraph, heading, list item, table row), ended with a pause."""
     row: list[str] | None = None
     for tok in tokens:
         kind = tok.type
@@ -65,7 +67,7 @@ def _inline(children: Sequence[Token]) -> str:
             parts.append(code if len(code) <= MAX_INLINE_CODE else "")
         elif child.type in ("softbreak", "hardbreak"):
             parts.append(" ")
-        # images, link targets and emphasis marks are not spoken; a link's own words are (its text tokens)
+        # pictures, link targets and emphasis marks are not spoken; a link's own words are
     return "".join(parts)
 
 
@@ -85,7 +87,7 @@ def _closed(line: str) -> str:
 
 
 def _cut(text: str, max_chars: int) -> str:
-    """At most `max_chars`: up to the last sentence end that keeps at least half, else the last whole word."""
+    """At most `max_chars`: to the last sentence end that keeps half or more, else a whole word."""
     if len(text) <= max_chars:
         return text
     head = text[:max_chars + 1]

@@ -1,5 +1,6 @@
-"""Text → audio: an OpenAI-compatible `POST {base_url}/audio/speech`, or the local espeak-ng. Either returns audio
-in some container (ffmpeg reads it: gateway/voice/encode.py); failures are SpeechError in words a user may read."""
+"""Text → audio: an OpenAI-compatible `POST {base_url}/audio/speech`, or the local espeak-ng. Either
+returns audio in some container (ffmpeg reads it: gateway/voice/encode.py); failures are SpeechError
+in words a user may read."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class TextToSpeech(Protocol):
 
 
 class OpenAISpeech:
-    """OpenAI's speech endpoint (or a server speaking its API: a local Kokoro or Piper front end)."""
+    """OpenAI's speech endpoint, or a server speaking its API (a local Kokoro or Piper server)."""
 
     max_input = OPENAI_MAX_INPUT
 
@@ -43,8 +44,9 @@ class OpenAISpeech:
         self._http: aiohttp.ClientSession | None = None
 
     async def audio(self, text: str) -> bytes:
-        body = {"model": self.config.model, "voice": self.config.voice_name, "input": text[:self.max_input],
-                "response_format": self.config.response_format, "speed": self.config.speed}
+        config = self.config
+        body = {"model": config.model, "voice": config.voice_name, "input": text[:self.max_input],
+                "response_format": config.response_format, "speed": config.speed}
         for attempt in (1, 2):
             try:
                 return await self._post(body)
@@ -57,19 +59,24 @@ class OpenAISpeech:
 
     async def _post(self, body: dict[str, object]) -> bytes:
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
+            timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+            self._http = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._http.post(self.url, json=body, headers=self._headers) as resp:
                 if resp.status == 429 or resp.status >= 500:
-                    raise _Transient(f"the speech service answered HTTP {resp.status}", _seconds(resp))
+                    raise _Transient(f"the speech service answered HTTP {resp.status}",
+                                     _seconds(resp))
                 if resp.status != 200:
+                    why = ", the key" if resp.status == 401 else f": {await _reason(resp)}"
                     raise SpeechError(f"the speech service refused the request (HTTP {resp.status}"
-                                      f"{': ' + await _reason(resp) if resp.status != 401 else ', the key'})")
+                                      f"{why})")
                 return await self._read(resp)
         except TimeoutError:
-            raise SpeechError(f"the speech service did not answer within {self.config.timeout_s:g} s") from None
+            raise SpeechError(f"the speech service did not answer within "
+                              f"{self.config.timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
-            raise _Transient(f"the speech service could not be reached ({type(exc).__name__})") from None
+            raise _Transient(f"the speech service could not be reached "
+                             f"({type(exc).__name__})") from None
 
     async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
         limit = self.config.max_bytes
@@ -89,7 +96,8 @@ class OpenAISpeech:
 
 
 class EspeakSpeech:
-    """Debian's espeak-ng, on this machine: WAV on its standard output, the text on its standard input."""
+    """Debian's espeak-ng, on this machine: WAV on its standard output, the text on its standard
+    input."""
 
     max_input = 100_000
 
@@ -127,7 +135,8 @@ async def _reason(resp: aiohttp.ClientResponse) -> str:
     """The service's own error message, short (OpenAI: {"error": {"message": ...}})."""
     try:
         body = json.loads(await resp.content.read(4096))
-        message = body["error"]["message"] if isinstance(body.get("error"), dict) else body.get("error")
+        error = body.get("error")
+        message = error["message"] if isinstance(error, dict) else error
     except (ValueError, KeyError, TypeError, AttributeError, aiohttp.ClientError):
         return "no reason given"
     return str(message or "no reason given")[:200]

@@ -1,6 +1,7 @@
-"""Voice replies on Telegram, end to end: real aiogram polling against the fake Bot API (sendVoice), the whole
-gateway, the fake model, a fake transcription service for the voice notes people send, and a fake OpenAI speech
-service (or the real espeak-ng) for the ones the gateway sends back; every note is checked with ffprobe."""
+"""Voice replies on Telegram, end to end: real aiogram polling against the fake Bot API (sendVoice),
+the whole gateway, the fake model, a fake transcription service for the voice notes people send, and
+a fake OpenAI speech service (or the real espeak-ng) for the ones the gateway sends back; every note
+is checked with ffprobe."""
 
 from __future__ import annotations
 
@@ -26,27 +27,32 @@ from tests.fakes.transcription import FakeTranscription
 from tests.helpers import write_config
 from tests.mediafiles import VOICE_NOTE
 
-ANSWER = ("Here is how:\n\n```python\nprint('secret code')\n```\n\nRead https://example.com/guide for more, "
-          "or the [manual](https://example.com/manual). **Good luck!**")
+ANSWER = ("Here is how:\n\n```python\nprint('secret code')\n```\n\n"
+          "Read https://example.com/guide for more, or the [manual](https://example.com/manual). "
+          "**Good luck!**")
 
 
 def voice_yaml(speech: FakeSpeech | None, stt: FakeTranscription, *, replies: str = "auto") -> str:
-    tts = (f"    provider: openai\n    base_url: {speech.v1_url}\n    api_key_env: TTS_KEY\n    voice: nova\n"
-           if speech is not None else "    provider: espeak\n")
+    tts = "    provider: espeak\n"
+    if speech is not None:
+        tts = (f"    provider: openai\n    base_url: {speech.v1_url}\n    api_key_env: TTS_KEY\n"
+               "    voice: nova\n")
     return (f"media:\n  transcription:\n    base_url: {stt.v1_url}\n    api_key_env: STT_KEY\n"
             f"voice:\n  replies: {replies}\n  tts:\n{tts}")
 
 
 @asynccontextmanager
-async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str) -> AsyncIterator[Gateway]:
+async def running(home: Path, llm: FakeLLM, tg: FakeTelegram,
+                  extra: str) -> AsyncIterator[Gateway]:
     write_config(home, base_url=llm.base_url, extra=telegram_yaml(tg, extra))
     config = load_config(home, env={})
     assert config.telegram is not None
     virtual = VirtualTime()
     tg.clock = virtual.monotonic
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
-    gw = build_gateway(config, env={"STT_KEY": "stt-key", "TTS_KEY": "tts-key"}, adapters=[adapter],
-                       probe_ollama=False, sleep=virtual.sleep, monotonic=virtual.monotonic)
+    env = {"STT_KEY": "stt-key", "TTS_KEY": "tts-key"}
+    gw = build_gateway(config, env=env, adapters=[adapter], probe_ollama=False,
+                       sleep=virtual.sleep, monotonic=virtual.monotonic)
     daemon = Daemon(gw, install_signals=False)
     await daemon.start()
     try:
@@ -65,14 +71,15 @@ def send_voice_note(tg: FakeTelegram, message_id: int, chat: int = ALICE) -> Non
 
 
 async def probe(data: bytes) -> dict[str, Any]:
-    """What ffprobe reads in a note: its container, codec and duration (from a file: an Ogg's duration is read
-    from its last page)."""
+    """What ffprobe reads in a note: its container, codec and duration (from a file: an Ogg's
+    duration is read from its last page)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "note.ogg"
         path.write_bytes(data)
+        entries = "format=format_name,duration:stream=codec_name,channels"
         proc = await asyncio.create_subprocess_exec(
-            "ffprobe", "-v", "error", "-show_entries", "format=format_name,duration:stream=codec_name,channels",
-            "-of", "json", str(path), stdout=asyncio.subprocess.PIPE)
+            "ffprobe", "-v", "error", "-show_entries", entries, "-of", "json", str(path),
+            stdout=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
     assert proc.returncode == 0
     found: dict[str, Any] = json.loads(out)
@@ -90,7 +97,7 @@ async def assert_real_voice_note(note: SentMessage) -> bytes:
     return data
 
 
-# ------------------------------------------------------------------------------------------ auto
+# --------------------------------------------------------------------------------------------- auto
 async def test_a_voice_note_is_answered_with_text_then_a_real_voice_note(
         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
@@ -103,15 +110,18 @@ async def test_a_voice_note_is_answered_with_text_then_a_real_voice_note(
             send_voice_note(fake_telegram, 50)
             await fake_telegram.wait_for_sent(ALICE, count=3)
             _, answer, note = fake_telegram.sent_messages(ALICE)
-            assert answer.method == "sendmessage" and "print('secret code')" in answer.text  # the text, first
+            assert answer.method == "sendmessage"  # the text, first
+            assert "print('secret code')" in answer.text
             await assert_real_voice_note(note)
             assert fake_telegram.voice_notes(ALICE) == [note]  # the text message before got none
             spoken = [r.input for r in speech.requests]
             assert spoken == ["Here is how.\nRead for more, or the manual. Good luck!"]
             assert "secret" not in spoken[0] and "http" not in spoken[0] and "*" not in spoken[0]
-            assert speech.requests[0].voice == "nova" and speech.requests[0].response_format == "opus"
+            asked = speech.requests[0]
+            assert asked.voice == "nova" and asked.response_format == "opus"
             rows = gw.store.all("SELECT turn_id, kind, status FROM outbound ORDER BY id")
-            assert [tuple(r) for r in rows][-2:] == [("t2", "reply", "sent"), ("t2:voice", "voice", "sent")]
+            assert [tuple(r) for r in rows][-2:] == [("t2", "reply", "sent"),
+                                                      ("t2:voice", "voice", "sent")]
 
 
 async def test_voice_off_in_a_chat_keeps_answers_text_and_survives_a_restart(
@@ -128,9 +138,9 @@ async def test_voice_off_in_a_chat_keeps_answers_text_and_survives_a_restart(
             await fake_telegram.wait_for_sent(ALICE, count=3)
             fake_telegram.inject_message(ALICE, "and now?")
             await fake_telegram.wait_for_sent(ALICE, count=5)
-            methods = [m.method for m in fake_telegram.sent_messages(ALICE)]
-            assert methods == ["sendmessage", "sendmessage", "sendmessage", "sendmessage", "sendvoice"]
-            assert fake_telegram.sent_messages(ALICE)[2].text.startswith("Voice replies are on in this chat")
+            sent = fake_telegram.sent_messages(ALICE)
+            assert [m.method for m in sent] == ["sendmessage"] * 4 + ["sendvoice"]
+            assert sent[2].text.startswith("Voice replies are on in this chat")
             assert [r.input for r in speech.requests] == ["echo: and now? [users=2]."]
 
 
@@ -149,34 +159,39 @@ async def test_a_speech_failure_loses_no_text_and_is_said_once(
         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         speech.fail("speech", Fault(503), Fault(503))
-        async with running(home, fake_llm, fake_telegram, voice_yaml(speech, stt, replies="always")) as gw:
+        always = voice_yaml(speech, stt, replies="always")
+        async with running(home, fake_llm, fake_telegram, always) as gw:
             fake_llm.script(Reply("word " * 1000))  # two chunks of text
             fake_telegram.inject_message(ALICE, "a long answer please")
             await fake_telegram.wait_for_sent(ALICE, count=3)
             texts = fake_telegram.sent_texts(ALICE)
             assert texts[0].startswith("word word") and texts[1].startswith("word")
             assert "".join(texts[:2]).split() == ["word"] * 1000  # all of the text went out, first
-            assert texts[2] == ("I couldn't read this answer aloud (the speech service answered HTTP 503); the text "
-                                "above is all of it.")
+            assert texts[2] == ("I couldn't read this answer aloud (the speech service answered "
+                                "HTTP 503); the text above is all of it.")
             assert len(speech.calls_to("speech")) == 2  # tried once more, then gave up
             fake_telegram.inject_message(ALICE, "again")
-            await fake_telegram.wait_for_sent(ALICE, count=5)  # the service is back: text, then a voice note
-            assert [m.method for m in fake_telegram.sent_messages(ALICE)] == ["sendmessage"] * 4 + ["sendvoice"]
-            assert sum(t.startswith("I couldn't read") for t in fake_telegram.sent_texts(ALICE)) == 1
-            failed = gw.store.all("SELECT turn_id, status, last_error FROM outbound WHERE kind = 'voice' ORDER BY id")
-            assert [tuple(r) for r in failed] == [("t1:voice", "failed", "the speech service answered HTTP 503"),
-                                                  ("t2:voice", "sent", None)]
+            await fake_telegram.wait_for_sent(ALICE, count=5)  # the service is back: a voice note
+            sent = fake_telegram.sent_messages(ALICE)
+            assert [m.method for m in sent] == ["sendmessage"] * 4 + ["sendvoice"]
+            assert sum(m.text.startswith("I couldn't read") for m in sent) == 1
+            failed = gw.store.all("SELECT turn_id, status, last_error FROM outbound"
+                                  " WHERE kind = 'voice' ORDER BY id")
+            assert [tuple(r) for r in failed] == [
+                ("t1:voice", "failed", "the speech service answered HTTP 503"),
+                ("t2:voice", "sent", None)]
 
 
 async def test_a_user_who_refuses_voice_messages_gets_an_audio_file(
         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         fake_telegram.forbid_voice(ALICE)
-        async with running(home, fake_llm, fake_telegram, voice_yaml(speech, stt, replies="always")):
+        always = voice_yaml(speech, stt, replies="always")
+        async with running(home, fake_llm, fake_telegram, always):
             fake_telegram.inject_message(ALICE, "hi")
             await fake_telegram.wait_for_sent(ALICE, count=2)
             audio = fake_telegram.sent_messages(ALICE)[1]
             assert audio.method == "sendaudio" and audio.document is not None
             assert audio.document["data"].startswith(b"OggS")
-            assert [c.name for c in fake_telegram.calls if c.name in ("sendvoice", "sendaudio")] == \
-                ["sendvoice", "sendaudio"]
+            tried = [c.name for c in fake_telegram.calls if c.name in ("sendvoice", "sendaudio")]
+            assert tried == ["sendvoice", "sendaudio"]

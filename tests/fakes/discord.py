@@ -115,9 +115,10 @@ def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
 
 
 VOICE_MESSAGE_FLAG = 1 << 13  # a message sent with the mic button carries this flag
-# Voice messages (Discord's message resource): the IS_VOICE_MESSAGE flag, exactly one audio attachment with
-# `duration_secs` and `waveform` (base64, at most 256 bytes), and nothing else: no content, embeds, stickers,
-# components or poll; they cannot be edited; a channel that denies Send Voice Messages refuses them.
+# Voice messages (Discord's message resource): the IS_VOICE_MESSAGE flag, exactly one audio
+# attachment with `duration_secs` and `waveform` (base64, at most 256 bytes), and nothing else: no
+# content, embeds, stickers, components or poll; they cannot be edited; a channel that denies Send
+# Voice Messages refuses them.
 VOICE_ERRORS = {
     "content": (50159, "Voice messages do not support additional content."),
     "single": (50160, "Voice messages must have a single audio attachment."),
@@ -240,7 +241,7 @@ class FakeDiscord(FakeServer):
             [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]], roles=roles)]
         self.member_roles: dict[str, list[str]] = {}  # user id → role ids they have now (in events and REST)
         self.departed: set[str] = set()  # users who left the guilds: GET member answers 10007
-        self.voice_refused: set[str] = set()  # channels that deny Send Voice Messages (refuse_voice)
+        self.voice_refused: set[str] = set()  # channels denying Send Voice Messages (refuse_voice)
         self.channels: dict[str, dict[str, Any]] = {c["id"]: dict(c) for g in self.guilds for c in g["channels"]}
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.enabled_privileged_intents = enabled_privileged_intents
@@ -918,7 +919,8 @@ class FakeDiscord(FakeServer):
             "mentions": [], "mention_roles": [], "attachments": [
                 {"id": self.new_id(), "filename": f.get("filename"), "size": f.get("size", 0),
                  "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p",
-                 **{k: f[k] for k in ("content_type", "duration_secs", "waveform") if f.get(k) is not None}}
+                 **{k: f[k] for k in ("content_type", "duration_secs", "waveform")
+                    if f.get(k) is not None}}
                 for f in sent.files],
             "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
             "flags": sent.flags, "components": []}
@@ -1067,14 +1069,17 @@ async def _read_body(request: web.Request) -> Any:
         form = await request.post()
         body = json.loads(str(form.get("payload_json") or "{}"))
         files = [(k, v) for k, v in form.items() if isinstance(v, web.FileField)]
-        described = {str(a.get("id")): a for a in body.get("attachments") or () if isinstance(a, dict)}
+        described = {str(a.get("id")): a for a in body.get("attachments") or ()
+                     if isinstance(a, dict)}
         body["_files"] = []
         for field_name, upload in files:
             data = upload.file.read()
             about = described.get(field_name.removeprefix("files[").removesuffix("]"), {})
-            body["_files"].append({"field": field_name, "filename": upload.filename, "size": len(data),
-                                   "data": data, "content_type": upload.content_type,
-                                   "duration_secs": about.get("duration_secs"), "waveform": about.get("waveform")})
+            body["_files"].append({"field": field_name, "filename": upload.filename,
+                                   "size": len(data), "data": data,
+                                   "content_type": upload.content_type,
+                                   "duration_secs": about.get("duration_secs"),
+                                   "waveform": about.get("waveform")})
         return body
     raw = await request.read()
     return json.loads(raw) if raw else {}
@@ -1093,14 +1098,16 @@ def _check_voice_message(body: Mapping[str, Any], *, refused: bool) -> None:
     if len(files) != 1 or not _is_audio(files[0]):
         raise fail("single")
     waveform = files[0].get("waveform")
-    if files[0].get("duration_secs") is None or not waveform or len(base64.b64decode(waveform)) > 256:
+    if files[0].get("duration_secs") is None or not waveform:
+        raise fail("metadata")
+    if len(base64.b64decode(waveform)) > 256:
         raise fail("metadata")
 
 
 def _is_audio(upload: Mapping[str, Any]) -> bool:
     data = upload.get("data") or b""
-    return data.startswith((b"OggS", b"ID3", b"RIFF", b"fLaC")) or str(upload.get("content_type", "")).startswith(
-        "audio/")
+    declared = str(upload.get("content_type", ""))
+    return data.startswith((b"OggS", b"ID3", b"RIFF", b"fLaC")) or declared.startswith("audio/")
 
 
 def _check_message(body: Mapping[str, Any], require_content: bool) -> None:

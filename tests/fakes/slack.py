@@ -405,8 +405,9 @@ class FakeSlack(FakeServer):
     def _m_files_getUploadURLExternal(self, p: Mapping[str, Any]) -> dict[str, Any]:
         if not self.files_write:
             return {"error": "missing_scope", "needed": "files:write", "provided": "chat:write"}
-        if not p.get("filename") or not str(p.get("length") or "").isdigit() or int(p["length"]) <= 0:
-            return {"error": "invalid_arguments"}  # both are required; length is the upload's size in bytes
+        length = str(p.get("length") or "")
+        if not p.get("filename") or not length.isdigit() or int(length) <= 0:
+            return {"error": "invalid_arguments"}  # both are required; length: the upload's bytes
         file_id = f"F{self._file_ids():04d}"
         self.files[file_id] = {"filename": p.get("filename"), "length": int(p.get("length") or 0), "data": b""}
         return {"upload_url": f"{self.base_url}/upload/{file_id}", "file_id": file_id}
@@ -418,14 +419,15 @@ class FakeSlack(FakeServer):
             return {"error": "invalid_arguments"}
         for item in items:
             known = self.files.get(item.get("id"))
-            if known is None or len(known["data"]) != known["length"]:  # never uploaded, or not all of it
+            if known is None or len(known["data"]) != known["length"]:  # not (all) uploaded
                 return {"error": "file_not_found"}
-            known.update(title=item.get("title"), channel=p.get("channel_id"), thread_ts=p.get("thread_ts"),
-                         initial_comment=p.get("initial_comment"))
-        if p.get("channel_id"):  # shared: the bot's message with the files appears in the channel (or thread)
+            known.update(title=item.get("title"), channel=p.get("channel_id"),
+                         thread_ts=p.get("thread_ts"), initial_comment=p.get("initial_comment"))
+        if p.get("channel_id"):  # shared: the bot's message with the files (in its thread)
             self.messages.append(SlackMessage(
-                channel=str(p["channel_id"]), ts=self.next_ts(), text=str(p.get("initial_comment") or ""),
-                user=self.bot_user_id, thread_ts=p.get("thread_ts") or None, bot_id=self.bot_id,
+                channel=str(p["channel_id"]), ts=self.next_ts(),
+                text=str(p.get("initial_comment") or ""), user=self.bot_user_id,
+                thread_ts=p.get("thread_ts") or None, bot_id=self.bot_id,
                 params={**p, "files": [i["id"] for i in items]}))
         self.notify()
         return {"files": [{"id": i["id"], "title": i.get("title"), "name": self.files[i["id"]]["filename"]}

@@ -1,12 +1,14 @@
-"""A fake OpenAI-compatible text-to-speech service: `POST /v1/audio/speech` with OpenAI's JSON body and rules
-(model, input, voice required; input at most 4096 characters; speed 0.25–4; a bearer key), answering real audio:
-the input spoken by espeak-ng, converted by ffmpeg to the requested `response_format`."""
+"""A fake OpenAI-compatible text-to-speech service: `POST /v1/audio/speech` with OpenAI's JSON body
+and rules (model, input, voice required; input at most 4096 characters; speed 0.25–4; a bearer key),
+answering real audio: the input spoken by espeak-ng, converted by ffmpeg to the requested
+`response_format`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from asyncio.subprocess import DEVNULL, PIPE
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +51,13 @@ class FakeSpeech(FakeServer):
 
     async def _speech(self, request: web.Request) -> web.StreamResponse:
         self.record(request, "speech", None)
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        authorized = request.headers.get("Authorization") == f"Bearer {self.api_key}"
+        if self.api_key is not None and not authorized:
             return _error(401, "Incorrect API key provided", "invalid_api_key")
         step = self.take_fault(["speech", "*"])
         if step is not None:
-            response = await self.apply_fault(request, step, lambda s: {"error": {"message": f"Error {s}"}})
+            response = await self.apply_fault(request, step,
+                                              lambda s: {"error": {"message": f"Error {s}"}})
             if response is not None:
                 return response
         try:
@@ -87,17 +91,17 @@ def _check(body: Any) -> SpeechRequest:
 
 async def _speak(text: str, args: list[str]) -> bytes:
     """espeak-ng's WAV of `text`, converted by ffmpeg (real audio, whatever the format)."""
-    espeak = await asyncio.create_subprocess_exec("espeak-ng", "--stdout", "-b", "1", stdin=asyncio.subprocess.PIPE,
-                                                  stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    espeak = await asyncio.create_subprocess_exec("espeak-ng", "--stdout", "-b", "1", stdin=PIPE,
+                                                  stdout=PIPE, stderr=DEVNULL)
     wav, _ = await espeak.communicate(text.encode())
     ffmpeg = await asyncio.create_subprocess_exec(
-        "ffmpeg", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-ac", "1", "-ar", "24000", *args,
-        "pipe:1", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        "ffmpeg", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-ac", "1", "-ar", "24000",
+        *args, "pipe:1", stdin=PIPE, stdout=PIPE, stderr=DEVNULL)
     audio, _ = await ffmpeg.communicate(wav)
     assert ffmpeg.returncode == 0 and audio, "the fake speech service could not make audio"
     return audio
 
 
 def _error(status: int, message: str, code: str | None) -> web.Response:
-    return json_response({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                    "code": code}}, status=status)
+    return json_response({"error": {"message": message, "type": "invalid_request_error",
+                                    "param": None, "code": code}}, status=status)
