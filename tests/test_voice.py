@@ -17,6 +17,7 @@ from gateway.config.settings import load_config
 from gateway.config.voice import TtsConfig, VoiceConfig
 from gateway.errors import ConfigError, SpeechError
 from gateway.ops.doctor import Doctor
+from gateway.store.rows import utcnow
 from gateway.voice.encode import encode_voice, waveform
 from gateway.voice.process import run_tool
 from gateway.voice.speaker import Speaker, missing_tools
@@ -24,8 +25,12 @@ from gateway.voice.speech import spoken_text
 from gateway.voice.tts import OpenAISpeech
 from tests.adapters.test_telegram_voice import probe
 from tests.fakes.base import Delay, Fault
+from tests.fakes.llm import FakeLLM
 from tests.fakes.speech import FakeSpeech
 from tests.helpers import write_config
+from tests.test_people_cli import _say as say
+from tests.test_people_cli import _users as users
+from tests.test_people_cli import gateway
 
 
 # ----------------------------------------------------------------------------------- what is spoken
@@ -217,3 +222,21 @@ def test_doctor_says_ok_with_the_programs_there(home: Path) -> None:
     assert [c.line() for c in checks if c.name == "voice"] == [
         "ok   voice     speech from espeak-ng, encoded by ffmpeg (voice.replies: auto)"]
     assert main(["--home", str(home), "config", "check"]) == 0
+
+
+async def test_forgetting_a_person_takes_their_voice_setting_and_model_choice(
+        home: Path, fake_llm: FakeLLM) -> None:
+    async with gateway(home, fake_llm) as (gw, adapters):
+        tg = adapters["telegram"]
+        await say(gw, tg, "hello", chat_id="1", user_id="1")
+        await say(gw, tg, "hello", chat_id="2", user_id="2")
+        for chat in ("1", "2"):
+            gw.store.set_chat_voice("telegram", chat, "on", now=utcnow())
+            gw.store.set_model_choice(f"telegram:dm:{chat}", "fast", now=utcnow())
+    code, _ = users(home, "forget", "telegram:1", "--yes")
+    assert code == 0
+    async with gateway(home, fake_llm) as (gw, _):
+        assert gw.store.chat_voice("telegram", "1") is None
+        assert gw.store.model_choice("telegram:dm:1") is None
+        assert gw.store.chat_voice("telegram", "2") == "on"  # someone else's stay
+        assert gw.store.model_choice("telegram:dm:2") == "fast"
