@@ -18,7 +18,7 @@ MAX_SECONDS = 600.0    # a note is cut here, whatever the provider sent
 LEVEL_RATE = 1000      # samples a second of the loudness track (the waveform and the duration)
 WAVEFORM_POINTS = 256  # Discord draws at most 256 points, at most one per 100 ms
 BITRATE = "32k"        # speech: Opus at 32 kb/s is clear, about 240 KB a minute
-COMPRESSION = "5"      # libopus effort 0-10: 5 takes half the CPU of 10 (~1.7 s a minute of speech)
+COMPRESSION = "5"      # libopus effort 0-10: 5 takes half the CPU of 10 (~1 s a minute of speech)
 
 
 @dataclass(frozen=True, slots=True)
