@@ -219,8 +219,9 @@ class Outbox:
 
     async def deliver_chat(self, chat: ChatRef) -> int:
         """Send the chat's unsent chunks in order (a turn that just recorded its reply: `deliver` without the
-        reads that find its chat and report its ids); returns how many went."""
-        return await self._flush((chat.platform, chat.chat_id))
+        reads that find its chat and report its ids); returns how many went. A voice row goes on in
+        the background: speech takes seconds, and the session's next turn need not wait for it."""
+        return await self._flush((chat.platform, chat.chat_id), voice_later=True)
 
     async def deliver_pending(self, platform: str | None = None) -> int:
         """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
@@ -240,13 +241,16 @@ class Outbox:
             except Exception:
                 log.exception("retrying pending replies failed")
 
-    async def _flush(self, key: ChatKey) -> int:
+    async def _flush(self, key: ChatKey, *, voice_later: bool = False) -> int:
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
         sent = 0
         async with lock:
             while (row := self._next_pending(key)) is not None:
+                if voice_later and row.kind == OutboundKind.VOICE.value:
+                    self.deliver_soon(row.turn_id)  # in order still: it waits for this lock
+                    break
                 outcome = await self._send_row(row)
                 if outcome is _Outcome.LATER:
                     break  # what follows in this chat would overtake it

@@ -19,7 +19,7 @@ from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_telegram import ALICE, VirtualTime, telegram_yaml
-from tests.fakes.base import Fault
+from tests.fakes.base import Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.speech import FakeSpeech
 from tests.fakes.telegram import FakeTelegram, SentMessage
@@ -195,3 +195,23 @@ async def test_a_user_who_refuses_voice_messages_gets_an_audio_file(
             assert audio.document["data"].startswith(b"OggS")
             tried = [c.name for c in fake_telegram.calls if c.name in ("sendvoice", "sendaudio")]
             assert tried == ["sendvoice", "sendaudio"]
+
+
+async def test_the_next_message_is_answered_while_the_voice_note_is_being_made(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """Speech takes seconds: it is made in the background, so the conversation's next turn starts
+    at once; what the user sees stays in order (the first answer's voice note before the second)."""
+    async with FakeTranscription() as stt, FakeSpeech() as speech:
+        speech.fail("speech", Delay(2.0))
+        always = voice_yaml(speech, stt, replies="always")
+        async with running(home, fake_llm, fake_telegram, always):
+            fake_telegram.inject_message(ALICE, "one")
+            await fake_telegram.wait_for_sent(ALICE)
+            fake_telegram.inject_message(ALICE, "two")
+            await fake_llm.wait_until(lambda: len(fake_llm.anthropic_requests()) == 2)
+            assert speech.requests == []  # the first note is still being spoken
+            await fake_telegram.wait_for_sent(ALICE, count=4)
+            sent = fake_telegram.sent_messages(ALICE)
+            assert [(m.method, m.text) for m in sent] == [
+                ("sendmessage", "echo: one [users=1]"), ("sendvoice", ""),
+                ("sendmessage", "echo: two [users=2]"), ("sendvoice", "")]
