@@ -193,7 +193,7 @@ NO_TTS = ("Voice replies are not set up on this gateway (voice.tts in config.yam
           "docs/voice.md).")
 NO_AUDIO = "This chat cannot play voice notes, so answers here stay text."
 VOICE_USAGE = "Use /voice on, /voice off, or /voice auto to go back to the gateway's setting."
-ADMINS_ONLY = "Only an admin can {what} here."
+ADMINS_ONLY = "Only an admin can {what}."
 ONE_MODEL = ("Only one model is set up here. More can be added under `models:` in config.yaml "
              "(docs/configuration.md).")
 MODEL_USAGE = "Switch with /model NAME; /model default goes back to the main model."
@@ -233,7 +233,7 @@ class ChoiceCommands:
         if word not in VOICE_MODES:
             return VOICE_USAGE
         if inbound.chat.is_group and not self.is_admin(inbound):
-            return ADMINS_ONLY.format(what="switch voice replies for everyone in a group")
+            return ADMINS_ONLY.format(what="switch voice replies for everyone in this group")
         mode = VOICE_MODES[word]
         chat = inbound.chat
         manager.store.set_chat_voice(chat.platform, chat.chat_id, mode, now=self.clock())
@@ -263,7 +263,7 @@ class ChoiceCommands:
             listed = model_list(models.options(current))
             return f"There is no model called {name!r} here.\n{listed}"
         if self.config.models_switch != "everyone" and not self.is_admin(inbound):
-            return ADMINS_ONLY.format(what="switch models")
+            return ADMINS_ONLY.format(what="switch models here")
         if (name == "default" and current is None) or name == current:
             return f"Already answering with {name}."
         return self._switch(manager, models, inbound, key, name)

@@ -77,8 +77,9 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes, max_outpu
         await feeder
         return bytes(out), await errors
     finally:
-        feeder.cancel()
-        errors.cancel()
+        for task in (feeder, errors):
+            task.cancel()
+        await asyncio.gather(feeder, errors, return_exceptions=True)
 
 
 async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:

@@ -18,7 +18,7 @@ from adapters.telegram.adapter import TelegramAdapter
 from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
-from tests.adapters.test_telegram import ALICE, VirtualTime, telegram_yaml
+from tests.adapters.test_telegram import ALICE, BOB, GROUP, VirtualTime, telegram_yaml
 from tests.fakes.base import Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.speech import FakeSpeech
@@ -215,3 +215,19 @@ async def test_the_next_message_is_answered_while_the_voice_note_is_being_made(
             assert [(m.method, m.text) for m in sent] == [
                 ("sendmessage", "echo: one [users=1]"), ("sendvoice", ""),
                 ("sendmessage", "echo: two [users=2]"), ("sendvoice", "")]
+
+
+async def test_in_a_group_only_an_admin_switches_voice_replies(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    async with FakeTranscription() as stt, FakeSpeech() as speech:
+        extra = voice_yaml(speech, stt) + f"access:\n  admins: ['telegram:{ALICE}']\n"
+        async with running(home, fake_llm, fake_telegram, extra) as gw:
+            fake_telegram.inject_message(GROUP, "/voice on", chat_type="supergroup", user_id=BOB,
+                                         username="bob", first_name="Bob")
+            refused = await fake_telegram.wait_for_sent(GROUP)
+            assert refused.text == "Only an admin can switch voice replies for everyone in this group."
+            assert gw.store.chat_voice("telegram", str(GROUP)) is None
+            fake_telegram.inject_message(GROUP, "/voice on", chat_type="supergroup")
+            said = await fake_telegram.wait_for_sent(GROUP, count=2)
+            assert said.text.startswith("Voice replies are on in this chat")
+            assert gw.store.chat_voice("telegram", str(GROUP)) == "on"
