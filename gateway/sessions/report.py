@@ -87,7 +87,7 @@ def show_session(store: Store, policies: Policies, s: SessionRow) -> str:
 
 
 def _model_lines(store: Store, s: SessionRow) -> list[str]:
-    """What /model chose for the conversation, and the prompt's rebuilds: shown when there are any."""
+    """What /model chose for the conversation, and the prompt's rebuilds, when there are any."""
     lines = []
     chosen = store.model_choice(s.key)
     if chosen is not None:

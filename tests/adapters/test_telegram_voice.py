@@ -225,7 +225,8 @@ async def test_in_a_group_only_an_admin_switches_voice_replies(
             fake_telegram.inject_message(GROUP, "/voice on", chat_type="supergroup", user_id=BOB,
                                          username="bob", first_name="Bob")
             refused = await fake_telegram.wait_for_sent(GROUP)
-            assert refused.text == "Only an admin can switch voice replies for everyone in this group."
+            assert refused.text == ("Only an admin can switch voice replies for everyone in this "
+                                    "group.")
             assert gw.store.chat_voice("telegram", str(GROUP)) is None
             fake_telegram.inject_message(GROUP, "/voice on", chat_type="supergroup")
             said = await fake_telegram.wait_for_sent(GROUP, count=2)
