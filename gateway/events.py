@@ -85,6 +85,7 @@ class OutboundKind(enum.Enum):
     REPLY = "reply"      # the agent's answer to a turn
     NOTICE = "notice"    # a short system line: reset notice, busy notice, command answer
     ERROR = "error"      # one plain sentence when a turn failed
+    VOICE = "voice"      # a spoken copy of a reply, sent after its text (gateway/delivery/voice.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +177,34 @@ class Adapter(Protocol):
     async def send(self, message: OutboundMessage) -> str: ...
 
     async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundAudio:
+    """A voice note: OGG/Opus bytes spoken from a reply whose text was sent before it.
+
+    `waveform` is up to 256 loudness levels (0–255), one per equal slice of the note, for a
+    platform that draws it (Discord). `transcript` is what is spoken (a title where the platform
+    shows one). `key` names the stored row, as `OutboundMessage.key` does.
+    """
+
+    chat: ChatRef
+    data: bytes
+    duration_s: float
+    waveform: bytes = b""
+    transcript: str = ""
+    reply_to_id: str | None = None
+    key: str = ""
+    filename: str = "voice.ogg"
+    mime_type: str = "audio/ogg"
+
+
+@runtime_checkable
+class AudioReplies(Protocol):
+    """Optional ability: send a voice note (Telegram sendVoice, a Discord voice message, a Slack
+    audio file, the web chat's player); returns the platform's message id. Errors as for `send`."""
+
+    async def send_audio(self, audio: OutboundAudio) -> str: ...
 
 
 @runtime_checkable

@@ -22,12 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
     "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5, "media": 5,
+    "voice": 5,
     "agent": 6, "prompt": 7, "delivery": 8,
     "sessions": 9, "access": 9, "scheduling": 10, "webui": 11, "ops": 12, "cli": 13,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", ("media", "tools", "schedule"), "settings", "starter"],
+    "config": ["yamlload", ("media", "tools", "schedule", "voice"), "settings", "starter"],
     "telemetry": ["repeats", ("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
     "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
@@ -37,6 +38,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "mcp": [("names", "content", "vet"), "link", "hub"],
     "net": [("guard", "pages"), "fetch", ("extract", "search")],
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
+    "voice": [("speech", "process"), ("encode", "tts"), "speaker"],
     "agent": ["tools", "loop"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],
@@ -44,7 +46,8 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
                                            "schedule", "deferred"),
                     "catalog"],
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
-    "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox", "stream"],
+    "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox",
+                 ("stream", "voice")],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
     "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup", "outage"), ("report", "flush"), "compression", "manager",
                  ("commands", "timers")],

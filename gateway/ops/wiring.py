@@ -33,12 +33,20 @@ from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
+from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, MemberRoles
+from gateway.events import Adapter, Inbound, MemberRoles
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.skills import SkillLibrary
-from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model, sees_images_client
+from gateway.llm.factory import (
+    ModelChoice,
+    SessionModels,
+    UnconfiguredLLM,
+    build_chosen,
+    choose_model,
+    sees_images_client,
+)
 from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
 from gateway.media.prepare import MediaPipeline
@@ -58,7 +66,7 @@ from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
 from gateway.scheduling.runner import JobRunner
 from gateway.scheduling.turn import JobTurn, RunTools
-from gateway.sessions.commands import Commands
+from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
 from gateway.sessions.lifecycle import Policies
@@ -68,6 +76,7 @@ from gateway.store.database import Store
 from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
+from gateway.voice.speaker import Speaker, tools_problem
 
 log = logging.getLogger(__name__)
 # The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
@@ -106,13 +115,19 @@ class Gateway:
     jobs: JobRunner | None = None
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
     media: AttachmentTurns | None = None
+    models: SessionModels | None = None  # with `models:`: the ones /model switches to
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
-        """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a CLI command)."""
+        """Stop the MCP servers and close the HTTP sessions of the web tools, the models /model
+        switches to and the speech service (shutdown, or the end of a CLI command)."""
+        if self.models is not None:
+            await self.models.close()
+        if self.outbox.voice is not None:
+            await self.outbox.voice.close()
         if self.mcp is not None:
             await self.mcp.stop()
         if self.web is not None:
@@ -150,7 +165,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
-    agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
+    models = _models(config, env, llm)
+    agent = Agent(models or llm, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
@@ -158,6 +174,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
                     limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
                     previews=previews)
+    outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
     prompts = PromptAssembler(config, facts, memory, skills)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
@@ -174,7 +191,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media)
+                   redact=redactor_for(config, env), media=media, models=models)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -189,6 +206,43 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
     except LLMNotConfigured as exc:  # chosen, but it cannot answer: say so by name, not "run gateway init"
         log.warning("%s", exc)
         return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
+
+
+def _models(config: Config, env: Mapping[str, str], main: LLMClient) -> SessionModels | None:
+    """With `models:`, the client the agent holds: the main model, or a conversation's /model."""
+    if not config.models:
+        return None
+    return SessionModels(main, config.models,
+                         lambda m: build_chosen(ModelChoice(m, "chosen in chat"), env, config))
+
+
+def _voice(config: Config, env: Mapping[str, str], *, store: Store,
+           adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
+           clock: Clock) -> VoiceReplies | None:
+    """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
+    tts = config.voice.tts
+    if tts is None:
+        return None
+    key = env.get(tts.api_key_env) if tts.api_key_env else None
+    if tts.api_key_env and not key:
+        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
+                    "a key", tts.api_key_env)
+    missing = tools_problem(tts)
+    if missing is not None:
+        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
+    speaker = Speaker(config.voice, tts, key)
+    return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts,
+                        clock=clock)
+
+
+def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
+    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
+    person)."""
+    def is_admin(inbound: Inbound) -> bool:
+        person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
+                                      user_name=inbound.user_name, username=inbound.username)
+        return roles.is_admin(person)
+    return is_admin
 
 
 def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
@@ -260,6 +314,9 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
+    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock))
+    commands.add("voice", choices.voice)
+    commands.add("model", choices.model)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
                               clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
