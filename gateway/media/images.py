@@ -1,8 +1,13 @@
-"""A downloaded picture → the image a model is sent: upright, within the providers' limits, JPEG or PNG.
+"""A downloaded picture → the image a model is sent: upright, within the providers' limits, JPEG or
+PNG.
 
-Pillow is imported here only, on the first picture: a gateway that never receives one never loads it. HEIC/HEIF
-(what an iPhone saves, and sends when a photo goes as a file) is opened through pillow-heif, loaded on the first
-such picture only.
+Pictures are decoded in the worker (gateway/worker/: `prepare_picture` sends one there,
+`prepare_image` runs there), never in the daemon: a pixel bomb costs the worker's memory, under its
+cap, one picture at a time. Only the formats people send are opened; the size is checked from the
+header before anything is decoded (at most MAX_SOURCE_PIXELS, and at most `media.max_decode_mb` of
+decoded pixels); a JPEG is decoded at 1/2 to 1/8 of its size when that is enough (draft), and the
+shrinking reduces by whole factors first (reducing_gap). HEIC/HEIF (what an iPhone saves) opens
+through pillow-heif, loaded with the first such picture.
 The output is written once and sent byte for byte on every later turn (the prompt cache keys on those bytes), so
 nothing here runs again for a picture already in the history.
 """
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.errors import MediaError
+from gateway.worker.parent import JobLimits, Worker, WorkerFailed
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -32,6 +38,14 @@ JPEG_QUALITY = 85
 MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
 # ISO base media files whose `ftyp` brand says HEIF (AVIF, the same container, Pillow reads itself)
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
+# what is opened (JPEG includes MPO); never EPS (Ghostscript), PSD or the other rare decoders
+FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
+DECODE_MB = 256  # media.max_decode_mb's default: a 64-megapixel picture at 4 bytes a pixel fits
+PICTURE = JobLimits(cpu_s=20, wall_s=60)
+MB = 1024 * 1024
+# EXIF orientation → the transpose that sets the picture upright (as ImageOps.exif_transpose does)
+UPRIGHT = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+           6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,30 +56,63 @@ class PreparedImage:
     height: int
 
 
-def prepare_image(source: Path) -> PreparedImage:
-    """Decode, rotate per EXIF, drop animation (first frame), downscale, and encode; MediaError when unreadable."""
+async def prepare_picture(worker: Worker, source: Path, *,
+                          max_decode_mb: int = DECODE_MB) -> PreparedImage:
+    """`prepare_image` in the worker; MediaError for a picture it cannot read or gave up on."""
+    try:
+        return await worker.run(prepare_image, source, max_decode_mb, limits=PICTURE,
+                                returns=PreparedImage)
+    except WorkerFailed as exc:
+        raise MediaError(f"it could not be read: {exc}") from None
+
+
+def prepare_image(source: Path, max_decode_mb: int = DECODE_MB) -> PreparedImage:
+    """Decode, downscale, rotate per EXIF, drop animation (first frame), and encode; MediaError
+    when unreadable. Runs in the worker."""
     from PIL import Image as PILImage
-    from PIL import ImageOps, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS  # Pillow warns past this (refuses past twice it); we refuse
     if is_heif(source):
         _open_heif()
     try:
-        with PILImage.open(source) as opened:
+        PILImage.init()
+        with PILImage.open(source, formats=[f for f in FORMATS if f in PILImage.OPEN]) as opened:
             width, height = opened.size  # from the header: nothing is decoded yet
             if width * height > MAX_SOURCE_PIXELS:
                 raise PILImage.DecompressionBombError(f"{width}x{height}")
             opened.seek(0)  # an animated GIF/WebP sticker: its first frame is the still image
             opened.draft(None, _target(width, height))  # a big JPEG is decoded at 1/2, 1/4 or 1/8 of its size
-            image = ImageOps.exif_transpose(opened)
-            image.load()
+            _check_decode_size(opened, width, height, max_decode_mb)
+            orientation = opened.getexif().get(0x0112)
+            opened.load()
+            image = _fit(opened)
+            if image is opened:  # small enough already: a copy outlives the file
+                image = opened.copy()
     except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):  # the warning: where it is an error
         raise MediaError("the picture is too large to open (over 64 megapixels)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         log.info("image %s unreadable: %s", source.name, type(exc).__name__)
-        raise MediaError("it is not a picture that can be opened (damaged, or a picture format not read here)") \
-            from None
-    return _encode(_fit(image))
+        raise MediaError("it is not a picture that can be opened (damaged, or a picture format "
+                         "not read here)") from None
+    return _encode(_upright(image, orientation))
+
+
+def _check_decode_size(opened: Image, width: int, height: int, max_decode_mb: int) -> None:
+    """Refuse, before decoding, a picture whose pixels would take more than `max_decode_mb`
+    (Pillow keeps 1 byte a pixel for 1, L and P, 2 for 16-bit grey, 4 for everything else)."""
+    depth = 1 if opened.mode in ("1", "L", "P") else 2 if opened.mode.startswith("I;16") else 4
+    need = opened.size[0] * opened.size[1] * depth
+    if need > max_decode_mb * MB:
+        raise MediaError(f"the picture is too large to open ({width}×{height} pixels would take "
+                         f"{need / MB:,.0f} MB to decode; the limit is {max_decode_mb:,} MB)")
+
+
+def _upright(image: Image, orientation: object) -> Image:
+    from PIL.Image import Transpose
+
+    method = UPRIGHT.get(orientation) if isinstance(orientation, int) else None
+    return image.transpose(Transpose[method]) if method else image
 
 
 def _scale(width: int, height: int) -> float:
@@ -101,7 +148,8 @@ def _fit(image: Image) -> Image:
     scale = _scale(width, height)
     if scale < 1.0:
         size = (max(1, int(width * scale)), max(1, int(height * scale)))
-        image = image.resize(size, Resampling.LANCZOS)
+        # reduce by whole factors first (cheap, small), then resample what is left
+        image = image.resize(size, Resampling.LANCZOS, reducing_gap=3.0)
     return image
 
 

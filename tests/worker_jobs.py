@@ -1,0 +1,85 @@
+"""Jobs the worker tests send to the real worker process: module-level functions, which the child
+finds by name."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.errors import MediaError
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    name: str
+    data: bytes
+    count: int | None = None
+
+
+def echo(*args: object) -> list[object]:
+    return list(args)
+
+
+def sized(name: str, data: bytes) -> Sized:
+    return Sized(name, data, len(data))
+
+
+def wrong_shape() -> dict[str, object]:
+    return {"name": 7, "data": b"", "count": None}
+
+
+def refuse(why: str) -> None:
+    raise MediaError(why)
+
+
+def fail() -> None:
+    raise KeyError("a library's surprise")
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def hog(mb: int) -> int:
+    held = bytearray(mb * 1024 * 1024)
+    return len(held)
+
+
+def crash() -> None:
+    ctypes.string_at(0)  # SIGSEGV
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def touch_and_spin(path: str) -> None:
+    Path(path).write_text(str(os.getpid()))
+    spin()
+
+
+def peak_after(fn_name: str, *args: object) -> dict[str, object]:
+    """Run a gateway function here and report the process's peak sizes (for the benches)."""
+
+    from gateway.worker.child import resolve
+
+    try:
+        resolve(fn_name)(*args)
+        outcome = "ok"
+    except Exception as exc:  # noqa: BLE001 - the bench wants the outcome, whatever it is
+        outcome = type(exc).__name__
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return {"outcome": outcome, "hwm": status["VmHWM"].strip(),
+            "vmpeak": status["VmPeak"].strip()}
