@@ -42,6 +42,8 @@ HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b
 FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 DECODE_MB = 256  # media.max_decode_mb's default: a 64-megapixel picture at 4 bytes a pixel fits
 PICTURE = JobLimits(cpu_s=20, wall_s=60)
+REDUCING_GAP = 3.0  # shrink by whole factors down to 3× the size wanted, then resample (Pillow)
+STRIP_ROWS = 256
 MB = 1024 * 1024
 # EXIF orientation → the transpose that sets the picture upright (as ImageOps.exif_transpose does)
 UPRIGHT = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
@@ -148,9 +150,26 @@ def _fit(image: Image) -> Image:
     scale = _scale(width, height)
     if scale < 1.0:
         size = (max(1, int(width * scale)), max(1, int(height * scale)))
+        factor = int(1 / scale / 2)  # down to 2-4× the size wanted
+        if factor > 1 and image.mode in ("RGBA", "LA"):
+            image = _reduce_in_strips(image, factor)
         # reduce by whole factors first (cheap, small), then resample what is left
-        image = image.resize(size, Resampling.LANCZOS, reducing_gap=3.0)
+        image = image.resize(size, Resampling.LANCZOS, reducing_gap=REDUCING_GAP)
     return image
+
+
+def _reduce_in_strips(image: Image, factor: int) -> Image:
+    """`image.reduce(factor)` a strip of rows at a time: Pillow reduces a picture with alpha through
+    a premultiplied copy, which for the whole picture would double the memory its pixels take."""
+    from PIL import Image as PILImage
+
+    width, height = image.size
+    out = PILImage.new(image.mode, (-(-width // factor), -(-height // factor)))
+    step = factor * max(1, STRIP_ROWS // factor)
+    for top in range(0, height, step):
+        strip = image.crop((0, top, width, min(height, top + step)))
+        out.paste(strip.reduce(factor), (0, top // factor))
+    return out
 
 
 def _encode(image: Image) -> PreparedImage:
