@@ -83,3 +83,15 @@ def peak_after(fn_name: str, *args: object) -> dict[str, object]:
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
     return {"outcome": outcome, "hwm": status["VmHWM"].strip(),
             "vmpeak": status["VmPeak"].strip()}
+
+
+def forge() -> None:
+    """Write a frame prefix announcing 4 GB on every pipe but fds 0-2 (one is the reply pipe)."""
+    import stat
+    import struct
+
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, struct.pack(">IQ", 0xFFFFFFFF, 0))
+    time.sleep(60)
