@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 _META_CHARSET = re.compile(rb"""<meta[^<>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""",
                            re.IGNORECASE)
 _CODE_TOKEN = re.compile(r"CODE[0-9a-f]{12}N[0-9]+X")
-PERMALINK_MARKS = frozenset({"", "¶", "#", "§", "🔗", "\uf0c1"})
+PERMALINK_MARKS = frozenset({"¶", "#", "§", "🔗", "\uf0c1"})  # \uf0c1: Font Awesome's link icon
 PERMALINK_CLASSES = frozenset({"headerlink", "anchor", "anchorjs-link", "heading-anchor",
                                "permalink"})
 HIDDEN = ("script", "style", "noscript", "template", "head")
@@ -108,17 +108,28 @@ def _tree(text: str, url: str) -> Any:
 
 
 def _drop_permalinks(tree: Any) -> None:
-    """The ¶ (or #, §, 🔗) a documentation site puts after each heading: a link to itself."""
+    """The ¶ (or #, §, 🔗, an icon) a documentation site puts after each heading: a link to the
+    heading itself, not text."""
     for link in list(tree.iter("a")):
-        to_itself = (link.get("href") or "").startswith("#")
-        if to_itself and (_classes(link) & PERMALINK_CLASSES or _own_text(link) in PERMALINK_MARKS):
+        if not (link.get("href") or "").startswith("#"):
+            continue
+        text = _short_text(link)
+        if text in PERMALINK_MARKS or (text == "" and _classes(link) & PERMALINK_CLASSES):
             link.drop_tree()
 
 
-def _own_text(element: Any) -> str:
-    """Its text and its children's, not deeper: enough for a mark, and linear however links nest."""
-    parts = [element.text or "", *((c.text or "") + (c.tail or "") for c in element)]
-    return "".join(parts).strip()
+def _short_text(element: Any, most: int = 8) -> str | None:
+    """Its text, stripped, when that is at most `most` characters (None when longer): read lazily,
+    so a link around a long text costs no more than a short one."""
+    found: list[str] = []
+    size = 0
+    for piece in element.itertext():
+        if piece.strip():
+            found.append(piece)
+            size += len(piece)
+            if size > most:
+                return None
+    return "".join(found).strip()
 
 
 def _absolute_links(tree: Any, url: str) -> None:
@@ -232,7 +243,7 @@ def _title(tree: Any) -> str | None:
 def clean_title(title: str | None) -> str | None:
     if not title:
         return None
-    title = " ".join(title.split()).rstrip("¶§# ").strip()
+    title = " ".join(title.split()).rstrip("¶ ")
     return (title if len(title) <= MAX_TITLE else title[:MAX_TITLE - 1] + "…") or None
 
 
