@@ -100,13 +100,13 @@ def untyped(a: Attachment) -> bool:
 
 
 class MediaPipeline:
-    """Pictures, PDFs and office files are parsed in `worker` (one of its own, closed with the
-    pipeline, when none is given); text files, bounded and linear to read, in a thread."""
+    """Pictures, PDFs and office files are parsed in `worker` (its own when none is given); text
+    files, bounded and linear to read, in a thread. Closing the pipeline stops the worker's child
+    (a shared worker starts a new one for its next job)."""
 
     def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None,
                  sleep: Sleep = asyncio.sleep, worker: Worker | None = None) -> None:
         self.worker = worker or Worker(memory_mb=config.worker_memory_mb)
-        self._owns_worker = worker is None
         self.config = config
         self.sleep = sleep  # between tries of a download the platform refused for now (429, 5xx)
         self.home = home
@@ -204,8 +204,7 @@ class MediaPipeline:
     async def close(self) -> None:
         if self.transcriber is not None:
             await self.transcriber.close()
-        if self._owns_worker:
-            await self.worker.close()
+        await self.worker.close()
 
     def _failed(self, a: Attachment, exc: MediaError, out: Prepared) -> None:
         name = display_name(a)

@@ -46,14 +46,13 @@ def checked_url(raw: str, *, allow_private: bool) -> URL:
 
 class WebClient:
     """An aiohttp session whose every connection went through the guard; one per daemon, closed at
-    shutdown. `worker` reads the pages (gateway/net/extract.py); without one the client starts its
-    own, closed with it."""
+    shutdown. `worker` reads the pages (gateway/net/extract.py; its own when none is given), and
+    closing the client stops the worker's child too."""
 
     def __init__(self, *, allow_private: bool = False, max_bytes: int = 2_000_000, timeout_s: float = 20.0,
                  max_redirects: int = 5, lookup: Lookup = system_lookup,
                  route: Callable[[str], str] | None = None, worker: Worker | None = None) -> None:
         self.worker = worker or Worker()
-        self._owns_worker = worker is None
         self.allow_private = allow_private
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
@@ -114,8 +113,7 @@ class WebClient:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-        if self._owns_worker:
-            await self.worker.close()
+        await self.worker.close()
 
 
 def _plain(exc: aiohttp.ClientError) -> str:
