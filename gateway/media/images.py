@@ -18,7 +18,7 @@ import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from gateway.errors import MediaError
 from gateway.worker.parent import JobLimits, Worker, WorkerFailed
@@ -42,6 +42,9 @@ HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b
 FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 DECODE_MB = 256  # media.max_decode_mb's default: a 64-megapixel picture at 4 bytes a pixel fits
 PICTURE = JobLimits(cpu_s=20, wall_s=60)
+MAX_PNG_CHUNKS = 10_000  # a real PNG has a dozen; Pillow reads each in a Python loop
+MAX_JPEG_SCANS = 100     # a progressive JPEG has ~10; each pass decodes the whole picture again
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REDUCING_GAP = 3.0  # shrink by whole factors down to 3× the size wanted, then resample (Pillow)
 STRIP_ROWS = 256
 MB = 1024 * 1024
@@ -75,6 +78,7 @@ def prepare_image(source: Path, max_decode_mb: int = DECODE_MB) -> PreparedImage
     from PIL import UnidentifiedImageError
 
     PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS  # Pillow warns past this (refuses past twice it); we refuse
+    _check_structure(source)
     if is_heif(source):
         _open_heif()
     try:
@@ -98,6 +102,39 @@ def prepare_image(source: Path, max_decode_mb: int = DECODE_MB) -> PreparedImage
         raise MediaError("it is not a picture that can be opened (damaged, or a picture format "
                          "not read here)") from None
     return _encode(_upright(image, orientation))
+
+
+def _check_structure(source: Path) -> None:
+    """Refuse, before Pillow reads it, a PNG of more than MAX_PNG_CHUNKS chunks and a JPEG of more
+    than MAX_JPEG_SCANS passes: both cost CPU per part, and a few MB hold a million parts."""
+    with source.open("rb") as f:
+        head = f.read(8)
+        if head == PNG_SIGNATURE and _png_chunks(f) > MAX_PNG_CHUNKS:
+            raise MediaError(f"the picture is damaged (a PNG in more than {MAX_PNG_CHUNKS:,} "
+                             "parts)")
+        if head[:2] == b"\xff\xd8" and _jpeg_scans(f, head) > MAX_JPEG_SCANS:
+            raise MediaError(f"the picture is damaged (a JPEG in more than {MAX_JPEG_SCANS:,} "
+                             "passes)")
+
+
+def _png_chunks(f: BinaryIO) -> int:
+    """How many chunks follow the signature, counted up to one past the cap."""
+    count = 0
+    while count <= MAX_PNG_CHUNKS and len(header := f.read(8)) == 8:
+        count += 1
+        if header[4:8] == b"IEND":
+            break
+        f.seek(int.from_bytes(header[:4], "big") + 4, 1)  # the data and its CRC
+    return count
+
+
+def _jpeg_scans(f: BinaryIO, head: bytes) -> int:
+    """Start-of-scan markers (FF DA): entropy-coded data stuffs every FF byte, so each is one."""
+    count, last = head.count(b"\xff\xda"), head[-1:]
+    while chunk := f.read(1 << 20):
+        count += (last + chunk).count(b"\xff\xda")
+        last = chunk[-1:]
+    return count
 
 
 def _check_decode_size(opened: Image, width: int, height: int, max_decode_mb: int) -> None:

@@ -175,7 +175,8 @@ def _set_code_aside(tree: Any) -> dict[str, str]:
             parent.remove(pre)
             continue
         token = f"CODE{nonce}N{number}X"
-        code[token] = _fence(pre.text_content(), _language(pre))
+        text = pre.text_content()
+        code[token] = _fence(text, _language(pre)) if text.strip() else ""
         mark = Element("p")
         mark.text = token
         mark.tail = pre.tail
