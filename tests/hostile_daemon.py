@@ -119,6 +119,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
 def memory_mb(pid: int | None, key: str = "VmRSS") -> float:
     """VmRSS (or VmHWM, the peak) of a process in MB; 0 when it is gone."""
     if pid is None:

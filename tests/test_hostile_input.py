@@ -17,6 +17,7 @@ from tests import webpages
 from tests.daemon_proc import WebChatClient
 from tests.fakes.llm import FakeLLM
 from tests.hostile_daemon import (
+    alive,
     asks_for_pages,
     cpu_seconds,
     hostile_daemon,
@@ -63,6 +64,7 @@ async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(tmp_path: Path,
         assert "The page's main text could not be picked out (reading it took" in result
         assert "a b c d e\na b c d e" in result
         assert await daemon.stop() == 0, daemon.output()[-3000:]
+        await until(lambda: not alive(worker))  # it stops with the daemon
 
 
 async def test_four_pixel_bombs_at_once_each_get_an_answer(tmp_path: Path,
