@@ -46,7 +46,10 @@ def cpu_budget(seconds: float) -> None:
     """Allow `seconds` more of CPU time from now (RLIMIT_CPU counts from the process's start)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]  # the daemon's own ceiling, if it has one
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def resolve(name: str) -> Callable[..., Any]:
