@@ -120,7 +120,7 @@ async def pixel_bombs(llm: FakeLLM, home: Path, env: dict[str, str] | None) -> N
         print(f"  daemon RSS: {before:.0f} MB before, peak {memory_mb(pid, 'VmHWM'):.0f} MB "
               f"(sampled {max(d for d, _ in samples):.0f}), {after:.0f} MB 5 s after")
         print(f"  worker RSS: peak sampled {max(w for _, w in samples):.0f} MB, "
-              f"{memory_mb(worker_pid(pid)):.0f} MB 5 s after (it exits when idle for 60 s)")
+              f"{memory_mb(worker_pid(pid)):.0f} MB 5 s after (it exits when idle for 5 min)")
         for n, (text, took) in enumerate(answers):
             print(f"  bomb{n}.png: answered after {took:.1f} s: {text!r}")
         await daemon.stop()

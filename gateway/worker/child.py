@@ -26,7 +26,7 @@ from gateway.worker.wire import encode, read_frame
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
-RECYCLE_MB = 400  # a process this large after a job exits once it has answered
+RECYCLE_MB = 250  # a process this large after a job exits once it has answered
 PASSED = (MediaError, ToolError)  # raised by a job: the caller gets the same error and message
 
 
