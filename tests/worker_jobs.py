@@ -70,21 +70,6 @@ def touch_and_spin(path: str) -> None:
     spin()
 
 
-def peak_after(fn_name: str, *args: object) -> dict[str, object]:
-    """Run a gateway function here and report the process's peak sizes (for the benches)."""
-
-    from gateway.worker.child import resolve
-
-    try:
-        resolve(fn_name)(*args)
-        outcome = "ok"
-    except Exception as exc:  # noqa: BLE001 - the bench wants the outcome, whatever it is
-        outcome = type(exc).__name__
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return {"outcome": outcome, "hwm": status["VmHWM"].strip(),
-            "vmpeak": status["VmPeak"].strip()}
-
-
 def forge() -> None:
     """Write a frame prefix announcing 4 GB on every pipe but fds 0-2 (one is the reply pipe)."""
     import stat
