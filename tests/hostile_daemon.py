@@ -72,13 +72,14 @@ async def page_server(pages: dict[str, bytes]) -> AsyncIterator[tuple[str, list[
 
 
 @asynccontextmanager
-async def hostile_daemon(home: Path, llm: FakeLLM, env: dict[str, str] | None = None
-                         ) -> AsyncIterator[tuple[DaemonProc, int]]:
-    """`gateway run` with the web chat on a free port; yields the process and the port."""
+async def hostile_daemon(home: Path, llm: FakeLLM, env: dict[str, str] | None = None,
+                         extra: str = "") -> AsyncIterator[tuple[DaemonProc, int]]:
+    """`gateway run` with the web chat on a free port (and `extra` config); yields the process
+    and the port."""
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
-        f"web:\n  port: {port}\ntools:\n  web_fetch:\n    allow_private: true\n"))
+        f"web:\n  port: {port}\ntools:\n  web_fetch:\n    allow_private: true\n{extra}"))
     daemon = DaemonProc(home, env=env)
     await daemon.start()
     try:

@@ -1,7 +1,7 @@
 """Hostile input against a real `gateway run` on loopback: while web_fetch reads a 2 MB page that
-takes trafilatura minutes, /healthz answers and another chat's message is answered, the worker
-still busy on the page when they do; then the page comes back as its visible text. Four pixel-bomb
-PNGs sent at once from four chats each get their answer, and the daemon lives on.
+takes trafilatura minutes, /healthz answers and another user's message (on Telegram) is answered,
+the worker still busy on the page when they do; then the page comes back as its visible text.
+Four pixel-bomb PNGs sent at once from four chats each get their answer, and the daemon lives on.
 (bench/hostile_input.py measures the same runs: healthz latency, the daemon's RSS.)"""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from tests import webpages
 from tests.daemon_proc import WebChatClient
 from tests.fakes.llm import FakeLLM
+from tests.fakes.telegram import TOKEN, FakeTelegram
 from tests.hostile_daemon import (
     alive,
     asks_for_pages,
@@ -30,17 +31,20 @@ from tests.hostile_daemon import (
 )
 
 pytestmark = pytest.mark.chaos
+ALICE = 1001
 
 
-async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(tmp_path: Path,
-                                                               fake_llm: FakeLLM) -> None:
+async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(tmp_path: Path, fake_llm: FakeLLM,
+                                                               fake_telegram: FakeTelegram) -> None:
+    """The owner asks for the page in the web chat; Alice writes on Telegram meanwhile."""
     fake_llm.script(*[asks_for_pages] * 10)
+    telegram = (f"telegram:\n  token: '{TOKEN}'\n  api_server: {fake_telegram.base_url}\n"
+                f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n")
     async with page_server({"/slow": webpages.SLOW_FOR_TRAFILATURA}) as (base, served), \
-            hostile_daemon(tmp_path / "home", fake_llm) as (daemon, port):
+            hostile_daemon(tmp_path / "home", fake_llm, extra=telegram) as (daemon, port):
         assert daemon.proc is not None
         pid = daemon.proc.pid
         async with WebChatClient(port, "reader", home=daemon.home) as reader, \
-                WebChatClient(port, "other", home=daemon.home) as other, \
                 aiohttp.ClientSession() as http:
             await reader.say(f"read {base}/slow")
             await until(lambda: served == ["/slow"] and worker_pid(pid) is not None)
@@ -51,9 +55,9 @@ async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(tmp_path: Path,
             for _ in range(5):
                 async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                     assert resp.status == 200
-            assert (await other.say("hello, anyone there?"))["outcome"] == "accepted"
-            assert (await other.next("message", timeout=120))["text"] == \
-                "echo: hello, anyone there? [users=1]"
+            fake_telegram.inject_message(ALICE, "hello, anyone there?")
+            reply = await fake_telegram.wait_for_sent(ALICE, timeout=120)
+            assert reply.text == "echo: hello, anyone there? [users=1]"
             async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                 assert resp.status == 200
             # all of that while the page was still being read: the same worker, no result yet
