@@ -77,6 +77,7 @@ from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
 from gateway.voice.speaker import Speaker, tools_problem
+from gateway.worker.parent import Worker
 
 log = logging.getLogger(__name__)
 # The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
@@ -116,6 +117,7 @@ class Gateway:
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
+    worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -134,6 +136,8 @@ class Gateway:
             await self.web.client.close()
             if self.web.search is not None:
                 await self.web.search.close()
+        if self.worker is not None:
+            await self.worker.close()
     roles: Roles | None = None
     redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
 
@@ -160,8 +164,9 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                          config.memory.chat_char_limit)
     skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
+    worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm))
+                             vision=sees_images_client(llm), worker=worker)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
@@ -181,7 +186,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
+    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
+                   sleep=sleep, worker=worker)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
@@ -191,7 +197,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media, models=models)
+                   redact=redactor_for(config, env), media=media, models=models,
+                   worker=worker)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -245,8 +252,9 @@ def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
     return is_admin
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
-           clock: Clock, sleep: Sleep) -> AttachmentTurns:
+def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient,
+           adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
+           worker: Worker) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
     album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
     stt = config.media.transcription
@@ -257,30 +265,32 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber,
-                             sleep=sleep)
+    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm),
+                             transcriber=transcriber, sleep=sleep, worker=worker)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool
-           ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool,
+           worker: Worker) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
     results' pictures reach the model as pictures when it sees images (`vision`)."""
     check_tool_names(config)
-    web = _web_tools(config, env, monotonic)
+    web = _web_tools(config, env, monotonic, worker)
     registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
     hub = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes)
+        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
+                                     worker=worker)
     return registry, hub, web
 
 
-def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float]) -> WebTools:
+def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],
+               worker: Worker) -> WebTools:
     fetch = config.tools.web_fetch
-    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes, timeout_s=fetch.timeout_s,
-                       max_redirects=fetch.max_redirects)
+    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes,
+                       timeout_s=fetch.timeout_s, max_redirects=fetch.max_redirects, worker=worker)
     found = config.tools.web_search
     search = None
     if found is not None:
