@@ -160,9 +160,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     source = "given"
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
-    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit,
-                         config.memory.chat_char_limit)
-    skills = SkillLibrary(config.home)
+    memory, skills = _knowledge(config)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
@@ -197,8 +195,15 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media, models=models,
-                   worker=worker)
+                   redact=redactor_for(config, env), media=media, models=models, worker=worker)
+
+
+def _knowledge(config: Config) -> tuple[MemoryStore, SkillLibrary]:
+    """What the agent knows: memory in scopes and the skills."""
+    limits = config.memory
+    memory = MemoryStore(config.home / "memories", limits.memory_char_limit,
+                         limits.user_char_limit, limits.chat_char_limit)
+    return memory, SkillLibrary(config.home)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
