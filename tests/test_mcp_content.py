@@ -1,6 +1,7 @@
-"""What an MCP server hands the model, checked where it lands (the fake LLM's recorded requests): credentials a
-server writes into its own tool text are masked, the reference server's picture with a bad optional chunk is
-shown, a text resource sent as base64 is text, and a result's caps (20,000 characters, 8 pictures) hold."""
+"""What an MCP server hands the model, checked where it lands (the fake LLM's recorded requests):
+credentials a server writes into its own tool text are masked, the reference server's picture with a
+bad optional chunk is shown, a text resource sent as base64 is text, and a result's caps (20,000
+characters, 8 pictures) hold."""
 
 from __future__ import annotations
 
@@ -24,7 +25,16 @@ from gateway.mcp.vet import vet_tool
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.mcp_server import PNG, TINY_IMAGE
 from tests.helpers import RecordingAdapter, llm_url, write_config
-from tests.test_mcp import SERVER, _ask, _close, _started, _stdio_config, _tool_results, _tools_file, set_vision
+from tests.test_mcp import (
+    SERVER,
+    _ask,
+    _close,
+    _started,
+    _stdio_config,
+    _tool_results,
+    _tools_file,
+    set_vision,
+)
 
 TOKEN = "fk_live_5b1f0c9e7d2a4c3b8e6f"
 
@@ -49,14 +59,16 @@ async def test_a_credential_a_server_writes_into_its_tool_text_reaches_the_model
     fake_llm.script(Reply("fine"))
     gw = await _started(home, adapter)
     try:
-        assert gw.mcp is not None and gw.mcp.tool("mcp_fake_careless") is not None
-        assert "FAKE_API_TOKEN=***" in gw.mcp.tool("mcp_fake_careless").description  # type: ignore[union-attr]
+        assert gw.mcp is not None
+        listed = gw.mcp.tool("mcp_fake_careless")
+        assert listed is not None and "FAKE_API_TOKEN=***" in listed.description
         await _ask(gw, adapter, "hello")
     finally:
         await _close(gw)
     (request,) = fake_llm.anthropic_requests()
     careless = _tool(request, "mcp_fake_careless")
-    assert careless["description"].startswith("Look up an account. Authenticated with FAKE_API_TOKEN=***")
+    expected = "Look up an account. Authenticated with FAKE_API_TOKEN=*** (careless)."
+    assert careless["description"].startswith(expected)
     prop = careless["input_schema"]["properties"]["account"]
     assert prop["description"] == "The account (default: the one of key ***)."
     assert TOKEN not in json.dumps(request)
@@ -73,8 +85,9 @@ def test_vet_masks_every_string_of_the_schema_keys_included() -> None:
 
 async def test_the_reference_servers_tiny_image_reaches_the_model(home: Path, fake_llm: FakeLLM,
                                                                   tmp_path: Path) -> None:
-    """@modelcontextprotocol/server-everything's get-tiny-image: its iCCP chunk's CRC is wrong, which Pillow
-    refuses by default; the chunk is optional, so it is left out and the picture shown."""
+    """@modelcontextprotocol/server-everything's get-tiny-image: its iCCP chunk's CRC is wrong,
+    which Pillow refuses by default; the chunk is optional, so it is left out and the picture
+    shown."""
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["tiny_image"]))
     set_vision(home, True)
     fake_llm.script(ToolCall("mcp_fake_tiny_image", {}), Reply("the MCP logo"))
@@ -85,7 +98,8 @@ async def test_the_reference_servers_tiny_image_reaches_the_model(home: Path, fa
         await _close(gw)
     (result,) = _tool_results(fake_llm.anthropic_requests()[1])
     text, image = result["content"]
-    assert "Here's the image you requested:" in text["text"] and "could not be shown" not in text["text"]
+    assert "Here's the image you requested:" in text["text"]
+    assert "could not be shown" not in text["text"]
     with Image.open(io.BytesIO(base64.b64decode(image["source"]["data"]))) as shown:
         assert shown.size == (20, 20)
 
@@ -96,7 +110,8 @@ def _chunks(data: bytes) -> list[tuple[bytes, bool]]:
     while pos < len(data):
         length = int.from_bytes(data[pos:pos + 4], "big")
         body = data[pos + 4:pos + 8 + length]
-        found.append((body[:4], zlib.crc32(body) == int.from_bytes(data[pos + 8 + length:pos + 12 + length], "big")))
+        crc = int.from_bytes(data[pos + 8 + length:pos + 12 + length], "big")
+        found.append((body[:4], zlib.crc32(body) == crc))
         pos += 12 + length
     return found
 
@@ -117,13 +132,14 @@ def test_only_optional_chunks_with_a_wrong_crc_are_left_out() -> None:
     assert without_bad_optional_chunks(good_text) == good_text  # nothing wrong: the same bytes
     bad_text = _with_chunk(PNG, b"tEXt", b"Comment\0bad", good_crc=False)
     assert without_bad_optional_chunks(bad_text) == PNG
-    bad_critical = _with_chunk(PNG, b"PLTE", b"\0\0\0", good_crc=False)  # required: stays, and stays refused
+    bad_critical = _with_chunk(PNG, b"PLTE", b"\0\0\0", good_crc=False)  # required: stays refused
     assert without_bad_optional_chunks(bad_critical) == bad_critical
     for odd in (b"GIF89a", PNG[:40], b""):  # not a PNG, or cut short: left alone
         assert without_bad_optional_chunks(odd) == odd
 
 
-async def test_a_text_resource_sent_as_base64_is_text(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_a_text_resource_sent_as_base64_is_text(home: Path, fake_llm: FakeLLM,
+                                                      tmp_path: Path) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["blob_notes"]))
     fake_llm.script(ToolCall("mcp_fake_blob_notes", {}), Reply("read"))
     gw = await _started(home, adapter)
@@ -141,13 +157,16 @@ async def test_a_text_resource_sent_as_base64_is_text(home: Path, fake_llm: Fake
     ("application/json", b'{"a": 1}', '[resource r://x]\n{"a": 1}'),
     ("application/ld+json", b"{}", "[resource r://x]\n{}"),
     ("text/plain; charset=ISO-8859-1", "café".encode("latin-1"), "[resource r://x]\ncafé"),
-    ("text/plain", b"\xff\xfe\xfa", "[binary resource r://x (text/plain, 3 bytes) not shown]"),  # not UTF-8
-    ("text/plain; charset=rot13", b"abc", "[binary resource r://x (text/plain; charset=rot13, 3 bytes) not shown]"),
-    ("application/pdf", b"%PDF-1.4", "[binary resource r://x (application/pdf, 8 bytes) not shown]"),
+    ("text/plain", b"\xff\xfe\xfa", "[binary resource r://x (text/plain, 3 bytes) not shown]"),
+    ("text/plain; charset=rot13", b"abc",
+     "[binary resource r://x (text/plain; charset=rot13, 3 bytes) not shown]"),
+    ("application/pdf", b"%PDF-1", "[binary resource r://x (application/pdf, 6 bytes) not shown]"),
 ])
-def test_a_blob_is_text_only_when_typed_as_text_and_decodable(mime: str, blob: bytes, shown: str) -> None:
+def test_a_blob_is_text_only_when_typed_as_text_and_decodable(mime: str, blob: bytes,
+                                                              shown: str) -> None:
     resource = {"uri": "r://x", "mimeType": mime, "blob": base64.b64encode(blob).decode()}
-    assert tool_output({"content": [{"type": "resource", "resource": resource}]}, max_chars=100).text == shown
+    result = {"content": [{"type": "resource", "resource": resource}]}
+    assert tool_output(result, max_chars=100).text == shown
 
 
 def test_a_result_is_cut_at_its_character_cap_and_not_before() -> None:
@@ -157,8 +176,8 @@ def test_a_result_is_cut_at_its_character_cap_and_not_before() -> None:
     assert text_of(51) == "x" * 50 + "\n[... cut at 50 of 51 characters]"
 
 
-async def test_a_long_result_reaches_the_model_cut_at_20000_characters(home: Path, fake_llm: FakeLLM,
-                                                                       tmp_path: Path) -> None:
+async def test_a_long_result_reaches_the_model_cut_at_20000_characters(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["long_text"]))
     fake_llm.script(ToolCall("mcp_fake_long_text", {"chars": 20_000}), Reply("whole"),
                     ToolCall("mcp_fake_long_text", {"chars": 30_000}), Reply("cut"))
@@ -178,11 +197,12 @@ async def test_a_long_result_reaches_the_model_cut_at_20000_characters(home: Pat
 
 def test_at_most_eight_pictures_of_a_result_are_pictures() -> None:
     data = base64.b64encode(PNG).decode()
-    blocks = [{"type": "image", "data": data, "mimeType": "image/png"} for _ in range(MAX_IMAGES + 2)]
+    blocks = [{"type": "image", "data": data, "mimeType": "image/png"}
+              for _ in range(MAX_IMAGES + 2)]
     out = tool_output({"content": blocks}, max_chars=10_000, images=True)
     assert len(out.images) == 8 == MAX_IMAGES
-    note = ("[image image/png, 77 bytes: returned by the tool, not shown to you (only the first 8 readable images "
-            "of a result are shown)]")
+    note = ("[image image/png, 77 bytes: returned by the tool, not shown to you (only the first 8 "
+            "readable images of a result are shown)]")
     assert out.text == f"{note}\n\n{note}"
 
 
@@ -208,12 +228,15 @@ def _server_everything() -> Path | None:
     @modelcontextprotocol/server-everything` in the folder GATEWAY_TEST_NODE_MODULES names)."""
     import os
     folder = os.environ.get("GATEWAY_TEST_NODE_MODULES")
-    entry = Path(folder) / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js" if folder else None
-    return entry if entry is not None and entry.is_file() else None
+    if not folder:
+        return None
+    entry = Path(folder) / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    return entry if entry.is_file() else None
 
 
-@pytest.mark.skipif(_server_everything() is None, reason="the reference MCP server is not installed here")
-async def test_the_real_reference_server_tiny_image_and_resources(home: Path, fake_llm: FakeLLM) -> None:
+@pytest.mark.skipif(_server_everything() is None, reason="the reference MCP server is not here")
+async def test_the_real_reference_server_tiny_image_and_resources(home: Path,
+                                                                  fake_llm: FakeLLM) -> None:
     import shutil
     node = shutil.which("node")
     if node is None:
@@ -227,9 +250,9 @@ async def test_the_real_reference_server_tiny_image_and_resources(home: Path, fa
         """))
     set_vision(home, True)
     adapter = RecordingAdapter()
+    blob_two = {"resourceType": "Blob", "resourceId": 2}
     fake_llm.script(ToolCall("mcp_ref_get-tiny-image", {}), Reply("the logo"),
-                    ToolCall("mcp_ref_get-resource-reference", {"resourceType": "Blob", "resourceId": 2}),
-                    Reply("read"))
+                    ToolCall("mcp_ref_get-resource-reference", blob_two), Reply("read"))
     gw = await _started(home, adapter)
     try:
         assert await _ask(gw, adapter, "the tiny image") == "the logo"
