@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.agent.tools.catalog import TOOL_ORDER
@@ -61,9 +62,7 @@ def _rows(gateway: Gateway) -> list[str]:
     if gateway.mcp is not None:
         rows += sorted((name, f"mcp:{state.name}", f"withheld: {why}")
                        for state in gateway.mcp.states.values() for name, why in state.withheld.items())
-    width = max(len(r[0]) for r in rows) + 2
-    lines = [f"{'TOOL':<{width}}{'FROM':<14}ON PLATFORMS"]
-    lines += [f"{name:<{width}}{origin:<14}{where}" for name, origin, where in rows]
+    lines = _table(("TOOL", "FROM", "ON PLATFORMS"), rows)
     if gateway.mcp is not None:
         lines.append("")
         for state in gateway.mcp.states.values():
@@ -72,6 +71,13 @@ def _rows(gateway: Gateway) -> list[str]:
             lines.append(f"mcp server {state.name} ({state.transport}): {state.state}{error}, "
                          f"{len(state.tools)} tools{withheld}")
     return lines
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Columns as wide as their widest cell plus two spaces (the last one is not padded)."""
+    widths = [max(len(row[i]) for row in (header, *rows)) + 2 for i in range(len(header) - 1)]
+    return ["".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + row[-1]
+            for row in (header, *rows)]
 
 
 def _platforms(found: list[str]) -> str:
