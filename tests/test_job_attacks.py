@@ -1,7 +1,7 @@
-"""Attacks on scheduled jobs (issue #27's round): a tool call that names another chat, more jobs than
-the limit through linked accounts, a person's job flood, and jobs of people who lost access (their
-place, their approval). Through the real graph: the model's tool calls over the fake LLM's wire, the
-jobs' sweep on the injected clock, and the rows in SQLite."""
+"""Attacks on scheduled jobs (issue #27's round): a tool call that names another chat, more jobs
+than the limit through linked accounts, and jobs of people who lost access to their place. Through
+the real graph: the model's tool calls over the fake LLM's wire, the jobs' sweep on the injected
+clock, and the rows in SQLite."""
 
 from __future__ import annotations
 
@@ -33,20 +33,22 @@ async def test_a_call_naming_another_chat_schedules_nothing(home: Path, fake_llm
 
 
 async def test_linked_accounts_share_one_persons_job_limit(home: Path, fake_llm: FakeLLM) -> None:
-    adapter = setup(home, fake_llm, platform="telegram", extra="schedule: {timezone: Europe/Berlin, "
-                    "max_jobs_per_person: 2}\n" + PLATFORMS)
+    limits = "schedule: {timezone: Europe/Berlin, max_jobs_per_person: 2}\n"
+    adapter = setup(home, fake_llm, platform="telegram", extra=limits + PLATFORMS)
     fake_llm.script(create("1h"), create("2h"), Reply("two"), create("3h"), Reply("a third?"))
     async with jobs_gateway(home, [adapter], FakeClock()) as gw:
         await say(gw, "two reminders", platform="telegram", chat_id="1", user_id="1")
         assert cli(["--home", str(home), "users", "link", "telegram:1", "discord:8"]) == 0
-        await say(gw, "one more from my other account", platform="discord", chat_id="d8", user_id="8")
+        await say(gw, "one more from my other account", platform="discord", chat_id="d8",
+                  user_id="8")
         refused = tool_results(fake_llm.anthropic_requests()[-1])[-1]
         assert "already has 2 active jobs, the most allowed" in refused["content"]
         jobs = [(j["platform"], j["user_id"]) for j in job_rows(gw)]
     assert jobs == [("telegram", "1"), ("telegram", "1")]
 
 
-async def test_a_group_job_stops_once_the_group_is_no_longer_allowed(home: Path, fake_llm: FakeLLM) -> None:
+async def test_a_group_job_stops_once_the_group_is_no_longer_allowed(home: Path,
+                                                                     fake_llm: FakeLLM) -> None:
     """Access is asked again at every run: a group taken off `allowed_chats` (after the restart that
     reads the config) ends the jobs made there."""
     group = {"platform": "telegram", "chat_type": "group", "chat_id": "-100", "user_id": "1"}
@@ -56,8 +58,8 @@ async def test_a_group_job_stops_once_the_group_is_no_longer_allowed(home: Path,
     async with jobs_gateway(home, [adapter], clock) as gw:
         await say(gw, "remind the group in an hour", **group)
     config = (home / "config.yaml").read_text(encoding="utf-8")
-    (home / "config.yaml").write_text(config.replace("allowed_chats: ['-100']", "allowed_chats: ['-200']"),
-                                      encoding="utf-8")
+    moved = config.replace("allowed_chats: ['-100']", "allowed_chats: ['-200']")
+    (home / "config.yaml").write_text(moved, encoding="utf-8")
     async with jobs_gateway(home, [adapter], clock) as gw:
         clock.advance(hours=1)
         await fire_jobs(gw)

@@ -46,8 +46,8 @@ USAGE_TEXT = "Usage: /link (gives a code), then /link CODE from your other accou
 CONFIRM_TEXT = ("This would make this account and {other} one person to me: one profile, one memory, and each "
                 "account's past conversations with me searchable from the other. Only do it if both accounts are "
                 "yours. To go ahead, send the same command again with yes at the end: /link CODE yes")
-ISSUER_GONE_TEXT = ("The account that asked for this code no longer has access here, so it cannot be linked. "
-                    "The code is void.")
+ISSUER_GONE_TEXT = ("The account that asked for this code no longer has access here, so it "
+                    "cannot be linked. The code is void.")
 BURNT_TEXT = ("Link codes work only in a direct message to me: that one was shown here, so it no longer works. Send "
               "/link to me in a direct message from your first account for a new one.")
 
@@ -143,8 +143,8 @@ class Linker:
             return WRONG_TEXT.format(minutes=int(LINK_TTL.total_seconds() // 60))
         if not self.roles.is_admin(issuer) and not self._still_allowed(issuer, row, now):
             self.store.execute("DELETE FROM link_codes WHERE code_hash = ?", (row["code_hash"],))
-            log.info("access: refused (/link code of an account that lost access since) identity=%s",
-                     row["identity"])
+            log.info("access: refused (/link code of an account that lost access since) "
+                     "identity=%s", row["identity"])
             return ISSUER_GONE_TEXT
         if not allowed and not self.roles.is_admin(issuer):
             log.info("access: refused (/link of a stranger to a non-admin) platform=%s user=%s",
@@ -168,12 +168,12 @@ class Linker:
         return LINKED_TEXT.format(other=issuer_identity)
 
     def _still_allowed(self, issuer: Person, row: Any, now: datetime) -> bool:
-        """Whether the account that asked for the code would still be let in (a code must not outlive
-        the revocation of its issuer: linking it would let the revoked account in again)."""
+        """Whether the account that asked for the code would still be let in (a code must not
+        outlive the revocation of its issuer: linking it would let the revoked account in again)."""
         _, user_id = parse_identity(row["identity"])
         known = next((i for i in issuer.identities if i.identity == row["identity"]), None)
-        asker = Inbound(ChatRef(row["chat_platform"], "dm", row["chat_id"]), user_id=user_id, text="",
-                        message_id="link-check", received_at=now,
+        chat = ChatRef(row["chat_platform"], "dm", row["chat_id"])
+        asker = Inbound(chat, user_id=user_id, text="", message_id="link-check", received_at=now,
                         username=known.username if known is not None else None)
         return self.gate.is_allowed(asker)
 

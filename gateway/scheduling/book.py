@@ -74,7 +74,7 @@ class JobBook:
         return answer
 
     def _accounts(self, origin: Inbound) -> list[tuple[str, str | None]]:
-        """The sender's accounts, linked ones included (the job limit is per person, not per account);
+        """The sender's accounts, linked ones included (the job limit is per person, not account);
         None for the owner's local platforms, where every user id is the owner."""
         me = identity_of(origin.chat.platform, origin.user_id)
         person = self.people.find(me)
