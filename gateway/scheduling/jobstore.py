@@ -119,7 +119,7 @@ class JobStore:
                 owners: Sequence[tuple[str, str | None]] = ()) -> JobRow | None:
         """Store a new active job; None when its creator already has `limit` active ones (checked in the same
         transaction, so two jobs made at once cannot both slip under it). `owners` are all the
-        accounts of the creator, (platform, user id; None: any on that platform), counted together."""
+        accounts of the creator, (platform, user id; None: any on that platform), counted as one."""
         accounts = list(owners) or [(job.chat.platform, job.user_id)]
         match = " OR ".join("(platform = ? AND user_id = ?)" if user else "platform = ?"
                             for _, user in accounts)
