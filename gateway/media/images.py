@@ -30,6 +30,10 @@ MAX_PIXELS = 1_150_000
 MAX_ENCODED_BYTES = 3_700_000  # base64 of it stays under Anthropic's 5 MB per image
 JPEG_QUALITY = 85
 MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
+# What a chat sends as a picture. Pillow reads some forty formats, a few through outside programs
+# (EPS runs Ghostscript on the file): a file that claims to be a picture is opened as one of these or
+# not at all.
+PICTURE_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "AVIF", "HEIF")  # JPEG: MPO too
 # ISO base media files whose `ftyp` brand says HEIF (AVIF, the same container, Pillow reads itself)
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
 
@@ -51,7 +55,9 @@ def prepare_image(source: Path) -> PreparedImage:
     if is_heif(source):
         _open_heif()
     try:
-        with PILImage.open(source) as opened:
+        PILImage.init()
+        readable = [name for name in PICTURE_FORMATS if name in PILImage.OPEN]  # HEIF: registered
+        with PILImage.open(source, formats=readable) as opened:
             width, height = opened.size  # from the header: nothing is decoded yet
             if width * height > MAX_SOURCE_PIXELS:
                 raise PILImage.DecompressionBombError(f"{width}x{height}")
