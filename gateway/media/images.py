@@ -31,8 +31,8 @@ MAX_ENCODED_BYTES = 3_700_000  # base64 of it stays under Anthropic's 5 MB per i
 JPEG_QUALITY = 85
 MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
 # What a chat sends as a picture. Pillow reads some forty formats, a few through outside programs
-# (EPS runs Ghostscript on the file): a file that claims to be a picture is opened as one of these or
-# not at all.
+# (EPS runs Ghostscript on the file): a file that claims to be a picture is opened as one of these,
+# or not at all.
 PICTURE_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "AVIF", "HEIF")  # JPEG: MPO too
 # ISO base media files whose `ftyp` brand says HEIF (AVIF, the same container, Pillow reads itself)
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
