@@ -15,6 +15,7 @@ like any platform's files.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import logging
@@ -234,6 +235,12 @@ class WebChatAdapter:
         except TimeoutError:
             return web.json_response({"error": f"the upload stalled (nothing for {self.upload_stall_s:g} s)"},
                                      status=408)
+        except OSError as exc:  # the disk is full, or the folder cannot be written: nothing kept
+            log.warning("web: an upload could not be kept: %s", exc)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            why = "the disk is full" if full else f"it cannot be written ({exc.strerror or exc})"
+            return web.json_response({"error": f"the file could not be kept: {why}"},
+                                     status=507 if full else 500)
         name = _file_name(part.filename)
         kind = _media_type(part.headers.get("Content-Type"))
         return web.json_response({"id": upload_id, "name": name, "type": kind, "size": size})
