@@ -1,7 +1,9 @@
-"""A full disk under a real `gateway run` (issue #27's round): GATEWAY_HOME on a small tmpfs that is
-then filled. The daemon stays up and says what it cannot do: an upload is refused with a clear
+"""Disk faults under a real `gateway run` (issue #27's round): GATEWAY_HOME on a small tmpfs that
+is then filled. The daemon stays up and says what it cannot do: an upload is refused with a clear
 answer and leaves no partial file, a message is refused (not lost silently), /healthz answers; once
-space is back, the chat works again. Needs root (to mount the tmpfs); skipped otherwise."""
+there is space again, the chat works again. Needs root (to mount the tmpfs); skipped otherwise.
+(A read-only remount under a running daemon is refused by the kernel while the database is open for
+writing; a read-only or damaged state.db at start is tests/test_home.py's.)"""
 
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ def fill(disk: Path) -> Path:
 async def test_a_full_disk_is_said_not_suffered(small_disk: Path, fake_llm: FakeLLM) -> None:
     home, port = small_disk / "home", free_port()
     home.mkdir()
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=f"web:\n  port: {port}\n")
+    extra = f"web:\n  port: {port}\n"
+    write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra=extra)
     daemon = DaemonProc(home)
     await daemon.start()
     try:
@@ -66,7 +69,8 @@ async def test_a_full_disk_is_said_not_suffered(small_disk: Path, fake_llm: Fake
         form.add_field("file", make_pdf(["x" * 10_000]) * 20, filename="big.pdf",
                        content_type="application/pdf")
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"http://127.0.0.1:{port}/upload", data=form, headers=auth(home)) as resp:
+            url = f"http://127.0.0.1:{port}/upload"
+            async with http.post(url, data=form, headers=auth(home)) as resp:
                 status, body = resp.status, await resp.json(content_type=None)
             async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                 assert resp.status == 200
@@ -89,4 +93,6 @@ async def test_a_full_disk_is_said_not_suffered(small_disk: Path, fake_llm: Fake
     assert code == 0, daemon.output()[-3000:]
     assert os.path.ismount(small_disk)
     worst = [r["msg"] for r in daemon.log_records() if r["level"] in ("ERROR", "CRITICAL")]
-    assert all(m.startswith("the database takes no writes (database or disk is full") for m in worst), worst
+    store = "the database takes no writes (database or disk is full"
+    assert all(m.startswith(store) for m in worst), worst
+
