@@ -63,8 +63,11 @@ class ModelEndpoint:
                 raise KeyProblem("base_url", str(exc)) from None
 
 
-def check_base_url(url: str) -> str:
-    """`url` when it can be a model's endpoint (an http(s) URL with a host), else ValueError."""
+def check_base_url(url: str | None, *, flag: str = "") -> str | None:
+    """`url` when it can be a model's endpoint (an http(s) URL with a host), else ValueError (its text
+    after `flag: ` when given); None when there is none."""
+    if not url:
+        return None
     try:
         parts = urlsplit(url)
         port_ok = parts.port is None or parts.port > 0
@@ -72,8 +75,8 @@ def check_base_url(url: str) -> str:
         parts, port_ok = None, False
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
             or any(ch.isspace() for ch in url):
-        raise ValueError("expected an http:// or https:// URL with a host (e.g. "
-                         f"https://api.example.com/v1); got {url!r}")
+        raise ValueError(f"{flag}{': ' if flag else ''}expected an http:// or https:// URL with a host "
+                         f"(e.g. https://api.example.com/v1); got {url!r}")
     return url
 
 
