@@ -32,16 +32,17 @@ async def test_a_platform_file_removed_mid_download(home: Path, fake_llm: FakeLL
         notice = await fake_telegram.wait_for_sent(ALICE)
         reply = await fake_telegram.wait_for_sent(ALICE, count=2)
     assert notice.text.startswith("I couldn't use report.pdf: it could not be downloaded")
-    assert reply.text.startswith("echo: summarize\n[The user sent report.pdf, but it could not be used:")
+    said = "echo: summarize\n[The user sent report.pdf, but it could not be used:"
+    assert reply.text.startswith(said)
     assert fake_telegram.shelf.served[key] == 0
     left = [p for p in media_root(home).rglob("*") if p.is_file()]
     assert not [p for p in left if p.name.endswith(".part") or p.stat().st_size >= 64 * 1024], left
 
 
 async def test_an_upload_removed_before_its_turn_reads_it(home: Path) -> None:
-    """The retention (or someone) removes an upload after the message naming it was accepted, while an
-    earlier turn of the same chat still runs: the later turn says the file is gone instead of failing.
-    One removed before the message is refused at once."""
+    """The retention (or someone) removes an upload after the message naming it was accepted, while
+    an earlier turn of the same chat still runs: the later turn says the file is gone instead of
+    failing. One removed before the message is refused at once."""
     import json
 
     import aiohttp
@@ -57,15 +58,17 @@ async def test_an_upload_removed_before_its_turn_reads_it(home: Path) -> None:
         _, gone = await upload(port, home, make_pdf(["early"]), "early.pdf", "application/pdf")
         os.unlink(home / "media" / "uploads" / gone["id"])
         frames = await say(port, home, {"text": "this", "files": [gone]})
-        assert frames == [{"type": "error",
-                           "text": "a file of this message was not uploaded (or is gone); attach it again"}]
+        refused = "a file of this message was not uploaded (or is gone); attach it again"
+        assert frames == [{"type": "error", "text": refused}]
         _, later = await upload(port, home, make_pdf(["later"]), "later.pdf", "application/pdf")
         llm.hold()
         async with aiohttp.ClientSession() as http:
-            async with http.ws_connect(f"http://127.0.0.1:{port}/ws?client=tab1", headers=auth(home)) as ws:
+            url = f"http://127.0.0.1:{port}/ws?client=tab1"
+            async with http.ws_connect(url, headers=auth(home)) as ws:
                 await ws.send_str(json.dumps({"text": "first"}))
                 await llm.arrived.wait()  # the first turn waits on the model
-                await ws.send_str(json.dumps({"id": "second-msg-1", "text": "second", "files": [later]}))
+                second = {"id": "second-msg-1", "text": "second", "files": [later]}
+                await ws.send_str(json.dumps(second))
                 async for msg in ws:
                     data = json.loads(msg.data)
                     if data.get("type") == "ack" and data.get("id") == "second-msg-1":
@@ -83,6 +86,7 @@ async def test_an_upload_removed_before_its_turn_reads_it(home: Path) -> None:
         await daemon.stop()
         llm.release()
         await llm.stop()
-    assert "I couldn't use later.pdf: it could not be downloaded: the upload is gone" in " ".join(answers)
+    told = "I couldn't use later.pdf: it could not be downloaded: the upload is gone"
+    assert told in " ".join(answers)
     assert any(a.startswith("echo: second\n[The user sent later.pdf, but it could not be used:")
                for a in answers), answers

@@ -64,8 +64,8 @@ class ModelEndpoint:
 
 
 def check_base_url(url: str | None, *, flag: str = "") -> str | None:
-    """`url` when it can be a model's endpoint (an http(s) URL with a host), else ValueError (its text
-    after `flag: ` when given); None when there is none."""
+    """`url` when it can be a model's endpoint (an http(s) URL with a host), else ValueError (its
+    text after `flag: ` when given); None when there is none."""
     if not url:
         return None
     try:
@@ -75,8 +75,9 @@ def check_base_url(url: str | None, *, flag: str = "") -> str | None:
         parts, port_ok = None, False
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
             or any(ch.isspace() for ch in url):
-        raise ValueError(f"{flag}{': ' if flag else ''}expected an http:// or https:// URL with a host "
-                         f"(e.g. https://api.example.com/v1); got {url!r}")
+        said = f"{flag}: " if flag else ""
+        raise ValueError(f"{said}expected an http:// or https:// URL with a host (e.g. "
+                         f"https://api.example.com/v1); got {url!r}")
     return url
 
 
