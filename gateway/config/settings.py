@@ -56,11 +56,10 @@ class ModelEndpoint:
     vision: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
-        if self.base_url is not None:
-            try:
-                check_base_url(self.base_url)
-            except ValueError as exc:
-                raise KeyProblem("base_url", str(exc)) from None
+        try:
+            check_base_url(self.base_url)
+        except ValueError as exc:
+            raise KeyProblem("base_url", str(exc)) from None
 
 
 def check_base_url(url: str | None, *, flag: str = "") -> str | None:
