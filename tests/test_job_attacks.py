@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gateway.cli.main import main as cli
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.fakes.telegram import FakeTelegram
 from tests.jobs_support import fire_jobs, job_rows, run_rows
 from tests.lifecycle_support import FakeClock
 from tests.test_scheduling import BERLIN, create, jobs_gateway, say, setup, tool_results
@@ -66,3 +67,34 @@ async def test_a_group_job_stops_once_the_group_is_no_longer_allowed(home: Path,
         [job] = job_rows(gw)
         assert (job["state"], job["state_reason"]) == ("stopped", "telegram:1 no longer has access")
         assert run_rows(gw) == [] and adapter.texts() == ["ok"]
+
+
+async def test_a_telegram_group_job_stops_once_its_creator_left_the_group(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """Real aiogram against the fake Bot API: before each run the gateway asks Telegram
+    (getChatMember) whether the job's creator is still in the group; one who left (or was removed)
+    no longer has their jobs posted there. One still in it does."""
+    from tests.adapters.test_telegram import ALICE, BOB, GROUP
+    from tests.adapters.test_telegram_jobs import ask, daemon
+    from tests.adapters.test_telegram_jobs import create as named
+    tg, clock = fake_telegram, FakeClock()
+    fake_llm.script(named("1h", "Remind the group about lunch.", "lunch"), Reply("ok, Alice"),
+                    named("1h", "Remind the group about tea.", "tea"), Reply("ok, Bob"),
+                    Reply("Tea time, everyone."))
+    async with daemon(home, fake_llm, tg, clock) as gw:
+        await ask(tg, GROUP, "@gw_test_bot remind the group about lunch in an hour", 1,
+                  chat_type="supergroup")
+        await ask(tg, GROUP, "@gw_test_bot remind the group about tea in an hour", 2,
+                  chat_type="supergroup", user_id=BOB, username="bob", first_name="Bob")
+        assert [(j["user_id"], j["space_id"]) for j in job_rows(gw)] == [(str(ALICE), str(GROUP)),
+                                                                         (str(BOB), str(GROUP))]
+        tg.members[(GROUP, ALICE)] = "left"
+        clock.advance(hours=1)
+        await fire_jobs(gw)
+        await tg.wait_for_sent(GROUP, count=3)
+        lunch, tea = job_rows(gw)
+        runs = [r["job_id"] for r in run_rows(gw)]
+    assert (lunch["state"], lunch["state_reason"]) == (
+        "stopped", f"telegram:{ALICE} is no longer a member of group {GROUP}")
+    assert tea["state"] == "done" and runs == [tea["id"]]  # a one-time job, run once
+    assert [m.text for m in tg.sent_messages(GROUP)][-1] == "⏰ tea (job #2)\n\nTea time, everyone."
