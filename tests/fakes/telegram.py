@@ -575,7 +575,7 @@ class FakeTelegram(FakeServer):
                                         "premium_subscription": False}}
 
     async def _m_getchatmember(self, p: Mapping[str, Any]) -> Any:
-        """A member's status in a chat: `members[(chat, user)]` (member, left, kicked), else member"""
+        """A member's status in a chat: `members[(chat, user)]` (member, left, kicked) or member."""
         chat_id, user_id = _chat_id(p.get("chat_id")), int(p.get("user_id") or 0)
         status = self.members.get((chat_id, user_id), "member")
         member: dict[str, Any] = {"status": status, "user": {"id": user_id, "is_bot": False,
