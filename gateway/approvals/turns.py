@@ -86,7 +86,7 @@ class Waiting:
                            inbound_id=int(turn_id[1:]), turn_id=turn_id, inbound=inbound,
                            ctx=manager.tool_context(session, inbound.user_id, inbound),
                            allowed=manager.tools.allowed(tools, session.platform),
-                           user_message=user_msg)
+                           user_message=user_msg, tools=tools.specs)
         return await self.waits.carry(turn, result, run)
 
     def took(self, inbound_id: int, inbound: Inbound) -> bool:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gateway.agent.holds import Resume
-from gateway.agent.loop import TurnResult
-from gateway.agent.tools.registry import Hold, ToolContext, ToolRegistry, ToolResult
+from gateway.agent.loop import Agent, TurnResult, TurnTools
+from gateway.agent.tools.registry import Hold, ToolContext, ToolResult, ToolSpec
 from gateway.approvals import request as texts
 from gateway.approvals.book import ApprovalBook, ApprovalRow, NewRequest, message_turn
 from gateway.approvals.checkpoint import (
@@ -55,7 +55,7 @@ class WaitPorts:
     store: Store
     outbox: Outbox
     adapters: Mapping[str, Adapter]
-    registry: ToolRegistry
+    agent: Agent  # approved calls run through its one dispatch point
     clock: Clock
     sleep: Sleep
     streams: Streams | None = None
@@ -64,8 +64,8 @@ class WaitPorts:
 @dataclass(frozen=True, slots=True)
 class WaitingTurn:
     """The turn that waits: its session and lane, the message that started it (its sender may
-    answer), who the call runs for, what may run, and the user message it answers (stored with the
-    checkpoint)."""
+    answer), who the call runs for, the session's tools and what may run, and the user message it
+    answers (stored with the checkpoint)."""
 
     key: str
     session_id: int
@@ -75,6 +75,7 @@ class WaitingTurn:
     ctx: ToolContext
     allowed: Collection[str] | None
     user_message: ChatMessage
+    tools: Sequence[ToolSpec] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +152,9 @@ class Waits:
         now = self.ports.clock()
         new = NewRequest(kind=hold.kind, session_id=turn.session_id, inbound_id=turn.inbound_id,
                          turn_id=turn.turn_id, chat=chat, requester=turn.inbound.user_id,
-                         requester_name=turn.inbound.user_name, tool=call["name"],
-                         call_id=call["id"], arguments=arguments_of(call), request=hold.text,
+                         requester_name=turn.inbound.user_name, tool=hold.tool or call["name"],
+                         call_id=call["id"], arguments=dict(hold.arguments) or arguments_of(call),
+                         request=hold.text,
                          options=hold.options, checkpoint=checkpoint(turn.user_message, result),
                          expires_at=now + self._timeout)
         interactive = isinstance(adapter, Interactive)
@@ -231,8 +233,9 @@ class Waits:
         """The approved call, once: "executing" is on record already; its result goes on record
         before the model hears it. Cancelled meanwhile (/stop), it is on record as unknown."""
         try:
-            outcome = await self.ports.registry.call(row.tool, loads(row.arguments), turn.ctx,
-                                                     allowed=turn.allowed, approved=True)
+            tools = TurnTools(turn.tools, turn.ctx, turn.allowed, None)
+            outcome = await self.ports.agent.dispatch(row.tool, loads(row.arguments), tools,
+                                                      approved=True)
         except asyncio.CancelledError:
             if not self.draining:
                 lost = stored_result(unknown_result(self.minutes))

@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TextIO
 
@@ -43,9 +43,7 @@ class ListedTool:
     name: str
     description: str
     input_schema: dict[str, Any]
-    read_only: bool = False    # annotations.readOnlyHint: true
-    # annotations.destructiveHint: true (said outright, not the spec's default)
-    destructive: bool = False
+    annotations: dict[str, Any] = field(default_factory=dict)  # as the server sent them
 
 
 class Link:
@@ -85,7 +83,8 @@ class Link:
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             page = await self._client.list_tools(cursor=cursor)
-            tools.extend(_listed(t) for t in page.tools)
+            tools.extend(ListedTool(t.name, t.description or t.title or "", dict(t.input_schema),
+                                    _annotations(t.annotations)) for t in page.tools)
             cursor = page.next_cursor
             if not cursor:
                 break
@@ -111,11 +110,11 @@ class Link:
         return f"MCP server {self.server!r} refused {tool}: {exc.message[:300]}"
 
 
-def _listed(tool: Any) -> ListedTool:
-    hints = tool.annotations
-    return ListedTool(tool.name, tool.description or tool.title or "", dict(tool.input_schema),
-                      read_only=bool(hints and hints.read_only_hint is True),
-                      destructive=bool(hints and hints.destructive_hint is True))
+def _annotations(found: Any) -> dict[str, Any]:
+    if found is None:
+        return {}
+    dumped: dict[str, Any] = found.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
 
 
 @asynccontextmanager
