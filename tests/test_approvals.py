@@ -325,7 +325,7 @@ async def test_an_ordinary_turn_pays_no_sql_for_approvals(
             fake_llm.script(ToolCall("mcp_fake_echo", {"text": f"hi {n}"}), Reply(f"said hi {n}"))
             # approvals unwired: the registry's check, the outbox's hook, the manager's glue
             if n == 2:
-                gw.tools.holds, gw.outbox.choices, gw.sessions.waiting = None, None, None
+                gw.tools.holds, gw.outbox.choices, gw.sessions.waiting = None, [], None
             gw.store.conn.set_trace_callback(statements.append if n else None)
             await ask(gw, f"say hi {n}")
             await answered(gw, adapter, n + 1)

@@ -41,7 +41,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "voice": [("speech", "process"), ("encode", "tts"), "speaker"],
     "agent": ["tools", "holds", "loop"],
-    "approvals": ["request", "book", ("policy", "closing", "checkpoint"), "waits", "answers",
+    "approvals": [("request", "menus"), "book", ("policy", "closing", "checkpoint"), "waits", "answers",
                   "turns"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],

@@ -20,6 +20,7 @@ from typing import Literal
 
 from gateway.access.pairing import CODE_TTL, PairingBook
 from gateway.approvals.answers import Answers
+from gateway.approvals.menus import is_menu
 from gateway.config.settings import AccessConfig, Config
 from gateway.delivery.outbox import Outbox
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult, command_word
@@ -43,6 +44,7 @@ ADMIN_ONLY_TEXT = "Only an admin can approve pairing codes."
 APPROVE_USAGE = "Usage: /approve CODE"
 DENY_USAGE = "Usage: /deny CODE (the code of a request waiting in this chat)"
 NO_REQUEST_TEXT = "No request in this chat is waiting with the code {code}."
+NOT_ALLOWED_TEXT = "Only people this bot talks with can use its buttons."
 _STRANGER_REASONS = {"pending": "unknown user; pairing code already sent",
                      "full": "unknown user; too many pairing codes pending on this platform",
                      "locked": "unknown user; pairing is locked after wrong approvals",
@@ -151,8 +153,9 @@ class AccessGate:
                  notices: Outbox | None = None, people: PeopleBook | None = None) -> None:
         self.people = people
         self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None  # set by linking.Linker
-        # answers to waiting turns' requests (set by the wiring)
+        # answers to waiting turns' requests, and taps on a command's menu (set by the wiring)
         self.answers: Answers | None = None
+        self.menus: Callable[[Inbound], Awaitable[SubmitResult]] | None = None
         self.config = config
         self.access = config.access
         self.rules = platform_rules(config)
@@ -189,12 +192,8 @@ class AccessGate:
         return False
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
-        # a tap on a button: who may answer is the request's rule, not the list's
         if inbound.picked is not None:
-            if self.answers is None:
-                return SubmitResult(SubmitOutcome.IGNORED, "choice",
-                                    notice="Nothing is waiting for this.")
-            return self.answers.tap(inbound)
+            return await self._tap(inbound, inbound.picked.token)
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
             linked = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
             if linked is not None:
@@ -210,6 +209,19 @@ class AccessGate:
         if command_word(inbound.text) in ("approve", "deny"):
             return await self._approve_command(inbound)
         return None
+
+    async def _tap(self, inbound: Inbound, token: str) -> SubmitResult:
+        """A tap on a button. On a request: who may answer is the request's rule, not the list's;
+        on a command's menu (/model): the sender must be let in, as for the command."""
+        if is_menu(token) and self.menus is not None:
+            if not self.is_allowed(inbound):
+                self._drop(inbound, "a tap from someone not allowed here")
+                return SubmitResult(SubmitOutcome.REFUSED, "choice", notice=NOT_ALLOWED_TEXT)
+            return await self.menus(inbound)
+        if self.answers is None or is_menu(token):
+            return SubmitResult(SubmitOutcome.IGNORED, "choice",
+                                notice="Nothing is waiting for this.")
+        return self.answers.tap(inbound)
 
     # ------------------------------------------------------------------ strangers
     async def _stranger(self, inbound: Inbound) -> SubmitResult:

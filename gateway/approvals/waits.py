@@ -40,6 +40,7 @@ from gateway.delivery.stream import Streams
 from gateway.events import Adapter, Choices, Inbound, Interactive, OutboundKind
 from gateway.llm.types import ChatMessage
 from gateway.store.database import Store
+from gateway.store.rows import OutboundRow
 
 log = logging.getLogger(__name__)
 
@@ -293,9 +294,10 @@ class Waits:
         self.closer.close_soon(row, self.shown(row), line)
         return True
 
-    def choices_for(self, turn_id: str) -> Choices | None:
+    def choices_for(self, row: OutboundRow) -> Choices | None:
         """The outbox's hook: the buttons of a request's message while it is pending (a message sent
         late, after its request was decided, goes without them)."""
+        turn_id = row.turn_id
         if not turn_id.startswith("wait"):
             return None
         opened = self.open.get(int(turn_id[4:])) if turn_id[4:].isdigit() else None

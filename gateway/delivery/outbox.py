@@ -134,9 +134,8 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
         self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
-        # A turn's buttons, if it has any (gateway/approvals/waits.py: a request's, while it is
-        # pending).
-        self.choices: Callable[[str], Choices | None] | None = None
+        # where a message's buttons come from (gateway/approvals/: a request's, a command's menu)
+        self.choices: list[Callable[[OutboundRow], Choices | None]] = []
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -313,10 +312,9 @@ class Outbox:
 
     def _with_choices(self, row: OutboundRow, message: OutboundMessage) -> OutboundMessage:
         """The last chunk of a message that has buttons carries them."""
-        last = row.chunk_index == row.chunk_count - 1
-        if self.choices is None or not last or row.kind == OutboundKind.VOICE.value:
+        if row.chunk_index != row.chunk_count - 1 or row.kind == OutboundKind.VOICE.value:
             return message
-        found = self.choices(row.turn_id)
+        found = next((c for c in (source(row) for source in self.choices) if c is not None), None)
         return message if found is None else replace(message, choices=found)
 
     async def _send_voice(self, adapter: Adapter, row: OutboundRow,

@@ -28,6 +28,7 @@ from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
 from gateway.approvals.answers import Answers
 from gateway.approvals.book import ApprovalBook
+from gateway.approvals.menus import Menus
 from gateway.approvals.policy import ApprovalPolicy
 from gateway.approvals.turns import Waiting
 from gateway.approvals.waits import WaitPorts, Waits
@@ -343,7 +344,9 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
-    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock))
+    menus = Menus(load_key(config.home))  # /model's list as buttons
+    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock),
+                             menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
@@ -351,6 +354,8 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
                               clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
                               callers=roles, streams=streams, media=media)
     lifecycle.attach(sessions)
+    outbox.choices.append(menus.choices_for)
+    gate.menus = functools.partial(choices.tap, sessions)
     return sessions, lifecycle
 
 
@@ -365,7 +370,7 @@ def _approvals(config: Config, sessions: SessionManager, gate: AccessGate, catal
                       agent=sessions.agent, clock=sessions.clock, sleep=sleep, streams=streams)
     waits = Waits(ports, config, grant=policy.grant)
     catalog.registry.holds = policy
-    sessions.outbox.choices = waits.choices_for
+    sessions.outbox.choices.append(waits.choices_for)
     answers = Answers(waits)
     sessions.waiting = Waiting(waits, answers)
     gate.answers = answers
