@@ -34,11 +34,12 @@ class SessionQueries(Database):
 
     def create_session(self, *, key: str, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
                        user_id: str | None, parent_id: int | None, model: str | None, provider: str | None,
-                       now: datetime) -> SessionRow:
+                       now: datetime, agent: str = "main", account: str = "default") -> SessionRow:
         sid = self.execute(
             "INSERT INTO sessions (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, created_at,"
-            " model, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model, provider))
+            " model, provider, agent, account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model, provider, agent,
+             account))
         return self.session(sid)
 
     def store_prompt(self, session_id: int, prompt: str, *, now: datetime, reason: str | None = None,
