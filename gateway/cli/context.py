@@ -38,8 +38,11 @@ def home_of(args: argparse.Namespace) -> Path:
 
 
 def config_of(args: argparse.Namespace) -> Config:
-    """The loaded config, with the checks that need more than one key (tool names in agent.tools)."""
+    """The loaded config, with the checks that need more than one key (tool names in agent.tools, the agents
+    and accounts bindings name)."""
     from gateway.agent.tools.catalog import check_tool_names
+    from gateway.config.agents import check_agents
     config = load_config(home_of(args))
     check_tool_names(config)
+    check_agents(config)
     return config

@@ -17,6 +17,7 @@ from gateway.knowledge.memory import NO_VIEW, MemoryView
 from gateway.knowledge.people import LOCAL_OWNER, OWNER_PLATFORMS
 
 if TYPE_CHECKING:
+    from gateway.agents.runtime import AgentRuntime
     from gateway.ops.wiring import Gateway
 
 PLATFORMS = ["telegram", "discord", "slack", "web", "cli", "cron"]
@@ -27,6 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pr.add_argument("--platform", choices=PLATFORMS,
                     help="default: cli, or with --person the platform of the identity given (else their first)")
     pr.add_argument("--chat-type", default="dm", choices=["dm", "group", "channel"])
+    pr.add_argument("--agent", default="main", help="the agent whose prompt it is (default: main; see "
+                    "gateway agents list)")
     pr.add_argument("--person", metavar="ID", help="as a new session of this person would get it, with their profile: "
                     "a person id or one of their identities (telegram:123; see gateway users list)")
     pr.add_argument("--chat", metavar="CHAT_ID", help="with --chat-type group or channel: that chat's notes too")
@@ -45,18 +48,28 @@ def cmd_prompt(args: argparse.Namespace) -> int:
         if args.session:
             return _stored(gateway, args.session)
         try:
+            agent = _agent(gateway, args.agent)
             platform, view = _whose(gateway, args)
         except GatewayError as exc:
             print(exc, file=sys.stderr)
             return EXIT_ERROR
-        model = args.model or gateway.llm.model
-        built = gateway.prompts.build_full(platform=platform, chat_type=args.chat_type, model=model,
-                                           provider=gateway.llm.provider, tool_names=gateway.tool_names(platform),
-                                           today=gateway.clock().date(), view=view)
+        model = args.model or agent.llm.model
+        tools = [s.name for s in agent.catalog.current(platform)]
+        built = agent.prompts.build_full(platform=platform, chat_type=args.chat_type, model=model,
+                                         provider=agent.llm.provider, tool_names=tools,
+                                         today=gateway.clock().date(), view=view)
         sys.stdout.write((built.tiers_view() if args.tiers else built.text) + "\n")
         return EXIT_OK
     finally:
         gateway.store.close()
+
+
+def _agent(gateway: Gateway, name: str) -> AgentRuntime:
+    roster = gateway.roster
+    assert roster is not None
+    if name not in roster.names:
+        raise GatewayError(f"no agent named {name!r} (agents: {', '.join(roster.names)})")
+    return roster.get(name)
 
 
 def _stored(gateway: Gateway, session: str) -> int:
@@ -95,7 +108,7 @@ def _whose(gateway: Gateway, args: argparse.Namespace) -> tuple[str, MemoryView]
         return platform, NO_VIEW
     dm = args.chat_type == "dm"
     chat = ChatRef(platform, args.chat_type, (user_id or "") if dm else args.chat or "-")
-    key = gateway.sessions.key_for(Inbound(chat, user_id or "-", "", "", datetime.now(UTC)))
+    key = gateway.sessions.key_for(Inbound(chat, user_id or "-", "", "", datetime.now(UTC), agent=args.agent))
     view = roles.view_at(_Place(key, platform, chat.chat_type, chat.chat_id, None, user_id))
     if user_id is not None and view.person_id is None:
         print(f"note: a {chat.platform} {chat.chat_type} is one session for everyone in it (sessions.group_per_user "

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -22,21 +23,25 @@ from gateway.access.linking import Linker
 from gateway.access.pairing import PairingBook, load_key
 from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
-from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, check_tool_names
+from gateway.agent.tools.catalog import ToolCatalog, WebTools, check_tool_names
 from gateway.agent.tools.mcp import McpTools
-from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
+from gateway.agents.build import Shared, SharedTools, build_runtime
+from gateway.agents.runtime import Roster
+from gateway.config.agents import Bindings, agent_names, check_agents
 from gateway.config.media import MEDIA_DIR
-from gateway.config.settings import Config
+from gateway.config.platforms import platform_accounts
+from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, MemberRoles
+from gateway.events import Adapter, MemberRoles, account_of, adapter_key
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
+from gateway.knowledge.search import SessionSearch
 from gateway.knowledge.skills import SkillLibrary
 from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model, sees_images_client
 from gateway.llm.types import LLMClient
@@ -52,12 +57,11 @@ from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.supervisor import Supervisor, Watchdog
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
-from gateway.prompt.session_tools import SessionTools
 from gateway.scheduling.book import JobBook
 from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
 from gateway.scheduling.runner import JobRunner
-from gateway.scheduling.turn import JobTurn, RunTools
+from gateway.scheduling.turn import JobTurn
 from gateway.sessions.commands import Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
@@ -113,6 +117,9 @@ class Gateway:
 
     async def close_tools(self) -> None:
         """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a CLI command)."""
+        for runtime in self.roster.built() if self.roster is not None else ():
+            if runtime.llm is not self.llm:  # an agent's own model
+                await runtime.llm.close()
         if self.mcp is not None:
             await self.mcp.stop()
         if self.web is not None:
@@ -121,6 +128,7 @@ class Gateway:
                 await self.web.search.close()
     roles: Roles | None = None
     redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
+    roster: Roster | None = None  # every agent (gateway/agents/); the fields above are the agent main's
 
     @property
     def people(self) -> PeopleBook:
@@ -141,17 +149,16 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     source = "given"
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
-    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit,
-                         config.memory.chat_char_limit)
-    skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
-    tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm))
-    catalog = ToolCatalog(tools, ToolPolicy.of(config))
-    session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
+    shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic, vision=sees_images_client(llm))
+    web = shared_tools.web
     facts = _platform_facts(config)
-    agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
-    by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
+    roster = Roster(partial(build_runtime, Shared(config, env, store, clock, facts, llm, shared_tools)),
+                    agent_names(config), Bindings(config))
+    main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
+    memory, skills, catalog, agent, prompts = main.memory, main.skills, main.catalog, main.loop, main.prompts
+    tools = agent.tools
+    by_platform: dict[str, Adapter] = {adapter_key(a.platform, account_of(a)): a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
     previews = PreviewBook(store, ChatPacer(monotonic), clock=clock, sleep=sleep)
@@ -159,22 +166,20 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                     limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
                     previews=previews)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
-    prompts = PromptAssembler(config, facts, memory, skills)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
     media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
-    sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
-                                    tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
-                                    gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
-                                    media=media)
-    jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate)
+    sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox, adapters=by_platform,
+                                    clock=clock, metrics=metrics, gate=gate, jobs_command=JobsCommand(book),
+                                    roles=roles, streams=streams, media=media)
+    jobs = _jobs(config, book, sessions=sessions, gate=gate)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media)
+                   redact=redactor_for(config, env), media=media, roster=roster)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -208,19 +213,18 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
-def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool
-           ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
-    """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
-    results' pictures reach the model as pictures when it sees images (`vision`)."""
+def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, sleep: Sleep,
+           monotonic: Callable[[], float], vision: bool) -> tuple[SharedTools, McpHub | None]:
+    """What every agent's tools share: the web tools' clients, the job book, the session search and, with
+    mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as pictures when it
+    sees images (`vision`)."""
     check_tool_names(config)
-    web = _web_tools(config, env, monotonic)
-    registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
-    hub = None
+    check_agents(config)
+    hub = provider = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes)
-    return registry, hub, web
+        provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes)
+    return SharedTools(_web_tools(config, env, monotonic), jobs, SessionSearch(), provider), hub
 
 
 def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float]) -> WebTools:
@@ -246,40 +250,39 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
     return facts
 
 
-def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
-              memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
-              metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand,
-              roles: Roles, streams: Streams, media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
-    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands."""
-    compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
-                            flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
-                                             memory=memory, clock=clock, callers=roles))
-    policies = Policies(config.session_reset, config.sessions.timezone)
-    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tools=tools,
-                      home=config.home, db_path=config.db_path, clock=clock, callers=roles)
+def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
+              adapters: dict[str, Adapter], clock: Clock, metrics: Metrics, gate: AccessGate,
+              jobs_command: JobsCommand, roles: Roles, streams: Streams,
+              media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
+    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands; each
+    session's turns, compression and flush run with its own agent's parts (roster)."""
+    compressor = Compressor(roster=roster, store=store, clock=clock,
+                            flush=AgentFlush(roster=roster, store=store, config=config, clock=clock, callers=roles))
+    policies = Policies(config.session_reset, config.sessions.timezone,
+                        {n: s.session_reset for n, s in config.agents.items() if s.session_reset is not None})
+    flusher = Flusher(config=config.memory, store=store, roster=roster, home=config.home, db_path=config.db_path,
+                      clock=clock, callers=roles)
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
-    sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
+    sessions = SessionManager(config=config, store=store, roster=roster, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
-                              clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
+                              clock=clock, gate=gate, compressor=compressor, metrics=metrics,
                               callers=roles, streams=streams, media=media)
     lifecycle.attach(sessions)
     return sessions, lifecycle
 
 
-def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, prompts: PromptAssembler,
-          catalog: ToolCatalog, gate: AccessGate) -> JobRunner | None:
-    """Scheduled jobs: the runs' own tool lists (the `cron` platform's, without `schedule` unless allowed) and the
-    runner, which serves the jobs of this process's platforms and asks the same gate about each creator at run time."""
+def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, gate: AccessGate) -> JobRunner | None:
+    """Scheduled jobs: each run is its job's agent's turn, with the run's own tool list (the `cron` platform's,
+    without `schedule` unless allowed); the runner serves the jobs of this process's platforms and asks the same
+    gate about each creator at run time."""
     if book is None:
         return None
-    run_tools = SessionTools(store=sessions.store, clock=sessions.clock,
-                             catalog=RunTools(catalog, schedule=config.schedule.jobs_may_schedule))
     runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
-                       turn=JobTurn(manager=sessions, jobs=book.jobs, prompts=prompts, tools=run_tools),
-                       platforms=sessions.adapters,
-                       members={p: a for p, a in sessions.adapters.items() if isinstance(a, MemberRoles)})
+                       turn=JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule),
+                       platforms={a.platform for a in sessions.adapters.values()},
+                       members={k: a for k, a in sessions.adapters.items() if isinstance(a, MemberRoles)})
     book.changed = runner.changed
     return runner
 
@@ -287,8 +290,8 @@ def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, pro
 def _watchdogs(config: Config) -> dict[str, Watchdog]:
     """Per-platform inbound-liveness windows (only adapters that can `ping` are watched)."""
     found: dict[str, Watchdog] = {}
-    if config.slack is not None:  # Socket Mode is known to go silent while "connected"
-        found["slack"] = Watchdog(silence=config.slack.liveness_minutes * 60)
+    for name, slack in platform_accounts(config.slack).items():  # Socket Mode can go silent while "connected"
+        found[adapter_key("slack", name)] = Watchdog(silence=getattr(slack, "liveness_minutes", 5.0) * 60)
     return found
 
 
@@ -303,16 +306,20 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
         from adapters.webchat import WebChatAdapter
         found.append(WebChatAdapter(uploads=config.home / MEDIA_DIR / "uploads",
                                     max_upload_bytes=config.media.max_bytes))
-    if config.telegram is not None:
+    for name, tg in platform_accounts(config.telegram).items():  # one adapter per bot account
         from adapters.telegram.adapter import TelegramAdapter
-        found.append(TelegramAdapter(config.telegram, clock=monotonic,
-                                     serve=functools.partial(serve_http, limits=limits, name="telegram")))
-    if config.discord is not None:
+        assert isinstance(tg, TelegramConfig)
+        found.append(TelegramAdapter(tg, clock=monotonic, account=name, serve=functools.partial(
+            serve_http, limits=limits, name=adapter_key("telegram", name))))
+    for name, dc in platform_accounts(config.discord).items():
         from adapters.discord.adapter import DiscordAdapter
-        found.append(DiscordAdapter(config.discord))
-    if config.slack is not None:
+        assert isinstance(dc, DiscordConfig)
+        found.append(DiscordAdapter(dc, account=name))
+    for name, sl in platform_accounts(config.slack).items():
         from adapters.slack.adapter import SlackAdapter
-        found.append(SlackAdapter(config.slack, serve=functools.partial(serve_http, limits=limits, name="slack")))
+        assert isinstance(sl, SlackConfig)
+        found.append(SlackAdapter(sl, account=name, serve=functools.partial(
+            serve_http, limits=limits, name=adapter_key("slack", name))))
     return found
 
 

@@ -31,26 +31,39 @@ class PromptSource(Protocol):
 class ContextCompressor(Protocol):
     """gateway/sessions/compression.py's Compressor, as the turn sees it (a protocol keeps this module below it)."""
 
-    def over_limit(self, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef]) -> bool: ...
+    def over_limit(self, session: SessionRow, system: str, messages: Sequence[ChatMessage],
+                   tools: Sequence[ToolDef]) -> bool: ...
 
     async def compress(self, session: SessionRow, prompt: str, rows: Sequence[MessageRow]) -> bool: ...
 
 
+class AgentParts(Protocol):
+    """What a session's prompt takes from its agent (gateway/agents/runtime.py's AgentRuntime)."""
+
+    @property
+    def loop(self) -> Agent: ...
+
+    @property
+    def prompts(self) -> PromptSource: ...
+
+    @property
+    def tools(self) -> SessionTools: ...
+
+
 class SessionPrompt:
-    def __init__(self, *, store: Store, agent: Agent, prompts: PromptSource, clock: Callable[[], datetime],
-                 tools: SessionTools, compressor: ContextCompressor | None = None,
-                 callers: Callers | None = None) -> None:
+    """`parts(name)`: the parts of agent `name`; each session's prompt is built from its own agent's."""
+
+    def __init__(self, *, store: Store, parts: Callable[[str], AgentParts], clock: Callable[[], datetime],
+                 compressor: ContextCompressor | None = None, callers: Callers | None = None) -> None:
         self.store = store
         self.callers = callers
-        self.agent = agent
-        self.prompts = prompts
+        self.parts = parts
         self.clock = clock
-        self.tools = tools
         self.compressor = compressor
 
     def ensure(self, session: SessionRow) -> str:
         """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change."""
-        llm = self.agent.llm
+        llm = self.parts(session.agent).loop.llm
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
@@ -67,29 +80,30 @@ class SessionPrompt:
         return text
 
     def _build_and_store(self, session: SessionRow, reason: str | None) -> str:
-        llm = self.agent.llm
+        parts = self.parts(session.agent)
+        llm = parts.loop.llm
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
-        tools = self._tools_for(session)
-        text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                  provider=llm.provider, tool_names=tools.names, today=started.date(),
-                                  view=self.callers.view(session) if self.callers is not None else NO_VIEW)
+        tools = self._tools_for(session, parts)
+        text = parts.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
+                                   provider=llm.provider, tool_names=tools.names, today=started.date(),
+                                   view=self.callers.view(session) if self.callers is not None else NO_VIEW)
         self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
                                 provider=llm.provider)
         return text
 
-    def _tools_for(self, session: SessionRow) -> SessionToolList:
+    def _tools_for(self, session: SessionRow, parts: AgentParts) -> SessionToolList:
         if session.tool_list_id is None and session.system_prompt is None:
             # a new session: the tools a new session gets now, from now on (and tool search by
             # the model's context window)
-            return self.tools.fix(session, window=self.agent.llm.context_window)
-        return self.tools.of(session)
+            return parts.tools.fix(session, window=parts.loop.llm.context_window)
+        return parts.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
                                  user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
         """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
         compressor = self.compressor
-        specs = self.tools.of(session).specs
-        if compressor is None or not compressor.over_limit(prompt, [*history, user_msg], specs):
+        specs = self.parts(session.agent).tools.of(session).specs
+        if compressor is None or not compressor.over_limit(session, prompt, [*history, user_msg], specs):
             return prompt, history
         if not await compressor.compress(session, prompt, self.store.history(session.id)):
             return prompt, history

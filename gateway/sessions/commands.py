@@ -74,15 +74,15 @@ class Commands:
         return NEW_TEXT
 
     async def status(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        policy = self.policies.policy(inbound.chat.platform, inbound.chat.chat_type)
+        policy = self.policies.policy(inbound.chat.platform, inbound.chat.chat_type, inbound.agent)
         session = manager.store.active_session(key)
         if session is None:
             return f"{NO_SESSION_TEXT}\nReset: {self.policies.describe(policy)}."
         now = self.clock()
         created = parse_iso(session.created_at) or now
         count = manager.store.count_messages(session.id)
-        model = session.model or manager.agent.llm.model
-        provider = session.provider or manager.agent.llm.provider
+        llm = manager.roster.of(inbound).llm
+        model, provider = session.model or llm.model, session.provider or llm.provider
         lines = [f"Session {session.id}: started {human_age(now - created)} ago, {count} messages.",
                  f"Model: {model} ({provider}).",
                  f"Tokens: {session.input_tokens:,} in, {session.output_tokens:,} out.",
@@ -176,16 +176,17 @@ def _original_inbound(store: Store, inbound: Inbound, message: MessageRow) -> In
     from gateway.store.transcript import decode_inbound
     if not message.platform_message_id:
         return None
-    row = store.one("SELECT payload FROM inbound WHERE platform = ? AND chat_id = ? AND platform_message_id = ?",
-                    (inbound.chat.platform, inbound.chat.chat_id, message.platform_message_id))
+    row = store.one("SELECT payload FROM inbound WHERE platform = ? AND account = ? AND chat_id = ?"
+                    " AND platform_message_id = ?", (inbound.chat.platform, inbound.chat.account,
+                                                     inbound.chat.chat_id, message.platform_message_id))
     return decode_inbound(row[0]) if row else None
 
 
 def _rewrite_inbound(store: Store, inbound: Inbound, retried: Inbound) -> None:
     from gateway.store.transcript import encode_inbound
-    store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND chat_id = ?"
+    store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND account = ? AND chat_id = ?"
                   " AND platform_message_id = ?", (retried.text, encode_inbound(retried), inbound.chat.platform,
-                                                   inbound.chat.chat_id, inbound.message_id))
+                                                   inbound.chat.account, inbound.chat.chat_id, inbound.message_id))
 
 
 def _hit_rate(session: SessionRow) -> str:
