@@ -1,0 +1,193 @@
+"""Two agents behind two Telegram bots in one gateway, end to end: real aiogram polling against two fake Bot APIs
+(one per bot token), the whole gateway and the fake LLM. What a user sees: each bot answers through itself with
+its own identity; what one agent saves never reaches the other; stored prompts survive a restart byte for byte."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli.main import main
+from gateway.config.settings import load_config
+from gateway.ops.daemon import Daemon
+from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
+from tests.adapters.test_telegram import VirtualTime
+from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.fakes.telegram import FakeTelegram
+from tests.helpers import write_config
+
+ALICE, BOB = 1001, 1002
+HOME_TOKEN, FAMILY_TOKEN = "5001:AAhome-bot-token-000000000000000000000", "5002:AAfamily-bot-token-00000000000000000"
+HOME_IDENTITY = "You are Quill, Alice's own assistant for her work and private life."
+FAMILY_IDENTITY = "You are Hearth, the assistant the whole family shares."
+
+
+def agents_yaml(personal: FakeTelegram, family: FakeTelegram, extra: str = "") -> str:
+    """Two bot accounts (the platform's settings apply to both; each has its own token and api_server, as each
+    bot is its own fake) bound to two agents; the family bot lets Bob in too."""
+    return f"""\
+web:
+  enabled: false
+telegram:
+  polling_timeout: 1
+  allowed_users: ['{ALICE}']
+  accounts:
+    personal:
+      token: '{HOME_TOKEN}'
+      api_server: {personal.base_url}
+    family:
+      token: '{FAMILY_TOKEN}'
+      api_server: {family.base_url}
+      allowed_users: ['{ALICE}', '{BOB}']
+agents:
+  home:
+    identity: {HOME_IDENTITY}
+  family:
+    identity: {FAMILY_IDENTITY}
+bindings:
+  - {{agent: home, platform: telegram, account: personal}}
+  - {{agent: family, platform: telegram, account: family}}
+{extra}"""
+
+
+@dataclass
+class Bots:
+    personal: FakeTelegram
+    family: FakeTelegram
+
+
+@asynccontextmanager
+async def two_bots() -> AsyncIterator[Bots]:
+    personal = FakeTelegram(token=HOME_TOKEN, bot_id=5001, bot_username="quill_bot")
+    family = FakeTelegram(token=FAMILY_TOKEN, bot_id=5002, bot_username="hearth_bot")
+    await personal.start()
+    await family.start()
+    try:
+        yield Bots(personal, family)
+    finally:
+        await personal.stop()
+        await family.stop()
+
+
+@asynccontextmanager
+async def running(home: Path, llm: FakeLLM, bots: Bots) -> AsyncIterator[Gateway]:
+    write_config(home, provider="anthropic", base_url=llm.base_url, extra=agents_yaml(bots.personal, bots.family))
+    config = load_config(home, env={})
+    virtual = VirtualTime()
+    bots.personal.clock = bots.family.clock = virtual.monotonic
+    adapters = platform_adapters(config, monotonic=virtual.monotonic)
+    gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, sleep=virtual.sleep,
+                       monotonic=virtual.monotonic)
+    daemon = Daemon(gw, install_signals=False)
+    await daemon.start()
+    try:
+        yield gw
+    finally:
+        await daemon.stop()
+
+
+def system_text(body: dict[str, Any]) -> str:
+    system = body["system"]
+    return system if isinstance(system, str) else "".join(block["text"] for block in system)
+
+
+async def say(gw: Gateway, bot: FakeTelegram, text: str, user: int = ALICE) -> str:
+    """A DM to `bot`; returns the text of the reply the bot sent."""
+    before = len(bot.sent_messages(user))
+    bot.inject_message(user, text, user_id=user, username="alice" if user == ALICE else "bob",
+                       first_name="Alice" if user == ALICE else "Bob")
+    sent = await bot.wait_for_sent(user, count=before + 1)
+    await gw.sessions.wait_idle()
+    return sent.text
+
+
+async def test_each_bot_answers_through_itself_as_its_own_agent(home: Path, fake_llm: FakeLLM) -> None:
+    async with two_bots() as bots, running(home, fake_llm, bots) as gw:
+        assert await say(gw, bots.personal, "hello quill") == "echo: hello quill [users=1]"
+        quill = system_text(fake_llm.anthropic_requests()[-1])
+        assert await say(gw, bots.family, "hello hearth") == "echo: hello hearth [users=1]"
+        hearth = system_text(fake_llm.anthropic_requests()[-1])
+        assert HOME_IDENTITY in quill and FAMILY_IDENTITY not in quill
+        assert FAMILY_IDENTITY in hearth and HOME_IDENTITY not in hearth
+        # each bot sent exactly its own answer: nothing crossed to the other token
+        assert bots.personal.sent_texts(ALICE) == ["echo: hello quill [users=1]"]
+        assert bots.family.sent_texts(ALICE) == ["echo: hello hearth [users=1]"]
+        rows = gw.store.all("SELECT key, agent, account FROM sessions ORDER BY id")
+        assert [tuple(r) for r in rows] == [(f"home/telegram@personal:dm:{ALICE}", "home", "personal"),
+                                            (f"family/telegram@family:dm:{ALICE}", "family", "family")]
+        # Bob is on the family bot's list only: the personal bot gives him a pairing code, not a turn
+        assert "pairing code" in await say(gw, bots.personal, "let me in", user=BOB)
+        assert await say(gw, bots.family, "hi hearth", user=BOB) == "echo: hi hearth [users=1]"
+
+
+async def test_a_fact_saved_through_one_agent_reaches_only_its_next_session(home: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Alice's dog is Rex."}),
+                    Reply("Noted."))
+    async with two_bots() as bots, running(home, fake_llm, bots) as gw:
+        assert await say(gw, bots.personal, "remember: my dog is Rex") == "Noted."
+        assert "Saved to the user profile" in str(fake_llm.anthropic_requests()[1]["messages"][-1])
+        await say(gw, bots.personal, "/new")
+        await say(gw, bots.personal, "what is my dog called?")
+        assert "Alice's dog is Rex." in system_text(fake_llm.anthropic_requests()[-1])  # home's next session
+        await say(gw, bots.family, "what is my dog called?")
+        family = system_text(fake_llm.anthropic_requests()[-1])
+        assert FAMILY_IDENTITY in family and "Rex" not in family  # the family agent never heard of it
+        profiles = sorted(p.relative_to(home).as_posix() for p in home.rglob("people/*.md"))
+        assert profiles == ["memories/agents/home/people/1.md"]
+
+
+async def test_stored_prompts_stay_byte_identical_across_a_restart(home: Path, fake_llm: FakeLLM) -> None:
+    async with two_bots() as bots:
+        async with running(home, fake_llm, bots) as gw:
+            await say(gw, bots.personal, "one")
+            await say(gw, bots.family, "one")
+            stored = {r["agent"]: r["system_prompt"] for r in gw.store.all("SELECT agent, system_prompt FROM sessions")}
+        async with running(home, fake_llm, bots) as gw:
+            await say(gw, bots.personal, "two")
+            assert system_text(fake_llm.anthropic_requests()[-1]) == stored["home"]
+            await say(gw, bots.family, "two")
+            assert system_text(fake_llm.anthropic_requests()[-1]) == stored["family"]
+            after = {r["agent"]: r["system_prompt"] for r in gw.store.all("SELECT agent, system_prompt FROM sessions")}
+            assert after == stored and gw.store.one("SELECT COUNT(*) FROM sessions")[0] == 2
+
+
+async def test_agents_list_shows_both_agents_and_both_bots(home: Path, fake_llm: FakeLLM) -> None:
+    async with two_bots() as bots:
+        write_config(home, provider="anthropic", base_url=fake_llm.base_url,
+                     extra=agents_yaml(bots.personal, bots.family))
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert main(["--home", str(home), "agents", "list"]) == 0
+    text = out.getvalue()
+    assert "  home: model anthropic/claude-test (the gateway's); identity agents.home.identity; " \
+           "memory memories/agents/home/ (profiles: own)" in text
+    assert "  family: model anthropic/claude-test" in text and "  main (default):" in text
+    assert "  1. platform telegram, account personal → home" in text
+    assert "  telegram@personal: direct messages → home" in text
+    assert "  telegram@family: direct messages → family" in text
+
+
+@pytest.mark.parametrize("binding, key, message", [
+    ("{agent: work, platform: telegram}", "bindings[0].agent", "no agent named 'work'"),
+    ("{agent: home, platform: telegram, account: kids}", "bindings[0].account", "no telegram account named 'kids'"),
+])
+def test_config_check_names_a_binding_to_nothing_with_file_and_line(home: Path, capsys: pytest.CaptureFixture[str],
+                                                                     binding: str, key: str, message: str) -> None:
+    path = write_config(home, extra=f"""\
+        telegram:
+          accounts:
+            personal: {{token: '{HOME_TOKEN}'}}
+        agents:
+          home: {{identity: hi}}
+        bindings:
+          - {binding}
+        """)
+    assert main(["--home", str(home), "config", "check"]) == 78
+    line = path.read_text().splitlines().index(f"  - {binding}") + 1
+    assert f"{path}:{line}: {key}: {message}" in capsys.readouterr().err
