@@ -7,6 +7,7 @@ arrives as it comes: a `draft` frame (the text so far), then `delta` frames (wha
 The page names each message it sends (a random id), so it can match answers, drafts and errors to it in any order
 (`reply_to`), and a message sent twice (a resend after a dropped connection) is stored once. On connect a tab hears which model answers (or how to configure one) and the
 session so far, failed messages included, which it can send again (`retry_of`).
+A voice reply comes as an `audio` frame after its answer (the page shows a player).
 Files (a picture, a PDF, a recording) are uploaded first (`POST /upload`, streamed to disk and bounded like
 every attachment), then named by their upload ids in the socket message; the core fetches them through `media`
 like any platform's files.
@@ -15,6 +16,7 @@ like any platform's files.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import logging
@@ -33,6 +35,7 @@ from gateway.events import (
     Attachment,
     ChatRef,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -107,6 +110,19 @@ class WebChatAdapter:
             if not ws.closed:
                 await ws.send_str(payload)
         # A closed tab still counts as delivered: the reply is stored and shown in the session history.
+        return mid
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply: the page plays it in an audio player under the answer (the note travels in
+        the frame, so a reload shows the text only)."""
+        self._sent += 1
+        mid = f"web-{self._sent}"
+        src = "data:" + audio.mime_type + ";base64," + base64.b64encode(audio.data).decode()
+        payload = json.dumps({"type": "audio", "id": mid, "reply_to": audio.reply_to_id, "src": src,
+                              "duration": audio.duration_s, "transcript": audio.transcript})
+        for ws in list(self._sockets.get(audio.chat.chat_id, ())):
+            if not ws.closed:
+                await ws.send_str(payload)
         return mid
 
     # ------------------------------------------------------------------ live previews

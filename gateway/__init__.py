@@ -1,8 +1,8 @@
 """agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat.
 
 The packages read top-down as the path of one message; each may import only the ones listed before it (the ones
-on one line are peers, and so are the four of knowledge/, media/, mcp/ and net/); docs/architecture.md has the map,
-tests/test_typing_and_layers.py enforces it:
+on one line are peers, and so are the five of knowledge/, media/, mcp/, net/ and voice/);
+docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it:
 
     events, errors         the vocabulary: normalized messages, the error tree
                            (confusables: the look-alike letters the scan folds)
@@ -13,10 +13,12 @@ tests/test_typing_and_layers.py enforces it:
     store/                 SQLite: schema and migrations, rows, the search index, transcripts
     knowledge/ media/      what the agent knows: memory files, people, skills library, session search;
                            attachments made ready for the model (pictures, documents, voice)
-    mcp/  net/             MCP servers and their tools; the web tools' reach (address guard, fetch, search)
+    mcp/  net/  voice/     MCP servers and their tools; the web tools' reach (address guard, fetch,
+                           search); voice replies: what is spoken, text-to-speech, OGG/Opus
     agent/                 the model ⇄ tools loop and every tool
     prompt/                the three-tier system prompt, platform hints, the stored session prompt
-    delivery/              outbox, rate limits, chunking and markup per platform
+    delivery/  agents/     outbox, rate limits, chunking and markup per platform; each agent's parts
+                           (model, memory, tools, prompt inputs) and the bindings that route to it
     sessions/  access/     the session manager and its lifecycle; the gate and pairing
     scheduling/            scheduled jobs: reminders and recurring runs set up from a chat
     webui/                 the dashboard and the web chat's stored history, for the owner's browser

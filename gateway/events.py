@@ -24,8 +24,8 @@ MAIN_AGENT = "main"  # the agent of a gateway without `agents:` (the top-level s
 
 @dataclass(frozen=True, slots=True)
 class ChatRef:
-    """Where a message lives. Ids are strings whatever the platform uses. `account` is the bot account
-    the chat is reached through (one adapter each): a reply must go out through the same one."""
+    """Where a message lives. Ids are strings whatever the platform uses. `account` is the bot
+    account the chat is reached through (one adapter each): a reply must go out through it."""
 
     platform: str
     chat_type: ChatType
@@ -105,6 +105,7 @@ class OutboundKind(enum.Enum):
     REPLY = "reply"      # the agent's answer to a turn
     NOTICE = "notice"    # a short system line: reset notice, busy notice, command answer
     ERROR = "error"      # one plain sentence when a turn failed
+    VOICE = "voice"      # a spoken copy of a reply, sent after its text (gateway/delivery/voice.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +208,34 @@ class Adapter(Protocol):
     async def send(self, message: OutboundMessage) -> str: ...
 
     async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundAudio:
+    """A voice note: OGG/Opus bytes spoken from a reply whose text was sent before it.
+
+    `waveform` is up to 256 loudness levels (0–255), one per equal slice of the note, for a
+    platform that draws it (Discord). `transcript` is what is spoken (a title where the platform
+    shows one). `key` names the stored row, as `OutboundMessage.key` does.
+    """
+
+    chat: ChatRef
+    data: bytes
+    duration_s: float
+    waveform: bytes = b""
+    transcript: str = ""
+    reply_to_id: str | None = None
+    key: str = ""
+    filename: str = "voice.ogg"
+    mime_type: str = "audio/ogg"
+
+
+@runtime_checkable
+class AudioReplies(Protocol):
+    """Optional ability: send a voice note (Telegram sendVoice, a Discord voice message, a Slack
+    audio file, the web chat's player); returns the platform's message id. Errors as for `send`."""
+
+    async def send_audio(self, audio: OutboundAudio) -> str: ...
 
 
 @runtime_checkable

@@ -57,7 +57,7 @@ def default_text(field: dataclasses.Field[Any]) -> str:
         value = field.default_factory()
     else:
         return "required"
-    if value is None or (isinstance(value, Secret) and not value):  # an empty secret is none (no token)
+    if value is None or (isinstance(value, Secret) and not value):  # an empty secret: no token
         return "none"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -88,8 +88,9 @@ def _placeholder(key_type: Any) -> str:
 
 def reference_rows(cls: type = Config, prefix: str = "",
                    seen: dict[type, str] | None = None) -> list[tuple[str, str, str]]:
-    """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must list them. A
-    section met again (an agent's `model`, a bot account under `accounts`) is one row: "like `model`"."""
+    """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must
+    list them. A section met again (an agent's `model`, a bot account under `accounts`) is one row:
+    "like `model`"."""
     seen = {} if seen is None else seen
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
     rows: list[tuple[str, str, str]] = []
@@ -249,6 +250,8 @@ SLACK_METHOD_SCOPES: dict[str, frozenset[str]] = {
     "users.info": frozenset({"users:read"}),
     "reactions.add": frozenset({"reactions:write"}),
     "reactions.remove": frozenset({"reactions:write"}),
+    # slack_sdk's files_upload_v2: getUploadURLExternal, the upload, completeUploadExternal
+    "files.upload.v2": frozenset({"files:write"}),
 }
 SLACK_EVENT_SCOPES = {"app_mention": "app_mentions:read", "message.channels": "channels:history",
                       "message.groups": "groups:history", "message.im": "im:history", "message.mpim": "mpim:history"}
@@ -263,8 +266,8 @@ def test_slack_manifest_asks_for_the_scope_of_every_method_the_adapter_calls() -
     import yaml
 
     source = _slack_source()
-    called = {m.replace("_", ".") for m in re.findall(rf"client(?:\(\))?\.((?:{_SLACK_FAMILIES})_[A-Za-z_]+)\b",
-                                                       source)}
+    method = rf"client(?:\(\))?\.((?:{_SLACK_FAMILIES})_[A-Za-z0-9_]+)\b"
+    called = {m.replace("_", ".") for m in re.findall(method, source)}
     assert {"chat.postMessage", "chat.startStream", "reactions.add", "conversations.replies"} <= called
     unknown = called - set(SLACK_METHOD_SCOPES)
     assert not unknown, f"the Slack adapter calls {sorted(unknown)}: add their scopes here and to the manifest"

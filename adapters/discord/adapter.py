@@ -47,6 +47,7 @@ from adapters.discord.text import (
     thread_name,
 )
 from adapters.discord.threads import AutoThreads
+from adapters.discord.voice import VoiceNotes
 from gateway.config.settings import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal
 from gateway.events import (
@@ -54,6 +55,7 @@ from gateway.events import (
     Attachment,
     ChatRef,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -105,7 +107,8 @@ class DiscordAdapter:
 
     def __init__(self, config: DiscordConfig, *, guild_ready_timeout: float = GUILD_READY_TIMEOUT_S,
                  monotonic: Callable[[], float] = time.monotonic, catch_up_budget: float = CATCH_UP_BUDGET_S,
-                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY, account: str = DEFAULT_ACCOUNT) -> None:
+                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
         self.account = account  # the bot account (one adapter each): what it hands in names it
         self.guild_ready_timeout = guild_ready_timeout
@@ -121,6 +124,7 @@ class DiscordAdapter:
         self._threads = AutoThreads()  # `thread_replies: auto`: planned on arrival, opened with the answer
         self._outbound = Outbound(self._commands, self._threads)  # replies and "is typing…"
         self._preview = DiscordPreview(self._outbound)  # the answer as it is written: a message edited in place
+        self._voice = VoiceNotes(self._threads)  # voice replies (voice messages)
         self._files = DiscordFiles(config.api_base)  # attachments, streamed from the CDN
         self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
                                         self._channels, monotonic,
@@ -132,7 +136,7 @@ class DiscordAdapter:
         point_library_at(self.config)
         plan = await shard_plan(self.config)  # None: one connection
         client = self._client = self._make_client(plan)
-        self._outbound.client = client
+        self._outbound.client = self._voice.client = client
         self._files.refresh = refresher(client.http)  # expired attachment links, renewed with the bot's token
         tree = self._commands.tree(client)
         try:
@@ -170,7 +174,8 @@ class DiscordAdapter:
         intents.message_content = True  # privileged: without it Discord closes the gateway with 4014
         intents.typing = False
         intents.presences = False
-        options: dict[str, Any] = {"intents": intents, "guild_ready_timeout": self.guild_ready_timeout,
+        wait = self.guild_ready_timeout
+        options: dict[str, Any] = {"intents": intents, "guild_ready_timeout": wait,
                                    "allowed_mentions": discord.AllowedMentions.none()}
         if plan is not None:
             return _ShardedClient(self, shard_count=plan.count, shard_ids=list(plan.ids), **options)
@@ -326,6 +331,10 @@ class DiscordAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""
         return self._outbound.typing(chat)
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply: a voice message, or an audio file where one is refused (in `voice`)."""
+        return await self._voice.send(audio)
 
     @property
     def typing_active(self) -> int:

@@ -1,9 +1,11 @@
-"""Sharding: a bot in many servers connects over several gateway sessions (shards); Discord sends shard N
-the events of the servers with `(guild_id >> 22) % count == N`, and direct messages to shard 0 only.
+"""Sharding: a bot in many servers connects over several gateway sessions (shards); Discord sends
+shard N the events of the servers with `(guild_id >> 22) % count == N`, and direct messages to shard
+0 only.
 
-`discord.shards: auto` asks Discord how many shards it recommends (GET /gateway/bot) and shards, with
-discord.py's AutoShardedClient, when that is more than one; `{count: N, ids: [...]}` runs the listed shards of
-N in this process, so a big bot can be spread over several processes (each with its own home).
+`discord.shards: auto` asks Discord how many shards it recommends (GET /gateway/bot) and shards,
+with discord.py's AutoShardedClient, when that is more than one; `{count: N, ids: [...]}` runs the
+listed shards of N in this process, so a big bot can be spread over several processes (each with its
+own home).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from adapters.discord.text import PLATFORM, TOKEN_HINT
 from gateway.config.settings import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal
 
-log = logging.getLogger("adapters.discord.adapter")  # one logger for the Discord adapter, whichever module speaks
+log = logging.getLogger("adapters.discord.adapter")  # the Discord adapter's one logger
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +37,7 @@ class ShardPlan:
 
 
 async def shard_plan(config: DiscordConfig) -> ShardPlan | None:
-    """None: one connection, as an unsharded bot. With `shards: auto`, what Discord recommends now."""
+    """None: one connection, as an unsharded bot. With `shards: auto`, what Discord recommends."""
     shards = config.shards
     if shards is None:
         return None

@@ -41,6 +41,7 @@ from adapters.telegram.text import (
     sender_name,
     utc,
 )
+from adapters.telegram.voice import send_voice
 from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
@@ -49,6 +50,7 @@ from gateway.events import (
     Attachment,
     ChatRef,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -73,6 +75,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("retry", "Answer your last message again"),
     ("undo", "Forget the last exchange"),
     ("jobs", "Your scheduled jobs (/jobs cancel ID stops one)"),
+    ("voice", "Voice replies in this chat: /voice on or off"),
+    ("model", "List the models, or switch: /model NAME"),
     ("link", "Link this account with yours on another platform"),
     ("help", "List the commands"),
 )
@@ -292,6 +296,10 @@ class TelegramAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """Refresh "typing…" every few seconds while the turn runs; stop the moment it ends."""
         return self._outbound.typing(chat)
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply (sendVoice; in `voice`)."""
+        return await send_voice(self._outbound, audio)
 
     # ------------------------------------------------------------------ live previews (in `preview`)
     def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle:

@@ -20,7 +20,7 @@ from gateway.config.platforms import platform_accounts
 from gateway.config.settings import AccessConfig, Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.outbox import Outbox
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult, command_word
-from gateway.knowledge.people import LOCAL_OWNER, PeopleBook, identity_of
+from gateway.knowledge.people import LOCAL_OWNER, Identity, PeopleBook, identity_of
 from gateway.store.database import Store
 from gateway.store.transcript import encode_inbound
 
@@ -81,7 +81,8 @@ class Rules:
 
 
 def platform_rules(config: Config) -> dict[tuple[str, str], Rules]:
-    """Each bot account's allowlist, by (platform, account): one bot's list lets nobody talk to another."""
+    """Each bot account's allowlist, by (platform, account): one bot's list lets nobody talk to
+    another."""
     rules: dict[tuple[str, str], Rules] = {}
     for name, t in platform_accounts(config.telegram).items():
         assert isinstance(t, TelegramConfig)
@@ -91,11 +92,13 @@ def platform_rules(config: Config) -> dict[tuple[str, str], Rules]:
             chats=frozenset(t.allowed_chats))
     for name, d in platform_accounts(config.discord).items():
         assert isinstance(d, DiscordConfig)
-        rules[("discord", name)] = Rules(user_ids=frozenset(d.allowed_users), roles=frozenset(d.allowed_roles),
-                                         chats=frozenset(d.allowed_channels), spaces=frozenset(d.allowed_guilds))
+        rules[("discord", name)] = Rules(
+            user_ids=frozenset(d.allowed_users), roles=frozenset(d.allowed_roles),
+            chats=frozenset(d.allowed_channels), spaces=frozenset(d.allowed_guilds))
     for name, s in platform_accounts(config.slack).items():
         assert isinstance(s, SlackConfig)
-        rules[("slack", name)] = Rules(user_ids=frozenset(s.allowed_users), chats=frozenset(s.allowed_channels))
+        rules[("slack", name)] = Rules(user_ids=frozenset(s.allowed_users),
+                                       chats=frozenset(s.allowed_channels))
     return rules
 
 
@@ -176,15 +179,20 @@ class AccessGate:
         if person is None or len(person.identities) < 2:
             return False
         for other in person.identities:
-            # on this platform only this bot's list counts; another platform's identity counts on any of its bots
+            # on this platform, this bot's list alone counts; on another, any of its bots' lists
             account = inbound.chat.account if other.platform == platform else None
-            lists = [r for (p, a), r in self.rules.items() if p == other.platform and account in (None, a)]
             if (other.identity == LOCAL_OWNER or is_admin(self.access, other.platform, other.user_id)
-                    or any(other.user_id in r.user_ids or (other.username and _handle(other.username) in r.usernames)
-                           for r in lists)
+                    or self._listed(other, account)
                     or self.pairing.is_approved(other.platform, other.user_id, account)):
                 return True
         return False
+
+    def _listed(self, who: Identity, account: str | None) -> bool:
+        """Is this identity on an allowlist of its platform (`account`'s alone, unless None)?"""
+        handle = _handle(who.username) if who.username else None
+        return any(who.user_id in rules.user_ids or handle in rules.usernames
+                   for (platform, name), rules in self.rules.items()
+                   if platform == who.platform and account in (None, name))
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
@@ -211,7 +219,8 @@ class AccessGate:
             return self._drop(inbound, "unknown user (access.unknown_dm is ignore)")
         chat = inbound.chat
         issued = self.pairing.issue(platform=chat.platform, user_id=inbound.user_id, user_name=inbound.user_name,
-                                    chat_id=chat.chat_id or inbound.user_id, now=self.clock(), account=chat.account)
+                                    chat_id=chat.chat_id or inbound.user_id, now=self.clock(),
+                                    account=chat.account)
         if issued.code is None:
             return self._drop(inbound, _STRANGER_REASONS[issued.status])
         log.info("access: unknown user, pairing code sent platform=%s user=%s chat=%s", chat.platform,
@@ -234,7 +243,8 @@ class AccessGate:
 
     def _hint(self, chat: ChatRef) -> None:
         where = chat.adapter_key
-        if where in self._hinted or not self.rules.get((chat.platform, chat.account), Rules()).is_empty:
+        rules = self.rules.get((chat.platform, chat.account), Rules())
+        if where in self._hinted or not rules.is_empty:
             return
         self._hinted.add(where)
         log.warning("access: %s has no allowed_users, so only admins and approved pairing codes get a turn there "
@@ -260,8 +270,8 @@ class AccessGate:
             reply = approval.describe()
         self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
         if approval is not None and approval.status == "approved" and approval.platform and approval.chat_id:
-            self.outbox.post_soon(f"c{inbound_id}:paired", ChatRef(approval.platform, "dm", approval.chat_id,
-                                                                   account=approval.account), APPROVED_TEXT)
+            paired = ChatRef(approval.platform, "dm", approval.chat_id, account=approval.account)
+            self.outbox.post_soon(f"c{inbound_id}:paired", paired, APPROVED_TEXT)
         return SubmitResult(SubmitOutcome.ACCEPTED if admin else SubmitOutcome.REFUSED, "command")
 
     def store_answered(self, inbound: Inbound) -> int | None:

@@ -56,7 +56,7 @@ class PendingCode:
     chat_id: str
     created_at: datetime
     expires_at: datetime
-    account: str = DEFAULT_ACCOUNT  # the bot account they asked (an approval lets them talk to that bot)
+    account: str = DEFAULT_ACCOUNT  # the bot they asked (an approval lets them talk to that bot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +151,8 @@ class PairingBook:
         return hmac.new(self._key, normalize(code).encode("ascii", "replace"), hashlib.sha256).hexdigest()
 
     # ------------------------------------------------------------------ reads
-    def is_approved(self, platform: str, user_id: str, account: str | None = DEFAULT_ACCOUNT) -> bool:
+    def is_approved(self, platform: str, user_id: str,
+                    account: str | None = DEFAULT_ACCOUNT) -> bool:
         """Approved to talk to that bot account (None: to any of the platform's)."""
         any_account = account is None
         row = self.store.one("SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?"
@@ -170,8 +171,8 @@ class PairingBook:
 
     def approved(self) -> list[ApprovedUser]:
         rows = self.store.all("SELECT * FROM approved_users ORDER BY platform, approved_at")
-        return [ApprovedUser(r["platform"], r["user_id"], r["user_name"], _dt(r["approved_at"]), r["approved_by"],
-                             r["account"]) for r in rows]
+        return [ApprovedUser(r["platform"], r["user_id"], r["user_name"], _dt(r["approved_at"]),
+                             r["approved_by"], r["account"]) for r in rows]
 
     def lockouts(self, now: datetime) -> list[Lockout]:
         rows = self.store.all("SELECT * FROM pairing_lockouts WHERE failures > 0 OR locked_until > ?"
@@ -190,8 +191,8 @@ class PairingBook:
         if self.locked_until(platform, now) is not None:
             return Issued("locked")
         self.store.execute("DELETE FROM pairing WHERE expires_at <= ?", (iso(now - REQUEST_COOLDOWN),))
-        mine = self.store.one("SELECT created_at, expires_at FROM pairing WHERE platform = ? AND account = ?"
-                              " AND user_id = ?", (platform, account, user_id))
+        mine = self.store.one("SELECT created_at, expires_at FROM pairing WHERE platform = ?"
+                              " AND account = ? AND user_id = ?", (platform, account, user_id))
         who = (platform, account, user_id)
         if mine is not None:
             expires = _dt(mine["expires_at"])
@@ -216,16 +217,17 @@ class PairingBook:
         self.store.execute("UPDATE pairing SET expires_at = ? WHERE id = ?", (iso(now), oldest["id"]))
         return True
 
-    def _store_code(self, who: tuple[str, str, str], user_name: str | None, chat_id: str, *, now: datetime,
-                    expires: datetime) -> Issued:
+    def _store_code(self, who: tuple[str, str, str], user_name: str | None, chat_id: str, *,
+                    now: datetime, expires: datetime) -> Issued:
         """`who`: (platform, account, user id)."""
         for _ in range(5):  # a hash collision with another pending code is astronomically rare; retry anyway
             code = new_code()
             try:
                 self.store.execute(
-                    "INSERT INTO pairing (platform, account, user_id, user_name, chat_id, code_hash, created_at,"
-                    " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account, user_id)"
-                    " DO UPDATE SET user_name = excluded.user_name, chat_id = excluded.chat_id,"
+                    "INSERT INTO pairing (platform, account, user_id, user_name, chat_id,"
+                    " code_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (platform, account, user_id) DO UPDATE SET"
+                    " user_name = excluded.user_name, chat_id = excluded.chat_id,"
                     " code_hash = excluded.code_hash, created_at = excluded.created_at,"
                     " expires_at = excluded.expires_at",
                     (*who, user_name, chat_id, self.code_hash(code), iso(now), iso(expires)))
@@ -245,8 +247,8 @@ class PairingBook:
         row = self.store.one("SELECT * FROM pairing WHERE code_hash = ?", (self.code_hash(code),))
         if row is None:
             return self._wrong(now)
-        found = Approval("approved", row["platform"], row["user_id"], row["user_name"], row["chat_id"],
-                         account=row["account"])
+        found = Approval("approved", row["platform"], row["user_id"], row["user_name"],
+                         row["chat_id"], account=row["account"])
         until = self.locked_until(found.platform or "", now)
         if until is not None:
             return Approval("locked", found.platform, found.user_id, found.user_name, found.chat_id, until)
@@ -257,15 +259,17 @@ class PairingBook:
         with self.store.tx() as conn:
             conn.execute("DELETE FROM pairing WHERE id = ?", (row["id"],))
             conn.execute(
-                "INSERT INTO approved_users (platform, account, user_id, user_name, approved_at, approved_by)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account, user_id) DO UPDATE SET"
+                "INSERT INTO approved_users (platform, account, user_id, user_name, approved_at,"
+                " approved_by) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (platform, account, user_id) DO UPDATE SET"
                 " approved_at = excluded.approved_at, approved_by = excluded.approved_by",
                 (row["platform"], row["account"], row["user_id"], row["user_name"], iso(now), by))
             conn.execute("UPDATE pairing_lockouts SET failures = 0 WHERE platform = ?", (row["platform"],))
             if announce:
-                conn.execute("INSERT INTO access_events (kind, platform, user_id, chat_id, detail, created_at,"
-                             " account) VALUES ('approved', ?, ?, ?, ?, ?, ?)",
-                             (row["platform"], row["user_id"], row["chat_id"], by, iso(now), row["account"]))
+                conn.execute("INSERT INTO access_events (kind, platform, user_id, chat_id, detail,"
+                             " created_at, account) VALUES ('approved', ?, ?, ?, ?, ?, ?)",
+                             (row["platform"], row["user_id"], row["chat_id"], by, iso(now),
+                              row["account"]))
         return found
 
     def _wrong(self, now: datetime) -> Approval:
@@ -333,16 +337,16 @@ def render_listing(book: PairingBook, now: datetime) -> str:
     for p in pending:
         name = f" ({p.user_name})" if p.user_name else ""
         left = max(0, _minutes(p.expires_at - now))
-        lines.append(f"  {p.platform}:{p.user_id}{name}{_bot(p.account)}  asked {_hhmm(p.created_at)}, "
-                     f"expires in {left} min")
+        lines.append(f"  {p.platform}:{p.user_id}{name}{_bot(p.account)}  asked "
+                     f"{_hhmm(p.created_at)}, expires in {left} min")
     if not pending:
         lines.append("  none")
     lines.append("Approved users:")
     approved = book.approved()
     for a in approved:
         name = f" ({a.user_name})" if a.user_name else ""
-        lines.append(f"  {a.platform}:{a.user_id}{name}{_bot(a.account)}  approved {_hhmm(a.approved_at)} by "
-                     f"{a.approved_by}")
+        lines.append(f"  {a.platform}:{a.user_id}{name}{_bot(a.account)}  approved "
+                     f"{_hhmm(a.approved_at)} by {a.approved_by}")
     if not approved:
         lines.append("  none")
     for lock in book.lockouts(now):

@@ -18,6 +18,7 @@ from gateway.config.settings import Config
 from gateway.events import MAIN_AGENT, Inbound
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.skills import SkillLibrary
+from gateway.llm.factory import SessionModels
 from gateway.llm.types import LLMClient
 from gateway.prompt.inputs import PromptAssembler
 from gateway.prompt.session_tools import SessionTools
@@ -28,7 +29,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class AgentRuntime:
     """The parts of agent `name`: `config` is its settings (the top-level ones with its changes),
-    `loop` the model ⇄ tools loop over its model and tools, `tools` what its new sessions get."""
+    `loop` the model ⇄ tools loop over its model and tools, `tools` what its new sessions get. `llm`
+    is its model (with `models:`, the one each conversation chose); `own` the client it alone
+    holds."""
 
     name: str
     config: Config
@@ -39,12 +42,20 @@ class AgentRuntime:
     catalog: ToolCatalog
     tools: SessionTools
     prompts: PromptAssembler
+    own: LLMClient | None = None
+
+    async def close(self) -> None:
+        """The clients only this agent holds: its own model, the models /model switched to."""
+        if isinstance(self.llm, SessionModels):
+            await self.llm.close()
+        if self.own is not None:
+            await self.own.close()
 
 
 class Roster:
-    """Every agent's runtime by name, built once each, on first use. An agent no longer in the config
-    (its sessions or jobs outlived a change) still gets one: the top-level settings over its own memory
-    folder, so what it wrote stays its own."""
+    """Every agent's runtime by name, built once each, on first use. An agent no longer in the
+    config (its sessions or jobs outlived a change) still gets one: the top-level settings over its
+    own memory folder, so what it wrote stays its own."""
 
     def __init__(self, build: Callable[[str], AgentRuntime], names: Sequence[str],
                  bindings: Bindings | None = None) -> None:
@@ -63,8 +74,8 @@ class Roster:
         found = self._built.get(name)
         if found is None:
             if name not in self.names:
-                log.warning("agent %r is not configured (any more); its sessions run with the top-level "
-                            "settings and its own memory", name)
+                log.warning("agent %r is not configured (any more); its sessions run with the "
+                            "top-level settings and its own memory", name)
             found = self._built[name] = self._build(name)
         return found
 

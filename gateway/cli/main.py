@@ -11,12 +11,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import agents, checks, init, jobs, pairing, prompt, run, service, sessions, tools, users
+from gateway.cli import checks, init, jobs, pairing, prompt, run, service, sessions, tools, users
 from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_RESTART
 from gateway.errors import ConfigError, GatewayError, HomeLocked, HomeUnusable
 
 # Each module adds its sub-commands with register(sub); the order is the order of `gateway --help`.
-COMMANDS = (init, run, checks, prompt, agents, sessions, jobs, pairing, users, service, tools)
+COMMANDS = (init, run, checks, prompt, sessions, jobs, pairing, users, service, tools)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -53,7 +53,8 @@ def cmd_pairing(args: argparse.Namespace) -> int:
                 print(f"revoked {who_platform}:{who_id}; the running daemon ends their sessions (flushed) and jobs")
         if not revoked:
             print(f"{platform}:{user_id} was not approved by pairing")
-        if any(user_id in r.user_ids for (p, _), r in platform_rules(config).items() if p == platform):
+        lists = [r for (p, _), r in platform_rules(config).items() if p == platform]
+        if any(user_id in r.user_ids for r in lists):
             print(f"note: {user_id} is still in {platform}.allowed_users in config.yaml; remove it there too")
         return EXIT_OK if revoked else EXIT_ERROR
     finally:

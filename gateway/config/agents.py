@@ -35,19 +35,21 @@ def default_agent(config: Config) -> str:
 
 
 def agent_config(config: Config, name: str) -> Config:
-    """The settings agent `name` runs with: the top-level ones with its changes. An agent without an
-    entry (`main` of a single-agent config, or one no longer configured) runs with the top-level ones,
-    the same object, so nothing it builds can differ from a single-agent gateway's."""
+    """The settings agent `name` runs with: the top-level ones with its changes. An agent without
+    an entry (`main` of a single-agent config, or one no longer configured) runs with the top-level
+    ones, the same object, so nothing it builds can differ from a single-agent gateway's."""
     spec = config.agents.get(name)
     if spec is None:
         return config
-    agent = replace(config.agent, system_message=_pick(spec.system_message, config.agent.system_message),
-                    workdir=_pick(spec.workdir, config.agent.workdir),
-                    tools=_pick(spec.tools, config.agent.tools),
-                    tools_by_platform=_pick(spec.tools_by_platform, config.agent.tools_by_platform))
-    sessions = replace(config.sessions, busy=_pick(spec.busy, config.sessions.busy),
-                       busy_by_platform=_pick(spec.busy_by_platform, config.sessions.busy_by_platform))
-    return replace(config, model=_pick(spec.model, config.model), agent=agent, sessions=sessions,
+    top = config.agent
+    agent = replace(top, system_message=_pick(spec.system_message, top.system_message),
+                    workdir=_pick(spec.workdir, top.workdir), tools=_pick(spec.tools, top.tools),
+                    tools_by_platform=_pick(spec.tools_by_platform, top.tools_by_platform))
+    busy = config.sessions
+    sessions = replace(busy, busy=_pick(spec.busy, busy.busy),
+                       busy_by_platform=_pick(spec.busy_by_platform, busy.busy_by_platform))
+    model = config.models.get(spec.model) if isinstance(spec.model, str) else spec.model
+    return replace(config, model=_pick(model, config.model), agent=agent, sessions=sessions,
                    session_reset=_pick(spec.session_reset, config.session_reset),
                    platform_hints={**config.platform_hints, **spec.platform_hints})
 
@@ -78,7 +80,8 @@ class Place:
 
 def place_of(inbound: Inbound) -> Place:
     chat = inbound.chat
-    return Place(chat.platform, chat.account, chat.chat_id, chat.chat_type, chat.thread_id, inbound.space_id)
+    return Place(chat.platform, chat.account, chat.chat_id, chat.chat_type, chat.thread_id,
+                 inbound.space_id)
 
 
 class Bindings:
@@ -117,10 +120,16 @@ def _agent_problems(config: Config) -> Iterator[tuple[str, str]]:
         yield f"agents.{name}.default", f"only one agent can be the default (already {defaults[0]})"
     for name, spec in config.agents.items():
         if not AGENT_NAME.fullmatch(name):
-            yield f"agents.{name}", (f"{name!r} cannot name an agent: use lowercase letters, digits, - "
-                                     "and _ (up to 32)")
+            yield f"agents.{name}", (f"{name!r} cannot name an agent: use lowercase letters, "
+                                     "digits, - and _ (up to 32)")
         if spec.soul is not None and not soul_path(config, name).is_file():
             yield f"agents.{name}.soul", f"no such file: {soul_path(config, name)}"
+        named = [spec.model] if isinstance(spec.model, str) else []
+        for key, wanted in [("model", n) for n in named] + [(f"models[{i}]", n) for i, n in
+                                                                enumerate(spec.models or ())]:
+            if wanted not in config.models:
+                known = ", ".join(config.models) or "none"
+                yield f"agents.{name}.{key}", f"no model named {wanted!r} in models: ({known})"
 
 
 def _binding_problems(config: Config) -> Iterator[tuple[str, str]]:
@@ -131,7 +140,8 @@ def _binding_problems(config: Config) -> Iterator[tuple[str, str]]:
                                            f"{', '.join(agents)})")
         platform = rule.platform
         if platform in CHAT_PLATFORMS and getattr(config, platform) is None:
-            yield f"bindings[{i}].platform", f"{platform} is not configured (no `{platform}:` section)"
+            yield f"bindings[{i}].platform", (f"{platform} is not configured (no `{platform}:` "
+                                              "section)")
         elif platform is not None and rule.account is not None:
             known = list(platform_accounts(getattr(config, platform, None)))
             if rule.account not in known:

@@ -1,9 +1,9 @@
 """The chat platforms' sections: `telegram:`, `discord:`, `slack:`, each one bot account or several.
 
-`XConfig` is one bot account (its token and settings); the section (`XSection`) is that same account,
-the account `default`, plus `accounts:`, more bots of that platform. An account is written with only
-the keys it changes: the others come from the section (gateway/config/accounts.py fills them in
-before loading), except the tokens, which every account brings itself.
+`XConfig` is one bot account (its token and settings); the section (`XSection`) is that same
+account, the account `default`, plus `accounts:`, more bots of that platform. An account is written
+with only the keys it changes: the others come from the section (gateway/config/accounts.py fills
+them in before loading), except the tokens, which every account brings itself.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class TelegramConfig:
 
 @dataclass(frozen=True, slots=True)
 class ShardsConfig:
-    """`discord.shards: {count: N, ids: [...]}`: of the bot's N shards, this process runs `ids` (all of
-    them when unset); another process with the same token runs the others."""
+    """`discord.shards: {count: N, ids: [...]}`: of the bot's N shards, this process runs `ids`
+    (all of them when unset); another process with the same token runs the others."""
 
     count: int = field(metadata=_range(1, 100_000))
     ids: tuple[int, ...] | None = None
@@ -64,11 +64,11 @@ class ShardsConfig:
     def __post_init__(self) -> None:
         ids = self.ids or ()
         if self.ids is not None and not ids:
-            raise KeyProblem("ids", "expected at least one shard id (or leave `ids` out: all of them)")
+            raise KeyProblem("ids", "expected at least one shard id (or leave `ids` out: all)")
         wrong = [i for i in ids if not 0 <= i < self.count]
         if wrong:
-            raise KeyProblem("ids", f"shard ids run from 0 to {self.count - 1} (count {self.count}); "
-                             f"got {wrong}")
+            raise KeyProblem("ids", f"shard ids run from 0 to {self.count - 1} (count "
+                             f"{self.count}); got {wrong}")
         if len(set(ids)) != len(ids):
             raise KeyProblem("ids", "a shard id is listed twice")
 
@@ -119,9 +119,11 @@ class SlackConfig:
         if not self.bot_token:
             return  # a section that only holds `accounts:`; each account is checked on its own
         if self.mode == "socket" and not self.app_token:
-            raise ValueError("slack.app_token is required when mode is socket (set SLACK_APP_TOKEN)")
+            raise ValueError("slack.app_token is required when mode is socket (set "
+                             "SLACK_APP_TOKEN)")
         if self.mode == "http" and not self.signing_secret:
-            raise ValueError("slack.signing_secret is required when mode is http (set SLACK_SIGNING_SECRET)")
+            raise ValueError("slack.signing_secret is required when mode is http (set "
+                             "SLACK_SIGNING_SECRET)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +189,8 @@ def check_accounts(section: TelegramSection | DiscordSection | SlackSection, tok
         raise KeyProblem("accounts", f"two accounts have the same {token_key}: they would be one "
                          "bot; give each account its own")
     if webhook is not None:
-        listeners = [a for a in every.values() if webhook(a)]
-        ports = [(a.listen_host, a.listen_port) for a in listeners if a.listen_port]  # type: ignore[attr-defined]
+        listeners: list[Any] = [a for a in every.values() if webhook(a)]
+        ports = [(a.listen_host, a.listen_port) for a in listeners if a.listen_port]
         if len(set(ports)) != len(ports):
             raise KeyProblem("accounts", "two accounts listen on the same listen_host and "
                              "listen_port: give each its own port")

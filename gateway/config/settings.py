@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import yaml
+
 from gateway.config.accounts import inherit_accounts
 from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.platforms import (
@@ -27,12 +29,13 @@ from gateway.config.platforms import (
 )
 from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
+from gateway.config.voice import VoiceConfig
 from gateway.config.yamlload import KeyProblem, Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
 
-__all__ = ["ChatTypeName", "Config", "DiscordConfig", "MediaConfig", "PlatformName", "Secret", "SlackConfig",
-           "TelegramConfig", "TranscriptionConfig", "default_home", "load_config"]
+__all__ = ["ChatTypeName", "Config", "DiscordConfig", "MediaConfig", "PlatformName", "Secret",
+           "SlackConfig", "TelegramConfig", "TranscriptionConfig", "default_home", "load_config"]
 
 Provider = Literal["anthropic", "openai"]
 ResetMode = Literal["idle", "daily", "both", "none"]
@@ -218,6 +221,7 @@ class WebConfig:
 
 
 _ORIGIN = re.compile(r"https?://[^/\s?#@]+/?")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 
 
 def is_loopback_host(host: str) -> bool:
@@ -265,7 +269,8 @@ class AgentSpec:
     default: bool = False
     soul: Path | None = None
     identity: str | None = None
-    model: ModelConfig | None = None
+    model: ModelConfig | str | None = None  # its own model, or the name of one of `models:`
+    models: tuple[str, ...] | None = None  # of `models:`, those /model switches to here (None: all)
     system_message: str | None = None
     workdir: Path | None = None
     tools: tuple[str, ...] | None = None
@@ -301,6 +306,8 @@ class BindingSpec:
 @dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig | None = None
+    models: dict[str, ModelConfig] = field(default_factory=dict)  # switched to in chat: /model NAME
+    models_switch: Literal["admins", "everyone"] = "admins"
     agent: AgentConfig = field(default_factory=AgentConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     session_reset: SessionResetConfig = field(default_factory=SessionResetConfig)
@@ -317,6 +324,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -347,7 +355,21 @@ def load_config(home: Path, *, env: dict[str, str] | None = None, path: Path | N
     node = read_yaml_file(config_path)
     inherit_accounts(node)  # an account takes its platform's keys it does not set
     loaded: Config = load_dataclass(Config, node, file=str(config_path), env=environ)
+    _check_model_names(node, str(config_path))
     return _with_home(loaded, home)
+
+
+def _check_model_names(node: yaml.Node | None, file: str) -> None:
+    """`models:` names are what /model takes: a word, and never `default` (the main model's)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    models = next((v for k, v in node.value if k.value == "models"), None)
+    for name_node, _ in models.value if isinstance(models, yaml.MappingNode) else ():
+        name = str(name_node.value)
+        if name == "default" or not _MODEL_NAME.fullmatch(name):
+            raise ConfigError(f"{name!r} cannot name a model: use letters, digits, - _ . (up to "
+                              "32; `default` means the main `model`)", file=file,
+                              line=name_node.start_mark.line + 1, key=f"models.{name}")
 
 
 def _with_home(cfg: Config, home: Path) -> Config:

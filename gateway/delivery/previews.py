@@ -46,8 +46,8 @@ class PreviewBook:
         return turn_id in self._parts
 
     def record(self, turn_id: str, index: int, chat: ChatRef, platform_message_id: str) -> None:
-        self.store.put_preview(turn_id, index, chat.platform, chat.chat_id, platform_message_id, now=self.clock(),
-                               account=chat.account)
+        self.store.put_preview(turn_id, index, chat.platform, chat.chat_id, platform_message_id,
+                               now=self.clock(), account=chat.account)
         self._parts.setdefault(turn_id, {})[index] = platform_message_id
 
     def showing(self, turn_id: str, index: int, text: str, entities: object) -> None:

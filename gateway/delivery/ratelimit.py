@@ -139,8 +139,8 @@ class RateLimiter:
 
 
 def _chat_key(chat: ChatRef) -> tuple[str, ...]:
-    # Per chat, not per thread: Slack and Discord count a thread's messages against its channel; and per
-    # bot account, each bot having limits of its own.
+    # Per chat, not per thread: Slack and Discord count a thread's messages against its channel;
+    # and per bot account, each bot having limits of its own.
     return ("chat", chat.platform, chat.chat_id, chat.account)
 
 

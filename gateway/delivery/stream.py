@@ -131,7 +131,8 @@ class AnswerStream:
         self.sleep = sleep
         self.calls = 0  # platform calls made (bench/overhead.py)
         self._key = (self.chat.adapter_key, self.chat.chat_id)  # one bot's pace in the chat
-        book.pacer.track(self._key, style.interval_s, (self.chat.adapter_key, style.scope) if style.scope else None)
+        scope = (self.chat.adapter_key, style.scope) if style.scope else None
+        book.pacer.track(self._key, style.interval_s, scope)
         self._pieces: list[str] = []
         self._renderer = PartialRenderer(facts, raw=style.raw)
         self._tools: list[str] = []

@@ -171,6 +171,10 @@ _OWNED_SQL: Sequence[str] = (
      f" CAST(substr(turn_id, 2) AS INTEGER) IN (SELECT id FROM inbound WHERE session_id IN {_IN_OWNED})"),
     (f"DELETE FROM media_notices WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED} AND"
      " s.chat_type = 'dm' AND s.platform = media_notices.platform AND s.chat_id = media_notices.chat_id)"),
+    (f"DELETE FROM chat_voice WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED}"
+     " AND s.chat_type = 'dm' AND s.platform = chat_voice.platform"
+     " AND s.chat_id = chat_voice.chat_id)"),
+    f"DELETE FROM session_models WHERE key IN (SELECT key FROM sessions WHERE id IN {_IN_OWNED})",
     f"DELETE FROM inbound WHERE session_id IN {_IN_OWNED}",
     f"UPDATE sessions SET parent_id = NULL WHERE parent_id IN {_IN_OWNED}",
     f"DELETE FROM sessions WHERE id IN {_IN_OWNED}",

@@ -261,8 +261,8 @@ class PeopleBook:
             conn.execute("UPDATE identities SET person_id = ?, linked_by = ? WHERE person_id = ?",
                          (keep.id, by, other.id))
             conn.execute("DELETE FROM people WHERE id = ?", (other.id,))
-        for mine, theirs in zip(memory.profiles_everywhere(keep.id), memory.profiles_everywhere(other.id),
-                                strict=False):  # in every agent's folder of profiles
+        kept, merged_in = memory.profiles_everywhere(keep.id), memory.profiles_everywhere(other.id)
+        for mine, theirs in zip(kept, merged_in, strict=False):  # each agent's folder of profiles
             mine.absorb(theirs)
         merged = self.get(keep.id)
         assert merged is not None

@@ -63,9 +63,11 @@ class Skill:
 
 
 class SkillLibrary:
-    """The skills directory of one gateway home (`skills/`), or of one of its agents (`folder`, inside it)."""
+    """The skills directory of one gateway home (`skills/`), or of one of its agents (`folder`,
+    inside it)."""
 
-    def __init__(self, home: Path, *, max_chars: int = MAX_SKILL_CHARS, folder: Path | None = None) -> None:
+    def __init__(self, home: Path, *, max_chars: int = MAX_SKILL_CHARS,
+                 folder: Path | None = None) -> None:
         inside = Path("skills") if folder is None else folder.relative_to(home)
         self.root = home / inside
         # Where every skill file must really be: symbolic links already in the folder (or the folder itself

@@ -93,7 +93,8 @@ class Daemon:
             await gw.jobs.start()
         for adapter in gw.adapters.values():  # threads followed before a restart are followed again (Slack)
             if isinstance(adapter, KnownThreads):
-                adapter.remember_threads(joined_threads(gw.store, adapter.platform, account=account_of(adapter)))
+                threads = joined_threads(gw.store, adapter.platform, account=account_of(adapter))
+                adapter.remember_threads(threads)
         # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
         self._ready()
         # Platforms that never redeliver (Discord) fetch what they missed once each connection is up.

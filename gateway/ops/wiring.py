@@ -13,7 +13,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -26,9 +25,9 @@ from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools, check_tool_names
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.registry import ToolRegistry
-from gateway.agents.build import Shared, SharedTools, build_runtime
+from gateway.agents.build import Shared, SharedTools, roster_for
 from gateway.agents.runtime import Roster
-from gateway.config.agents import Bindings, agent_names, check_agents
+from gateway.config.agents import check_agents
 from gateway.config.media import MEDIA_DIR
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
@@ -37,13 +36,20 @@ from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
+from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, MemberRoles, account_of, adapter_key
+from gateway.events import Adapter, Inbound, MemberRoles, account_of, adapter_key
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.search import SessionSearch
 from gateway.knowledge.skills import SkillLibrary
-from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model, sees_images_client
+from gateway.llm.factory import (
+    SessionModels,
+    UnconfiguredLLM,
+    build_chosen,
+    choose_model,
+    sees_images_client,
+)
 from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
 from gateway.media.prepare import MediaPipeline
@@ -62,7 +68,7 @@ from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
 from gateway.scheduling.runner import JobRunner
 from gateway.scheduling.turn import JobTurn
-from gateway.sessions.commands import Commands
+from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
 from gateway.sessions.lifecycle import Policies
@@ -72,6 +78,7 @@ from gateway.store.database import Store
 from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
+from gateway.voice.speaker import Speaker, tools_problem
 
 log = logging.getLogger(__name__)
 # The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
@@ -110,16 +117,20 @@ class Gateway:
     jobs: JobRunner | None = None
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
     media: AttachmentTurns | None = None
+    models: SessionModels | None = None  # with `models:`: the ones /model switches to
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
-        """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a CLI command)."""
+        """Stop the MCP servers and close the HTTP sessions of the web tools, the agents' own models
+        and the models /model switches to, and the speech service (shutdown, or the end of a CLI
+        command)."""
         for runtime in self.roster.built() if self.roster is not None else ():
-            if runtime.llm is not self.llm:  # an agent's own model
-                await runtime.llm.close()
+            await runtime.close()
+        if self.outbox.voice is not None:
+            await self.outbox.voice.close()
         if self.mcp is not None:
             await self.mcp.stop()
         if self.web is not None:
@@ -128,7 +139,7 @@ class Gateway:
                 await self.web.search.close()
     roles: Roles | None = None
     redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
-    roster: Roster | None = None  # every agent (gateway/agents/); the fields above are the agent main's
+    roster: Roster | None = None  # every agent (gateway/agents/); the fields above are main's
 
     @property
     def people(self) -> PeopleBook:
@@ -150,14 +161,14 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
-    shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic, vision=sees_images_client(llm))
+    shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic,
+                               vision=sees_images_client(llm))
     web = shared_tools.web
     facts = _platform_facts(config)
-    roster = Roster(partial(build_runtime, Shared(config, env, store, clock, facts, llm, shared_tools)),
-                    agent_names(config), Bindings(config))
+    roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
     main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
-    memory, skills, catalog, agent, prompts = main.memory, main.skills, main.catalog, main.loop, main.prompts
-    tools = agent.tools
+    memory, skills, catalog, agent = main.memory, main.skills, main.catalog, main.loop
+    prompts, tools = main.prompts, main.loop.tools
     by_platform: dict[str, Adapter] = {adapter_key(a.platform, account_of(a)): a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
@@ -165,21 +176,24 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
                     limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
                     previews=previews)
+    outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
     media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
-    sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox, adapters=by_platform,
-                                    clock=clock, metrics=metrics, gate=gate, jobs_command=JobsCommand(book),
-                                    roles=roles, streams=streams, media=media)
+    sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox,
+                                    adapters=by_platform, clock=clock, metrics=metrics, gate=gate,
+                                    jobs_command=JobsCommand(book), roles=roles, streams=streams,
+                                    media=media)
     jobs = _jobs(config, book, sessions=sessions, gate=gate)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media, roster=roster)
+                   redact=redactor_for(config, env), media=media, roster=roster,
+                   models=main.llm if isinstance(main.llm, SessionModels) else None)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -194,6 +208,35 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
     except LLMNotConfigured as exc:  # chosen, but it cannot answer: say so by name, not "run gateway init"
         log.warning("%s", exc)
         return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
+
+
+def _voice(config: Config, env: Mapping[str, str], *, store: Store,
+           adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
+           clock: Clock) -> VoiceReplies | None:
+    """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
+    tts = config.voice.tts
+    if tts is None:
+        return None
+    key = env.get(tts.api_key_env) if tts.api_key_env else None
+    if tts.api_key_env and not key:
+        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
+                    "a key", tts.api_key_env)
+    missing = tools_problem(tts)
+    if missing is not None:
+        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
+    speaker = Speaker(config.voice, tts, key)
+    return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts,
+                        clock=clock)
+
+
+def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
+    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
+    person)."""
+    def is_admin(inbound: Inbound) -> bool:
+        person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
+                                      user_name=inbound.user_name, username=inbound.username)
+        return roles.is_admin(person)
+    return is_admin
 
 
 def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
@@ -215,9 +258,9 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
 
 def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, sleep: Sleep,
            monotonic: Callable[[], float], vision: bool) -> tuple[SharedTools, McpHub | None]:
-    """What every agent's tools share: the web tools' clients, the job book, the session search and, with
-    mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as pictures when it
-    sees images (`vision`)."""
+    """What every agent's tools share: the web tools' clients, the job book, the session search
+    and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
+    pictures when it sees images (`vision`)."""
     check_tool_names(config)
     check_agents(config)
     hub = provider = None
@@ -254,17 +297,21 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
               adapters: dict[str, Adapter], clock: Clock, metrics: Metrics, gate: AccessGate,
               jobs_command: JobsCommand, roles: Roles, streams: Streams,
               media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
-    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands; each
-    session's turns, compression and flush run with its own agent's parts (roster)."""
-    compressor = Compressor(roster=roster, store=store, clock=clock,
-                            flush=AgentFlush(roster=roster, store=store, config=config, clock=clock, callers=roles))
-    policies = Policies(config.session_reset, config.sessions.timezone,
-                        {n: s.session_reset for n, s in config.agents.items() if s.session_reset is not None})
-    flusher = Flusher(config=config.memory, store=store, roster=roster, home=config.home, db_path=config.db_path,
-                      clock=clock, callers=roles)
+    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and
+    commands; each session's turns, compression and flush run with its own agent's parts
+    (roster)."""
+    flush = AgentFlush(roster=roster, store=store, config=config, clock=clock, callers=roles)
+    compressor = Compressor(roster=roster, store=store, clock=clock, flush=flush)
+    own = {n: s.session_reset for n, s in config.agents.items() if s.session_reset is not None}
+    policies = Policies(config.session_reset, config.sessions.timezone, own)
+    flusher = Flusher(config=config.memory, store=store, roster=roster, home=config.home,
+                      db_path=config.db_path, clock=clock, callers=roles)
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
+    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock))
+    commands.add("voice", choices.voice)
+    commands.add("model", choices.model)
     sessions = SessionManager(config=config, store=store, roster=roster, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
                               clock=clock, gate=gate, compressor=compressor, metrics=metrics,
@@ -273,16 +320,18 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
     return sessions, lifecycle
 
 
-def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, gate: AccessGate) -> JobRunner | None:
-    """Scheduled jobs: each run is its job's agent's turn, with the run's own tool list (the `cron` platform's,
-    without `schedule` unless allowed); the runner serves the jobs of this process's platforms and asks the same
-    gate about each creator at run time."""
+def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager,
+          gate: AccessGate) -> JobRunner | None:
+    """Scheduled jobs: each run is its job's agent's turn, with the run's own tool list (the `cron`
+    platform's, without `schedule` unless allowed); the runner serves the jobs of this process's
+    platforms and asks the same gate about each creator at run time."""
     if book is None:
         return None
+    turn = JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule)
+    adapters = sessions.adapters
     runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
-                       turn=JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule),
-                       platforms={a.platform for a in sessions.adapters.values()},
-                       members={k: a for k, a in sessions.adapters.items() if isinstance(a, MemberRoles)})
+                       turn=turn, platforms={a.platform for a in adapters.values()},
+                       members={k: a for k, a in adapters.items() if isinstance(a, MemberRoles)})
     book.changed = runner.changed
     return runner
 
@@ -290,8 +339,9 @@ def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, gat
 def _watchdogs(config: Config) -> dict[str, Watchdog]:
     """Per-platform inbound-liveness windows (only adapters that can `ping` are watched)."""
     found: dict[str, Watchdog] = {}
-    for name, slack in platform_accounts(config.slack).items():  # Socket Mode can go silent while "connected"
-        found[adapter_key("slack", name)] = Watchdog(silence=getattr(slack, "liveness_minutes", 5.0) * 60)
+    for name, slack in platform_accounts(config.slack).items():  # Socket Mode: silent, "connected"
+        minutes = getattr(slack, "liveness_minutes", 5.0)
+        found[adapter_key("slack", name)] = Watchdog(silence=minutes * 60)
     return found
 
 

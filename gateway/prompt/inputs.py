@@ -25,11 +25,12 @@ from gateway.prompt.hints import HintOverride, PlatformFacts, resolve_hint
 
 
 class PromptAssembler:
-    """One agent's prompt inputs: its settings, memory and skills, and its identity: `identity` (the text
-    of `agents.<name>.identity`), else the file `soul` (default: the home's SOUL.md)."""
+    """One agent's prompt inputs: its settings, memory and skills, and its identity: `identity`
+    (the text of `agents.<name>.identity`), else the file `soul` (default: the home's SOUL.md)."""
 
     def __init__(self, config: Config, facts: Mapping[str, PlatformFacts], memory: MemoryStore,
-                 skills: SkillLibrary, *, soul: Path | None = None, identity: FileSnapshot | None = None) -> None:
+                 skills: SkillLibrary, *, soul: Path | None = None,
+                 identity: FileSnapshot | None = None) -> None:
         self.config = config
         self.facts = facts
         self.memory = memory

@@ -12,6 +12,7 @@ from typing import Protocol
 from gateway.agent.loop import Agent
 from gateway.agent.tools.registry import Callers
 from gateway.knowledge.memory import NO_VIEW, MemoryView
+from gateway.llm.factory import SessionModels
 from gateway.llm.types import ChatMessage, ToolDef
 from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
@@ -51,10 +52,11 @@ class AgentParts(Protocol):
 
 
 class SessionPrompt:
-    """`parts(name)`: the parts of agent `name`; each session's prompt is built from its own agent's."""
+    """`parts(name)`: the parts of agent `name`; a session's prompt is built from its agent's."""
 
-    def __init__(self, *, store: Store, parts: Callable[[str], AgentParts], clock: Callable[[], datetime],
-                 compressor: ContextCompressor | None = None, callers: Callers | None = None) -> None:
+    def __init__(self, *, store: Store, parts: Callable[[str], AgentParts],
+                 clock: Callable[[], datetime], compressor: ContextCompressor | None = None,
+                 callers: Callers | None = None) -> None:
         self.store = store
         self.callers = callers
         self.parts = parts
@@ -62,8 +64,15 @@ class SessionPrompt:
         self.compressor = compressor
 
     def ensure(self, session: SessionRow) -> str:
-        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change."""
+        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a
+        model change.
+
+        With `models:`, the model the conversation chose (/model) is made the one that answers this
+        turn first (gateway/llm/factory.py SessionModels; each agent has its own): the prompt is
+        then built for it, and a switch rebuilds it."""
         llm = self.parts(session.agent).loop.llm
+        if isinstance(llm, SessionModels):
+            llm.choose(self.store.model_choice(session.key))
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
@@ -84,9 +93,10 @@ class SessionPrompt:
         llm = parts.loop.llm
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
         tools = self._tools_for(session, parts)
-        text = parts.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
-                                   provider=llm.provider, tool_names=tools.names, today=started.date(),
-                                   view=self.callers.view(session) if self.callers is not None else NO_VIEW)
+        view = self.callers.view(session) if self.callers is not None else NO_VIEW
+        text = parts.prompts.build(platform=session.platform, chat_type=session.chat_type,
+                                   model=llm.model, provider=llm.provider, tool_names=tools.names,
+                                   today=started.date(), view=view)
         self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
                                 provider=llm.provider)
         return text
@@ -103,7 +113,8 @@ class SessionPrompt:
         """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
         compressor = self.compressor
         specs = self.parts(session.agent).tools.of(session).specs
-        if compressor is None or not compressor.over_limit(session, prompt, [*history, user_msg], specs):
+        messages = [*history, user_msg]
+        if compressor is None or not compressor.over_limit(session, prompt, messages, specs):
             return prompt, history
         if not await compressor.compress(session, prompt, self.store.history(session.id)):
             return prompt, history

@@ -104,7 +104,7 @@ class JobBook:
 
     def cancel_job(self, origin: Inbound, job_id: int) -> JobRow | None:
         """Cancel one of the sender's active jobs; None when they have no such job."""
-        owner = (origin.chat.platform, origin.user_id, origin.agent)  # and only the agent's own jobs
+        owner = (origin.chat.platform, origin.user_id, origin.agent)  # the agent's own jobs only
         job = self.jobs.job(job_id)
         if job is None or not self.jobs.end_job(job_id, "cancelled", f"cancelled by {owner[0]}:{owner[1]}",
                                                  owner=owner):

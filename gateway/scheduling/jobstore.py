@@ -53,8 +53,8 @@ class JobRow:
 
     @property
     def chat(self) -> ChatRef:
-        return ChatRef(self.platform, self.chat_type, self.chat_id, self.thread_id,  # type: ignore[arg-type]
-                       self.account)
+        chat_type: Any = self.chat_type
+        return ChatRef(self.platform, chat_type, self.chat_id, self.thread_id, self.account)
 
     @property
     def role_ids(self) -> tuple[str, ...]:
@@ -129,12 +129,12 @@ class JobStore:
                 return None
             cur = conn.execute(
                 "INSERT INTO jobs (name, prompt, kind, spec, timezone, platform, chat_type, chat_id, thread_id,"
-                " user_id, user_name, username, space_id, roles, created_at, next_run_at, agent, account) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " user_id, user_name, username, space_id, roles, created_at, next_run_at, agent,"
+                " account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.name, job.prompt, job.kind, job.spec, job.timezone, job.chat.platform, job.chat.chat_type,
                  job.chat.chat_id, job.chat.thread_id, job.user_id, job.user_name, job.username, job.space_id,
-                 json.dumps(list(job.roles)) if job.roles else None, iso(now), iso(job.next_run_at), job.agent,
-                 job.chat.account))
+                 json.dumps(list(job.roles)) if job.roles else None, iso(now),
+                 iso(job.next_run_at), job.agent, job.chat.account))
             job_id = int(cur.lastrowid or 0)
         found = self.job(job_id)
         if found is None:
@@ -149,8 +149,9 @@ class JobStore:
         """A person's jobs (made with `agent` only, when given: one agent never lists another's)."""
         state = "AND state = 'active'" if active_only else ""
         mine = "" if agent is None else "AND agent = ?"
-        rows = self.store.all(f"SELECT * FROM jobs WHERE platform = ? AND user_id = ? {state} {mine} ORDER BY id",
-                              (platform, user_id, *(() if agent is None else (agent,))))
+        args = (platform, user_id) if agent is None else (platform, user_id, agent)
+        rows = self.store.all(f"SELECT * FROM jobs WHERE platform = ? AND user_id = ? {state}"
+                              f" {mine} ORDER BY id", args)
         return [_row(JobRow, r) for r in rows]
 
     def list_jobs(self, *, states: Collection[str] | None = None, limit: int = 200) -> list[JobRow]:
@@ -162,7 +163,8 @@ class JobStore:
         rows = self.store.all(f"SELECT * FROM jobs {where} ORDER BY state != 'active', id LIMIT ?", (*args, limit))
         return [_row(JobRow, r) for r in rows]
 
-    def end_job(self, job_id: int, state: str, reason: str, *, owner: tuple[str, str, str] | None = None) -> bool:
+    def end_job(self, job_id: int, state: str, reason: str, *,
+                owner: tuple[str, str, str] | None = None) -> bool:
         """Take an active job out of service (cancelled by its owner or the operator, stopped by the gateway);
         False when it was not active (or, with `owner`: platform, user id, agent, not theirs)."""
         mine = " AND platform = ? AND user_id = ? AND agent = ?" if owner else ""

@@ -32,11 +32,11 @@ log = logging.getLogger(__name__)
 
 
 def origin_of(job: JobRow, now: datetime) -> Inbound:
-    """The job's creator in its chat (through its bot account, to its agent), as the gate and the tools see a
-    person: what it was made from."""
+    """The job's creator in its chat (through its bot account, to its agent), as the gate and the
+    tools see a person: what it was made from."""
     return Inbound(chat=job.chat, user_id=job.user_id, text="", message_id=f"job{job.id}", received_at=now,
-                   user_name=job.user_name, username=job.username, space_id=job.space_id, roles=job.role_ids,
-                   agent=job.agent)
+                   user_name=job.user_name, username=job.username, space_id=job.space_id,
+                   roles=job.role_ids, agent=job.agent)
 
 
 class RunTools:
@@ -101,8 +101,8 @@ class JobTurn:
         origin, llm = origin_of(job, now), self.parts(job.agent).loop.llm
         session = self.store.create_session(
             key=f"cron:job{job.id}:run{run_id}", platform="cron", chat_type=job.chat_type, chat_id=f"job{job.id}",
-            thread_id=None, user_id=job.user_id, parent_id=None, model=llm.model, provider=llm.provider, now=now,
-            agent=job.agent, account=job.account)
+            thread_id=None, user_id=job.user_id, parent_id=None, model=llm.model,
+            provider=llm.provider, now=now, agent=job.agent, via=job.chat)
         self.jobs.set_run_session(run_id, session.id)
         user_msg: ChatMessage = {"role": "user", "content": text.run_instruction(job, due, now)}
         held: list[LLMReply] = []
@@ -146,8 +146,9 @@ class JobTurn:
         tools = parts.tools.of(self.store.session(session.id))
         timeout = self.manager.roster.get(session.agent).config.agent.turn_timeout_s
         async with asyncio.timeout(timeout):
-            return await parts.loop.run(system=prompt, history=[], user_message=user_msg, ctx=ctx, tools=tools.specs,
-                                        allowed_tools=parts.tools.allowed(tools, session.platform), on_reply=record)
+            allowed = parts.tools.allowed(tools, session.platform)
+            return await parts.loop.run(system=prompt, history=[], user_message=user_msg, ctx=ctx,
+                                        tools=tools.specs, allowed_tools=allowed, on_reply=record)
 
     def _finish(self, job: JobRow, run_id: int, due: datetime, turn_id: str, posted: str, what: str, *,
                 status: str, session: SessionRow, messages: Sequence[ChatMessage], held: list[LLMReply],

@@ -42,13 +42,13 @@ LIMIT ?
 
 def last_seen(store: Store, platform: str, *, since: datetime, upto_row: int | None = None,
               max_chats: int = MAX_CHATS, account: str = DEFAULT_ACCOUNT) -> dict[ChatRef, str]:
-    """Newest stored inbound message id per chat (and thread) of `platform` (as bot `account` saw it) active since
-    `since`, counting only rows up to `upto_row`: what arrived live after the adapter reconnected must not hide the
-    gap before it."""
+    """Newest stored inbound message id per chat (and thread) of `platform` (as bot `account` saw
+    it) active since `since`, counting only rows up to `upto_row`: what arrived live after the
+    adapter reconnected must not hide the gap before it."""
     upto = upto_row if upto_row is not None else _max_row(store)
     rows = store.all(_LAST_SEEN_SQL, (platform, account, iso(since), upto, max_chats))
-    return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"], account): str(r["last"]).strip()
-            for r in rows}
+    return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"], account):
+            str(r["last"]).strip() for r in rows}
 
 
 # The threads the bot took part in: a session of the thread, or a message from it that was taken (the adapter only
@@ -66,9 +66,11 @@ GROUP BY chat_id, thread_id ORDER BY latest DESC LIMIT ?2
 
 def joined_threads(store: Store, platform: str, *, most: int = 4096,
                    account: str = DEFAULT_ACCOUNT) -> list[ChatRef]:
-    """The `most` most recently active threads of `platform` the bot (`account`) took part in, oldest first."""
+    """The `most` most recently active threads of `platform` the bot (`account`) took part in,
+    oldest first."""
     rows = store.all(_THREADS_SQL, (platform, most, account))
-    return [ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"], account) for r in reversed(rows)]
+    return [ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"], account)
+            for r in reversed(rows)]
 
 
 def _max_row(store: Store) -> int:
@@ -100,7 +102,7 @@ class CatchUps:
         watched = self._adapters
 
         async def submit_watched(inbound: Inbound) -> SubmitResult:
-            platform = inbound.chat.adapter_key  # the adapter's name: its platform, and its account if not default
+            platform = inbound.chat.adapter_key  # the adapter's name (its platform and bot account)
             if platform in watched and platform not in self._marks and self._owed(platform):
                 self._marks[platform] = _max_row(self.store)
             return await submit(inbound)
@@ -121,8 +123,9 @@ class CatchUps:
         self._caught_up_at[platform] = health.connected_since if health is not None else None
         mark = self._marks.pop(platform, None)
         try:
-            seen = last_seen(self.store, getattr(adapter, "platform", platform), since=self.clock() - self.window,
-                             upto_row=mark, max_chats=self.max_chats, account=account_of(adapter))
+            seen = last_seen(self.store, getattr(adapter, "platform", platform),
+                             since=self.clock() - self.window, upto_row=mark,
+                             max_chats=self.max_chats, account=account_of(adapter))
             return await adapter.catch_up(seen)
         except Exception:
             log.exception("%s: catching up on missed messages failed", platform)

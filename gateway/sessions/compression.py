@@ -131,8 +131,9 @@ def transcript(rows: Sequence[MessageRow]) -> str:
 class Compressor:
     """Decides when a session's history is too long and replaces its middle with a summary."""
 
-    def __init__(self, *, roster: Roster, store: Store, clock: Clock, flush: DroppedFlush | None = None) -> None:
-        self.roster = roster  # each session's agent: its model's window, its keep_recent, its summary
+    def __init__(self, *, roster: Roster, store: Store, clock: Clock,
+                 flush: DroppedFlush | None = None) -> None:
+        self.roster = roster  # a session's agent: its model's window, its keep_recent, its summary
         self.store = store
         self.clock = clock
         self.flush = flush

@@ -170,9 +170,9 @@ class FlushLedger:
 class Flusher:
     """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of session ids."""
 
-    def __init__(self, *, config: MemoryConfig, store: Store, roster: Roster, home: Path, db_path: Path,
-                 clock: Clock, callers: Callers | None = None, sleep: Sleep = asyncio.sleep,
-                 retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
+    def __init__(self, *, config: MemoryConfig, store: Store, roster: Roster, home: Path,
+                 db_path: Path, clock: Clock, callers: Callers | None = None,
+                 sleep: Sleep = asyncio.sleep, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
         self.callers: Callers | None = callers
         self.config = config
         self.store = store
@@ -332,8 +332,8 @@ class Flusher:
             agent.loop, self.store, session=session, system=session.system_prompt,
             # with its pictures: the same prefix as the session's turns, so the provider's cache still holds
             history=history_messages(self.store.history(session.id), home=self.home),
-            instruction=flush_instruction(agent.memory, ctx.memory), tools=agent.tools, config=self.config,
-            ctx=ctx, clock=self.clock)
+            instruction=flush_instruction(agent.memory, ctx.memory), tools=agent.tools,
+            config=self.config, ctx=ctx, clock=self.clock)
 
 
 def owner_context(callers: Callers | None, session: SessionRow, home: Path, db_path: Path) -> ToolContext:

@@ -169,8 +169,9 @@ class _Boundaries:
 
 
 class Policies:
-    """The configured policies with the zone they are read in; one instance, shared by timers and commands.
-    `by_agent`: an agent's own `session_reset` (agents.<name>.session_reset); the others use `cfg`."""
+    """The configured policies with the zone they are read in; one instance, shared by timers and
+    commands. `by_agent`: an agent's own `session_reset` (agents.<name>.session_reset); the others
+    use `cfg`."""
 
     def __init__(self, cfg: SessionResetConfig, timezone: str | None = None,
                  by_agent: Mapping[str, SessionResetConfig] | None = None) -> None:
@@ -197,8 +198,8 @@ class Policies:
             if policy.daily:
                 bounds = self._bounds.get(policy.at_hour) or self._bounds.setdefault(
                     policy.at_hour, _Boundaries(policy.at_hour, self.tz))
-            fast = self._fast[(agent, platform, chat_type)] = (policy.idle_minutes * 60 if policy.idle else None,
-                                                               bounds)
+            idle_s = policy.idle_minutes * 60 if policy.idle else None
+            fast = self._fast[(agent, platform, chat_type)] = (idle_s, bounds)
         idle, bounds = fast
         daily = bounds.after(last_ts) if bounds is not None else None
         if idle is None:

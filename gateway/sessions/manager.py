@@ -34,7 +34,7 @@ from gateway.events import (
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, SessionPrompt
-from gateway.sessions.keys import platform_per_user, session_key
+from gateway.sessions.keys import busy_policy, inbound_key
 from gateway.sessions.lanes import Lane, Lanes
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage
@@ -65,9 +65,9 @@ class SessionManager:
         self.config = config
         self.callers = callers
         self.store = store
-        self.roster = roster  # every agent's parts and the bindings; a session takes its own agent's
+        self.roster = roster  # every agent's parts, and the bindings; a session takes its agent's
         self.outbox = outbox
-        self.adapters = adapters  # by adapter key: `telegram`, `telegram@family` (a second bot account)
+        self.adapters = adapters  # by adapter key: `telegram`, `telegram@family` (a second bot)
         self.clock = clock
         self.hooks: SessionHooks = hooks or NoLifecycle()
         self.gate = gate
@@ -76,8 +76,8 @@ class SessionManager:
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
-        self._prompt = SessionPrompt(store=store, parts=roster.get, clock=clock, compressor=compressor,
-                                     callers=callers)
+        self._prompt = SessionPrompt(store=store, parts=roster.get, clock=clock,
+                                     compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
@@ -85,16 +85,13 @@ class SessionManager:
 
     # ------------------------------------------------------------------ intake
     def key_for(self, inbound: Inbound) -> str:
-        per_user = self.config.sessions.group_per_user
-        override = platform_per_user(self.config, inbound.chat.platform, inbound.chat.account)
-        return session_key(inbound.chat, inbound.user_id, group_per_user=per_user if override is None else override,
-                           agent=inbound.agent)
+        return inbound_key(self.config, inbound)  # its agent's session, reached by its bot account
 
     async def submit(self, inbound: Inbound) -> SubmitResult:
         """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
         if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
-        inbound = self.roster.route(well_formed(inbound))  # the agent is chosen here, once, and stored
+        inbound = self.roster.route(well_formed(inbound))  # its agent: chosen here, once, stored
         try:
             if self.gate is not None:
                 verdict = await self.gate(inbound)
@@ -146,8 +143,7 @@ class SessionManager:
     async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
         lane = self._lanes.open(key)
         busy = self._lanes.busy(lane)
-        sessions = self.roster.of(inbound).config.sessions  # the agent's busy policy
-        policy = sessions.busy_by_platform.get(inbound.chat.platform, sessions.busy)  # type: ignore[call-overload]
+        policy = busy_policy(self.roster.of(inbound).config, inbound.chat.platform)  # its agent's
         if busy and policy == "interrupt":
             self._lanes.interrupt(lane)
         elif len(lane.queue) >= self.config.sessions.queue_cap:
@@ -180,7 +176,7 @@ class SessionManager:
         session = self.store.create_session(
             key=key, platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id,
             thread_id=chat.thread_id, user_id=inbound.user_id, parent_id=parent.id if parent else None,
-            model=llm.model, provider=llm.provider, now=now, agent=inbound.agent, account=chat.account)
+            model=llm.model, provider=llm.provider, now=now, agent=inbound.agent, via=chat)
         return session, ended_reason
 
     def end_session(self, session: SessionRow, reason: str) -> bool:
@@ -276,6 +272,8 @@ class SessionManager:
         stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
+        if self.outbox.voice is not None:  # its spoken copy, after the text (delivery/voice.py)
+            rows += self.outbox.voice.rows_for(turn, inbound, result.text)
         messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
         try:
             await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
@@ -323,9 +321,10 @@ class SessionManager:
             adapter = self.adapters.get(inbound.chat.adapter_key)
             async with self._typing(adapter, inbound.chat), self._preview(turn, inbound, adapter) as live:
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
-                    return await agent.loop.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
-                                                tools=tools.specs, allowed_tools=allowed, on_reply=record,
-                                                stream=live.sink, on_tool=live.on_tool)
+                    return await agent.loop.run(
+                        system=prompt, history=history, user_message=user_msg, ctx=ctx,
+                        tools=tools.specs, allowed_tools=allowed, on_reply=record,
+                        stream=live.sink, on_tool=live.on_tool)
 
     def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
         return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
@@ -393,7 +392,8 @@ class SessionManager:
         log.info("turn dropped platform=%s turn=%s: its message was deleted (its person was forgotten)",
                  inbound.chat.platform if inbound else "?", turn)
         if inbound is not None and self.streams is not None:  # a preview of the answer comes down too
-            await self.streams.abandon(turn, inbound.chat, self.adapters.get(inbound.chat.adapter_key))
+            adapter = self.adapters.get(inbound.chat.adapter_key)
+            await self.streams.abandon(turn, inbound.chat, adapter)
 
 
 def _model_call(reply: LLMReply) -> ModelCall:

@@ -46,8 +46,8 @@ class StoreOutage:
         return await self.write(lambda: self.store.insert_inbound(
             platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
             platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
-            text=inbound.text, payload=payload, received_at=inbound.received_at, account=chat.account),
-            on_submit=True)
+            text=inbound.text, payload=payload, received_at=inbound.received_at,
+            account=chat.account), on_submit=True)
 
     def not_stored(self, inbound: Inbound, exc: StoreUnavailable) -> None:
         """The message could not be stored: its chat hears so once per outage. The caller re-raises, so an

@@ -4,7 +4,8 @@ A session, a scheduled job and a reply belong to an agent and go through a bot a
 already stored belongs to the agent `main` and the account `default`, so its key, its stored prompt
 and everything else about it stay exactly as they were. An inbound message is told apart from the
 same message seen by another bot in the same chat (Telegram numbers a group's messages once for all
-bots), and a pairing approval lets a person talk to the bot that approved them, not to the others.
+bots), and a pairing approval lets a person talk to the bot that approved them, not to the others;
+a chat's /voice choice is that of the bot it was made with.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ALTER TABLE inbound ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE pairing ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE approved_users ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE access_events ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE chat_voice ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
 """
 
 # (table, the key clause as created, the same key with the account)
@@ -30,7 +32,9 @@ _KEYS = (
     ("inbound", "UNIQUE (platform, chat_id, platform_message_id)",
      "UNIQUE (platform, account, chat_id, platform_message_id)"),
     ("pairing", "UNIQUE (platform, user_id)", "UNIQUE (platform, account, user_id)"),
-    ("approved_users", "PRIMARY KEY (platform, user_id)", "PRIMARY KEY (platform, account, user_id)"),
+    ("approved_users", "PRIMARY KEY (platform, user_id)",
+     "PRIMARY KEY (platform, account, user_id)"),
+    ("chat_voice", "PRIMARY KEY (platform, chat_id)", "PRIMARY KEY (platform, account, chat_id)"),
 )
 
 
@@ -51,7 +55,8 @@ def rekey(conn: sqlite3.Connection, table: str, old: str, new: str) -> None:
         raise sqlite3.OperationalError(f"{table}: expected {old} in its schema")
     indexes = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index'"
                                           " AND tbl_name = ? AND sql IS NOT NULL", (table,))]
-    created = found[0].replace(old, new).replace(f"CREATE TABLE {table}", f"CREATE TABLE {table}_new", 1)
+    created = found[0].replace(old, new).replace(f"CREATE TABLE {table}",
+                                                 f"CREATE TABLE {table}_new", 1)
     columns = ", ".join(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
     conn.execute(created)
     conn.execute(f"INSERT INTO {table}_new ({columns}) SELECT {columns} FROM {table}")

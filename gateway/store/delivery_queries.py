@@ -16,9 +16,10 @@ from gateway.store.rows import InboundRow, OutboundRow, _row, iso
 class DeliveryQueries(Database):
     def insert_inbound(self, *, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
                        platform_message_id: str, user_id: str, user_name: str | None, text: str, payload: str,
-                       received_at: datetime, status: str = "pending", account: str = "default") -> int | None:
-        """Store an inbound message; None when (platform, account, chat, message id) was already stored (a
-        redelivery; two bots in one chat each see the message once)."""
+                       received_at: datetime, status: str = "pending",
+                       account: str = "default") -> int | None:
+        """Store an inbound message; None when (platform, account, chat, message id) was already
+        stored (a redelivery; two bots in one chat each see the message once)."""
         try:
             with self.tx() as conn:
                 cur = conn.execute(
@@ -79,10 +80,12 @@ class DeliveryQueries(Database):
 
     def outbound_chat(self, turn_id: str) -> tuple[str, str, str] | None:
         """(platform, account, chat id) of a recorded reply, None when the turn recorded nothing."""
-        row = self.one("SELECT platform, account, chat_id FROM outbound WHERE turn_id = ? LIMIT 1", (turn_id,))
+        row = self.one("SELECT platform, account, chat_id FROM outbound WHERE turn_id = ? LIMIT 1",
+                       (turn_id,))
         return None if row is None else (row[0], row[1], row[2])
 
-    def next_pending_outbound(self, platform: str, account: str, chat_id: str) -> OutboundRow | None:
+    def next_pending_outbound(self, platform: str, account: str,
+                              chat_id: str) -> OutboundRow | None:
         """The chat's oldest unsent chunk (the chat as one bot account reaches it)."""
         return _row(OutboundRow, self.one("SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"
                                           " AND account = ? AND chat_id = ? ORDER BY id LIMIT 1",
@@ -102,8 +105,9 @@ class DeliveryQueries(Database):
     # ---- live previews: which message shows which part of an answer being written (delivery/previews.py)
     def put_preview(self, turn_id: str, index: int, platform: str, chat_id: str, platform_message_id: str, *,
                     now: datetime, account: str = "default") -> None:
-        self.execute("INSERT INTO previews (turn_id, part_index, platform, chat_id, platform_message_id, created_at,"
-                     " account) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (turn_id, part_index) DO UPDATE SET"
+        self.execute("INSERT INTO previews (turn_id, part_index, platform, chat_id,"
+                     " platform_message_id, created_at, account) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                     " ON CONFLICT (turn_id, part_index) DO UPDATE SET"
                      " platform_message_id = excluded.platform_message_id",
                      (turn_id, index, platform, chat_id, platform_message_id, iso(now), account))
 
@@ -131,7 +135,8 @@ def insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], no
         conn.execute(
             "INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id, thread_id,"
             " kind, text, plain, entities, reply_to_id, created_at, account)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (turn_id, chunk_index) DO NOTHING",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (turn_id, chunk_index) DO NOTHING",
             (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
              r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
              iso(now), r.get("account", "default")))

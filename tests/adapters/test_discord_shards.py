@@ -1,6 +1,7 @@
-"""Discord sharding against the fake: `shards: auto` follows the shard count Discord recommends (GET /gateway/bot)
-with discord.py's AutoShardedClient, and `{count, ids}` runs only some shards in this process. The fake routes
-each server's events to shard `(guild_id >> 22) % count` and direct messages to shard 0, as Discord does."""
+"""Discord sharding against the fake: `shards: auto` follows the shard count Discord recommends
+(GET /gateway/bot) with discord.py's AutoShardedClient, and `{count, ids}` runs only some shards in
+this process. The fake routes each server's events to shard `(guild_id >> 22) % count` and direct
+messages to shard 0, as Discord does."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.fakes.discord import (
     USER_ID,
     FakeDiscord,
     make_guild,
+    make_user,
     patch_discord_urls,
 )
 from tests.fakes.llm import FakeLLM
@@ -31,10 +33,10 @@ SECOND_CHANNEL = "300000000000000002"
 async def sharded_discord(recommended: int) -> AsyncIterator[FakeDiscord]:
     """Two servers, one on each shard of two."""
     members = [{"id": USER_ID, "username": "alice"}, {"id": OTHER_USER_ID, "username": "bob"}]
-    users = [{**m, "discriminator": "0", "global_name": None, "avatar": None, "bot": False, "public_flags": 0}
-             for m in members]
-    guilds = [make_guild(members=users), make_guild(SECOND_GUILD, "Second", channels=(("lobby", SECOND_CHANNEL),),
-                                                    members=users)]
+    users = [make_user(m["id"], m["username"]) for m in members]
+    lobby = (("lobby", SECOND_CHANNEL),)
+    second = make_guild(SECOND_GUILD, "Second", channels=lobby, members=users)
+    guilds = [make_guild(members=users), second]
     fake = FakeDiscord(guilds=guilds, recommended_shards=recommended)
     await fake.start()
     try:
@@ -54,10 +56,11 @@ def shards_of(fake: FakeDiscord) -> dict[str, list[int]]:
     return found
 
 
-async def test_a_recommended_shard_count_of_two_connects_both_shards(home: Path, fake_llm: FakeLLM) -> None:
+async def test_a_recommended_shard_count_of_two_connects_both_shards(home: Path,
+                                                                     fake_llm: FakeLLM) -> None:
     async with sharded_discord(2) as fake, running(home, fake_llm, fake, "  shards: auto\n") as run:
         assert fake.shard_of(GUILD_ID, 2) != fake.shard_of(SECOND_GUILD, 2)
-        assert sorted(i["shard"] for i in fake.identifies) == [[0, 2], [1, 2]]  # both shards IDENTIFY
+        assert sorted(i["shard"] for i in fake.identifies) == [[0, 2], [1, 2]]  # both IDENTIFY
         assert shards_of(fake) == {GUILD_ID: [fake.shard_of(GUILD_ID, 2)],
                                    SECOND_GUILD: [fake.shard_of(SECOND_GUILD, 2)]}
         client = run.adapter._client
@@ -85,10 +88,11 @@ async def test_a_process_runs_only_its_shard_ids(home: Path, fake_llm: FakeLLM) 
         extra = f"  shards:\n    count: 2\n    ids: [{mine}]\n"
         async with running(home, fake_llm, fake, extra) as run:
             assert [i["shard"] for i in fake.identifies] == [[mine, 2]]
-            assert shards_of(fake) == {SECOND_GUILD: [mine]}  # the other server is another process's
+            assert shards_of(fake) == {SECOND_GUILD: [mine]}  # the other server: another process
             await fake.push_message(CHANNEL_ID, f"{MENTION} not mine", mentions=[BOT_ID])
             await fake.push_message(SECOND_CHANNEL, f"{MENTION} mine", mentions=[BOT_ID])
             assert "mine" in (await fake.wait_for_sent(SECOND_CHANNEL)).content
             await run.gw.sessions.wait_idle()
-            assert [t for t in run.inbound_texts() if "mine" in t] == run.inbound_texts()  # never saw the other
+            texts = run.inbound_texts()
+            assert [t for t in texts if "mine" in t] == texts  # it never saw the other one
             assert len(run.inbound_texts()) == 1 and fake.sent_messages(CHANNEL_ID) == []

@@ -115,6 +115,17 @@ def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
 
 
 VOICE_MESSAGE_FLAG = 1 << 13  # a message sent with the mic button carries this flag
+# Voice messages (Discord's message resource): the IS_VOICE_MESSAGE flag, exactly one audio
+# attachment with `duration_secs` and `waveform` (base64, at most 256 bytes), and nothing else: no
+# content, embeds, stickers, components or poll; they cannot be edited; a channel that denies Send
+# Voice Messages refuses them.
+VOICE_ERRORS = {
+    "content": (50159, "Voice messages do not support additional content."),
+    "single": (50160, "Voice messages must have a single audio attachment."),
+    "metadata": (50161, "Voice messages must have supporting metadata."),
+    "edit": (50162, "Voice messages cannot be edited."),
+    "channel": (50173, "Cannot send voice messages in this channel."),
+}
 
 
 STICKER_EXTENSIONS = {1: "png", 2: "png", 3: "json", 4: "gif"}  # format_type: PNG, APNG, LOTTIE, GIF
@@ -213,8 +224,8 @@ class FakeBot:
 
 @dataclass(slots=True)
 class _Session:
-    """One gateway session: a bot's shard [id, count], with its own sequence and the dispatches it was sent
-    (replayed on RESUME)."""
+    """One gateway session: a bot's shard [id, count], with its own sequence and the dispatches it
+    was sent (replayed on RESUME)."""
 
     id: str
     bot: FakeBot
@@ -259,6 +270,7 @@ class FakeDiscord(FakeServer):
             [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]], roles=roles)]
         self.member_roles: dict[str, list[str]] = {}  # user id → role ids they have now (in events and REST)
         self.departed: set[str] = set()  # users who left the guilds: GET member answers 10007
+        self.voice_refused: set[str] = set()  # channels denying Send Voice Messages (refuse_voice)
         self.channels: dict[str, dict[str, Any]] = {c["id"]: dict(c) for g in self.guilds for c in g["channels"]}
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.enabled_privileged_intents = enabled_privileged_intents
@@ -288,7 +300,8 @@ class FakeDiscord(FakeServer):
         self.resumes: list[dict[str, Any]] = []
         self.connections = 0
         self.connection_paths: list[str] = []
-        self.sessions: dict[tuple[str, int, int], _Session] = {}  # (token, shard id, count) → its latest session
+        # (token, shard id, count) → its latest session
+        self.sessions: dict[tuple[str, int, int], _Session] = {}
         self._dm_bots: dict[str, str] = {}  # DM channel → the bot user it is with
         self.resume_replay_from: int | None = None
         self._conns: list[_Conn] = []
@@ -339,9 +352,11 @@ class FakeDiscord(FakeServer):
 
     def add_bot(self, token: str, user_id: str, username: str, *, app_id: str | None = None,
                 guild_ids: Sequence[str] | None = None) -> dict[str, Any]:
-        """Another bot account (its own token, user and application) on this Discord: it is in `guild_ids`
-        (None: every guild), gets its own gateway sessions and posts as itself. Returns its user object."""
-        user = {**make_user(user_id, username, bot=True), "verified": True, "mfa_enabled": False, "flags": 0}
+        """Another bot account (its own token, user and application) on this Discord: it is in
+        `guild_ids` (None: every guild), gets its own gateway sessions and posts as itself. Returns
+        its user object."""
+        user = {**make_user(user_id, username, bot=True), "verified": True, "mfa_enabled": False,
+                "flags": 0}
         self.users[user_id] = user
         self.bots[token] = FakeBot(token, user, app_id or self.new_id(),
                                    None if guild_ids is None else {str(g) for g in guild_ids})
@@ -553,16 +568,16 @@ class FakeDiscord(FakeServer):
         bot = request[_BOT]
         return {"id": bot.app_id, "name": bot.user["username"], "description": "", "icon": None,
                 "bot_public": False, "bot_require_code_grant": False, "verify_key": "00" * 32,
-                "owner": self.users[USER_ID], "flags": 0, "team": None, "summary": "", "rpc_origins": [],
-                "bot": bot.user}
+                "owner": self.users[USER_ID], "flags": 0, "team": None, "summary": "",
+                "rpc_origins": [], "bot": bot.user}
 
     async def _get_gateway(self, request: web.Request, body: Any) -> Any:
         return {"url": self.ws_url}
 
     async def _get_gateway_bot(self, request: web.Request, body: Any) -> Any:
         """The recommended shard count (`recommended_shards`), as Discord answers it for a bot."""
-        return {"url": self.ws_url, "shards": self.recommended_shards,
-                "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}}
+        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        return {"url": self.ws_url, "shards": self.recommended_shards, "session_start_limit": limit}
 
     async def _unknown(self, request: web.Request, body: Any) -> Any:
         raise _ApiError(404, "404: Not Found", 0)
@@ -576,8 +591,8 @@ class FakeDiscord(FakeServer):
     async def _create_dm(self, request: web.Request, body: Any) -> Any:
         recipient, bot = str(body.get("recipient_id")), request[_BOT].user["id"]
         existing = next((c for c in self.channels.values() if c["type"] == 1
-                         and c["recipients"][0]["id"] == recipient and self._dm_bots.get(c["id"], BOT_ID) == bot),
-                        None)
+                         and c["recipients"][0]["id"] == recipient
+                         and self._dm_bots.get(c["id"], BOT_ID) == bot), None)
         if existing:
             return existing
         channel: dict[str, Any] = {"id": self.new_id(), "type": 1, "last_message_id": None,
@@ -605,10 +620,19 @@ class FakeDiscord(FakeServer):
         return {"roles": list(self.member_roles.get(user_id, ())), "joined_at": now_iso(), "deaf": False,
                 "mute": False, "flags": 0}
 
+    def refuse_voice(self, channel_id: str) -> None:
+        """This channel denies the bot Send Voice Messages: a voice message there gets 50173."""
+        self.voice_refused.add(channel_id)
+
+    def voice_messages(self, channel_id: str | None = None) -> list[DiscordMessage]:
+        return [m for m in self.sent_messages(channel_id) if m.flags & VOICE_MESSAGE_FLAG]
+
     async def _post_message(self, request: web.Request, body: Any) -> Any:
         cid = request.match_info["cid"]
         self._channel(cid)
         _check_message(body, require_content=True)
+        if int(body.get("flags") or 0) & VOICE_MESSAGE_FLAG:
+            _check_voice_message(body, refused=cid in self.voice_refused)
         nonce = body.get("nonce")
         if nonce is not None and len(str(nonce)) > MAX_NONCE:
             raise _field_error("nonce", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_NONCE} or fewer in length.")
@@ -633,7 +657,8 @@ class FakeDiscord(FakeServer):
         sent = DiscordMessage(channel_id=cid, id=self.new_id(), content=str(body.get("content") or ""),
                               allowed_mentions=body.get("allowed_mentions"), message_reference=reference,
                               embeds=tuple(body.get("embeds") or ()), files=tuple(body.get("_files") or ()),
-                              via=via, flags=int(body.get("flags") or flags), body=dict(body), author_id=author)
+                              via=via, flags=int(body.get("flags") or flags), body=dict(body),
+                              author_id=author)
         self.sent.append(sent)
         message = self._message_obj(sent)
         self._messages[(cid, sent.id)] = message
@@ -680,7 +705,8 @@ class FakeDiscord(FakeServer):
 
     async def _patch_message(self, request: web.Request, body: Any) -> Any:
         cid, mid = request.match_info["cid"], request.match_info["mid"]
-        return await self._edit(cid, mid, body, echo=self.echo_own_messages, editor=request[_BOT].user["id"])
+        editor = request[_BOT].user["id"]
+        return await self._edit(cid, mid, body, echo=self.echo_own_messages, editor=editor)
 
     async def _edit(self, cid: str, mid: str, body: Mapping[str, Any], echo: bool,
                     editor: str | None = None) -> dict[str, Any]:
@@ -690,6 +716,8 @@ class FakeDiscord(FakeServer):
                       and (editor is None or m.author_id == editor)), None)
         if index is None:
             raise _ApiError(403, "Cannot edit a message authored by another user", 50005)
+        if self.sent[index].flags & VOICE_MESSAGE_FLAG:
+            raise _ApiError(400, VOICE_ERRORS["edit"][1], VOICE_ERRORS["edit"][0])
         _check_message(body, require_content=False)
         old = self.sent[index]
         new = replace(old, content=str(body["content"]) if "content" in body else old.content,
@@ -891,11 +919,12 @@ class FakeDiscord(FakeServer):
                            referenced_message: str | int | Mapping[str, Any] | None = None,
                            author_bot: bool = False, message_id: str | int | None = None,
                            author_name: str | None = None, attachments: Sequence[Mapping[str, Any]] = (),
-                           live: bool = True, flags: int = 0, stickers: Sequence[Mapping[str, Any]] = (),
+                           live: bool = True, flags: int = 0,
+                           stickers: Sequence[Mapping[str, Any]] = (),
                            bot: str | None = None) -> str:
-        """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel, with `bot` (a bot's
-        user id; the first bot's by default). With `live=False` the event only enters the sessions' history, so
-        the client receives it when it next RESUMEs."""
+        """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel, with
+        `bot` (a bot's user id; the first bot's by default). With `live=False` the event only enters
+        the sessions' history, so the client receives it when it next RESUMEs."""
         cid = str(channel_id)
         gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
         author = self._user(str(author_id), author_name, author_bot)
@@ -945,7 +974,7 @@ class FakeDiscord(FakeServer):
         channel = self.channels.get(cid) or {"id": cid, "type": 1}
         payload: dict[str, Any] = {
             "id": iid, "type": 2, "data": data, "channel_id": cid,
-            "application_id": next(b.app_id for b in self.bots.values() if b.user["id"] == (bot or BOT_ID)),
+            "application_id": self._app_of(bot or BOT_ID),
             "channel": {k: v for k, v in channel.items() if k != "recipients"}, "token": token, "version": 1,
             "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
             "authorizing_integration_owners": {"0": gid} if gid else {"1": str(user_id)},
@@ -959,6 +988,9 @@ class FakeDiscord(FakeServer):
         self.interactions[token] = {**payload, "_created": self.clock()}
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid, token
+
+    def _app_of(self, bot_user: str) -> str:
+        return next(b.app_id for b in self.bots.values() if b.user["id"] == bot_user)
 
     def _user(self, user_id: str, name: str | None = None, bot: bool = False) -> dict[str, Any]:
         if user_id not in self.users:
@@ -974,12 +1006,14 @@ class FakeDiscord(FakeServer):
     def _message_obj(self, sent: DiscordMessage) -> dict[str, Any]:
         channel = self.channels.get(sent.channel_id, {})
         message: dict[str, Any] = {
-            "id": sent.id, "channel_id": sent.channel_id, "author": self.users.get(sent.author_id, BOT_USER),
-            "content": sent.content,
+            "id": sent.id, "channel_id": sent.channel_id, "content": sent.content,
+            "author": self.users.get(sent.author_id, BOT_USER),
             "timestamp": now_iso(), "edited_timestamp": None, "tts": False, "mention_everyone": False,
             "mentions": [], "mention_roles": [], "attachments": [
                 {"id": self.new_id(), "filename": f.get("filename"), "size": f.get("size", 0),
-                 "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p"}
+                 "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p",
+                 **{k: f[k] for k in ("content_type", "duration_secs", "waveform")
+                    if f.get(k) is not None}}
                 for f in sent.files],
             "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
             "flags": sent.flags, "components": []}
@@ -995,16 +1029,18 @@ class FakeDiscord(FakeServer):
 
     # -- gateway -------------------------------------------------------------------------------------
     async def dispatch(self, event: str, data: Mapping[str, Any], *, live: bool = True) -> int:
-        """Send an op-0 dispatch to each session that gets it (Discord's routing: a guild's events to the bots in
-        it, on the shard `(guild_id >> 22) % num_shards`; a DM's to its bot's shard 0; an interaction's to its
-        application's bot), with that session's next sequence number; it is kept for RESUME replay. Returns the
-        sequence number of the last session it went to (0: none)."""
+        """Send an op-0 dispatch to each session that gets it (Discord's routing: a guild's events
+        to the bots in it, on the shard `(guild_id >> 22) % num_shards`; a DM's to its bot's shard
+        0; an interaction's to its application's bot), with that session's next sequence number; it
+        is kept for RESUME replay. Returns the sequence number of the last session it went to (0:
+        none)."""
         seq = 0
         for session in [s for s in self.sessions.values() if self._gets(s, data)]:
             seq = await self._send_frame(session, event, data, live=live)
         return seq
 
-    async def _send_frame(self, session: _Session, event: str, data: Mapping[str, Any], *, live: bool = True) -> int:
+    async def _send_frame(self, session: _Session, event: str, data: Mapping[str, Any], *,
+                          live: bool = True) -> int:
         session.seq += 1
         frame = {"op": 0, "t": event, "s": session.seq, "d": dict(data)}
         session.history.append(frame)
@@ -1091,10 +1127,11 @@ class FakeDiscord(FakeServer):
         self.sessions[(bot.token, *shard)] = session
         conn.session, conn.live = session, True
         await self._send_frame(session, "READY", {
-            "v": 10, "user": bot.user, "session_id": session.id, "resume_gateway_url": self.resume_url,
-            "shard": list(shard), "guilds": [{"id": g["id"], "unavailable": True} for g in guilds],
-            "application": {"id": bot.app_id, "flags": 0}, "private_channels": [], "relationships": [],
-            "user_settings": {}, "presences": []})
+            "v": 10, "user": bot.user, "session_id": session.id,
+            "resume_gateway_url": self.resume_url, "shard": list(shard),
+            "guilds": [{"id": g["id"], "unavailable": True} for g in guilds],
+            "application": {"id": bot.app_id, "flags": 0}, "private_channels": [],
+            "relationships": [], "user_settings": {}, "presences": []})
         for guild in guilds:
             await self._send_frame(session, "GUILD_CREATE", guild)
 
@@ -1164,11 +1201,46 @@ async def _read_body(request: web.Request) -> Any:
     if request.content_type.startswith("multipart/"):
         form = await request.post()
         body = json.loads(str(form.get("payload_json") or "{}"))
-        body["_files"] = [{"field": k, "filename": v.filename, "size": len(v.file.read())}
-                          for k, v in form.items() if isinstance(v, web.FileField)]
+        files = [(k, v) for k, v in form.items() if isinstance(v, web.FileField)]
+        described = {str(a.get("id")): a for a in body.get("attachments") or ()
+                     if isinstance(a, dict)}
+        body["_files"] = []
+        for field_name, upload in files:
+            data = upload.file.read()
+            about = described.get(field_name.removeprefix("files[").removesuffix("]"), {})
+            body["_files"].append({"field": field_name, "filename": upload.filename,
+                                   "size": len(data), "data": data,
+                                   "content_type": upload.content_type,
+                                   "duration_secs": about.get("duration_secs"),
+                                   "waveform": about.get("waveform")})
         return body
     raw = await request.read()
     return json.loads(raw) if raw else {}
+
+
+def _check_voice_message(body: Mapping[str, Any], *, refused: bool) -> None:
+    def fail(rule: str) -> _ApiError:
+        code, message = VOICE_ERRORS[rule]
+        return _ApiError(403 if rule == "channel" else 400, message, code)
+
+    if refused:
+        raise fail("channel")
+    if any(body.get(k) for k in ("content", "embeds", "sticker_ids", "components", "poll")):
+        raise fail("content")
+    files = body.get("_files") or []
+    if len(files) != 1 or not _is_audio(files[0]):
+        raise fail("single")
+    waveform = files[0].get("waveform")
+    if files[0].get("duration_secs") is None or not waveform:
+        raise fail("metadata")
+    if len(base64.b64decode(waveform)) > 256:
+        raise fail("metadata")
+
+
+def _is_audio(upload: Mapping[str, Any]) -> bool:
+    data = upload.get("data") or b""
+    declared = str(upload.get("content_type", ""))
+    return data.startswith((b"OggS", b"ID3", b"RIFF", b"fLaC")) or declared.startswith("audio/")
 
 
 def _check_message(body: Mapping[str, Any], require_content: bool) -> None:
