@@ -89,8 +89,8 @@ def _placeholder(key_type: Any) -> str:
 def reference_rows(cls: type = Config, prefix: str = "",
                    seen: dict[type, str] | None = None) -> list[tuple[str, str, str]]:
     """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must
-    list them. A section met again (an agent's `model`, a bot account under `accounts`) is one row:
-    "like `model`"."""
+    list them. A section an agent or a bot account repeats (an agent's `model`, `telegram.accounts`)
+    is one row: "like `model`"."""
     seen = {} if seen is None else seen
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
     rows: list[tuple[str, str, str]] = []
@@ -131,20 +131,27 @@ def _entries(tp: Any, key: str, seen: dict[type, str]) -> list[tuple[str, str, s
     inner = _dataclass_in(value_type)
     if inner is None:
         return [(entry, type_text(value_type), "none")]
-    known = next((k for c, k in seen.items() if issubclass(c, inner)), None)
+    known = _repeated(inner, entry, seen)
     if known is not None:
         return [(entry, f"like `{known}`", "none")]
-    seen[inner] = entry
+    seen.setdefault(inner, entry)
     return reference_rows(inner, f"{entry}.", seen)
 
 
 def _section(nested: type, key: str, field: dataclasses.Field[Any],
              seen: dict[type, str]) -> list[tuple[str, str, str]]:
-    known = next((k for c, k in seen.items() if issubclass(c, nested)), None)
+    known = _repeated(nested, key, seen)
     if known is not None:
         return [(key, f"like `{known}`", default_text(field))]
-    seen[nested] = key
+    seen.setdefault(nested, key)
     return reference_rows(nested, f"{key}.", seen)
+
+
+def _repeated(cls: type, key: str, seen: dict[type, str]) -> str | None:
+    """Where a section met again under `agents` or `<platform>.accounts` was documented first."""
+    if not key.startswith("agents.") and ".accounts." not in key:
+        return None
+    return next((k for c, k in seen.items() if issubclass(c, cls)), None)
 
 
 def documented_rows(text: str) -> list[tuple[str, str, str, str]]:
@@ -345,7 +352,7 @@ class _AnyEnv(dict[str, str]):
     """Every `${VAR}` an example names is set (to a token-shaped value)."""
 
     def __missing__(self, key: str) -> str:
-        return "x" * 40
+        return key.lower().ljust(40, "x")  # two tokens of an example differ, as two bots' do
 
     def __contains__(self, key: object) -> bool:
         return True
