@@ -49,6 +49,7 @@ class TelegramConfig:
     polling_timeout: int = field(default=30, metadata=_range(0, 60))
 
     def __post_init__(self) -> None:
+        _own_token(self, TelegramConfig, "token")
         if self.token and self.mode == "webhook" and not self.webhook_url:
             raise ValueError("telegram.webhook_url is required when mode is webhook")
 
@@ -94,6 +95,9 @@ class DiscordConfig:
     gateway_url: str | None = None
     shards: Literal["auto"] | ShardsConfig | None = None
 
+    def __post_init__(self) -> None:
+        _own_token(self, DiscordConfig, "token")
+
 
 @dataclass(frozen=True, slots=True)
 class SlackConfig:
@@ -116,6 +120,7 @@ class SlackConfig:
     answer_bots: bool = False
 
     def __post_init__(self) -> None:
+        _own_token(self, SlackConfig, "bot_token")
         if not self.bot_token:
             return  # a section that only holds `accounts:`; each account is checked on its own
         if self.mode == "socket" and not self.app_token:
@@ -163,6 +168,12 @@ def platform_accounts(section: TelegramSection | DiscordSection | SlackSection |
         found[DEFAULT_ACCOUNT] = replace(cast(Any, section), accounts={})
     found.update(section.accounts)
     return found
+
+
+def _own_token(account: object, kind: type, token_key: str) -> None:
+    """An account under `accounts:` brings its own token (the section may go without one)."""
+    if type(account) is kind and not _token(account):
+        raise KeyProblem(token_key, "required key is missing")
 
 
 def _token(account: object) -> str:
