@@ -62,8 +62,8 @@ class Two:
 
 
 @asynccontextmanager
-async def two_agents(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Two]:
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=CONFIG)
+async def two_agents(home: Path, fake_llm: FakeLLM, config: str = CONFIG) -> AsyncIterator[Two]:
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=config)
     bots = {name: Bot(name) for name in ("default", "family")}
     clock = FakeClock()
     gw = gateway_for(home, list(bots.values()), clock=clock)
@@ -79,6 +79,11 @@ async def two_agents(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Two]:
         await gw.lifecycle.stop(0)
         await gw.llm.close()
         gw.store.close()
+
+
+def system_text(fake_llm: FakeLLM) -> str:
+    """The system prompt of the last request the model was sent."""
+    return "".join(block["text"] for block in fake_llm.anthropic_requests()[-1]["system"])
 
 
 def last_tool_result(fake_llm: FakeLLM) -> str:
@@ -118,8 +123,7 @@ async def test_a_job_stays_with_its_agent_and_posts_through_its_account(home: Pa
         assert await fire_jobs(two.gw)
         posted = f"⏰ plants (job #{job['id']})\n\nTime to water the plants!"
         assert two.texts("family")[-1] == posted and posted not in two.texts("default")
-        system = fake_llm.anthropic_requests()[-1]["system"]
-        assert "You are Hearth." in str(system)  # the run is the agent `home`'s turn
+        assert "You are Hearth." in system_text(fake_llm)  # the run is the agent `home`'s turn
         cron = two.gw.store.one("SELECT agent, account FROM sessions WHERE platform = 'cron'")
         assert cron is not None and tuple(cron) == ("home", "family")
 
@@ -155,9 +159,9 @@ async def test_each_agent_has_its_own_skills(home: Path, fake_llm: FakeLLM) -> N
         fake_llm.script(Reply("Hello."))
         await two.say("family", "/new")
         await two.say("family", "hello")
-        assert "watering" in str(fake_llm.anthropic_requests()[-1]["system"])
+        assert "watering" in system_text(fake_llm)
         await two.say("default", "hello")
-        assert "watering" not in str(fake_llm.anthropic_requests()[-1]["system"])
+        assert "watering" not in system_text(fake_llm)
 
 
 CODE = re.compile(rf"\b([{ALPHABET}]{{{CODE_LENGTH}}})\b")
@@ -184,3 +188,18 @@ async def test_a_user_paired_with_one_bot_is_a_stranger_to_the_other(home: Path,
         assert two.texts("family")[-1] == "Hello, 8."
         result = await two.say("default", "hello", user="8")
         assert result == SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
+
+
+async def test_with_memory_shared_a_profile_is_one_for_both_agents(home: Path,
+                                                                   fake_llm: FakeLLM) -> None:
+    shared = CONFIG.replace("home: {identity: You are Hearth.}",
+                            "home: {identity: You are Hearth., memory: shared}")
+    async with two_agents(home, fake_llm, shared) as two:
+        save = {"action": "add", "target": "user", "content": "Ann's fern is called Fred."}
+        fake_llm.script(ToolCall("memory", save), Reply("Noted."))
+        await two.say("family", "remember: my fern is Fred")
+        profiles = [p.relative_to(home).as_posix() for p in home.rglob("people/*.md")]
+        assert profiles == ["memories/people/1.md"]  # the home's profiles, not the agent's own
+        fake_llm.script(Reply("Fred."))
+        await two.say("default", "what is my fern called?")
+        assert "Ann's fern is called Fred." in system_text(fake_llm)  # main reads it too
