@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Same rank = peers that must not import each other. docs/architecture.md draws the same map.
 LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
-    "scan": 1, "config": 1, "telemetry": 2, "llm": 3, "store": 4, "knowledge": 5, "mcp": 5, "net": 5, "media": 5,
-    "voice": 5,
+    "scan": 1, "config": 1, "telemetry": 2, "worker": 2, "llm": 3, "store": 4,
+    "knowledge": 5, "mcp": 5, "net": 5, "media": 5, "voice": 5,
     "agent": 6, "prompt": 7, "delivery": 8, "agents": 8,
     "sessions": 9, "access": 9, "scheduling": 10, "webui": 11, "ops": 12, "cli": 13,
 }
@@ -38,7 +38,8 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content", "vet"), "link", "hub"],
-    "net": [("guard", "pages"), "fetch", ("extract", "search")],
+    "worker": ["wire", ("child", "parent")],
+    "net": [("guard", "pages", "readable"), "fetch", ("extract", "search")],
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "voice": [("speech", "process"), ("encode", "tts"), "speaker"],
     "agent": ["tools", "loop"],

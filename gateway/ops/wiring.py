@@ -79,6 +79,7 @@ from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
 from gateway.voice.speaker import Speaker, tools_problem
+from gateway.worker.parent import Worker
 
 log = logging.getLogger(__name__)
 # The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
@@ -118,6 +119,7 @@ class Gateway:
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
+    worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -137,6 +139,8 @@ class Gateway:
             await self.web.client.close()
             if self.web.search is not None:
                 await self.web.search.close()
+        if self.worker is not None:
+            await self.worker.close()
     roles: Roles | None = None
     redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
     roster: Roster | None = None  # every agent (gateway/agents/); the fields above are main's
@@ -161,8 +165,9 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
+    worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic,
-                               vision=sees_images_client(llm))
+                               vision=sees_images_client(llm), worker=worker)
     web = shared_tools.web
     facts = _platform_facts(config)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
@@ -182,7 +187,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
+    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
+                   sleep=sleep, worker=worker)
     sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox,
                                     adapters=by_platform, clock=clock, metrics=metrics, gate=gate,
                                     jobs_command=JobsCommand(book), roles=roles, streams=streams,
@@ -193,7 +199,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
                    redact=redactor_for(config, env), media=media, roster=roster,
-                   models=main.llm if isinstance(main.llm, SessionModels) else None)
+                   models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -239,8 +245,9 @@ def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
     return is_admin
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
-           clock: Clock, sleep: Sleep) -> AttachmentTurns:
+def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient,
+           adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
+           worker: Worker) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
     album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
     stt = config.media.transcription
@@ -251,13 +258,14 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber,
-                             sleep=sleep)
+    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm),
+                             transcriber=transcriber, sleep=sleep, worker=worker)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, sleep: Sleep,
-           monotonic: Callable[[], float], vision: bool) -> tuple[SharedTools, McpHub | None]:
+           monotonic: Callable[[], float], vision: bool,
+           worker: Worker) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
     pictures when it sees images (`vision`)."""
@@ -266,14 +274,17 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, slee
     hub = provider = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes)
-    return SharedTools(_web_tools(config, env, monotonic), jobs, SessionSearch(), provider), hub
+        provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
+                            worker=worker)
+    web = _web_tools(config, env, monotonic, worker)
+    return SharedTools(web, jobs, SessionSearch(), provider), hub
 
 
-def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float]) -> WebTools:
+def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],
+               worker: Worker) -> WebTools:
     fetch = config.tools.web_fetch
-    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes, timeout_s=fetch.timeout_s,
-                       max_redirects=fetch.max_redirects)
+    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes,
+                       timeout_s=fetch.timeout_s, max_redirects=fetch.max_redirects, worker=worker)
     found = config.tools.web_search
     search = None
     if found is not None:
