@@ -178,6 +178,9 @@ def test_without_agents_everything_is_main(home: Path) -> None:
     case("bindings[0].platform: discord is not configured",
          "bindings:", "  - {agent: main, platform: discord}" + HERE),
     case("bindings[0].agent: no agent named 'wrok'", "bindings:", "  - {agent: wrok}" + HERE),
+    case("bindings[0].account: no telegram account named 'famly' (accounts: default, family)",
+         "telegram:", "  token: ${T1}", "  accounts:", "    family: {token: '${T2}'}", "bindings:",
+         "  - {agent: main, platform: telegram, account: famly}" + HERE),
     case("agents.Work: 'Work' cannot name an agent", "agents:", "  Work: {identity: hi}" + HERE),
 ])
 def test_agent_and_binding_mistakes_are_named_with_their_line(home: Path, text: str,
