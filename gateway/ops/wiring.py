@@ -28,7 +28,6 @@ from gateway.agent.tools.registry import ToolRegistry
 from gateway.agents.build import Shared, SharedTools, roster_for
 from gateway.agents.runtime import Roster
 from gateway.config.agents import check_agents
-from gateway.config.media import MEDIA_DIR
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.outbox import Backoff, Outbox
@@ -39,6 +38,7 @@ from gateway.delivery.stream import Streams
 from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter, Inbound, MemberRoles, account_of, adapter_key
+from gateway.knowledge.forget import web_uploads
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.search import SessionSearch
@@ -365,7 +365,7 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
     limits = Limits(max_connections=config.daemon.max_connections)
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
-        found.append(WebChatAdapter(uploads=config.home / MEDIA_DIR / "uploads",
+        found.append(WebChatAdapter(uploads=web_uploads(config.home),
                                     max_upload_bytes=config.media.max_bytes))
     for name, tg in platform_accounts(config.telegram).items():  # one adapter per bot account
         from adapters.telegram.adapter import TelegramAdapter
