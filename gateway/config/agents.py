@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from gateway.config.platforms import ACCOUNT_NAME, platform_accounts
-from gateway.config.settings import BindingSpec, Config
+from gateway.config.platforms import ACCOUNT_NAME, BindingSpec, platform_accounts
+from gateway.config.settings import Config
 from gateway.config.yamlload import locate
 from gateway.errors import ConfigError, ConfigErrors
 from gateway.events import MAIN_AGENT, Inbound

@@ -21,6 +21,23 @@ ChatTypeName = Literal["dm", "group", "channel"]
 ACCOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 
 
+@dataclass(frozen=True, slots=True)
+class BindingSpec:
+    """One of `bindings:` (first match wins): traffic that matches every key set here goes to
+    `agent`. `chat` is a chat, channel or thread id; `space` a Discord server or Slack workspace."""
+
+    agent: str
+    platform: PlatformName | None = None
+    account: str | None = None
+    chat: str | None = None
+    chat_type: ChatTypeName | None = None
+    space: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.account is not None and self.platform is None:
+            raise KeyProblem("account", "an account belongs to a platform: set `platform` too")
+
+
 NO_TOKEN = Secret("")  # a section that only holds `accounts:` has no token of its own
 
 

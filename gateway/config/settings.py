@@ -19,6 +19,7 @@ import yaml
 from gateway.config.accounts import inherit_accounts
 from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.platforms import (
+    BindingSpec,
     ChatTypeName,
     DiscordConfig,
     DiscordSection,
@@ -309,23 +310,6 @@ class AgentSpec:
     def __post_init__(self) -> None:
         if self.soul is not None and self.identity is not None:
             raise KeyProblem("identity", "give `soul` (a file) or `identity` (the text), not both")
-
-
-@dataclass(frozen=True, slots=True)
-class BindingSpec:
-    """One of `bindings:` (first match wins): traffic that matches every key set here goes to
-    `agent`. `chat` is a chat, channel or thread id; `space` a Discord server or Slack workspace."""
-
-    agent: str
-    platform: PlatformName | None = None
-    account: str | None = None
-    chat: str | None = None
-    chat_type: ChatTypeName | None = None
-    space: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.account is not None and self.platform is None:
-            raise KeyProblem("account", "an account belongs to a platform: set `platform` too")
 
 
 @dataclass(frozen=True, slots=True)
