@@ -30,9 +30,11 @@ HOME_IDENTITY = "You are Quill, Alice's own assistant for her work and private l
 FAMILY_IDENTITY = "You are Hearth, the assistant the whole family shares."
 
 
-def agents_yaml(personal: FakeTelegram, family: FakeTelegram, extra: str = "") -> str:
+def agents_yaml(personal: FakeTelegram, family: FakeTelegram, extra: str = "",
+                home_keys: str = "", family_keys: str = "") -> str:
     """Two bot accounts (the platform's settings apply to both; each has its own token and
-    api_server, as each bot is its own fake) bound to two agents; the family bot lets Bob in too."""
+    api_server, as each bot is its own fake) bound to two agents; the family bot lets Bob in too.
+    `home_keys` and `family_keys` are more lines of each agent's settings."""
     return f"""\
 web:
   enabled: false
@@ -50,9 +52,9 @@ telegram:
 agents:
   home:
     identity: {HOME_IDENTITY}
-  family:
+{home_keys}  family:
     identity: {FAMILY_IDENTITY}
-bindings:
+{family_keys}bindings:
   - {{agent: home, platform: telegram, account: personal}}
   - {{agent: family, platform: telegram, account: family}}
 {extra}"""
@@ -78,9 +80,10 @@ async def two_bots() -> AsyncIterator[Bots]:
 
 
 @asynccontextmanager
-async def running(home: Path, llm: FakeLLM, bots: Bots) -> AsyncIterator[Gateway]:
+async def running(home: Path, llm: FakeLLM, bots: Bots, *extra: str) -> AsyncIterator[Gateway]:
+    """The daemon with the two bots; `extra`: agents_yaml's more settings."""
     write_config(home, provider="anthropic", base_url=llm.base_url,
-                 extra=agents_yaml(bots.personal, bots.family))
+                 extra=agents_yaml(bots.personal, bots.family, *extra))
     config = load_config(home, env={})
     virtual = VirtualTime()
     bots.personal.clock = bots.family.clock = virtual.monotonic
@@ -184,6 +187,43 @@ async def test_agents_list_shows_both_agents_and_both_bots(home: Path, fake_llm:
     assert "  1. platform telegram, account personal → home" in text
     assert "  telegram@personal: direct messages → home" in text
     assert "  telegram@family: direct messages → family" in text
+
+
+def models_yaml(llm: FakeLLM) -> str:
+    """Two more models; the agent `home` may switch to `fast` only, `family` to `cheap` only."""
+    model = ("    provider: openai\n    base_url: {url}\n    api_key: test-key\n"
+             "    max_retries: 0\n").format(url=llm.openai_base_url)
+    return (f"access:\n  admins: ['telegram:{ALICE}']\n"
+            f"models:\n  fast:\n    name: gpt-fast\n{model}  cheap:\n    name: gpt-cheap\n{model}"
+            "voice:\n  replies: never\n  tts:\n    provider: espeak\n")
+
+
+async def test_model_and_voice_choices_stay_with_their_bot_and_agent(home: Path,
+                                                                    fake_llm: FakeLLM) -> None:
+    extra = (models_yaml(fake_llm), "    models: [fast]\n", "    models: [cheap]\n")
+    async with two_bots() as bots, running(home, fake_llm, bots, *extra) as gw:
+        listed = await say(gw, bots.personal, "/model")
+        assert "• fast: gpt-fast (openai)" in listed and "cheap" not in listed
+        listed = await say(gw, bots.family, "/model")
+        assert "• cheap: gpt-cheap (openai)" in listed and "fast" not in listed
+        assert await say(gw, bots.family, "/model fast") == (
+            "There is no model called 'fast' here.\n" + listed)
+        assert (await say(gw, bots.personal, "/model fast")).startswith("Switched to fast")
+        assert await say(gw, bots.personal, "now?") == "echo: now? [users=1]"
+        assert [r["model"] for r in fake_llm.openai_requests()] == ["gpt-fast"]
+        await say(gw, bots.family, "and you?")  # the other agent's conversation kept its model
+        assert fake_llm.anthropic_requests()[-1]["model"] == "claude-test"
+        assert len(fake_llm.openai_requests()) == 1
+
+        assert (await say(gw, bots.family, "/voice on")).startswith("Voice replies are on")
+        await say(gw, bots.family, "speak")
+        await bots.family.wait_until(lambda: len(bots.family.voice_notes(ALICE)) == 1)
+        assert (await say(gw, bots.personal, "/voice")).startswith(
+            "Voice replies follow the gateway's setting: answers come as text only.")
+        await say(gw, bots.personal, "quiet")
+        assert bots.personal.voice_notes() == []  # the other bot in the same chat stays text
+        rows = gw.store.all("SELECT platform, account, chat_id, mode FROM chat_voice")
+        assert [tuple(r) for r in rows] == [("telegram", "family", str(ALICE), "on")]
 
 
 @pytest.mark.parametrize("binding, key, message", [
