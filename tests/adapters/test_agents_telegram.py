@@ -5,6 +5,7 @@ prompts survive a restart byte for byte."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, redirect_stdout
@@ -80,10 +81,13 @@ async def two_bots() -> AsyncIterator[Bots]:
 
 
 @asynccontextmanager
-async def running(home: Path, llm: FakeLLM, bots: Bots, *extra: str) -> AsyncIterator[Gateway]:
-    """The daemon with the two bots; `extra`: agents_yaml's more settings."""
+async def running(home: Path, llm: FakeLLM, bots: Bots, *extra: str,
+                  web: bool = False) -> AsyncIterator[Gateway]:
+    """The daemon with the two bots; `extra`: agents_yaml's more settings; `web`: its web server
+    on a port the OS picks, then written into config.yaml (where the CLI looks for /status)."""
+    text = agents_yaml(bots.personal, bots.family, *extra)
     write_config(home, provider="anthropic", base_url=llm.base_url,
-                 extra=agents_yaml(bots.personal, bots.family, *extra))
+                 extra=text.replace("enabled: false", "port: 0") if web else text)
     config = load_config(home, env={})
     virtual = VirtualTime()
     bots.personal.clock = bots.family.clock = virtual.monotonic
@@ -92,6 +96,9 @@ async def running(home: Path, llm: FakeLLM, bots: Bots, *extra: str) -> AsyncIte
                        monotonic=virtual.monotonic)
     daemon = Daemon(gw, install_signals=False)
     await daemon.start()
+    if web:
+        path = home / "config.yaml"
+        path.write_text(path.read_text().replace("port: 0", f"port: {daemon.web_port}"))
     try:
         yield gw
     finally:
@@ -224,6 +231,35 @@ async def test_model_and_voice_choices_stay_with_their_bot_and_agent(home: Path,
         assert bots.personal.voice_notes() == []  # the other bot in the same chat stays text
         rows = gw.store.all("SELECT platform, account, chat_id, mode FROM chat_voice")
         assert [tuple(r) for r in rows] == [("telegram", "family", str(ALICE), "on")]
+
+
+async def test_agents_list_shows_each_bots_health_from_the_running_daemon(
+        home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]) -> None:
+    async with two_bots() as bots, running(home, fake_llm, bots, web=True) as gw:
+        assert await say(gw, bots.family, "hi") == "echo: hi [users=1]"
+        capsys.readouterr()
+        # the CLI asks the daemon's /status, which answers on this loop: the CLI runs in a thread
+        assert await asyncio.to_thread(main, ["--home", str(home), "agents", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "Accounts:\n" in text and "health unknown" not in text
+    assert "  telegram@personal: direct messages → home; running since " in text
+    assert "  telegram@family: direct messages → family; running since " in text
+    assert "  web: direct messages → main; running since " in text
+
+
+async def test_gateway_prompt_shows_the_named_agents_prompt(
+        home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]) -> None:
+    async with two_bots() as bots:
+        write_config(home, provider="anthropic", base_url=fake_llm.base_url,
+                     extra=agents_yaml(bots.personal, bots.family))
+    for agent, mine, theirs in (("home", HOME_IDENTITY, FAMILY_IDENTITY),
+                                ("family", FAMILY_IDENTITY, HOME_IDENTITY)):
+        args = ["--home", str(home), "prompt", "--agent", agent, "--platform", "telegram"]
+        assert main(args) == 0
+        text = capsys.readouterr().out
+        assert mine in text and theirs not in text and "Telegram" in text
+    assert main(["--home", str(home), "prompt", "--agent", "work"]) == 1
+    assert "no agent named 'work' (agents: main, home, family)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("binding, key, message", [
