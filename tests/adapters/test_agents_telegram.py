@@ -198,8 +198,8 @@ async def test_agents_list_shows_both_agents_and_both_bots(home: Path, fake_llm:
 
 def models_yaml(llm: FakeLLM) -> str:
     """Two more models; the agent `home` may switch to `fast` only, `family` to `cheap` only."""
-    model = ("    provider: openai\n    base_url: {url}\n    api_key: test-key\n"
-             "    max_retries: 0\n").format(url=llm.openai_base_url)
+    model = (f"    provider: openai\n    base_url: {llm.openai_base_url}\n"
+             "    api_key: test-key\n    max_retries: 0\n")
     return (f"access:\n  admins: ['telegram:{ALICE}']\n"
             f"models:\n  fast:\n    name: gpt-fast\n{model}  cheap:\n    name: gpt-cheap\n{model}"
             "voice:\n  replies: never\n  tts:\n    provider: espeak\n")
