@@ -1,10 +1,12 @@
-"""Two agents in one gateway never cross: schedules, `session_search`, skills and pairing each stay
-with their agent or bot account, and a scheduled job's post goes out through the account it was
-made on. One Telegram platform, two bot accounts (`default` → main, `family` → the agent `home`),
-through the real graph with the fake LLM over its wire and a recording adapter per account."""
+"""Two agents in one gateway never cross: schedules, `session_search`, skills, pairing and tool
+search each stay with their agent or bot account, and a scheduled job's post goes out through the
+account it was made on. One Telegram platform, two bot accounts (`default` → main, `family` → the
+agent `home`), through the real graph with the fake LLM over its wire and a recording adapter per
+account (tool search: the real MCP server of tests/test_tool_search.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,7 +18,7 @@ from gateway.access.pairing import ALPHABET, CODE_LENGTH
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult
 from gateway.ops.wiring import Gateway
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
-from tests.helpers import RecordingAdapter, gateway_for, llm_url, write_config
+from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
 from tests.jobs_support import fire_jobs, job_rows, settle
 from tests.lifecycle_support import FakeClock
 
@@ -203,3 +205,39 @@ async def test_with_memory_shared_a_profile_is_one_for_both_agents(home: Path,
         fake_llm.script(Reply("Fred."))
         await two.say("default", "what is my fern called?")
         assert "Ann's fern is called Fred." in system_text(fake_llm)  # main reads it too
+
+
+async def test_tool_search_finds_only_the_tools_its_agent_may_use(home: Path,
+                                                                  fake_llm: FakeLLM) -> None:
+    """The agent `ledger` may use the weather tools of the MCP server and nothing else of it: its
+    sessions' deferred catalog holds those only, so tool_search cannot find (nor tool_call run)
+    the mail tool the agent `main` finds in the same gateway."""
+    from tests.test_tool_search import WEATHER, configure, running, tool_results
+    configure(home, fake_llm, extra="""\
+        agents:
+          ledger:
+            identity: You are Ledger.
+            tools: [memory, 'mcp_fake_weather_*']
+        bindings:
+          - {agent: ledger, platform: cli, chat: books}
+        """)
+    mail = "mcp_fake_send_email"
+    search = ToolCall("tool_search", {"query": "send an e-mail message", "limit": 10})
+    call = ToolCall("tool_call", {"name": mail, "arguments": {"to": "x@example.com"}})
+    fake_llm.script(search, Reply("main searched"), search, call, Reply("ledger searched"))
+    async with running(home) as (gw, _):
+        for chat in ("c1", "books"):
+            await gw.sessions.submit(inbound("who can send mail?", chat_id=chat))
+            await settle(gw)
+        rows = gw.store.all("SELECT s.agent, l.specs FROM sessions s JOIN tool_lists l"
+                            " ON l.id = s.tool_list_id ORDER BY s.id")
+    requests = fake_llm.anthropic_requests()
+    main_found, ledger_found, ledger_called = (
+        str(tool_results(requests[n])[-1]["content"]) for n in (1, 3, 4))
+    assert mail in main_found
+    assert mail not in ledger_found and "You are Ledger." in system_text(fake_llm)
+    assert ledger_called.startswith(f"Unknown tool '{mail}': use tool_search")
+    assert [t["name"] for t in requests[-1]["tools"]] == ["memory", "tool_search", "tool_call"]
+    deferred = {r["agent"]: [t["name"] for t in json.loads(r["specs"])["deferred"]] for r in rows}
+    assert len(deferred["main"]) == 60 and mail in deferred["main"]
+    assert sorted(deferred["ledger"]) == ["mcp_fake_weather_alerts", WEATHER]
