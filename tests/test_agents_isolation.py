@@ -130,6 +130,23 @@ async def test_a_job_stays_with_its_agent_and_posts_through_its_account(home: Pa
         assert cron is not None and tuple(cron) == ("home", "family")
 
 
+async def test_the_job_limit_counts_a_persons_jobs_with_each_agent(home: Path,
+                                                                   fake_llm: FakeLLM) -> None:
+    """A person sees and cancels only the jobs of the agent they talk to, so the limit that agent
+    names ("already has 1 active jobs ... action=list shows them") counts those only."""
+    config = CONFIG.replace("schedule: {timezone: Europe/Berlin}",
+                            "schedule: {timezone: Europe/Berlin, max_jobs_per_person: 1}")
+    create = {"action": "create", "when": "2031-01-06T10:30", "prompt": "Water the plants."}
+    async with two_agents(home, fake_llm, config) as two:
+        for account in ("family", "default", "default"):
+            fake_llm.script(ToolCall("schedule", create), Reply("Done."))
+            await two.say(account, "remind me at 10:30")
+        last = last_tool_result(fake_llm)
+        assert last.startswith("Not scheduled: this person already has 1 active jobs")
+        assert [(j["agent"], j["account"]) for j in job_rows(two.gw)] == [
+            ("home", "family"), ("main", "default")]
+
+
 async def test_session_search_finds_only_its_own_agents_conversations(home: Path,
                                                                       fake_llm: FakeLLM) -> None:
     async with two_agents(home, fake_llm) as two:
