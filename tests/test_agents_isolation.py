@@ -13,8 +13,11 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from gateway.access.gate import AccessGate
 from gateway.access.pairing import ALPHABET, CODE_LENGTH
+from gateway.cli.main import main
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult
 from gateway.ops.wiring import Gateway
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
@@ -97,8 +100,8 @@ def last_tool_result(fake_llm: FakeLLM) -> str:
     return content if isinstance(content, str) else " ".join(c.get("text", "") for c in content)
 
 
-async def test_a_job_stays_with_its_agent_and_posts_through_its_account(home: Path,
-                                                                         fake_llm: FakeLLM) -> None:
+async def test_a_job_stays_with_its_agent_and_posts_through_its_account(
+        home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]) -> None:
     async with two_agents(home, fake_llm) as two:
         fake_llm.script(ToolCall("schedule", {"action": "create", "when": "2031-01-06T10:30",
                                               "prompt": "Remind Ann to water the plants.",
@@ -128,6 +131,8 @@ async def test_a_job_stays_with_its_agent_and_posts_through_its_account(home: Pa
         assert "You are Hearth." in system_text(fake_llm)  # the run is the agent `home`'s turn
         cron = two.gw.store.one("SELECT agent, account FROM sessions WHERE platform = 'cron'")
         assert cron is not None and tuple(cron) == ("home", "family")
+    assert main(["--home", str(home), "jobs", "list", "--all"]) == 0  # the owner sees whose it is
+    assert "; owner telegram:7; agent home via telegram@family" in capsys.readouterr().out
 
 
 async def test_the_job_limit_counts_a_persons_jobs_with_each_agent(home: Path,
