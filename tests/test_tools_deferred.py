@@ -209,3 +209,26 @@ def test_a_search_answer_keeps_its_size_whatever_the_schemas() -> None:
     left_out = found["tools"][2]["name"]
     (whole,) = json.loads(catalog.answer({"query": left_out, "limit": 1}).text)["tools"]
     assert whole["name"] == left_out and whole["parameters"] == huge
+
+
+def test_one_enormous_tool_cannot_blow_up_a_search_answer() -> None:
+    """A hostile server's tool with a megabyte of description and of schema: the answer stays
+    within MAX_ANSWER_CHARS (plus one short line per tool), the tool is still found and named, and
+    the note says its schema is too long to show rather than to search for it again."""
+    deep: dict[str, Any] = {"type": "string", "description": "y" * 100}
+    for _ in range(60):
+        deep = {"type": "object", "properties": {"inner": deep}}
+    huge = {"type": "object", "properties": {
+        "blob": {"type": "string", "description": "z" * 1_000_000}, "nested": deep}}
+    monster = ToolSpec("mcp_evil_export_everything", "Export everything. " + "x" * 1_000_000,
+                       huge, {}, "evil")
+    catalog = DeferredCatalog([monster, *CATALOG.entries[:20]])
+    for query in ("export everything", "mcp_evil_export_everything"):
+        answer = catalog.answer({"query": query, "limit": 10})
+        assert len(answer.text) < MAX_ANSWER_CHARS + 2_000, query
+        found = json.loads(answer.text)
+        first = found["tools"][0]
+        assert first["name"] == "mcp_evil_export_everything" and "parameters" not in first
+        assert first["description"].startswith("Export everything. xxx")
+        assert "mcp_evil_export_everything" in found["note"]
+        assert "too long to show" in found["note"]

@@ -31,6 +31,7 @@ DEFAULT_RESULTS = 5
 MAX_RESULTS = 10
 MAX_QUERY_CHARS = 500
 MAX_ANSWER_CHARS = 24_000  # one search result: about 6,000 tokens of schemas at most
+MAX_BRIEF_CHARS = 1_000    # a description shown without its schema
 K1, B = 1.2, 0.75
 WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word of a name says more than one of prose
 STOPWORDS = frozenset((
@@ -124,7 +125,7 @@ class DeferredCatalog:
 
     def answer(self, arguments: str | Mapping[str, Any] | None) -> ToolResult:
         """tool_search's result: the matches as JSON with their full schemas, as many as fit in
-        MAX_ANSWER_CHARS (the best one always); the others by name and description only."""
+        MAX_ANSWER_CHARS, best first; the others by name and a short description only."""
         try:
             args = _object(arguments, "arguments")
             query = args.get("query")
@@ -136,18 +137,19 @@ class DeferredCatalog:
         except ToolError as exc:
             return ToolResult(f"Invalid arguments for {SEARCH}: {exc}", is_error=True)
         found = self.search(query, max(1, min(limit, MAX_RESULTS)))
-        shown: list[dict[str, Any]] = []
-        room = MAX_ANSWER_CHARS
-        for entry in found:
-            full = _shown(entry)
-            room -= len(_json(full))
-            shown.append(full if room >= 0 or not shown else _shown(entry, schema=False))
-        out: dict[str, Any] = {"tools": shown}
+        shown, left_out, too_long = _fit(found)
+        notes = []
         if not found:
-            out["note"] = f"No tool matches. Try other words; {len(self)} tools can be searched."
-        elif any("parameters" not in t for t in shown):
-            out["note"] = (f"Some schemas were left out for length: {SEARCH} with a tool's full "
-                           "name returns its schema.")
+            notes.append(f"No tool matches. Try other words; {len(self)} tools can be searched.")
+        if left_out:
+            notes.append(f"Some schemas were left out for length: {SEARCH} with a tool's full "
+                         "name returns its schema.")
+        if too_long:
+            notes.append(f"The schema of {', '.join(too_long)} is too long to show here: call "
+                         f"it with {CALL}, and the errors name what its arguments lack.")
+        out: dict[str, Any] = {"tools": shown}
+        if notes:
+            out["note"] = " ".join(notes)
         return ToolResult(_json(out))
 
     def unwrap(self, arguments: str | Mapping[str, Any] | None,
@@ -307,9 +309,38 @@ def _schema_words(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
     return names, texts
 
 
+def _fit(found: Sequence[ToolSpec]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """(what the answer shows, names whose schema did not fit, names whose schema never fits):
+    whole tools while they fit in MAX_ANSWER_CHARS, then a short description, then the name, so
+    that one hostile tool of a megabyte cannot flood the conversation."""
+    shown: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    too_long: list[str] = []
+    room = MAX_ANSWER_CHARS
+    for entry in found:
+        full = _shown(entry)
+        size = len(_json(full))
+        if size <= room:
+            shown.append(full)
+            room -= size
+            continue
+        (too_long if size > MAX_ANSWER_CHARS else left_out).append(entry.name)
+        brief = _shown(entry, schema=False)
+        size = len(_json(brief))
+        shown.append(brief if size <= room else {"name": entry.name})
+        room -= min(size, room)
+    return shown, left_out, too_long
+
+
 def _shown(spec: ToolSpec, *, schema: bool = True) -> dict[str, Any]:
-    shown = {"name": spec.name, "description": spec.description}
-    return {**shown, "parameters": spec.parameters} if schema else shown
+    """A tool as an answer shows it: whole, or its name and a description cut short."""
+    if schema:
+        return {"name": spec.name, "description": spec.description,
+                "parameters": spec.parameters}
+    text = spec.description
+    if len(text) > MAX_BRIEF_CHARS:
+        text = text[:MAX_BRIEF_CHARS - 1].rstrip() + "…"
+    return {"name": spec.name, "description": text}
 
 
 def _json(value: Any) -> str:
