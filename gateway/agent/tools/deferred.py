@@ -23,6 +23,8 @@ from typing import Any
 from gateway.agent.tools.registry import ToolResult, ToolSpec
 from gateway.errors import ToolError
 from gateway.mcp.names import PREFIX
+from gateway.mcp.vet import vet_tool
+from gateway.scan import mark_untrusted
 
 SEARCH = "tool_search"
 CALL = "tool_call"
@@ -94,6 +96,7 @@ class DeferredCatalog:
         self._by_name = {e.name: e for e in self.entries}
         self._exact = {**{_own_name(e): e for e in self.entries}, **self._by_name}
         self._index: Bm25 | None = None
+        self._problems: dict[str, str | None] = {}  # name → why today's scan withholds it
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -125,7 +128,9 @@ class DeferredCatalog:
 
     def answer(self, arguments: str | Mapping[str, Any] | None) -> ToolResult:
         """tool_search's result: the matches as JSON with their full schemas, as many as fit in
-        MAX_ANSWER_CHARS, best first; the others by name and a short description only."""
+        MAX_ANSWER_CHARS, best first; the others by name and a short description only. Their
+        text is the servers', not the owner's: scanned and framed as untrusted, like an MCP
+        tool's result."""
         try:
             args = _object(arguments, "arguments")
             query = args.get("query")
@@ -137,7 +142,8 @@ class DeferredCatalog:
         except ToolError as exc:
             return ToolResult(f"Invalid arguments for {SEARCH}: {exc}", is_error=True)
         found = self.search(query, max(1, min(limit, MAX_RESULTS)))
-        shown, left_out, too_long = _fit(found)
+        withheld = [e.name for e in found if self._problem(e) is not None]
+        shown, left_out, too_long = _fit([e for e in found if e.name not in withheld])
         notes = []
         if not found:
             notes.append(f"No tool matches. Try other words; {len(self)} tools can be searched.")
@@ -147,10 +153,25 @@ class DeferredCatalog:
         if too_long:
             notes.append(f"The schema of {', '.join(too_long)} is too long to show here: call "
                          f"it with {CALL}, and the errors name what its arguments lack.")
+        if withheld:
+            notes.append("Withheld, as their text looks like a prompt injection: "
+                         f"{', '.join(withheld)}.")
         out: dict[str, Any] = {"tools": shown}
         if notes:
             out["note"] = " ".join(notes)
-        return ToolResult(_json(out))
+        if not shown:
+            return ToolResult(_json(out))
+        servers = sorted({s.server for s in found if s.server})
+        server = "server" if len(servers) == 1 else "servers"
+        source = f"the MCP {server} {', '.join(servers)}" if servers else "other sources"
+        return ToolResult(mark_untrusted(_json(out), source=f"tool descriptions of {source}"))
+
+    def _problem(self, entry: ToolSpec) -> str | None:
+        """Why today's scan withholds a tool of the frozen catalog (it was vetted when the session
+        started, maybe by an older scan), or None."""
+        if entry.name not in self._problems:
+            self._problems[entry.name] = vet_tool(entry.description, entry.parameters).problem
+        return self._problems[entry.name]
 
     def unwrap(self, arguments: str | Mapping[str, Any] | None,
                shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
