@@ -456,3 +456,52 @@ async def test_the_bridge_works_on_the_openai_wire_too(home: Path, fake_llm: Fak
     assert [t["function"]["name"] for t in first["tools"]] == [*CORE, "tool_search", "tool_call"]
     (found,) = answer_json(second["messages"][-1]["content"])["tools"]
     assert found["name"] == WEATHER
+
+
+# ---- switching models ---------------------------------------------------------------------------
+def small_model(fake: FakeLLM) -> str:
+    return textwrap.dedent(f"""\
+        models_switch: everyone
+        models:
+          small:
+            provider: openai
+            name: gpt-small
+            base_url: {fake.openai_base_url}
+            api_key: test-key
+            max_retries: 0
+            context_window: 20000
+        """)
+
+
+def openai_tools(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body["tools"]]
+
+
+async def test_a_model_switch_defers_by_the_new_model_s_context_window(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """`auto` at 2,000,000 tokens sends the 60 MCP tools; /model to a model of 20,000 rebuilds the
+    prompt and splits the session's own tools (not the server's newer ones) again for its window,
+    where 60 tools would take a third of it; the tools array then stays the same bytes, after a
+    restart too."""
+    configure(home, fake_llm, search="auto", window=2_000_000, extra=small_model(fake_llm))
+    async with running(home) as (gw, adapter):
+        await ask(gw, adapter, "hello")
+    assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 66
+    # the server has a new tool (v2) by the time of the switch: this session never sees it
+    configure(home, fake_llm, search="auto", window=2_000_000, catalog=61, version="v2",
+              extra=small_model(fake_llm))
+    async with running(home) as (gw, adapter):
+        assert (await ask(gw, adapter, "/model small")).startswith("Switched to small")
+        await ask(gw, adapter, "and now?")
+        await ask(gw, adapter, "again")
+        session = gw.store.active_session("cli:dm:c1")
+        assert session is not None and session.prompt_rebuild_reason == "model_change"
+    fake_llm.script(ToolCall("tool_search", {"query": "weather forecast work"}),
+                    lambda body: Reply(body["messages"][-1]["content"]))
+    async with running(home) as (gw, adapter):
+        found = await ask(gw, adapter, "after a restart, find the forecast tools")
+    first, *later = fake_llm.openai_requests()
+    assert openai_tools(first) == [*CORE, "tool_search", "tool_call"]
+    assert len(later) == 3 and all(r["tools"] == first["tools"] for r in later)
+    assert {r["messages"][0]["content"] for r in later} == {first["messages"][0]["content"]}
+    assert WEATHER in found and WEATHER + "_work" not in found

@@ -77,7 +77,7 @@ class SessionPrompt:
     def _build_and_store(self, session: SessionRow, reason: str | None) -> str:
         llm = self.agent.llm
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
-        tools = self._tools_for(session)
+        tools = self._tools_for(session, reason)
         text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
                                   provider=llm.provider, tool_names=tools.names, today=started.date(),
                                   view=self.callers.view(session) if self.callers is not None else NO_VIEW)
@@ -85,11 +85,14 @@ class SessionPrompt:
                                 provider=llm.provider)
         return text
 
-    def _tools_for(self, session: SessionRow) -> SessionToolList:
+    def _tools_for(self, session: SessionRow, reason: str | None) -> SessionToolList:
+        window = self.agent.llm.context_window
         if session.tool_list_id is None and session.system_prompt is None:
             # a new session: the tools a new session gets now, from now on (and tool search by
             # the model's context window)
-            return self.tools.fix(session, window=self.agent.llm.context_window)
+            return self.tools.fix(session, window=window)
+        if reason == "model_change":  # its own tools, with tool search by the new model's window
+            return self.tools.refit(session, window=window)
         return self.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
