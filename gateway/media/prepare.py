@@ -98,8 +98,11 @@ def untyped(a: Attachment) -> bool:
 
 
 class MediaPipeline:
-    def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None,
-                 sleep: Sleep = asyncio.sleep) -> None:
+    """`vision`: whether the model that answers sees images, or how to ask at each message (the
+    one a conversation chose with /model)."""
+
+    def __init__(self, config: MediaConfig, home: Path, *, vision: bool | Callable[[], bool],
+                 transcriber: Transcriber | None, sleep: Sleep = asyncio.sleep) -> None:
         self.config = config
         self.sleep = sleep  # between tries of a download the platform refused for now (429, 5xx)
         self.home = home
@@ -129,7 +132,7 @@ class MediaPipeline:
     async def _one(self, source: MediaSource | None, a: Attachment, dest: Path, out: Prepared) -> None:
         kind = category(a)
         name = display_name(a)
-        if kind == "image" and not self.vision:
+        if kind == "image" and not (self.vision() if callable(self.vision) else self.vision):
             out.blocks.append(f"[The user sent an image ({name}); this model cannot see images.]")
             out.tell_once.append(TOLD_ONCE_VISION)
         elif kind == "audio" and self.transcriber is None:

@@ -160,13 +160,18 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                          config.memory.chat_char_limit)
     skills = SkillLibrary(config.home)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
+    models = _models(config, env, llm)
+    answering = models or llm  # with /model: the turn's own choice
+
+    def vision() -> bool:
+        return sees_images_client(answering)
+
     tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm))
+                             vision=vision)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
-    models = _models(config, env, llm)
-    agent = Agent(models or llm, tools, max_iterations=config.agent.max_iterations)
+    agent = Agent(answering, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
@@ -181,7 +186,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
+    media = _media(config, env, store=store, vision=vision, adapters=by_platform, clock=clock,
+                   sleep=sleep)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
@@ -245,8 +251,8 @@ def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
     return is_admin
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
-           clock: Clock, sleep: Sleep) -> AttachmentTurns:
+def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
+           adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
     album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
     stt = config.media.transcription
@@ -257,14 +263,14 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber,
+    pipeline = MediaPipeline(config.media, config.home, vision=vision, transcriber=transcriber,
                              sleep=sleep)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool
-           ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float],
+           vision: Callable[[], bool]) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
     results' pictures reach the model as pictures when it sees images (`vision`)."""
     check_tool_names(config)

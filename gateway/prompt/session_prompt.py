@@ -57,8 +57,7 @@ class SessionPrompt:
         turn first (gateway/llm/factory.py SessionModels): the prompt is then built for it, and a
         switch rebuilds it."""
         llm = self.agent.llm
-        if isinstance(llm, SessionModels):
-            llm.choose(self.store.model_choice(session.key))
+        self.choose(session)
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
@@ -67,6 +66,14 @@ class SessionPrompt:
             log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
                      llm.model)
         return text
+
+    def choose(self, session: SessionRow) -> None:
+        """Make the model the conversation chose (/model) answer in this task: whatever reads the
+        agent's model from here on follows it (the pictures of the message's attachments, the
+        prompt, the model calls)."""
+        llm = self.agent.llm
+        if isinstance(llm, SessionModels):
+            llm.choose(self.store.model_choice(session.key))
 
     def rebuild(self, session: SessionRow, *, reason: str) -> str:
         """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
