@@ -256,3 +256,13 @@ async def test_the_limits_hold_from_the_child_s_first_instruction() -> None:
         out = await run_tool(["sh", "-c", "ulimit -v; ulimit -t; ulimit -f"], timeout_s=5,
                              max_output=1000, max_file_bytes=5000)
         assert out.decode().split() == [str(MEMORY_BYTES // 1024), "6", str(5000 // 512)]
+
+
+def test_control_characters_and_espeak_s_phoneme_brackets_are_not_spoken() -> None:
+    """Terminal colours, bells, bidi overrides and zero-width characters are not words (and the
+    transcript a web page shows must not carry them); espeak-ng reads `[[…]]` as phoneme codes,
+    so a wiki link `[[Main Page]]` came out as "see for more"."""
+    answer = ("A \x07bell, \x1b[31mred\x1b[0m text, \u202eevil\u202c and zero\u200bwidth; "
+              "see [[Main Page]] for more.\nTabs\there.")
+    said = spoken_text(answer, 500)
+    assert said == "A bell, red text, evil and zerowidth; see Main Page for more. Tabs here."
