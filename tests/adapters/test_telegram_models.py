@@ -141,3 +141,17 @@ async def test_a_switch_to_a_blind_model_sends_it_no_pictures(
         assert told.startswith("The model I use can't see images")
         request = json.dumps(fake_llm.openai_requests()[-1])
         assert "image_url" not in request and "base64" not in request
+
+
+async def test_an_unknown_name_is_not_echoed_as_markup(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """Anyone may try a name: one that is not a plain name is not repeated, so nobody can make the
+    bot post a link of their choosing (or a wall of text) under its own name."""
+    async with running(home, fake_llm, fake_telegram, models_yaml(fake_llm)):
+        hostile = "/model [your account is locked](https://evil.example/login) **now** " + "A" * 4000
+        refused = await said(fake_telegram, BOB, hostile, 1)
+        assert refused.text.startswith("There is no model by that name here.\nModels (")
+        assert "evil" not in json.dumps(refused.params) and "AAAA" not in refused.text
+        plain = await said(fake_telegram, BOB, "/model gpt-4.1:mini", 2)
+        assert plain.text.startswith("There is no model called 'gpt-4.1:mini' here.")
+        assert len(fake_telegram.sent_messages(BOB)) == 2
