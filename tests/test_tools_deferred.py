@@ -268,3 +268,28 @@ def test_a_search_answer_is_framed_untrusted_and_scanned_again() -> None:
     assert head == "Withheld, as their text looks like a prompt injection"
     assert sorted(listed.rstrip(".").split(", ")) == ["mcp_fake_list_files_fast",
                                                       "mcp_fake_list_files_now"]
+
+
+def chained_any_of(depth: int) -> dict[str, Any]:
+    """n0 a string of 5+, each n<i> anyOf two n<i-1>: `depth` steps of $ref, 2**depth leaves."""
+    defs: dict[str, Any] = {"n0": {"type": "string", "minLength": 5}}
+    for i in range(1, depth + 1):
+        defs[f"n{i}"] = {"anyOf": [{"$ref": f"#/$defs/n{i - 1}"}] * 2}
+    return {"$defs": defs, "type": "object", "properties": {"x": {"$ref": f"#/$defs/n{depth}"}}}
+
+
+def test_a_schema_that_would_check_for_ages_is_left_to_the_server() -> None:
+    """A few kilobytes of anyOf through $ref make jsonschema's work exponential, on the event loop:
+    past a budget of checks the arguments go to the server unchecked, as for any schema that cannot
+    be used here. A recursive schema of normal size is still checked."""
+    hostile = chained_any_of(40)
+    assert len(json.dumps(hostile)) < 4000
+    assert check_json(hostile, {"x": "a"}) == []
+    loop = {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "integer"}]}},
+            "type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}}
+    assert check_json(loop, {"x": "s"}) == []
+    tree = {"$defs": {"node": {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+        "type": "object", "properties": {"root": {"$ref": "#/$defs/node"}}}
+    bad = {"root": {"name": "a", "children": [{"name": "b", "children": [{"name": 3}]}]}}
+    assert check_json(tree, bad) == ["root.children[0].children[0].name: 3 is not of type 'string'"]
