@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gateway.agent.tools.catalog import ToolCatalog
 from gateway.agent.tools.deferred import (
     CALL,
     MAX_ANSWER_CHARS,
@@ -24,7 +25,7 @@ from gateway.agent.tools.deferred import (
     tokens,
 )
 from gateway.agent.tools.policy import ToolPolicy, schema_tokens
-from gateway.agent.tools.registry import ToolResult, ToolSpec
+from gateway.agent.tools.registry import ToolRegistry, ToolResult, ToolSpec
 from gateway.agent.tools.schema import check_json
 from gateway.config.settings import load_config
 from gateway.errors import ConfigErrors
@@ -293,3 +294,25 @@ def test_a_schema_that_would_check_for_ages_is_left_to_the_server() -> None:
         "type": "object", "properties": {"root": {"$ref": "#/$defs/node"}}}
     bad = {"root": {"name": "a", "children": [{"name": "b", "children": [{"name": 3}]}]}}
     assert check_json(tree, bad) == ["root.children[0].children[0].name: 3 is not of type 'string'"]
+
+
+def test_the_core_tools_are_never_deferred_nor_counted_nor_found() -> None:
+    """The split sends the built-in tools whatever the window; only the MCP tools are counted
+    against the threshold and searched, and without any there is no bridge at all."""
+    registry = ToolRegistry()
+
+    async def memory(note: str) -> str:
+        """Save a note about the weather forecast for the city, to read in later conversations."""
+        return note
+
+    registry.register(memory)
+    core = registry.specs()
+    mcp = [spec(t) for t in catalog(3)]
+    assert ToolCatalog(registry, ToolPolicy(search="auto")).split(core, 1_000) == (tuple(core), ())
+    assert ToolCatalog(registry, ToolPolicy(search="on")).split(core, 1_000) == (tuple(core), ())
+    sent, deferred = ToolCatalog(registry, ToolPolicy(search="on")).split([*core, *mcp], 1_000)
+    assert [s.name for s in sent] == ["memory", SEARCH, CALL] and deferred == tuple(mcp)
+    small = ToolCatalog(registry, ToolPolicy(search="auto", search_threshold=0.5))
+    window = 2 * schema_tokens(mcp) + 10  # the MCP tools alone fit under half of it
+    assert small.split([*core, *mcp], window) == ((*core, *mcp), ())
+    assert "memory" not in [s.name for s in DeferredCatalog(deferred).search("weather forecast")]
