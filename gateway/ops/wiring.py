@@ -163,13 +163,18 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     memory, skills = _knowledge(config)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
+    models = _models(config, env, llm)
+    answering = models or llm  # with /model: the turn's own choice
+
+    def vision() -> bool:
+        return sees_images_client(answering)
+
     tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm), worker=worker)
+                             vision=vision, worker=worker)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
-    models = _models(config, env, llm)
-    agent = Agent(models or llm, tools, max_iterations=config.agent.max_iterations)
+    agent = Agent(answering, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
@@ -184,7 +189,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
+    media = _media(config, env, store=store, vision=vision, adapters=by_platform, clock=clock,
                    sleep=sleep, worker=worker)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
@@ -257,7 +262,7 @@ def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
     return is_admin
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient,
+def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
            adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
            worker: Worker) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
@@ -270,14 +275,14 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm),
-                             transcriber=transcriber, sleep=sleep, worker=worker)
+    pipeline = MediaPipeline(config.media, config.home, vision=vision, transcriber=transcriber,
+                             sleep=sleep, worker=worker)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool,
-           worker: Worker) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float],
+           vision: Callable[[], bool], worker: Worker) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
     results' pictures reach the model as pictures when it sees images (`vision`)."""
     check_tool_names(config)

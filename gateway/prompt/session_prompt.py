@@ -57,8 +57,7 @@ class SessionPrompt:
         turn first (gateway/llm/factory.py SessionModels): the prompt is then built for it, and a
         switch rebuilds it."""
         llm = self.agent.llm
-        if isinstance(llm, SessionModels):
-            llm.choose(self.store.model_choice(session.key))
+        self.choose(session)
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
@@ -67,6 +66,14 @@ class SessionPrompt:
             log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
                      llm.model)
         return text
+
+    def choose(self, session: SessionRow) -> None:
+        """Make the model the conversation chose (/model) answer in this task: whatever reads the
+        agent's model from here on follows it (the pictures of the message's attachments, the
+        prompt, the model calls)."""
+        llm = self.agent.llm
+        if isinstance(llm, SessionModels):
+            llm.choose(self.store.model_choice(session.key))
 
     def rebuild(self, session: SessionRow, *, reason: str) -> str:
         """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
@@ -77,7 +84,7 @@ class SessionPrompt:
     def _build_and_store(self, session: SessionRow, reason: str | None) -> str:
         llm = self.agent.llm
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
-        tools = self._tools_for(session)
+        tools = self._tools_for(session, reason)
         text = self.prompts.build(platform=session.platform, chat_type=session.chat_type, model=llm.model,
                                   provider=llm.provider, tool_names=tools.names, today=started.date(),
                                   view=self.callers.view(session) if self.callers is not None else NO_VIEW)
@@ -85,11 +92,14 @@ class SessionPrompt:
                                 provider=llm.provider)
         return text
 
-    def _tools_for(self, session: SessionRow) -> SessionToolList:
+    def _tools_for(self, session: SessionRow, reason: str | None) -> SessionToolList:
+        window = self.agent.llm.context_window
         if session.tool_list_id is None and session.system_prompt is None:
             # a new session: the tools a new session gets now, from now on (and tool search by
             # the model's context window)
-            return self.tools.fix(session, window=self.agent.llm.context_window)
+            return self.tools.fix(session, window=window)
+        if reason == "model_change":  # its own tools, with tool search by the new model's window
+            return self.tools.refit(session, window=window)
         return self.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
