@@ -317,7 +317,8 @@ async def check_the_journal(unit: Unit, port: int, keys: Secrets, home: Path) ->
     banner = ["agent-gateway 0.1.0", "  home       /var/lib/agent-gateway",
               "  config     /var/lib/agent-gateway/config.yaml",
               "  model      anthropic/claude-test (configured)",
-              f"  web chat   http://127.0.0.1:{port}/ (`gateway web-url` prints its login link)"]
+              f"  web chat   http://127.0.0.1:{port}/ (`gateway web-url` prints its login link;",
+              "             as a system service: `gw web-url`, see docs/operations.md)"]
     assert [line for line in banner if line not in lines] == [], lines[-40:]
     assert any(line.startswith("  platforms  ") and "telegram" in line for line in lines)
     everything = (await unit.box.arun("journalctl", "-o", "cat", "--no-pager")).stdout

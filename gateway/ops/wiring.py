@@ -46,6 +46,7 @@ from gateway.knowledge.skills import SkillLibrary
 from gateway.llm.factory import (
     SessionModels,
     UnconfiguredLLM,
+    answering,
     build_chosen,
     choose_model,
     sees_images_client,
@@ -166,8 +167,12 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
         llm, source = _model(config, env, probe_ollama=probe_ollama)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
+
+    def vision() -> bool:  # the model answering this task's turn: its agent's, as /model chose
+        return sees_images_client(answering(llm))
+
     shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic,
-                               vision=sees_images_client(llm), worker=worker)
+                               vision=vision, worker=worker)
     web = shared_tools.web
     facts = _platform_facts(config)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
@@ -187,7 +192,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
+    media = _media(config, env, store=store, vision=vision, adapters=by_platform, clock=clock,
                    sleep=sleep, worker=worker)
     sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox,
                                     adapters=by_platform, clock=clock, metrics=metrics, gate=gate,
@@ -245,7 +250,7 @@ def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
     return is_admin
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient,
+def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
            adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
            worker: Worker) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
@@ -258,17 +263,17 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm),
-                             transcriber=transcriber, sleep=sleep, worker=worker)
+    pipeline = MediaPipeline(config.media, config.home, vision=vision, transcriber=transcriber,
+                             sleep=sleep, worker=worker)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, sleep: Sleep,
-           monotonic: Callable[[], float], vision: bool,
+           monotonic: Callable[[], float], vision: Callable[[], bool],
            worker: Worker) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
-    pictures when it sees images (`vision`)."""
+    pictures when the model answering sees images (`vision`)."""
     check_tool_names(config)
     check_agents(config)
     hub = provider = None

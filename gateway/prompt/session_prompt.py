@@ -12,7 +12,7 @@ from typing import Protocol
 from gateway.agent.loop import Agent
 from gateway.agent.tools.registry import Callers
 from gateway.knowledge.memory import NO_VIEW, MemoryView
-from gateway.llm.factory import SessionModels
+from gateway.llm.factory import SessionModels, answer_with
 from gateway.llm.types import ChatMessage, ToolDef
 from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
@@ -71,8 +71,7 @@ class SessionPrompt:
         turn first (gateway/llm/factory.py SessionModels; each agent has its own): the prompt is
         then built for it, and a switch rebuilds it."""
         llm = self.parts(session.agent).loop.llm
-        if isinstance(llm, SessionModels):
-            llm.choose(self.store.model_choice(session.key))
+        self.choose(session)
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
@@ -81,6 +80,16 @@ class SessionPrompt:
             log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
                      llm.model)
         return text
+
+    def choose(self, session: SessionRow) -> None:
+        """Make the model the conversation chose (/model) answer in this task: whatever reads the
+        agent's model from here on follows it (the pictures of the message's attachments, the
+        prompt, the model calls); what reads the model outside its agent's parts (the pictures of
+        attachments and MCP results) follows this session's agent (`answering`)."""
+        llm = self.parts(session.agent).loop.llm
+        if isinstance(llm, SessionModels):
+            llm.choose(self.store.model_choice(session.key))
+        answer_with(llm)
 
     def rebuild(self, session: SessionRow, *, reason: str) -> str:
         """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
@@ -92,7 +101,7 @@ class SessionPrompt:
         parts = self.parts(session.agent)
         llm = parts.loop.llm
         started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
-        tools = self._tools_for(session, parts)
+        tools = self._tools_for(session, parts, reason)
         view = self.callers.view(session) if self.callers is not None else NO_VIEW
         text = parts.prompts.build(platform=session.platform, chat_type=session.chat_type,
                                    model=llm.model, provider=llm.provider, tool_names=tools.names,
@@ -101,11 +110,15 @@ class SessionPrompt:
                                 provider=llm.provider)
         return text
 
-    def _tools_for(self, session: SessionRow, parts: AgentParts) -> SessionToolList:
+    def _tools_for(self, session: SessionRow, parts: AgentParts,
+                   reason: str | None) -> SessionToolList:
+        window = parts.loop.llm.context_window
         if session.tool_list_id is None and session.system_prompt is None:
             # a new session: the tools a new session gets now, from now on (and tool search by
             # the model's context window)
-            return parts.tools.fix(session, window=parts.loop.llm.context_window)
+            return parts.tools.fix(session, window=window)
+        if reason == "model_change":  # its own tools, with tool search by the new model's window
+            return parts.tools.refit(session, window=window)
         return parts.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -197,6 +198,8 @@ ADMINS_ONLY = "Only an admin can {what}."
 ONE_MODEL = ("Only one model is set up here. More can be added under `models:` in config.yaml "
              "(docs/configuration.md).")
 MODEL_USAGE = "Switch with /model NAME; /model default goes back to the main model."
+# A name that is repeated in a reply: anything else (a Markdown link, a wall of text) is not
+SHOWN_NAME = re.compile(r"[\w.:+-]{1,40}")
 
 
 def model_choices(options: Sequence[ModelOption]) -> list[tuple[str, str]]:
@@ -263,7 +266,8 @@ class ChoiceCommands:
             return model_list(models.options(current))
         if name != "default" and name not in models.named:
             listed = model_list(models.options(current))
-            return f"There is no model called {name!r} here.\n{listed}"
+            called = f"called {name!r}" if SHOWN_NAME.fullmatch(name) else "by that name"
+            return f"There is no model {called} here.\n{listed}"
         if self.config.models_switch != "everyone" and not self.is_admin(inbound):
             return ADMINS_ONLY.format(what="switch models here")
         if (name == "default" and current is None) or name == current:

@@ -22,6 +22,7 @@ from gateway.agents.runtime import Roster
 from gateway.config.settings import MemoryConfig
 from gateway.errors import StoreUnavailable
 from gateway.knowledge.memory import MemoryRights, MemoryStore
+from gateway.llm.factory import SessionModels
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.prompt.session_tools import SessionTools
 from gateway.store.database import Store
@@ -98,6 +99,8 @@ async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, sys
 
     listed = tools.of(session)
     late: list[Callable[[], None]] = []  # usage the database would not take at once (locked, full)
+    if isinstance(agent.llm, SessionModels):  # the model its prompt was built for (/model)
+        agent.llm.choose(store.model_choice(session.key))
 
     def record(reply: LLMReply) -> None:
         def add() -> None:

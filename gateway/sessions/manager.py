@@ -238,6 +238,7 @@ class SessionManager:
         """The message's files made ready for the model; what could not be used is told to the user first."""
         if not inbound.attachments or self.media is None:
             return None
+        self._prompt.choose(session)  # pictures or notes: by the model that answers (/model)
         media = await self.media.prepare(inbound, session_id=session.id, inbound_id=inbound_id)
         if not (media.all_failed and not inbound.text.strip()):  # else the notice is the answer (_turn_once)
             turn = f"m{inbound_id}"
