@@ -220,7 +220,8 @@ class SessionManager:
         log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
         log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
                   inbound.text)
-        if ended and self._notify_reset(session):
+        reset = self.roster.of(session).config.session_reset  # its agent's
+        if ended and resolve_policy(reset, session.platform, session.chat_type).notify:
             await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
         media = await self._attachments(inbound_id, inbound, session)
         if media is not None and media.all_failed and not inbound.text.strip():
@@ -337,10 +338,6 @@ class SessionManager:
         if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
             known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
         return adapter.typing(chat) if known[1] else nullcontext()  # type: ignore[attr-defined]
-
-    def _notify_reset(self, session: SessionRow) -> bool:
-        reset = self.roster.of(session).config.session_reset
-        return resolve_policy(reset, session.platform, session.chat_type).notify
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
