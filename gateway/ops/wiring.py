@@ -167,10 +167,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
         llm, source = _model(config, env, probe_ollama=probe_ollama)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
-
-    def vision() -> bool:  # the model answering this task's turn: its agent's, as /model chose
-        return sees_images_client(answering(llm))
-
+    vision = functools.partial(_sees_images, llm)
     shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic,
                                vision=vision, worker=worker)
     web = shared_tools.web
@@ -205,6 +202,12 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
                    redact=redactor_for(config, env), media=media, roster=roster,
                    models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker)
+
+
+def _sees_images(default: LLMClient) -> bool:
+    """Whether the model answering this task's turn (its agent's, as /model chose; `default` outside
+    a turn) takes pictures."""
+    return sees_images_client(answering(default))
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
