@@ -250,11 +250,11 @@ async def test_the_catalog_keeps_annotations_for_the_core_and_survives_a_restart
     started: list[str] = []
     async with running(home) as (gw, adapter):
         row = gw.store.session(session.id)
-        tools = gw.sessions.tools.of(row)
+        tools = gw.sessions.roster.main.tools.of(row)
         await gw.agent.run(system=row.system_prompt or "", history=[],
                            ctx=gw.sessions.tool_context(row, "u1"),
                            user_message={"role": "user", "content": "weather?"}, tools=tools.specs,
-                           allowed_tools=gw.sessions.tools.allowed(tools, "cli"),
+                           allowed_tools=gw.sessions.roster.main.tools.allowed(tools, "cli"),
                            on_tool=started.append)
     # the live preview and the log name the real tool; a tool gone from its server answers an error
     assert started == ["tool_search", WEATHER]
@@ -419,7 +419,7 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
         reply = await ask(gw, adapter, "what is 2 + 3?")
         session = gw.store.active_session("cli:dm:c1")
         assert session is not None
-        tools = gw.sessions.tools.of(session)
+        tools = gw.sessions.roster.main.tools.of(session)
     finally:
         await gw.close_tools()
         await gw.llm.close()
