@@ -58,7 +58,7 @@ class Answers:
         return None
 
     def may_answer(self, row: ApprovalRow, inbound: Inbound) -> bool:
-        admin = f"{inbound.chat.platform}:{inbound.user_id}" in self.waits.admins
+        admin = self.waits.is_admin(inbound)
         return inbound.user_id == row.requester or admin
 
     def _decide(self, row: ApprovalRow, decision: Decision) -> SubmitResult:
