@@ -33,7 +33,7 @@ def approval_policy(config: Config, store: Store, provider: McpTools | None,
 
 
 def wire_waits(config: Config, sessions: SessionManager, gate: AccessGate,
-               holds: HoldCheck | None, streams: Streams, *, sleep: Sleep) -> Waits:
+               holds: HoldCheck | None, streams: Streams, sleep: Sleep) -> Waits:
     """The waiting turns, the answers at the gate and a request's buttons (the check itself sits at
     each agent's dispatch point: `SharedTools.holds`)."""
     policy = holds if isinstance(holds, ApprovalPolicy) else None

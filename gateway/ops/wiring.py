@@ -176,7 +176,6 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     vision = functools.partial(_sees_images, llm)
     shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
                                vision=vision, worker=worker)
-    web = shared_tools.web
     facts = _platform_facts(config)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
     main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
@@ -202,14 +201,13 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                                     jobs_command=JobsCommand(book), roles=roles, streams=streams,
                                     media=media)
     jobs = _jobs(config, book, sessions=sessions, gate=gate)
-    waits = wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
+                   mcp=hub, web=shared_tools.web, jobs=jobs, model_source=source, roles=roles,
                    redact=redactor_for(config, env), media=media, roster=roster,
                    models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker,
-                   waits=waits)
+                   waits=wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep))
 
 
 def _sees_images(default: LLMClient) -> bool:
