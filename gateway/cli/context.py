@@ -1,4 +1,8 @@
-"""What every `gateway` command shares: exit codes, the home and config it works on, and logging."""
+"""What every `gateway` command shares: exit codes, the home and config it works on, and logging.
+
+Every command module imports it when the parser is built, so at the top it imports only the
+standard library: the config loader and the rest come in with the command that needs them.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.config.settings import Config, default_home, load_config
-
 if TYPE_CHECKING:
+    from gateway.config.settings import Config
     from gateway.telemetry.logs import Redactor
 
 EXIT_OK = 0
@@ -21,10 +24,10 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it: `gateway init && ga
 log = logging.getLogger("gateway")
 
 
-def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str, str], *, level: str | None = None,
-             fmt: str | None = None) -> Redactor:
-    """Logging for this command, with every secret of the config and the environment masked (the redactor is
-    returned so that secrets found later, such as the web login secret, can be added)."""
+def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str, str], *,
+                  level: str | None = None, fmt: str | None = None) -> Redactor:
+    """Logging for this command, with every secret of the config and the environment masked (the
+    redactor is returned so that secrets found later, such as the web login secret, are added)."""
     from gateway.telemetry.logs import redactor_for
     from gateway.telemetry.logs import setup_logging as configure
     chosen_level = args.log_level or level or (config.logging.level if config else "INFO")
@@ -33,13 +36,30 @@ def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str
                      redactor=redactor_for(config, env))
 
 
+def environ() -> dict[str, str]:
+    """The process environment, as gateway.config.settings (the one reader of it) gives it."""
+    from gateway.config.settings import environ as read
+    return read()
+
+
 def home_of(args: argparse.Namespace) -> Path:
+    from gateway.config.settings import default_home
     return Path(args.home).expanduser() if args.home else default_home()
 
 
 def config_of(args: argparse.Namespace) -> Config:
     """The loaded config, with the checks that need more than one key (tool names in agent.tools)."""
     from gateway.agent.tools.catalog import check_tool_names
+    from gateway.config.settings import load_config
     config = load_config(home_of(args))
     check_tool_names(config)
     return config
+
+
+def installed_version() -> str:
+    """The installed package's version, from its metadata (`gateway --version` loads no more)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("agent-gateway")
+    except PackageNotFoundError:
+        return "unknown"

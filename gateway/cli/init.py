@@ -6,7 +6,6 @@ config without --force, tries the model once when it can, and ends with the next
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import secrets
 import socket
@@ -17,8 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, home_of
-from gateway.config.settings import environ
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, environ, home_of
 from gateway.config.starter import (
     CHAT_PLATFORMS,
     TOKEN_VARS,
@@ -29,7 +27,6 @@ from gateway.config.starter import (
     render,
 )
 from gateway.errors import ConfigError
-from gateway.ops.home import held as home_held
 
 # (label, provider, default model, base_url, key variable): the presets the questions offer
 PRESETS = {
@@ -153,6 +150,7 @@ def web_port(wanted: int | None, home: Path, out: TextIO, *, in_use: Callable[[i
     """--web-port as given (with a note when something listens there now); else 8765, or the first free port after
     it when another program holds 8765 now (a second gateway on this machine, say), so `gateway run` can start.
     This home's own running daemon is the likely holder: then 8765 stays."""
+    from gateway.ops.home import held as home_held
     busy = in_use or port_in_use
     if wanted is not None:
         if not 0 < wanted < 65536:
@@ -330,6 +328,8 @@ def _problem(answer: str, allowed: Sequence[str] | None, check: Check | None, re
 # ---------------------------------------------------------------------------------------------- doing it
 def model_test(starter: Starter, env: Mapping[str, str], home: Path) -> str:
     """One short request to the model just chosen, as `gateway doctor` sends it; the check line."""
+    import asyncio
+
     from gateway.config.settings import Config
     from gateway.config.yamlload import load_dataclass, parse_yaml_text
     from gateway.ops.doctor import Doctor

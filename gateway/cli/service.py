@@ -7,10 +7,13 @@ import getpass
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of
-from gateway.config.settings import Config, environ, load_config
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, environ, home_of
 from gateway.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.config.settings import Config
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,6 +97,7 @@ def cmd_install_service(args: argparse.Namespace) -> int:
 
 
 def _drain_seconds(home: Path) -> float:
+    from gateway.config.settings import load_config
     try:
         return load_config(home).daemon.drain_seconds
     except (ConfigError, OSError):
