@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import browser  # noqa: F401 (a fixture, for every test module)
+from tests.failure_reports import pytest_runtest_makereport  # noqa: F401 (a hook)
 from tests.fakes.fixtures import *
 
 # Never let a developer's real keys or home leak into a test run.
