@@ -39,6 +39,7 @@ PRESETS = {
 }
 OLLAMA_CONTEXT = 32_768
 DEFAULT_WEB_PORT = 8765
+PORT_VAR = "GATEWAY_WEB_PORT"  # the port init writes when --web-port is not given (a container, a test run)
 NON_INTERACTIVE = "gateway init --yes --provider … --model …"
 Check = Callable[[str], object]  # raises ValueError saying what is wrong with an answer
 
@@ -64,8 +65,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--admin", action="append", default=[], metavar="PLATFORM:ID",
                    help="a user who may approve pairing codes in the chat (repeat it)")
     p.add_argument("--no-pairing", action="store_true", help="strangers get no answer (no pairing codes)")
-    p.add_argument("--web-port", type=int, help=f"the web chat's port (default {DEFAULT_WEB_PORT}, or the next free "
-                   "one when another program holds it now)")
+    p.add_argument("--web-port", type=int,
+                   help=f"the web chat's port (default ${PORT_VAR}, else {DEFAULT_WEB_PORT} or the next "
+                   "free one when another program holds it now)")
     p.add_argument("--no-model-test", action="store_true", help="do not send the one-line test request")
     p.set_defaults(func=cmd_init)
 
@@ -85,7 +87,8 @@ def cmd_init(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: T
         else:
             tester = None if args.no_model_test else (lambda chosen: model_test(chosen, env, home))
             starter, service = Questions(stdin or sys.stdin, out, env, tester).run(home)
-        starter = replace(starter, web_port=web_port(args.web_port, home, out))
+        wanted = args.web_port if args.web_port is not None else port_from_env(env)
+        starter = replace(starter, web_port=web_port(wanted, home, out))
     except (ValueError, InitStopped) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -165,6 +168,17 @@ def web_port(wanted: int | None, home: Path, out: TextIO, *, in_use: Callable[[i
         print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web chat gets port "
               f"{port} (web.port)", file=out)
     return port
+
+
+def port_from_env(env: Mapping[str, str]) -> int | None:
+    """$GATEWAY_WEB_PORT as a port number, or None when it is not set."""
+    text = env.get(PORT_VAR, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{PORT_VAR}={text!r}: expected a port number") from None
 
 
 def port_in_use(port: int) -> bool:
