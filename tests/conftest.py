@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.browser import browser  # noqa: F401 (a fixture, for every test module)
+from gateway.config.settings import WebConfig
+from tests.browser import browser, chromium  # noqa: F401 (fixtures, for every test module)
+from tests.early_checks import pytest_collection_finish, pytest_sessionfinish  # noqa: F401 (hooks)
 from tests.failure_reports import pytest_runtest_makereport  # noqa: F401 (a hook)
 from tests.fakes.fixtures import *
 
@@ -17,6 +21,31 @@ from tests.fakes.fixtures import *
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GATEWAY_HOME", "OPENAI_BASE_URL",
              "ANTHROPIC_BASE_URL"):
     os.environ.pop(_var, None)
+
+
+DEFAULT_WEB_PORT = WebConfig().port
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_default_web_port() -> Iterator[None]:
+    """No test listens on the product's default web port: the developer's own `gateway run` may
+    hold it (the README's first command leaves it running), and then the test fails only there.
+    Binding it in this process fails at once, wherever the port is free or not; a test's config
+    names a port from the OS instead (tests/helpers.py write_config adds `web.port: 0`)."""
+    bind = socket.socket.bind
+
+    def guarded(self: socket.socket, address: Any) -> None:
+        if isinstance(address, tuple) and len(address) >= 2 and address[1] == DEFAULT_WEB_PORT:
+            raise AssertionError(f"a test binds {address}: port {DEFAULT_WEB_PORT} is the default web "
+                                 "port, where the developer's own gateway may listen; write "
+                                 "`web.port: 0` (write_config does) or take tests.daemon_proc.free_port()")
+        bind(self, address)
+
+    socket.socket.bind = guarded  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        socket.socket.bind = bind  # type: ignore[method-assign]
 
 
 @pytest.fixture

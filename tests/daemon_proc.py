@@ -20,9 +20,12 @@ from typing import Any, Self
 
 import aiohttp
 
+from gateway.config.settings import WebConfig, load_config
+from gateway.errors import ConfigError
 from gateway.ops.web_guard import load_web_secret
 
 GATEWAY = str(Path(sys.executable).parent / "gateway")
+DEFAULT_WEB_PORT = WebConfig().port
 
 
 def free_port() -> int:
@@ -42,6 +45,24 @@ def free_port() -> int:
                 continue
             return port
     raise AssertionError("no free port below the ephemeral range")
+
+
+def _check_web_port(home: Path, env: dict[str, str]) -> None:
+    """A daemon a test starts never listens on the default port: the developer's own gateway may."""
+    try:
+        web = load_config(home, env=env).web
+    except ConfigError:  # a test of a bad config: the daemon exits before it listens
+        return
+    if web.enabled and web.port == DEFAULT_WEB_PORT:
+        raise AssertionError(f"{home}/config.yaml leaves the web chat on {DEFAULT_WEB_PORT}, where the "
+                             "developer's own gateway may listen: set web.port (0, or free_port())")
+
+
+def _link(fd: Path) -> str | None:
+    try:
+        return str(fd.readlink())
+    except OSError:  # closed meanwhile
+        return None
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -107,6 +128,7 @@ class DaemonProc:
         self.notify = NotifySocket(self.home.parent / f"notify-{id(self)}.sock")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home.parent),
                "NOTIFY_SOCKET": str(self.notify.path), **self.extra_env}
+        _check_web_port(self.home, env)
         if self.watchdog_usec:
             env["WATCHDOG_USEC"] = str(self.watchdog_usec)
         self.proc = await asyncio.create_subprocess_exec(
@@ -165,6 +187,15 @@ class DaemonProc:
 
     def output(self) -> str:
         return (self.stdout + self.stderr).decode(errors="replace")
+
+    def has_open(self, path: Path) -> bool:
+        """Whether the daemon holds `path` open now (Linux: its /proc/PID/fd links)."""
+        assert self.proc
+        try:
+            fds = list(Path(f"/proc/{self.proc.pid}/fd").iterdir())
+        except OSError:  # it exited
+            return False
+        return any(_link(fd) == str(path) for fd in fds)
 
     def log_records(self) -> list[dict[str, Any]]:
         records = []
