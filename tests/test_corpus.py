@@ -87,16 +87,14 @@ async def run_config(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captur
     data = generated(case)
     raw = data.encode() if data is not None else (CORPUS / case["file"]).read_bytes()
     (home / "config.yaml").write_bytes(raw)
-    started = time.monotonic()
-    code = cli.main(["--home", str(home), "config", "check"])
-    took = time.monotonic() - started
+    code = cli.main(["--home", str(home), "config", "check"])  # a hang ends at the test's timeout
     out = capsys.readouterr()
     said = out.out + out.err
     expect = case["expect"]
     assert code == expect["exit"], said
     for part in expect["says"]:
         assert part in said, f"{part!r} not in {said!r}"
-    assert "Traceback" not in said and took < 10, said
+    assert "Traceback" not in said, said
 
 
 # ------------------------------------------------------------------------------------------ Telegram messages
