@@ -1,6 +1,6 @@
-"""`gateway --version` and `gateway --help` load nothing but the standard library and the CLI's own
-parser modules: every command imports what it needs when it runs, so a user's every command (and every
-daemon start) skips the rest. The CPU time itself is a bench figure (bench/README.md), not a test."""
+"""`gateway --version` and `gateway --help` load nothing but the standard library and the CLI's
+own parser modules: every command imports what it needs when it runs, so a user's every command
+(and every daemon start) skips the rest. The CPU time itself is a bench figure (bench/README.md)."""
 
 from __future__ import annotations
 

@@ -296,7 +296,8 @@ def test_input_that_ends_early_writes_nothing(tmp_path: Path) -> None:
 def test_a_taken_web_port_is_noticed_before_gateway_run_fails_on_it(tmp_path: Path) -> None:
     """Another program (say a second gateway) listens on 8765: init gives the web chat the next free port and says
     so, rather than writing a config whose `gateway run` cannot start; a port asked for is kept, with a note."""
-    from gateway.cli.init import DEFAULT_WEB_PORT, port_in_use, web_port
+    from gateway.cli.context import port_in_use
+    from gateway.cli.init import DEFAULT_WEB_PORT, web_port
     from gateway.ops.home import hold_home
     home, out = tmp_path / "home", io.StringIO()
     taken = {DEFAULT_WEB_PORT, DEFAULT_WEB_PORT + 1}

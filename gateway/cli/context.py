@@ -1,4 +1,5 @@
-"""What every `gateway` command shares: exit codes, the home and config it works on, and logging.
+"""What every `gateway` command shares: exit codes, the home and config it works on, logging, and
+whether another program holds a port (init chooses the web port, run explains a taken one).
 
 Every command module imports it when the parser is built, so at the top it imports only the
 standard library: the config loader and the rest come in with the command that needs them.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +21,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_RESTART = 75
 EXIT_CONFIG = 78
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it: `gateway init && gateway run` stops at Ctrl-C
+# 128 + SIGINT, as shells report it: `gateway init && gateway run` stops at Ctrl-C
+EXIT_INTERRUPTED = 130
 
 log = logging.getLogger("gateway")
 
@@ -48,7 +51,7 @@ def home_of(args: argparse.Namespace) -> Path:
 
 
 def config_of(args: argparse.Namespace) -> Config:
-    """The loaded config, with the checks that need more than one key (tool names in agent.tools)."""
+    """The loaded config, with the checks that need more than one key (agent.tools' names)."""
     from gateway.agent.tools.catalog import check_tool_names
     from gateway.config.settings import load_config
     config = load_config(home_of(args))
@@ -63,3 +66,15 @@ def installed_version() -> str:
         return version("agent-gateway")
     except PackageNotFoundError:
         return "unknown"
+
+
+def port_in_use(port: int) -> bool:
+    """Would `gateway run` fail to listen on 127.0.0.1:port now? (SO_REUSEADDR, as aiohttp listens:
+    a connection still closing does not count, a listener does.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False

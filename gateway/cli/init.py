@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -16,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, environ, home_of
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, environ, home_of, port_in_use
 from gateway.config.starter import (
     CHAT_PLATFORMS,
     TOKEN_VARS,
@@ -39,7 +38,7 @@ PRESETS = {
 }
 OLLAMA_CONTEXT = 32_768
 DEFAULT_WEB_PORT = 8765
-PORT_VAR = "GATEWAY_WEB_PORT"  # the port init writes when --web-port is not given (a container, a test run)
+PORT_VAR = "GATEWAY_WEB_PORT"  # a container or a test run chooses the port init writes
 NON_INTERACTIVE = "gateway init --yes --provider … --model …"
 Check = Callable[[str], object]  # raises ValueError saying what is wrong with an answer
 
@@ -149,48 +148,36 @@ def _by_platform(entries: Sequence[str], flag: str) -> dict[str, list[str]]:
     return found
 
 
-def web_port(wanted: int | None, home: Path, out: TextIO, *, in_use: Callable[[int], bool] | None = None) -> int:
-    """--web-port as given (with a note when something listens there now); else 8765, or the first free port after
-    it when another program holds 8765 now (a second gateway on this machine, say), so `gateway run` can start.
-    This home's own running daemon is the likely holder: then 8765 stays."""
+def web_port(wanted: int | None, home: Path, out: TextIO, *,
+             in_use: Callable[[int], bool] | None = None) -> int:
+    """--web-port as given (with a note when something listens there now); else 8765, or the first
+    free one after it when another program (a second gateway?) holds 8765 now, so `gateway run` can
+    start. This home's own running daemon is the likely holder: then 8765 stays."""
     from gateway.ops.home import held as home_held
     busy = in_use or port_in_use
     if wanted is not None:
         if not 0 < wanted < 65536:
             raise ValueError(f"--web-port {wanted}: expected 1–65535")
         if busy(wanted):
-            print(f"note: port {wanted} is in use on this machine now; `gateway run` needs it free", file=out)
+            print(f"note: port {wanted} is in use on this machine now; `gateway run` needs it free",
+                  file=out)
         return wanted
     if not busy(DEFAULT_WEB_PORT) or home_held(home):
         return DEFAULT_WEB_PORT
-    port = next((p for p in range(DEFAULT_WEB_PORT + 1, DEFAULT_WEB_PORT + 100) if not busy(p)), DEFAULT_WEB_PORT)
+    after = range(DEFAULT_WEB_PORT + 1, DEFAULT_WEB_PORT + 100)
+    port = next((p for p in after if not busy(p)), DEFAULT_WEB_PORT)
     if port != DEFAULT_WEB_PORT:
-        print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web chat gets port "
-              f"{port} (web.port)", file=out)
+        print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web "
+              f"chat gets port {port} (web.port)", file=out)
     return port
 
 
 def port_from_env(env: Mapping[str, str]) -> int | None:
     """$GATEWAY_WEB_PORT as a port number, or None when it is not set."""
     text = env.get(PORT_VAR, "").strip()
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{PORT_VAR}={text!r}: expected a port number") from None
-
-
-def port_in_use(port: int) -> bool:
-    """Would `gateway run` fail to listen on 127.0.0.1:port now? (SO_REUSEADDR, as aiohttp listens: a connection
-    still closing does not count, a listener does.)"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+    if text and not text.isdigit():
+        raise ValueError(f"{PORT_VAR}={text!r}: expected a port number")
+    return int(text) if text else None
 
 
 # ---------------------------------------------------------------------------------------------- the questions
