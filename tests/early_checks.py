@@ -1,5 +1,5 @@
 """A pytest plugin (loaded by tests/conftest.py): mypy starts as soon as the tests are collected,
-in a child process, and test_mypy_clean takes its result.
+in a child process, and test_mypy_clean takes its result (the fake MCP servers' zygote, too).
 
 mypy over the whole tree takes seconds with its cache (.mypy_cache, kept between runs) and a
 minute or more of CPU without it (a fresh clone). Most of the suite waits on daemons, browsers and
@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.fakes import mcp_zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 # `python -m mypy` at a lower priority: the tests first (their daemons and fakes run on time), mypy
@@ -61,6 +63,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.name == "test_mypy_clean" and item.path.name == "test_typing_and_layers.py"
            for item in session.items) and _mypy_installed():
         _started.setdefault("mypy", Background(MYPY))
+    if any(item.path.name.startswith("test_mcp") for item in session.items):
+        mcp_zygote.start()  # the fake MCP servers' SDK import, done while other tests run
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

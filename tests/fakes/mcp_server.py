@@ -224,7 +224,7 @@ async def serve_http(app: MCPServer, port: int, port_file: Path | None, token: s
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=Path)
     parser.add_argument("--starts", type=Path)
@@ -235,7 +235,7 @@ def main() -> None:
     parser.add_argument("--legacy", action="store_true", help="stdio: speak only the 2025 protocol (no server/discover)")
     parser.add_argument("--junk", type=int, default=0, help="stdio: first write this many lines that are not JSON-RPC "
                         "(a banner or log lines printed to stdout by mistake)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for i in range(args.junk):
         print(f"starting up ({i + 1})...", flush=True)
     spec = json.loads(args.tools.read_text(encoding="utf-8")) if args.tools else {}
