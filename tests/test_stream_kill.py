@@ -19,7 +19,7 @@ from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.fakes.telegram import TOKEN, FakeTelegram, SentMessage
 from tests.helpers import write_config
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
 ALICE, GROUP = 1001, -100500
 MENTION = "@gw_test_bot what is the plan?"
 ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
