@@ -19,7 +19,7 @@ from tests.fakes.fixtures import *
 
 # Never let a developer's real keys or home leak into a test run.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GATEWAY_HOME", "OPENAI_BASE_URL",
-             "ANTHROPIC_BASE_URL"):
+             "ANTHROPIC_BASE_URL", "GATEWAY_WEB_PORT"):
     os.environ.pop(_var, None)
 
 
