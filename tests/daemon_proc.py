@@ -2,6 +2,8 @@
 signals to stop it, and every byte of its stdout/stderr kept for the test to inspect.
 
 Readiness comes from the notify socket (no polling); the web chat is reached over its real WebSocket.
+Waits default to a minute or two: met, they return at once; on a busy machine a start takes tens of
+seconds.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class NotifySocket:
         """Every KEY=value line received, in order (a datagram may carry several)."""
         return [line for msg in self.messages for line in msg.split("\n") if line]
 
-    async def wait_for(self, line: str, timeout: float = 30.0) -> None:
+    async def wait_for(self, line: str, timeout: float = 90.0) -> None:
         async def loop() -> None:
             while line not in self.assignments():
                 self._changed.clear()
@@ -147,7 +149,7 @@ class DaemonProc:
         while chunk := await stream.read(65536):
             into.extend(chunk)
 
-    async def wait_ready(self, timeout: float = 60.0) -> None:
+    async def wait_ready(self, timeout: float = 120.0) -> None:
         assert self.notify and self.proc
         ready = asyncio.create_task(self.notify.wait_for("READY=1", timeout))
         exited = asyncio.create_task(self.proc.wait())
@@ -162,7 +164,7 @@ class DaemonProc:
         assert self.proc
         self.proc.send_signal(sig)
 
-    async def wait(self, timeout: float = 60.0) -> int:
+    async def wait(self, timeout: float = 120.0) -> int:
         assert self.proc
         code = await asyncio.wait_for(self.proc.wait(), timeout)
         await asyncio.gather(*self._readers)
@@ -236,7 +238,7 @@ class WebChatClient:
         await self.ws.send_str(json.dumps({"text": text}))
         return await self.next("ack")
 
-    async def next(self, kind: str = "message", timeout: float = 30.0) -> dict[str, Any]:
+    async def next(self, kind: str = "message", timeout: float = 90.0) -> dict[str, Any]:
         assert self.ws
         async with asyncio.timeout(timeout):
             while True:

@@ -117,7 +117,7 @@ class RecordingAdapter:
     def texts(self, chat_id: str | None = None) -> list[str]:
         return [m.text for m in self.sent if chat_id is None or m.chat.chat_id == chat_id]
 
-    async def wait_for(self, count: int, timeout: float = 10.0) -> None:
+    async def wait_for(self, count: int, timeout: float = 60.0) -> None:
         async def loop() -> None:
             while len(self.sent) < count:
                 self._changed.clear()
