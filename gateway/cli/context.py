@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,12 @@ def environ() -> dict[str, str]:
     return read()
 
 
+def check_base_url(url: str | None, *, flag: str = "") -> str | None:
+    """gateway.config.settings's check of a base URL, imported when used (the parser stays light)."""
+    from gateway.config.settings import check_base_url as check
+    return check(url, flag=flag)
+
+
 def home_of(args: argparse.Namespace) -> Path:
     from gateway.config.settings import default_home
     return Path(args.home).expanduser() if args.home else default_home()
@@ -66,6 +73,17 @@ def installed_version() -> str:
         return version("agent-gateway")
     except PackageNotFoundError:
         return "unknown"
+
+
+PORT_VAR = "GATEWAY_WEB_PORT"  # a container or a test run chooses the port init writes
+
+
+def port_from_env(env: Mapping[str, str]) -> int | None:
+    """$GATEWAY_WEB_PORT as a port number, or None when it is not set."""
+    text = env.get(PORT_VAR, "").strip()
+    if text and not text.isdigit():
+        raise ValueError(f"{PORT_VAR}={text!r}: expected a port number")
+    return int(text) if text else None
 
 
 def port_in_use(port: int) -> bool:

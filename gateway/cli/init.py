@@ -15,7 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, environ, home_of, port_in_use
+from gateway.cli import context
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, check_base_url, environ, home_of
 from gateway.config.starter import (
     CHAT_PLATFORMS,
     TOKEN_VARS,
@@ -38,7 +39,6 @@ PRESETS = {
 }
 OLLAMA_CONTEXT = 32_768
 DEFAULT_WEB_PORT = 8765
-PORT_VAR = "GATEWAY_WEB_PORT"  # a container or a test run chooses the port init writes
 NON_INTERACTIVE = "gateway init --yes --provider … --model …"
 Check = Callable[[str], object]  # raises ValueError saying what is wrong with an answer
 
@@ -65,8 +65,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a user who may approve pairing codes in the chat (repeat it)")
     p.add_argument("--no-pairing", action="store_true", help="strangers get no answer (no pairing codes)")
     p.add_argument("--web-port", type=int,
-                   help=f"the web chat's port (default ${PORT_VAR}, else {DEFAULT_WEB_PORT} or the next "
-                   "free one when another program holds it now)")
+                   help=f"the web chat's port (default ${context.PORT_VAR}, else {DEFAULT_WEB_PORT} or "
+                   "the next free one when another program holds it now)")
     p.add_argument("--no-model-test", action="store_true", help="do not send the one-line test request")
     p.set_defaults(func=cmd_init)
 
@@ -86,7 +86,7 @@ def cmd_init(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: T
         else:
             tester = None if args.no_model_test else (lambda chosen: model_test(chosen, env, home))
             starter, service = Questions(stdin or sys.stdin, out, env, tester).run(home)
-        wanted = args.web_port if args.web_port is not None else port_from_env(env)
+        wanted = args.web_port if args.web_port is not None else context.port_from_env(env)
         starter = replace(starter, web_port=web_port(wanted, home, out))
     except (ValueError, InitStopped) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -119,9 +119,10 @@ def from_flags(args: argparse.Namespace) -> Starter:
     if allowed:
         raise ValueError(f"--allow names {', '.join(sorted(allowed))}, which is not turned on (add its "
                          "--…-token-env)")
+    base_url = check_base_url(args.base_url, flag="--base-url")
     key_env = check_env_name(args.api_key_env) if args.api_key_env else _default_key_env(args.provider, args.base_url)
     _by_platform(args.admin, "--admin")
-    return Starter(provider=args.provider, model=args.model, base_url=args.base_url or None, api_key_env=key_env,
+    return Starter(provider=args.provider, model=args.model, base_url=base_url, api_key_env=key_env,
                    platforms=tuple(platforms), pairing=not args.no_pairing, admins=tuple(args.admin))
 
 
@@ -154,7 +155,7 @@ def web_port(wanted: int | None, home: Path, out: TextIO, *,
     free one after it when another program (a second gateway?) holds 8765 now, so `gateway run` can
     start. This home's own running daemon is the likely holder: then 8765 stays."""
     from gateway.ops.home import held as home_held
-    busy = in_use or port_in_use
+    busy = in_use or context.port_in_use
     if wanted is not None:
         if not 0 < wanted < 65536:
             raise ValueError(f"--web-port {wanted}: expected 1–65535")
@@ -170,14 +171,6 @@ def web_port(wanted: int | None, home: Path, out: TextIO, *,
         print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web "
               f"chat gets port {port} (web.port)", file=out)
     return port
-
-
-def port_from_env(env: Mapping[str, str]) -> int | None:
-    """$GATEWAY_WEB_PORT as a port number, or None when it is not set."""
-    text = env.get(PORT_VAR, "").strip()
-    if text and not text.isdigit():
-        raise ValueError(f"{PORT_VAR}={text!r}: expected a port number")
-    return int(text) if text else None
 
 
 # ---------------------------------------------------------------------------------------------- the questions
@@ -228,7 +221,7 @@ class Questions:
             from gateway.llm.factory import ollama_model
             name = ollama_model() or name
         if keys[int(choice) - 1] == "other":
-            base_url = self.ask("Its base URL (ending in /v1)", "http://127.0.0.1:8000/v1")
+            base_url = self.ask("Its base URL (ending in /v1)", "http://127.0.0.1:8000/v1", check=check_base_url)
         name = self.ask("Model name", name or None)
         key_env = self.key_variable(keys[int(choice) - 1], base_url, key_env)
         return Starter(provider=provider, model=name, base_url=base_url, api_key_env=key_env,  # type: ignore[arg-type]

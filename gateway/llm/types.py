@@ -66,9 +66,14 @@ class TextSink(Protocol):
 
 
 class LLMClient(Protocol):
-    provider: str
-    model: str
-    context_window: int
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def context_window(self) -> int: ...
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:

@@ -335,6 +335,24 @@ _PERSON_ZONE = """
 ALTER TABLE people ADD COLUMN timezone TEXT;
 """
 
+# What people chose in chat (ChoiceQueries in gateway/store/session_queries.py): a chat's voice
+# replies (/voice on|off) and a conversation's model (/model NAME, by session key: a new session of
+# the same conversation keeps it).
+_CHOICES = """
+CREATE TABLE chat_voice (
+  platform TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  set_at TEXT NOT NULL,
+  PRIMARY KEY (platform, chat_id)
+);
+CREATE TABLE session_models (
+  key TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  set_at TEXT NOT NULL
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -348,4 +366,5 @@ MIGRATIONS: list[Migration] = [
     ("0011_robustness", _ROBUSTNESS),
     ("0014_tool_errors", _TOOL_ERRORS),
     ("0016_review2122", _PERSON_ZONE),
+    ("0033_voice_and_models", _CHOICES),
 ]
