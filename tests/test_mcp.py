@@ -72,7 +72,7 @@ async def _close(gw: Gateway) -> None:
 async def _ask(gw: Gateway, adapter: RecordingAdapter, text: str) -> str:
     before = len(adapter.sent)
     await gw.sessions.submit(inbound(text))
-    await adapter.wait_for(before + 1, timeout=30)
+    await adapter.wait_for(before + 1, timeout=CONNECT_S)
     await gw.sessions.wait_idle()
     return adapter.sent[-1].text
 
@@ -201,7 +201,7 @@ async def test_the_tool_list_stays_byte_identical_across_a_restart_when_the_serv
     try:
         await _ask(gw, adapter, "add again")  # the same session, after the restart
         await gw.sessions.submit(inbound("new chat", chat_id="c2"))
-        await adapter.wait_for(2, timeout=30)
+        await adapter.wait_for(2, timeout=CONNECT_S)
     finally:
         await _close(gw)
     first, second, third, other = fake_llm.anthropic_requests()
@@ -292,14 +292,14 @@ async def test_streamable_http_server(home: Path, fake_llm: FakeLLM, monkeypatch
     assert failed["is_error"] and "remote" in failed["content"]
 
 
-async def _wait(predicate: Any, timeout: float = 20.0) -> None:
+async def _wait(predicate: Any, timeout: float = CONNECT_S) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.02)
 
 
 async def _wait_listening(port: int) -> None:
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(CONNECT_S):
         while True:
             try:
                 _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -334,13 +334,13 @@ agent:
 
 def test_tools_list_keeps_its_columns_apart_for_a_long_server_name(
         home: Path, fake_llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tools = _tools_file(tmp_path, ["echo"])
+    command, args = server_command("--tools", str(_tools_file(tmp_path, ["echo"])))
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
         mcp_servers:
           knowledge-base-production:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools}]
-            connect_timeout_s: 20
+            command: {command}
+            args: {json.dumps(args)}
+            connect_timeout_s: {CONNECT_S}
         """))
     assert main(["--home", str(home), "tools", "list"]) == 0
     header, *rows = capsys.readouterr().out.split("\n\n")[0].splitlines()
@@ -537,7 +537,7 @@ async def test_a_server_that_says_its_tools_changed_is_listed_again(
         fake_llm.script(ToolCall("mcp_fake_add", {"a": 1, "b": 2}), Reply("gone"))
         await _ask(gw, adapter, "add 1 and 2")
         await gw.sessions.submit(inbound("new chat", chat_id="c2"))
-        await adapter.wait_for(4, timeout=30)
+        await adapter.wait_for(4, timeout=CONNECT_S)
     finally:
         await _close(gw)
     assert hub.states["fake"].restarts == 0  # listed again on the live connection, not by reconnecting
