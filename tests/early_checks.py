@@ -63,7 +63,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.name == "test_mypy_clean" and item.path.name == "test_typing_and_layers.py"
            for item in session.items) and _mypy_installed():
         _started.setdefault("mypy", Background(MYPY))
-    if any(item.path.name.startswith("test_mcp") for item in session.items):
+    if any(item.path.name.startswith(("test_mcp", "test_tool_search")) for item in session.items):
         mcp_zygote.start()  # the fake MCP servers' SDK import, done while other tests run
 
 
