@@ -14,7 +14,7 @@ import pytest
 from gateway.config.settings import WebConfig
 from tests.browser import browser, chromium  # noqa: F401 (fixtures, for every test module)
 from tests.early_checks import pytest_collection_finish, pytest_sessionfinish  # noqa: F401 (hooks)
-from tests.failure_reports import pytest_runtest_makereport  # noqa: F401 (a hook)
+from tests.failure_reports import pytest_configure, pytest_unconfigure  # noqa: F401 (hooks)
 from tests.fakes.fixtures import *
 
 # Never let a developer's real keys or home leak into a test run.

@@ -1,15 +1,21 @@
 """A failing test never takes the session down: the report of a failure whose garbage formats a
-traceback from a finalizer is written, and the tests after it run (tests/failure_reports.py says
-why they would not)."""
+traceback from a finalizer is written, and the tests after it run; and any parse in the test
+process survives such garbage (tests/failure_reports.py says why they would not)."""
 
 from __future__ import annotations
 
+import ast
+import gc
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests import failure_reports
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,3 +84,36 @@ def test_without_the_plugin_this_python_ends_the_session(tmp_path: Path) -> None
     """The case above is the real trigger on this interpreter: without the plugin, INTERNALERROR."""
     said = run_pytest(tmp_path)
     assert "SystemError: AST constructor recursion depth mismatch" in said, said[-3000:]
+
+
+def parse_amid_garbage(parse: Callable[[str], Any]) -> Any:
+    """`parse` of a 2,000-line module while 50 unreachable objects wait whose finalizer parses:
+    the parse's own allocations start a collection, unless the collector is paused."""
+
+    class Unclosed:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            ast.parse("x = 1")
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(100)
+    try:
+        for _ in range(50):
+            Unclosed()
+        return parse("\n".join(f"v{i} = [{i}, {i}]" for i in range(2000)))
+    finally:
+        gc.set_threshold(*threshold)
+        gc.collect()
+
+
+def test_a_parse_in_the_test_process_survives_finalizers_that_parse() -> None:
+    """What traceback's carets, pytest's reports and its assertion rewriting call: ast.parse."""
+    assert len(parse_amid_garbage(ast.parse).body) == 2000
+
+
+@pytest.mark.skipif(not failure_reports.AFFECTED, reason="CPython 3.11.8 fixed gh-106905")
+def test_without_the_pause_this_python_fails_the_parse() -> None:
+    with pytest.raises(SystemError, match="AST constructor recursion depth mismatch"):
+        parse_amid_garbage(failure_reports._original)
