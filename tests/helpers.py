@@ -71,8 +71,8 @@ def own_web_port(text: str) -> str:
     web = data.get("web") if isinstance(data, dict) else None
     if web is None and isinstance(data, dict):  # `web:` with nothing under it
         return re.sub(r"^web:[ \t]*$", "web:\n  port: 0", text, count=1, flags=re.MULTILINE)
-    if not isinstance(web, dict) or "port" in web:
-        return text
+    if not isinstance(web, dict) or "port" in web or web.get("enabled") is False:
+        return text  # a port is named, or nothing listens
     flow = re.search(r"^web:[ \t]*\{", text, re.MULTILINE)
     if flow:
         return text[:flow.end()] + "port: 0, " + text[flow.end():]
