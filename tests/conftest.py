@@ -17,10 +17,15 @@ from tests.early_checks import pytest_collection_finish, pytest_sessionfinish  #
 from tests.failure_reports import pytest_configure, pytest_unconfigure  # noqa: F401 (hooks)
 from tests.fakes.fixtures import *
 
-# Never let a developer's real keys or home leak into a test run.
+# Never let a developer's real keys, tokens, home or service manager leak into a test run.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GATEWAY_HOME", "OPENAI_BASE_URL",
-             "ANTHROPIC_BASE_URL", "GATEWAY_WEB_PORT"):
+             "ANTHROPIC_BASE_URL", "GATEWAY_WEB_PORT", "TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN",
+             "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
     os.environ.pop(_var, None)
+# Every fake listens on loopback: a proxy from the environment (HTTP_PROXY, ALL_PROXY …) is not
+# asked for it, by the SDKs (httpx) or aiohttp alike.
+for _var in ("NO_PROXY", "no_proxy"):
+    os.environ[_var] = ",".join(filter(None, [os.environ.get(_var), "127.0.0.1", "localhost", "::1"]))
 
 
 DEFAULT_WEB_PORT = WebConfig().port
