@@ -63,7 +63,7 @@ class Roles:
 
     def _sole_person(self) -> frozenset[str] | None:
         found: set[frozenset[str]] = set()
-        for platform, rules in platform_rules(self.config).items():
+        for (platform, _), rules in platform_rules(self.config).items():
             if rules.roles:
                 return None
             for uid in rules.user_ids:
@@ -161,7 +161,7 @@ class Roles:
     def _context(self, session: SessionRow, user_id: str | None, person: Person | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
-                           chat_id=session.chat_id, person=person,
+                           chat_id=session.chat_id, person=person, agent=session.agent,
                            memory=self.rights(person, MemoryView(None, self._chat(session)),
                                               own=user_id is not None and personal_owner(session) == user_id))
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
@@ -31,7 +31,7 @@ from gateway.errors import (
     SpeechError,
     StoreUnavailable,
 )
-from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
+from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity, adapter_key
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
-ChatKey = tuple[str, str]  # (platform, chat_id): the unit of ordering
+ChatKey = tuple[str, str, str]  # (platform, account, chat_id): the unit of ordering
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,7 @@ def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts
         "turn_id": turn_id, "chunk_index": i, "chunk_count": len(chunks), "platform": chat.platform,
         "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
         "kind": kind.value, "text": text, "plain": plain, "reply_to_id": reply_to_id,
+        "account": chat.account,
         "entities": json.dumps([asdict(e) for e in entities]) if entities else None,
     } for i, (text, plain, entities) in enumerate(chunks)]
 
@@ -105,7 +106,8 @@ def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage
 
 
 def row_chat(row: OutboundRow) -> ChatRef:
-    return ChatRef(row.platform, row.chat_type, row.chat_id, row.thread_id)  # type: ignore[arg-type]
+    chat_type: Any = row.chat_type
+    return ChatRef(row.platform, chat_type, row.chat_id, row.thread_id, row.account)
 
 
 class Outbox:
@@ -167,7 +169,7 @@ class Outbox:
     def send_unrecorded(self, chat: ChatRef, markdown: str, *, reply_to_id: str | None = None) -> None:
         """Send a notice now without recording it, for when nothing can be recorded (the database takes no
         writes): best effort, in the background, never retried or resent after a restart."""
-        adapter = self.adapters.get(chat.platform)
+        adapter = self.adapters.get(chat.adapter_key)
         if adapter is None:
             return
         rows = self.rows_for("unrecorded", chat, markdown, kind=OutboundKind.NOTICE, reply_to_id=reply_to_id)
@@ -221,14 +223,16 @@ class Outbox:
         """Send the chat's unsent chunks in order (a turn that just recorded its reply: `deliver` without the
         reads that find its chat and report its ids); returns how many went. A voice row goes on in
         the background: speech takes seconds, and the session's next turn need not wait for it."""
-        return await self._flush((chat.platform, chat.chat_id), voice_later=True)
+        return await self._flush((chat.platform, chat.account, chat.chat_id), voice_later=True)
 
     async def deliver_pending(self, platform: str | None = None) -> int:
-        """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
+        """Send every recorded-but-unsent chunk (of one adapter, `platform` or `platform@account`,
+        or all), chats in parallel; returns how many went."""
         chats: dict[ChatKey, None] = {}
         for row in self.store.pending_outbound():
-            if (platform is None or row.platform == platform) and row.platform in self.adapters:
-                chats[(row.platform, row.chat_id)] = None
+            via = adapter_key(row.platform, row.account)
+            if (platform is None or via == platform) and via in self.adapters:
+                chats[(row.platform, row.account, row.chat_id)] = None
         sent = await asyncio.gather(*(self._flush(key) for key in chats))
         return sum(sent)
 
@@ -306,9 +310,11 @@ class Outbox:
 
     def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:
         """The adapter to send this row with, or why not now (platform not serving, or too many rounds)."""
-        adapter = self.adapters.get(row.platform)
-        if adapter is None or not self.available(row.platform):
-            log.info("%s is not serving; turn %s chunk %s stays pending", row.platform, row.turn_id, row.chunk_index)
+        via = adapter_key(row.platform, row.account)
+        adapter = self.adapters.get(via)
+        if adapter is None or not self.available(via):
+            log.info("%s is not serving; turn %s chunk %s stays pending", via, row.turn_id,
+                     row.chunk_index)
             return _Outcome.LATER
         if row.attempts >= self.max_rounds:
             log.warning("%s: giving up on turn %s chunk %s after %s rounds (last error: %s)", row.platform,
@@ -360,7 +366,8 @@ class Outbox:
         tries.failures += 1
         known = isinstance(exc, AdapterError)
         self._count_error(exc if known else "send_crash")
-        if tries.failures >= self.backoff.attempts or not self.available(row.platform):
+        up = self.available(adapter_key(row.platform, row.account))
+        if tries.failures >= self.backoff.attempts or not up:
             log.warning("%s: turn %s chunk %s not sent (%s); kept for a later round", row.platform,
                         row.turn_id, row.chunk_index, exc, exc_info=not known)
             self._mark(row, "pending", error=str(exc) or type(exc).__name__)

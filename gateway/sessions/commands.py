@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -85,15 +86,15 @@ class Commands:
         return NEW_TEXT
 
     async def status(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        policy = self.policies.policy(inbound.chat.platform, inbound.chat.chat_type)
+        policy = self.policies.policy(inbound.chat.platform, inbound.chat.chat_type, inbound.agent)
         session = manager.store.active_session(key)
         if session is None:
             return f"{NO_SESSION_TEXT}\nReset: {self.policies.describe(policy)}."
         now = self.clock()
         created = parse_iso(session.created_at) or now
         count = manager.store.count_messages(session.id)
-        model = session.model or manager.agent.llm.model
-        provider = session.provider or manager.agent.llm.provider
+        llm = manager.roster.of(inbound).llm
+        model, provider = session.model or llm.model, session.provider or llm.provider
         lines = [f"Session {session.id}: started {human_age(now - created)} ago, {count} messages.",
                  f"Model: {model} ({provider}).",
                  f"Tokens: {session.input_tokens:,} in, {session.output_tokens:,} out.",
@@ -197,6 +198,8 @@ ADMINS_ONLY = "Only an admin can {what}."
 ONE_MODEL = ("Only one model is set up here. More can be added under `models:` in config.yaml "
              "(docs/configuration.md).")
 MODEL_USAGE = "Switch with /model NAME; /model default goes back to the main model."
+# A name that is repeated in a reply: anything else (a Markdown link, a wall of text) is not
+SHOWN_NAME = re.compile(r"[\w.:+-]{1,40}")
 
 
 def model_choices(options: Sequence[ModelOption]) -> list[tuple[str, str]]:
@@ -225,7 +228,7 @@ class ChoiceCommands:
     async def voice(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
         if self.config.voice.tts is None:
             return NO_TTS
-        if not isinstance(manager.adapters.get(inbound.chat.platform), AudioReplies):
+        if not isinstance(manager.adapters.get(inbound.chat.adapter_key), AudioReplies):
             return NO_AUDIO
         word = _argument(inbound.text).lower()
         if not word:
@@ -236,7 +239,8 @@ class ChoiceCommands:
             return ADMINS_ONLY.format(what="switch voice replies for everyone in this group")
         mode = VOICE_MODES[word]
         chat = inbound.chat
-        manager.store.set_chat_voice(chat.platform, chat.chat_id, mode, now=self.clock())
+        manager.store.set_chat_voice(chat.platform, chat.chat_id, mode, now=self.clock(),
+                                     account=chat.account)
         log.info("voice replies %s platform=%s chat=%s by user=%s", mode or "as configured",
                  chat.platform, chat.chat_id, inbound.user_id)
         if mode is None:
@@ -245,14 +249,15 @@ class ChoiceCommands:
         return VOICE_SAID[mode]
 
     def _voice_now(self, manager: SessionManager, inbound: Inbound) -> str:
-        chosen = manager.store.chat_voice(inbound.chat.platform, inbound.chat.chat_id)
+        chat = inbound.chat
+        chosen = manager.store.chat_voice(chat.platform, chat.chat_id, chat.account)
         default = VOICE_DEFAULTS[self.config.voice.replies]
         now = VOICE_SAID[chosen] if chosen else \
             f"Voice replies follow the gateway's setting: {default}."
         return f"{now}\n{VOICE_USAGE}"
 
     async def model(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        models = manager.agent.llm
+        models = manager.roster.of(inbound).llm  # the agent's own choice of models
         if not isinstance(models, SessionModels):
             return ONE_MODEL
         name = _argument(inbound.text)
@@ -261,7 +266,8 @@ class ChoiceCommands:
             return model_list(models.options(current))
         if name != "default" and name not in models.named:
             listed = model_list(models.options(current))
-            return f"There is no model called {name!r} here.\n{listed}"
+            called = f"called {name!r}" if SHOWN_NAME.fullmatch(name) else "by that name"
+            return f"There is no model {called} here.\n{listed}"
         if self.config.models_switch != "everyone" and not self.is_admin(inbound):
             return ADMINS_ONLY.format(what="switch models here")
         if (name == "default" and current is None) or name == current:
@@ -294,16 +300,20 @@ def _original_inbound(store: Store, inbound: Inbound, message: MessageRow) -> In
     from gateway.store.transcript import decode_inbound
     if not message.platform_message_id:
         return None
-    row = store.one("SELECT payload FROM inbound WHERE platform = ? AND chat_id = ? AND platform_message_id = ?",
-                    (inbound.chat.platform, inbound.chat.chat_id, message.platform_message_id))
+    chat = inbound.chat
+    row = store.one("SELECT payload FROM inbound WHERE platform = ? AND account = ? AND chat_id = ?"
+                    " AND platform_message_id = ?",
+                    (chat.platform, chat.account, chat.chat_id, message.platform_message_id))
     return decode_inbound(row[0]) if row else None
 
 
 def _rewrite_inbound(store: Store, inbound: Inbound, retried: Inbound) -> None:
     from gateway.store.transcript import encode_inbound
-    store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND chat_id = ?"
-                  " AND platform_message_id = ?", (retried.text, encode_inbound(retried), inbound.chat.platform,
-                                                   inbound.chat.chat_id, inbound.message_id))
+    chat = inbound.chat
+    store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND account = ?"
+                  " AND chat_id = ? AND platform_message_id = ?",
+                  (retried.text, encode_inbound(retried), chat.platform, chat.account, chat.chat_id,
+                   inbound.message_id))
 
 
 def _hit_rate(session: SessionRow) -> str:

@@ -10,7 +10,7 @@ deferred.py). The built-in tools are the core: never deferred.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gateway.agent.tools.deferred import bridge_specs
@@ -86,10 +86,24 @@ def check_tool_names(config: Config) -> None:
     """ConfigErrors, each with its file and line, for names in agent.tools / agent.tools_by_platform that name no
     tool: a typo there would silently turn a tool off."""
     path = config.home / "config.yaml"
+    problems = name_problems(config, TOOL_ORDER) + _agent_problems(config)
     errors = [ConfigError(message, file=str(path), line=locate(path, key), key=key)
-              for key, message in name_problems(config, TOOL_ORDER)]
+              for key, message in problems]
     if errors:
         raise ConfigErrors(errors)
+
+
+def _agent_problems(config: Config) -> list[tuple[str, str]]:
+    """The same for each agent's own `tools` / `tools_by_platform` (agents.<name>.tools[2])."""
+    found = []
+    for name, spec in config.agents.items():
+        if spec.tools is None and spec.tools_by_platform is None:
+            continue
+        own = replace(config, agent=replace(
+            config.agent, tools=spec.tools, tools_by_platform=spec.tools_by_platform or {}))
+        found += [(key.replace("agent.", f"agents.{name}.", 1), message)
+                  for key, message in name_problems(own, TOOL_ORDER) if key.startswith("agent.")]
+    return found
 
 
 class ToolCatalog:
