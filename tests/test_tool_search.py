@@ -403,7 +403,7 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
           everything:
             command: {everything}
             args: [stdio]
-            connect_timeout_s: 60
+            connect_timeout_s: {CONNECT_S}
         tools:
           search: on
         """))
