@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of, known_secret
-from gateway.config.settings import environ, load_config
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, environ, home_of, known_secret
 from gateway.errors import ConfigError
 
 
@@ -83,6 +82,7 @@ def cmd_install_service(args: argparse.Namespace) -> int:
 
 
 def _drain_seconds(home: Path) -> float:
+    from gateway.config.settings import load_config
     try:
         return load_config(home).daemon.drain_seconds
     except (ConfigError, OSError):
