@@ -36,8 +36,18 @@ from tests.lifecycle_support import FakeClock, last_user_text
 # How long the fake server may take to connect: not a bound on anything these tests check (it
 # starts in milliseconds from tests/fakes/mcp_zygote.py; a busy machine may hold it back).
 CONNECT_S = 120
-CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule"]
+CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule",
+        "ask"]
 WEATHER = "mcp_fake_weather_forecast"
+
+
+def approve_all(home: Path) -> None:
+    """The fake server's tools run unasked (`approval: never`)."""
+    path = home / "config.yaml"
+    text = path.read_text(encoding="utf-8")
+    server = f"    connect_timeout_s: {CONNECT_S}\n"
+    assert server in text
+    path.write_text(text.replace(server, server + "    approval: never\n", 1), encoding="utf-8")
 
 
 def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | None = None,
@@ -199,10 +209,12 @@ async def test_off_sends_every_tool_and_auto_follows_the_context_window(
 
 async def test_bridge_errors_name_the_problem_and_the_policy_applies_to_the_real_name(
         home: Path, fake_llm: FakeLLM) -> None:
+    # the delete tool is destructive: its approval has tests of its own (tests/test_approvals.py)
     configure(home, fake_llm, extra="""\
         agent:
           tools: [memory, "mcp_fake_*"]
         """)
+    approve_all(home)
     fake_llm.script(ToolCall("tool_call", {"name": "weather", "arguments": {"city": "Oslo"}}),
                     ToolCall("tool_call", {"name": WEATHER, "arguments": {"days": "three"}}),
                     ToolCall("tool_call", {"name": "mcp_fake_delete_file",
@@ -352,7 +364,7 @@ async def test_a_scheduled_run_finds_and_calls_a_deferred_tool(home: Path,
         assert await fire_jobs(gw)
     run = fake_llm.anthropic_requests()[2]
     # a run's tools: the chat's without schedule, and the same bridge
-    assert [t["name"] for t in run["tools"]] == [*CORE[:-1], "tool_search", "tool_call"]
+    assert [t["name"] for t in run["tools"]] == [*CORE[:-2], "tool_search", "tool_call"]
     forecast = "Forecast for Oslo: sunny, 18 °C, light wind for the next 1 days."
     assert forecast in adapter.sent[-1].text
 
@@ -489,7 +501,7 @@ async def test_a_model_switch_defers_by_the_new_model_s_context_window(
     configure(home, fake_llm, search="auto", window=2_000_000, extra=small_model(fake_llm))
     async with running(home) as (gw, adapter):
         await ask(gw, adapter, "hello")
-    assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 66
+    assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 67  # 7 built-in (ask too), 60 MCP
     # the server has a new tool (v2) by the time of the switch: this session never sees it
     configure(home, fake_llm, search="auto", window=2_000_000, catalog=61, version="v2",
               extra=small_model(fake_llm))

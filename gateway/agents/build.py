@@ -19,7 +19,7 @@ from pathlib import Path
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry
 from gateway.agent.tools.policy import ToolPolicy
-from gateway.agent.tools.registry import ToolProvider
+from gateway.agent.tools.registry import HoldCheck, ToolProvider
 from gateway.agent.tools.schedule import JobBook
 from gateway.agents.runtime import AgentRuntime, Roster
 from gateway.config.agents import Bindings, agent_config, agent_names
@@ -43,12 +43,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class SharedTools:
     """The tools' parts every agent uses: `provider` (the MCP servers' tools), the web tools, the
-    job book (scheduling on) and the session search."""
+    job book (scheduling on), the session search and the approval check (`holds`)."""
 
     web: WebTools | None = None
     jobs: JobBook | None = None
     search: SessionSearch | None = None
     provider: ToolProvider | None = None
+    holds: HoldCheck | None = None  # which calls wait for a person (gateway/approvals/policy.py)
 
 
 @dataclass(slots=True)
@@ -78,6 +79,7 @@ def build_runtime(shared: Shared, name: str) -> AgentRuntime:
     registry = build_registry(config.home, memory=memory, skills=skills, web=t.web, jobs=t.jobs,
                               search=t.search)
     registry.provider = t.provider
+    registry.holds = t.holds
     catalog = ToolCatalog(registry, ToolPolicy.of(config))
     base = _model(shared, name, config)
     llm = _switchable(shared, name, config, base)

@@ -15,7 +15,7 @@ import logging
 import random
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from gateway.telemetry.metrics import Metrics, error_kind
 
 if TYPE_CHECKING:
     from gateway.delivery.voice import VoiceReplies
+    from gateway.events import Choices
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
         self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
+        self.choices: list[Callable[[OutboundRow], Choices | None]] = []  # buttons: approvals/
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -283,7 +285,7 @@ class Outbox:
         while True:
             await self.limiter.acquire(chat)
             try:
-                message = row_message(row, use_plain=tries.use_plain)
+                message = self._with_choices(row, row_message(row, use_plain=tries.use_plain))
                 if row.kind == OutboundKind.VOICE.value:
                     mid = await self._send_voice(adapter, row, message)
                 elif self.previews is None:
@@ -301,6 +303,13 @@ class Outbox:
             if self.previews is not None and row.chunk_index == row.chunk_count - 1:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
+
+    def _with_choices(self, row: OutboundRow, message: OutboundMessage) -> OutboundMessage:
+        """The last chunk of a message that has buttons carries them."""
+        if row.chunk_index != row.chunk_count - 1 or row.kind == OutboundKind.VOICE.value:
+            return message
+        found = next((c for c in (source(row) for source in self.choices) if c is not None), None)
+        return message if found is None else replace(message, choices=found)
 
     async def _send_voice(self, adapter: Adapter, row: OutboundRow,
                           message: OutboundMessage) -> str:

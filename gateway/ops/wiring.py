@@ -27,6 +27,8 @@ from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.registry import ToolRegistry
 from gateway.agents.build import Shared, SharedTools, roster_for
 from gateway.agents.runtime import Roster
+from gateway.approvals.menus import Menus
+from gateway.approvals.waits import Waits
 from gateway.config.agents import check_agents
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
@@ -37,7 +39,7 @@ from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
 from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, Inbound, MemberRoles, account_of, adapter_key
+from gateway.events import Adapter, MemberRoles, account_of, adapter_key
 from gateway.knowledge.forget import web_uploads
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
@@ -62,6 +64,7 @@ from gateway.net.search import WebSearch
 from gateway.ops.http_limits import Limits
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.supervisor import Supervisor, Watchdog
+from gateway.ops.waiting import approval_policy, wire_waits
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
 from gateway.scheduling.book import JobBook
@@ -121,6 +124,7 @@ class Gateway:
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
     worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
+    waits: Waits | None = None  # turns waiting for a person (gateway/approvals/), its `policy`
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -129,7 +133,9 @@ class Gateway:
     async def close_tools(self) -> None:
         """Stop the MCP servers and close the HTTP sessions of the web tools, the agents' own models
         and the models /model switches to, and the speech service (shutdown, or the end of a CLI
-        command)."""
+        command); the approvals' timers stop (their requests stay stored)."""
+        if self.waits is not None:
+            await self.waits.close()
         for runtime in self.roster.built() if self.roster is not None else ():
             await runtime.close()
         if self.outbox.voice is not None:
@@ -168,9 +174,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     vision = functools.partial(_sees_images, llm)
-    shared_tools, hub = _tools(config, env, book, sleep=sleep, monotonic=monotonic,
+    shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
                                vision=vision, worker=worker)
-    web = shared_tools.web
     facts = _platform_facts(config)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
     main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
@@ -199,9 +204,10 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
+                   mcp=hub, web=shared_tools.web, jobs=jobs, model_source=source, roles=roles,
                    redact=redactor_for(config, env), media=media, roster=roster,
-                   models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker)
+                   models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker,
+                   waits=wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep))
 
 
 def _sees_images(default: LLMClient) -> bool:
@@ -243,16 +249,6 @@ def _voice(config: Config, env: Mapping[str, str], *, store: Store,
                         clock=clock)
 
 
-def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
-    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
-    person)."""
-    def is_admin(inbound: Inbound) -> bool:
-        person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
-                                      user_name=inbound.user_name, username=inbound.username)
-        return roles.is_admin(person)
-    return is_admin
-
-
 def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
            adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
            worker: Worker) -> AttachmentTurns:
@@ -271,8 +267,8 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Call
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
-def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, sleep: Sleep,
-           monotonic: Callable[[], float], vision: Callable[[], bool],
+def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: Store, *,
+           sleep: Sleep, monotonic: Callable[[], float], vision: Callable[[], bool],
            worker: Worker) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
@@ -285,7 +281,8 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, *, slee
         provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
                             worker=worker)
     web = _web_tools(config, env, monotonic, worker)
-    return SharedTools(web, jobs, SessionSearch(), provider), hub
+    holds = approval_policy(config, store, provider, redactor_for(config, env))
+    return SharedTools(web, jobs, SessionSearch(), provider, holds), hub
 
 
 def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],
@@ -328,7 +325,9 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
-    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock))
+    menus = Menus(load_key(config.home))  # /model's list as buttons
+    choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin,
+                             menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
     sessions = SessionManager(config=config, store=store, roster=roster, outbox=outbox,
@@ -336,6 +335,8 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
                               clock=clock, gate=gate, compressor=compressor, metrics=metrics,
                               callers=roles, streams=streams, media=media)
     lifecycle.attach(sessions)
+    outbox.choices.append(menus.choices_for)
+    gate.menus = functools.partial(choices.tap, sessions)
     return sessions, lifecycle
 
 

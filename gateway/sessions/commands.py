@@ -15,9 +15,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gateway.approvals.menus import Menus
 from gateway.config.settings import Config
 from gateway.errors import LLMNotConfigured
-from gateway.events import AudioReplies, Inbound, command_word
+from gateway.events import (
+    AudioReplies,
+    Inbound,
+    Interactive,
+    SubmitOutcome,
+    SubmitResult,
+    command_word,
+)
 from gateway.llm.factory import ModelOption, SessionModels
 from gateway.sessions.lifecycle import Policies, human_age
 from gateway.store.database import Store
@@ -35,6 +43,7 @@ IsAdmin = Callable[[Inbound], bool]
 NEW_TEXT = "Started a new conversation. I still remember what I saved to memory."
 NOTHING_TO_STOP = "Nothing to stop: I'm not working on anything right now."
 STOPPED_TEXT = "Stopped."
+STOPPED_WAITING_TEXT = "Stopped. The request waiting for an answer is cancelled; nothing was run."
 BUSY_TEXT = "I'm still answering your last message. Send /stop first if you want me to drop it."
 NOTHING_TO_RETRY = "There is no message to answer again in this conversation yet."
 NOTHING_TO_UNDO = "There is nothing to undo in this conversation yet."
@@ -53,6 +62,8 @@ Commands:
 /voice on or off: answers here come as voice notes too, or never (/voice auto: the default)
 /model: the models I can answer with; /model NAME switches this conversation to one
 /link: make this account and yours on another platform one person (same memory); in a direct message
+/approve CODE, /deny CODE: answer a request to run a tool (where there are no buttons)
+/approve CODE session: allow it, and that tool for the rest of this conversation
 /help: this list
 Any other /word is passed to me as ordinary text."""
 
@@ -123,7 +134,12 @@ class Commands:
         return "\n".join(lines)
 
     async def stop(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        return STOPPED_TEXT if manager.stop_turn(key) else NOTHING_TO_STOP
+        """Stop the running turn; one waiting for a person has its request cancelled
+        (gateway/approvals)."""
+        waiting = manager.waiting is not None and key in manager.waiting.waits.parked_keys()
+        if not manager.stop_turn(key):
+            return NOTHING_TO_STOP
+        return STOPPED_WAITING_TEXT if waiting else STOPPED_TEXT
 
     async def retry(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
         """Deactivate the last exchange and let this very message go on as a turn carrying the old text.
@@ -198,6 +214,8 @@ ADMINS_ONLY = "Only an admin can {what}."
 ONE_MODEL = ("Only one model is set up here. More can be added under `models:` in config.yaml "
              "(docs/configuration.md).")
 MODEL_USAGE = "Switch with /model NAME; /model default goes back to the main model."
+MODEL_TAP = "Tap one to switch this conversation to it (or send /model NAME)."
+STALE_MENU = "This list is out of date: send /model for the current one."
 # A name that is repeated in a reply: anything else (a Markdown link, a wall of text) is not
 SHOWN_NAME = re.compile(r"[\w.:+-]{1,40}")
 
@@ -208,11 +226,11 @@ def model_choices(options: Sequence[ModelOption]) -> list[tuple[str, str]]:
     return [(f"{o.name}: {o.model}", f"/model {o.name}") for o in options]
 
 
-def model_list(options: Sequence[ModelOption]) -> str:
+def model_list(options: Sequence[ModelOption], usage: str = MODEL_USAGE) -> str:
     lines = ["Models (▸ answers in this conversation):"]
     for option, (label, _) in zip(options, model_choices(options), strict=True):
         lines.append(f"{'▸' if option.current else '•'} {label} ({option.provider})")
-    return "\n".join([*lines, MODEL_USAGE])
+    return "\n".join([*lines, usage])
 
 
 class ChoiceCommands:
@@ -220,10 +238,12 @@ class ChoiceCommands:
     whether the sender is an admin (gateway/access/roles.py): switching a model takes one unless
     `models_switch: everyone`, and so does switching voice replies for a whole group."""
 
-    def __init__(self, config: Config, *, clock: Clock, is_admin: IsAdmin) -> None:
+    def __init__(self, config: Config, *, clock: Clock, is_admin: IsAdmin,
+                 menus: Menus | None = None) -> None:
         self.config = config
         self.clock = clock
         self.is_admin = is_admin
+        self.menus = menus  # /model's list as buttons where the platform has them
 
     async def voice(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
         if self.config.voice.tts is None:
@@ -263,16 +283,50 @@ class ChoiceCommands:
         name = _argument(inbound.text)
         current = manager.store.model_choice(key)
         if not name:
-            return model_list(models.options(current))
+            return self._menu(manager, models, inbound, current)
         if name != "default" and name not in models.named:
             listed = model_list(models.options(current))
             called = f"called {name!r}" if SHOWN_NAME.fullmatch(name) else "by that name"
             return f"There is no model {called} here.\n{listed}"
+        return self._refusal(inbound, name, current) or \
+            self._switch(manager, models, inbound, key, name)
+
+    def _menu(self, manager: SessionManager, models: SessionModels, inbound: Inbound,
+              current: str | None) -> str:
+        """The models as a list; where the platform has buttons, as buttons too."""
+        options = models.options(current)
+        if self.menus is None or not isinstance(manager.adapters.get(inbound.chat.adapter_key),
+                                                Interactive):
+            return model_list(options)
+        labels = [(("▸ " if o.current else "") + label, o.name)
+                  for o, (label, _) in zip(options, model_choices(options), strict=True)]
+        self.menus.offer("model", inbound, labels)
+        return model_list(options, MODEL_TAP)
+
+    def _refusal(self, inbound: Inbound, name: str, current: str | None) -> str | None:
         if self.config.models_switch != "everyone" and not self.is_admin(inbound):
             return ADMINS_ONLY.format(what="switch models here")
         if (name == "default" and current is None) or name == current:
             return f"Already answering with {name}."
-        return self._switch(manager, models, inbound, key, name)
+        return None
+
+    async def tap(self, manager: SessionManager, inbound: Inbound) -> SubmitResult:
+        """A tap on /model's list: what `/model NAME` does, its answer posted in the chat; a refusal
+        (not an admin, a stale or carried-over list) goes to the tapper alone."""
+        models = manager.roster.of(inbound).llm  # the agent's own choice of models
+        if self.menus is None or not isinstance(models, SessionModels):
+            return _refused(ONE_MODEL)
+        name = self.menus.picked("model", inbound, [o.name for o in models.options(None)])
+        if name is None:
+            return _refused(STALE_MENU)
+        key = manager.key_for(inbound)
+        refusal = self._refusal(inbound, name, manager.store.model_choice(key))
+        if refusal is not None:
+            return _refused(refusal)
+        text = self._switch(manager, models, inbound, key, name)
+        manager.outbox.post_soon(f"pick:{inbound.chat.chat_id}:{inbound.message_id}",
+                                 inbound.chat, text)
+        return SubmitResult(SubmitOutcome.ACCEPTED, "choice")
 
     def _switch(self, manager: SessionManager, models: SessionModels, inbound: Inbound, key: str,
                 name: str) -> str:
@@ -284,6 +338,10 @@ class ChoiceCommands:
         log.info("model switched session_key=%s to %s (%s) by %s:%s", key, name, chosen.model,
                  inbound.chat.platform, inbound.user_id)
         return f"Switched to {name} ({chosen.model}). Your next message is answered by it."
+
+
+def _refused(text: str) -> SubmitResult:
+    return SubmitResult(SubmitOutcome.REFUSED, "choice", notice=text)
 
 
 def _argument(text: str) -> str:

@@ -1,6 +1,7 @@
 """Normalized messages and the adapter contract: the only shapes that cross between adapters and the core.
 
 Nothing platform-specific lives here; adapters translate their platform's objects into these at the edge.
+Buttons and taps (choices) are re-exported here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from gateway.events.choices import Choice as Choice
+from gateway.events.choices import Choices as Choices
+from gateway.events.choices import Interactive as Interactive
+from gateway.events.choices import Picked as Picked
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -99,6 +105,8 @@ class Inbound:
     context: str = ""
     forwarded_from: str | None = None  # a forwarded message: whose words these are (not the sender's own)
     agent: str = MAIN_AGENT  # who answers: set once, by the bindings, as the message comes in
+    # a tap on a button the gateway sent (`Interactive`); its text is empty
+    picked: Picked | None = None
 
 
 class OutboundKind(enum.Enum):
@@ -139,6 +147,8 @@ class OutboundMessage:
     chunk_count: int = 1
     use_plain: bool = False
     key: str = ""
+    # buttons under this chunk (the last of its message): see `Interactive`
+    choices: Choices | None = None
 
 
 class SubmitOutcome(enum.Enum):
@@ -152,6 +162,8 @@ class SubmitOutcome(enum.Enum):
 class SubmitResult:
     outcome: SubmitOutcome
     reason: str = ""
+    # for a tap: a short line for the tapper alone (why nothing changed; what to do next)
+    notice: str = ""
 
 
 Submit = Callable[[Inbound], Awaitable[SubmitResult]]
