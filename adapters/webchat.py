@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import itertools
 import json
 import logging
 import os
 import re
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 from aiohttp import BodyPartReader, WSMsgType, web
 
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
 MAX_FILES = 10                 # per message
 UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+_TOKEN = r"[a-z0-9][a-z0-9!#$&^_.+-]"
+MEDIA_TYPE = re.compile(rf"{_TOKEN}{{0,63}}/{_TOKEN}{{0,126}}")  # RFC 6838: type/subtype
+MAX_NAME_CHARS = 200
 CHUNK = 64 * 1024
 UPLOAD_STALL_S = 30.0          # an upload that sends nothing for this long is dropped (the listener leaves it to us)
 # The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message of the person's
@@ -246,8 +251,14 @@ class WebChatAdapter:
         except TimeoutError:
             return web.json_response({"error": f"the upload stalled (nothing for {self.upload_stall_s:g} s)"},
                                      status=408)
-        name = (part.filename or "file")[:200]
-        kind = part.headers.get("Content-Type", "application/octet-stream").split(";")[0].strip()
+        except OSError as exc:  # the disk is full, or the folder cannot be written: nothing kept
+            log.warning("web: an upload could not be kept: %s", exc)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            why = "the disk is full" if full else f"it cannot be written ({exc.strerror or exc})"
+            return web.json_response({"error": f"the file could not be kept: {why}"},
+                                     status=507 if full else 500)
+        name = _file_name(part.filename)
+        kind = _media_type(part.headers.get("Content-Type"))
         return web.json_response({"id": upload_id, "name": name, "type": kind, "size": size})
 
     async def _store(self, part: BodyPartReader, path: Path) -> int:
@@ -276,9 +287,10 @@ class WebChatAdapter:
             upload_id = str(item.get("id") or "") if isinstance(item, dict) else ""
             if not UPLOAD_ID.match(upload_id) or self.uploads is None or not (self.uploads / upload_id).is_file():
                 raise _BadFiles("a file of this message was not uploaded (or is gone); attach it again")
-            kind = str(item.get("type") or "application/octet-stream")
-            found.append(Attachment(_kind(kind), name=str(item.get("name") or "file")[:200], mime_type=kind,
-                                    size=(self.uploads / upload_id).stat().st_size, ref=upload_id))
+            kind = _media_type(str(item.get("type") or ""))
+            found.append(Attachment(_kind(kind), name=_file_name(str(item.get("name") or "")),
+                                    mime_type=kind, size=(self.uploads / upload_id).stat().st_size,
+                                    ref=upload_id))
         return tuple(found)
 
     async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
@@ -300,6 +312,24 @@ class _TooLarge(Exception):
 
 class _BadFiles(ValueError):
     pass
+
+
+def _file_name(given: str | None) -> str:
+    """What a file may be called here: the last part of any path (a browser may send a whole one,
+    with either separator), on one line, without characters a reader cannot see; "file" when nothing
+    is left. The name is shown, never used as a path (files are kept under their upload id)."""
+    base = PureWindowsPath(given or "").name
+    visible = "".join(ch if ch == "\u200d" or unicodedata.category(ch)[0] != "C" else " "
+                      for ch in base)
+    name = " ".join(visible.split())[:MAX_NAME_CHARS]
+    return name if name.strip(".") else "file"
+
+
+def _media_type(given: str | None) -> str:
+    """`type/subtype` as the sender declared it, or application/octet-stream for anything else; only
+    a hint: what the file really is, the readers find out from its bytes."""
+    kind = (given or "").split(";")[0].strip().lower()
+    return kind if MEDIA_TYPE.fullmatch(kind) else "application/octet-stream"
 
 
 def _kind(mime: str) -> str:

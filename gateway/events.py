@@ -145,9 +145,25 @@ class HttpListener(Protocol):
     async def stop(self) -> None: ...
 
 
-# How an adapter that receives webhooks serves them (app, host, port). The daemon hands in one that bounds
-# connections and header/body read times (gateway/ops/http_limits.py), so the adapter never opens a bare listener.
-ServeHttp = Callable[["web.Application", str, int], Awaitable[HttpListener]]
+class Caller(enum.Enum):
+    """Who an HTTP request is, judged from its request line and headers before any body is awaited:
+    what the listener waits on for it, and which connections it closes first when full
+    (gateway/ops/http_limits.py)."""
+
+    PROBE = "probe"        # a health probe (/healthz): no secret, never closed to make room
+    KNOWN = "known"        # authenticated by its headers (a cookie, a secret header): never closed
+    CLAIMED = "claimed"    # a credential only its body can prove (Slack's signature): the body must
+                           # come at the minimum rate, and while it comes the connection goes first
+    STRANGER = "stranger"  # refused at once (401), its body never read
+
+
+# Judges a request from its line and headers; raises an aiohttp HTTPException to refuse with its own
+# answer.
+RequestGate = Callable[["web.BaseRequest"], Caller]
+# How an adapter that receives webhooks serves them (app, host, port, gate). The daemon hands in one
+# that bounds connections and header/body read times (gateway/ops/http_limits.py), so the adapter
+# never opens a bare listener.
+ServeHttp = Callable[["web.Application", str, int, RequestGate], Awaitable[HttpListener]]
 
 
 @dataclass(frozen=True, slots=True)

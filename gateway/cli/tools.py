@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.agent.tools.catalog import TOOL_ORDER
@@ -66,9 +67,7 @@ def _rows(gateway: Gateway) -> list[str]:
     if gateway.mcp is not None:
         rows += sorted((name, f"mcp:{state.name}", f"withheld: {why}")
                        for state in gateway.mcp.states.values() for name, why in state.withheld.items())
-    width = max(len(r[0]) for r in rows) + 2
-    lines = [f"{'TOOL':<{width}}{'FROM':<14}ON PLATFORMS"]
-    lines += [f"{name:<{width}}{origin:<14}{where}" for name, origin, where in rows]
+    lines = _table(("TOOL", "FROM", "ON PLATFORMS"), rows)
     if gateway.mcp is not None:
         lines.append("")
         if deferred:
@@ -89,6 +88,13 @@ def _deferred(gateway: Gateway) -> set[str]:
     assert catalog is not None
     window = gateway.llm.context_window
     return {s.name for p in PLATFORMS for s in catalog.split(catalog.current(p), window)[1]}
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Columns as wide as their widest cell plus two spaces (the last one is not padded)."""
+    widths = [max(len(row[i]) for row in (header, *rows)) + 2 for i in range(len(header) - 1)]
+    return ["".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + row[-1]
+            for row in (header, *rows)]
 
 
 def _platforms(found: list[str]) -> str:

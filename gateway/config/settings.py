@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -56,6 +57,30 @@ class ModelEndpoint:
     context_window: int = field(default=200_000, metadata=_positive())
     client: Literal["native", "sdk"] = "native"
     vision: bool | Literal["auto"] = "auto"
+
+    def __post_init__(self) -> None:
+        try:
+            check_base_url(self.base_url)
+        except ValueError as exc:
+            raise KeyProblem("base_url", str(exc)) from None
+
+
+def check_base_url(url: str | None, *, flag: str = "") -> str | None:
+    """`url` when it can be a model's endpoint (an http(s) URL with a host), else ValueError (its
+    text after `flag: ` when given); None when there is none."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
+            or any(ch.isspace() for ch in url):
+        said = f"{flag}: " if flag else ""
+        raise ValueError(f"{said}expected an http:// or https:// URL with a host (e.g. "
+                         f"https://api.example.com/v1); got {url!r}")
+    return url
 
 
 @dataclass(frozen=True, slots=True)

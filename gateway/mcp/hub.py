@@ -82,6 +82,8 @@ class McpHub:
         self._tried: dict[str, asyncio.Event] = {name: asyncio.Event() for name in self.configs}
         self._stopping = asyncio.Event()
         self._reported: set[tuple[str, str]] = set()  # withheld tools already logged
+        credentials = _credentials(self.configs.values())
+        self._secrets = sorted(credentials, key=len, reverse=True)  # longest first: masked whole
 
     # ------------------------------------------------------------------ what the agent sees
     def tools(self) -> list[McpTool]:
@@ -120,8 +122,9 @@ class McpHub:
     def masked(self, text: str) -> str:
         """`text` without the credentials the servers were given (`env`, `headers`): a server or the API behind it
         may quote them (a 401 echoing the request), and what a tool answers reaches the model, then a chat."""
-        for secret in sorted(_credentials(self.configs.values()), key=len, reverse=True):
-            text = text.replace(secret, MASK)
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
         return text
 
     async def _within(self, call: Awaitable[T], seconds: float, late: str) -> T:
@@ -236,7 +239,7 @@ class McpHub:
             if exposed in tools or exposed in withheld:
                 log.warning("mcp server %s: tool %r clashes with another as %s; skipped", server, t.name, exposed)
                 continue
-            vetted = vet_tool(t.description, t.input_schema)
+            vetted = vet_tool(t.description, t.input_schema, mask=self.masked)
             if vetted.problem is None:
                 tools[exposed] = McpTool(server, t.name, exposed, vetted.description, vetted.schema,
                                          hints_of(t.annotations))

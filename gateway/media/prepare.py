@@ -223,7 +223,7 @@ def _audio_filename(a: Attachment) -> str:
     """Transcription services tell the format by the file name's extension: the real name when it has a known
     one, else `voice.<extension of its MIME type>` (Telegram's voice notes are audio/ogg without a name)."""
     if a.name and suffix(a.name) in AUDIO_SUFFIXES:
-        return a.name
+        return display_name(a)  # one line: the sender's name goes into a multipart header
     subtype = (a.mime_type or "audio/ogg").split("/", 1)[-1].split(";")[0].lower()
     ext = {"mpeg": "mp3", "x-m4a": "m4a", "mp4": "m4a", "x-wav": "wav", "wave": "wav", "opus": "ogg"}.get(subtype, subtype)
     return f"voice.{ext if ext in AUDIO_SUFFIXES else 'ogg'}"

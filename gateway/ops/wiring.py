@@ -26,7 +26,6 @@ from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, c
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
-from gateway.config.media import MEDIA_DIR
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
@@ -36,6 +35,7 @@ from gateway.delivery.stream import Streams
 from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter, Inbound, MemberRoles
+from gateway.knowledge.forget import web_uploads
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.skills import SkillLibrary
@@ -373,7 +373,7 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
     limits = Limits(max_connections=config.daemon.max_connections)
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
-        found.append(WebChatAdapter(uploads=config.home / MEDIA_DIR / "uploads",
+        found.append(WebChatAdapter(uploads=web_uploads(config.home),
                                     max_upload_bytes=config.media.max_bytes))
     if config.telegram is not None:
         from adapters.telegram.adapter import TelegramAdapter

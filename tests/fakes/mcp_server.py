@@ -131,8 +131,57 @@ def denied() -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=f"401 Unauthorized: GET {url}")], is_error=True)
 
 
-TOOLS: dict[str, Any] = {f.__name__: f for f in (echo, add, crash, picture, snapshot, broken_picture, notes, slow,
-                                                  inject, poisoned, lookup, whoami, denied)}
+_TOKEN = os.environ.get("FAKE_API_TOKEN", "")
+
+
+_ACCOUNT = Field(description=f"The account (default: the one of key {_TOKEN}).")
+
+
+def careless(account: Annotated[str, _ACCOUNT]) -> str:
+    return f"looked up {account}"
+
+
+careless.__doc__ = f"Look up an account. Authenticated with FAKE_API_TOKEN={_TOKEN} (careless)."
+
+
+def blob_notes() -> EmbeddedResource:
+    """Return a text resource sent as base64 (a blob typed text/plain), as some servers do."""
+    blob = base64.b64encode("the notes, café au lait".encode()).decode()
+    kind = "text/plain; charset=utf-8"
+    contents = BlobResourceContents(uri="memo://blob", blob=blob, mime_type=kind)
+    return EmbeddedResource(type="resource", resource=contents)
+
+
+# The reference server's picture (@modelcontextprotocol/server-everything 2026.8.31,
+# get-tiny-image): a 20x20 PNG whose optional colour profile chunk (iCCP) has a wrong CRC.
+TINY_IMAGE = (Path(__file__).parent / "mcp_tiny_image.b64").read_text(encoding="ascii").strip()
+
+
+def tiny_image() -> CallToolResult:
+    """Return the reference server's tiny MCP logo (as get-tiny-image does)."""
+    caption = TextContent(type="text", text="Here's the image you requested:")
+    image = ImageContent(type="image", data=TINY_IMAGE, mime_type="image/png")
+    return CallToolResult(content=[caption, image])
+
+
+def many_pictures(count: int) -> CallToolResult:
+    """Return `count` small PNGs, each after a caption naming it."""
+    data = base64.b64encode(PNG).decode()
+    content: list[Any] = []
+    for i in range(count):
+        content += [TextContent(type="text", text=f"picture {i + 1}"),
+                    ImageContent(type="image", data=data, mime_type="image/png")]
+    return CallToolResult(content=content)
+
+
+def long_text(chars: int) -> str:
+    """Return `chars` characters: a numbered line per 10."""
+    return "".join(f"{i:09d}\n" for i in range(0, chars, 10))[:chars]
+
+
+TOOLS: dict[str, Any] = {f.__name__: f for f in (
+    echo, add, crash, picture, snapshot, broken_picture, notes, slow, inject, poisoned, lookup,
+    whoami, denied, careless, blob_notes, tiny_image, many_pictures, long_text)}
 
 
 def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:

@@ -171,6 +171,7 @@ class FakeTelegram(FakeServer):
         self.webhook: dict[str, Any] | None = None
         self.commands: dict[str, list[dict[str, Any]]] = {}  # json(scope)+language → commands
         self.chats: dict[int, dict[str, Any]] = {}
+        self.members: dict[tuple[int, int], str] = {}  # (chat, user) → status for getChatMember
         self.blocked_chats: set[int] = set()
         self.voice_forbidden: set[int] = set()  # users who refuse voice messages (Premium privacy)
         self.flood_violations: list[Call] = []  # requests that came before a served retry_after expired
@@ -603,6 +604,14 @@ class FakeTelegram(FakeServer):
         return {**self.chats[chat_id], "accent_color_id": 0, "max_reaction_count": 11,
                 "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False, "unique_gifts": False,
                                         "premium_subscription": False}}
+
+    async def _m_getchatmember(self, p: Mapping[str, Any]) -> Any:
+        """A member's status in a chat: `members[(chat, user)]` (member, left, kicked) or member."""
+        chat_id, user_id = _chat_id(p.get("chat_id")), int(p.get("user_id") or 0)
+        status = self.members.get((chat_id, user_id), "member")
+        member: dict[str, Any] = {"status": status, "user": {"id": user_id, "is_bot": False,
+                                                             "first_name": f"user{user_id}"}}
+        return {**member, "until_date": 0} if status == "kicked" else member
 
     async def _trivially_true(self, p: Mapping[str, Any]) -> Any:
         return True
