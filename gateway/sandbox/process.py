@@ -96,12 +96,22 @@ async def run(launch: Launch, *, timeout_s: float, keep: int) -> Finished:
             await _kill(child)
         await _settle(pumps)
         _close(child.pidfd)
-    if launch.info_fd is not None and child.init is None and stopped is None:
+    if launch.info_fd is not None and stopped is None and _setup_failed(child, out, err):
         said = err.text().head.strip().splitlines()
         raise SandboxFailed(said[-1] if said else f"bwrap exited with {child.proc.returncode}")
     code = None if stopped else child.proc.returncode
     return Finished(code, out.text(), err.text(), time.monotonic() - started, stopped,
                     child.namespace)
+
+
+def _setup_failed(child: _Child, out: Capture, err: Capture) -> bool:
+    """bubblewrap gave up before the command ran: no namespace init, or exit code 1 with only its
+    own "bwrap: " complaint said (it builds the mounts after its init exists)."""
+    if child.init is None:
+        return True
+    said = err.text().head
+    return (child.proc.returncode == 1 and out.total == 0 and said.startswith("bwrap: ")
+            and said.count("\n") <= 1)
 
 
 async def _spawn(launch: Launch) -> asyncio.subprocess.Process:
