@@ -46,7 +46,8 @@ class MountConfig:
         if self.to is not None and not self.to.is_absolute():
             raise KeyProblem("to", f"give an absolute path; got {str(self.to)!r}")
         if str(PurePosixPath(self.target)) in RESERVED:
-            raise KeyProblem("to", f"{self.target} is the sandbox's own (it builds {', '.join(RESERVED)})")
+            built = ", ".join(RESERVED)
+            raise KeyProblem("to", f"{self.target} is the sandbox's own (it builds {built})")
 
     @property
     def target(self) -> Path:
@@ -97,14 +98,14 @@ def home_problems(shell: ShellConfig, home: Path) -> list[tuple[str, str]]:
     work = shell.workspace(home).resolve()
     found: list[tuple[str, str]] = []
     if home.is_relative_to(work):
-        found.append(("tools.shell.workdir", f"{work} holds the gateway's home ({home}), which the "
-                      "sandbox never shows: choose a folder of its own (default: the home's "
-                      "workspace/)"))
+        why = (f"{work} holds the gateway's home ({home}), which the sandbox never shows: choose"
+               " a folder of its own (default: the home's workspace/)")
+        found.append(("tools.shell.workdir", why))
     elif str(work) in RESERVED:
         found.append(("tools.shell.workdir", f"{work} is a system directory"))
     for i, mount in enumerate(shell.mounts):
         source = mount.path.resolve()
         if source.is_relative_to(home):
-            found.append((f"tools.shell.mounts[{i}]", f"{source} is inside the gateway's home, which "
-                          "the sandbox never shows"))
+            found.append((f"tools.shell.mounts[{i}]",
+                          f"{source} is inside the gateway's home, which the sandbox never shows"))
     return found

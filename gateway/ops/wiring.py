@@ -23,6 +23,7 @@ from gateway.access.pairing import PairingBook, load_key
 from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, check_tool_names
+from gateway.agent.tools.catalog import shell_of as shell_tool_of
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
@@ -161,12 +162,15 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
     memory, skills = _knowledge(config)
+    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
+    migrate_global_profile(roles, memory)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm), worker=worker)
+                             vision=sees_images_client(llm), worker=worker, roles=roles)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
-    session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
+    session_tools = SessionTools(store=store, catalog=catalog, clock=clock,
+                                 admin=lambda s: roles.is_admin(roles.owner_person(roles.speaks_for(s))))
     facts = _platform_facts(config)
     models = _models(config, env, llm)
     agent = Agent(models or llm, tools, max_iterations=config.agent.max_iterations)
@@ -180,8 +184,6 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
     prompts = PromptAssembler(config, facts, memory, skills)
-    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
-    migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
     media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
@@ -277,12 +279,13 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
            jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool,
-           worker: Worker) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+           worker: Worker, roles: Roles) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
     results' pictures reach the model as pictures when it sees images (`vision`)."""
     check_tool_names(config)
     web = _web_tools(config, env, monotonic, worker)
-    registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
+    registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs,
+                              shell=shell_tool_of(config, lambda ctx: roles.is_admin(ctx.person)))
     hub = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)

@@ -175,7 +175,12 @@ async def _kill(child: _Child) -> None:
 async def _gone(pidfd: int) -> bool:
     loop = asyncio.get_running_loop()
     ended = loop.create_future()
-    loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(True))
+
+    def readable() -> None:
+        if not ended.done():
+            ended.set_result(True)
+
+    loop.add_reader(pidfd, readable)
     try:
         async with asyncio.timeout(REAP_S):
             return bool(await ended)
@@ -185,7 +190,7 @@ async def _gone(pidfd: int) -> bool:
         loop.remove_reader(pidfd)
 
 
-async def _settle(pumps: list[asyncio.Future[None]]) -> None:
+async def _settle(pumps: Sequence[asyncio.Future[None]]) -> None:
     """The pumps end once every writer of the pipes is gone; one that does not (a process that
     escaped the group without the sandbox) is cancelled after GRACE_S."""
     with contextlib.suppress(TimeoutError):

@@ -32,7 +32,8 @@ class Sandbox:
         try:
             spec.prepare()
         except OSError as exc:
-            raise SandboxFailed(f"the workspace {spec.workspace} cannot be made ({exc.strerror})")
+            raise SandboxFailed(f"the workspace {spec.workspace} cannot be made"
+                                f" ({exc.strerror})") from None
         timeout = timeout_s if timeout_s is not None else spec.limits.timeout_s
         argv = limited([SHELL, "-c", command], spec)
         with _descriptors() as held:
