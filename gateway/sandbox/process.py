@@ -79,16 +79,15 @@ async def run(launch: Launch, *, timeout_s: float, keep: int) -> Finished:
         raise
     out, err = Capture(keep), Capture(keep)
     stopped: str | None = None
-    pumps = [asyncio.ensure_future(_pump(s, c)) for s, c in
+    flood = asyncio.Event()
+    pumps = [asyncio.ensure_future(_pump(s, c, flood)) for s, c in
              ((child.proc.stdout, out), (child.proc.stderr, err))]
     try:
         async with asyncio.timeout(timeout_s):
             if launch.info_fd is not None:
                 await _learn_init(child, launch.info_fd)
-            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
-            stopped = "output" if any(t.exception() for t in done) else None
-            if stopped is None:
-                await child.proc.wait()
+            if await _ended_or_flooded(child.proc, pumps, flood):
+                stopped = "output"
     except TimeoutError:
         stopped = "time"
     finally:
@@ -96,6 +95,7 @@ async def run(launch: Launch, *, timeout_s: float, keep: int) -> Finished:
             await _kill(child)
         await _settle(pumps)
         _close(child.pidfd)
+        _close_pipes(child.proc)
     if launch.info_fd is not None and stopped is None and _setup_failed(child, out, err):
         said = err.text().head.strip().splitlines()
         raise SandboxFailed(said[-1] if said else f"bwrap exited with {child.proc.returncode}")
@@ -150,12 +150,34 @@ async def _learn_init(child: _Child, info_fd: int) -> None:
             child.pidfd = os.pidfd_open(child.init)
 
 
-async def _pump(stream: asyncio.StreamReader | None, capture: Capture) -> None:
+async def _ended_or_flooded(proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]],
+                            flood: asyncio.Event) -> bool:
+    """Wait for the command to end (its output read to the end) or for `flood`; True for a flood."""
+    ended = asyncio.ensure_future(_ended(proc, pumps))
+    flooded = asyncio.ensure_future(flood.wait())
+    try:
+        await asyncio.wait([ended, flooded], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (ended, flooded):
+            task.cancel()
+        await asyncio.gather(ended, flooded, return_exceptions=True)
+    return flood.is_set()
+
+
+async def _ended(proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]]) -> None:
+    await asyncio.wait(pumps)
+    await proc.wait()
+
+
+async def _pump(stream: asyncio.StreamReader | None, capture: Capture,
+                flood: asyncio.Event) -> None:
+    """Read to the end, keeping the head and the tail; past MAX_DRAIN bytes say so (`flood`) and
+    keep reading (the pipe must not fill while the command is killed), nothing more kept."""
     assert stream is not None
     while chunk := await stream.read(CHUNK):
         capture.add(chunk)
         if capture.total > MAX_DRAIN:
-            raise OverflowError
+            flood.set()
 
 
 async def _kill(child: _Child) -> None:
@@ -198,6 +220,14 @@ async def _settle(pumps: Sequence[asyncio.Future[None]]) -> None:
     for pump in pumps:
         pump.cancel()
     await asyncio.gather(*pumps, return_exceptions=True)
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """The pipes a stopped pump no longer reads (output over MAX_DRAIN) are closed here: asyncio's
+    Process has no public close, its transport does."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 def _close(fd: int | None) -> None:
