@@ -122,7 +122,8 @@ def listening() -> Iterator[int]:
         server.close()
 
 
-CONNECT = "python3 -c 'import socket,sys; socket.create_connection((\"127.0.0.1\", {port}), 5); print(\"connected\")'"
+CONNECT = ("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5);"
+           " print(\"connected\")'")
 
 
 def test_no_network_unless_configured(home: Path, listening: int) -> None:
@@ -149,7 +150,8 @@ def test_the_environment_has_no_secret_but_what_env_names(home: Path,
 
 
 def test_its_own_pid_namespace_and_hostname(home: Path) -> None:
-    done = run(sandbox(home), "ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '; echo; hostname")
+    listing = "ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '; echo; hostname"
+    done = run(sandbox(home), listing)
     pids = [int(p) for p in done.stdout.head.splitlines()[0].split()]
     assert os.getpid() not in pids and max(pids) < 50, pids
     assert pids[0] == 1
@@ -182,7 +184,8 @@ def test_the_deadline_kills_every_process_of_the_command(home: Path) -> None:
 
 
 def test_200_kb_of_output_is_capped_and_says_so(home: Path) -> None:
-    done = run(sandbox(home, max_output_chars=4000), "head -c 200000 /dev/zero | tr '\\0' a; echo END")
+    box = sandbox(home, max_output_chars=4000)
+    done = run(box, "head -c 200000 /dev/zero | tr '\\0' a; echo END")
     assert done.exit_code == 0
     text = result_text(done, 4000, 60)
     assert len(text) < 4300

@@ -33,7 +33,8 @@ BAD = [
     ("tools:\n  shell:\n    mounts: [data]\n", "tools.shell.mounts[0]"),
     ("tools:\n  shell:\n    mounts: ['/srv:/etc']\n", "/etc is the sandbox's own"),
     ("tools:\n  shell:\n    mounts: ['/a:/b:/c:rw']\n", "expected PATH, PATH:MODE or PATH:TO:MODE"),
-    ("tools:\n  shell:\n    env:\n      'A B': x\n", "config.yaml:4: tools.shell.env: not a variable"),
+    ("tools:\n  shell:\n    env:\n      'A B': x\n",
+     "config.yaml:4: tools.shell.env: not a variable"),
     ("tools:\n  shell:\n    timeout_s: 0\n", "config.yaml:3: tools.shell.timeout_s"),
 ]
 
@@ -59,7 +60,8 @@ def test_mounts_and_env(tmp_path: Path) -> None:
                             "      - {path: /var/cache/y, to: /y, mode: rw}\n"
                             "    env:\n      TOKEN: ${SHELL_TOKEN}\n")
     shell = config.tools.shell  # type: ignore[attr-defined]
-    assert shell.mounts == (MountConfig(Path("/srv/data")), MountConfig(Path("/srv/out"), None, "rw"),
+    assert shell.mounts == (MountConfig(Path("/srv/data")),
+                            MountConfig(Path("/srv/out"), None, "rw"),
                             MountConfig(Path("/opt/x"), Path("/x"), "ro"),
                             MountConfig(Path("/var/cache/y"), Path("/y"), "rw"))
     assert shell.env["TOKEN"].value == "s3cret" and "s3cret" not in repr(shell)
