@@ -21,6 +21,8 @@ docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it:
     agent/                 the model ⇄ tools loop and every tool
     prompt/                the three-tier system prompt, platform hints, the stored session prompt
     delivery/              outbox, rate limits, chunking and markup per platform
+    approvals/             a turn that waits for a person: approvals of tool calls, `ask`
+                           questions, buttons
     sessions/  access/     the session manager and its lifecycle; the gate and pairing
     scheduling/            scheduled jobs: reminders and recurring runs set up from a chat
     webui/                 the dashboard and the web chat's stored history, for the owner's browser

@@ -34,8 +34,18 @@ from tests.jobs_support import fire_jobs, settle
 from tests.lifecycle_support import FakeClock, last_user_text
 
 SERVER = Path(__file__).parent / "fakes" / "mcp_server.py"
-CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule"]
+CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule",
+        "ask"]
 WEATHER = "mcp_fake_weather_forecast"
+
+
+def approve_all(home: Path) -> None:
+    """The fake server's tools run unasked (`approval: never`)."""
+    path = home / "config.yaml"
+    text = path.read_text(encoding="utf-8")
+    server = "    connect_timeout_s: 30\n"
+    assert server in text
+    path.write_text(text.replace(server, server + "    approval: never\n", 1), encoding="utf-8")
 
 
 def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | None = None,
@@ -189,10 +199,12 @@ async def test_off_sends_every_tool_and_auto_follows_the_context_window(
 
 async def test_bridge_errors_name_the_problem_and_the_policy_applies_to_the_real_name(
         home: Path, fake_llm: FakeLLM) -> None:
+    # the delete tool is destructive: its approval has tests of its own (tests/test_approvals.py)
     configure(home, fake_llm, extra="""\
         agent:
           tools: [memory, "mcp_fake_*"]
         """)
+    approve_all(home)
     fake_llm.script(ToolCall("tool_call", {"name": "weather", "arguments": {"city": "Oslo"}}),
                     ToolCall("tool_call", {"name": WEATHER, "arguments": {"days": "three"}}),
                     ToolCall("tool_call", {"name": "mcp_fake_delete_file",
@@ -342,7 +354,7 @@ async def test_a_scheduled_run_finds_and_calls_a_deferred_tool(home: Path,
         assert await fire_jobs(gw)
     run = fake_llm.anthropic_requests()[2]
     # a run's tools: the chat's without schedule, and the same bridge
-    assert [t["name"] for t in run["tools"]] == [*CORE[:-1], "tool_search", "tool_call"]
+    assert [t["name"] for t in run["tools"]] == [*CORE[:-2], "tool_search", "tool_call"]
     forecast = "Forecast for Oslo: sunny, 18 °C, light wind for the next 1 days."
     assert forecast in adapter.sent[-1].text
 

@@ -23,8 +23,8 @@ LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
     "scan": 1, "config": 1, "telemetry": 2, "worker": 2, "sandbox": 2, "llm": 3, "store": 4,
     "knowledge": 5, "mcp": 5, "net": 5, "media": 5, "voice": 5,
-    "agent": 6, "prompt": 7, "delivery": 8,
-    "sessions": 9, "access": 9, "scheduling": 10, "webui": 11, "ops": 12, "cli": 13,
+    "agent": 6, "prompt": 7, "delivery": 8, "approvals": 9,
+    "sessions": 10, "access": 10, "scheduling": 11, "webui": 12, "ops": 13, "cli": 14,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
@@ -41,17 +41,21 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "net": [("guard", "pages", "readable"), "fetch", ("extract", "search")],
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "voice": [("speech", "process"), ("encode", "tts"), "speaker"],
-    "agent": ["tools", "loop"],
+    "agent": ["tools", "holds", "loop"],
+    "approvals": ["request", "book", ("policy", "closing", "checkpoint"), "waits", "answers",
+                  "turns"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],
-    "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web_fetch", "web_search", "mcp", "policy",
-                                           "schedule", "deferred"),
+    "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web", "mcp", "policy",
+                                           "schedule", "deferred", "ask"),
                     "catalog"],
     "prompt": ["hints", "builder", "inputs", "session_tools", "session_prompt"],
     "delivery": ["ratelimit", "pacing", "markup", "chunking", "partial", "previews", "outbox",
                  ("stream", "voice")],
     "delivery.markup": ["tree", "base", ("telegram", "text"), "render"],
-    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup", "outage"), ("report", "flush"), "compression", "manager",
+    "sessions": [("keys", "turn_text", "lanes", "lifecycle", "catchup", "outage"),
+                 ("report", "flush"), "compression",
+                 "manager",
                  ("commands", "timers")],
     "access": ["pairing", "gate", "roles", "linking"],
     "ops": [("notify", "service", "supervisor", "status", "web_guard", "home", "access_watch", "http_limits"), "wiring", ("doctor", "daemon")],
@@ -86,7 +90,8 @@ def test_relative_imports_are_checked_by_their_absolute_name(tmp_path: Path) -> 
     module.write_text("from ..ops import daemon\nfrom . import lanes\nfrom .keys import session_key\n")
     found = _imports(module, tmp_path)
     assert found == [(1, "gateway.ops.daemon"), (2, "gateway.sessions.lanes"), (3, "gateway.sessions.keys.session_key")]
-    assert _edge_problem(["sessions", "manager"], found[0][1].split(".")[1:]) == "rank 12 from rank 9"
+    problem = _edge_problem(["sessions", "manager"], found[0][1].split(".")[1:])
+    assert problem == "rank 13 from rank 10"
 
 
 def _type_checking_lines(tree: ast.AST) -> set[int]:

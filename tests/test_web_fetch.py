@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from gateway.agent.tools.registry import ToolContext, ToolRegistry
-from gateway.agent.tools.web_fetch import web_fetch_tool
+from gateway.agent.tools.web import web_fetch_tool
 from gateway.errors import ToolError
 from gateway.net.fetch import WebClient
 from gateway.net.guard import BlockedAddress, refusal

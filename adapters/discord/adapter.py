@@ -20,6 +20,7 @@ import discord.gateway
 import discord.http
 import yarl
 
+from adapters.discord.buttons import close, on_click
 from adapters.discord.catchup import (
     CATCH_UP_BUDGET_S,
     CATCH_UP_CONCURRENCY,
@@ -48,7 +49,7 @@ from adapters.discord.text import (
 from adapters.discord.threads import AutoThreads
 from adapters.discord.voice import VoiceNotes
 from gateway.config.settings import DiscordConfig
-from gateway.errors import AdapterError, AdapterFatal
+from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
 from gateway.events import (
     Attachment,
     ChatRef,
@@ -91,6 +92,11 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.on_message(message)
+
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        # slash commands go to the CommandTree
+        if interaction.type is discord.InteractionType.component:
+            await on_click(interaction, self.adapter.submit_click)
 
 
 class DiscordAdapter:
@@ -312,6 +318,18 @@ class DiscordAdapter:
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
         return await self._outbound.send(message)
+
+    async def submit_click(self, inbound: Inbound) -> SubmitResult:
+        """A click on one of our buttons (buttons.py), in order with the gateway's other events."""
+        return await self._submit_in_order(inbound)
+
+    async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
+        """A decided request: its buttons go, its text shows the outcome."""
+        client = self._client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable(PLATFORM, "not connected")
+        await close(client, await self._threads.open(message.chat), platform_message_id,
+                    message.text)
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""

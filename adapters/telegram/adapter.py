@@ -26,10 +26,11 @@ from aiogram.exceptions import (
     TelegramNotFound,
     TelegramUnauthorizedError,
 )
-from aiogram.types import BotCommand, ChatMemberUpdated, Message, User
+from aiogram.types import BotCommand, CallbackQuery, ChatMemberUpdated, Message, User
 from aiogram.utils.token import TokenValidationError
 
 from adapters.telegram.albums import Albums
+from adapters.telegram.buttons import Buttons
 from adapters.telegram.files import file_chunks
 from adapters.telegram.outbound import TYPING_INTERVAL_S, Outbound
 from adapters.telegram.preview import TelegramPreview
@@ -106,6 +107,7 @@ class TelegramAdapter:
         self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
         self._albums = Albums()  # a group's albums: which speak to us, and the parts before the one that does
         self._preview = TelegramPreview(self._outbound)  # drafts in private chats, edits in groups
+        self._buttons = Buttons(self._outbound)  # inline keyboards and their callback queries
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
@@ -190,6 +192,7 @@ class TelegramAdapter:
         if self.config.answer_channel_posts:
             router.channel_post.register(self._on_message)
         router.my_chat_member.register(self._on_membership)
+        router.callback_query.register(self._on_callback)
         return router
 
     async def _poll(self, bot: Bot) -> None:
@@ -300,6 +303,14 @@ class TelegramAdapter:
                 await asyncio.Future()  # hold the offset until stop() cancels polling
             return result
         raise AssertionError("unreachable")
+
+    async def _on_callback(self, query: CallbackQuery) -> None:
+        """A tap on one of our buttons: handed to the core, then answered (buttons.py)."""
+        await self._buttons.tap(query, self._submit)
+
+    async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
+        """A decided request: its keyboard goes, its text shows the outcome."""
+        await self._buttons.close(message, platform_message_id)
 
     async def _on_membership(self, event: ChatMemberUpdated) -> None:
         status = event.new_chat_member.status

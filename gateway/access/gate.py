@@ -1,7 +1,10 @@
 """Access control: who gets a turn. One gate, run by SessionManager.submit before anything is stored.
 
-Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat budget for
-bot-authored messages. It never logs message text, and a clear pairing code never reaches the database.
+Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat
+budget for bot-authored messages. It never logs message text, and a clear pairing code never reaches
+the database. Answers to requests a waiting turn made (gateway/approvals/) come through here too: a
+tap on a button, and `/approve CODE` / `/deny CODE`; a request's code has 6 characters, a pairing
+code 8, and a code is looked up as a request of this chat first.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.access.pairing import CODE_TTL, PairingBook
+from gateway.approvals.answers import Answers
 from gateway.config.settings import AccessConfig, Config
 from gateway.delivery.outbox import Outbox
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult, command_word
@@ -37,6 +41,8 @@ PAIRING_TEXT = ("I don't know you yet, so I can't answer. To get access, send th
 APPROVED_TEXT = "You're approved: I can talk with you now. Send me a message to start."
 ADMIN_ONLY_TEXT = "Only an admin can approve pairing codes."
 APPROVE_USAGE = "Usage: /approve CODE"
+DENY_USAGE = "Usage: /deny CODE (the code of a request waiting in this chat)"
+NO_REQUEST_TEXT = "No request in this chat is waiting with the code {code}."
 _STRANGER_REASONS = {"pending": "unknown user; pairing code already sent",
                      "full": "unknown user; too many pairing codes pending on this platform",
                      "locked": "unknown user; pairing is locked after wrong approvals",
@@ -145,6 +151,8 @@ class AccessGate:
                  notices: Outbox | None = None, people: PeopleBook | None = None) -> None:
         self.people = people
         self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None  # set by linking.Linker
+        # answers to waiting turns' requests (set by the wiring)
+        self.answers: Answers | None = None
         self.config = config
         self.access = config.access
         self.rules = platform_rules(config)
@@ -181,6 +189,12 @@ class AccessGate:
         return False
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
+        # a tap on a button: who may answer is the request's rule, not the list's
+        if inbound.picked is not None:
+            if self.answers is None:
+                return SubmitResult(SubmitOutcome.IGNORED, "choice",
+                                    notice="Nothing is waiting for this.")
+            return self.answers.tap(inbound)
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
             linked = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
             if linked is not None:
@@ -193,7 +207,7 @@ class AccessGate:
                 if verdict != "ok":
                     return self._drop(inbound, f"bot loop budget spent ({self.bots.budget}/min); cooling down"
                                       if verdict == "tripped" else "bot loop cool-down")
-        if command_word(inbound.text) == "approve":
+        if command_word(inbound.text) in ("approve", "deny"):
             return await self._approve_command(inbound)
         return None
 
@@ -242,6 +256,15 @@ class AccessGate:
         args = inbound.text.split()[1:]
         approval = None
         admin = is_admin(self.access, platform, user_id)
+        word = command_word(inbound.text) or ""
+        answered = self.answers.command(inbound, word) if self.answers is not None else None
+        # a waiting turn's request (never a pairing code)
+        if answered is not None or word == "deny":
+            missing = NO_REQUEST_TEXT.format(code=args[0].upper()) if args else DENY_USAGE
+            reply = answered or missing
+            self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply,
+                                  reply_to_id=inbound.message_id)
+            return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         if not admin:
             log.info("access: refused (/approve by a non-admin) platform=%s user=%s", platform, user_id)
             reply = ADMIN_ONLY_TEXT

@@ -15,7 +15,7 @@ import logging
 import random
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -31,7 +31,7 @@ from gateway.errors import (
     SpeechError,
     StoreUnavailable,
 )
-from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
+from gateway.events import Adapter, ChatRef, Choices, OutboundKind, OutboundMessage, TextEntity
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
@@ -134,11 +134,24 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
         self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
+        # A turn's buttons, if it has any (gateway/approvals/waits.py: a request's, while it is
+        # pending).
+        self.choices: Callable[[str], Choices | None] | None = None
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
         facts = self.facts.get(chat.platform) or self.facts["cli"]
         return render_rows(turn_id, chat, markdown, facts, kind=kind, reply_to_id=reply_to_id)
+
+    def message_for(self, chat: ChatRef, markdown: str, *,
+                    kind: OutboundKind = OutboundKind.NOTICE) -> OutboundMessage:
+        """`markdown` rendered for the chat's platform as one message (its first chunk): an edit's
+        new text."""
+        row = self.rows_for("edit", chat, markdown, kind=kind)[0]
+        entities = tuple(TextEntity(**e) for e in json.loads(str(row["entities"] or "[]")))
+        return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]),
+                               entities=entities,
+                               kind=kind)
 
     async def post(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
                    reply_to_id: str | None = None) -> list[str]:
@@ -279,7 +292,7 @@ class Outbox:
         while True:
             await self.limiter.acquire(chat)
             try:
-                message = row_message(row, use_plain=tries.use_plain)
+                message = self._with_choices(row, row_message(row, use_plain=tries.use_plain))
                 if row.kind == OutboundKind.VOICE.value:
                     mid = await self._send_voice(adapter, row, message)
                 elif self.previews is None:
@@ -297,6 +310,14 @@ class Outbox:
             if self.previews is not None and row.chunk_index == row.chunk_count - 1:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
+
+    def _with_choices(self, row: OutboundRow, message: OutboundMessage) -> OutboundMessage:
+        """The last chunk of a message that has buttons carries them."""
+        last = row.chunk_index == row.chunk_count - 1
+        if self.choices is None or not last or row.kind == OutboundKind.VOICE.value:
+            return message
+        found = self.choices(row.turn_id)
+        return message if found is None else replace(message, choices=found)
 
     async def _send_voice(self, adapter: Adapter, row: OutboundRow,
                           message: OutboundMessage) -> str:

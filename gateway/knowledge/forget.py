@@ -176,6 +176,9 @@ class Forgetter:
 # its chat; in a group, by the turn ids made from the person's inbound rows (t<id>, c<id>, c<id>:paired …).
 _IN_OWNED = "(SELECT value FROM json_each(?1))"
 _OWNED_SQL: Sequence[str] = (
+    (f"DELETE FROM outbound WHERE turn_id IN (SELECT 'wait' || id FROM approvals"
+     f" WHERE session_id IN {_IN_OWNED})"),
+    f"DELETE FROM approvals WHERE session_id IN {_IN_OWNED}",
     f"DELETE FROM messages WHERE session_id IN {_IN_OWNED}",
     f"DELETE FROM llm_calls WHERE session_id IN {_IN_OWNED}",
     (f"DELETE FROM outbound WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED} AND s.chat_type = 'dm'"
@@ -195,6 +198,12 @@ _OWNED_SQL: Sequence[str] = (
 
 
 def _forget_account(conn: sqlite3.Connection, platform: str, user_id: str | None, owned: str) -> None:
+    # Requests a turn of theirs waited on (gateway/approvals/): the call's arguments, its message.
+    who = "platform = ?" + ("" if user_id is None else " AND requester = ?")
+    keys = (platform,) if user_id is None else (platform, user_id)
+    conn.execute(f"DELETE FROM outbound WHERE turn_id IN (SELECT 'wait' || id FROM approvals WHERE {who})",
+                 keys)
+    conn.execute(f"DELETE FROM approvals WHERE {who}", keys)
     if user_id is None:  # the local owner: every web chat and console row is theirs
         conn.execute("DELETE FROM inbound WHERE platform = ?", (platform,))
         return

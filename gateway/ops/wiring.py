@@ -27,6 +27,11 @@ from gateway.agent.tools.catalog import shell_of as shell_tool_of
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
+from gateway.approvals.answers import Answers
+from gateway.approvals.book import ApprovalBook
+from gateway.approvals.policy import ApprovalPolicy
+from gateway.approvals.turns import Waiting
+from gateway.approvals.waits import WaitPorts, Waits
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
@@ -119,6 +124,9 @@ class Gateway:
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
     worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
+    waits: Waits | None = None  # turns waiting for a person (gateway/approvals/)
+    # which calls wait; `always_ask` for a tool that always does
+    approvals: ApprovalPolicy | None = None
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -126,7 +134,10 @@ class Gateway:
 
     async def close_tools(self) -> None:
         """Stop the MCP servers and close the HTTP sessions of the web tools, the models /model
-        switches to and the speech service (shutdown, or the end of a CLI command)."""
+        switches to and the speech service (shutdown, or the end of a CLI command); the approvals'
+        expiry timers and message edits stop too (their requests stay stored)."""
+        if self.waits is not None:
+            await self.waits.close()
         if self.models is not None:
             await self.models.close()
         if self.outbox.voice is not None:
@@ -193,11 +204,14 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
                                     media=media)
     jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate)
+    redact = redactor_for(config, env)
+    waits, policy = _approvals(config, sessions, gate, catalog, streams, redact=redact, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media, models=models, worker=worker)
+                   redact=redact, media=media, models=models, worker=worker, waits=waits,
+                   approvals=policy)
 
 
 def _knowledge(config: Config) -> tuple[MemoryStore, SkillLibrary]:
@@ -341,6 +355,24 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
                               callers=roles, streams=streams, media=media)
     lifecycle.attach(sessions)
     return sessions, lifecycle
+
+
+def _approvals(config: Config, sessions: SessionManager, gate: AccessGate, catalog: ToolCatalog,
+               streams: Streams, *, redact: Callable[[str], str],
+               sleep: Sleep) -> tuple[Waits, ApprovalPolicy]:
+    """Calls that wait for a person: the check at the registry's dispatch point, the waiting turns,
+    the answers at the gate, and the buttons the outbox adds to a request's message."""
+    policy = ApprovalPolicy(config, catalog.hints, ApprovalBook(sessions.store).granted,
+                            redact=redact)
+    ports = WaitPorts(store=sessions.store, outbox=sessions.outbox, adapters=sessions.adapters,
+                      agent=sessions.agent, clock=sessions.clock, sleep=sleep, streams=streams)
+    waits = Waits(ports, config, grant=policy.grant)
+    catalog.registry.holds = policy
+    sessions.outbox.choices = waits.choices_for
+    answers = Answers(waits)
+    sessions.waiting = Waiting(waits, answers)
+    gate.answers = answers
+    return waits, policy
 
 
 def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, prompts: PromptAssembler,

@@ -38,8 +38,9 @@ def origin_of(job: JobRow, now: datetime) -> Inbound:
 
 
 class RunTools:
-    """The tools a run's session gets: the `cron` platform's (agent.tools_by_platform.cron, else agent.tools),
-    without `schedule` unless schedule.jobs_may_schedule, so a job cannot quietly multiply itself."""
+    """The tools a run's session gets: the `cron` platform's (agent.tools_by_platform.cron, else
+    agent.tools), without `schedule` unless schedule.jobs_may_schedule, so a job cannot quietly
+    multiply itself, and without `ask` (nobody is there to answer)."""
 
     def __init__(self, catalog: ToolSource, *, schedule: bool) -> None:
         self.catalog = catalog
@@ -56,7 +57,7 @@ class RunTools:
         return self.catalog.split(specs, window)
 
     def _keeps(self, name: str) -> bool:
-        return self.schedule or name != "schedule"
+        return name != "ask" and (self.schedule or name != "schedule")
 
 
 class JobTurn:

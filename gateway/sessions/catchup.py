@@ -1,16 +1,23 @@
-"""Catch-up after a (re)connect: hand adapters that can fetch history (`CatchUp`) the newest stored message id per
-recently active chat, so what was said while they were away (or told to a daemon killed before it stored it) is
-answered once they are back. The store's dedupe makes an overlap with live events harmless."""
+"""Catch-up after a (re)connect: hand adapters that can fetch history (`CatchUp`) the newest stored
+message id per recently active chat, so what was said while they were away (or told to a daemon
+killed before it stored it) is answered once they are back. The store's dedupe makes an overlap with
+live events harmless. And after a restart, `replay`: what was stored but not answered yet is
+answered (a turn that stopped for a person goes on)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from gateway.events import AdapterHealth, CatchUp, ChatRef, Inbound, Submit, SubmitResult
 from gateway.store.database import Store
-from gateway.store.rows import iso
+from gateway.store.rows import iso, parse_iso
+from gateway.store.transcript import decode_inbound
+
+if TYPE_CHECKING:
+    from gateway.sessions.manager import SessionManager
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +120,31 @@ class CatchUps:
         except Exception:
             log.exception("%s: catching up on missed messages failed", platform)
             return 0
+
+
+async def replay(manager: SessionManager) -> tuple[int, int]:
+    """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note as
+    their answer. A turn that stopped for a person goes on whatever its age (its request re-armed
+    with its remaining time)."""
+    waiting = manager.waiting
+    if waiting is not None:
+        waiting.load()
+    max_age = timedelta(minutes=manager.config.delivery.replay_max_age_minutes)
+    now = manager.clock()
+    resumed = expired = 0
+    for row in manager.store.unfinished_inbound():
+        inbound = decode_inbound(row.payload)
+        received = parse_iso(row.received_at) or now
+        if now - received > max_age and (waiting is None or not waiting.resumes(row.id)):
+            await manager._settle(row.id, "expired", f"t{row.id}", inbound,
+                                  manager.config.delivery.offline_notice)
+            expired += 1
+            continue
+        key = manager.key_for(inbound)
+        resumed += 1
+        # stored, then the process died before answering it
+        if await manager._command(row.id, inbound, key):
+            continue
+        manager.store.set_inbound_status(row.id, "pending", now=now)
+        await manager._enqueue(key, row.id, inbound)
+    return resumed, expired

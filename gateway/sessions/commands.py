@@ -34,6 +34,7 @@ IsAdmin = Callable[[Inbound], bool]
 NEW_TEXT = "Started a new conversation. I still remember what I saved to memory."
 NOTHING_TO_STOP = "Nothing to stop: I'm not working on anything right now."
 STOPPED_TEXT = "Stopped."
+STOPPED_WAITING_TEXT = "Stopped. The request waiting for an answer is cancelled; nothing was run."
 BUSY_TEXT = "I'm still answering your last message. Send /stop first if you want me to drop it."
 NOTHING_TO_RETRY = "There is no message to answer again in this conversation yet."
 NOTHING_TO_UNDO = "There is nothing to undo in this conversation yet."
@@ -52,6 +53,8 @@ Commands:
 /voice on or off: answers here come as voice notes too, or never (/voice auto: the default)
 /model: the models I can answer with; /model NAME switches this conversation to one
 /link: make this account and yours on another platform one person (same memory); in a direct message
+/approve CODE, /deny CODE: answer a request to run a tool (where there are no buttons)
+/approve CODE session: allow it, and that tool for the rest of this conversation
 /help: this list
 Any other /word is passed to me as ordinary text."""
 
@@ -122,7 +125,12 @@ class Commands:
         return "\n".join(lines)
 
     async def stop(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        return STOPPED_TEXT if manager.stop_turn(key) else NOTHING_TO_STOP
+        """Stop the running turn; one waiting for a person has its request cancelled
+        (gateway/approvals)."""
+        waiting = manager.waiting is not None and key in manager.waiting.waits.parked_keys()
+        if not manager.stop_turn(key):
+            return NOTHING_TO_STOP
+        return STOPPED_WAITING_TEXT if waiting else STOPPED_TEXT
 
     async def retry(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
         """Deactivate the last exchange and let this very message go on as a turn carrying the old text.

@@ -143,6 +143,14 @@ class Lanes:
                 lane.worker.cancel()
         await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True)
 
+    def cancel_lanes(self, keys: set[str]) -> None:
+        """Cancel these lanes' workers (their turns stay stored for replay, as in `cancel_all`)."""
+        for key in keys:
+            lane = self._lanes.get(key)
+            if lane is not None and lane.worker is not None and not lane.worker.done():
+                lane.queue.clear()
+                lane.worker.cancel()
+
     def stop_turn(self, key: str) -> bool:
         lane = self._lanes.get(key)
         if lane and lane.current and not lane.current.done() and not lane.answered:

@@ -12,10 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
+from functools import partial
 
+from gateway.agent.holds import Resume
 from gateway.agent.loop import Agent, TurnResult
 from gateway.agent.tools.registry import Callers, ToolContext
+from gateway.approvals.turns import Waiting
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import NO_PREVIEW, Live, Streams
@@ -34,13 +37,14 @@ from gateway.llm.types import ChatMessage, LLMReply
 from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
 from gateway.prompt.session_tools import SessionTools
+from gateway.sessions.catchup import replay
 from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage
 from gateway.sessions.turn_text import failure_text, reset_notice, user_message
 from gateway.store.database import Store
-from gateway.store.rows import ModelCall, SessionRow, iso, parse_iso
+from gateway.store.rows import ModelCall, SessionRow, iso
 from gateway.store.transcript import decode_inbound, session_history, well_formed
 from gateway.telemetry.metrics import Metrics, error_kind
 
@@ -77,6 +81,7 @@ class SessionManager:
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
+        self.waiting: Waiting | None = None  # turns that wait for a person (gateway/approvals/)
         self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
                                      tools=tools, compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
@@ -111,6 +116,8 @@ class SessionManager:
         key = self.key_for(inbound)
         if await self._command(inbound_id, inbound, key):
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
+        if self.waiting is not None and self.waiting.took(inbound_id, inbound):  # answers an `ask`
+            return SubmitResult(SubmitOutcome.ACCEPTED, "answer")
         return await self._enqueue(key, inbound_id, inbound)
 
     async def _command(self, inbound_id: int, inbound: Inbound, key: str) -> bool:
@@ -211,10 +218,12 @@ class SessionManager:
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
-        if inbound.group_id and self.media is not None:  # an album: its later parts join this turn
+        stop = self.waiting.stop_of(inbound_id) if self.waiting else None  # stopped, then restarted
+        if inbound.group_id and self.media is not None and not stop:  # an album: one turn for all
             inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()
-        session, ended = self.open_session(self.key_for(inbound), inbound, now)
+        session, ended = (self.open_session(self.key_for(inbound), inbound, now) if stop is None
+                          else (self.store.session(stop.session_id), None))
         touch = inbound.chat.platform != "cron"  # idle counts real user messages only
         self.store.start_turn(inbound_id, session.id, now=now, touch_user=touch)
         if touch:
@@ -226,7 +235,7 @@ class SessionManager:
                   inbound.text)
         if ended and self._notify_reset(session):
             await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
-        media = await self._attachments(inbound_id, inbound, session)
+        media = await self._attachments(inbound_id, inbound, session) if stop is None else None
         if media is not None and media.all_failed and not inbound.text.strip():
             assert media.notice is not None  # nothing else to answer: what went wrong is the answer
             await self._settle(inbound_id, "answered", f"m{inbound_id}", inbound, media.notice, session_id=session.id)
@@ -255,9 +264,14 @@ class SessionManager:
         try:
             prompt = self._prompt.ensure(session)
             history = session_history(self.store, session.id)
-            user_msg = user_message(inbound, ended, media)
+            stop = self.waiting.stop_of(inbound_id) if self.waiting else None
+            user_msg = stop.user_message if stop else user_message(inbound, ended, media)
             prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
-            result = await self._run_agent(session, inbound, prompt, history, user_msg, held, turn)
+            run = partial(self._run_agent, session, inbound, prompt, history, user_msg, held, turn)
+            result = await (self.waiting.turn(self, session, inbound, turn, user_msg, stop, run)
+                            if self.waiting else run())
+            if result is None:
+                return  # stopped while it waited for a person: nothing to answer
         except (LLMError, TimeoutError) as exc:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
@@ -309,7 +323,8 @@ class SessionManager:
         return True
 
     async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
-                         user_msg: ChatMessage, held: list[LLMReply], turn: str) -> TurnResult:
+                         user_msg: ChatMessage, held: list[LLMReply], turn: str,
+                         resume: Resume | None = None) -> TurnResult:
         ctx = self.tool_context(session, inbound.user_id, inbound)
         tools = self.tools.of(session)
         allowed = self.tools.allowed(tools, session.platform)
@@ -326,7 +341,8 @@ class SessionManager:
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
                     return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
                                                 tools=tools.specs, allowed_tools=allowed, on_reply=record,
-                                                stream=live.sink, on_tool=live.on_tool)
+                                                stream=live.sink, on_tool=live.on_tool,
+                                                resume=resume)
 
     def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
         return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
@@ -344,27 +360,11 @@ class SessionManager:
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
-        """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note as their answer."""
-        max_age = timedelta(minutes=self.config.delivery.replay_max_age_minutes)
-        now = self.clock()
-        resumed = expired = 0
-        for row in self.store.unfinished_inbound():
-            inbound = decode_inbound(row.payload)
-            received = parse_iso(row.received_at) or now
-            if now - received > max_age:
-                await self._settle(row.id, "expired", f"t{row.id}", inbound, self.config.delivery.offline_notice)
-                expired += 1
-                continue
-            key = self.key_for(inbound)
-            resumed += 1
-            if await self._command(row.id, inbound, key):  # stored, then the process died before answering it
-                continue
-            self.store.set_inbound_status(row.id, "pending", now=now)
-            await self._enqueue(key, row.id, inbound)
-        return resumed, expired
+        return await replay(self)  # stored but unanswered messages, oldest first (catchup.py)
 
     def stop_accepting(self) -> None:
         self._lanes.accepting = False
+        self._lanes.cancel_lanes(self.waiting.park() if self.waiting else set())  # after a restart
 
     def busy_lanes(self) -> int:
         return self._lanes.busy_lanes()

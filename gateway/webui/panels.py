@@ -1,5 +1,6 @@
-"""What the dashboard shows, as JSON-ready data: the model, each adapter's health, sessions, memory flushes,
-pairing requests and scheduled jobs. Read-only; every text that may hold a secret passes the redactor.
+"""What the dashboard shows, as JSON-ready data: the model, each adapter's health, sessions, memory
+flushes, pairing requests, requests waiting for a person's answer and scheduled jobs. Read-only;
+every text that may hold a secret passes the redactor.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.access.pairing import PairingBook
+from gateway.approvals.book import ApprovalBook
 from gateway.events import AdapterHealth
 from gateway.scheduling import text
 from gateway.scheduling.jobstore import JobStore
@@ -88,6 +90,16 @@ def pairing(book: PairingBook, now: datetime) -> dict[str, Any]:
                           "approved_at": iso(a.approved_at), "approved_by": a.approved_by} for a in book.approved()],
             "locked": [{"platform": lock.platform, "until": iso(lock.locked_until)}
                        for lock in book.lockouts(now) if lock.locked_until is not None]}
+
+
+def approvals(store: Store, redact: Redact) -> list[dict[str, Any]]:
+    """Requests waiting for a person: a tool call to allow or deny, or an `ask` question
+    (docs/tools.md)."""
+    return [{"id": r.id, "kind": r.kind, "platform": r.platform, "chat_id": r.chat_id,
+             "requester": r.requester,
+             "requester_name": r.requester_name, "tool": r.tool, "request": redact(r.request)[:500],
+             "code": r.code, "asked_at": r.created_at, "expires_at": r.expires_at}
+            for r in ApprovalBook(store).pending()]
 
 
 def jobs(store: Store) -> dict[str, Any] | None:

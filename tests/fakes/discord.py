@@ -70,6 +70,15 @@ MAX_NONCE = 25
 BUCKET_LIMIT = 5
 BUCKET_WINDOW_S = 0.5
 INTERACTION_DEADLINE_S = 3.0  # "you must send an initial response within 3 seconds of receiving the event"
+# Message components: "Action Rows can contain up to 5 Buttons", a message up to 5 action rows; a
+# button's custom_id is "max 100 characters" and its label "max 80 characters"; styles 1-4 need a
+# custom_id, 5 (link) a url.
+MAX_ROWS, MAX_BUTTONS, MAX_CUSTOM_ID, MAX_LABEL = 5, 5, 100, 80
+EPHEMERAL = 1 << 6  # message flag 64: "only visible to the user who invoked the Interaction"
+# Interaction response types: 4 CHANNEL_MESSAGE_WITH_SOURCE, 5 DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
+# and for component interactions only 6 DEFERRED_UPDATE_MESSAGE and 7 UPDATE_MESSAGE (edit the
+# message the button is on).
+COMPONENT_RESPONSES = (6, 7)
 NONCE_WINDOW_S = 120.0  # Discord says "the past few minutes" for enforce_nonce; the exact span is not published
 DISCORD_EPOCH_MS = 1420070400000
 
@@ -209,6 +218,12 @@ class DiscordMessage:
     flags: int = 0
     edits: tuple[str, ...] = ()
     body: Mapping[str, Any] = field(default_factory=dict)
+    # action rows of buttons, as the channel shows them now
+    components: tuple[dict[str, Any], ...] = ()
+    visible_to: str | None = None  # an ephemeral message: the only user who sees it
+
+    def buttons(self) -> list[str]:
+        return [str(c.get("label")) for row in self.components for c in row.get("components") or ()]
 
 
 class _Conn:
@@ -570,7 +585,7 @@ class FakeDiscord(FakeServer):
         return await self._send(cid, body, "rest", nonce=None if nonce is None else str(nonce))
 
     async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0,
-                    nonce: str | None = None) -> dict[str, Any]:
+                    nonce: str | None = None, visible_to: str | None = None) -> dict[str, Any]:
         _check_message(body, require_content=True)
         reference = body.get("message_reference")
         if reference and (cid, str(reference.get("message_id"))) not in self._messages \
@@ -579,7 +594,8 @@ class FakeDiscord(FakeServer):
         sent = DiscordMessage(channel_id=cid, id=self.new_id(), content=str(body.get("content") or ""),
                               allowed_mentions=body.get("allowed_mentions"), message_reference=reference,
                               embeds=tuple(body.get("embeds") or ()), files=tuple(body.get("_files") or ()),
-                              via=via, flags=int(body.get("flags") or flags), body=dict(body))
+                              via=via, flags=int(body.get("flags") or flags), body=dict(body),
+                              components=tuple(body.get("components") or ()), visible_to=visible_to)
         self.sent.append(sent)
         message = self._message_obj(sent)
         self._messages[(cid, sent.id)] = message
@@ -640,7 +656,7 @@ class FakeDiscord(FakeServer):
         old = self.sent[index]
         new = replace(old, content=str(body["content"]) if "content" in body else old.content,
                       embeds=tuple(body.get("embeds") or old.embeds), edits=(*old.edits, old.content),
-                      body=dict(body))
+                      body=dict(body), components=_components(body, old.components))
         self.sent[index] = new
         message = dict(self._message_obj(new), edited_timestamp=now_iso())
         self._messages[(cid, mid)] = message
@@ -745,14 +761,22 @@ class FakeDiscord(FakeServer):
         if self.clock() - interaction["_created"] > INTERACTION_DEADLINE_S:  # the token is invalid from then on
             self.late_interactions.append(iid)
             raise _ApiError(404, "Unknown interaction", 10062)
-        interaction["_responded"] = True
         kind, data = int(body.get("type", 0)), dict(body.get("data") or {})
+        if kind in COMPONENT_RESPONSES and interaction["type"] != 3:
+            raise _ApiError(400,
+                            "Interaction response type is only valid for component interactions",
+                            50035)
+        interaction["_responded"] = True
         self.interaction_responses.append({"interaction_id": iid, "token": token, "type": kind, "data": data})
         message = None
         cid = interaction["channel_id"]
+        if kind == 7:  # UPDATE_MESSAGE: the message the button is on becomes `data`
+            await self._edit(cid, str(interaction["message"]["id"]), data,
+                             echo=self.echo_own_messages)
         if kind in (4, 5):
             if kind == 4:
-                message = await self._send(cid, data, "interaction")
+                message = await self._send(cid, data, "interaction",
+                                           visible_to=_viewer(interaction, data))
             else:
                 message = await self._send(cid, {"content": "", "flags": data.get("flags", 0), "_loading": True},
                                            "interaction")
@@ -785,7 +809,10 @@ class FakeDiscord(FakeServer):
 
     async def _followup(self, request: web.Request, body: Any) -> Any:
         interaction = self._interaction_for(request)
-        message = await self._send(interaction["channel_id"], body, "webhook")
+        if not interaction.get("_responded"):  # a follow-up needs the initial response first
+            raise _ApiError(404, "Unknown Webhook", 10015)
+        message = await self._send(interaction["channel_id"], body, "webhook",
+                                   visible_to=_viewer(interaction, body))
         return message if request.query.get("wait") in ("1", "true", "True") else None
 
     async def _webhook_get(self, request: web.Request, body: Any) -> Any:
@@ -900,6 +927,58 @@ class FakeDiscord(FakeServer):
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid, token
 
+    async def click(self, channel_id: str | int, message_id: str, label: str, *,
+                    user_id: str | int = USER_ID,
+                    name: str | None = None) -> tuple[str, str]:
+        """A person clicks the button labelled `label` on one of the bot's messages: an
+        INTERACTION_CREATE of type 3 (MESSAGE_COMPONENT) with its custom_id; returns
+        (interaction_id, token). LookupError when the message shows no such button now."""
+        cid = str(channel_id)
+        sent = next((m for m in self.sent if (m.channel_id, m.id) == (cid, message_id)), None)
+        rows = sent.components if sent else ()
+        shown = [c for row in rows for c in row.get("components") or ()]
+        button = next((c for c in shown if c.get("label") == label), None)
+        if sent is None or button is None:
+            raise LookupError(f"message {message_id} shows no button {label!r}: "
+                              f"{sent.buttons() if sent else []}")
+        return await self.push_component(cid, message_id, str(button.get("custom_id")),
+                                         user_id=user_id, name=name)
+
+    async def push_component(self, channel_id: str, message_id: str, custom_id: str, *,
+                             user_id: str | int = USER_ID,
+                             name: str | None = None) -> tuple[str, str]:
+        """A component interaction with any custom_id (an old client, a forger)."""
+        cid, uid = str(channel_id), str(user_id)
+        gid = self.channels.get(cid, {}).get("guild_id")
+        iid = self.new_id()
+        token = f"itoken-{iid}"
+        user = self._user(uid, name)
+        message = self._messages.get((cid, message_id)) or {"id": message_id, "channel_id": cid}
+        payload: dict[str, Any] = {
+            "id": iid, "application_id": APP_ID, "type": 3, "channel_id": cid, "token": token,
+            "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2}, "message": message,
+            "channel": {k: v for k, v in (self.channels.get(cid) or {"id": cid, "type": 1}).items()
+                        if k != "recipients"},
+            "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
+            "authorizing_integration_owners": {"0": gid} if gid else {"1": uid},
+            "context": 0 if gid else 1,
+            "attachment_size_limit": 8 * 1024 * 1024}
+        if gid:
+            payload.update(guild_id=gid, guild_locale="en-US",
+                           member={**self._member(uid), "user": user,
+                                   "permissions": "2248473465835073"})
+        else:
+            payload["user"] = user
+        self.interactions[token] = {**payload, "_created": self.clock()}
+        await self.dispatch("INTERACTION_CREATE", payload)
+        return iid, token
+
+    def ephemerals(self, user_id: str | int | None = None) -> list[DiscordMessage]:
+        """Ephemeral replies, each seen by one user only (the one whose interaction it answers)."""
+        return [m for m in self.sent if m.flags & EPHEMERAL
+                and (user_id is None or m.visible_to == str(user_id))]
+
     def _user(self, user_id: str, name: str | None = None, bot: bool = False) -> dict[str, Any]:
         if user_id not in self.users:
             self.users[user_id] = make_user(user_id, name or f"user{user_id[-4:]}", bot=bot)
@@ -923,7 +1002,7 @@ class FakeDiscord(FakeServer):
                     if f.get(k) is not None}}
                 for f in sent.files],
             "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
-            "flags": sent.flags, "components": []}
+            "flags": sent.flags, "components": [dict(row) for row in sent.components]}
         if sent.body.get("nonce") is not None:
             message["nonce"] = sent.body["nonce"]
         if channel.get("guild_id"):
@@ -1085,6 +1164,44 @@ async def _read_body(request: web.Request) -> Any:
     return json.loads(raw) if raw else {}
 
 
+Components = tuple[dict[str, Any], ...]
+
+
+def _components(body: Mapping[str, Any], old: Components) -> Components:
+    """A PATCH replaces the components it names (`[]` removes them) and keeps them otherwise."""
+    return tuple(body["components"] or ()) if "components" in body else old
+
+
+def _viewer(interaction: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
+    if not int(body.get("flags") or 0) & EPHEMERAL:
+        return None
+    who = interaction.get("member", {}).get("user") or interaction.get("user") or {}
+    return str(who.get("id"))
+
+
+def _check_components(rows: Any) -> None:
+    if len(rows) > MAX_ROWS:
+        raise _field_error("components", "BASE_TYPE_MAX_LENGTH",
+                           f"Must be {MAX_ROWS} or fewer in length.")
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        buttons = row.get("components") or []
+        if row.get("type") != 1 or not 1 <= len(buttons) <= MAX_BUTTONS:
+            raise _field_error(f"components.{i}", "COMPONENT_LAYOUT_WIDTH_EXCEEDED",
+                               "Invalid action row")
+        for button in buttons:
+            custom_id, label = str(button.get("custom_id") or ""), str(button.get("label") or "")
+            if button.get("type") != 2 or len(label) > MAX_LABEL:
+                raise _field_error(f"components.{i}", "BASE_TYPE_MAX_LENGTH", "Invalid button")
+            if button.get("style") != 5 and not 1 <= len(custom_id) <= MAX_CUSTOM_ID:
+                raise _field_error(f"components.{i}.custom_id", "BASE_TYPE_MAX_LENGTH",
+                                   f"Must be between 1 and {MAX_CUSTOM_ID} in length.")
+            if custom_id and custom_id in seen:
+                raise _field_error(f"components.{i}.custom_id", "COMPONENT_CUSTOM_ID_DUPLICATED",
+                                   "Component custom id cannot be duplicated")
+            seen.add(custom_id)
+
+
 def _check_voice_message(body: Mapping[str, Any], *, refused: bool) -> None:
     def fail(rule: str) -> _ApiError:
         code, message = VOICE_ERRORS[rule]
@@ -1111,6 +1228,8 @@ def _is_audio(upload: Mapping[str, Any]) -> bool:
 
 
 def _check_message(body: Mapping[str, Any], require_content: bool) -> None:
+    if body.get("components"):
+        _check_components(body["components"])
     content = body.get("content")
     if content is not None and len(str(content)) > MAX_CONTENT:
         raise _field_error("content", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_CONTENT} or fewer in length.")

@@ -15,15 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+from gateway.agent.tools.ask import ask_tool
 from gateway.agent.tools.deferred import bridge_specs
 from gateway.agent.tools.memory import memory_tool
 from gateway.agent.tools.policy import ToolPolicy, name_problems
-from gateway.agent.tools.registry import ToolContext, ToolFunction, ToolRegistry, ToolSpec
+from gateway.agent.tools.registry import (
+    ToolContext,
+    ToolFunction,
+    ToolHints,
+    ToolRegistry,
+    ToolSpec,
+)
 from gateway.agent.tools.schedule import JobBook, schedule_tool
 from gateway.agent.tools.search import session_search_tool
 from gateway.agent.tools.skills import skill_tools
-from gateway.agent.tools.web_fetch import web_fetch_tool
-from gateway.agent.tools.web_search import web_search_tool
+from gateway.agent.tools.web import web_fetch_tool, web_search_tool
 from gateway.config.settings import Config
 from gateway.config.shell import home_problems
 from gateway.config.yamlload import locate
@@ -42,7 +48,7 @@ from gateway.sandbox.spec import SandboxSpec
 log = logging.getLogger(__name__)
 Specs = tuple[ToolSpec, ...]
 TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search",
-              "schedule", "shell")
+              "schedule", "ask", "shell")
 # Only an admin's own session gets these in its tool list (gateway/prompt/session_tools.py); the
 # tool itself checks the turn's sender too (a group session an admin and others share).
 ADMIN_ONLY = frozenset({"shell"})
@@ -93,6 +99,7 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
             tools["web_search"] = web_search_tool(web.search, default_count=web.search_results)
     if jobs is not None:
         tools["schedule"] = schedule_tool(jobs)
+    tools["ask"] = ask_tool()
     if shell is not None:
         tools["shell"] = shell_tool(shell)
     if enabled is not None:
@@ -192,6 +199,12 @@ class ToolCatalog:
     def enabled(self, name: str, platform: str) -> bool:
         return self.policy.enabled(name, platform)
 
+    def hints(self, name: str) -> ToolHints:
+        """What a tool says of itself (MCP annotations); a built-in tool says nothing."""
+        provider = self.registry.provider
+        found = getattr(provider, "hints", None)
+        hints = found(name) if found is not None and name not in self.registry.names() else None
+        return hints if isinstance(hints, ToolHints) else ToolHints()
     def split(self, specs: Sequence[ToolSpec], window: int) -> tuple[Specs, Specs]:
         """(sent, deferred): with tool search on for these tools at this context window, the MCP
         tools are deferred and the sent list ends with tool_search and tool_call; otherwise

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.agent.tools.registry import ToolContext, ToolResult, ToolSpec
+from gateway.agent.tools.registry import ToolContext, ToolHints, ToolResult, ToolSpec
 from gateway.errors import MediaError, MediaTooLarge, ToolError
 from gateway.mcp.content import ResultImage
 from gateway.mcp.hub import McpHub
@@ -55,6 +55,15 @@ class McpTools:
 
     def claims(self, name: str) -> bool:
         return is_mcp_name(name)
+
+    def hints(self, name: str) -> ToolHints | None:
+        """What the tool's server says of it (its annotations), for the approval policy."""
+        tool = self.hub.tool(name)
+        if tool is None:
+            return None
+        said = tool.annotations
+        return ToolHints(server=tool.server, read_only=said.get("readOnlyHint") is True,
+                         destructive=said.get("destructiveHint") is True)
 
     async def call(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         try:

@@ -65,7 +65,17 @@ function render(s) {
   renderSeries(s.series);
   renderPairing(s);
   renderFlushes(s);
+  renderApprovals(s);
   renderJobs(s);
+}
+
+function renderApprovals(s) {
+  $("approvals-count").textContent = s.approvals.length ? `${s.approvals.length} waiting` : "";
+  fill($("approvals").tBodies[0], s.approvals.map((a) => row([
+    `${a.platform}:${a.requester}${a.requester_name ? ` (${a.requester_name})` : ""}`,
+    el("td", a.kind === "ask" ? `asks: ${a.request}` : a.tool, "what"),
+    el("td", ago(a.asked_at, s.now), "when"), el("td", until(a.expires_at, s.now), "when"),
+    el("td", a.code, "code")])), "nothing is waiting", 5);
 }
 
 function renderAdapters(s) {
