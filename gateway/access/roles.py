@@ -50,6 +50,10 @@ class Roles:
         sole = self.sole_person()
         return sole is not None and bool(ids & sole)
 
+    def admits(self, ctx: ToolContext) -> bool:
+        """Whether a tool call acts for an admin (the shell: for admins' turns only)."""
+        return self.is_admin(ctx.person)
+
     def sole_person(self) -> frozenset[str] | None:
         """The identities of the one person allowed on the platforms (by config or pairing), or None when that is
         not exactly one person (none, several, or a role-based allowlist whose members are not known).

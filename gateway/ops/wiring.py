@@ -22,11 +22,10 @@ from gateway.access.linking import Linker
 from gateway.access.pairing import PairingBook, load_key
 from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
-from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, check_tool_names
-from gateway.agent.tools.catalog import shell_of as shell_tool_of
+from gateway.agent.tools.catalog import ToolCatalog, WebTools, admin_first, build_registry, check_tool_names, shell_of
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.policy import ToolPolicy
-from gateway.agent.tools.registry import ToolRegistry
+from gateway.agent.tools.registry import ToolContext, ToolRegistry
 from gateway.approvals.answers import Answers
 from gateway.approvals.book import ApprovalBook
 from gateway.approvals.policy import ApprovalPolicy
@@ -67,6 +66,7 @@ from gateway.ops.supervisor import Supervisor, Watchdog
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
 from gateway.prompt.session_tools import SessionTools
+from gateway.sandbox.report import describe as describe_command
 from gateway.scheduling.book import JobBook
 from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
@@ -205,7 +205,8 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                                     media=media)
     jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate)
     redact = redactor_for(config, env)
-    waits, policy = _approvals(config, sessions, gate, catalog, streams, redact=redact, sleep=sleep)
+    waits, policy = _approvals(config, sessions, gate, catalog, streams, redact=redact, sleep=sleep,
+                               admits=roles.admits)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
@@ -299,7 +300,7 @@ def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: 
     check_tool_names(config)
     web = _web_tools(config, env, monotonic, worker)
     registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs,
-                              shell=shell_tool_of(config, lambda ctx: roles.is_admin(ctx.person)))
+                              shell=shell_of(config, roles.admits))
     hub = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
@@ -359,7 +360,7 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
 
 def _approvals(config: Config, sessions: SessionManager, gate: AccessGate, catalog: ToolCatalog,
                streams: Streams, *, redact: Callable[[str], str],
-               sleep: Sleep) -> tuple[Waits, ApprovalPolicy]:
+               sleep: Sleep, admits: Callable[[ToolContext], bool]) -> tuple[Waits, ApprovalPolicy]:
     """Calls that wait for a person: the check at the registry's dispatch point, the waiting turns,
     the answers at the gate, and the buttons the outbox adds to a request's message."""
     policy = ApprovalPolicy(config, catalog.hints, ApprovalBook(sessions.store).granted,
@@ -367,7 +368,10 @@ def _approvals(config: Config, sessions: SessionManager, gate: AccessGate, catal
     ports = WaitPorts(store=sessions.store, outbox=sessions.outbox, adapters=sessions.adapters,
                       agent=sessions.agent, clock=sessions.clock, sleep=sleep, streams=streams)
     waits = Waits(ports, config, grant=policy.grant)
-    catalog.registry.holds = policy
+    if "shell" in catalog.registry.names() and config.tools.shell.approve == "always":
+        policy.always_ask("shell", describe_command)  # every command, shown whole
+    # an admin-only tool called in another's turn is refused before anyone is asked
+    catalog.registry.holds = admin_first(policy, admits)
     sessions.outbox.choices = waits.choices_for
     answers = Answers(waits)
     sessions.waiting = Waiting(waits, answers)

@@ -10,20 +10,23 @@ deferred.py). The built-in tools are the core: never deferred.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from gateway.agent.tools.ask import ask_tool
 from gateway.agent.tools.deferred import bridge_specs
 from gateway.agent.tools.memory import memory_tool
 from gateway.agent.tools.policy import ToolPolicy, name_problems
 from gateway.agent.tools.registry import (
+    Hold,
+    HoldCheck,
     ToolContext,
     ToolFunction,
     ToolHints,
     ToolRegistry,
+    ToolResult,
     ToolSpec,
 )
 from gateway.agent.tools.schedule import JobBook, schedule_tool
@@ -167,6 +170,16 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
         f" It is stopped after {limits.timeout_s:g} seconds."
     )
     return run
+
+
+def admin_first(holds: HoldCheck, admits: Callable[[ToolContext], bool]) -> HoldCheck:
+    """`holds` (the approvals' check at the dispatch point) after refusing an admin-only tool in a
+    turn that is not an admin's: nobody is asked about a call that may not run anyway."""
+    def check(name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> Hold | ToolResult | None:
+        if name in ADMIN_ONLY and not admits(ctx):
+            return ToolResult(NOT_ADMIN, is_error=True)
+        return holds(name, arguments, ctx)
+    return check
 
 
 def check_tool_names(config: Config) -> None:
