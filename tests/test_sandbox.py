@@ -293,3 +293,29 @@ def test_the_request_shows_the_exact_command() -> None:
     command = "rm -rf ./build && echo '```' done"
     text = describe({"command": command})
     assert command in text and "````sh" in text
+
+
+def test_doctor_says_whether_the_sandbox_runs(tmp_path: Path) -> None:
+    from gateway.ops.doctor import Doctor
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "config.yaml").write_text("tools:\n  shell:\n    enabled: true\n")
+    shell = [c.line() for c in asyncio.run(Doctor(home, {}, timeout=5).run()) if c.name == "shell"]
+    assert shell[0].startswith("ok   shell     bubblewrap ran `true` (no network; workspace ")
+    (home / "config.yaml").write_text("tools:\n  shell:\n    enabled: true\n"
+                                      "    bwrap: /nonexistent/bwrap\n")
+    shell = [c.line() for c in asyncio.run(Doctor(home, {}, timeout=5).run()) if c.name == "shell"]
+    assert shell == [("FAIL shell     /nonexistent/bwrap is missing: the shell cannot run commands"
+                     " — fix: apt-get install bubblewrap")]
+    (home / "config.yaml").write_text("tools:\n  shell:\n    enabled: false\n")
+    assert not [c for c in asyncio.run(Doctor(home, {}, timeout=5).run()) if c.name == "shell"]
+
+
+def test_doctor_tells_when_bubblewrap_cannot_make_its_namespaces(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    from gateway.sandbox.runner import doctor_check
+    found = asyncio.run(doctor_check(ShellConfig(enabled=True, bwrap=fake), tmp_path / "home"))
+    assert found[0][0] == "fail" and "No permissions to create new namespace" in found[0][1]
+    assert "install-service" in str(found[0][2])

@@ -14,11 +14,17 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from gateway.config.shell import ShellConfig
 from gateway.sandbox.bwrap import PATH, Fds, bwrap_args, limited
 from gateway.sandbox.process import Finished, Launch, SandboxFailed, run
-from gateway.sandbox.spec import SandboxSpec
+from gateway.sandbox.spec import DROP_TO, SandboxSpec
 
 SHELL = "/bin/sh"
+Found = tuple[str, str, str | None]  # `gateway doctor`'s (verdict, detail, fix)
+NO_NAMESPACES = ("under systemd, run `gateway install-service` again (it writes what bubblewrap"
+                 " needs when tools.shell is enabled); elsewhere allow unprivileged user namespaces"
+                 " (sysctl kernel.unprivileged_userns_clone=1, or AppArmor's"
+                 " kernel.apparmor_restrict_unprivileged_userns=0)")
 
 
 class Sandbox:
@@ -104,3 +110,29 @@ def _opened(path: Path, held: list[int]) -> int:
         raise SandboxFailed(f"{path} cannot be shown in the sandbox ({exc.strerror})") from None
     held.append(fd)
     return fd
+
+
+async def doctor_check(shell: ShellConfig, home: Path) -> list[Found]:
+    """`gateway doctor`'s shell lines: bubblewrap installed and running `true` in the sandbox as
+    configured (the workspace is made if missing); nothing without tools.shell.enabled."""
+    if not shell.enabled:
+        return []
+    if shell.sandbox == "none":
+        return [("warn", "tools.shell runs commands WITHOUT a sandbox, with the daemon's rights",
+                 "set tools.shell.sandbox: bubblewrap")]
+    if not shell.bwrap.exists():
+        return [("fail", f"{shell.bwrap} is missing: the shell cannot run commands",
+                 "apt-get install bubblewrap")]
+    spec = SandboxSpec.of(shell, home)
+    problem = await Sandbox(spec).probe()
+    if problem is not None:
+        return [("fail", f"bubblewrap cannot run a command here: {problem}", NO_NAMESPACES)]
+    net = "with network" if spec.network else "no network"
+    found: list[Found] = [("ok", f"bubblewrap ran `true` ({net}; workspace {spec.workspace})",
+                           None)]
+    if spec.euid == 0 and spec.run_as != DROP_TO:
+        why = ("the daemon runs as root and nobody cannot reach the workspace, so commands run as"
+               " root outside the sandbox (with no capability)")
+        fix = "set tools.shell.workdir to a folder outside /root (e.g. /srv/agent-work)"
+        found.append(("warn", why, fix))
+    return found

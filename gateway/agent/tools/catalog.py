@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from gateway.agent.tools.ask import ask_tool
 from gateway.agent.tools.deferred import bridge_specs
@@ -45,10 +45,11 @@ from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
 from gateway.sandbox.process import SandboxFailed
 from gateway.sandbox.report import result_text
-from gateway.sandbox.runner import Sandbox
+from gateway.sandbox.runner import Sandbox, doctor_check
 from gateway.sandbox.spec import SandboxSpec
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 Specs = tuple[ToolSpec, ...]
 TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search",
               "schedule", "ask", "shell")
@@ -180,6 +181,12 @@ def admin_first(holds: HoldCheck, admits: Callable[[ToolContext], bool]) -> Hold
             return ToolResult(NOT_ADMIN, is_error=True)
         return holds(name, arguments, ctx)
     return check
+
+
+async def shell_doctor(config: Config, make: Callable[..., T]) -> list[T]:
+    """`gateway doctor`'s shell lines (gateway/sandbox/runner.py), each made by `make(name, verdict,
+    detail, fix)`."""
+    return [make("shell", *found) for found in await doctor_check(config.tools.shell, config.home)]
 
 
 def check_tool_names(config: Config) -> None:
