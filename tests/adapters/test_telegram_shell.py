@@ -23,10 +23,13 @@ from tests.adapters.test_telegram import ALICE, BOB, GROUP, TOKEN, VirtualTime, 
 from tests.approvals_support import tool_results
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram, SentMessage
-from tests.helpers import write_config
+from tests.helpers import require, write_config
 from tests.lifecycle_support import FakeClock
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+@pytest.fixture(autouse=True)
+def _bwrap() -> None:
+    require(None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)")
 
 
 def shell_yaml(options: str = "", admin: int = ALICE) -> str:
