@@ -68,12 +68,11 @@ class ShellConfig:
     env: dict[str, Secret] = field(default_factory=dict)
     mounts: tuple[MountConfig, ...] = ()
     timeout_s: float = field(default=60.0, metadata={"min": 1, "max": 86_400})
-    max_output_chars: int = field(default=16_000, metadata={"min": 200, "max": 1_000_000})
-    max_memory_mb: int = field(default=1024, metadata={"min": 32, "max": 1_048_576})
+    max_output_chars: int = field(default=16_000, metadata={"min": 200, "max": 200_000})
+    max_memory_mb: int = field(default=1024, metadata={"min": 32, "max": 65_536})
     max_processes: int = field(default=256, metadata={"min": 4, "max": 65_536})
-    max_file_mb: int = field(default=1024, metadata={"min": 1, "max": 1_048_576})
-    tmp_mb: int = field(default=256, metadata={"min": 1, "max": 1_048_576})
-    max_attach_mb: float = field(default=10.0, metadata={"positive": True, "max": 2048})
+    max_file_mb: int = field(default=1024, metadata={"min": 1, "max": 65_536})
+    tmp_mb: int = field(default=256, metadata={"min": 1, "max": 65_536})
     bwrap: Path = Path("/usr/bin/bwrap")
 
     def __post_init__(self) -> None:
