@@ -20,7 +20,8 @@ docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it:
                            search); voice replies: what is spoken, text-to-speech, OGG/Opus
     agent/                 the model ⇄ tools loop and every tool
     prompt/                the three-tier system prompt, platform hints, the stored session prompt
-    delivery/              outbox, rate limits, chunking and markup per platform
+    delivery/  agents/     outbox, rate limits, chunking and markup per platform; each agent's parts
+                           (model, memory, tools, prompt inputs) and the bindings that route to it
     approvals/             a turn that waits for a person: approvals of tool calls, `ask`
                            questions, buttons
     sessions/  access/     the session manager and its lifecycle; the gate and pairing

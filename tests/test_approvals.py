@@ -325,7 +325,7 @@ async def test_an_ordinary_turn_pays_no_sql_for_approvals(
             fake_llm.script(ToolCall("mcp_fake_echo", {"text": f"hi {n}"}), Reply(f"said hi {n}"))
             # approvals unwired: the registry's check, the outbox's hook, the manager's glue
             if n == 2:
-                gw.tools.holds, gw.outbox.choices, gw.sessions.waiting = None, None, None
+                gw.tools.holds, gw.outbox.choices, gw.sessions.waiting = None, [], None
             gw.store.conn.set_trace_callback(statements.append if n else None)
             await ask(gw, f"say hi {n}")
             await answered(gw, adapter, n + 1)
@@ -390,3 +390,38 @@ async def test_forget_takes_the_requests_their_turns_waited_on(home: Path, fake_
         forget(home, "telegram:2")
         assert gw.store.all("SELECT id FROM approvals") == []
         assert gw.store.all("SELECT id FROM outbound WHERE text LIKE '%insulin%'") == []
+
+
+async def test_through_tool_search_the_real_name_waits_and_is_granted_for_the_session(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """With the MCP tools behind tool search, a call made through tool_call is checked by its real
+    name: a `require` glob and the server's destructiveHint both hold it; "Allow for this session"
+    lets that real tool run unasked afterwards, and the request shows the real name."""
+    setup(home, fake_llm, tmp_path,
+          extra="tools:\n  search: 'on'\n  approval:\n    require: ['mcp_*_rename_*']\n")
+    rename = "mcp_fake_rename_file"
+    fake_llm.script(
+        ToolCall("tool_call", {"name": rename, "arguments": {"path": "/srv/a", "to": "/srv/b"}}),
+        ToolCall("tool_call", {"name": DELETE, "arguments": {"path": "/srv/x"}}),
+        ToolCall("tool_call", {"name": rename, "arguments": {"path": "/srv/b", "to": "/srv/c"}}),
+        Reply("Renamed twice, left x alone."))
+    adapter = ButtonAdapter()
+    async with gateway(home, adapter) as gw:
+        await ask(gw, "rename a to b, delete x, rename b to c")
+        _, first = await adapter.wait_choices()
+        assert rename in first.text and "`/srv/a`" in first.text and "tool_call" not in first.text
+        assert first.choices is not None
+        await gw.sessions.submit(tap(first.choices, "session", chat=WEB, user_id="tab1"))
+        _, second = await adapter.wait_choices(2)
+        assert DELETE in second.text and second.choices is not None
+        await gw.sessions.submit(tap(second.choices, "deny", chat=WEB, user_id="tab1"))
+        texts = await answered(gw, adapter, 3)
+    assert texts[-1] == "Renamed twice, left x alone."
+    assert runs(tmp_path) == ["rename_file /srv/a /srv/b", "rename_file /srv/b /srv/c"]
+    assert [(r["tool"], r["state"], r["decision"]) for r in rows_of(home)] == [
+        (rename, "done", "session"), (DELETE, "denied", "deny")]
+    results = tool_results(fake_llm.anthropic_requests()[-1])
+    assert [r["tool_use_id"] for r in results] == [
+        c["id"] for m in fake_llm.anthropic_requests()[-1]["messages"]
+        if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "tool_use"]
+    assert "denied" in str(results[1]["content"]) and "renamed" in str(results[2]["content"])

@@ -23,16 +23,18 @@ LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
     "scan": 1, "config": 1, "telemetry": 2, "worker": 2, "sandbox": 2, "llm": 3, "store": 4,
     "knowledge": 5, "mcp": 5, "net": 5, "media": 5, "voice": 5,
-    "agent": 6, "prompt": 7, "delivery": 8, "approvals": 9,
+    "agent": 6, "prompt": 7, "delivery": 8, "agents": 8, "approvals": 9,
     "sessions": 10, "access": 10, "scheduling": 11, "webui": 12, "ops": 13, "cli": 14,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", "shell", ("media", "tools", "schedule", "voice"), "settings", "starter"],
+    "config": ["yamlload", "shell", ("accounts", "media", "tools", "schedule", "voice", "platforms"),
+               "settings", "agents", "starter"],
     "telemetry": ["repeats", ("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
-    "store": [("history_cache", "search_index", "media_files"), ("rows", "schema"), "connection",
-              ("delivery_queries", "session_queries", "tool_queries"),
+    "store": [("history_cache", "search_index", "media_files", "agents_schema"), ("rows", "schema"),
+              "connection",
+              ("delivery_queries", "session_queries"),
               "message_queries", "database", "transcript"],
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content", "vet"), "link", "hub"],
@@ -42,8 +44,9 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "voice": [("speech", "process"), ("encode", "tts"), "speaker"],
     "agent": ["tools", "holds", "loop"],
-    "approvals": ["request", "book", ("policy", "closing", "checkpoint"), "waits", "answers",
-                  "turns"],
+    "agents": ["runtime", "build"],
+    "approvals": [("request", "menus"), "book", ("policy", "closing", "checkpoint"), "waits",
+                  "answers", "turns"],
     "scheduling": ["when", "jobstore", "text", "book", "turn", "runner", "command"],
     "webui": [("series", "chat_history", "panels"), "routes"],
     "agent.tools": ["schema", "registry", ("memory", "search", "skills", "web", "mcp", "policy",
@@ -59,7 +62,9 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
                  ("commands", "timers")],
     "access": ["pairing", "gate", "roles", "linking"],
     "ops": [("notify", "service", "supervisor", "status", "web_guard", "home", "access_watch", "http_limits"), "wiring", ("doctor", "daemon")],
-    "cli": ["context", ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs", "users"), "init", "main"],
+    "cli": ["context",
+            ("run", "checks", "prompt", "sessions", "pairing", "service", "tools", "jobs", "users"),
+            "init", "main"],
 }
 ADAPTER_MAY_IMPORT = ("gateway.events", "gateway.errors", "gateway.config")
 ADAPTER_PLATFORMS = ("telegram", "discord", "slack")

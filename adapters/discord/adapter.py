@@ -32,6 +32,7 @@ from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
 from adapters.discord.files import DiscordFiles, refresher, sticker
 from adapters.discord.outbound import Outbound
 from adapters.discord.preview import DiscordPreview
+from adapters.discord.shards import ShardPlan, shard_plan
 from adapters.discord.text import (
     INTENT_HINT,
     PLATFORM,
@@ -51,6 +52,7 @@ from adapters.discord.voice import VoiceNotes
 from gateway.config.settings import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
 from gateway.events import (
+    DEFAULT_ACCOUNT,
     Attachment,
     ChatRef,
     Inbound,
@@ -61,6 +63,7 @@ from gateway.events import (
     Submit,
     SubmitOutcome,
     SubmitResult,
+    on_account,
 )
 
 __all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
@@ -99,6 +102,10 @@ class _Client(discord.Client):
             await on_click(interaction, self.adapter.submit_click)
 
 
+class _ShardedClient(_Client, discord.AutoShardedClient):
+    """The same client over several shards (`discord.shards`: adapters/discord/shards.py)."""
+
+
 class DiscordAdapter:
     """`start` logs in (401 → AdapterFatal), connects the gateway, waits for READY, syncs slash commands."""
 
@@ -106,8 +113,10 @@ class DiscordAdapter:
 
     def __init__(self, config: DiscordConfig, *, guild_ready_timeout: float = GUILD_READY_TIMEOUT_S,
                  monotonic: Callable[[], float] = time.monotonic, catch_up_budget: float = CATCH_UP_BUDGET_S,
-                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY) -> None:
+                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
+        self.account = account  # the bot account (one adapter each): what it hands in names it
         self.guild_ready_timeout = guild_ready_timeout
         self.monotonic = monotonic
         self.catch_up_budget = catch_up_budget
@@ -129,9 +138,10 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
-        self._submit = submit
+        self._submit = on_account(submit, self.account)
         point_library_at(self.config)
-        client = self._client = self._make_client()
+        plan = await shard_plan(self.config)  # None: one connection
+        client = self._client = self._make_client(plan)
         self._outbound.client = self._voice.client = client
         self._files.refresh = refresher(client.http)  # expired attachment links, renewed with the bot's token
         tree = self._commands.tree(client)
@@ -145,7 +155,8 @@ class DiscordAdapter:
             await self._close()
             raise
         assert client.user is not None
-        log.info("discord: @%s ready in %s guild(s)", client.user.name, len(client.guilds))
+        log.info("discord: @%s ready in %s guild(s)%s", client.user.name, len(client.guilds),
+                 f" on {plan.describe()}" if plan else "")
 
     async def stop(self) -> None:
         await self._close()
@@ -164,13 +175,17 @@ class DiscordAdapter:
         if not runner.cancelled() and runner.exception() is not None:
             raise gateway_failure(runner.exception())  # type: ignore[arg-type]
 
-    def _make_client(self) -> _Client:
+    def _make_client(self, plan: ShardPlan | None = None) -> _Client:
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: without it Discord closes the gateway with 4014
         intents.typing = False
         intents.presences = False
-        return _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
-                       allowed_mentions=discord.AllowedMentions.none())
+        wait = self.guild_ready_timeout
+        options: dict[str, Any] = {"intents": intents, "guild_ready_timeout": wait,
+                                   "allowed_mentions": discord.AllowedMentions.none()}
+        if plan is not None:
+            return _ShardedClient(self, shard_count=plan.count, shard_ids=list(plan.ids), **options)
+        return _Client(self, **options)
 
     async def _login(self, client: _Client) -> None:
         try:

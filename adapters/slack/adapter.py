@@ -59,6 +59,7 @@ from adapters.slack.voice import upload_voice
 from gateway.config.settings import SlackConfig
 from gateway.errors import PlatformUnavailable
 from gateway.events import (
+    DEFAULT_ACCOUNT,
     Attachment,
     ChatRef,
     ChatType,
@@ -71,6 +72,7 @@ from gateway.events import (
     Submit,
     SubmitOutcome,
     SubmitResult,
+    on_account,
 )
 
 __all__ = ["THREAD_UNREAD_NOTE", "SlackAdapter", "mentioned_users", "slack_to_text"]
@@ -100,8 +102,10 @@ class SlackAdapter:
     def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
                  monotonic: Callable[[], float] = time.monotonic,
                  thinking_reaction: str = THINKING_REACTION, enrich_budget: float = ENRICH_BUDGET_S,
-                 ack_budget: float = ACK_BUDGET_S, serve: ServeHttp | None = None) -> None:
+                 ack_budget: float = ACK_BUDGET_S, serve: ServeHttp | None = None,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
+        self.account = account  # the bot account (one adapter each): what it hands in names it
         self.monotonic = monotonic
         self.enrich_budget = enrich_budget
         self.ack_budget = ack_budget
@@ -128,7 +132,7 @@ class SlackAdapter:
 
     async def start(self, submit: Submit) -> None:
         cfg = self.config
-        self._intake.submit = submit
+        self._intake.submit = on_account(submit, self.account)
         client = AsyncWebClient(token=cfg.bot_token.value, base_url=cfg.api_url or DEFAULT_API_URL)
         self._client = self._outbound.client = self._buttons.client = client
         me = self._me = await self._auth_test(client)

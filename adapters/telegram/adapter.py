@@ -53,6 +53,7 @@ from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
 from gateway.events import (
+    DEFAULT_ACCOUNT,
     Attachment,
     ChatRef,
     Inbound,
@@ -64,6 +65,7 @@ from gateway.events import (
     Submit,
     SubmitOutcome,
     SubmitResult,
+    on_account,
 )
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
@@ -95,8 +97,10 @@ class TelegramAdapter:
 
     def __init__(self, config: TelegramConfig, *, typing_interval: float = TYPING_INTERVAL_S,
                  submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
-                 clock: Callable[[], float] = time.monotonic, serve: ServeHttp | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, serve: ServeHttp | None = None,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
+        self.account = account  # the bot account (one adapter each): what it hands in names it
         self.submit_retry_delays = tuple(submit_retry_delays)
         self._submit: Submit | None = None
         self._bot: Bot | None = None
@@ -111,7 +115,7 @@ class TelegramAdapter:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
-        self._submit = submit
+        self._submit = on_account(submit, self.account)
         bot = self._bot = self._outbound.bot = self._make_bot()
         try:
             self._me = await self._get_me(bot)

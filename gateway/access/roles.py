@@ -54,6 +54,11 @@ class Roles:
         """Whether a tool call acts for an admin (the shell: for admins' turns only)."""
         return self.is_admin(ctx.person)
 
+    def admin_owned(self, session: SessionRow) -> bool:
+        """Whether the session is an admin's own (a DM, or their own session in a group): the
+        only sessions admin-only tools are listed in."""
+        return self.is_admin(self.owner_person(self.speaks_for(session)))
+
     def sole_person(self) -> frozenset[str] | None:
         """The identities of the one person allowed on the platforms (by config or pairing), or None when that is
         not exactly one person (none, several, or a role-based allowlist whose members are not known).
@@ -67,7 +72,7 @@ class Roles:
 
     def _sole_person(self) -> frozenset[str] | None:
         found: set[frozenset[str]] = set()
-        for platform, rules in platform_rules(self.config).items():
+        for (platform, _), rules in platform_rules(self.config).items():
             if rules.roles:
                 return None
             for uid in rules.user_ids:
@@ -165,7 +170,7 @@ class Roles:
     def _context(self, session: SessionRow, user_id: str | None, person: Person | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
-                           chat_id=session.chat_id, person=person,
+                           chat_id=session.chat_id, person=person, agent=session.agent,
                            memory=self.rights(person, MemoryView(None, self._chat(session)),
                                               own=user_id is not None and personal_owner(session) == user_id))
 

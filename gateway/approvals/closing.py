@@ -14,7 +14,7 @@ from datetime import datetime
 from gateway.approvals.book import ApprovalBook, ApprovalRow
 from gateway.delivery.outbox import Outbox
 from gateway.errors import AdapterError, RateLimited, StoreUnavailable
-from gateway.events import Adapter, Interactive
+from gateway.events import Adapter, Interactive, adapter_key
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Closer:
         last = chunks[-1] if chunks else None
         if unsent or last is None or last.status != "sent" or not last.platform_message_id:
             return
-        adapter = self.adapters.get(row.platform)
+        adapter = self.adapters.get(adapter_key(last.platform, last.account))
         if not isinstance(adapter, Interactive):
             return  # shown as text: the answer to /approve or /deny said what happened
         message = self.outbox.message_for(row.chat, text)

@@ -29,7 +29,7 @@ NOBODY_PLATFORMS = frozenset({"cron"})  # a scheduled run: nobody is there to an
 class ApprovalPolicy:
     """The registry's `holds` check (gateway/agent/tools/registry.py)."""
 
-    def __init__(self, config: Config, hints: Callable[[str], ToolHints],
+    def __init__(self, config: Config, hints: Callable[[str], ToolHints | None],
                  granted: Callable[[int, str], bool],
                  *, redact: Redact = str) -> None:
         self.require = config.tools.approval.require
@@ -72,7 +72,7 @@ class ApprovalPolicy:
             return self._always[name]
         if any(fnmatchcase(name, pattern) for pattern in self.require):
             return self._describe(name)
-        hints = self.hints(name)
+        hints = self.hints(name) or ToolHints()
         mode = self.servers.get(hints.server or "", "auto")
         if mode == "never" or (mode == "auto" and (hints.read_only or not hints.destructive)):
             return None

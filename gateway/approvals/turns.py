@@ -14,22 +14,23 @@ from typing import Protocol
 
 from gateway.agent.loop import TurnResult
 from gateway.agent.tools.registry import ToolContext
+from gateway.agents.runtime import Roster
 from gateway.approvals.answers import Answers
 from gateway.approvals.book import ApprovalRow
 from gateway.approvals.checkpoint import user_of
 from gateway.approvals.waits import WaitingTurn, Waits
 from gateway.events import Inbound
 from gateway.llm.types import ChatMessage
-from gateway.prompt.session_tools import SessionTools
 from gateway.store.rows import SessionRow
 
 Run = Callable[..., Awaitable[TurnResult]]  # the turn's agent run; given a Resume, it goes on
 
 
 class Host(Protocol):
-    """What of the session manager a waiting turn needs: its lane key, and who its tools act for."""
+    """What of the session manager a waiting turn needs: its lane key, its agent (whose loop runs
+    an approved call, with that agent's tools) and who its tools act for."""
 
-    tools: SessionTools
+    roster: Roster
 
     def key_for(self, inbound: Inbound) -> str: ...
 
@@ -81,12 +82,13 @@ class Waiting:
         result = await run() if stop is None else None
         if result is not None and result.waiting is None:
             return result  # an ordinary turn
-        tools = manager.tools.of(session)
+        agent = manager.roster.of(session)
+        tools = agent.tools.of(session)
         turn = WaitingTurn(key=manager.key_for(inbound), session_id=session.id,
                            inbound_id=int(turn_id[1:]), turn_id=turn_id, inbound=inbound,
                            ctx=manager.tool_context(session, inbound.user_id, inbound),
-                           allowed=manager.tools.allowed(tools, session.platform),
-                           user_message=user_msg, tools=tools.specs)
+                           allowed=agent.tools.allowed(tools, session.platform),
+                           user_message=user_msg, tools=tools.specs, loop=agent.loop)
         return await self.waits.carry(turn, result, run)
 
     def took(self, inbound_id: int, inbound: Inbound) -> bool:

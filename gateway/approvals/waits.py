@@ -40,6 +40,7 @@ from gateway.delivery.stream import Streams
 from gateway.events import Adapter, Choices, Inbound, Interactive, OutboundKind
 from gateway.llm.types import ChatMessage
 from gateway.store.database import Store
+from gateway.store.rows import OutboundRow
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ class WaitPorts:
     store: Store
     outbox: Outbox
     adapters: Mapping[str, Adapter]
-    agent: Agent  # approved calls run through its one dispatch point
     clock: Clock
     sleep: Sleep
     streams: Streams | None = None
@@ -75,6 +75,7 @@ class WaitingTurn:
     ctx: ToolContext
     allowed: Collection[str] | None
     user_message: ChatMessage
+    loop: Agent  # the turn's agent loop: an approved call runs through its dispatch
     tools: Sequence[ToolSpec] = ()
 
 
@@ -145,7 +146,7 @@ class Waits:
         assert result.waiting is not None
         hold, call = result.waiting.hold, result.waiting.call
         chat = turn.inbound.chat
-        adapter = self.ports.adapters.get(chat.platform)
+        adapter = self.ports.adapters.get(chat.adapter_key)
         # the answer comes after the request, not in the preview above it
         if self.ports.streams is not None:
             await self.ports.streams.abandon(turn.turn_id, chat, adapter)
@@ -234,8 +235,8 @@ class Waits:
         before the model hears it. Cancelled meanwhile (/stop), it is on record as unknown."""
         try:
             tools = TurnTools(turn.tools, turn.ctx, turn.allowed, None)
-            outcome = await self.ports.agent.dispatch(row.tool, loads(row.arguments), tools,
-                                                      approved=True)
+            outcome = await turn.loop.dispatch(row.tool, loads(row.arguments), tools,
+                                               approved=True)
         except asyncio.CancelledError:
             if not self.draining:
                 lost = stored_result(unknown_result(self.minutes))
@@ -293,9 +294,10 @@ class Waits:
         self.closer.close_soon(row, self.shown(row), line)
         return True
 
-    def choices_for(self, turn_id: str) -> Choices | None:
+    def choices_for(self, row: OutboundRow) -> Choices | None:
         """The outbox's hook: the buttons of a request's message while it is pending (a message sent
         late, after its request was decided, goes without them)."""
+        turn_id = row.turn_id
         if not turn_id.startswith("wait"):
             return None
         opened = self.open.get(int(turn_id[4:])) if turn_id[4:].isdigit() else None

@@ -129,7 +129,10 @@ def _print_login(url: str) -> None:
 def _print_address(url: str) -> None:
     """Under a service manager: the address without the login secret (the journal is readable by admins)."""
     base = url.split("?", 1)[0].rstrip("/")
-    print(f"  web chat   {base}/ (`gateway web-url` prints its login link)\n  dashboard  {base}/dashboard", flush=True)
+    where = "`gateway web-url` prints its login link"
+    if os.environ.get("INVOCATION_ID"):  # systemd's unit: the system one runs as its own user
+        where += ";\n             as a system service: `gw web-url`, see docs/operations.md"
+    print(f"  web chat   {base}/ ({where})\n  dashboard  {base}/dashboard", flush=True)
 
 
 def cmd_web_url(args: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of
-from gateway.config.settings import Config, environ, load_config
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of, known_secret
+from gateway.config.settings import environ, load_config
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,17 +33,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ins.set_defaults(func=cmd_install_service)
 
 
-def _known_secret(config: Config) -> str | None:
-    """The web login secret if this user can read it (never created here: the daemon makes it)."""
-    from gateway.ops.web_guard import SECRET_FILE
-    if config.web.auth_token:
-        return config.web.auth_token.value
-    try:
-        return (config.home / SECRET_FILE).read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     """Ask the running daemon (GET /status on the web listener, loopback only) and print its answer."""
     from gateway.ops.status import fetch_status, render_status
@@ -53,7 +42,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("the web listener is off (web.enabled: false), so there is no daemon to ask", file=sys.stderr)
         return EXIT_ERROR
     try:
-        data = fetch_status(config.web.host, config.web.port, secret=_known_secret(config))
+        data = fetch_status(config.web.host, config.web.port, secret=known_secret(config))
     except OSError as exc:
         print(f"no daemon answers on {config.web.host}:{config.web.port} ({exc}); is `gateway run` running?",
               file=sys.stderr)

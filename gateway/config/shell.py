@@ -84,10 +84,12 @@ class ShellConfig:
         if bad:
             raise KeyProblem("env", f"not a variable name: {', '.join(map(repr, bad))}")
 
-    def workspace(self, home: Path) -> Path:
-        """The commands' working directory, the one place they may write."""
+    def workspace(self, home: Path, agent: str = "main") -> Path:
+        """The commands' working directory, the one place they may write: each agent but `main`
+        has its own beside it (`workspace-<agent>`), so one agent never sees another's files."""
         chosen = self.workdir if self.workdir is not None else Path(WORKSPACE)
-        return Path(home, chosen).absolute()
+        folder = Path(home, chosen).absolute()
+        return folder if agent == "main" else folder.with_name(f"{folder.name}-{agent}")
 
 
 def home_problems(shell: ShellConfig, home: Path) -> list[tuple[str, str]]:

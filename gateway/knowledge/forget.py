@@ -70,7 +70,7 @@ class Forgetter:
                              (ids,))
         shared = sum(self._shared_count(platform, user_id, ids) for platform, user_id in accounts(person))
         media = tuple(d for d in (session_dir(self.home, sid) for sid in sessions) if d.is_dir())
-        profile = len(self.memory.profile(person.id).read().strip())
+        profile = sum(len(f.read().strip()) for f in self.memory.profiles_everywhere(person.id))
         keys = tuple(sorted({s.key for s in owned}))
         return ForgetPlan(person, sessions, keys, int(row[0]) if row else 0, shared, profile, media,
                           tuple(self._jobs(person)), self._uploads(person))
@@ -160,7 +160,8 @@ class Forgetter:
         self.store.history_cache.clear()
         self.people.invalidate()
         _scrub(self.store)
-        self.memory.profile(person.id).delete()
+        for profile in self.memory.profiles_everywhere(person.id):  # each agent's profile of them
+            profile.delete()
         self._forget_legacy_profile(person)
         delete_session_media(self.home, plan.sessions)
         for upload in self._uploads(person):  # as found now: one uploaded since the plan goes too

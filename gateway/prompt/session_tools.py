@@ -103,6 +103,7 @@ class SessionTools:
         self._lists: dict[int, SessionToolList] = {}  # few distinct lists: sessions of a platform share one
         self._allowed: dict[tuple[int, str], frozenset[str]] = {}
         self._latest: dict[str, int | None] = {}  # platform → the list its newest session got
+        self._refit: dict[int, int] = {}  # session → its list since a /model switch
 
     def fix(self, session: SessionRow, *, window: int | None = None) -> SessionToolList:
         """Give the session the tools a new session on its platform gets now, and store the choice.
@@ -115,11 +116,29 @@ class SessionTools:
         list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
         self._note_change(session.platform, list_id)
         self.store.fix_tool_list(session.id, list_id)
+        self._refit.pop(session.id, None)
+        return self._load(list_id)
+
+    def refit(self, session: SessionRow, *, window: int) -> SessionToolList:
+        """The session's own tools (never today's) split again for another model's context
+        `window`: a model switch rebuilds the prompt, and tool search follows the new window.
+        Stored, so every later turn and a restart send the new list byte for byte."""
+        before = self.of(session)
+        sent, deferred = self.catalog.split(before.every(), window)
+        list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
+        if list_id != before.list_id:
+            self.store.fix_tool_list(session.id, list_id)
+            self._refit[session.id] = list_id  # the turn's row still names the old list
+            log.info("session=%s tools split again for a context window of %s: %s sent, %s "
+                     "behind tool search", session.id, window, len(sent), len(deferred))
         return self._load(list_id)
 
     def of(self, session: SessionRow) -> SessionToolList:
         """The session's stored list; a session from before lists were stored gets today's, once."""
-        list_id = session.tool_list_id or self.store.session(session.id).tool_list_id
+        list_id = self._refit.get(session.id)
+        if list_id is not None and list_id == session.tool_list_id:
+            del self._refit[session.id]  # the row has caught up
+        list_id = list_id or session.tool_list_id or self.store.session(session.id).tool_list_id
         if list_id is None:
             log.info("session=%s had no stored tool list (it started before they were stored); fixed now",
                      session.id)

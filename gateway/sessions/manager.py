@@ -16,8 +16,9 @@ from datetime import datetime
 from functools import partial
 
 from gateway.agent.holds import Resume
-from gateway.agent.loop import Agent, TurnResult
+from gateway.agent.loop import TurnResult
 from gateway.agent.tools.registry import Callers, ToolContext
+from gateway.agents.runtime import Roster
 from gateway.approvals.turns import Waiting
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
@@ -35,10 +36,9 @@ from gateway.events import (
 )
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.media.turns import AttachmentTurns, TurnMedia
-from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
-from gateway.prompt.session_tools import SessionTools
+from gateway.prompt.session_prompt import ContextCompressor, SessionPrompt
 from gateway.sessions.catchup import replay
-from gateway.sessions.keys import platform_per_user, session_key
+from gateway.sessions.keys import busy_policy, inbound_key
 from gateway.sessions.lanes import Lane, Lanes
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage
@@ -60,8 +60,8 @@ Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
 
 
 class SessionManager:
-    def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
-                 adapters: dict[str, Adapter], clock: Clock, tools: SessionTools,
+    def __init__(self, *, config: Config, store: Store, roster: Roster, outbox: Outbox,
+                 adapters: dict[str, Adapter], clock: Clock,
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
                  commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
                  metrics: Metrics | None = None, callers: Callers | None = None,
@@ -69,11 +69,10 @@ class SessionManager:
         self.config = config
         self.callers = callers
         self.store = store
-        self.agent = agent
+        self.roster = roster  # every agent's parts, and the bindings; a session takes its agent's
         self.outbox = outbox
-        self.adapters = adapters
+        self.adapters = adapters  # by adapter key: `telegram`, `telegram@family` (a second bot)
         self.clock = clock
-        self.tools = tools
         self.hooks: SessionHooks = hooks or NoLifecycle()
         self.gate = gate
         self.commands = commands
@@ -82,8 +81,8 @@ class SessionManager:
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
         self.waiting: Waiting | None = None  # turns that wait for a person (gateway/approvals/)
-        self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
-                                     tools=tools, compressor=compressor, callers=callers)
+        self._prompt = SessionPrompt(store=store, parts=roster.get, clock=clock,
+                                     compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
@@ -91,15 +90,13 @@ class SessionManager:
 
     # ------------------------------------------------------------------ intake
     def key_for(self, inbound: Inbound) -> str:
-        per_user = self.config.sessions.group_per_user
-        override = platform_per_user(self.config, inbound.chat.platform)
-        return session_key(inbound.chat, inbound.user_id, group_per_user=per_user if override is None else override)
+        return inbound_key(self.config, inbound)  # its agent's session, reached by its bot account
 
     async def submit(self, inbound: Inbound) -> SubmitResult:
         """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
         if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
-        inbound = well_formed(inbound)
+        inbound = self.roster.route(well_formed(inbound))  # its agent: chosen here, once, stored
         try:
             if self.gate is not None:
                 verdict = await self.gate(inbound)
@@ -153,8 +150,7 @@ class SessionManager:
     async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
         lane = self._lanes.open(key)
         busy = self._lanes.busy(lane)
-        policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform,  # type: ignore[call-overload]
-                                                         self.config.sessions.busy)
+        policy = busy_policy(self.roster.of(inbound).config, inbound.chat.platform)  # its agent's
         if busy and policy == "interrupt":
             self._lanes.interrupt(lane)
         elif len(lane.queue) >= self.config.sessions.queue_cap:
@@ -183,11 +179,11 @@ class SessionManager:
         parent = current or self.store.latest_session(key)
         if current is None and parent is not None and parent.end_reason in ("idle", "daily"):
             ended_reason = parent.end_reason  # a timer closed it: this is the first message since, say so once
-        chat = inbound.chat
+        chat, llm = inbound.chat, self.roster.of(inbound).llm
         session = self.store.create_session(
             key=key, platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id,
             thread_id=chat.thread_id, user_id=inbound.user_id, parent_id=parent.id if parent else None,
-            model=self.agent.llm.model, provider=self.agent.llm.provider, now=now)
+            model=llm.model, provider=llm.provider, now=now, agent=inbound.agent, via=chat)
         return session, ended_reason
 
     def end_session(self, session: SessionRow, reason: str) -> bool:
@@ -233,7 +229,8 @@ class SessionManager:
         log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
         log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
                   inbound.text)
-        if ended and self._notify_reset(session):
+        reset = self.roster.of(session).config.session_reset  # its agent's
+        if ended and resolve_policy(reset, session.platform, session.chat_type).notify:
             await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
         media = await self._attachments(inbound_id, inbound, session) if stop is None else None
         if media is not None and media.all_failed and not inbound.text.strip():
@@ -251,6 +248,7 @@ class SessionManager:
         """The message's files made ready for the model; what could not be used is told to the user first."""
         if not inbound.attachments or self.media is None:
             return None
+        self._prompt.choose(session)  # pictures or notes: by the model that answers (/model)
         media = await self.media.prepare(inbound, session_id=session.id, inbound_id=inbound_id)
         if not (media.all_failed and not inbound.text.strip()):  # else the notice is the answer (_turn_once)
             turn = f"m{inbound_id}"
@@ -326,8 +324,9 @@ class SessionManager:
                          user_msg: ChatMessage, held: list[LLMReply], turn: str,
                          resume: Resume | None = None) -> TurnResult:
         ctx = self.tool_context(session, inbound.user_id, inbound)
-        tools = self.tools.of(session)
-        allowed = self.tools.allowed(tools, session.platform)
+        agent = self.roster.of(session)
+        tools = agent.tools.of(session)
+        allowed = agent.tools.allowed(tools, session.platform)
 
         def record(reply: LLMReply) -> None:
             # Tools run next, maybe for long: on record now. The answer's usage goes in with it (one transaction
@@ -336,13 +335,13 @@ class SessionManager:
                 held.append(reply)
 
         async with self._turns:
-            adapter = self.adapters.get(inbound.chat.platform)
+            adapter = self.adapters.get(inbound.chat.adapter_key)
             async with self._typing(adapter, inbound.chat), self._preview(turn, inbound, adapter) as live:
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
-                    return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
-                                                tools=tools.specs, allowed_tools=allowed, on_reply=record,
-                                                stream=live.sink, on_tool=live.on_tool,
-                                                resume=resume)
+                    return await agent.loop.run(
+                        system=prompt, history=history, user_message=user_msg, ctx=ctx,
+                        tools=tools.specs, allowed_tools=allowed, on_reply=record,
+                        stream=live.sink, on_tool=live.on_tool, resume=resume)
 
     def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
         return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
@@ -354,9 +353,6 @@ class SessionManager:
         if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
             known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
         return adapter.typing(chat) if known[1] else nullcontext()  # type: ignore[attr-defined]
-
-    def _notify_reset(self, session: SessionRow) -> bool:
-        return resolve_policy(self.config.session_reset, session.platform, session.chat_type).notify
 
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
@@ -393,7 +389,8 @@ class SessionManager:
         log.info("turn dropped platform=%s turn=%s: its message was deleted (its person was forgotten)",
                  inbound.chat.platform if inbound else "?", turn)
         if inbound is not None and self.streams is not None:  # a preview of the answer comes down too
-            await self.streams.abandon(turn, inbound.chat, self.adapters.get(inbound.chat.platform))
+            adapter = self.adapters.get(inbound.chat.adapter_key)
+            await self.streams.abandon(turn, inbound.chat, adapter)
 
 
 def _model_call(reply: LLMReply) -> ModelCall:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from gateway.store.agents_schema import add_agents
 from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
@@ -408,5 +409,6 @@ MIGRATIONS: list[Migration] = [
     ("0014_tool_errors", _TOOL_ERRORS),
     ("0016_review2122", _PERSON_ZONE),
     ("0033_voice_and_models", _CHOICES),
-    ("0034_approvals", _APPROVALS),
+    ("0034_agents", add_agents),  # agents and bot accounts (gateway/store/agents_schema.py)
+    ("0035_approvals", _APPROVALS),
 ]

@@ -26,9 +26,9 @@ APPROVAL_BUTTONS = ["Allow once", "Allow for this session", "Deny"]
 
 @asynccontextmanager
 async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path,
-                 clock: FakeClock | None = None) -> AsyncIterator[Gateway]:
+                 clock: FakeClock | None = None, extra: str = "") -> AsyncIterator[Gateway]:
     """One life of the daemon, as `gateway run` builds it; stopped (drained) after."""
-    write_config(home, base_url=llm.base_url, extra=telegram_yaml(tg, mcp_yaml(folder)))
+    write_config(home, base_url=llm.base_url, extra=telegram_yaml(tg, mcp_yaml(folder) + extra))
     config = load_config(home, env={})
     assert config.telegram is not None
     virtual = VirtualTime()
@@ -165,3 +165,35 @@ async def test_ask_with_two_options_returns_the_tapped_one(
         shown = await edited_away(tg, ALICE, request.message_id)
     assert shown.text.endswith("💬 Alice answered: Coffee")
     assert result_of(fake_llm)["content"] == "The user answered: Coffee"
+
+
+async def test_an_admin_may_answer_and_a_button_cannot_be_carried_into_another_chat(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    """Bob asks in the group; his button's data replayed in Alice's DM matches no request there;
+    Alice, an admin, allows it for the session in the group; the same tool then runs unasked."""
+    tg = fake_telegram
+    fake_llm.script(ToolCall(DELETE, {"path": "/srv/g1"}), Reply("Deleted g1."),
+                    ToolCall(DELETE, {"path": "/srv/g2"}), Reply("Deleted g2."))
+    bob = {"user_id": BOB, "username": "bob", "first_name": "Bob"}
+    admins = f"access:\n  admins: ['telegram:{ALICE}']\n"
+    async with daemon(home, fake_llm, tg, tmp_path, extra=admins) as gw:
+        tg.inject_message(GROUP, "@gw_test_bot delete g1", chat_type="supergroup", **bob)
+        request = await request_in(tg, GROUP)
+        assert "(asked by Bob)" in request.text
+        tg.inject_message(ALICE, "/status")
+        status = await tg.wait_for_sent(ALICE, count=1)
+        data = request.reply_markup["inline_keyboard"][0][0]["callback_data"]
+        carried = tg.inject_callback(ALICE, status.message_id, data)
+        answer = await tg.wait_for_answer(carried)
+        assert answer["text"] == "This request is no longer waiting for an answer."
+        assert gw.waits is not None and len(gw.waits.pending()) == 1 and runs(tmp_path) == []
+
+        query = tg.tap(GROUP, request.message_id, "Allow for this session")
+        assert "text" not in await tg.wait_for_answer(query)
+        assert (await tg.wait_for_sent(GROUP, count=2)).text == "Deleted g1."
+        shown = await edited_away(tg, GROUP, request.message_id)
+        assert shown.text.endswith("✅ Allowed for this session by Alice.")
+        tg.inject_message(GROUP, "@gw_test_bot delete g2", chat_type="supergroup", **bob)
+        assert (await tg.wait_for_sent(GROUP, count=3)).text == "Deleted g2."
+        await gw.sessions.wait_idle()
+    assert runs(tmp_path) == ["delete_file /srv/g1", "delete_file /srv/g2"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -37,6 +37,7 @@ from gateway.config.settings import Config
 from gateway.config.shell import home_problems
 from gateway.config.yamlload import locate
 from gateway.errors import ConfigError, ConfigErrors, ToolError
+from gateway.events import MAIN_AGENT
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.search import SessionSearch
 from gateway.knowledge.skills import SkillLibrary
@@ -117,15 +118,17 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
     return registry
 
 
-def shell_of(config: Config, admits: Callable[[ToolContext], bool]) -> ShellTool | None:
-    """With tools.shell.enabled, the sandbox the shell runs commands in, for `admits`' turns."""
+def shell_of(config: Config, admits: Callable[[ToolContext], bool], *,
+             agent: str = MAIN_AGENT) -> ShellTool | None:
+    """With tools.shell.enabled, the sandbox the shell runs commands in, for `admits`' turns; each
+    agent has a workspace of its own."""
     shell = config.tools.shell
     if not shell.enabled:
         return None
     if shell.sandbox == "none":
         log.warning("tools.shell runs commands WITHOUT a sandbox (unsafe_no_sandbox: true): they "
                     "have the daemon's rights, its keys and state.db included")
-    return ShellTool(Sandbox(SandboxSpec.of(shell, config.home)), admits)
+    return ShellTool(Sandbox(SandboxSpec.of(shell, config.home, agent=agent)), admits)
 
 
 MAX_COMMAND_CHARS = 16_000
@@ -173,13 +176,13 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
     return run
 
 
-def admin_first(holds: HoldCheck, admits: Callable[[ToolContext], bool]) -> HoldCheck:
+def admin_first(holds: HoldCheck | None, admits: Callable[[ToolContext], bool]) -> HoldCheck:
     """`holds` (the approvals' check at the dispatch point) after refusing an admin-only tool in a
     turn that is not an admin's: nobody is asked about a call that may not run anyway."""
     def check(name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> Hold | ToolResult | None:
         if name in ADMIN_ONLY and not admits(ctx):
             return ToolResult(NOT_ADMIN, is_error=True)
-        return holds(name, arguments, ctx)
+        return holds(name, arguments, ctx) if holds is not None else None
     return check
 
 
@@ -194,13 +197,26 @@ def check_tool_names(config: Config) -> None:
     tool (a typo there would silently turn a tool off), and for a shell workspace or mount that
     would show the gateway's home."""
     path = config.home / "config.yaml"
-    found = name_problems(config, TOOL_ORDER)
+    problems = name_problems(config, TOOL_ORDER) + _agent_problems(config)
     if config.tools.shell.enabled:
-        found += home_problems(config.tools.shell, config.home)
+        problems += home_problems(config.tools.shell, config.home)
     errors = [ConfigError(message, file=str(path), line=locate(path, key), key=key)
-              for key, message in found]
+              for key, message in problems]
     if errors:
         raise ConfigErrors(errors)
+
+
+def _agent_problems(config: Config) -> list[tuple[str, str]]:
+    """The same for each agent's own `tools` / `tools_by_platform` (agents.<name>.tools[2])."""
+    found = []
+    for name, spec in config.agents.items():
+        if spec.tools is None and spec.tools_by_platform is None:
+            continue
+        own = replace(config, agent=replace(
+            config.agent, tools=spec.tools, tools_by_platform=spec.tools_by_platform or {}))
+        found += [(key.replace("agent.", f"agents.{name}.", 1), message)
+                  for key, message in name_problems(own, TOOL_ORDER) if key.startswith("agent.")]
+    return found
 
 
 class ToolCatalog:

@@ -13,7 +13,7 @@ import base64
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +38,8 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024
 class McpTools:
     """A ToolProvider over the hub: names `mcp_<server>_<tool>`, JSON schemas as the servers gave them."""
 
-    def __init__(self, hub: McpHub, *, vision: bool = False, max_image_bytes: int = MAX_IMAGE_BYTES,
-                 worker: Worker | None = None) -> None:
+    def __init__(self, hub: McpHub, *, vision: bool | Callable[[], bool] = False,
+                 max_image_bytes: int = MAX_IMAGE_BYTES, worker: Worker | None = None) -> None:
         self.worker = worker  # decodes the pictures (gateway/worker/); without one, a thread does
         self.hub = hub
         self.vision = vision
@@ -67,7 +67,8 @@ class McpTools:
 
     async def call(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         try:
-            out = await self.hub.call(name, arguments, images=self.vision)
+            sees = self.vision() if callable(self.vision) else self.vision  # the chosen model's
+            out = await self.hub.call(name, arguments, images=sees)
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
         text = mark_untrusted(out.text, source=f"the MCP tool {name}")

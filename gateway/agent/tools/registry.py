@@ -60,6 +60,7 @@ class ToolContext:
     origin: Inbound | None = None
     person: Person | None = None
     memory: MemoryRights = NO_RIGHTS
+    agent: str = "main"  # whose sessions, memory and jobs: one agent's tools never reach another's
 
     @property
     def accounts(self) -> tuple[tuple[str, str | None], ...]:
