@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ops.service import BWRAP_RELAXED, BWRAP_SYSCALLS, render_unit
+from gateway.ops.service import BWRAP_RELAXED, BWRAP_SYSCALLS, ShellNeeds, render_unit
 from tests.test_service import (  # noqa: F401 (systemd_tools: the fixture)
     analyze,
     needs_systemd,
@@ -55,7 +55,7 @@ def test_the_shell_relaxes_exactly_what_bubblewrap_needs() -> None:
 @needs_systemd
 @pytest.mark.parametrize("needs", ["no-network", "network"])
 def test_the_relaxed_units_verify_and_stay_near_the_hardened_exposure(
-        tmp_path: Path, needs: str) -> None:
+        tmp_path: Path, needs: ShellNeeds) -> None:
     unit = write(tmp_path, render_unit(system_spec(shell=needs)))
     done = verify(unit)
     assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -30,9 +30,9 @@ BAD = [
      "config.yaml:4: tools.shell.sandbox: `sandbox: none` runs the agent's commands with all of"),
     ("tools:\n  shell:\n    sandbox: nsjail\n",
      "config.yaml:3: tools.shell.sandbox: expected one of bubblewrap, none"),
-    ("tools:\n  shell:\n    mounts: [data]\n", "tools.shell.mounts[0]"),
-    ("tools:\n  shell:\n    mounts: ['/srv:/etc']\n", "/etc is the sandbox's own"),
-    ("tools:\n  shell:\n    mounts: ['/a:/b:/c:rw']\n", "expected PATH, PATH:MODE or PATH:TO:MODE"),
+    ("tools:\n  shell:\n    mounts: [{path: data}]\n", "tools.shell.mounts[0].path"),
+    ("tools:\n  shell:\n    mounts: [{path: /srv, to: /etc}]\n", "/etc is the sandbox's own"),
+    ("tools:\n  shell:\n    mounts: [{path: /srv, mode: rwx}]\n", "expected one of ro, rw"),
     ("tools:\n  shell:\n    env:\n      'A B': x\n",
      "config.yaml:4: tools.shell.env: not a variable"),
     ("tools:\n  shell:\n    timeout_s: 0\n", "config.yaml:3: tools.shell.timeout_s"),
@@ -55,8 +55,8 @@ def test_no_sandbox_needs_both_keys(tmp_path: Path) -> None:
 
 
 def test_mounts_and_env(tmp_path: Path) -> None:
-    config = load(tmp_path, "tools:\n  shell:\n    mounts:\n      - /srv/data\n"
-                            "      - /srv/out:rw\n      - /opt/x:/x:ro\n"
+    config = load(tmp_path, "tools:\n  shell:\n    mounts:\n      - {path: /srv/data}\n"
+                            "      - {path: /srv/out, mode: rw}\n      - {path: /opt/x, to: /x}\n"
                             "      - {path: /var/cache/y, to: /y, mode: rw}\n"
                             "    env:\n      TOKEN: ${SHELL_TOKEN}\n")
     shell = config.tools.shell  # type: ignore[attr-defined]
@@ -69,7 +69,7 @@ def test_mounts_and_env(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("section", "key"), [
     ("    workdir: ..\n", "tools.shell.workdir"),
-    ("    mounts: ['{home}/memories']\n", "tools.shell.mounts[0]"),
+    ("    mounts: [{{path: '{home}/memories'}}]\n", "tools.shell.mounts[0]"),
 ])
 def test_a_workspace_or_mount_showing_the_home_is_refused(tmp_path: Path, section: str,
                                                           key: str) -> None:

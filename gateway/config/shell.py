@@ -23,22 +23,11 @@ ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 @dataclass(frozen=True, slots=True)
 class MountConfig:
     """One extra bind: a host `path` shown at `to` (the same path by default), read-only unless
-    `mode: rw`. Written as a mapping or as `/srv/data`, `/srv/data:rw`, `/srv/data:/data:ro`."""
+    `mode: rw`."""
 
     path: Path
     to: Path | None = None
     mode: Literal["ro", "rw"] = "ro"
-
-    @classmethod
-    def from_yaml_scalar(cls, text: str) -> MountConfig:
-        parts = text.split(":")
-        mode: Literal["ro", "rw"] = "ro"
-        if parts[-1] in ("ro", "rw") and len(parts) > 1:
-            mode = "rw" if parts.pop() == "rw" else "ro"
-        if len(parts) > 2:
-            raise ValueError(f"expected PATH, PATH:MODE or PATH:TO:MODE; got {text!r}")
-        to = Path(parts[1]) if len(parts) == 2 else None
-        return cls(Path(parts[0]), to, mode)
 
     def __post_init__(self) -> None:
         if not self.path.is_absolute():

@@ -273,11 +273,7 @@ def _join(prefix: str, name: str) -> str:
 def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
     from_scalar = getattr(tp, "from_yaml_scalar", None)
     if isinstance(node, yaml.ScalarNode) and from_scalar is not None and not _is_null(node):
-        try:
-            return from_scalar(_expand_env(node.value, node, key, ctx))
-        except (ValueError, TypeError) as exc:  # KeyProblem too: the scalar is the whole key
-            ctx.error(node, key, str(exc))
-            raise _Invalid from None
+        return from_scalar(_expand_env(node.value, node, key, ctx))
     if not isinstance(node, yaml.MappingNode):
         ctx.error(node, key, f"expected a mapping; got {_scalar_repr(node)}")
         raise _Invalid

@@ -19,10 +19,10 @@ from adapters.telegram.adapter import TelegramAdapter
 from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
-from tests.adapters.test_telegram import ALICE, BOB, GROUP, TOKEN, VirtualTime, telegram_yaml
+from tests.adapters.test_telegram import ALICE, BOB, GROUP, VirtualTime, telegram_yaml
 from tests.approvals_support import tool_results
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.fakes.telegram import TOKEN, FakeTelegram, SentMessage
 from tests.helpers import require, write_config
 from tests.lifecycle_support import FakeClock
 
