@@ -364,8 +364,8 @@ async def test_a_tool_that_always_asks_shows_exactly_its_own_text(
     fake_llm.script(ToolCall("mcp_fake_echo", {"text": "rm -rf build/"}), Reply("Ran it."))
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
-        assert gw.approvals is not None
-        gw.approvals.always_ask("mcp_fake_echo",
+        assert gw.waits is not None and gw.waits.policy is not None
+        gw.waits.policy.always_ask("mcp_fake_echo",
                                 lambda args: f"Run this command?\n```\n{args['text']}\n```")
         await ask(gw, "clean the build")
         _, request = await adapter.wait_choices()

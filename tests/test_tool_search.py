@@ -498,7 +498,7 @@ async def test_a_model_switch_defers_by_the_new_model_s_context_window(
     configure(home, fake_llm, search="auto", window=2_000_000, extra=small_model(fake_llm))
     async with running(home) as (gw, adapter):
         await ask(gw, adapter, "hello")
-    assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 66
+    assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 67  # 7 built-in (ask too), 60 MCP
     # the server has a new tool (v2) by the time of the switch: this session never sees it
     configure(home, fake_llm, search="auto", window=2_000_000, catalog=61, version="v2",
               extra=small_model(fake_llm))

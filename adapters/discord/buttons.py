@@ -18,7 +18,8 @@ import aiohttp
 import discord
 
 from adapters.discord.text import interaction_inbound, translate_error
-from gateway.events import Choices, Submit, choice_data, parse_choice
+from gateway.events import Choices, Submit
+from gateway.events.choices import choice_data, parse_choice
 
 log = logging.getLogger("adapters.discord.adapter")
 

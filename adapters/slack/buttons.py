@@ -25,7 +25,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.text import API_ERRORS, NETWORK_ERRORS, PLATFORM, describe, guess_type, send_error
 from gateway.errors import PlatformUnavailable
-from gateway.events import ChatRef, Choices, Inbound, OutboundMessage, Submit, choice_data, parse_choice
+from gateway.events import ChatRef, Choices, Inbound, OutboundMessage, Submit
+from gateway.events.choices import choice_data, parse_choice
 
 log = logging.getLogger("adapters.slack.adapter")
 

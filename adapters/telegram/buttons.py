@@ -19,7 +19,8 @@ from aiogram.types import CallbackQuery, Message
 from adapters.telegram.outbound import Outbound
 from adapters.telegram.text import CHAT_TYPES, PLATFORM, entity
 from gateway.errors import PlatformUnavailable
-from gateway.events import ChatRef, Inbound, OutboundMessage, Submit, parse_choice
+from gateway.events import ChatRef, Inbound, OutboundMessage, Submit
+from gateway.events.choices import parse_choice
 
 log = logging.getLogger("adapters.telegram.adapter")
 

@@ -21,7 +21,8 @@ from aiogram.exceptions import (
 from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, Message, MessageEntity, Sticker, User
 
 from gateway.errors import AdapterError, MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable
-from gateway.events import Attachment, ChatType, Choices, choice_data
+from gateway.events import Attachment, ChatType, Choices
+from gateway.events.choices import choice_data
 
 PLATFORM = "telegram"
 CHAT_TYPES: dict[str, ChatType] = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}

@@ -18,6 +18,7 @@ from gateway.access.gate import platform_rules
 from gateway.access.pairing import PairingBook
 from gateway.agent.tools.registry import ToolContext
 from gateway.config.settings import Config
+from gateway.events import Inbound
 from gateway.knowledge.files import FileLock
 from gateway.knowledge.memory import MemoryFile, MemoryRights, MemoryStore, MemoryView, chat_key
 from gateway.knowledge.people import LOCAL_OWNER, OwnedSession, PeopleBook, Person, identity_of, personal_owner
@@ -49,6 +50,13 @@ class Roles:
             return bool(ids.intersection(self.config.access.admins))
         sole = self.sole_person()
         return sole is not None and bool(ids & sole)
+
+    def sender_is_admin(self, inbound: Inbound) -> bool:
+        """Whether a message's sender is an admin (access.admins, linked identities, the one
+        allowed person)."""
+        person = self.people.resolve(inbound.chat.platform, inbound.user_id, now=self.clock(),
+                                     user_name=inbound.user_name, username=inbound.username)
+        return self.is_admin(person)
 
     def admits(self, ctx: ToolContext) -> bool:
         """Whether a tool call acts for an admin (the shell: for admins' turns only)."""

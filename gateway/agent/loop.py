@@ -1,4 +1,5 @@
-"""The agent loop: one turn = model call → tool calls → model call … until the model answers in text.
+"""The agent loop: one turn = model call → tool calls → model call … until the model answers in
+text.
 
 It knows nothing of sessions or platforms: it gets the stored system prompt, the history and the new
 user message, and returns the messages the turn produced. Persisting them is the caller's job. Every
@@ -69,7 +70,8 @@ class Agent:
                 break
             if stream is not None and asked:
                 stream.restart()  # the answer is the last call's text alone
-            reply = await self.llm.complete(system=system, messages=convo, tools=tools, stream=stream)
+            reply = await self.llm.complete(system=system, messages=convo, tools=tools,
+                                            stream=stream)
             asked += 1
             result.iterations += 1
             result.usage = result.usage + reply.usage

@@ -58,7 +58,8 @@ class Answers:
         return None
 
     def may_answer(self, row: ApprovalRow, inbound: Inbound) -> bool:
-        admin = f"{inbound.chat.platform}:{inbound.user_id}" in self.waits.admins
+        # on a local surface everyone is the owner: there the request's own tab or console answers
+        admin = inbound.chat.platform not in LOCAL_PLATFORMS and self.waits.is_admin(inbound)
         return inbound.user_id == row.requester or admin
 
     def _decide(self, row: ApprovalRow, decision: Decision) -> SubmitResult:

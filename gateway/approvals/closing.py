@@ -7,6 +7,7 @@ would be stale).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -14,7 +15,15 @@ from datetime import datetime
 from gateway.approvals.book import ApprovalBook, ApprovalRow
 from gateway.delivery.outbox import Outbox
 from gateway.errors import AdapterError, RateLimited, StoreUnavailable
-from gateway.events import Adapter, Interactive, adapter_key
+from gateway.events import (
+    Adapter,
+    ChatRef,
+    Interactive,
+    OutboundKind,
+    OutboundMessage,
+    TextEntity,
+    adapter_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,5 +93,14 @@ class Closer:
         adapter = self.adapters.get(adapter_key(last.platform, last.account))
         if not isinstance(adapter, Interactive):
             return  # shown as text: the answer to /approve or /deny said what happened
-        message = self.outbox.message_for(row.chat, text)
+        message = message_for(self.outbox, row.chat, text)
         await adapter.close_choices(message, chunks[-1].platform_message_id)
+
+
+def message_for(outbox: Outbox, chat: ChatRef, markdown: str) -> OutboundMessage:
+    """`markdown` rendered for the chat's platform as one message (its first chunk): an edit's
+    new text."""
+    row = outbox.rows_for("edit", chat, markdown, kind=OutboundKind.NOTICE)[0]
+    entities = tuple(TextEntity(**e) for e in json.loads(str(row["entities"] or "[]")))
+    return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]),
+                           entities=entities, kind=OutboundKind.NOTICE)

@@ -38,7 +38,8 @@ class Menus:
         return MENU_TOKEN + base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
     def offer(self, kind: str, inbound: Inbound, options: Sequence[tuple[str, str]]) -> None:
-        """Buttons (label, value) for the answer to `inbound` (a command): the n-th brings back n."""
+        """Buttons (label, value) for the answer to `inbound` (a command): the n-th brings back
+        n."""
         token = self.token(kind, inbound.chat, [value for _, value in options])
         buttons = tuple(Choice(label, str(n)) for n, (label, _) in enumerate(options, 1))
         where = (inbound.chat.platform, inbound.chat.chat_id, inbound.message_id)

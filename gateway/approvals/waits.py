@@ -34,6 +34,7 @@ from gateway.approvals.checkpoint import (
     unknown_result,
 )
 from gateway.approvals.closing import Closer
+from gateway.approvals.policy import ApprovalPolicy
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import Streams
@@ -99,14 +100,18 @@ class Opened:
 
 
 class Waits:
-    def __init__(self, ports: WaitPorts, config: Config, *,
-                 grant: Callable[[int, str], None]) -> None:
+    def __init__(self, ports: WaitPorts, config: Config, policy: ApprovalPolicy | None = None,
+                 *, is_admin: Callable[[Inbound], bool] | None = None) -> None:
+        """`policy` is the check at the agents' dispatch points (it remembers "Allow for this
+        session", and a tool that always asks is registered on it: `always_ask`); `is_admin` says
+        whether a sender is an admin (gateway/access/roles.py; else access.admins as written)."""
         self.ports = ports
         self.store = ports.store
         self.book = ApprovalBook(ports.store)
-        self.admins = frozenset(config.access.admins)
+        admins = frozenset(config.access.admins)
+        self.is_admin = is_admin or (lambda i: f"{i.chat.platform}:{i.user_id}" in admins)
         self.minutes = config.tools.approval.timeout_minutes
-        self.grant = grant  # "Allow for this session": the policy remembers it
+        self.policy = policy
         self.closer = Closer(self.book, ports.outbox, ports.adapters, clock=ports.clock,
                              sleep=ports.sleep,
                              minutes=self.minutes)
@@ -218,8 +223,8 @@ class Waits:
     async def _outcome(self, turn: WaitingTurn, row: ApprovalRow,
                        decision: Decision) -> Resume | None:
         if decision.state == "executing":
-            if decision.decision == texts.SESSION:
-                self.grant(row.session_id, row.tool)
+            if decision.decision == texts.SESSION and self.policy is not None:
+                self.policy.grant(row.session_id, row.tool)
             outcome = await self._run(turn, row)
         elif decision.state in ("answered", "denied", "expired"):
             outcome = ToolResult(texts.result_text(decision.state, decision.decision,

@@ -31,15 +31,7 @@ from gateway.errors import (
     SpeechError,
     StoreUnavailable,
 )
-from gateway.events import (
-    Adapter,
-    ChatRef,
-    Choices,
-    OutboundKind,
-    OutboundMessage,
-    TextEntity,
-    adapter_key,
-)
+from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity, adapter_key
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
@@ -47,6 +39,7 @@ from gateway.telemetry.metrics import Metrics, error_kind
 
 if TYPE_CHECKING:
     from gateway.delivery.voice import VoiceReplies
+    from gateway.events import Choices
 
 log = logging.getLogger(__name__)
 
@@ -144,23 +137,12 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
         self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
-        # where a message's buttons come from (gateway/approvals/: a request's, a command's menu)
-        self.choices: list[Callable[[OutboundRow], Choices | None]] = []
+        self.choices: list[Callable[[OutboundRow], Choices | None]] = []  # buttons: approvals/
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
         facts = self.facts.get(chat.platform) or self.facts["cli"]
         return render_rows(turn_id, chat, markdown, facts, kind=kind, reply_to_id=reply_to_id)
-
-    def message_for(self, chat: ChatRef, markdown: str, *,
-                    kind: OutboundKind = OutboundKind.NOTICE) -> OutboundMessage:
-        """`markdown` rendered for the chat's platform as one message (its first chunk): an edit's
-        new text."""
-        row = self.rows_for("edit", chat, markdown, kind=kind)[0]
-        entities = tuple(TextEntity(**e) for e in json.loads(str(row["entities"] or "[]")))
-        return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]),
-                               entities=entities,
-                               kind=kind)
 
     async def post(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.NOTICE,
                    reply_to_id: str | None = None) -> list[str]:

@@ -24,15 +24,11 @@ from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools, check_tool_names
 from gateway.agent.tools.mcp import McpTools
-from gateway.agent.tools.registry import HoldCheck, ToolRegistry
+from gateway.agent.tools.registry import ToolRegistry
 from gateway.agents.build import Admins, Shared, SharedTools, roster_for
 from gateway.agents.runtime import Roster
-from gateway.approvals.answers import Answers
-from gateway.approvals.book import ApprovalBook
 from gateway.approvals.menus import Menus
-from gateway.approvals.policy import ApprovalPolicy
-from gateway.approvals.turns import Waiting
-from gateway.approvals.waits import WaitPorts, Waits
+from gateway.approvals.waits import Waits
 from gateway.config.agents import check_agents
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
@@ -43,7 +39,7 @@ from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
 from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, Inbound, MemberRoles, account_of, adapter_key
+from gateway.events import Adapter, MemberRoles, account_of, adapter_key
 from gateway.knowledge.forget import web_uploads
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
@@ -68,6 +64,7 @@ from gateway.net.search import WebSearch
 from gateway.ops.http_limits import Limits
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.supervisor import Supervisor, Watchdog
+from gateway.ops.waiting import approval_policy, wire_waits
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
 from gateway.sandbox.report import describe as describe_command
@@ -128,9 +125,7 @@ class Gateway:
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
     worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
-    waits: Waits | None = None  # turns waiting for a person (gateway/approvals/)
-    # which calls wait; `always_ask` for a tool that always does
-    approvals: ApprovalPolicy | None = None
+    waits: Waits | None = None  # turns waiting for a person (gateway/approvals/), its `policy`
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
@@ -139,8 +134,7 @@ class Gateway:
     async def close_tools(self) -> None:
         """Stop the MCP servers and close the HTTP sessions of the web tools, the agents' own models
         and the models /model switches to, and the speech service (shutdown, or the end of a CLI
-        command); the approvals' expiry timers and message edits stop too (their requests stay
-        stored)."""
+        command); the approvals' timers stop (their requests stay stored)."""
         if self.waits is not None:
             await self.waits.close()
         for runtime in self.roster.built() if self.roster is not None else ():
@@ -184,7 +178,6 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
                                vision=vision, worker=worker, roles=roles)
-    web = shared_tools.web
     facts = _platform_facts(config)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
     main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
@@ -209,14 +202,13 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                                     jobs_command=JobsCommand(book), roles=roles, streams=streams,
                                     media=media)
     jobs = _jobs(config, book, sessions=sessions, gate=gate)
-    waits, policy = _approvals(config, sessions, gate, shared_tools.holds, streams, sleep=sleep)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
+                   mcp=hub, web=shared_tools.web, jobs=jobs, model_source=source, roles=roles,
                    redact=redactor_for(config, env), media=media, roster=roster,
                    models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker,
-                   waits=waits, approvals=policy)
+                   waits=wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep))
 
 
 def _sees_images(default: LLMClient) -> bool:
@@ -258,16 +250,6 @@ def _voice(config: Config, env: Mapping[str, str], *, store: Store,
                         clock=clock)
 
 
-def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
-    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
-    person)."""
-    def is_admin(inbound: Inbound) -> bool:
-        person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
-                                      user_name=inbound.user_name, username=inbound.username)
-        return roles.is_admin(person)
-    return is_admin
-
-
 def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
            adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
            worker: Worker) -> AttachmentTurns:
@@ -301,8 +283,7 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
         provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
                             worker=worker)
     web = _web_tools(config, env, monotonic, worker)
-    holds = ApprovalPolicy(config, provider.hints if provider is not None else lambda n: None,
-                           ApprovalBook(store).granted, redact=redactor_for(config, env))
+    holds = approval_policy(config, store, provider, redactor_for(config, env))
     shell = config.tools.shell
     if shell.enabled and shell.approve == "always":
         holds.always_ask("shell", describe_command)  # every command, shown whole
@@ -351,7 +332,7 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
     menus = Menus(load_key(config.home))  # /model's list as buttons
-    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock),
+    choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin,
                              menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
@@ -363,23 +344,6 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
     outbox.choices.append(menus.choices_for)
     gate.menus = functools.partial(choices.tap, sessions)
     return sessions, lifecycle
-
-
-def _approvals(config: Config, sessions: SessionManager, gate: AccessGate,
-               holds: HoldCheck | None, streams: Streams, *,
-               sleep: Sleep) -> tuple[Waits, ApprovalPolicy | None]:
-    """Calls that wait for a person: the waiting turns, the answers at the gate, and the buttons
-    the outbox adds to a request's message (the check itself sits at each agent's dispatch point:
-    `SharedTools.holds`)."""
-    policy = holds if isinstance(holds, ApprovalPolicy) else None
-    ports = WaitPorts(store=sessions.store, outbox=sessions.outbox, adapters=sessions.adapters,
-                      clock=sessions.clock, sleep=sleep, streams=streams)
-    waits = Waits(ports, config, grant=policy.grant if policy is not None else lambda s, t: None)
-    sessions.outbox.choices.append(waits.choices_for)
-    answers = Answers(waits)
-    sessions.waiting = Waiting(waits, answers)
-    gate.answers = answers
-    return waits, policy
 
 
 def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager,

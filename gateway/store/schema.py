@@ -362,33 +362,14 @@ CREATE TABLE session_models (
 # daemon died while the call ran: never run again).
 _APPROVALS = """
 CREATE TABLE approvals (
-  id INTEGER PRIMARY KEY,
-  kind TEXT NOT NULL,
-  token TEXT NOT NULL UNIQUE,
-  code TEXT NOT NULL,
-  session_id INTEGER NOT NULL,
-  inbound_id INTEGER NOT NULL,
-  turn_id TEXT NOT NULL,
-  platform TEXT NOT NULL,
-  chat_type TEXT NOT NULL,
-  chat_id TEXT NOT NULL,
-  thread_id TEXT,
-  requester TEXT NOT NULL,
-  requester_name TEXT,
-  tool TEXT NOT NULL,
-  call_id TEXT NOT NULL,
-  arguments TEXT NOT NULL,
-  request TEXT NOT NULL,
-  options TEXT,
-  checkpoint TEXT NOT NULL,
-  state TEXT NOT NULL DEFAULT 'pending',
-  decision TEXT,
-  decided_by TEXT,
-  decided_at TEXT,
-  result TEXT,
-  created_at TEXT NOT NULL,
-  expires_at TEXT NOT NULL,
-  closed_at TEXT
+  id INTEGER PRIMARY KEY, kind TEXT NOT NULL, token TEXT NOT NULL UNIQUE, code TEXT NOT NULL,
+  session_id INTEGER NOT NULL, inbound_id INTEGER NOT NULL, turn_id TEXT NOT NULL,
+  platform TEXT NOT NULL, chat_type TEXT NOT NULL, chat_id TEXT NOT NULL, thread_id TEXT,
+  requester TEXT NOT NULL, requester_name TEXT,
+  tool TEXT NOT NULL, call_id TEXT NOT NULL, arguments TEXT NOT NULL,
+  request TEXT NOT NULL, options TEXT, checkpoint TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending', decision TEXT, decided_by TEXT, decided_at TEXT,
+  result TEXT, created_at TEXT NOT NULL, expires_at TEXT NOT NULL, closed_at TEXT
 );
 CREATE INDEX approvals_open ON approvals(state) WHERE state IN ('pending', 'executing');
 CREATE INDEX approvals_inbound ON approvals(inbound_id);

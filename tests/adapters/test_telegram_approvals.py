@@ -174,10 +174,10 @@ async def test_an_admin_may_answer_and_a_button_cannot_be_carried_into_another_c
     tg = fake_telegram
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/g1"}), Reply("Deleted g1."),
                     ToolCall(DELETE, {"path": "/srv/g2"}), Reply("Deleted g2."))
-    bob = {"user_id": BOB, "username": "bob", "first_name": "Bob"}
     admins = f"access:\n  admins: ['telegram:{ALICE}']\n"
     async with daemon(home, fake_llm, tg, tmp_path, extra=admins) as gw:
-        tg.inject_message(GROUP, "@gw_test_bot delete g1", chat_type="supergroup", **bob)
+        tg.inject_message(GROUP, "@gw_test_bot delete g1", chat_type="supergroup",
+                          user_id=BOB, username="bob", first_name="Bob")
         request = await request_in(tg, GROUP)
         assert "(asked by Bob)" in request.text
         tg.inject_message(ALICE, "/status")
@@ -193,7 +193,8 @@ async def test_an_admin_may_answer_and_a_button_cannot_be_carried_into_another_c
         assert (await tg.wait_for_sent(GROUP, count=2)).text == "Deleted g1."
         shown = await edited_away(tg, GROUP, request.message_id)
         assert shown.text.endswith("✅ Allowed for this session by Alice.")
-        tg.inject_message(GROUP, "@gw_test_bot delete g2", chat_type="supergroup", **bob)
+        tg.inject_message(GROUP, "@gw_test_bot delete g2", chat_type="supergroup",
+                          user_id=BOB, username="bob", first_name="Bob")
         assert (await tg.wait_for_sent(GROUP, count=3)).text == "Deleted g2."
         await gw.sessions.wait_idle()
     assert runs(tmp_path) == ["delete_file /srv/g1", "delete_file /srv/g2"]
