@@ -273,8 +273,7 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
            worker: Worker, roles: Roles) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
-    pictures when the model answering sees images (`vision`); with tools.shell, who may have it
-    (`roles`), and the shell's every command asked about (unless tools.shell.approve: never)."""
+    pictures when the model answering sees images (`vision`); who may have the shell (`roles`)."""
     check_tool_names(config)
     check_agents(config)
     hub = provider = None
