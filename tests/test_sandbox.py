@@ -149,8 +149,8 @@ def test_the_environment_has_no_secret_but_what_env_names(home: Path,
                      "_", "OLDPWD"}
 
 
-def test_its_own_pid_namespace_and_hostname(home: Path) -> None:
-    listing = "ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '; echo; hostname"
+def test_its_own_pid_namespace(home: Path) -> None:
+    listing = "ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '; echo; cat /etc/hostname"
     done = run(sandbox(home), listing)
     pids = [int(p) for p in done.stdout.head.splitlines()[0].split()]
     assert os.getpid() not in pids and max(pids) < 50, pids

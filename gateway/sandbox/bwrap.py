@@ -5,8 +5,9 @@ merged-/usr links, a short list of /etc files (no shadow, no SSL private keys, n
 managers' tokens), a fresh /proc for its own PID namespace, a minimal /dev, a private /tmp, the
 owner's extra mounts, the gateway's home masked when a mount would show it, and the workspace, the
 one place a command may write. Its own user, PID, IPC, UTS, cgroup and (unless `network`) network
-namespaces; no capabilities; no nested user namespaces; a new session (no terminal to inject
-into); killed when the daemon goes. Pure: the caller opens the file descriptors (`Fds`).
+namespaces (no hostname of its own: the unit's ProtectHostname= refuses sethostname); no
+capabilities; no nested user namespaces; a new session (no terminal to inject into); killed when
+the daemon goes. Pure: the caller opens the file descriptors (`Fds`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from gateway.sandbox.spec import Bind, SandboxSpec
 
 UID = GID = 1000  # who commands are inside (a name in the sandbox's own /etc/passwd)
-HOSTNAME = "sandbox"
+HOSTNAME = "sandbox"  # in its /etc files only: systemd's ProtectHostname= forbids sethostname(2)
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HOME = "/tmp"  # private and emptied with the sandbox: tools' dotfiles never reach the workspace
 PRLIMIT = "/usr/bin/prlimit"
@@ -63,7 +64,7 @@ def bwrap_args(spec: SandboxSpec, fds: Fds, *, root: Path = Path("/")) -> list[s
 def _namespaces(spec: SandboxSpec) -> list[str]:
     args = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
             "--unshare-cgroup-try", "--uid", str(UID), "--gid", str(GID), "--disable-userns",
-            "--hostname", HOSTNAME, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     return args if spec.network else [*args, "--unshare-net"]
 
 
