@@ -6,8 +6,8 @@ managers' tokens), a fresh /proc for its own PID namespace, a minimal /dev, a pr
 owner's extra mounts, the gateway's home masked when a mount would show it, and the workspace, the
 one place a command may write. Its own user, PID, IPC, UTS, cgroup and (unless `network`) network
 namespaces (no hostname of its own: the unit's ProtectHostname= refuses sethostname); no
-capabilities; no nested user namespaces; a new session (no terminal to inject into); killed when
-the daemon goes. Pure: the caller opens the file descriptors (`Fds`).
+capabilities; no nested user namespaces where /proc/sys is writable; a new session (no terminal to inject into); killed when
+the daemon goes. The caller opens the file descriptors (`Fds`).
 """
 
 from __future__ import annotations
@@ -63,9 +63,21 @@ def bwrap_args(spec: SandboxSpec, fds: Fds, *, root: Path = Path("/")) -> list[s
 
 def _namespaces(spec: SandboxSpec) -> list[str]:
     args = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
-            "--unshare-cgroup-try", "--uid", str(UID), "--gid", str(GID), "--disable-userns",
+            "--unshare-cgroup-try", "--uid", str(UID), "--gid", str(GID),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if nested_userns_can_be_disabled():
+        args.append("--disable-userns")
     return args if spec.network else [*args, "--unshare-net"]
+
+
+def nested_userns_can_be_disabled() -> bool:
+    """bwrap's --disable-userns writes /proc/sys/user/max_user_namespaces, which systemd's
+    ProtectKernelTunables=yes makes read-only: there nested user namespaces stay possible (still
+    without any capability outside them)."""
+    try:
+        return not os.statvfs("/proc/sys/user").f_flag & os.ST_RDONLY
+    except OSError:
+        return False
 
 
 def _system(root: Path) -> list[str]:
