@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,11 +28,14 @@ from gateway.ops.wiring import Gateway
 from gateway.sessions.compression import SUMMARY_SYSTEM
 from gateway.sessions.flush import FLUSH_MARK
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, ToolCalls, estimate_tokens
+from tests.fakes.mcp_zygote import server_command
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, require, write_config
 from tests.jobs_support import fire_jobs, settle
 from tests.lifecycle_support import FakeClock, last_user_text
 
-SERVER = Path(__file__).parent / "fakes" / "mcp_server.py"
+# How long the fake server may take to connect: not a bound on anything these tests check (it
+# starts in milliseconds from tests/fakes/mcp_zygote.py; a busy machine may hold it back).
+CONNECT_S = 120
 CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule",
         "ask"]
 WEATHER = "mcp_fake_weather_forecast"
@@ -43,7 +45,7 @@ def approve_all(home: Path) -> None:
     """The fake server's tools run unasked (`approval: never`)."""
     path = home / "config.yaml"
     text = path.read_text(encoding="utf-8")
-    server = "    connect_timeout_s: 30\n"
+    server = f"    connect_timeout_s: {CONNECT_S}\n"
     assert server in text
     path.write_text(text.replace(server, server + "    approval: never\n", 1), encoding="utf-8")
 
@@ -54,13 +56,14 @@ def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | No
     tools_file = home.parent / "tools.json"
     offered = {"tools": [], "catalog": catalog, "version": version}
     tools_file.write_text(json.dumps(offered), encoding="utf-8")
+    command, args = server_command("--tools", str(tools_file))
     servers = textwrap.dedent(f"""\
         mcp_servers:
           fake:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools_file}]
+            command: {command}
+            args: {json.dumps(args)}
             timeout_s: 10
-            connect_timeout_s: 30
+            connect_timeout_s: {CONNECT_S}
         tools:
           search: {search}
         """)
@@ -103,7 +106,7 @@ async def running(home: Path, clock: FakeClock | None = None,
 async def ask(gw: Gateway, adapter: RecordingAdapter, text: str, chat_id: str = "c1") -> str:
     before = len(adapter.sent)
     await gw.sessions.submit(inbound(text, chat_id=chat_id))
-    await adapter.wait_for(before + 1, timeout=60)
+    await adapter.wait_for(before + 1, timeout=CONNECT_S)
     await gw.sessions.wait_idle()
     return adapter.sent[-1].text
 
@@ -412,7 +415,7 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
           everything:
             command: {everything}
             args: [stdio]
-            connect_timeout_s: 60
+            connect_timeout_s: {CONNECT_S}
         tools:
           search: on
         """))

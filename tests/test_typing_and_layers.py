@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from tests.early_checks import mypy_result
 from tests.helpers import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,20 +259,21 @@ def test_modules_and_functions_stay_short() -> None:
 
 
 def test_mypy_clean() -> None:
-    """One run over every package in [tool.mypy] `packages`: gateway/ and adapters/ strict, tests/ and bench/ with
-    annotations optional but every body checked (the overrides in pyproject.toml)."""
+    """One run over every package in [tool.mypy] `packages`: gateway/ and adapters/ strict, tests/ and
+    bench/ with annotations optional but every body checked (the overrides in pyproject.toml). It
+    started when the tests were collected (tests/early_checks.py); its cache is .mypy_cache."""
     missing = shutil.which("mypy") is None and not (Path(sys.executable).parent / "mypy").exists()
     require("mypy not installed (pip install -e '.[test]' brings it)" if missing else None)
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["packages"]
     assert {"gateway", "adapters", "tests", "bench"} <= set(packages)
-    result = subprocess.run([sys.executable, "-m", "mypy"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
+    code, output = mypy_result(timeout=900)
+    assert code == 0, output
 
 
 def test_ruff_check() -> None:
     missing = shutil.which("ruff") is None and not (Path(sys.executable).parent / "ruff").exists()
     require("ruff not installed (pip install -e '.[test]' brings it)" if missing else None)
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
-    result = subprocess.run([ruff, "check", "--no-cache", "."], check=False, cwd=ROOT, capture_output=True,
+    result = subprocess.run([ruff, "check", "."], check=False, cwd=ROOT, capture_output=True,  # cached
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,15 +12,13 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, known_secret, setup_logging
-from gateway.config.settings import Config, environ
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, environ, known_secret, setup_logging
 from gateway.errors import GatewayError
-from gateway.events import ChatRef, Inbound
-from gateway.knowledge.memory import NO_VIEW, MemoryView
-from gateway.knowledge.people import LOCAL_OWNER, OWNER_PLATFORMS
 
 if TYPE_CHECKING:
     from gateway.agents.runtime import AgentRuntime
+    from gateway.config.settings import Config
+    from gateway.knowledge.memory import MemoryView
     from gateway.ops.wiring import Gateway
 
 PLATFORMS = ["telegram", "discord", "slack", "web", "cli", "cron"]
@@ -102,6 +100,8 @@ class _Place:
 def _whose(gateway: Gateway, args: argparse.Namespace) -> tuple[str, MemoryView]:
     """The platform and the memory a new session there would show: the shared notes only by default; with
     --person, as a new session of theirs would find it (the same roles and session key as their next message)."""
+    from gateway.events import ChatRef, Inbound
+    from gateway.knowledge.memory import NO_VIEW, MemoryView
     if args.chat is not None and args.chat_type == "dm":
         raise GatewayError("--chat names a group or channel: add --chat-type group (or channel)")
     platform, user_id = args.platform or "cli", None
@@ -124,6 +124,7 @@ def _whose(gateway: Gateway, args: argparse.Namespace) -> tuple[str, MemoryView]
 def _account(gateway: Gateway, who: str, platform: str | None) -> tuple[str, str]:
     """(platform, user id) of the person's account a new session would be on: on `platform` when given, else
     the identity named, else their first; the local owner's on the web chat (or the console)."""
+    from gateway.knowledge.people import LOCAL_OWNER, OWNER_PLATFORMS
     person = gateway.people.lookup(who)
     if person is None:
         raise GatewayError(f"no person {who!r} (see `gateway users list`)")

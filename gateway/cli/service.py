@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of, known_secret
-from gateway.config.settings import environ, load_config
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, environ, home_of, known_secret
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -96,6 +95,7 @@ def _config_home(home: Path, mode: str) -> Path:
 
 def _from_config(home: Path) -> tuple[float, ShellNeeds]:
     """The drain deadline, and what the shell's sandbox needs from the unit (None: no shell)."""
+    from gateway.config.settings import load_config
     try:
         config = load_config(home)
     except (ConfigError, OSError):

@@ -135,17 +135,23 @@ def denied() -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=f"401 Unauthorized: GET {url}")], is_error=True)
 
 
-_TOKEN = os.environ.get("FAKE_API_TOKEN", "")
-
-
-_ACCOUNT = Field(description=f"The account (default: the one of key {_TOKEN}).")
-
-
-def careless(account: Annotated[str, _ACCOUNT]) -> str:
+def careless(account: str) -> str:
     return f"looked up {account}"
 
 
-careless.__doc__ = f"Look up an account. Authenticated with FAKE_API_TOKEN={_TOKEN} (careless)."
+def _careless() -> Any:
+    """careless, quoting $FAKE_API_TOKEN in its description and its parameter's: read when it is
+    offered, since a server forked by tests/fakes/mcp_zygote.py gets its environment after import."""
+    token = os.environ.get("FAKE_API_TOKEN", "")
+
+    def quoting(account: str) -> str:
+        return careless(account)
+
+    account = Field(description=f"The account (default: the one of key {token}).")
+    quoting.__annotations__ = {"account": Annotated[str, account], "return": str}
+    quoting.__name__ = "careless"
+    quoting.__doc__ = f"Look up an account. Authenticated with FAKE_API_TOKEN={token} (careless)."
+    return quoting
 
 
 def blob_notes() -> EmbeddedResource:
@@ -275,7 +281,7 @@ def _offer(app: MCPServer, spec: dict[str, Any], offered: set[str]) -> set[str]:
     version = spec.get("version", "")
     names = {n for n in spec.get("tools", list(TOOLS)) if n != "reload"}
     for name in names:
-        fn = TOOLS[name]
+        fn = _careless() if name == "careless" else TOOLS[name]
         description = f"{(fn.__doc__ or '').strip()} {version}".strip()
         app.add_tool(fn, description=description, annotations=ANNOTATIONS.get(name))
     return names
@@ -349,7 +355,7 @@ async def serve_http(app: MCPServer, port: int, port_file: Path | None, token: s
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=Path)
     parser.add_argument("--starts", type=Path)
@@ -363,7 +369,7 @@ def main() -> None:
     parser.add_argument("--hold", type=Path, help="delete_file waits until this file exists")
     parser.add_argument("--junk", type=int, default=0, help="stdio: first write this many lines that are not JSON-RPC "
                         "(a banner or log lines printed to stdout by mistake)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     global RUNS, HOLD
     RUNS, HOLD = args.runs, args.hold
     for i in range(args.junk):
