@@ -8,8 +8,10 @@ docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it:
                            (confusables: the look-alike letters the scan folds)
     scan, config/          the untrusted-text scan; config.yaml → frozen dataclasses, and the YAML loader that
                            locates errors
-    telemetry/ worker/     logs (redacted, JSON or human) and Prometheus metrics; the child process
-                           that parses untrusted pages and files under CPU, memory and time limits
+    telemetry/ worker/ sandbox/
+                           logs (redacted, JSON or human) and Prometheus metrics; the child process
+                           that parses untrusted pages and files under CPU, memory and time limits;
+                           the shell's bubblewrap sandbox
     llm/                   model clients: the two wires, their transports, the model choice
     store/                 SQLite: schema and migrations, rows, the search index, transcripts
     knowledge/ media/      what the agent knows: memory files, people, skills library, session search;

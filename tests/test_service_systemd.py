@@ -479,17 +479,6 @@ async def sandbox_probe(box: Container, command: str, drop_in: str = "") -> tupl
     return shown["Result"], printed.stdout.strip()
 
 
-@pytest.mark.xfail(strict=True, reason="issue #31: the unit's hardening refuses bubblewrap "
-                   "(Can't read /proc/sys/kernel/overflowuid); the shell relaxes it (BWRAP_NEEDS)")
-async def test_a_sandboxed_command_runs_under_the_unit(guest: Container) -> None:
-    """Where the shell (issue #31) will run commands: bubblewrap inside the system unit's sandbox.
-    When the shell lands, this grows into its end-to-end check: with the shell enabled, a command
-    the agent runs answers through the daemon under the unit."""
-    result, printed = await sandbox_probe(guest, BWRAP)
-    say(f"bwrap under the unit as installed: {result}: {printed!r}")
-    assert result == "success", printed
-
-
 async def test_what_bubblewrap_needs_from_the_unit(guest: Container) -> None:
     """The unit plus BWRAP_NEEDS runs bubblewrap, and without any one of its lines it does not:
     the relaxation issue #31 starts from, measured on a real systemd."""
@@ -501,3 +490,46 @@ async def test_what_bubblewrap_needs_from_the_unit(guest: Container) -> None:
         result, printed = await sandbox_probe(guest, BWRAP, without + "\n")
         say(f"without {line}: {result}: {printed[:100]!r}")
         assert result != "success", f"{line} is not needed"
+
+
+SHELL_PROBE = textwrap.dedent("""\
+    import asyncio, os
+    from pathlib import Path
+    from gateway.config.settings import load_config
+    from gateway.sandbox.runner import Sandbox
+    from gateway.sandbox.spec import SandboxSpec
+    config = load_config(Path(os.environ["GATEWAY_HOME"]))
+    box = Sandbox(SandboxSpec.of(config.tools.shell, config.home))
+    done = asyncio.run(box.run("echo hi-$((6*7)); ls -A ..; cat ../config.yaml; env | grep -c KEY; true"))
+    print("exit", done.exit_code, repr(done.stdout.head), repr(done.stderr.head))
+""")
+
+
+async def test_a_sandboxed_command_runs_under_the_unit(guest: Container) -> None:
+    """With tools.shell enabled, install-service writes the unit bubblewrap can run in, and the
+    gateway's own sandbox runs a command under it (the unit's user, hardening and environment):
+    hi-42, the home unseen, no key in the environment. Restores the plain unit after."""
+    private = guest.host_path(f"/var/lib/private/{UNIT.split('.')[0]}")
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config = private / "config.yaml"
+    before = config.read_text(encoding="utf-8") if config.exists() else None
+    config.write_text((before or "") + "tools:\n  shell:\n    enabled: true\n", encoding="utf-8")
+    config.chmod(0o644)
+    guest.host_path("/opt/agent-gateway/shell_probe.py").write_text(SHELL_PROBE, encoding="utf-8")
+    try:
+        await guest.arun(GATEWAY, "install-service", "--system")
+        installed = guest.host_path(f"/etc/systemd/system/{UNIT}").read_text(encoding="utf-8")
+        assert "RestrictNamespaces=user mnt pid net ipc uts cgroup" in installed
+        started = time.monotonic()
+        result, printed = await sandbox_probe(
+            guest, "/opt/agent-gateway/venv/bin/python /opt/agent-gateway/shell_probe.py")
+        say(f"a shell command under the unit: {result} in {time.monotonic() - started:.1f} s "
+            f"(with systemd's start): {printed!r}")
+        assert result == "success", printed
+        assert printed.startswith("exit 0 'hi-42\\nworkspace\\n0\\n'"), printed
+    finally:
+        if before is None:
+            config.unlink()
+        else:
+            config.write_text(before, encoding="utf-8")
+        await guest.arun(GATEWAY, "install-service", "--system")

@@ -22,14 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # Same rank = peers that must not import each other. docs/architecture.md draws the same map.
 LAYERS: dict[str, int] = {
     "events": 0, "errors": 0, "confusables": 0,
-    "scan": 1, "config": 1, "telemetry": 2, "worker": 2, "llm": 3, "store": 4,
+    "scan": 1, "config": 1, "telemetry": 2, "worker": 2, "sandbox": 2, "llm": 3, "store": 4,
     "knowledge": 5, "mcp": 5, "net": 5, "media": 5, "voice": 5,
     "agent": 6, "prompt": 7, "delivery": 8, "agents": 8, "approvals": 9,
     "sessions": 10, "access": 10, "scheduling": 11, "webui": 12, "ops": 13, "cli": 14,
 }
 # Inside a package, the same rule between its modules (and sub-packages): listed bottom-up, a tuple = peers.
 INNER: dict[str, list[str | tuple[str, ...]]] = {
-    "config": ["yamlload", ("accounts", "media", "tools", "schedule", "voice", "platforms"),
+    "config": ["yamlload", "shell", ("accounts", "media", "tools", "schedule", "voice", "platforms"),
                "settings", "agents", "starter"],
     "telemetry": ["repeats", ("logs", "metrics")],
     "llm": ["types", "streams", "http", "sdk", "transport", ("anthropic_wire", "openai_wire"), "factory"],
@@ -40,6 +40,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
     "knowledge": ["files", ("memory", "skills", "search"), "people", "forget"],
     "mcp": [("names", "content", "vet"), "link", "hub"],
     "worker": ["wire", ("child", "parent")],
+    "sandbox": [("output", "spec"), ("bwrap", "process"), ("report", "runner")],
     "net": [("guard", "pages", "readable"), "fetch", ("extract", "search")],
     "media": [("download", "images", "documents", "transcribe"), "office", "prepare", "turns"],
     "voice": [("speech", "process"), ("encode", "tts"), "speaker"],

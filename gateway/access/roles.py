@@ -58,6 +58,15 @@ class Roles:
                                      user_name=inbound.user_name, username=inbound.username)
         return self.is_admin(person)
 
+    def admits(self, ctx: ToolContext) -> bool:
+        """Whether a tool call acts for an admin (the shell: for admins' turns only)."""
+        return self.is_admin(ctx.person)
+
+    def admin_owned(self, session: SessionRow) -> bool:
+        """Whether the session is an admin's own (a DM, or their own session in a group): the
+        only sessions admin-only tools are listed in."""
+        return self.is_admin(self.owner_person(self.speaks_for(session)))
+
     def sole_person(self) -> frozenset[str] | None:
         """The identities of the one person allowed on the platforms (by config or pairing), or None when that is
         not exactly one person (none, several, or a role-based allowlist whose members are not known).

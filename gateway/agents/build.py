@@ -17,9 +17,15 @@ from functools import partial
 from pathlib import Path
 
 from gateway.agent.loop import Agent
-from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry
+from gateway.agent.tools.catalog import (
+    ToolCatalog,
+    WebTools,
+    admin_first,
+    build_registry,
+    shell_of,
+)
 from gateway.agent.tools.policy import ToolPolicy
-from gateway.agent.tools.registry import HoldCheck, ToolProvider
+from gateway.agent.tools.registry import HoldCheck, ToolContext, ToolProvider
 from gateway.agent.tools.schedule import JobBook
 from gateway.agents.runtime import AgentRuntime, Roster
 from gateway.config.agents import Bindings, agent_config, agent_names
@@ -36,20 +42,32 @@ from gateway.prompt.hints import PlatformFacts
 from gateway.prompt.inputs import PromptAssembler
 from gateway.prompt.session_tools import SessionTools
 from gateway.store.database import Store
+from gateway.store.rows import SessionRow
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Admins:
+    """Who may have the admin-only tools (the shell, tools.shell): a turn's sender (`admits`) and
+    a session's owner (`owns`): gateway/access/roles.py."""
+
+    admits: Callable[[ToolContext], bool]
+    owns: Callable[[SessionRow], bool]
+
+
+@dataclass(frozen=True, slots=True)
 class SharedTools:
     """The tools' parts every agent uses: `provider` (the MCP servers' tools), the web tools, the
-    job book (scheduling on), the session search and the approval check (`holds`)."""
+    job book (scheduling on), the session search, the approval check (`holds`) and, with the
+    shell enabled, who may have it (`admins`)."""
 
     web: WebTools | None = None
     jobs: JobBook | None = None
     search: SessionSearch | None = None
     provider: ToolProvider | None = None
     holds: HoldCheck | None = None  # which calls wait for a person (gateway/approvals/policy.py)
+    admins: Admins | None = None
 
 
 @dataclass(slots=True)
@@ -76,10 +94,12 @@ def build_runtime(shared: Shared, name: str) -> AgentRuntime:
     config = agent_config(shared.config, name)
     memory, skills = _knowledge(shared, name)
     t = shared.tools
+    admins = t.admins
+    shell = shell_of(config, admins.admits, agent=name) if admins is not None else None
     registry = build_registry(config.home, memory=memory, skills=skills, web=t.web, jobs=t.jobs,
-                              search=t.search)
+                              search=t.search, shell=shell)
     registry.provider = t.provider
-    registry.holds = t.holds
+    registry.holds = admin_first(t.holds, admins.admits) if admins is not None else t.holds
     catalog = ToolCatalog(registry, ToolPolicy.of(config))
     base = _model(shared, name, config)
     llm = _switchable(shared, name, config, base)
@@ -90,7 +110,8 @@ def build_runtime(shared: Shared, name: str) -> AgentRuntime:
     return AgentRuntime(name=name, config=config, llm=llm,
                         loop=Agent(llm, registry, max_iterations=config.agent.max_iterations),
                         memory=memory, skills=skills, catalog=catalog,
-                        tools=SessionTools(store=shared.store, catalog=catalog, clock=shared.clock),
+                        tools=SessionTools(store=shared.store, catalog=catalog, clock=shared.clock,
+                                           admin=admins.owns if admins is not None else None),
                         prompts=prompts, own=None if base is shared.llm else base)
 
 

@@ -1,4 +1,4 @@
-"""The tool settings: MCP servers (`mcp_servers`) and the built-in web tools (`tools`).
+"""The tool settings: MCP servers (`mcp_servers`) and the built-in web tools and shell (`tools`).
 
 Kept out of settings.py so the settings tree stays one screen per section; `Config` holds one field for each.
 """
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gateway.config.shell import ShellConfig
 from gateway.config.yamlload import Secret
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
@@ -94,3 +95,4 @@ class ToolsConfig:
     # more than search_threshold of the model's context window.
     search: Literal["auto", "on", "off"] = "auto"
     search_threshold: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
+    shell: ShellConfig = field(default_factory=ShellConfig)  # the agent's sandboxed shell (shell.py)

@@ -25,7 +25,7 @@ from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools, check_tool_names
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.registry import ToolRegistry
-from gateway.agents.build import Shared, SharedTools, roster_for
+from gateway.agents.build import Admins, Shared, SharedTools, roster_for
 from gateway.agents.runtime import Roster
 from gateway.approvals.menus import Menus
 from gateway.approvals.waits import Waits
@@ -67,6 +67,7 @@ from gateway.ops.supervisor import Supervisor, Watchdog
 from gateway.ops.waiting import approval_policy, wire_waits
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
+from gateway.sandbox.report import describe as describe_command
 from gateway.scheduling.book import JobBook
 from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
@@ -174,8 +175,9 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     vision = functools.partial(_sees_images, llm)
+    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
-                               vision=vision, worker=worker)
+                               vision=vision, worker=worker, roles=roles)
     facts = _platform_facts(config)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
     main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
@@ -190,7 +192,6 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                     previews=previews)
     outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
-    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
@@ -269,10 +270,10 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Call
 
 def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: Store, *,
            sleep: Sleep, monotonic: Callable[[], float], vision: Callable[[], bool],
-           worker: Worker) -> tuple[SharedTools, McpHub | None]:
+           worker: Worker, roles: Roles) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
-    pictures when the model answering sees images (`vision`)."""
+    pictures when the model answering sees images (`vision`); who may have the shell (`roles`)."""
     check_tool_names(config)
     check_agents(config)
     hub = provider = None
@@ -282,7 +283,11 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
                             worker=worker)
     web = _web_tools(config, env, monotonic, worker)
     holds = approval_policy(config, store, provider, redactor_for(config, env))
-    return SharedTools(web, jobs, SessionSearch(), provider, holds), hub
+    shell = config.tools.shell
+    if shell.enabled and shell.approve == "always":
+        holds.always_ask("shell", describe_command)  # every command, shown whole
+    admins = Admins(roles.admits, roles.admin_owned) if shell.enabled else None
+    return SharedTools(web, jobs, SessionSearch(), provider, holds, admins), hub
 
 
 def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],

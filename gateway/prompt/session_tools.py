@@ -5,6 +5,9 @@ so a tool an MCP server adds or drops reaches only sessions that start afterward
 With tool search (gateway/agent/tools/deferred.py) the list has two parts, stored in one row: the
 tools sent (core tools, tool_search, tool_call) and the deferred catalog the session may search and
 call, frozen alike.
+
+An admin-only tool (the shell: catalog.ADMIN_ONLY) is in a new session's list only when `admin`
+says the session is an admin's own; with no `admin` check (a scheduled run's sessions) never.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from gateway.agent.tools.catalog import ADMIN_ONLY
 from gateway.agent.tools.deferred import BRIDGE, DeferredCatalog, bind
 from gateway.agent.tools.registry import ToolSpec
 from gateway.store.database import Store
@@ -90,10 +94,12 @@ def _decoded(t: dict[str, Any]) -> ToolSpec:
 
 
 class SessionTools:
-    def __init__(self, *, store: Store, catalog: ToolSource, clock: Callable[[], datetime]) -> None:
+    def __init__(self, *, store: Store, catalog: ToolSource, clock: Callable[[], datetime],
+                 admin: Callable[[SessionRow], bool] | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.clock = clock
+        self.admin = admin  # whether a session is an admin's own (its admin-only tools)
         self._lists: dict[int, SessionToolList] = {}  # few distinct lists: sessions of a platform share one
         self._allowed: dict[tuple[int, str], frozenset[str]] = {}
         self._latest: dict[str, int | None] = {}  # platform → the list its newest session got
@@ -104,6 +110,8 @@ class SessionTools:
         With the model's context `window`, tool search may defer its MCP tools (tools.search);
         without, all are sent."""
         specs = self.catalog.current(session.platform)
+        if any(s.name in ADMIN_ONLY for s in specs) and not (self.admin and self.admin(session)):
+            specs = tuple(s for s in specs if s.name not in ADMIN_ONLY)
         sent, deferred = self.catalog.split(specs, window) if window else (specs, ())
         list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
         self._note_change(session.platform, list_id)
