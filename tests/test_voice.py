@@ -82,6 +82,11 @@ async def test_a_missing_program_a_stuck_one_and_a_flood_are_each_a_speech_error
         await run_tool(["yes"], timeout_s=30, max_output=100_000)
     with pytest.raises(SpeechError, match=r"^false failed \(exit status 1\)$"):
         await run_tool(["false"], timeout_s=5, max_output=10)
+    # more output than is read, from a shell whose own child holds the pipe open: the group is
+    # killed and the pipes read to their end, or asyncio's wait for the exit never returns
+    flood = ["sh", "-c", "head -c 1000000 /dev/zero; sleep 600"]
+    with pytest.raises(SpeechError, match=r"^sh wrote more than 1,000 bytes$"):
+        await run_tool(flood, timeout_s=600, max_output=1000)
 
 
 @pytest.mark.parametrize("prlimit", [True, False])

@@ -14,8 +14,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import resource
 import shutil
+import signal
 from asyncio.subprocess import PIPE
 from collections.abc import Sequence
 
@@ -129,9 +131,18 @@ async def _tail(pipe: asyncio.StreamReader) -> bytes:
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Kill a child still running (timed out, or too much output) and wait for it, so none is left
-    behind."""
+    """Kill a child still running (timed out, or too much output) with its process group and wait
+    for it, so none is left behind. Its pipes are read to their end first: asyncio (before Python
+    3.12) reports a child's exit only once its pipes are closed, and a pipe whose reading paused on
+    unread output never reaches its end."""
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # started in a session of its own
+    await asyncio.gather(*(_discard(pipe) for pipe in (proc.stdout, proc.stderr) if pipe))
+    await proc.wait()
+
+
+async def _discard(pipe: asyncio.StreamReader) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while await pipe.read(64 * 1024):
+            pass

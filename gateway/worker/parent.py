@@ -239,6 +239,13 @@ async def _read(proc: asyncio.subprocess.Process) -> Any:
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed child. Its stdout is read to the end first: asyncio (before Python 3.12)
+    reports a child's exit only once its pipes are closed, and a reply cut off mid-frame may have
+    paused the reading."""
+    if proc.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            while await proc.stdout.read(65536):
+                pass
     await proc.wait()
 
 
