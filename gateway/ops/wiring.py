@@ -285,7 +285,7 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
     holds = approval_policy(config, store, provider, redactor_for(config, env))
     shell = config.tools.shell
     if shell.enabled and shell.approve == "always":
-        holds.always_ask("shell", describe_command)  # every command, shown whole
+        holds.always_ask("shell", describe_command, each_call=True)  # each command, shown whole
     admins = Admins(roles.admits, roles.admin_owned) if shell.enabled else None
     return SharedTools(web, jobs, SessionSearch(), provider, holds, admins), hub
 

@@ -1,7 +1,8 @@
-"""The shell on Telegram end to end: real aiogram polling against the fake Bot API (inline keyboards,
-callback queries), the whole daemon, the fake LLM, and commands run by the real bubblewrap. What a
-user sees (the request with the exact command, its buttons), what the model is told (the tool
-result, the tools array), and what happened on the host (the workspace, nothing of the home)."""
+"""The shell on Telegram end to end: real aiogram polling against the fake Bot API (inline
+keyboards, callback queries), the whole daemon, the fake LLM, and commands run by the real
+bubblewrap. What a user sees (the request with the exact command, its buttons), what the model is
+told (the tool result, the tools array), and what happened on the host (the workspace, nothing of
+the home)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from tests.lifecycle_support import FakeClock
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    require(None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)")
+    require(None if shutil.which("bwrap")
+            else "bubblewrap is not installed (apt install bubblewrap)")
 
 
 def shell_yaml(options: str = "", admin: int = ALICE) -> str:
@@ -196,3 +198,39 @@ async def test_what_the_sandbox_keeps_from_an_admins_commands(
     assert TOKEN not in said[3] and "TOKEN" not in said[3] and "PATH=" in said[3]
     assert "killed with all its processes" in said[4]
     assert "output cut" in said[5] and len(said[5]) < 5500
+
+
+async def test_every_command_is_asked_about_and_never_allowed_for_the_session(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """The shell's requests offer Allow once and Deny only; a forged "session" tap, `/approve CODE
+    session` and an allowance stored for the session all leave the next command asking again."""
+    tg = fake_telegram
+    fake_llm.script(ToolCall("shell", {"command": "echo one >> log"}), Reply("One."),
+                    ToolCall("shell", {"command": "echo two >> log"}), Reply("Two."))
+    async with daemon(home, fake_llm, tg) as gw:
+        tg.inject_message(ALICE, "run one")
+        first = await request_in(tg, ALICE)
+        assert tg.buttons(ALICE, first.message_id) == ["Allow once", "Deny"]
+        token = gw.store.all("SELECT token FROM approvals")[0]["token"]
+        forged = tg.inject_callback(ALICE, first.message_id, f"ag:{token}:session")
+        assert "no longer waiting" in (await tg.wait_for_answer(forged))["text"]
+        assert tg.buttons(ALICE, first.message_id) == ["Allow once", "Deny"]  # still asking
+        await tg.wait_for_answer(tg.tap(ALICE, first.message_id, "Allow once"))
+        assert (await tg.wait_for_sent(ALICE, count=2)).text == "One."
+        # even an allowance on record for this session (an older daemon's) does not cover it
+        gw.store.execute("UPDATE approvals SET decision = 'session'")
+        tg.inject_message(ALICE, "run two")
+        second = await request_in(tg, ALICE, count=2)
+        assert "echo two" in second.text
+        assert tg.buttons(ALICE, second.message_id) == ["Allow once", "Deny"]
+        code = gw.store.all("SELECT code FROM approvals WHERE state = 'pending'")[0]["code"]
+        tg.inject_message(ALICE, f"/approve {code} session")
+        refusal = await tg.wait_for_sent(ALICE, count=4)
+        assert "cannot be allowed for the session" in refusal.text
+        assert tg.buttons(ALICE, second.message_id) == ["Allow once", "Deny"]
+        await tg.wait_for_answer(tg.tap(ALICE, second.message_id, "Allow once"))
+        assert (await tg.wait_for_sent(ALICE, count=5)).text == "Two."
+        rows = gw.store.all("SELECT decision, state FROM approvals ORDER BY id")
+        assert [(r["decision"], r["state"]) for r in rows] == [("session", "done"),
+                                                               ("once", "done")]
+    assert (home / "workspace" / "log").read_text() == "one\ntwo\n"
