@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.config.voice import VoiceConfig
-from gateway.delivery.outbox import render_rows, row_chat
+from gateway.delivery.rows import render_rows, row_chat
 from gateway.errors import SpeechError
 from gateway.events import (
     Adapter,
