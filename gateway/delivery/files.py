@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.agent.tools.registry import ToolContext
+from gateway.config.shell import ShellConfig
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.rows import row_chat
 from gateway.errors import NotSendable
@@ -46,6 +47,11 @@ class ChatFiles:
         self.outbox = outbox
         self.home = home
         self.max_bytes = max_bytes
+
+    @classmethod
+    def of(cls, outbox: Outbox, shell: ShellConfig, home: Path) -> ChatFiles | None:
+        """With the shell enabled, its files to the chat, each at most `max_attach_mb`."""
+        return cls(outbox, home, max_bytes=shell.max_attach_mb << 20) if shell.enabled else None
 
     async def attach(self, ctx: ToolContext, workspace: Path, paths: Sequence[str]) -> str:
         """Record each file for the turn's chat and start sending; what the model is told."""

@@ -31,7 +31,7 @@ from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
 from gateway.voice.encode import Speech
-from gateway.voice.speaker import Speaker
+from gateway.voice.speaker import Speaker, tools_problem
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +135,21 @@ class VoiceReplies:
 
     async def close(self) -> None:
         await self.speaker.close()
+
+
+def voice_replies(voice: VoiceConfig, env: Mapping[str, str], *, store: Store,
+                  adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
+                  clock: Clock) -> VoiceReplies | None:
+    """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
+    tts = voice.tts
+    if tts is None:
+        return None
+    key = env.get(tts.api_key_env) if tts.api_key_env else None
+    if tts.api_key_env and not key:
+        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
+                    "a key", tts.api_key_env)
+    missing = tools_problem(tts)
+    if missing is not None:
+        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
+    return VoiceReplies(voice, Speaker(voice, tts, key), store=store, adapters=adapters,
+                        facts=facts, clock=clock)
