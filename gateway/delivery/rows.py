@@ -15,15 +15,17 @@ from gateway.store.rows import OutboundRow
 
 def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts, *,
                 kind: OutboundKind, reply_to_id: str | None) -> list[dict[str, object]]:
-    """Split one reply into chunk rows for the outbound table (pure; the same input gives the same rows)."""
+    """Split one reply into chunk rows for the outbound table (pure; the same input gives the same
+    rows)."""
     chunks: list[tuple[str, str, tuple[TextEntity, ...]]]
     if facts.flavor == "markdown":
-        # The page renders the Markdown itself and never rejects it, so the plain fallback is never sent:
-        # rendering one (a markdown-it parse of the whole reply) would be work for nothing.
+        # The page renders the Markdown itself and never rejects it, so the plain fallback is never
+        # sent: rendering one (a markdown-it parse of the whole reply) would be work for nothing.
         chunks = [(markdown, markdown, ())] if markdown.strip() else []
     else:
-        rendered = render_chunks(markdown, facts.flavor, limit=facts.max_length,  # type: ignore[arg-type]
-                                 unit=facts.length_unit, max_lines=facts.max_lines)  # type: ignore[arg-type]
+        rendered = render_chunks(markdown, facts.flavor,  # type: ignore[arg-type]
+                                 limit=facts.max_length, unit=facts.length_unit,  # type: ignore[arg-type]
+                                 max_lines=facts.max_lines)
         chunks = [(c.text, c.plain, c.entities) for c in rendered]
     if not chunks:
         chunks = [("(empty reply)", "(empty reply)", ())]
@@ -39,8 +41,9 @@ def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts
 def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage:
     entities = tuple(TextEntity(**e) for e in json.loads(row.entities)) if row.entities else ()
     return OutboundMessage(chat=row_chat(row), text=row.text, plain=row.plain, entities=entities,
-                           reply_to_id=row.reply_to_id, kind=OutboundKind(row.kind), chunk_index=row.chunk_index,
-                           chunk_count=row.chunk_count, use_plain=use_plain, key=f"{row.id}@{row.created_at}")
+                           reply_to_id=row.reply_to_id, kind=OutboundKind(row.kind),
+                           chunk_index=row.chunk_index, chunk_count=row.chunk_count,
+                           use_plain=use_plain, key=f"{row.id}@{row.created_at}")
 
 
 def row_chat(row: OutboundRow) -> ChatRef:
