@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.config.voice import VoiceConfig
+from gateway.delivery.outbox import Outbox
 from gateway.delivery.rows import render_rows, row_chat
 from gateway.errors import SpeechError
 from gateway.events import (
@@ -137,10 +138,10 @@ class VoiceReplies:
         await self.speaker.close()
 
 
-def voice_replies(voice: VoiceConfig, env: Mapping[str, str], *, store: Store,
-                  adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
-                  clock: Clock) -> VoiceReplies | None:
-    """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
+def voice_replies(voice: VoiceConfig, env: Mapping[str, str],
+                  outbox: Outbox) -> VoiceReplies | None:
+    """With `voice.tts`, the answers that are also spoken (docs/voice.md), by `outbox`'s
+    adapters."""
     tts = voice.tts
     if tts is None:
         return None
@@ -151,5 +152,5 @@ def voice_replies(voice: VoiceConfig, env: Mapping[str, str], *, store: Store,
     missing = tools_problem(tts)
     if missing is not None:
         log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
-    return VoiceReplies(voice, Speaker(voice, tts, key), store=store, adapters=adapters,
-                        facts=facts, clock=clock)
+    return VoiceReplies(voice, Speaker(voice, tts, key), store=outbox.store,
+                        adapters=outbox.adapters, facts=outbox.facts, clock=outbox.clock)

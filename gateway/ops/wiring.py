@@ -184,9 +184,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
                     limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
                     previews=previews)
-    outbox.voice = voice_replies(config.voice, env, store=store, adapters=by_platform, facts=facts,
-                                 clock=clock)
-    outbox.files = ChatFiles.of(outbox, config.tools.shell, config.home)  # the shell's files
+    outbox.voice = voice_replies(config.voice, env, outbox)
     shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
                                vision=vision, worker=worker, roles=roles, outbox=outbox)
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
@@ -271,7 +269,8 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
     if shell.enabled and shell.approve == "always":
         holds.always_ask("shell", describe_command, each_call=True)  # each command, shown whole
     admins = Admins(roles.admits, roles.admin_owned) if shell.enabled else None
-    attach = outbox.files.attach if outbox.files is not None else None
+    files = outbox.files = ChatFiles.of(outbox, shell, config.home)
+    attach = files.attach if files is not None else None
     return SharedTools(web, jobs, SessionSearch(), provider, holds, admins, attach), hub
 
 
