@@ -189,7 +189,13 @@ class MediaUnavailable(MediaError):
         return cls(f"{who} answered HTTP {status}", transient=status == 429 or status >= 500, retry_after=wait)
 
 
-class SpeechError(GatewayError):
+class NotSendable(GatewayError):
+    """A row that carries more than text cannot go, and never will (a voice note that cannot be
+    made, a file whose copy is gone, a platform that cannot take it): the outbox marks it failed
+    and goes on with the chat. The message says why in words a user may read."""
+
+
+class SpeechError(NotSendable):
     """A voice reply could not be made: the speech service or a local tool (espeak-ng, ffmpeg)
     failed. The message says why in words a user may read; the answer's text was sent before, so
     nothing is lost."""

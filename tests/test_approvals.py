@@ -425,3 +425,14 @@ async def test_through_tool_search_the_real_name_waits_and_is_granted_for_the_se
         c["id"] for m in fake_llm.anthropic_requests()[-1]["messages"]
         if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "tool_use"]
     assert "denied" in str(results[1]["content"]) and "renamed" in str(results[2]["content"])
+
+
+def test_a_request_for_each_call_offers_no_session_in_buttons_or_words() -> None:
+    """The shell's requests (options EACH_CALL) show Allow once and Deny, and a surface without
+    buttons is told only `/approve CODE` and `/deny CODE`; other approvals keep all three."""
+    from gateway.approvals.request import EACH_CALL, choices, fallback_text
+    assert [c.label for c in choices("approval", "t", EACH_CALL).options] == ["Allow once", "Deny"]
+    assert len(choices("approval", "t", ()).options) == 3
+    words = fallback_text("approval", "ABC234", EACH_CALL)
+    assert "/approve ABC234`" in words and "/deny ABC234" in words and "session" not in words
+    assert "/approve ABC234 session" in fallback_text("approval", "ABC234")

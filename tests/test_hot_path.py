@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.delivery.outbox import render_rows
+from gateway.delivery.rows import render_rows
 from gateway.errors import StoreError
 from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
 from gateway.ops.wiring import Gateway

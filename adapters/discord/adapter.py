@@ -57,6 +57,7 @@ from gateway.events import (
     ChatRef,
     Inbound,
     OutboundAudio,
+    OutboundFile,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -353,6 +354,10 @@ class DiscordAdapter:
     async def send_audio(self, audio: OutboundAudio) -> str:
         """A voice reply: a voice message, or an audio file where one is refused (in `voice`)."""
         return await self._voice.send(audio)
+
+    async def send_file(self, file: OutboundFile) -> str:
+        """A file for the chat: an attachment (in `voice`)."""
+        return await self._voice.send_file(file)
 
     @property
     def typing_active(self) -> int:

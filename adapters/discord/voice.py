@@ -2,7 +2,8 @@
 carries its duration and waveform, and nothing else (Discord refuses content, embeds or a second
 file with one). discord.py has no voice-message API, so it goes on the raw route through
 discord.py's own HTTP client (its rate limits and retries). Where Discord refuses a voice message
-(the channel denies Send Voice Messages) the note goes as an ordinary audio attachment instead."""
+(the channel denies Send Voice Messages) the note goes as an ordinary audio attachment instead. A
+file for the chat (the shell's) goes as an attachment too."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import discord
 from adapters.discord.text import PLATFORM, translate_error
 from adapters.discord.threads import AutoThreads
 from gateway.errors import PlatformUnavailable
-from gateway.events import OutboundAudio
+from gateway.events import OutboundAudio, OutboundFile
 
 log = logging.getLogger("adapters.discord.adapter")
 
@@ -53,6 +54,23 @@ class VoiceNotes:
         except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             raise translate_error(exc) from None
         return str(posted["id"])
+
+    async def send_file(self, sent: OutboundFile) -> str:
+        """A file for the chat: an attachment under its own name, in the thread it answers."""
+        client = self.client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable(PLATFORM, "not connected")
+        nonce = _nonce(sent.key)
+        file = discord.File(io.BytesIO(sent.data), filename=sent.filename)
+        try:
+            channel = client.get_partial_messageable(await self.threads.open(sent.chat))
+            posted = await (channel.send(file=file, nonce=nonce) if nonce
+                            else channel.send(file=file))
+        except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            raise translate_error(exc) from None
+        finally:
+            file.close()
+        return str(posted.id)
 
 
 async def _voice_message(client: discord.Client, channel_id: int, audio: OutboundAudio,

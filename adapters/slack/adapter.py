@@ -55,7 +55,7 @@ from adapters.slack.text import (
     slash_text,
     start_error,
 )
-from adapters.slack.voice import upload_voice
+from adapters.slack.voice import upload_file, upload_voice
 from gateway.config.settings import SlackConfig
 from gateway.errors import PlatformUnavailable
 from gateway.events import (
@@ -65,6 +65,7 @@ from gateway.events import (
     ChatType,
     Inbound,
     OutboundAudio,
+    OutboundFile,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -341,6 +342,11 @@ class SlackAdapter:
         """A voice reply: an audio file in the thread (`voice`), once the message's ack is out."""
         await self._outbound.hold(audio.chat.chat_id, audio.reply_to_id or "")
         return await upload_voice(self._outbound.client, audio)
+
+    async def send_file(self, file: OutboundFile) -> str:
+        """A file for the chat, uploaded in the thread (`voice`), once the message's ack is out."""
+        await self._outbound.hold(file.chat.chat_id, file.reply_to_id or "")
+        return await upload_file(self._outbound.client, file)
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """The thinking reaction on the message being answered, for the whole turn."""

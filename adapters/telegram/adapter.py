@@ -48,7 +48,7 @@ from adapters.telegram.text import (
     sender_name,
     utc,
 )
-from adapters.telegram.voice import send_voice
+from adapters.telegram.voice import send_document, send_voice
 from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
@@ -58,6 +58,7 @@ from gateway.events import (
     ChatRef,
     Inbound,
     OutboundAudio,
+    OutboundFile,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -337,6 +338,10 @@ class TelegramAdapter:
     async def send_audio(self, audio: OutboundAudio) -> str:
         """A voice reply (sendVoice; in `voice`)."""
         return await send_voice(self._outbound, audio)
+
+    async def send_file(self, file: OutboundFile) -> str:
+        """A file as a document (sendDocument; in `voice`)."""
+        return await send_document(self._outbound, file)
 
     # ------------------------------------------------------------------ live previews (in `preview`)
     def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle:

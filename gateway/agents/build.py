@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import (
+    AttachFiles,
     ToolCatalog,
     WebTools,
     admin_first,
@@ -68,6 +69,7 @@ class SharedTools:
     provider: ToolProvider | None = None
     holds: HoldCheck | None = None  # which calls wait for a person (gateway/approvals/policy.py)
     admins: Admins | None = None
+    attach: AttachFiles | None = None  # the shell's files to the chat (gateway/delivery/files.py)
 
 
 @dataclass(slots=True)
@@ -95,7 +97,8 @@ def build_runtime(shared: Shared, name: str) -> AgentRuntime:
     memory, skills = _knowledge(shared, name)
     t = shared.tools
     admins = t.admins
-    shell = shell_of(config, admins.admits, agent=name) if admins is not None else None
+    shell = (shell_of(config, admins.admits, agent=name, attach=t.attach)
+             if admins is not None else None)
     registry = build_registry(config.home, memory=memory, skills=skills, web=t.web, jobs=t.jobs,
                               search=t.search, shell=shell)
     registry.provider = t.provider

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 GONE_TEXT = "This request is no longer waiting for an answer."
 OTHER_TEXT = "Write your answer and send it: your next message here is the answer."
 ASK_BY_TEXT = "That is a question, not an approval: tap an answer, or write yours."
+NOT_OFFERED = ("This tool is asked about before every call: it cannot be allowed for the session."
+               " `/approve {code}` allows this call once.")
 LOCAL_PLATFORMS = frozenset({"web", "cli"})
 
 
@@ -88,7 +90,8 @@ class Answers:
         session = len(args) > 1 and args[1].lower() in ("session", "for-session", "always")
         choice = texts.DENY if word == "deny" else texts.SESSION if session else texts.ONCE
         decision = _decision(row, choice, who(inbound))
-        assert decision is not None
+        if decision is None:
+            return NOT_OFFERED.format(code=row.code)
         decided = self._decide(row, decision)
         return decided.notice or texts.outcome_line(decision.state, decision.decision, None,
                                                    minutes=self.waits.minutes)
@@ -123,6 +126,8 @@ def _decision(row: ApprovalRow, value: str, by: str) -> Decision | None:
         if value.isdigit() and 1 <= int(value) <= len(answers):
             return Decision("answered", answers[int(value) - 1], by)
         return None
+    if value not in texts.offered(row.answers):
+        return None  # a decision this request does not offer ("session" for the shell)
     if value in (texts.ONCE, texts.SESSION):
         return Decision("executing", value, by)
     return Decision("denied", texts.DENY, by) if value == texts.DENY else None

@@ -46,7 +46,7 @@ class ApprovalRow:
     call_id: str
     arguments: str          # JSON
     request: str            # the request as shown, without buttons or the text fallback
-    options: str | None     # an ask's answers (JSON list)
+    options: str | None     # an ask's answers, an approval's decisions if not all (JSON list)
     checkpoint: str         # JSON: the turn as it stood (see gateway/approvals/waits.py)
     state: str
     decision: str | None

@@ -5,8 +5,9 @@ A call waits when its tool is always asked about (`always_ask`: the shell tool, 
 it shows), when `tools.approval.require` names it (names or globs), when its MCP server says
 `approval: always`, or when the server marks it `destructiveHint: true` (unless the server says
 `approval: never`, or marks it `readOnlyHint`). "Allow for this session" lets that tool run unasked
-for the rest of the session. `ask` always waits. Nothing here touches the database unless a call
-needs approval (then: was it allowed for the session?).
+for the rest of the session, except a tool asked about `each_call` (the shell): its requests do not
+offer it and no allowance covers it. `ask` always waits. Nothing here touches the database unless a
+call needs approval (then: was it allowed for the session?).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from gateway.agent.tools.ask import option_problems
 from gateway.agent.tools.registry import Hold, ToolContext, ToolHints, ToolResult
-from gateway.approvals.request import Redact, describe_call
+from gateway.approvals.request import EACH_CALL, Redact, describe_call
 from gateway.config.settings import Config
 
 # a call's arguments → the request text (Markdown) a person reads
@@ -38,16 +39,21 @@ class ApprovalPolicy:
         self.granted = granted
         self.redact = redact
         self._always: dict[str, Describe] = {}
+        self._each_call: set[str] = set()  # tools no session allowance covers
         # "for this session" answers seen by this process
         self._grants: set[tuple[int, str]] = set()
 
-    def always_ask(self, tool: str, describe: Describe) -> None:
-        """Every call of `tool` waits for a person, who is shown exactly `describe(arguments)`
-        (issue #31: shell)."""
+    def always_ask(self, tool: str, describe: Describe, *, each_call: bool = False) -> None:
+        """Every call of `tool` waits for a person, who is shown exactly `describe(arguments)`;
+        with `each_call` (the shell) a person is asked every time: its requests offer only Allow
+        once and Deny, and no "for this session" answer covers it."""
         self._always[tool] = describe
+        if each_call:
+            self._each_call.add(tool)
 
     def grant(self, session_id: int, tool: str) -> None:
-        self._grants.add((session_id, tool))
+        if tool not in self._each_call:
+            self._grants.add((session_id, tool))
 
     def __call__(self, name: str, arguments: Mapping[str, Any],
                  ctx: ToolContext) -> Hold | ToolResult | None:
@@ -60,6 +66,8 @@ class ApprovalPolicy:
             return ToolResult(f"{name} needs a person's approval before it runs, and nobody can"
                               " be asked here (a scheduled run or background work), so it was not"
                               " run.", is_error=True)
+        if name in self._each_call:
+            return Hold("approval", describe(arguments), EACH_CALL)
         if (ctx.session_id, name) in self._grants or self.granted(ctx.session_id, name):
             self._grants.add((ctx.session_id, name))
             return None

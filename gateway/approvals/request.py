@@ -23,6 +23,9 @@ ONCE, SESSION, DENY, OTHER = "once", "session", "deny", "other"
 APPROVAL_CHOICES = (Choice("Allow once", ONCE, "primary"),
                     Choice("Allow for this session", SESSION),
                     Choice("Deny", DENY, "danger"))
+# An approval's options, stored with the request: the decisions it offers when not all three. A
+# tool every call of which must be asked about (the shell) is never allowed "for this session".
+EACH_CALL = (ONCE, DENY)
 OTHER_LABEL = "Something else"
 MAX_LABEL_CHARS = 60       # under Slack's 75 and Discord's 80 characters per button
 
@@ -60,18 +63,26 @@ def ask_text(question: str, options: tuple[str, ...]) -> str:
     return f"❓ **{question.strip()}**\n{numbered}"
 
 
-def fallback_text(kind: str, code: str) -> str:
+def fallback_text(kind: str, code: str, options: tuple[str, ...] = ()) -> str:
     """What a surface without buttons adds: how to answer in words (these commands work on every
     surface)."""
     if kind == "ask":
         return "Reply with the number of an answer, or write your own."
+    if SESSION not in offered(options):
+        return f"Reply `/approve {code}` to allow it once, or `/deny {code}`."
     return (f"Reply `/approve {code}` to allow it once, `/approve {code} session` to allow this"
             f" tool for the rest of the conversation, or `/deny {code}`.")
 
 
+def offered(options: tuple[str, ...]) -> tuple[str, ...]:
+    """The decisions an approval offers: all three unless its request names fewer."""
+    return options or (ONCE, SESSION, DENY)
+
+
 def choices(kind: str, token: str, options: tuple[str, ...]) -> Choices:
     if kind == "approval":
-        return Choices(token, APPROVAL_CHOICES)
+        values = offered(options)
+        return Choices(token, tuple(c for c in APPROVAL_CHOICES if c.value in values))
     found = tuple(Choice(_label(o), str(i)) for i, o in enumerate(options, 1))
     return Choices(token, (*found, Choice(OTHER_LABEL, OTHER)))
 

@@ -179,7 +179,7 @@ class Waits:
         words."""
         text = self._shown(hold.kind, hold.text, hold.options, turn.inbound.user_name, self.minutes)
         if not interactive:
-            text = f"{text}\n\n{texts.fallback_text(hold.kind, code)}"
+            text = f"{text}\n\n{texts.fallback_text(hold.kind, code, hold.options)}"
         inbound = turn.inbound
         return self.ports.outbox.rows_for(message_turn(request_id), inbound.chat, text,
                                           kind=OutboundKind.NOTICE, reply_to_id=inbound.message_id)

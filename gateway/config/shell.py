@@ -62,6 +62,8 @@ class ShellConfig:
     max_processes: int = field(default=256, metadata={"min": 4, "max": 65_536})
     max_file_mb: int = field(default=1024, metadata={"min": 1, "max": 65_536})
     tmp_mb: int = field(default=256, metadata={"min": 1, "max": 65_536})
+    # a file `attach` sends to the chat, at most (Telegram's bots upload up to 50 MB)
+    max_attach_mb: int = field(default=20, metadata={"min": 1, "max": 50})
     bwrap: Path = Path("/usr/bin/bwrap")
 
     def __post_init__(self) -> None:

@@ -15,20 +15,20 @@ import logging
 import random
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
+from gateway.delivery.rows import render_rows, row_chat, row_message
 from gateway.errors import (
     AdapterError,
     MarkupRejected,
+    NotSendable,
     RateLimited,
     RecipientUnavailable,
-    SpeechError,
     StoreUnavailable,
 )
 from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity, adapter_key
@@ -38,6 +38,7 @@ from gateway.store.rows import OutboundRow
 from gateway.telemetry.metrics import Metrics, error_kind
 
 if TYPE_CHECKING:
+    from gateway.delivery.files import ChatFiles
     from gateway.delivery.voice import VoiceReplies
     from gateway.events import Choices
 
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
 ChatKey = tuple[str, str, str]  # (platform, account, chat_id): the unit of ordering
+PAYLOADS = frozenset({OutboundKind.VOICE.value, OutboundKind.FILE.value})  # rows with bytes too
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,41 +78,6 @@ class _Tries:
     rate_limited: int = 0
 
 
-def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts, *,
-                kind: OutboundKind, reply_to_id: str | None) -> list[dict[str, object]]:
-    """Split one reply into chunk rows for the outbound table (pure; the same input gives the same rows)."""
-    chunks: list[tuple[str, str, tuple[TextEntity, ...]]]
-    if facts.flavor == "markdown":
-        # The page renders the Markdown itself and never rejects it, so the plain fallback is never sent:
-        # rendering one (a markdown-it parse of the whole reply) would be work for nothing.
-        chunks = [(markdown, markdown, ())] if markdown.strip() else []
-    else:
-        rendered = render_chunks(markdown, facts.flavor, limit=facts.max_length,  # type: ignore[arg-type]
-                                 unit=facts.length_unit, max_lines=facts.max_lines)  # type: ignore[arg-type]
-        chunks = [(c.text, c.plain, c.entities) for c in rendered]
-    if not chunks:
-        chunks = [("(empty reply)", "(empty reply)", ())]
-    return [{
-        "turn_id": turn_id, "chunk_index": i, "chunk_count": len(chunks), "platform": chat.platform,
-        "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
-        "kind": kind.value, "text": text, "plain": plain, "reply_to_id": reply_to_id,
-        "account": chat.account,
-        "entities": json.dumps([asdict(e) for e in entities]) if entities else None,
-    } for i, (text, plain, entities) in enumerate(chunks)]
-
-
-def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage:
-    entities = tuple(TextEntity(**e) for e in json.loads(row.entities)) if row.entities else ()
-    return OutboundMessage(chat=row_chat(row), text=row.text, plain=row.plain, entities=entities,
-                           reply_to_id=row.reply_to_id, kind=OutboundKind(row.kind), chunk_index=row.chunk_index,
-                           chunk_count=row.chunk_count, use_plain=use_plain, key=f"{row.id}@{row.created_at}")
-
-
-def row_chat(row: OutboundRow) -> ChatRef:
-    chat_type: Any = row.chat_type
-    return ChatRef(row.platform, chat_type, row.chat_id, row.thread_id, row.account)
-
-
 class Outbox:
     """Records and sends replies. `available(platform)` is False while the supervisor knows an adapter is not
     serving; its chunks then stay pending until `deliver_pending(platform)` runs when it is back."""
@@ -137,6 +104,7 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
         self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
+        self.files: ChatFiles | None = None  # files for the chat (gateway/delivery/files.py)
         self.choices: list[Callable[[OutboundRow], Choices | None]] = []  # buttons: approvals/
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
@@ -286,8 +254,8 @@ class Outbox:
             await self.limiter.acquire(chat)
             try:
                 message = self._with_choices(row, row_message(row, use_plain=tries.use_plain))
-                if row.kind == OutboundKind.VOICE.value:
-                    mid = await self._send_voice(adapter, row, message)
+                if row.kind in PAYLOADS:
+                    mid = await self._send_payload(adapter, row, message)
                 elif self.previews is None:
                     mid = await adapter.send(message)
                 else:
@@ -306,16 +274,18 @@ class Outbox:
 
     def _with_choices(self, row: OutboundRow, message: OutboundMessage) -> OutboundMessage:
         """The last chunk of a message that has buttons carries them."""
-        if row.chunk_index != row.chunk_count - 1 or row.kind == OutboundKind.VOICE.value:
+        if row.chunk_index != row.chunk_count - 1 or row.kind in PAYLOADS:
             return message
         found = next((c for c in (source(row) for source in self.choices) if c is not None), None)
         return message if found is None else replace(message, choices=found)
 
-    async def _send_voice(self, adapter: Adapter, row: OutboundRow,
-                          message: OutboundMessage) -> str:
-        if self.voice is None:
-            raise SpeechError("voice replies are no longer configured")
-        return await self.voice.send(adapter, row, message)
+    async def _send_payload(self, adapter: Adapter, row: OutboundRow,
+                            message: OutboundMessage) -> str:
+        """A voice note (`voice`) or a file (`files`): its bytes made or read as it is sent."""
+        sender = self.voice if row.kind == OutboundKind.VOICE.value else self.files
+        if sender is None:
+            raise NotSendable(f"{row.kind} replies are no longer configured")
+        return await sender.send(adapter, row, message)
 
     def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:
         """The adapter to send this row with, or why not now (platform not serving, or too many rounds)."""
@@ -338,7 +308,7 @@ class Outbox:
             return self._markup_rejected(row, exc, tries)
         if isinstance(exc, RateLimited):
             return self._rate_limited(row, chat, exc, tries)
-        if isinstance(exc, SpeechError):  # a voice note that could not be made; its text went out
+        if isinstance(exc, NotSendable):  # a voice note that could not be made, a file that is gone
             self._count_error(exc)
             self._mark(row, "failed", error=str(exc))
             return _Outcome.FAILED

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from gateway.config.voice import VoiceConfig
-from gateway.delivery.outbox import render_rows, row_chat
+from gateway.delivery.outbox import Outbox
+from gateway.delivery.rows import render_rows, row_chat
 from gateway.errors import SpeechError
 from gateway.events import (
     Adapter,
@@ -31,7 +32,7 @@ from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
 from gateway.voice.encode import Speech
-from gateway.voice.speaker import Speaker
+from gateway.voice.speaker import Speaker, tools_problem
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +136,21 @@ class VoiceReplies:
 
     async def close(self) -> None:
         await self.speaker.close()
+
+
+def voice_replies(voice: VoiceConfig, env: Mapping[str, str],
+                  outbox: Outbox) -> VoiceReplies | None:
+    """With `voice.tts`, the answers that are also spoken (docs/voice.md), by `outbox`'s
+    adapters."""
+    tts = voice.tts
+    if tts is None:
+        return None
+    key = env.get(tts.api_key_env) if tts.api_key_env else None
+    if tts.api_key_env and not key:
+        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
+                    "a key", tts.api_key_env)
+    missing = tools_problem(tts)
+    if missing is not None:
+        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
+    return VoiceReplies(voice, Speaker(voice, tts, key), store=outbox.store,
+                        adapters=outbox.adapters, facts=outbox.facts, clock=outbox.clock)

@@ -1,7 +1,7 @@
 """Normalized messages and the adapter contract: the only shapes that cross between adapters and the core.
 
 Nothing platform-specific lives here; adapters translate their platform's objects into these at the edge.
-Buttons and taps (choices) are re-exported here.
+Buttons and taps (choices), voice notes and files (files) are re-exported here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from gateway.events.choices import Choice as Choice
 from gateway.events.choices import Choices as Choices
 from gateway.events.choices import Interactive as Interactive
 from gateway.events.choices import Picked as Picked
+from gateway.events.files import AudioReplies as AudioReplies
+from gateway.events.files import FileReplies as FileReplies
+from gateway.events.files import OutboundAudio as OutboundAudio
+from gateway.events.files import OutboundFile as OutboundFile
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -114,6 +118,7 @@ class OutboundKind(enum.Enum):
     NOTICE = "notice"    # a short system line: reset notice, busy notice, command answer
     ERROR = "error"      # one plain sentence when a turn failed
     VOICE = "voice"      # a spoken copy of a reply, sent after its text (gateway/delivery/voice.py)
+    FILE = "file"        # a file for the chat: text its name, plain its copy (delivery/files.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,34 +241,6 @@ class Adapter(Protocol):
     async def send(self, message: OutboundMessage) -> str: ...
 
     async def stop(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class OutboundAudio:
-    """A voice note: OGG/Opus bytes spoken from a reply whose text was sent before it.
-
-    `waveform` is up to 256 loudness levels (0–255), one per equal slice of the note, for a
-    platform that draws it (Discord). `transcript` is what is spoken (a title where the platform
-    shows one). `key` names the stored row, as `OutboundMessage.key` does.
-    """
-
-    chat: ChatRef
-    data: bytes
-    duration_s: float
-    waveform: bytes = b""
-    transcript: str = ""
-    reply_to_id: str | None = None
-    key: str = ""
-    filename: str = "voice.ogg"
-    mime_type: str = "audio/ogg"
-
-
-@runtime_checkable
-class AudioReplies(Protocol):
-    """Optional ability: send a voice note (Telegram sendVoice, a Discord voice message, a Slack
-    audio file, the web chat's player); returns the platform's message id. Errors as for `send`."""
-
-    async def send_audio(self, audio: OutboundAudio) -> str: ...
 
 
 @runtime_checkable

@@ -32,12 +32,13 @@ from gateway.approvals.waits import Waits
 from gateway.config.agents import check_agents
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
+from gateway.delivery.files import ChatFiles
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
-from gateway.delivery.voice import VoiceReplies
+from gateway.delivery.voice import voice_replies
 from gateway.errors import LLMNotConfigured
 from gateway.events import Adapter, MemberRoles, account_of, adapter_key
 from gateway.knowledge.forget import web_uploads
@@ -83,7 +84,6 @@ from gateway.store.database import Store
 from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
-from gateway.voice.speaker import Speaker, tools_problem
 from gateway.worker.parent import Worker
 
 log = logging.getLogger(__name__)
@@ -176,13 +176,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     vision = functools.partial(_sees_images, llm)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
-    shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
-                               vision=vision, worker=worker, roles=roles)
     facts = _platform_facts(config)
-    roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
-    main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
-    memory, skills, catalog, agent = main.memory, main.skills, main.catalog, main.loop
-    prompts, tools = main.prompts, main.loop.tools
     by_platform: dict[str, Adapter] = {adapter_key(a.platform, account_of(a)): a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
@@ -190,7 +184,13 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
                     limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
                     previews=previews)
-    outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
+    outbox.voice = voice_replies(config.voice, env, outbox)
+    shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
+                               vision=vision, worker=worker, roles=roles, outbox=outbox)
+    roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
+    main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
+    memory, skills, catalog, agent = main.memory, main.skills, main.catalog, main.loop
+    prompts, tools = main.prompts, main.loop.tools
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
@@ -231,25 +231,6 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
         return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
 
 
-def _voice(config: Config, env: Mapping[str, str], *, store: Store,
-           adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
-           clock: Clock) -> VoiceReplies | None:
-    """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
-    tts = config.voice.tts
-    if tts is None:
-        return None
-    key = env.get(tts.api_key_env) if tts.api_key_env else None
-    if tts.api_key_env and not key:
-        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
-                    "a key", tts.api_key_env)
-    missing = tools_problem(tts)
-    if missing is not None:
-        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
-    speaker = Speaker(config.voice, tts, key)
-    return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts,
-                        clock=clock)
-
-
 def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
            adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
            worker: Worker) -> AttachmentTurns:
@@ -270,10 +251,11 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Call
 
 def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: Store, *,
            sleep: Sleep, monotonic: Callable[[], float], vision: Callable[[], bool],
-           worker: Worker, roles: Roles) -> tuple[SharedTools, McpHub | None]:
+           worker: Worker, roles: Roles, outbox: Outbox) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
-    pictures when the model answering sees images (`vision`); who may have the shell (`roles`)."""
+    pictures when the model answering sees images (`vision`); who may have the shell (`roles`) and
+    how the files its commands write reach the chat (`outbox.files`)."""
     check_tool_names(config)
     check_agents(config)
     hub = provider = None
@@ -285,9 +267,11 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
     holds = approval_policy(config, store, provider, redactor_for(config, env))
     shell = config.tools.shell
     if shell.enabled and shell.approve == "always":
-        holds.always_ask("shell", describe_command)  # every command, shown whole
+        holds.always_ask("shell", describe_command, each_call=True)  # each command, shown whole
     admins = Admins(roles.admits, roles.admin_owned) if shell.enabled else None
-    return SharedTools(web, jobs, SessionSearch(), provider, holds, admins), hub
+    files = outbox.files = ChatFiles.of(outbox, shell, config.home)
+    attach = files.attach if files is not None else None
+    return SharedTools(web, jobs, SessionSearch(), provider, holds, admins, attach), hub
 
 
 def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],

@@ -29,9 +29,15 @@ def result_text(done: Finished, budget: int, timeout_s: float) -> str:
 
 
 def describe(arguments: Mapping[str, Any]) -> str:
-    """What the person asked to allow a call reads: the exact command, whole."""
+    """What the person asked to allow a call reads: the exact command, whole, and the files it
+    would send to the chat."""
     command = str(arguments.get("command", ""))
     fence = "```"
     while fence in command:
         fence += "`"
-    return f"Run this command in the shell?\n{fence}sh\n{command}\n{fence}"
+    shown = f"Run this command in the shell?\n{fence}sh\n{command}\n{fence}"
+    attach = arguments.get("attach")
+    if isinstance(attach, list) and attach:
+        names = ", ".join(f"`{str(p).replace('`', 'ʼ')}`" for p in attach)
+        shown += f"\nThen send these files from the workspace to the chat: {names}"
+    return shown

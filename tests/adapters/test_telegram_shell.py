@@ -1,7 +1,8 @@
-"""The shell on Telegram end to end: real aiogram polling against the fake Bot API (inline keyboards,
-callback queries), the whole daemon, the fake LLM, and commands run by the real bubblewrap. What a
-user sees (the request with the exact command, its buttons), what the model is told (the tool
-result, the tools array), and what happened on the host (the workspace, nothing of the home)."""
+"""The shell on Telegram end to end: real aiogram polling against the fake Bot API (inline
+keyboards, callback queries), the whole daemon, the fake LLM, and commands run by the real
+bubblewrap. What a user sees (the request with the exact command, its buttons), what the model is
+told (the tool result, the tools array), and what happened on the host (the workspace, nothing of
+the home)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,15 @@ from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_telegram import ALICE, BOB, GROUP, VirtualTime, telegram_yaml
 from tests.approvals_support import tool_results
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
-from tests.fakes.telegram import TOKEN, FakeTelegram, SentMessage
+from tests.fakes.telegram import TOKEN, FakeTelegram, SentMessage, server_error
 from tests.helpers import require, write_config
 from tests.lifecycle_support import FakeClock
 
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    require(None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)")
+    require(None if shutil.which("bwrap")
+            else "bubblewrap is not installed (apt install bubblewrap)")
 
 
 def shell_yaml(options: str = "", admin: int = ALICE) -> str:
@@ -196,3 +198,84 @@ async def test_what_the_sandbox_keeps_from_an_admins_commands(
     assert TOKEN not in said[3] and "TOKEN" not in said[3] and "PATH=" in said[3]
     assert "killed with all its processes" in said[4]
     assert "output cut" in said[5] and len(said[5]) < 5500
+
+
+async def test_every_command_is_asked_about_and_never_allowed_for_the_session(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """The shell's requests offer Allow once and Deny only; a forged "session" tap, `/approve CODE
+    session` and an allowance stored for the session all leave the next command asking again."""
+    tg = fake_telegram
+    fake_llm.script(ToolCall("shell", {"command": "echo one >> log"}), Reply("One."),
+                    ToolCall("shell", {"command": "echo two >> log"}), Reply("Two."))
+    async with daemon(home, fake_llm, tg) as gw:
+        tg.inject_message(ALICE, "run one")
+        first = await request_in(tg, ALICE)
+        assert tg.buttons(ALICE, first.message_id) == ["Allow once", "Deny"]
+        token = gw.store.all("SELECT token FROM approvals")[0]["token"]
+        forged = tg.inject_callback(ALICE, first.message_id, f"ag:{token}:session")
+        assert "no longer waiting" in (await tg.wait_for_answer(forged))["text"]
+        assert tg.buttons(ALICE, first.message_id) == ["Allow once", "Deny"]  # still asking
+        await tg.wait_for_answer(tg.tap(ALICE, first.message_id, "Allow once"))
+        assert (await tg.wait_for_sent(ALICE, count=2)).text == "One."
+        # even an allowance on record for this session (an older daemon's) does not cover it
+        gw.store.execute("UPDATE approvals SET decision = 'session'")
+        tg.inject_message(ALICE, "run two")
+        second = await request_in(tg, ALICE, count=2)
+        assert "echo two" in second.text
+        assert tg.buttons(ALICE, second.message_id) == ["Allow once", "Deny"]
+        code = gw.store.all("SELECT code FROM approvals WHERE state = 'pending'")[0]["code"]
+        tg.inject_message(ALICE, f"/approve {code} session")
+        refusal = await tg.wait_for_sent(ALICE, count=4)
+        assert "cannot be allowed for the session" in refusal.text
+        assert tg.buttons(ALICE, second.message_id) == ["Allow once", "Deny"]
+        await tg.wait_for_answer(tg.tap(ALICE, second.message_id, "Allow once"))
+        assert (await tg.wait_for_sent(ALICE, count=5)).text == "Two."
+        rows = gw.store.all("SELECT decision, state FROM approvals ORDER BY id")
+        assert [(r["decision"], r["state"]) for r in rows] == [("session", "done"),
+                                                               ("once", "done")]
+    assert (home / "workspace" / "log").read_text() == "one\ntwo\n"
+
+
+async def test_files_the_command_wrote_arrive_as_documents_and_nothing_outside_the_workspace(
+        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    """`attach` sends what the command wrote as documents, with their bytes and names, through the
+    outbox (a 500 on the first upload is retried); links out of the workspace (to the home, to
+    /etc/passwd, through `..`), absolute paths, missing, oversized and surplus files are refused
+    and said."""
+    tg = fake_telegram
+    command = (f"printf 'report body' > report.txt; ln -s report.txt alias.txt; ln -s {home} home;"
+               " ln -s /etc/passwd pw; ln -s ../config.yaml cfg; mkdir sub; ln -s ../.. up;"
+               " head -c 1100000 /dev/zero > big.bin")
+    attach = ["report.txt", "alias.txt", "home/config.yaml", "pw", "up/etc/passwd",
+              "/etc/passwd", "../config.yaml", "big.bin", "missing.txt", "sub", "cfg"]
+    fake_llm.script(ToolCall("shell", {"command": command, "attach": attach}), Reply("Sent."))
+    tg.fail("sendDocument", server_error())
+    async with daemon(home, fake_llm, tg, "max_attach_mb: 1\n") as gw:
+        tg.inject_message(ALICE, "send me the report")
+        request = await request_in(tg, ALICE)
+        assert "send these files from the workspace to the chat: report.txt, alias.txt," in request.text
+        await tg.wait_for_answer(tg.tap(ALICE, request.message_id, "Allow once"))
+        await tg.wait_until(lambda: len(documents(tg)) == 2)
+        assert (await tg.wait_for_sent(ALICE, count=4)).text == "Sent."
+        rows = gw.store.all("SELECT text, status FROM outbound WHERE kind = 'file' ORDER BY id")
+        assert [(r["text"], r["status"]) for r in rows] == [("report.txt", "sent"),
+                                                            ("alias.txt", "sent")]
+    sent = documents(tg)
+    assert [d["filename"] for d in sent] == ["report.txt", "alias.txt"]
+    assert [d["data"] for d in sent] == [b"report body", b"report body"]
+    assert tg.pending_faults("senddocument") == 0  # the failed upload was sent again
+    said = str(result(fake_llm)["content"])
+    assert "- report.txt: sent to the chat as report.txt (11 bytes)" in said
+    for refused in ("home/config.yaml", "pw", "up/etc/passwd", "../config.yaml"):
+        assert f"- {refused}: not sent (it is not inside the workspace" in said
+    assert "- /etc/passwd: not sent (give a path relative to the workspace" in said
+    assert "- big.bin: not sent (1.0 MB, over the limit of 1.0 MB)" in said
+    assert "- missing.txt: not sent (no such file)" in said
+    assert "- sub: not sent (not a regular file)" in said
+    assert "- cfg: not sent (at most 10 files a command)" in said
+    assert not any(b"root:" in d["data"] or b"telegram" in d["data"] for d in sent)
+    assert not list((home / "media").glob("*/sent/*"))  # each copy went once it was sent
+
+
+def documents(tg: FakeTelegram) -> list[Any]:
+    return [m.document for m in tg.sent_messages(ALICE) if m.method == "senddocument"]

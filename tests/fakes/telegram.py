@@ -73,6 +73,8 @@ GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto", "s
 # format (other formats may be sent as Audio or Document)"; a user whose privacy settings refuse
 # voice messages makes it a 400 VOICE_MESSAGES_FORBIDDEN (see `forbid_voice`).
 MAX_VOICE_BYTES = 50 * 1024 * 1024
+# "Bots can currently send files of any type of up to 50 MB in size" (sendDocument): 413 above.
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 # InlineKeyboardButton.callback_data: "Data to be sent in a callback query to the bot when the
 # button is pressed, 1-64 bytes"; answerCallbackQuery.text: "0-200 characters" (Bot API). A query is
 # answered once.
@@ -530,8 +532,8 @@ class FakeTelegram(FakeServer):
             upload = p.get(upload.removeprefix("attach://"))
         if not upload:
             raise _ApiError(400, f"Bad Request: there is no {field_name} in the request")
-        too_big = isinstance(upload, dict) and upload.get("size", 0) > MAX_VOICE_BYTES
-        if too_big and field_name == "voice":
+        size = upload.get("size", 0) if isinstance(upload, dict) else 0
+        if size > (MAX_VOICE_BYTES if field_name == "voice" else MAX_UPLOAD_BYTES):
             raise _ApiError(413, "Request Entity Too Large")
         if field_name == "voice" and isinstance(upload, dict):
             upload = {**upload, "as_voice": _voice_format(upload.get("data", b""))}

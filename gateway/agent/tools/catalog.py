@@ -10,7 +10,7 @@ deferred.py). The built-in tools are the core: never deferred.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -72,12 +72,18 @@ class WebTools:
     pages: PageCache | None = None  # pages web_fetch read a moment ago (gateway/net/pages.py)
 
 
+# (the turn's tool context, the workspace, the paths the model named) → what the model is told
+AttachFiles = Callable[[ToolContext, Path, Sequence[str]], Awaitable[str]]
+
+
 @dataclass(frozen=True, slots=True)
 class ShellTool:
-    """The shell's sandbox (tools.shell.enabled) and who may run it (an admin's turn)."""
+    """The shell's sandbox (tools.shell.enabled), who may run it (an admin's turn) and how the
+    files a command wrote reach the chat (`attach`: gateway/delivery/files.py)."""
 
     sandbox: Sandbox
     admits: Callable[[ToolContext], bool]
+    attach: AttachFiles | None = None
 
 
 def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375,
@@ -119,7 +125,7 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
 
 
 def shell_of(config: Config, admits: Callable[[ToolContext], bool], *,
-             agent: str = MAIN_AGENT) -> ShellTool | None:
+             agent: str = MAIN_AGENT, attach: AttachFiles | None = None) -> ShellTool | None:
     """With tools.shell.enabled, the sandbox the shell runs commands in, for `admits`' turns; each
     agent has a workspace of its own."""
     shell = config.tools.shell
@@ -128,7 +134,7 @@ def shell_of(config: Config, admits: Callable[[ToolContext], bool], *,
     if shell.sandbox == "none":
         log.warning("tools.shell runs commands WITHOUT a sandbox (unsafe_no_sandbox: true): they "
                     "have the daemon's rights, its keys and state.db included")
-    return ShellTool(Sandbox(SandboxSpec.of(shell, config.home, agent=agent)), admits)
+    return ShellTool(Sandbox(SandboxSpec.of(shell, config.home, agent=agent)), admits, attach)
 
 
 MAX_COMMAND_CHARS = 16_000
@@ -147,6 +153,8 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
     async def run(
         command: Annotated[str, "the command line, run by /bin/sh -c in the workspace"],
         ctx: ToolContext,
+        attach: Annotated[list[str] | None, "files the command writes, paths relative to the"
+                          " workspace, to send to the chat once it ends"] = None,
     ) -> str:
         if not shell.admits(ctx):
             log.warning("shell refused: session=%s user=%s is not an admin", ctx.session_id,
@@ -163,7 +171,10 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
                             " owner (`gateway doctor` checks the sandbox).") from None
         log.info("shell ran: session=%s exit=%s stopped=%s seconds=%.2f", ctx.session_id,
                  done.exit_code, done.stopped, done.duration_s)
-        return result_text(done, limits.output_chars, limits.timeout_s)
+        said = result_text(done, limits.output_chars, limits.timeout_s)
+        if attach and shell.attach is not None:
+            said += "\n\n" + await shell.attach(ctx, sandbox.spec.workspace, attach)
+        return said
 
     run.__doc__ = (
         f"Run a shell command (/bin/sh -c) {where}, {net} network access. Its working directory is"
@@ -172,6 +183,8 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
         " command and must allow it first. Returns the exit code, how long it ran, stdout and"
         f" stderr (at most {limits.output_chars:,} characters, the middle of longer output cut)."
         f" It is stopped after {limits.timeout_s:g} seconds."
+        + (" Files it writes in the workspace reach the user as attachments when `attach` names"
+           " them." if shell.attach is not None else "")
     )
     return run
 

@@ -110,9 +110,10 @@ class ToolResult:
 @dataclass(frozen=True, slots=True)
 class Hold:
     """A call that must wait for a person before it runs: an approval (`text` names the tool and its
-    arguments as the person is shown them) or an `ask` question (`text` the question, `options` its
-    answers). `tool` and `arguments` are the call's real name and parsed arguments (also when the
-    model made it through tool search's tool_call): what runs once a person says yes."""
+    arguments as the person is shown them; `options` the decisions it offers when not all three)
+    or an `ask` question (`text` the question, `options` its answers). `tool` and `arguments` are
+    the call's real name and parsed arguments (also when the model made it through tool search's
+    tool_call): what runs once a person says yes."""
 
     kind: Literal["approval", "ask"]
     text: str
