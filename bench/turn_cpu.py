@@ -140,6 +140,10 @@ async def run(scenario: str, *, people: int, listed: int, rounds: int) -> Figure
                 n = await _round(gw, scenario, people, n)
                 cpu.append((time.process_time() - started) * 1000 / people)
                 gw.store.conn.set_trace_callback(None)
+            # The search index is kept after the turns, in batches: what the rounds left waiting counts too.
+            gw.store.conn.set_trace_callback(count)
+            gw.store.index_pending()
+            gw.store.conn.set_trace_callback(None)
             assert adapter.sent >= people * (rounds + 2), "every turn must have answered"
             return Figures(scenario, people * rounds, cpu, statements / (people * rounds))
         finally:

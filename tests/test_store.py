@@ -89,6 +89,7 @@ def test_inbound_dedupe_and_fts(tmp_path: Path) -> None:
     assert [r.id for r in store.unfinished_inbound()] == [first]
     sid = _session(store)
     store.add_message(sid, "user", "the quick brown fox, 東京の天気", now=NOW)
+    store.index_pending()  # indexed after its transaction (tests/test_search_index.py)
     words = store.one("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'fox'")
     trigrams = store.one("SELECT COUNT(*) FROM messages_fts_tri WHERE messages_fts_tri MATCH '東京の'")
     assert words is not None and words[0] == 1

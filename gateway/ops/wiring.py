@@ -137,6 +137,7 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     starts; the daemon sets LOOP_BUSY_TIMEOUT_MS once it serves)."""
     config.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # memories and chat history: the owner's alone
     store = Store(config.db_path, busy_timeout_ms=busy_timeout_ms)
+    store.index_pending()  # what a killed process stored but had not indexed yet (search_index.py)
     metrics = Metrics()
     source = "given"
     if llm is None:

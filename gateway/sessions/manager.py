@@ -35,7 +35,7 @@ from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
 from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.keys import platform_per_user, session_key
-from gateway.sessions.lanes import Lane, Lanes
+from gateway.sessions.lanes import Lane, Lanes, Touches
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage
 from gateway.sessions.turn_text import failure_text, reset_notice, user_message
@@ -82,6 +82,7 @@ class SessionManager:
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
+        self._touched = Touches()
         self.turns_done = 0
 
     # ------------------------------------------------------------------ intake
@@ -95,12 +96,14 @@ class SessionManager:
         if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
         inbound = well_formed(inbound)
+        key = self.key_for(inbound)
         try:
             if self.gate is not None:
                 verdict = await self.gate(inbound)
                 if verdict is not None:
                     return verdict
-            inbound_id = await self.outage.intake(inbound)
+            status = "running" if self._lanes.idle(key) else "pending"  # stored running: its turn starts now
+            inbound_id = await self.outage.intake(inbound, status=status)
         except StoreUnavailable as exc:
             self.outage.not_stored(inbound, exc)
             raise
@@ -108,7 +111,6 @@ class SessionManager:
             log.info("duplicate %s message %s in chat %s ignored", inbound.chat.platform, inbound.message_id,
                      inbound.chat.chat_id)
             return SubmitResult(SubmitOutcome.DUPLICATE)
-        key = self.key_for(inbound)
         if await self._command(inbound_id, inbound, key):
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         return await self._enqueue(key, inbound_id, inbound)
@@ -132,9 +134,10 @@ class SessionManager:
         polling offset, Slack's 3 s) must not wait behind a 429 pause on a command answer.
         """
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
+        touched_at = self._touched.at(inbound_id, session_id)
         try:
             await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
-                                                                       session_id=session_id))
+                                                                       session_id=session_id, touched_at=touched_at))
         except TurnGone:
             return await self._gone(inbound, turn_id)
         self._answered(inbound, inbound_id)
@@ -159,7 +162,8 @@ class SessionManager:
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
     def _mark(self, inbound_id: int, status: str) -> None:
-        self.store.set_inbound_status(inbound_id, status, now=self.clock())
+        touched = self._touched.take(inbound_id)
+        self.store.set_inbound_status(inbound_id, status, now=self.clock(), touched=touched)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, key: str, inbound: Inbound, now: datetime) -> tuple[SessionRow, str | None]:
@@ -202,6 +206,7 @@ class SessionManager:
     # ------------------------------------------------------------------ the turn
     async def _turn(self, inbound_id: int) -> None:
         await self.outage.turn(lambda: self._turn_once(inbound_id))
+        self._touched.take(inbound_id)  # cut off or crashed: kept for _mark
 
     async def _turn_once(self, inbound_id: int) -> None:
         try:
@@ -215,10 +220,11 @@ class SessionManager:
             inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()
         session, ended = self.open_session(self.key_for(inbound), inbound, now)
-        touch = inbound.chat.platform != "cron"  # idle counts real user messages only
-        self.store.start_turn(inbound_id, session.id, now=now, touch_user=touch)
-        if touch:
-            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # the row as just written
+        if row.status == "pending":  # it waited behind another turn (or a restart)
+            self.store.mark_running(inbound_id)
+        if inbound.chat.platform != "cron":  # idle counts real user messages only
+            self._touched.start(inbound_id, session.id, now)
+            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # as the turn's end stores
         turn = f"t{inbound_id}"
         # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
         log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
@@ -254,10 +260,12 @@ class SessionManager:
                       now: datetime, held: list[LLMReply], media: TurnMedia | None = None) -> None:
         try:
             prompt = self._prompt.ensure(session)
-            history = session_history(self.store, session.id)
+            with self.store.one_look():  # what other processes changed: one look for the history and the people
+                history = session_history(self.store, session.id)
+                ctx = self.tool_context(session, inbound.user_id, inbound)
             user_msg = user_message(inbound, ended, media)
             prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
-            result = await self._run_agent(session, inbound, prompt, history, user_msg, held, turn)
+            result = await self._run_agent(session, inbound, ctx, prompt, history, user_msg, held, turn)
         except (LLMError, TimeoutError) as exc:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
@@ -277,9 +285,11 @@ class SessionManager:
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
         messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
+        touched_at = self._touched.at(inbound_id, session.id)
         try:
-            await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
-                                                                     now=self.clock(), turn_id=turn, calls=calls))
+            await self.outage.write(lambda: self.store.complete_turn(
+                session.id, messages, rows, inbound_id, now=self.clock(), turn_id=turn, calls=calls,
+                touched_at=touched_at))
         except TurnGone:
             self._count_turn(inbound.chat.platform, "dropped", now)
             return await self._gone(inbound, turn)
@@ -306,9 +316,9 @@ class SessionManager:
             return False  # kept for the turn's own transaction, or lost with a turn that is run again
         return True
 
-    async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
-                         user_msg: ChatMessage, held: list[LLMReply], turn: str) -> TurnResult:
-        ctx = self.tool_context(session, inbound.user_id, inbound)
+    async def _run_agent(self, session: SessionRow, inbound: Inbound, ctx: ToolContext, prompt: str,
+                         history: list[ChatMessage], user_msg: ChatMessage, held: list[LLMReply],
+                         turn: str) -> TurnResult:
         tools = self.tools.of(session)
         allowed = self.tools.allowed(tools, session.platform)
 

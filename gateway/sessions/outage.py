@@ -39,14 +39,15 @@ class StoreOutage:
         `submit_wait` for another process's lock on the submit path, not at all there for a full or broken disk."""
         return await self.health.write(call, deadline=self.submit_wait if on_submit else None)
 
-    async def intake(self, inbound: Inbound) -> int | None:
-        """Store a new inbound row (write-ahead); its id, or None for a duplicate."""
+    async def intake(self, inbound: Inbound, *, status: str = "pending") -> int | None:
+        """Store a new inbound row (write-ahead); its id, or None for a duplicate. `status` is `running` for a
+        message whose turn starts at once (nothing queued before it), so its turn need not write that itself."""
         chat = inbound.chat
         payload = encode_inbound(inbound)
         return await self.write(lambda: self.store.insert_inbound(
             platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
             platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
-            text=inbound.text, payload=payload, received_at=inbound.received_at), on_submit=True)
+            text=inbound.text, payload=payload, received_at=inbound.received_at, status=status), on_submit=True)
 
     def not_stored(self, inbound: Inbound, exc: StoreUnavailable) -> None:
         """The message could not be stored: its chat hears so once per outage. The caller re-raises, so an

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
+from gateway.store.search_index import BATCHED_INDEX_MIGRATION_SQL, SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
 Migration = tuple[str, "str | Callable[[sqlite3.Connection], None]"]
@@ -348,4 +348,5 @@ MIGRATIONS: list[Migration] = [
     ("0011_robustness", _ROBUSTNESS),
     ("0014_tool_errors", _TOOL_ERRORS),
     ("0016_review2122", _PERSON_ZONE),
+    ("0017_search_batched", BATCHED_INDEX_MIGRATION_SQL),
 ]
