@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from gateway.agent.tools.registry import ToolContext, ToolRegistry, ToolSpec
-from gateway.llm.types import ChatMessage, LLMClient, LLMReply, TextSink, Usage
+from gateway.llm.types import ChatMessage, History, LLMClient, LLMReply, TextSink, Usage
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Agent:
         """Run one turn. `tools` is the session's stored tool list (part of the cached prefix, so it is always sent
         whole, byte for byte); `allowed_tools` narrows what may actually execute (the policy, the flush). `stream`
         gets each model call's text as it is written; `on_tool` each tool's name as it starts (a live preview)."""
-        convo: list[ChatMessage] = [*history, user_message]
+        convo = History.of(history).plus(user_message)  # the stored part shared: see History
         result = TurnResult(text="", messages=[])
         limit = max_iterations or self.max_iterations
         for step_no in range(limit):

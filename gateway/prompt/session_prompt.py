@@ -12,7 +12,7 @@ from typing import Protocol
 from gateway.agent.loop import Agent
 from gateway.agent.tools.registry import Callers
 from gateway.knowledge.memory import NO_VIEW, MemoryView
-from gateway.llm.types import ChatMessage, ToolDef
+from gateway.llm.types import ChatMessage, History, ToolDef
 from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow, parse_iso
@@ -82,12 +82,12 @@ class SessionPrompt:
             return self.tools.fix(session)  # a new session: the tools a new session gets now, from now on
         return self.tools.of(session)
 
-    async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
-                                 user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
+    async def compress_if_needed(self, session: SessionRow, prompt: str, history: Sequence[ChatMessage],
+                                 user_msg: ChatMessage) -> tuple[str, Sequence[ChatMessage]]:
         """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
         compressor = self.compressor
         specs = self.tools.of(session).specs
-        if compressor is None or not compressor.over_limit(prompt, [*history, user_msg], specs):
+        if compressor is None or not compressor.over_limit(prompt, History.of(history).plus(user_msg), specs):
             return prompt, history
         if not await compressor.compress(session, prompt, self.store.history(session.id)):
             return prompt, history

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -37,10 +37,10 @@ from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.keys import platform_per_user, session_key
 from gateway.sessions.lanes import Lane, Lanes, Touches
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
-from gateway.sessions.outage import StoreOutage
+from gateway.sessions.outage import StoreOutage, model_call
 from gateway.sessions.turn_text import failure_text, reset_notice, user_message
 from gateway.store.database import Store
-from gateway.store.rows import ModelCall, SessionRow, iso, parse_iso
+from gateway.store.rows import SessionRow, iso, parse_iso
 from gateway.store.transcript import decode_inbound, session_history, well_formed
 from gateway.telemetry.metrics import Metrics, error_kind
 
@@ -242,7 +242,7 @@ class SessionManager:
             await self._answer(inbound_id, inbound, session, ended, turn, now, held, media)
         finally:
             for reply in held:  # the answer was not stored: the call goes on record anyway
-                self._record_usage(session.id, reply)
+                self.outage.record_usage(session.id, model_call(reply), self.clock())
 
     async def _attachments(self, inbound_id: int, inbound: Inbound, session: SessionRow) -> TurnMedia | None:
         """The message's files made ready for the model; what could not be used is told to the user first."""
@@ -261,10 +261,10 @@ class SessionManager:
         try:
             prompt = self._prompt.ensure(session)
             with self.store.one_look():  # what other processes changed: one look for the history and the people
-                history = session_history(self.store, session.id)
+                stored = session_history(self.store, session.id)
                 ctx = self.tool_context(session, inbound.user_id, inbound)
             user_msg = user_message(inbound, ended, media)
-            prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
+            prompt, history = await self._prompt.compress_if_needed(session, prompt, stored, user_msg)
             result = await self._run_agent(session, inbound, ctx, prompt, history, user_msg, held, turn)
         except (LLMError, TimeoutError) as exc:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
@@ -284,7 +284,7 @@ class SessionManager:
         stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
-        messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
+        messages, calls = [stored_user, *result.messages], [model_call(r) for r in held]
         touched_at = self._touched.at(inbound_id, session.id)
         try:
             await self.outage.write(lambda: self.store.complete_turn(
@@ -307,17 +307,8 @@ class SessionManager:
             if error is not None:
                 self.metrics.error(error)
 
-    def _record_usage(self, session_id: int, reply: LLMReply) -> bool:
-        call = _model_call(reply)
-        try:
-            self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider,
-                                 model=call.model, now=self.clock())
-        except StoreUnavailable:
-            return False  # kept for the turn's own transaction, or lost with a turn that is run again
-        return True
-
     async def _run_agent(self, session: SessionRow, inbound: Inbound, ctx: ToolContext, prompt: str,
-                         history: list[ChatMessage], user_msg: ChatMessage, held: list[LLMReply],
+                         history: Sequence[ChatMessage], user_msg: ChatMessage, held: list[LLMReply],
                          turn: str) -> TurnResult:
         tools = self.tools.of(session)
         allowed = self.tools.allowed(tools, session.platform)
@@ -325,7 +316,7 @@ class SessionManager:
         def record(reply: LLMReply) -> None:
             # Tools run next, maybe for long: on record now. The answer's usage goes in with it (one transaction
             # fewer per turn), and so does a call whose record failed.
-            if not reply.tool_calls or not self._record_usage(session.id, reply):
+            if not reply.tool_calls or not self.outage.record_usage(session.id, model_call(reply), self.clock()):
                 held.append(reply)
 
         async with self._turns:
@@ -402,7 +393,3 @@ class SessionManager:
                  inbound.chat.platform if inbound else "?", turn)
         if inbound is not None and self.streams is not None:  # a preview of the answer comes down too
             await self.streams.abandon(turn, inbound.chat, self.adapters.get(inbound.chat.platform))
-
-
-def _model_call(reply: LLMReply) -> ModelCall:
-    return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 from gateway.delivery.outbox import Outbox
 from gateway.errors import StoreUnavailable
 from gateway.events import Inbound
+from gateway.llm.types import LLMReply
 from gateway.store.database import Store
+from gateway.store.rows import ModelCall
 from gateway.store.transcript import encode_inbound
 
 log = logging.getLogger("gateway.sessions.manager")
@@ -60,6 +63,16 @@ class StoreOutage:
             self._told[where] = self.health.outages
             self.outbox.send_unrecorded(chat, NOT_STORED_TEXT, reply_to_id=inbound.message_id)
 
+    def record_usage(self, session_id: int, call: ModelCall, now: datetime) -> bool:
+        """A model call on record now (a turn's tool steps may run long); False when the store took no write: the
+        call goes into the turn's own transaction then, or is lost with a turn that is run again."""
+        try:
+            self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider,
+                                 model=call.model, now=now)
+        except StoreUnavailable:
+            return False
+        return True
+
     async def turn(self, run: Callable[[], Awaitable[None]]) -> None:
         """Run a turn; when it could not store something, wait and run it again (its inbound row is still
         pending or running, so nothing the user sent is lost; a drain cancels the wait and replay takes over)."""
@@ -73,3 +86,8 @@ class StoreOutage:
                     log.warning("a turn could not store its work (%s); it runs again when the database takes "
                                 "writes", exc)
                 await self.health.pause(attempt)
+
+
+def model_call(reply: LLMReply) -> ModelCall:
+    """A turn's model call as its `llm_calls` row."""
+    return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)

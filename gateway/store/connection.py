@@ -121,6 +121,9 @@ class Database:
             raise StoreError(f"cannot open {path}: {exc}") from exc
         self.applied = self._migrate(migrations)
         self.history_cache = HistoryCache()
+        self.active_count = int(self.conn.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
+                                   .fetchone()[0])
+        self.history_cache.size_for(self.active_count)
         self._data_version = self._read_data_version()
         self._looked: int | None = None  # data_version inside one_look()
         self._indexing: asyncio.Handle | None = None

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.errors import StoreError, TurnGone
+from gateway.llm.types import History
 from gateway.store.connection import Database
 from gateway.store.delivery_queries import insert_outbound, touch_session
 from gateway.store.history_cache import ChatView
@@ -94,6 +95,14 @@ class MessageQueries(Database):
         views = [chat_view(*r) for r in rows]
         self.history_cache.put(session_id, views)  # keeps its own compact copy
         return views
+
+    def history_view(self, session_id: int) -> History | None:
+        """`chat_history` as the turn reads it (HistoryCache.view): kept between turns with what the model wires
+        made of it; None when the session must be read whole (transcript.session_history does)."""
+        self._forget_if_changed_elsewhere()
+        if session_id not in self.history_cache:
+            self.chat_history(session_id)  # read and kept, if it fits
+        return self.history_cache.view(session_id)
 
     def _forget_if_changed_elsewhere(self) -> None:
         """Another connection (a second process, another Store on the file) committed: cached histories may be

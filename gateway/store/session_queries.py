@@ -39,7 +39,13 @@ class SessionQueries(Database):
             "INSERT INTO sessions (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, created_at,"
             " model, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model, provider))
+        self._count_active(+1)
         return self.session(sid)
+
+    def _count_active(self, change: int) -> None:
+        """The history cache is sized by the active sessions (counted at open, then kept here)."""
+        self.active_count = max(0, self.active_count + change)
+        self.history_cache.size_for(self.active_count)
 
     def store_prompt(self, session_id: int, prompt: str, *, now: datetime, reason: str | None = None,
                      model: str | None = None, provider: str | None = None) -> None:
@@ -65,7 +71,10 @@ class SessionQueries(Database):
             cur = conn.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ?, flush_state = COALESCE(flush_state, ?)"
                 " WHERE id = ? AND ended_at IS NULL", (iso(now), reason, flush_state, session_id))
-            return cur.rowcount == 1
+            ended = cur.rowcount == 1
+        if ended:
+            self._count_active(-1)
+        return ended
 
     def add_usage(self, session_id: int | None, usage: Usage, *, purpose: str, provider: str, model: str,
                   now: datetime) -> None:
