@@ -5,21 +5,25 @@ beside it, in the same run, a raw aiohttp echo (also a subprocess) doing the sam
 Measured per message, all on this process's monotonic clock:
   in   = model request arrives  - platform frame sent         (inbound → LLM request)
   out  = reply frame arrives    - model response written      (LLM reply → platform send)
-Latency runs one message at a time, rotating over the sessions; added = gateway - echo, goal p99 ≤ 5 ms.
+Latency runs one message at a time, rotating over the sessions; added = gateway - echo, goal
+p99 ≤ 5 ms.
 
-Throughput runs in rounds, `--clients` conversations at once: a gateway round, then an echo round, the order
-swapped every other round, so both see the same machine (two shared cores move msg/s by half from one minute to
-the next). Each pair gives a ratio (gateway msg/s / echo msg/s); the median and the spread of the ratios are the
-figure, goal median ≥ 0.6. Several `--clients` values run one after the other in the same run. Each round talks
-to the next `--clients` sessions (round-robin), so a history grows by `--per-client` turns a round at most.
+Throughput runs in rounds, `--clients` conversations at once: a gateway round, then an echo round,
+the order swapped every other round, so both see the same machine (two shared cores move msg/s by
+half from one minute to the next). Each pair gives a ratio (gateway msg/s / echo msg/s); the median
+and the spread of the ratios are the figure, goal median ≥ 0.6. Several `--clients` values run one
+after the other in the same run. Each round talks to the next `--clients` sessions (round-robin),
+so a history grows by `--per-client` turns a round at most.
 
-`--compare DIR` adds another tree's daemon (a checkout with its own `.venv`, e.g. `git worktree add /tmp/base
-COMMIT`) to every round: before and after measured under the same load. Its home is seeded by its own code.
+`--compare DIR` adds another tree's daemon (a checkout with its own `.venv`, e.g. `git worktree add
+/tmp/base COMMIT`) to every round: before and after measured under the same load. Its home is
+seeded by its own code.
 
-Also printed: the CPU time per message of each server over its rounds (user + system, from /proc), which moves
-much less than msg/s when other jobs share the machine. The gateway answers whole here, as the echo does; then
-the streaming figure (bench/streaming.py): the model's first token → the first visible text on the web chat and
-on Telegram (a fake Bot API), p50/p99, and platform calls per answer.
+Also printed: the CPU time per message of each server over its rounds (user + system, from /proc),
+which moves much less than msg/s when other jobs share the machine. The gateway answers whole here,
+as the echo does; then the streaming figure (bench/streaming.py): the model's first token → the
+first visible text on the web chat and on Telegram (a fake Bot API), p50/p99, and platform calls
+per answer.
 
 The web chat is the platform here because it has no published send limits: Telegram's 30 messages/s per bot
 would measure the rate limiter, not overhead.
@@ -89,11 +93,14 @@ def _tag(body: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the two servers
-def seed(home: Path, sessions: int, history: int, platform: str = "web", tree: Path | None = None) -> None:
+def seed(home: Path, sessions: int, history: int, platform: str = "web",
+         tree: Path | None = None) -> None:
     """Active sessions (one per chat `client(i)`, or chat id i + 1 on Telegram) with a stored prompt and
-    `history` messages each, written straight to SQLite; the schema made by `tree`'s own code (default: this one)."""
+    `history` messages each, written straight to SQLite; the schema made by `tree`'s own code
+    (default: this one)."""
     python, path = _interpreter(tree)
-    migrate = "import sys; from gateway.store.database import Store; Store(__import__('pathlib').Path(sys.argv[1]))"
+    migrate = ("import sys; from gateway.store.database import Store;"
+               " Store(__import__('pathlib').Path(sys.argv[1]))")
     subprocess.run([python, "-c", f"{migrate}.close()", str(home / "state.db")], check=True,
                    env={**os.environ, "PYTHONPATH": path})
     now = datetime.now(UTC).isoformat(timespec="microseconds")
@@ -143,7 +150,8 @@ class Server:
 
 
 async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str = "native",
-                        streaming: str = "off", tree: Path | None = None, name: str = "gateway") -> Server:
+                        streaming: str = "off", tree: Path | None = None,
+                        name: str = "gateway") -> Server:
     """`gateway run` of this tree (or of `tree`, a checkout with its own .venv) in `home`."""
     port = free_port()
     (home / "config.yaml").write_text(
@@ -153,15 +161,17 @@ async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str =
         + f"streaming:\n  mode: {streaming}\n" + extra, encoding="utf-8")
     notify = NotifySocket(home.parent / f"{name}-notify.sock")
     log = home.parent / f"{name}.log"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path)}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent),
+           "NOTIFY_SOCKET": str(notify.path)}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     elif "PYTHONPATH" in os.environ:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # the code under test
     command = str(tree / ".venv" / "bin" / "gateway") if tree is not None else GATEWAY
     with log.open("wb") as out:
-        proc = subprocess.Popen([command, "--home", str(home), "--log-format", "json", "run"], env=env,  # noqa: ASYNC220
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            [command, "--home", str(home), "--log-format", "json", "run"], env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
         await notify.wait_for("READY=1", 120)
     finally:
@@ -257,7 +267,7 @@ class Round:
 class Result:
     name: str
     latency: list[Sample] = field(default_factory=list)
-    rounds: dict[int, list[Round]] = field(default_factory=dict)  # conversations at once → its rounds
+    rounds: dict[int, list[Round]] = field(default_factory=dict)  # conversations at once → rounds
 
 
 class Tab:
@@ -292,8 +302,8 @@ class Tab:
             await self.ws.close()
 
 
-async def latency_block(server: Server, llm: TimedLLM, http: aiohttp.ClientSession, *, sessions: int, first: int,
-                        count: int) -> list[Sample]:
+async def latency_block(server: Server, llm: TimedLLM, http: aiohttp.ClientSession, *,
+                        sessions: int, first: int, count: int) -> list[Sample]:
     """`count` messages one at a time, striding over the sessions so neighbours are not reused."""
     found = []
     tabs: dict[int, Tab] = {}
@@ -309,9 +319,9 @@ async def latency_block(server: Server, llm: TimedLLM, http: aiohttp.ClientSessi
     return found
 
 
-async def throughput_round(server: Server, http: aiohttp.ClientSession, *, chats: Sequence[int], per_client: int,
-                           tag: str) -> Round:
-    """`len(chats)` conversations at once, `per_client` messages each, each waiting for its answer."""
+async def throughput_round(server: Server, http: aiohttp.ClientSession, *, chats: Sequence[int],
+                           per_client: int, tag: str) -> Round:
+    """`len(chats)` conversations at once, `per_client` messages each, each awaiting its answer."""
     tabs = [Tab(http, server.port, client(i)) for i in chats]
     await asyncio.gather(*(tab.connect() for tab in tabs))  # not timed: a chat's socket stays open
 
@@ -341,37 +351,42 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def profile(server: Server, into: Path) -> subprocess.Popen[bytes]:
-    """Sample the server with py-spy (not a dependency: `pip install py-spy`) over the run's throughput rounds;
-    it sleeps through the other servers' rounds, and py-spy leaves idle samples out."""
+    """Sample the server with py-spy (not a dependency: `pip install py-spy`) over the run's
+    throughput rounds; it sleeps through the other servers' rounds, and py-spy leaves idle samples
+    out."""
     return subprocess.Popen([PY_SPY, "record", "--pid", str(server.proc.pid), "--format", "raw", "--rate", "250",
                              "--output", str(into / f"{server.name}.folded")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def measure(servers: Sequence[Server], llm: TimedLLM, args: argparse.Namespace) -> list[Result]:
-    """Latency in blocks and throughput in rounds, the servers taking turns (order reversed every other turn)."""
+async def measure(servers: Sequence[Server], llm: TimedLLM, args: argparse.Namespace
+                  ) -> list[Result]:
+    """Latency in blocks and throughput in rounds, the servers taking turns (the order reversed
+    every other turn)."""
     results = [Result(s.name) for s in servers]
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:  # one socket per tab
+    connector = aiohttp.TCPConnector(limit=0)  # one socket per tab
+    async with aiohttp.ClientSession(connector=connector) as http:
         for server in servers:  # warm-up: connections, caches, the model client
             await latency_block(server, llm, http, sessions=args.sessions, first=-50, count=50)
         blocks = 4
         for b in range(blocks):
             for server, result in _turns(servers, results, b):
                 first = b * args.latency // blocks
-                result.latency += await latency_block(server, llm, http, sessions=args.sessions, first=first,
-                                                      count=(b + 1) * args.latency // blocks - first)
-        spies = [profile(s, args.profile) for s in servers if s.name == "gateway"] if args.profile else []
+                count = (b + 1) * args.latency // blocks - first
+                result.latency += await latency_block(server, llm, http, sessions=args.sessions,
+                                                      first=first, count=count)
+        spies = [profile(s, args.profile) for s in servers if s.name == "gateway" and args.profile]
         offset = 0
         for clients in args.clients:
-            for server in servers:  # a short unmeasured round: this many sockets, the sessions' histories read
-                await throughput_round(server, http, chats=_window(offset, clients, args.sessions), per_client=2,
-                                       tag=f"warm{clients}")
+            for server in servers:  # unmeasured: this many sockets, the sessions' histories read
+                await throughput_round(server, http, chats=_window(offset, clients, args.sessions),
+                                       per_client=2, tag=f"warm{clients}")
             for r in range(args.rounds):
                 chats = _window(offset, clients, args.sessions)
                 offset += clients
                 for server, result in _turns(servers, results, r):
-                    done = await throughput_round(server, http, chats=chats, per_client=args.per_client,
-                                                  tag=f"c{clients}r{r}")
+                    done = await throughput_round(server, http, chats=chats,
+                                                  per_client=args.per_client, tag=f"c{clients}r{r}")
                     result.rounds.setdefault(clients, []).append(done)
                     llm.times.clear()
         for spy in spies:
@@ -381,7 +396,8 @@ async def measure(servers: Sequence[Server], llm: TimedLLM, args: argparse.Names
     return results
 
 
-def _turns(servers: Sequence[Server], results: Sequence[Result], n: int) -> list[tuple[Server, Result]]:
+def _turns(servers: Sequence[Server], results: Sequence[Result], n: int
+           ) -> list[tuple[Server, Result]]:
     pairs = list(zip(servers, results, strict=True))
     return pairs if n % 2 == 0 else pairs[::-1]
 
@@ -405,14 +421,15 @@ def report(results: Sequence[Result], args: argparse.Namespace, seed_s: float) -
     lines = [(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} "
              f"(1 min), Python {platform.python_version()}"),
              (f"seeded {args.sessions:,} sessions x {args.history} messages = {args.sessions * args.history:,} "
-             f"stored messages in {seed_s:.1f}s; latency over {args.latency:,} messages; throughput in "
-             f"{args.rounds} rounds per server and concurrency, {args.per_client} messages per conversation")]
+             f"stored messages in {seed_s:.1f}s; latency over {args.latency:,} messages;"
+             f" throughput in {args.rounds} rounds per server and concurrency, {args.per_client}"
+             " messages per conversation")]
     rows: tuple[tuple[str, Callable[[Sample], float]], ...] = (
         ("inbound -> LLM request", lambda s: s.inbound), ("LLM reply -> platform send", lambda s: s.outbound),
         ("both hops", lambda s: s.inbound + s.outbound))
     for gateway in gateways:
-        lines += ["", (f"{gateway.name + ', ms':<28}{'p50':>8}{'p99':>8}{'max':>8}{'echo p50':>10}{'p99':>8}"
-                       f"{'added p50':>11}{'p99':>8}")]
+        lines += ["", (f"{gateway.name + ', ms':<28}{'p50':>8}{'p99':>8}{'max':>8}{'echo p50':>10}"
+                       f"{'p99':>8}{'added p50':>11}{'p99':>8}")]
         for label, value in rows:
             g = [value(s) for s in gateway.latency]
             e = [value(s) for s in echo.latency]
@@ -421,8 +438,8 @@ def report(results: Sequence[Result], args: argparse.Namespace, seed_s: float) -
                          f"{pct(g, .99) - pct(e, .99):>8.2f}")
     lines.append("")
     lines.append(f"throughput (goal: median ratio >= {GOAL_RATIO})")
-    lines.append(f"{'server':<12}{'at once':>8}{'msg/s median':>14}{'ratio median':>14}{'ratio range':>14}"
-                 f"{'CPU ms/msg':>12}{'load':>11}")
+    lines.append(f"{'server':<12}{'at once':>8}{'msg/s median':>14}{'ratio median':>14}"
+                 f"{'ratio range':>14}{'CPU ms/msg':>12}{'load':>11}")
     for clients in args.clients:
         e_rounds = echo.rounds[clients]
         for result in results:
@@ -430,12 +447,14 @@ def report(results: Sequence[Result], args: argparse.Namespace, seed_s: float) -
             cpu = [r.cpu_per_message for r in mine if r.cpu_per_message is not None]
             loads = [r.load for r in mine]
             ratio = "" if result is echo else _ratios(mine, e_rounds)
-            lines.append(f"{result.name:<12}{clients:>8}{statistics.median(r.msgs_per_s for r in mine):>14.0f}"
-                         f"{ratio}{_ms(statistics.median(cpu) if cpu else None):>{12 if ratio else 40}}"
+            speed = statistics.median(r.msgs_per_s for r in mine)
+            cpu_ms = _ms(statistics.median(cpu) if cpu else None)
+            lines.append(f"{result.name:<12}{clients:>8}{speed:>14.0f}"
+                         f"{ratio}{cpu_ms:>{12 if ratio else 40}}"
                          f"{min(loads):>6.1f}-{max(loads):<4.1f}")
         for gateway in gateways:
-            per = " ".join(f"{g.msgs_per_s / e.msgs_per_s:.2f}" for g, e in zip(gateway.rounds[clients], e_rounds,
-                                                                                strict=True))
+            pairs = zip(gateway.rounds[clients], e_rounds, strict=True)
+            per = " ".join(f"{g.msgs_per_s / e.msgs_per_s:.2f}" for g, e in pairs)
             lines.append(f"  {gateway.name} / echo by round at {clients}: {per}")
     return "\n".join(lines)
 
@@ -462,8 +481,10 @@ async def main(args: argparse.Namespace) -> None:
         async with TimedLLM() as llm:
             try:
                 for (name, tree), home in zip(trees, homes, strict=True):
-                    servers.append(await start_gateway(home, llm, client=args.model_client, tree=tree, name=name))
-                servers.append(await start_echo(root / "gateway" / "home", llm, args.sessions, args.history))
+                    servers.append(await start_gateway(home, llm, client=args.model_client,
+                                                       tree=tree, name=name))
+                echo_home = root / "gateway" / "home"
+                servers.append(await start_echo(echo_home, llm, args.sessions, args.history))
                 results = await measure(servers, llm, args)
             finally:
                 for server in servers:
@@ -482,17 +503,21 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--history", type=int, default=100, help="stored messages per session")
-    parser.add_argument("--latency", type=int, default=2000, help="messages sent one at a time, per server")
+    parser.add_argument("--latency", type=int, default=2000,
+                        help="messages sent one at a time, per server")
     parser.add_argument("--clients", type=int, nargs="+", default=[100, 200],
                         help="conversations at once in the throughput rounds (one or more values)")
-    parser.add_argument("--per-client", type=int, default=40, help="messages per conversation in a round")
-    parser.add_argument("--rounds", type=int, default=6, help="throughput rounds per server and --clients value")
+    parser.add_argument("--per-client", type=int, default=40,
+                        help="messages per conversation in a round")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="throughput rounds per server and --clients value")
     parser.add_argument("--compare", type=Path, action="append", default=[],
                         help="another tree (a checkout with its own .venv) run in the same rounds")
     parser.add_argument("--model-client", choices=["native", "sdk"], default="native",
                         help="the daemon's model.client: its own aiohttp transport or the vendor SDK")
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it (database, logs)")
-    parser.add_argument("--profile", type=Path, help="write py-spy samples of the gateway's throughput rounds here")
+    parser.add_argument("--profile", type=Path,
+                        help="write py-spy samples of the gateway's throughput rounds here")
     from bench import streaming as stream_bench
     stream_bench.arguments(parser, prefix="stream-")
     asyncio.run(main(parser.parse_args()))

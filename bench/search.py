@@ -174,7 +174,7 @@ def build(db: Path, n_messages: int, n_sessions: int, seed: int,
         conn.executemany("INSERT INTO messages (session_id, role, content, user_id, created_at, active, kind)"
                          " VALUES (?,?,?,?,?,?,?)", batch)
     conn.execute("COMMIT")
-    rebuild(conn)  # rows loaded past the store: index them all at once (the daemon indexes in batches)
+    rebuild(conn)  # rows loaded past the store: indexed at once (the daemon indexes in batches)
     for table in ("messages_fts", "messages_fts_tri"):
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
     conn.execute("ANALYZE")

@@ -12,8 +12,8 @@ Scenarios (each in a fresh home, `--people` people writing in their own DMs, one
   telegram-paired     nobody listed: every person let in by an approved pairing code (access.admins names one)
   web                 the local web chat (the owner)
 
-`--history 10 500` adds that many stored messages to every session first (a run for each value): a turn's work
-should not grow with its history.
+`--history 10 500` adds that many stored messages to every session first (a run for each value):
+a turn's work should not grow with its history.
 
 Run:  PYTHONPATH=. python bench/turn_cpu.py [--people 20] [--listed 200] [--rounds 100] [--repeat 3] [--only NAME]
       [--history N ...]
@@ -46,8 +46,9 @@ SCENARIOS = ("telegram+admins", "telegram-no-admins", "telegram-paired", "web")
 
 
 class InstantTransport(HttpTransport):
-    """The gateway's own HTTP transport up to the socket: the body is built and encoded as for a real request
-    (the stored prompt, the whole history, the tools), then answered at once instead of sent."""
+    """The gateway's own HTTP transport up to the socket: the body is built and encoded as for a
+    real request (the stored prompt, the whole history, the tools), then answered at once instead
+    of sent."""
 
     async def _once(self, data: bytes) -> dict[str, Any]:
         self.sent_bytes = getattr(self, "sent_bytes", 0) + len(data)
@@ -56,11 +57,12 @@ class InstantTransport(HttpTransport):
 
 
 def instant_llm() -> AnthropicClient:
-    """The Anthropic client, request building and all, with a model that answers at once (InstantTransport)."""
-    llm = AnthropicClient(model="bench-instant", api_key="k", base_url="http://127.0.0.1:9", max_tokens=1024,
-                          timeout_s=10, max_retries=0, context_window=200_000)
-    llm._transport = InstantTransport(url="http://127.0.0.1:9/v1/messages", headers={}, model="bench-instant",
-                                      timeout_s=10, max_retries=0)
+    """The Anthropic client, request building and all, with a model that answers at once
+    (InstantTransport)."""
+    llm = AnthropicClient(model="bench-instant", api_key="k", base_url="http://127.0.0.1:9",
+                          max_tokens=1024, timeout_s=10, max_retries=0, context_window=200_000)
+    llm._transport = InstantTransport(url="http://127.0.0.1:9/v1/messages", headers={},
+                                      model="bench-instant", timeout_s=10, max_retries=0)
     return llm
 
 
@@ -125,16 +127,17 @@ def _seed_history(gw: Any, scenario: str, people: int, history: int) -> None:
     """`history` more stored messages in each person's session (opened by the warm-up round)."""
     platform = "cli" if scenario == "web" else "telegram"
     now = datetime.now(UTC)
-    filler = "a sentence of ordinary chat history, neither short nor long, about plans for the weekend"
+    filler = "a sentence of ordinary chat history, neither short nor long, about the weekend"
     for person in range(people):
         session = gw.store.active_session(f"{platform}:dm:{1000 + person}")
-        gw.store.add_messages(session.id, [{"role": "user" if m % 2 == 0 else "assistant",
-                                            "content": f"{filler} #{m}"} for m in range(history)], now=now)
+        messages = [{"role": "user" if m % 2 == 0 else "assistant", "content": f"{filler} #{m}"}
+                    for m in range(history)]
+        gw.store.add_messages(session.id, messages, now=now)
     _index(gw)  # the seeded messages' search entries are not the rounds' work
 
 
 def _index(gw: Any) -> None:
-    """Index what is waiting for session_search (a tree from before batched indexing has nothing waiting)."""
+    """Index what waits for session_search (a tree from before batched indexing has nothing)."""
     if hasattr(gw.store, "index_pending"):
         gw.store.index_pending()
 
@@ -147,7 +150,8 @@ async def run(scenario: str, *, people: int, listed: int, rounds: int, history: 
         adapter = CountingAdapter("cli" if scenario == "web" else "telegram")
         # The send limits (Telegram: 1 message/s per chat) would make this a bench of waiting: their clock runs
         # a thousand times faster than real time, so no send ever waits.
-        gw = build_gateway(config, env={}, adapters=[adapter], llm=instant_llm(), probe_ollama=False,
+        gw = build_gateway(config, env={}, adapters=[adapter], llm=instant_llm(),
+                           probe_ollama=False,
                            monotonic=lambda: time.monotonic() * 1000)
         if scenario == "telegram-paired":
             _pair_everyone(gw, people)
@@ -169,7 +173,7 @@ async def run(scenario: str, *, people: int, listed: int, rounds: int, history: 
                 n = await _round(gw, scenario, people, n)
                 cpu.append((time.process_time() - started) * 1000 / people)
                 gw.store.conn.set_trace_callback(None)
-            # The search index is kept after the turns, in batches: what the rounds left waiting counts too.
+            # The search index is kept after the turns, in batches: what the rounds left counts too.
             gw.store.conn.set_trace_callback(count)
             _index(gw)
             gw.store.conn.set_trace_callback(None)
@@ -188,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per scenario (fresh home each)")
     ap.add_argument("--only", choices=SCENARIOS, action="append")
     ap.add_argument("--history", type=int, nargs="+", default=[0],
-                    help="stored messages added to each session before the rounds (several values: a run each)")
+                    help="stored messages added to each session first (several values: a run each)")
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.CRITICAL)  # the per-turn INFO line is not what is measured here
@@ -196,12 +200,13 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"Python {sys.version.split()[0]}")
     print(f"{args.people} people x {args.rounds} rounds per run, {args.repeat} run(s) per scenario, "
           f"{max(args.people, args.listed)} ids in allowed_users\n")
-    print(f"{'scenario':<20} {'history':>8} {'SQL/turn':>9} {'CPU ms/turn: best':>18} {'median':>7} "
-          f"{'worst run':>10}")
+    print(f"{'scenario':<20} {'history':>8} {'SQL/turn':>9} {'CPU ms/turn: best':>18}"
+          f" {'median':>7} {'worst run':>10}")
     for scenario in args.only or SCENARIOS:
         for history in args.history:
-            runs = [asyncio.run(run(scenario, people=args.people, listed=args.listed, rounds=args.rounds,
-                                    history=history)) for _ in range(args.repeat)]
+            runs = [asyncio.run(run(scenario, people=args.people, listed=args.listed,
+                                    rounds=args.rounds, history=history))
+                    for _ in range(args.repeat)]
             medians = [statistics.median(r.cpu_ms) for r in runs]
             best = min(min(r.cpu_ms) for r in runs)
             print(f"{scenario:<20} {history:>8} {runs[0].statements:>9.1f} {best:>18.3f} "

@@ -187,14 +187,16 @@ def test_the_kept_tool_calls_are_not_the_callers_list() -> None:
 
 
 def test_the_budget_follows_the_active_sessions(tmp_path: Path) -> None:
-    """Room for every active session's history (its wire form too), between the least and the most: the most keeps
-    10,000 active sessions within the daemon's memory goal (bench/memory.py)."""
+    """Room for every active session's history (its wire form too), between the least and the most:
+    the most keeps 10,000 active sessions within the daemon's memory goal (bench/memory.py)."""
     store = Store(tmp_path / "state.db")
     assert store.history_cache.budget_bytes == history_cache.DEFAULT_BUDGET_BYTES
     ids = [new_session(store, key=f"cli:dm:c{n}") for n in range(250)]
-    assert store.history_cache.budget_bytes == 250 * history_cache.SESSION_BYTES > history_cache.DEFAULT_BUDGET_BYTES
+    budget = store.history_cache.budget_bytes
+    assert budget == 250 * history_cache.SESSION_BYTES > history_cache.DEFAULT_BUDGET_BYTES
     ids += [new_session(store, key=f"cli:dm:c{n}") for n in range(250, 400)]
-    assert store.history_cache.budget_bytes == history_cache.MAX_BUDGET_BYTES < 400 * history_cache.SESSION_BYTES
+    budget = store.history_cache.budget_bytes
+    assert budget == history_cache.MAX_BUDGET_BYTES < 400 * history_cache.SESSION_BYTES
     for sid in ids[:350]:
         store.end_session(sid, reason="command", now=NOW, flush_state=None)
     assert store.history_cache.budget_bytes == history_cache.DEFAULT_BUDGET_BYTES  # 50 left
@@ -214,5 +216,5 @@ def test_what_the_wires_keep_counts_against_the_budget(store: Store) -> None:
     assert store.history_cache.bytes == before + 50_000
     store.history_cache.drop(sid)
     assert store.history_cache.bytes == 0
-    view.memo.keep("wire", WirePrefix(12, b"x" * 60_000))  # a request still building: nothing counted twice
+    view.memo.keep("wire", WirePrefix(12, b"x" * 60_000))  # a request still building: not counted
     assert store.history_cache.bytes == 0

@@ -1,7 +1,7 @@
-"""The prompt-cache contract under the kept wire form (History.memo, AnthropicClient/OpenAIClient.encoded_body): a
-request built from a session's kept prefix and what follows is byte for byte the request built from scratch, on
-every turn, across tool steps, pictures, a compression and a restart; and a turn's work stops growing with its
-history."""
+"""The prompt-cache contract under the kept wire form (History.memo, the wires' encoded_body): a
+request built from a session's kept prefix and what follows is byte for byte the request built from
+scratch, on every turn, across tool steps, pictures, a compression and a restart; and a turn's work
+stops growing with its history."""
 
 from __future__ import annotations
 
@@ -40,22 +40,42 @@ TOOLS = [Tool("memory", "Save durable facts"), Tool("session_search", "Search pa
 
 
 def _clients() -> list[AnthropicClient | OpenAIClient]:
-    common: dict[str, Any] = {"api_key": "k", "base_url": "http://127.0.0.1:9", "max_tokens": 1024, "timeout_s": 5,
-                              "max_retries": 0, "context_window": 200_000}
-    return [AnthropicClient(model="claude-test", **common), AnthropicClient(model="claude-test", caching=False, **common),
-            AnthropicClient(model="claude-test", cache_ttl="1h", vision=False, **common),
-            OpenAIClient(model="gpt-test", **common), OpenAIClient(model="gpt-test", vision=False, **common)]
+    common: dict[str, Any] = {
+        "api_key": "k",
+        "base_url": "http://127.0.0.1:9",
+        "max_tokens": 1024,
+        "timeout_s": 5,
+        "max_retries": 0,
+        "context_window": 200_000,
+    }
+    return [
+        AnthropicClient(model="claude-test", **common),
+        AnthropicClient(model="claude-test", caching=False, **common),
+        AnthropicClient(model="claude-test", cache_ttl="1h", vision=False, **common),
+        OpenAIClient(model="gpt-test", **common),
+        OpenAIClient(model="gpt-test", vision=False, **common),
+    ]
 
 
 def _turn(n: int) -> list[dict[str, Any]]:
     """A turn as the agent stores it; some with tool steps, odd text among them."""
-    user = {"role": "user", "content": [f"question {n} ✓", "", "  ", "東京の天気 🌧", "x" * 3000][n % 5]}
+    user = {
+        "role": "user",
+        "content": [f"question {n} ✓", "", "  ", "東京の天気 🌧", "x" * 3000][n % 5],
+    }
     if n % 3:
         return [user, {"role": "assistant", "content": f"answer {n}"}]
-    call = {"id": f"call_{n}", "name": "memory", "arguments": json.dumps({"action": "add", "content": f"fact {n}"})}
-    return [user, {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"call_{n}", "content": "saved", "is_error": n % 2 == 0},
-            {"role": "assistant", "content": f"done {n}"}]
+    call = {
+        "id": f"call_{n}",
+        "name": "memory",
+        "arguments": json.dumps({"action": "add", "content": f"fact {n}"}),
+    }
+    return [
+        user,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": "saved", "is_error": n % 2 == 0},
+        {"role": "assistant", "content": f"done {n}"},
+    ]
 
 
 def _same_bytes(clients: Sequence[AnthropicClient | OpenAIClient], convo: History) -> None:
@@ -70,11 +90,24 @@ def _same_bytes(clients: Sequence[AnthropicClient | OpenAIClient], convo: Histor
             assert kept == encode_body(body), (type(client).__name__, client.vision, stream)
 
 
-def test_kept_prefix_gives_the_from_scratch_bytes_turn_after_turn_and_after_a_restart(tmp_path: Path) -> None:
+def test_kept_prefix_gives_the_from_scratch_bytes_turn_after_turn_and_after_a_restart(
+    tmp_path: Path,
+) -> None:
     clients = _clients()
     store = Store(tmp_path / "state.db")
-    sid = store.create_session(key="k", platform="cli", chat_type="dm", chat_id="c", thread_id=None, user_id="u",
-                               parent_id=None, model=None, provider=None, now=NOW).id
+    sid = store.create_session(
+        key="k",
+        platform="cli",
+        chat_type="dm",
+        chat_id="c",
+        thread_id=None,
+        user_id="u",
+        parent_id=None,
+        model=None,
+        provider=None,
+        now=NOW,
+    ).id
+    store.add_messages(sid, _chat_messages(history_cache.MEMO_MESSAGES), now=NOW)  # kept from now
     grown = 0
     for n in range(24):
         if n == 12:  # a restart: nothing kept, everything read back from SQLite
@@ -90,18 +123,41 @@ def test_kept_prefix_gives_the_from_scratch_bytes_turn_after_turn_and_after_a_re
             _same_bytes(clients, convo)
         store.complete_turn(sid, messages, [], None, now=NOW, turn_id=f"t{n}")
         grown = max(grown, max((len(p.data) for p in history.memo.prefixes.values()), default=0))
-    assert grown > 10_000  # the prefix was kept and grew: the comparison above was not of two full builds
+    assert (
+        grown > 10_000
+    )  # the prefix was kept and grew: the comparison above was not of two full builds
     store.close()
 
 
 def test_a_history_the_turn_must_see_whole_is_not_kept(tmp_path: Path) -> None:
-    """Pictures (their bytes come from the files each turn) and a tool call without its result (dropped from
-    the request) send the history through the full build; the bytes are the same either way."""
+    """Pictures (their bytes come from the files each turn) and a tool call without its result
+    (dropped from the request) send the history through the full build; the bytes are the same
+    either way."""
     store = Store(tmp_path / "state.db")
-    sid = store.create_session(key="k", platform="cli", chat_type="dm", chat_id="c", thread_id=None, user_id="u",
-                               parent_id=None, model=None, provider=None, now=NOW).id
-    store.add_messages(sid, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "lost", "name": "memory", "arguments": "{}"}]}], now=NOW)
+    sid = store.create_session(
+        key="k",
+        platform="cli",
+        chat_type="dm",
+        chat_id="c",
+        thread_id=None,
+        user_id="u",
+        parent_id=None,
+        model=None,
+        provider=None,
+        now=NOW,
+    ).id
+    store.add_messages(
+        sid,
+        [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "lost", "name": "memory", "arguments": "{}"}],
+            },
+        ],
+        now=NOW,
+    )
     history = session_history(store, sid)
     assert history.memo is None and list(history) == [{"role": "user", "content": "hi"}]
     store.close()
@@ -110,20 +166,40 @@ def test_a_history_the_turn_must_see_whole_is_not_kept(tmp_path: Path) -> None:
 def test_a_lone_surrogate_is_sent_as_before(tmp_path: Path) -> None:
     """orjson refuses it; the whole body then goes through the stdlib encoder, as it always did."""
     store = Store(tmp_path / "state.db")
-    sid = store.create_session(key="k", platform="cli", chat_type="dm", chat_id="c", thread_id=None, user_id="u",
-                               parent_id=None, model=None, provider=None, now=NOW).id
-    store.add_messages(sid, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], now=NOW)
-    convo = session_history(store, sid).plus({"role": "user", "content": "a \ud800 b"})  # never stored: SQLite
-    # refuses it (transcript.well_formed replaces it in a message); a tool's result may still carry one
+    sid = store.create_session(
+        key="k",
+        platform="cli",
+        chat_type="dm",
+        chat_id="c",
+        thread_id=None,
+        user_id="u",
+        parent_id=None,
+        model=None,
+        provider=None,
+        now=NOW,
+    ).id
+    store.add_messages(
+        sid, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], now=NOW
+    )
+    convo = session_history(store, sid).plus(
+        {"role": "user", "content": "a \ud800 b"}
+    )  # never stored: SQLite
+    # refuses it (transcript.well_formed replaces it in a message); a tool's result may carry one
     client = _clients()[0]
     assert client.encoded_body(system=SYSTEM, messages=convo, tools=TOOLS) is None
-    assert b"\\ud800" in encode_body(client.request_body(system=SYSTEM, messages=list(convo), tools=TOOLS))
+    assert b"\\ud800" in encode_body(
+        client.request_body(system=SYSTEM, messages=list(convo), tools=TOOLS)
+    )
     store.close()
 
 
-# ------------------------------------------------------------------ end to end, through the real HTTP transport
-async def _conversation(home: Path, fake_llm: FakeLLM, *, kept: bool, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Nine turns (tool steps among them) with a restart after the fifth: the raw bodies the model received."""
+# ------------------------------------------------------ end to end, through the real HTTP transport
+async def _conversation(
+    home: Path, fake_llm: FakeLLM, *, kept: bool, monkeypatch: pytest.MonkeyPatch
+) -> list[bytes]:
+    """Nine turns (tool steps among them) with a restart after the fifth: the raw bodies the model
+    received."""
+    monkeypatch.setattr(history_cache, "MEMO_MESSAGES", 4)  # kept from the third turn on
     if not kept:
         monkeypatch.setattr(history_cache.HistoryCache, "view", lambda self, session_id: None)
     write_config(home, base_url=fake_llm.base_url)
@@ -135,10 +211,21 @@ async def _conversation(home: Path, fake_llm: FakeLLM, *, kept: bool, monkeypatc
         try:
             for n in life:
                 if n % 3 == 0:
-                    fake_llm.script(ToolCalls([ToolCall("memory", {"action": "add", "target": "memory",
-                                                                    "content": f"fact {n}"}, id=f"c{n}")]),
-                                    Reply(f"saved {n}"))
-                await gw.sessions.submit(inbound(f"message {n} 東京 🌧", message_id=f"m{n}", received_at=NOW))
+                    fake_llm.script(
+                        ToolCalls(
+                            [
+                                ToolCall(
+                                    "memory",
+                                    {"action": "add", "target": "memory", "content": f"fact {n}"},
+                                    id=f"c{n}",
+                                )
+                            ]
+                        ),
+                        Reply(f"saved {n}"),
+                    )
+                await gw.sessions.submit(
+                    inbound(f"message {n} 東京 🌧", message_id=f"m{n}", received_at=NOW)
+                )
                 await gw.sessions.wait_idle()
         finally:
             await gw.llm.close()
@@ -148,7 +235,8 @@ async def _conversation(home: Path, fake_llm: FakeLLM, *, kept: bool, monkeypatc
 
 
 async def test_the_model_receives_the_same_bytes_with_and_without_the_kept_prefix(
-        tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     scratch = await _conversation(tmp_path / "a", fake_llm, kept=False, monkeypatch=monkeypatch)
@@ -159,13 +247,15 @@ async def test_the_model_receives_the_same_bytes_with_and_without_the_kept_prefi
 
 
 def _chat_messages(n: int) -> list[ChatMessage]:
-    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i} of an ordinary chat"}
-            for i in range(n)]
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i} of an ordinary chat"}
+        for i in range(n)
+    ]
 
 
 def test_a_turn_converts_only_what_is_new(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The work a request does on the stored history: with 500 messages kept, no more messages are converted to
-    the wire than with 10."""
+    """The work a request does on the stored history: with 500 messages kept, no more messages are
+    converted to the wire than with 50."""
     from gateway.llm import anthropic_wire
 
     converted: list[int] = []
@@ -178,19 +268,40 @@ def test_a_turn_converts_only_what_is_new(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(anthropic_wire, "anthropic_messages", counting)
     client = _clients()[0]
     per_turn = {}
-    for size in (10, 500):
+    for size in (50, 500):
         store = Store(tmp_path / f"{size}.db")
-        sid = store.create_session(key="k", platform="cli", chat_type="dm", chat_id="c", thread_id=None,
-                                   user_id="u", parent_id=None, model=None, provider=None, now=NOW).id
+        sid = store.create_session(
+            key="k",
+            platform="cli",
+            chat_type="dm",
+            chat_id="c",
+            thread_id=None,
+            user_id="u",
+            parent_id=None,
+            model=None,
+            provider=None,
+            now=NOW,
+        ).id
         store.add_messages(sid, _chat_messages(size), now=NOW)
         for n in range(3):  # the first two requests fill the memo
-            client.encoded_body(system=SYSTEM, messages=session_history(store, sid).plus(
-                {"role": "user", "content": f"new {n}"}), tools=TOOLS)
-            store.add_messages(sid, [{"role": "user", "content": f"new {n}"},
-                                     {"role": "assistant", "content": "ok"}], now=NOW)
+            client.encoded_body(
+                system=SYSTEM,
+                messages=session_history(store, sid).plus({"role": "user", "content": f"new {n}"}),
+                tools=TOOLS,
+            )
+            store.add_messages(
+                sid,
+                [{"role": "user", "content": f"new {n}"}, {"role": "assistant", "content": "ok"}],
+                now=NOW,
+            )
         converted.clear()
-        client.encoded_body(system=SYSTEM, messages=session_history(store, sid).plus(
-            {"role": "user", "content": "the measured turn"}), tools=TOOLS)
+        client.encoded_body(
+            system=SYSTEM,
+            messages=session_history(store, sid).plus(
+                {"role": "user", "content": "the measured turn"}
+            ),
+            tools=TOOLS,
+        )
         per_turn[size] = sum(converted)
         store.close()
-    assert per_turn[500] == per_turn[10] <= 8
+    assert per_turn[500] == per_turn[50] <= 8

@@ -149,8 +149,9 @@ class Roles:
         """The tools of a turn act for the person who sent its message."""
         with self.people.store.one_look():
             session = self.speaks_for(session)
-            person = (self.people.resolve(session.platform, user_id, now=self.clock(), user_name=user_name,
-                                          username=username) if user_id else None)
+            person = (self.people.resolve(session.platform, user_id, now=self.clock(),
+                                          user_name=user_name, username=username)
+                      if user_id else None)
             return self._context(session, user_id, person)
 
     def owner(self, session: SessionRow) -> ToolContext:

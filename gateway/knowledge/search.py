@@ -1,8 +1,8 @@
 """Full-text search over past conversations, scoped to the person asking.
 
-Reads the store through its own read-only connection (never the daemon's writer); messages stored but not yet
-indexed are indexed first, on a short-lived writer of its own. Scope is the privacy boundary: a user finds their
-own DMs and the group sessions they spoke in, never someone else's DMs.
+Reads the store through its own read-only connection (never the daemon's writer); messages stored
+but not yet indexed are indexed first, on a short-lived writer of its own. Scope is the privacy
+boundary: a user finds their own DMs and the group sessions they spoke in, never someone else's DMs.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from gateway.llm.types import (
     token_count,
 )
 
-KEEP_TAIL = 3  # a history's last Anthropic messages are built anew for each request: the breakpoints sit there
+KEEP_TAIL = 3  # a history's last messages, built anew for each request: the breakpoints sit there
 
 
 # ------------------------------------------------------------------------------------------ Anthropic
@@ -97,8 +97,8 @@ def add_cache_breakpoints(system: str, messages: list[dict[str, Any]], *, ttl: L
 
 
 def _wire_starts(messages: Sequence[ChatMessage], start: int, end: int) -> list[int]:
-    """Where each Anthropic message begins among messages[start:end]: a tool result rides in the user's turn, and
-    consecutive turns of one role merge (anthropic_messages)."""
+    """Where each Anthropic message begins among messages[start:end]: a tool result rides in the
+    user's turn, and consecutive turns of one role merge (anthropic_messages)."""
     starts: list[int] = []
     last = None
     for i in range(start, end):
@@ -111,7 +111,8 @@ def _wire_starts(messages: Sequence[ChatMessage], start: int, end: int) -> list[
 
 
 def _tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
-    return [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools]
+    return [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            for t in tools]
 
 
 def _json_object(arguments: Any) -> dict[str, Any]:
@@ -150,28 +151,31 @@ class AnthropicClient:
             body["tools"] = _tools(tools)
         return body
 
-    def _marked(self, system: str, wire: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _marked(self, system: str, wire: list[dict[str, Any]]
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if self.caching:
             return add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
         return [{"type": "text", "text": system}], wire
 
-    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef], max_tokens: int | None = None,
-                     stream: bool = False) -> bytes | None:
-        """`request_body` (with `stream`: true) as bytes, built from what this session's memo keeps of its stored
-        history plus the rest: byte for byte what encoding the whole body gives. None when there is no memo, or
-        a text orjson refuses (a lone surrogate: the whole body then goes the stdlib's way, see encode_body)."""
+    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef],
+                     max_tokens: int | None = None, stream: bool = False) -> bytes | None:
+        """`request_body` (with `stream`: true) as bytes, built from what this session's memo keeps
+        of its stored history plus the rest: byte for byte what encoding the whole body gives.
+        None when there is no memo, or a text orjson refuses (a lone surrogate: the whole body then
+        goes the stdlib's way, see encode_body)."""
         memo = messages.memo
         if memo is None:
             return None
         key = f"anthropic:{self.vision}"
         try:
             prefix = memo.prefixes.get(key) or WirePrefix()
-            if memo.requests and prefix.neutral <= messages.stored:  # a session answered once keeps nothing
+            if memo.requests and prefix.neutral <= messages.stored:  # asked once: nothing kept
                 prefix = self._kept_longer(messages, key, prefix)
             memo.requests += 1
-            system_blocks, tail = self._marked(system, anthropic_messages(messages[prefix.neutral:],
-                                                                          vision=self.vision))
-            members = [("model", orjson.dumps(self.model)), ("max_tokens", orjson.dumps(max_tokens or self.max_tokens)),
+            tail = anthropic_messages(messages[prefix.neutral:], vision=self.vision)
+            system_blocks, tail = self._marked(system, tail)
+            members = [("model", orjson.dumps(self.model)),
+                       ("max_tokens", orjson.dumps(max_tokens or self.max_tokens)),
                        ("system", orjson.dumps(system_blocks)),
                        ("messages", encoded_array([prefix.data, *map(orjson.dumps, tail)]))]
             if tools:
@@ -183,8 +187,8 @@ class AnthropicClient:
         return encoded_object(members)
 
     def _kept_longer(self, messages: History, key: str, prefix: WirePrefix) -> WirePrefix:
-        """The memo's prefix grown to all but the last KEEP_TAIL Anthropic messages of the stored history (a
-        later message can merge into the last one, and the breakpoints move over the last three)."""
+        """The memo's prefix grown to all but the last KEEP_TAIL Anthropic messages of the stored
+        history (a later message can merge into the last one; the breakpoints move over them)."""
         assert messages.memo is not None
         starts = _wire_starts(messages, prefix.neutral, messages.stored)
         if len(starts) <= KEEP_TAIL:
@@ -199,8 +203,8 @@ class AnthropicClient:
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         transport = self._transport
         if isinstance(transport, HttpTransport) and isinstance(messages, History):
-            data = self.encoded_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
-                                     stream=stream is not None)
+            data = self.encoded_body(system=system, messages=messages, tools=tools,
+                                     max_tokens=max_tokens, stream=stream is not None)
             if data is not None:
                 if stream is None:
                     return anthropic_reply(await transport.post_raw(data), self.model)
@@ -209,7 +213,8 @@ class AnthropicClient:
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
         if stream is None:
             return anthropic_reply(await transport.post(body), self.model)
-        answer = await transport.stream({**body, "stream": True}, AnthropicAssembler(self.model, stream))
+        streamed = {**body, "stream": True}
+        answer = await transport.stream(streamed, AnthropicAssembler(self.model, stream))
         return anthropic_reply(answer, self.model)
 
     async def close(self) -> None:

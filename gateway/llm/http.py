@@ -51,13 +51,13 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
 
 
 def encoded_object(members: Sequence[tuple[str, bytes]]) -> bytes:
-    """A JSON object from its keys and their values already encoded by `encode_body`: byte for byte what
-    `encode_body` gives for the whole (compact JSON is the concatenation of its parts)."""
+    """A JSON object from its keys and their values already encoded by `encode_body`: byte for
+    byte what `encode_body` gives for the whole (compact JSON is the concatenation of its parts)."""
     return b"{" + b",".join(b'"' + key.encode() + b'":' + value for key, value in members) + b"}"
 
 
 def encoded_array(parts: Sequence[bytes]) -> bytes:
-    """A JSON array of values already encoded (empty parts, such as an empty kept prefix, left out)."""
+    """A JSON array of values already encoded (empty parts, such as no kept prefix, left out)."""
     return b"[" + b",".join(part for part in parts if part) + b"]"
 
 

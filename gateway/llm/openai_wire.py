@@ -36,8 +36,8 @@ def openai_messages(system: str, messages: Sequence[ChatMessage], *, vision: boo
 
 
 def _turns(messages: Sequence[ChatMessage], vision: bool) -> list[dict[str, Any]]:
-    """openai_messages without the system message. Split before any message but a tool result, the parts give
-    the whole (what the tool results before the split showed is added at the end of the first part)."""
+    """openai_messages without the system message. Split before any message but a tool result,
+    the parts give the whole (what the tool results before the split showed ends the first)."""
     out: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []  # image parts of the tool results just added (see _tool_result)
     for m in fit_images(messages):
@@ -104,10 +104,11 @@ class OpenAIClient:
             body["tools"] = _tools(tools)
         return body
 
-    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef], max_tokens: int | None = None,
-                     stream: bool = False) -> bytes | None:
-        """`request_body` (streamed: with `stream` and `stream_options`) as bytes, from what this session's memo
-        keeps of its stored history plus the rest (see AnthropicClient.encoded_body); None without a memo."""
+    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef],
+                     max_tokens: int | None = None, stream: bool = False) -> bytes | None:
+        """`request_body` (streamed: with `stream` and `stream_options`) as bytes, from what this
+        session's memo keeps of its stored history plus the rest (AnthropicClient.encoded_body);
+        None without a memo."""
         memo = messages.memo
         if memo is None:
             return None
@@ -120,21 +121,23 @@ class OpenAIClient:
             tail = _turns(messages[prefix.neutral:], self.vision)
             system_message = orjson.dumps({"role": "system", "content": system})
             members = [("model", orjson.dumps(self.model)),
-                       ("messages", encoded_array([system_message, prefix.data, *map(orjson.dumps, tail)])),
+                       ("messages", encoded_array([system_message, prefix.data,
+                                                   *map(orjson.dumps, tail)])),
                        ("max_tokens", orjson.dumps(max_tokens or self.max_tokens))]
             if tools:
                 members.append(("tools", orjson.dumps(_tools(tools))))
             if stream:
                 members += [("stream", b"true"), ("stream_options", b'{"include_usage":true}')]
-        except TypeError:  # orjson.JSONEncodeError: the whole body goes the stdlib's way (encode_body)
+        except TypeError:  # orjson.JSONEncodeError: the whole body goes the stdlib's way
             return None
         return encoded_object(members)
 
     def _kept_longer(self, messages: History, key: str, prefix: WirePrefix) -> WirePrefix:
-        """The memo's prefix grown to the stored history's last message but a tool result (see _turns)."""
+        """The memo's prefix grown to the stored history's last message but a tool result
+        (see _turns)."""
         assert messages.memo is not None
-        cut = next((i for i in range(messages.stored - 1, prefix.neutral, -1) if messages[i]["role"] != "tool"),
-                   prefix.neutral)
+        cut = next((i for i in range(messages.stored - 1, prefix.neutral, -1)
+                    if messages[i]["role"] != "tool"), prefix.neutral)
         if cut <= prefix.neutral:
             return prefix
         turns = _turns(messages[prefix.neutral:cut], self.vision)
@@ -146,18 +149,20 @@ class OpenAIClient:
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
         transport = self._transport
         if isinstance(transport, HttpTransport) and isinstance(messages, History):
-            data = self.encoded_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
-                                     stream=stream is not None)
+            data = self.encoded_body(system=system, messages=messages, tools=tools,
+                                     max_tokens=max_tokens, stream=stream is not None)
             if data is not None:
                 if stream is None:
                     return openai_reply(await transport.post_raw(data), self.model)
-                return openai_reply(await transport.stream_raw(data, OpenAIAssembler(self.model, stream)),
-                                    self.model)
+                assembler = OpenAIAssembler(self.model, stream)
+                return openai_reply(await transport.stream_raw(data, assembler), self.model)
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
         if stream is None:
             return openai_reply(await transport.post(body), self.model)
-        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}  # usage: the last chunk
-        return openai_reply(await transport.stream(streamed, OpenAIAssembler(self.model, stream)), self.model)
+        # the usage comes in the last chunk
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        answer = await transport.stream(streamed, OpenAIAssembler(self.model, stream))
+        return openai_reply(answer, self.model)
 
     async def close(self) -> None:
         await self._transport.close()

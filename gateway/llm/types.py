@@ -163,13 +163,13 @@ def token_count(usage: Mapping[str, Any], key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
-# ------------------------------------------------------------------------------------------ a session's history
-MESSAGE_CHARS = 40  # what a message adds around its text on the wire: role, keys, quotes, a block's type
+# -------------------------------------------------------------------------- a session's history
+MESSAGE_CHARS = 40  # what a message adds around its text on the wire: role, keys, quotes, a type
 
 
 def message_chars(m: ChatMessage) -> int:
-    """About the JSON size of one message, from string lengths (encoding a whole history only to measure it showed
-    in the gateway's CPU per message); the compression check sums it."""
+    """About the JSON size of one message, from string lengths (encoding a whole history only to
+    measure it showed in the gateway's CPU per message); the compression check sums it."""
     content = m.get("content")
     size = MESSAGE_CHARS + (len(content) if content.__class__ is str else len(json.dumps(content)))
     if len(m) > 2:  # more than role and content: tool calls, a tool result
@@ -182,17 +182,18 @@ def message_chars(m: ChatMessage) -> int:
 
 @dataclass(frozen=True, slots=True)
 class WirePrefix:
-    """A wire's form of a session's first `neutral` stored messages: their wire messages' compact JSON, joined by
-    commas (`data`). Nothing after them can change it: the next message starts a wire message of its own."""
+    """A wire's form of a session's first `neutral` stored messages: their wire messages' compact
+    JSON, joined by commas (`data`). Nothing after them can change it: the next message starts a
+    wire message of its own."""
 
     neutral: int = 0
     data: bytes = b""
 
 
 class WireMemo:
-    """What the wires keep of one session's stored history between turns (a WirePrefix per wire and vision
-    setting). The store's history cache owns it, drops it with the session's cached history whenever that history
-    is rewritten, and counts its bytes (`grown`)."""
+    """What the wires keep of one session's stored history between turns (a WirePrefix per wire
+    and vision setting). The store's history cache owns it, drops it with the session's cached
+    history whenever that history is rewritten, and counts its bytes (`grown`)."""
 
     __slots__ = ("grown", "prefixes", "requests")
 
@@ -209,17 +210,19 @@ class WireMemo:
 
 
 class History(Sequence[ChatMessage]):
-    """The model input of a turn: a session's stored history (its first `stored` messages, made into chat
-    messages when read: the turn need not touch them all), then what the turn adds (`append`, `plus`).
+    """The model input of a turn: a session's stored history (its first `stored` messages, made
+    into chat messages when read: the turn need not touch them all), then what the turn adds
+    (`append`, `plus`).
 
-    With a `memo`, the wires convert the stored part once and keep it (gateway/llm/anthropic_wire.py), so a turn's
-    work does not grow with the history; `stored_chars` is the stored part's `message_chars`, kept too."""
+    With a `memo`, the wires convert the stored part once and keep it (anthropic_wire.py), so a
+    turn's work does not grow with the history; `stored_chars` is the stored part's
+    `message_chars`, kept too."""
 
     __slots__ = ("_kept", "_more", "_view", "memo", "stored", "stored_chars")
 
-    def __init__(self, kept: Sequence[Any], view: Callable[[Any], ChatMessage], *, stored: int | None = None,
-                 more: Sequence[ChatMessage] = (), memo: WireMemo | None = None,
-                 stored_chars: int | None = None) -> None:
+    def __init__(self, kept: Sequence[Any], view: Callable[[Any], ChatMessage], *,
+                 stored: int | None = None, more: Sequence[ChatMessage] = (),
+                 memo: WireMemo | None = None, stored_chars: int | None = None) -> None:
         self._kept = kept  # read up to `stored` only: the owner may append to it later
         self.stored = len(kept) if stored is None else stored
         self._view = view
@@ -247,7 +250,9 @@ class History(Sequence[ChatMessage]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError("history index out of range")
-        return self._view(self._kept[index]) if index < self.stored else self._more[index - self.stored]
+        if index < self.stored:
+            return self._view(self._kept[index])
+        return self._more[index - self.stored]
 
     def __iter__(self) -> Iterator[ChatMessage]:
         view, kept = self._view, self._kept
@@ -269,9 +274,9 @@ class History(Sequence[ChatMessage]):
         self._more.append(message)
 
     def plus(self, *messages: ChatMessage) -> History:
-        """This history with `messages` after it; the stored part and its memo are shared, not copied."""
-        return History(self._kept, self._view, stored=self.stored, more=[*self._more, *messages], memo=self.memo,
-                       stored_chars=self.stored_chars)
+        """This history with `messages` after it; the stored part and its memo are shared."""
+        return History(self._kept, self._view, stored=self.stored, more=[*self._more, *messages],
+                       memo=self.memo, stored_chars=self.stored_chars)
 
     def chars(self) -> int:
         """The sum of `message_chars` over every message, the stored part's as kept."""

@@ -82,12 +82,14 @@ class SessionPrompt:
             return self.tools.fix(session)  # a new session: the tools a new session gets now, from now on
         return self.tools.of(session)
 
-    async def compress_if_needed(self, session: SessionRow, prompt: str, history: Sequence[ChatMessage],
-                                 user_msg: ChatMessage) -> tuple[str, Sequence[ChatMessage]]:
+    async def compress_if_needed(self, session: SessionRow, prompt: str,
+                                 history: Sequence[ChatMessage], user_msg: ChatMessage
+                                 ) -> tuple[str, Sequence[ChatMessage]]:
         """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
         compressor = self.compressor
         specs = self.tools.of(session).specs
-        if compressor is None or not compressor.over_limit(prompt, History.of(history).plus(user_msg), specs):
+        upcoming = History.of(history).plus(user_msg)  # its stored part measured once (History)
+        if compressor is None or not compressor.over_limit(prompt, upcoming, specs):
             return prompt, history
         if not await compressor.compress(session, prompt, self.store.history(session.id)):
             return prompt, history

@@ -62,8 +62,8 @@ def estimate_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequenc
 
 
 def messages_chars(messages: Sequence[ChatMessage]) -> int:
-    """About the JSON size of the messages, from string lengths (llm.types.message_chars); a session's stored
-    history has its sum kept (History.chars), so a turn does not measure its whole history again."""
+    """About the JSON size of the messages, from string lengths (llm.types.message_chars); a
+    session's stored history has its sum kept (History.chars): a turn does not measure it all."""
     if isinstance(messages, History):
         return messages.chars()
     return sum(message_chars(m) for m in messages)

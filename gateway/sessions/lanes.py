@@ -162,8 +162,9 @@ def _self_cancelled() -> bool:
 
 
 class Touches:
-    """When the person wrote (the turn's start), per running turn, until the turn's last write stores it as the
-    session's `last_user_at`: its end (complete or settle), or the mark of a turn cut off before it stored anything."""
+    """When the person wrote (the turn's start), per running turn, until the turn's last write
+    stores it as the session's `last_user_at`: its end (complete or settle), or the mark of a turn
+    cut off before it stored anything."""
 
     def __init__(self) -> None:
         self._started: dict[int, tuple[int, datetime]] = {}  # inbound id → (session id, turn start)
@@ -172,7 +173,7 @@ class Touches:
         self._started[inbound_id] = (session_id, now)
 
     def take(self, inbound_id: int, session_id: int | None = None) -> tuple[int, datetime] | None:
-        """(session id, when) for the write about to store it, once; None for another session's write."""
+        """(session id, when) for the write about to store it, once; None for another session's."""
         touched = self._started.get(inbound_id)
         if touched is None or (session_id is not None and touched[0] != session_id):
             return None

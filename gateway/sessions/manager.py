@@ -102,7 +102,7 @@ class SessionManager:
                 verdict = await self.gate(inbound)
                 if verdict is not None:
                     return verdict
-            status = "running" if self._lanes.idle(key) else "pending"  # stored running: its turn starts now
+            status = "running" if self._lanes.idle(key) else "pending"  # running: it starts now
             inbound_id = await self.outage.intake(inbound, status=status)
         except StoreUnavailable as exc:
             self.outage.not_stored(inbound, exc)
@@ -136,8 +136,9 @@ class SessionManager:
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
         touched_at = self._touched.at(inbound_id, session_id)
         try:
-            await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
-                                                                       session_id=session_id, touched_at=touched_at))
+            await self.outage.write(lambda: self.store.settle_inbound(
+                inbound_id, status, rows, now=self.clock(), session_id=session_id,
+                touched_at=touched_at))
         except TurnGone:
             return await self._gone(inbound, turn_id)
         self._answered(inbound, inbound_id)
@@ -224,7 +225,8 @@ class SessionManager:
             self.store.mark_running(inbound_id)
         if inbound.chat.platform != "cron":  # idle counts real user messages only
             self._touched.start(inbound_id, session.id, now)
-            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # as the turn's end stores
+            # the row as the turn's end stores it
+            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)
         turn = f"t{inbound_id}"
         # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
         log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
@@ -260,12 +262,14 @@ class SessionManager:
                       now: datetime, held: list[LLMReply], media: TurnMedia | None = None) -> None:
         try:
             prompt = self._prompt.ensure(session)
-            with self.store.one_look():  # what other processes changed: one look for the history and the people
+            with self.store.one_look():  # other processes' changes: one look, history and people
                 stored = session_history(self.store, session.id)
                 ctx = self.tool_context(session, inbound.user_id, inbound)
             user_msg = user_message(inbound, ended, media)
-            prompt, history = await self._prompt.compress_if_needed(session, prompt, stored, user_msg)
-            result = await self._run_agent(session, inbound, ctx, prompt, history, user_msg, held, turn)
+            prompt, history = await self._prompt.compress_if_needed(session, prompt, stored,
+                                                                    user_msg)
+            result = await self._run_agent(session, inbound, ctx, prompt, history, user_msg, held,
+                                           turn)
         except (LLMError, TimeoutError) as exc:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
@@ -308,15 +312,16 @@ class SessionManager:
                 self.metrics.error(error)
 
     async def _run_agent(self, session: SessionRow, inbound: Inbound, ctx: ToolContext, prompt: str,
-                         history: Sequence[ChatMessage], user_msg: ChatMessage, held: list[LLMReply],
-                         turn: str) -> TurnResult:
+                         history: Sequence[ChatMessage], user_msg: ChatMessage,
+                         held: list[LLMReply], turn: str) -> TurnResult:
         tools = self.tools.of(session)
         allowed = self.tools.allowed(tools, session.platform)
 
         def record(reply: LLMReply) -> None:
             # Tools run next, maybe for long: on record now. The answer's usage goes in with it (one transaction
             # fewer per turn), and so does a call whose record failed.
-            if not reply.tool_calls or not self.outage.record_usage(session.id, model_call(reply), self.clock()):
+            call = model_call(reply)
+            if not reply.tool_calls or not self.outage.record_usage(session.id, call, self.clock()):
                 held.append(reply)
 
         async with self._turns:

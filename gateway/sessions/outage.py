@@ -43,14 +43,16 @@ class StoreOutage:
         return await self.health.write(call, deadline=self.submit_wait if on_submit else None)
 
     async def intake(self, inbound: Inbound, *, status: str = "pending") -> int | None:
-        """Store a new inbound row (write-ahead); its id, or None for a duplicate. `status` is `running` for a
-        message whose turn starts at once (nothing queued before it), so its turn need not write that itself."""
+        """Store a new inbound row (write-ahead); its id, or None for a duplicate. `status` is
+        `running` for a message whose turn starts at once (nothing queued before it), so its turn
+        need not write that itself."""
         chat = inbound.chat
         payload = encode_inbound(inbound)
         return await self.write(lambda: self.store.insert_inbound(
             platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
             platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
-            text=inbound.text, payload=payload, received_at=inbound.received_at, status=status), on_submit=True)
+            text=inbound.text, payload=payload, received_at=inbound.received_at, status=status),
+            on_submit=True)
 
     def not_stored(self, inbound: Inbound, exc: StoreUnavailable) -> None:
         """The message could not be stored: its chat hears so once per outage. The caller re-raises, so an
@@ -64,11 +66,12 @@ class StoreOutage:
             self.outbox.send_unrecorded(chat, NOT_STORED_TEXT, reply_to_id=inbound.message_id)
 
     def record_usage(self, session_id: int, call: ModelCall, now: datetime) -> bool:
-        """A model call on record now (a turn's tool steps may run long); False when the store took no write: the
-        call goes into the turn's own transaction then, or is lost with a turn that is run again."""
+        """A model call on record now (a turn's tool steps may run long); False when the store took
+        no write: the call goes into the turn's own transaction then, or is lost with a turn that
+        is run again."""
         try:
-            self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider,
-                                 model=call.model, now=now)
+            self.store.add_usage(session_id, call.usage, purpose=call.purpose,
+                                 provider=call.provider, model=call.model, now=now)
         except StoreUnavailable:
             return False
         return True

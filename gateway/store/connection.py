@@ -30,7 +30,7 @@ from gateway.store.search_index import BATCH_ROWS, index_batch
 log = logging.getLogger("gateway.store")
 
 T = TypeVar("T")
-INDEX_DELAY_S = 0.5  # messages wait this long for the search index, so that many turns share one batch
+INDEX_DELAY_S = 0.5  # messages wait this long for the search index: many turns share one batch
 FIRST_PAUSE_S = 0.05
 MAX_PAUSE_S = 2.0
 Sleep = Callable[[float], Awaitable[None]]
@@ -121,8 +121,8 @@ class Database:
             raise StoreError(f"cannot open {path}: {exc}") from exc
         self.applied = self._migrate(migrations)
         self.history_cache = HistoryCache()
-        self.active_count = int(self.conn.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
-                                   .fetchone()[0])
+        counted = self.conn.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
+        self.active_count = int(counted.fetchone()[0])  # the history cache's size follows it
         self.history_cache.size_for(self.active_count)
         self._data_version = self._read_data_version()
         self._looked: int | None = None  # data_version inside one_look()
@@ -158,10 +158,11 @@ class Database:
             pass
         self.conn.close()  # messages not indexed yet are indexed by the next start or search
 
-    # ------------------------------------------------------------------ the search index, after the fact
+    # ------------------------------------------------------ the search index, after the fact
     def index_soon(self) -> None:
-        """Messages were written: index them a moment from now, with whatever else is written meanwhile (one
-        batch for many turns). Without a running loop nothing is armed: the next start or search does it."""
+        """Messages were written: index them a moment from now, with whatever else is written
+        meanwhile (one batch for many turns). Without a running loop nothing is armed: the next
+        start or search does it."""
         if self._indexing is not None:
             return
         try:
@@ -182,11 +183,11 @@ class Database:
             return index_batch(conn, BATCH_ROWS)
 
     def _index_step(self) -> None:
-        """One batch on the event loop; more waiting goes next round, so turns run between batches."""
+        """One batch on the event loop; more waiting goes next round: turns run in between."""
         self._indexing = None
         try:
             covered = self._index_once()
-        except (StoreError, sqlite3.Error) as exc:  # locked, full, closed: the next write or start tries again
+        except (StoreError, sqlite3.Error) as exc:  # locked, full, closed: the next write tries
             log.debug("search index batch deferred: %s", exc)
             return
         if covered >= BATCH_ROWS:
@@ -306,8 +307,9 @@ class Database:
 
     @contextmanager
     def one_look(self) -> Iterator[None]:
-        """One read of `data_version` for a synchronous block (no await inside): every cache asked in it (the
-        history, the people, the roles) checks against the same look, as if they had asked at its start."""
+        """One read of `data_version` for a synchronous block (no await inside): every cache asked
+        in it (the history, the people, the roles) checks against the same look, as if they had
+        asked at its start."""
         if self._looked is not None:
             yield
             return

@@ -33,8 +33,8 @@ class DeliveryQueries(Database):
     def settle_inbound(self, inbound_id: int, status: str, outbound: Sequence[dict[str, Any]], *, now: datetime,
                        session_id: int | None = None, touched_at: datetime | None = None) -> None:
         """An inbound's final status and the chunks that answer it (a notice, an error) in one transaction:
-        after a crash either both are there or neither, never a final status with its answer lost. With
-        `touched_at`, the session's `last_user_at` too (the turn's start: the person wrote)."""
+        after a crash either both are there or neither, never a final status with its answer lost.
+        With `touched_at`, the session's `last_user_at` too (the turn's start: the person wrote)."""
         with self.tx() as conn:
             cur = conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
                                " WHERE id = ? AND status != 'forgotten'", (status, iso(now), session_id, inbound_id))
@@ -45,13 +45,16 @@ class DeliveryQueries(Database):
                 touch_session(conn, session_id, touched_at)
 
     def set_inbound_status(self, inbound_id: int, status: str, *, now: datetime,
-                           session_id: int | None = None, touched: tuple[int, datetime] | None = None) -> None:
-        """`touched`: (session id, when) of a turn that ended without storing anything (interrupted, crashed):
-        the person still wrote, and the session's `last_user_at` says so."""
+                           session_id: int | None = None,
+                           touched: tuple[int, datetime] | None = None) -> None:
+        """`touched`: (session id, when) of a turn that ended without storing anything (cut off,
+        crashed): the person still wrote, and the session's `last_user_at` says so."""
         finished = iso(now) if status not in ("pending", "running") else None
         with self.tx() as conn:
-            conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
-                         " WHERE id = ? AND status != 'forgotten'", (status, finished, session_id, inbound_id))
+            conn.execute("UPDATE inbound SET status = ?, finished_at = ?,"
+                         " session_id = COALESCE(?, session_id)"
+                         " WHERE id = ? AND status != 'forgotten'",
+                         (status, finished, session_id, inbound_id))
             if touched is not None:
                 touch_session(conn, *touched)
 
@@ -143,6 +146,8 @@ def insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], no
 
 
 def touch_session(conn: sqlite3.Connection, session_id: int, touched_at: datetime | None) -> None:
-    """The session's `last_user_at`: when the person last wrote (a turn's start), inside the caller's transaction."""
+    """The session's `last_user_at`: when the person last wrote (a turn's start), inside the
+    caller's transaction."""
     if touched_at is not None:
-        conn.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(touched_at), session_id))
+        conn.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?",
+                     (iso(touched_at), session_id))

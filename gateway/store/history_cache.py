@@ -1,7 +1,7 @@
 """The recently used sessions' active history, already decoded, so a turn does not read and decode every row of
-its session from SQLite again; with it what the model wires made of it (WireMemo), so a turn's request is built
-from what is new. Bounded by an estimate of its bytes, sized by the number of active sessions; least recently used
-sessions go first.
+its session from SQLite again; with it what the model wires made of it (WireMemo), so a turn's
+request is built from what is new. Bounded by an estimate of its bytes, sized by the number of
+active sessions; least recently used sessions go first.
 
 Only gateway/store/database.py fills and changes it: appends are staged inside a write transaction and applied when it
 commits, anything else that touches a session's history drops the session (see Store.chat_history).
@@ -15,15 +15,16 @@ from typing import Any, TypeAlias
 from gateway.llm.types import History, WireMemo, message_chars
 
 ChatView = dict[str, Any]  # {"role", "content", "tool_calls"?: [...], "tool_call_id"?}: transcript's shape
-# Kept compact: a plain user or assistant message as one string, its role's letter and its text (~120 bytes less
-# than the dict); anything else as (role, content, the other keys).
+# Kept compact: a plain user or assistant message as one string, its role's letter and its text
+# (~120 bytes less than the dict); anything else as (role, content, the other keys).
 _Kept: TypeAlias = "str | tuple[str, str, dict[str, Any]]"
 _PLAIN = {"user": "u", "assistant": "a"}
 _ROLE = {"u": "user", "a": "assistant"}
 
-DEFAULT_BUDGET_BYTES = 4_000_000  # ~30,000 short messages: the least, however few sessions are active
-MAX_BUDGET_BYTES = 12_000_000  # the most: 10,000 active sessions stay within the daemon's memory goal
-SESSION_BYTES = 40_000  # room per active session: ~150 messages with their wire form, before the maximum binds
+DEFAULT_BUDGET_BYTES = 4_000_000  # ~30,000 short messages: the least, however few are active
+MAX_BUDGET_BYTES = 12_000_000  # the most: 10,000 active sessions within the daemon's memory goal
+SESSION_BYTES = 40_000  # room per active session: ~150 messages with their wire form
+MEMO_MESSAGES = 40  # a shorter history is converted whole each turn: cheap, not worth keeping
 PLAIN_BYTES = 58  # a plain message's list slot, string header and role letter, besides the text
 MESSAGE_BYTES = 130  # the tuple, its slot and the content string's header, besides the content itself
 
@@ -44,7 +45,7 @@ def _view(kept: _Kept) -> ChatView:
         return {"role": _ROLE[kept[0]], "content": kept[1:]}
     role, content, extra = kept
     view: ChatView = {"role": role, "content": content, **extra}
-    if "tool_calls" in view:  # a caller may change a call in place; the kept one must not change with it
+    if "tool_calls" in view:  # a caller may change a call in place; the kept one must not change
         view["tool_calls"] = [dict(call) for call in view["tool_calls"]]
     return view
 
@@ -75,7 +76,7 @@ class _Entry:
         self.size = size
         self.chars = 0  # message_chars summed
         self.images = 0  # messages with pictures (their bytes are read from the files each turn)
-        self.balanced = True  # every tool call has its result and the reverse (nothing for the turn to drop)
+        self.balanced = True  # every tool call has its result and the reverse (nothing to drop)
         self.memo: WireMemo | None = None
 
     def add(self, messages: list[ChatView]) -> None:
@@ -83,7 +84,8 @@ class _Entry:
         self.images += sum(1 for m in messages if "images" in m)
         calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
         results = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
-        self.balanced = self.balanced and calls == results  # a batch that pairs up its own keeps the whole paired
+        # a batch that pairs up its own keeps the whole paired
+        self.balanced = self.balanced and calls == results
 
 
 class HistoryCache:
@@ -103,9 +105,11 @@ class HistoryCache:
         return session_id in self._entries
 
     def size_for(self, active_sessions: int) -> None:
-        """Room for the active sessions' histories, between the least and the most (a fixed budget stays)."""
+        """Room for the active sessions' histories, between the least and the most (a fixed
+        budget stays)."""
         if not self.fixed:
-            self.budget_bytes = min(MAX_BUDGET_BYTES, max(DEFAULT_BUDGET_BYTES, active_sessions * SESSION_BYTES))
+            wanted = max(DEFAULT_BUDGET_BYTES, active_sessions * SESSION_BYTES)
+            self.budget_bytes = min(MAX_BUDGET_BYTES, wanted)
             self._evict()
 
     def get(self, session_id: int) -> list[ChatView] | None:
@@ -117,14 +121,15 @@ class HistoryCache:
         return [_view(k) for k in entry.kept]
 
     def view(self, session_id: int) -> History | None:
-        """The session's history as the turn reads it, without making a dict of every message, and the memo the
-        wires keep its converted form in; None when it is not cached, or when the turn must see it whole (it
-        holds pictures, whose bytes are read from their files, or a tool call without its result)."""
+        """The session's history as the turn reads it, without making a dict of every message,
+        and the memo the wires keep its converted form in; None when it is not cached, or when
+        the turn must see it whole (it holds pictures, whose bytes are read from their files, or
+        a tool call without its result)."""
         entry = self._entries.get(session_id)
         if entry is None or entry.images or not entry.balanced:
             return None
         self._entries.move_to_end(session_id)
-        if entry.memo is None:
+        if entry.memo is None and len(entry.kept) >= MEMO_MESSAGES:
             entry.memo = WireMemo(grown=lambda n: self._grown(session_id, entry, n))
         return History(entry.kept, _view, memo=entry.memo, stored_chars=entry.chars)
 

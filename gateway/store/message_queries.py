@@ -97,8 +97,9 @@ class MessageQueries(Database):
         return views
 
     def history_view(self, session_id: int) -> History | None:
-        """`chat_history` as the turn reads it (HistoryCache.view): kept between turns with what the model wires
-        made of it; None when the session must be read whole (transcript.session_history does)."""
+        """`chat_history` as the turn reads it (HistoryCache.view): kept between turns with what
+        the model wires made of it; None when the session must be read whole (as
+        transcript.session_history then does)."""
         self._forget_if_changed_elsewhere()
         if session_id not in self.history_cache:
             self.chat_history(session_id)  # read and kept, if it fits
@@ -151,11 +152,12 @@ class MessageQueries(Database):
         return summary_id
 
     def complete_turn(self, session_id: int, messages: Sequence[dict[str, Any]], outbound: Sequence[dict[str, Any]],
-                      inbound_id: int | None, *, now: datetime, turn_id: str, calls: Sequence[ModelCall] = (),
-                      touched_at: datetime | None = None) -> None:
-        """The end of a turn in one transaction: its messages, its reply chunks (unsent), `answered`, the
-        usage of the model call that gave the answer (`calls`; earlier ones were recorded as they happened) and,
-        with `touched_at`, when the person wrote (the session's `last_user_at`).
+                      inbound_id: int | None, *, now: datetime, turn_id: str,
+                      calls: Sequence[ModelCall] = (), touched_at: datetime | None = None) -> None:
+        """The end of a turn in one transaction: its messages, its reply chunks (unsent),
+        `answered`, the usage of the model call that gave the answer (`calls`; earlier ones were
+        recorded as they happened) and, with `touched_at`, when the person wrote (the session's
+        `last_user_at`).
 
         After a crash either all of it is there (the chunks get sent at boot) or none (the turn runs again).
         """

@@ -59,10 +59,11 @@ class SessionQueries(Database):
         self.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
 
     def mark_running(self, inbound_id: int) -> None:
-        """A queued message's turn starts (one whose turn started at once was stored `running`). When the person
-        wrote (the session's `last_user_at`) is stored with the turn's end, in the transaction it writes anyway."""
-        self.execute("UPDATE inbound SET status = 'running', finished_at = NULL WHERE id = ? AND status = 'pending'",
-                     (inbound_id,))
+        """A queued message's turn starts (one whose turn started at once was stored `running`).
+        When the person wrote (the session's `last_user_at`) is stored with the turn's end, in the
+        transaction it writes anyway."""
+        self.execute("UPDATE inbound SET status = 'running', finished_at = NULL"
+                     " WHERE id = ? AND status = 'pending'", (inbound_id,))
 
     def end_session(self, session_id: int, *, reason: str, now: datetime, flush_state: str | None) -> bool:
         """Close a session once; returns False if it was already closed (so two closers never both flush)."""
@@ -87,8 +88,9 @@ class SessionQueries(Database):
 
 def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCall, now: datetime,
                 touched_at: datetime | None = None) -> None:
-    """A model call's row and its session's totals; `touched_at`: the person's message the turn answers, as the
-    session's `last_user_at` (the same statement: a turn's end writes one row of sessions once)."""
+    """A model call's row and its session's totals; `touched_at`: the person's message the turn
+    answers, as the session's `last_user_at` (the same statement: a turn's end writes one row of
+    sessions once)."""
     usage = call.usage
     conn.execute(
         "INSERT INTO llm_calls (session_id, purpose, provider, model, input_tokens, output_tokens,"
@@ -98,7 +100,8 @@ def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCal
     if session_id is not None:
         conn.execute(
             "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
+            " cache_read_tokens = cache_read_tokens + ?,"
+            " cache_write_tokens = cache_write_tokens + ?,"
             " last_user_at = COALESCE(?, last_user_at) WHERE id = ?",
-            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
-             iso(touched_at), session_id))
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+             usage.cache_write_tokens, iso(touched_at), session_id))

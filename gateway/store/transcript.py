@@ -66,13 +66,15 @@ def history_messages(rows: Sequence[MessageRow], *, home: Path | None = None) ->
 
 
 def session_history(store: Store, session_id: int) -> History:
-    """The session's model input so far: `history_messages(store.history(id))`, from the store's cache (read on
-    demand, with what the wires keep of it), or whole when it holds pictures (their bytes read from
-    GATEWAY_HOME/media, the home being where state.db lives) or a tool call without its result."""
+    """The session's model input so far: `history_messages(store.history(id))`, from the store's
+    cache (read on demand, with what the wires keep of it), or whole when it holds pictures (their
+    bytes read from GATEWAY_HOME/media, the home being where state.db lives) or a tool call
+    without its result."""
     view = store.history_view(session_id)
     if view is not None:
         return view
-    return History.of(_drop_dangling_tool_calls(with_image_data(store.chat_history(session_id), store.path.parent)))
+    whole = with_image_data(store.chat_history(session_id), store.path.parent)
+    return History.of(_drop_dangling_tool_calls(whole))
 
 
 def with_image_data(msgs: list[ChatMessage], home: Path) -> list[ChatMessage]:

@@ -12,8 +12,8 @@ import re
 from gateway.delivery.markup.base import FENCE, Fence, Flavor, Rendered, Span, utf16_len
 from gateway.events import TextEntity
 
-# The renderers are imported on first use: a daemon without Telegram never loads telegramify-markdown, and one
-# serving only the web chat (Markdown as written) loads no Markdown parser at all.
+# The renderers are imported on first use: a daemon without Telegram never loads
+# telegramify-markdown, and one serving only the web chat (Markdown as is) no Markdown parser.
 
 __all__ = ["FENCE", "Fence", "Flavor", "Rendered", "Span", "render", "to_discord", "to_plain", "to_slack_mrkdwn",
            "to_telegram", "utf16_len"]
