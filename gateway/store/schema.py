@@ -335,6 +335,14 @@ _PERSON_ZONE = """
 ALTER TABLE people ADD COLUMN timezone TEXT;
 """
 
+# The outbox asks for a chat's oldest unsent chunk twice per message: an index on the chat finds it
+# at once, where one on the status alone walked every chat's unsent chunks (one per conversation in
+# flight: the cost of a message grew with how many were in flight).
+_PENDING_BY_CHAT = """
+DROP INDEX outbound_pending;
+CREATE INDEX outbound_pending_chat ON outbound(platform, chat_id, id) WHERE status = 'pending';
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -349,4 +357,5 @@ MIGRATIONS: list[Migration] = [
     ("0014_tool_errors", _TOOL_ERRORS),
     ("0016_review2122", _PERSON_ZONE),
     ("0017_search_batched", BATCHED_INDEX_MIGRATION_SQL),
+    ("0018_pending_by_chat", _PENDING_BY_CHAT),
 ]
