@@ -108,9 +108,9 @@ def test_a_chats_next_chunk_is_found_without_walking_other_chats(tmp_path: Path)
     """The outbox asks for a chat's oldest unsent chunk twice per message; with a chunk in flight in
     each of many chats, the lookup must seek that chat, not walk every chat's unsent chunks."""
     store = Store(tmp_path / "state.db")
-    rows = [{"turn_id": f"t{n}", "chunk_index": 0, "chunk_count": 1, "platform": "web", "chat_type": "dm",
-             "chat_id": f"c{n % 200}", "thread_id": None, "kind": "reply", "text": "x", "plain": "x"}
-            for n in range(400)]
+    rows = [{"turn_id": f"t{n}", "chunk_index": 0, "chunk_count": 1, "platform": "web",
+             "chat_type": "dm", "chat_id": f"c{n % 200}", "thread_id": None, "kind": "reply",
+             "text": "x", "plain": "x"} for n in range(400)]
     store.insert_outbound(rows, now=NOW)
     plan = " ".join(r[3] for r in store.conn.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"

@@ -186,7 +186,7 @@ def _row(cls: type[_R], row: sqlite3.Row | None) -> _R:
     if names is None:  # dataclasses.fields() is slow enough to show when a turn reads its whole history
         names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
     try:
-        if tuple(row.keys()) == names:  # the table's columns in the fields' order: a third of the time
+        if tuple(row.keys()) == names:  # the columns in the fields' order: a third of the time
             return cls(*row)
         return cls(**{name: row[name] for name in names})
     except (IndexError, KeyError, TypeError) as exc:
