@@ -7,6 +7,7 @@ arrives as it comes: a `draft` frame (the text so far), then `delta` frames (wha
 The page names each message it sends (a random id), so it can match answers, drafts and errors to it in any order
 (`reply_to`), and a message sent twice (a resend after a dropped connection) is stored once. On connect a tab hears which model answers (or how to configure one) and the
 session so far, failed messages included, which it can send again (`retry_of`).
+A voice reply comes as an `audio` frame after its answer (the page shows a player).
 Files (a picture, a PDF, a recording) are uploaded first (`POST /upload`, streamed to disk and bounded like
 every attachment), then named by their upload ids in the socket message; the core fetches them through `media`
 like any platform's files.
@@ -15,16 +16,19 @@ like any platform's files.
 from __future__ import annotations
 
 import asyncio
+import base64
+import errno
 import itertools
 import json
 import logging
 import os
 import re
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 from aiohttp import BodyPartReader, WSMsgType, web
 
@@ -33,6 +37,7 @@ from gateway.events import (
     Attachment,
     ChatRef,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -44,6 +49,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
 MAX_FILES = 10                 # per message
 UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+_TOKEN = r"[a-z0-9][a-z0-9!#$&^_.+-]"
+MEDIA_TYPE = re.compile(rf"{_TOKEN}{{0,63}}/{_TOKEN}{{0,126}}")  # RFC 6838: type/subtype
+MAX_NAME_CHARS = 200
 CHUNK = 64 * 1024
 UPLOAD_STALL_S = 30.0          # an upload that sends nothing for this long is dropped (the listener leaves it to us)
 # The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message of the person's
@@ -107,6 +115,19 @@ class WebChatAdapter:
             if not ws.closed:
                 await ws.send_str(payload)
         # A closed tab still counts as delivered: the reply is stored and shown in the session history.
+        return mid
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply: the page plays it in an audio player under the answer (the note travels in
+        the frame, so a reload shows the text only)."""
+        self._sent += 1
+        mid = f"web-{self._sent}"
+        src = "data:" + audio.mime_type + ";base64," + base64.b64encode(audio.data).decode()
+        payload = json.dumps({"type": "audio", "id": mid, "reply_to": audio.reply_to_id, "src": src,
+                              "duration": audio.duration_s, "transcript": audio.transcript})
+        for ws in list(self._sockets.get(audio.chat.chat_id, ())):
+            if not ws.closed:
+                await ws.send_str(payload)
         return mid
 
     # ------------------------------------------------------------------ live previews
@@ -230,8 +251,14 @@ class WebChatAdapter:
         except TimeoutError:
             return web.json_response({"error": f"the upload stalled (nothing for {self.upload_stall_s:g} s)"},
                                      status=408)
-        name = (part.filename or "file")[:200]
-        kind = part.headers.get("Content-Type", "application/octet-stream").split(";")[0].strip()
+        except OSError as exc:  # the disk is full, or the folder cannot be written: nothing kept
+            log.warning("web: an upload could not be kept: %s", exc)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            why = "the disk is full" if full else f"it cannot be written ({exc.strerror or exc})"
+            return web.json_response({"error": f"the file could not be kept: {why}"},
+                                     status=507 if full else 500)
+        name = _file_name(part.filename)
+        kind = _media_type(part.headers.get("Content-Type"))
         return web.json_response({"id": upload_id, "name": name, "type": kind, "size": size})
 
     async def _store(self, part: BodyPartReader, path: Path) -> int:
@@ -260,9 +287,10 @@ class WebChatAdapter:
             upload_id = str(item.get("id") or "") if isinstance(item, dict) else ""
             if not UPLOAD_ID.match(upload_id) or self.uploads is None or not (self.uploads / upload_id).is_file():
                 raise _BadFiles("a file of this message was not uploaded (or is gone); attach it again")
-            kind = str(item.get("type") or "application/octet-stream")
-            found.append(Attachment(_kind(kind), name=str(item.get("name") or "file")[:200], mime_type=kind,
-                                    size=(self.uploads / upload_id).stat().st_size, ref=upload_id))
+            kind = _media_type(str(item.get("type") or ""))
+            found.append(Attachment(_kind(kind), name=_file_name(str(item.get("name") or "")),
+                                    mime_type=kind, size=(self.uploads / upload_id).stat().st_size,
+                                    ref=upload_id))
         return tuple(found)
 
     async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
@@ -284,6 +312,24 @@ class _TooLarge(Exception):
 
 class _BadFiles(ValueError):
     pass
+
+
+def _file_name(given: str | None) -> str:
+    """What a file may be called here: the last part of any path (a browser may send a whole one,
+    with either separator), on one line, without characters a reader cannot see; "file" when nothing
+    is left. The name is shown, never used as a path (files are kept under their upload id)."""
+    base = PureWindowsPath(given or "").name
+    visible = "".join(ch if ch == "\u200d" or unicodedata.category(ch)[0] != "C" else " "
+                      for ch in base)
+    name = " ".join(visible.split())[:MAX_NAME_CHARS]
+    return name if name.strip(".") else "file"
+
+
+def _media_type(given: str | None) -> str:
+    """`type/subtype` as the sender declared it, or application/octet-stream for anything else; only
+    a hint: what the file really is, the readers find out from its bytes."""
+    kind = (given or "").split(";")[0].strip().lower()
+    return kind if MEDIA_TYPE.fullmatch(kind) else "application/octet-stream"
 
 
 def _kind(mime: str) -> str:

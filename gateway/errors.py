@@ -20,9 +20,10 @@ GatewayError
 │   ├── LLMRejected                       4xx that retrying cannot fix (bad key, bad request)
 │   └── LLMNotConfigured                  no model and nothing found to fall back on
 ├── ToolError                             a tool refused or failed; the model sees the message
-└── MediaError                            an attachment could not be used (the user is told why)
-    ├── MediaTooLarge(size, limit)        over media.max_bytes or the platform's own cap
-    └── MediaUnavailable(transient)       the download failed: gone, refused, network, timeout (429/5xx: again)
+├── MediaError                            an attachment could not be used (the user is told why)
+│   ├── MediaTooLarge(size, limit)        over media.max_bytes or the platform's own cap
+│   └── MediaUnavailable(transient)       download failed: gone, refused, network (429/5xx: again)
+└── SpeechError                           a voice reply could not be made; its text went out before
 """
 
 from __future__ import annotations
@@ -186,6 +187,12 @@ class MediaUnavailable(MediaError):
         except ValueError:  # the HTTP-date form: the backoff instead
             wait = None
         return cls(f"{who} answered HTTP {status}", transient=status == 429 or status >= 500, retry_after=wait)
+
+
+class SpeechError(GatewayError):
+    """A voice reply could not be made: the speech service or a local tool (espeak-ng, ffmpeg)
+    failed. The message says why in words a user may read; the answer's text was sent before, so
+    nothing is lost."""
 
 
 def _mb(size: int) -> str:

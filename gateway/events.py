@@ -85,6 +85,7 @@ class OutboundKind(enum.Enum):
     REPLY = "reply"      # the agent's answer to a turn
     NOTICE = "notice"    # a short system line: reset notice, busy notice, command answer
     ERROR = "error"      # one plain sentence when a turn failed
+    VOICE = "voice"      # a spoken copy of a reply, sent after its text (gateway/delivery/voice.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +145,25 @@ class HttpListener(Protocol):
     async def stop(self) -> None: ...
 
 
-# How an adapter that receives webhooks serves them (app, host, port). The daemon hands in one that bounds
-# connections and header/body read times (gateway/ops/http_limits.py), so the adapter never opens a bare listener.
-ServeHttp = Callable[["web.Application", str, int], Awaitable[HttpListener]]
+class Caller(enum.Enum):
+    """Who an HTTP request is, judged from its request line and headers before any body is awaited:
+    what the listener waits on for it, and which connections it closes first when full
+    (gateway/ops/http_limits.py)."""
+
+    PROBE = "probe"        # a health probe (/healthz): no secret, never closed to make room
+    KNOWN = "known"        # authenticated by its headers (a cookie, a secret header): never closed
+    CLAIMED = "claimed"    # a credential only its body can prove (Slack's signature): the body must
+                           # come at the minimum rate, and while it comes the connection goes first
+    STRANGER = "stranger"  # refused at once (401), its body never read
+
+
+# Judges a request from its line and headers; raises an aiohttp HTTPException to refuse with its own
+# answer.
+RequestGate = Callable[["web.BaseRequest"], Caller]
+# How an adapter that receives webhooks serves them (app, host, port, gate). The daemon hands in one
+# that bounds connections and header/body read times (gateway/ops/http_limits.py), so the adapter
+# never opens a bare listener.
+ServeHttp = Callable[["web.Application", str, int, RequestGate], Awaitable[HttpListener]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +193,34 @@ class Adapter(Protocol):
     async def send(self, message: OutboundMessage) -> str: ...
 
     async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundAudio:
+    """A voice note: OGG/Opus bytes spoken from a reply whose text was sent before it.
+
+    `waveform` is up to 256 loudness levels (0–255), one per equal slice of the note, for a
+    platform that draws it (Discord). `transcript` is what is spoken (a title where the platform
+    shows one). `key` names the stored row, as `OutboundMessage.key` does.
+    """
+
+    chat: ChatRef
+    data: bytes
+    duration_s: float
+    waveform: bytes = b""
+    transcript: str = ""
+    reply_to_id: str | None = None
+    key: str = ""
+    filename: str = "voice.ogg"
+    mime_type: str = "audio/ogg"
+
+
+@runtime_checkable
+class AudioReplies(Protocol):
+    """Optional ability: send a voice note (Telegram sendVoice, a Discord voice message, a Slack
+    audio file, the web chat's player); returns the platform's message id. Errors as for `send`."""
+
+    async def send_audio(self, audio: OutboundAudio) -> str: ...
 
 
 @runtime_checkable

@@ -35,11 +35,13 @@ class Finding:
 # U+06DD, U+070F, U+0890–U+0891, U+08E2, U+110BD, U+110CD), and the blank fillers that render as nothing
 # (Hangul fillers, the braille blank that invisible-text tricks use as a space).
 # A test checks the Cf part against unicodedata; the ranges cover Unicode 15.1 so newer Pythons agree.
+# Unassigned code points Unicode already declares default-ignorable (drawn as nothing once assigned)
+# are in too: U+2065 and plane 14 outside the variation selectors (all of the tag block).
 _INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x061C, 0x061C), (0x115F, 0x1160), (0x180E, 0x180E), (0x200B, 0x200F),
-                     (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F), (0x2800, 0x2800), (0x3164, 0x3164),
+                     (0x202A, 0x202E), (0x2060, 0x206F), (0x2800, 0x2800), (0x3164, 0x3164),
                      (0xFEFF, 0xFEFF),
                      (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
-                     (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F))
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE00FF), (0xE01F0, 0xE0FFF))
 INVISIBLE_CHARS: frozenset[str] = frozenset(chr(c) for lo, hi in _INVISIBLE_RANGES for c in range(lo, hi + 1))
 _INVISIBLE_RE = re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _INVISIBLE_RANGES) + "]")
 TAG_CHARS = range(0xE0000, 0xE0080)
@@ -298,7 +300,8 @@ def _blank(match: re.Match[str]) -> str:
 
 
 def _name(ch: str) -> str:
-    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'FORMAT CHARACTER')}"
+    unnamed = "UNASSIGNED" if unicodedata.category(ch) == "Cn" else "FORMAT CHARACTER"
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, unnamed)}"
 
 
 def _phrase(match: re.Match[str]) -> str:

@@ -49,19 +49,25 @@ CORRUPT_PDF = b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\ntr
 VOICE_NOTE = b"OggS\x00\x02" + bytes(range(256)) * 8  # an Ogg page header and noise: the fake transcriber reads bytes
 
 
-def blank_png(width: int, height: int) -> bytes:
-    """A valid 1-bit PNG of this size, all black, made without Pillow: a few KB on disk however many pixels it
-    claims (a decompression bomb; the test process never holds its pixels)."""
+# bit depth, colour type, samples per pixel
+PNG_MODES = {"1": (1, 0, 1), "L": (8, 0, 1), "RGB": (8, 2, 3), "RGBA": (8, 6, 4)}
+
+
+def blank_png(width: int, height: int, *, mode: str = "1") -> bytes:
+    """A valid PNG of this size, all black, made without Pillow: at most a few hundred KB on disk
+    however many pixels it claims (a decompression bomb; the test process never holds its pixels).
+    `mode`: 1-bit, 8-bit grey, RGB or RGBA (7999×7999 RGBA: 248 KB, 244 MB decoded)."""
     import struct
     import zlib
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    row = b"\x00" * (1 + (width + 7) // 8)  # filter byte, then the row's bits
+    depth, colour, samples = PNG_MODES[mode]
+    row = b"\x00" * (1 + (width * depth * samples + 7) // 8)  # filter byte, then the row's bits
     packer = zlib.compressobj(9)
     body = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
-    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    header = struct.pack(">IIBBBBB", width, height, depth, colour, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
 
 

@@ -120,6 +120,9 @@ def test_yes_refuses_what_it_cannot_write(tmp_path: Path) -> None:
             "--allow 'discord:alice': 'alice' is not a Discord user id: expected a number",
         ("--provider", "openai", "--model", "m", "--admin", "slack:@bob"):
             "--admin 'slack:@bob': '@bob' is not a Slack user id: expected a member id like U012AB3CDE",
+        ("--provider", "anthropic", "--model", "m", "--base-url", "claude-x", "--no-model-test"):
+            "--base-url: expected an http:// or https:// URL with a host (e.g. "
+            "https://api.example.com/v1); got 'claude-x'",
     }
     for args, message in cases.items():
         done = gateway(home, "init", "--yes", *args)
@@ -196,6 +199,17 @@ async def test_a_local_server_that_needs_a_key_gets_its_variable(tmp_path: Path)
     assert "sk-local-secret" not in (home / "config.yaml").read_text()
     config = load_config(home, env={"LOCAL_LLM_KEY": "sk-local-secret"})
     assert config.model is not None and config.model.api_key_env == "LOCAL_LLM_KEY"
+
+
+def test_a_base_url_that_is_not_a_url_is_asked_again(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    answers = ["5", "claude-x", "http://127.0.0.1:9/v1", "served-model", "", "", "n", "n"]
+    done = gateway(home, "init", "--no-model-test", stdin="\n".join(answers) + "\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = "  expected an http:// or https:// URL with a host (e.g. https://api.example.com/v1);"
+    assert f"{said} got 'claude-x'" in done.stdout
+    config = load_config(home, env={})
+    assert config.model is not None and config.model.base_url == "http://127.0.0.1:9/v1"
 
 
 def test_the_questions_skip_the_test_without_a_key_and_can_install_the_service(tmp_path: Path) -> None:

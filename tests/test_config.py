@@ -12,6 +12,7 @@ import pytest
 from gateway.config.settings import load_config
 from gateway.errors import ConfigError
 
+MODEL = "model:\n  provider: openai\n  name: m\n"
 BAD_CONFIGS = [
     # (yaml, expected substring including the line)
     ("session_reset:\n  mode: sometimes\n",
@@ -32,6 +33,14 @@ BAD_CONFIGS = [
     ("sessions:\n  busy: sometimes\n  queue_cap: -1\n", "config.yaml:2: sessions.busy"),
     ("agent: [1, 2]\n", "config.yaml:1: agent: expected a mapping; got a list"),
     ("access:\n  admins: [bob]\n", "access.admins: expected 'platform:user_id'"),
+    (f"{MODEL}  base_url: claude-x\n",
+     "config.yaml:4: model.base_url: expected an http:// or https:// URL with a host"),
+    (f"{MODEL}  base_url: 'file:///etc/passwd'\n",
+     "config.yaml:4: model.base_url: expected an http:// or https:// URL with a host"),
+    (f"{MODEL}  base_url: 'http:///v1'\n", "config.yaml:4: model.base_url"),
+    (f"{MODEL}  base_url: 'http://h:0/v1'\n", "config.yaml:4: model.base_url"),
+    (f"{MODEL}  fallback:\n    provider: openai\n    name: n\n    base_url: api.example.com/v1\n",
+     "config.yaml:7: model.fallback.base_url: expected an http://"),
 ]
 
 
@@ -118,6 +127,10 @@ def test_config_check_command(home: Path) -> None:
     bad = _gateway("config", "check", home=home)
     assert bad.returncode == 78
     assert "config.yaml:4: session_reset.mode: expected one of idle, daily, both, none; got 'sometimes'" in bad.stderr
+    (home / "config.yaml").write_text(f"{MODEL}  base_url: claude-x\n")
+    bad = _gateway("config", "check", home=home)
+    assert bad.returncode == 78
+    assert "config.yaml:4: model.base_url: expected an http://" in bad.stderr
     (home / "config.yaml").write_text("web:\n  port: 8765\n")
     good = _gateway("config", "check", home=home)
     assert (good.returncode, good.stdout.strip()) == (0, "ok")

@@ -18,7 +18,7 @@ from gateway.events import Attachment, ChatRef, Inbound, OutboundKind
 from gateway.ops.wiring import Gateway
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.transcript import decode_inbound, encode_inbound
-from gateway.telemetry.logs import MASK, TOKEN_PATTERNS, Redactor
+from gateway.telemetry.logs import MASK, SHAPED_PATTERNS, TOKEN_PATTERNS, Redactor
 from tests.fakes.llm import FakeLLM, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
@@ -81,6 +81,8 @@ def calls(gw: Gateway) -> int:
 def _redact_every_pattern(text: str) -> str:
     for pattern in TOKEN_PATTERNS:
         text = pattern.sub(MASK, text)
+    for pattern, replacement in SHAPED_PATTERNS:
+        text = pattern.sub(replacement, text)
     return text
 
 

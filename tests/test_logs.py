@@ -162,3 +162,63 @@ async def test_no_secret_reaches_any_output_of_a_real_daemon(tmp_path: Path) -> 
     text_lines = [r for r in daemon.log_records() if r["msg"].startswith("turn text")]
     assert len(text_lines) == 1 and text_lines[0]["level"] == "DEBUG"
     assert text_lines[0]["msg"].endswith(f"text='remember {MASK} {MASK} {MASK} {MASK} {MASK}'")
+
+
+def test_url_passwords_and_key_like_query_values_are_masked_in_any_line() -> None:
+    redact = Redactor()
+    assert redact("http://bot:pa55-word@mcp.example/x") == f"http://bot:{MASK}@mcp.example/x"
+    last_at_ends_it = "https://u:p@ss:w@h.example/x?y=@"
+    assert redact(last_at_ends_it) == f"https://u:{MASK}@h.example/x?y=@"
+    assert redact("GET /v1?api_key=abc&page=2 ok") == f"GET /v1?api_key={MASK}&page=2 ok"
+    assert redact("?client_secret=zz;sig=1&Password=hunter2 &code=4/0Ab") == \
+        f"?client_secret={MASK};sig={MASK}&Password={MASK} &code={MASK}"
+    for kept in ("http://host:8080/p?q=a@b", "mail bob@example.com", "?page=2&lang=en", "x=1 y=2"):
+        assert redact(kept) == kept
+
+
+def test_a_config_urls_password_and_query_values_are_secrets(tmp_path: Path) -> None:
+    """A value that names no key (`?k=…`) is masked as the config's own secret."""
+    (tmp_path / "config.yaml").write_text(textwrap.dedent("""\
+        model: {provider: anthropic, name: claude-test, api_key: test-key-123}
+        mcp_servers:
+          remote: {url: "https://bot:pa55-word-99@mcp.example/mcp?k=k9f8e7d6c&v=2"}
+        """), encoding="utf-8")
+    from gateway.telemetry.logs import redactor_for
+    redact = redactor_for(load_config(tmp_path, env={}), {})
+    assert redact("k9f8e7d6c and pa55-word-99") == f"{MASK} and {MASK}"
+
+
+async def test_the_mcp_sdks_debug_line_never_shows_a_url_password(tmp_path: Path,
+                                                                  restore_logging: None) -> None:
+    """The SDK logs the URL it dials at DEBUG; its password and a key in its query are masked there
+    like anywhere, though the redactor was given no secret at all."""
+    import asyncio
+    import sys
+
+    from gateway.config.tools import McpServerConfig
+    from gateway.mcp.hub import McpHub
+    tools, port_file = tmp_path / "tools.json", tmp_path / "port"
+    tools.write_text(json.dumps({"tools": ["echo"], "version": "v1"}), encoding="utf-8")
+    server = Path(__file__).parent / "fakes" / "mcp_server.py"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(server), "--tools", str(tools), "--http", "--port-file", str(port_file),
+        stderr=asyncio.subprocess.DEVNULL)
+    stream = io.StringIO()
+    hub: McpHub | None = None
+    try:
+        async with asyncio.timeout(30):
+            while not (port_file.exists() and port_file.read_text()):
+                await asyncio.sleep(0.05)
+        setup_logging("DEBUG", "json", stream=stream)
+        url = f"http://bot:pa55-word-99@127.0.0.1:{port_file.read_text()}/mcp?api_key=k9f8e7d6c"
+        hub = McpHub({"remote": McpServerConfig(url=url, connect_timeout_s=20)})
+        await hub.start()
+        assert hub.states["remote"].state == "up", hub.states["remote"].error
+    finally:
+        if hub is not None:
+            await hub.stop()
+        proc.kill()
+        await proc.wait()
+    out = stream.getvalue()
+    assert f"Connecting to StreamableHTTP endpoint: http://bot:{MASK}@127.0.0.1" in out
+    assert "pa55-word-99" not in out and "k9f8e7d6c" not in out

@@ -325,6 +325,25 @@ agent:
     assert any(line.startswith("mcp server broken (stdio): down: command not found") for line in out)
 
 
+def test_tools_list_keeps_its_columns_apart_for_a_long_server_name(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tools = _tools_file(tmp_path, ["echo"])
+    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
+        mcp_servers:
+          knowledge-base-production:
+            command: {sys.executable}
+            args: [{SERVER}, --tools, {tools}]
+            connect_timeout_s: 20
+        """))
+    assert main(["--home", str(home), "tools", "list"]) == 0
+    header, *rows = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    at = header.index("FROM"), header.index("ON PLATFORMS")
+    row = next(r for r in rows if r.startswith("mcp_knowledge-base-production_echo "))
+    assert row[at[0]:].startswith("mcp:knowledge-base-production  ") and row[at[1]:] == "all"
+    for line in rows:  # every row's columns start where the header's do, after a space
+        assert line[at[0] - 1] == " " and line[at[1] - 1] == " " and line[at[1]] != " ", line
+
+
 async def test_doctor_starts_each_server_once_and_lists_its_tools(home: Path, fake_llm: FakeLLM,
                                                                   tmp_path: Path) -> None:
     _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo", "add"]),

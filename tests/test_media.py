@@ -10,16 +10,17 @@ import sys
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from gateway.errors import MediaError, MediaTooLarge, MediaUnavailable
+from gateway.config.media import MediaConfig
+from gateway.config.settings import load_config
+from gateway.errors import ConfigError, MediaError, MediaTooLarge, MediaUnavailable
 from gateway.events import Attachment
 from gateway.media.documents import document_block, read_pdf, read_text_file
 from gateway.media.download import download
 from gateway.media.images import prepare_image
-from gateway.media.prepare import category
+from gateway.media.prepare import MediaPipeline, category
 from tests.mediafiles import CORRUPT_PDF, blank_png, image_size, make_pdf, pdf_bomb, picture
 
 
@@ -75,25 +76,17 @@ def test_unreadable_and_oversized_pictures_are_refused_with_a_reason(tmp_path: P
 
 
 def test_a_big_jpeg_is_decoded_at_a_fraction_of_its_size(tmp_path: Path) -> None:
-    """A 48-megapixel phone photo is decoded at a quarter of its pixels (JPEG draft mode), not whole: the result
-    is the same size as a full decode would give, from far less memory."""
+    """A 48-megapixel phone photo is decoded at a quarter of its pixels (JPEG draft mode), not
+    whole: it opens within a decode budget of 16 MB, which its full 183 MB of pixels would not fit;
+    a PNG of that size is refused before it is decoded."""
     path = tmp_path / "phone.jpg"
     path.write_bytes(picture(8000, 6000))
-    decoded: list[tuple[int, int]] = []
-    from PIL import ImageOps
-
-    real = ImageOps.exif_transpose
-
-    def spy(image: Any, **kwargs: Any) -> Any:
-        decoded.append(image.size)
-        return real(image, **kwargs)
-
-    ImageOps.exif_transpose = spy
-    try:
-        prepared = prepare_image(path)
-    finally:
-        ImageOps.exif_transpose = real
-    assert decoded == [(2000, 1500)] and (prepared.width, prepared.height) == (1238, 928)
+    prepared = prepare_image(path, max_decode_mb=16)
+    assert (prepared.width, prepared.height) == (1238, 928)
+    path.write_bytes(blank_png(8000, 6000, mode="L"))
+    refusal = r"8000×6000 pixels would take 46 MB to decode; the limit is 16 MB"
+    with pytest.raises(MediaError, match=refusal):
+        prepare_image(path, max_decode_mb=16)
 
 
 # ------------------------------------------------------------------------------------------ documents
@@ -250,3 +243,75 @@ def test_pillow_pypdf_and_pillow_heif_load_only_when_a_file_needs_them() -> None
             "print(sorted(m for m in ('PIL', 'pypdf', 'pillow_heif') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+# -------------------------------------------------------------------------------------- the worker
+@pytest.mark.parametrize(("value", "expected"), [
+    ("0", "expected a number between 16 and 65536; got 0"),
+    ("lots", "expected an integer; got 'lots'")])
+def test_the_decode_budget_is_checked_with_its_line(tmp_path: Path, value: str,
+                                                    expected: str) -> None:
+    (tmp_path / "config.yaml").write_text(f"media:\n  max_bytes: 1000\n  max_decode_mb: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    assert f"config.yaml:3: media.max_decode_mb: {expected}" in str(info.value)
+    (tmp_path / "config.yaml").write_text("media:\n  max_decode_mb: 1024\n")
+    media = load_config(tmp_path, env={}).media
+    assert (media.max_decode_mb, media.worker_memory_mb) == (1024, 1536)
+
+
+async def test_the_pipeline_refuses_a_picture_over_the_decode_budget(tmp_path: Path) -> None:
+    """In the worker: the 46 MB picture is refused with its numbers, the small one goes through."""
+    files = {"big": blank_png(8000, 6000, mode="L"), "small": picture(300, 200, fmt="PNG")}
+
+    class Files:
+        async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
+            yield files[attachment.ref or ""]
+
+    pipeline = MediaPipeline(MediaConfig(max_decode_mb=16), tmp_path, vision=True, transcriber=None)
+    try:
+        sent = [Attachment("document", "big.png", "image/png", ref="big"),
+                Attachment("photo", ref="small")]
+        out = await pipeline.prepare(Files(), sent, session_id=1, inbound_id=7)
+    finally:
+        await pipeline.close()
+    refusal = ("I couldn't use big.png: the picture is too large to open (8000×6000 pixels would "
+               "take 46 MB to decode; the limit is 16 MB).")
+    assert out.problems == [refusal]
+    assert len(out.images) == 1 and out.blocks[-1] == "[image: photo]"
+
+
+PARSED_ELSEWHERE = """
+import asyncio, sys
+from pathlib import Path
+from gateway.config.media import MediaConfig
+from gateway.events import Attachment
+from gateway.media.prepare import MediaPipeline
+from tests.mediafiles import blank_png, make_pdf
+
+FILES = {"bomb": blank_png(7999, 7999, mode="RGBA"), "pdf": make_pdf(["Total: 42"])}
+
+class Files:
+    async def media(self, attachment):
+        yield FILES[attachment.ref]
+
+async def main():
+    pipeline = MediaPipeline(MediaConfig(), Path(sys.argv[1]), vision=True, transcriber=None)
+    files = [Attachment("document", f"bomb{n}.png", "image/png", ref="bomb") for n in range(4)]
+    out = await pipeline.prepare(Files(), [*files, Attachment("document", "bill.pdf", ref="pdf")],
+                                 session_id=1, inbound_id=1)
+    await pipeline.close()
+    print(len(out.images), out.problems, "Total: 42" in out.blocks[-1])
+    print(sorted(m for m in ("PIL", "pypdf", "pillow_heif") if m in sys.modules))
+
+asyncio.run(main())
+"""
+
+
+def test_pictures_and_pdfs_are_decoded_in_the_worker_not_the_daemon(tmp_path: Path) -> None:
+    """Four pixel bombs (7999×7999 RGBA, 244 MB of pixels each) and a PDF in one message: all read,
+    and the process that asked never loaded Pillow or pypdf (so never held a pixel)."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", PARSED_ELSEWHERE, str(tmp_path)], cwd=root,
+                         capture_output=True, text=True, timeout=600, check=True)
+    assert out.stdout.splitlines() == ["4 [] True", "[]"], out.stderr

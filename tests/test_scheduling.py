@@ -179,9 +179,11 @@ async def test_limits_and_the_prompt_scan(home: Path, fake_llm: FakeLLM) -> None
         await say(gw, "one more")
         [scan] = tool_results(fake_llm.anthropic_requests()[-1])[-1:]
         assert "refused by the safety scan (injection" in scan["content"]
-        await say(gw, "mine", user_id="u2", chat_id="c2")  # the limit is per person
-        assert [(j["user_id"], j["spec"][11:16]) for j in job_rows(gw)] == [("u1", "10:00"), ("u1", "11:00"),
-                                                                            ("u2", "13:00")]
+        await say(gw, "mine", user_id="u2", chat_id="c2")  # per person: on the console, the owner
+        [refused] = tool_results(fake_llm.anthropic_requests()[-1])[-1:]
+        assert "already has 2 active jobs" in refused["content"]
+        made = [(j["user_id"], j["spec"][11:16]) for j in job_rows(gw)]
+        assert made == [("u1", "10:00"), ("u1", "11:00")]
 
 
 # ------------------------------------------------------------------------------------------ seeing and cancelling

@@ -1,5 +1,7 @@
 """web_fetch: private addresses refused by what a name resolves to (also after a redirect, and with a DNS answer
-that changes between check and connect), and an article extracted from a local page.
+that changes between check and connect, and with a proxy in the environment), the byte cap, an
+article extracted from a local page in the worker process (links resolved against the page, no
+permalink marks, code with its lines), and hostile pages that once froze the daemon.
 
 The test network: a fake DNS the test controls, and `route`, which dials a checked public-looking address on a
 127.0.0.x server (the only addresses a test may reach). The guard still sees the public address it checked.
@@ -7,6 +9,7 @@ The test network: a fake DNS the test controls, and `route`, which dials a check
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +23,8 @@ from gateway.errors import ToolError
 from gateway.net.fetch import WebClient
 from gateway.net.guard import BlockedAddress, refusal
 from gateway.net.pages import PageCache, ReadPage
+from gateway.worker.parent import JobLimits, Worker
+from tests import webpages
 from tests.fakeclock import FakeClock
 
 PUBLIC = "93.184.216.34"   # what the fake DNS says news.test is; dialled on the page server below
@@ -69,6 +74,34 @@ async def _serve_paired(app: web.Application) -> tuple[web.AppRunner, int]:
     raise AssertionError("no port free on both 127.0.0.1 and 127.0.0.2")
 
 
+PAGES = {"/library/json.html": webpages.SPHINX_JSON.encode(),
+         "/docs/intro.html": b'<html><head><base href="/docs/v2/"></head><body><article><p>'
+                             + b"Long enough to be an article, this sends readers on. " * 4
+                             + b'<a href="setup.html">Set-up</a></p></article></body></html>',
+         "/hostile/scripts": webpages.UNCLOSED_SCRIPTS, "/hostile/brackets": webpages.OPEN_BRACKETS,
+         "/hostile/slow": webpages.SLOW_FOR_TRAFILATURA}
+CAP = 100_000
+ENDLESS_SENT: list[int] = []  # bytes each endless response had sent when its reader went away
+
+
+async def endless(request: web.Request) -> web.StreamResponse:
+    """A page that never ends, 13 KB every 20 ms: paragraphs, and past the cap a sentence the
+    reader must not see."""
+    response = web.StreamResponse(headers={"Content-Type": "text/html"})
+    await response.prepare(request)
+    sent = 0
+    try:
+        while True:  # until the client goes away
+            chunk = b"<p>The tide turns twice a day and the turbines turn with it.</p>\n" * 200
+            if sent > CAP:
+                chunk = b"<p>PAST THE CAP</p>" + chunk
+            await response.write(chunk)
+            sent += len(chunk)
+            await asyncio.sleep(0.02)
+    finally:
+        ENDLESS_SENT.append(sent)
+
+
 @pytest.fixture
 async def page_server() -> AsyncIterator[tuple[int, list[str]]]:
     """On 127.0.0.2: the article, a redirect to a private address, a redirect to another public name."""
@@ -91,9 +124,12 @@ async def page_server() -> AsyncIterator[tuple[int, list[str]]]:
         if request.path == "/latin1":  # no charset header: the page's own <meta charset> says how to read it
             page = ARTICLE.replace("<head>", '<head><meta charset="iso-8859-1">').replace("three", "três")
             return web.Response(body=page.encode("latin-1"), headers={"Content-Type": "text/html"})
+        if request.path in PAGES:
+            return web.Response(body=PAGES[request.path], content_type="text/html")
         return web.Response(text=ARTICLE, content_type="text/html")
 
     app = web.Application()
+    app.router.add_get("/endless", endless)
     app.router.add_get("/{tail:.*}", handle)
     runner, port = await _serve_paired(app)
     yield port, seen
@@ -321,3 +357,154 @@ def test_address_classes() -> None:
     assert refusal(ipaddress.ip_address("fec0::1")) == "a private address"  # site-local (deprecated, still routed)
     assert refusal(ipaddress.ip_address("64:ff9b::a00:1")) == "a private address"  # NAT64 of 10.0.0.1
     assert issubclass(BlockedAddress, ToolError)
+
+
+# ------------------------------------------------------------------------------------------ reading
+async def test_a_documentation_page_reads_as_its_reader_sees_it(page_server: tuple[int, list[str]],
+                                                                tmp_path: Path) -> None:
+    """A Sphinx page (the Python docs' json.html): links resolved against the page, not the site's
+    root; the ¶ after each heading gone from the title and the text; a code example inside a
+    definition keeps its lines."""
+    port, _ = page_server
+    page = f"http://news.test:{port}/library/json.html"
+    text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})), page, tmp_path)
+    assert not is_error, text
+    assert "Title: json — JSON encoder and decoder\n" in text
+    assert f"[`marshal`](http://news.test:{port}/library/marshal.html#module-marshal)" in text
+    assert f"[`json`]({page}#module-json) — JSON encoder and decoder\n" in text
+    assert f"[glossary](http://news.test:{port}/glossary.html#term-file-like-object)" in text
+    assert "¶" not in text and "## Basic Usage\n" in text
+    assert ('```python3\nwith open("out.json", "w") as fp:\n    json.dump({"a": 1}, fp)\n```'
+            in text)
+    assert "```python3\n>>> import json\n>>> json.dumps(['foo'])\n'[\"foo\"]'\n```" in text
+
+
+async def test_links_follow_the_pages_base(page_server: tuple[int, list[str]],
+                                           tmp_path: Path) -> None:
+    port, _ = page_server
+    text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})),
+                                  f"http://news.test:{port}/docs/intro.html", tmp_path)
+    assert not is_error and f"[Set-up](http://news.test:{port}/docs/v2/setup.html)" in text
+
+
+async def test_the_download_stops_at_the_byte_cap(page_server: tuple[int, list[str]],
+                                                  tmp_path: Path) -> None:
+    """A page that never ends is read up to max_bytes and said to be cut; nothing past the cap
+    reaches the model, and the download stops there (without the cap it would run into the time
+    limit)."""
+    ENDLESS_SENT.clear()
+    url = f"http://news.test:{page_server[0]}/endless"
+    dns = FakeDNS({"news.test": [[PUBLIC]]})
+    client = WebClient(max_bytes=CAP, timeout_s=30, lookup=dns.lookup,
+                       route=lambda a: {PUBLIC: "127.0.0.2"}.get(a, a))
+    try:
+        fetched = await client.get(url)
+    finally:
+        await client.close()
+    assert len(fetched.body) == CAP and fetched.truncated
+    async with asyncio.timeout(30):
+        while not ENDLESS_SENT:  # the server sees the connection go
+            await asyncio.sleep(0.05)
+    assert ENDLESS_SENT[0] < 4 * CAP
+    text, is_error = await _fetch(client, url, tmp_path)
+    assert not is_error, text
+    assert "(The page was larger than the download limit; its end is missing.)" in text
+    assert "The tide turns twice a day" in text and "PAST THE CAP" not in text
+
+
+class RecordingProxy:
+    """An HTTP proxy on 127.0.0.1 that records every request line and, for a plain GET, answers
+    with what a proxy on the inside would fetch: an internal page."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.seen.append((await reader.readline()).decode().strip())
+        body = b"<html><body><p>INTERNAL SECRET</p></body></html>"
+        if not self.seen[-1].startswith("CONNECT"):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+
+@pytest.mark.parametrize(("variable", "scheme"), [("HTTP_PROXY", "http"), ("HTTPS_PROXY", "https"),
+                                                  ("ALL_PROXY", "http")])
+async def test_a_proxy_in_the_environment_is_never_used(variable: str, scheme: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy would connect on our behalf to an address the guard never checked: with
+    HTTPS_PROXY set, `intranet.test` (127.0.0.1) is still refused, and the proxy hears nothing."""
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    proxy = RecordingProxy()
+    async with proxy as url:
+        monkeypatch.setenv(variable, url)
+        monkeypatch.setenv(variable.lower(), url)
+        text, is_error = await _fetch(_client(FakeDNS({"intranet.test": [["127.0.0.1"]]})),
+                                      f"{scheme}://intranet.test/secret", tmp_path)
+    assert is_error and "intranet.test (127.0.0.1)" in text and "loopback" in text, text
+    assert proxy.seen == []
+
+
+# ------------------------------------------------------------------------------------------ hostile
+@pytest.mark.parametrize("path", ["/hostile/scripts", "/hostile/brackets"])
+async def test_pages_that_froze_the_daemon_read_at_once(path: str, tmp_path: Path,
+                                                        page_server: tuple[int, list[str]]) -> None:
+    """2 MB of `<script ` without an end, and 2 MB of `<`: the regexes that took hours on these are
+    gone (no article, so the visible text is read: nothing, or the words)."""
+    text, is_error = await _fetch(_client(FakeDNS({"news.test": [[PUBLIC]]})),
+                                  f"http://news.test:{page_server[0]}{path}", tmp_path)
+    assert not is_error, text
+    if path == "/hostile/brackets":
+        assert "visible words" in text
+    else:
+        assert "(no readable text on this page)" in text
+
+
+async def test_a_page_trafilatura_cannot_finish_is_read_for_its_visible_text(
+        page_server: tuple[int, list[str]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 MB of `<div><p>a b c d e</p></div>` takes trafilatura minutes: it is stopped at its CPU
+    seconds (2 here, 15 in the daemon), and the page's visible text is read instead, with a note."""
+    monkeypatch.setattr("gateway.net.extract.ARTICLE", JobLimits(cpu_s=2, wall_s=600))
+    client = _client(FakeDNS({"news.test": [[PUBLIC]]}))
+    url = f"http://news.test:{page_server[0]}/hostile/slow"
+    text, is_error = await _fetch(client, url, tmp_path)
+    assert not is_error, text
+    assert ("[The page's main text could not be picked out (reading it took more than 2 s of "
+            "processor time); what follows is all of its visible text, menus included.]") in text
+    assert "\na b c d e\na b c d e\n" in text
+
+
+async def test_a_page_that_cannot_be_read_within_the_limits_says_so(
+        page_server: tuple[int, list[str]], tmp_path: Path) -> None:
+    """A worker with too little memory for a 2 MB page: both readings fail, and the model is told
+    plainly; the next page gets a fresh worker."""
+    worker = Worker(memory_mb=100)
+    try:
+        client = WebClient(lookup=FakeDNS({"news.test": [[PUBLIC]]}).lookup, worker=worker,
+                           route=lambda a: {PUBLIC: "127.0.0.2"}.get(a, a))
+        text, is_error = await _fetch(client, f"http://news.test:{page_server[0]}/hostile/slow",
+                                      tmp_path)
+        assert is_error
+        assert text == ("This page could not be read: reading it needed more than the 100 MB it "
+                        "may use.")
+        client = WebClient(lookup=FakeDNS({"news.test": [[PUBLIC]]}).lookup, worker=worker,
+                           route=lambda a: {PUBLIC: "127.0.0.2"}.get(a, a))
+        url = f"http://news.test:{page_server[0]}/article"
+        text, is_error = await _fetch(client, url, tmp_path)
+        assert not is_error and "composite survived the storms" in text
+    finally:
+        await worker.close()

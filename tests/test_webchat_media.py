@@ -205,3 +205,41 @@ def test_the_page_uploads_the_chosen_file_then_names_it_in_the_message(tmp_path:
     assert frame["text"] == "what is it?" and frame["files"] == [
         {"id": "0123456789abcdef0123456789abcdef", "name": "cat.png", "type": "image/png", "size": 3}]
     assert out["left"] == 0 and out["input"] == ""  # sent: the chips and the text box are cleared
+
+
+async def test_forgetting_the_owner_removes_the_web_chats_uploads(home: Path,
+                                                                 fake_llm: FakeLLM) -> None:
+    """A PDF, a photo and a recording the owner sent, and one uploaded but never sent: `gateway
+    users forget web:owner` leaves none of them in media/uploads/ (nor their prepared copies)."""
+    import io
+
+    from gateway.cli import users
+    from gateway.cli.main import build_parser
+    async with FakeTranscription(api_key=None) as stt:
+        stt.says(VOICE_NOTE, "call the plumber")
+        extra = f"media:\n  transcription:\n    base_url: {stt.v1_url}\n"
+        daemon = await start(home, fake_llm, extra)
+        try:
+            port = daemon.web_port
+            assert port
+            files = ((make_pdf(["Total: 42"]), "bill.pdf", "application/pdf"),
+                     (picture(64, 48, fmt="PNG"), "plot.png", "image/png"),
+                     (VOICE_NOTE, "memo.ogg", "audio/ogg"))
+            sent = [(await upload(port, home, *file))[1] for file in files]
+            status, _ = await upload(port, home, b"never sent", "draft.txt", "text/plain")
+            assert status == 200
+            frames = await say(port, home, {"text": "look", "files": sent})
+            answer = frames[-1]["text"]
+            assert "call the plumber" in answer and "Total: 42" in answer
+            assert "[image: plot.png]" in answer
+        finally:
+            await daemon.stop()
+    uploads = home / "media" / "uploads"
+    assert len(list(uploads.iterdir())) == 4
+    out = io.StringIO()
+    argv = ["--home", str(home), "users", "forget", "web:owner", "--yes"]
+    args = build_parser().parse_args(argv)
+    assert users.run(args, load_config(home, env={}), stdin=io.StringIO(), out=out) == 0
+    assert list(uploads.iterdir()) == []
+    assert "4 web chat upload(s)" in out.getvalue()
+    assert [p for p in (home / "media").rglob("*") if p.is_file()] == []

@@ -46,12 +46,14 @@ from adapters.discord.text import (
     thread_name,
 )
 from adapters.discord.threads import AutoThreads
+from adapters.discord.voice import VoiceNotes
 from gateway.config.settings import DiscordConfig
 from gateway.errors import AdapterError, AdapterFatal
 from gateway.events import (
     Attachment,
     ChatRef,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -113,6 +115,7 @@ class DiscordAdapter:
         self._threads = AutoThreads()  # `thread_replies: auto`: planned on arrival, opened with the answer
         self._outbound = Outbound(self._commands, self._threads)  # replies and "is typing…"
         self._preview = DiscordPreview(self._outbound)  # the answer as it is written: a message edited in place
+        self._voice = VoiceNotes(self._threads)  # voice replies (voice messages)
         self._files = DiscordFiles(config.api_base)  # attachments, streamed from the CDN
         self._catch_up = DiscordCatchUp(self.translate, self._submit_inbound, self._fetch_channel, self._intake,
                                         self._channels, monotonic,
@@ -123,7 +126,7 @@ class DiscordAdapter:
         self._submit = submit
         point_library_at(self.config)
         client = self._client = self._make_client()
-        self._outbound.client = client
+        self._outbound.client = self._voice.client = client
         self._files.refresh = refresher(client.http)  # expired attachment links, renewed with the bot's token
         tree = self._commands.tree(client)
         try:
@@ -313,6 +316,10 @@ class DiscordAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""
         return self._outbound.typing(chat)
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply: a voice message, or an audio file where one is refused (in `voice`)."""
+        return await self._voice.send(audio)
 
     @property
     def typing_active(self) -> int:

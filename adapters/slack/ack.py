@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -24,11 +25,13 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from adapters.slack.text import PLATFORM, describe
 from gateway.errors import AdapterError
-from gateway.events import Inbound, Submit, SubmitOutcome, SubmitResult
+from gateway.events import Caller, Inbound, RequestGate, Submit, SubmitOutcome, SubmitResult
 
 log = logging.getLogger("adapters.slack.adapter")  # one logger for the Slack adapter, whichever module speaks
 
 ACK_HOLD_S = 5.0               # an answer waits at most this long for its message's ack before going anyway
+SIGNATURE_AGE_S = 300          # Slack's (and its verifier's) window for X-Slack-Request-Timestamp
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 STOP_WAIT_S = 5.0              # stop() lets messages being stored finish for this long
 
 
@@ -157,6 +160,21 @@ def events_endpoint(app: AsyncApp, signing_secret: str) -> Callable[[web.Request
             window.close()
 
     return handle
+
+
+def events_caller(path: str, *, clock: Callable[[], float] = time.time) -> RequestGate:
+    """Judges a request to the Events endpoint by its headers: a POST to `path` whose signature has
+    Slack's shape and whose timestamp is within the 5 minutes is CLAIMED (only its body can prove
+    the signature, so the listener lets the body come at its minimum rate and closes the connection
+    first when full); anything else is a stranger, refused before its body is read."""
+    def caller(request: web.BaseRequest) -> Caller:
+        if request.method != "POST" or request.path != path:
+            return Caller.STRANGER
+        stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        fresh = stamp.isascii() and stamp.isdigit() and abs(clock() - int(stamp)) <= SIGNATURE_AGE_S
+        signed = _SIGNATURE.fullmatch(request.headers.get("X-Slack-Signature", ""))
+        return Caller.CLAIMED if fresh and signed else Caller.STRANGER
+    return caller
 
 
 def _slack_shaped(body: object) -> bool:

@@ -54,6 +54,7 @@ from adapters.slack.text import (
     slash_text,
     start_error,
 )
+from adapters.slack.voice import upload_voice
 from gateway.config.settings import SlackConfig
 from gateway.errors import PlatformUnavailable
 from gateway.events import (
@@ -61,6 +62,7 @@ from gateway.events import (
     ChatRef,
     ChatType,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -320,6 +322,11 @@ class SlackAdapter:
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
         return await self._outbound.send(message)
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply: an audio file in the thread (`voice`), once the message's ack is out."""
+        await self._outbound.hold(audio.chat.chat_id, audio.reply_to_id or "")
+        return await upload_voice(self._outbound.client, audio)
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """The thinking reaction on the message being answered, for the whole turn."""

@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.ack import SocketClient, SocketHandler, events_endpoint
+from adapters.slack.ack import SocketClient, SocketHandler, events_caller, events_endpoint
 from adapters.slack.text import NETWORK_ERRORS, PLATFORM, describe, start_error
 from gateway.config.settings import SlackConfig
 from gateway.errors import AdapterFatal, PlatformUnavailable
@@ -61,7 +61,8 @@ class Connection:
         server = web.Application()
         secret = cfg.signing_secret.value if cfg.signing_secret else ""
         server.router.add_post(cfg.path, events_endpoint(app, secret))
-        self._listener = await self._serve(server, cfg.listen_host, cfg.listen_port)
+        gate = events_caller(cfg.path)
+        self._listener = await self._serve(server, cfg.listen_host, cfg.listen_port, gate)
         self.http_port = self._listener.port
         log.info("slack: Events API at http://%s:%s%s", cfg.listen_host, self.http_port, cfg.path)
 

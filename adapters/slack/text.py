@@ -34,9 +34,9 @@ API_ERRORS: tuple[type[BaseException], ...] = (SlackApiError, *NETWORK_ERRORS)
 CHANNEL_TYPES: dict[str, ChatType] = {"im": "dm", "mpim": "group", "group": "group", "channel": "channel"}
 # `/agent WORDS` that are one of the core's in-chat commands: Slack sends any message starting with "/" to a slash
 # command, so `/jobs`, `/link CODE` … can only reach us through `/agent` (or after the bot's mention).
-_SLASH_WORDS = re.compile(r"(?i)(new|reset|status|usage|stop|retry|undo|help|jobs|link)"
+_SLASH_WORDS = re.compile(r"(?i)(new|reset|status|usage|stop|retry|undo|help|jobs|link|voice|model)"
                           r"|(jobs\s+(?:list|(?:cancel|stop)\s+#?\d+))|((?:link|approve)\s+[A-Za-z0-9]{8})"
-                          r"|(link\s+[A-Za-z0-9]{8}\s+yes)")
+                          r"|(link\s+[A-Za-z0-9]{8}\s+yes)|(voice\s+(?:on|off|auto))|(model\s+[A-Za-z0-9_.-]{1,32})")
 _FATAL_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
                            "not_allowed_token_type"})
 _MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long", "no_text",

@@ -19,7 +19,13 @@ from typing import Any
 from aiogram import Bot, Dispatcher, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import AiogramError, TelegramAPIError, TelegramNotFound, TelegramUnauthorizedError
+from aiogram.exceptions import (
+    AiogramError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramNotFound,
+    TelegramUnauthorizedError,
+)
 from aiogram.types import BotCommand, ChatMemberUpdated, Message, User
 from aiogram.utils.token import TokenValidationError
 
@@ -41,6 +47,7 @@ from adapters.telegram.text import (
     sender_name,
     utc,
 )
+from adapters.telegram.voice import send_voice
 from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
@@ -48,6 +55,7 @@ from gateway.events import (
     Attachment,
     ChatRef,
     Inbound,
+    OutboundAudio,
     OutboundMessage,
     PreviewPart,
     PreviewStyle,
@@ -71,6 +79,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("retry", "Answer your last message again"),
     ("undo", "Forget the last exchange"),
     ("jobs", "Your scheduled jobs (/jobs cancel ID stops one)"),
+    ("voice", "Voice replies in this chat: /voice on or off"),
+    ("model", "List the models, or switch: /model NAME"),
     ("link", "Link this account with yours on another platform"),
     ("help", "List the commands"),
 )
@@ -80,6 +90,7 @@ class TelegramAdapter:
     """`start` checks the token (getMe), registers commands and begins polling or serving the webhook."""
 
     platform = PLATFORM
+    space_noun = "group"  # where a job's creator must still be (gateway.events.MemberRoles)
 
     def __init__(self, config: TelegramConfig, *, typing_interval: float = TYPING_INTERVAL_S,
                  submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
@@ -240,12 +251,31 @@ class TelegramAdapter:
             reply_to_id=str(replied.message_id) if replied is not None else None, attachments=files,
             group_id=message.media_group_id, forwarded_from=forwarded_from(message),
             is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
-            chat_title=message.chat.title)
+            chat_title=message.chat.title,
+            space_id=str(message.chat.id) if chat_type != "dm" else None)
         if chat_type != "dm" and cfg.require_mention and not addressed:
             if album is not None and files:
                 self._albums.hold(album, inbound)  # a later part of its album may still @mention us
             return None
         return inbound
+
+    async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None:
+        """Whether a job's creator is still in the group it posts to (a group is the space here;
+        Telegram has no roles): () when they are, None when they left, were removed, or the bot was;
+        AdapterError when Telegram cannot say. An anonymous admin or a channel (a chat id) cannot be
+        asked: ()."""
+        if self._bot is None:
+            raise AdapterError(PLATFORM, "not connected")
+        if not user_id.isdigit():
+            return ()
+        try:
+            member = await self._bot.get_chat_member(int(space_id), int(user_id))
+        except TelegramBadRequest:  # "chat not found", "user not found", "member not found"
+            return None
+        except (TimeoutError, TelegramAPIError, AiogramError, OSError) as exc:
+            raise AdapterError(PLATFORM, f"cannot look up member {user_id}: {exc}") from None
+        gone = member.status in ("left", "kicked") or getattr(member, "is_member", True) is False
+        return None if gone else ()
 
     async def _submit_stored(self, inbound: Inbound) -> SubmitResult:
         """Return only once the inbound is stored (or refused for good); until then the update stays unconfirmed."""
@@ -288,6 +318,10 @@ class TelegramAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """Refresh "typing…" every few seconds while the turn runs; stop the moment it ends."""
         return self._outbound.typing(chat)
+
+    async def send_audio(self, audio: OutboundAudio) -> str:
+        """A voice reply (sendVoice; in `voice`)."""
+        return await send_voice(self._outbound, audio)
 
     # ------------------------------------------------------------------ live previews (in `preview`)
     def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle:

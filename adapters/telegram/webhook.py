@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway.config.settings import TelegramConfig
 from gateway.config.yamlload import Secret
 from gateway.errors import AdapterFatal
-from gateway.events import HttpListener, ServeHttp
+from gateway.events import Caller, HttpListener, ServeHttp
 
 log = logging.getLogger("adapters.telegram.adapter")  # one logger for the Telegram adapter, whichever module speaks
 
@@ -47,13 +47,22 @@ class WebhookServer:
             raise AdapterFatal("telegram", "webhook mode needs the daemon's HTTP listener (TelegramAdapter(serve=...))")
         app = web.Application()
         app.router.add_post(cfg.path, self._on_webhook)
-        self._listener = await self._serve(app, cfg.listen_host, cfg.listen_port)
+        self._listener = await self._serve(app, cfg.listen_host, cfg.listen_port, self.caller)
         self.port = self._listener.port
 
     async def close(self) -> None:
         if self._listener is not None:
             await self._listener.stop()  # the webhook stays set: Telegram keeps updates until we are back
             self._listener = None
+
+    def caller(self, request: web.BaseRequest) -> Caller:
+        """Telegram's POST to the path with the secret-token header; anyone else is refused before
+        the listener waits on a body."""
+        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+        if request.method == "POST" and request.path == self.config.path and self.secret \
+                and Secret(self.secret).matches(given):
+            return Caller.KNOWN
+        return Caller.STRANGER
 
     async def _on_webhook(self, request: web.Request) -> web.Response:
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")

@@ -15,13 +15,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from gateway.access.gate import AccessGate
 from gateway.access.pairing import new_code
 from gateway.access.roles import Roles
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult
 from gateway.knowledge.memory import MemoryStore
-from gateway.knowledge.people import Person, identity_of
+from gateway.knowledge.people import Person, identity_of, parse_identity
 from gateway.store.rows import iso, parse_iso
 
 log = logging.getLogger("gateway.access.gate")
@@ -45,6 +46,8 @@ USAGE_TEXT = "Usage: /link (gives a code), then /link CODE from your other accou
 CONFIRM_TEXT = ("This would make this account and {other} one person to me: one profile, one memory, and each "
                 "account's past conversations with me searchable from the other. Only do it if both accounts are "
                 "yours. To go ahead, send the same command again with yes at the end: /link CODE yes")
+ISSUER_GONE_TEXT = ("The account that asked for this code no longer has access here, so it "
+                    "cannot be linked. The code is void.")
 BURNT_TEXT = ("Link codes work only in a direct message to me: that one was shown here, so it no longer works. Send "
               "/link to me in a direct message from your first account for a new one.")
 
@@ -138,6 +141,11 @@ class Linker:
         issuer = self.people.get(int(row["person_id"]))
         if issuer is None:
             return WRONG_TEXT.format(minutes=int(LINK_TTL.total_seconds() // 60))
+        if not self.roles.is_admin(issuer) and not self._still_allowed(issuer, row, now):
+            self.store.execute("DELETE FROM link_codes WHERE code_hash = ?", (row["code_hash"],))
+            log.info("access: refused (/link code of an account that lost access since) "
+                     "identity=%s", row["identity"])
+            return ISSUER_GONE_TEXT
         if not allowed and not self.roles.is_admin(issuer):
             log.info("access: refused (/link of a stranger to a non-admin) platform=%s user=%s",
                      inbound.chat.platform, inbound.user_id)
@@ -158,6 +166,16 @@ class Linker:
         self.gate.outbox.post_soon(f"linked:{merged.id}:{inbound.message_id}", issuer_chat,
                                    LINKED_TEXT.format(other=me))
         return LINKED_TEXT.format(other=issuer_identity)
+
+    def _still_allowed(self, issuer: Person, row: Any, now: datetime) -> bool:
+        """Whether the account that asked for the code would still be let in (a code must not
+        outlive the revocation of its issuer: linking it would let the revoked account in again)."""
+        _, user_id = parse_identity(row["identity"])
+        known = next((i for i in issuer.identities if i.identity == row["identity"]), None)
+        chat = ChatRef(row["chat_platform"], "dm", row["chat_id"])
+        asker = Inbound(chat, user_id=user_id, text="", message_id="link-check", received_at=now,
+                        username=known.username if known is not None else None)
+        return self.gate.is_allowed(asker)
 
     def _person(self, inbound: Inbound) -> Person:
         return self.people.resolve(inbound.chat.platform, inbound.user_id, now=self.clock(),

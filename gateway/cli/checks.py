@@ -23,10 +23,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    from gateway.voice.speaker import config_problems
     try:
-        config_of(args)
+        config = config_of(args)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
+        return EXIT_CONFIG
+    # programs voice.tts needs that are not installed
+    problems = config_problems(config.voice, home_of(args) / "config.yaml")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
         return EXIT_CONFIG
     print("ok")
     return EXIT_OK

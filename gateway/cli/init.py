@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, home_of
-from gateway.config.settings import environ
+from gateway.config.settings import check_base_url, environ
 from gateway.config.starter import (
     CHAT_PLATFORMS,
     TOKEN_VARS,
@@ -120,9 +120,10 @@ def from_flags(args: argparse.Namespace) -> Starter:
     if allowed:
         raise ValueError(f"--allow names {', '.join(sorted(allowed))}, which is not turned on (add its "
                          "--…-token-env)")
+    base_url = check_base_url(args.base_url, flag="--base-url")
     key_env = check_env_name(args.api_key_env) if args.api_key_env else _default_key_env(args.provider, args.base_url)
     _by_platform(args.admin, "--admin")
-    return Starter(provider=args.provider, model=args.model, base_url=args.base_url or None, api_key_env=key_env,
+    return Starter(provider=args.provider, model=args.model, base_url=base_url, api_key_env=key_env,
                    platforms=tuple(platforms), pairing=not args.no_pairing, admins=tuple(args.admin))
 
 
@@ -229,7 +230,7 @@ class Questions:
             from gateway.llm.factory import ollama_model
             name = ollama_model() or name
         if keys[int(choice) - 1] == "other":
-            base_url = self.ask("Its base URL (ending in /v1)", "http://127.0.0.1:8000/v1")
+            base_url = self.ask("Its base URL (ending in /v1)", "http://127.0.0.1:8000/v1", check=check_base_url)
         name = self.ask("Model name", name or None)
         key_env = self.key_variable(keys[int(choice) - 1], base_url, key_env)
         return Starter(provider=provider, model=name, base_url=base_url, api_key_env=key_env,  # type: ignore[arg-type]

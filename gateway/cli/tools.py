@@ -1,12 +1,14 @@
 """gateway tools list: every tool, where it comes from (built-in or which MCP server) and on which platforms a new
 session gets it, and the MCP tools withheld because their description looks like a prompt injection. MCP servers
-are started once to list their tools, then stopped."""
+are started once to list their tools, then stopped. Tools a new session would get behind tool search
+(tools.search) are marked "deferred"."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.agent.tools.catalog import TOOL_ORDER
@@ -16,6 +18,8 @@ from gateway.events import PLATFORMS
 
 if TYPE_CHECKING:
     from gateway.ops.wiring import Gateway
+
+DEFERRED = "; deferred (tool search)"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,24 +58,43 @@ def _rows(gateway: Gateway) -> list[str]:
     registry = catalog.registry
     provided = registry.provider.specs() if registry.provider is not None else []
     names = [*registry.names(), *sorted(s.name for s in provided)]
-    rows = [(name, catalog.origin(name), _platforms([p for p in PLATFORMS if catalog.enabled(name, p)]))
-            for name in names]
+    deferred = _deferred(gateway)
+    rows = [(name, catalog.origin(name),
+             _platforms([p for p in PLATFORMS if catalog.enabled(name, p)])
+             + (DEFERRED if name in deferred else "")) for name in names]
     if "web_search" not in names:
         rows.insert(TOOL_ORDER.index("web_search"), ("web_search", "built-in", "off: tools.web_search is not set"))
     if gateway.mcp is not None:
         rows += sorted((name, f"mcp:{state.name}", f"withheld: {why}")
                        for state in gateway.mcp.states.values() for name, why in state.withheld.items())
-    width = max(len(r[0]) for r in rows) + 2
-    lines = [f"{'TOOL':<{width}}{'FROM':<14}ON PLATFORMS"]
-    lines += [f"{name:<{width}}{origin:<14}{where}" for name, origin, where in rows]
+    lines = _table(("TOOL", "FROM", "ON PLATFORMS"), rows)
     if gateway.mcp is not None:
         lines.append("")
+        if deferred:
+            search = gateway.config.tools.search
+            lines.append(f"{len(deferred)} tools deferred: new sessions find them with tool_search "
+                         f"and call them with tool_call (tools.search: {search})")
         for state in gateway.mcp.states.values():
             error = f": {state.error}" if state.error else ""
             withheld = f", {len(state.withheld)} withheld (see above)" if state.withheld else ""
             lines.append(f"mcp server {state.name} ({state.transport}): {state.state}{error}, "
                          f"{len(state.tools)} tools{withheld}")
     return lines
+
+
+def _deferred(gateway: Gateway) -> set[str]:
+    """The tools a new session on some platform would get behind tool search (model's window)."""
+    catalog = gateway.catalog
+    assert catalog is not None
+    window = gateway.llm.context_window
+    return {s.name for p in PLATFORMS for s in catalog.split(catalog.current(p), window)[1]}
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Columns as wide as their widest cell plus two spaces (the last one is not padded)."""
+    widths = [max(len(row[i]) for row in (header, *rows)) + 2 for i in range(len(header) - 1)]
+    return ["".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + row[-1]
+            for row in (header, *rows)]
 
 
 def _platforms(found: list[str]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MEDIA_DIR = "media"  # GATEWAY_HOME/media/<session_id>/…: the files of each session (gateway/store/media_files.py)
+WORKER_BASE_MB = 512  # the worker's memory beyond max_decode_mb: Python, the parsers, a page's tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,4 +28,11 @@ class MediaConfig:
     timeout_s: float = field(default=120.0, metadata={"positive": True})
     retention_days: float = field(default=30.0, metadata={"positive": True})
     max_document_chars: int = field(default=50_000, metadata={"positive": True})
+    # decoded pixels one picture may take (MB); the worker may use this + WORKER_BASE_MB
+    max_decode_mb: int = field(default=256, metadata={"min": 16, "max": 65_536})
     transcription: TranscriptionConfig | None = None
+
+    @property
+    def worker_memory_mb(self) -> int:
+        """The address space the worker process may use (gateway/worker/)."""
+        return WORKER_BASE_MB + self.max_decode_mb

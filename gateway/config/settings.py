@@ -12,10 +12,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
+
+import yaml
 
 from gateway.config.media import MediaConfig, TranscriptionConfig
 from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
+from gateway.config.voice import VoiceConfig
 from gateway.config.yamlload import KeyProblem, Secret, load_dataclass, read_yaml_file
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
@@ -53,6 +57,30 @@ class ModelEndpoint:
     context_window: int = field(default=200_000, metadata=_positive())
     client: Literal["native", "sdk"] = "native"
     vision: bool | Literal["auto"] = "auto"
+
+    def __post_init__(self) -> None:
+        try:
+            check_base_url(self.base_url)
+        except ValueError as exc:
+            raise KeyProblem("base_url", str(exc)) from None
+
+
+def check_base_url(url: str | None, *, flag: str = "") -> str | None:
+    """`url` when it can be a model's endpoint (an http(s) URL with a host), else ValueError (its
+    text after `flag: ` when given); None when there is none."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
+            or any(ch.isspace() for ch in url):
+        said = f"{flag}: " if flag else ""
+        raise ValueError(f"{said}expected an http:// or https:// URL with a host (e.g. "
+                         f"https://api.example.com/v1); got {url!r}")
+    return url
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +236,7 @@ class WebConfig:
 
 
 _ORIGIN = re.compile(r"https?://[^/\s?#@]+/?")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 
 
 def is_loopback_host(host: str) -> bool:
@@ -319,6 +348,8 @@ class LoggingConfig:
 @dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig | None = None
+    models: dict[str, ModelConfig] = field(default_factory=dict)  # switched to in chat: /model NAME
+    models_switch: Literal["admins", "everyone"] = "admins"
     agent: AgentConfig = field(default_factory=AgentConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     session_reset: SessionResetConfig = field(default_factory=SessionResetConfig)
@@ -335,6 +366,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -362,7 +394,21 @@ def load_config(home: Path, *, env: dict[str, str] | None = None, path: Path | N
         return Config(home=home)
     node = read_yaml_file(config_path)
     loaded: Config = load_dataclass(Config, node, file=str(config_path), env=environ)
+    _check_model_names(node, str(config_path))
     return _with_home(loaded, home)
+
+
+def _check_model_names(node: yaml.Node | None, file: str) -> None:
+    """`models:` names are what /model takes: a word, and never `default` (the main model's)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    models = next((v for k, v in node.value if k.value == "models"), None)
+    for name_node, _ in models.value if isinstance(models, yaml.MappingNode) else ():
+        name = str(name_node.value)
+        if name == "default" or not _MODEL_NAME.fullmatch(name):
+            raise ConfigError(f"{name!r} cannot name a model: use letters, digits, - _ . (up to "
+                              "32; `default` means the main `model`)", file=file,
+                              line=name_node.start_mark.line + 1, key=f"models.{name}")
 
 
 def _with_home(cfg: Config, home: Path) -> Config:

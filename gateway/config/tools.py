@@ -75,3 +75,7 @@ class WebSearchConfig:
 class ToolsConfig:
     web_fetch: WebFetchConfig = field(default_factory=WebFetchConfig)
     web_search: WebSearchConfig | None = None
+    # MCP tools behind tool_search / tool_call (docs/tools.md): `auto` once their schemas would take
+    # more than search_threshold of the model's context window.
+    search: Literal["auto", "on", "off"] = "auto"
+    search_threshold: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})

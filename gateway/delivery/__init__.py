@@ -1,6 +1,7 @@
 """Getting answers to people exactly once: the outbox (stored chunks sent in order per chat), rate limits
 (ratelimit), chunking at the platform's limits (chunking) and markup per platform (markup/); and live previews
 of an answer being written (stream), with their pacing (pacing), safe partial rendering (partial) and the
-durable record of which message shows which part (previews), so the outbox's answer replaces the preview.
-Imports config, prompt's platform facts, store, llm's types, telemetry and the vocabulary.
+durable record of which message shows which part (previews), so the outbox's answer replaces the
+preview; and an answer's spoken copy, stored and sent after its text (voice).
+Imports config, prompt's platform facts, store, llm's types, telemetry, voice and the vocabulary.
 """

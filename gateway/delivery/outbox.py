@@ -18,16 +18,27 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
-from gateway.errors import AdapterError, MarkupRejected, RateLimited, RecipientUnavailable, StoreUnavailable
+from gateway.errors import (
+    AdapterError,
+    MarkupRejected,
+    RateLimited,
+    RecipientUnavailable,
+    SpeechError,
+    StoreUnavailable,
+)
 from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
 from gateway.telemetry.metrics import Metrics, error_kind
+
+if TYPE_CHECKING:
+    from gateway.delivery.voice import VoiceReplies
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +133,7 @@ class Outbox:
         self.metrics = metrics
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
+        self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -207,8 +219,9 @@ class Outbox:
 
     async def deliver_chat(self, chat: ChatRef) -> int:
         """Send the chat's unsent chunks in order (a turn that just recorded its reply: `deliver` without the
-        reads that find its chat and report its ids); returns how many went."""
-        return await self._flush((chat.platform, chat.chat_id))
+        reads that find its chat and report its ids); returns how many went. A voice row goes on in
+        the background: speech takes seconds, and the session's next turn need not wait for it."""
+        return await self._flush((chat.platform, chat.chat_id), voice_later=True)
 
     async def deliver_pending(self, platform: str | None = None) -> int:
         """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
@@ -228,13 +241,16 @@ class Outbox:
             except Exception:
                 log.exception("retrying pending replies failed")
 
-    async def _flush(self, key: ChatKey) -> int:
+    async def _flush(self, key: ChatKey, *, voice_later: bool = False) -> int:
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
         sent = 0
         async with lock:
             while (row := self._next_pending(key)) is not None:
+                if voice_later and row.kind == OutboundKind.VOICE.value:
+                    self.deliver_soon(row.turn_id)  # in order still: it waits for this lock
+                    break
                 outcome = await self._send_row(row)
                 if outcome is _Outcome.LATER:
                     break  # what follows in this chat would overtake it
@@ -264,7 +280,9 @@ class Outbox:
             await self.limiter.acquire(chat)
             try:
                 message = row_message(row, use_plain=tries.use_plain)
-                if self.previews is None:
+                if row.kind == OutboundKind.VOICE.value:
+                    mid = await self._send_voice(adapter, row, message)
+                elif self.previews is None:
                     mid = await adapter.send(message)
                 else:
                     mid = await self.previews.deliver(adapter, row.turn_id, message)
@@ -279,6 +297,12 @@ class Outbox:
             if self.previews is not None and row.chunk_index == row.chunk_count - 1:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
+
+    async def _send_voice(self, adapter: Adapter, row: OutboundRow,
+                          message: OutboundMessage) -> str:
+        if self.voice is None:
+            raise SpeechError("voice replies are no longer configured")
+        return await self.voice.send(adapter, row, message)
 
     def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:
         """The adapter to send this row with, or why not now (platform not serving, or too many rounds)."""
@@ -299,6 +323,10 @@ class Outbox:
             return self._markup_rejected(row, exc, tries)
         if isinstance(exc, RateLimited):
             return self._rate_limited(row, chat, exc, tries)
+        if isinstance(exc, SpeechError):  # a voice note that could not be made; its text went out
+            self._count_error(exc)
+            self._mark(row, "failed", error=str(exc))
+            return _Outcome.FAILED
         if isinstance(exc, RecipientUnavailable):
             self._count_error(exc)
             log.warning("%s: cannot deliver to chat %s: %s", row.platform, row.chat_id, exc)

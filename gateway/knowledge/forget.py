@@ -5,6 +5,8 @@ Their own sessions (DMs, their sessions in groups) go whole: messages (the searc
 usage rows, inbound and outbound rows, which one-time notices their DM got (media_notices). What they said in a conversation shared with others stays as a turn, its text
 replaced, so the others' transcripts keep their shape. Then their identities, approvals and link codes, their
 profile file and `media/<session id>/`. One transaction for the database; the files after it.
+The web chat is the owner's alone, so forgetting the owner also empties `media/uploads/` (what
+the web chat took in, kept there until the retention; the prepared copies are in session folders).
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ class ForgetPlan:
     profile_chars: int
     media_dirs: tuple[Path, ...]
     jobs: tuple[int, ...] = ()
+    uploads: tuple[Path, ...] = ()  # the web chat's files: the owner's
 
     def describe(self) -> str:
         return (f"{self.person.label()}: {len(self.sessions)} session(s) with {self.messages} message(s), "
                 f"{self.shared_messages} message(s) of theirs in shared conversations (text removed), a profile of "
                 f"{self.profile_chars} characters, {len(self.media_dirs)} media folder(s), "
-                f"{len(self.jobs)} scheduled job(s)")
+                f"{len(self.uploads)} web chat upload(s), {len(self.jobs)} scheduled job(s)")
 
 
 class Forgetter:
@@ -70,7 +73,16 @@ class Forgetter:
         profile = len(self.memory.profile(person.id).read().strip())
         keys = tuple(sorted({s.key for s in owned}))
         return ForgetPlan(person, sessions, keys, int(row[0]) if row else 0, shared, profile, media,
-                          tuple(self._jobs(person)))
+                          tuple(self._jobs(person)), self._uploads(person))
+
+    def _uploads(self, person: Person) -> tuple[Path, ...]:
+        """Every file the web chat took in, when `person` is the owner (the only one to upload)."""
+        if not any(user_id is None for _, user_id in accounts(person)):
+            return ()
+        folder = web_uploads(self.home)
+        if not folder.is_dir():
+            return ()
+        return tuple(sorted(p for p in folder.iterdir() if p.is_file()))
 
     def _forget_legacy_profile(self, person: Person) -> None:
         """The old global USER.md, kept as USER.md.migrated, is this person's profile when it was moved to them."""
@@ -151,6 +163,8 @@ class Forgetter:
         self.memory.profile(person.id).delete()
         self._forget_legacy_profile(person)
         delete_session_media(self.home, plan.sessions)
+        for upload in self._uploads(person):  # as found now: one uploaded since the plan goes too
+            upload.unlink(missing_ok=True)
         for name in files:  # what they sent in shared conversations
             path = (media_root(self.home) / name).resolve()
             if path.is_relative_to(media_root(self.home).resolve()):
@@ -170,6 +184,10 @@ _OWNED_SQL: Sequence[str] = (
      f" CAST(substr(turn_id, 2) AS INTEGER) IN (SELECT id FROM inbound WHERE session_id IN {_IN_OWNED})"),
     (f"DELETE FROM media_notices WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED} AND"
      " s.chat_type = 'dm' AND s.platform = media_notices.platform AND s.chat_id = media_notices.chat_id)"),
+    (f"DELETE FROM chat_voice WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED}"
+     " AND s.chat_type = 'dm' AND s.platform = chat_voice.platform"
+     " AND s.chat_id = chat_voice.chat_id)"),
+    f"DELETE FROM session_models WHERE key IN (SELECT key FROM sessions WHERE id IN {_IN_OWNED})",
     f"DELETE FROM inbound WHERE session_id IN {_IN_OWNED}",
     f"UPDATE sessions SET parent_id = NULL WHERE parent_id IN {_IN_OWNED}",
     f"DELETE FROM sessions WHERE id IN {_IN_OWNED}",
@@ -243,6 +261,11 @@ def _keep_inbound_ids(conn: sqlite3.Connection, newest: int | None) -> None:
     conn.execute("INSERT INTO inbound (id, platform, chat_type, chat_id, platform_message_id, user_id, text, payload,"
                  " received_at, status) VALUES (?, '', 'dm', '', ?, '', '', '{}', '', 'forgotten')",
                  (newest, f"forgotten:{newest}"))
+
+
+def web_uploads(home: Path) -> Path:
+    """Where the web chat keeps what it took in (GATEWAY_HOME/media/uploads: the wiring's path)."""
+    return media_root(home) / "uploads"
 
 
 def accounts(person: Person) -> list[tuple[str, str | None]]:

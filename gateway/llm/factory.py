@@ -1,5 +1,6 @@
 """Which model answers: the configured one, else auto-detected from the environment; its fallback; a stand-in
-when none is configured. The only place that turns `model:` config into a client."""
+when none is configured; the one a conversation switched to (`models:`, /model).
+The only place that turns `model:` config into a client."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from gateway.config.settings import Config, ModelConfig, ModelEndpoint, Secret
@@ -183,3 +185,100 @@ class UnconfiguredLLM:
 def model_problem(llm: object) -> str | None:
     """Why the chosen model cannot answer (e.g. its key variable is unset); None when it can, or none was chosen."""
     return llm.reason if isinstance(llm, UnconfiguredLLM) and llm.wanted else None
+
+
+# The model the running turn's conversation chose (SessionModels.choose): set as the turn starts, it
+# holds for that task and the tasks it starts, and for no other turn.
+_CHOSEN: ContextVar[LLMClient | None] = ContextVar("gateway_chosen_model", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOption:
+    """One line of /model's list: `name` is what /model takes (`default` for the main model)."""
+
+    name: str
+    model: str
+    provider: str
+    current: bool
+
+
+class SessionModels:
+    """The main model and the named ones of `models:`, as the one client the agent holds. Each turn
+    answers with the model its conversation chose (`choose`, as the turn starts); anything else
+    with the main one.
+
+    The choice lives in a context variable, so the agent loop, the compression check
+    (`context_window`) and the prompt builder (`model`: the family's guidance, and a rebuild when
+    it changed) all follow it with no client passed through them. Named clients are built on
+    first use and kept."""
+
+    def __init__(self, main: LLMClient, named: Mapping[str, ModelConfig],
+                 build: Callable[[ModelConfig], LLMClient]) -> None:
+        self.main = main
+        self.named = dict(named)
+        self._build = build
+        self._clients: dict[str, LLMClient] = {}
+
+    def client(self, name: str) -> LLMClient:
+        """The named model's client; KeyError when `models:` has no such name, LLMNotConfigured
+        when it cannot be used here (its key variable is not set)."""
+        found = self._clients.get(name)
+        if found is None:
+            found = self._clients[name] = self._build(self.named[name])
+        return found
+
+    def choose(self, name: str | None) -> LLMClient:
+        """Make the conversation's choice answer in this task: the main model for None, or for a
+        name no longer configured or that cannot be used (said in the log)."""
+        chosen = self.main
+        if name is not None:
+            try:
+                chosen = self.client(name)
+            except KeyError:
+                log.warning("model %r was chosen in chat but is no longer in models:; the main "
+                            "model answers", name)
+            except LLMNotConfigured as exc:
+                log.warning("model %r was chosen in chat but cannot answer (%s); the main model "
+                            "answers", name, exc)
+        _CHOSEN.set(None if chosen is self.main else chosen)
+        return chosen
+
+    def options(self, current: str | None) -> list[ModelOption]:
+        """The main model, then `models:` in the file's order; `current` is the conversation's."""
+        main = ModelOption("default", self.main.model, self.main.provider,
+                           current not in self.named)
+        named = [ModelOption(name, m.name, m.provider, name == current)
+                 for name, m in self.named.items()]
+        return [main, *named]
+
+    @property
+    def current(self) -> LLMClient:
+        return _CHOSEN.get() or self.main
+
+    @property
+    def provider(self) -> str:
+        return self.current.provider
+
+    @property
+    def model(self) -> str:
+        return self.current.model
+
+    @property
+    def context_window(self) -> int:
+        return self.current.context_window
+
+    @property
+    def vision(self) -> bool:
+        return sees_images_client(self.current)
+
+    async def complete(self, *, system: str, messages: Sequence[ChatMessage],
+                       tools: Sequence[ToolDef], max_tokens: int | None = None,
+                       stream: TextSink | None = None) -> LLMReply:
+        return await self.current.complete(system=system, messages=messages, tools=tools,
+                                           max_tokens=max_tokens, stream=stream)
+
+    async def close(self) -> None:
+        """The named clients (the main one belongs to whoever built it)."""
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()

@@ -6,7 +6,7 @@ Everything that talks to a model, or stores what it said, shares these shapes; n
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
@@ -67,9 +67,14 @@ class TextSink(Protocol):
 
 
 class LLMClient(Protocol):
-    provider: str
-    model: str
-    context_window: int
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def context_window(self) -> int: ...
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
@@ -272,6 +277,9 @@ class History(Sequence[ChatMessage]):
 
     def append(self, message: ChatMessage) -> None:
         self._more.append(message)
+
+    def extend(self, messages: Iterable[ChatMessage]) -> None:
+        self._more.extend(messages)
 
     def plus(self, *messages: ChatMessage) -> History:
         """This history with `messages` after it; the stored part and its memo are shared."""

@@ -3,19 +3,35 @@
 Text, embedded text resources, resource links and structured content become the text. Images (an `image` block,
 or an embedded resource whose blob is an image) come out as bytes for a model that sees images (the caller
 prepares and stores them; the wires send them as image blocks); for one that does not, or for audio and other
-binary content, a short line says what it was.
+binary content, a short line says what it was. A resource whose blob is typed as text is that text.
+
+A server's PNG may carry an optional chunk with a wrong checksum (the reference server's
+`get-tiny-image` does: its colour profile's CRC is off); browsers show such a picture, Pillow
+refuses it. Such optional chunks are left out of an MCP tool's picture before it is prepared
+(never of a picture a person sends); a damaged required chunk stays damaged.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import json
+import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 MAX_IMAGES = 8  # per result: each costs the model ~1,500 tokens; more are described in a line instead
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Besides text/*: the types whose blob is text to read (a server may send any resource as base64).
+TEXT_TYPES = frozenset({
+    "application/json", "application/xml", "application/javascript", "application/yaml",
+    "application/x-yaml", "application/toml", "application/sql", "application/x-sh",
+    "application/csv", "application/ecmascript", "application/graphql"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +75,35 @@ def _image(block: Mapping[str, Any]) -> tuple[Mapping[str, Any], ResultImage] | 
     if not media_type.startswith("image/") or not isinstance(data, str):
         return None
     try:
-        return block, ResultImage(media_type, base64.b64decode(data, validate=True))
+        decoded = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         return None
+    return block, ResultImage(media_type, without_bad_optional_chunks(decoded))
+
+
+def without_bad_optional_chunks(data: bytes) -> bytes:
+    """A PNG without its ancillary chunks (lower-case first letter: colour profile, text, EXIF …)
+    whose CRC is wrong; anything else (not a PNG, a bad critical chunk, a cut file) as it is."""
+    if not data.startswith(PNG_SIGNATURE):
+        return data
+    kept, pos, dropped = [PNG_SIGNATURE], len(PNG_SIGNATURE), []
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, end = data[pos + 4:pos + 8], pos + 12 + length
+        if end > len(data) or not kind.isalpha():
+            return data
+        crc = int.from_bytes(data[end - 4:end], "big")
+        if zlib.crc32(data[pos + 4:end - 4]) != crc and kind[0] & 0x20:
+            dropped.append(kind.decode("ascii"))
+        else:
+            kept.append(data[pos:end])
+        pos = end
+        if kind == b"IEND":
+            break
+    if not dropped:
+        return data
+    log.info("mcp image: left out optional PNG chunks with a wrong CRC: %s", ", ".join(dropped))
+    return b"".join(kept) + data[pos:]
 
 
 def _block(block: Mapping[str, Any], vision: bool) -> str:
@@ -91,10 +133,30 @@ def _resource(resource: Any) -> str:
     if not isinstance(resource, Mapping):
         return ""
     uri = resource.get("uri") or ""
-    if isinstance(resource.get("text"), str):
-        return f"[resource {uri}]\n{resource['text']}"
+    text = resource.get("text")
+    if not isinstance(text, str):
+        text = _text_blob(str(resource.get("mimeType") or ""), resource.get("blob"))
+    if text is not None:
+        return f"[resource {uri}]\n{text}"
     size = _size_text(_decoded_size(resource.get("blob")))
     return f"[binary resource {uri} ({resource.get('mimeType') or 'unknown type'}, {size}) not shown]"
+
+
+def _text_blob(mime_type: str, blob: Any) -> str | None:
+    """A blob typed as text (`text/*`, JSON, XML, YAML …), decoded in its charset (UTF-8 when none
+    is given); None when it is not typed so, or does not decode."""
+    kind, _, params = mime_type.partition(";")
+    kind = kind.strip().lower()
+    textual = kind.startswith("text/") or kind in TEXT_TYPES or kind.endswith(("+json", "+xml"))
+    if not textual or not isinstance(blob, str):
+        return None
+    pairs = (p.partition("=") for p in params.split(";"))
+    given = (v.strip().strip('"') for k, _, v in pairs if k.strip().lower() == "charset")
+    charset = next(given, "utf-8")
+    try:
+        return base64.b64decode(blob, validate=True).decode(codecs.lookup(charset).name)
+    except (binascii.Error, ValueError, LookupError):  # UnicodeDecodeError is a ValueError
+        return None
 
 
 def _size_text(size: int) -> str:

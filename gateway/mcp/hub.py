@@ -39,6 +39,10 @@ MIN_SECRET_CHARS = 6  # as the log redactor: a shorter value would mask ordinary
 MASK = "***"
 
 
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+MAX_TITLE = 200
+
+
 @dataclass(frozen=True, slots=True)
 class McpTool:
     server: str
@@ -46,6 +50,8 @@ class McpTool:
     exposed: str      # what the model calls: mcp_<server>_<tool>
     description: str
     schema: dict[str, Any]
+    # what the server says of it (readOnlyHint, destructiveHint, …): for the core, never the model
+    annotations: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -76,6 +82,8 @@ class McpHub:
         self._tried: dict[str, asyncio.Event] = {name: asyncio.Event() for name in self.configs}
         self._stopping = asyncio.Event()
         self._reported: set[tuple[str, str]] = set()  # withheld tools already logged
+        credentials = _credentials(self.configs.values())
+        self._secrets = sorted(credentials, key=len, reverse=True)  # longest first: masked whole
 
     # ------------------------------------------------------------------ what the agent sees
     def tools(self) -> list[McpTool]:
@@ -114,8 +122,9 @@ class McpHub:
     def masked(self, text: str) -> str:
         """`text` without the credentials the servers were given (`env`, `headers`): a server or the API behind it
         may quote them (a 401 echoing the request), and what a tool answers reaches the model, then a chat."""
-        for secret in sorted(_credentials(self.configs.values()), key=len, reverse=True):
-            text = text.replace(secret, MASK)
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
         return text
 
     async def _within(self, call: Awaitable[T], seconds: float, late: str) -> T:
@@ -230,9 +239,10 @@ class McpHub:
             if exposed in tools or exposed in withheld:
                 log.warning("mcp server %s: tool %r clashes with another as %s; skipped", server, t.name, exposed)
                 continue
-            vetted = vet_tool(t.description, t.input_schema)
+            vetted = vet_tool(t.description, t.input_schema, mask=self.masked)
             if vetted.problem is None:
-                tools[exposed] = McpTool(server, t.name, exposed, vetted.description, vetted.schema)
+                tools[exposed] = McpTool(server, t.name, exposed, vetted.description, vetted.schema,
+                                         hints_of(t.annotations))
                 continue
             withheld[exposed] = vetted.problem
             if (exposed, vetted.problem) not in self._reported:  # once, not on every reconnect or re-list
@@ -246,8 +256,8 @@ class McpHub:
         if not state.tools:
             log.info("mcp server %s up (%s): %s tools", state.name, state.transport, len(tools))
             return
-        old = {n: (t.description, t.schema) for n, t in state.tools.items()}
-        new = {n: (t.description, t.schema) for n, t in tools.items()}
+        old = {n: (t.description, t.schema, t.annotations) for n, t in state.tools.items()}
+        new = {n: (t.description, t.schema, t.annotations) for n, t in tools.items()}
         if old != new:
             added, dropped = sorted(set(new) - set(old)), sorted(set(old) - set(new))
             changed = sorted(n for n in set(old) & set(new) if old[n] != new[n])
@@ -312,6 +322,15 @@ class McpHub:
             return ""
         text = (self.log_dir / f"{name}.log").read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def hints_of(found: Mapping[str, Any]) -> dict[str, Any]:
+    """The MCP tool annotations the core reads: the four hints (booleans) and a short title."""
+    kept: dict[str, Any] = {k: found[k] for k in HINTS if isinstance(found.get(k), bool)}
+    title = found.get("title")
+    if isinstance(title, str) and title.strip():
+        kept["title"] = " ".join(title.split())[:MAX_TITLE]
+    return kept
 
 
 def _credentials(configs: Iterable[McpServerConfig]) -> set[str]:

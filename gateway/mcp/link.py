@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TextIO
 
@@ -43,6 +43,7 @@ class ListedTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    annotations: dict[str, Any] = field(default_factory=dict)  # as the server sent them
 
 
 class Link:
@@ -82,7 +83,8 @@ class Link:
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             page = await self._client.list_tools(cursor=cursor)
-            tools.extend(ListedTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools)
+            tools.extend(ListedTool(t.name, t.description or t.title or "", dict(t.input_schema),
+                                    _annotations(t.annotations)) for t in page.tools)
             cursor = page.next_cursor
             if not cursor:
                 break
@@ -106,6 +108,13 @@ class Link:
         if exc.code == REQUEST_TIMEOUT:
             return f"MCP server {self.server!r} timed out running {tool}."
         return f"MCP server {self.server!r} refused {tool}: {exc.message[:300]}"
+
+
+def _annotations(found: Any) -> dict[str, Any]:
+    if found is None:
+        return {}
+    dumped: dict[str, Any] = found.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
 
 
 @asynccontextmanager

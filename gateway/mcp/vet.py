@@ -5,11 +5,13 @@ prompt, but the owner did not write them: a server (or a new version of one) can
 orders ("tool poisoning"). They are scanned with gateway/scan.py when a server's tools are listed. A tool whose
 text carries a prompt injection or an instruction to leak data is withheld: sessions never get it, and
 `gateway tools list` and `gateway doctor` say why. Invisible characters are dropped from what is kept.
+Credentials the servers were given (`mask`: env and header values, what a URL carries) are masked
+in it: a server that writes its key into its own description would hand it to every request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +27,18 @@ class Vetted:
     problem: str | None  # why the tool is withheld (a scan finding), None when it may be offered
 
 
-def vet_tool(description: str, schema: Mapping[str, Any]) -> Vetted:
-    """The tool's text as the model may see it, or the finding that withholds it."""
+def _unmasked(text: str) -> str:
+    return text
+
+
+def vet_tool(description: str, schema: Mapping[str, Any], *,
+             mask: Callable[[str], str] = _unmasked) -> Vetted:
+    """The tool's text as the model may see it (`mask` applied to every string), or the finding that
+    withholds it."""
     findings = scan_text("\n".join([description, *_strings(schema)]))
     problem = next((f for f in findings if f.kind in WITHHOLD), None)
-    return Vetted(_visible(description), dict(_cleaned(schema)), str(problem) if problem else None)
+    cleaned = dict(_cleaned(schema, mask))
+    return Vetted(mask(_visible(description)), cleaned, mask(str(problem)) if problem else None)
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -45,14 +54,16 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _cleaned(value: Any) -> Any:
-    """The schema with invisible characters dropped from its string values (keys stay: the server matches them)."""
+def _cleaned(value: Any, mask: Callable[[str], str]) -> Any:
+    """The schema with invisible characters dropped from its string values (keys keep them: the
+    server matches them) and credentials masked everywhere, keys included (a call naming a masked
+    key fails; the key never reaches the model)."""
     if isinstance(value, str):
-        return _visible(value)
+        return mask(_visible(value))
     if isinstance(value, Mapping):
-        return {key: _cleaned(item) for key, item in value.items()}
+        return {mask(str(key)): _cleaned(item, mask) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_cleaned(item) for item in value]
+        return [_cleaned(item, mask) for item in value]
     return value
 
 

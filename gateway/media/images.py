@@ -1,8 +1,13 @@
-"""A downloaded picture → the image a model is sent: upright, within the providers' limits, JPEG or PNG.
+"""A downloaded picture → the image a model is sent: upright, within the providers' limits, JPEG or
+PNG.
 
-Pillow is imported here only, on the first picture: a gateway that never receives one never loads it. HEIC/HEIF
-(what an iPhone saves, and sends when a photo goes as a file) is opened through pillow-heif, loaded on the first
-such picture only.
+Pictures are decoded in the worker (gateway/worker/: `prepare_picture` sends one there,
+`prepare_image` runs there), never in the daemon: a pixel bomb costs the worker's memory, under its
+cap, one picture at a time. Only the formats people send are opened; the size is checked from the
+header before anything is decoded (at most MAX_SOURCE_PIXELS, and at most `media.max_decode_mb` of
+decoded pixels); a JPEG is decoded at 1/2 to 1/8 of its size when that is enough (draft), and the
+shrinking reduces by whole factors first (reducing_gap). HEIC/HEIF (what an iPhone saves) opens
+through pillow-heif, loaded with the first such picture.
 The output is written once and sent byte for byte on every later turn (the prompt cache keys on those bytes), so
 nothing here runs again for a picture already in the history.
 """
@@ -13,9 +18,10 @@ import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from gateway.errors import MediaError
+from gateway.worker.parent import JobLimits, Worker, WorkerFailed
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -32,6 +38,19 @@ JPEG_QUALITY = 85
 MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
 # ISO base media files whose `ftyp` brand says HEIF (AVIF, the same container, Pillow reads itself)
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
+# what is opened (JPEG includes MPO); never EPS (Ghostscript), PSD or the other rare decoders
+FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
+DECODE_MB = 256  # media.max_decode_mb's default: a 64-megapixel picture at 4 bytes a pixel fits
+PICTURE = JobLimits(cpu_s=20, wall_s=60)
+MAX_PNG_CHUNKS = 10_000  # a real PNG has a dozen; Pillow reads each in a Python loop
+MAX_JPEG_SCANS = 100     # a progressive JPEG has ~10; each pass decodes the whole picture again
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+REDUCING_GAP = 3.0  # shrink by whole factors down to 3× the size wanted, then resample (Pillow)
+STRIP_ROWS = 256
+MB = 1024 * 1024
+# EXIF orientation → the transpose that sets the picture upright (as ImageOps.exif_transpose does)
+UPRIGHT = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+           6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,30 +61,97 @@ class PreparedImage:
     height: int
 
 
-def prepare_image(source: Path) -> PreparedImage:
-    """Decode, rotate per EXIF, drop animation (first frame), downscale, and encode; MediaError when unreadable."""
+async def prepare_picture(worker: Worker, source: Path, *,
+                          max_decode_mb: int = DECODE_MB) -> PreparedImage:
+    """`prepare_image` in the worker; MediaError for a picture it cannot read or gave up on."""
+    try:
+        return await worker.run(prepare_image, source, max_decode_mb, limits=PICTURE,
+                                returns=PreparedImage)
+    except WorkerFailed as exc:
+        raise MediaError(f"it could not be read: {exc}") from None
+
+
+def prepare_image(source: Path, max_decode_mb: int = DECODE_MB) -> PreparedImage:
+    """Decode, downscale, rotate per EXIF, drop animation (first frame), and encode; MediaError
+    when unreadable. Runs in the worker."""
     from PIL import Image as PILImage
-    from PIL import ImageOps, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS  # Pillow warns past this (refuses past twice it); we refuse
+    _check_structure(source)
     if is_heif(source):
         _open_heif()
     try:
-        with PILImage.open(source) as opened:
+        PILImage.init()
+        with PILImage.open(source, formats=[f for f in FORMATS if f in PILImage.OPEN]) as opened:
             width, height = opened.size  # from the header: nothing is decoded yet
             if width * height > MAX_SOURCE_PIXELS:
                 raise PILImage.DecompressionBombError(f"{width}x{height}")
             opened.seek(0)  # an animated GIF/WebP sticker: its first frame is the still image
             opened.draft(None, _target(width, height))  # a big JPEG is decoded at 1/2, 1/4 or 1/8 of its size
-            image = ImageOps.exif_transpose(opened)
-            image.load()
+            _check_decode_size(opened, width, height, max_decode_mb)
+            orientation = opened.getexif().get(0x0112)
+            opened.load()
+            image = _fit(opened)
+            if image is opened:  # small enough already: a copy outlives the file
+                image = opened.copy()
     except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):  # the warning: where it is an error
         raise MediaError("the picture is too large to open (over 64 megapixels)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         log.info("image %s unreadable: %s", source.name, type(exc).__name__)
-        raise MediaError("it is not a picture that can be opened (damaged, or a picture format not read here)") \
-            from None
-    return _encode(_fit(image))
+        raise MediaError("it is not a picture that can be opened (damaged, or a picture format "
+                         "not read here)") from None
+    return _encode(_upright(image, orientation))
+
+
+def _check_structure(source: Path) -> None:
+    """Refuse, before Pillow reads it, a PNG of more than MAX_PNG_CHUNKS chunks and a JPEG of more
+    than MAX_JPEG_SCANS passes: both cost CPU per part, and a few MB hold a million parts."""
+    with source.open("rb") as f:
+        head = f.read(8)
+        if head == PNG_SIGNATURE and _png_chunks(f) > MAX_PNG_CHUNKS:
+            raise MediaError(f"the picture is damaged (a PNG in more than {MAX_PNG_CHUNKS:,} "
+                             "parts)")
+        if head[:2] == b"\xff\xd8" and _jpeg_scans(f, head) > MAX_JPEG_SCANS:
+            raise MediaError(f"the picture is damaged (a JPEG in more than {MAX_JPEG_SCANS:,} "
+                             "passes)")
+
+
+def _png_chunks(f: BinaryIO) -> int:
+    """How many chunks follow the signature, counted up to one past the cap."""
+    count = 0
+    while count <= MAX_PNG_CHUNKS and len(header := f.read(8)) == 8:
+        count += 1
+        if header[4:8] == b"IEND":
+            break
+        f.seek(int.from_bytes(header[:4], "big") + 4, 1)  # the data and its CRC
+    return count
+
+
+def _jpeg_scans(f: BinaryIO, head: bytes) -> int:
+    """Start-of-scan markers (FF DA): entropy-coded data stuffs every FF byte, so each is one."""
+    count, last = head.count(b"\xff\xda"), head[-1:]
+    while chunk := f.read(1 << 20):
+        count += (last + chunk).count(b"\xff\xda")
+        last = chunk[-1:]
+    return count
+
+
+def _check_decode_size(opened: Image, width: int, height: int, max_decode_mb: int) -> None:
+    """Refuse, before decoding, a picture whose pixels would take more than `max_decode_mb`
+    (Pillow keeps 1 byte a pixel for 1, L and P, 2 for 16-bit grey, 4 for everything else)."""
+    depth = 1 if opened.mode in ("1", "L", "P") else 2 if opened.mode.startswith("I;16") else 4
+    need = opened.size[0] * opened.size[1] * depth
+    if need > max_decode_mb * MB:
+        raise MediaError(f"the picture is too large to open ({width}×{height} pixels would take "
+                         f"{need / MB:,.0f} MB to decode; the limit is {max_decode_mb:,} MB)")
+
+
+def _upright(image: Image, orientation: object) -> Image:
+    from PIL.Image import Transpose
+
+    method = UPRIGHT.get(orientation) if isinstance(orientation, int) else None
+    return image.transpose(Transpose[method]) if method else image
 
 
 def _scale(width: int, height: int) -> float:
@@ -101,8 +187,26 @@ def _fit(image: Image) -> Image:
     scale = _scale(width, height)
     if scale < 1.0:
         size = (max(1, int(width * scale)), max(1, int(height * scale)))
-        image = image.resize(size, Resampling.LANCZOS)
+        factor = int(1 / scale / 2)  # down to 2-4× the size wanted
+        if factor > 1 and image.mode in ("RGBA", "LA"):
+            image = _reduce_in_strips(image, factor)
+        # reduce by whole factors first (cheap, small), then resample what is left
+        image = image.resize(size, Resampling.LANCZOS, reducing_gap=REDUCING_GAP)
     return image
+
+
+def _reduce_in_strips(image: Image, factor: int) -> Image:
+    """`image.reduce(factor)` a strip of rows at a time: Pillow reduces a picture with alpha through
+    a premultiplied copy, which for the whole picture would double the memory its pixels take."""
+    from PIL import Image as PILImage
+
+    width, height = image.size
+    out = PILImage.new(image.mode, (-(-width // factor), -(-height // factor)))
+    step = factor * max(1, STRIP_ROWS // factor)
+    for top in range(0, height, step):
+        strip = image.crop((0, top, width, min(height, top + step)))
+        out.paste(strip.reduce(factor), (0, top // factor))
+    return out
 
 
 def _encode(image: Image) -> PreparedImage:

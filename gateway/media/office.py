@@ -43,6 +43,7 @@ LEGACY = frozenset({"doc", "xls", "ppt", "application/msword", "application/vnd.
                     "application/vnd.ms-powerpoint"})
 MAX_UNPACKED = 64 * 1024 * 1024  # bytes all members of one file may unpack to, together
 MAX_REPEAT = 64                   # an OpenDocument cell or row "repeated" more often is written once
+MAX_DEPTH = 256                   # XML nesting (Word's deepest real documents stay under 40)
 CHUNK = 64 * 1024
 Lines = Iterator[str]
 
@@ -100,18 +101,35 @@ class _Budget:
 
 
 def _events(archive: zipfile.ZipFile, member: str, budget: _Budget) -> Iterator[tuple[str, Element]]:
-    """Start and end events of one member, parsed as it unpacks; a DOCTYPE (entities) is refused."""
+    """Start and end events of one member, parsed as it unpacks; a DOCTYPE (entities) is refused,
+    and so is nesting deeper than MAX_DEPTH (a tree of millions of nested elements takes GBs)."""
     parser: XMLPullParser[Element] = XMLPullParser(("start", "end"))
     tail = b""
+    depth = 0
     with archive.open(member) as stream:
         for chunk in budget.read(stream):
             if b"<!DOCTYPE" in (tail + chunk).upper():  # Office XML never has one
                 raise MediaError("the document is damaged or password-protected")
             tail = chunk[-16:]
             parser.feed(chunk)
-            yield from _pairs(parser)
+            for event, element in _pairs(parser):
+                depth += 1 if event == "start" else -1
+                if depth > MAX_DEPTH:
+                    raise MediaError(f"the document nests its parts more than {MAX_DEPTH} deep, "
+                                     "which no real document does")
+                yield event, element
     parser.close()
     yield from _pairs(parser)
+
+
+def _has(archive: zipfile.ZipFile, member: str) -> bool:
+    """Whether the archive holds `member`, in constant time (namelist() is a new list per call: a
+    workbook of 40,000 sheets asked it 40,000 times)."""
+    try:
+        archive.getinfo(member)
+    except KeyError:
+        return False
+    return True
 
 
 def _pairs(parser: XMLPullParser[Element]) -> Iterator[tuple[str, Element]]:
@@ -128,7 +146,7 @@ def _targets(archive: zipfile.ZipFile, part: str, budget: _Budget) -> dict[str, 
     """A part's relationships: id → the member it names (`xl/workbook.xml` → `xl/_rels/workbook.xml.rels`)."""
     folder, name = posixpath.split(part)
     rels = posixpath.join(folder, "_rels", name + ".rels")
-    if rels not in archive.namelist():
+    if not _has(archive, rels):
         return {}
     found = {}
     for event, el in _events(archive, rels, budget):
@@ -179,13 +197,13 @@ def _xlsx(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
     for event, el in _events(archive, "xl/workbook.xml", budget):
         if event == "end" and el.tag == S + "sheet":
             member = targets.get(el.get(R + "id", ""))
-            if member in archive.namelist():
+            if member is not None and _has(archive, member):
                 yield f"[Sheet: {el.get('name', '')}]"
                 yield from _sheet_rows(archive, member, shared, budget)
 
 
 def _shared_strings(archive: zipfile.ZipFile, budget: _Budget) -> list[str]:
-    if "xl/sharedStrings.xml" not in archive.namelist():
+    if not _has(archive, "xl/sharedStrings.xml"):
         return []
     found = []
     for event, el in _events(archive, "xl/sharedStrings.xml", budget):
@@ -244,7 +262,7 @@ def _pptx(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
     targets = _targets(archive, "ppt/presentation.xml", budget)
     order = [targets.get(el.get(R + "id", "")) for event, el in _events(archive, "ppt/presentation.xml", budget)
              if event == "end" and el.tag == P + "sldId"]
-    for number, member in enumerate((m for m in order if m in archive.namelist()), start=1):
+    for number, member in enumerate((m for m in order if m and _has(archive, m)), start=1):
         yield f"[Slide {number}]"
         for event, el in _events(archive, str(member), budget):
             if event == "end" and el.tag == A + "p":

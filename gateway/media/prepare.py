@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import logging
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
@@ -29,10 +28,11 @@ from gateway.media.documents import (
     suffix,
 )
 from gateway.media.download import Sleep, download
-from gateway.media.images import prepare_image
+from gateway.media.images import prepare_picture
 from gateway.media.office import is_legacy_office, office_format, read_office
 from gateway.media.transcribe import Transcriber
 from gateway.store.media_files import private_folder, relative_name, session_dir, write_private
+from gateway.worker.parent import JobLimits, Worker, WorkerFailed
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ AUDIO_SUFFIXES = frozenset({"ogg", "oga", "opus", "mp3", "m4a", "wav", "webm", "
 UNREADABLE = "this type cannot be read here"
 LEGACY_OFFICE = ("it is in an old Office format (Word, Excel or PowerPoint 97–2003), which cannot be read here; saved "
                  "as .docx, .xlsx, .pptx or PDF it can be")
+PDF_JOB = JobLimits(cpu_s=45, wall_s=120)  # read_pdf stops itself after PDF_READ_S, saying where
+OFFICE_JOB = JobLimits(cpu_s=30, wall_s=90)
 TOLD_ONCE_VISION = "vision"
 TOLD_ONCE_TRANSCRIPTION = "transcription"
 
@@ -98,8 +100,13 @@ def untyped(a: Attachment) -> bool:
 
 
 class MediaPipeline:
+    """Pictures, PDFs and office files are parsed in `worker` (its own when none is given); text
+    files, bounded and linear to read, in a thread. Closing the pipeline stops the worker's child
+    (a shared worker starts a new one for its next job)."""
+
     def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None,
-                 sleep: Sleep = asyncio.sleep) -> None:
+                 sleep: Sleep = asyncio.sleep, worker: Worker | None = None) -> None:
+        self.worker = worker or Worker(memory_mb=config.worker_memory_mb)
         self.config = config
         self.sleep = sleep  # between tries of a download the platform refused for now (429, 5xx)
         self.home = home
@@ -164,7 +171,8 @@ class MediaPipeline:
 
     async def _read(self, kind: str, a: Attachment, name: str, path: Path, size: int, out: Prepared) -> None:
         if kind == "image":
-            image = await asyncio.to_thread(prepare_image, path)
+            budget = self.config.max_decode_mb
+            image = await prepare_picture(self.worker, path, max_decode_mb=budget)
             stored = path.with_name(f"{path.name}.{'png' if image.media_type == 'image/png' else 'jpg'}")
             write_private(stored, image.data)
             out.images.append({"media_type": image.media_type, "file": relative_name(self.home, stored),
@@ -177,12 +185,26 @@ class MediaPipeline:
             out.voice.append(f"[{label}, transcribed] {text}" if text else f"[{label}: no speech was recognized]")
         else:
             limit = self.config.max_document_chars
-            doc = await asyncio.to_thread(_reader(a), path, limit)
+            doc = await self._document(a, path, limit)
             out.blocks.append(document_block(name, a.mime_type, size, doc, limit))
+
+    async def _document(self, a: Attachment, path: Path, limit: int) -> Extracted:
+        fmt = office_format(a.name, a.mime_type)
+        try:
+            if is_pdf(a.name, a.mime_type):
+                return await self.worker.run(read_pdf, path, limit, limits=PDF_JOB,
+                                             returns=Extracted)
+            if fmt:
+                return await self.worker.run(read_office, path, limit, fmt, limits=OFFICE_JOB,
+                                             returns=Extracted)
+        except WorkerFailed as exc:
+            raise MediaError(f"it could not be read: {exc}") from None
+        return await asyncio.to_thread(read_text_file, path, limit)
 
     async def close(self) -> None:
         if self.transcriber is not None:
             await self.transcriber.close()
+        await self.worker.close()
 
     def _failed(self, a: Attachment, exc: MediaError, out: Prepared) -> None:
         name = display_name(a)
@@ -197,18 +219,11 @@ class MediaPipeline:
         out.blocks.append(f"[The user sent {name}, but it could not be used: {why}.]")
 
 
-def _reader(a: Attachment) -> Callable[[Path, int], Extracted]:
-    if is_pdf(a.name, a.mime_type):
-        return read_pdf
-    fmt = office_format(a.name, a.mime_type)
-    return functools.partial(read_office, fmt=fmt) if fmt else read_text_file
-
-
 def _audio_filename(a: Attachment) -> str:
     """Transcription services tell the format by the file name's extension: the real name when it has a known
     one, else `voice.<extension of its MIME type>` (Telegram's voice notes are audio/ogg without a name)."""
     if a.name and suffix(a.name) in AUDIO_SUFFIXES:
-        return a.name
+        return display_name(a)  # one line: the sender's name goes into a multipart header
     subtype = (a.mime_type or "audio/ogg").split("/", 1)[-1].split(";")[0].lower()
     ext = {"mpeg": "mp3", "x-m4a": "m4a", "mp4": "m4a", "x-wav": "wav", "wave": "wav", "opus": "ogg"}.get(subtype, subtype)
     return f"voice.{ext if ext in AUDIO_SUFFIXES else 'ogg'}"

@@ -6,7 +6,6 @@ Environment proxies are ignored on purpose: a proxy would connect on our behalf 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from yarl import URL
 
 from gateway.errors import ToolError
 from gateway.net.guard import BlockedAddress, GuardedResolver, Lookup, check_host, system_lookup
+from gateway.worker.parent import Worker
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "agent-gateway/0.1 (+web_fetch)"
@@ -28,26 +28,6 @@ class Fetched:
     charset: str | None
     body: bytes
     truncated: bool    # the body went past the byte cap and was cut there
-
-    def text(self) -> str:
-        """The body as text, in the charset the headers name, else the one an HTML page declares in its first
-        bytes (`<meta charset>`), else UTF-8. A charset Python does not know (a site's typo, or a trick to make
-        the tool fail) reads as UTF-8; undecodable bytes become U+FFFD."""
-        for charset in (self.charset, _declared_charset(self.body[:4096]), "utf-8"):
-            if charset:
-                try:
-                    return self.body.decode(charset, errors="replace")
-                except LookupError:
-                    continue
-        return self.body.decode("utf-8", errors="replace")
-
-
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""", re.IGNORECASE)
-
-
-def _declared_charset(head: bytes) -> str | None:
-    found = _META_CHARSET.search(head)
-    return found.group(1).decode("ascii") if found else None
 
 
 def checked_url(raw: str, *, allow_private: bool) -> URL:
@@ -65,11 +45,14 @@ def checked_url(raw: str, *, allow_private: bool) -> URL:
 
 
 class WebClient:
-    """An aiohttp session whose every connection went through the guard; one per daemon, closed at shutdown."""
+    """An aiohttp session whose every connection went through the guard; one per daemon, closed at
+    shutdown. `worker` reads the pages (gateway/net/extract.py; its own when none is given), and
+    closing the client stops the worker's child too."""
 
     def __init__(self, *, allow_private: bool = False, max_bytes: int = 2_000_000, timeout_s: float = 20.0,
                  max_redirects: int = 5, lookup: Lookup = system_lookup,
-                 route: Callable[[str], str] | None = None) -> None:
+                 route: Callable[[str], str] | None = None, worker: Worker | None = None) -> None:
+        self.worker = worker or Worker()
         self.allow_private = allow_private
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
@@ -130,6 +113,7 @@ class WebClient:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        await self.worker.close()
 
 
 def _plain(exc: aiohttp.ClientError) -> str:

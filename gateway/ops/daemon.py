@@ -201,7 +201,8 @@ class Daemon:
         self.dashboard.attach(app)
         self.guard.protect(app)  # last: every route above, and any added later, is behind it
         limits = Limits(max_connections=config.daemon.max_connections)
-        self._listener = await serve_http(app, config.web.host, config.web.port, limits=limits, name="web")
+        self._listener = await serve_http(app, config.web.host, config.web.port, self.guard.caller,
+                                          limits=limits, name="web")
         self.web_port = self._listener.port
         base = f"http://{connect_host(config.web.host)}:{self.web_port}"
         if self.announce is not None:  # `gateway run`: the banner's last lines first, the log line after them

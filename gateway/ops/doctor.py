@@ -25,6 +25,7 @@ from gateway.mcp.hub import McpHub
 from gateway.ops.status import connect_host
 from gateway.ops.web_guard import SECRET_FILE
 from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
+from gateway.voice.speaker import doctor_check
 
 Verdict = Literal["ok", "warn", "fail", "skip"]
 HTTP_TIMEOUT_S = 10.0
@@ -60,6 +61,7 @@ class Doctor:
         if config is None:
             return checks
         checks.extend(self.check_web(config))
+        checks.extend(Check("voice", *found) for found in doctor_check(config.voice, self.env))
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             probes: list[Awaitable[list[Check]]] = [

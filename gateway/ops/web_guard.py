@@ -4,6 +4,8 @@ Every route is the owner's (the web chat, the dashboard, anything added later) u
 as more open, so a new route is protected without a line of its own. An owner's request must name this host
 (no DNS rebinding), come from the page's own origin when a browser sends one (no cross-site WebSocket or form),
 and carry the login secret: the cookie set by the login link, `Authorization: Bearer`, or `?token=`.
+All of it is read from the request line and headers (`caller`), so the bounded listener asks the
+guard before it waits on a body: a stranger's refusal never waits for one (ops/http_limits.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from yarl import URL
 
 from gateway.config.settings import WebConfig
 from gateway.config.yamlload import Secret
+from gateway.events import Caller
 
 SECRET_FILE = "web.key"
 COOKIE_PREFIX = "agent_gateway_"
@@ -126,35 +129,47 @@ class WebGuard:
         return f"{root}/?token={quote(self.secret.value, safe='')}" if self.secret else f"{root}/"
 
     # ------------------------------------------------------------------ the checks
-    @web.middleware
-    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    def caller(self, request: web.BaseRequest) -> Caller:
+        """Who `request` is, from its line and headers alone: a probe on an open route, else someone
+        this route accepts (KNOWN); anyone else gets the refusal raised (403 for a foreign Host or
+        Origin, 401 without the secret)."""
         access = ROUTE_ACCESS.get(request.path, Access.OWNER)
         if access is Access.OPEN:  # anyone; what only an operator may read there, its handler withholds (operator())
-            return await handler(request)
+            return Caller.PROBE
         if not self.host_ok(request.headers.get("Host")):
-            return web.Response(status=403, text="unknown Host header (this listener answers to its own names only)\n")
+            own = "this listener answers to its own names only"
+            raise web.HTTPForbidden(text=f"unknown Host header ({own})\n")
         if access is Access.OPERATOR:
             if self.operator(request):
-                return await handler(request)
-            return web.Response(status=401, text=f"{request.path} from another host needs the login secret "
-                                                 "(Authorization: Bearer)\n")
-        return await self._owner(request, handler)
-
-    async def _owner(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+                return Caller.KNOWN
+            raise web.HTTPUnauthorized(text=f"{request.path} from another host needs the login "
+                                            "secret (Authorization: Bearer)\n")
         if not self.origin_ok(request.headers.get("Origin"), request.headers.get("Host")):
-            return web.Response(status=403, text="cross-origin request refused\n")
+            raise web.HTTPForbidden(text="cross-origin request refused\n")
         if self.secret is None:  # `web.auth: none`: this machine only, never a request a proxy relays
-            return _with_headers(await handler(request)) if is_local(request) else _locked(request)
-        if self._cookie_ok(request) or self._bearer_ok(request):
-            return _with_headers(await handler(request))
-        token = request.query.get("token")
-        if token is None or not self.secret.matches(token):
-            return _locked(request)
-        if request.method == "GET" and "websocket" not in request.headers.get("Upgrade", "").lower():
+            if is_local(request):
+                return Caller.KNOWN
+            raise _locked(request)
+        if self._cookie_ok(request) or self._bearer_ok(request) or self._token_ok(request):
+            return Caller.KNOWN
+        raise _locked(request)
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.caller(request) is Caller.PROBE or request.path in ROUTE_ACCESS:
+            return await handler(request)
+        if self._logging_in(request):
             return self._log_in(request)
         return _with_headers(await handler(request))  # a socket or a script: the token is enough
 
-    def operator(self, request: web.Request) -> bool:
+    def _logging_in(self, request: web.Request) -> bool:
+        """A browser opening the login link: a GET page (not a socket) with only `?token=`."""
+        if request.method != "GET" or "websocket" in request.headers.get("Upgrade", "").lower():
+            return False
+        logged_in = self._cookie_ok(request) or self._bearer_ok(request)
+        return self._token_ok(request) and not logged_in
+
+    def operator(self, request: web.BaseRequest) -> bool:
         """This listener's name, and a loopback peer not relayed by a proxy or the secret as Bearer."""
         return self.host_ok(request.headers.get("Host")) and (is_local(request) or self._bearer_ok(request))
 
@@ -187,13 +202,19 @@ class WebGuard:
         own = URL.build(scheme=url.scheme, authority=host or "") if host else None
         return own is not None and (own.host or "").lower() == url.host.lower() and own.port == url.port
 
-    def _cookie_ok(self, request: web.Request) -> bool:
+    def _cookie_ok(self, request: web.BaseRequest) -> bool:
         given = request.cookies.get(self.cookie_name)
-        return given is not None and Secret(self._cookie_value).matches(given)
+        if self.secret is None or given is None:
+            return False
+        return Secret(self._cookie_value).matches(given)
 
-    def _bearer_ok(self, request: web.Request) -> bool:
+    def _bearer_ok(self, request: web.BaseRequest) -> bool:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         return self.secret is not None and scheme.lower() == "bearer" and self.secret.matches(given.strip())
+
+    def _token_ok(self, request: web.BaseRequest) -> bool:
+        token = request.query.get("token")
+        return self.secret is not None and token is not None and self.secret.matches(token)
 
     def _log_in(self, request: web.Request) -> web.Response:
         """Set the cookie and send the browser to the same URL without the token (out of history and screens)."""
@@ -226,9 +247,10 @@ def _with_headers(response: web.StreamResponse) -> web.StreamResponse:
     return response
 
 
-def _locked(request: web.Request) -> web.Response:
+def _locked(request: web.BaseRequest) -> web.HTTPUnauthorized:
     if "text/html" in request.headers.get("Accept", ""):
-        return web.Response(status=401, text=LOCKED_PAGE, content_type="text/html", headers=SECURITY_HEADERS)
-    return web.Response(status=401, text="the web chat needs its login secret: run `gateway web-url`\n")
+        return web.HTTPUnauthorized(text=LOCKED_PAGE, content_type="text/html",
+                                    headers=SECURITY_HEADERS)
+    return web.HTTPUnauthorized(text="the web chat needs its login secret: run `gateway web-url`\n")
 
 

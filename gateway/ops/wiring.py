@@ -26,19 +26,27 @@ from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, c
 from gateway.agent.tools.mcp import McpTools
 from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
-from gateway.config.media import MEDIA_DIR
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
+from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, MemberRoles
+from gateway.events import Adapter, Inbound, MemberRoles
+from gateway.knowledge.forget import web_uploads
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
 from gateway.knowledge.skills import SkillLibrary
-from gateway.llm.factory import UnconfiguredLLM, build_chosen, choose_model, sees_images_client
+from gateway.llm.factory import (
+    ModelChoice,
+    SessionModels,
+    UnconfiguredLLM,
+    build_chosen,
+    choose_model,
+    sees_images_client,
+)
 from gateway.llm.types import LLMClient
 from gateway.mcp.hub import McpHub
 from gateway.media.prepare import MediaPipeline
@@ -58,7 +66,7 @@ from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
 from gateway.scheduling.runner import JobRunner
 from gateway.scheduling.turn import JobTurn, RunTools
-from gateway.sessions.commands import Commands
+from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
 from gateway.sessions.lifecycle import Policies
@@ -68,6 +76,8 @@ from gateway.store.database import Store
 from gateway.store.rows import utcnow
 from gateway.telemetry.logs import redactor_for
 from gateway.telemetry.metrics import Metrics
+from gateway.voice.speaker import Speaker, tools_problem
+from gateway.worker.parent import Worker
 
 log = logging.getLogger(__name__)
 # The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
@@ -106,19 +116,28 @@ class Gateway:
     jobs: JobRunner | None = None
     model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
     media: AttachmentTurns | None = None
+    models: SessionModels | None = None  # with `models:`: the ones /model switches to
+    worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
-        """Stop the MCP servers and close the web tools' HTTP sessions (shutdown, or the end of a CLI command)."""
+        """Stop the MCP servers and close the HTTP sessions of the web tools, the models /model
+        switches to and the speech service (shutdown, or the end of a CLI command)."""
+        if self.models is not None:
+            await self.models.close()
+        if self.outbox.voice is not None:
+            await self.outbox.voice.close()
         if self.mcp is not None:
             await self.mcp.stop()
         if self.web is not None:
             await self.web.client.close()
             if self.web.search is not None:
                 await self.web.search.close()
+        if self.worker is not None:
+            await self.worker.close()
     roles: Roles | None = None
     redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
 
@@ -142,16 +161,16 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     source = "given"
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
-    memory = MemoryStore(config.home / "memories", config.memory.memory_char_limit, config.memory.user_char_limit,
-                         config.memory.chat_char_limit)
-    skills = SkillLibrary(config.home)
+    memory, skills = _knowledge(config)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
+    worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm))
+                             vision=sees_images_client(llm), worker=worker)
     catalog = ToolCatalog(tools, ToolPolicy.of(config))
     session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
     facts = _platform_facts(config)
-    agent = Agent(llm, tools, max_iterations=config.agent.max_iterations)
+    models = _models(config, env, llm)
+    agent = Agent(models or llm, tools, max_iterations=config.agent.max_iterations)
     by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
@@ -159,13 +178,15 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
                     limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
                     previews=previews)
+    outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
     prompts = PromptAssembler(config, facts, memory, skills)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock, sleep=sleep)
+    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
+                   sleep=sleep, worker=worker)
     sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
                                     tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
                                     gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
@@ -175,7 +196,15 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
                    mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media)
+                   redact=redactor_for(config, env), media=media, models=models, worker=worker)
+
+
+def _knowledge(config: Config) -> tuple[MemoryStore, SkillLibrary]:
+    """What the agent knows: memory in scopes and the skills."""
+    limits = config.memory
+    memory = MemoryStore(config.home / "memories", limits.memory_char_limit,
+                         limits.user_char_limit, limits.chat_char_limit)
+    return memory, SkillLibrary(config.home)
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -192,8 +221,46 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
         return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient, adapters: Mapping[str, Adapter],
-           clock: Clock, sleep: Sleep) -> AttachmentTurns:
+def _models(config: Config, env: Mapping[str, str], main: LLMClient) -> SessionModels | None:
+    """With `models:`, the client the agent holds: the main model, or a conversation's /model."""
+    if not config.models:
+        return None
+    return SessionModels(main, config.models,
+                         lambda m: build_chosen(ModelChoice(m, "chosen in chat"), env, config))
+
+
+def _voice(config: Config, env: Mapping[str, str], *, store: Store,
+           adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
+           clock: Clock) -> VoiceReplies | None:
+    """With `voice.tts`, the answers that are also spoken (docs/voice.md)."""
+    tts = config.voice.tts
+    if tts is None:
+        return None
+    key = env.get(tts.api_key_env) if tts.api_key_env else None
+    if tts.api_key_env and not key:
+        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
+                    "a key", tts.api_key_env)
+    missing = tools_problem(tts)
+    if missing is not None:
+        log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
+    speaker = Speaker(config.voice, tts, key)
+    return VoiceReplies(config.voice, speaker, store=store, adapters=adapters, facts=facts,
+                        clock=clock)
+
+
+def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
+    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
+    person)."""
+    def is_admin(inbound: Inbound) -> bool:
+        person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
+                                      user_name=inbound.user_name, username=inbound.username)
+        return roles.is_admin(person)
+    return is_admin
+
+
+def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient,
+           adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
+           worker: Worker) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
     album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
     stt = config.media.transcription
@@ -204,30 +271,32 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm), transcriber=transcriber,
-                             sleep=sleep)
+    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm),
+                             transcriber=transcriber, sleep=sleep, worker=worker)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
 def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool
-           ) -> tuple[ToolRegistry, McpHub | None, WebTools]:
+           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool,
+           worker: Worker) -> tuple[ToolRegistry, McpHub | None, WebTools]:
     """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
     results' pictures reach the model as pictures when it sees images (`vision`)."""
     check_tool_names(config)
-    web = _web_tools(config, env, monotonic)
+    web = _web_tools(config, env, monotonic, worker)
     registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
     hub = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes)
+        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
+                                     worker=worker)
     return registry, hub, web
 
 
-def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float]) -> WebTools:
+def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],
+               worker: Worker) -> WebTools:
     fetch = config.tools.web_fetch
-    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes, timeout_s=fetch.timeout_s,
-                       max_redirects=fetch.max_redirects)
+    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes,
+                       timeout_s=fetch.timeout_s, max_redirects=fetch.max_redirects, worker=worker)
     found = config.tools.web_search
     search = None
     if found is not None:
@@ -261,6 +330,9 @@ def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAsse
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
+    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock))
+    commands.add("voice", choices.voice)
+    commands.add("model", choices.model)
     sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
                               clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
@@ -302,7 +374,7 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
     limits = Limits(max_connections=config.daemon.max_connections)
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
-        found.append(WebChatAdapter(uploads=config.home / MEDIA_DIR / "uploads",
+        found.append(WebChatAdapter(uploads=web_uploads(config.home),
                                     max_upload_bytes=config.media.max_bytes))
     if config.telegram is not None:
         from adapters.telegram.adapter import TelegramAdapter

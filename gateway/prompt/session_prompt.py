@@ -12,6 +12,7 @@ from typing import Protocol
 from gateway.agent.loop import Agent
 from gateway.agent.tools.registry import Callers
 from gateway.knowledge.memory import NO_VIEW, MemoryView
+from gateway.llm.factory import SessionModels
 from gateway.llm.types import ChatMessage, History, ToolDef
 from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
@@ -49,8 +50,15 @@ class SessionPrompt:
         self.compressor = compressor
 
     def ensure(self, session: SessionRow) -> str:
-        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a model change."""
+        """The session's stored prompt bytes; built and stored on first use, rebuilt only on a
+        model change.
+
+        With `models:`, the model the conversation chose (/model) is made the one that answers this
+        turn first (gateway/llm/factory.py SessionModels): the prompt is then built for it, and a
+        switch rebuilds it."""
         llm = self.agent.llm
+        if isinstance(llm, SessionModels):
+            llm.choose(self.store.model_choice(session.key))
         if session.system_prompt is not None and session.model == llm.model:
             return session.system_prompt
         reason = None if session.system_prompt is None else "model_change"
@@ -79,7 +87,9 @@ class SessionPrompt:
 
     def _tools_for(self, session: SessionRow) -> SessionToolList:
         if session.tool_list_id is None and session.system_prompt is None:
-            return self.tools.fix(session)  # a new session: the tools a new session gets now, from now on
+            # a new session: the tools a new session gets now, from now on (and tool search by
+            # the model's context window)
+            return self.tools.fix(session, window=self.agent.llm.context_window)
         return self.tools.of(session)
 
     async def compress_if_needed(self, session: SessionRow, prompt: str,

@@ -1,6 +1,10 @@
 """A session's tool list: fixed when its prompt is first built, stored beside it, and sent byte for byte on every
 later turn, flush and compression, across restarts. Together with the prompt it is the provider's cached prefix,
 so a tool an MCP server adds or drops reaches only sessions that start afterwards.
+
+With tool search (gateway/agent/tools/deferred.py) the list has two parts, stored in one row: the
+tools sent (core tools, tool_search, tool_call) and the deferred catalog the session may search and
+call, frozen alike.
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
+from gateway.agent.tools.deferred import BRIDGE, DeferredCatalog, bind
 from gateway.agent.tools.registry import ToolSpec
 from gateway.store.database import Store
 from gateway.store.rows import SessionRow
 
 log = logging.getLogger("gateway.sessions.manager")
+Specs = tuple[ToolSpec, ...]
 
 
 class ToolSource(Protocol):
@@ -26,21 +32,61 @@ class ToolSource(Protocol):
 
     def enabled(self, name: str, platform: str) -> bool: ...
 
+    def split(self, specs: Sequence[ToolSpec], window: int) -> tuple[Specs, Specs]:
+        """(sent, deferred): a new session's tools at the model's context window (tool search)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SessionToolList:
+    """`specs` is the tools array (with tool search: the core tools, tool_search and tool_call,
+    bound to the `deferred` catalog); `names` are its names."""
+
     list_id: int
     specs: tuple[ToolSpec, ...]
     names: tuple[str, ...]
+    deferred: DeferredCatalog | None = None
+
+    def spec(self, name: str) -> ToolSpec | None:
+        """A tool the session may call by its real name, sent or deferred (with its server and
+        annotations)."""
+        found = next((s for s in self.specs if s.name == name and name not in BRIDGE), None)
+        return found or (self.deferred.get(name) if self.deferred is not None else None)
+
+    def every(self) -> tuple[ToolSpec, ...]:
+        """The session's real tools: those sent and those deferred, without the bridge."""
+        sent = tuple(s for s in self.specs if s.name not in BRIDGE)
+        return sent + (self.deferred.entries if self.deferred is not None else ())
 
 
-def encode_specs(specs: Sequence[ToolSpec]) -> str:
-    return json.dumps([{"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs],
-                      ensure_ascii=False, separators=(",", ":"))
+def encode_specs(specs: Sequence[ToolSpec], deferred: Sequence[ToolSpec] = ()) -> str:
+    """The stored form: a list of specs; with deferred tools {"tools": [...], "deferred": [...]}."""
+    sent = [_encoded(s) for s in specs]
+    whole: Any = {"tools": sent, "deferred": [_encoded(s) for s in deferred]} if deferred else sent
+    return json.dumps(whole, ensure_ascii=False, separators=(",", ":"))
 
 
-def decode_specs(text: str) -> tuple[ToolSpec, ...]:
-    return tuple(ToolSpec(t["name"], t["description"], t["parameters"]) for t in json.loads(text))
+def decode_specs(text: str) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]:
+    """(sent, deferred) from the stored form."""
+    whole = json.loads(text)
+    if isinstance(whole, list):
+        return tuple(_decoded(t) for t in whole), ()
+    sent, deferred = whole["tools"], whole["deferred"]
+    return tuple(_decoded(t) for t in sent), tuple(_decoded(t) for t in deferred)
+
+
+def _encoded(spec: ToolSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": spec.name, "description": spec.description,
+                           "parameters": spec.parameters}
+    if spec.annotations:
+        out["annotations"] = dict(spec.annotations)
+    if spec.server:
+        out["server"] = spec.server
+    return out
+
+
+def _decoded(t: dict[str, Any]) -> ToolSpec:
+    return ToolSpec(t["name"], t["description"], t["parameters"], t.get("annotations") or {},
+                    t.get("server", ""))
 
 
 class SessionTools:
@@ -52,9 +98,13 @@ class SessionTools:
         self._allowed: dict[tuple[int, str], frozenset[str]] = {}
         self._latest: dict[str, int | None] = {}  # platform → the list its newest session got
 
-    def fix(self, session: SessionRow) -> SessionToolList:
-        """Give the session the tools a new session on its platform gets now, and store the choice."""
-        list_id = self.store.tool_list_id(encode_specs(self.catalog.current(session.platform)), now=self.clock())
+    def fix(self, session: SessionRow, *, window: int | None = None) -> SessionToolList:
+        """Give the session the tools a new session on its platform gets now, and store the choice.
+        With the model's context `window`, tool search may defer its MCP tools (tools.search);
+        without, all are sent."""
+        specs = self.catalog.current(session.platform)
+        sent, deferred = self.catalog.split(specs, window) if window else (specs, ())
+        list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
         self._note_change(session.platform, list_id)
         self.store.fix_tool_list(session.id, list_id)
         return self._load(list_id)
@@ -69,18 +119,26 @@ class SessionTools:
         return self._load(list_id)
 
     def allowed(self, tools: SessionToolList, platform: str) -> frozenset[str]:
-        """What may run: the session's tools that the policy still enables on its platform."""
+        """What may run: the session's tools (sent or deferred) that the policy still enables on its
+        platform, by their real names, and tool_search / tool_call when the session has them."""
         key = (tools.list_id, platform)
         found = self._allowed.get(key)
         if found is None:
-            found = self._allowed[key] = frozenset(n for n in tools.names if self.catalog.enabled(n, platform))
+            enabled = self.catalog.enabled
+            real = frozenset(s.name for s in tools.every() if enabled(s.name, platform))
+            bridge = frozenset(BRIDGE) if tools.deferred is not None else frozenset()
+            found = self._allowed[key] = real | bridge
         return found
 
     def _load(self, list_id: int) -> SessionToolList:
         found = self._lists.get(list_id)
         if found is None:
-            specs = decode_specs(self.store.tool_list(list_id))
-            found = self._lists[list_id] = SessionToolList(list_id, specs, tuple(s.name for s in specs))
+            specs, deferred = decode_specs(self.store.tool_list(list_id))
+            catalog = DeferredCatalog(deferred) if deferred else None
+            if catalog is not None:
+                specs = bind(specs, catalog)
+            names = tuple(s.name for s in specs)
+            found = self._lists[list_id] = SessionToolList(list_id, specs, names, catalog)
         return found
 
     def _note_change(self, platform: str, list_id: int) -> None:
@@ -92,9 +150,15 @@ class SessionTools:
         self._latest[platform] = list_id
         if previous is None or previous == list_id:
             return
-        old, new = self._load(previous).specs, self._load(list_id).specs
+        before, after = self._load(previous), self._load(list_id)
+        old, new = before.every(), after.every()
         added = sorted({s.name for s in new} - {s.name for s in old})
         dropped = sorted({s.name for s in old} - {s.name for s in new})
         changed = sorted(s.name for s in new if s.name in {o.name for o in old} and s not in old)
-        log.info("tools for new %s sessions changed: added %s, dropped %s, changed %s; running sessions keep "
-                 "theirs", platform, added or "none", dropped or "none", changed or "none")
+        deferred = len(after.deferred or ())
+        search = f"; {deferred} behind tool search" if deferred else ""
+        if deferred != len(before.deferred or ()) and not deferred:
+            search = "; none behind tool search now"
+        log.info("tools for new %s sessions changed: added %s, dropped %s, changed %s%s; running "
+                 "sessions keep theirs", platform, added or "none", dropped or "none",
+                 changed or "none", search)

@@ -15,7 +15,7 @@ from gateway.config.schedule import parse_duration
 from gateway.config.settings import Config
 from gateway.errors import ToolError
 from gateway.events import Inbound
-from gateway.knowledge.people import PeopleBook, identity_of
+from gateway.knowledge.people import LOCAL_OWNER, OWNER_PLATFORMS, PeopleBook, identity_of
 from gateway.scan import describe, scan_text
 from gateway.scheduling import text
 from gateway.scheduling.jobstore import JobRow, JobStore, NewJob
@@ -58,7 +58,8 @@ class JobBook:
                      timezone=schedule.timezone, chat=origin.chat, user_id=origin.user_id, user_name=origin.user_name,
                      username=origin.username, space_id=origin.space_id, roles=origin.roles,
                      next_run_at=schedule.first)
-        job = self.jobs.add_job(new, now=now, limit=self.config.max_jobs_per_person)
+        limit = self.config.max_jobs_per_person
+        job = self.jobs.add_job(new, now=now, limit=limit, owners=self._accounts(origin))
         if job is None:
             raise ToolError(f"Not scheduled: this person already has {self.config.max_jobs_per_person} active jobs, "
                             "the most allowed. Cancel one first (action=list shows them).")
@@ -71,6 +72,20 @@ class JobBook:
         if origin.chat.platform == "cli":
             answer += f" {text.CONSOLE_NOTE}"
         return answer
+
+    def _accounts(self, origin: Inbound) -> list[tuple[str, str | None]]:
+        """The sender's accounts, linked ones included (the job limit is per person, not account);
+        None for the owner's local platforms, where every user id is the owner."""
+        me = identity_of(origin.chat.platform, origin.user_id)
+        person = self.people.find(me)
+        found: list[tuple[str, str | None]] = []
+        for identity in (i.identity for i in person.identities) if person is not None else [me]:
+            if identity == LOCAL_OWNER:
+                found += [(platform, None) for platform in sorted(OWNER_PLATFORMS)]
+            else:
+                platform, _, user_id = identity.partition(":")
+                found.append((platform, user_id))
+        return found
 
     def listing(self, origin: Inbound) -> str:
         """For the model: the time now in the person's zone (so "tomorrow" is counted from the right day), then

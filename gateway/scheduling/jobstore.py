@@ -115,12 +115,18 @@ class JobStore:
         self.store = store
 
     # ---------------------------------------------------------------- jobs
-    def add_job(self, job: NewJob, *, now: datetime, limit: int) -> JobRow | None:
+    def add_job(self, job: NewJob, *, now: datetime, limit: int,
+                owners: Sequence[tuple[str, str | None]] = ()) -> JobRow | None:
         """Store a new active job; None when its creator already has `limit` active ones (checked in the same
-        transaction, so two jobs made at once cannot both slip under it)."""
+        transaction, so two jobs made at once cannot both slip under it). `owners` are all the
+        accounts of the creator, (platform, user id; None: any on that platform), counted as one."""
+        accounts = list(owners) or [(job.chat.platform, job.user_id)]
+        match = " OR ".join("(platform = ? AND user_id = ?)" if user else "platform = ?"
+                            for _, user in accounts)
+        args = [value for account in accounts for value in account if value is not None]
         with self.store.tx() as conn:
-            (count,) = conn.execute("SELECT COUNT(*) FROM jobs WHERE platform = ? AND user_id = ? AND state = ?",
-                                    (job.chat.platform, job.user_id, ACTIVE)).fetchone()
+            (count,) = conn.execute(f"SELECT COUNT(*) FROM jobs WHERE state = ? AND ({match})",
+                                    (ACTIVE, *args)).fetchone()
             if count >= limit:
                 return None
             cur = conn.execute(

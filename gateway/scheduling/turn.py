@@ -51,6 +51,10 @@ class RunTools:
     def enabled(self, name: str, platform: str) -> bool:
         return self._keeps(name) and self.catalog.enabled(name, platform)
 
+    def split(self, specs: Sequence[ToolSpec],
+              window: int) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]:
+        return self.catalog.split(specs, window)
+
     def _keeps(self, name: str) -> bool:
         return self.schedule or name != "schedule"
 

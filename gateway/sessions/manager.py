@@ -288,6 +288,8 @@ class SessionManager:
         stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
                        "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
+        if self.outbox.voice is not None:  # its spoken copy, after the text (delivery/voice.py)
+            rows += self.outbox.voice.rows_for(turn, inbound, result.text)
         messages, calls = [stored_user, *result.messages], [model_call(r) for r in held]
         touched_at = self._touched.at(inbound_id, session.id)
         try:

@@ -67,6 +67,7 @@ def show_session(store: Store, policies: Policies, s: SessionRow) -> str:
         f"  last user:  {_when(policies, s.last_user_at)}",
         f"  messages:   {store.count_messages(s.id)}",
         f"  model:      {s.model or '-'} ({s.provider or '-'})",
+        *_model_lines(store, s),
         (f"  tokens:     {s.input_tokens:,} in, {s.output_tokens:,} out; cache {s.cache_read_tokens:,} read, "
         f"{s.cache_write_tokens:,} written"),
         f"  policy:     {policies.describe(policy)}",
@@ -83,3 +84,15 @@ def show_session(store: Store, policies: Policies, s: SessionRow) -> str:
         if s.flush_error:
             lines.append(f"  last error: {s.flush_error}")
     return "\n".join(lines)
+
+
+def _model_lines(store: Store, s: SessionRow) -> list[str]:
+    """What /model chose for the conversation, and the prompt's rebuilds, when there are any."""
+    lines = []
+    chosen = store.model_choice(s.key)
+    if chosen is not None:
+        lines.append(f"  chosen:     {chosen} (/model)")
+    if s.prompt_rebuilds:
+        times = "once" if s.prompt_rebuilds == 1 else f"{s.prompt_rebuilds} times"
+        lines.append(f"  prompt:     rebuilt {times}, last for {s.prompt_rebuild_reason or '?'}")
+    return lines

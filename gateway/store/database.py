@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from gateway.store.delivery_queries import DeliveryQueries
 from gateway.store.message_queries import MessageQueries
-from gateway.store.session_queries import SessionQueries
+from gateway.store.session_queries import ChoiceQueries, SessionQueries
 from gateway.store.tool_queries import ToolListQueries
 
 
-class Store(SessionQueries, MessageQueries, DeliveryQueries, ToolListQueries):
+class Store(SessionQueries, MessageQueries, DeliveryQueries, ToolListQueries, ChoiceQueries):
     """The gateway's database. Open once in the composition root; close on shutdown."""

@@ -343,6 +343,24 @@ DROP INDEX outbound_pending;
 CREATE INDEX outbound_pending_chat ON outbound(platform, chat_id, id) WHERE status = 'pending';
 """
 
+# What people chose in chat (ChoiceQueries in gateway/store/session_queries.py): a chat's voice
+# replies (/voice on|off) and a conversation's model (/model NAME, by session key: a new session of
+# the same conversation keeps it).
+_CHOICES = """
+CREATE TABLE chat_voice (
+  platform TEXT NOT NULL,
+  chat_id TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  set_at TEXT NOT NULL,
+  PRIMARY KEY (platform, chat_id)
+);
+CREATE TABLE session_models (
+  key TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  set_at TEXT NOT NULL
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -358,4 +376,5 @@ MIGRATIONS: list[Migration] = [
     ("0016_review2122", _PERSON_ZONE),
     ("0017_search_batched", BATCHED_INDEX_MIGRATION_SQL),
     ("0018_pending_by_chat", _PENDING_BY_CHAT),
+    ("0033_voice_and_models", _CHOICES),
 ]

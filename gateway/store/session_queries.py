@@ -1,4 +1,5 @@
-"""Queries on sessions (their stored prompt, activity, end) and on model usage (llm_calls)."""
+"""Queries on sessions (their stored prompt, activity, end), on model usage (llm_calls), and on what
+people chose in chat for a conversation or a chat (its model, its voice replies)."""
 
 from __future__ import annotations
 
@@ -105,3 +106,37 @@ def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCal
             " last_user_at = COALESCE(?, last_user_at) WHERE id = ?",
             (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
              usage.cache_write_tokens, iso(touched_at), session_id))
+
+
+class ChoiceQueries(Database):
+    """What people chose in chat: a chat's voice replies (`/voice on|off`) and a conversation's
+    model (`/model NAME`, kept by session key: it outlives a reset and a restart)."""
+
+    def chat_voice(self, platform: str, chat_id: str) -> str | None:
+        """"on", "off", or None when the chat left it to `voice.replies`."""
+        row = self.one("SELECT mode FROM chat_voice WHERE platform = ? AND chat_id = ?",
+                       (platform, chat_id))
+        return None if row is None else str(row[0])
+
+    def set_chat_voice(self, platform: str, chat_id: str, mode: str | None, *,
+                       now: datetime) -> None:
+        if mode is None:
+            self.execute("DELETE FROM chat_voice WHERE platform = ? AND chat_id = ?",
+                         (platform, chat_id))
+            return
+        self.execute("INSERT INTO chat_voice (platform, chat_id, mode, set_at) VALUES (?, ?, ?, ?)"
+                     " ON CONFLICT (platform, chat_id) DO UPDATE SET mode = excluded.mode,"
+                     " set_at = excluded.set_at", (platform, chat_id, mode, iso(now)))
+
+    def model_choice(self, key: str) -> str | None:
+        """The `models:` name this conversation switched to; None: the main model."""
+        row = self.one("SELECT name FROM session_models WHERE key = ?", (key,))
+        return None if row is None else str(row[0])
+
+    def set_model_choice(self, key: str, name: str | None, *, now: datetime) -> None:
+        if name is None:
+            self.execute("DELETE FROM session_models WHERE key = ?", (key,))
+            return
+        self.execute("INSERT INTO session_models (key, name, set_at) VALUES (?, ?, ?)"
+                     " ON CONFLICT (key) DO UPDATE SET name = excluded.name,"
+                     " set_at = excluded.set_at", (key, name, iso(now)))

@@ -12,9 +12,10 @@ import logging
 import logging.config
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from gateway.config.yamlload import Secret
 from gateway.telemetry.repeats import RepeatFilter
@@ -38,20 +39,26 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\bAIza[0-9A-Za-z_-]{35}\b",                          # Google API key
     r"(?i)(?<=bearer )[A-Za-z0-9._~+/=-]{8,}",              # Authorization: Bearer <anything>
     r"(?i)(?<=\bbot )[A-Za-z0-9._-]{20,}",                  # Authorization: Bot <discord token>
-    r"(?i)(?<=[?&]token=)[^&\s\"']{6,}",                     # secrets in query strings
-    r"(?i)(?<=[?&]key=)[^&\s\"']{6,}",
-    r"(?i)(?<=[?&]secret=)[^&\s\"']{6,}",
-    r"(?i)(?<=[?&]api_key=)[^&\s\"']{6,}",
-    r"(?i)(?<=[?&]access_token=)[^&\s\"']{6,}",
 ))
-# A substring each pattern needs in order to match (in the case-folded line for the (?i) ones): a line without it
-# skips that pattern's scan. Most log lines hold none of them; fifteen scans were half of the cost of a line.
-TOKEN_GUARDS: tuple[tuple[str, bool], ...] = (  # (substring, look in the case-folded line)
-    (":", False), ("xox", False), ("xapp-", False), ("sk-", False), (".", False), ("gh", False), ("AKIA", False),
-    ("AIza", False), ("bearer ", True), ("bot ", True), ("token=", True), ("key=", True), ("secret=", True),
-    ("_key=", True), ("access_token=", True),
+# Shapes masked in part, (pattern, replacement): what names the secret stays readable.
+SHAPED_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # a URL's password: scheme://user:PASSWORD@host (the user name stays)
+    (re.compile(r"(://[^\s/?#@:]*:)[^\s/?#]+@"), rf"\g<1>{MASK}@"),
+    # the value of a key-like query or form field: ?api_key=…, &access_token=…, ;sig=…
+    (re.compile(r"(?i)([?&;](?:[\w.-]*(?:token|key|secret|passw(?:or)?d|pwd|signature|credential)"
+                r"[\w.-]*|auth|sig|pass|session|sessionid|code|jwt)=)[^&;#\s\"'<>]+"),
+     rf"\g<1>{MASK}"),
 )
-assert len(TOKEN_GUARDS) == len(TOKEN_PATTERNS)
+# What each pattern needs in the line (any one; in the case-folded line when the flag says so): a
+# line without it skips that pattern's scan. Most lines hold none; scans were half a line's cost.
+Guard = tuple[tuple[str, ...], bool]
+TOKEN_GUARDS: tuple[Guard, ...] = (
+    ((":",), False), (("xox",), False), (("xapp-",), False), (("sk-",), False),
+    ((".",), False), (("gh",), False), (("AKIA",), False), (("AIza",), False),
+    (("bearer ",), True), (("bot ",), True),
+)
+SHAPED_GUARDS: tuple[Guard, ...] = ((("://",), False), (("?", "&", ";"), False))
+assert len(TOKEN_GUARDS) == len(TOKEN_PATTERNS) and len(SHAPED_GUARDS) == len(SHAPED_PATTERNS)
 # Environment variables whose values are credentials even when the config does not mention them.
 SECRET_ENV_SUFFIXES = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_PASS")
 KNOWN_SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY")
@@ -74,11 +81,18 @@ class Redactor:
             if value in text:
                 text = text.replace(value, MASK)
         folded = text.casefold()
-        for pattern, (needs, in_folded) in zip(TOKEN_PATTERNS, TOKEN_GUARDS, strict=False):
-            if needs in (folded if in_folded else text):
+        for pattern, (needs, in_folded) in zip(TOKEN_PATTERNS, TOKEN_GUARDS, strict=True):
+            if _has(folded if in_folded else text, needs):
                 text = pattern.sub(MASK, text)
                 folded = text.casefold()
+        for (pattern, replacement), (needs, _) in zip(SHAPED_PATTERNS, SHAPED_GUARDS, strict=True):
+            if _has(text, needs):
+                text = pattern.sub(replacement, text)
         return text
+
+
+def _has(text: str, needs: tuple[str, ...]) -> bool:
+    return any(need in text for need in needs)
 
 
 class RedactingFilter(logging.Filter):
@@ -189,7 +203,39 @@ def redactor_for(config: Any, env: Mapping[str, str]) -> Redactor:
     search = config.tools.web_search if config is not None else None
     if search is not None and search.api_key_env:
         key_envs.append(search.api_key_env)
-    return Redactor([*config_secrets(config), *env_secrets(env, also=key_envs)])
+    found = [*config_secrets(config), *url_secrets(config), *env_secrets(env, also=key_envs)]
+    return Redactor(found)
+
+
+def url_secrets(config: object) -> list[str]:
+    """What a URL in the config carries besides its address (`mcp_servers.<name>.url`, a base URL):
+    its password and its query values (`?api_key=…`; some servers take their key that way), masked
+    wherever they are quoted, whatever the shape of the line."""
+    found: list[str] = []
+    for text in _strings(config):
+        if "://" not in text:
+            continue
+        try:
+            parts = urlsplit(text)
+            carried = [parts.password or "", *(v for _, v in parse_qsl(parts.query))]
+        except ValueError:
+            continue
+        found += [value for value in carried if len(value) >= MIN_SECRET_CHARS]
+    return found
+
+
+def _strings(node: object) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+        for f in dataclasses.fields(node):
+            yield from _strings(getattr(node, f.name))
+    elif isinstance(node, Mapping):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, (tuple, list)):
+        for value in node:
+            yield from _strings(value)
 
 
 def redact_tree(node: Any, redact: Callable[[str], str]) -> Any:

@@ -989,8 +989,9 @@ async def test_unauthenticated_garbage_gets_401_signed_garbage_400_and_no_body_r
             signed = signed_request_headers(SIGNING_SECRET, body, None, kind)
             head = "".join(f"{k}: {v}\r\n" for k, v in signed.items()).encode()
             assert (await _raw_post(port, head, body))[:12] == b"HTTP/1.1 400", body
-        # not UTF-8 at all: no Slack body, signed or not
-        assert (await _raw_post(port, b"Content-Type: application/json\r\n", b"\xff\xfe"))[:12] == b"HTTP/1.1 400"
+        # not UTF-8 and unsigned: refused on its headers like any unsigned request (signed: 400)
+        unsigned = await _raw_post(port, b"Content-Type: application/json\r\n", b"\xff\xfe")
+        assert unsigned[:12] == b"HTTP/1.1 401"
         assert run.inbound_rows() == []
     lines = stream.getvalue().splitlines()
     assert lines and max(len(line) for line in lines) < 2_000  # no request body copied into the log

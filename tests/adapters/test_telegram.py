@@ -162,8 +162,9 @@ async def test_allowed_by_handle(home: Path, fake_llm: FakeLLM, fake_telegram: F
 async def test_set_my_commands_payload(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
     async with running(home, fake_llm, fake_telegram):
         body = (await fake_telegram.wait_for_call("setmycommands")).body
-        assert [c["command"] for c in body["commands"]] == ["new", "reset", "status", "usage", "stop", "retry",
-                                                             "undo", "jobs", "link", "help"]
+        assert [c["command"] for c in body["commands"]] == [
+            "new", "reset", "status", "usage", "stop", "retry", "undo", "jobs", "voice", "model",
+            "link", "help"]
         assert [c["description"] for c in body["commands"]] == [text for _, text in COMMANDS]
         assert "scope" not in body  # default scope: every chat
 

@@ -115,6 +115,17 @@ def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
 
 
 VOICE_MESSAGE_FLAG = 1 << 13  # a message sent with the mic button carries this flag
+# Voice messages (Discord's message resource): the IS_VOICE_MESSAGE flag, exactly one audio
+# attachment with `duration_secs` and `waveform` (base64, at most 256 bytes), and nothing else: no
+# content, embeds, stickers, components or poll; they cannot be edited; a channel that denies Send
+# Voice Messages refuses them.
+VOICE_ERRORS = {
+    "content": (50159, "Voice messages do not support additional content."),
+    "single": (50160, "Voice messages must have a single audio attachment."),
+    "metadata": (50161, "Voice messages must have supporting metadata."),
+    "edit": (50162, "Voice messages cannot be edited."),
+    "channel": (50173, "Cannot send voice messages in this channel."),
+}
 
 
 STICKER_EXTENSIONS = {1: "png", 2: "png", 3: "json", 4: "gif"}  # format_type: PNG, APNG, LOTTIE, GIF
@@ -230,6 +241,7 @@ class FakeDiscord(FakeServer):
             [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]], roles=roles)]
         self.member_roles: dict[str, list[str]] = {}  # user id → role ids they have now (in events and REST)
         self.departed: set[str] = set()  # users who left the guilds: GET member answers 10007
+        self.voice_refused: set[str] = set()  # channels denying Send Voice Messages (refuse_voice)
         self.channels: dict[str, dict[str, Any]] = {c["id"]: dict(c) for g in self.guilds for c in g["channels"]}
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.enabled_privileged_intents = enabled_privileged_intents
@@ -531,10 +543,19 @@ class FakeDiscord(FakeServer):
         return {"roles": list(self.member_roles.get(user_id, ())), "joined_at": now_iso(), "deaf": False,
                 "mute": False, "flags": 0}
 
+    def refuse_voice(self, channel_id: str) -> None:
+        """This channel denies the bot Send Voice Messages: a voice message there gets 50173."""
+        self.voice_refused.add(channel_id)
+
+    def voice_messages(self, channel_id: str | None = None) -> list[DiscordMessage]:
+        return [m for m in self.sent_messages(channel_id) if m.flags & VOICE_MESSAGE_FLAG]
+
     async def _post_message(self, request: web.Request, body: Any) -> Any:
         cid = request.match_info["cid"]
         self._channel(cid)
         _check_message(body, require_content=True)
+        if int(body.get("flags") or 0) & VOICE_MESSAGE_FLAG:
+            _check_voice_message(body, refused=cid in self.voice_refused)
         nonce = body.get("nonce")
         if nonce is not None and len(str(nonce)) > MAX_NONCE:
             raise _field_error("nonce", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_NONCE} or fewer in length.")
@@ -613,6 +634,8 @@ class FakeDiscord(FakeServer):
         index = next((i for i, m in enumerate(self.sent) if m.channel_id == cid and m.id == mid), None)
         if index is None:
             raise _ApiError(403, "Cannot edit a message authored by another user", 50005)
+        if self.sent[index].flags & VOICE_MESSAGE_FLAG:
+            raise _ApiError(400, VOICE_ERRORS["edit"][1], VOICE_ERRORS["edit"][0])
         _check_message(body, require_content=False)
         old = self.sent[index]
         new = replace(old, content=str(body["content"]) if "content" in body else old.content,
@@ -895,7 +918,9 @@ class FakeDiscord(FakeServer):
             "timestamp": now_iso(), "edited_timestamp": None, "tts": False, "mention_everyone": False,
             "mentions": [], "mention_roles": [], "attachments": [
                 {"id": self.new_id(), "filename": f.get("filename"), "size": f.get("size", 0),
-                 "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p"}
+                 "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p",
+                 **{k: f[k] for k in ("content_type", "duration_secs", "waveform")
+                    if f.get(k) is not None}}
                 for f in sent.files],
             "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
             "flags": sent.flags, "components": []}
@@ -1043,11 +1068,46 @@ async def _read_body(request: web.Request) -> Any:
     if request.content_type.startswith("multipart/"):
         form = await request.post()
         body = json.loads(str(form.get("payload_json") or "{}"))
-        body["_files"] = [{"field": k, "filename": v.filename, "size": len(v.file.read())}
-                          for k, v in form.items() if isinstance(v, web.FileField)]
+        files = [(k, v) for k, v in form.items() if isinstance(v, web.FileField)]
+        described = {str(a.get("id")): a for a in body.get("attachments") or ()
+                     if isinstance(a, dict)}
+        body["_files"] = []
+        for field_name, upload in files:
+            data = upload.file.read()
+            about = described.get(field_name.removeprefix("files[").removesuffix("]"), {})
+            body["_files"].append({"field": field_name, "filename": upload.filename,
+                                   "size": len(data), "data": data,
+                                   "content_type": upload.content_type,
+                                   "duration_secs": about.get("duration_secs"),
+                                   "waveform": about.get("waveform")})
         return body
     raw = await request.read()
     return json.loads(raw) if raw else {}
+
+
+def _check_voice_message(body: Mapping[str, Any], *, refused: bool) -> None:
+    def fail(rule: str) -> _ApiError:
+        code, message = VOICE_ERRORS[rule]
+        return _ApiError(403 if rule == "channel" else 400, message, code)
+
+    if refused:
+        raise fail("channel")
+    if any(body.get(k) for k in ("content", "embeds", "sticker_ids", "components", "poll")):
+        raise fail("content")
+    files = body.get("_files") or []
+    if len(files) != 1 or not _is_audio(files[0]):
+        raise fail("single")
+    waveform = files[0].get("waveform")
+    if files[0].get("duration_secs") is None or not waveform:
+        raise fail("metadata")
+    if len(base64.b64decode(waveform)) > 256:
+        raise fail("metadata")
+
+
+def _is_audio(upload: Mapping[str, Any]) -> bool:
+    data = upload.get("data") or b""
+    declared = str(upload.get("content_type", ""))
+    return data.startswith((b"OggS", b"ID3", b"RIFF", b"fLaC")) or declared.startswith("audio/")
 
 
 def _check_message(body: Mapping[str, Any], require_content: bool) -> None:

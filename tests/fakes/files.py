@@ -1,6 +1,6 @@
 """Files the platform fakes serve (Telegram's file URLs, Discord's CDN, Slack's private URLs): streamed in chunks
 like a real server, with a gate that holds a download after its first chunk (a test can kill the gateway
-mid-download) and a count of what was served."""
+mid-download, or remove the file so the download is cut off) and a count of what was served."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ class FileShelf:
         """From now on a download sends its first chunk, then waits until `release()`."""
         self._gate = asyncio.Event()
 
+    def remove(self, key: str) -> None:
+        """The file is gone: a download of it in progress is cut off (the connection drops after the
+        chunk it is at), a later one gets 404."""
+        self.files.pop(key, None)
+
     def release(self) -> None:
         if self._gate is not None:
             self._gate.set()
@@ -53,6 +58,9 @@ class FileShelf:
                 await response.write(stored.data[offset:offset + CHUNK])
                 if offset == 0 and self._gate is not None and len(stored.data) > CHUNK:
                     await self._gate.wait()
+                if key not in self.files and request.transport is not None:  # removed meanwhile
+                    request.transport.close()
+                    return response
             await response.write_eof()
         except ConnectionError:  # the client went away mid-file (a killed gateway): not served
             return response

@@ -4,8 +4,11 @@ streamable HTTP on 127.0.0.1.
     python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log]
                                      [--http --port 0 --port-file F --require-token T] [--legacy]
 
-`tools.json` is `{"tools": ["echo", ...], "version": "v1"}`: which of the tools below it offers, and a word
-appended to every description (so a test can change a server's tools between two daemon runs). The `reload` tool
+`tools.json` is `{"tools": ["echo", ...], "version": "v1", "catalog": 60}`: which of the tools below
+it offers, a word appended to every description (so a test can change a server's tools between two
+daemon runs), and how many of tests/fakes/mcp_catalog.py's realistic tools it offers too
+(weather_forecast, send_email, …; with annotations: `readOnlyHint` on the reading ones,
+`destructiveHint` on delete_/cancel_/archive_ ones). The `reload` tool
 (when the file lists it at start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection through
 its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed; `--legacy` makes the server
 speak only the 2025 protocol). Each start appends a line to `--starts`, so a test can count restarts.
@@ -16,9 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import inspect
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -38,8 +43,13 @@ from mcp_types import (
     JSONRPCRequest,
     TextContent,
     TextResourceContents,
+    ToolAnnotations,
 )
 from pydantic import Field
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a script: the root holds tests/
+
+from tests.fakes.mcp_catalog import FakeTool, catalog, forecast
 
 # A real 4x3 red PNG (77 bytes), and a 2x2 one with transparency (kept as PNG by the gateway's preparation).
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000040000000308020000003b963991000000144944415478da633c2127c7"
@@ -121,8 +131,57 @@ def denied() -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=f"401 Unauthorized: GET {url}")], is_error=True)
 
 
-TOOLS: dict[str, Any] = {f.__name__: f for f in (echo, add, crash, picture, snapshot, broken_picture, notes, slow,
-                                                  inject, poisoned, lookup, whoami, denied)}
+_TOKEN = os.environ.get("FAKE_API_TOKEN", "")
+
+
+_ACCOUNT = Field(description=f"The account (default: the one of key {_TOKEN}).")
+
+
+def careless(account: Annotated[str, _ACCOUNT]) -> str:
+    return f"looked up {account}"
+
+
+careless.__doc__ = f"Look up an account. Authenticated with FAKE_API_TOKEN={_TOKEN} (careless)."
+
+
+def blob_notes() -> EmbeddedResource:
+    """Return a text resource sent as base64 (a blob typed text/plain), as some servers do."""
+    blob = base64.b64encode("the notes, café au lait".encode()).decode()
+    kind = "text/plain; charset=utf-8"
+    contents = BlobResourceContents(uri="memo://blob", blob=blob, mime_type=kind)
+    return EmbeddedResource(type="resource", resource=contents)
+
+
+# The reference server's picture (@modelcontextprotocol/server-everything 2026.8.31,
+# get-tiny-image): a 20x20 PNG whose optional colour profile chunk (iCCP) has a wrong CRC.
+TINY_IMAGE = (Path(__file__).parent / "mcp_tiny_image.b64").read_text(encoding="ascii").strip()
+
+
+def tiny_image() -> CallToolResult:
+    """Return the reference server's tiny MCP logo (as get-tiny-image does)."""
+    caption = TextContent(type="text", text="Here's the image you requested:")
+    image = ImageContent(type="image", data=TINY_IMAGE, mime_type="image/png")
+    return CallToolResult(content=[caption, image])
+
+
+def many_pictures(count: int) -> CallToolResult:
+    """Return `count` small PNGs, each after a caption naming it."""
+    data = base64.b64encode(PNG).decode()
+    content: list[Any] = []
+    for i in range(count):
+        content += [TextContent(type="text", text=f"picture {i + 1}"),
+                    ImageContent(type="image", data=data, mime_type="image/png")]
+    return CallToolResult(content=content)
+
+
+def long_text(chars: int) -> str:
+    """Return `chars` characters: a numbered line per 10."""
+    return "".join(f"{i:09d}\n" for i in range(0, chars, 10))[:chars]
+
+
+TOOLS: dict[str, Any] = {f.__name__: f for f in (
+    echo, add, crash, picture, snapshot, broken_picture, notes, slow, inject, poisoned, lookup,
+    whoami, denied, careless, blob_notes, tiny_image, many_pictures, long_text)}
 
 
 def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:
@@ -140,7 +199,32 @@ def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:
 
     if "reload" in spec.get("tools", ()):
         app.add_tool(reload)
+    for tool in catalog(int(spec.get("catalog", 0))):
+        hints = ToolAnnotations(read_only_hint=tool.read_only or None,
+                                destructive_hint=tool.destructive or None)
+        text = f"{tool.description} {spec.get('version', '')}".strip()
+        app.add_tool(_catalog_tool(tool), description=text, annotations=hints)
     return app
+
+
+def _catalog_tool(tool: FakeTool) -> Any:
+    """A function with the tool's parameters as its signature, so the SDK derives the schema a
+    real server's would have; it answers with its name and arguments (weather_forecast: a
+    forecast)."""
+    def run(**arguments: Any) -> str:
+        if tool.name == "weather_forecast":
+            return forecast(arguments["city"], arguments.get("days"))
+        given = sorted((k, v) for k, v in arguments.items() if v is not None)
+        return f"{tool.name}: " + ", ".join(f"{k}={v}" for k, v in given)
+
+    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
+                                annotation=Annotated[p.type, Field(description=p.description)],
+                                **({} if p.required else {"default": None})) for p in tool.params]
+    signature = inspect.Signature(params, return_annotation=str)
+    run.__signature__ = signature  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params} | {"return": str}
+    run.__name__ = tool.name
+    return run
 
 
 def _offer(app: MCPServer, spec: dict[str, Any], offered: set[str]) -> set[str]:

@@ -160,6 +160,7 @@ class FakeSlack(FakeServer):
         self.app.router.add_get("/files-pri/{team_file}/download/{name}", self._private_file)
         self.shelf = FileShelf()  # private URL path → bytes
         self.files_scope = True  # False: the app lacks files:read (every download gets the sign-in page)
+        self.files_write = True  # False: the app lacks files:write (uploads get missing_scope)
 
     @property
     def api_base_url(self) -> str:
@@ -402,6 +403,11 @@ class FakeSlack(FakeServer):
         return {"url": f"ws://127.0.0.1:{self.port}/link/?ticket=t{self.connections + 1}"}
 
     def _m_files_getUploadURLExternal(self, p: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.files_write:
+            return {"error": "missing_scope", "needed": "files:write", "provided": "chat:write"}
+        length = str(p.get("length") or "")
+        if not p.get("filename") or not length.isdigit() or int(length) <= 0:
+            return {"error": "invalid_arguments"}  # both are required; length: the upload's bytes
         file_id = f"F{self._file_ids():04d}"
         self.files[file_id] = {"filename": p.get("filename"), "length": int(p.get("length") or 0), "data": b""}
         return {"upload_url": f"{self.base_url}/upload/{file_id}", "file_id": file_id}
@@ -409,11 +415,20 @@ class FakeSlack(FakeServer):
     def _m_files_completeUploadExternal(self, p: Mapping[str, Any]) -> dict[str, Any]:
         items = p.get("files")
         items = json.loads(items) if isinstance(items, str) else items or []
+        if not items:
+            return {"error": "invalid_arguments"}
         for item in items:
-            if item.get("id") not in self.files:
+            known = self.files.get(item.get("id"))
+            if known is None or len(known["data"]) != known["length"]:  # not (all) uploaded
                 return {"error": "file_not_found"}
-            self.files[item["id"]].update(title=item.get("title"), channel=p.get("channel_id"),
-                                          thread_ts=p.get("thread_ts"), initial_comment=p.get("initial_comment"))
+            known.update(title=item.get("title"), channel=p.get("channel_id"),
+                         thread_ts=p.get("thread_ts"), initial_comment=p.get("initial_comment"))
+        if p.get("channel_id"):  # shared: the bot's message with the files (in its thread)
+            self.messages.append(SlackMessage(
+                channel=str(p["channel_id"]), ts=self.next_ts(),
+                text=str(p.get("initial_comment") or ""), user=self.bot_user_id,
+                thread_ts=p.get("thread_ts") or None, bot_id=self.bot_id,
+                params={**p, "files": [i["id"] for i in items]}))
         self.notify()
         return {"files": [{"id": i["id"], "title": i.get("title"), "name": self.files[i["id"]]["filename"]}
                           for i in items]}

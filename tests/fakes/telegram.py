@@ -67,7 +67,12 @@ DRAFT_TTL_S = 30.0
 # minute in a specific chat"). The fake holds a group to 20 sends and edits in any 60 s of its clock.
 GROUP_PER_MINUTE = 20
 GROUP_WINDOW_S = 60.0
-GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto")
+GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto", "sendvoice",
+               "sendaudio")
+# sendVoice: "your audio must be in an .OGG file encoded with OPUS, or in .MP3 format, or in .M4A
+# format (other formats may be sent as Audio or Document)"; a user whose privacy settings refuse
+# voice messages makes it a 400 VOICE_MESSAGES_FORBIDDEN (see `forbid_voice`).
+MAX_VOICE_BYTES = 50 * 1024 * 1024
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are exactly "
                 "the same as a current content and reply markup of the message")
 
@@ -166,7 +171,9 @@ class FakeTelegram(FakeServer):
         self.webhook: dict[str, Any] | None = None
         self.commands: dict[str, list[dict[str, Any]]] = {}  # json(scope)+language → commands
         self.chats: dict[int, dict[str, Any]] = {}
+        self.members: dict[tuple[int, int], str] = {}  # (chat, user) → status for getChatMember
         self.blocked_chats: set[int] = set()
+        self.voice_forbidden: set[int] = set()  # users who refuse voice messages (Premium privacy)
         self.flood_violations: list[Call] = []  # requests that came before a served retry_after expired
         self.drafts_supported = drafts_supported  # False: an older Bot API without sendMessageDraft (404)
         self.drafts: list[Draft] = []
@@ -245,6 +252,16 @@ class FakeTelegram(FakeServer):
             (self.local_dir / path).parent.mkdir(parents=True, exist_ok=True)
             (self.local_dir / path).write_bytes(data)
         return {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}
+
+    def forbid_voice(self, chat_id: int) -> None:
+        """This user's privacy settings refuse voice messages: sendVoice gets a 400
+        VOICE_MESSAGES_FORBIDDEN."""
+        self.voice_forbidden.add(chat_id)
+
+    def voice_notes(self, chat_id: int | None = None) -> list[SentMessage]:
+        """What was sent with sendVoice and shows as a voice message (OGG/Opus, MP3 or M4A)."""
+        return [m for m in self.sent_messages(chat_id) if m.method == "sendvoice"
+                and m.document is not None and m.document.get("as_voice")]
 
     def block_chat(self, chat_id: int) -> None:
         """From now on every send to this chat is 403 "bot was blocked by the user"."""
@@ -437,11 +454,26 @@ class FakeTelegram(FakeServer):
     async def _m_sendphoto(self, p: Mapping[str, Any]) -> Any:
         return await self._send_file(p, "photo", "sendphoto")
 
+    async def _m_sendvoice(self, p: Mapping[str, Any]) -> Any:
+        if _chat_id(p.get("chat_id")) in self.voice_forbidden:
+            raise _ApiError(400, "Bad Request: VOICE_MESSAGES_FORBIDDEN")
+        return await self._send_file(p, "voice", "sendvoice")
+
+    async def _m_sendaudio(self, p: Mapping[str, Any]) -> Any:
+        return await self._send_file(p, "audio", "sendaudio")
+
     async def _send_file(self, p: Mapping[str, Any], field_name: str, method: str) -> Any:
         chat_id = self._writable_chat(p)
         upload = p.get(field_name)
+        if isinstance(upload, str) and upload.startswith("attach://"):  # aiogram names the part
+            upload = p.get(upload.removeprefix("attach://"))
         if not upload:
             raise _ApiError(400, f"Bad Request: there is no {field_name} in the request")
+        too_big = isinstance(upload, dict) and upload.get("size", 0) > MAX_VOICE_BYTES
+        if too_big and field_name == "voice":
+            raise _ApiError(413, "Request Entity Too Large")
+        if field_name == "voice" and isinstance(upload, dict):
+            upload = {**upload, "as_voice": _voice_format(upload.get("data", b""))}
         raw = str(p.get("caption") or "")
         text, entities = self._render(raw, p, MAX_CAPTION, "message caption is too long")
         doc = dict(upload) if isinstance(upload, dict) else {"file_id": str(upload)}
@@ -573,6 +605,14 @@ class FakeTelegram(FakeServer):
                 "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False, "unique_gifts": False,
                                         "premium_subscription": False}}
 
+    async def _m_getchatmember(self, p: Mapping[str, Any]) -> Any:
+        """A member's status in a chat: `members[(chat, user)]` (member, left, kicked) or member."""
+        chat_id, user_id = _chat_id(p.get("chat_id")), int(p.get("user_id") or 0)
+        status = self.members.get((chat_id, user_id), "member")
+        member: dict[str, Any] = {"status": status, "user": {"id": user_id, "is_bot": False,
+                                                             "first_name": f"user{user_id}"}}
+        return {**member, "until_date": 0} if status == "kicked" else member
+
     async def _trivially_true(self, p: Mapping[str, Any]) -> Any:
         return True
 
@@ -645,7 +685,14 @@ class FakeTelegram(FakeServer):
         msg["caption" if sent.document is not None else "text"] = sent.text
         if sent.entities:
             msg["caption_entities" if sent.document is not None else "entities"] = list(sent.entities)
-        if sent.document is not None:
+        if sent.document is not None and sent.method in ("sendvoice", "sendaudio") and \
+                sent.document.get("as_voice", sent.method == "sendaudio"):
+            kind = "voice" if sent.method == "sendvoice" else "audio"
+            msg[kind] = {"file_id": f"{kind}-{sent.message_id}",
+                         "file_unique_id": f"u{sent.message_id}",
+                         "duration": int(sent.params.get("duration") or 0),
+                         "mime_type": "audio/ogg", "file_size": sent.document.get("size")}
+        elif sent.document is not None:
             msg["document"] = {"file_id": f"doc-{sent.message_id}", "file_unique_id": f"u{sent.message_id}",
                                "file_name": sent.document.get("filename"), "file_size": sent.document.get("size")}
         if sent.message_thread_id is not None:
@@ -688,6 +735,15 @@ def _check_entities(text: str, entities: list[dict[str, Any]]) -> None:
         if offset < 0 or length <= 0 or offset + length > size:
             raise _ApiError(400, f"Bad Request: can't parse entities: entity {e.get('type')} at {offset}+{length} "
                                  f"is outside the text ({size} code units)")
+
+
+def _voice_format(data: bytes) -> bool:
+    """Whether Telegram shows the file as a voice message: OGG with Opus, MP3 (an ID3 tag or a
+    frame sync) or M4A."""
+    if data.startswith(b"OggS"):
+        return b"OpusHead" in data[:512]
+    mp3 = data.startswith(b"ID3") or data[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2")
+    return mp3 or data[4:8] == b"ftyp"
 
 
 def _envelope_error(status: int, description: str, **parameters: Any) -> web.Response:

@@ -1,5 +1,7 @@
 """The tools the model can call: the registry that checks arguments and turns errors into tool results
 (registry, schema), each tool (memory, search, skills, web_fetch, web_search, schedule; mcp: the MCP servers'
-tools), the policy that says which are on per platform (policy) and the catalog that fixes their order (catalog).
+tools), the policy that says which are on per platform and which are deferred (policy), tool
+search over the deferred ones with its bridge (deferred) and the catalog that fixes their order
+(catalog).
 Imports knowledge, mcp, net, store and the vocabulary; never the agent loop.
 """

@@ -3,15 +3,17 @@
 `build_registry` is the only place that decides which built-in tools exist and in what order (TOOL_ORDER);
 MCP tools follow, sorted by name. A new session's list (`ToolCatalog.current`) is part of the provider's cached
 prompt prefix, so it never depends on dict iteration; the policy (agent.tools, agent.tools_by_platform) picks
-from it per platform.
+from it per platform, and `split` sets its MCP tools apart for tool search (tools.search;
+deferred.py). The built-in tools are the core: never deferred.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.agent.tools.deferred import bridge_specs
 from gateway.agent.tools.memory import memory_tool
 from gateway.agent.tools.policy import ToolPolicy, name_problems
 from gateway.agent.tools.registry import ToolFunction, ToolRegistry, ToolSpec
@@ -30,6 +32,7 @@ from gateway.net.fetch import WebClient
 from gateway.net.pages import PageCache
 from gateway.net.search import WebSearch
 
+Specs = tuple[ToolSpec, ...]
 TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule")
 # What the pre-reset flush may run: it saves what the session learned, it must not search or reply.
 MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})
@@ -104,6 +107,16 @@ class ToolCatalog:
 
     def enabled(self, name: str, platform: str) -> bool:
         return self.policy.enabled(name, platform)
+
+    def split(self, specs: Sequence[ToolSpec], window: int) -> tuple[Specs, Specs]:
+        """(sent, deferred): with tool search on for these tools at this context window, the MCP
+        tools are deferred and the sent list ends with tool_search and tool_call; otherwise
+        everything is sent."""
+        core = set(self.registry.names())
+        deferrable = tuple(s for s in specs if s.name not in core)
+        if not self.policy.defers(deferrable, window):
+            return tuple(specs), ()
+        return (*(s for s in specs if s.name in core), *bridge_specs(deferrable)), deferrable
 
     def origin(self, name: str) -> str:
         if name in self.registry.names():

@@ -1,5 +1,7 @@
 """Which tools are on, per platform: `agent.tools` (an allow list of names and globs, `mcp_github_*`) and
 `agent.tools_by_platform` (a platform's own list, replacing agent.tools there). No list means every tool.
+And whether a new session's MCP tools are deferred behind tool search (`tools.search`,
+`tools.search_threshold`).
 
 Also the config check for those names: a name must be a built-in tool, a glob that matches one, or point into a
 configured MCP server (`mcp_<server>_…`); anything else is a typo that would silently turn a tool off.
@@ -7,10 +9,13 @@ configured MCP server (`mcp_<server>_…`); anything else is a typo that would s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Literal
 
+from gateway.agent.tools.registry import ToolSpec
 from gateway.config.settings import Config
 from gateway.config.tools import SERVER_NAME
 from gateway.mcp.names import server_prefix
@@ -18,14 +23,29 @@ from gateway.mcp.names import server_prefix
 _GLOB = "*?["
 
 
+CHARS_PER_TOKEN = 4  # as the compression estimate (gateway/sessions/compression.py)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolPolicy:
     allow: tuple[str, ...] | None = None
     by_platform: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    search: Literal["auto", "on", "off"] = "auto"
+    search_threshold: float = 0.1
 
     @classmethod
     def of(cls, config: Config) -> ToolPolicy:
-        return cls(config.agent.tools, {str(k): v for k, v in config.agent.tools_by_platform.items()})
+        by_platform = {str(k): v for k, v in config.agent.tools_by_platform.items()}
+        tools = config.tools
+        return cls(config.agent.tools, by_platform, tools.search, tools.search_threshold)
+
+    def defers(self, deferrable: Sequence[ToolSpec], window: int) -> bool:
+        """Whether these tools leave a new session's tools array for tool search: always with `on`,
+        never with `off`; with `auto` when their schemas would take more than `search_threshold` of
+        the context window."""
+        if not deferrable or self.search == "off":
+            return False
+        return self.search == "on" or schema_tokens(deferrable) > self.search_threshold * window
 
     def enabled(self, name: str, platform: str) -> bool:
         patterns = self.by_platform.get(platform, self.allow)
@@ -33,6 +53,14 @@ class ToolPolicy:
 
     def platforms_for(self, name: str, platforms: Sequence[str]) -> list[str]:
         return [p for p in platforms if self.enabled(name, p)]
+
+
+def schema_tokens(specs: Sequence[ToolSpec]) -> int:
+    """About the tokens `specs` take in a request, from their JSON size (no tokenizer needed)."""
+    wire = [{"name": s.name, "description": s.description, "input_schema": s.parameters}
+            for s in specs]
+    size = sum(len(json.dumps(w, ensure_ascii=False, separators=(",", ":"))) for w in wire)
+    return size // CHARS_PER_TOKEN
 
 
 def name_problems(config: Config, builtin: Collection[str]) -> list[tuple[str, str]]:

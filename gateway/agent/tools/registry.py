@@ -10,7 +10,7 @@ import json
 import logging
 import typing
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,15 +24,22 @@ from gateway.store.rows import SessionRow
 log = logging.getLogger(__name__)
 
 ToolFunction = Callable[..., Awaitable[str]]
+MAX_LISTED = 20  # names an "unknown tool" error lists (tool search may stand for hundreds more)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """What the model is shown: a name, a description and a JSON Schema object for the arguments."""
+    """What the model is shown: a name, a description and a JSON Schema object for the arguments.
+
+    `server` is the MCP server a tool comes from ("" for a built-in one) and `annotations` what it
+    says of the tool (`readOnlyHint`, `destructiveHint`, …): kept with the session's tools for the
+    core to decide on (approvals), never sent to the model."""
 
     name: str
     description: str
     parameters: dict[str, Any]
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    server: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,19 +143,24 @@ class ToolRegistry:
         return [t.spec for n, t in self._tools.items() if wanted is None or n in wanted]
 
     async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
-                   allowed: Collection[str] | None = None) -> ToolResult:
+                   allowed: Collection[str] | None = None,
+                   parameters: Mapping[str, Any] | None = None) -> ToolResult:
+        """Run `name` (its real name, also when the model reached it through tool search) if
+        `allowed`. `parameters` is the JSON schema the model was shown for a provider's (MCP) tool:
+        the arguments are checked against it here, whichever way the call came."""
         tool = self._tools.get(name)
         external = tool is None and self.provider is not None and self.provider.claims(name)
         if (tool is None and not external) or (allowed is not None and name not in allowed):
-            usable = [n for n in self._tools if allowed is None or n in allowed]
-            usable += sorted(n for n in allowed or () if n not in self._tools)
             what = "Unknown tool" if tool is None and not external else "Tool not available right now:"
-            return _error(f"{what} {name!r}. Tools you can call: {', '.join(usable) or 'none'}.")
+            return _error(f"{what} {name!r}. Tools you can call: {self._usable(allowed)}.")
         try:
             args = _parse_arguments(arguments)
         except ToolError as e:
             return _error(f"Invalid arguments for {name}: {e}")
         if tool is None:
+            problems = schema.check_json(parameters, args) if parameters is not None else []
+            if problems:
+                return _error(f"Invalid arguments for {name}: {'; '.join(problems)}.")
             return await self._call_external(name, args, ctx)
         problems = schema.check(tool.spec.parameters, args)
         if problems:
@@ -157,6 +169,18 @@ class ToolRegistry:
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ctx
         return await _run(tool, kwargs, ctx)
+
+    def refusal(self, name: str, allowed: Collection[str] | None) -> ToolResult:
+        """The error for a known tool that may not run here (the policy, a flush only saving)."""
+        usable = self._usable(allowed)
+        return _error(f"Tool not available right now: {name!r}. Tools you can call: {usable}.")
+
+    def _usable(self, allowed: Collection[str] | None) -> str:
+        usable = [n for n in self._tools if allowed is None or n in allowed]
+        usable += sorted(n for n in allowed or () if n not in self._tools)
+        if len(usable) > MAX_LISTED:
+            return f"{', '.join(usable[:MAX_LISTED])} and {len(usable) - MAX_LISTED} more"
+        return ", ".join(usable) or "none"
 
     async def _call_external(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         assert self.provider is not None

@@ -1,16 +1,24 @@
 """JSON Schema for a tool, derived from its typed Python signature, and a checker for the model's arguments.
 
 Only the shapes tools use are supported (str, int, float, bool, Literal, `X | None`, list[X]); anything
-else is a programming error raised at registration, never at call time.
+else is a programming error raised at registration, never at call time. An MCP tool's arguments are
+checked against the schema its server gave with `jsonschema` (`check_json`), loaded with the first
+such call.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+log = logging.getLogger(__name__)
 
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -137,3 +145,84 @@ def _json_type(value: Any) -> str:
 
 def _article(expected: str) -> str:
     return f"an {expected}" if expected in ("integer", "array") else f"a {expected}"
+
+
+# ---- a server's schema (MCP tools) --------------------------------------------------------------
+
+MAX_PROBLEMS = 5
+MAX_PROBLEM_CHARS = 200
+_validators: dict[int, tuple[Mapping[str, Any], Validator | None]] = {}
+
+
+def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str]:
+    """Problems with `arguments` against a server's JSON Schema, each naming its field; empty means
+    valid.
+
+    A null the schema refuses for an optional top-level parameter is dropped from `arguments`
+    (models send them for "not given"). `pattern` is left to the server: the regular expression is
+    the server's and the string the model's, and Python's `re` cannot be stopped mid-match. A schema
+    jsonschema cannot use (an unknown draft, a `$ref` to the network: never fetched) checks
+    nothing; the server still does."""
+    validator = _validator(schema)
+    if validator is None:
+        return []
+    try:
+        errors = list(validator.iter_errors(arguments))
+        required = set(schema.get("required") or ())
+        nulls = {str(e.path[0]) for e in errors if len(e.path) == 1 and e.instance is None}
+        nulls -= required
+        if nulls:
+            for key in nulls:
+                del arguments[key]
+            errors = list(validator.iter_errors(arguments))
+    except Exception as exc:  # noqa: BLE001 - a schema the checker trips on must not stop a call
+        log.info("tool schema not checkable (%s: %s); the arguments go to the server as they are",
+                 type(exc).__name__, str(exc)[:200])
+        return []
+    errors.sort(key=lambda e: ([str(p) for p in e.path], e.message))
+    return [_problem(e.path, e.message) for e in errors[:MAX_PROBLEMS]]
+
+
+def _problem(path: Any, message: str) -> str:
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    text = f"{where}: {message}" if where else message
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS - 1] + "…"
+
+
+def _validator(schema: Mapping[str, Any]) -> Validator | None:
+    """The validator for `schema`, built once per schema object (a session's specs live long)."""
+    known = _validators.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    if len(_validators) > 4096:
+        _validators.clear()
+    found = _build(schema)
+    _validators[id(schema)] = (schema, found)
+    return found
+
+
+def _build(schema: Mapping[str, Any]) -> Validator | None:
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema.exceptions import SchemaError
+    from jsonschema_specifications import REGISTRY  # the drafts' meta-schemas; it retrieves nothing
+
+    base = validators.validator_for(schema, default=Draft202012Validator)
+    try:
+        base.check_schema(dict(schema))
+    except SchemaError as exc:
+        log.info("tool schema is not valid JSON Schema (%s); its arguments are not checked here",
+                 exc.message[:200])
+        return None
+    lenient = _lenient.get(base)
+    if lenient is None:
+        extend: Any = validators.extend
+        lenient = _lenient[base] = extend(base, {"pattern": _unchecked})
+    validator: Validator = lenient(schema, registry=REGISTRY)
+    return validator
+
+
+_lenient: dict[Any, Any] = {}
+
+
+def _unchecked(*_: Any) -> None:
+    """`pattern` is the server's to check (see check_json)."""

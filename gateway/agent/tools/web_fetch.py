@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from gateway.agent.tools.registry import ToolFunction
@@ -40,7 +39,7 @@ async def _read(client: WebClient, url: str) -> ReadPage:
     fetched = await client.get(url)
     if fetched.status >= 400:
         raise ToolError(f"{fetched.url} answered HTTP {fetched.status}; the page could not be read.")
-    page = await asyncio.to_thread(page_of, fetched)  # extraction takes tens of ms of CPU: off the loop
+    page = await page_of(fetched, client.worker)  # parsed in the worker process, never on the loop
     return ReadPage(fetched.url, page.title, page.markdown, fetched.truncated)
 
 
