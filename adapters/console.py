@@ -1,8 +1,10 @@
 """The terminal as a platform (`cli`): each stdin line is one message, each reply goes to stdout.
 
-It waits for the answer to a line before reading the next, so a piped conversation reads like a chat and
-the second message sees the first exchange. Replies are separated by a blank line, and the adapter counts the
-lines whose answer was an error, so `gateway chat` can exit non-zero when none of them got an answer.
+It waits for the answer to a line before reading the next, so a piped conversation reads like a chat
+and the second message sees the first exchange; a question for the person (an approval request,
+shown as text with its `/approve CODE` line: the console has no buttons) is an answer too, so the
+next line can answer it. Replies are separated by a blank line, and the adapter counts the lines
+whose answer was an error, so `gateway chat` can exit non-zero when none of them got an answer.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ class ConsoleAdapter:
         self._count += 1
         last = message.chunk_index == message.chunk_count - 1
         waiter = self._answered.get(message.reply_to_id or "")
-        if last and waiter is not None and (message.kind is not OutboundKind.NOTICE or waiter.is_command):
+        # A question for the person (a request with its /approve, /deny lines) ends the wait too:
+        # the next line typed may be the answer.
+        asks = message.choices is not None
+        answers = message.kind is not OutboundKind.NOTICE or asks
+        if last and waiter is not None and (answers or waiter.is_command):
             waiter.failed = message.kind is OutboundKind.ERROR
             waiter.event.set()
         return f"cli-{self._count}"

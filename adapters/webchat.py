@@ -1,16 +1,20 @@
 """The local web chat (`web`): a page served by aiohttp and one WebSocket per browser tab.
 
-Each browser keeps a random client id (localStorage), which is its chat id, so a reload continues the same
-session. Replies arrive over the socket as Markdown; the page renders them. While an answer is written, its text
-arrives as it comes: a `draft` frame (the text so far), then `delta` frames (what was added); the reply's
-`message` frame names the draft it `replaces`. `progress` frames carry the tool line, `retract` takes a draft down.
-The page names each message it sends (a random id), so it can match answers, drafts and errors to it in any order
-(`reply_to`), and a message sent twice (a resend after a dropped connection) is stored once. On connect a tab hears which model answers (or how to configure one) and the
-session so far, failed messages included, which it can send again (`retry_of`).
-A voice reply comes as an `audio` frame after its answer (the page shows a player).
-Files (a picture, a PDF, a recording) are uploaded first (`POST /upload`, streamed to disk and bounded like
-every attachment), then named by their upload ids in the socket message; the core fetches them through `media`
-like any platform's files.
+Each browser keeps a random client id (localStorage), which is its chat id, so a reload continues
+the same session. Replies arrive over the socket as Markdown; the page renders them. While an answer
+is written, its text arrives as it comes: a `draft` frame (the text so far), then `delta` frames
+(what was added); the reply's `message` frame names the draft it `replaces`. `progress` frames carry
+the tool line, `retract` takes a draft down. The page names each message it sends (a random id), so
+it can match answers, drafts and errors to it in any order (`reply_to`), and a message sent twice (a
+resend after a dropped connection) is stored once. On connect a tab hears which model answers (or
+how to configure one) and the session so far, failed messages included, which it can send again
+(`retry_of`). A voice reply comes as an `audio` frame after its answer (the page shows a player).
+A message with buttons (`choices`: a request waiting for the person) carries them; a click is a
+`choice` frame (token, value) handed to the core like a tap on any platform, its refusal comes back
+as a `notice` to that tab, and once the request is answered an `update` frame replaces the
+message's text and takes its buttons away. Files (a picture, a PDF, a recording) are uploaded
+first (`POST /upload`, streamed to disk and bounded like every attachment), then named by their
+upload ids in the socket message; the core fetches them through `media` like any platform's files.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from gateway.errors import MediaUnavailable, StoreUnavailable
 from gateway.events import (
     Attachment,
     ChatRef,
+    Choices,
     Inbound,
     OutboundAudio,
     OutboundMessage,
+    Picked,
     PreviewPart,
     PreviewStyle,
     Submit,
@@ -105,17 +111,32 @@ class WebChatAdapter:
 
     async def _message(self, message: OutboundMessage, *, replaces: str | None) -> str:
         self._sent += 1
+        # A message with buttons is updated later, maybe by the next process: its id names this one
+        # too.
         mid = f"web-{self._sent}"
+        if message.choices is not None:
+            mid = f"web-{self._boot[:8]}-{self._sent}"
         frame: dict[str, object] = {"type": "message", "id": mid, "kind": message.kind.value, "text": message.text,
                                     "reply_to": message.reply_to_id}
         if replaces is not None:
             frame["replaces"] = replaces
+        if message.choices is not None:
+            frame["choices"] = choices_frame(message.choices)
+        await self._to_tabs(message.chat.chat_id, frame)
+        # A closed tab still counts as delivered: the reply is stored and shown in the session
+        # history.
+        return mid
+
+    async def _to_tabs(self, client: str, frame: dict[str, object]) -> None:
         payload = json.dumps(frame)
-        for ws in list(self._sockets.get(message.chat.chat_id, ())):
+        for ws in list(self._sockets.get(client, ())):
             if not ws.closed:
                 await ws.send_str(payload)
-        # A closed tab still counts as delivered: the reply is stored and shown in the session history.
-        return mid
+
+    async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
+        """A decided request: the tabs show its outcome instead of its buttons."""
+        await self._to_tabs(message.chat.chat_id, {"type": "update", "id": platform_message_id,
+                                                   "text": message.text})
 
     async def send_audio(self, audio: OutboundAudio) -> str:
         """A voice reply: the page plays it in an audio player under the answer (the note travels in
@@ -123,11 +144,9 @@ class WebChatAdapter:
         self._sent += 1
         mid = f"web-{self._sent}"
         src = "data:" + audio.mime_type + ";base64," + base64.b64encode(audio.data).decode()
-        payload = json.dumps({"type": "audio", "id": mid, "reply_to": audio.reply_to_id, "src": src,
-                              "duration": audio.duration_s, "transcript": audio.transcript})
-        for ws in list(self._sockets.get(audio.chat.chat_id, ())):
-            if not ws.closed:
-                await ws.send_str(payload)
+        await self._to_tabs(audio.chat.chat_id, {
+            "type": "audio", "id": mid, "reply_to": audio.reply_to_id, "src": src,
+            "duration": audio.duration_s, "transcript": audio.transcript})
         return mid
 
     # ------------------------------------------------------------------ live previews
@@ -194,6 +213,8 @@ class WebChatAdapter:
     async def _handle(self, client: str, ws: web.WebSocketResponse, data: str) -> None:
         try:
             frame = json.loads(data)
+            if isinstance(frame, dict) and frame.get("type") == "choice":
+                return await self._choice(client, ws, frame)
             text = str(frame.get("text", ""))
             files = self._files(frame.get("files") or [])
         except (ValueError, AttributeError, TypeError) as exc:
@@ -229,6 +250,26 @@ class WebChatAdapter:
             self._retried(client, retry_of)  # only once the new one is stored: a refused retry keeps the old
         if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is shutting down"}))
+
+    async def _choice(self, client: str, ws: web.WebSocketResponse,
+                      frame: dict[str, object]) -> None:
+        """A click on one of a message's buttons: a tap, as on any platform; a refusal is told to
+        this tab."""
+        token, value = str(frame.get("token") or ""), str(frame.get("value") or "")
+        if self._submit is None or not token or not value:
+            return
+        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text="",
+                          message_id=f"{self._boot}-c{next(self._received)}",
+                          received_at=datetime.now(UTC), picked=Picked(token[:64], value[:16]))
+        try:
+            result = await self._submit(inbound)
+        except Exception as exc:  # noqa: BLE001 (the tab must hear that its click did nothing)
+            log.warning("web: a click not handled (%s)", exc)
+            await ws.send_str(json.dumps({"type": "notice",
+                                          "text": "That did not work; please try again."}))
+            return
+        if result.notice:
+            await ws.send_str(json.dumps({"type": "notice", "text": result.notice}))
 
     # ------------------------------------------------------------------ files
     async def _upload(self, request: web.Request) -> web.Response:
@@ -304,6 +345,12 @@ class WebChatAdapter:
                     yield chunk
         except FileNotFoundError:
             raise MediaUnavailable("the upload is gone (removed by the retention)") from None
+
+
+def choices_frame(choices: Choices) -> dict[str, object]:
+    return {"token": choices.token,
+            "options": [{"label": c.label, "value": c.value, "style": c.style}
+                                                for c in choices.options]}
 
 
 class _TooLarge(Exception):

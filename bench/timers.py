@@ -52,8 +52,8 @@ def seed(store: Store, n: int, rng: random.Random) -> float:
 def lifecycle(store: Store, clock: Any) -> Lifecycle:
     policies = Policies(SessionResetConfig(idle_minutes=1440, at_hour=4), "Europe/Berlin")
     # never started, so it never calls the model: ended sessions just stay pending
-    flusher = Flusher(config=MemoryConfig(), store=store, agent=None, memory=None,  # type: ignore[arg-type]
-                      tools=None, home=Path("."), db_path=store.path, clock=clock)  # type: ignore[arg-type]
+    flusher = Flusher(config=MemoryConfig(), store=store, roster=None,  # type: ignore[arg-type]
+                      home=Path("."), db_path=store.path, clock=clock)
     return Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
 
 

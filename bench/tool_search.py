@@ -77,7 +77,7 @@ async def one_request(root: Path, fake: FakeLLM, tools: int,
         body = fake.anthropic_requests()[before]
         session = gw.store.active_session("cli:dm:c1")
         assert session is not None
-        deferred = gw.sessions.tools.of(session).deferred
+        deferred = gw.sessions.roster.main.tools.of(session).deferred
     finally:
         await gw.close_tools()
         await gw.llm.close()

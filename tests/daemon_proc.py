@@ -2,6 +2,8 @@
 signals to stop it, and every byte of its stdout/stderr kept for the test to inspect.
 
 Readiness comes from the notify socket (no polling); the web chat is reached over its real WebSocket.
+Waits default to a minute or two: met, they return at once; on a busy machine a start takes tens of
+seconds.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from typing import Any, Self
 
 import aiohttp
 
+from gateway.config.settings import WebConfig, load_config
+from gateway.errors import ConfigError
 from gateway.ops.web_guard import load_web_secret
 
 GATEWAY = str(Path(sys.executable).parent / "gateway")
+DEFAULT_WEB_PORT = WebConfig().port
 
 
 def free_port() -> int:
@@ -42,6 +47,24 @@ def free_port() -> int:
                 continue
             return port
     raise AssertionError("no free port below the ephemeral range")
+
+
+def _check_web_port(home: Path, env: dict[str, str]) -> None:
+    """A daemon a test starts never listens on the default port: the developer's own gateway may."""
+    try:
+        web = load_config(home, env=env).web
+    except ConfigError:  # a test of a bad config: the daemon exits before it listens
+        return
+    if web.enabled and web.port == DEFAULT_WEB_PORT:
+        raise AssertionError(f"{home}/config.yaml leaves the web chat on {DEFAULT_WEB_PORT}, where the "
+                             "developer's own gateway may listen: set web.port (0, or free_port())")
+
+
+def _link(fd: Path) -> str | None:
+    try:
+        return str(fd.readlink())
+    except OSError:  # closed meanwhile
+        return None
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -77,7 +100,7 @@ class NotifySocket:
         """Every KEY=value line received, in order (a datagram may carry several)."""
         return [line for msg in self.messages for line in msg.split("\n") if line]
 
-    async def wait_for(self, line: str, timeout: float = 30.0) -> None:
+    async def wait_for(self, line: str, timeout: float = 90.0) -> None:
         async def loop() -> None:
             while line not in self.assignments():
                 self._changed.clear()
@@ -107,6 +130,7 @@ class DaemonProc:
         self.notify = NotifySocket(self.home.parent / f"notify-{id(self)}.sock")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home.parent),
                "NOTIFY_SOCKET": str(self.notify.path), **self.extra_env}
+        _check_web_port(self.home, env)
         if self.watchdog_usec:
             env["WATCHDOG_USEC"] = str(self.watchdog_usec)
         self.proc = await asyncio.create_subprocess_exec(
@@ -125,7 +149,7 @@ class DaemonProc:
         while chunk := await stream.read(65536):
             into.extend(chunk)
 
-    async def wait_ready(self, timeout: float = 60.0) -> None:
+    async def wait_ready(self, timeout: float = 120.0) -> None:
         assert self.notify and self.proc
         ready = asyncio.create_task(self.notify.wait_for("READY=1", timeout))
         exited = asyncio.create_task(self.proc.wait())
@@ -140,7 +164,7 @@ class DaemonProc:
         assert self.proc
         self.proc.send_signal(sig)
 
-    async def wait(self, timeout: float = 60.0) -> int:
+    async def wait(self, timeout: float = 120.0) -> int:
         assert self.proc
         code = await asyncio.wait_for(self.proc.wait(), timeout)
         await asyncio.gather(*self._readers)
@@ -165,6 +189,15 @@ class DaemonProc:
 
     def output(self) -> str:
         return (self.stdout + self.stderr).decode(errors="replace")
+
+    def has_open(self, path: Path) -> bool:
+        """Whether the daemon holds `path` open now (Linux: its /proc/PID/fd links)."""
+        assert self.proc
+        try:
+            fds = list(Path(f"/proc/{self.proc.pid}/fd").iterdir())
+        except OSError:  # it exited
+            return False
+        return any(_link(fd) == str(path) for fd in fds)
 
     def log_records(self) -> list[dict[str, Any]]:
         records = []
@@ -205,7 +238,7 @@ class WebChatClient:
         await self.ws.send_str(json.dumps({"text": text}))
         return await self.next("ack")
 
-    async def next(self, kind: str = "message", timeout: float = 30.0) -> dict[str, Any]:
+    async def next(self, kind: str = "message", timeout: float = 90.0) -> dict[str, Any]:
         assert self.ws
         async with asyncio.timeout(timeout):
             while True:

@@ -37,6 +37,7 @@ from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 pytestmark = pytest.mark.chaos
 
 
+@pytest.mark.heavy
 async def test_kill_9_at_seeded_moments_loses_and_doubles_nothing(tmp_path: Path) -> None:
     # answer_timeout stays under pytest-timeout's 180 s, so a stuck conversation fails with its own name
     run = KillRun(ChaosPlan(conversations=20, turns=4, kills=3, seed=12, answer_timeout=120.0), tmp_path / "home",

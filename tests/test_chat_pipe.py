@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCall
-from tests.helpers import llm_url, write_config
+from tests.helpers import closed_port, llm_url, write_config
 
 
 async def _chat(home: Path, stdin: str, *options: str) -> tuple[int, str, str]:
@@ -60,8 +60,9 @@ async def test_no_model_says_what_to_set_and_exits_non_zero(home: Path) -> None:
 
 
 async def test_unreachable_model_gives_a_clear_line_exits_1_and_logs_the_turn_id(home: Path) -> None:
-    write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1")
-    code, out, err = await _chat(home, "hello\nagain\n", "--log-format", "json")
+    with closed_port() as port:
+        write_config(home, provider="openai", base_url=f"http://127.0.0.1:{port}/v1")
+        code, out, err = await _chat(home, "hello\nagain\n", "--log-format", "json")
     assert code == 1
     sorry = ("Sorry, I couldn't get an answer from the model just now (the model service is "
              "unavailable). Please try again in a moment.")

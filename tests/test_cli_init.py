@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.config.settings import load_config
 from tests.daemon_proc import GATEWAY, free_port
 from tests.fakes.base import Fault
@@ -22,11 +24,16 @@ TOKENS = {"TG_TOKEN": "123456:tg-secret-value", "DC_TOKEN": "dc-secret-value", "
           "SL_APP": "xapp-secret-value", "MY_KEY": "sk-secret-value"}
 
 
+def base_env(home: Path) -> dict[str, str]:
+    """What `gateway` runs with here: no developer's environment, and a web port from the OS (so init
+    never picks, nor probes, 8765, where the developer's own gateway may listen)."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home.parent), "GATEWAY_WEB_PORT": str(free_port())}
+
+
 def gateway(home: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None,
             ) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": os.environ["PATH"], "HOME": str(home.parent)}
-    return subprocess.run([GATEWAY, "--home", str(home), *args], input=stdin, capture_output=True, text=True,
-                          env={**base, **(env or {})}, timeout=120, check=False)
+    return subprocess.run([GATEWAY, "--home", str(home), *args], input=stdin, capture_output=True,
+                          text=True, env={**base_env(home), **(env or {})}, timeout=120, check=False)
 
 
 async def gateway_async(home: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None,
@@ -34,7 +41,7 @@ async def gateway_async(home: Path, *args: str, stdin: str = "", env: dict[str, 
     """The same, without blocking the event loop that serves the fake model."""
     proc = await asyncio.create_subprocess_exec(
         GATEWAY, "--home", str(home), *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={"PATH": os.environ["PATH"], "HOME": str(home.parent), **(env or {})})
+        stderr=asyncio.subprocess.PIPE, env={**base_env(home), **(env or {})})
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 120)
     return subprocess.CompletedProcess([], proc.returncode or 0, out.decode(), err.decode())
 
@@ -260,22 +267,33 @@ def test_a_user_id_in_the_wrong_shape_is_asked_again_and_nothing_is_lost(tmp_pat
     assert config.access.admins == ("telegram:123456789",)
 
 
+def _interruptible() -> None:
+    """In the child, before exec: Ctrl-C as a terminal delivers it. A run in the background (`cmd &`,
+    nohup) ignores SIGINT, children inherit that, and Python keeps an inherited ignore."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_ctrl_c_in_the_questions_is_not_a_success(tmp_path: Path) -> None:
     """Ctrl-C exited 0, so the README's `gateway init && gateway run` went on to start the gateway anyway."""
     home = tmp_path / "home"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway.cli.main", "--home", str(home), "init", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=base_env(home),
+        preexec_fn=_interruptible)
     assert proc.stdout is not None
-    seen = b""
-    async with asyncio.timeout(60):
-        while b"Choose [1]: " not in seen:
-            chunk = await proc.stdout.read(4096)
-            assert chunk, seen.decode()
-            seen += chunk
-    proc.send_signal(signal.SIGINT)
-    _out, err = await asyncio.wait_for(proc.communicate(), 60)
+    try:
+        seen = b""
+        async with asyncio.timeout(60):
+            while b"Choose [1]: " not in seen:
+                chunk = await proc.stdout.read(4096)
+                assert chunk, seen.decode()
+                seen += chunk
+        proc.send_signal(signal.SIGINT)
+        _out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:  # never left behind, waiting for an answer
+            proc.kill()
+            await proc.wait()
     assert proc.returncode == 130
     assert err.decode().strip() == "interrupted"  # one line, no traceback
     assert not (home / "config.yaml").exists()
@@ -292,7 +310,8 @@ def test_input_that_ends_early_writes_nothing(tmp_path: Path) -> None:
 def test_a_taken_web_port_is_noticed_before_gateway_run_fails_on_it(tmp_path: Path) -> None:
     """Another program (say a second gateway) listens on 8765: init gives the web chat the next free port and says
     so, rather than writing a config whose `gateway run` cannot start; a port asked for is kept, with a note."""
-    from gateway.cli.init import DEFAULT_WEB_PORT, port_in_use, web_port
+    from gateway.cli.context import port_in_use
+    from gateway.cli.init import DEFAULT_WEB_PORT, web_port
     from gateway.ops.home import hold_home
     home, out = tmp_path / "home", io.StringIO()
     taken = {DEFAULT_WEB_PORT, DEFAULT_WEB_PORT + 1}
@@ -322,20 +341,36 @@ def test_a_taken_web_port_is_noticed_before_gateway_run_fails_on_it(tmp_path: Pa
     assert load_config(home, env={"OPENAI_API_KEY": "x"}).web.port == port
 
 
-def test_init_moves_off_a_taken_default_port(tmp_path: Path) -> None:
-    from gateway.cli.init import DEFAULT_WEB_PORT, port_in_use
+def test_init_moves_off_a_taken_default_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Another program listens on the default port: init writes the next free one and says so. The
+    default is moved to a port the OS gave this test: 8765 itself may be the developer's gateway."""
+    from gateway.cli import context, init
+    from gateway.cli.main import main
+    home = tmp_path / "home"
+    monkeypatch.delenv(context.PORT_VAR, raising=False)
     with socket.socket() as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:  # hold 8765 (unless some other program already does: the same situation)
-            listener.bind(("127.0.0.1", DEFAULT_WEB_PORT))
-            listener.listen()
-        except OSError:
-            pass
-        assert port_in_use(DEFAULT_WEB_PORT)
-        home = tmp_path / "home"
-        done = gateway(home, "init", "--yes", "--provider", "openai", "--model", "m", "--no-model-test")
-    assert done.returncode == 0, done.stderr
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        taken = listener.getsockname()[1]
+        monkeypatch.setattr(init, "DEFAULT_WEB_PORT", taken)
+        code = main(["--home", str(home), "init", "--yes", "--provider", "openai", "--model", "m",
+                     "--no-model-test"])
+    out = capsys.readouterr().out
+    assert code == 0, out
     port = load_config(home, env={"OPENAI_API_KEY": "x"}).web.port
-    assert port != DEFAULT_WEB_PORT
-    assert f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web chat gets port {port}" \
-        in done.stdout
+    assert port != taken
+    assert (f"port {taken} is in use on this machine (another gateway?), so the web chat gets port "
+            f"{port}") in out
+
+
+def test_gateway_web_port_gives_init_its_port(tmp_path: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    done = gateway(home, "init", "--yes", "--provider", "openai", "--model", "m", "--no-model-test",
+                   env={"GATEWAY_WEB_PORT": str(port)})
+    assert done.returncode == 0, done.stderr
+    assert load_config(home, env={"OPENAI_API_KEY": "x"}).web.port == port
+    done = gateway(tmp_path / "other", "init", "--yes", "--provider", "openai", "--model", "m",
+                   env={"GATEWAY_WEB_PORT": "web"})
+    assert (done.returncode, done.stderr) == (1, "error: GATEWAY_WEB_PORT='web': expected a port number\n")

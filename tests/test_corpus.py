@@ -37,6 +37,7 @@ CORPUS = Path(__file__).parent / "corpus"
 CASES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))
 ALICE, GROUP = 1001, -100500
 SIGNING_SECRET = "corpus-signing-secret"
+WAIT_S = 120.0  # a 100,000-character message is seconds of CPU: tens of them on a busy machine
 WEBHOOK_SECRET = "corpus-webhook-secret"
 
 
@@ -87,16 +88,14 @@ async def run_config(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captur
     data = generated(case)
     raw = data.encode() if data is not None else (CORPUS / case["file"]).read_bytes()
     (home / "config.yaml").write_bytes(raw)
-    started = time.monotonic()
-    code = cli.main(["--home", str(home), "config", "check"])
-    took = time.monotonic() - started
+    code = cli.main(["--home", str(home), "config", "check"])  # a hang ends at the test's timeout
     out = capsys.readouterr()
     said = out.out + out.err
     expect = case["expect"]
     assert code == expect["exit"], said
     for part in expect["says"]:
         assert part in said, f"{part!r} not in {said!r}"
-    assert "Traceback" not in said and took < 10, said
+    assert "Traceback" not in said, said
 
 
 # ------------------------------------------------------------------------------------------ Telegram messages
@@ -121,7 +120,7 @@ class TelegramRun:
         unsent = self.gw.store.all("SELECT id FROM outbound WHERE status = 'pending'")
         return not busy and not unsent
 
-    async def answered(self, text: str, timeout: float = 30.0) -> None:
+    async def answered(self, text: str, timeout: float = WAIT_S) -> None:
         """Wait until the message whose model text is `text` was answered and everything is sent."""
         await self.tg.wait_until(lambda: self.settled() and any(
             t.endswith(text) for t in self.model_texts()), timeout, lambda: f"{text!r} not answered")
@@ -174,7 +173,7 @@ async def run_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
         if expect["outcome"] == "ignored":
             await run_ignored(run, case)
             return
-        await tg.wait_until(lambda: run.settled() and len(tg.sent_messages()) > 0, 30,
+        await tg.wait_until(lambda: run.settled() and len(tg.sent_messages()) > 0, WAIT_S,
                             lambda: f"no answer; sent {tg.sent_texts()}")
         sent = answer_texts(run, 0)
         statuses = [r[0] for r in run.gw.store.all("SELECT status FROM inbound")]

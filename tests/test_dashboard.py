@@ -277,6 +277,25 @@ async def test_scheduled_jobs_are_listed(running: Running) -> None:
     assert listed[0]["when"].startswith("once at ") and listed[1]["when"] == "cron `0 9 * * 1-5` (UTC)"
 
 
+async def test_requests_waiting_for_a_person_are_listed(running: Running,
+                                                         fake_llm: FakeLLM) -> None:
+    fake_llm.script(ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
+                    Reply("Tea."))
+    async with WebChatClient(running.daemon.web_port or 0, "tab1", home=running.home) as tab:
+        await tab.say("make me a drink")
+        question = await tab.next("message")
+        listed = (await running.state())["approvals"]
+        shown = [(a["kind"], a["platform"], a["requester"], a["tool"], a["request"])
+                 for a in listed]
+        assert shown == [("ask", "web", "tab1", "ask", "Tea or coffee?")]
+        assert len(listed[0]["code"]) == 6 and listed[0]["expires_at"] > listed[0]["asked_at"]
+        assert tab.ws is not None
+        await tab.ws.send_str(json.dumps({"type": "choice", "token": question["choices"]["token"],
+                                          "value": "1"}))
+        await tab.next("update")
+    assert (await running.state())["approvals"] == []
+
+
 async def test_live_updates_arrive_when_something_changed(running: Running) -> None:
     ticks: asyncio.Queue[None] = asyncio.Queue()
 

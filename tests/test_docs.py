@@ -34,7 +34,7 @@ def type_text(tp: Any) -> str:
     if origin is Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin is tuple:
-        return "list of strings"
+        return "list of integers" if args and args[0] is int else "list of strings"
     return {int: "int", float: "number", bool: "bool", str: "string", Secret: "secret", Path: "path"}[tp]
 
 
@@ -57,7 +57,7 @@ def default_text(field: dataclasses.Field[Any]) -> str:
         value = field.default_factory()
     else:
         return "required"
-    if value is None:
+    if value is None or (isinstance(value, Secret) and not value):  # an empty secret: no token
         return "none"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -86,8 +86,12 @@ def _placeholder(key_type: Any) -> str:
     raise AssertionError(f"no placeholder for mapping keys of type {key_type}")
 
 
-def reference_rows(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must list them."""
+def reference_rows(cls: type = Config, prefix: str = "",
+                   seen: dict[type, str] | None = None) -> list[tuple[str, str, str]]:
+    """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must
+    list them. A section an agent or a bot account repeats (an agent's `model`, `telegram.accounts`)
+    is one row: "like `model`"."""
+    seen = {} if seen is None else seen
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
     rows: list[tuple[str, str, str]] = []
     for field in dataclasses.fields(cls):
@@ -95,19 +99,59 @@ def reference_rows(cls: type = Config, prefix: str = "") -> list[tuple[str, str,
             continue
         tp, key = hints[field.name], f"{prefix}{field.name}"
         nested = _dataclass_in(tp)
-        if typing.get_origin(tp) is dict:
-            key_type, value_type = typing.get_args(tp)
-            entry = f"{key}.{_placeholder(key_type)}"
-            inner = _dataclass_in(value_type)
-            if inner is not None:
-                rows.extend(reference_rows(inner, f"{entry}."))
-            else:
-                rows.append((entry, type_text(value_type), "none"))
+        bare = _optional(tp)
+        if typing.get_origin(bare) is dict or _dataclass_in(_item(bare) or int) is not None:
+            rows.extend(_entries(bare, key, seen))
         elif nested is not None:
-            rows.extend(reference_rows(nested, f"{key}."))
+            rows.extend(_section(nested, key, field, seen))
         else:
             rows.append((key, type_text(tp) + bounds_text(field), default_text(field)))
     return rows
+
+
+def _optional(tp: Any) -> Any:
+    """`X` for `X | None`; anything else as it is."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else tp
+    return tp
+
+
+def _item(tp: Any) -> Any:
+    """The item type of a `tuple[X, ...]`, else None."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+
+
+def _entries(tp: Any, key: str, seen: dict[type, str]) -> list[tuple[str, str, str]]:
+    """The rows of a mapping (`key.<name>`) or of a list of mappings (`key[].field`)."""
+    if _item(tp) is not None:
+        return reference_rows(_item(tp), f"{key}[].", seen)
+    key_type, value_type = typing.get_args(tp)
+    entry = f"{key}.{_placeholder(key_type)}"
+    inner = _dataclass_in(value_type)
+    if inner is None:
+        return [(entry, type_text(value_type), "none")]
+    known = _repeated(inner, entry, seen)
+    if known is not None:
+        return [(entry, f"like `{known}`", "none")]
+    seen.setdefault(inner, entry)
+    return reference_rows(inner, f"{entry}.", seen)
+
+
+def _section(nested: type, key: str, field: dataclasses.Field[Any],
+             seen: dict[type, str]) -> list[tuple[str, str, str]]:
+    known = _repeated(nested, key, seen)
+    if known is not None:
+        return [(key, f"like `{known}`", default_text(field))]
+    seen.setdefault(nested, key)
+    return reference_rows(nested, f"{key}.", seen)
+
+
+def _repeated(cls: type, key: str, seen: dict[type, str]) -> str | None:
+    """Where a section met again under `agents` or `<platform>.accounts` was documented first."""
+    if not key.startswith("agents.") and ".accounts." not in key:
+        return None
+    return next((k for c, k in seen.items() if issubclass(c, cls)), None)
 
 
 def documented_rows(text: str) -> list[tuple[str, str, str, str]]:
@@ -308,7 +352,7 @@ class _AnyEnv(dict[str, str]):
     """Every `${VAR}` an example names is set (to a token-shaped value)."""
 
     def __missing__(self, key: str) -> str:
-        return "x" * 40
+        return key.lower().ljust(40, "x")  # two tokens of an example differ, as two bots' do
 
     def __contains__(self, key: object) -> bool:
         return True

@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,27 @@ from tests.fakes.llm import FakeLLM
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.telegram import BOT_ID, BOT_USERNAME, FakeTelegram
 from tests.fakes.telegram import TOKEN as TELEGRAM_TOKEN
+from tests.helpers import closed_port
+
+
+@pytest.fixture
+def refused() -> Iterator[int]:
+    """The web port of these homes (nobody listens: "daemon: not running"), and where an unreachable
+    endpoint is."""
+    with closed_port() as port:
+        yield port
+
+
+def quiet_web(home: Path, port: int) -> None:
+    """A config whose only setting is a web port nobody listens on (not the default, 8765, which may
+    be the developer's own gateway)."""
+    (home / "config.yaml").write_text(f"web:\n  port: {port}\n")
+    (home / "config.yaml").chmod(0o600)
 
 
 def write_home(home: Path, *, llm: FakeLLM, telegram: FakeTelegram, discord: FakeDiscord, slack: FakeSlack,
-               tg_token: str = TELEGRAM_TOKEN, dc_token: str = DISCORD_TOKEN, bot_token: str = BOT_TOKEN,
-               model_key: str = "test-key") -> None:
+               web_port: int, tg_token: str = TELEGRAM_TOKEN, dc_token: str = DISCORD_TOKEN,
+               bot_token: str = BOT_TOKEN, model_key: str = "test-key") -> None:
     home.chmod(0o700)
     (home / "config.yaml").write_text(textwrap.dedent(f"""\
         model:
@@ -34,7 +51,7 @@ def write_home(home: Path, *, llm: FakeLLM, telegram: FakeTelegram, discord: Fak
           api_key: {model_key}
           max_retries: 0
         web:
-          port: 9
+          port: {web_port}
         telegram:
           token: "{tg_token}"
           api_server: {telegram.base_url}
@@ -57,8 +74,10 @@ def lines(checks: list[Check]) -> dict[str, list[str]]:
 
 
 async def test_everything_healthy(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
-                                  fake_discord: FakeDiscord, fake_slack: FakeSlack) -> None:
-    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack)
+                                  fake_discord: FakeDiscord, fake_slack: FakeSlack,
+                                  refused: int) -> None:
+    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack,
+               web_port=refused)
     Store(home / "state.db").close()
     checks = await Doctor(home, {}).run()
     got = lines(checks)
@@ -73,7 +92,8 @@ async def test_everything_healthy(home: Path, fake_llm: FakeLLM, fake_telegram: 
     assert got["slack"] == ["ok   slack     auth.test: gatewaybot in Fake Team",
                             "ok   slack     apps.connections.open: app token can open Socket Mode"]
     assert got["model"][0].startswith("ok   model     anthropic/claude-test answered (")
-    assert got["daemon"] == ["skip daemon    not running (nothing answers at http://127.0.0.1:9)"]
+    nobody = f"http://127.0.0.1:{refused}"
+    assert got["daemon"] == [f"skip daemon    not running (nothing answers at {nobody})"]
     assert exit_code(checks) == 0
     assert fake_telegram.calls_to("getme") and fake_discord.calls and fake_slack.calls_to("auth.test")
     assert len(fake_llm.anthropic_requests()) == 1
@@ -81,11 +101,12 @@ async def test_everything_healthy(home: Path, fake_llm: FakeLLM, fake_telegram: 
 
 async def test_rejected_tokens_fail_with_a_fix_and_are_never_printed(
         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, fake_discord: FakeDiscord,
-        fake_slack: FakeSlack) -> None:
+        fake_slack: FakeSlack, refused: int) -> None:
     bad_tg, bad_dc, bad_slack = "111111:AAwrong-token-for-the-fake-bot-api-0000", "WRONG.DISCORD.TOKEN", "xoxb-wrong"
     fake_llm.api_key = "the-right-key"
     write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack,
-               tg_token=bad_tg, dc_token=bad_dc, bot_token=bad_slack, model_key="a-wrong-model-key")
+               web_port=refused, tg_token=bad_tg, dc_token=bad_dc, bot_token=bad_slack,
+               model_key="a-wrong-model-key")
     checks = await Doctor(home, {}).run()
     got = lines(checks)
     assert got["telegram"] == [("FAIL telegram  getMe: token rejected (401) — fix: put the token from @BotFather in "
@@ -102,15 +123,18 @@ async def test_rejected_tokens_fail_with_a_fix_and_are_never_printed(
         assert secret not in text
 
 
-async def test_unreachable_endpoints(home: Path) -> None:
+async def test_unreachable_endpoints(home: Path, refused: int) -> None:
     home.chmod(0o700)
-    (home / "config.yaml").write_text(textwrap.dedent("""\
-        model: {provider: openai, name: gpt-test, base_url: "http://127.0.0.1:9/v1", api_key: k, max_retries: 0}
-        telegram: {token: "123456:AAxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", api_server: "http://127.0.0.1:9"}
+    gone = f"http://127.0.0.1:{refused}"
+    (home / "config.yaml").write_text(textwrap.dedent(f"""\
+        model: {{provider: openai, name: gpt-test, base_url: "{gone}/v1", api_key: k,
+                 max_retries: 0}}
+        telegram: {{token: "123456:AAxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", api_server: "{gone}"}}
+        web: {{port: {refused}}}
         """))
     (home / "config.yaml").chmod(0o600)
     got = lines(await Doctor(home, {}, timeout=5).run())
-    assert got["telegram"][0].startswith("FAIL telegram  getMe at http://127.0.0.1:9: unreachable (")
+    assert got["telegram"][0].startswith(f"FAIL telegram  getMe at {gone}: unreachable (")
     assert got["telegram"][0].endswith("— fix: check the network and telegram.api_server")
     assert "123456:AA" not in got["telegram"][0]
     assert got["model"][0].startswith("FAIL model     openai/gpt-test: unavailable: ")
@@ -125,9 +149,9 @@ def test_broken_config_exits_78_and_skips_the_network_checks(home: Path) -> None
     assert exit_code(checks) == 78
 
 
-def test_loose_permissions(home: Path) -> None:
+def test_loose_permissions(home: Path, refused: int) -> None:
     home.chmod(0o777)
-    (home / "config.yaml").write_text("web:\n  port: 9\n")
+    (home / "config.yaml").write_text(f"web:\n  port: {refused}\n")
     (home / "config.yaml").chmod(0o644)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"] == [
@@ -140,11 +164,11 @@ def test_loose_permissions(home: Path) -> None:
     assert got["home"][0].startswith(f"WARN home      {home} is readable by group/others (drwxr-x---)")
 
 
-def test_a_0644_config_in_a_private_home_is_fine(home: Path) -> None:
+def test_a_0644_config_in_a_private_home_is_fine(home: Path, refused: int) -> None:
     """docs/operations.md installs the system unit's config.yaml with -m 0644 (the dynamic user must read it);
     inside the 0700 state directory nobody else can reach it, so doctor does not ask for 0600."""
     home.chmod(0o700)
-    (home / "config.yaml").write_text("web:\n  port: 9\n")
+    (home / "config.yaml").write_text(f"web:\n  port: {refused}\n")
     (home / "config.yaml").chmod(0o644)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
@@ -152,7 +176,7 @@ def test_a_0644_config_in_a_private_home_is_fine(home: Path) -> None:
     assert "install -m 0644 config.yaml" in docs and "StateDirectoryMode=0700" in docs
 
 
-async def test_no_warning_about_what_the_gateway_made_itself(tmp_path: Path) -> None:
+async def test_no_warning_about_what_the_gateway_made_itself(tmp_path: Path, refused: int) -> None:
     """A first run in a home that did not exist, with the usual umask 022: the home, the database, the pairing key
     and the memory files it creates pass doctor's permission checks."""
     from gateway.config.settings import load_config
@@ -171,15 +195,17 @@ async def test_no_warning_about_what_the_gateway_made_itself(tmp_path: Path) -> 
     finally:
         os.umask(old)
     assert {p.name for p in home.iterdir()} >= {"state.db", "pairing.key", "memories"}
+    quiet_web(home, refused)  # (written after it ran: the first run had none)
     got = lines(await Doctor(home, {}).run())
     assert got["home"] == [f"ok   home      {home} (drwx------, owner uid {os.getuid()})"]
 
 
-def test_doctor_fix_repairs_folders_and_permissions_and_nothing_else(tmp_path: Path) -> None:
+def test_doctor_fix_repairs_folders_and_permissions_and_nothing_else(tmp_path: Path,
+                                                                     refused: int) -> None:
     home, user_home = tmp_path / "home", tmp_path / "user"
     home.mkdir(mode=0o755)
     home.chmod(0o755)
-    (home / "config.yaml").write_text("web:\n  port: 9\n")
+    (home / "config.yaml").write_text(f"web:\n  port: {refused}\n")
     (home / "config.yaml").chmod(0o644)
     (home / "pairing.key").write_text("00" * 32)
     (home / "pairing.key").chmod(0o644)
@@ -208,14 +234,16 @@ def test_doctor_fix_repairs_folders_and_permissions_and_nothing_else(tmp_path: P
     assert again.stdout.splitlines()[0] == "fix  nothing to repair (folders and permissions are as they should be)"
 
 
-def test_doctor_fix_leaves_a_0644_config_in_a_private_home_alone(tmp_path: Path) -> None:
+def test_doctor_fix_leaves_a_0644_config_in_a_private_home_alone(tmp_path: Path,
+                                                                 refused: int) -> None:
     """The system unit's config.yaml is installed 0644 inside its 0700 state directory so the dynamic user can read
     it (docs/operations.md); `sudo gateway doctor --fix` must not make it 0600 and stop the service reading it.
     web.key is the exception doctor always wants 0600, and --fix agrees."""
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
     for name, mode in (("config.yaml", 0o644), ("pairing.key", 0o644), ("web.key", 0o644)):
-        (home / name).write_text("web:\n  port: 9\n" if name == "config.yaml" else "00" * 32)
+        text = f"web:\n  port: {refused}\n" if name == "config.yaml" else "00" * 32
+        (home / name).write_text(text)
         (home / name).chmod(mode)
     for folder in ("memories", "skills"):
         (home / folder).mkdir(mode=0o700)
@@ -230,16 +258,18 @@ def test_doctor_fix_leaves_a_0644_config_in_a_private_home_alone(tmp_path: Path)
     assert [line.split()[0] for line in after["home"] + after["web"]] == ["ok", "ok"]
 
 
-def test_a_damaged_database_fails_with_the_restore_hint(home: Path) -> None:
+def test_a_damaged_database_fails_with_the_restore_hint(home: Path, refused: int) -> None:
     home.chmod(0o700)
+    quiet_web(home, refused)
     (home / "state.db").write_bytes(b"this is not a database " * 200)
     got = lines(asyncio.run(Doctor(home, {}).run()))
     assert got["database"][0].startswith("FAIL database  integrity_check: file is not a database")
     assert "restore the latest backup" in got["database"][0]
 
 
-def test_a_corrupt_page_is_found_by_integrity_check(home: Path) -> None:
+def test_a_corrupt_page_is_found_by_integrity_check(home: Path, refused: int) -> None:
     home.chmod(0o700)
+    quiet_web(home, refused)
     store = Store(home / "state.db")
     for i in range(400):
         store.execute("INSERT INTO llm_calls (purpose, provider, model, input_tokens, output_tokens,"
@@ -261,8 +291,10 @@ def test_a_corrupt_page_is_found_by_integrity_check(home: Path) -> None:
 
 
 async def test_the_cli_prints_one_line_per_check(home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram,
-                                                 fake_discord: FakeDiscord, fake_slack: FakeSlack) -> None:
-    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack)
+                                                 fake_discord: FakeDiscord, fake_slack: FakeSlack,
+                                                 refused: int) -> None:
+    write_home(home, llm=fake_llm, telegram=fake_telegram, discord=fake_discord, slack=fake_slack,
+               web_port=refused)
     proc = await asyncio.create_subprocess_exec(GATEWAY, "--home", str(home), "doctor",
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 env={"PATH": os.environ["PATH"]})

@@ -411,3 +411,104 @@ async def test_discord_slash_command_interaction_and_thread(fake_discord: dc.Fak
     finally:
         await client.close()
         await asyncio.wait_for(task, 5)
+
+
+# ------------------------------------------------------------------------------------ buttons
+# (approvals)
+async def test_telegram_keyboards_and_callback_queries_follow_the_bot_api(
+        fake_telegram: tg.FakeTelegram) -> None:
+    from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
+
+    bot = _bot(fake_telegram)
+    # the edit below comes right after the send: not what this is about
+    fake_telegram.enforce_retry_after = False
+    try:
+        def keyboard(data: str) -> InlineKeyboardMarkup:
+            button = InlineKeyboardButton(text="Yes", callback_data=data)
+            return InlineKeyboardMarkup(inline_keyboard=[[button]])
+        # callback_data: 1-64 bytes
+        with pytest.raises(TelegramBadRequest, match="BUTTON_DATA_INVALID"):
+            await bot.send_message(1001, "pick", reply_markup=keyboard("x" * 65))
+        sent = await bot.send_message(1001, "pick", reply_markup=keyboard("d" * 64))
+        assert fake_telegram.buttons(1001, sent.message_id) == ["Yes"]
+        with pytest.raises(LookupError):
+            fake_telegram.tap(1001, sent.message_id, "No")
+        query = fake_telegram.tap(1001, sent.message_id, "Yes")
+        assert fake_telegram.callback_queries[query]["data"] == "d" * 64
+        with pytest.raises(TelegramBadRequest, match="MESSAGE_TOO_LONG"):  # text: 0-200 characters
+            await bot.answer_callback_query(query, text="x" * 201)
+        await bot.answer_callback_query(query, text="ok")
+        with pytest.raises(TelegramBadRequest, match="query ID is invalid"):  # answered once
+            await bot.answer_callback_query(query)
+        await bot.edit_message_text("done", chat_id=1001, message_id=sent.message_id)
+        # an edit without reply_markup drops it
+        assert fake_telegram.buttons(1001, sent.message_id) == []
+    finally:
+        await bot.session.close()
+
+
+async def test_slack_buttons_follow_block_kit_and_clicks_answer_the_clicker(
+        fake_slack: sl.FakeSlack) -> None:
+    client = AsyncWebClient(token=sl.BOT_TOKEN, base_url=fake_slack.api_base_url)
+
+    def actions(*buttons: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "actions", "elements": list(buttons)}]
+
+    def button(text: str, action_id: str) -> dict[str, Any]:
+        return {"type": "button", "text": {"type": "plain_text", "text": text},
+                "action_id": action_id, "value": "v"}
+
+    with pytest.raises(SlackApiError, match="invalid_blocks"):  # button text: at most 75 characters
+        await client.chat_postMessage(channel="C1", text="x", blocks=actions(button("y" * 76, "a")))
+    with pytest.raises(SlackApiError, match="invalid_blocks"):  # action_id: unique in the message
+        await client.chat_postMessage(channel="C1", text="x",
+                                      blocks=actions(button("A", "a"), button("B", "a")))
+    posted = await client.chat_postMessage(channel="C1", text="x",
+                                           blocks=actions(button("A", "a"), button("B", "b")))
+    payload = fake_slack.block_actions("C1", posted["ts"], "B", user_id="U2")
+    assert payload["type"] == "block_actions" and payload["actions"][0]["action_id"] == "b"
+    with pytest.raises(LookupError):
+        fake_slack.block_actions("C1", posted["ts"], "C")
+    async with httpx2.AsyncClient() as http:
+        await http.post(payload["response_url"],
+                        json={"text": "only you", "response_type": "ephemeral"})
+    assert fake_slack.ephemeral_for("U2") == ["only you"] and fake_slack.ephemeral_for("U1") == []
+    await client.chat_update(channel="C1", ts=posted["ts"], text="decided")
+    assert fake_slack.posted("C1")[0].buttons() == []  # text without blocks: the blocks go
+
+
+async def test_discord_components_clicks_and_ephemeral_replies(
+        fake_discord: dc.FakeDiscord) -> None:
+    client = _EchoClient()
+    clicked: list[discord.Interaction] = []
+
+    @client.event
+    async def on_interaction(interaction: discord.Interaction) -> None:
+        clicked.append(interaction)
+        await interaction.response.defer()  # type 6 for a component
+        await interaction.followup.send("only you", ephemeral=True)
+
+    task = asyncio.create_task(client.start(dc.TOKEN))
+    try:
+        await asyncio.wait_for(client.ready.wait(), 5)
+        channel = client.get_partial_messageable(int(dc.CHANNEL_ID))
+        view = discord.ui.View(timeout=None)
+        view.add_item(discord.ui.Button(label="Yes", custom_id="y" * 101))
+        with pytest.raises(discord.HTTPException, match="100"):  # custom_id: at most 100 characters
+            await channel.send("pick", view=view)
+        view = discord.ui.View(timeout=None)
+        view.add_item(discord.ui.Button(label="Yes", custom_id="yes"))
+        sent = await channel.send("pick", view=view)
+        with pytest.raises(LookupError):
+            await fake_discord.click(dc.CHANNEL_ID, str(sent.id), "No")
+        await fake_discord.click(dc.CHANNEL_ID, str(sent.id), "Yes", user_id=dc.OTHER_USER_ID)
+        await fake_discord.wait_until(lambda: bool(fake_discord.ephemerals()))
+        assert [m.content for m in fake_discord.ephemerals(dc.OTHER_USER_ID)] == ["only you"]
+        assert fake_discord.ephemerals(dc.USER_ID) == []
+        assert clicked[0].data == {"custom_id": "yes", "component_type": 2}
+        assert [r["type"] for r in fake_discord.interaction_responses] == [6]
+        await sent.edit(content="decided", view=None)
+        assert fake_discord.sent_messages(dc.CHANNEL_ID)[0].buttons() == []
+    finally:
+        await client.close()
+        await asyncio.wait_for(task, 5)

@@ -65,7 +65,9 @@ async def test_flush_reuses_the_sessions_cached_prefix(home: Path, caching_llm: 
     for turn in turns:  # byte for byte: the stored prompt and the same tool list, in the same order
         assert canonical(flush["system"]) == canonical(turn["system"])
         assert canonical(flush["tools"]) == canonical(turn["tools"])
-    assert [t["name"] for t in flush["tools"]] == ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule"]
+    assert [t["name"] for t in flush["tools"]] == ["memory", "session_search", "skill_view",
+                                                   "skill_manage", "web_fetch",
+                                                  "schedule", "ask"]
     flush_usage = caching_llm.usages[-1]
     assert flush_usage.cache_read > 0
     store = Store(load_config(home).db_path)

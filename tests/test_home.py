@@ -172,9 +172,13 @@ async def test_a_lock_another_process_holds_for_a_moment_at_start_is_waited_for(
     systemd never restarts)."""
     home = await _made_home(tmp_path)
     daemon = DaemonProc(home)
-    async with LockHolder(home / "state.db") as lock:
+    db = home / "state.db"
+    async with LockHolder(db) as lock:
         await daemon.start()
-        await asyncio.sleep(1.0)
+        assert daemon.proc is not None
+        async with asyncio.timeout(60):  # it reads the database (opening -shm), so its next write waits
+            while not daemon.has_open(db.with_name("state.db-shm")) and daemon.proc.returncode is None:
+                await asyncio.sleep(0.01)
         await lock.release()
     try:
         await daemon.wait_ready()

@@ -25,6 +25,9 @@ from tests.floods import flood_a_daemon
 from tests.helpers import write_config
 
 HALF_SENT = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # no blank line: the headers never end
+# How long a test waits for what it expects: met at once on a quiet machine, and a busy one may
+# hold the loop back for seconds. Far below aiohttp's own limits (an hour for headers).
+WAIT_S = 60.0
 
 
 async def hello(request: web.Request) -> web.Response:
@@ -77,15 +80,13 @@ async def connect(port: int, data: bytes = HALF_SENT) -> tuple[asyncio.StreamRea
 
 
 async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(WAIT_S):
         return await reader.read()  # until EOF
 
 
 async def test_headers_that_never_end_are_cut_off(listening: Listening) -> None:
     reader, writer = await connect(listening.port)
-    started = asyncio.get_running_loop().time()
-    assert await closed_by_server(reader) == b""
-    assert asyncio.get_running_loop().time() - started < 5  # the header timeout (0.5 s), not aiohttp's hour
+    assert await closed_by_server(reader) == b""  # the header timeout (0.5 s), not aiohttp's hour
     writer.close()
 
 
@@ -146,7 +147,7 @@ async def test_a_flood_of_half_open_connections_starves_nothing_and_logs_little(
         for _ in range(1_100):
             flood.append((await connect(port))[1])
         async with aiohttp.ClientSession() as http:
-            async with asyncio.timeout(5), http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            async with asyncio.timeout(WAIT_S), http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                 assert resp.status == 200
         async with WebChatClient(port, home=home) as tab:
             assert (await tab.say("still there?"))["outcome"] == "accepted"
@@ -184,14 +185,14 @@ async def test_a_burst_accepted_at_once_still_lets_the_newest_in(listening: List
         last.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         last.setblocking(False)
         answer = b""
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(WAIT_S):
             while chunk := await asyncio.get_running_loop().sock_recv(last, 65536):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello"), answer
         assert listening.connections.evicted == 8 and listening.connections.refused == 0
         for sock in idle[:8]:  # the ones closed to make room are really closed (not left open by aiohttp)
             sock.setblocking(False)
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(WAIT_S):
                 with contextlib.suppress(ConnectionResetError):  # closed with its half request unread: a reset
                     assert await asyncio.get_running_loop().sock_recv(sock, 100) == b""
     finally:
@@ -256,11 +257,12 @@ async def test_a_probe_is_answered_without_waiting_for_a_body(listening: Listeni
     writer.close()
 
 
-@pytest.mark.parametrize("listening", [Limits(max_connections=8, header_timeout=60, body_timeout=60,
+@pytest.mark.parametrize("listening", [Limits(max_connections=8, header_timeout=60, body_timeout=600,
                                               body_grace=0.2, min_body_rate=100)], indirect=True)
 async def test_a_body_must_keep_coming_at_the_minimum_rate(listening: Listening) -> None:
     """After the grace, the body must have come at 100 bytes a second; a drip is cut with 408 long
-    before the 60 s in all, and a steady body that takes longer than the grace is taken."""
+    before the 600 s in all (the test waits WAIT_S), and a steady body that takes longer than the
+    grace is taken."""
     reader, writer = await connect(listening.port, post("/in", "claimed", 10_000, b"x"))
     dripping = asyncio.ensure_future(drip(writer, b"x", every=0.2, times=300))  # 5 bytes a second
     assert (await closed_by_server(reader)).startswith(b"HTTP/1.1 408")
@@ -268,14 +270,14 @@ async def test_a_body_must_keep_coming_at_the_minimum_rate(listening: Listening)
     writer.close()
     reader, writer = await connect(listening.port, post("/in", "claimed", 3_000))
     await drip(writer, b"y" * 200, every=0.1, times=15)  # 2,000 bytes a second, for 1.5 s
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(WAIT_S):
         answer = await reader.readuntil(b"bytes")
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"got 3000 bytes")
     writer.close()
 
 
 async def until(predicate: Callable[[], bool]) -> None:
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(WAIT_S):
         while not predicate():
             await asyncio.sleep(0.01)
 
@@ -316,7 +318,7 @@ async def test_an_authenticated_connection_is_kept_while_an_unauthenticated_one_
     made by closing the oldest one that never authenticated; the authenticated one still works."""
     again = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Caller: known\r\n\r\n"
     known = await connect(listening.port, again)
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(WAIT_S):
         assert (await known[0].readuntil(b"hello")).startswith(b"HTTP/1.1 200")
     idle = [await connect(listening.port) for _ in range(3)]  # headers never end: no request yet
     await until(lambda: len(listening.connections.known) == 1)
@@ -325,7 +327,7 @@ async def test_an_authenticated_connection_is_kept_while_an_unauthenticated_one_
             assert resp.status == 200
     assert await closed_by_server(idle[0][0]) == b""
     known[1].write(again)
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(WAIT_S):
         assert (await known[0].readuntil(b"hello")).startswith(b"HTTP/1.1 200")
     for _, writer in (known, *idle):
         writer.close()

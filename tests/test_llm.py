@@ -394,14 +394,15 @@ async def test_both_failing_raises_the_fallbacks_error(fake_llm: FakeLLM) -> Non
 
 async def test_configured_fallback_is_built_and_used(home: Path, fake_llm: FakeLLM) -> None:
     path = write_config(home, base_url=fake_llm.base_url)
-    path.write_text(path.read_text() + textwrap.indent(textwrap.dedent(f"""\
+    fallback = textwrap.indent(textwrap.dedent(f"""\
         fallback:
           provider: openai
           name: gpt-backup
           base_url: {fake_llm.openai_base_url}
           api_key: k2
           max_retries: 0
-        """), "  "))
+        """), "  ")
+    path.write_text(path.read_text().replace("model:\n", f"model:\n{fallback}", 1))
     config = load_config(home)
     assert config.model is not None and config.model.fallback is not None
     client = build_llm(config, {}, probe_ollama=False)

@@ -23,9 +23,8 @@ from gateway.ops.doctor import Doctor
 from gateway.ops.wiring import Gateway
 from tests.fakeclock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
+from tests.fakes.mcp_zygote import server_command
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
-
-SERVER = Path(__file__).parent / "fakes" / "mcp_server.py"
 
 
 def _tools_file(tmp_path: Path, tools: list[str], version: str = "v1") -> Path:
@@ -34,16 +33,23 @@ def _tools_file(tmp_path: Path, tools: list[str], version: str = "v1") -> Path:
     return path
 
 
+# How long a server may take to connect in these tests: not a bound on anything they check. The
+# fake server starts in milliseconds (forked by tests/fakes/mcp_zygote.py), but a busy machine may
+# hold any process back for seconds.
+CONNECT_S = 120
+
+
 def _stdio_config(home: Path, fake: FakeLLM, tools_file: Path, *, extra: str = "",
-                  server_args: str = "") -> RecordingAdapter:
+                  server_args: tuple[str, ...] = ()) -> RecordingAdapter:
     starts = home.parent / "starts.log"
+    command, args = server_command("--tools", str(tools_file), "--starts", str(starts), *server_args)
     servers = textwrap.dedent(f"""\
         mcp_servers:
           fake:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools_file}, --starts, {starts}{server_args}]
+            command: {command}
+            args: {json.dumps(args)}
             timeout_s: 5
-            connect_timeout_s: 20
+            connect_timeout_s: {CONNECT_S}
         """)
     write_config(home, base_url=llm_url(fake, "anthropic"), extra=servers + extra)
     return RecordingAdapter()
@@ -66,7 +72,7 @@ async def _close(gw: Gateway) -> None:
 async def _ask(gw: Gateway, adapter: RecordingAdapter, text: str) -> str:
     before = len(adapter.sent)
     await gw.sessions.submit(inbound(text))
-    await adapter.wait_for(before + 1, timeout=30)
+    await adapter.wait_for(before + 1, timeout=CONNECT_S)
     await gw.sessions.wait_idle()
     return adapter.sent[-1].text
 
@@ -128,15 +134,16 @@ async def test_a_server_quoting_its_own_credential_never_shows_it_to_the_model(h
     echoing the request) must not put it in the model's context, whence it would reach a chat."""
     token = "fk_live_5b1f0c9e7d2a4c3b8e6f"
     tools = _tools_file(tmp_path, ["whoami", "denied"])
+    command, args = server_command("--tools", str(tools))
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
         mcp_servers:
           fake:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools}]
+            command: {command}
+            args: {json.dumps(args)}
             env:
               FAKE_API_TOKEN: {token}
             timeout_s: 5
-            connect_timeout_s: 20
+            connect_timeout_s: {CONNECT_S}
         """))
     adapter = RecordingAdapter()
     fake_llm.script(ToolCall("mcp_fake_whoami", {}), ToolCall("mcp_fake_denied", {}), Reply("checked"))
@@ -194,7 +201,7 @@ async def test_the_tool_list_stays_byte_identical_across_a_restart_when_the_serv
     try:
         await _ask(gw, adapter, "add again")  # the same session, after the restart
         await gw.sessions.submit(inbound("new chat", chat_id="c2"))
-        await adapter.wait_for(2, timeout=30)
+        await adapter.wait_for(2, timeout=CONNECT_S)
     finally:
         await _close(gw)
     first, second, third, other = fake_llm.anthropic_requests()
@@ -241,9 +248,9 @@ async def test_a_server_that_cannot_start_leaves_the_others_working(home: Path, 
 @pytest.fixture
 async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     port_file = tmp_path / "port"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(SERVER), "--tools", str(_tools_file(tmp_path, ["echo", "add"])), "--http",
-        "--port-file", str(port_file), "--require-token", "s3cret-token", stderr=asyncio.subprocess.DEVNULL)
+    command, args = server_command("--tools", str(_tools_file(tmp_path, ["echo", "add"])), "--http",
+                                   "--port-file", str(port_file), "--require-token", "s3cret-token")
+    proc = await asyncio.create_subprocess_exec(command, *args, stderr=asyncio.subprocess.DEVNULL)
     try:
         await _wait(lambda: port_file.exists() and port_file.read_text() != "")
         port = int(port_file.read_text())
@@ -285,14 +292,14 @@ async def test_streamable_http_server(home: Path, fake_llm: FakeLLM, monkeypatch
     assert failed["is_error"] and "remote" in failed["content"]
 
 
-async def _wait(predicate: Any, timeout: float = 20.0) -> None:
+async def _wait(predicate: Any, timeout: float = CONNECT_S) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.02)
 
 
 async def _wait_listening(port: int) -> None:
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(CONNECT_S):
         while True:
             try:
                 _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -327,13 +334,13 @@ agent:
 
 def test_tools_list_keeps_its_columns_apart_for_a_long_server_name(
         home: Path, fake_llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tools = _tools_file(tmp_path, ["echo"])
+    command, args = server_command("--tools", str(_tools_file(tmp_path, ["echo"])))
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
         mcp_servers:
           knowledge-base-production:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools}]
-            connect_timeout_s: 20
+            command: {command}
+            args: {json.dumps(args)}
+            connect_timeout_s: {CONNECT_S}
         """))
     assert main(["--home", str(home), "tools", "list"]) == 0
     header, *rows = capsys.readouterr().out.split("\n\n")[0].splitlines()
@@ -421,8 +428,9 @@ async def test_restart_backoff_doubles_up_to_a_minute_on_the_injected_clock() ->
 async def test_a_server_that_ran_a_minute_starts_the_backoff_over(tmp_path: Path) -> None:
     time_ = FakeClock()
     starts = tmp_path / "starts.log"
-    args = (str(SERVER), "--tools", str(_tools_file(tmp_path, ["crash"])), "--starts", str(starts))
-    hub = _hub(time_, fake=McpServerConfig(command=sys.executable, args=args, connect_timeout_s=20, timeout_s=5))
+    command, args = server_command("--tools", str(_tools_file(tmp_path, ["crash"])), "--starts", str(starts))
+    hub = _hub(time_, fake=McpServerConfig(command=command, args=tuple(args), connect_timeout_s=CONNECT_S,
+                                           timeout_s=5))
     state = hub.states["fake"]
 
     async def crash_after(up_s: float) -> None:
@@ -515,7 +523,7 @@ async def test_a_server_that_says_its_tools_changed_is_listed_again(
     """notifications/tools/list_changed: new sessions get the new list at once (no reconnect); a running session
     keeps its stored list byte for byte; the change is logged once."""
     tools_file = _tools_file(tmp_path, ["echo", "add", "reload"])
-    adapter = _stdio_config(home, fake_llm, tools_file, server_args=", --legacy" if legacy else "")
+    adapter = _stdio_config(home, fake_llm, tools_file, server_args=("--legacy",) if legacy else ())
     caplog.set_level("INFO")
     gw = await _started(home, adapter)
     assert gw.mcp is not None
@@ -529,7 +537,7 @@ async def test_a_server_that_says_its_tools_changed_is_listed_again(
         fake_llm.script(ToolCall("mcp_fake_add", {"a": 1, "b": 2}), Reply("gone"))
         await _ask(gw, adapter, "add 1 and 2")
         await gw.sessions.submit(inbound("new chat", chat_id="c2"))
-        await adapter.wait_for(4, timeout=30)
+        await adapter.wait_for(4, timeout=CONNECT_S)
     finally:
         await _close(gw)
     assert hub.states["fake"].restarts == 0  # listed again on the live connection, not by reconnecting
@@ -551,8 +559,8 @@ async def test_a_server_that_says_its_tools_changed_is_listed_again(
 
 async def test_a_tool_that_turns_poisoned_is_refused_to_sessions_that_have_it(tmp_path: Path) -> None:
     tools_file = _tools_file(tmp_path, ["echo", "reload"])
-    hub = McpHub({"fake": McpServerConfig(command=sys.executable, args=(str(SERVER), "--tools", str(tools_file)),
-                                          connect_timeout_s=20)})
+    command, args = server_command("--tools", str(tools_file))
+    hub = McpHub({"fake": McpServerConfig(command=command, args=tuple(args), connect_timeout_s=CONNECT_S)})
     await hub.start()
     try:
         assert await hub.call("mcp_fake_echo", {"text": "hi"}) == ToolOutput("echo: hi", False)
@@ -601,7 +609,7 @@ async def test_a_command_that_writes_only_garbage_is_dropped_with_the_reason() -
 
 
 async def test_a_few_stray_lines_on_stdout_are_tolerated(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo"]), server_args=", --junk, 19")
+    adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["echo"]), server_args=("--junk", "19"))
     fake_llm.script(ToolCall("mcp_fake_echo", {"text": "still here"}), Reply("ok"))
     gw = await _started(home, adapter)
     try:

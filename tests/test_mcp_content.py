@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import sys
 import textwrap
 import zlib
 from pathlib import Path
@@ -24,9 +23,10 @@ from gateway.mcp.hub import McpHub
 from gateway.mcp.vet import vet_tool
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.mcp_server import PNG, TINY_IMAGE
+from tests.fakes.mcp_zygote import server_command
 from tests.helpers import RecordingAdapter, llm_url, write_config
 from tests.test_mcp import (
-    SERVER,
+    CONNECT_S,
     _ask,
     _close,
     _started,
@@ -45,15 +45,15 @@ def _tool(request: dict[str, Any], name: str) -> dict[str, Any]:
 
 async def test_a_credential_a_server_writes_into_its_tool_text_reaches_the_model_masked(
         home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    tools = _tools_file(tmp_path, ["careless", "echo"])
+    command, args = server_command("--tools", str(_tools_file(tmp_path, ["careless", "echo"])))
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
         mcp_servers:
           fake:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools}]
+            command: {command}
+            args: {json.dumps(args)}
             env:
               FAKE_API_TOKEN: {TOKEN}
-            connect_timeout_s: 20
+            connect_timeout_s: {CONNECT_S}
         """))
     adapter = RecordingAdapter()
     fake_llm.script(Reply("fine"))
@@ -246,7 +246,7 @@ async def test_the_real_reference_server_tiny_image_and_resources(home: Path,
           ref:
             command: {node}
             args: [{_server_everything()}, stdio]
-            connect_timeout_s: 30
+            connect_timeout_s: {CONNECT_S}
         """))
     set_vision(home, True)
     adapter = RecordingAdapter()

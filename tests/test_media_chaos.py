@@ -18,7 +18,7 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 from tests.helpers import write_config
 from tests.mediafiles import image_size
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
 ALICE = 1001
 
 

@@ -24,7 +24,7 @@ from gateway.telemetry.metrics import Metrics, State, cache_hit_ratio, error_kin
 from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM
-from tests.helpers import write_config
+from tests.helpers import closed_port, write_config
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -171,13 +171,15 @@ async def test_gateway_status_prints_what_the_daemon_reports(daemon: Daemon, hom
 
 
 async def test_gateway_status_without_a_daemon_says_so(home: Path) -> None:
-    (home / "config.yaml").write_text("web:\n  port: 9\n")
     gateway = str(Path(sys.executable).parent / "gateway")
-    proc = await asyncio.create_subprocess_exec(gateway, "--home", str(home), "status",
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    with closed_port() as port:
+        (home / "config.yaml").write_text(f"web:\n  port: {port}\n")
+        proc = await asyncio.create_subprocess_exec(gateway, "--home", str(home), "status",
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1
-    assert "no daemon answers on 127.0.0.1:9" in err.decode()
+    assert f"no daemon answers on 127.0.0.1:{port}" in err.decode()
 
 
 def test_adapter_health_series_and_own_registry() -> None:

@@ -72,7 +72,8 @@ async def test_with_no_admins_the_one_allowed_person_is_the_admin(home: Path, fa
         # A second allowed person (approved from the terminal, on its own connection): nobody is the admin by
         # elimination any more (the local owner still is).
         cli = Store(gw.config.db_path)
-        cli.execute("INSERT INTO approved_users VALUES ('discord', '5', NULL, '2026-01-01', 'cli')")
+        cli.execute("INSERT INTO approved_users (platform, user_id, user_name, approved_at,"
+                    " approved_by) VALUES ('discord', '5', NULL, '2026-01-01', 'cli')")
         cli.close()
         assert not roles.is_admin(one) and roles.is_admin(owner)
         # Linking the second into the first makes them one person again.

@@ -149,7 +149,8 @@ async def test_revoking_ends_the_persons_sessions_and_jobs(home: Path, fake_llm:
         assert gw.lifecycle is not None
         await gw.lifecycle.start()
         tg = adapters["telegram"]
-        gw.store.execute("INSERT INTO approved_users VALUES ('discord', '8', NULL, '2026-01-01', 'cli')")
+        gw.store.execute("INSERT INTO approved_users (platform, user_id, user_name, approved_at,"
+                         " approved_by) VALUES ('discord', '8', NULL, '2026-01-01', 'cli')")
         await _say(gw, adapters["discord"], "hi from discord", chat_id="d8", user_id="8")
         await _say(gw, tg, "hi from telegram", chat_id="3", user_id="3")  # a stranger: gets a pairing code
         job = _job(gw, "1")

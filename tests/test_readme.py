@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.settings import load_config
-from tests.daemon_proc import NotifySocket, WebChatClient
+from tests.daemon_proc import NotifySocket, WebChatClient, free_port
 from tests.fakes.llm import FakeLLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,9 @@ async def test_the_readme_first_command_works_as_written(tmp_path: Path, fake_ll
     # gateway init's questions: another OpenAI-compatible server (the fake model, on 127.0.0.1), its URL, the
     # model's name, no key variable, the test request (yes), no chat platforms, no pairing, no service.
     answers = "".join(f"{line}\n" for line in ("5", fake_llm.openai_base_url, "local-model", "", "", "", "n", "n"))
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "NOTIFY_SOCKET": str(notify.path)}
+    # The web port comes from the OS: 8765, init's default, may be the developer's own gateway.
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "NOTIFY_SOCKET": str(notify.path),
+           "GATEWAY_WEB_PORT": str(free_port())}
     if "PIP_CACHE_DIR" not in os.environ:  # the developer's pip cache, so the index is asked, not downloaded from
         env["PIP_CACHE_DIR"] = str(Path.home() / ".cache" / "pip")
     shell = await asyncio.create_subprocess_exec(
@@ -73,7 +75,8 @@ async def test_the_readme_first_command_works_as_written(tmp_path: Path, fake_ll
         assert ready.done() and ready.exception() is None, output.decode(errors="replace")[-3000:]
         assert b"ok   model     openai/local-model answered" in output
         assert f"wrote {gw_home}/config.yaml".encode() in output
-        port = load_config(gw_home, env={}).web.port  # 8765, or the next free port if something held it
+        port = load_config(gw_home, env={}).web.port
+        assert port == int(env["GATEWAY_WEB_PORT"])
         async with WebChatClient(port, "readme", home=gw_home) as tab:
             await tab.say("hello from the README")
             reply = await tab.next("message")

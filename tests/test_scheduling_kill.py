@@ -26,7 +26,7 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 from tests.helpers import inbound, write_config
 from tests.lifecycle_support import FakeClock
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
 ALICE = 1001
 
 

@@ -449,7 +449,8 @@ def test_in_ci_a_missing_systemd_fails_the_unit_checks_instead_of_skipping(tmp_p
     skips. Run on a PATH that has no systemd tools."""
     test = f"{Path(__file__).name}::test_system_unit_verifies_with_no_stderr"
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", test]
-    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_CI"} | {"PATH": str(tmp_path)}
+    own = ("GATEWAY_CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")  # the child's run is this test's alone
+    env = {k: v for k, v in os.environ.items() if k not in own} | {"PATH": str(tmp_path)}
     dev = subprocess.run(args, cwd=REPO / "tests", env=env, capture_output=True, text=True, timeout=300, check=False)
     ci = subprocess.run(args, cwd=REPO / "tests", env={**env, "GATEWAY_CI": "1"}, capture_output=True, text=True,
                         timeout=300, check=False)

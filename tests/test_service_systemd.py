@@ -32,6 +32,7 @@ from tests.fakes.base import Delay
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import BOT_ID, FakeTelegram
 from tests.helpers import require
+from tests.mediafiles import make_pdf
 from tests.nspawn import (
     WHEELS_IN_GUEST,
     Container,
@@ -256,6 +257,7 @@ async def test_the_system_unit_runs_restarts_and_stops_as_documented(guest: Cont
         tg.inject_message(ALICE, "hello from systemd", user_id=ALICE)
         answer = await tg.wait_for_sent(ALICE, timeout=60)
         assert answer.text == "echo: hello from systemd [users=1]"
+        await check_the_worker_reads_a_pdf(tg, llm)
         home = box.host_path(STATE)
         service_uid = await check_the_home(box, home)
         await check_the_gw_commands(box, port, home, service_uid)
@@ -264,8 +266,8 @@ async def test_the_system_unit_runs_restarts_and_stops_as_documented(guest: Cont
         await unit.ctl("kill", "--signal=SIGKILL")
         back = await unit.running(restarts=1, not_pid=first["MainPID"])
         tg.inject_message(ALICE, "are you back?", user_id=ALICE)
-        again = await tg.wait_for_sent(ALICE, count=2, timeout=60)
-        assert again.text == "echo: are you back? [users=2]"  # the same conversation
+        again = await tg.wait_for_sent(ALICE, count=3, timeout=60)
+        assert again.text == "echo: are you back? [users=3]"  # the same conversation
 
         # the watchdog is fed: systemd saw a WATCHDOG=1 after the one we read, from the same
         # process (every 15 s, half of WatchdogSec; a starved watchdog kills and restarts it)
@@ -277,6 +279,23 @@ async def test_the_system_unit_runs_restarts_and_stops_as_documented(guest: Cont
 
         assert await unit.stop_cleanly() < 10
     await check_the_journal(unit, port, keys, home)
+
+
+async def check_the_worker_reads_a_pdf(tg: FakeTelegram, llm: FakeLLM) -> None:
+    """A PDF is parsed by the worker child (gateway/worker/) under the unit's hardening: its
+    rlimits and the unit's system-call filter leave it able to work."""
+    pdf = make_pdf(["Systemd report", "Read by the worker."])
+    doc = tg.add_file(pdf, name="report.pdf", mime_type="application/pdf")
+    who = {"id": ALICE, "first_name": "Alice"}
+    tg.inject_update({"message": {
+        "message_id": 50, "date": int(tg.wall_clock()), "chat": {**who, "type": "private"},
+        "from": {**who, "is_bot": False}, "caption": "summarize",
+        "document": {**doc, "file_name": "report.pdf", "mime_type": "application/pdf"}}})
+    await tg.wait_for_sent(ALICE, count=2, timeout=60)
+    content = llm.anthropic_requests()[-1]["messages"][-1]["content"]
+    text = "\n".join(block["text"] for block in content if block["type"] == "text")
+    assert '<document name="report.pdf">\nSystemd report\n\nRead by the worker.\n</document>' \
+        in text, text
 
 
 async def check_the_home(box: Container, home: Path) -> int:
@@ -317,7 +336,8 @@ async def check_the_journal(unit: Unit, port: int, keys: Secrets, home: Path) ->
     banner = ["agent-gateway 0.1.0", "  home       /var/lib/agent-gateway",
               "  config     /var/lib/agent-gateway/config.yaml",
               "  model      anthropic/claude-test (configured)",
-              f"  web chat   http://127.0.0.1:{port}/ (`gateway web-url` prints its login link)"]
+              f"  web chat   http://127.0.0.1:{port}/ (`gateway web-url` prints its login link;",
+              "             as a system service: `gw web-url`, see docs/operations.md)"]
     assert [line for line in banner if line not in lines] == [], lines[-40:]
     assert any(line.startswith("  platforms  ") and "telegram" in line for line in lines)
     everything = (await unit.box.arun("journalctl", "-o", "cat", "--no-pager")).stdout
@@ -459,17 +479,6 @@ async def sandbox_probe(box: Container, command: str, drop_in: str = "") -> tupl
     return shown["Result"], printed.stdout.strip()
 
 
-@pytest.mark.xfail(strict=True, reason="issue #31: the unit's hardening refuses bubblewrap "
-                   "(Can't read /proc/sys/kernel/overflowuid); the shell relaxes it (BWRAP_NEEDS)")
-async def test_a_sandboxed_command_runs_under_the_unit(guest: Container) -> None:
-    """Where the shell (issue #31) will run commands: bubblewrap inside the system unit's sandbox.
-    When the shell lands, this grows into its end-to-end check: with the shell enabled, a command
-    the agent runs answers through the daemon under the unit."""
-    result, printed = await sandbox_probe(guest, BWRAP)
-    say(f"bwrap under the unit as installed: {result}: {printed!r}")
-    assert result == "success", printed
-
-
 async def test_what_bubblewrap_needs_from_the_unit(guest: Container) -> None:
     """The unit plus BWRAP_NEEDS runs bubblewrap, and without any one of its lines it does not:
     the relaxation issue #31 starts from, measured on a real systemd."""
@@ -481,3 +490,46 @@ async def test_what_bubblewrap_needs_from_the_unit(guest: Container) -> None:
         result, printed = await sandbox_probe(guest, BWRAP, without + "\n")
         say(f"without {line}: {result}: {printed[:100]!r}")
         assert result != "success", f"{line} is not needed"
+
+
+SHELL_PROBE = textwrap.dedent("""\
+    import asyncio, os
+    from pathlib import Path
+    from gateway.config.settings import load_config
+    from gateway.sandbox.runner import Sandbox
+    from gateway.sandbox.spec import SandboxSpec
+    config = load_config(Path(os.environ["GATEWAY_HOME"]))
+    box = Sandbox(SandboxSpec.of(config.tools.shell, config.home))
+    done = asyncio.run(box.run("echo hi-$((6*7)); ls -A ..; cat ../config.yaml; env | grep -c KEY; true"))
+    print("exit", done.exit_code, repr(done.stdout.head), repr(done.stderr.head))
+""")
+
+
+async def test_a_sandboxed_command_runs_under_the_unit(guest: Container) -> None:
+    """With tools.shell enabled, install-service writes the unit bubblewrap can run in, and the
+    gateway's own sandbox runs a command under it (the unit's user, hardening and environment):
+    hi-42, the home unseen, no key in the environment. Restores the plain unit after."""
+    private = guest.host_path(f"/var/lib/private/{UNIT.split('.')[0]}")
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config = private / "config.yaml"
+    before = config.read_text(encoding="utf-8") if config.exists() else None
+    config.write_text((before or "") + "tools:\n  shell:\n    enabled: true\n", encoding="utf-8")
+    config.chmod(0o644)
+    guest.host_path("/opt/agent-gateway/shell_probe.py").write_text(SHELL_PROBE, encoding="utf-8")
+    try:
+        await guest.arun(GATEWAY, "install-service", "--system")
+        installed = guest.host_path(f"/etc/systemd/system/{UNIT}").read_text(encoding="utf-8")
+        assert "RestrictNamespaces=user mnt pid net ipc uts cgroup" in installed
+        started = time.monotonic()
+        result, printed = await sandbox_probe(
+            guest, "/opt/agent-gateway/venv/bin/python /opt/agent-gateway/shell_probe.py")
+        say(f"a shell command under the unit: {result} in {time.monotonic() - started:.1f} s "
+            f"(with systemd's start): {printed!r}")
+        assert result == "success", printed
+        assert printed.startswith("exit 0 'hi-42\\nworkspace\\n0\\n'"), printed
+    finally:
+        if before is None:
+            config.unlink()
+        else:
+            config.write_text(before, encoding="utf-8")
+        await guest.arun(GATEWAY, "install-service", "--system")

@@ -5,13 +5,26 @@ choice that is no longer configured or cannot be used falls back to the main mod
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+import textwrap
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from gateway.config.settings import ModelConfig, Secret
 from gateway.errors import LLMNotConfigured
 from gateway.llm.factory import ModelOption, SessionModels
 from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
+from gateway.ops.wiring import Gateway
 from gateway.sessions.commands import model_choices, model_list
+from gateway.sessions.flush import FLUSH_MARK
+from tests.fakes.llm import FakeLLM, ToolCall
+from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
+from tests.jobs_support import settle
+from tests.lifecycle_support import FakeClock
 
 
 class Named:
@@ -84,3 +97,109 @@ def test_the_list_marks_the_current_model_and_offers_each_as_a_choice() -> None:
                                       ("cheap: tiny", "/model cheap")]
     assert model_list(models.options(None)).splitlines()[1:3] == ["▸ default: big-model (fake)",
                                                                    "• fast: small-model (openai)"]
+
+
+# ---- the whole gateway --------------------------------------------------------------------------
+def models_config(home: Path, fake: FakeLLM, extra: str = "") -> None:
+    write_config(home, base_url=fake.base_url, extra=textwrap.dedent(f"""\
+        models_switch: everyone
+        models:
+          fast:
+            provider: openai
+            name: gpt-fast
+            base_url: {fake.openai_base_url}
+            api_key: test-key
+            max_retries: 0
+            context_window: 64000
+        """) + extra)
+
+
+@asynccontextmanager
+async def gateway(home: Path, *, background: bool = False) -> AsyncIterator[
+        tuple[Gateway, RecordingAdapter]]:
+    adapter = RecordingAdapter()
+    gw = gateway_for(home, [adapter], clock=FakeClock())
+    assert gw.lifecycle is not None
+    if background:
+        await gw.lifecycle.start()
+    try:
+        yield gw, adapter
+    finally:
+        await settle(gw)
+        await gw.sessions.cancel_all()
+        if gw.lifecycle.started or gw.lifecycle.flusher.running:
+            await gw.lifecycle.stop(0)
+        await gw.close_tools()
+        await gw.llm.close()
+        gw.store.close()
+
+
+async def ask(gw: Gateway, adapter: RecordingAdapter, text: str, chat_id: str = "c1") -> str:
+    before = len(adapter.sent)
+    await gw.sessions.submit(inbound(text, chat_id=chat_id))
+    await adapter.wait_for(before + 1, timeout=60)
+    await gw.sessions.wait_idle()
+    return adapter.sent[-1].text
+
+
+async def test_the_flush_of_a_switched_conversation_asks_the_model_it_chose(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """The pre-reset flush reuses the session's prompt, which was built for the model the
+    conversation chose: it goes to that model (its cache, its family's prompt), not the main one."""
+    models_config(home, fake_llm, "memory: {flush_min_messages: 2}\n")
+    async with gateway(home, background=True) as (gw, adapter):
+        assert (await ask(gw, adapter, "/model fast")).startswith("Switched to fast")
+        await ask(gw, adapter, "I am Ada and I live in Oslo")
+        await ask(gw, adapter, "hello from another chat", chat_id="c2")  # the main model's
+        await gw.sessions.submit(inbound("/new"))
+        await gw.lifecycle.flusher.wait_idle()  # type: ignore[union-attr]
+    flushes = [b for b in fake_llm.openai_requests() + fake_llm.anthropic_requests()
+               if FLUSH_MARK in json.dumps(b["messages"][-1])]
+    assert len(flushes) == 1
+    (flush,) = flushes
+    assert flush.get("model") == "gpt-fast"
+    assert "Model: gpt-fast" in flush["messages"][0]["content"]
+
+
+async def test_two_conversations_on_different_models_at_once_keep_their_own(
+        home: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c1 chose `fast`, c2 did not. Their first model calls meet at the fake (each is held until the
+    other has arrived), so both turns are in flight together; c1 then calls a tool and the model
+    again. Every request goes to its own conversation's model with its own prompt: a choice never
+    leaks into the other turn, nor into the same turn's later calls."""
+    models_config(home, fake_llm)
+    arrived = {"c1": asyncio.Event(), "c2": asyncio.Event()}
+    step = fake_llm._step
+
+    async def held(request: Any, body: dict[str, Any], wire: str) -> Any:
+        said = json.dumps(body["messages"])
+        for me, other in (("c1", "c2"), ("c2", "c1")):
+            if f"hello from {me}" in said and "tool_call_id" not in said \
+                    and "tool_use_id" not in said:
+                arrived[me].set()
+                await arrived[other].wait()
+        return await step(request, body, wire)
+
+    def search_first(body: dict[str, Any]) -> ToolCall | None:
+        said = json.dumps(body["messages"])
+        first = "hello from c1" in said and "tool_call_id" not in said
+        return ToolCall("session_search", {"query": "Oslo"}) if first else None
+
+    monkeypatch.setattr(fake_llm, "_step", held)
+    fake_llm.script(*[search_first] * 4)
+    async with gateway(home) as (gw, adapter):
+        assert (await ask(gw, adapter, "/model fast")).startswith("Switched to fast")
+        await gw.sessions.submit(inbound("hello from c1", chat_id="c1"))
+        await gw.sessions.submit(inbound("hello from c2", chat_id="c2"))
+        await adapter.wait_for(3, timeout=60)
+        await gw.sessions.wait_idle()
+        await ask(gw, adapter, "and again from c2", chat_id="c2")
+    fast = fake_llm.openai_requests()
+    assert [b["model"] for b in fast] == ["gpt-fast", "gpt-fast"]  # c1's two calls
+    assert all("hello from c1" in json.dumps(b["messages"]) for b in fast)
+    assert all("Model: gpt-fast" in b["messages"][0]["content"] for b in fast)
+    main = fake_llm.anthropic_requests()
+    assert [b["model"] for b in main] == ["claude-test", "claude-test"]  # c2's two turns
+    assert all("hello from c2" in json.dumps(b["messages"]) for b in main)
+    assert all("Model: claude-test" in json.dumps(b["system"]) for b in main)
+    assert "echo: hello from c1" in {m.text.split(" [")[0] for m in adapter.sent}

@@ -6,6 +6,7 @@ the group ends with exactly one message, the answer, byte for byte as an unstrea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.fakes.telegram import TOKEN, FakeTelegram, SentMessage
 from tests.helpers import write_config
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.heavy]
 ALICE, GROUP = 1001, -100500
 MENTION = "@gw_test_bot what is the plan?"
 ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
@@ -26,7 +27,7 @@ ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change 
 
 
 def rows(home: Path, sql: str) -> list[tuple[object, ...]]:
-    with sqlite3.connect(home / "state.db") as conn:
+    with contextlib.closing(sqlite3.connect(home / "state.db", timeout=30)) as conn:
         return [tuple(r) for r in conn.execute(sql)]
 
 
@@ -36,6 +37,16 @@ def configure(home: Path, llm: FakeLLM, tg: FakeTelegram, mode: str) -> None:
         f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\nstreaming:\n  mode: {mode}\n"))
     config = home / "config.yaml"  # a model held at the gate on a busy machine is not a timed-out model
     config.write_text(config.read_text(encoding="utf-8").replace("timeout_s: 10", "timeout_s: 120"), encoding="utf-8")
+
+
+async def settled(home: Path, tg: FakeTelegram) -> None:
+    """The daemon has nothing left to send: the turn answered, every reply sent, no preview open.
+    What it would still send comes from that state, so the test needs no pause to see it."""
+    def done() -> bool:
+        return (rows(home, "SELECT status FROM inbound") == [("answered",)]
+                and rows(home, "SELECT COUNT(*) FROM outbound WHERE status != 'sent'") == [(0,)]
+                and rows(home, "SELECT COUNT(*) FROM previews") == [(0,)])
+    await tg.wait_until(done, 60, lambda: f"not settled: {rows(home, 'SELECT status FROM outbound')}")
 
 
 async def one_life(home: Path, tg: FakeTelegram, until_done: bool) -> DaemonProc:
@@ -91,7 +102,7 @@ async def test_a_kill_9_mid_stream_in_a_group_leaves_one_message_the_answer(tmp_
                                 lambda: f"the preview was not taken over: {tg.sent_texts(GROUP)} {tg.refused}")
             again.release_all()
             await tg.wait_until(lambda: any(m.text.endswith("all.") for m in tg.sent_messages(GROUP)), 30)
-            await asyncio.sleep(1.5)  # anything the restarted daemon would still send, it sends now
+            await settled(home, tg)
         finally:
             code = await second.stop()
             await second.kill()
@@ -146,7 +157,7 @@ async def test_a_kill_9_between_a_preview_and_its_stored_id_leaves_that_one_stal
         gate.release_all()
         second = await one_life(home, tg, until_done=True)
         try:
-            await asyncio.sleep(1.5)
+            await settled(home, tg)
         finally:
             code = await second.stop()
             await second.kill()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,13 +28,26 @@ from gateway.ops.wiring import Gateway
 from gateway.sessions.compression import SUMMARY_SYSTEM
 from gateway.sessions.flush import FLUSH_MARK
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, ToolCalls, estimate_tokens
+from tests.fakes.mcp_zygote import server_command
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, require, write_config
 from tests.jobs_support import fire_jobs, settle
 from tests.lifecycle_support import FakeClock, last_user_text
 
-SERVER = Path(__file__).parent / "fakes" / "mcp_server.py"
-CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule"]
+# How long the fake server may take to connect: not a bound on anything these tests check (it
+# starts in milliseconds from tests/fakes/mcp_zygote.py; a busy machine may hold it back).
+CONNECT_S = 120
+CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule",
+        "ask"]
 WEATHER = "mcp_fake_weather_forecast"
+
+
+def approve_all(home: Path) -> None:
+    """The fake server's tools run unasked (`approval: never`)."""
+    path = home / "config.yaml"
+    text = path.read_text(encoding="utf-8")
+    server = f"    connect_timeout_s: {CONNECT_S}\n"
+    assert server in text
+    path.write_text(text.replace(server, server + "    approval: never\n", 1), encoding="utf-8")
 
 
 def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | None = None,
@@ -44,13 +56,14 @@ def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | No
     tools_file = home.parent / "tools.json"
     offered = {"tools": [], "catalog": catalog, "version": version}
     tools_file.write_text(json.dumps(offered), encoding="utf-8")
+    command, args = server_command("--tools", str(tools_file))
     servers = textwrap.dedent(f"""\
         mcp_servers:
           fake:
-            command: {sys.executable}
-            args: [{SERVER}, --tools, {tools_file}]
+            command: {command}
+            args: {json.dumps(args)}
             timeout_s: 10
-            connect_timeout_s: 30
+            connect_timeout_s: {CONNECT_S}
         tools:
           search: {search}
         """)
@@ -93,7 +106,7 @@ async def running(home: Path, clock: FakeClock | None = None,
 async def ask(gw: Gateway, adapter: RecordingAdapter, text: str, chat_id: str = "c1") -> str:
     before = len(adapter.sent)
     await gw.sessions.submit(inbound(text, chat_id=chat_id))
-    await adapter.wait_for(before + 1, timeout=60)
+    await adapter.wait_for(before + 1, timeout=CONNECT_S)
     await gw.sessions.wait_idle()
     return adapter.sent[-1].text
 
@@ -122,6 +135,13 @@ def raw_value(raw: bytes, key: str) -> bytes:
     raise AssertionError(f"no top-level {key!r} in the request")
 
 
+def answer_json(text: str) -> dict[str, Any]:
+    """A tool_search answer's JSON, out of its untrusted-content frame."""
+    head, _, rest = text.partition("\n")
+    assert head.startswith('<untrusted_content source="tool descriptions of the MCP server')
+    return json.loads(rest.rpartition("\n</untrusted_content>")[0])  # type: ignore[no-any-return]
+
+
 def answer_with_result(body: dict[str, Any]) -> Reply:
     """The model's answer: the last tool result, as a model would pass it on."""
     return Reply(f"Here it is: {tool_results(body)[-1]['content']}")
@@ -144,7 +164,7 @@ async def test_search_finds_the_tool_the_bridge_runs_it_and_the_prefix_never_mov
     search = "".join(t["description"] for t in first["tools"] if t["name"] == "tool_search")
     assert "Find tools of the MCP server fake that are not listed here" in search
     (found,) = tool_results(second)
-    best = json.loads(found["content"])["tools"][0]
+    best = answer_json(found["content"])["tools"][0]
     assert best["name"] == WEATHER
     assert best["description"].startswith("Get the weather forecast for a city")
     assert best["parameters"]["required"] == ["city"]
@@ -164,9 +184,9 @@ async def test_search_finds_the_tool_the_bridge_runs_it_and_the_prefix_never_mov
     session, fresh = raws[:5], raws[5:]
     for key in ("tools", "system"):
         assert {raw_value(r, key) for r in session} == {raw_value(raws[0], key)}, key
-    old = json.loads(tool_results(fake_llm.anthropic_requests()[4])[-1]["content"])["tools"]
+    old = answer_json(tool_results(fake_llm.anthropic_requests()[4])[-1]["content"])["tools"]
     assert WEATHER + "_work" not in again and all(t["description"].endswith("v1") for t in old)
-    new = json.loads(tool_results(fake_llm.anthropic_requests()[6])[-1]["content"])["tools"]
+    new = answer_json(tool_results(fake_llm.anthropic_requests()[6])[-1]["content"])["tools"]
     assert WEATHER + "_work" in other and all(t["description"].endswith("v2") for t in new)
     # its catalog is today's, its tools array the same bytes: sessions of one server set share it
     assert raw_value(fresh[0], "tools") == raw_value(raws[0], "tools")
@@ -189,10 +209,12 @@ async def test_off_sends_every_tool_and_auto_follows_the_context_window(
 
 async def test_bridge_errors_name_the_problem_and_the_policy_applies_to_the_real_name(
         home: Path, fake_llm: FakeLLM) -> None:
+    # the delete tool is destructive: its approval has tests of its own (tests/test_approvals.py)
     configure(home, fake_llm, extra="""\
         agent:
           tools: [memory, "mcp_fake_*"]
         """)
+    approve_all(home)
     fake_llm.script(ToolCall("tool_call", {"name": "weather", "arguments": {"city": "Oslo"}}),
                     ToolCall("tool_call", {"name": WEATHER, "arguments": {"days": "three"}}),
                     ToolCall("tool_call", {"name": "mcp_fake_delete_file",
@@ -243,11 +265,11 @@ async def test_the_catalog_keeps_annotations_for_the_core_and_survives_a_restart
     started: list[str] = []
     async with running(home) as (gw, adapter):
         row = gw.store.session(session.id)
-        tools = gw.sessions.tools.of(row)
+        tools = gw.sessions.roster.main.tools.of(row)
         await gw.agent.run(system=row.system_prompt or "", history=[],
                            ctx=gw.sessions.tool_context(row, "u1"),
                            user_message={"role": "user", "content": "weather?"}, tools=tools.specs,
-                           allowed_tools=gw.sessions.tools.allowed(tools, "cli"),
+                           allowed_tools=gw.sessions.roster.main.tools.allowed(tools, "cli"),
                            on_tool=started.append)
     # the live preview and the log name the real tool; a tool gone from its server answers an error
     assert started == ["tool_search", WEATHER]
@@ -342,7 +364,7 @@ async def test_a_scheduled_run_finds_and_calls_a_deferred_tool(home: Path,
         assert await fire_jobs(gw)
     run = fake_llm.anthropic_requests()[2]
     # a run's tools: the chat's without schedule, and the same bridge
-    assert [t["name"] for t in run["tools"]] == [*CORE[:-1], "tool_search", "tool_call"]
+    assert [t["name"] for t in run["tools"]] == [*CORE[:-2], "tool_search", "tool_call"]
     forecast = "Forecast for Oslo: sunny, 18 °C, light wind for the next 1 days."
     assert forecast in adapter.sent[-1].text
 
@@ -393,7 +415,7 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
           everything:
             command: {everything}
             args: [stdio]
-            connect_timeout_s: 60
+            connect_timeout_s: {CONNECT_S}
         tools:
           search: on
         """))
@@ -412,7 +434,7 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
         reply = await ask(gw, adapter, "what is 2 + 3?")
         session = gw.store.active_session("cli:dm:c1")
         assert session is not None
-        tools = gw.sessions.tools.of(session)
+        tools = gw.sessions.roster.main.tools.of(session)
     finally:
         await gw.close_tools()
         await gw.llm.close()
@@ -420,7 +442,7 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
     assert "The sum of 2 and 3 is 5." in reply
     first, second, third, _ = fake_llm.anthropic_requests()
     assert [t["name"] for t in first["tools"]] == [*CORE, "tool_search", "tool_call"]
-    (found,) = json.loads(tool_results(second)[-1]["content"])["tools"]
+    (found,) = answer_json(tool_results(second)[-1]["content"])["tools"]
     assert found["name"] == "mcp_everything_get-sum"
     assert found["parameters"]["required"] == ["a", "b"]
     invalid = tool_results(third)[-1]
@@ -447,5 +469,54 @@ async def test_the_bridge_works_on_the_openai_wire_too(home: Path, fake_llm: Fak
     assert "Forecast for Lima" in reply
     first, second, _ = fake_llm.openai_requests()
     assert [t["function"]["name"] for t in first["tools"]] == [*CORE, "tool_search", "tool_call"]
-    (found,) = json.loads(second["messages"][-1]["content"])["tools"]
+    (found,) = answer_json(second["messages"][-1]["content"])["tools"]
     assert found["name"] == WEATHER
+
+
+# ---- switching models ---------------------------------------------------------------------------
+def small_model(fake: FakeLLM) -> str:
+    return textwrap.dedent(f"""\
+        models_switch: everyone
+        models:
+          small:
+            provider: openai
+            name: gpt-small
+            base_url: {fake.openai_base_url}
+            api_key: test-key
+            max_retries: 0
+            context_window: 20000
+        """)
+
+
+def openai_tools(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body["tools"]]
+
+
+async def test_a_model_switch_defers_by_the_new_model_s_context_window(
+        home: Path, fake_llm: FakeLLM) -> None:
+    """`auto` at 2,000,000 tokens sends the 60 MCP tools; /model to a model of 20,000 rebuilds the
+    prompt and splits the session's own tools (not the server's newer ones) again for its window,
+    where 60 tools would take a third of it; the tools array then stays the same bytes, after a
+    restart too."""
+    configure(home, fake_llm, search="auto", window=2_000_000, extra=small_model(fake_llm))
+    async with running(home) as (gw, adapter):
+        await ask(gw, adapter, "hello")
+    assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 67  # 7 built-in (ask too), 60 MCP
+    # the server has a new tool (v2) by the time of the switch: this session never sees it
+    configure(home, fake_llm, search="auto", window=2_000_000, catalog=61, version="v2",
+              extra=small_model(fake_llm))
+    async with running(home) as (gw, adapter):
+        assert (await ask(gw, adapter, "/model small")).startswith("Switched to small")
+        await ask(gw, adapter, "and now?")
+        await ask(gw, adapter, "again")
+        session = gw.store.active_session("cli:dm:c1")
+        assert session is not None and session.prompt_rebuild_reason == "model_change"
+    fake_llm.script(ToolCall("tool_search", {"query": "weather forecast work"}),
+                    lambda body: Reply(body["messages"][-1]["content"]))
+    async with running(home) as (gw, adapter):
+        found = await ask(gw, adapter, "after a restart, find the forecast tools")
+    first, *later = fake_llm.openai_requests()
+    assert openai_tools(first) == [*CORE, "tool_search", "tool_call"]
+    assert len(later) == 3 and all(r["tools"] == first["tools"] for r in later)
+    assert {r["messages"][0]["content"] for r in later} == {first["messages"][0]["content"]}
+    assert WEATHER in found and WEATHER + "_work" not in found

@@ -105,7 +105,7 @@ def test_bad_server_definitions_are_config_errors(home: Path, capsys: pytest.Cap
 
 
 def test_a_daemon_without_mcp_servers_never_imports_mcp(home: Path) -> None:
-    write_config(home)
+    write_config(home)  # the web chat on a port from the OS
     code = textwrap.dedent(f"""\
         import asyncio, sys
         from pathlib import Path
@@ -122,8 +122,6 @@ def test_a_daemon_without_mcp_servers_never_imports_mcp(home: Path) -> None:
         loaded = sorted(m for m in sys.modules if m == "mcp" or m.startswith(("mcp.", "mcp_types", "trafilatura")))
         print(loaded)
         """)
-    config = home / "config.yaml"
-    config.write_text(config.read_text() + "web:\n  port: 0\n", encoding="utf-8")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr

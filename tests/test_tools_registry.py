@@ -89,8 +89,10 @@ def test_order_is_registration_order_whatever_the_filter_order() -> None:
 
 
 def test_built_registry_has_the_fixed_order_and_filters(tmp_path: Path) -> None:
-    assert TOOL_ORDER == ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search", "schedule")
-    assert build_registry(tmp_path).names() == ("memory", "session_search", "skill_view", "skill_manage")
+    assert TOOL_ORDER == ("memory", "session_search", "skill_view", "skill_manage", "web_fetch",
+                          "web_search", "schedule", "ask", "shell")
+    assert build_registry(tmp_path).names() == ("memory", "session_search", "skill_view",
+                                                "skill_manage", "ask")
     assert build_registry(tmp_path, enabled=["skill_manage", "memory"]).names() == ("memory", "skill_manage")
     with pytest.raises(ValueError, match="unknown tools: web"):
         build_registry(tmp_path, enabled=["web"])

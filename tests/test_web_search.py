@@ -99,7 +99,7 @@ async def test_web_search_is_off_until_configured(home: Path, fake_llm: FakeLLM)
     write_config(home, base_url=llm_url(fake_llm, "anthropic"))
     gw = build_gateway(load_config(home), env={}, probe_ollama=False)
     try:
-        assert gw.tool_names("telegram")[-2:] == ["web_fetch", "schedule"]
+        assert gw.tool_names("telegram")[-3:] == ["web_fetch", "schedule", "ask"]
         assert "web_search" not in gw.tool_names("telegram")
     finally:
         await gw.close_tools()

@@ -15,7 +15,7 @@ from gateway.ops.web_guard import load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply
-from tests.helpers import write_config
+from tests.helpers import closed_port, write_config
 
 
 async def _daemon(home: Path) -> Daemon:
@@ -66,14 +66,15 @@ async def test_page_and_socket_round_trip(home: Path, fake_llm: FakeLLM) -> None
 
 
 async def test_unreachable_model_shows_an_error_line(home: Path) -> None:
-    write_config(home, provider="openai", base_url="http://127.0.0.1:9/v1", extra="web:\n  port: 0\n")
-    daemon = await _daemon(home)
-    try:
-        got = await _exchange(daemon.web_port or 0, "hi", home=home)
-        assert got[-1]["kind"] == "error"
-        assert "couldn't get an answer from the model" in got[-1]["text"]
-    finally:
-        await daemon.stop()
+    with closed_port() as port:
+        write_config(home, provider="openai", base_url=f"http://127.0.0.1:{port}/v1")
+        daemon = await _daemon(home)
+        try:
+            got = await _exchange(daemon.web_port or 0, "hi", home=home)
+            assert got[-1]["kind"] == "error"
+            assert "couldn't get an answer from the model" in got[-1]["text"]
+        finally:
+            await daemon.stop()
 
 
 async def test_a_reloaded_tab_gets_the_conversation_so_far(home: Path, fake_llm: FakeLLM) -> None:

@@ -20,6 +20,7 @@ import discord.gateway
 import discord.http
 import yarl
 
+from adapters.discord.buttons import close, on_click
 from adapters.discord.catchup import (
     CATCH_UP_BUDGET_S,
     CATCH_UP_CONCURRENCY,
@@ -31,6 +32,7 @@ from adapters.discord.commands import ASK_DESCRIPTION, COMMANDS, SlashCommands
 from adapters.discord.files import DiscordFiles, refresher, sticker
 from adapters.discord.outbound import Outbound
 from adapters.discord.preview import DiscordPreview
+from adapters.discord.shards import ShardPlan, shard_plan
 from adapters.discord.text import (
     INTENT_HINT,
     PLATFORM,
@@ -48,8 +50,9 @@ from adapters.discord.text import (
 from adapters.discord.threads import AutoThreads
 from adapters.discord.voice import VoiceNotes
 from gateway.config.settings import DiscordConfig
-from gateway.errors import AdapterError, AdapterFatal
+from gateway.errors import AdapterError, AdapterFatal, PlatformUnavailable
 from gateway.events import (
+    DEFAULT_ACCOUNT,
     Attachment,
     ChatRef,
     Inbound,
@@ -60,6 +63,7 @@ from gateway.events import (
     Submit,
     SubmitOutcome,
     SubmitResult,
+    on_account,
 )
 
 __all__ = ["ASK_DESCRIPTION", "COMMANDS", "INTENT_HINT", "TOKEN_HINT", "Addressing", "DiscordAdapter", "addressing",
@@ -92,6 +96,15 @@ class _Client(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter.on_message(message)
 
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        # slash commands go to the CommandTree
+        if interaction.type is discord.InteractionType.component:
+            await on_click(interaction, self.adapter.submit_click)
+
+
+class _ShardedClient(_Client, discord.AutoShardedClient):
+    """The same client over several shards (`discord.shards`: adapters/discord/shards.py)."""
+
 
 class DiscordAdapter:
     """`start` logs in (401 → AdapterFatal), connects the gateway, waits for READY, syncs slash commands."""
@@ -100,8 +113,10 @@ class DiscordAdapter:
 
     def __init__(self, config: DiscordConfig, *, guild_ready_timeout: float = GUILD_READY_TIMEOUT_S,
                  monotonic: Callable[[], float] = time.monotonic, catch_up_budget: float = CATCH_UP_BUDGET_S,
-                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY) -> None:
+                 catch_up_concurrency: int = CATCH_UP_CONCURRENCY,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
+        self.account = account  # the bot account (one adapter each): what it hands in names it
         self.guild_ready_timeout = guild_ready_timeout
         self.monotonic = monotonic
         self.catch_up_budget = catch_up_budget
@@ -123,9 +138,10 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
-        self._submit = submit
+        self._submit = on_account(submit, self.account)
         point_library_at(self.config)
-        client = self._client = self._make_client()
+        plan = await shard_plan(self.config)  # None: one connection
+        client = self._client = self._make_client(plan)
         self._outbound.client = self._voice.client = client
         self._files.refresh = refresher(client.http)  # expired attachment links, renewed with the bot's token
         tree = self._commands.tree(client)
@@ -139,7 +155,8 @@ class DiscordAdapter:
             await self._close()
             raise
         assert client.user is not None
-        log.info("discord: @%s ready in %s guild(s)", client.user.name, len(client.guilds))
+        log.info("discord: @%s ready in %s guild(s)%s", client.user.name, len(client.guilds),
+                 f" on {plan.describe()}" if plan else "")
 
     async def stop(self) -> None:
         await self._close()
@@ -158,13 +175,17 @@ class DiscordAdapter:
         if not runner.cancelled() and runner.exception() is not None:
             raise gateway_failure(runner.exception())  # type: ignore[arg-type]
 
-    def _make_client(self) -> _Client:
+    def _make_client(self, plan: ShardPlan | None = None) -> _Client:
         intents = discord.Intents.default()
         intents.message_content = True  # privileged: without it Discord closes the gateway with 4014
         intents.typing = False
         intents.presences = False
-        return _Client(self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
-                       allowed_mentions=discord.AllowedMentions.none())
+        wait = self.guild_ready_timeout
+        options: dict[str, Any] = {"intents": intents, "guild_ready_timeout": wait,
+                                   "allowed_mentions": discord.AllowedMentions.none()}
+        if plan is not None:
+            return _ShardedClient(self, shard_count=plan.count, shard_ids=list(plan.ids), **options)
+        return _Client(self, **options)
 
     async def _login(self, client: _Client) -> None:
         try:
@@ -312,6 +333,18 @@ class DiscordAdapter:
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
         return await self._outbound.send(message)
+
+    async def submit_click(self, inbound: Inbound) -> SubmitResult:
+        """A click on one of our buttons (buttons.py), in order with the gateway's other events."""
+        return await self._submit_in_order(inbound)
+
+    async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
+        """A decided request: its buttons go, its text shows the outcome."""
+        client = self._client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable(PLATFORM, "not connected")
+        await close(client, await self._threads.open(message.chat), platform_message_id,
+                    message.text)
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""

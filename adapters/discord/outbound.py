@@ -8,10 +8,12 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 import discord
 
+from adapters.discord.buttons import view_of
 from adapters.discord.commands import SlashCommands
 from adapters.discord.text import (
     PLATFORM,
@@ -59,8 +61,11 @@ class Outbound:
         origin = self._origins.get(message.reply_to_id or "")
         mentions = allowed_mentions(origin.author_id if origin else None)
         nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
+        extra: dict[str, Any] = {}
+        if message.choices is not None:  # buttons (the Interactive ability: buttons.py)
+            extra["view"] = view_of(message.choices)
         try:
-            pending = self.commands.interaction_for(message.reply_to_id)
+            pending = self.commands.interaction_for(message.reply_to_id) if not extra else None
             if pending is not None:
                 sent = await self.commands.answer(pending, text, mentions)
                 if sent is not None:
@@ -69,9 +74,8 @@ class Outbound:
             channel = client.get_partial_messageable(target)
             reference = reference_for(message, target, origin)
             if reference is not None:
-                posted = await channel.send(text, reference=reference, allowed_mentions=mentions, nonce=nonce)
-            else:
-                posted = await channel.send(text, allowed_mentions=mentions, nonce=nonce)
+                extra["reference"] = reference
+            posted = await channel.send(text, allowed_mentions=mentions, nonce=nonce, **extra)
         except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             if posted_then_deleted(exc, message):
                 log.info("discord: chunk %s of a reply in channel %s was posted before and deleted since",

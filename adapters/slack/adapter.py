@@ -32,6 +32,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.ack import Intake, NotStored
+from adapters.slack.buttons import ACTION, Buttons
 from adapters.slack.connection import Connection
 from adapters.slack.files import SlackFiles
 from adapters.slack.lookup import Directory, task_result
@@ -58,6 +59,7 @@ from adapters.slack.voice import upload_voice
 from gateway.config.settings import SlackConfig
 from gateway.errors import PlatformUnavailable
 from gateway.events import (
+    DEFAULT_ACCOUNT,
     Attachment,
     ChatRef,
     ChatType,
@@ -70,6 +72,7 @@ from gateway.events import (
     Submit,
     SubmitOutcome,
     SubmitResult,
+    on_account,
 )
 
 __all__ = ["THREAD_UNREAD_NOTE", "SlackAdapter", "mentioned_users", "slack_to_text"]
@@ -99,8 +102,10 @@ class SlackAdapter:
     def __init__(self, config: SlackConfig, *, ping_interval: float = 10.0, ping_timeout: float = 10.0,
                  monotonic: Callable[[], float] = time.monotonic,
                  thinking_reaction: str = THINKING_REACTION, enrich_budget: float = ENRICH_BUDGET_S,
-                 ack_budget: float = ACK_BUDGET_S, serve: ServeHttp | None = None) -> None:
+                 ack_budget: float = ACK_BUDGET_S, serve: ServeHttp | None = None,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
+        self.account = account  # the bot account (one adapter each): what it hands in names it
         self.monotonic = monotonic
         self.enrich_budget = enrich_budget
         self.ack_budget = ack_budget
@@ -115,6 +120,7 @@ class SlackAdapter:
         self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()  # keeps the type it started with
         self._unread: OrderedDict[tuple[str, str], asyncio.Task[str]] = OrderedDict()  # thread reads that were late
         self._files = SlackFiles(config.bot_token.value, config.api_url)  # attachments, with the bot token
+        self._buttons = Buttons()  # Block Kit buttons and their block_actions
 
     # ------------------------------------------------------------------ lifecycle
     def remember_threads(self, threads: Sequence[ChatRef]) -> None:
@@ -126,9 +132,9 @@ class SlackAdapter:
 
     async def start(self, submit: Submit) -> None:
         cfg = self.config
-        self._intake.submit = submit
+        self._intake.submit = on_account(submit, self.account)
         client = AsyncWebClient(token=cfg.bot_token.value, base_url=cfg.api_url or DEFAULT_API_URL)
-        self._client = self._outbound.client = client
+        self._client = self._outbound.client = self._buttons.client = client
         me = self._me = await self._auth_test(client)
         self._directory.client, self._directory.me = client, me
         app = self._build_app(client)
@@ -142,6 +148,7 @@ class SlackAdapter:
     async def stop(self) -> None:
         await self._connection.close()
         await self._intake.drain()
+        await self._buttons.stop()
         lookups = [*self._directory.in_flight.values(), *self._unread.values()]
         for task in lookups:
             task.cancel()
@@ -187,6 +194,12 @@ class SlackAdapter:
             await ack()  # recorded; bolt sends it when this returns (the prompt is stored by then)
             await self._on_command(body, respond)
 
+        async def on_action(ack: Callable[[], Awaitable[None]], body: dict[str, Any],
+                            respond: Callable[..., Awaitable[Any]]) -> None:
+            await ack()  # sent when this returns: the click is handed in first (buttons.py)
+            with self._intake.tracked():
+                await self._buttons.click(body, respond, self._intake.submit, self._display_name)
+
         async def on_error(error: Exception, body: dict[str, Any]) -> None:
             what = body.get("command") or (body.get("event") or {}).get("type") or body.get("type")
             if isinstance(error, NotStored):
@@ -198,6 +211,7 @@ class SlackAdapter:
         app.event("message")(on_message)
         app.event("app_mention")(on_mention)
         app.command(cfg.slash_command)(on_command)
+        app.action(ACTION)(on_action)
         app.error(on_error)
         return app
 
@@ -331,6 +345,14 @@ class SlackAdapter:
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:
         """The thinking reaction on the message being answered, for the whole turn."""
         return self._outbound.typing(chat)
+
+    def _display_name(self, user_id: str) -> str | None:
+        """A person's display name as the Web API told it earlier (no lookup inside Slack's 3 s)."""
+        return self._directory.people.get(user_id, Person()).name
+
+    async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
+        """A decided request: its buttons go, its text shows the outcome (buttons.py)."""
+        await self._buttons.close(message, platform_message_id)
 
     # ------------------------------------------------------------------ live previews (in `preview`)
     def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle | None:

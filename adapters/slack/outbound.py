@@ -14,6 +14,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.ack import Intake
+from adapters.slack.buttons import blocks
 from adapters.slack.text import API_ERRORS, NETWORK_ERRORS, PLATFORM, describe, error_code, put, retry_after, send_error
 from gateway.errors import PlatformUnavailable, RateLimited
 from gateway.events import ChatRef, OutboundKind, OutboundMessage
@@ -74,7 +75,8 @@ class Outbound:
             raise PlatformUnavailable(PLATFORM, "not started")
         await self._intake.hold(message.chat.chat_id, message.reply_to_id or "")
         text = message.plain if message.use_plain else message.text
-        responder = self._responders.get(message.reply_to_id or "")
+        # a message with buttons goes to the channel: a slash command's response_url takes none
+        responder = None if message.choices else self._responders.get(message.reply_to_id or "")
         if responder is not None:
             sent = await self._respond(responder, message, text)
             if sent is not None:
@@ -83,6 +85,9 @@ class Outbound:
                 return await self._call(client.chat_postEphemeral(channel=responder.channel_id,
                                                                   user=responder.user_id, text=text), "message_ts")
         kwargs: dict[str, Any] = {"channel": message.chat.chat_id, "text": text, "mrkdwn": not message.use_plain}
+        # buttons (the Interactive ability: adapters/slack/buttons.py)
+        if message.choices is not None:
+            kwargs["blocks"] = blocks(text, not message.use_plain, message.choices)
         if message.chat.thread_id:
             kwargs["thread_ts"] = message.chat.thread_id
         return await self._call(client.chat_postMessage(**kwargs), "ts")

@@ -26,10 +26,11 @@ from aiogram.exceptions import (
     TelegramNotFound,
     TelegramUnauthorizedError,
 )
-from aiogram.types import BotCommand, ChatMemberUpdated, Message, User
+from aiogram.types import BotCommand, CallbackQuery, ChatMemberUpdated, Message, User
 from aiogram.utils.token import TokenValidationError
 
 from adapters.telegram.albums import Albums
+from adapters.telegram.buttons import Buttons
 from adapters.telegram.files import file_chunks
 from adapters.telegram.outbound import TYPING_INTERVAL_S, Outbound
 from adapters.telegram.preview import TelegramPreview
@@ -52,6 +53,7 @@ from adapters.telegram.webhook import NotStored, WebhookServer
 from gateway.config.settings import TelegramConfig
 from gateway.errors import AdapterError, AdapterFatal, MediaUnavailable
 from gateway.events import (
+    DEFAULT_ACCOUNT,
     Attachment,
     ChatRef,
     Inbound,
@@ -63,6 +65,7 @@ from gateway.events import (
     Submit,
     SubmitOutcome,
     SubmitResult,
+    on_account,
 )
 
 __all__ = ["COMMANDS", "Addressing", "TelegramAdapter", "addressing"]
@@ -94,8 +97,10 @@ class TelegramAdapter:
 
     def __init__(self, config: TelegramConfig, *, typing_interval: float = TYPING_INTERVAL_S,
                  submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
-                 clock: Callable[[], float] = time.monotonic, serve: ServeHttp | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, serve: ServeHttp | None = None,
+                 account: str = DEFAULT_ACCOUNT) -> None:
         self.config = config
+        self.account = account  # the bot account (one adapter each): what it hands in names it
         self.submit_retry_delays = tuple(submit_retry_delays)
         self._submit: Submit | None = None
         self._bot: Bot | None = None
@@ -106,10 +111,11 @@ class TelegramAdapter:
         self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
         self._albums = Albums()  # a group's albums: which speak to us, and the parts before the one that does
         self._preview = TelegramPreview(self._outbound)  # drafts in private chats, edits in groups
+        self._buttons = Buttons(self._outbound)  # inline keyboards and their callback queries
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, submit: Submit) -> None:
-        self._submit = submit
+        self._submit = on_account(submit, self.account)
         bot = self._bot = self._outbound.bot = self._make_bot()
         try:
             self._me = await self._get_me(bot)
@@ -190,6 +196,7 @@ class TelegramAdapter:
         if self.config.answer_channel_posts:
             router.channel_post.register(self._on_message)
         router.my_chat_member.register(self._on_membership)
+        router.callback_query.register(self._on_callback)
         return router
 
     async def _poll(self, bot: Bot) -> None:
@@ -300,6 +307,14 @@ class TelegramAdapter:
                 await asyncio.Future()  # hold the offset until stop() cancels polling
             return result
         raise AssertionError("unreachable")
+
+    async def _on_callback(self, query: CallbackQuery) -> None:
+        """A tap on one of our buttons: handed to the core, then answered (buttons.py)."""
+        await self._buttons.tap(query, self._submit)
+
+    async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
+        """A decided request: its keyboard goes, its text shows the outcome."""
+        await self._buttons.close(message, platform_message_id)
 
     async def _on_membership(self, event: ChatMemberUpdated) -> None:
         status = event.new_chat_member.status

@@ -24,7 +24,7 @@ from aiogram.exceptions import (
 from aiogram.types import ReplyParameters
 
 from adapters.telegram.pacing import ChatPacing
-from adapters.telegram.text import PLATFORM, entity, platform_message_id, send_error
+from adapters.telegram.text import PLATFORM, entity, keyboard, platform_message_id, send_error
 from gateway.errors import AdapterError, PlatformUnavailable, RateLimited, RecipientUnavailable
 from gateway.events import ChatRef, OutboundMessage
 
@@ -40,6 +40,7 @@ class Outbound:
 
     def __init__(self, clock: Callable[[], float], typing_interval: float = TYPING_INTERVAL_S) -> None:
         self.bot: Bot | None = None
+
         self.typing_interval = typing_interval
         self.pacing = ChatPacing(clock)
         self._unavailable: set[str] = set()  # chats whose 403 was already logged
@@ -78,6 +79,9 @@ class Outbound:
             text, entities = (message.plain if message.use_plain else message.text), None
         else:
             text, entities = message.text, [entity(e) for e in message.entities]
+        # buttons (the Interactive ability: adapters/telegram/buttons.py)
+        if message.choices is not None:
+            kwargs["reply_markup"] = keyboard(message.choices)
         try:
             try:
                 sent = await self.bot.send_message(chat_id, text, entities=entities, parse_mode=None, **kwargs)

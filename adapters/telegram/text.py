@@ -18,10 +18,11 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import Message, MessageEntity, Sticker, User
+from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, Message, MessageEntity, Sticker, User
 
 from gateway.errors import AdapterError, MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable
-from gateway.events import Attachment, ChatType
+from gateway.events import Attachment, ChatType, Choices
+from gateway.events.choices import choice_data
 
 PLATFORM = "telegram"
 CHAT_TYPES: dict[str, ChatType] = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
@@ -175,6 +176,14 @@ def platform_message_id(our_id: str | None) -> int | None:
 
 def entity(e: Any) -> MessageEntity:
     return MessageEntity(type=e.type, offset=e.offset, length=e.length, url=e.url, language=e.language)
+
+
+def keyboard(choices: Choices) -> InlineKeyboardMarkup:
+    """Buttons as an inline keyboard, one a row (a label like "Allow for this session" stays whole);
+    each one's callback_data is the core's `choice_data`, within Telegram's 1-64 bytes."""
+    return InlineKeyboardMarkup(inline_keyboard=[
+        [InlineKeyboardButton(text=c.label, callback_data=choice_data(choices.token, c.value))]
+        for c in choices.options])
 
 
 # ---------------------------------------------------------------------- errors

@@ -1,7 +1,10 @@
 """Access control: who gets a turn. One gate, run by SessionManager.submit before anything is stored.
 
-Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat budget for
-bot-authored messages. It never logs message text, and a clear pairing code never reaches the database.
+Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat
+budget for bot-authored messages. It never logs message text, and a clear pairing code never reaches
+the database. Answers to requests a waiting turn made (gateway/approvals/) come through here too: a
+tap on a button, and `/approve CODE` / `/deny CODE`; a request's code has 6 characters, a pairing
+code 8, and a code is looked up as a request of this chat first.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.access.pairing import CODE_TTL, PairingBook
-from gateway.config.settings import AccessConfig, Config
+from gateway.approvals.answers import Answers
+from gateway.approvals.menus import is_menu
+from gateway.config.platforms import platform_accounts
+from gateway.config.settings import AccessConfig, Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.outbox import Outbox
 from gateway.events import ChatRef, Inbound, SubmitOutcome, SubmitResult, command_word
-from gateway.knowledge.people import LOCAL_OWNER, PeopleBook, identity_of
+from gateway.knowledge.people import LOCAL_OWNER, Identity, PeopleBook, identity_of
 from gateway.store.database import Store
 from gateway.store.transcript import encode_inbound
 
@@ -37,6 +43,9 @@ PAIRING_TEXT = ("I don't know you yet, so I can't answer. To get access, send th
 APPROVED_TEXT = "You're approved: I can talk with you now. Send me a message to start."
 ADMIN_ONLY_TEXT = "Only an admin can approve pairing codes."
 APPROVE_USAGE = "Usage: /approve CODE"
+DENY_USAGE = "Usage: /deny CODE (the code of a request waiting in this chat)"
+NO_REQUEST_TEXT = "No request in this chat is waiting with the code {code}."
+NOT_ALLOWED_TEXT = "Only people this bot talks with can use its buttons."
 _STRANGER_REASONS = {"pending": "unknown user; pairing code already sent",
                      "full": "unknown user; too many pairing codes pending on this platform",
                      "locked": "unknown user; pairing is locked after wrong approvals",
@@ -79,21 +88,25 @@ class Rules:
         return not self.spaces or inbound.space_id in self.spaces
 
 
-def platform_rules(config: Config) -> dict[str, Rules]:
-    rules: dict[str, Rules] = {}
-    if config.telegram is not None:
-        t = config.telegram
-        rules["telegram"] = Rules(
+def platform_rules(config: Config) -> dict[tuple[str, str], Rules]:
+    """Each bot account's allowlist, by (platform, account): one bot's list lets nobody talk to
+    another."""
+    rules: dict[tuple[str, str], Rules] = {}
+    for name, t in platform_accounts(config.telegram).items():
+        assert isinstance(t, TelegramConfig)
+        rules[("telegram", name)] = Rules(
             user_ids=frozenset(u for u in t.allowed_users if not u.startswith("@")),
             usernames=frozenset(_handle(u) for u in t.allowed_users if u.startswith("@")),
             chats=frozenset(t.allowed_chats))
-    if config.discord is not None:
-        d = config.discord
-        rules["discord"] = Rules(user_ids=frozenset(d.allowed_users), roles=frozenset(d.allowed_roles),
-                                 chats=frozenset(d.allowed_channels), spaces=frozenset(d.allowed_guilds))
-    if config.slack is not None:
-        s = config.slack
-        rules["slack"] = Rules(user_ids=frozenset(s.allowed_users), chats=frozenset(s.allowed_channels))
+    for name, d in platform_accounts(config.discord).items():
+        assert isinstance(d, DiscordConfig)
+        rules[("discord", name)] = Rules(
+            user_ids=frozenset(d.allowed_users), roles=frozenset(d.allowed_roles),
+            chats=frozenset(d.allowed_channels), spaces=frozenset(d.allowed_guilds))
+    for name, s in platform_accounts(config.slack).items():
+        assert isinstance(s, SlackConfig)
+        rules[("slack", name)] = Rules(user_ids=frozenset(s.allowed_users),
+                                       chats=frozenset(s.allowed_channels))
     return rules
 
 
@@ -145,6 +158,9 @@ class AccessGate:
                  notices: Outbox | None = None, people: PeopleBook | None = None) -> None:
         self.people = people
         self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None  # set by linking.Linker
+        # answers to waiting turns' requests, and taps on a command's menu (set by the wiring)
+        self.answers: Answers | None = None
+        self.menus: Callable[[Inbound], Awaitable[SubmitResult]] | None = None
         self.config = config
         self.access = config.access
         self.rules = platform_rules(config)
@@ -157,14 +173,15 @@ class AccessGate:
 
     def is_allowed(self, inbound: Inbound) -> bool:
         """Does this sender pass here: place lists, then admins, config allowlists or an approved code."""
-        platform = inbound.chat.platform
+        platform, account = inbound.chat.platform, inbound.chat.account
         if platform in LOCAL_PLATFORMS:
             return True
-        rules = self.rules.get(platform, Rules())
+        rules = self.rules.get((platform, account), Rules())
         if not rules.allows_place(inbound):
             return False
         return (is_admin(self.access, platform, inbound.user_id) or rules.lists_user(inbound)
-                or self.pairing.is_approved(platform, inbound.user_id) or self._linked_allowed(platform, inbound))
+                or self.pairing.is_approved(platform, inbound.user_id, account)
+                or self._linked_allowed(platform, inbound))
 
     def _linked_allowed(self, platform: str, inbound: Inbound) -> bool:
         """One approval per person: an identity linked to this one that is let in by id (an admin, listed, approved
@@ -173,14 +190,24 @@ class AccessGate:
         if person is None or len(person.identities) < 2:
             return False
         for other in person.identities:
-            rules = self.rules.get(other.platform, Rules())
+            # on this platform, this bot's list alone counts; on another, any of its bots' lists
+            account = inbound.chat.account if other.platform == platform else None
             if (other.identity == LOCAL_OWNER or is_admin(self.access, other.platform, other.user_id)
-                    or other.user_id in rules.user_ids or (other.username and _handle(other.username) in rules.usernames)
-                    or self.pairing.is_approved(other.platform, other.user_id)):
+                    or self._listed(other, account)
+                    or self.pairing.is_approved(other.platform, other.user_id, account)):
                 return True
         return False
 
+    def _listed(self, who: Identity, account: str | None) -> bool:
+        """Is this identity on an allowlist of its platform (`account`'s alone, unless None)?"""
+        handle = _handle(who.username) if who.username else None
+        return any(who.user_id in rules.user_ids or handle in rules.usernames
+                   for (platform, name), rules in self.rules.items()
+                   if platform == who.platform and account in (None, name))
+
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
+        if inbound.picked is not None:
+            return await self._tap(inbound, inbound.picked.token)
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
             linked = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
             if linked is not None:
@@ -193,9 +220,22 @@ class AccessGate:
                 if verdict != "ok":
                     return self._drop(inbound, f"bot loop budget spent ({self.bots.budget}/min); cooling down"
                                       if verdict == "tripped" else "bot loop cool-down")
-        if command_word(inbound.text) == "approve":
+        if command_word(inbound.text) in ("approve", "deny"):
             return await self._approve_command(inbound)
         return None
+
+    async def _tap(self, inbound: Inbound, token: str) -> SubmitResult:
+        """A tap on a button. On a request: who may answer is the request's rule, not the list's;
+        on a command's menu (/model): the sender must be let in, as for the command."""
+        if is_menu(token) and self.menus is not None:
+            if not self.is_allowed(inbound):
+                self._drop(inbound, "a tap from someone not allowed here")
+                return SubmitResult(SubmitOutcome.REFUSED, "choice", notice=NOT_ALLOWED_TEXT)
+            return await self.menus(inbound)
+        if self.answers is None or is_menu(token):
+            return SubmitResult(SubmitOutcome.IGNORED, "choice",
+                                notice="Nothing is waiting for this.")
+        return self.answers.tap(inbound)
 
     # ------------------------------------------------------------------ strangers
     async def _stranger(self, inbound: Inbound) -> SubmitResult:
@@ -205,12 +245,13 @@ class AccessGate:
             return self._drop(inbound, "unknown user (access.unknown_dm is ignore)")
         chat = inbound.chat
         issued = self.pairing.issue(platform=chat.platform, user_id=inbound.user_id, user_name=inbound.user_name,
-                                    chat_id=chat.chat_id or inbound.user_id, now=self.clock())
+                                    chat_id=chat.chat_id or inbound.user_id, now=self.clock(),
+                                    account=chat.account)
         if issued.code is None:
             return self._drop(inbound, _STRANGER_REASONS[issued.status])
         log.info("access: unknown user, pairing code sent platform=%s user=%s chat=%s", chat.platform,
                  inbound.user_id, chat.chat_id)
-        self._hint(chat.platform)
+        self._hint(chat)
         left = (issued.expires_at - self.clock()) if issued.expires_at is not None else CODE_TTL
         text = PAIRING_TEXT.format(code=issued.code, minutes=max(1, int(left.total_seconds() // 60)))
         # Sent in the background: the platform's ack must not wait behind a 429 pause.
@@ -223,15 +264,17 @@ class AccessGate:
         level = logging.INFO if inbound.is_addressed else logging.DEBUG
         log.log(level, "access: refused (%s) platform=%s user=%s chat=%s", reason, inbound.chat.platform,
                 inbound.user_id, inbound.chat.chat_id)
-        self._hint(inbound.chat.platform)
+        self._hint(inbound.chat)
         return SubmitResult(SubmitOutcome.IGNORED, reason)
 
-    def _hint(self, platform: str) -> None:
-        if platform in self._hinted or not self.rules.get(platform, Rules()).is_empty:
+    def _hint(self, chat: ChatRef) -> None:
+        where = chat.adapter_key
+        rules = self.rules.get((chat.platform, chat.account), Rules())
+        if where in self._hinted or not rules.is_empty:
             return
-        self._hinted.add(platform)
+        self._hinted.add(where)
         log.warning("access: %s has no allowed_users, so only admins and approved pairing codes get a turn there "
-                    "(see `gateway pairing list`)", platform)
+                    "(see `gateway pairing list`)", where)
 
     # ------------------------------------------------------------------ /approve
     async def _approve_command(self, inbound: Inbound) -> SubmitResult:
@@ -242,6 +285,15 @@ class AccessGate:
         args = inbound.text.split()[1:]
         approval = None
         admin = is_admin(self.access, platform, user_id)
+        word = command_word(inbound.text) or ""
+        answered = self.answers.command(inbound, word) if self.answers is not None else None
+        # a waiting turn's request (never a pairing code)
+        if answered is not None or word == "deny":
+            missing = NO_REQUEST_TEXT.format(code=args[0].upper()) if args else DENY_USAGE
+            reply = answered or missing
+            self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply,
+                                  reply_to_id=inbound.message_id)
+            return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         if not admin:
             log.info("access: refused (/approve by a non-admin) platform=%s user=%s", platform, user_id)
             reply = ADMIN_ONLY_TEXT
@@ -253,8 +305,8 @@ class AccessGate:
             reply = approval.describe()
         self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
         if approval is not None and approval.status == "approved" and approval.platform and approval.chat_id:
-            self.outbox.post_soon(f"c{inbound_id}:paired", ChatRef(approval.platform, "dm", approval.chat_id),
-                                  APPROVED_TEXT)
+            paired = ChatRef(approval.platform, "dm", approval.chat_id, account=approval.account)
+            self.outbox.post_soon(f"c{inbound_id}:paired", paired, APPROVED_TEXT)
         return SubmitResult(SubmitOutcome.ACCEPTED if admin else SubmitOutcome.REFUSED, "command")
 
     def store_answered(self, inbound: Inbound) -> int | None:
@@ -265,7 +317,7 @@ class AccessGate:
             platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
             platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
             text=redacted.text, payload=encode_inbound(redacted), received_at=inbound.received_at,
-            status="answered")
+            status="answered", account=chat.account)
 
 
 def _handle(name: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import StoreError
+from gateway.events import DEFAULT_ACCOUNT
 from gateway.knowledge.people import people_changed
 from gateway.store.database import Store
 from gateway.store.rows import iso, parse_iso
@@ -55,6 +56,7 @@ class PendingCode:
     chat_id: str
     created_at: datetime
     expires_at: datetime
+    account: str = DEFAULT_ACCOUNT  # the bot they asked (an approval lets them talk to that bot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class ApprovedUser:
     user_name: str | None
     approved_at: datetime
     approved_by: str
+    account: str = DEFAULT_ACCOUNT
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,7 @@ class Approval:
     chat_id: str | None = None
     locked_until: datetime | None = None
     locked_now: tuple[str, ...] = ()  # platforms this wrong code just locked
+    account: str = DEFAULT_ACCOUNT
 
     @property
     def who(self) -> str:
@@ -147,8 +151,12 @@ class PairingBook:
         return hmac.new(self._key, normalize(code).encode("ascii", "replace"), hashlib.sha256).hexdigest()
 
     # ------------------------------------------------------------------ reads
-    def is_approved(self, platform: str, user_id: str) -> bool:
-        row = self.store.one("SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id))
+    def is_approved(self, platform: str, user_id: str,
+                    account: str | None = DEFAULT_ACCOUNT) -> bool:
+        """Approved to talk to that bot account (None: to any of the platform's)."""
+        any_account = account is None
+        row = self.store.one("SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?"
+                             " AND (? OR account = ?)", (platform, user_id, any_account, account))
         return row is not None
 
     def locked_until(self, platform: str, now: datetime) -> datetime | None:
@@ -159,12 +167,12 @@ class PairingBook:
     def pending(self, now: datetime) -> list[PendingCode]:
         rows = self.store.all("SELECT * FROM pairing WHERE expires_at > ? ORDER BY created_at", (iso(now),))
         return [PendingCode(r["platform"], r["user_id"], r["user_name"], r["chat_id"], _dt(r["created_at"]),
-                            _dt(r["expires_at"])) for r in rows]
+                            _dt(r["expires_at"]), r["account"]) for r in rows]
 
     def approved(self) -> list[ApprovedUser]:
         rows = self.store.all("SELECT * FROM approved_users ORDER BY platform, approved_at")
-        return [ApprovedUser(r["platform"], r["user_id"], r["user_name"], _dt(r["approved_at"]), r["approved_by"])
-                for r in rows]
+        return [ApprovedUser(r["platform"], r["user_id"], r["user_name"], _dt(r["approved_at"]),
+                             r["approved_by"], r["account"]) for r in rows]
 
     def lockouts(self, now: datetime) -> list[Lockout]:
         rows = self.store.all("SELECT * FROM pairing_lockouts WHERE failures > 0 OR locked_until > ?"
@@ -177,24 +185,25 @@ class PairingBook:
 
     # ------------------------------------------------------------------ issuing
     def issue(self, *, platform: str, user_id: str, user_name: str | None, chat_id: str,
-              now: datetime) -> Issued:
+              now: datetime, account: str = DEFAULT_ACCOUNT) -> Issued:
         """A code for this user, unless pairing is locked, they got one lately, their last request is cooling
         down, or the platform is full (its oldest request expires for a newcomer once it waited ten minutes)."""
         if self.locked_until(platform, now) is not None:
             return Issued("locked")
         self.store.execute("DELETE FROM pairing WHERE expires_at <= ?", (iso(now - REQUEST_COOLDOWN),))
-        mine = self.store.one("SELECT created_at, expires_at FROM pairing WHERE platform = ? AND user_id = ?",
-                              (platform, user_id))
+        mine = self.store.one("SELECT created_at, expires_at FROM pairing WHERE platform = ?"
+                              " AND account = ? AND user_id = ?", (platform, account, user_id))
+        who = (platform, account, user_id)
         if mine is not None:
             expires = _dt(mine["expires_at"])
             if expires <= now:
                 return Issued("cooling")
             if now - _dt(mine["created_at"]) < NEW_CODE_EVERY:
                 return Issued("pending")
-            return self._store_code(platform, user_id, user_name, chat_id, now=now, expires=expires)
+            return self._store_code(who, user_name, chat_id, now=now, expires=expires)
         if not self._room(platform, now):
             return Issued("full")
-        return self._store_code(platform, user_id, user_name, chat_id, now=now, expires=now + CODE_TTL)
+        return self._store_code(who, user_name, chat_id, now=now, expires=now + CODE_TTL)
 
     def _room(self, platform: str, now: datetime) -> bool:
         """Is there a free place in the platform's queue, or one to free: its oldest request, if old enough?"""
@@ -208,17 +217,20 @@ class PairingBook:
         self.store.execute("UPDATE pairing SET expires_at = ? WHERE id = ?", (iso(now), oldest["id"]))
         return True
 
-    def _store_code(self, platform: str, user_id: str, user_name: str | None, chat_id: str, *, now: datetime,
-                    expires: datetime) -> Issued:
+    def _store_code(self, who: tuple[str, str, str], user_name: str | None, chat_id: str, *,
+                    now: datetime, expires: datetime) -> Issued:
+        """`who`: (platform, account, user id)."""
         for _ in range(5):  # a hash collision with another pending code is astronomically rare; retry anyway
             code = new_code()
             try:
                 self.store.execute(
-                    "INSERT INTO pairing (platform, user_id, user_name, chat_id, code_hash, created_at, expires_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, user_id) DO UPDATE SET"
-                    " user_name = excluded.user_name, chat_id = excluded.chat_id, code_hash = excluded.code_hash,"
-                    " created_at = excluded.created_at, expires_at = excluded.expires_at",
-                    (platform, user_id, user_name, chat_id, self.code_hash(code), iso(now), iso(expires)))
+                    "INSERT INTO pairing (platform, account, user_id, user_name, chat_id,"
+                    " code_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (platform, account, user_id) DO UPDATE SET"
+                    " user_name = excluded.user_name, chat_id = excluded.chat_id,"
+                    " code_hash = excluded.code_hash, created_at = excluded.created_at,"
+                    " expires_at = excluded.expires_at",
+                    (*who, user_name, chat_id, self.code_hash(code), iso(now), iso(expires)))
             except StoreError as exc:
                 if isinstance(exc.__cause__, sqlite3.IntegrityError):
                     continue
@@ -235,7 +247,8 @@ class PairingBook:
         row = self.store.one("SELECT * FROM pairing WHERE code_hash = ?", (self.code_hash(code),))
         if row is None:
             return self._wrong(now)
-        found = Approval("approved", row["platform"], row["user_id"], row["user_name"], row["chat_id"])
+        found = Approval("approved", row["platform"], row["user_id"], row["user_name"],
+                         row["chat_id"], account=row["account"])
         until = self.locked_until(found.platform or "", now)
         if until is not None:
             return Approval("locked", found.platform, found.user_id, found.user_name, found.chat_id, until)
@@ -246,15 +259,17 @@ class PairingBook:
         with self.store.tx() as conn:
             conn.execute("DELETE FROM pairing WHERE id = ?", (row["id"],))
             conn.execute(
-                "INSERT INTO approved_users (platform, user_id, user_name, approved_at, approved_by)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, user_id) DO UPDATE SET"
+                "INSERT INTO approved_users (platform, account, user_id, user_name, approved_at,"
+                " approved_by) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (platform, account, user_id) DO UPDATE SET"
                 " approved_at = excluded.approved_at, approved_by = excluded.approved_by",
-                (row["platform"], row["user_id"], row["user_name"], iso(now), by))
+                (row["platform"], row["account"], row["user_id"], row["user_name"], iso(now), by))
             conn.execute("UPDATE pairing_lockouts SET failures = 0 WHERE platform = ?", (row["platform"],))
             if announce:
-                conn.execute("INSERT INTO access_events (kind, platform, user_id, chat_id, detail, created_at)"
-                             " VALUES ('approved', ?, ?, ?, ?, ?)",
-                             (row["platform"], row["user_id"], row["chat_id"], by, iso(now)))
+                conn.execute("INSERT INTO access_events (kind, platform, user_id, chat_id, detail,"
+                             " created_at, account) VALUES ('approved', ?, ?, ?, ?, ?, ?)",
+                             (row["platform"], row["user_id"], row["chat_id"], by, iso(now),
+                              row["account"]))
         return found
 
     def _wrong(self, now: datetime) -> Approval:
@@ -311,6 +326,10 @@ def _hhmm(when: datetime | None) -> str:
     return "later" if when is None else when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _bot(account: str) -> str:
+    return "" if account == DEFAULT_ACCOUNT else f" [bot account {account}]"
+
+
 def render_listing(book: PairingBook, now: datetime) -> str:
     """`gateway pairing list`: who is waiting, who was approved, which platforms are locked."""
     lines = ["Pending pairing requests (the code itself is not stored: ask the user for it):"]
@@ -318,14 +337,16 @@ def render_listing(book: PairingBook, now: datetime) -> str:
     for p in pending:
         name = f" ({p.user_name})" if p.user_name else ""
         left = max(0, _minutes(p.expires_at - now))
-        lines.append(f"  {p.platform}:{p.user_id}{name}  asked {_hhmm(p.created_at)}, expires in {left} min")
+        lines.append(f"  {p.platform}:{p.user_id}{name}{_bot(p.account)}  asked "
+                     f"{_hhmm(p.created_at)}, expires in {left} min")
     if not pending:
         lines.append("  none")
     lines.append("Approved users:")
     approved = book.approved()
     for a in approved:
         name = f" ({a.user_name})" if a.user_name else ""
-        lines.append(f"  {a.platform}:{a.user_id}{name}  approved {_hhmm(a.approved_at)} by {a.approved_by}")
+        lines.append(f"  {a.platform}:{a.user_id}{name}{_bot(a.account)}  approved "
+                     f"{_hhmm(a.approved_at)} by {a.approved_by}")
     if not approved:
         lines.append("  none")
     for lock in book.lockouts(now):

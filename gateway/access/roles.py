@@ -18,6 +18,7 @@ from gateway.access.gate import platform_rules
 from gateway.access.pairing import PairingBook
 from gateway.agent.tools.registry import ToolContext
 from gateway.config.settings import Config
+from gateway.events import Inbound
 from gateway.knowledge.files import FileLock
 from gateway.knowledge.memory import MemoryFile, MemoryRights, MemoryStore, MemoryView, chat_key
 from gateway.knowledge.people import LOCAL_OWNER, OwnedSession, PeopleBook, Person, identity_of, personal_owner
@@ -50,6 +51,22 @@ class Roles:
         sole = self.sole_person()
         return sole is not None and bool(ids & sole)
 
+    def sender_is_admin(self, inbound: Inbound) -> bool:
+        """Whether a message's sender is an admin (access.admins, linked identities, the one
+        allowed person)."""
+        person = self.people.resolve(inbound.chat.platform, inbound.user_id, now=self.clock(),
+                                     user_name=inbound.user_name, username=inbound.username)
+        return self.is_admin(person)
+
+    def admits(self, ctx: ToolContext) -> bool:
+        """Whether a tool call acts for an admin (the shell: for admins' turns only)."""
+        return self.is_admin(ctx.person)
+
+    def admin_owned(self, session: SessionRow) -> bool:
+        """Whether the session is an admin's own (a DM, or their own session in a group): the
+        only sessions admin-only tools are listed in."""
+        return self.is_admin(self.owner_person(self.speaks_for(session)))
+
     def sole_person(self) -> frozenset[str] | None:
         """The identities of the one person allowed on the platforms (by config or pairing), or None when that is
         not exactly one person (none, several, or a role-based allowlist whose members are not known).
@@ -63,7 +80,7 @@ class Roles:
 
     def _sole_person(self) -> frozenset[str] | None:
         found: set[frozenset[str]] = set()
-        for platform, rules in platform_rules(self.config).items():
+        for (platform, _), rules in platform_rules(self.config).items():
             if rules.roles:
                 return None
             for uid in rules.user_ids:
@@ -164,7 +181,7 @@ class Roles:
     def _context(self, session: SessionRow, user_id: str | None, person: Person | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
                            user_id=user_id, home=self.config.home, db_path=self.config.db_path,
-                           chat_id=session.chat_id, person=person,
+                           chat_id=session.chat_id, person=person, agent=session.agent,
                            memory=self.rights(person, MemoryView(None, self._chat(session)),
                                               own=user_id is not None and personal_owner(session) == user_id))
 

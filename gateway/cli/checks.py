@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
-from gateway.cli.context import EXIT_CONFIG, EXIT_OK, config_of, home_of
-from gateway.config.settings import environ
+from gateway.cli.context import EXIT_CONFIG, EXIT_OK, config_of, environ, home_of
 from gateway.errors import ConfigError
 
 
@@ -40,6 +38,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    import asyncio
+
     from gateway.ops.doctor import Doctor, exit_code, render
     doctor = Doctor(home_of(args), environ())
     if args.fix:

@@ -6,10 +6,8 @@ config without --force, tries the model once when it can, and ends with the next
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import secrets
-import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -17,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, home_of
-from gateway.config.settings import check_base_url, environ
+from gateway.cli import context
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, check_base_url, environ, home_of
 from gateway.config.starter import (
     CHAT_PLATFORMS,
     TOKEN_VARS,
@@ -29,7 +27,6 @@ from gateway.config.starter import (
     render,
 )
 from gateway.errors import ConfigError
-from gateway.ops.home import held as home_held
 
 # (label, provider, default model, base_url, key variable): the presets the questions offer
 PRESETS = {
@@ -67,8 +64,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--admin", action="append", default=[], metavar="PLATFORM:ID",
                    help="a user who may approve pairing codes in the chat (repeat it)")
     p.add_argument("--no-pairing", action="store_true", help="strangers get no answer (no pairing codes)")
-    p.add_argument("--web-port", type=int, help=f"the web chat's port (default {DEFAULT_WEB_PORT}, or the next free "
-                   "one when another program holds it now)")
+    p.add_argument("--web-port", type=int,
+                   help=f"the web chat's port (default ${context.PORT_VAR}, else {DEFAULT_WEB_PORT} or "
+                   "the next free one when another program holds it now)")
     p.add_argument("--no-model-test", action="store_true", help="do not send the one-line test request")
     p.set_defaults(func=cmd_init)
 
@@ -88,7 +86,8 @@ def cmd_init(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: T
         else:
             tester = None if args.no_model_test else (lambda chosen: model_test(chosen, env, home))
             starter, service = Questions(stdin or sys.stdin, out, env, tester).run(home)
-        starter = replace(starter, web_port=web_port(args.web_port, home, out))
+        wanted = args.web_port if args.web_port is not None else context.port_from_env(env)
+        starter = replace(starter, web_port=web_port(wanted, home, out))
     except (ValueError, InitStopped) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -150,36 +149,28 @@ def _by_platform(entries: Sequence[str], flag: str) -> dict[str, list[str]]:
     return found
 
 
-def web_port(wanted: int | None, home: Path, out: TextIO, *, in_use: Callable[[int], bool] | None = None) -> int:
-    """--web-port as given (with a note when something listens there now); else 8765, or the first free port after
-    it when another program holds 8765 now (a second gateway on this machine, say), so `gateway run` can start.
-    This home's own running daemon is the likely holder: then 8765 stays."""
-    busy = in_use or port_in_use
+def web_port(wanted: int | None, home: Path, out: TextIO, *,
+             in_use: Callable[[int], bool] | None = None) -> int:
+    """--web-port as given (with a note when something listens there now); else 8765, or the first
+    free one after it when another program (a second gateway?) holds 8765 now, so `gateway run` can
+    start. This home's own running daemon is the likely holder: then 8765 stays."""
+    from gateway.ops.home import held as home_held
+    busy = in_use or context.port_in_use
     if wanted is not None:
         if not 0 < wanted < 65536:
             raise ValueError(f"--web-port {wanted}: expected 1–65535")
         if busy(wanted):
-            print(f"note: port {wanted} is in use on this machine now; `gateway run` needs it free", file=out)
+            print(f"note: port {wanted} is in use on this machine now; `gateway run` needs it free",
+                  file=out)
         return wanted
     if not busy(DEFAULT_WEB_PORT) or home_held(home):
         return DEFAULT_WEB_PORT
-    port = next((p for p in range(DEFAULT_WEB_PORT + 1, DEFAULT_WEB_PORT + 100) if not busy(p)), DEFAULT_WEB_PORT)
+    after = range(DEFAULT_WEB_PORT + 1, DEFAULT_WEB_PORT + 100)
+    port = next((p for p in after if not busy(p)), DEFAULT_WEB_PORT)
     if port != DEFAULT_WEB_PORT:
-        print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web chat gets port "
-              f"{port} (web.port)", file=out)
+        print(f"port {DEFAULT_WEB_PORT} is in use on this machine (another gateway?), so the web "
+              f"chat gets port {port} (web.port)", file=out)
     return port
-
-
-def port_in_use(port: int) -> bool:
-    """Would `gateway run` fail to listen on 127.0.0.1:port now? (SO_REUSEADDR, as aiohttp listens: a connection
-    still closing does not count, a listener does.)"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------------------------------- the questions
@@ -331,6 +322,8 @@ def _problem(answer: str, allowed: Sequence[str] | None, check: Check | None, re
 # ---------------------------------------------------------------------------------------------- doing it
 def model_test(starter: Starter, env: Mapping[str, str], home: Path) -> str:
     """One short request to the model just chosen, as `gateway doctor` sends it; the check line."""
+    import asyncio
+
     from gateway.config.settings import Config
     from gateway.config.yamlload import load_dataclass, parse_yaml_text
     from gateway.ops.doctor import Doctor

@@ -55,8 +55,17 @@ def _list(args: argparse.Namespace, jobs: JobStore) -> int:
     from gateway.store.rows import utcnow
     found = jobs.list_jobs(states=None if args.all else ("active",), limit=args.limit)
     now = utcnow()
-    print("\n".join(f"{job_line(job, now)}; owner {job.platform}:{job.user_id}" for job in found) or NO_JOBS)
+    print("\n".join(f"{job_line(job, now)}; owner {job.platform}:{job.user_id}{_whose(job)}"
+                    for job in found) or NO_JOBS)
     return EXIT_OK
+
+
+def _whose(job: JobRow) -> str:
+    """The agent and bot account of a job, when there are more than the one of old (agents.md)."""
+    from gateway.events import DEFAULT_ACCOUNT, MAIN_AGENT, adapter_key
+    if job.agent == MAIN_AGENT and job.account == DEFAULT_ACCOUNT:
+        return ""
+    return f"; agent {job.agent} via {adapter_key(job.platform, job.account)}"
 
 
 def _show(args: argparse.Namespace, jobs: JobStore) -> int:

@@ -1,22 +1,31 @@
 """The `gateway` command: one sub-command group per module of this package, registered here.
 
 The only place that maps errors to exit codes (78 = bad config or an unusable home, so systemd does not
-restart-loop; 75 = the home is held by another process).
+restart-loop; 75 = the home is held by another process). Building the parser imports no more than
+the standard library: each command imports what it needs when it runs (tests/test_cli_imports.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import checks, init, jobs, pairing, prompt, run, service, sessions, tools, users
-from gateway.cli.context import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_RESTART
+from gateway.cli.context import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_RESTART,
+    installed_version,
+)
 from gateway.errors import ConfigError, GatewayError, HomeLocked, HomeUnusable
 
-# Each module adds its sub-commands with register(sub); the order is the order of `gateway --help`.
-COMMANDS = (init, run, checks, prompt, sessions, jobs, pairing, users, service, tools)
+# The modules of gateway/cli/ that add sub-commands, each with register(sub), in the order of
+# `gateway --help`. A new command group is a new module named here.
+COMMANDS = ("init", "run", "checks", "prompt", "sessions", "jobs", "pairing", "users", "service",
+            "tools")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=["auto", "human", "json"],
                         help="auto (default): human on a terminal, JSON lines otherwise (journald)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.register(sub)
+    for name in COMMANDS:
+        importlib.import_module(f"gateway.cli.{name}").register(sub)
     return parser
 
 
@@ -40,8 +49,7 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> None:
-        from gateway.ops.status import package_version
-        print(f"agent-gateway {package_version()}")
+        print(f"agent-gateway {installed_version()}")
         parser.exit()
 
 
@@ -74,7 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         os.umask(umask)
     return code
-
 
 
 def _stdout_to_devnull() -> None:

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_pairing(args: argparse.Namespace) -> int:
     """Works beside a running daemon: both use the same database and the same pairing key file."""
-    from gateway.access.gate import Rules, platform_rules
+    from gateway.access.gate import platform_rules
     from gateway.access.pairing import PairingBook, load_key, render_listing
     from gateway.store.database import Store
     from gateway.store.rows import utcnow
@@ -53,7 +53,8 @@ def cmd_pairing(args: argparse.Namespace) -> int:
                 print(f"revoked {who_platform}:{who_id}; the running daemon ends their sessions (flushed) and jobs")
         if not revoked:
             print(f"{platform}:{user_id} was not approved by pairing")
-        if user_id in platform_rules(config).get(platform, Rules()).user_ids:
+        lists = [r for (p, _), r in platform_rules(config).items() if p == platform]
+        if any(user_id in r.user_ids for r in lists):
             print(f"note: {user_id} is still in {platform}.allowed_users in config.yaml; remove it there too")
         return EXIT_OK if revoked else EXIT_ERROR
     finally:

@@ -4,7 +4,6 @@ this terminal)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
 import gc
 import os
@@ -13,16 +12,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, EXIT_RESTART, config_of, log, setup_logging
-from gateway.config.settings import Config, environ
+from gateway.cli.context import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_RESTART,
+    config_of,
+    environ,
+    log,
+    setup_logging,
+)
 from gateway.errors import ConfigError, HomeLocked, HomeUnusable, StoreError, StoreUnavailable
-from gateway.events import Adapter
-from gateway.ops.home import hold_home
 
 START_BUSY_TIMEOUT_MS = 5000  # while the daemon starts, a statement waits this long for another process's lock
 
 if TYPE_CHECKING:
     from adapters.console import ConsoleAdapter
+    from gateway.config.settings import Config
+    from gateway.events import Adapter
     from gateway.ops.wiring import Gateway
 
 
@@ -36,7 +42,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Exit 0 after a clean drain, 75 when a restart would help (SIGHUP, the port is still taken), 78 on bad config."""
+    import asyncio
+
     from gateway.ops.daemon import run_daemon
+    from gateway.ops.home import hold_home
     from gateway.ops.http_limits import raise_fd_limit
     from gateway.ops.notify import Notifier
     from gateway.ops.web_guard import login_secret
@@ -129,7 +138,10 @@ def _print_login(url: str) -> None:
 def _print_address(url: str) -> None:
     """Under a service manager: the address without the login secret (the journal is readable by admins)."""
     base = url.split("?", 1)[0].rstrip("/")
-    print(f"  web chat   {base}/ (`gateway web-url` prints its login link)\n  dashboard  {base}/dashboard", flush=True)
+    where = "`gateway web-url` prints its login link"
+    if os.environ.get("INVOCATION_ID"):  # systemd's unit: the system one runs as its own user
+        where += ";\n             as a system service: `gw web-url`, see docs/operations.md"
+    print(f"  web chat   {base}/ ({where})\n  dashboard  {base}/dashboard", flush=True)
 
 
 def cmd_web_url(args: argparse.Namespace) -> int:
@@ -157,7 +169,10 @@ def port_hint(exc: OSError, config: Config) -> str:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    import asyncio
+
     from adapters.console import ConsoleAdapter
+    from gateway.ops.home import hold_home
     config = config_of(args)
     setup_logging(args, config, environ(), level="WARNING")
     console = ConsoleAdapter(prompt="you> ")

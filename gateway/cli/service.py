@@ -7,10 +7,13 @@ import getpass
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, home_of
-from gateway.config.settings import Config, environ, load_config
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, environ, home_of, known_secret
 from gateway.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.ops.service import ShellNeeds
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,17 +32,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ins.set_defaults(func=cmd_install_service)
 
 
-def _known_secret(config: Config) -> str | None:
-    """The web login secret if this user can read it (never created here: the daemon makes it)."""
-    from gateway.ops.web_guard import SECRET_FILE
-    if config.web.auth_token:
-        return config.web.auth_token.value
-    try:
-        return (config.home / SECRET_FILE).read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     """Ask the running daemon (GET /status on the web listener, loopback only) and print its answer."""
     from gateway.ops.status import fetch_status, render_status
@@ -49,7 +41,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("the web listener is off (web.enabled: false), so there is no daemon to ask", file=sys.stderr)
         return EXIT_ERROR
     try:
-        data = fetch_status(config.web.host, config.web.port, secret=_known_secret(config))
+        data = fetch_status(config.web.host, config.web.port, secret=known_secret(config))
     except OSError as exc:
         print(f"no daemon answers on {config.web.host}:{config.web.port} ({exc}); is `gateway run` running?",
               file=sys.stderr)
@@ -79,10 +71,10 @@ def cmd_install_service(args: argparse.Namespace) -> int:
             home = Path(args.home).expanduser().absolute() if args.home else Path(SYSTEM_HOME)
         else:
             home = home_of(args).absolute()
-        drain = _drain_seconds(home)
+        drain, shell = _from_config(_config_home(home, mode))
         env_file = Path(SYSTEM_ENV_FILE) if mode == "system" else user_env_file(env)
         spec = UnitSpec(mode=mode, exec_path=gateway_executable(sys.argv[0]), home=str(home),
-                        env_file=str(env_file), drain_seconds=drain)
+                        env_file=str(env_file), drain_seconds=drain, shell=shell)
         unit_dir = Path(args.unit_dir) if args.unit_dir else unit_dir_for(mode, env)
         plan = plan_install(spec, unit_dir=unit_dir, env_file=env_file,
                             user=None if mode == "system" else getpass.getuser(),
@@ -93,8 +85,23 @@ def cmd_install_service(args: argparse.Namespace) -> int:
     return install(plan, dry_run=args.dry_run, enable=args.enable)
 
 
-def _drain_seconds(home: Path) -> float:
+def _config_home(home: Path, mode: str) -> Path:
+    """Where the config is read from: a system unit's DynamicUser home lives in /var/lib/private
+    until its first start links /var/lib/<name> to it."""
+    private = Path("/var/lib/private") / home.relative_to("/var/lib") \
+        if mode == "system" and home.is_relative_to("/var/lib") else home
+    return private if not (home / "config.yaml").exists() and private.exists() else home
+
+
+def _from_config(home: Path) -> tuple[float, ShellNeeds]:
+    """The drain deadline, and what the shell's sandbox needs from the unit (None: no shell)."""
+    from gateway.config.settings import load_config
     try:
-        return load_config(home).daemon.drain_seconds
+        config = load_config(home)
     except (ConfigError, OSError):
-        return 20.0
+        return 20.0, None
+    shell = config.tools.shell
+    needs: ShellNeeds = None
+    if shell.enabled and shell.sandbox == "bubblewrap":
+        needs = "network" if shell.network else "no-network"
+    return config.daemon.drain_seconds, needs

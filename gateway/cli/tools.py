@@ -6,15 +6,11 @@ are started once to list their tools, then stopped. Tools a new session would ge
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gateway.agent.tools.catalog import TOOL_ORDER
-from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, setup_logging
-from gateway.config.settings import environ
-from gateway.events import PLATFORMS
+from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of, environ, setup_logging
 
 if TYPE_CHECKING:
     from gateway.ops.wiring import Gateway
@@ -31,6 +27,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_tools_list(args: argparse.Namespace) -> int:
+    import asyncio
+
     from gateway.ops.wiring import build_gateway
     config = config_of(args)
     setup_logging(args, config, environ(), level="ERROR")
@@ -53,6 +51,8 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 
 
 def _rows(gateway: Gateway) -> list[str]:
+    from gateway.agent.tools.catalog import TOOL_ORDER
+    from gateway.events import PLATFORMS
     catalog = gateway.catalog
     assert catalog is not None
     registry = catalog.registry
@@ -84,6 +84,7 @@ def _rows(gateway: Gateway) -> list[str]:
 
 def _deferred(gateway: Gateway) -> set[str]:
     """The tools a new session on some platform would get behind tool search (model's window)."""
+    from gateway.events import PLATFORMS
     catalog = gateway.catalog
     assert catalog is not None
     window = gateway.llm.context_window
@@ -98,6 +99,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str
 
 
 def _platforms(found: list[str]) -> str:
+    from gateway.events import PLATFORMS
     if len(found) == len(PLATFORMS):
         return "all"
     return ", ".join(found) if found else "none (agent.tools leaves it out)"

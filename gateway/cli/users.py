@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, TextIO
 
 from gateway.cli.context import EXIT_ERROR, EXIT_OK, config_of
-from gateway.config.settings import Config
 from gateway.errors import GatewayError
-from gateway.knowledge.forget import Forgetter, accounts
-from gateway.knowledge.memory import MemoryStore
-from gateway.knowledge.people import PeopleBook, Person, identity_of, parse_identity
-from gateway.store.database import Store
-from gateway.store.rows import utcnow
+
+if TYPE_CHECKING:
+    from gateway.config.settings import Config
+    from gateway.knowledge.forget import Forgetter
+    from gateway.knowledge.memory import MemoryStore
+    from gateway.knowledge.people import PeopleBook, Person
+    from gateway.store.database import Store
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +48,11 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, config: Config, *, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+    from gateway.knowledge.forget import Forgetter
+    from gateway.knowledge.memory import MemoryStore
+    from gateway.knowledge.people import PeopleBook, identity_of, parse_identity
+    from gateway.store.database import Store
+    from gateway.store.rows import utcnow
     stdin = stdin or sys.stdin
     out = out or sys.stdout
     store = Store(config.db_path)
@@ -78,6 +83,8 @@ def run(args: argparse.Namespace, config: Config, *, stdin: TextIO | None = None
 
 
 def _person(people: PeopleBook, text: str, *, create: bool = False) -> Person:
+    from gateway.knowledge.people import parse_identity
+    from gateway.store.rows import utcnow
     found = people.lookup(text)
     if found is None and create and not text.strip().isdigit():
         found = people.resolve(*parse_identity(text), now=utcnow())
@@ -104,6 +111,7 @@ def _timezone(people: PeopleBook, person: Person, zone: str | None, *, clear: bo
     if zone is not None and clear:
         raise GatewayError("give a ZONE or --clear, not both")
     if zone is not None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
         try:
             ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError):
@@ -116,6 +124,7 @@ def _timezone(people: PeopleBook, person: Person, zone: str | None, *, clear: bo
 
 
 def _forget(forgetter: Forgetter, person: Person, *, yes: bool, stdin: TextIO, out: TextIO) -> int:
+    from gateway.store.rows import utcnow
     plan = forgetter.plan(person)
     print(f"This deletes {plan.describe()}. It cannot be undone.", file=out)
     if not yes:
@@ -156,6 +165,7 @@ def render_person(store: Store, memory: MemoryStore, person: Person) -> str:
 
 
 def _sessions(store: Store, person: Person) -> list[str]:
+    from gateway.knowledge.forget import accounts
     rows = []
     for platform, user_id in accounts(person):
         where, args = ("s.platform = ?", (platform,)) if user_id is None else \

@@ -16,7 +16,19 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from gateway.config.accounts import inherit_accounts
 from gateway.config.media import MediaConfig, TranscriptionConfig
+from gateway.config.platforms import (
+    BindingSpec,
+    ChatTypeName,
+    DiscordConfig,
+    DiscordSection,
+    PlatformName,
+    SlackConfig,
+    SlackSection,
+    TelegramConfig,
+    TelegramSection,
+)
 from gateway.config.schedule import ScheduleConfig
 from gateway.config.tools import McpServerConfig, ToolsConfig
 from gateway.config.voice import VoiceConfig
@@ -24,12 +36,11 @@ from gateway.config.yamlload import KeyProblem, Secret, load_dataclass, read_yam
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
 
-__all__ = ["Config", "MediaConfig", "Secret", "TranscriptionConfig", "default_home", "load_config"]
+__all__ = ["ChatTypeName", "Config", "DiscordConfig", "MediaConfig", "PlatformName", "Secret",
+           "SlackConfig", "TelegramConfig", "TranscriptionConfig", "default_home", "load_config"]
 
 Provider = Literal["anthropic", "openai"]
 ResetMode = Literal["idle", "daily", "both", "none"]
-PlatformName = Literal["telegram", "discord", "slack", "web", "cli", "cron"]
-ChatTypeName = Literal["dm", "group", "channel"]
 BusyPolicy = Literal["queue", "interrupt"]
 StreamMode = Literal["off", "edit", "progress"]
 
@@ -250,75 +261,6 @@ def is_loopback_host(host: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class TelegramConfig:
-    token: Secret
-    api_server: str = "https://api.telegram.org"
-    local_api: bool = False
-    mode: Literal["polling", "webhook"] = "polling"
-    webhook_url: str | None = None
-    secret_token: Secret | None = None
-    listen_host: str = "127.0.0.1"
-    listen_port: int = field(default=8443, metadata=_range(0, 65535))
-    path: str = "/telegram/webhook"
-    allowed_users: tuple[str, ...] = ()
-    allowed_chats: tuple[str, ...] = ()
-    require_mention: bool = True
-    group_sessions_per_user: bool | None = None
-    answer_edited: bool = False
-    answer_channel_posts: bool = False
-    answer_bots: bool = False
-    polling_timeout: int = field(default=30, metadata=_range(0, 60))
-
-    def __post_init__(self) -> None:
-        if self.mode == "webhook" and not self.webhook_url:
-            raise ValueError("telegram.webhook_url is required when mode is webhook")
-
-
-@dataclass(frozen=True, slots=True)
-class DiscordConfig:
-    token: Secret
-    allowed_users: tuple[str, ...] = ()
-    allowed_guilds: tuple[str, ...] = ()
-    allowed_channels: tuple[str, ...] = ()
-    allowed_roles: tuple[str, ...] = ()
-    require_mention: bool = True
-    thread_replies: Literal["off", "auto"] = "off"
-    group_sessions_per_user: bool | None = None
-    command_sync: Literal["global", "guilds", "off"] = "global"
-    answer_bots: bool = False
-    max_lines: int | None = field(default=None, metadata=_positive())
-    api_base: str | None = None
-    gateway_url: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SlackConfig:
-    bot_token: Secret
-    app_token: Secret | None = None
-    signing_secret: Secret | None = None
-    mode: Literal["socket", "http"] = "socket"
-    listen_host: str = "127.0.0.1"
-    listen_port: int = field(default=3000, metadata=_range(0, 65535))
-    path: str = "/slack/events"
-    api_url: str | None = None
-    allowed_users: tuple[str, ...] = ()
-    allowed_channels: tuple[str, ...] = ()
-    reply_in_thread: Literal["always", "when_threaded"] = "always"
-    require_mention: bool = True
-    group_sessions_per_user: bool | None = None
-    thread_history_limit: int = field(default=20, metadata=_range(0, 1000))
-    slash_command: str = "/agent"
-    liveness_minutes: float = field(default=5.0, metadata=_positive())
-    answer_bots: bool = False
-
-    def __post_init__(self) -> None:
-        if self.mode == "socket" and not self.app_token:
-            raise ValueError("slack.app_token is required when mode is socket (set SLACK_APP_TOKEN)")
-        if self.mode == "http" and not self.signing_secret:
-            raise ValueError("slack.signing_secret is required when mode is http (set SLACK_SIGNING_SECRET)")
-
-
-@dataclass(frozen=True, slots=True)
 class AccessConfig:
     admins: tuple[str, ...] = ()
     unknown_dm: Literal["ignore", "pair"] = "pair"
@@ -346,6 +288,31 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """`agents.<name>`: one agent, with what it changes of the top-level settings (the rest it takes
+    from them). Its identity is `soul` (a file, relative to the home) or `identity` (the text)."""
+
+    default: bool = False
+    soul: Path | None = None
+    identity: str | None = None
+    model: ModelConfig | str | None = None  # its own model, or the name of one of `models:`
+    models: tuple[str, ...] | None = None  # of `models:`, those /model switches to here (None: all)
+    system_message: str | None = None
+    workdir: Path | None = None
+    tools: tuple[str, ...] | None = None
+    tools_by_platform: dict[PlatformName, tuple[str, ...]] | None = None
+    platform_hints: dict[PlatformName, PlatformHintOverride] = field(default_factory=dict)
+    busy: BusyPolicy | None = None
+    busy_by_platform: dict[PlatformName, BusyPolicy] | None = None
+    session_reset: SessionResetConfig | None = None
+    memory: Literal["own", "shared"] = "own"
+
+    def __post_init__(self) -> None:
+        if self.soul is not None and self.identity is not None:
+            raise KeyProblem("identity", "give `soul` (a file) or `identity` (the text), not both")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     model: ModelConfig | None = None
     models: dict[str, ModelConfig] = field(default_factory=dict)  # switched to in chat: /model NAME
@@ -359,9 +326,9 @@ class Config:
     prompt_caching: PromptCachingConfig = field(default_factory=PromptCachingConfig)
     platform_hints: dict[PlatformName, PlatformHintOverride] = field(default_factory=dict)
     web: WebConfig = field(default_factory=WebConfig)
-    telegram: TelegramConfig | None = None
-    discord: DiscordConfig | None = None
-    slack: SlackConfig | None = None
+    telegram: TelegramSection | None = None
+    discord: DiscordSection | None = None
+    slack: SlackSection | None = None
     access: AccessConfig = field(default_factory=AccessConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -370,6 +337,8 @@ class Config:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    agents: dict[str, AgentSpec] = field(default_factory=dict)
+    bindings: tuple[BindingSpec, ...] = ()
     # Not from the file: where it all lives. Set by load_config.
     home: Path = field(default=Path("."), metadata={"internal": True})
 
@@ -393,6 +362,7 @@ def load_config(home: Path, *, env: dict[str, str] | None = None, path: Path | N
             raise ConfigError("file not found", file=str(config_path))
         return Config(home=home)
     node = read_yaml_file(config_path)
+    inherit_accounts(node)  # an account takes its platform's keys it does not set
     loaded: Config = load_dataclass(Config, node, file=str(config_path), env=environ)
     _check_model_names(node, str(config_path))
     return _with_home(loaded, home)

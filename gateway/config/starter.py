@@ -10,8 +10,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import date
+from typing import TYPE_CHECKING
 
-from gateway.config.settings import Provider
+if TYPE_CHECKING:  # `gateway init` imports this module before anything else: it stays light
+    from gateway.config.settings import Provider
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CHAT_PLATFORMS = ("telegram", "discord", "slack")

@@ -1,4 +1,4 @@
-"""The tool settings: MCP servers (`mcp_servers`) and the built-in web tools (`tools`).
+"""The tool settings: MCP servers (`mcp_servers`) and the built-in web tools and shell (`tools`).
 
 Kept out of settings.py so the settings tree stays one screen per section; `Config` holds one field for each.
 """
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gateway.config.shell import ShellConfig
 from gateway.config.yamlload import Secret
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
@@ -28,6 +29,10 @@ class McpServerConfig:
     enabled: bool = True
     timeout_s: float = field(default=60.0, metadata={"positive": True})
     connect_timeout_s: float = field(default=30.0, metadata={"positive": True})
+    # Which of its tools wait for a person's yes: `auto` those the server marks destructiveHint
+    # (never those it marks readOnlyHint), `always` every one, `never` none (tools.approval.require
+    # still names some).
+    approval: Literal["auto", "always", "never"] = "auto"
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -72,10 +77,22 @@ class WebSearchConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalConfig:
+    """Calls that wait for a person's yes (docs/tools.md): `require` names tools (globs, on the real
+    name) on top of what MCP servers mark destructive; a request nobody answers in `timeout_minutes`
+    expires, unrun."""
+
+    require: tuple[str, ...] = ()
+    timeout_minutes: float = field(default=10.0, metadata={"min": 1})
+
+
+@dataclass(frozen=True, slots=True)
 class ToolsConfig:
     web_fetch: WebFetchConfig = field(default_factory=WebFetchConfig)
     web_search: WebSearchConfig | None = None
+    approval: ApprovalConfig = field(default_factory=ApprovalConfig)
     # MCP tools behind tool_search / tool_call (docs/tools.md): `auto` once their schemas would take
     # more than search_threshold of the model's context window.
     search: Literal["auto", "on", "off"] = "auto"
     search_threshold: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
+    shell: ShellConfig = field(default_factory=ShellConfig)  # the agent's sandboxed shell (shell.py)

@@ -207,6 +207,9 @@ def _convert_union(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
             return value
     if len(options) == 1:
         return _dispatch(options[0], node, key, ctx)
+    sections = [o for o in options if dataclasses.is_dataclass(o)]
+    if isinstance(node, yaml.MappingNode) and len(sections) == 1:
+        return _dispatch(sections[0], node, key, ctx)  # the only mapping it takes: its own errors
     ctx.error(node, key, f"expected {_type_name(tp)}; got {_scalar_repr(node)}")
     raise _Invalid
 

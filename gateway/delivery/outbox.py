@@ -15,10 +15,10 @@ import logging
 import random
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.delivery.chunking import render_chunks
 from gateway.delivery.previews import PreviewBook
@@ -31,7 +31,7 @@ from gateway.errors import (
     SpeechError,
     StoreUnavailable,
 )
-from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity
+from gateway.events import Adapter, ChatRef, OutboundKind, OutboundMessage, TextEntity, adapter_key
 from gateway.prompt.hints import PlatformFacts
 from gateway.store.database import Store
 from gateway.store.rows import OutboundRow
@@ -39,12 +39,13 @@ from gateway.telemetry.metrics import Metrics, error_kind
 
 if TYPE_CHECKING:
     from gateway.delivery.voice import VoiceReplies
+    from gateway.events import Choices
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
-ChatKey = tuple[str, str]  # (platform, chat_id): the unit of ordering
+ChatKey = tuple[str, str, str]  # (platform, account, chat_id): the unit of ordering
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,7 @@ def render_rows(turn_id: str, chat: ChatRef, markdown: str, facts: PlatformFacts
         "turn_id": turn_id, "chunk_index": i, "chunk_count": len(chunks), "platform": chat.platform,
         "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
         "kind": kind.value, "text": text, "plain": plain, "reply_to_id": reply_to_id,
+        "account": chat.account,
         "entities": json.dumps([asdict(e) for e in entities]) if entities else None,
     } for i, (text, plain, entities) in enumerate(chunks)]
 
@@ -105,7 +107,8 @@ def row_message(row: OutboundRow, *, use_plain: bool = False) -> OutboundMessage
 
 
 def row_chat(row: OutboundRow) -> ChatRef:
-    return ChatRef(row.platform, row.chat_type, row.chat_id, row.thread_id)  # type: ignore[arg-type]
+    chat_type: Any = row.chat_type
+    return ChatRef(row.platform, chat_type, row.chat_id, row.thread_id, row.account)
 
 
 class Outbox:
@@ -134,6 +137,7 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[None]] = set()
         self.voice: VoiceReplies | None = None  # replies' spoken copies (gateway/delivery/voice.py)
+        self.choices: list[Callable[[OutboundRow], Choices | None]] = []  # buttons: approvals/
 
     def rows_for(self, turn_id: str, chat: ChatRef, markdown: str, *, kind: OutboundKind = OutboundKind.REPLY,
                  reply_to_id: str | None = None) -> list[dict[str, object]]:
@@ -167,7 +171,7 @@ class Outbox:
     def send_unrecorded(self, chat: ChatRef, markdown: str, *, reply_to_id: str | None = None) -> None:
         """Send a notice now without recording it, for when nothing can be recorded (the database takes no
         writes): best effort, in the background, never retried or resent after a restart."""
-        adapter = self.adapters.get(chat.platform)
+        adapter = self.adapters.get(chat.adapter_key)
         if adapter is None:
             return
         rows = self.rows_for("unrecorded", chat, markdown, kind=OutboundKind.NOTICE, reply_to_id=reply_to_id)
@@ -221,14 +225,16 @@ class Outbox:
         """Send the chat's unsent chunks in order (a turn that just recorded its reply: `deliver` without the
         reads that find its chat and report its ids); returns how many went. A voice row goes on in
         the background: speech takes seconds, and the session's next turn need not wait for it."""
-        return await self._flush((chat.platform, chat.chat_id), voice_later=True)
+        return await self._flush((chat.platform, chat.account, chat.chat_id), voice_later=True)
 
     async def deliver_pending(self, platform: str | None = None) -> int:
-        """Send every recorded-but-unsent chunk (of one platform, or all), chats in parallel; returns how many went."""
+        """Send every recorded-but-unsent chunk (of one adapter, `platform` or `platform@account`,
+        or all), chats in parallel; returns how many went."""
         chats: dict[ChatKey, None] = {}
         for row in self.store.pending_outbound():
-            if (platform is None or row.platform == platform) and row.platform in self.adapters:
-                chats[(row.platform, row.chat_id)] = None
+            via = adapter_key(row.platform, row.account)
+            if (platform is None or via == platform) and via in self.adapters:
+                chats[(row.platform, row.account, row.chat_id)] = None
         sent = await asyncio.gather(*(self._flush(key) for key in chats))
         return sum(sent)
 
@@ -279,7 +285,7 @@ class Outbox:
         while True:
             await self.limiter.acquire(chat)
             try:
-                message = row_message(row, use_plain=tries.use_plain)
+                message = self._with_choices(row, row_message(row, use_plain=tries.use_plain))
                 if row.kind == OutboundKind.VOICE.value:
                     mid = await self._send_voice(adapter, row, message)
                 elif self.previews is None:
@@ -298,6 +304,13 @@ class Outbox:
                 await self.previews.settle(adapter, row.turn_id, row.chunk_count, chat)
             return _Outcome.SENT
 
+    def _with_choices(self, row: OutboundRow, message: OutboundMessage) -> OutboundMessage:
+        """The last chunk of a message that has buttons carries them."""
+        if row.chunk_index != row.chunk_count - 1 or row.kind == OutboundKind.VOICE.value:
+            return message
+        found = next((c for c in (source(row) for source in self.choices) if c is not None), None)
+        return message if found is None else replace(message, choices=found)
+
     async def _send_voice(self, adapter: Adapter, row: OutboundRow,
                           message: OutboundMessage) -> str:
         if self.voice is None:
@@ -306,9 +319,11 @@ class Outbox:
 
     def _adapter_for(self, row: OutboundRow) -> Adapter | _Outcome:
         """The adapter to send this row with, or why not now (platform not serving, or too many rounds)."""
-        adapter = self.adapters.get(row.platform)
-        if adapter is None or not self.available(row.platform):
-            log.info("%s is not serving; turn %s chunk %s stays pending", row.platform, row.turn_id, row.chunk_index)
+        via = adapter_key(row.platform, row.account)
+        adapter = self.adapters.get(via)
+        if adapter is None or not self.available(via):
+            log.info("%s is not serving; turn %s chunk %s stays pending", via, row.turn_id,
+                     row.chunk_index)
             return _Outcome.LATER
         if row.attempts >= self.max_rounds:
             log.warning("%s: giving up on turn %s chunk %s after %s rounds (last error: %s)", row.platform,
@@ -360,7 +375,8 @@ class Outbox:
         tries.failures += 1
         known = isinstance(exc, AdapterError)
         self._count_error(exc if known else "send_crash")
-        if tries.failures >= self.backoff.attempts or not self.available(row.platform):
+        up = self.available(adapter_key(row.platform, row.account))
+        if tries.failures >= self.backoff.attempts or not up:
             log.warning("%s: turn %s chunk %s not sent (%s); kept for a later round", row.platform,
                         row.turn_id, row.chunk_index, exc, exc_info=not known)
             self._mark(row, "pending", error=str(exc) or type(exc).__name__)

@@ -46,7 +46,8 @@ class PreviewBook:
         return turn_id in self._parts
 
     def record(self, turn_id: str, index: int, chat: ChatRef, platform_message_id: str) -> None:
-        self.store.put_preview(turn_id, index, chat.platform, chat.chat_id, platform_message_id, now=self.clock())
+        self.store.put_preview(turn_id, index, chat.platform, chat.chat_id, platform_message_id,
+                               now=self.clock(), account=chat.account)
         self._parts.setdefault(turn_id, {})[index] = platform_message_id
 
     def showing(self, turn_id: str, index: int, text: str, entities: object) -> None:
@@ -72,7 +73,7 @@ class PreviewBook:
         """The outbox's send of one chunk: the part of the preview that showed it becomes it (an edit, no second
         message, no sooner than the chat's preview pacing allows), else it is sent: at once after a draft (that is
         how a draft ends), a pacing interval after a preview's edit in the chat (another answer's, say)."""
-        key = (message.chat.platform, message.chat.chat_id)
+        key = (message.chat.adapter_key, message.chat.chat_id)
         try:
             mid = self.part(turn_id, message.chunk_index)
             if mid is not None and self._shown.get((turn_id, message.chunk_index)) == hash(

@@ -139,12 +139,13 @@ class RateLimiter:
 
 
 def _chat_key(chat: ChatRef) -> tuple[str, ...]:
-    # Per chat, not per thread: Slack and Discord count a thread's messages against its channel.
-    return ("chat", chat.platform, chat.chat_id)
+    # Per chat, not per thread: Slack and Discord count a thread's messages against its channel;
+    # and per bot account, each bot having limits of its own.
+    return ("chat", chat.platform, chat.chat_id, chat.account)
 
 
 def _bot_key(chat: ChatRef) -> tuple[str, ...]:
-    return ("bot", chat.platform)
+    return ("bot", chat.platform, chat.account)
 
 
 def _keys(chat: ChatRef) -> tuple[tuple[str, ...], ...]:

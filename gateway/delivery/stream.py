@@ -20,7 +20,16 @@ from gateway.delivery.partial import Part, PartialRenderer, progress_line
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
 from gateway.errors import AdapterError, MarkupRejected, PreviewGone, RateLimited
-from gateway.events import Adapter, ChatRef, Inbound, LivePreview, PreviewPart, PreviewStyle
+from gateway.events import (
+    Adapter,
+    ChatRef,
+    Inbound,
+    LivePreview,
+    PreviewPart,
+    PreviewStyle,
+    account_of,
+    adapter_key,
+)
 from gateway.llm.types import TextSink
 from gateway.prompt.hints import PlatformFacts
 
@@ -97,9 +106,10 @@ class Streams:
                             facts=facts, mode=mode, book=self.book, limiter=self.limiter, sleep=self.sleep)
 
     def _can_preview(self, adapter: Adapter) -> bool:
-        known = self._able.get(adapter.platform)
+        via = adapter_key(adapter.platform, account_of(adapter))
+        known = self._able.get(via)
         if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
-            known = self._able[adapter.platform] = (adapter, isinstance(adapter, LivePreview))
+            known = self._able[via] = (adapter, isinstance(adapter, LivePreview))
         return known[1]
 
 
@@ -120,8 +130,9 @@ class AnswerStream:
         self.limiter = limiter
         self.sleep = sleep
         self.calls = 0  # platform calls made (bench/overhead.py)
-        self._key = (self.chat.platform, self.chat.chat_id)
-        book.pacer.track(self._key, style.interval_s, (self.chat.platform, style.scope) if style.scope else None)
+        self._key = (self.chat.adapter_key, self.chat.chat_id)  # one bot's pace in the chat
+        scope = (self.chat.adapter_key, style.scope) if style.scope else None
+        book.pacer.track(self._key, style.interval_s, scope)
         self._pieces: list[str] = []
         self._renderer = PartialRenderer(facts, raw=style.raw)
         self._tools: list[str] = []

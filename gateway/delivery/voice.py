@@ -62,9 +62,10 @@ class VoiceReplies:
     def wanted(self, inbound: Inbound) -> bool:
         """A chat's /voice on|off, else `voice.replies` (auto: the message was a voice note); never
         on a platform that cannot take a voice note."""
-        if not self._can_send(inbound.chat.platform):
+        chat = inbound.chat
+        if not self._can_send(chat.adapter_key):
             return False
-        chosen = self.store.chat_voice(inbound.chat.platform, inbound.chat.chat_id)
+        chosen = self.store.chat_voice(chat.platform, chat.chat_id, chat.account)
         if chosen is not None:
             return chosen == "on"
         replies = self.config.replies
@@ -82,7 +83,8 @@ class VoiceReplies:
         return [{"turn_id": VOICE_TURN.format(turn=turn_id), "chunk_index": 0, "chunk_count": 1,
                  "platform": chat.platform, "chat_type": chat.chat_type, "chat_id": chat.chat_id,
                  "thread_id": chat.thread_id, "kind": OutboundKind.VOICE.value, "text": words,
-                 "plain": words, "reply_to_id": inbound.message_id, "entities": None}]
+                 "plain": words, "reply_to_id": inbound.message_id, "entities": None,
+                 "account": chat.account}]
 
     async def send(self, adapter: Adapter, row: OutboundRow, message: OutboundMessage) -> str:
         """Speak the row's words and send the note. SpeechError (after recording the notice) when
@@ -121,13 +123,14 @@ class VoiceReplies:
                            reply_to_id=row.reply_to_id)
         self.store.insert_outbound(rows, now=self.clock())
 
-    def _can_send(self, platform: str) -> bool:
-        adapter = self.adapters.get(platform)
+    def _can_send(self, via: str) -> bool:
+        """`via`: the adapter key (its platform, and its bot account unless `default`)."""
+        adapter = self.adapters.get(via)
         if adapter is None:
             return False
-        known = self._can.get(platform)
+        known = self._can.get(via)
         if known is None or known[0] is not adapter:  # a runtime Protocol's isinstance costs ~10 µs
-            known = self._can[platform] = (adapter, isinstance(adapter, AudioReplies))
+            known = self._can[via] = (adapter, isinstance(adapter, AudioReplies))
         return known[1]
 
     async def close(self) -> None:

@@ -70,7 +70,7 @@ class Forgetter:
                              (ids,))
         shared = sum(self._shared_count(platform, user_id, ids) for platform, user_id in accounts(person))
         media = tuple(d for d in (session_dir(self.home, sid) for sid in sessions) if d.is_dir())
-        profile = len(self.memory.profile(person.id).read().strip())
+        profile = sum(len(f.read().strip()) for f in self.memory.profiles_everywhere(person.id))
         keys = tuple(sorted({s.key for s in owned}))
         return ForgetPlan(person, sessions, keys, int(row[0]) if row else 0, shared, profile, media,
                           tuple(self._jobs(person)), self._uploads(person))
@@ -160,7 +160,8 @@ class Forgetter:
         self.store.history_cache.clear()
         self.people.invalidate()
         _scrub(self.store)
-        self.memory.profile(person.id).delete()
+        for profile in self.memory.profiles_everywhere(person.id):  # each agent's profile of them
+            profile.delete()
         self._forget_legacy_profile(person)
         delete_session_media(self.home, plan.sessions)
         for upload in self._uploads(person):  # as found now: one uploaded since the plan goes too
@@ -176,6 +177,9 @@ class Forgetter:
 # its chat; in a group, by the turn ids made from the person's inbound rows (t<id>, c<id>, c<id>:paired …).
 _IN_OWNED = "(SELECT value FROM json_each(?1))"
 _OWNED_SQL: Sequence[str] = (
+    (f"DELETE FROM outbound WHERE turn_id IN (SELECT 'wait' || id FROM approvals"
+     f" WHERE session_id IN {_IN_OWNED})"),
+    f"DELETE FROM approvals WHERE session_id IN {_IN_OWNED}",
     f"DELETE FROM messages WHERE session_id IN {_IN_OWNED}",
     f"DELETE FROM llm_calls WHERE session_id IN {_IN_OWNED}",
     (f"DELETE FROM outbound WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id IN {_IN_OWNED} AND s.chat_type = 'dm'"
@@ -195,6 +199,12 @@ _OWNED_SQL: Sequence[str] = (
 
 
 def _forget_account(conn: sqlite3.Connection, platform: str, user_id: str | None, owned: str) -> None:
+    # Requests a turn of theirs waited on (gateway/approvals/): the call's arguments, its message.
+    who = "platform = ?" + ("" if user_id is None else " AND requester = ?")
+    keys = (platform,) if user_id is None else (platform, user_id)
+    conn.execute(f"DELETE FROM outbound WHERE turn_id IN (SELECT 'wait' || id FROM approvals WHERE {who})",
+                 keys)
+    conn.execute(f"DELETE FROM approvals WHERE {who}", keys)
     if user_id is None:  # the local owner: every web chat and console row is theirs
         conn.execute("DELETE FROM inbound WHERE platform = ?", (platform,))
         return

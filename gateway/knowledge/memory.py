@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import ToolError
+from gateway.events import MAIN_AGENT
 from gateway.knowledge.files import FileLock, atomic_write
 from gateway.scan import describe, scan_text
 
 Target = Literal["memory", "user", "chat"]
 SEPARATOR = "§"
 SHARED_FILE = "MEMORY.md"
+AGENTS_DIR = "agents"
 LEGACY_USER_FILE = "USER.md"  # the one global profile of earlier versions (see gateway/knowledge/people.py)
 
 
@@ -71,6 +73,13 @@ def parse(text: str) -> list[str]:
             current.append(line)
     entries.append("\n".join(current).strip())
     return [e for e in entries if e]
+
+
+def agent_memories(memories: Path, agent: str) -> Path:
+    """An agent's memory folder (shared notes, chat notes, profiles, skills):
+    `memories/agents/<name>/`. The agent `main` keeps `memories/` itself, where a home from before
+    agents has its files."""
+    return memories if agent == MAIN_AGENT else memories / AGENTS_DIR / agent
 
 
 def chat_key(platform: str, chat_id: str) -> str:
@@ -168,15 +177,23 @@ class MemoryFile:
 
 
 class MemoryStore:
-    """The memory files under one directory, each scope with its own character limit, behind one lock."""
+    """The memory files under one directory, each scope with its own character limit, behind one
+    lock.
+
+    `people`: where the profiles are, when not in `directory/people` (an agent with `memory: shared`
+    uses the home's, with the lock of the folder that holds them)."""
 
     def __init__(self, directory: Path, memory_char_limit: int = 2200, user_char_limit: int = 1375,
-                 chat_char_limit: int = 1000) -> None:
+                 chat_char_limit: int = 1000, *, people: Path | None = None,
+                 erased: set[int] | None = None) -> None:
         self.directory = directory
         self.limits: dict[Target, int] = {"memory": memory_char_limit, "user": user_char_limit,
                                           "chat": chat_char_limit}
         self._lock = FileLock(directory / ".lock")
-        self._erased: set[int] = set()  # people forgotten while this process runs (a turn of theirs may still)
+        self.people = people or directory / "people"
+        self._people_lock = self._lock if people is None else FileLock(people.parent / ".lock")
+        # people forgotten while this process runs (a turn of theirs may still): one set, all agents
+        self._erased: set[int] = set() if erased is None else erased
 
     def shared(self) -> MemoryFile:
         return MemoryFile(self.directory / SHARED_FILE, self.limits["memory"], "the shared notes (MEMORY.md)",
@@ -184,14 +201,27 @@ class MemoryStore:
 
     def profile(self, person_id: int) -> MemoryFile:
         pid = int(person_id)
-        return MemoryFile(self.directory / "people" / f"{pid}.md", self.limits["user"],
-                          f"the user profile (people/{pid}.md)", self._lock, lambda: pid in self._erased)
+        return MemoryFile(self.people / f"{pid}.md", self.limits["user"],
+                          f"the user profile (people/{pid}.md)", self._people_lock,
+                          lambda: pid in self._erased)
 
     def erase_profile(self, person_id: int) -> bool:
         """A forgotten person's profile goes, and stays gone: a turn of theirs still running in this process
         cannot write it again (the check and the delete both hold the lock)."""
         self._erased.add(int(person_id))
-        return self.profile(person_id).delete()
+        deleted = [f.delete() for f in self.profiles_everywhere(person_id)]  # all, not the first
+        return any(deleted)
+
+    def profiles_everywhere(self, person_id: int) -> list[MemoryFile]:
+        """The person's profile in this folder and in each agent's (`agents/*/people/`): what
+        forgetting them deletes and linking them merges. Asked of the home's memory folder."""
+        pid = int(person_id)
+        agents = (self.directory / AGENTS_DIR).glob("*")
+        folders = sorted(p / "people" for p in agents if p.is_dir())
+        return [self.profile(pid), *(MemoryFile(f / f"{pid}.md", self.limits["user"],
+                                                f"the user profile ({f})",
+                                                FileLock(f.parent / ".lock"),
+                                                lambda: pid in self._erased) for f in folders)]
 
     def chat(self, key: str) -> MemoryFile:
         name = _file_name(key)

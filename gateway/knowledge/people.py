@@ -261,7 +261,9 @@ class PeopleBook:
             conn.execute("UPDATE identities SET person_id = ?, linked_by = ? WHERE person_id = ?",
                          (keep.id, by, other.id))
             conn.execute("DELETE FROM people WHERE id = ?", (other.id,))
-        memory.profile(keep.id).absorb(memory.profile(other.id))
+        kept, merged_in = memory.profiles_everywhere(keep.id), memory.profiles_everywhere(other.id)
+        for mine, theirs in zip(kept, merged_in, strict=False):  # each agent's folder of profiles
+            mine.absorb(theirs)
         merged = self.get(keep.id)
         assert merged is not None
         return merged

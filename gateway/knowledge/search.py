@@ -39,6 +39,8 @@ class Asker(Protocol):
     def accounts(self) -> tuple[tuple[str, str | None], ...]: ...
     @property
     def db_path(self) -> Path: ...
+    @property
+    def agent(self) -> str: ...
 
 
 DEFAULT_LIMIT = 5
@@ -91,6 +93,7 @@ class Scope:
     accounts: tuple[tuple[str, str | None], ...]
     chat: tuple[str, str] | None
     exclude_session: int
+    agent: str = "main"  # only this agent's sessions: one agent never reads another's conversations
 
     @classmethod
     def of(cls, ctx: Asker) -> Scope:
@@ -98,11 +101,11 @@ class Scope:
         if not ctx.user_id or not accounts:
             raise ToolError("Search is unavailable here: the person asking is unknown.")
         chat = None if ctx.chat_type == "dm" else (ctx.platform, ctx.chat_id or "")
-        return cls(accounts, chat, ctx.session_id)
+        return cls(accounts, chat, ctx.session_id, ctx.agent)
 
     def predicate(self) -> tuple[str, dict[str, object]]:
         """SQL on `s` (sessions): true for sessions in scope."""
-        args: dict[str, object] = {"current": self.exclude_session}
+        args: dict[str, object] = {"current": self.exclude_session, "agent": self.agent}
         anyone = []
         for n, (platform, user) in enumerate(self.accounts):
             args[f"p{n}"] = platform
@@ -112,7 +115,7 @@ class Scope:
             args[f"u{n}"] = user
             anyone.append(f"(s.platform = :p{n} AND (s.user_id = :u{n} OR EXISTS "
                           f"(SELECT 1 FROM messages x WHERE x.user_id = :u{n} AND x.session_id = s.id)))")
-        where = f"s.id != :current AND ({' OR '.join(anyone)})"
+        where = f"s.id != :current AND s.agent = :agent AND ({' OR '.join(anyone)})"
         if self.chat is not None:
             where += " AND s.platform = :chat_platform AND s.chat_id = :chat AND s.chat_type != 'dm'"
             args["chat_platform"], args["chat"] = self.chat

@@ -63,13 +63,16 @@ class Skill:
 
 
 class SkillLibrary:
-    """The skills directory of one gateway home."""
+    """The skills directory of one gateway home (`skills/`), or of one of its agents (`folder`,
+    inside it)."""
 
-    def __init__(self, home: Path, *, max_chars: int = MAX_SKILL_CHARS) -> None:
-        self.root = home / "skills"
+    def __init__(self, home: Path, *, max_chars: int = MAX_SKILL_CHARS,
+                 folder: Path | None = None) -> None:
+        inside = Path("skills") if folder is None else folder.relative_to(home)
+        self.root = home / inside
         # Where every skill file must really be: symbolic links already in the folder (or the folder itself
         # linked elsewhere) must not carry a read or a write outside the home.
-        self._real_root = home.resolve() / "skills"
+        self._real_root = home.resolve() / inside
         self.max_chars = max_chars
         self.builds = 0  # how many times the index was rebuilt from file contents; tests read it
         self._cache: tuple[Manifest, tuple[SkillEntry, ...]] | None = None

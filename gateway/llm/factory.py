@@ -190,6 +190,20 @@ def model_problem(llm: object) -> str | None:
 # The model the running turn's conversation chose (SessionModels.choose): set as the turn starts, it
 # holds for that task and the tasks it starts, and for no other turn.
 _CHOSEN: ContextVar[LLMClient | None] = ContextVar("gateway_chosen_model", default=None)
+# The model of the agent whose turn runs in this task (several agents: docs/agents.md), set with
+# the choice above: what reads "the model" outside that agent's own parts (whether the pictures of
+# attachments and of MCP results can be shown to it) asks `answering`.
+_ANSWERING: ContextVar[LLMClient | None] = ContextVar("gateway_answering_model", default=None)
+
+
+def answer_with(client: LLMClient) -> None:
+    """`client` (an agent's model, or its SessionModels) answers the turn of this task."""
+    _ANSWERING.set(client)
+
+
+def answering(default: LLMClient) -> LLMClient:
+    """The model answering the turn of this task; `default` outside any turn."""
+    return _ANSWERING.get() or default
 
 
 @dataclass(frozen=True, slots=True)

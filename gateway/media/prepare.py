@@ -9,7 +9,7 @@ import asyncio
 import base64
 import logging
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
@@ -102,10 +102,12 @@ def untyped(a: Attachment) -> bool:
 class MediaPipeline:
     """Pictures, PDFs and office files are parsed in `worker` (its own when none is given); text
     files, bounded and linear to read, in a thread. Closing the pipeline stops the worker's child
-    (a shared worker starts a new one for its next job)."""
+    (a shared worker starts a new one for its next job). `vision`: whether the model that answers
+    sees images, or how to ask at each message (the one a conversation chose with /model)."""
 
-    def __init__(self, config: MediaConfig, home: Path, *, vision: bool, transcriber: Transcriber | None,
-                 sleep: Sleep = asyncio.sleep, worker: Worker | None = None) -> None:
+    def __init__(self, config: MediaConfig, home: Path, *, vision: bool | Callable[[], bool],
+                 transcriber: Transcriber | None, sleep: Sleep = asyncio.sleep,
+                 worker: Worker | None = None) -> None:
         self.worker = worker or Worker(memory_mb=config.worker_memory_mb)
         self.config = config
         self.sleep = sleep  # between tries of a download the platform refused for now (429, 5xx)
@@ -136,7 +138,7 @@ class MediaPipeline:
     async def _one(self, source: MediaSource | None, a: Attachment, dest: Path, out: Prepared) -> None:
         kind = category(a)
         name = display_name(a)
-        if kind == "image" and not self.vision:
+        if kind == "image" and not (self.vision() if callable(self.vision) else self.vision):
             out.blocks.append(f"[The user sent an image ({name}); this model cannot see images.]")
             out.tell_once.append(TOLD_ONCE_VISION)
         elif kind == "audio" and self.transcriber is None:

@@ -85,10 +85,11 @@ class AttachmentTurns:
         return merge(inbound, [part for _, part, _ in parts])
 
     def _parts(self, inbound_id: int, inbound: Inbound) -> list[tuple[int, Inbound, str]]:
+        chat = inbound.chat  # as one bot saw it: two bots in a group each get the album
         rows = self.store.all(
-            "SELECT id, payload, status FROM inbound WHERE platform = ? AND chat_id = ? AND id > ?"
-            " AND (status IN ('pending', 'running') OR merged_into = ?) ORDER BY id",
-            (inbound.chat.platform, inbound.chat.chat_id, inbound_id, inbound_id))
+            "SELECT id, payload, status FROM inbound WHERE platform = ? AND account = ?"
+            " AND chat_id = ? AND id > ? AND (status IN ('pending', 'running') OR merged_into = ?)"
+            " ORDER BY id", (chat.platform, chat.account, chat.chat_id, inbound_id, inbound_id))
         found = []
         for row in rows:
             part = decode_inbound(row["payload"])
@@ -98,7 +99,7 @@ class AttachmentTurns:
 
     # ---------------------------------------------------------------- files
     async def prepare(self, inbound: Inbound, *, session_id: int, inbound_id: int) -> TurnMedia:
-        adapter = self.adapters.get(inbound.chat.platform)
+        adapter = self.adapters.get(inbound.chat.adapter_key)  # the bot that received it fetches it
         source = adapter if isinstance(adapter, MediaSource) else None
         prepared = await self.pipeline.prepare(source, inbound.attachments, session_id=session_id,
                                                inbound_id=inbound_id)

@@ -76,7 +76,8 @@ class AccessWatch:
             return
         # Recorded before the event is marked handled, under a turn id of its own: a crash in between records the
         # same rows again (a no-op), so the welcome goes out once.
-        self.outbox.post_soon(f"welcome:{row['id']}", ChatRef(row["platform"], "dm", row["chat_id"]), APPROVED_TEXT,
+        chat = ChatRef(row["platform"], "dm", row["chat_id"], account=row["account"])  # bot asked
+        self.outbox.post_soon(f"welcome:{row['id']}", chat, APPROVED_TEXT,
                               unrecorded=False)  # not recorded: the next round tries again, so it is sent once
         log.info("access: welcome sent to %s:%s after approval", row["platform"], row["user_id"])
 

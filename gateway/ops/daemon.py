@@ -18,7 +18,7 @@ from aiohttp import web
 from gateway.access.pairing import PairingBook, load_key
 from gateway.config.settings import environ
 from gateway.errors import StoreError
-from gateway.events import AdapterHealth, Inbound, KnownThreads, Submit, SubmitResult
+from gateway.events import AdapterHealth, Inbound, KnownThreads, Submit, SubmitResult, account_of
 from gateway.llm.factory import model_problem
 from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
@@ -93,7 +93,8 @@ class Daemon:
             await gw.jobs.start()
         for adapter in gw.adapters.values():  # threads followed before a restart are followed again (Slack)
             if isinstance(adapter, KnownThreads):
-                adapter.remember_threads(joined_threads(gw.store, adapter.platform))
+                threads = joined_threads(gw.store, adapter.platform, account=account_of(adapter))
+                adapter.remember_threads(threads)
         # Each adapter runs under the supervisor; coming up (again) sends what its platform has pending.
         self._ready()
         # Platforms that never redeliver (Discord) fetch what they missed once each connection is up.

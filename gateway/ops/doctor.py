@@ -1,4 +1,4 @@
-"""`gateway doctor`: check config, home permissions, the database, each platform token and the model endpoint.
+"""`gateway doctor`: config, home permissions, the database, each platform token, the model, the shell.
 
 One line per check with a fix hint. Tokens are checked with each platform's own auth call (Telegram getMe,
 Discord /users/@me, Slack auth.test) at the configured API base, so tests point it at fakes. Nothing is changed,
@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from gateway.agent.tools.catalog import check_tool_names
+from gateway.agent.tools.catalog import check_tool_names, shell_doctor
 from gateway.config.settings import Config, load_config
 from gateway.errors import ConfigError, LLMError, LLMNotConfigured, LLMRejected, LLMTimeout
 from gateway.mcp.hub import McpHub
@@ -67,7 +67,8 @@ class Doctor:
             probes: list[Awaitable[list[Check]]] = [
                 self._one(self.check_telegram(http, config)), self._one(self.check_discord(http, config)),
                 self.check_slack(http, config), self._one(self.check_model(config)),
-                self._one(self.check_daemon(http, config)), self.check_mcp(config)]
+                self._one(self.check_daemon(http, config)), self.check_mcp(config),
+                shell_doctor(config, Check)]
             for found in await asyncio.gather(*probes):
                 checks.extend(found)
         redact = Redactor([*config_secrets(config), *env_secrets(self.env)])

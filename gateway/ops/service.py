@@ -17,6 +17,9 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 Mode = Literal["system", "user"]
+# What the shell's bubblewrap needs from the unit (tools.shell): None without a shell; with
+# `no-network` it also brings up the loopback of the sandbox's own network namespace (netlink).
+ShellNeeds = Literal["network", "no-network"] | None
 UNIT_NAME = "agent-gateway.service"
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 SYSTEM_HOME = PurePosixPath("/var/lib/agent-gateway")
@@ -100,6 +103,7 @@ class UnitSpec:
     home: str                           # GATEWAY_HOME as the unit sees it
     env_file: str                       # EnvironmentFile= (optional: the leading '-' is added)
     drain_seconds: float = 20.0
+    shell: ShellNeeds = None            # tools.shell is enabled: relax what bubblewrap needs
 
     @property
     def timeout_stop(self) -> int:
@@ -118,11 +122,44 @@ class UnitSpec:
 def render_unit(spec: UnitSpec) -> str:
     hardening = SYSTEM_HARDENING.format(protect_home=_protect_home(spec)) if spec.mode == "system" \
         else USER_HARDENING
+    if spec.shell is not None:
+        hardening = for_bubblewrap(hardening, network=spec.shell == "network")
     wanted_by = "multi-user.target" if spec.mode == "system" else "default.target"
     lines = [*_unit_section(), "", *_service_section(spec), "",
              "# Sandboxing: `systemd-analyze security agent-gateway.service` shows what each line buys",
              *hardening.splitlines(), "", "[Install]", f"WantedBy={wanted_by}", ""]
     return "\n".join(lines)
+
+
+# tools.shell: bubblewrap inside the unit needs /proc/sys/kernel/overflowuid (ProcSubset=pid hides
+# /proc/sys), user, mount, PID, network, IPC, UTS and cgroup namespaces, mount(2), pivot_root(2) and
+# capset(2), and (for a sandbox without network) a netlink socket to bring its loopback up. Each
+# was shown necessary on a real systemd (tests/test_service_systemd.py); PrivateUsers=yes and
+# NoNewPrivileges=yes stay. `systemd-analyze security` then rates the system unit about 2.1.
+BWRAP_RELAXED = {
+    "ProcSubset=pid": "ProcSubset=all",
+    "RestrictNamespaces=yes": "RestrictNamespaces=user mnt pid net ipc uts cgroup",
+}
+BWRAP_SYSCALLS = "SystemCallFilter=@mount capset"
+BWRAP_NOTE = "# tools.shell is enabled: bubblewrap needs what the lines below marked (shell) allow"
+
+
+def for_bubblewrap(hardening: str, *, network: bool) -> str:
+    """The hardening lines with exactly what the shell's bubblewrap needs, each marked."""
+    out = [BWRAP_NOTE]
+    for line in hardening.splitlines():
+        if line in BWRAP_RELAXED:
+            out += ["# (shell)", BWRAP_RELAXED[line]]
+        elif line.startswith("RestrictAddressFamilies=") and not network:
+            out += ["# (shell) netlink: the loopback of the sandbox's own network namespace",
+                    f"{line} AF_NETLINK"]
+        else:
+            out.append(line)
+        if line.startswith("SystemCallFilter="):
+            last = line
+    at = out.index(last) + 1
+    out[at:at] = ["# (shell) mount(2), pivot_root(2), capset(2)", BWRAP_SYSCALLS]
+    return "\n".join(out) + "\n"
 
 
 def _unit_section() -> list[str]:

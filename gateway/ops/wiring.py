@@ -22,11 +22,16 @@ from gateway.access.linking import Linker
 from gateway.access.pairing import PairingBook, load_key
 from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
-from gateway.agent.tools.catalog import ToolCatalog, WebTools, build_registry, check_tool_names
+from gateway.agent.tools.catalog import ToolCatalog, WebTools, check_tool_names
 from gateway.agent.tools.mcp import McpTools
-from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import ToolRegistry
-from gateway.config.settings import Config
+from gateway.agents.build import Admins, Shared, SharedTools, roster_for
+from gateway.agents.runtime import Roster
+from gateway.approvals.menus import Menus
+from gateway.approvals.waits import Waits
+from gateway.config.agents import check_agents
+from gateway.config.platforms import platform_accounts
+from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.outbox import Backoff, Outbox
 from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
@@ -34,15 +39,16 @@ from gateway.delivery.ratelimit import RateLimiter
 from gateway.delivery.stream import Streams
 from gateway.delivery.voice import VoiceReplies
 from gateway.errors import LLMNotConfigured
-from gateway.events import Adapter, Inbound, MemberRoles
+from gateway.events import Adapter, MemberRoles, account_of, adapter_key
 from gateway.knowledge.forget import web_uploads
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.people import PeopleBook
+from gateway.knowledge.search import SessionSearch
 from gateway.knowledge.skills import SkillLibrary
 from gateway.llm.factory import (
-    ModelChoice,
     SessionModels,
     UnconfiguredLLM,
+    answering,
     build_chosen,
     choose_model,
     sees_images_client,
@@ -58,14 +64,15 @@ from gateway.net.search import WebSearch
 from gateway.ops.http_limits import Limits
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.supervisor import Supervisor, Watchdog
+from gateway.ops.waiting import approval_policy, wire_waits
 from gateway.prompt.hints import PlatformFacts, load_platform_facts
 from gateway.prompt.inputs import PromptAssembler
-from gateway.prompt.session_tools import SessionTools
+from gateway.sandbox.report import describe as describe_command
 from gateway.scheduling.book import JobBook
 from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
 from gateway.scheduling.runner import JobRunner
-from gateway.scheduling.turn import JobTurn, RunTools
+from gateway.scheduling.turn import JobTurn
 from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
@@ -118,16 +125,20 @@ class Gateway:
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
     worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
+    waits: Waits | None = None  # turns waiting for a person (gateway/approvals/), its `policy`
 
     def tool_names(self, platform: str) -> list[str]:
         """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
-        """Stop the MCP servers and close the HTTP sessions of the web tools, the models /model
-        switches to and the speech service (shutdown, or the end of a CLI command)."""
-        if self.models is not None:
-            await self.models.close()
+        """Stop the MCP servers and close the HTTP sessions of the web tools, the agents' own models
+        and the models /model switches to, and the speech service (shutdown, or the end of a CLI
+        command); the approvals' timers stop (their requests stay stored)."""
+        if self.waits is not None:
+            await self.waits.close()
+        for runtime in self.roster.built() if self.roster is not None else ():
+            await runtime.close()
         if self.outbox.voice is not None:
             await self.outbox.voice.close()
         if self.mcp is not None:
@@ -140,6 +151,7 @@ class Gateway:
             await self.worker.close()
     roles: Roles | None = None
     redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
+    roster: Roster | None = None  # every agent (gateway/agents/); the fields above are main's
 
     @property
     def people(self) -> PeopleBook:
@@ -161,17 +173,18 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     source = "given"
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
-    memory, skills = _knowledge(config)
     book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
-    tools, hub, web = _tools(config, env, memory, skills, book, sleep=sleep, monotonic=monotonic,
-                             vision=sees_images_client(llm), worker=worker)
-    catalog = ToolCatalog(tools, ToolPolicy.of(config))
-    session_tools = SessionTools(store=store, catalog=catalog, clock=clock)
+    vision = functools.partial(_sees_images, llm)
+    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
+    shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
+                               vision=vision, worker=worker, roles=roles)
     facts = _platform_facts(config)
-    models = _models(config, env, llm)
-    agent = Agent(models or llm, tools, max_iterations=config.agent.max_iterations)
-    by_platform: dict[str, Adapter] = {a.platform: a for a in adapters}
+    roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
+    main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
+    memory, skills, catalog, agent = main.memory, main.skills, main.catalog, main.loop
+    prompts, tools = main.prompts, main.loop.tools
+    by_platform: dict[str, Adapter] = {adapter_key(a.platform, account_of(a)): a for a in adapters}
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
     previews = PreviewBook(store, ChatPacer(monotonic), clock=clock, sleep=sleep)
@@ -180,31 +193,29 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                     previews=previews)
     outbox.voice = _voice(config, env, store=store, adapters=by_platform, facts=facts, clock=clock)
     streams = Streams(config.streaming, previews, facts, limiter, sleep=sleep)
-    prompts = PromptAssembler(config, facts, memory, skills)
-    roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, llm=llm, adapters=by_platform, clock=clock,
+    media = _media(config, env, store=store, vision=vision, adapters=by_platform, clock=clock,
                    sleep=sleep, worker=worker)
-    sessions, lifecycle = _sessions(config, store=store, agent=agent, prompts=prompts, outbox=outbox, memory=memory,
-                                    tools=session_tools, adapters=by_platform, clock=clock, metrics=metrics,
-                                    gate=gate, jobs_command=JobsCommand(book), roles=roles, streams=streams,
+    sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox,
+                                    adapters=by_platform, clock=clock, metrics=metrics, gate=gate,
+                                    jobs_command=JobsCommand(book), roles=roles, streams=streams,
                                     media=media)
-    jobs = _jobs(config, book, sessions=sessions, prompts=prompts, catalog=catalog, gate=gate)
+    jobs = _jobs(config, book, sessions=sessions, gate=gate)
     return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
                    prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
                    clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media, models=models, worker=worker)
+                   mcp=hub, web=shared_tools.web, jobs=jobs, model_source=source, roles=roles,
+                   redact=redactor_for(config, env), media=media, roster=roster,
+                   models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker,
+                   waits=wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep))
 
 
-def _knowledge(config: Config) -> tuple[MemoryStore, SkillLibrary]:
-    """What the agent knows: memory in scopes and the skills."""
-    limits = config.memory
-    memory = MemoryStore(config.home / "memories", limits.memory_char_limit,
-                         limits.user_char_limit, limits.chat_char_limit)
-    return memory, SkillLibrary(config.home)
+def _sees_images(default: LLMClient) -> bool:
+    """Whether the model answering this task's turn (its agent's, as /model chose; `default` outside
+    a turn) takes pictures."""
+    return sees_images_client(answering(default))
 
 
 def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tuple[LLMClient, str]:
@@ -219,14 +230,6 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
     except LLMNotConfigured as exc:  # chosen, but it cannot answer: say so by name, not "run gateway init"
         log.warning("%s", exc)
         return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
-
-
-def _models(config: Config, env: Mapping[str, str], main: LLMClient) -> SessionModels | None:
-    """With `models:`, the client the agent holds: the main model, or a conversation's /model."""
-    if not config.models:
-        return None
-    return SessionModels(main, config.models,
-                         lambda m: build_chosen(ModelChoice(m, "chosen in chat"), env, config))
 
 
 def _voice(config: Config, env: Mapping[str, str], *, store: Store,
@@ -248,17 +251,7 @@ def _voice(config: Config, env: Mapping[str, str], *, store: Store,
                         clock=clock)
 
 
-def _admin_check(roles: Roles, clock: Clock) -> Callable[[Inbound], bool]:
-    """Whether a message's sender is an admin (access.admins, linked identities, the one allowed
-    person)."""
-    def is_admin(inbound: Inbound) -> bool:
-        person = roles.people.resolve(inbound.chat.platform, inbound.user_id, now=clock(),
-                                      user_name=inbound.user_name, username=inbound.username)
-        return roles.is_admin(person)
-    return is_admin
-
-
-def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClient,
+def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
            adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
            worker: Worker) -> AttachmentTurns:
     """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
@@ -271,25 +264,31 @@ def _media(config: Config, env: Mapping[str, str], *, store: Store, llm: LLMClie
             log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
                         "without a key", stt.api_key_env)
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=sees_images_client(llm),
-                             transcriber=transcriber, sleep=sleep, worker=worker)
+    pipeline = MediaPipeline(config.media, config.home, vision=vision, transcriber=transcriber,
+                             sleep=sleep, worker=worker)
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
-def _tools(config: Config, env: Mapping[str, str], memory: MemoryStore, skills: SkillLibrary,
-           jobs: JobBook | None, *, sleep: Sleep, monotonic: Callable[[], float], vision: bool,
-           worker: Worker) -> tuple[ToolRegistry, McpHub | None, WebTools]:
-    """The built-in tools, the web tools' clients and, with mcp_servers, the hub (started by the daemon); MCP
-    results' pictures reach the model as pictures when it sees images (`vision`)."""
+def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: Store, *,
+           sleep: Sleep, monotonic: Callable[[], float], vision: Callable[[], bool],
+           worker: Worker, roles: Roles) -> tuple[SharedTools, McpHub | None]:
+    """What every agent's tools share: the web tools' clients, the job book, the session search
+    and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
+    pictures when the model answering sees images (`vision`); who may have the shell (`roles`)."""
     check_tool_names(config)
-    web = _web_tools(config, env, monotonic, worker)
-    registry = build_registry(config.home, memory=memory, skills=skills, web=web, jobs=jobs)
-    hub = None
+    check_agents(config)
+    hub = provider = None
     if config.mcp_servers:
         hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        registry.provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
-                                     worker=worker)
-    return registry, hub, web
+        provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
+                            worker=worker)
+    web = _web_tools(config, env, monotonic, worker)
+    holds = approval_policy(config, store, provider, redactor_for(config, env))
+    shell = config.tools.shell
+    if shell.enabled and shell.approve == "always":
+        holds.always_ask("shell", describe_command)  # every command, shown whole
+    admins = Admins(roles.admits, roles.admin_owned) if shell.enabled else None
+    return SharedTools(web, jobs, SessionSearch(), provider, holds, admins), hub
 
 
 def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],
@@ -316,43 +315,49 @@ def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
     return facts
 
 
-def _sessions(config: Config, *, store: Store, agent: Agent, prompts: PromptAssembler, outbox: Outbox,
-              memory: MemoryStore, tools: SessionTools, adapters: dict[str, Adapter], clock: Clock,
-              metrics: Metrics, gate: AccessGate, jobs_command: JobsCommand,
-              roles: Roles, streams: Streams, media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
-    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and commands."""
-    compressor = Compressor(agent=agent, store=store, config=config.agent, clock=clock,
-                            flush=AgentFlush(agent=agent, store=store, config=config, tools=tools,
-                                             memory=memory, clock=clock, callers=roles))
-    policies = Policies(config.session_reset, config.sessions.timezone)
-    flusher = Flusher(config=config.memory, store=store, agent=agent, memory=memory, tools=tools,
-                      home=config.home, db_path=config.db_path, clock=clock, callers=roles)
+def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
+              adapters: dict[str, Adapter], clock: Clock, metrics: Metrics, gate: AccessGate,
+              jobs_command: JobsCommand, roles: Roles, streams: Streams,
+              media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
+    """The session manager with its gate, compression, pre-reset flush, lifecycle timers and
+    commands; each session's turns, compression and flush run with its own agent's parts
+    (roster)."""
+    flush = AgentFlush(roster=roster, store=store, config=config, clock=clock, callers=roles)
+    compressor = Compressor(roster=roster, store=store, clock=clock, flush=flush)
+    own = {n: s.session_reset for n, s in config.agents.items() if s.session_reset is not None}
+    policies = Policies(config.session_reset, config.sessions.timezone, own)
+    flusher = Flusher(config=config.memory, store=store, roster=roster, home=config.home,
+                      db_path=config.db_path, clock=clock, callers=roles)
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
-    choices = ChoiceCommands(config, clock=clock, is_admin=_admin_check(roles, clock))
+    menus = Menus(load_key(config.home))  # /model's list as buttons
+    choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin,
+                             menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
-    sessions = SessionManager(config=config, store=store, agent=agent, prompts=prompts, outbox=outbox,
+    sessions = SessionManager(config=config, store=store, roster=roster, outbox=outbox,
                               hooks=lifecycle, commands=commands, adapters=adapters,
-                              clock=clock, tools=tools, gate=gate, compressor=compressor, metrics=metrics,
+                              clock=clock, gate=gate, compressor=compressor, metrics=metrics,
                               callers=roles, streams=streams, media=media)
     lifecycle.attach(sessions)
+    outbox.choices.append(menus.choices_for)
+    gate.menus = functools.partial(choices.tap, sessions)
     return sessions, lifecycle
 
 
-def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, prompts: PromptAssembler,
-          catalog: ToolCatalog, gate: AccessGate) -> JobRunner | None:
-    """Scheduled jobs: the runs' own tool lists (the `cron` platform's, without `schedule` unless allowed) and the
-    runner, which serves the jobs of this process's platforms and asks the same gate about each creator at run time."""
+def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager,
+          gate: AccessGate) -> JobRunner | None:
+    """Scheduled jobs: each run is its job's agent's turn, with the run's own tool list (the `cron`
+    platform's, without `schedule` unless allowed); the runner serves the jobs of this process's
+    platforms and asks the same gate about each creator at run time."""
     if book is None:
         return None
-    run_tools = SessionTools(store=sessions.store, clock=sessions.clock,
-                             catalog=RunTools(catalog, schedule=config.schedule.jobs_may_schedule))
+    turn = JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule)
+    adapters = sessions.adapters
     runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
-                       turn=JobTurn(manager=sessions, jobs=book.jobs, prompts=prompts, tools=run_tools),
-                       platforms=sessions.adapters,
-                       members={p: a for p, a in sessions.adapters.items() if isinstance(a, MemberRoles)})
+                       turn=turn, platforms={a.platform for a in adapters.values()},
+                       members={k: a for k, a in adapters.items() if isinstance(a, MemberRoles)})
     book.changed = runner.changed
     return runner
 
@@ -360,8 +365,9 @@ def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager, pro
 def _watchdogs(config: Config) -> dict[str, Watchdog]:
     """Per-platform inbound-liveness windows (only adapters that can `ping` are watched)."""
     found: dict[str, Watchdog] = {}
-    if config.slack is not None:  # Socket Mode is known to go silent while "connected"
-        found["slack"] = Watchdog(silence=config.slack.liveness_minutes * 60)
+    for name, slack in platform_accounts(config.slack).items():  # Socket Mode: silent, "connected"
+        minutes = getattr(slack, "liveness_minutes", 5.0)
+        found[adapter_key("slack", name)] = Watchdog(silence=minutes * 60)
     return found
 
 
@@ -376,16 +382,20 @@ def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.m
         from adapters.webchat import WebChatAdapter
         found.append(WebChatAdapter(uploads=web_uploads(config.home),
                                     max_upload_bytes=config.media.max_bytes))
-    if config.telegram is not None:
+    for name, tg in platform_accounts(config.telegram).items():  # one adapter per bot account
         from adapters.telegram.adapter import TelegramAdapter
-        found.append(TelegramAdapter(config.telegram, clock=monotonic,
-                                     serve=functools.partial(serve_http, limits=limits, name="telegram")))
-    if config.discord is not None:
+        assert isinstance(tg, TelegramConfig)
+        found.append(TelegramAdapter(tg, clock=monotonic, account=name, serve=functools.partial(
+            serve_http, limits=limits, name=adapter_key("telegram", name))))
+    for name, dc in platform_accounts(config.discord).items():
         from adapters.discord.adapter import DiscordAdapter
-        found.append(DiscordAdapter(config.discord))
-    if config.slack is not None:
+        assert isinstance(dc, DiscordConfig)
+        found.append(DiscordAdapter(dc, account=name))
+    for name, sl in platform_accounts(config.slack).items():
         from adapters.slack.adapter import SlackAdapter
-        found.append(SlackAdapter(config.slack, serve=functools.partial(serve_http, limits=limits, name="slack")))
+        assert isinstance(sl, SlackConfig)
+        found.append(SlackAdapter(sl, account=name, serve=functools.partial(
+            serve_http, limits=limits, name=adapter_key("slack", name))))
     return found
 
 

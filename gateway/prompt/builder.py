@@ -324,6 +324,11 @@ def load_soul(home: Path) -> FileSnapshot | None:
     return _read(home / "SOUL.md", front_matter=False)
 
 
+def load_soul_file(path: Path) -> FileSnapshot | None:
+    """An agent's own identity file (`agents.<name>.soul`), or None (missing or blank)."""
+    return _read(path, front_matter=False)
+
+
 def _up_to_git_root(workdir: Path) -> list[Path]:
     """workdir and its parents up to the one holding `.git`; only workdir when it is not inside a repo."""
     chain: list[Path] = []

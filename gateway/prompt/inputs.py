@@ -12,17 +12,31 @@ from pathlib import Path
 from gateway.config.settings import Config
 from gateway.knowledge.memory import NO_VIEW, MemoryStore, MemoryView
 from gateway.knowledge.skills import SkillLibrary
-from gateway.prompt.builder import BuiltPrompt, PromptInputs, build_prompt, find_context_file, load_soul
+from gateway.prompt.builder import (
+    BuiltPrompt,
+    FileSnapshot,
+    PromptInputs,
+    build_prompt,
+    find_context_file,
+    load_soul,
+    load_soul_file,
+)
 from gateway.prompt.hints import HintOverride, PlatformFacts, resolve_hint
 
 
 class PromptAssembler:
+    """One agent's prompt inputs: its settings, memory and skills, and its identity: `identity`
+    (the text of `agents.<name>.identity`), else the file `soul` (default: the home's SOUL.md)."""
+
     def __init__(self, config: Config, facts: Mapping[str, PlatformFacts], memory: MemoryStore,
-                 skills: SkillLibrary) -> None:
+                 skills: SkillLibrary, *, soul: Path | None = None,
+                 identity: FileSnapshot | None = None) -> None:
         self.config = config
         self.facts = facts
         self.memory = memory
         self.skills = skills
+        self.soul = soul
+        self.identity = identity
 
     def inputs(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
                today: date, view: MemoryView = NO_VIEW) -> PromptInputs:
@@ -38,7 +52,7 @@ class PromptAssembler:
         skills = tuple(self.skills.index()) if has_skills else ()
         return PromptInputs(
             platform=platform, chat_type=chat_type, model_name=model, provider=provider,
-            tool_names=tuple(tool_names), today=today, soul=load_soul(cfg.home),
+            tool_names=tuple(tool_names), today=today, soul=self._soul(),
             context_file=find_context_file(Path(workdir)) if workdir is not None else None,
             system_message=cfg.agent.system_message,
             memory_text=shared, memory_limit=cfg.memory.memory_char_limit,
@@ -47,6 +61,11 @@ class PromptAssembler:
             skills_index=skills, platform_hint=hint,
             tool_use_enforcement=cfg.agent.tool_use_enforcement,
             context_file_max_chars=cfg.agent.context_file_max_chars)
+
+    def _soul(self) -> FileSnapshot | None:
+        if self.identity is not None:
+            return self.identity
+        return load_soul(self.config.home) if self.soul is None else load_soul_file(self.soul)
 
     def build_full(self, **kwargs: object) -> BuiltPrompt:
         return build_prompt(self.inputs(**kwargs))  # type: ignore[arg-type]

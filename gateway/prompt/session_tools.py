@@ -5,6 +5,9 @@ so a tool an MCP server adds or drops reaches only sessions that start afterward
 With tool search (gateway/agent/tools/deferred.py) the list has two parts, stored in one row: the
 tools sent (core tools, tool_search, tool_call) and the deferred catalog the session may search and
 call, frozen alike.
+
+An admin-only tool (the shell: catalog.ADMIN_ONLY) is in a new session's list only when `admin`
+says the session is an admin's own; with no `admin` check (a scheduled run's sessions) never.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from gateway.agent.tools.catalog import ADMIN_ONLY
 from gateway.agent.tools.deferred import BRIDGE, DeferredCatalog, bind
 from gateway.agent.tools.registry import ToolSpec
 from gateway.store.database import Store
@@ -90,28 +94,51 @@ def _decoded(t: dict[str, Any]) -> ToolSpec:
 
 
 class SessionTools:
-    def __init__(self, *, store: Store, catalog: ToolSource, clock: Callable[[], datetime]) -> None:
+    def __init__(self, *, store: Store, catalog: ToolSource, clock: Callable[[], datetime],
+                 admin: Callable[[SessionRow], bool] | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self.clock = clock
+        self.admin = admin  # whether a session is an admin's own (its admin-only tools)
         self._lists: dict[int, SessionToolList] = {}  # few distinct lists: sessions of a platform share one
         self._allowed: dict[tuple[int, str], frozenset[str]] = {}
         self._latest: dict[str, int | None] = {}  # platform → the list its newest session got
+        self._refit: dict[int, int] = {}  # session → its list since a /model switch
 
     def fix(self, session: SessionRow, *, window: int | None = None) -> SessionToolList:
         """Give the session the tools a new session on its platform gets now, and store the choice.
         With the model's context `window`, tool search may defer its MCP tools (tools.search);
         without, all are sent."""
         specs = self.catalog.current(session.platform)
+        if any(s.name in ADMIN_ONLY for s in specs) and not (self.admin and self.admin(session)):
+            specs = tuple(s for s in specs if s.name not in ADMIN_ONLY)
         sent, deferred = self.catalog.split(specs, window) if window else (specs, ())
         list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
         self._note_change(session.platform, list_id)
         self.store.fix_tool_list(session.id, list_id)
+        self._refit.pop(session.id, None)
+        return self._load(list_id)
+
+    def refit(self, session: SessionRow, *, window: int) -> SessionToolList:
+        """The session's own tools (never today's) split again for another model's context
+        `window`: a model switch rebuilds the prompt, and tool search follows the new window.
+        Stored, so every later turn and a restart send the new list byte for byte."""
+        before = self.of(session)
+        sent, deferred = self.catalog.split(before.every(), window)
+        list_id = self.store.tool_list_id(encode_specs(sent, deferred), now=self.clock())
+        if list_id != before.list_id:
+            self.store.fix_tool_list(session.id, list_id)
+            self._refit[session.id] = list_id  # the turn's row still names the old list
+            log.info("session=%s tools split again for a context window of %s: %s sent, %s "
+                     "behind tool search", session.id, window, len(sent), len(deferred))
         return self._load(list_id)
 
     def of(self, session: SessionRow) -> SessionToolList:
         """The session's stored list; a session from before lists were stored gets today's, once."""
-        list_id = session.tool_list_id or self.store.session(session.id).tool_list_id
+        list_id = self._refit.get(session.id)
+        if list_id is not None and list_id == session.tool_list_id:
+            del self._refit[session.id]  # the row has caught up
+        list_id = list_id or session.tool_list_id or self.store.session(session.id).tool_list_id
         if list_id is None:
             log.info("session=%s had no stored tool list (it started before they were stored); fixed now",
                      session.id)

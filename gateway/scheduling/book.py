@@ -57,7 +57,7 @@ class JobBook:
         new = NewJob(name=_name(name), prompt=_prompt(prompt), kind=schedule.kind, spec=schedule.spec,
                      timezone=schedule.timezone, chat=origin.chat, user_id=origin.user_id, user_name=origin.user_name,
                      username=origin.username, space_id=origin.space_id, roles=origin.roles,
-                     next_run_at=schedule.first)
+                     next_run_at=schedule.first, agent=origin.agent)
         limit = self.config.max_jobs_per_person
         job = self.jobs.add_job(new, now=now, limit=limit, owners=self._accounts(origin))
         if job is None:
@@ -95,7 +95,7 @@ class JobBook:
 
     def job_lines(self, origin: Inbound) -> str:
         """The sender's jobs, one a line (`/jobs` shows these)."""
-        jobs = self.jobs.jobs_of(origin.chat.platform, origin.user_id)
+        jobs = self.jobs.jobs_of(origin.chat.platform, origin.user_id, agent=origin.agent)
         return text.job_list(jobs, self.clock(), here=origin.chat)
 
     def set_timezone(self, origin: Inbound, timezone: str) -> str:
@@ -119,12 +119,12 @@ class JobBook:
 
     def cancel_job(self, origin: Inbound, job_id: int) -> JobRow | None:
         """Cancel one of the sender's active jobs; None when they have no such job."""
-        owner = (origin.chat.platform, origin.user_id)
+        owner = (origin.chat.platform, origin.user_id, origin.agent)  # the agent's own jobs only
         job = self.jobs.job(job_id)
         if job is None or not self.jobs.end_job(job_id, "cancelled", f"cancelled by {owner[0]}:{owner[1]}",
                                                  owner=owner):
             return None
-        log.info("job %s cancelled by platform=%s user=%s", job_id, *owner)
+        log.info("job %s cancelled by platform=%s user=%s agent=%s", job_id, *owner)
         ended = self.jobs.job(job_id) or job
         self.changed(ended)
         return ended

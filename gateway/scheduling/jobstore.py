@@ -48,10 +48,13 @@ class JobRow:
     last_run_at: str | None
     runs: int
     run_requested_at: str | None
+    agent: str = "main"     # the agent it was made with: its runs are that agent's turns
+    account: str = "default"  # the bot account its chat is reached through: its posts go through it
 
     @property
     def chat(self) -> ChatRef:
-        return ChatRef(self.platform, self.chat_type, self.chat_id, self.thread_id)  # type: ignore[arg-type]
+        chat_type: Any = self.chat_type
+        return ChatRef(self.platform, chat_type, self.chat_id, self.thread_id, self.account)
 
     @property
     def role_ids(self) -> tuple[str, ...]:
@@ -90,6 +93,7 @@ class NewJob:
     space_id: str | None
     roles: tuple[str, ...]
     next_run_at: datetime
+    agent: str = "main"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,25 +121,27 @@ class JobStore:
     # ---------------------------------------------------------------- jobs
     def add_job(self, job: NewJob, *, now: datetime, limit: int,
                 owners: Sequence[tuple[str, str | None]] = ()) -> JobRow | None:
-        """Store a new active job; None when its creator already has `limit` active ones (checked in the same
-        transaction, so two jobs made at once cannot both slip under it). `owners` are all the
+        """Store a new active job; None when its creator already has `limit` active ones with its
+        agent (checked in the same transaction, so two jobs made at once cannot both slip under it;
+        per agent, as a person sees and cancels only that agent's jobs). `owners` are all the
         accounts of the creator, (platform, user id; None: any on that platform), counted as one."""
         accounts = list(owners) or [(job.chat.platform, job.user_id)]
         match = " OR ".join("(platform = ? AND user_id = ?)" if user else "platform = ?"
                             for _, user in accounts)
         args = [value for account in accounts for value in account if value is not None]
         with self.store.tx() as conn:
-            (count,) = conn.execute(f"SELECT COUNT(*) FROM jobs WHERE state = ? AND ({match})",
-                                    (ACTIVE, *args)).fetchone()
+            (count,) = conn.execute("SELECT COUNT(*) FROM jobs WHERE state = ? AND agent = ?"
+                                    f" AND ({match})", (ACTIVE, job.agent, *args)).fetchone()
             if count >= limit:
                 return None
             cur = conn.execute(
                 "INSERT INTO jobs (name, prompt, kind, spec, timezone, platform, chat_type, chat_id, thread_id,"
-                " user_id, user_name, username, space_id, roles, created_at, next_run_at) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " user_id, user_name, username, space_id, roles, created_at, next_run_at, agent,"
+                " account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.name, job.prompt, job.kind, job.spec, job.timezone, job.chat.platform, job.chat.chat_type,
                  job.chat.chat_id, job.chat.thread_id, job.user_id, job.user_name, job.username, job.space_id,
-                 json.dumps(list(job.roles)) if job.roles else None, iso(now), iso(job.next_run_at)))
+                 json.dumps(list(job.roles)) if job.roles else None, iso(now),
+                 iso(job.next_run_at), job.agent, job.chat.account))
             job_id = int(cur.lastrowid or 0)
         found = self.job(job_id)
         if found is None:
@@ -145,10 +151,14 @@ class JobStore:
     def job(self, job_id: int) -> JobRow | None:
         return _row(JobRow, self.store.one("SELECT * FROM jobs WHERE id = ?", (job_id,)))
 
-    def jobs_of(self, platform: str, user_id: str, *, active_only: bool = True) -> list[JobRow]:
+    def jobs_of(self, platform: str, user_id: str, *, active_only: bool = True,
+                agent: str | None = None) -> list[JobRow]:
+        """A person's jobs (made with `agent` only, when given: one agent never lists another's)."""
         state = "AND state = 'active'" if active_only else ""
-        rows = self.store.all(f"SELECT * FROM jobs WHERE platform = ? AND user_id = ? {state} ORDER BY id",
-                        (platform, user_id))
+        mine = "" if agent is None else "AND agent = ?"
+        args = (platform, user_id) if agent is None else (platform, user_id, agent)
+        rows = self.store.all(f"SELECT * FROM jobs WHERE platform = ? AND user_id = ? {state}"
+                              f" {mine} ORDER BY id", args)
         return [_row(JobRow, r) for r in rows]
 
     def list_jobs(self, *, states: Collection[str] | None = None, limit: int = 200) -> list[JobRow]:
@@ -160,10 +170,11 @@ class JobStore:
         rows = self.store.all(f"SELECT * FROM jobs {where} ORDER BY state != 'active', id LIMIT ?", (*args, limit))
         return [_row(JobRow, r) for r in rows]
 
-    def end_job(self, job_id: int, state: str, reason: str, *, owner: tuple[str, str] | None = None) -> bool:
+    def end_job(self, job_id: int, state: str, reason: str, *,
+                owner: tuple[str, str, str] | None = None) -> bool:
         """Take an active job out of service (cancelled by its owner or the operator, stopped by the gateway);
-        False when it was not active (or, with `owner`, not theirs)."""
-        mine = " AND platform = ? AND user_id = ?" if owner else ""
+        False when it was not active (or, with `owner`: platform, user id, agent, not theirs)."""
+        mine = " AND platform = ? AND user_id = ? AND agent = ?" if owner else ""
         with self.store.tx() as conn:
             cur = conn.execute(f"UPDATE jobs SET state = ?, state_reason = ?, next_run_at = NULL,"
                                f" run_requested_at = NULL WHERE id = ? AND state = 'active'{mine}",

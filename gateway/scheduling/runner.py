@@ -44,7 +44,7 @@ class JobRunner:
                  clock: Clock, platforms: Collection[str], scheduler: AsyncIOScheduler | None = None,
                  members: Mapping[str, MemberRoles] | None = None) -> None:
         self.jobs = jobs
-        self.members = dict(members or {})  # platform → the adapter that tells a member's roles now (Discord)
+        self.members = dict(members or {})  # adapter key → what tells a member's roles (Discord)
         self.config = config.schedule
         self.home = config.home
         self.turn = turn
@@ -175,7 +175,7 @@ class JobRunner:
         would for a message; when the
         platform cannot be asked, the roles the job last had are used."""
         job = self.jobs.job(job_id)
-        source = self.members.get(job.platform) if job is not None and job.space_id else None
+        source = self.members.get(job.chat.adapter_key) if job and job.space_id else None
         if job is None or job.space_id is None or source is None or job.state != "active":
             return
         key = (job.platform, job.space_id, job.user_id)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gateway.agent.loop import TurnResult
+from gateway.agent.loop import Agent, TurnResult
 from gateway.agent.tools.registry import ToolContext, ToolSpec
 from gateway.errors import LLMError
 from gateway.events import Inbound, OutboundKind
@@ -32,14 +32,17 @@ log = logging.getLogger(__name__)
 
 
 def origin_of(job: JobRow, now: datetime) -> Inbound:
-    """The job's creator in its chat, as the gate and the tools see a person: what it was made from."""
+    """The job's creator in its chat (through its bot account, to its agent), as the gate and the
+    tools see a person: what it was made from."""
     return Inbound(chat=job.chat, user_id=job.user_id, text="", message_id=f"job{job.id}", received_at=now,
-                   user_name=job.user_name, username=job.username, space_id=job.space_id, roles=job.role_ids)
+                   user_name=job.user_name, username=job.username, space_id=job.space_id,
+                   roles=job.role_ids, agent=job.agent)
 
 
 class RunTools:
-    """The tools a run's session gets: the `cron` platform's (agent.tools_by_platform.cron, else agent.tools),
-    without `schedule` unless schedule.jobs_may_schedule, so a job cannot quietly multiply itself."""
+    """The tools a run's session gets: the `cron` platform's (agent.tools_by_platform.cron, else
+    agent.tools), without `schedule` unless schedule.jobs_may_schedule, so a job cannot quietly
+    multiply itself, and without `ask` (nobody is there to answer)."""
 
     def __init__(self, catalog: ToolSource, *, schedule: bool) -> None:
         self.catalog = catalog
@@ -56,31 +59,51 @@ class RunTools:
         return self.catalog.split(specs, window)
 
     def _keeps(self, name: str) -> bool:
-        return self.schedule or name != "schedule"
+        return name != "ask" and (self.schedule or name != "schedule")
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """A job's agent as its runs see it: the agent's loop and prompt, the run's tools (RunTools)."""
+
+    loop: Agent
+    prompts: PromptSource
+    tools: SessionTools
 
 
 class JobTurn:
-    def __init__(self, *, manager: SessionManager, jobs: JobStore, prompts: PromptSource, tools: SessionTools) -> None:
+    """Runs a job as its own agent (the one it was made with), and posts through its bot account."""
+
+    def __init__(self, *, manager: SessionManager, jobs: JobStore, schedule: bool = False) -> None:
         self.manager = manager
         self.jobs = jobs
         self.store = manager.store
-        self.agent = manager.agent
         self.outbox = manager.outbox
         self.clock = manager.clock
         self.config = manager.config
-        self.tools = tools
+        self.schedule = schedule  # schedule.jobs_may_schedule
+        self._parts: dict[str, RunParts] = {}
         # A run is one turn in a fresh session: nothing to compress, and its prompt and tools are fixed once.
-        self.prompt = SessionPrompt(store=self.store, agent=self.agent, prompts=prompts, clock=self.clock,
-                                    tools=tools, callers=manager.callers)
+        self.prompt = SessionPrompt(store=self.store, parts=self.parts, clock=self.clock,
+                                    callers=manager.callers)
+
+    def parts(self, agent: str) -> RunParts:
+        found = self._parts.get(agent)
+        if found is None:
+            runtime = self.manager.roster.get(agent)
+            tools = SessionTools(store=self.store, clock=self.clock,
+                                 catalog=RunTools(runtime.catalog, schedule=self.schedule))
+            found = self._parts[agent] = RunParts(runtime.loop, runtime.prompts, tools)
+        return found
 
     async def run(self, job: JobRow, run_id: int, due: datetime) -> None:
         """Run the job's turn and post its answer; a model failure posts the job's own words instead."""
         now = self.clock()
-        origin = origin_of(job, now)
+        origin, llm = origin_of(job, now), self.parts(job.agent).loop.llm
         session = self.store.create_session(
             key=f"cron:job{job.id}:run{run_id}", platform="cron", chat_type=job.chat_type, chat_id=f"job{job.id}",
-            thread_id=None, user_id=job.user_id, parent_id=None, model=self.agent.llm.model,
-            provider=self.agent.llm.provider, now=now)
+            thread_id=None, user_id=job.user_id, parent_id=None, model=llm.model,
+            provider=llm.provider, now=now, agent=job.agent, via=job.chat)
         self.jobs.set_run_session(run_id, session.id)
         user_msg: ChatMessage = {"role": "user", "content": text.run_instruction(job, due, now)}
         held: list[LLMReply] = []
@@ -110,7 +133,7 @@ class JobTurn:
         ctx = (self.manager.tool_context(session, origin.user_id, origin) if self.manager.callers is not None else
                ToolContext(session_id=session.id, platform=chat.platform, chat_type=chat.chat_type,
                            user_id=origin.user_id, home=self.config.home, db_path=self.config.db_path,
-                           chat_id=chat.chat_id, origin=origin))
+                           chat_id=chat.chat_id, origin=origin, agent=session.agent))
 
         def record(reply: LLMReply) -> None:
             if reply.tool_calls:
@@ -120,10 +143,13 @@ class JobTurn:
             else:
                 held.append(reply)
 
-        tools = self.tools.of(self.store.session(session.id))
-        async with asyncio.timeout(self.config.agent.turn_timeout_s):
-            return await self.agent.run(system=prompt, history=[], user_message=user_msg, ctx=ctx, tools=tools.specs,
-                                        allowed_tools=self.tools.allowed(tools, session.platform), on_reply=record)
+        parts = self.parts(session.agent)
+        tools = parts.tools.of(self.store.session(session.id))
+        timeout = self.manager.roster.get(session.agent).config.agent.turn_timeout_s
+        async with asyncio.timeout(timeout):
+            allowed = parts.tools.allowed(tools, session.platform)
+            return await parts.loop.run(system=prompt, history=[], user_message=user_msg, ctx=ctx,
+                                        tools=tools.specs, allowed_tools=allowed, on_reply=record)
 
     def _finish(self, job: JobRow, run_id: int, due: datetime, turn_id: str, posted: str, what: str, *,
                 status: str, session: SessionRow, messages: Sequence[ChatMessage], held: list[LLMReply],

@@ -1,16 +1,32 @@
-"""Catch-up after a (re)connect: hand adapters that can fetch history (`CatchUp`) the newest stored message id per
-recently active chat, so what was said while they were away (or told to a daemon killed before it stored it) is
-answered once they are back. The store's dedupe makes an overlap with live events harmless."""
+"""Catch-up after a (re)connect: hand adapters that can fetch history (`CatchUp`) the newest stored
+message id per recently active chat, so what was said while they were away (or told to a daemon
+killed before it stored it) is answered once they are back. The store's dedupe makes an overlap with
+live events harmless. And after a restart, `replay`: what was stored but not answered yet is
+answered (a turn that stopped for a person goes on)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from gateway.events import AdapterHealth, CatchUp, ChatRef, Inbound, Submit, SubmitResult
+from gateway.events import (
+    DEFAULT_ACCOUNT,
+    AdapterHealth,
+    CatchUp,
+    ChatRef,
+    Inbound,
+    Submit,
+    SubmitResult,
+    account_of,
+)
 from gateway.store.database import Store
-from gateway.store.rows import iso
+from gateway.store.rows import iso, parse_iso
+from gateway.store.transcript import decode_inbound
+
+if TYPE_CHECKING:
+    from gateway.sessions.manager import SessionManager
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +40,7 @@ SELECT chat_type, chat_id,
        CASE WHEN thread_id = platform_message_id THEN NULL ELSE thread_id END AS place,
        MAX(printf('%40s', platform_message_id)) AS last, MAX(received_at) AS latest
 FROM inbound
-WHERE platform = ? AND received_at >= ? AND id <= ?
+WHERE platform = ? AND account = ? AND received_at >= ? AND id <= ?
 GROUP BY chat_id, place
 ORDER BY latest DESC
 LIMIT ?
@@ -32,29 +48,36 @@ LIMIT ?
 
 
 def last_seen(store: Store, platform: str, *, since: datetime, upto_row: int | None = None,
-              max_chats: int = MAX_CHATS) -> dict[ChatRef, str]:
-    """Newest stored inbound message id per chat (and thread) of `platform` active since `since`, counting only
-    rows up to `upto_row`: what arrived live after the adapter reconnected must not hide the gap before it."""
+              max_chats: int = MAX_CHATS, account: str = DEFAULT_ACCOUNT) -> dict[ChatRef, str]:
+    """Newest stored inbound message id per chat (and thread) of `platform` (as bot `account` saw
+    it) active since `since`, counting only rows up to `upto_row`: what arrived live after the
+    adapter reconnected must not hide the gap before it."""
     upto = upto_row if upto_row is not None else _max_row(store)
-    rows = store.all(_LAST_SEEN_SQL, (platform, iso(since), upto, max_chats))
-    return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"]): str(r["last"]).strip() for r in rows}
+    rows = store.all(_LAST_SEEN_SQL, (platform, account, iso(since), upto, max_chats))
+    return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"], account):
+            str(r["last"]).strip() for r in rows}
 
 
 # The threads the bot took part in: a session of the thread, or a message from it that was taken (the adapter only
 # hands in what addresses the bot, and a thread's first taken message is where the bot joins it).
 _THREADS_SQL = """
 SELECT chat_type, chat_id, thread_id, MAX(at) AS latest FROM (
-  SELECT chat_type, chat_id, thread_id, created_at AS at FROM sessions WHERE platform = ?1 AND thread_id IS NOT NULL
+  SELECT chat_type, chat_id, thread_id, created_at AS at FROM sessions
+  WHERE platform = ?1 AND account = ?3 AND thread_id IS NOT NULL
   UNION ALL
-  SELECT chat_type, chat_id, thread_id, received_at AS at FROM inbound WHERE platform = ?1 AND thread_id IS NOT NULL)
+  SELECT chat_type, chat_id, thread_id, received_at AS at FROM inbound
+  WHERE platform = ?1 AND account = ?3 AND thread_id IS NOT NULL)
 GROUP BY chat_id, thread_id ORDER BY latest DESC LIMIT ?2
 """
 
 
-def joined_threads(store: Store, platform: str, *, most: int = 4096) -> list[ChatRef]:
-    """The `most` most recently active threads of `platform` the bot took part in, oldest first."""
-    rows = store.all(_THREADS_SQL, (platform, most))
-    return [ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"]) for r in reversed(rows)]
+def joined_threads(store: Store, platform: str, *, most: int = 4096,
+                   account: str = DEFAULT_ACCOUNT) -> list[ChatRef]:
+    """The `most` most recently active threads of `platform` the bot (`account`) took part in,
+    oldest first."""
+    rows = store.all(_THREADS_SQL, (platform, most, account))
+    return [ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"], account)
+            for r in reversed(rows)]
 
 
 def _max_row(store: Store) -> int:
@@ -86,7 +109,7 @@ class CatchUps:
         watched = self._adapters
 
         async def submit_watched(inbound: Inbound) -> SubmitResult:
-            platform = inbound.chat.platform
+            platform = inbound.chat.adapter_key  # the adapter's name (its platform and bot account)
             if platform in watched and platform not in self._marks and self._owed(platform):
                 self._marks[platform] = _max_row(self.store)
             return await submit(inbound)
@@ -107,9 +130,38 @@ class CatchUps:
         self._caught_up_at[platform] = health.connected_since if health is not None else None
         mark = self._marks.pop(platform, None)
         try:
-            seen = last_seen(self.store, platform, since=self.clock() - self.window, upto_row=mark,
-                             max_chats=self.max_chats)
+            seen = last_seen(self.store, getattr(adapter, "platform", platform),
+                             since=self.clock() - self.window, upto_row=mark,
+                             max_chats=self.max_chats, account=account_of(adapter))
             return await adapter.catch_up(seen)
         except Exception:
             log.exception("%s: catching up on missed messages failed", platform)
             return 0
+
+
+async def replay(manager: SessionManager) -> tuple[int, int]:
+    """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note as
+    their answer. A turn that stopped for a person goes on whatever its age (its request re-armed
+    with its remaining time)."""
+    waiting = manager.waiting
+    if waiting is not None:
+        waiting.load()
+    max_age = timedelta(minutes=manager.config.delivery.replay_max_age_minutes)
+    now = manager.clock()
+    resumed = expired = 0
+    for row in manager.store.unfinished_inbound():
+        inbound = decode_inbound(row.payload)
+        received = parse_iso(row.received_at) or now
+        if now - received > max_age and (waiting is None or not waiting.resumes(row.id)):
+            await manager._settle(row.id, "expired", f"t{row.id}", inbound,
+                                  manager.config.delivery.offline_notice)
+            expired += 1
+            continue
+        key = manager.key_for(inbound)
+        resumed += 1
+        # stored, then the process died before answering it
+        if await manager._command(row.id, inbound, key):
+            continue
+        manager.store.set_inbound_status(row.id, "pending", now=now)
+        await manager._enqueue(key, row.id, inbound)
+    return resumed, expired

@@ -14,13 +14,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gateway.agent.loop import Agent
 from gateway.agent.tools.registry import Callers
-from gateway.config.settings import AgentConfig, Config
+from gateway.agents.runtime import Roster
+from gateway.config.settings import Config
 from gateway.errors import GatewayError, LLMError
-from gateway.knowledge.memory import MemoryStore
 from gateway.llm.types import ChatMessage, History, ToolDef, message_chars
-from gateway.prompt.session_tools import SessionTools
 from gateway.sessions.flush import flush_instruction, memory_tools, owner_context, run_flush_call
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow
@@ -123,17 +121,18 @@ def transcript(rows: Sequence[MessageRow]) -> str:
 class Compressor:
     """Decides when a session's history is too long and replaces its middle with a summary."""
 
-    def __init__(self, *, agent: Agent, store: Store, config: AgentConfig, clock: Clock,
+    def __init__(self, *, roster: Roster, store: Store, clock: Clock,
                  flush: DroppedFlush | None = None) -> None:
-        self.agent = agent
+        self.roster = roster  # a session's agent: its model's window, its keep_recent, its summary
         self.store = store
-        self.config = config
         self.clock = clock
         self.flush = flush
         self._tool_chars: dict[int, tuple[ToolDef, int]] = {}  # the registry's specs are the same objects each turn
 
-    def over_limit(self, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef]) -> bool:
-        limit = self.config.compress_at * self.agent.llm.context_window
+    def over_limit(self, session: SessionRow, system: str, messages: Sequence[ChatMessage],
+                   tools: Sequence[ToolDef]) -> bool:
+        agent = self.roster.of(session)
+        limit = agent.config.agent.compress_at * agent.llm.context_window
         size = len(system) + messages_chars(messages) + sum(self._size_of(t) for t in tools)
         return size // CHARS_PER_TOKEN > limit
 
@@ -151,7 +150,7 @@ class Compressor:
         The summary comes first so a failing model costs no flush that the next attempt would repeat; the
         flush still runs before anything leaves the context, and its memory writes reach the rebuilt prompt.
         """
-        cut = plan_cut(rows, self.config.keep_recent)
+        cut = plan_cut(rows, self.roster.of(session).config.agent.keep_recent)
         if cut is None:
             log.info("compression skipped session=%s: nothing between the first exchange and the last turn",
                      session.id)
@@ -173,7 +172,7 @@ class Compressor:
         return True
 
     async def _summarize(self, session: SessionRow, dropped: Sequence[MessageRow]) -> str | None:
-        llm = self.agent.llm
+        llm = self.roster.of(session).llm
         request: ChatMessage = {"role": "user", "content": f"<transcript>\n{transcript(dropped)}\n</transcript>"}
         try:
             reply = await llm.complete(system=SUMMARY_SYSTEM, messages=[request], tools=[],
@@ -198,28 +197,27 @@ class AgentFlush:
     memory and skill tools may run; the text answer is discarded.
     """
 
-    def __init__(self, *, agent: Agent, store: Store, config: Config, tools: SessionTools,
-                 memory: MemoryStore, clock: Clock, callers: Callers | None = None) -> None:
-        self.agent = agent
+    def __init__(self, *, roster: Roster, store: Store, config: Config, clock: Clock,
+                 callers: Callers | None = None) -> None:
+        self.roster = roster
         self.store = store
         self.config = config
         self.memory = config.memory
-        self.tools = tools
-        self.memory_files = memory
         self.callers = callers
         self.clock = clock
 
     async def __call__(self, session: SessionRow, prompt: str, head: Sequence[MessageRow],
                        dropped: Sequence[MessageRow]) -> None:
-        if not self.memory.flush_enabled or "memory" not in memory_tools(self.tools, session):
+        agent = self.roster.of(session)
+        if not self.memory.flush_enabled or "memory" not in memory_tools(agent.tools, session):
             return
         if sum(1 for r in dropped if r.kind == "chat" and r.role in ("user", "assistant")) < \
                 self.memory.flush_min_messages:
             return
         ctx = owner_context(self.callers, session, self.config.home, self.config.db_path)
         calls = await run_flush_call(
-            self.agent, self.store, session=session, system=prompt,
+            agent.loop, self.store, session=session, system=prompt,
             history=history_messages([*head, *dropped], home=self.config.home),  # with its pictures: a warm prefix
-            instruction=flush_instruction(self.memory_files, ctx.memory, FLUSH_INSTRUCTION),
-            tools=self.tools, config=self.memory, ctx=ctx, clock=self.clock)
+            instruction=flush_instruction(agent.memory, ctx.memory, FLUSH_INSTRUCTION),
+            tools=agent.tools, config=self.memory, ctx=ctx, clock=self.clock)
         log.info("memory flush before compression session=%s: %s tool calls", session.id, calls)

@@ -18,9 +18,11 @@ from typing import TypeVar
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import MEMORY_TOOLS
 from gateway.agent.tools.registry import Callers, ToolContext
+from gateway.agents.runtime import Roster
 from gateway.config.settings import MemoryConfig
 from gateway.errors import StoreUnavailable
 from gateway.knowledge.memory import MemoryRights, MemoryStore
+from gateway.llm.factory import SessionModels
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.prompt.session_tools import SessionTools
 from gateway.store.database import Store
@@ -97,6 +99,8 @@ async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, sys
 
     listed = tools.of(session)
     late: list[Callable[[], None]] = []  # usage the database would not take at once (locked, full)
+    if isinstance(agent.llm, SessionModels):  # the model its prompt was built for (/model)
+        agent.llm.choose(store.model_choice(session.key))
 
     def record(reply: LLMReply) -> None:
         def add() -> None:
@@ -169,16 +173,14 @@ class FlushLedger:
 class Flusher:
     """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of session ids."""
 
-    def __init__(self, *, config: MemoryConfig, store: Store, agent: Agent, memory: MemoryStore,
-                 tools: SessionTools, home: Path, db_path: Path, clock: Clock, callers: Callers | None = None,
+    def __init__(self, *, config: MemoryConfig, store: Store, roster: Roster, home: Path,
+                 db_path: Path, clock: Clock, callers: Callers | None = None,
                  sleep: Sleep = asyncio.sleep, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
         self.callers: Callers | None = callers
         self.config = config
         self.store = store
         self.ledger = FlushLedger(store)
-        self.agent = agent
-        self.memory = memory
-        self.tools = tools
+        self.roster = roster  # a session is flushed by its own agent: its model, tools and memory
         self.home = home
         self.db_path = db_path
         self.clock = clock
@@ -318,7 +320,7 @@ class Flusher:
             return "memory.flush_enabled is false"
         if session.system_prompt is None:
             return "no turn ever ran"
-        if "memory" not in memory_tools(self.tools, session):
+        if "memory" not in memory_tools(self.roster.of(session).tools, session):
             return "the memory tool is not enabled"
         count = self.store.count_messages(session.id)
         if count < self.config.flush_min_messages:
@@ -328,12 +330,13 @@ class Flusher:
     async def _run(self, session: SessionRow) -> int:
         assert session.system_prompt is not None
         ctx = owner_context(self.callers, session, self.home, self.db_path)
+        agent = self.roster.of(session)
         return await run_flush_call(
-            self.agent, self.store, session=session, system=session.system_prompt,
+            agent.loop, self.store, session=session, system=session.system_prompt,
             # with its pictures: the same prefix as the session's turns, so the provider's cache still holds
             history=history_messages(self.store.history(session.id), home=self.home),
-            instruction=flush_instruction(self.memory, ctx.memory), tools=self.tools, config=self.config,
-            ctx=ctx, clock=self.clock)
+            instruction=flush_instruction(agent.memory, ctx.memory), tools=agent.tools,
+            config=self.config, ctx=ctx, clock=self.clock)
 
 
 def owner_context(callers: Callers | None, session: SessionRow, home: Path, db_path: Path) -> ToolContext:
@@ -341,7 +344,8 @@ def owner_context(callers: Callers | None, session: SessionRow, home: Path, db_p
     if callers is not None:
         return callers.owner(session)
     return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
-                       user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id)
+                       user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id,
+                       agent=session.agent)
 
 
 def _describe(exc: BaseException) -> str:

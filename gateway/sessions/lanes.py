@@ -148,6 +148,14 @@ class Lanes:
                 lane.worker.cancel()
         await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True)
 
+    def cancel_lanes(self, keys: set[str]) -> None:
+        """Cancel these lanes' workers (their turns stay stored for replay, as in `cancel_all`)."""
+        for key in keys:
+            lane = self._lanes.get(key)
+            if lane is not None and lane.worker is not None and not lane.worker.done():
+                lane.queue.clear()
+                lane.worker.cancel()
+
     def stop_turn(self, key: str) -> bool:
         lane = self._lanes.get(key)
         if lane and lane.current and not lane.current.done() and not lane.answered:
@@ -179,6 +187,13 @@ class Touches:
             return None
         del self._started[inbound_id]
         return touched
+
+    def write(self, inbound_id: int, session_id: int,
+              touch: Callable[[int, datetime], None]) -> None:
+        """Store it now (`touch`): the turn ended without a write of its own."""
+        touched = self.take(inbound_id, session_id)
+        if touched is not None:
+            touch(*touched)
 
     def at(self, inbound_id: int, session_id: int | None) -> datetime | None:
         touched = self.take(inbound_id, session_id) if session_id is not None else None

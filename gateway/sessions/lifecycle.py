@@ -8,6 +8,7 @@ seam between the manager and the timers (SessionHooks) is declared here too.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from functools import lru_cache
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from gateway.config.settings import ResetMode, ResetOverride, SessionResetConfig
+from gateway.events import MAIN_AGENT
 from gateway.store.rows import SessionRow, parse_iso
 
 __all__ = ["Deadline", "NoLifecycle", "Policies", "ResetPolicy", "SessionHooks", "daily_boundary_after", "deadline_for",
@@ -167,31 +169,37 @@ class _Boundaries:
 
 
 class Policies:
-    """The configured policies with the zone they are read in; one instance, shared by timers and commands."""
+    """The configured policies with the zone they are read in; one instance, shared by timers and
+    commands. `by_agent`: an agent's own `session_reset` (agents.<name>.session_reset); the others
+    use `cfg`."""
 
-    def __init__(self, cfg: SessionResetConfig, timezone: str | None = None) -> None:
+    def __init__(self, cfg: SessionResetConfig, timezone: str | None = None,
+                 by_agent: Mapping[str, SessionResetConfig] | None = None) -> None:
         self.cfg = cfg
+        self.by_agent = dict(by_agent or {})
         self.tz = local_zone(timezone)
         self._resolve = lru_cache(maxsize=64)(self._resolve_uncached)
-        self._fast: dict[tuple[str, str], tuple[float | None, _Boundaries | None]] = {}
+        self._fast: dict[tuple[str, str, str], tuple[float | None, _Boundaries | None]] = {}
         self._bounds: dict[int, _Boundaries] = {}
 
-    def _resolve_uncached(self, platform: str, chat_type: str) -> ResetPolicy:
-        return resolve_policy(self.cfg, platform, chat_type)
+    def _resolve_uncached(self, platform: str, chat_type: str, agent: str) -> ResetPolicy:
+        return resolve_policy(self.by_agent.get(agent, self.cfg), platform, chat_type)
 
-    def policy(self, platform: str, chat_type: str) -> ResetPolicy:
-        return self._resolve(platform, chat_type)
+    def policy(self, platform: str, chat_type: str, agent: str = MAIN_AGENT) -> ResetPolicy:
+        return self._resolve(platform, chat_type, agent)
 
-    def deadline_ts(self, platform: str, chat_type: str, last_ts: float) -> tuple[float, str] | None:
+    def deadline_ts(self, platform: str, chat_type: str, last_ts: float,
+                    agent: str = MAIN_AGENT) -> tuple[float, str] | None:
         """`deadline_for` on POSIX timestamps, without time zone arithmetic per call (the boot rebuild)."""
-        fast = self._fast.get((platform, chat_type))
+        fast = self._fast.get((agent, platform, chat_type))
         if fast is None:
-            policy = self._resolve(platform, chat_type)
+            policy = self._resolve(platform, chat_type, agent)
             bounds = None
             if policy.daily:
                 bounds = self._bounds.get(policy.at_hour) or self._bounds.setdefault(
                     policy.at_hour, _Boundaries(policy.at_hour, self.tz))
-            fast = self._fast[(platform, chat_type)] = (policy.idle_minutes * 60 if policy.idle else None, bounds)
+            idle_s = policy.idle_minutes * 60 if policy.idle else None
+            fast = self._fast[(agent, platform, chat_type)] = (idle_s, bounds)
         idle, bounds = fast
         daily = bounds.after(last_ts) if bounds is not None else None
         if idle is None:
@@ -199,8 +207,9 @@ class Policies:
         idle_at = last_ts + idle
         return (daily, "daily") if daily is not None and daily < idle_at else (idle_at, "idle")
 
-    def deadline(self, platform: str, chat_type: str, last_user_at: datetime) -> Deadline | None:
-        found = self.deadline_ts(platform, chat_type, last_user_at.timestamp())
+    def deadline(self, platform: str, chat_type: str, last_user_at: datetime,
+                 agent: str = MAIN_AGENT) -> Deadline | None:
+        found = self.deadline_ts(platform, chat_type, last_user_at.timestamp(), agent)
         return None if found is None else Deadline(datetime.fromtimestamp(found[0], UTC), found[1])
 
     def session_deadline(self, session: SessionRow) -> Deadline | None:
@@ -209,7 +218,7 @@ class Policies:
             return None
         last = parse_iso(session.last_user_at or session.created_at)
         assert last is not None
-        return self.deadline(session.platform, session.chat_type, last)
+        return self.deadline(session.platform, session.chat_type, last, session.agent)
 
     def expired(self, session: SessionRow, now: datetime) -> str | None:
         """Why `session` has expired at `now` (`idle` / `daily`), or None while it is alive."""

@@ -12,10 +12,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
+from functools import partial
 
-from gateway.agent.loop import Agent, TurnResult
+from gateway.agent.holds import Resume
+from gateway.agent.loop import TurnResult
 from gateway.agent.tools.registry import Callers, ToolContext
+from gateway.agents.runtime import Roster
+from gateway.approvals.turns import Waiting
 from gateway.config.settings import Config
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.stream import NO_PREVIEW, Live, Streams
@@ -32,15 +36,15 @@ from gateway.events import (
 )
 from gateway.llm.types import ChatMessage, LLMReply
 from gateway.media.turns import AttachmentTurns, TurnMedia
-from gateway.prompt.session_prompt import ContextCompressor, PromptSource, SessionPrompt
-from gateway.prompt.session_tools import SessionTools
-from gateway.sessions.keys import platform_per_user, session_key
+from gateway.prompt.session_prompt import ContextCompressor, SessionPrompt
+from gateway.sessions.catchup import replay
+from gateway.sessions.keys import busy_policy, inbound_key
 from gateway.sessions.lanes import Lane, Lanes, Touches
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
 from gateway.sessions.outage import StoreOutage, model_call
 from gateway.sessions.turn_text import failure_text, reset_notice, user_message
 from gateway.store.database import Store
-from gateway.store.rows import SessionRow, iso, parse_iso
+from gateway.store.rows import SessionRow, iso
 from gateway.store.transcript import decode_inbound, session_history, well_formed
 from gateway.telemetry.metrics import Metrics, error_kind
 
@@ -56,8 +60,8 @@ Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
 
 
 class SessionManager:
-    def __init__(self, *, config: Config, store: Store, agent: Agent, prompts: PromptSource, outbox: Outbox,
-                 adapters: dict[str, Adapter], clock: Clock, tools: SessionTools,
+    def __init__(self, *, config: Config, store: Store, roster: Roster, outbox: Outbox,
+                 adapters: dict[str, Adapter], clock: Clock,
                  hooks: SessionHooks | None = None, gate: Gate | None = None,
                  commands: CommandHandler | None = None, compressor: ContextCompressor | None = None,
                  metrics: Metrics | None = None, callers: Callers | None = None,
@@ -65,11 +69,10 @@ class SessionManager:
         self.config = config
         self.callers = callers
         self.store = store
-        self.agent = agent
+        self.roster = roster  # every agent's parts, and the bindings; a session takes its agent's
         self.outbox = outbox
-        self.adapters = adapters
+        self.adapters = adapters  # by adapter key: `telegram`, `telegram@family` (a second bot)
         self.clock = clock
-        self.tools = tools
         self.hooks: SessionHooks = hooks or NoLifecycle()
         self.gate = gate
         self.commands = commands
@@ -77,8 +80,9 @@ class SessionManager:
         self.outage = StoreOutage(store, outbox)
         self.streams = streams  # live previews of the answer (gateway/delivery/stream.py); None: none
         self.media = media
-        self._prompt = SessionPrompt(store=store, agent=agent, prompts=prompts, clock=clock,
-                                     tools=tools, compressor=compressor, callers=callers)
+        self.waiting: Waiting | None = None  # turns that wait for a person (gateway/approvals/)
+        self._prompt = SessionPrompt(store=store, parts=roster.get, clock=clock,
+                                     compressor=compressor, callers=callers)
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
@@ -87,15 +91,13 @@ class SessionManager:
 
     # ------------------------------------------------------------------ intake
     def key_for(self, inbound: Inbound) -> str:
-        per_user = self.config.sessions.group_per_user
-        override = platform_per_user(self.config, inbound.chat.platform)
-        return session_key(inbound.chat, inbound.user_id, group_per_user=per_user if override is None else override)
+        return inbound_key(self.config, inbound)  # its agent's session, reached by its bot account
 
     async def submit(self, inbound: Inbound) -> SubmitResult:
         """Gate, store (dedupe) and queue one message; returns once it is durable, never after the turn."""
         if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
-        inbound = well_formed(inbound)
+        inbound = self.roster.route(well_formed(inbound))  # its agent: chosen here, once, stored
         key = self.key_for(inbound)
         try:
             if self.gate is not None:
@@ -113,6 +115,8 @@ class SessionManager:
             return SubmitResult(SubmitOutcome.DUPLICATE)
         if await self._command(inbound_id, inbound, key):
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
+        if self.waiting is not None and self.waiting.took(inbound_id, inbound):  # answers an `ask`
+            return SubmitResult(SubmitOutcome.ACCEPTED, "answer")
         return await self._enqueue(key, inbound_id, inbound)
 
     async def _command(self, inbound_id: int, inbound: Inbound, key: str) -> bool:
@@ -150,8 +154,7 @@ class SessionManager:
     async def _enqueue(self, key: str, inbound_id: int, inbound: Inbound) -> SubmitResult:
         lane = self._lanes.open(key)
         busy = self._lanes.busy(lane)
-        policy = self.config.sessions.busy_by_platform.get(inbound.chat.platform,  # type: ignore[call-overload]
-                                                         self.config.sessions.busy)
+        policy = busy_policy(self.roster.of(inbound).config, inbound.chat.platform)  # its agent's
         if busy and policy == "interrupt":
             self._lanes.interrupt(lane)
         elif len(lane.queue) >= self.config.sessions.queue_cap:
@@ -181,11 +184,11 @@ class SessionManager:
         parent = current or self.store.latest_session(key)
         if current is None and parent is not None and parent.end_reason in ("idle", "daily"):
             ended_reason = parent.end_reason  # a timer closed it: this is the first message since, say so once
-        chat = inbound.chat
+        chat, llm = inbound.chat, self.roster.of(inbound).llm
         session = self.store.create_session(
             key=key, platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id,
             thread_id=chat.thread_id, user_id=inbound.user_id, parent_id=parent.id if parent else None,
-            model=self.agent.llm.model, provider=self.agent.llm.provider, now=now)
+            model=llm.model, provider=llm.provider, now=now, agent=inbound.agent, via=chat)
         return session, ended_reason
 
     def end_session(self, session: SessionRow, reason: str) -> bool:
@@ -217,24 +220,26 @@ class SessionManager:
         if row.status not in ("pending", "running"):
             return
         inbound = decode_inbound(row.payload)
-        if inbound.group_id and self.media is not None:  # an album: its later parts join this turn
+        stop = self.waiting.stop_of(inbound_id) if self.waiting else None  # stopped, then restarted
+        if inbound.group_id and self.media is not None and not stop:  # an album: one turn for all
             inbound = await self.media.gather(inbound_id, inbound)
         now = self.clock()
-        session, ended = self.open_session(self.key_for(inbound), inbound, now)
+        session, ended = (self.open_session(self.key_for(inbound), inbound, now) if stop is None
+                          else (self.store.session(stop.session_id), None))
         if row.status == "pending":  # it waited behind another turn (or a restart)
             self.store.mark_running(inbound_id)
         if inbound.chat.platform != "cron":  # idle counts real user messages only
-            self._touched.start(inbound_id, session.id, now)
-            # the row as the turn's end stores it
+            self._touched.start(inbound_id, session.id, now)  # stored with the turn's end
             self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)
         turn = f"t{inbound_id}"
         # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
         log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
         log.debug("turn text platform=%s session=%s turn=%s text=%r", inbound.chat.platform, session.id, turn,
                   inbound.text)
-        if ended and self._notify_reset(session):
+        reset = self.roster.of(session).config.session_reset  # its agent's
+        if ended and resolve_policy(reset, session.platform, session.chat_type).notify:
             await self.outbox.post(f"r{inbound_id}", inbound.chat, reset_notice(ended))
-        media = await self._attachments(inbound_id, inbound, session)
+        media = await self._attachments(inbound_id, inbound, session) if stop is None else None
         if media is not None and media.all_failed and not inbound.text.strip():
             assert media.notice is not None  # nothing else to answer: what went wrong is the answer
             await self._settle(inbound_id, "answered", f"m{inbound_id}", inbound, media.notice, session_id=session.id)
@@ -250,6 +255,7 @@ class SessionManager:
         """The message's files made ready for the model; what could not be used is told to the user first."""
         if not inbound.attachments or self.media is None:
             return None
+        self._prompt.choose(session)  # pictures or notes: by the model that answers (/model)
         media = await self.media.prepare(inbound, session_id=session.id, inbound_id=inbound_id)
         if not (media.all_failed and not inbound.text.strip()):  # else the notice is the answer (_turn_once)
             turn = f"m{inbound_id}"
@@ -263,13 +269,17 @@ class SessionManager:
         try:
             prompt = self._prompt.ensure(session)
             with self.store.one_look():  # other processes' changes: one look, history and people
-                stored = session_history(self.store, session.id)
+                past = session_history(self.store, session.id)
                 ctx = self.tool_context(session, inbound.user_id, inbound)
-            user_msg = user_message(inbound, ended, media)
-            prompt, history = await self._prompt.compress_if_needed(session, prompt, stored,
-                                                                    user_msg)
-            result = await self._run_agent(session, inbound, ctx, prompt, history, user_msg, held,
-                                           turn)
+            stop = self.waiting.stop_of(inbound_id) if self.waiting else None
+            user_msg = stop.user_message if stop else user_message(inbound, ended, media)
+            prompt, history = await self._prompt.compress_if_needed(session, prompt, past, user_msg)
+            run = partial(self._run_agent, session, inbound, ctx, prompt, history, user_msg, held,
+                          turn)
+            result = await (self.waiting.turn(self, session, inbound, turn, user_msg, stop, run)
+                            if self.waiting else run())
+            if result is None:  # stopped while it waited for a person: nothing to answer
+                return self._touched.write(inbound_id, session.id, self.store.touch_user)
         except (LLMError, TimeoutError) as exc:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
@@ -313,11 +323,15 @@ class SessionManager:
             if error is not None:
                 self.metrics.error(error)
 
-    async def _run_agent(self, session: SessionRow, inbound: Inbound, ctx: ToolContext, prompt: str,
-                         history: Sequence[ChatMessage], user_msg: ChatMessage,
-                         held: list[LLMReply], turn: str) -> TurnResult:
-        tools = self.tools.of(session)
-        allowed = self.tools.allowed(tools, session.platform)
+    async def _run_agent(self, session: SessionRow, inbound: Inbound, ctx: ToolContext,
+                         prompt: str, history: Sequence[ChatMessage], user_msg: ChatMessage,
+                         held: list[LLMReply], turn: str,
+                         resume: Resume | None = None) -> TurnResult:
+        if resume is not None:  # after a wait for a person: who they are now
+            ctx = self.tool_context(session, inbound.user_id, inbound)
+        agent = self.roster.of(session)
+        tools = agent.tools.of(session)
+        allowed = agent.tools.allowed(tools, session.platform)
 
         def record(reply: LLMReply) -> None:
             # Tools run next, maybe for long: on record now. The answer's usage goes in with it (one transaction
@@ -327,12 +341,13 @@ class SessionManager:
                 held.append(reply)
 
         async with self._turns:
-            adapter = self.adapters.get(inbound.chat.platform)
+            adapter = self.adapters.get(inbound.chat.adapter_key)
             async with self._typing(adapter, inbound.chat), self._preview(turn, inbound, adapter) as live:
                 async with asyncio.timeout(self.config.agent.turn_timeout_s):
-                    return await self.agent.run(system=prompt, history=history, user_message=user_msg, ctx=ctx,
-                                                tools=tools.specs, allowed_tools=allowed, on_reply=record,
-                                                stream=live.sink, on_tool=live.on_tool)
+                    return await agent.loop.run(
+                        system=prompt, history=history, user_message=user_msg, ctx=ctx,
+                        tools=tools.specs, allowed_tools=allowed, on_reply=record,
+                        stream=live.sink, on_tool=live.on_tool, resume=resume)
 
     def _preview(self, turn: str, inbound: Inbound, adapter: Adapter | None) -> AbstractAsyncContextManager[Live]:
         return self.streams.open(turn, inbound, adapter) if self.streams is not None else nullcontext(NO_PREVIEW)
@@ -345,32 +360,13 @@ class SessionManager:
             known = self._can_type[adapter.platform] = (adapter, isinstance(adapter, TypingIndicator))
         return adapter.typing(chat) if known[1] else nullcontext()  # type: ignore[attr-defined]
 
-    def _notify_reset(self, session: SessionRow) -> bool:
-        return resolve_policy(self.config.session_reset, session.platform, session.chat_type).notify
-
     # ------------------------------------------------------------------ restart and shutdown
     async def replay(self) -> tuple[int, int]:
-        """Answer stored-but-unanswered messages (oldest first); too old ones get the offline note as their answer."""
-        max_age = timedelta(minutes=self.config.delivery.replay_max_age_minutes)
-        now = self.clock()
-        resumed = expired = 0
-        for row in self.store.unfinished_inbound():
-            inbound = decode_inbound(row.payload)
-            received = parse_iso(row.received_at) or now
-            if now - received > max_age:
-                await self._settle(row.id, "expired", f"t{row.id}", inbound, self.config.delivery.offline_notice)
-                expired += 1
-                continue
-            key = self.key_for(inbound)
-            resumed += 1
-            if await self._command(row.id, inbound, key):  # stored, then the process died before answering it
-                continue
-            self.store.set_inbound_status(row.id, "pending", now=now)
-            await self._enqueue(key, row.id, inbound)
-        return resumed, expired
+        return await replay(self)  # stored but unanswered messages, oldest first (catchup.py)
 
     def stop_accepting(self) -> None:
         self._lanes.accepting = False
+        self._lanes.cancel_lanes(self.waiting.park() if self.waiting else set())  # after a restart
 
     def busy_lanes(self) -> int:
         return self._lanes.busy_lanes()
@@ -399,4 +395,5 @@ class SessionManager:
         log.info("turn dropped platform=%s turn=%s: its message was deleted (its person was forgotten)",
                  inbound.chat.platform if inbound else "?", turn)
         if inbound is not None and self.streams is not None:  # a preview of the answer comes down too
-            await self.streams.abandon(turn, inbound.chat, self.adapters.get(inbound.chat.platform))
+            adapter = self.adapters.get(inbound.chat.adapter_key)
+            await self.streams.abandon(turn, inbound.chat, adapter)

@@ -51,8 +51,8 @@ class StoreOutage:
         return await self.write(lambda: self.store.insert_inbound(
             platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
             platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
-            text=inbound.text, payload=payload, received_at=inbound.received_at, status=status),
-            on_submit=True)
+            text=inbound.text, payload=payload, received_at=inbound.received_at,
+            account=chat.account, status=status), on_submit=True)
 
     def not_stored(self, inbound: Inbound, exc: StoreUnavailable) -> None:
         """The message could not be stored: its chat hears so once per outage. The caller re-raises, so an
@@ -60,7 +60,7 @@ class StoreOutage:
         chat = inbound.chat
         log.warning("message not stored, the database takes no writes (%s) platform=%s chat=%s", exc,
                     chat.platform, chat.chat_id)
-        where = (chat.platform, chat.chat_id)
+        where = (chat.adapter_key, chat.chat_id)
         if self._told.get(where) != self.health.outages and inbound.is_addressed:
             self._told[where] = self.health.outages
             self.outbox.send_unrecorded(chat, NOT_STORED_TEXT, reply_to_id=inbound.message_id)

@@ -211,10 +211,10 @@ class Lifecycle:
         entries: list[tuple[float, int, str]] = []
         overdue: list[tuple[str, int]] = []
         deadline, parse = self.policies.deadline_ts, datetime.fromisoformat
-        for sid, key, platform, chat_type, last in self.store.conn.execute(
-                "SELECT id, key, platform, chat_type, COALESCE(last_user_at, created_at) FROM sessions"
-                " WHERE ended_at IS NULL"):
-            found = deadline(platform, chat_type, parse(last).timestamp())
+        for sid, key, platform, chat_type, last, agent in self.store.conn.execute(
+                "SELECT id, key, platform, chat_type, COALESCE(last_user_at, created_at), agent"
+                " FROM sessions WHERE ended_at IS NULL"):
+            found = deadline(platform, chat_type, parse(last).timestamp(), agent)
             if found is None:
                 continue
             if found[0] <= now_ts:

@@ -16,16 +16,19 @@ from gateway.store.rows import InboundRow, OutboundRow, _row, iso
 class DeliveryQueries(Database):
     def insert_inbound(self, *, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
                        platform_message_id: str, user_id: str, user_name: str | None, text: str, payload: str,
-                       received_at: datetime, status: str = "pending") -> int | None:
-        """Store an inbound message; None when (platform, chat, message id) was already stored (a redelivery)."""
+                       received_at: datetime, status: str = "pending",
+                       account: str = "default") -> int | None:
+        """Store an inbound message; None when (platform, account, chat, message id) was already
+        stored (a redelivery; two bots in one chat each see the message once)."""
         try:
             with self.tx() as conn:
                 cur = conn.execute(
                     "INSERT INTO inbound (platform, chat_type, chat_id, thread_id, platform_message_id, user_id,"
-                    " user_name, text, payload, received_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (platform, chat_id, platform_message_id) DO NOTHING",
+                    " user_name, text, payload, received_at, status, account)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (platform, account, chat_id, platform_message_id) DO NOTHING",
                     (platform, chat_type, chat_id, thread_id, platform_message_id, user_id, user_name, text,
-                     payload, iso(received_at), status))
+                     payload, iso(received_at), status, account))
                 return int(cur.lastrowid) if cur.rowcount == 1 and cur.lastrowid else None
         except sqlite3.Error as exc:
             raise StoreError(f"cannot store inbound message: {exc}") from exc
@@ -86,15 +89,18 @@ class DeliveryQueries(Database):
         rows = self.all("SELECT * FROM outbound WHERE turn_id = ? ORDER BY chunk_index", (turn_id,))
         return [_row(OutboundRow, r) for r in rows]
 
-    def outbound_chat(self, turn_id: str) -> tuple[str, str] | None:
-        """(platform, chat id) of a recorded reply, None when the turn recorded nothing."""
-        row = self.one("SELECT platform, chat_id FROM outbound WHERE turn_id = ? LIMIT 1", (turn_id,))
-        return None if row is None else (row[0], row[1])
+    def outbound_chat(self, turn_id: str) -> tuple[str, str, str] | None:
+        """(platform, account, chat id) of a recorded reply, None when the turn recorded nothing."""
+        row = self.one("SELECT platform, account, chat_id FROM outbound WHERE turn_id = ? LIMIT 1",
+                       (turn_id,))
+        return None if row is None else (row[0], row[1], row[2])
 
-    def next_pending_outbound(self, platform: str, chat_id: str) -> OutboundRow | None:
-        """The chat's oldest unsent chunk."""
+    def next_pending_outbound(self, platform: str, account: str,
+                              chat_id: str) -> OutboundRow | None:
+        """The chat's oldest unsent chunk (the chat as one bot account reaches it)."""
         return _row(OutboundRow, self.one("SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"
-                                          " AND chat_id = ? ORDER BY id LIMIT 1", (platform, chat_id)))
+                                          " AND account = ? AND chat_id = ? ORDER BY id LIMIT 1",
+                                          (platform, account, chat_id)))
 
     def pending_outbound(self) -> list[OutboundRow]:
         rows = self.all("SELECT * FROM outbound INDEXED BY outbound_pending_chat"
@@ -110,11 +116,12 @@ class DeliveryQueries(Database):
 
     # ---- live previews: which message shows which part of an answer being written (delivery/previews.py)
     def put_preview(self, turn_id: str, index: int, platform: str, chat_id: str, platform_message_id: str, *,
-                    now: datetime) -> None:
-        self.execute("INSERT INTO previews (turn_id, part_index, platform, chat_id, platform_message_id, created_at)"
-                     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (turn_id, part_index) DO UPDATE SET"
+                    now: datetime, account: str = "default") -> None:
+        self.execute("INSERT INTO previews (turn_id, part_index, platform, chat_id,"
+                     " platform_message_id, created_at, account) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                     " ON CONFLICT (turn_id, part_index) DO UPDATE SET"
                      " platform_message_id = excluded.platform_message_id",
-                     (turn_id, index, platform, chat_id, platform_message_id, iso(now)))
+                     (turn_id, index, platform, chat_id, platform_message_id, iso(now), account))
 
     def previews(self) -> dict[str, dict[int, str]]:
         """Every stored part, by turn: the table holds only turns whose answer is not out yet."""
@@ -139,11 +146,12 @@ def insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], no
     for r in rows:
         conn.execute(
             "INSERT INTO outbound (turn_id, chunk_index, chunk_count, platform, chat_type, chat_id, thread_id,"
-            " kind, text, plain, entities, reply_to_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " kind, text, plain, entities, reply_to_id, created_at, account)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (turn_id, chunk_index) DO NOTHING",
             (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
              r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
-             iso(now)))
+             iso(now), r.get("account", "default")))
 
 
 def touch_session(conn: sqlite3.Connection, session_id: int, touched_at: datetime | None) -> None:

@@ -101,6 +101,8 @@ class SessionRow:
     cache_write_tokens: int
     compressions: int
     tool_list_id: int | None = None  # the session's fixed tool list (tool_lists), set when its prompt is built
+    agent: str = "main"  # the agent that answers in it (docs/agents.md)
+    account: str = "default"  # the bot account its chat is reached through
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,7 @@ class InboundRow:
     status: str
     session_id: int | None
     finished_at: str | None
+    account: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,7 @@ class OutboundRow:
     last_error: str | None
     created_at: str
     sent_at: str | None
+    account: str = "default"
 
 
 @dataclass(frozen=True, slots=True)

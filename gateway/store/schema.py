@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from gateway.store.agents_schema import add_agents
 from gateway.store.search_index import BATCHED_INDEX_MIGRATION_SQL, SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
@@ -361,6 +362,28 @@ CREATE TABLE session_models (
 );
 """
 
+# A turn that waits for a person (gateway/approvals/): one row per request (an approval of a tool
+# call, or an `ask` question), with the turn as it stood when it stopped (`checkpoint`: the model's
+# messages so far, the calls left), who may answer, until when, the token its buttons carry and the
+# code the text fallback uses. `state` moves pending → executing → done (the call's result stored
+# before the model is asked again) | denied | expired | cancelled | answered (an ask) | unknown (the
+# daemon died while the call ran: never run again).
+_APPROVALS = """
+CREATE TABLE approvals (
+  id INTEGER PRIMARY KEY, kind TEXT NOT NULL, token TEXT NOT NULL UNIQUE, code TEXT NOT NULL,
+  session_id INTEGER NOT NULL, inbound_id INTEGER NOT NULL, turn_id TEXT NOT NULL,
+  platform TEXT NOT NULL, chat_type TEXT NOT NULL, chat_id TEXT NOT NULL, thread_id TEXT,
+  requester TEXT NOT NULL, requester_name TEXT,
+  tool TEXT NOT NULL, call_id TEXT NOT NULL, arguments TEXT NOT NULL,
+  request TEXT NOT NULL, options TEXT, checkpoint TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending', decision TEXT, decided_by TEXT, decided_at TEXT,
+  result TEXT, created_at TEXT NOT NULL, expires_at TEXT NOT NULL, closed_at TEXT
+);
+CREATE INDEX approvals_open ON approvals(state) WHERE state IN ('pending', 'executing');
+CREATE INDEX approvals_inbound ON approvals(inbound_id);
+CREATE INDEX approvals_grants ON approvals(session_id, tool) WHERE decision = 'session';
+"""
+
 MIGRATIONS: list[Migration] = [
     ("0001_initial", _INITIAL),
     ("0002_access", _ACCESS),
@@ -377,4 +400,6 @@ MIGRATIONS: list[Migration] = [
     ("0017_search_batched", BATCHED_INDEX_MIGRATION_SQL),
     ("0018_pending_by_chat", _PENDING_BY_CHAT),
     ("0033_voice_and_models", _CHOICES),
+    ("0034_agents", add_agents),  # agents and bot accounts (gateway/store/agents_schema.py)
+    ("0035_approvals", _APPROVALS),
 ]

@@ -1,12 +1,15 @@
-"""Queries on sessions (their stored prompt, activity, end), on model usage (llm_calls), and on what
-people chose in chat for a conversation or a chat (its model, its voice replies)."""
+"""Queries on sessions (their stored prompt, activity, end), on model usage (llm_calls), on what
+people chose in chat for a conversation or a chat (its model, its voice replies), and on sessions'
+fixed tool lists (one row per distinct list, by digest)."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from datetime import datetime
 
 from gateway.errors import StoreError
+from gateway.events import ChatRef
 from gateway.llm.types import Usage
 from gateway.store.connection import Database
 from gateway.store.rows import ModelCall, SessionRow, _row, iso
@@ -35,11 +38,15 @@ class SessionQueries(Database):
 
     def create_session(self, *, key: str, platform: str, chat_type: str, chat_id: str, thread_id: str | None,
                        user_id: str | None, parent_id: int | None, model: str | None, provider: str | None,
-                       now: datetime) -> SessionRow:
+                       now: datetime, agent: str = "main",
+                       via: ChatRef | None = None) -> SessionRow:
+        """`via`: the chat as the session's bot account reaches it (its `account`)."""
+        account = via.account if via is not None else "default"
         sid = self.execute(
             "INSERT INTO sessions (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, created_at,"
-            " model, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model, provider))
+            " model, provider, agent, account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model,
+             provider, agent, account))
         self._count_active(+1)
         return self.session(sid)
 
@@ -112,21 +119,23 @@ class ChoiceQueries(Database):
     """What people chose in chat: a chat's voice replies (`/voice on|off`) and a conversation's
     model (`/model NAME`, kept by session key: it outlives a reset and a restart)."""
 
-    def chat_voice(self, platform: str, chat_id: str) -> str | None:
-        """"on", "off", or None when the chat left it to `voice.replies`."""
-        row = self.one("SELECT mode FROM chat_voice WHERE platform = ? AND chat_id = ?",
-                       (platform, chat_id))
+    def chat_voice(self, platform: str, chat_id: str, account: str = "default") -> str | None:
+        """"on", "off", or None when the chat (as one bot account reaches it) left it to
+        `voice.replies`."""
+        row = self.one("SELECT mode FROM chat_voice WHERE platform = ? AND account = ?"
+                       " AND chat_id = ?", (platform, account, chat_id))
         return None if row is None else str(row[0])
 
     def set_chat_voice(self, platform: str, chat_id: str, mode: str | None, *,
-                       now: datetime) -> None:
+                       now: datetime, account: str = "default") -> None:
         if mode is None:
-            self.execute("DELETE FROM chat_voice WHERE platform = ? AND chat_id = ?",
-                         (platform, chat_id))
+            self.execute("DELETE FROM chat_voice WHERE platform = ? AND account = ?"
+                         " AND chat_id = ?", (platform, account, chat_id))
             return
-        self.execute("INSERT INTO chat_voice (platform, chat_id, mode, set_at) VALUES (?, ?, ?, ?)"
-                     " ON CONFLICT (platform, chat_id) DO UPDATE SET mode = excluded.mode,"
-                     " set_at = excluded.set_at", (platform, chat_id, mode, iso(now)))
+        self.execute("INSERT INTO chat_voice (platform, account, chat_id, mode, set_at)"
+                     " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, account, chat_id)"
+                     " DO UPDATE SET mode = excluded.mode,"
+                     " set_at = excluded.set_at", (platform, account, chat_id, mode, iso(now)))
 
     def model_choice(self, key: str) -> str | None:
         """The `models:` name this conversation switched to; None: the main model."""
@@ -140,3 +149,30 @@ class ChoiceQueries(Database):
         self.execute("INSERT INTO session_models (key, name, set_at) VALUES (?, ?, ?)"
                      " ON CONFLICT (key) DO UPDATE SET name = excluded.name,"
                      " set_at = excluded.set_at", (key, name, iso(now)))
+
+
+class ToolListQueries(Database):
+    def tool_list_id(self, specs: str, *, now: datetime) -> int:
+        """The id of the list whose JSON is exactly `specs`, stored now if it is new."""
+        digest = hashlib.sha256(specs.encode()).hexdigest()
+        self.execute("INSERT INTO tool_lists (digest, specs, created_at) VALUES (?, ?, ?) ON CONFLICT(digest) DO NOTHING",
+                     (digest, specs, iso(now)))
+        row = self.one("SELECT id FROM tool_lists WHERE digest = ?", (digest,))
+        if row is None:
+            raise StoreError("tool list vanished right after it was stored")
+        return int(row["id"])
+
+    def tool_list(self, list_id: int) -> str:
+        row = self.one("SELECT specs FROM tool_lists WHERE id = ?", (list_id,))
+        if row is None:
+            raise StoreError(f"tool list {list_id} does not exist")
+        return str(row["specs"])
+
+    def fix_tool_list(self, session_id: int, list_id: int) -> None:
+        self.execute("UPDATE sessions SET tool_list_id = ? WHERE id = ?", (list_id, session_id))
+
+    def latest_tool_list(self, platform: str) -> int | None:
+        """The list the newest session on `platform` got (for logging a change once, across restarts too)."""
+        row = self.one("SELECT tool_list_id FROM sessions WHERE platform = ? AND tool_list_id IS NOT NULL"
+                       " ORDER BY id DESC LIMIT 1", (platform,))
+        return None if row is None else int(row["tool_list_id"])

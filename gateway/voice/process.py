@@ -1,13 +1,21 @@
 """espeak-ng and ffmpeg as bounded child processes: a time limit, CPU, memory and file-size limits,
 and a cap on what is read back. The event loop only waits: the child does the work, its output is
-read in chunks."""
+read in chunks.
+
+The limits are set before the tool runs its first instruction: util-linux's `prlimit` (Essential on
+Debian) sets them on itself and execs the tool. Not `preexec_fn` (Python between fork and exec is
+unsafe in a threaded process), and not `resource.prlimit` on the started child (a fast child does
+its work before the limits land). Without `prlimit` on the machine they are set on the started
+child, as the next best thing."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
+import shutil
 from asyncio.subprocess import PIPE
 from collections.abc import Sequence
 
@@ -26,15 +34,20 @@ async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float,
     writes more than `max_output` bytes (then it is killed). `max_file_bytes` caps each file it
     writes (RLIMIT_FSIZE)."""
     name = argv[0]
+    limits = _limits(cpu_s=int(timeout_s) + 1, file_bytes=max_file_bytes)
+    wrapper = _prlimit()
+    if wrapper is not None and shutil.which(name) is None:
+        raise _missing(name)
+    before = [wrapper, *(f"--{flag}={value}" for flag, _, value in limits), "--"] if wrapper else []
     try:
-        proc = await asyncio.create_subprocess_exec(*argv, stdin=PIPE, stdout=PIPE, stderr=PIPE,
-                                                    start_new_session=True)
+        proc = await asyncio.create_subprocess_exec(*before, *argv, stdin=PIPE, stdout=PIPE,
+                                                    stderr=PIPE, start_new_session=True)
     except FileNotFoundError:
-        package = PACKAGES.get(name, name)
-        raise SpeechError(f"{name} is not installed (apt-get install {package})") from None
+        raise _missing(name) from None
     except OSError as exc:
         raise SpeechError(f"{name} could not be started ({exc.strerror})") from None
-    _limit(proc.pid, cpu_s=int(timeout_s) + 1, file_bytes=max_file_bytes)
+    if wrapper is None:
+        _limit_started(proc.pid, limits)
     try:
         async with asyncio.timeout(timeout_s):
             out, err = await _communicate(proc, stdin, max_output, name)
@@ -50,14 +63,32 @@ async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float,
     return out
 
 
-def _limit(pid: int, *, cpu_s: int, file_bytes: int | None) -> None:
-    """Set the child's limits from here (no preexec_fn: running Python between fork and exec is
-    unsafe in a threaded process), before it is given its input: both tools wait on stdin before
-    they do any work."""
-    limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, MEMORY_BYTES)]
+def _missing(name: str) -> SpeechError:
+    package = PACKAGES.get(name, name)
+    return SpeechError(f"{name} is not installed (apt-get install {package})")
+
+
+@functools.cache
+def _prlimit() -> str | None:
+    found = shutil.which("prlimit")
+    if found is None:
+        log.warning("prlimit (util-linux) is not installed: the speech tools' limits are set "
+                    "just after they start")
+    return found
+
+
+def _limits(*, cpu_s: int, file_bytes: int | None) -> list[tuple[str, int, int]]:
+    """(prlimit's flag, resource, value) of each limit."""
+    limits = [("cpu", resource.RLIMIT_CPU, cpu_s), ("as", resource.RLIMIT_AS, MEMORY_BYTES)]
     if file_bytes is not None:
-        limits.append((resource.RLIMIT_FSIZE, file_bytes))
-    for which, value in limits:
+        limits.append(("fsize", resource.RLIMIT_FSIZE, file_bytes))
+    return limits
+
+
+def _limit_started(pid: int, limits: list[tuple[str, int, int]]) -> None:
+    """The limits on a child already started (no prlimit here): both tools wait on stdin, which
+    they are given only after this."""
+    for _, which, value in limits:
         with contextlib.suppress(ProcessLookupError, PermissionError, ValueError, OSError):
             resource.prlimit(pid, which, (value, value))
 

@@ -18,6 +18,10 @@ _URL = re.compile(r"(?:https?|ftp)://\S+|\bwww\.[^\s/]+\.\S+", re.IGNORECASE)
 _TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
 _MARKS = re.compile(r"[*_~`|]{2,}|`|^\s*(?:#{1,6}|>+)\s+|(?<=\w)_(?=\w)", re.MULTILINE)
 _SPACE = re.compile(r"[ \t\u00a0]+")
+# Not words: terminal colours, control characters, bidi and zero-width marks; and espeak-ng's
+# phoneme brackets, which it would read `[[Main Page]]` through as phoneme codes
+_UNSPOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e"
+                       r"\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]|\[\[|\]\]")
 _SENTENCE_END = re.compile(r"[.!?…](?=\s|$)")
 _BLOCKS_SKIPPED = {"fence", "code_block", "html_block", "hr"}
 _ENDS = (".", "!", "?", "…", ":", ";", ",")
@@ -76,6 +80,7 @@ def _inline(children: Sequence[Token]) -> str:
 
 
 def _clean(text: str) -> str:
+    text = _UNSPOKEN.sub("", text)
     text = _URL.sub("", text)
     text = _TAG.sub("", text)
     text = _MARKS.sub(lambda m: " " if m.group(0) == "_" else "", text)

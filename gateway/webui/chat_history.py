@@ -1,7 +1,8 @@
-"""What a web chat tab is told when it connects: which model answers (or the command that configures one), and the
-current session's words, with each message that failed kept in its place (the error it got, and its id so the page
-can offer to send it again) until it is retried or the session ends. The web adapter gets these as plain
-callables; it never reads the store itself.
+"""What a web chat tab is told when it connects: which model answers (or the command that configures
+one), and the current session's words, with each message that failed kept in its place (the error it
+got, and its id so the page can offer to send it again) until it is retried or the session ends, and
+a request still waiting for the person's answer with its buttons. The web adapter gets these as
+plain callables; it never reads the store itself.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gateway.approvals.book import ApprovalBook
+from gateway.approvals.request import choices
 from gateway.events import ChatRef
 from gateway.sessions.keys import session_key
 from gateway.store.database import Store
@@ -59,7 +62,24 @@ class WebChatHistory:
                                               "id": failed["platform_message_id"],
                                               "error": failed["error"] or "This message failed."}))
         found.sort(key=lambda item: item[0])
-        return [line for _, line in found[-SHOWN:]]
+        return [*(line for _, line in found[-SHOWN:]), *self._waiting(client)]
+
+    def _waiting(self, client: str) -> list[dict[str, Any]]:
+        """The tab's requests still waiting for an answer, as their message showed them, with their
+        buttons."""
+        lines = []
+        for row in ApprovalBook(self.store).pending():
+            if row.platform != "web" or row.chat_id != client:
+                continue
+            sent = [o for o in self.store.outbound_for_turn(row.message_turn) if o.status == "sent"]
+            if sent:
+                offered = choices(row.kind, row.token, row.answers)
+                lines.append({"role": "assistant", "text": sent[-1].text,
+                              "id": sent[-1].platform_message_id,
+                              "choices": {"token": offered.token, "options": [
+                                  {"label": c.label, "value": c.value, "style": c.style}
+                                  for c in offered.options]}})
+        return lines
 
     def _sent(self, client: str, session_id: int) -> dict[int, dict[str, Any]]:
         """Each stored message of the tab's session as the person sent it: the words they typed, and the files they

@@ -1,5 +1,6 @@
-"""What the dashboard shows, as JSON-ready data: the model, each adapter's health, sessions, memory flushes,
-pairing requests and scheduled jobs. Read-only; every text that may hold a secret passes the redactor.
+"""What the dashboard shows, as JSON-ready data: the model, each adapter's health, sessions, memory
+flushes, pairing requests, requests waiting for a person's answer and scheduled jobs. Read-only;
+every text that may hold a secret passes the redactor.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.access.pairing import PairingBook
+from gateway.approvals.book import ApprovalBook
 from gateway.events import AdapterHealth
 from gateway.scheduling import text
 from gateway.scheduling.jobstore import JobStore
@@ -44,11 +46,16 @@ def adapters(health: Mapping[str, AdapterHealth], now: datetime, redact: Redact)
 
 
 def sessions(store: Store) -> dict[str, Any]:
-    """Active sessions: how many per platform, and the most recently used ones with their tokens and cache."""
+    """Active sessions: how many per platform and per agent, and the most recently used ones with
+    their agent, bot account, tokens and cache (the page groups them by agent)."""
     per_platform = {str(r[0]): int(r[1]) for r in store.all(
         "SELECT platform, COUNT(*) FROM sessions WHERE ended_at IS NULL GROUP BY platform ORDER BY platform")}
+    per_agent = {str(r[0]): int(r[1]) for r in store.all(
+        "SELECT agent, COUNT(*) FROM sessions WHERE ended_at IS NULL GROUP BY agent"
+        " ORDER BY agent")}
     rows = store.all(
         "SELECT s.id, s.key, s.platform, s.chat_type, s.user_id, s.created_at, s.model,"
+        " s.agent, s.account,"
         " COALESCE(s.last_user_at, s.created_at) AS last_activity, s.input_tokens, s.output_tokens,"
         " s.cache_read_tokens, s.cache_write_tokens,"
         " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.role IN ('user', 'assistant')"
@@ -58,12 +65,14 @@ def sessions(store: Store) -> dict[str, Any]:
     for r in rows:
         prompt = r["input_tokens"] + r["cache_read_tokens"] + r["cache_write_tokens"]
         listed.append({"id": r["id"], "key": r["key"], "platform": r["platform"], "chat_type": r["chat_type"],
+                       "agent": r["agent"], "account": r["account"],
                        "user_id": r["user_id"], "started_at": r["created_at"], "last_activity": r["last_activity"],
                        "model": r["model"], "messages": r["messages"], "input_tokens": r["input_tokens"],
                        "output_tokens": r["output_tokens"], "cache_read_tokens": r["cache_read_tokens"],
                        "cache_write_tokens": r["cache_write_tokens"],
                        "cache_hit_ratio": round(r["cache_read_tokens"] / prompt, 4) if prompt else None})
-    return {"active": sum(per_platform.values()), "per_platform": per_platform, "recent": listed}
+    return {"active": sum(per_platform.values()), "per_platform": per_platform,
+            "per_agent": per_agent, "recent": listed}
 
 
 def flushes(store: Store, redact: Redact) -> dict[str, Any]:
@@ -88,6 +97,16 @@ def pairing(book: PairingBook, now: datetime) -> dict[str, Any]:
                           "approved_at": iso(a.approved_at), "approved_by": a.approved_by} for a in book.approved()],
             "locked": [{"platform": lock.platform, "until": iso(lock.locked_until)}
                        for lock in book.lockouts(now) if lock.locked_until is not None]}
+
+
+def approvals(store: Store, redact: Redact) -> list[dict[str, Any]]:
+    """Requests waiting for a person: a tool call to allow or deny, or an `ask` question
+    (docs/tools.md)."""
+    return [{"id": r.id, "kind": r.kind, "platform": r.platform, "chat_id": r.chat_id,
+             "requester": r.requester,
+             "requester_name": r.requester_name, "tool": r.tool, "request": redact(r.request)[:500],
+             "code": r.code, "asked_at": r.created_at, "expires_at": r.expires_at}
+            for r in ApprovalBook(store).pending()]
 
 
 def jobs(store: Store) -> dict[str, Any] | None:

@@ -72,6 +72,7 @@ class Dashboard:
             "adapters": panels.adapters(self.health(), now, self.redact),
             "sessions": panels.sessions(self.store), "flushes": panels.flushes(self.store, self.redact),
             "pairing": panels.pairing(self.book, now), "jobs": panels.jobs(self.store),
+            "approvals": panels.approvals(self.store, self.redact),
             "series": series_json(series(self.store, now, window), window),
         }
 

@@ -22,7 +22,13 @@ import aiohttp
 import pytest
 import yaml
 
-from adapters.slack.adapter import THREAD_UNREAD_NOTE, SlackAdapter, slack_to_text
+from adapters.slack.adapter import (
+    ACK_BUDGET_S,
+    ENRICH_BUDGET_S,
+    THREAD_UNREAD_NOTE,
+    SlackAdapter,
+    slack_to_text,
+)
 from gateway.config.settings import SlackConfig, load_config
 from gateway.delivery.outbox import Backoff
 from gateway.delivery.ratelimit import RateLimiter
@@ -49,7 +55,7 @@ from tests.fakes.slack import (
     slack_error,
     url_verification,
 )
-from tests.fakes.slack_events import EventsApi, SocketModeEvents
+from tests.fakes.slack_events import ACK_DEADLINE_S, EventsApi, SocketModeEvents
 from tests.helpers import write_config
 
 ALICE, BOB, STRANGER = "U1", "U2", "U9"
@@ -129,14 +135,16 @@ class Running:
 @asynccontextmanager
 async def running(home: Path, llm: FakeLLM, fake: FakeSlack, extra: str = "", *, mode: str = "socket",
                   via_config: bool = False, ping_timeout: float = 5.0,
-                  allowed: tuple[str, ...] = (ALICE, BOB)) -> AsyncIterator[Running]:
+                  allowed: tuple[str, ...] = (ALICE, BOB),
+                  ack_budget: float = ACK_BUDGET_S) -> AsyncIterator[Running]:
     """The daemon on a virtual clock (nothing really sleeps); the outbox's rate limiter fast-forwards it."""
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=slack_yaml(fake, mode, extra, allowed))
     config = load_config(home, env={})
     assert config.slack is not None
     clock = FakeClock(start=datetime.now(UTC))
     adapters: list[Any] = platform_adapters(config) if via_config else \
-        [SlackAdapter(config.slack, ping_interval=30.0, ping_timeout=ping_timeout, serve=serve_http)]
+        [SlackAdapter(config.slack, ping_interval=30.0, ping_timeout=ping_timeout, serve=serve_http,
+                      ack_budget=ack_budget)]
     adapter = next(a for a in adapters if isinstance(a, SlackAdapter))
     gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, clock=clock.now, sleep=clock.sleep,
                        monotonic=clock.monotonic)
@@ -680,45 +688,53 @@ async def test_socket_event_is_stored_before_the_envelope_ack(home: Path, fake_l
         assert slack.calls_to("response_url")[1].at >= acks.at[helped]
 
 
-async def ack_time(run: Running, slack: FakeSlack, mode: str, event: dict[str, Any], event_id: str) -> float:
-    """Seconds from Slack sending the event to our ack arriving (HTTP: the 200; Socket Mode: the envelope ack)."""
-    started = time.monotonic()
+async def acked(run: Running, slack: FakeSlack, mode: str, event: dict[str, Any], event_id: str) -> None:
+    """Slack sends the event and gets our ack (HTTP: the 200; Socket Mode: the envelope ack). How long
+    that takes is a figure of bench/slack_ack.py; Slack's own 3 s is checked against the budgets."""
     if mode == "http":
         status, _ = await run.post(event_callback(event, event_id))
         assert status == 200
-        return time.monotonic() - started
+        return
     envelope = await slack.push_event(event, event_id=event_id)
     await slack.wait_for_ack(envelope)
-    return run_acks(slack).at[envelope] - started
 
 
-def run_acks(slack: FakeSlack) -> _AckSnapshots:
-    assert isinstance(slack.acks, _AckSnapshots)
-    return slack.acks
+def test_the_budgets_fit_in_slacks_3_seconds() -> None:
+    """Lookups give up first, then the listener acks whatever the core still does: both before the
+    3 s after which Slack sends the event again."""
+    assert ENRICH_BUDGET_S < ACK_BUDGET_S < ACK_DEADLINE_S == 3.0
+
+
+def gave_up_on_lookups(caplog: pytest.LogCaptureFixture) -> int:
+    """How many messages went on without Web API lookups that were not back within their budget."""
+    return sum("going on without them" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("mode", ["socket", "http"])
 async def test_a_slow_web_api_does_not_delay_the_ack(home: Path, fake_llm: FakeLLM, slack: FakeSlack,
-                                                     mode: str) -> None:
-    """users.info and conversations.info hang: the ack still beats Slack's 3 s and the message is answered (the
-    channel's type guessed from its id, the sender without a name); the next message does not wait again for the
-    lookup that is still out, and a sender whose lookup is quick has a name. (Measured in real seconds: the
-    budgets are the adapter's defaults, and Slack's 3 s is a wall-clock limit.)"""
+                                                     mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    """users.info and conversations.info hang: the message goes on without them within its budget, is
+    acked and answered (the channel's type guessed from its id, the sender without a name); the next
+    message does not wait again for the lookup that is still out, and a sender whose lookup is quick
+    has a name."""
+    caplog.set_level(logging.INFO, logger="adapters.slack.adapter")
     slack.fail("users.info", Delay(10.0))
     slack.fail("conversations.info", Delay(10.0))
     async with running(home, fake_llm, slack, mode=mode) as run:
         slack.acks = _AckSnapshots(run)
         root = mention("<@UBOT> are you there?")
-        assert await ack_time(run, slack, mode, root, "EvSlow1") < 3.0
+        await acked(run, slack, mode, root, "EvSlow1")
+        assert gave_up_on_lookups(caplog) == 1  # acked without the lookups, still out for seconds
         reply = await slack.wait_for_post(CHANNEL)
         assert reply.thread_ts == root["ts"] and reply.text.endswith("are you there? [users=1]")
         assert run.inbound_rows() == [("channel", CHANNEL, root["ts"], ALICE, None, "answered")]
         # (a private channel with a C id, say: the thread keeps the type its first message got, and its session)
         follow_up = said("hello?", thread_ts=root["ts"], channel_type="group")
-        assert await ack_time(run, slack, mode, follow_up, "EvSlow2") < 1.0
+        await acked(run, slack, mode, follow_up, "EvSlow2")
         await slack.wait_for_post(CHANNEL, count=2)
+        assert gave_up_on_lookups(caplog) == 1  # it did not wait again for the lookup still out
         assert len(slack.calls_to("users.info")) == 1  # Alice's lookup is still out: shared, not repeated
-        assert await ack_time(run, slack, mode, said("and now?", user=BOB, thread_ts=root["ts"]), "EvSlow3") < 3.0
+        await acked(run, slack, mode, said("and now?", user=BOB, thread_ts=root["ts"]), "EvSlow3")
         assert (await slack.wait_for_post(CHANNEL, count=3)).text == "echo: [Bob Jones] and now? [users=3]"
         assert run.session_keys() == {f"slack:channel:{CHANNEL}:{root['ts']}"}
 
@@ -732,7 +748,7 @@ async def test_a_slow_thread_read_comes_with_the_threads_next_message(home: Path
     async with running(home, fake_llm, slack) as run:
         slack.acks = _AckSnapshots(run)
         first = mention("<@UBOT> thoughts?", thread_ts=root, ts="1600000000.000003")
-        assert await ack_time(run, slack, "socket", first, "EvT1") < 3.0
+        await acked(run, slack, "socket", first, "EvT1")
         await slack.wait_for_post(CHANNEL)
         assert user_texts(fake_llm)[0] == f"[Alice] {THREAD_UNREAD_NOTE}\n\nthoughts?"
         await slack.push_event(said("so, Lisbon?", thread_ts=root))  # the read finishes while this waits for it
@@ -787,17 +803,18 @@ async def test_socket_event_that_cannot_be_stored_is_not_acked_and_its_redeliver
 
 
 async def test_http_slash_command_is_stored_before_the_200_and_answered_after_it(
-        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+        home: Path, fake_llm: FakeLLM, slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
     def command(text: str, trigger: str) -> str:
         return urllib.parse.urlencode({
             "token": "legacy", "team_id": "T1", "channel_id": CHANNEL, "channel_name": "c1", "user_id": ALICE,
             "user_name": "alice", "command": "/agent", "text": text, "api_app_id": "A1", "trigger_id": trigger,
             "response_url": f"{slack.base_url}/api/response_url"})
 
-    async with running(home, fake_llm, slack, mode="http") as run:
-        started = time.monotonic()
+    caplog.set_level(logging.INFO, logger="adapters.slack.adapter")
+    # The budget is long here: a 200 that waited for the answer would wait for it to run out, and say so.
+    async with running(home, fake_llm, slack, mode="http", ack_budget=60.0) as run:
         assert (await run.post(command("help", "th1")))[0] == 200
-        assert time.monotonic() - started < 1.0  # its answer waited for the 200, not the other way round
+        assert not any("still busy" in r.getMessage() for r in caplog.records)  # its answer waited
         await slack.wait_until(lambda: len(slack.responses) == 1)
         assert slack.responses[0]["text"].startswith("Commands:")
         assert (await run.post(command("what is 2+2?", "th2")))[0] == 200
@@ -864,11 +881,14 @@ async def test_slack_gets_its_ack_within_3_seconds_however_slow_the_store(home: 
         await release.wait()
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
-    async with http_adapter(home, slack, stuck_store) as (_, url):  # Slack's real 3 s against our real budget
-        deliveries = await EventsApi(url, SIGNING_SECRET).deliver(event_callback(dm("hello"), event_id="EvOnTime"))
+    # The store never finishes while Slack waits (here without its 3 s, which under load is not a
+    # budget test): the ack comes when our budget runs out, the first time.
+    async with http_adapter(home, slack, stuck_store) as (_, url):
+        api = EventsApi(url, SIGNING_SECRET, ack_deadline=60.0)
+        deliveries = await api.deliver(event_callback(dm("hello"), event_id="EvOnTime"))
+        stuck = not release.is_set()
         release.set()
-    assert [(d.attempt, d.outcome, d.status) for d in deliveries] == [(0, "ok", 200)]
-    assert deliveries[0].elapsed < 3.0
+    assert [(d.attempt, d.outcome, d.status) for d in deliveries] == [(0, "ok", 200)] and stuck
 
 
 @asynccontextmanager
@@ -912,11 +932,12 @@ async def test_socket_mode_gets_its_ack_within_3_seconds_however_slow_the_store(
         await release.wait()
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
-    async with socket_adapter(home, slack, stuck_store):  # Slack's real 3 s against our real budget
-        deliveries = await SocketModeEvents(slack).deliver(dm("hello"), event_id="EvOnTimeSocket")
+    async with socket_adapter(home, slack, stuck_store):  # as over HTTP: our budget, not Slack's 3 s
+        events = SocketModeEvents(slack, ack_deadline=60.0)
+        deliveries = await events.deliver(dm("hello"), event_id="EvOnTimeSocket")
+        stuck = not release.is_set()
         release.set()
-    assert [(d.attempt, d.outcome) for d in deliveries] == [(0, "ok")]
-    assert deliveries[0].elapsed < 3.0
+    assert [(d.attempt, d.outcome) for d in deliveries] == [(0, "ok")] and stuck
 
 
 async def test_a_delivery_that_was_not_stored_comes_again_and_is_taken(home: Path, slack: FakeSlack) -> None:

@@ -346,6 +346,25 @@ async def adapter_on_a_shared_clock(home: Path, llm: FakeLLM, tg: FakeTelegram,
         await adapter.stop()
 
 
+def flood_checks(adapter: TelegramAdapter) -> list[str]:
+    """Each chat the adapter checks for a flood wait from now on, in order (before every request)."""
+    pacing = adapter._outbound.pacing
+    asked: list[str] = []
+    check = pacing.flood_left
+
+    def flood_left(chat_id: str) -> float:
+        asked.append(chat_id)
+        return check(chat_id)
+
+    pacing.flood_left = flood_left  # type: ignore[method-assign]
+    return asked
+
+
+async def typing_settled(adapter: TelegramAdapter, tg: FakeTelegram) -> None:
+    """No typing request is in flight: what the typing loop decided has reached the fake."""
+    await tg.wait_until(lambda: not adapter._outbound._typing_requests)
+
+
 async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(home: Path, fake_llm: FakeLLM,
                                                                                  fake_telegram: FakeTelegram) -> None:
     """Telegram's flood wait covers the chat, whichever method's 429 announced it."""
@@ -359,7 +378,7 @@ async def test_a_typing_429_holds_the_chats_sends_until_the_flood_wait_is_over(h
             # the 429's answer reaches the adapter a moment after the fake recorded the call (later on a busy machine)
             await fake_telegram.wait_until(lambda: adapter._outbound.pacing.flood_left(str(ALICE)) > 0, 30,
                                            lambda: "the adapter never heard the typing 429")
-            await asyncio.sleep(0.05)  # several typing intervals: none may spend a request inside the wait
+            await typing_settled(adapter, fake_telegram)  # it sits the wait out, sending nothing
             with pytest.raises(RateLimited) as refused:
                 await adapter.send(reply)
         assert 29.0 < refused.value.retry_after <= 30.0
@@ -378,8 +397,10 @@ async def test_a_send_429_holds_typing_in_that_chat_too(home: Path, fake_llm: Fa
     async with adapter_on_a_shared_clock(home, fake_llm, fake_telegram, [1000.0]) as adapter:
         with pytest.raises(RateLimited):
             await adapter.send(OutboundMessage(chat, "hello", "hello"))
+        asked = flood_checks(adapter)
         async with adapter.typing(chat):  # the user writes again inside the 30 s wait: the next turn "types"
-            await asyncio.sleep(0.05)
+            await fake_telegram.wait_until(lambda: str(ALICE) in asked)  # it looked, inside the wait
+        await typing_settled(adapter, fake_telegram)
         assert fake_telegram.calls_to("sendchataction") == [] and fake_telegram.flood_violations == []
 
 

@@ -175,9 +175,17 @@ async def test_a_speech_failure_loses_no_text_and_is_said_once(
             sent = fake_telegram.sent_messages(ALICE)
             assert [m.method for m in sent] == ["sendmessage"] * 4 + ["sendvoice"]
             assert sum(m.text.startswith("I couldn't read") for m in sent) == 1
-            failed = gw.store.all("SELECT turn_id, status, last_error FROM outbound"
-                                  " WHERE kind = 'voice' ORDER BY id")
-            assert [tuple(r) for r in failed] == [
+
+            def voice_rows() -> list[tuple[Any, ...]]:
+                found = gw.store.all("SELECT turn_id, status, last_error FROM outbound"
+                                     " WHERE kind = 'voice' ORDER BY id")
+                return [tuple(r) for r in found]
+
+            # Telegram has the note; the outbox records it once the answer is back
+            async with asyncio.timeout(30):
+                while voice_rows()[-1][1] == "pending":
+                    await asyncio.sleep(0.01)
+            assert voice_rows() == [
                 ("t1:voice", "failed", "the speech service answered HTTP 503"),
                 ("t2:voice", "sent", None)]
 

@@ -86,8 +86,9 @@ class FakeServer:
     """Base of every fake: lifecycle, request record and fault queues. Subclasses add routes to `self.app`."""
 
     # how long a `wait_*` helper waits by default: for real I/O through a real client library (a login, a websocket,
-    # a request and its answer), which takes seconds on a loaded 2-CPU machine; a wait that is met returns at once
-    WAIT_S = 30.0
+    # a request and its answer), which takes seconds on a loaded 2-CPU machine, tens of them with two busy
+    # processes beside the suite (scripts/busy_suite.sh); a wait that is met returns at once
+    WAIT_S = 90.0
 
     def __init__(self, *, clock: Clock = time.monotonic) -> None:
         self.app = web.Application(client_max_size=64 * 1024 * 1024)

@@ -70,6 +70,15 @@ MAX_NONCE = 25
 BUCKET_LIMIT = 5
 BUCKET_WINDOW_S = 0.5
 INTERACTION_DEADLINE_S = 3.0  # "you must send an initial response within 3 seconds of receiving the event"
+# Message components: "Action Rows can contain up to 5 Buttons", a message up to 5 action rows; a
+# button's custom_id is "max 100 characters" and its label "max 80 characters"; styles 1-4 need a
+# custom_id, 5 (link) a url.
+MAX_ROWS, MAX_BUTTONS, MAX_CUSTOM_ID, MAX_LABEL = 5, 5, 100, 80
+EPHEMERAL = 1 << 6  # message flag 64: "only visible to the user who invoked the Interaction"
+# Interaction response types: 4 CHANNEL_MESSAGE_WITH_SOURCE, 5 DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE,
+# and for component interactions only 6 DEFERRED_UPDATE_MESSAGE and 7 UPDATE_MESSAGE (edit the
+# message the button is on).
+COMPONENT_RESPONSES = (6, 7)
 NONCE_WINDOW_S = 120.0  # Discord says "the past few minutes" for enforce_nonce; the exact span is not published
 DISCORD_EPOCH_MS = 1420070400000
 
@@ -209,6 +218,35 @@ class DiscordMessage:
     flags: int = 0
     edits: tuple[str, ...] = ()
     body: Mapping[str, Any] = field(default_factory=dict)
+    # action rows of buttons, as the channel shows them now
+    components: tuple[dict[str, Any], ...] = ()
+    visible_to: str | None = None  # an ephemeral message: the only user who sees it
+    author_id: str = BOT_ID  # the bot that posted it (with several bots: `FakeDiscord.add_bot`)
+
+    def buttons(self) -> list[str]:
+        return [str(c.get("label")) for row in self.components for c in row.get("components") or ()]
+
+
+@dataclass(slots=True)
+class FakeBot:
+    """One bot account: its token, user, application and the guilds it is in (None: every guild)."""
+
+    token: str
+    user: dict[str, Any]
+    app_id: str
+    guild_ids: set[str] | None = None
+
+
+@dataclass(slots=True)
+class _Session:
+    """One gateway session: a bot's shard [id, count], with its own sequence and the dispatches it
+    was sent (replayed on RESUME)."""
+
+    id: str
+    bot: FakeBot
+    shard: tuple[int, int]
+    seq: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Conn:
@@ -216,10 +254,12 @@ class _Conn:
         self.ws, self.number, self.path = ws, number, path
         self.live = False  # identified or resumed: dispatches may be sent
         self.silent = False
+        self.session: _Session | None = None
 
 
 Handler = Callable[[web.Request, Any], Awaitable[Any]]
 _CALL = web.RequestKey("call", Call)  # the request's record, for handlers that note it
+_BOT = web.RequestKey("bot", FakeBot)  # the bot whose token authorized the request
 
 
 # ---------------------------------------------------------------------------------------------- fake
@@ -231,9 +271,13 @@ class FakeDiscord(FakeServer):
                  enabled_privileged_intents: int = PRIVILEGED_INTENTS, echo_own_messages: bool = True,
                  clock: Clock = time.monotonic, bucket_limit: int = BUCKET_LIMIT,
                  bucket_window: float = BUCKET_WINDOW_S, bucket_clock: Clock = time.monotonic,
-                 roles: Mapping[str, str] | None = None) -> None:
+                 roles: Mapping[str, str] | None = None, recommended_shards: int = 1,
+                 max_guilds_per_shard: int = 2500) -> None:
         super().__init__(clock=clock)
         self.token = token
+        self.bots: dict[str, FakeBot] = {token: FakeBot(token, BOT_USER, APP_ID)}
+        self.recommended_shards = recommended_shards  # what GET /gateway/bot answers in `shards`
+        self.max_guilds_per_shard = max_guilds_per_shard  # past this, IDENTIFY is closed with 4011
         default_users = [make_user(USER_ID, "alice", global_name="Alice"), make_user(OTHER_USER_ID, "bob")]
         self.users: dict[str, dict[str, Any]] = {u["id"]: dict(u) for u in (*default_users, *(users or ()))}
         self.users[BOT_ID] = dict(BOT_USER)
@@ -271,9 +315,9 @@ class FakeDiscord(FakeServer):
         self.resumes: list[dict[str, Any]] = []
         self.connections = 0
         self.connection_paths: list[str] = []
-        self.session_id = ""
-        self.seq = 0
-        self.history: list[dict[str, Any]] = []  # dispatches of the current session, for RESUME replay
+        # (token, shard id, count) → its latest session
+        self.sessions: dict[tuple[str, int, int], _Session] = {}
+        self._dm_bots: dict[str, str] = {}  # DM channel → the bot user it is with
         self.resume_replay_from: int | None = None
         self._conns: list[_Conn] = []
         self._messages: dict[tuple[str, str], dict[str, Any]] = {}
@@ -302,6 +346,40 @@ class FakeDiscord(FakeServer):
     def online(self) -> bool:
         """A client is identified (or resumed) on a socket still open: a dispatch now reaches it."""
         return bool(self._live())
+
+    @property
+    def session(self) -> _Session | None:
+        """The first bot's session on shard 0 (a single-bot, unsharded test's one session)."""
+        return next((s for (token, sid, _), s in reversed(self.sessions.items())
+                     if token == self.token and sid == 0), None)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id if self.session is not None else ""
+
+    @property
+    def seq(self) -> int:
+        return self.session.seq if self.session is not None else 0
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return self.session.history if self.session is not None else []
+
+    def add_bot(self, token: str, user_id: str, username: str, *, app_id: str | None = None,
+                guild_ids: Sequence[str] | None = None) -> dict[str, Any]:
+        """Another bot account (its own token, user and application) on this Discord: it is in
+        `guild_ids` (None: every guild), gets its own gateway sessions and posts as itself. Returns
+        its user object."""
+        user = {**make_user(user_id, username, bot=True), "verified": True, "mfa_enabled": False,
+                "flags": 0}
+        self.users[user_id] = user
+        self.bots[token] = FakeBot(token, user, app_id or self.new_id(),
+                                   None if guild_ids is None else {str(g) for g in guild_ids})
+        return user
+
+    def shard_of(self, guild_id: str | int, count: int) -> int:
+        """Discord's rule: a guild's events go to shard `(guild_id >> 22) % num_shards`."""
+        return (int(guild_id) >> 22) % count
 
     @property
     def identify_count(self) -> int:
@@ -443,8 +521,10 @@ class FakeDiscord(FakeServer):
                 if response is not None:
                     self._note_retry_after(step, bucket)
                     return response
-            if auth and request.headers.get("Authorization") != f"Bot {self.token}":
+            bot = self._bot_of(request)
+            if auth and bot is None:
                 return json_response({"message": "401: Unauthorized", "code": 0}, 401)
+            request[_BOT] = bot or self.bots[self.token]
             try:
                 result = await fn(request, body)
             except _ApiError as e:
@@ -455,6 +535,13 @@ class FakeDiscord(FakeServer):
                 return web.Response(status=204, headers=rate)
             return json_response(result, headers=rate)
         return handler
+
+    def _bot_of(self, request: web.Request) -> FakeBot | None:
+        given = request.headers.get("Authorization", "")
+        return next((b for b in self.bots.values() if given == f"Bot {b.token}"), None)
+
+    def _bot_by_app(self, app_id: str | None) -> FakeBot:
+        return next((b for b in self.bots.values() if b.app_id == app_id), self.bots[self.token])
 
     def _spend(self, call: Call, bucket: str, route: str) -> dict[str, str] | None:
         """One request from `bucket` (route + major parameters): its X-RateLimit-* headers, or None when the client
@@ -490,19 +577,22 @@ class FakeDiscord(FakeServer):
 
     # -- REST: identity ---------------------------------------------------------------------------
     async def _get_me(self, request: web.Request, body: Any) -> Any:
-        return BOT_USER
+        return request[_BOT].user
 
     async def _get_app(self, request: web.Request, body: Any) -> Any:
-        return {"id": APP_ID, "name": "gatewaybot", "description": "", "icon": None, "bot_public": False,
-                "bot_require_code_grant": False, "verify_key": "00" * 32, "owner": self.users[USER_ID],
-                "flags": 0, "team": None, "summary": "", "rpc_origins": [], "bot": BOT_USER}
+        bot = request[_BOT]
+        return {"id": bot.app_id, "name": bot.user["username"], "description": "", "icon": None,
+                "bot_public": False, "bot_require_code_grant": False, "verify_key": "00" * 32,
+                "owner": self.users[USER_ID], "flags": 0, "team": None, "summary": "",
+                "rpc_origins": [], "bot": bot.user}
 
     async def _get_gateway(self, request: web.Request, body: Any) -> Any:
         return {"url": self.ws_url}
 
     async def _get_gateway_bot(self, request: web.Request, body: Any) -> Any:
-        return {"url": self.ws_url, "shards": 1, "session_start_limit": {"total": 1000, "remaining": 999,
-                                                                         "reset_after": 0, "max_concurrency": 1}}
+        """The recommended shard count (`recommended_shards`), as Discord answers it for a bot."""
+        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        return {"url": self.ws_url, "shards": self.recommended_shards, "session_start_limit": limit}
 
     async def _unknown(self, request: web.Request, body: Any) -> Any:
         raise _ApiError(404, "404: Not Found", 0)
@@ -514,14 +604,16 @@ class FakeDiscord(FakeServer):
         return self.channels[cid]
 
     async def _create_dm(self, request: web.Request, body: Any) -> Any:
-        recipient = str(body.get("recipient_id"))
+        recipient, bot = str(body.get("recipient_id")), request[_BOT].user["id"]
         existing = next((c for c in self.channels.values() if c["type"] == 1
-                         and c["recipients"][0]["id"] == recipient), None)
+                         and c["recipients"][0]["id"] == recipient
+                         and self._dm_bots.get(c["id"], BOT_ID) == bot), None)
         if existing:
             return existing
         channel: dict[str, Any] = {"id": self.new_id(), "type": 1, "last_message_id": None,
                                    "recipients": [self._user(recipient)]}
         self.channels[channel["id"]] = channel
+        self._dm_bots[channel["id"]] = bot
         return channel
 
     async def _get_channel(self, request: web.Request, body: Any) -> Any:
@@ -567,10 +659,12 @@ class FakeDiscord(FakeServer):
             if (earlier[0], earlier[1]) not in self._messages:
                 raise _ApiError(404, "Unknown Message", 10008)
             return self._messages[(earlier[0], earlier[1])]
-        return await self._send(cid, body, "rest", nonce=None if nonce is None else str(nonce))
+        return await self._send(cid, body, "rest", nonce=None if nonce is None else str(nonce),
+                                author=request[_BOT].user["id"])
 
     async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0,
-                    nonce: str | None = None) -> dict[str, Any]:
+                    nonce: str | None = None, visible_to: str | None = None,
+                    author: str = BOT_ID) -> dict[str, Any]:
         _check_message(body, require_content=True)
         reference = body.get("message_reference")
         if reference and (cid, str(reference.get("message_id"))) not in self._messages \
@@ -579,7 +673,9 @@ class FakeDiscord(FakeServer):
         sent = DiscordMessage(channel_id=cid, id=self.new_id(), content=str(body.get("content") or ""),
                               allowed_mentions=body.get("allowed_mentions"), message_reference=reference,
                               embeds=tuple(body.get("embeds") or ()), files=tuple(body.get("_files") or ()),
-                              via=via, flags=int(body.get("flags") or flags), body=dict(body))
+                              via=via, flags=int(body.get("flags") or flags), body=dict(body),
+                              components=tuple(body.get("components") or ()), visible_to=visible_to,
+                              author_id=author)
         self.sent.append(sent)
         message = self._message_obj(sent)
         self._messages[(cid, sent.id)] = message
@@ -626,12 +722,15 @@ class FakeDiscord(FakeServer):
 
     async def _patch_message(self, request: web.Request, body: Any) -> Any:
         cid, mid = request.match_info["cid"], request.match_info["mid"]
-        return await self._edit(cid, mid, body, echo=self.echo_own_messages)
+        editor = request[_BOT].user["id"]
+        return await self._edit(cid, mid, body, echo=self.echo_own_messages, editor=editor)
 
-    async def _edit(self, cid: str, mid: str, body: Mapping[str, Any], echo: bool) -> dict[str, Any]:
+    async def _edit(self, cid: str, mid: str, body: Mapping[str, Any], echo: bool,
+                    editor: str | None = None) -> dict[str, Any]:
         if (cid, mid) not in self._messages:
             raise _ApiError(404, "Unknown Message", 10008)
-        index = next((i for i, m in enumerate(self.sent) if m.channel_id == cid and m.id == mid), None)
+        index = next((i for i, m in enumerate(self.sent) if m.channel_id == cid and m.id == mid
+                      and (editor is None or m.author_id == editor)), None)
         if index is None:
             raise _ApiError(403, "Cannot edit a message authored by another user", 50005)
         if self.sent[index].flags & VOICE_MESSAGE_FLAG:
@@ -640,7 +739,7 @@ class FakeDiscord(FakeServer):
         old = self.sent[index]
         new = replace(old, content=str(body["content"]) if "content" in body else old.content,
                       embeds=tuple(body.get("embeds") or old.embeds), edits=(*old.edits, old.content),
-                      body=dict(body))
+                      body=dict(body), components=_components(body, old.components))
         self.sent[index] = new
         message = dict(self._message_obj(new), edited_timestamp=now_iso())
         self._messages[(cid, mid)] = message
@@ -745,17 +844,26 @@ class FakeDiscord(FakeServer):
         if self.clock() - interaction["_created"] > INTERACTION_DEADLINE_S:  # the token is invalid from then on
             self.late_interactions.append(iid)
             raise _ApiError(404, "Unknown interaction", 10062)
-        interaction["_responded"] = True
         kind, data = int(body.get("type", 0)), dict(body.get("data") or {})
+        if kind in COMPONENT_RESPONSES and interaction["type"] != 3:
+            raise _ApiError(400,
+                            "Interaction response type is only valid for component interactions",
+                            50035)
+        interaction["_responded"] = True
         self.interaction_responses.append({"interaction_id": iid, "token": token, "type": kind, "data": data})
         message = None
         cid = interaction["channel_id"]
+        if kind == 7:  # UPDATE_MESSAGE: the message the button is on becomes `data`
+            await self._edit(cid, str(interaction["message"]["id"]), data,
+                             echo=self.echo_own_messages)
         if kind in (4, 5):
+            author = self._bot_by_app(interaction.get("application_id")).user["id"]
             if kind == 4:
-                message = await self._send(cid, data, "interaction")
+                message = await self._send(cid, data, "interaction", author=author,
+                                           visible_to=_viewer(interaction, data))
             else:
                 message = await self._send(cid, {"content": "", "flags": data.get("flags", 0), "_loading": True},
-                                           "interaction")
+                                           "interaction", author=author)
             interaction["_original"] = message["id"]
         self.notify()
         if request.query.get("with_response") not in ("1", "true", "True"):
@@ -771,7 +879,7 @@ class FakeDiscord(FakeServer):
 
     def _interaction_for(self, request: web.Request) -> dict[str, Any]:
         interaction = self.interactions.get(request.match_info["token"])
-        if interaction is None or request.match_info["app"] != APP_ID:
+        if interaction is None or request.match_info["app"] != interaction.get("application_id"):
             raise _ApiError(404, "Unknown Webhook", 10015)
         return interaction
 
@@ -785,7 +893,11 @@ class FakeDiscord(FakeServer):
 
     async def _followup(self, request: web.Request, body: Any) -> Any:
         interaction = self._interaction_for(request)
-        message = await self._send(interaction["channel_id"], body, "webhook")
+        if not interaction.get("_responded"):  # a follow-up needs the initial response first
+            raise _ApiError(404, "Unknown Webhook", 10015)
+        author = self._bot_by_app(interaction.get("application_id")).user["id"]
+        message = await self._send(interaction["channel_id"], body, "webhook", author=author,
+                                   visible_to=_viewer(interaction, body))
         return message if request.query.get("wait") in ("1", "true", "True") else None
 
     async def _webhook_get(self, request: web.Request, body: Any) -> Any:
@@ -835,14 +947,18 @@ class FakeDiscord(FakeServer):
                            referenced_message: str | int | Mapping[str, Any] | None = None,
                            author_bot: bool = False, message_id: str | int | None = None,
                            author_name: str | None = None, attachments: Sequence[Mapping[str, Any]] = (),
-                           live: bool = True, flags: int = 0, stickers: Sequence[Mapping[str, Any]] = ()) -> str:
-        """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel. With `live=False`
-        the event only enters the session history, so the client receives it when it next RESUMEs."""
+                           live: bool = True, flags: int = 0,
+                           stickers: Sequence[Mapping[str, Any]] = (),
+                           bot: str | None = None) -> str:
+        """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel, with
+        `bot` (a bot's user id; the first bot's by default). With `live=False` the event only enters
+        the sessions' history, so the client receives it when it next RESUMEs."""
         cid = str(channel_id)
         gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
         author = self._user(str(author_id), author_name, author_bot)
         if cid not in self.channels:
             self.channels[cid] = {"id": cid, "type": 1, "last_message_id": None, "recipients": [author]}
+            self._dm_bots[cid] = bot or BOT_ID
         mid = str(message_id) if message_id is not None else self.new_id()
         message: dict[str, Any] = {
             "id": mid, "channel_id": cid, "author": author, "content": content, "timestamp": now_iso(),
@@ -870,7 +986,7 @@ class FakeDiscord(FakeServer):
                                user_id: str | int = USER_ID, channel_id: str | int = CHANNEL_ID,
                                guild_id: str | int | None = None, interaction_id: str | None = None,
                                token: str | None = None, command_id: str | None = None,
-                               command_type: int = 1) -> tuple[str, str]:
+                               command_type: int = 1, bot: str | None = None) -> tuple[str, str]:
         """An INTERACTION_CREATE for an application (slash) command; returns (interaction_id, token)."""
         cid = str(channel_id)
         gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
@@ -885,7 +1001,8 @@ class FakeDiscord(FakeServer):
         user = self._user(str(user_id))
         channel = self.channels.get(cid) or {"id": cid, "type": 1}
         payload: dict[str, Any] = {
-            "id": iid, "application_id": APP_ID, "type": 2, "data": data, "channel_id": cid,
+            "id": iid, "type": 2, "data": data, "channel_id": cid,
+            "application_id": self._app_of(bot or BOT_ID),
             "channel": {k: v for k, v in channel.items() if k != "recipients"}, "token": token, "version": 1,
             "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
             "authorizing_integration_owners": {"0": gid} if gid else {"1": str(user_id)},
@@ -899,6 +1016,60 @@ class FakeDiscord(FakeServer):
         self.interactions[token] = {**payload, "_created": self.clock()}
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid, token
+
+    async def click(self, channel_id: str | int, message_id: str, label: str, *,
+                    user_id: str | int = USER_ID,
+                    name: str | None = None) -> tuple[str, str]:
+        """A person clicks the button labelled `label` on one of the bot's messages: an
+        INTERACTION_CREATE of type 3 (MESSAGE_COMPONENT) with its custom_id; returns
+        (interaction_id, token). LookupError when the message shows no such button now."""
+        cid = str(channel_id)
+        sent = next((m for m in self.sent if (m.channel_id, m.id) == (cid, message_id)), None)
+        rows = sent.components if sent else ()
+        shown = [c for row in rows for c in row.get("components") or ()]
+        button = next((c for c in shown if c.get("label") == label), None)
+        if sent is None or button is None:
+            raise LookupError(f"message {message_id} shows no button {label!r}: "
+                              f"{sent.buttons() if sent else []}")
+        return await self.push_component(cid, message_id, str(button.get("custom_id")),
+                                         user_id=user_id, name=name)
+
+    async def push_component(self, channel_id: str, message_id: str, custom_id: str, *,
+                             user_id: str | int = USER_ID,
+                             name: str | None = None) -> tuple[str, str]:
+        """A component interaction with any custom_id (an old client, a forger)."""
+        cid, uid = str(channel_id), str(user_id)
+        gid = self.channels.get(cid, {}).get("guild_id")
+        iid = self.new_id()
+        token = f"itoken-{iid}"
+        user = self._user(uid, name)
+        message = self._messages.get((cid, message_id)) or {"id": message_id, "channel_id": cid}
+        payload: dict[str, Any] = {
+            "id": iid, "application_id": APP_ID, "type": 3, "channel_id": cid, "token": token,
+            "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2}, "message": message,
+            "channel": {k: v for k, v in (self.channels.get(cid) or {"id": cid, "type": 1}).items()
+                        if k != "recipients"},
+            "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
+            "authorizing_integration_owners": {"0": gid} if gid else {"1": uid},
+            "context": 0 if gid else 1,
+            "attachment_size_limit": 8 * 1024 * 1024}
+        if gid:
+            payload.update(guild_id=gid, guild_locale="en-US",
+                           member={**self._member(uid), "user": user,
+                                   "permissions": "2248473465835073"})
+        else:
+            payload["user"] = user
+        self.interactions[token] = {**payload, "_created": self.clock()}
+        await self.dispatch("INTERACTION_CREATE", payload)
+        return iid, token
+
+    def ephemerals(self, user_id: str | int | None = None) -> list[DiscordMessage]:
+        """Ephemeral replies, each seen by one user only (the one whose interaction it answers)."""
+        return [m for m in self.sent if m.flags & EPHEMERAL
+                and (user_id is None or m.visible_to == str(user_id))]
+    def _app_of(self, bot_user: str) -> str:
+        return next(b.app_id for b in self.bots.values() if b.user["id"] == bot_user)
 
     def _user(self, user_id: str, name: str | None = None, bot: bool = False) -> dict[str, Any]:
         if user_id not in self.users:
@@ -914,7 +1085,8 @@ class FakeDiscord(FakeServer):
     def _message_obj(self, sent: DiscordMessage) -> dict[str, Any]:
         channel = self.channels.get(sent.channel_id, {})
         message: dict[str, Any] = {
-            "id": sent.id, "channel_id": sent.channel_id, "author": BOT_USER, "content": sent.content,
+            "id": sent.id, "channel_id": sent.channel_id, "content": sent.content,
+            "author": self.users.get(sent.author_id, BOT_USER),
             "timestamp": now_iso(), "edited_timestamp": None, "tts": False, "mention_everyone": False,
             "mentions": [], "mention_roles": [], "attachments": [
                 {"id": self.new_id(), "filename": f.get("filename"), "size": f.get("size", 0),
@@ -923,7 +1095,7 @@ class FakeDiscord(FakeServer):
                     if f.get(k) is not None}}
                 for f in sent.files],
             "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
-            "flags": sent.flags, "components": []}
+            "flags": sent.flags, "components": [dict(row) for row in sent.components]}
         if sent.body.get("nonce") is not None:
             message["nonce"] = sent.body["nonce"]
         if channel.get("guild_id"):
@@ -936,17 +1108,44 @@ class FakeDiscord(FakeServer):
 
     # -- gateway -------------------------------------------------------------------------------------
     async def dispatch(self, event: str, data: Mapping[str, Any], *, live: bool = True) -> int:
-        """Send an op-0 dispatch with the next sequence number; it is kept for RESUME replay."""
-        self.seq += 1
-        frame = {"op": 0, "t": event, "s": self.seq, "d": dict(data)}
-        self.history.append(frame)
+        """Send an op-0 dispatch to each session that gets it (Discord's routing: a guild's events
+        to the bots in it, on the shard `(guild_id >> 22) % num_shards`; a DM's to its bot's shard
+        0; an interaction's to its application's bot), with that session's next sequence number; it
+        is kept for RESUME replay. Returns the sequence number of the last session it went to (0:
+        none)."""
+        seq = 0
+        for session in [s for s in self.sessions.values() if self._gets(s, data)]:
+            seq = await self._send_frame(session, event, data, live=live)
+        return seq
+
+    async def _send_frame(self, session: _Session, event: str, data: Mapping[str, Any], *,
+                          live: bool = True) -> int:
+        session.seq += 1
+        frame = {"op": 0, "t": event, "s": session.seq, "d": dict(data)}
+        session.history.append(frame)
         if live:
-            for conn in self._live():
+            for conn in [c for c in self._live() if c.session is session]:
                 try:
                     await conn.ws.send_str(json.dumps(frame))
                 except ConnectionError:  # the client is gone (killed): it never gets this one
                     conn.live = False
-        return self.seq
+        return session.seq
+
+    def _gets(self, session: _Session, data: Mapping[str, Any]) -> bool:
+        bot, (shard, count) = session.bot, session.shard
+        app = data.get("application_id")
+        if app is not None and app != bot.app_id:
+            return False
+        guild = data.get("guild_id")
+        if guild is None:  # a DM (or a thread without its guild): shard 0 of the bot it is with
+            channel = str(data.get("channel_id") or data.get("id") or "")
+            return shard == 0 and self._dm_bots.get(channel, bot.user["id"]) == bot.user["id"]
+        in_guild = bot.guild_ids is None or str(guild) in bot.guild_ids
+        return in_guild and self.shard_of(guild, count) == shard
+
+    def _guilds_of(self, bot: FakeBot, shard: tuple[int, int]) -> list[dict[str, Any]]:
+        return [g for g in self.guilds if (bot.guild_ids is None or g["id"] in bot.guild_ids)
+                and self.shard_of(g["id"], shard[1]) == shard[0]]
 
     def _live(self) -> list[_Conn]:
         return [c for c in self._conns if c.live and not c.ws.closed]
@@ -986,35 +1185,48 @@ class FakeDiscord(FakeServer):
     async def _identify(self, conn: _Conn, d: Mapping[str, Any]) -> None:
         self.identifies.append(dict(d))
         self.notify()
-        if d.get("token") != self.token:
+        bot = self.bots.get(str(d.get("token")))
+        if bot is None:
             await conn.ws.close(code=4004, message=b"Authentication failed.")
             return
         if int(d.get("intents") or 0) & PRIVILEGED_INTENTS & ~self.enabled_privileged_intents:
             await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
             return
-        self.session_id = f"session-{self._sessions()}"
-        self.seq, self.history = 0, []
-        conn.live = True
-        await self.dispatch("READY", {
-            "v": 10, "user": BOT_USER, "session_id": self.session_id, "resume_gateway_url": self.resume_url,
-            "shard": d.get("shard") or [0, 1], "guilds": [{"id": g["id"], "unavailable": True} for g in self.guilds],
-            "application": {"id": APP_ID, "flags": 0}, "private_channels": [], "relationships": [],
-            "user_settings": {}, "presences": []})
-        for guild in self.guilds:
-            await self.dispatch("GUILD_CREATE", guild)
+        given = list(d.get("shard") or [0, 1])
+        if len(given) != 2 or not 0 <= int(given[0]) < int(given[1]):
+            await conn.ws.close(code=4010, message=b"Invalid shard.")
+            return
+        shard = (int(given[0]), int(given[1]))
+        guilds = self._guilds_of(bot, shard)
+        if len(guilds) > self.max_guilds_per_shard:
+            await conn.ws.close(code=4011, message=b"Sharding required.")
+            return
+        session = _Session(f"session-{self._sessions()}", bot, shard)
+        self.sessions.pop((bot.token, *shard), None)
+        self.sessions[(bot.token, *shard)] = session
+        conn.session, conn.live = session, True
+        await self._send_frame(session, "READY", {
+            "v": 10, "user": bot.user, "session_id": session.id,
+            "resume_gateway_url": self.resume_url, "shard": list(shard),
+            "guilds": [{"id": g["id"], "unavailable": True} for g in guilds],
+            "application": {"id": bot.app_id, "flags": 0}, "private_channels": [],
+            "relationships": [], "user_settings": {}, "presences": []})
+        for guild in guilds:
+            await self._send_frame(session, "GUILD_CREATE", guild)
 
     async def _resume(self, conn: _Conn, d: Mapping[str, Any]) -> None:
         self.resumes.append(dict(d))
         self.notify()
-        if d.get("token") != self.token or d.get("session_id") != self.session_id:
+        session = next((s for s in self.sessions.values() if s.id == d.get("session_id")), None)
+        if session is None or d.get("token") != session.bot.token:
             await conn.ws.send_str(json.dumps({"op": 9, "d": False}))
             return
         start = self.resume_replay_from if self.resume_replay_from is not None else int(d.get("seq") or 0)
         self.resume_replay_from = None
-        for frame in [f for f in self.history if f["s"] > start]:
+        for frame in [f for f in session.history if f["s"] > start]:
             await conn.ws.send_str(json.dumps(frame))
-        conn.live = True
-        await self.dispatch("RESUMED", {})
+        conn.session, conn.live = session, True
+        await self._send_frame(session, "RESUMED", {})
 
     async def wait_for_identify(self, count: int = 1, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
         await self.wait_until(lambda: len(self.identifies) >= count and bool(self._live()), timeout,
@@ -1085,6 +1297,44 @@ async def _read_body(request: web.Request) -> Any:
     return json.loads(raw) if raw else {}
 
 
+Components = tuple[dict[str, Any], ...]
+
+
+def _components(body: Mapping[str, Any], old: Components) -> Components:
+    """A PATCH replaces the components it names (`[]` removes them) and keeps them otherwise."""
+    return tuple(body["components"] or ()) if "components" in body else old
+
+
+def _viewer(interaction: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
+    if not int(body.get("flags") or 0) & EPHEMERAL:
+        return None
+    who = interaction.get("member", {}).get("user") or interaction.get("user") or {}
+    return str(who.get("id"))
+
+
+def _check_components(rows: Any) -> None:
+    if len(rows) > MAX_ROWS:
+        raise _field_error("components", "BASE_TYPE_MAX_LENGTH",
+                           f"Must be {MAX_ROWS} or fewer in length.")
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        buttons = row.get("components") or []
+        if row.get("type") != 1 or not 1 <= len(buttons) <= MAX_BUTTONS:
+            raise _field_error(f"components.{i}", "COMPONENT_LAYOUT_WIDTH_EXCEEDED",
+                               "Invalid action row")
+        for button in buttons:
+            custom_id, label = str(button.get("custom_id") or ""), str(button.get("label") or "")
+            if button.get("type") != 2 or len(label) > MAX_LABEL:
+                raise _field_error(f"components.{i}", "BASE_TYPE_MAX_LENGTH", "Invalid button")
+            if button.get("style") != 5 and not 1 <= len(custom_id) <= MAX_CUSTOM_ID:
+                raise _field_error(f"components.{i}.custom_id", "BASE_TYPE_MAX_LENGTH",
+                                   f"Must be between 1 and {MAX_CUSTOM_ID} in length.")
+            if custom_id and custom_id in seen:
+                raise _field_error(f"components.{i}.custom_id", "COMPONENT_CUSTOM_ID_DUPLICATED",
+                                   "Component custom id cannot be duplicated")
+            seen.add(custom_id)
+
+
 def _check_voice_message(body: Mapping[str, Any], *, refused: bool) -> None:
     def fail(rule: str) -> _ApiError:
         code, message = VOICE_ERRORS[rule]
@@ -1111,6 +1361,8 @@ def _is_audio(upload: Mapping[str, Any]) -> bool:
 
 
 def _check_message(body: Mapping[str, Any], require_content: bool) -> None:
+    if body.get("components"):
+        _check_components(body["components"])
     content = body.get("content")
     if content is not None and len(str(content)) > MAX_CONTENT:
         raise _field_error("content", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_CONTENT} or fewer in length.")

@@ -1,17 +1,21 @@
 """A real MCP server on the official `mcp` SDK (MCPServer), run by tests as a child process over stdio or
 streamable HTTP on 127.0.0.1.
 
-    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log]
-                                     [--http --port 0 --port-file F --require-token T] [--legacy]
+    python tests/fakes/mcp_server.py --tools tools.json [--starts starts.log] [--runs runs.log]
+    [--hold F] [--http --port 0 --port-file F --require-token T] [--legacy]
 
 `tools.json` is `{"tools": ["echo", ...], "version": "v1", "catalog": 60}`: which of the tools below
 it offers, a word appended to every description (so a test can change a server's tools between two
 daemon runs), and how many of tests/fakes/mcp_catalog.py's realistic tools it offers too
 (weather_forecast, send_email, …; with annotations: `readOnlyHint` on the reading ones,
-`destructiveHint` on delete_/cancel_/archive_ ones). The `reload` tool
-(when the file lists it at start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection through
-its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed; `--legacy` makes the server
-speak only the 2025 protocol). Each start appends a line to `--starts`, so a test can count restarts.
+`destructiveHint` on delete_/cancel_/archive_ ones). The `reload` tool (when the file lists it at
+start) reads the file again and tells the client its tools changed (on a 2026-07-28 connection
+through its subscriptions/listen stream, on a 2025 one as notifications/tools/list_changed;
+`--legacy` makes the server speak only the 2025 protocol). Each start appends a line to `--starts`,
+so a test can count restarts. `delete_file` is annotated destructiveHint, `read_file` readOnlyHint
+(and destructiveHint: read-only wins), `rename_file` not at all; the two that change something
+append a line to `--runs` as they start (a run is counted across restarts and kills), and
+`delete_file` then waits until the `--hold` file exists (or its parent dies).
 """
 
 from __future__ import annotations
@@ -131,17 +135,23 @@ def denied() -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=f"401 Unauthorized: GET {url}")], is_error=True)
 
 
-_TOKEN = os.environ.get("FAKE_API_TOKEN", "")
-
-
-_ACCOUNT = Field(description=f"The account (default: the one of key {_TOKEN}).")
-
-
-def careless(account: Annotated[str, _ACCOUNT]) -> str:
+def careless(account: str) -> str:
     return f"looked up {account}"
 
 
-careless.__doc__ = f"Look up an account. Authenticated with FAKE_API_TOKEN={_TOKEN} (careless)."
+def _careless() -> Any:
+    """careless, quoting $FAKE_API_TOKEN in its description and its parameter's: read when it is
+    offered, since a server forked by tests/fakes/mcp_zygote.py gets its environment after import."""
+    token = os.environ.get("FAKE_API_TOKEN", "")
+
+    def quoting(account: str) -> str:
+        return careless(account)
+
+    account = Field(description=f"The account (default: the one of key {token}).")
+    quoting.__annotations__ = {"account": Annotated[str, account], "return": str}
+    quoting.__name__ = "careless"
+    quoting.__doc__ = f"Look up an account. Authenticated with FAKE_API_TOKEN={token} (careless)."
+    return quoting
 
 
 def blob_notes() -> EmbeddedResource:
@@ -179,9 +189,45 @@ def long_text(chars: int) -> str:
     return "".join(f"{i:09d}\n" for i in range(0, chars, 10))[:chars]
 
 
+# --runs: every run of a tool that changes something appends a line (counted across restarts)
+RUNS: Path | None = None
+# --hold: delete_file waits until this file exists before it acts (a test kills meanwhile)
+HOLD: Path | None = None
+
+
+async def delete_file(path: str) -> str:
+    """Delete a file. Annotated destructiveHint: true."""
+    if RUNS is not None:  # the run is recorded as it starts: a kill meanwhile still counts it
+        with RUNS.open("a", encoding="utf-8") as f:
+            f.write(f"delete_file {path}\n")
+    parent = os.getppid()
+    while HOLD is not None and not HOLD.exists():
+        if os.getppid() != parent:  # the gateway was killed: no stray process stays behind
+            os._exit(0)
+        await asyncio.sleep(0.05)
+    return f"deleted {path}"
+
+
+def read_file(path: str) -> str:
+    """Read a file. Annotated readOnlyHint: true (and, wrongly, destructiveHint: true: read-only
+    wins)."""
+    return f"contents of {path}"
+
+
+def rename_file(path: str, to: str) -> str:
+    """Rename a file. Not annotated."""
+    if RUNS is not None:
+        with RUNS.open("a", encoding="utf-8") as f:
+            f.write(f"rename_file {path} {to}\n")
+    return f"renamed {path} to {to}"
+
+
 TOOLS: dict[str, Any] = {f.__name__: f for f in (
     echo, add, crash, picture, snapshot, broken_picture, notes, slow, inject, poisoned, lookup,
     whoami, denied, careless, blob_notes, tiny_image, many_pictures, long_text)}
+TOOLS.update((f.__name__, f) for f in (delete_file, read_file, rename_file))
+ANNOTATIONS = {"delete_file": ToolAnnotations(destructive_hint=True),
+               "read_file": ToolAnnotations(read_only_hint=True, destructive_hint=True)}
 
 
 def build(spec: dict[str, Any], tools_file: Path | None = None) -> MCPServer:
@@ -235,8 +281,9 @@ def _offer(app: MCPServer, spec: dict[str, Any], offered: set[str]) -> set[str]:
     version = spec.get("version", "")
     names = {n for n in spec.get("tools", list(TOOLS)) if n != "reload"}
     for name in names:
-        fn = TOOLS[name]
-        app.add_tool(fn, description=f"{(fn.__doc__ or '').strip()} {version}".strip())
+        fn = _careless() if name == "careless" else TOOLS[name]
+        description = f"{(fn.__doc__ or '').strip()} {version}".strip()
+        app.add_tool(fn, description=description, annotations=ANNOTATIONS.get(name))
     return names
 
 
@@ -308,7 +355,7 @@ async def serve_http(app: MCPServer, port: int, port_file: Path | None, token: s
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=Path)
     parser.add_argument("--starts", type=Path)
@@ -317,9 +364,14 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--require-token", help="HTTP: answer 401 without Authorization: Bearer <token>")
     parser.add_argument("--legacy", action="store_true", help="stdio: speak only the 2025 protocol (no server/discover)")
+    parser.add_argument("--runs", type=Path,
+                        help="append a line per run of a tool that changes something")
+    parser.add_argument("--hold", type=Path, help="delete_file waits until this file exists")
     parser.add_argument("--junk", type=int, default=0, help="stdio: first write this many lines that are not JSON-RPC "
                         "(a banner or log lines printed to stdout by mistake)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    global RUNS, HOLD
+    RUNS, HOLD = args.runs, args.hold
     for i in range(args.junk):
         print(f"starting up ({i + 1})...", flush=True)
     spec = json.loads(args.tools.read_text(encoding="utf-8")) if args.tools else {}

@@ -49,6 +49,9 @@ APP_ID = "A1"
 MAX_TEXT = 40_000
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
+# Block Kit: an actions block holds up to 25 elements; a button's text is plain_text of at most 75
+# characters, its action_id at most 255 (unique within the message) and its value at most 2000.
+MAX_ACTIONS, MAX_BUTTON_TEXT, MAX_ACTION_ID, MAX_VALUE = 25, 75, 255, 2000
 MAX_STREAM_TEXT = 12_000  # markdown_text per chat.*Stream call
 # Web API rate tiers, per method per workspace ("Tier 2: 20+ per minute", Tier 3 50+, Tier 4 100+); the fake holds
 # them to exactly that over any 60 s of its clock, and a call beyond gets a 429 recorded in `tier_violations`.
@@ -107,6 +110,10 @@ class SlackMessage:
     edits: tuple[str, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
     streaming: bool = False  # started with chat.startStream and not stopped yet
+
+    def buttons(self) -> list[str]:
+        """The labels of the buttons the message shows now."""
+        return [str(e["text"]["text"]) for e in _buttons(self.blocks)]
 
     def as_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "message", "user": self.user, "text": self.text, "ts": self.ts}
@@ -555,6 +562,51 @@ class FakeSlack(FakeServer):
             envelope["envelope_id"] = envelope_id
         return await self.push_envelope(envelope)
 
+    def block_actions(self, channel: str, ts: str, label: str, *, user_id: str = "U1",
+                      user_name: str = "alice") -> dict[str, Any]:
+        """The `block_actions` payload of a click on the button labelled `label` under one of the
+        bot's messages (deliver it over Socket Mode with `push_interactive`, over HTTP with
+        `EventsApi.interact`). LookupError when the message shows no such button now. Its
+        response_url answers the clicker alone."""
+        index = self._find(channel, ts)
+        message = self.messages[index] if index is not None else None
+        shown = _buttons(message.blocks if message else ())
+        button = next((b for b in shown if b["text"]["text"] == label), None)
+        if message is None or button is None:
+            raise LookupError(f"message {ts} in {channel} shows no button {label!r}: "
+                              f"{message.buttons() if message else []}")
+        return self.action_payload(channel, ts, dict(button), user_id=user_id, user_name=user_name)
+
+    def action_payload(self, channel: str, ts: str, button: Mapping[str, Any], *,
+                       user_id: str = "U1",
+                       user_name: str = "alice") -> dict[str, Any]:
+        """A block_actions payload for any button (an old client's, a forger's)."""
+        index = self._find(channel, ts)
+        message = self.messages[index].as_api() if index is not None else {"ts": ts}
+        action = {"type": "button", "action_id": button.get("action_id"), "block_id": "b1",
+                  "text": button.get("text"), "value": button.get("value"),
+                  "action_ts": self.next_ts()}
+        if button.get("style"):
+            action["style"] = button["style"]
+        return {"type": "block_actions", "api_app_id": APP_ID, "token": "legacy-verification-token",
+                "user": {"id": user_id, "username": user_name, "name": user_name,
+                         "team_id": self.team_id},
+                "team": {"id": self.team_id, "domain": "fake-team"},
+                "trigger_id": f"trig-{action['action_ts']}",
+                "container": {"type": "message", "message_ts": ts, "channel_id": channel,
+                              "is_ephemeral": False},
+                "channel": {"id": channel, "name": channel.lower()}, "message": message,
+                "response_url": f"{self.base_url}/api/response_url?for_user={user_id}",
+                "actions": [action]}
+
+    def ephemeral_for(self, user_id: str) -> list[str]:
+        """What only `user_id` was shown: chat.postEphemeral to them, and ephemeral answers to their
+        clicks."""
+        posted = [str(e.get("text") or "") for e in self.ephemerals if e.get("user") == user_id]
+        answered = [str(r.get("text") or "") for r in self.responses
+                    if r.get("for_user") == user_id and r.get("response_type") == "ephemeral"]
+        return posted + answered
+
     async def push_interactive(self, payload: Mapping[str, Any], envelope_id: str | None = None) -> str:
         envelope: dict[str, Any] = {"type": "interactive", "accepts_response_payload": False, "payload": dict(payload)}
         if envelope_id:
@@ -630,7 +682,28 @@ def _check_content(p: Mapping[str, Any]) -> str | None:
         text = block.get("text")
         if isinstance(text, dict) and len(str(text.get("text", ""))) > MAX_SECTION_TEXT:
             return "invalid_blocks"
+        elements = block.get("elements") or []
+        if block.get("type") == "actions" and not 1 <= len(elements) <= MAX_ACTIONS:
+            return "invalid_blocks"
+    ids = [str(b.get("action_id") or "") for b in _buttons(blocks)]
+    if len(set(ids)) < len(ids) or any(not _good_button(b) for b in _buttons(blocks)):
+        return "invalid_blocks"
     return None
+
+
+def _buttons(blocks: Any) -> list[dict[str, Any]]:
+    return [e for b in blocks if isinstance(b, dict) and b.get("type") == "actions"
+            for e in b.get("elements") or () if isinstance(e, dict) and e.get("type") == "button"]
+
+
+def _good_button(button: Mapping[str, Any]) -> bool:
+    text = button.get("text") or {}
+    label = str(text.get("text") or "") if isinstance(text, dict) else ""
+    return (isinstance(text, dict) and text.get("type") == "plain_text"
+            and 0 < len(label) <= MAX_BUTTON_TEXT
+            and len(str(button.get("action_id") or "")) <= MAX_ACTION_ID
+            and len(str(button.get("value") or "")) <= MAX_VALUE
+            and button.get("style") in (None, "primary", "danger"))
 
 
 def _page(items: list[dict[str, Any]], p: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -67,9 +68,21 @@ class EventsApi:
         self.deliveries.extend(found)
         return found
 
+    async def interact(self, payload: Mapping[str, Any]) -> Delivery:
+        """An interaction (a button's `block_actions`) as Slack posts it to the Request URL:
+        form-encoded `payload=<json>`, signed; one post, never sent again (a late ack is an error
+        the clicker sees)."""
+        body = urlencode({"payload": json.dumps(payload)})
+        async with aiohttp.ClientSession() as http:
+            found = await self._post(http, body, str(payload.get("trigger_id", "")), 0, "",
+                                     "application/x-www-form-urlencoded")
+            await asyncio.gather(*self.late, return_exceptions=True)
+        self.deliveries.append(found)
+        return found
+
     async def _post(self, http: aiohttp.ClientSession, body: str, event_id: str, attempt: int,
-                    reason: str) -> Delivery:
-        headers = signed_request_headers(self.signing_secret, body)
+                    reason: str, content_type: str = "application/json") -> Delivery:
+        headers = signed_request_headers(self.signing_secret, body, content_type=content_type)
         if attempt:
             headers |= {"X-Slack-Retry-Num": str(attempt), "X-Slack-Retry-Reason": reason}
         started = time.monotonic()
@@ -105,6 +118,22 @@ class SocketModeEvents:
         self.retry_delays = tuple(retry_delays)
         self.sleep = sleep
         self.deliveries: list[Delivery] = []
+
+    async def interact(self, payload: Mapping[str, Any]) -> Delivery:
+        """An interaction pushed in an `interactive` envelope; Slack waits 3 s for its ack and never
+        sends it again."""
+        started = time.monotonic()
+        envelope = await self.fake.push_interactive(payload)
+        try:
+            await self.fake.wait_for_ack(envelope, timeout=self.ack_deadline)
+        except TimeoutError:
+            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "timeout", None,
+                             time.monotonic() - started)
+        else:
+            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "ok", None,
+                             time.monotonic() - started)
+        self.deliveries.append(found)
+        return found
 
     async def deliver(self, event: Mapping[str, Any], event_id: str) -> list[Delivery]:
         found: list[Delivery] = []

@@ -73,6 +73,12 @@ GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto", "s
 # format (other formats may be sent as Audio or Document)"; a user whose privacy settings refuse
 # voice messages makes it a 400 VOICE_MESSAGES_FORBIDDEN (see `forbid_voice`).
 MAX_VOICE_BYTES = 50 * 1024 * 1024
+# InlineKeyboardButton.callback_data: "Data to be sent in a callback query to the bot when the
+# button is pressed, 1-64 bytes"; answerCallbackQuery.text: "0-200 characters" (Bot API). A query is
+# answered once.
+CALLBACK_DATA_MAX = 64
+CALLBACK_TEXT_MAX = 200
+QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are exactly "
                 "the same as a current content and reply markup of the message")
 
@@ -194,6 +200,11 @@ class FakeTelegram(FakeServer):
         self.shelf = FileShelf()  # file_path → bytes, served under /file/bot<token>/<file_path>
         self.local_dir: Path | None = None  # set: a local Bot API server (files on disk, no 20 MB cap)
         self._file_ids: dict[str, tuple[str, str]] = {}  # file_id → (file_unique_id, file_path)
+        # query id → the callback_query sent to the bot
+        self.callback_queries: dict[str, dict[str, Any]] = {}
+        # query id → the answerCallbackQuery it got
+        self.callback_answers: dict[str, dict[str, Any]] = {}
+        self._query_ids = Counter(9000)
 
     # -- test API: inbound ----------------------------------------------------------------------
     def inject_message(self, chat_id: int, text: str, *, chat_type: str = "private", user_id: int = 1001,
@@ -239,6 +250,55 @@ class FakeTelegram(FakeServer):
         self.injected[body["update_id"]] = body
         self.notify()
         return int(body["update_id"])
+
+    def tap(self, chat_id: int, message_id: int, label: str, *, user_id: int = 1001,
+            username: str | None = "alice",
+            first_name: str = "Alice") -> str:
+        """A person taps the button labelled `label` under one of the bot's messages: a
+        callback_query update with that button's data; returns the query id. LookupError when the
+        message shows no such button now (nobody can tap a button the message no longer has)."""
+        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)),
+                    None)
+        shown = [b for row in _keyboard(sent.reply_markup if sent else None) for b in row]
+        data = next((b.get("callback_data") for b in shown if b.get("text") == label), None)
+        if sent is None or data is None:
+            raise LookupError(f"message {message_id} in chat {chat_id} shows no button {label!r}: "
+                              f"{self.buttons(chat_id, message_id)}")
+        return self.inject_callback(chat_id, message_id, str(data), user_id=user_id,
+                                    username=username,
+                                    first_name=first_name)
+
+    def inject_callback(self, chat_id: int, message_id: int, data: str, *, user_id: int = 1001,
+                        username: str | None = "alice", first_name: str = "Alice") -> str:
+        """A callback_query with any data, as a client that still shows an old keyboard (or a
+        forger) sends it."""
+        query_id = str(self._query_ids())
+        sender: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name,
+                                  "language_code": "en"}
+        if username:
+            sender["username"] = username
+        chat = self.chats.get(chat_id, {"id": chat_id})
+        message = self._messages.get((chat_id, message_id)) or {"message_id": message_id, "date": 0,
+                                                                 "chat": chat}
+        query = {"id": query_id, "from": sender, "message": message,
+                 "chat_instance": f"ci{chat_id}", "data": data}
+        self.callback_queries[query_id] = query
+        self.inject_update({"callback_query": query})
+        return query_id
+
+    def buttons(self, chat_id: int, message_id: int) -> list[str]:
+        """The labels of the buttons the message shows now (none once its keyboard was edited
+        away)."""
+        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)),
+                    None)
+        keyboard = _keyboard(sent.reply_markup if sent else None)
+        return [b.get("text", "") for row in keyboard for b in row]
+
+    async def wait_for_answer(self, query_id: str,
+                              timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
+        await self.wait_until(lambda: query_id in self.callback_answers, timeout,
+                              lambda: f"callback query {query_id} was never answered")
+        return self.callback_answers[query_id]
 
     def add_file(self, data: bytes, *, name: str = "file.bin", mime_type: str = "application/octet-stream",
                  folder: str = "documents") -> dict[str, Any]:
@@ -442,6 +502,7 @@ class FakeTelegram(FakeServer):
 
     async def _m_sendmessage(self, p: Mapping[str, Any]) -> Any:
         chat_id = self._writable_chat(p)
+        _check_keyboard(p)
         raw = str(p.get("text") or "")
         text, entities = self._render(raw, p, MAX_TEXT, "message is too long")
         if not text.strip():
@@ -493,6 +554,7 @@ class FakeTelegram(FakeServer):
         text, entities = self._render(raw, p, MAX_TEXT, "message is too long")
         if not text.strip():
             raise _ApiError(400, "Bad Request: message text is empty")
+        _check_keyboard(p)
         old = self._sent[index]
         if text == old.text and tuple(entities) == old.entities and p.get("reply_markup") == old.reply_markup:
             raise _ApiError(400, NOT_MODIFIED)
@@ -605,6 +667,16 @@ class FakeTelegram(FakeServer):
                 "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False, "unique_gifts": False,
                                         "premium_subscription": False}}
 
+    async def _m_answercallbackquery(self, p: Mapping[str, Any]) -> Any:
+        query_id = str(p.get("callback_query_id") or "")
+        if query_id not in self.callback_queries or query_id in self.callback_answers:
+            raise _ApiError(400, QUERY_INVALID)
+        if len(str(p.get("text") or "")) > CALLBACK_TEXT_MAX:
+            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        self.callback_answers[query_id] = dict(p)
+        self.notify()
+        return True
+
     async def _m_getchatmember(self, p: Mapping[str, Any]) -> Any:
         """A member's status in a chat: `members[(chat, user)]` (member, left, kicked) or member."""
         chat_id, user_id = _chat_id(p.get("chat_id")), int(p.get("user_id") or 0)
@@ -616,7 +688,7 @@ class FakeTelegram(FakeServer):
     async def _trivially_true(self, p: Mapping[str, Any]) -> Any:
         return True
 
-    _m_answercallbackquery = _m_setmessagereaction = _m_setmydescription = _trivially_true
+    _m_setmessagereaction = _m_setmydescription = _trivially_true
     _m_setmyshortdescription = _m_close = _m_logout = _trivially_true
 
     # -- helpers ------------------------------------------------------------------------------
@@ -735,6 +807,23 @@ def _check_entities(text: str, entities: list[dict[str, Any]]) -> None:
         if offset < 0 or length <= 0 or offset + length > size:
             raise _ApiError(400, f"Bad Request: can't parse entities: entity {e.get('type')} at {offset}+{length} "
                                  f"is outside the text ({size} code units)")
+
+
+def _keyboard(markup: Any) -> list[list[dict[str, Any]]]:
+    return list((markup or {}).get("inline_keyboard") or []) if isinstance(markup, Mapping) else []
+
+
+def _check_keyboard(p: Mapping[str, Any]) -> None:
+    """An inline keyboard's buttons need a text and, for a callback button, 1-64 bytes of
+    callback_data."""
+    for row in _keyboard(p.get("reply_markup")):
+        for button in row:
+            if not str(button.get("text") or "").strip():
+                raise _ApiError(400,
+                                "Bad Request: text buttons are unallowed in the inline keyboard")
+            data = button.get("callback_data")
+            if data is not None and not 1 <= len(str(data).encode()) <= CALLBACK_DATA_MAX:
+                raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
 
 
 def _voice_format(data: bytes) -> bool:

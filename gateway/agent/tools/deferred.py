@@ -23,6 +23,8 @@ from typing import Any
 from gateway.agent.tools.registry import ToolResult, ToolSpec
 from gateway.errors import ToolError
 from gateway.mcp.names import PREFIX
+from gateway.mcp.vet import vet_tool
+from gateway.scan import mark_untrusted
 
 SEARCH = "tool_search"
 CALL = "tool_call"
@@ -31,6 +33,7 @@ DEFAULT_RESULTS = 5
 MAX_RESULTS = 10
 MAX_QUERY_CHARS = 500
 MAX_ANSWER_CHARS = 24_000  # one search result: about 6,000 tokens of schemas at most
+MAX_BRIEF_CHARS = 1_000    # a description shown without its schema
 K1, B = 1.2, 0.75
 WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word of a name says more than one of prose
 STOPWORDS = frozenset((
@@ -93,6 +96,7 @@ class DeferredCatalog:
         self._by_name = {e.name: e for e in self.entries}
         self._exact = {**{_own_name(e): e for e in self.entries}, **self._by_name}
         self._index: Bm25 | None = None
+        self._problems: dict[str, str | None] = {}  # name → why today's scan withholds it
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -124,7 +128,9 @@ class DeferredCatalog:
 
     def answer(self, arguments: str | Mapping[str, Any] | None) -> ToolResult:
         """tool_search's result: the matches as JSON with their full schemas, as many as fit in
-        MAX_ANSWER_CHARS (the best one always); the others by name and description only."""
+        MAX_ANSWER_CHARS, best first; the others by name and a short description only. Their
+        text is the servers', not the owner's: scanned and framed as untrusted, like an MCP
+        tool's result."""
         try:
             args = _object(arguments, "arguments")
             query = args.get("query")
@@ -136,19 +142,36 @@ class DeferredCatalog:
         except ToolError as exc:
             return ToolResult(f"Invalid arguments for {SEARCH}: {exc}", is_error=True)
         found = self.search(query, max(1, min(limit, MAX_RESULTS)))
-        shown: list[dict[str, Any]] = []
-        room = MAX_ANSWER_CHARS
-        for entry in found:
-            full = _shown(entry)
-            room -= len(_json(full))
-            shown.append(full if room >= 0 or not shown else _shown(entry, schema=False))
-        out: dict[str, Any] = {"tools": shown}
+        withheld = [e.name for e in found if self._problem(e) is not None]
+        shown, left_out, too_long = _fit([e for e in found if e.name not in withheld])
+        notes = []
         if not found:
-            out["note"] = f"No tool matches. Try other words; {len(self)} tools can be searched."
-        elif any("parameters" not in t for t in shown):
-            out["note"] = (f"Some schemas were left out for length: {SEARCH} with a tool's full "
-                           "name returns its schema.")
-        return ToolResult(_json(out))
+            notes.append(f"No tool matches. Try other words; {len(self)} tools can be searched.")
+        if left_out:
+            notes.append(f"Some schemas were left out for length: {SEARCH} with a tool's full "
+                         "name returns its schema.")
+        if too_long:
+            notes.append(f"The schema of {', '.join(too_long)} is too long to show here: call "
+                         f"it with {CALL}, and the errors name what its arguments lack.")
+        if withheld:
+            notes.append("Withheld, as their text looks like a prompt injection: "
+                         f"{', '.join(withheld)}.")
+        out: dict[str, Any] = {"tools": shown}
+        if notes:
+            out["note"] = " ".join(notes)
+        if not shown:
+            return ToolResult(_json(out))
+        servers = sorted({s.server for s in found if s.server})
+        server = "server" if len(servers) == 1 else "servers"
+        source = f"the MCP {server} {', '.join(servers)}" if servers else "other sources"
+        return ToolResult(mark_untrusted(_json(out), source=f"tool descriptions of {source}"))
+
+    def _problem(self, entry: ToolSpec) -> str | None:
+        """Why today's scan withholds a tool of the frozen catalog (it was vetted when the session
+        started, maybe by an older scan), or None."""
+        if entry.name not in self._problems:
+            self._problems[entry.name] = vet_tool(entry.description, entry.parameters).problem
+        return self._problems[entry.name]
 
     def unwrap(self, arguments: str | Mapping[str, Any] | None,
                shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
@@ -307,9 +330,38 @@ def _schema_words(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
     return names, texts
 
 
+def _fit(found: Sequence[ToolSpec]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """(what the answer shows, names whose schema did not fit, names whose schema never fits):
+    whole tools while they fit in MAX_ANSWER_CHARS, then a short description, then the name, so
+    that one hostile tool of a megabyte cannot flood the conversation."""
+    shown: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    too_long: list[str] = []
+    room = MAX_ANSWER_CHARS
+    for entry in found:
+        full = _shown(entry)
+        size = len(_json(full))
+        if size <= room:
+            shown.append(full)
+            room -= size
+            continue
+        (too_long if size > MAX_ANSWER_CHARS else left_out).append(entry.name)
+        brief = _shown(entry, schema=False)
+        size = len(_json(brief))
+        shown.append(brief if size <= room else {"name": entry.name})
+        room -= min(size, room)
+    return shown, left_out, too_long
+
+
 def _shown(spec: ToolSpec, *, schema: bool = True) -> dict[str, Any]:
-    shown = {"name": spec.name, "description": spec.description}
-    return {**shown, "parameters": spec.parameters} if schema else shown
+    """A tool as an answer shows it: whole, or its name and a description cut short."""
+    if schema:
+        return {"name": spec.name, "description": spec.description,
+                "parameters": spec.parameters}
+    text = spec.description
+    if len(text) > MAX_BRIEF_CHARS:
+        text = text[:MAX_BRIEF_CHARS - 1].rstrip() + "…"
+    return {"name": spec.name, "description": text}
 
 
 def _json(value: Any) -> str:

@@ -13,11 +13,11 @@ import base64
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.agent.tools.registry import ToolContext, ToolResult, ToolSpec
+from gateway.agent.tools.registry import ToolContext, ToolHints, ToolResult, ToolSpec
 from gateway.errors import MediaError, MediaTooLarge, ToolError
 from gateway.mcp.content import ResultImage
 from gateway.mcp.hub import McpHub
@@ -38,8 +38,8 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024
 class McpTools:
     """A ToolProvider over the hub: names `mcp_<server>_<tool>`, JSON schemas as the servers gave them."""
 
-    def __init__(self, hub: McpHub, *, vision: bool = False, max_image_bytes: int = MAX_IMAGE_BYTES,
-                 worker: Worker | None = None) -> None:
+    def __init__(self, hub: McpHub, *, vision: bool | Callable[[], bool] = False,
+                 max_image_bytes: int = MAX_IMAGE_BYTES, worker: Worker | None = None) -> None:
         self.worker = worker  # decodes the pictures (gateway/worker/); without one, a thread does
         self.hub = hub
         self.vision = vision
@@ -56,9 +56,19 @@ class McpTools:
     def claims(self, name: str) -> bool:
         return is_mcp_name(name)
 
+    def hints(self, name: str) -> ToolHints | None:
+        """What the tool's server says of it (its annotations), for the approval policy."""
+        tool = self.hub.tool(name)
+        if tool is None:
+            return None
+        said = tool.annotations
+        return ToolHints(server=tool.server, read_only=said.get("readOnlyHint") is True,
+                         destructive=said.get("destructiveHint") is True)
+
     async def call(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         try:
-            out = await self.hub.call(name, arguments, images=self.vision)
+            sees = self.vision() if callable(self.vision) else self.vision  # the chosen model's
+            out = await self.hub.call(name, arguments, images=sees)
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
         text = mark_untrusted(out.text, source=f"the MCP tool {name}")

@@ -10,9 +10,9 @@ import json
 import logging
 import typing
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gateway.agent.tools import schema
 from gateway.errors import ToolError
@@ -60,6 +60,7 @@ class ToolContext:
     origin: Inbound | None = None
     person: Person | None = None
     memory: MemoryRights = NO_RIGHTS
+    agent: str = "main"  # whose sessions, memory and jobs: one agent's tools never reach another's
 
     @property
     def accounts(self) -> tuple[tuple[str, str | None], ...]:
@@ -87,12 +88,52 @@ class Callers(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolHints:
+    """What a tool's maker says of it (MCP annotations: readOnlyHint, destructiveHint) and the MCP
+    server it belongs to; the approval policy reads them (gateway/approvals/policy.py), nothing else
+    trusts them."""
+
+    server: str | None = None
+    read_only: bool = False
+    destructive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     text: str
     is_error: bool = False
     # pictures the model sees with the result: {"media_type", "file" (under GATEWAY_HOME/media), "data" (base64)},
     # stored like a user message's images (messages.media) so later turns send the same bytes
     images: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A call that must wait for a person before it runs: an approval (`text` names the tool and its
+    arguments as the person is shown them) or an `ask` question (`text` the question, `options` its
+    answers). `tool` and `arguments` are the call's real name and parsed arguments (also when the
+    model made it through tool search's tool_call): what runs once a person says yes."""
+
+    kind: Literal["approval", "ask"]
+    text: str
+    options: tuple[str, ...] = ()
+    tool: str = ""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Held(ToolResult):
+    """What `ToolRegistry.call` returns for a call that waits (`hold`): it did not run; the agent
+    loop stops the turn there (gateway/agent/holds.py) and runs it again with `approved` once a
+    person has said yes."""
+
+    hold: Hold | None = None
+
+
+# The check at the dispatch point (gateway/approvals/policy.py): does this call (real name, parsed
+# arguments) wait for a person? A Hold if so, a ToolResult to answer instead (nobody can be asked
+# here), None to run it.
+HoldCheck = Callable[[str, Mapping[str, Any], "ToolContext"], "Hold | ToolResult | None"]
 
 
 class ToolProvider(Protocol):
@@ -120,6 +161,7 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, _Tool] = {}
         self.provider: ToolProvider | None = None
+        self.holds: HoldCheck | None = None  # calls that wait for a person (set by the wiring)
 
     def register(self, fn: ToolFunction, *, name: str | None = None) -> ToolSpec:
         """Add `fn`; its ToolContext parameter (if any) is injected, every other one comes from the model."""
@@ -144,10 +186,13 @@ class ToolRegistry:
 
     async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
                    allowed: Collection[str] | None = None,
-                   parameters: Mapping[str, Any] | None = None) -> ToolResult:
+                   parameters: Mapping[str, Any] | None = None,
+                   approved: bool = False) -> ToolResult:
         """Run `name` (its real name, also when the model reached it through tool search) if
         `allowed`. `parameters` is the JSON schema the model was shown for a provider's (MCP) tool:
-        the arguments are checked against it here, whichever way the call came."""
+        the arguments are checked against it here, whichever way the call came. A call that waits
+        for a person (`holds`) comes back `Held` once its arguments are valid; `approved` runs one a
+        person said yes to."""
         tool = self._tools.get(name)
         external = tool is None and self.provider is not None and self.provider.claims(name)
         if (tool is None and not external) or (allowed is not None and name not in allowed):
@@ -161,14 +206,27 @@ class ToolRegistry:
             problems = schema.check_json(parameters, args) if parameters is not None else []
             if problems:
                 return _error(f"Invalid arguments for {name}: {'; '.join(problems)}.")
-            return await self._call_external(name, args, ctx)
+            held = self._held(name, args, ctx, approved)
+            return held or await self._call_external(name, args, ctx)
         problems = schema.check(tool.spec.parameters, args)
         if problems:
             return _error(f"Invalid arguments for {name}: {'; '.join(problems)}.")
+        held = self._held(name, args, ctx, approved)
+        if held is not None:
+            return held
         kwargs = {k: v for k, v in args.items() if v is not None}
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ctx
         return await _run(tool, kwargs, ctx)
+
+    def _held(self, name: str, args: dict[str, Any], ctx: ToolContext,
+              approved: bool) -> ToolResult | None:
+        if approved or self.holds is None:
+            return None
+        found = self.holds(name, args, ctx)
+        if isinstance(found, Hold):
+            return Held("", hold=replace(found, tool=name, arguments=args))
+        return found
 
     def refusal(self, name: str, allowed: Collection[str] | None) -> ToolResult:
         """The error for a known tool that may not run here (the policy, a flush only saving)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -151,7 +152,15 @@ def _article(expected: str) -> str:
 
 MAX_PROBLEMS = 5
 MAX_PROBLEM_CHARS = 200
+# Keyword checks in one call's validation (a few hundred is usual): nested anyOf in a few hundred
+# bytes of schema makes the work exponential, and it runs on the event loop
+MAX_CHECKS = 5_000
 _validators: dict[int, tuple[Mapping[str, Any], Validator | None]] = {}
+_budget = threading.local()
+
+
+class _TooComplex(Exception):
+    """The validation went past MAX_CHECKS."""
 
 
 def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str]:
@@ -161,11 +170,12 @@ def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str
     A null the schema refuses for an optional top-level parameter is dropped from `arguments`
     (models send them for "not given"). `pattern` is left to the server: the regular expression is
     the server's and the string the model's, and Python's `re` cannot be stopped mid-match. A schema
-    jsonschema cannot use (an unknown draft, a `$ref` to the network: never fetched) checks
-    nothing; the server still does."""
+    jsonschema cannot use (an unknown draft, a `$ref` to the network: never fetched; one that
+    takes more than MAX_CHECKS keyword checks) checks nothing; the server still does."""
     validator = _validator(schema)
     if validator is None:
         return []
+    _budget.left = MAX_CHECKS
     try:
         errors = list(validator.iter_errors(arguments))
         required = set(schema.get("required") or ())
@@ -175,6 +185,10 @@ def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str
             for key in nulls:
                 del arguments[key]
             errors = list(validator.iter_errors(arguments))
+    except _TooComplex:
+        log.info("tool arguments not checked here: their schema took more than %s checks; the "
+                 "arguments go to the server as they are", MAX_CHECKS)
+        return []
     except Exception as exc:  # noqa: BLE001 - a schema the checker trips on must not stop a call
         log.info("tool schema not checkable (%s: %s); the arguments go to the server as they are",
                  type(exc).__name__, str(exc)[:200])
@@ -216,12 +230,23 @@ def _build(schema: Mapping[str, Any]) -> Validator | None:
     lenient = _lenient.get(base)
     if lenient is None:
         extend: Any = validators.extend
-        lenient = _lenient[base] = extend(base, {"pattern": _unchecked})
+        counted = {k: _counted(check) for k, check in base.VALIDATORS.items()}
+        lenient = _lenient[base] = extend(base, {**counted, "pattern": _counted(_unchecked)})
     validator: Validator = lenient(schema, registry=REGISTRY)
     return validator
 
 
 _lenient: dict[Any, Any] = {}
+
+
+def _counted(check: Callable[..., Any]) -> Callable[..., Any]:
+    """A keyword's check that spends one of the call's MAX_CHECKS first."""
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        _budget.left -= 1
+        if _budget.left < 0:
+            raise _TooComplex
+        return check(validator, value, instance, schema)
+    return counted
 
 
 def _unchecked(*_: Any) -> None:

@@ -65,7 +65,17 @@ function render(s) {
   renderSeries(s.series);
   renderPairing(s);
   renderFlushes(s);
+  renderApprovals(s);
   renderJobs(s);
+}
+
+function renderApprovals(s) {
+  $("approvals-count").textContent = s.approvals.length ? `${s.approvals.length} waiting` : "";
+  fill($("approvals").tBodies[0], s.approvals.map((a) => row([
+    `${a.platform}:${a.requester}${a.requester_name ? ` (${a.requester_name})` : ""}`,
+    el("td", a.kind === "ask" ? `asks: ${a.request}` : a.tool, "what"),
+    el("td", ago(a.asked_at, s.now), "when"), el("td", until(a.expires_at, s.now), "when"),
+    el("td", a.code, "code")])), "nothing is waiting", 5);
 }
 
 function renderAdapters(s) {
@@ -78,11 +88,33 @@ function renderAdapters(s) {
 function renderSessions(s) {
   const ss = s.sessions;
   $("sessions-count").textContent = `${ss.active} active`;
-  $("sessions-per-platform").replaceChildren(...Object.entries(ss.per_platform).map(([p, n]) => badge(`${p}: ${n}`)));
-  fill($("sessions").tBodies[0], ss.recent.map((x) => row([
-    x.platform, x.chat_type, ident(x.user_id), ago(x.last_activity, s.now), el("td", num(x.messages), "num"),
-    el("td", `${num(x.input_tokens + x.cache_read_tokens + x.cache_write_tokens)} / ${num(x.output_tokens)}`, "num"),
-    el("td", pct(x.cache_hit_ratio), "num")])), "no active sessions", 7);
+  const agents = Object.keys(ss.per_agent || {}).sort(mainFirst);
+  const several = agents.length > 1;
+  $("sessions-per-platform").replaceChildren(
+    ...Object.entries(ss.per_platform).map(([p, n]) => badge(`${p}: ${n}`)),
+    ...(several ? agents.map((a) => badge(`agent ${a}: ${ss.per_agent[a]}`, "agent")) : []));
+  const rows = groupedByAgent(ss.recent, several).map((x) =>
+    x.agent_header ? agentRow(x.agent_header, ss.per_agent[x.agent_header]) : sessionRow(x, s.now));
+  fill($("sessions").tBodies[0], rows, "no active sessions", 7);
+}
+
+// With several agents the sessions come in one group per agent (main first), under a row naming it.
+function groupedByAgent(recent, grouped) {
+  if (!grouped) return recent;
+  const names = [...new Set(recent.map((x) => x.agent))].sort(mainFirst);
+  return names.flatMap((name) => [{ agent_header: name }, ...recent.filter((x) => x.agent === name)]);
+}
+function mainFirst(a, b) { return (a !== "main") - (b !== "main") || a.localeCompare(b); }
+function agentRow(name, count) {
+  const td = el("td", `agent ${name} · ${count} active`, "agent-group"); td.colSpan = 7;
+  const tr = document.createElement("tr"); tr.appendChild(td); return tr;
+}
+function sessionRow(x, now) {
+  const where = x.account && x.account !== "default" ? `${x.platform}@${x.account}` : x.platform;
+  const prompt = x.input_tokens + x.cache_read_tokens + x.cache_write_tokens;
+  return row([where, x.chat_type, ident(x.user_id), ago(x.last_activity, now),
+    el("td", num(x.messages), "num"), el("td", `${num(prompt)} / ${num(x.output_tokens)}`, "num"),
+    el("td", pct(x.cache_hit_ratio), "num")]);
 }
 
 function renderPairing(s) {

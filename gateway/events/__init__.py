@@ -1,6 +1,7 @@
 """Normalized messages and the adapter contract: the only shapes that cross between adapters and the core.
 
 Nothing platform-specific lives here; adapters translate their platform's objects into these at the edge.
+Buttons and taps (choices) are re-exported here.
 """
 
 from __future__ import annotations
@@ -8,9 +9,14 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from gateway.events.choices import Choice as Choice
+from gateway.events.choices import Choices as Choices
+from gateway.events.choices import Interactive as Interactive
+from gateway.events.choices import Picked as Picked
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -18,20 +24,39 @@ if TYPE_CHECKING:
 ChatType = Literal["dm", "group", "channel"]
 CHAT_TYPES: tuple[ChatType, ...] = ("dm", "group", "channel")
 PLATFORMS: tuple[str, ...] = ("telegram", "discord", "slack", "web", "cli", "cron")
+DEFAULT_ACCOUNT = "default"  # a platform's bot account when there is one (the single-token form)
+MAIN_AGENT = "main"  # the agent of a gateway without `agents:` (the top-level settings)
 
 
 @dataclass(frozen=True, slots=True)
 class ChatRef:
-    """Where a message lives. Ids are strings whatever the platform uses."""
+    """Where a message lives. Ids are strings whatever the platform uses. `account` is the bot
+    account the chat is reached through (one adapter each): a reply must go out through it."""
 
     platform: str
     chat_type: ChatType
     chat_id: str
     thread_id: str | None = None
+    account: str = DEFAULT_ACCOUNT
 
     @property
     def is_group(self) -> bool:
         return self.chat_type != "dm"
+
+    @property
+    def adapter_key(self) -> str:
+        return adapter_key(self.platform, self.account)
+
+
+def adapter_key(platform: str, account: str = DEFAULT_ACCOUNT) -> str:
+    """The name an adapter serves under (health, logs, the outbox's routing): its platform, and
+    `platform@account` for a bot account other than `default`."""
+    return platform if account == DEFAULT_ACCOUNT else f"{platform}@{account}"
+
+
+def account_of(adapter: object) -> str:
+    """An adapter's bot account (`account` attribute); `default` for one that has none."""
+    return str(getattr(adapter, "account", DEFAULT_ACCOUNT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +104,9 @@ class Inbound:
     # words, not the sender's, so the core scans and frames it as untrusted before the model reads it.
     context: str = ""
     forwarded_from: str | None = None  # a forwarded message: whose words these are (not the sender's own)
+    agent: str = MAIN_AGENT  # who answers: set once, by the bindings, as the message comes in
+    # a tap on a button the gateway sent (`Interactive`); its text is empty
+    picked: Picked | None = None
 
 
 class OutboundKind(enum.Enum):
@@ -119,6 +147,8 @@ class OutboundMessage:
     chunk_count: int = 1
     use_plain: bool = False
     key: str = ""
+    # buttons under this chunk (the last of its message): see `Interactive`
+    choices: Choices | None = None
 
 
 class SubmitOutcome(enum.Enum):
@@ -132,9 +162,22 @@ class SubmitOutcome(enum.Enum):
 class SubmitResult:
     outcome: SubmitOutcome
     reason: str = ""
+    # for a tap: a short line for the tapper alone (why nothing changed; what to do next)
+    notice: str = ""
 
 
 Submit = Callable[[Inbound], Awaitable[SubmitResult]]
+
+
+def on_account(submit: Submit, account: str) -> Submit:
+    """The submit of one bot account's adapter: each message's chat names the account it came
+    through, so its answer goes back through the same bot."""
+    if account == DEFAULT_ACCOUNT:
+        return submit
+
+    async def submit_on_account(inbound: Inbound) -> SubmitResult:
+        return await submit(replace(inbound, chat=replace(inbound.chat, account=account)))
+    return submit_on_account
 
 
 class HttpListener(Protocol):
