@@ -114,9 +114,9 @@ def test_a_chats_next_chunk_is_found_without_walking_other_chats(tmp_path: Path)
     store.insert_outbound(rows, now=NOW)
     plan = " ".join(r[3] for r in store.conn.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"
-        " AND chat_id = ? ORDER BY id LIMIT 1", ("web", "c7")))
-    assert "outbound_pending_chat (platform=? AND chat_id=?)" in plan
-    found = store.next_pending_outbound("web", "c7")
+        " AND account = ? AND chat_id = ? ORDER BY id LIMIT 1", ("web", "default", "c7")))
+    assert "outbound_pending_chat (platform=? AND account=? AND chat_id=?)" in plan
+    found = store.next_pending_outbound("web", "default", "c7")
     assert found is not None and found.turn_id == "t7"
     assert [r.turn_id for r in store.pending_outbound()] == [f"t{n}" for n in range(400)]
     store.close()

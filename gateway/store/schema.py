@@ -344,6 +344,13 @@ DROP INDEX outbound_pending;
 CREATE INDEX outbound_pending_chat ON outbound(platform, chat_id, id) WHERE status = 'pending';
 """
 
+# The same, with the bot account the outbox asks by (0034_agents added it).
+_PENDING_BY_ACCOUNT = """
+DROP INDEX outbound_pending_chat;
+CREATE INDEX outbound_pending_chat ON outbound(platform, account, chat_id, id)
+  WHERE status = 'pending';
+"""
+
 # What people chose in chat (ChoiceQueries in gateway/store/session_queries.py): a chat's voice
 # replies (/voice on|off) and a conversation's model (/model NAME, by session key: a new session of
 # the same conversation keeps it).
@@ -402,4 +409,5 @@ MIGRATIONS: list[Migration] = [
     ("0033_voice_and_models", _CHOICES),
     ("0034_agents", add_agents),  # agents and bot accounts (gateway/store/agents_schema.py)
     ("0035_approvals", _APPROVALS),
+    ("0036_pending_by_account", _PENDING_BY_ACCOUNT),
 ]
