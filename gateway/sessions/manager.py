@@ -269,13 +269,12 @@ class SessionManager:
         try:
             prompt = self._prompt.ensure(session)
             with self.store.one_look():  # other processes' changes: one look, history and people
-                past = session_history(self.store, session.id)
+                past: Sequence[ChatMessage] = session_history(self.store, session.id)
                 ctx = self.tool_context(session, inbound.user_id, inbound)
             stop = self.waiting.stop_of(inbound_id) if self.waiting else None
             user_msg = stop.user_message if stop else user_message(inbound, ended, media)
-            prompt, history = await self._prompt.compress_if_needed(session, prompt, past, user_msg)
-            run = partial(self._run_agent, session, inbound, ctx, prompt, history, user_msg, held,
-                          turn)
+            prompt, past = await self._prompt.compress_if_needed(session, prompt, past, user_msg)
+            run = partial(self._run_agent, session, inbound, ctx, prompt, past, user_msg, held, turn)
             result = await (self.waiting.turn(self, session, inbound, turn, user_msg, stop, run)
                             if self.waiting else run())
             if result is None:  # stopped while it waited for a person: nothing to answer
@@ -295,13 +294,12 @@ class SessionManager:
             await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, "Sorry, something went wrong on "
                                "my side. Please try again.", kind=OutboundKind.ERROR, session_id=session.id)
             return
-        stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
-                       "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
         if self.outbox.voice is not None:  # its spoken copy, after the text (delivery/voice.py)
             rows += self.outbox.voice.rows_for(turn, inbound, result.text)
-        messages, calls = [stored_user, *result.messages], [model_call(r) for r in held]
-        touched_at = self._touched.at(inbound_id, session.id)
+        messages = [{**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
+                     "platform_message_id": inbound.message_id}, *result.messages]
+        calls, touched_at = [model_call(r) for r in held], self._touched.at(inbound_id, session.id)
         try:
             await self.outage.write(lambda: self.store.complete_turn(
                 session.id, messages, rows, inbound_id, now=self.clock(), turn_id=turn, calls=calls,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from gateway.store.agents_schema import add_agents
+from gateway.store.agents_schema import PENDING_BY_CHAT_SQL, add_agents
 from gateway.store.search_index import BATCHED_INDEX_MIGRATION_SQL, SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
@@ -336,21 +336,6 @@ _PERSON_ZONE = """
 ALTER TABLE people ADD COLUMN timezone TEXT;
 """
 
-# The outbox asks for a chat's oldest unsent chunk twice per message: an index on the chat finds it
-# at once, where one on the status alone walked every chat's unsent chunks (one per conversation in
-# flight: the cost of a message grew with how many were in flight).
-_PENDING_BY_CHAT = """
-DROP INDEX outbound_pending;
-CREATE INDEX outbound_pending_chat ON outbound(platform, chat_id, id) WHERE status = 'pending';
-"""
-
-# The same, with the bot account the outbox asks by (0034_agents added it).
-_PENDING_BY_ACCOUNT = """
-DROP INDEX outbound_pending_chat;
-CREATE INDEX outbound_pending_chat ON outbound(platform, account, chat_id, id)
-  WHERE status = 'pending';
-"""
-
 # What people chose in chat (ChoiceQueries in gateway/store/session_queries.py): a chat's voice
 # replies (/voice on|off) and a conversation's model (/model NAME, by session key: a new session of
 # the same conversation keeps it).
@@ -405,9 +390,8 @@ MIGRATIONS: list[Migration] = [
     ("0014_tool_errors", _TOOL_ERRORS),
     ("0016_review2122", _PERSON_ZONE),
     ("0017_search_batched", BATCHED_INDEX_MIGRATION_SQL),
-    ("0018_pending_by_chat", _PENDING_BY_CHAT),
     ("0033_voice_and_models", _CHOICES),
     ("0034_agents", add_agents),  # agents and bot accounts (gateway/store/agents_schema.py)
     ("0035_approvals", _APPROVALS),
-    ("0036_pending_by_account", _PENDING_BY_ACCOUNT),
+    ("0036_pending_by_chat", PENDING_BY_CHAT_SQL),  # gateway/store/agents_schema.py
 ]
