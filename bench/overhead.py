@@ -5,20 +5,32 @@ beside it, in the same run, a raw aiohttp echo (also a subprocess) doing the sam
 Measured per message, all on this process's monotonic clock:
   in   = model request arrives  - platform frame sent         (inbound → LLM request)
   out  = reply frame arrives    - model response written      (LLM reply → platform send)
-Latency runs one message at a time, rotating over the sessions; throughput runs `--clients` conversations at
-once. Added = gateway - echo. Goals: p99 added ≤ 5 ms; throughput ≥ 50 % of the echo's.
+Latency runs one message at a time, rotating over the sessions; added = gateway - echo, goal
+p99 ≤ 5 ms.
+
+Throughput runs in rounds, `--clients` conversations at once: a gateway round, then an echo round,
+the order swapped every other round, so both see the same machine (two shared cores move msg/s by
+half from one minute to the next). Each pair gives a ratio (gateway msg/s / echo msg/s); the median
+and the spread of the ratios are the figure, goal median ≥ 0.6. Several `--clients` values run one
+after the other in the same run. Each round talks to the next `--clients` sessions (round-robin),
+so a history grows by `--per-client` turns a round at most.
+
+`--compare DIR` adds another tree's daemon (a checkout with its own `.venv`, e.g. `git worktree add
+/tmp/base COMMIT`) to every round: before and after measured under the same load. Its home is
+seeded by its own code.
+
+Also printed: the CPU time per message of each server over its rounds (user + system, from /proc),
+which moves much less than msg/s when other jobs share the machine. The gateway answers whole here,
+as the echo does; then the streaming figure (bench/streaming.py): the model's first token → the
+first visible text on the web chat and on Telegram (a fake Bot API), p50/p99, and platform calls
+per answer.
 
 The web chat is the platform here because it has no published send limits: Telegram's 30 messages/s per bot
 would measure the rate limiter, not overhead.
 
-Also printed: the daemon's and the echo's CPU time per message over the throughput run (user + system, from
-/proc), which moves much less than msg/s when other jobs share the machine. The gateway answers whole here, as the
-echo does; then the streaming figure (bench/streaming.py): the model's first token → the first visible text on the
-web chat and on Telegram (a fake Bot API), p50/p99, and platform calls per answer.
-
 Run:  PYTHONPATH=. python bench/overhead.py [--sessions 1000] [--history 100] [--latency 2000]
-      [--clients 50] [--per-client 40] [--model-client native|sdk] [--keep DIR] [--profile DIR]
-      [--stream-answers 100] [--stream-pieces 12] [--stream-every 0.1]
+      [--clients 100 200] [--per-client 40] [--rounds 6] [--compare DIR] [--model-client native|sdk]
+      [--keep DIR] [--profile DIR] [--stream-answers 100] [--stream-pieces 12] [--stream-every 0.1]
 """
 
 from __future__ import annotations
@@ -45,7 +57,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway.store.database import Store
 from tests.daemon_proc import NotifySocket, free_port
 from tests.fakes.llm import FakeLLM
 
@@ -53,6 +64,7 @@ GATEWAY = str(Path(sys.executable).parent / "gateway")
 PY_SPY = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
 SYSTEM = "You are a helpful assistant on a chat platform. " * 150  # ~7 KB, a realistic stored prompt
 FILLER = "a sentence of ordinary chat history, neither short nor long, about plans for the weekend"
+GOAL_RATIO = 0.6
 
 
 # ------------------------------------------------------------------------------------------ the model
@@ -81,10 +93,16 @@ def _tag(body: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the two servers
-def seed(home: Path, sessions: int, history: int, platform: str = "web") -> None:
+def seed(home: Path, sessions: int, history: int, platform: str = "web",
+         tree: Path | None = None) -> None:
     """Active sessions (one per chat `client(i)`, or chat id i + 1 on Telegram) with a stored prompt and
-    `history` messages each, written straight to SQLite."""
-    Store(home / "state.db").close()  # migrations
+    `history` messages each, written straight to SQLite; the schema made by `tree`'s own code
+    (default: this one)."""
+    python, path = _interpreter(tree)
+    migrate = ("import sys; from gateway.store.database import Store;"
+               " Store(__import__('pathlib').Path(sys.argv[1]))")
+    subprocess.run([python, "-c", f"{migrate}.close()", str(home / "state.db")], check=True,
+                   env={**os.environ, "PYTHONPATH": path})
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     conn = sqlite3.connect(home / "state.db")
     with conn:
@@ -103,6 +121,14 @@ def seed(home: Path, sessions: int, history: int, platform: str = "web") -> None
 
 def client(i: int) -> str:
     return f"c{i:04d}"
+
+
+def _interpreter(tree: Path | None) -> tuple[str, str]:
+    """(python, PYTHONPATH) of a tree: this one's, or a checkout with its own .venv."""
+    if tree is None:
+        return sys.executable, str(Path(__file__).resolve().parent.parent)
+    return str(tree / ".venv" / "bin" / "python"), str(tree)
+
 
 BENCH_WEB_TOKEN = "bench-web-token"  # the web chat's login secret (the echo baseline ignores it)
 
@@ -124,25 +150,33 @@ class Server:
 
 
 async def start_gateway(home: Path, llm: FakeLLM, extra: str = "", client: str = "native",
-                        streaming: str = "off") -> Server:
+                        streaming: str = "off", tree: Path | None = None,
+                        name: str = "gateway") -> Server:
+    """`gateway run` of this tree (or of `tree`, a checkout with its own .venv) in `home`."""
     port = free_port()
     (home / "config.yaml").write_text(
         f"model:\n  provider: anthropic\n  name: claude-test\n  base_url: {llm.base_url}\n  api_key: k\n"
         f"  max_retries: 0\n  client: {client}\nweb:\n  port: {port}\n  auth_token: {BENCH_WEB_TOKEN}\nsession_reset:\n  mode: none\ndaemon:\n  watchdog: false\n  max_connections: 4000\n"
         # The echo answers whole: so does the gateway here (the streaming figure is measured on its own).
         + f"streaming:\n  mode: {streaming}\n" + extra, encoding="utf-8")
-    notify = NotifySocket(home.parent / "gw-notify.sock")
-    log = home.parent / "gateway.log"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent), "NOTIFY_SOCKET": str(notify.path),
-           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}  # the code under test
+    notify = NotifySocket(home.parent / f"{name}-notify.sock")
+    log = home.parent / f"{name}.log"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent),
+           "NOTIFY_SOCKET": str(notify.path)}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    elif "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # the code under test
+    command = str(tree / ".venv" / "bin" / "gateway") if tree is not None else GATEWAY
     with log.open("wb") as out:
-        proc = subprocess.Popen([GATEWAY, "--home", str(home), "--log-format", "json", "run"], env=env,  # noqa: ASYNC220
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            [command, "--home", str(home), "--log-format", "json", "run"], env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
         await notify.wait_for("READY=1", 120)
     finally:
         notify.close()
-    return Server("gateway", port, proc, log)
+    return Server(name, port, proc, log)
 
 
 async def start_echo(home: Path, llm: FakeLLM, sessions: int, history: int) -> Server:
@@ -221,10 +255,19 @@ class Sample:
 
 
 @dataclass
+class Round:
+    """One throughput round of one server."""
+
+    msgs_per_s: float
+    cpu_per_message: float | None  # the server's CPU seconds (user + system) per message
+    load: float  # the 1-minute load average as the round ended
+
+
+@dataclass
 class Result:
+    name: str
     latency: list[Sample] = field(default_factory=list)
-    throughput: float = 0.0
-    cpu_per_message: float | None = None  # the server's CPU seconds (user + system) per message, throughput run
+    rounds: dict[int, list[Round]] = field(default_factory=dict)  # conversations at once → rounds
 
 
 class Tab:
@@ -234,14 +277,18 @@ class Tab:
         self.http, self.port, self.name = http, port, name
         self.ws: aiohttp.ClientWebSocketResponse | None = None
 
-    async def say(self, tag: str) -> Sample:
+    async def connect(self) -> aiohttp.ClientWebSocketResponse:
         if self.ws is None:
             url = f"ws://127.0.0.1:{self.port}/ws?client={self.name}&token={BENCH_WEB_TOKEN}"
             self.ws = await self.http.ws_connect(url)
+        return self.ws
+
+    async def say(self, tag: str) -> Sample:
+        ws = await self.connect()
         sent = time.monotonic()
-        await self.ws.send_str(json.dumps({"text": f"{tag} how is the weather?"}))
+        await ws.send_str(json.dumps({"text": f"{tag} how is the weather?"}))
         while True:
-            msg = await self.ws.receive()
+            msg = await ws.receive()
             if msg.type != aiohttp.WSMsgType.TEXT:
                 raise RuntimeError(f"{self.name}: socket closed ({msg.type})")
             data = json.loads(msg.data)
@@ -255,40 +302,43 @@ class Tab:
             await self.ws.close()
 
 
-async def measure(server: Server, llm: TimedLLM, *, sessions: int, latency_n: int, clients: int,
-                  per_client: int, profile_to: Path | None = None) -> Result:
-    result = Result()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:  # one socket per tab
-        tabs = [Tab(http, server.port, client(i)) for i in range(sessions)]
-        for n in range(min(50, latency_n)):  # warm-up: connections, caches, the model client
-            await tabs[n % sessions].say(f"{server.name}-w{n}")
-        for n in range(latency_n):
-            tag = f"{server.name}-l{n}"
-            sample = await tabs[(n * 7) % sessions].say(tag)  # a stride, so neighbours are not reused
-            sample.llm_in, sample.llm_out = llm.times.pop(tag)
-            result.latency.append(sample)
-        for tab in tabs:
-            await tab.close()
-        busy = [Tab(http, server.port, client(i)) for i in range(clients)]
+async def latency_block(server: Server, llm: TimedLLM, http: aiohttp.ClientSession, *,
+                        sessions: int, first: int, count: int) -> list[Sample]:
+    """`count` messages one at a time, striding over the sessions so neighbours are not reused."""
+    found = []
+    tabs: dict[int, Tab] = {}
+    for n in range(first, first + count):
+        chat = (n * 7) % sessions
+        tab = tabs.setdefault(chat, Tab(http, server.port, client(chat)))
+        tag = f"{server.name}-l{n}"
+        sample = await tab.say(tag)
+        sample.llm_in, sample.llm_out = llm.times.pop(tag)
+        found.append(sample)
+    for tab in tabs.values():
+        await tab.close()
+    return found
 
-        async def converse(tab: Tab, i: int) -> None:
-            for n in range(per_client):
-                await tab.say(f"{server.name}-t{i}-{n}")
 
-        spy = profile(server, profile_to) if profile_to else None
-        cpu = cpu_seconds(server.proc.pid)
-        started = time.monotonic()
-        await asyncio.gather(*(converse(tab, i) for i, tab in enumerate(busy)))
-        result.throughput = clients * per_client / (time.monotonic() - started)
-        if cpu is not None and (after := cpu_seconds(server.proc.pid)) is not None:
-            result.cpu_per_message = (after - cpu) / (clients * per_client)
-        for tab in busy:
-            await tab.close()
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait(60)
-    llm.times.clear()
-    return result
+async def throughput_round(server: Server, http: aiohttp.ClientSession, *, chats: Sequence[int],
+                           per_client: int, tag: str) -> Round:
+    """`len(chats)` conversations at once, `per_client` messages each, each awaiting its answer."""
+    tabs = [Tab(http, server.port, client(i)) for i in chats]
+    await asyncio.gather(*(tab.connect() for tab in tabs))  # not timed: a chat's socket stays open
+
+    async def converse(tab: Tab, i: int) -> None:
+        for n in range(per_client):
+            await tab.say(f"{server.name}-{tag}-{i}-{n}")
+
+    cpu = cpu_seconds(server.proc.pid)
+    started = time.monotonic()
+    await asyncio.gather(*(converse(tab, i) for i, tab in enumerate(tabs)))
+    elapsed = time.monotonic() - started
+    after = cpu_seconds(server.proc.pid)
+    for tab in tabs:
+        await tab.close()
+    messages = len(tabs) * per_client
+    per_message = (after - cpu) / messages if cpu is not None and after is not None else None
+    return Round(messages / elapsed, per_message, os.getloadavg()[0])
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -301,10 +351,59 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def profile(server: Server, into: Path) -> subprocess.Popen[bytes]:
-    """Sample the server with py-spy (not a dependency: `pip install py-spy`) during the throughput run."""
+    """Sample the server with py-spy (not a dependency: `pip install py-spy`) over the run's
+    throughput rounds; it sleeps through the other servers' rounds, and py-spy leaves idle samples
+    out."""
     return subprocess.Popen([PY_SPY, "record", "--pid", str(server.proc.pid), "--format", "raw", "--rate", "250",
                              "--output", str(into / f"{server.name}.folded")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def measure(servers: Sequence[Server], llm: TimedLLM, args: argparse.Namespace
+                  ) -> list[Result]:
+    """Latency in blocks and throughput in rounds, the servers taking turns (the order reversed
+    every other turn)."""
+    results = [Result(s.name) for s in servers]
+    connector = aiohttp.TCPConnector(limit=0)  # one socket per tab
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for server in servers:  # warm-up: connections, caches, the model client
+            await latency_block(server, llm, http, sessions=args.sessions, first=-50, count=50)
+        blocks = 4
+        for b in range(blocks):
+            for server, result in _turns(servers, results, b):
+                first = b * args.latency // blocks
+                count = (b + 1) * args.latency // blocks - first
+                result.latency += await latency_block(server, llm, http, sessions=args.sessions,
+                                                      first=first, count=count)
+        spies = [profile(s, args.profile) for s in servers if s.name == "gateway" and args.profile]
+        offset = 0
+        for clients in args.clients:
+            for server in servers:  # unmeasured: this many sockets, the sessions' histories read
+                await throughput_round(server, http, chats=_window(offset, clients, args.sessions),
+                                       per_client=2, tag=f"warm{clients}")
+            for r in range(args.rounds):
+                chats = _window(offset, clients, args.sessions)
+                offset += clients
+                for server, result in _turns(servers, results, r):
+                    done = await throughput_round(server, http, chats=chats,
+                                                  per_client=args.per_client, tag=f"c{clients}r{r}")
+                    result.rounds.setdefault(clients, []).append(done)
+                    llm.times.clear()
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
+    llm.times.clear()
+    return results
+
+
+def _turns(servers: Sequence[Server], results: Sequence[Result], n: int
+           ) -> list[tuple[Server, Result]]:
+    pairs = list(zip(servers, results, strict=True))
+    return pairs if n % 2 == 0 else pairs[::-1]
+
+
+def _window(offset: int, size: int, sessions: int) -> list[int]:
+    return [(offset + i) % sessions for i in range(size)]
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -314,57 +413,83 @@ def pct(values: Sequence[float], q: float) -> float:
 
 
 def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1000:.2f} ms"
+    return "n/a" if seconds is None else f"{seconds * 1000:.2f}"
 
 
-def report(gateway: Result, echo: Result, args: argparse.Namespace, seed_s: float) -> str:
+def report(results: Sequence[Result], args: argparse.Namespace, seed_s: float) -> str:
+    *gateways, echo = results
     lines = [(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} "
              f"(1 min), Python {platform.python_version()}"),
              (f"seeded {args.sessions:,} sessions x {args.history} messages = {args.sessions * args.history:,} "
-             f"stored messages in {seed_s:.1f}s; latency over {args.latency:,} messages, throughput with "
-             f"{args.clients} conversations x {args.per_client} messages"), "",
-             (f"{'ms':<28}{'gateway p50':>12}{'p99':>8}{'max':>8}{'echo p50':>10}{'p99':>8}{'added p50':>11}"
-             f"{'p99':>8}")]
+             f"stored messages in {seed_s:.1f}s; latency over {args.latency:,} messages;"
+             f" throughput in {args.rounds} rounds per server and concurrency, {args.per_client}"
+             " messages per conversation")]
     rows: tuple[tuple[str, Callable[[Sample], float]], ...] = (
         ("inbound -> LLM request", lambda s: s.inbound), ("LLM reply -> platform send", lambda s: s.outbound),
         ("both hops", lambda s: s.inbound + s.outbound))
-    for label, value in rows:
-        g = [value(s) for s in gateway.latency]
-        e = [value(s) for s in echo.latency]
-        lines.append(f"{label:<28}{pct(g, .5):>12.2f}{pct(g, .99):>8.2f}{max(g) * 1000:>8.1f}{pct(e, .5):>10.2f}"
-                     f"{pct(e, .99):>8.2f}{pct(g, .5) - pct(e, .5):>11.2f}{pct(g, .99) - pct(e, .99):>8.2f}")
-    lines += ["", (f"throughput: gateway {gateway.throughput:.0f} msg/s, echo {echo.throughput:.0f} msg/s, "
-              f"ratio {gateway.throughput / echo.throughput:.2f} (goal >= 0.50)"),
-              (f"CPU per message in the throughput run: gateway {_ms(gateway.cpu_per_message)}, echo "
-              f"{_ms(echo.cpu_per_message)}"),
-              (f"mean round trip at one message at a time: gateway "
-              f"{statistics.mean(s.received - s.sent for s in gateway.latency) * 1000:.2f} ms, echo "
-              f"{statistics.mean(s.received - s.sent for s in echo.latency) * 1000:.2f} ms")]
+    for gateway in gateways:
+        lines += ["", (f"{gateway.name + ', ms':<28}{'p50':>8}{'p99':>8}{'max':>8}{'echo p50':>10}"
+                       f"{'p99':>8}{'added p50':>11}{'p99':>8}")]
+        for label, value in rows:
+            g = [value(s) for s in gateway.latency]
+            e = [value(s) for s in echo.latency]
+            lines.append(f"{label:<28}{pct(g, .5):>8.2f}{pct(g, .99):>8.2f}{max(g) * 1000:>8.1f}"
+                         f"{pct(e, .5):>10.2f}{pct(e, .99):>8.2f}{pct(g, .5) - pct(e, .5):>11.2f}"
+                         f"{pct(g, .99) - pct(e, .99):>8.2f}")
+    lines.append("")
+    lines.append(f"throughput (goal: median ratio >= {GOAL_RATIO})")
+    lines.append(f"{'server':<12}{'at once':>8}{'msg/s median':>14}{'ratio median':>14}"
+                 f"{'ratio range':>14}{'CPU ms/msg':>12}{'load':>11}")
+    for clients in args.clients:
+        e_rounds = echo.rounds[clients]
+        for result in results:
+            mine = result.rounds[clients]
+            cpu = [r.cpu_per_message for r in mine if r.cpu_per_message is not None]
+            loads = [r.load for r in mine]
+            ratio = "" if result is echo else _ratios(mine, e_rounds)
+            speed = statistics.median(r.msgs_per_s for r in mine)
+            cpu_ms = _ms(statistics.median(cpu) if cpu else None)
+            lines.append(f"{result.name:<12}{clients:>8}{speed:>14.0f}"
+                         f"{ratio}{cpu_ms:>{12 if ratio else 40}}"
+                         f"{min(loads):>6.1f}-{max(loads):<4.1f}")
+        for gateway in gateways:
+            pairs = zip(gateway.rounds[clients], e_rounds, strict=True)
+            per = " ".join(f"{g.msgs_per_s / e.msgs_per_s:.2f}" for g, e in pairs)
+            lines.append(f"  {gateway.name} / echo by round at {clients}: {per}")
     return "\n".join(lines)
+
+
+def _ratios(mine: Sequence[Round], echo: Sequence[Round]) -> str:
+    ratios = [g.msgs_per_s / e.msgs_per_s for g, e in zip(mine, echo, strict=True)]
+    return f"{statistics.median(ratios):>14.2f}{f'{min(ratios):.2f}-{max(ratios):.2f}':>14}"
 
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="gw-overhead-") as tmp:
         root = args.keep or Path(tmp)
-        home = root / "home"
-        home.mkdir(parents=True, exist_ok=True)
+        trees: list[tuple[str, Path | None]] = [("gateway", None)]
+        trees += [(f"{tree.name}", tree) for tree in args.compare]
         started = time.monotonic()
-        seed(home, args.sessions, args.history)
-        seed_s = time.monotonic() - started
+        homes = []
+        for name, tree in trees:
+            home = root / name / "home"
+            home.mkdir(parents=True, exist_ok=True)
+            seed(home, args.sessions, args.history, tree=tree)
+            homes.append(home)
+        seed_s = (time.monotonic() - started) / len(trees)
+        servers: list[Server] = []
         async with TimedLLM() as llm:
-            gateway = await start_gateway(home, llm, client=args.model_client)
             try:
-                g = await measure(gateway, llm, sessions=args.sessions, latency_n=args.latency, clients=args.clients,
-                                  per_client=args.per_client, profile_to=args.profile)
+                for (name, tree), home in zip(trees, homes, strict=True):
+                    servers.append(await start_gateway(home, llm, client=args.model_client,
+                                                       tree=tree, name=name))
+                echo_home = root / "gateway" / "home"
+                servers.append(await start_echo(echo_home, llm, args.sessions, args.history))
+                results = await measure(servers, llm, args)
             finally:
-                gateway.stop()
-            echo = await start_echo(home, llm, args.sessions, args.history)
-            try:
-                e = await measure(echo, llm, sessions=args.sessions, latency_n=args.latency, clients=args.clients,
-                                  per_client=args.per_client)
-            finally:
-                echo.stop()
-        print(report(g, e, args, seed_s))
+                for server in servers:
+                    server.stop()
+        print(report(results, args, seed_s))
         if args.answers:  # the streaming figure: first token → first visible text, calls per answer
             print()
             from bench import streaming as stream_bench  # imported here: it imports this module
@@ -378,13 +503,21 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--history", type=int, default=100, help="stored messages per session")
-    parser.add_argument("--latency", type=int, default=2000, help="messages sent one at a time")
-    parser.add_argument("--clients", type=int, default=50, help="conversations at once for throughput")
-    parser.add_argument("--per-client", type=int, default=40)
+    parser.add_argument("--latency", type=int, default=2000,
+                        help="messages sent one at a time, per server")
+    parser.add_argument("--clients", type=int, nargs="+", default=[100, 200],
+                        help="conversations at once in the throughput rounds (one or more values)")
+    parser.add_argument("--per-client", type=int, default=40,
+                        help="messages per conversation in a round")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="throughput rounds per server and --clients value")
+    parser.add_argument("--compare", type=Path, action="append", default=[],
+                        help="another tree (a checkout with its own .venv) run in the same rounds")
     parser.add_argument("--model-client", choices=["native", "sdk"], default="native",
                         help="the daemon's model.client: its own aiohttp transport or the vendor SDK")
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it (database, logs)")
-    parser.add_argument("--profile", type=Path, help="write py-spy samples of the gateway's throughput run here")
+    parser.add_argument("--profile", type=Path,
+                        help="write py-spy samples of the gateway's throughput rounds here")
     from bench import streaming as stream_bench
     stream_bench.arguments(parser, prefix="stream-")
     asyncio.run(main(parser.parse_args()))

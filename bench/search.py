@@ -26,7 +26,7 @@ from pathlib import Path
 from gateway.agent.tools.registry import ToolContext
 from gateway.knowledge.search import SessionSearch
 from gateway.store.database import Store
-from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
+from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL, rebuild
 
 PLATFORMS = ("telegram", "discord", "slack", "web")
 REAL_WORDS = ["docker", "compose", "deploy", "server", "database", "backup", "restore", "migration", "python", "javascript", "typescript", "rust", "golang", "kubernetes", "cluster", "node", "pod", "container", "image", "registry", "nginx", "proxy", "certificate", "domain", "email", "calendar", "meeting", "invoice", "payment", "budget", "travel", "flight", "hotel", "train", "ticket", "passport", "visa", "weather", "rain", "sunny", "garden", "tomato", "recipe", "pasta", "pizza", "coffee", "tea", "breakfast", "dinner", "lunch", "birthday", "party", "gift", "anniversary", "wedding", "holiday", "vacation", "beach", "mountain", "hiking", "running", "cycling", "swimming", "yoga", "gym", "doctor", "dentist", "appointment", "medicine", "insurance", "mortgage", "rent", "apartment", "kitchen", "bathroom", "bedroom", "furniture", "sofa", "laptop", "phone", "keyboard", "monitor", "printer", "router", "wifi", "password", "update", "upgrade", "install", "configure", "error", "exception", "timeout", "crash", "bug", "fix", "release", "version", "branch", "commit", "merge", "review", "test", "coverage", "benchmark", "latency", "throughput", "memory", "cpu", "disk", "network", "firewall", "security", "login", "logout", "account", "profile", "settings", "notification", "reminder", "schedule", "task", "project", "deadline", "report", "presentation", "slides", "document", "spreadsheet", "chart", "graph", "analysis", "data", "model", "training", "dataset", "prompt", "token", "context", "window", "embedding", "vector", "search", "index", "query", "cache", "session", "user", "assistant", "telegram", "discord", "slack", "webhook", "bot", "channel", "group", "thread", "message", "reply", "mention", "reaction", "emoji", "sticker", "photo", "video", "music", "playlist", "podcast", "book", "novel", "chapter", "author", "library", "school", "homework", "exam", "lesson", "teacher", "student", "course", "language", "english", "german", "french", "spanish", "japanese", "chinese", "grammar", "vocabulary", "translation", "dictionary", "cat", "dog", "puppy", "kitten", "vet", "food", "walk", "park", "car", "bicycle", "bus", "subway", "airport", "station"]
@@ -174,6 +174,7 @@ def build(db: Path, n_messages: int, n_sessions: int, seed: int,
         conn.executemany("INSERT INTO messages (session_id, role, content, user_id, created_at, active, kind)"
                          " VALUES (?,?,?,?,?,?,?)", batch)
     conn.execute("COMMIT")
+    rebuild(conn)  # rows loaded past the store: indexed at once (the daemon indexes in batches)
     for table in ("messages_fts", "messages_fts_tri"):
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
     conn.execute("ANALYZE")

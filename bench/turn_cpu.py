@@ -12,7 +12,11 @@ Scenarios (each in a fresh home, `--people` people writing in their own DMs, one
   telegram-paired     nobody listed: every person let in by an approved pairing code (access.admins names one)
   web                 the local web chat (the owner)
 
+`--history 10 500` adds that many stored messages to every session first (a run for each value):
+a turn's work should not grow with its history.
+
 Run:  PYTHONPATH=. python bench/turn_cpu.py [--people 20] [--listed 200] [--rounds 100] [--repeat 3] [--only NAME]
+      [--history N ...]
 """
 
 from __future__ import annotations
@@ -34,25 +38,32 @@ from typing import Any
 
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound, OutboundMessage
-from gateway.llm.types import ChatMessage, LLMReply, TextSink, ToolDef, Usage
+from gateway.llm.anthropic_wire import AnthropicClient
+from gateway.llm.http import HttpTransport
 from gateway.ops.wiring import build_gateway
 
 SCENARIOS = ("telegram+admins", "telegram-no-admins", "telegram-paired", "web")
 
 
-class InstantLLM:
-    """Answers at once, without a socket: the model costs nothing here."""
+class InstantTransport(HttpTransport):
+    """The gateway's own HTTP transport up to the socket: the body is built and encoded as for a
+    real request (the stored prompt, the whole history, the tools), then answered at once instead
+    of sent."""
 
-    provider = "anthropic"
-    model = "bench-instant"
-    context_window = 200_000
+    async def _once(self, data: bytes) -> dict[str, Any]:
+        self.sent_bytes = getattr(self, "sent_bytes", 0) + len(data)
+        return {"content": [{"type": "text", "text": "Sure, noted."}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1200, "output_tokens": 8}}
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
-        return LLMReply("Sure, noted.", (), Usage(1200, 8), self.model, self.provider, "end_turn")
 
-    async def close(self) -> None:
-        return None
+def instant_llm() -> AnthropicClient:
+    """The Anthropic client, request building and all, with a model that answers at once
+    (InstantTransport)."""
+    llm = AnthropicClient(model="bench-instant", api_key="k", base_url="http://127.0.0.1:9",
+                          max_tokens=1024, timeout_s=10, max_retries=0, context_window=200_000)
+    llm._transport = InstantTransport(url="http://127.0.0.1:9/v1/messages", headers={},
+                                      model="bench-instant", timeout_s=10, max_retries=0)
+    return llm
 
 
 class CountingAdapter:
@@ -112,7 +123,26 @@ async def _round(gw: Any, scenario: str, people: int, start: int) -> int:
     return start + people
 
 
-async def run(scenario: str, *, people: int, listed: int, rounds: int) -> Figures:
+def _seed_history(gw: Any, scenario: str, people: int, history: int) -> None:
+    """`history` more stored messages in each person's session (opened by the warm-up round)."""
+    platform = "cli" if scenario == "web" else "telegram"
+    now = datetime.now(UTC)
+    filler = "a sentence of ordinary chat history, neither short nor long, about the weekend"
+    for person in range(people):
+        session = gw.store.active_session(f"{platform}:dm:{1000 + person}")
+        messages = [{"role": "user" if m % 2 == 0 else "assistant", "content": f"{filler} #{m}"}
+                    for m in range(history)]
+        gw.store.add_messages(session.id, messages, now=now)
+    _index(gw)  # the seeded messages' search entries are not the rounds' work
+
+
+def _index(gw: Any) -> None:
+    """Index what waits for session_search (a tree from before batched indexing has nothing)."""
+    if hasattr(gw.store, "index_pending"):
+        gw.store.index_pending()
+
+
+async def run(scenario: str, *, people: int, listed: int, rounds: int, history: int = 0) -> Figures:
     with tempfile.TemporaryDirectory(prefix="turn-cpu-") as tmp:
         home = Path(tmp)
         _config(home, scenario, people, listed)
@@ -120,12 +150,15 @@ async def run(scenario: str, *, people: int, listed: int, rounds: int) -> Figure
         adapter = CountingAdapter("cli" if scenario == "web" else "telegram")
         # The send limits (Telegram: 1 message/s per chat) would make this a bench of waiting: their clock runs
         # a thousand times faster than real time, so no send ever waits.
-        gw = build_gateway(config, env={}, adapters=[adapter], llm=InstantLLM(), probe_ollama=False,
+        gw = build_gateway(config, env={}, adapters=[adapter], llm=instant_llm(),
+                           probe_ollama=False,
                            monotonic=lambda: time.monotonic() * 1000)
         if scenario == "telegram-paired":
             _pair_everyone(gw, people)
         try:
             n = await _round(gw, scenario, people, 0)  # warm-up: sessions opened, prompts built and stored
+            _seed_history(gw, scenario, people, history)
+            n = await _round(gw, scenario, people, n)
             n = await _round(gw, scenario, people, n)
             statements = 0
 
@@ -140,6 +173,10 @@ async def run(scenario: str, *, people: int, listed: int, rounds: int) -> Figure
                 n = await _round(gw, scenario, people, n)
                 cpu.append((time.process_time() - started) * 1000 / people)
                 gw.store.conn.set_trace_callback(None)
+            # The search index is kept after the turns, in batches: what the rounds left counts too.
+            gw.store.conn.set_trace_callback(count)
+            _index(gw)
+            gw.store.conn.set_trace_callback(None)
             assert adapter.sent >= people * (rounds + 2), "every turn must have answered"
             return Figures(scenario, people * rounds, cpu, statements / (people * rounds))
         finally:
@@ -154,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3, help="runs per scenario (fresh home each)")
     ap.add_argument("--only", choices=SCENARIOS, action="append")
+    ap.add_argument("--history", type=int, nargs="+", default=[0],
+                    help="stored messages added to each session first (several values: a run each)")
     args = ap.parse_args(argv)
     import logging
     logging.disable(logging.CRITICAL)  # the per-turn INFO line is not what is measured here
@@ -161,14 +200,17 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"Python {sys.version.split()[0]}")
     print(f"{args.people} people x {args.rounds} rounds per run, {args.repeat} run(s) per scenario, "
           f"{max(args.people, args.listed)} ids in allowed_users\n")
-    print(f"{'scenario':<20} {'SQL/turn':>9} {'CPU ms/turn: best':>18} {'median':>7} {'worst run':>10}")
+    print(f"{'scenario':<20} {'history':>8} {'SQL/turn':>9} {'CPU ms/turn: best':>18}"
+          f" {'median':>7} {'worst run':>10}")
     for scenario in args.only or SCENARIOS:
-        runs = [asyncio.run(run(scenario, people=args.people, listed=args.listed, rounds=args.rounds))
-                for _ in range(args.repeat)]
-        medians = [statistics.median(r.cpu_ms) for r in runs]
-        best = min(min(r.cpu_ms) for r in runs)
-        print(f"{scenario:<20} {runs[0].statements:>9.1f} {best:>18.3f} {statistics.median(medians):>7.3f} "
-              f"{max(medians):>10.3f}")
+        for history in args.history:
+            runs = [asyncio.run(run(scenario, people=args.people, listed=args.listed,
+                                    rounds=args.rounds, history=history))
+                    for _ in range(args.repeat)]
+            medians = [statistics.median(r.cpu_ms) for r in runs]
+            best = min(min(r.cpu_ms) for r in runs)
+            print(f"{scenario:<20} {history:>8} {runs[0].statements:>9.1f} {best:>18.3f} "
+                  f"{statistics.median(medians):>7.3f} {max(medians):>10.3f}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 from adapters.console import ConsoleAdapter
 from gateway.events import ChatRef, SubmitOutcome
 from gateway.ops.wiring import Gateway
+from gateway.store.rows import iso
 from tests.approvals_support import DELETE, ButtonAdapter, mcp_yaml, result_of, rows, runs, tap, tool_results
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
@@ -268,6 +269,27 @@ async def test_stop_cancels_a_pending_request(
     assert late.outcome is SubmitOutcome.REFUSED
     assert runs(tmp_path) == [] and len(fake_llm.anthropic_requests()) == 1
     assert [r["state"] for r in rows_of(home)] == ["cancelled"]
+
+
+async def test_a_turn_stopped_while_it_waits_still_says_when_the_person_wrote(
+        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """The session's last_user_at is stored with a turn's last write (no write of its own at the
+    start); a turn /stop ends while it waits for a person stores no answer, and its mark says when
+    the person wrote (idle timers count from it)."""
+    setup(home, fake_llm, tmp_path)
+    fake_llm.script(ToolCall(DELETE, {"path": "/srv/e"}), Reply("never sent"))
+    adapter = ButtonAdapter()
+    clock = FakeClock()
+    async with gateway(home, adapter, clock) as gw:
+        wrote = clock()
+        await ask(gw, "delete e")
+        await adapter.wait_choices()
+        clock.advance(seconds=30)
+        await ask(gw, "/stop")
+        await adapter.wait_for(2)
+        await gw.sessions.wait_idle()
+        stored = gw.store.one("SELECT last_user_at FROM sessions WHERE ended_at IS NULL")
+    assert stored is not None and stored[0] == iso(wrote)
 
 
 async def test_which_calls_wait(home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from gateway.llm.types import WirePrefix
+from gateway.store import history_cache
 from gateway.store.database import Store
 from gateway.store.history_cache import HistoryCache
 from gateway.store.rows import chat_view
@@ -182,3 +184,37 @@ def test_the_kept_tool_calls_are_not_the_callers_list() -> None:
     calls.append({"id": "changed"})
     got = cache.get(1)
     assert got is not None and got[0]["tool_calls"] == [{"id": "t1", "name": "memory", "arguments": "{}"}]
+
+
+def test_the_budget_follows_the_active_sessions(tmp_path: Path) -> None:
+    """Room for every active session's history (its wire form too), between the least and the most:
+    the most keeps 10,000 active sessions within the daemon's memory goal (bench/memory.py)."""
+    store = Store(tmp_path / "state.db")
+    assert store.history_cache.budget_bytes == history_cache.DEFAULT_BUDGET_BYTES
+    ids = [new_session(store, key=f"cli:dm:c{n}") for n in range(250)]
+    budget = store.history_cache.budget_bytes
+    assert budget == 250 * history_cache.SESSION_BYTES > history_cache.DEFAULT_BUDGET_BYTES
+    ids += [new_session(store, key=f"cli:dm:c{n}") for n in range(250, 400)]
+    budget = store.history_cache.budget_bytes
+    assert budget == history_cache.MAX_BUDGET_BYTES < 400 * history_cache.SESSION_BYTES
+    for sid in ids[:350]:
+        store.end_session(sid, reason="command", now=NOW, flush_state=None)
+    assert store.history_cache.budget_bytes == history_cache.DEFAULT_BUDGET_BYTES  # 50 left
+    store.close()
+    reopened = Store(tmp_path / "state.db")  # counted again at open
+    assert reopened.active_count == 50
+    reopened.close()
+
+
+def test_what_the_wires_keep_counts_against_the_budget(store: Store) -> None:
+    sid = new_session(store)
+    store.add_messages(sid, exchange(1) * 20, now=NOW)
+    view = store.history_view(sid)
+    assert view is not None and view.memo is not None
+    before = store.history_cache.bytes
+    view.memo.keep("wire", WirePrefix(10, b"x" * 50_000))
+    assert store.history_cache.bytes == before + 50_000
+    store.history_cache.drop(sid)
+    assert store.history_cache.bytes == 0
+    view.memo.keep("wire", WirePrefix(12, b"x" * 60_000))  # a request still building: not counted
+    assert store.history_cache.bytes == 0

@@ -17,7 +17,7 @@ from gateway.config.settings import load_config
 from gateway.knowledge.people import PeopleBook
 from gateway.ops.wiring import Gateway
 from gateway.store.rows import utcnow
-from tests.fakes.llm import FakeLLM
+from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
 
 LISTED = [str(1000 + i) for i in range(300)]
@@ -142,3 +142,85 @@ async def test_a_time_zone_saved_through_another_book_is_seen_by_all(home: Path,
         PeopleBook(gw.store).set_timezone(ada.id, "America/New_York")
         again = gw.people.find("telegram:1")
         assert again is not None and again.timezone == "America/New_York"
+
+
+# ------------------------------------------------------ each change reaches the very next turn
+def _memory_write(target: str, content: str) -> ToolCall:
+    return ToolCall("memory", {"action": "add", "target": target, "content": content})
+
+
+def _tool_result(fake_llm: FakeLLM) -> str:
+    """What the memory tool told the model in the turn just run (the last request's tool result)."""
+    blocks = fake_llm.anthropic_requests()[-1]["messages"][-1]["content"]
+    return "".join(str(b.get("content")) for b in blocks if b.get("type") == "tool_result")
+
+
+async def test_a_role_change_made_elsewhere_reaches_the_next_turn(home: Path,
+                                                                  fake_llm: FakeLLM) -> None:
+    """No access.admins: the one person let in is the admin (may write the shared notes). A second
+    person approved from the terminal makes nobody the admin by elimination: the first person's next
+    turn is refused."""
+    async with gateway(home, fake_llm, "  allowed_users: ['1']\n") as (gw, adapters):
+        tg = adapters["telegram"]
+        fake_llm.script(_memory_write("memory", "The office wifi is Gull"), Reply("saved"))
+        assert await say(gw, tg, "1", "note the wifi") == "saved"
+        assert "The office wifi is Gull" in (home / "memories" / "MEMORY.md").read_text()
+        assert gw.roles is not None
+        issued = gw.roles.pairing.issue(platform="telegram", user_id="2", user_name=None,
+                                        chat_id="2", now=utcnow())
+        assert issued.code is not None
+        cli(home, "pairing", "approve", issued.code)
+        fake_llm.script(_memory_write("memory", "The printer is Tern"), Reply("refused"))
+        assert await say(gw, tg, "1", "note the printer") == "refused"
+        assert "only admins may change them" in _tool_result(fake_llm)
+        assert "Tern" not in (home / "memories" / "MEMORY.md").read_text()
+
+
+async def test_a_link_made_elsewhere_reaches_the_next_turn(home: Path, fake_llm: FakeLLM) -> None:
+    """Linked from the terminal, the Discord account's next turn acts as the same person: let in by
+    the Telegram account's listing, and what it saves to "user" lands in that one person's
+    profile."""
+    async with gateway(home, fake_llm, "  allowed_users: ['1']\n") as (gw, adapters):
+        await say(gw, adapters["telegram"], "1")
+        ada = gw.people.find("telegram:1")
+        assert ada is not None
+        assert "pairing code" in await say(gw, adapters["discord"], "77")
+        cli(home, "users", "link", "telegram:1", "discord:77")
+        fake_llm.script(_memory_write("user", "Rows on Sundays"), Reply("noted"))
+        assert await say(gw, adapters["discord"], "77", "I row on Sundays") == "noted"
+        assert "Rows on Sundays" in (home / "memories" / "people" / f"{ada.id}.md").read_text()
+
+
+async def test_a_forget_made_elsewhere_reaches_the_next_turn(home: Path, fake_llm: FakeLLM) -> None:
+    """Forgotten from the terminal, a listed user's next turn is a new person's: their old profile
+    is not written to again, a new one is."""
+    async with gateway(home, fake_llm, "  allowed_users: ['1']\n") as (gw, adapters):
+        tg = adapters["telegram"]
+        fake_llm.script(_memory_write("user", "Allergic to kiwi"), Reply("noted"))
+        await say(gw, tg, "1", "I am allergic to kiwi")
+        ada = gw.people.find("telegram:1")
+        assert ada is not None and (home / "memories" / "people" / f"{ada.id}.md").exists()
+        cli(home, "users", "forget", "telegram:1", "--yes")
+        fake_llm.script(_memory_write("user", "Likes plums"), Reply("noted"))
+        assert await say(gw, tg, "1", "I like plums") == "noted"
+        fresh = gw.people.find("telegram:1")
+        assert fresh is not None and fresh.id != ada.id
+        assert not (home / "memories" / "people" / f"{ada.id}.md").exists()
+        profile = home / "memories" / "people" / f"{fresh.id}.md"
+        assert profile.read_text().count("Likes plums") == 1
+
+
+async def test_a_revoke_made_elsewhere_reaches_the_next_message(home: Path,
+                                                                 fake_llm: FakeLLM) -> None:
+    async with gateway(home, fake_llm, "") as (gw, adapters):
+        tg = adapters["telegram"]
+        assert gw.roles is not None
+        issued = gw.roles.pairing.issue(platform="telegram", user_id="5", user_name=None,
+                                        chat_id="5", now=utcnow())
+        assert issued.code is not None
+        cli(home, "pairing", "approve", issued.code)
+        assert (await say(gw, tg, "5", "let in?")).startswith("echo: let in?")
+        cli(home, "pairing", "revoke", "telegram:5")
+        before = len(fake_llm.anthropic_requests())
+        assert "echo" not in await say(gw, tg, "5", "still there?")
+        assert len(fake_llm.anthropic_requests()) == before  # no turn: the model never saw it

@@ -89,6 +89,7 @@ def test_inbound_dedupe_and_fts(tmp_path: Path) -> None:
     assert [r.id for r in store.unfinished_inbound()] == [first]
     sid = _session(store)
     store.add_message(sid, "user", "the quick brown fox, 東京の天気", now=NOW)
+    store.index_pending()  # indexed after its transaction (tests/test_search_index.py)
     words = store.one("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'fox'")
     trigrams = store.one("SELECT COUNT(*) FROM messages_fts_tri WHERE messages_fts_tri MATCH '東京の'")
     assert words is not None and words[0] == 1
@@ -101,3 +102,21 @@ def test_two_processes_share_the_file(tmp_path: Path) -> None:
     sid = _session(a)
     b.add_message(sid, "user", "from b", now=NOW)
     assert [m.content for m in a.history(sid)] == ["from b"]
+
+
+def test_a_chats_next_chunk_is_found_without_walking_other_chats(tmp_path: Path) -> None:
+    """The outbox asks for a chat's oldest unsent chunk twice per message; with a chunk in flight in
+    each of many chats, the lookup must seek that chat, not walk every chat's unsent chunks."""
+    store = Store(tmp_path / "state.db")
+    rows = [{"turn_id": f"t{n}", "chunk_index": 0, "chunk_count": 1, "platform": "web",
+             "chat_type": "dm", "chat_id": f"c{n % 200}", "thread_id": None, "kind": "reply",
+             "text": "x", "plain": "x"} for n in range(400)]
+    store.insert_outbound(rows, now=NOW)
+    plan = " ".join(r[3] for r in store.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM outbound WHERE status = 'pending' AND platform = ?"
+        " AND account = ? AND chat_id = ? ORDER BY id LIMIT 1", ("web", "default", "c7")))
+    assert "outbound_pending_chat (platform=? AND account=? AND chat_id=?)" in plan
+    found = store.next_pending_outbound("web", "default", "c7")
+    assert found is not None and found.turn_id == "t7"
+    assert [r.turn_id for r in store.pending_outbound()] == [f"t{n}" for n in range(400)]
+    store.close()

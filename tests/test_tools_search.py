@@ -243,6 +243,7 @@ def test_index_triggers_follow_inserts_updates_and_deletes(tmp_path: Path) -> No
     def indexed(table: str) -> list[int]:
         return [r[0] for r in conn.execute(f"SELECT id FROM {table}_docsize ORDER BY id")]
 
+    store.index_pending()  # indexed after their transaction (tests/test_search_index.py)
     assert indexed("messages_fts") == [ids[0], ids[1], ids[4]]  # no tool output, no flush turn
     assert indexed("messages_fts_tri") == [ids[1], ids[4]]  # only text with CJK in it
     with store.tx():

@@ -164,16 +164,19 @@ class Roles:
     def asker(self, session: SessionRow, user_id: str | None, user_name: str | None = None,
               username: str | None = None) -> ToolContext:
         """The tools of a turn act for the person who sent its message."""
-        session = self.speaks_for(session)
-        person = (self.people.resolve(session.platform, user_id, now=self.clock(), user_name=user_name,
-                                      username=username) if user_id else None)
-        return self._context(session, user_id, person)
+        with self.people.store.one_look():
+            session = self.speaks_for(session)
+            person = (self.people.resolve(session.platform, user_id, now=self.clock(),
+                                          user_name=user_name, username=username)
+                      if user_id else None)
+            return self._context(session, user_id, person)
 
     def owner(self, session: SessionRow) -> ToolContext:
         """A flush acts for the session's owner; a shared session's flush for nobody's profile."""
-        session = self.speaks_for(session)
-        person = self.owner_person(session)
-        return self._context(session, personal_owner(session), person)
+        with self.people.store.one_look():
+            session = self.speaks_for(session)
+            person = self.owner_person(session)
+            return self._context(session, personal_owner(session), person)
 
     def _context(self, session: SessionRow, user_id: str | None, person: Person | None) -> ToolContext:
         return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,

@@ -19,7 +19,7 @@ from typing import Any
 from gateway.agent.holds import Resume, ToolCallView, Waiting
 from gateway.agent.tools.deferred import CALL, SEARCH, Bridged, catalog_of
 from gateway.agent.tools.registry import Held, ToolContext, ToolRegistry, ToolResult, ToolSpec
-from gateway.llm.types import ChatMessage, LLMClient, LLMReply, TextSink, Usage
+from gateway.llm.types import ChatMessage, History, LLMClient, LLMReply, TextSink, Usage
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Agent:
         return result
 
     async def _answers(self, pending: Sequence[ToolCallView], first: ToolResult | None,
-                       convo: list[ChatMessage], result: TurnResult,
+                       convo: History, result: TurnResult,
                        calls: TurnTools) -> Waiting | None:
         """Answer one step's calls in order (the first already answered by `first` on a resume);
         stop at one that waits for a person."""
@@ -181,10 +181,10 @@ class TurnTools:
 
 
 def _begin(history: Sequence[ChatMessage], user_message: ChatMessage, resume: Resume | None
-           ) -> tuple[list[ChatMessage], TurnResult, Sequence[ToolCallView], ToolResult | None]:
+           ) -> tuple[History, TurnResult, Sequence[ToolCallView], ToolResult | None]:
     """The conversation and result a run starts from: fresh, or where a stopped turn was (its
     messages so far, the step's calls left, the first one answered)."""
-    convo: list[ChatMessage] = [*history, user_message]
+    convo = History.of(history).plus(user_message)  # the stored part shared: see History
     result = TurnResult(text="", messages=[])
     if resume is None:
         return convo, result, (), None

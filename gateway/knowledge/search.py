@@ -1,6 +1,7 @@
 """Full-text search over past conversations, scoped to the person asking.
 
-Reads the store through its own read-only connection (never the daemon's writer). Scope is the privacy
+Reads the store through its own read-only connection (never the daemon's writer); messages stored
+but not yet indexed are indexed first, on a short-lived writer of its own. Scope is the privacy
 boundary: a user finds their own DMs and the group sessions they spoke in, never someone else's DMs.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.errors import ToolError
-from gateway.store.search_index import CJK_RANGES
+from gateway.store.search_index import CJK_RANGES, index_before_search
 
 
 class Asker(Protocol):
@@ -213,6 +214,7 @@ class SessionSearch:
             raise ToolError("The search query is empty.")
         plan = _Query.parse(query)
         conn = self._connection(ctx.db_path)
+        index_before_search(conn, ctx.db_path)  # what was stored a moment ago is found too
         try:
             if plan.match is not None:  # parse the query on its own first, see _Query.where
                 conn.execute(f"SELECT 1 FROM {plan.table} WHERE {plan.table} MATCH ? LIMIT 1",

@@ -6,22 +6,29 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import orjson
+
 from gateway.errors import LLMUnavailable
+from gateway.llm.http import HttpTransport, encoded_array, encoded_object
 from gateway.llm.streams import AnthropicAssembler
 from gateway.llm.transport import make_transport
 from gateway.llm.types import (
     ChatMessage,
     ClientKind,
+    History,
     LLMReply,
     TextSink,
     ToolCall,
     ToolDef,
     Usage,
+    WirePrefix,
     as_object,
     fit_images,
     split_images,
     token_count,
 )
+
+KEEP_TAIL = 3  # a history's last messages, built anew for each request: the breakpoints sit there
 
 
 # ------------------------------------------------------------------------------------------ Anthropic
@@ -89,6 +96,25 @@ def add_cache_breakpoints(system: str, messages: list[dict[str, Any]], *, ttl: L
     return system_blocks, copied
 
 
+def _wire_starts(messages: Sequence[ChatMessage], start: int, end: int) -> list[int]:
+    """Where each Anthropic message begins among messages[start:end]: a tool result rides in the
+    user's turn, and consecutive turns of one role merge (anthropic_messages)."""
+    starts: list[int] = []
+    last = None
+    for i in range(start, end):
+        role = messages[i]["role"]
+        role = "user" if role == "tool" else role
+        if role != last:
+            starts.append(i)
+            last = role
+    return starts
+
+
+def _tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            for t in tools]
+
+
 def _json_object(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
@@ -118,23 +144,77 @@ class AnthropicClient:
     def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                      max_tokens: int | None = None) -> dict[str, Any]:
         wire = anthropic_messages(messages, vision=self.vision)
-        if self.caching:
-            system_blocks, wire = add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
-        else:
-            system_blocks = [{"type": "text", "text": system}]
+        system_blocks, wire = self._marked(system, wire)
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens or self.max_tokens,
                                 "system": system_blocks, "messages": wire}
         if tools:
-            body["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-                             for t in tools]
+            body["tools"] = _tools(tools)
         return body
+
+    def _marked(self, system: str, wire: list[dict[str, Any]]
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if self.caching:
+            return add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
+        return [{"type": "text", "text": system}], wire
+
+    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef],
+                     max_tokens: int | None = None, stream: bool = False) -> bytes | None:
+        """`request_body` (with `stream`: true) as bytes, built from what this session's memo keeps
+        of its stored history plus the rest: byte for byte what encoding the whole body gives.
+        None when there is no memo, or a text orjson refuses (a lone surrogate: the whole body then
+        goes the stdlib's way, see encode_body)."""
+        memo = messages.memo
+        if memo is None:
+            return None
+        key = f"anthropic:{self.vision}"
+        try:
+            prefix = memo.prefixes.get(key) or WirePrefix()
+            if memo.requests and prefix.neutral <= messages.stored:  # asked once: nothing kept
+                prefix = self._kept_longer(messages, key, prefix)
+            memo.requests += 1
+            tail = anthropic_messages(messages[prefix.neutral:], vision=self.vision)
+            system_blocks, tail = self._marked(system, tail)
+            members = [("model", orjson.dumps(self.model)),
+                       ("max_tokens", orjson.dumps(max_tokens or self.max_tokens)),
+                       ("system", orjson.dumps(system_blocks)),
+                       ("messages", encoded_array([prefix.data, *map(orjson.dumps, tail)]))]
+            if tools:
+                members.append(("tools", orjson.dumps(_tools(tools))))
+            if stream:
+                members.append(("stream", b"true"))
+        except TypeError:  # orjson.JSONEncodeError
+            return None
+        return encoded_object(members)
+
+    def _kept_longer(self, messages: History, key: str, prefix: WirePrefix) -> WirePrefix:
+        """The memo's prefix grown to all but the last KEEP_TAIL Anthropic messages of the stored
+        history (a later message can merge into the last one; the breakpoints move over them)."""
+        assert messages.memo is not None
+        starts = _wire_starts(messages, prefix.neutral, messages.stored)
+        if len(starts) <= KEEP_TAIL:
+            return prefix
+        cut = starts[-KEEP_TAIL]
+        wire = anthropic_messages(messages[prefix.neutral:cut], vision=self.vision)
+        grown = WirePrefix(cut, encoded_array([prefix.data, *map(orjson.dumps, wire)])[1:-1])
+        messages.memo.keep(key, grown)
+        return grown
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+        transport = self._transport
+        if isinstance(transport, HttpTransport) and isinstance(messages, History):
+            data = self.encoded_body(system=system, messages=messages, tools=tools,
+                                     max_tokens=max_tokens, stream=stream is not None)
+            if data is not None:
+                if stream is None:
+                    return anthropic_reply(await transport.post_raw(data), self.model)
+                answer = await transport.stream_raw(data, AnthropicAssembler(self.model, stream))
+                return anthropic_reply(answer, self.model)
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
         if stream is None:
-            return anthropic_reply(await self._transport.post(body), self.model)
-        answer = await self._transport.stream({**body, "stream": True}, AnthropicAssembler(self.model, stream))
+            return anthropic_reply(await transport.post(body), self.model)
+        streamed = {**body, "stream": True}
+        answer = await transport.stream(streamed, AnthropicAssembler(self.model, stream))
         return anthropic_reply(answer, self.model)
 
     async def close(self) -> None:

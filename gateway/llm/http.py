@@ -17,7 +17,7 @@ import logging
 import random
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,6 +48,17 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         return orjson.dumps(body)
     except TypeError:  # "str is not valid UTF-8: surrogates not allowed"
         return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def encoded_object(members: Sequence[tuple[str, bytes]]) -> bytes:
+    """A JSON object from its keys and their values already encoded by `encode_body`: byte for
+    byte what `encode_body` gives for the whole (compact JSON is the concatenation of its parts)."""
+    return b"{" + b",".join(b'"' + key.encode() + b'":' + value for key, value in members) + b"}"
+
+
+def encoded_array(parts: Sequence[bytes]) -> bytes:
+    """A JSON array of values already encoded (empty parts, such as no kept prefix, left out)."""
+    return b"[" + b",".join(part for part in parts if part) + b"]"
 
 
 def decode_answer(raw: bytes) -> Any:
@@ -161,14 +172,18 @@ class HttpTransport:
         return self._session
 
     async def post(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        data = encode_body(body)
+        return await self.post_raw(encode_body(body))
+
+    async def post_raw(self, data: bytes) -> dict[str, Any]:
+        """`post` of a body already encoded (a wire that builds it from a session's kept prefix)."""
         return await self._retrying(lambda: self._once(data))
 
     async def stream(self, body: Mapping[str, Any], assembler: StreamAssembler) -> dict[str, Any]:
         """`body` asks for a stream; each event goes to `assembler`. A try that fails, also mid-stream (a cut, an
         `error` event, a stall of `timeout_s` between bytes), is retried like `post`, from the start."""
-        data = encode_body(body)
+        return await self.stream_raw(encode_body(body), assembler)
 
+    async def stream_raw(self, data: bytes, assembler: StreamAssembler) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:
             assembler.reset()
             return await self._stream_once(data, assembler)

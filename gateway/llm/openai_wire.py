@@ -5,17 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from gateway.errors import LLMUnavailable
+from gateway.llm.http import HttpTransport, encoded_array, encoded_object
 from gateway.llm.streams import OpenAIAssembler
 from gateway.llm.transport import make_transport
 from gateway.llm.types import (
     ChatMessage,
     ClientKind,
+    History,
     LLMReply,
     TextSink,
     ToolCall,
     ToolDef,
     Usage,
+    WirePrefix,
     as_object,
     fit_images,
     split_images,
@@ -27,7 +32,13 @@ def openai_messages(system: str, messages: Sequence[ChatMessage], *, vision: boo
     """Neutral history → Chat Completions messages; a user message with images gets content parts (its text, then
     each image as an `image_url` data URL), or with no vision plain text with a note per image. Tool messages are
     text only, so the pictures tool results returned follow their step as one user message."""
-    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    return [{"role": "system", "content": system}, *_turns(messages, vision)]
+
+
+def _turns(messages: Sequence[ChatMessage], vision: bool) -> list[dict[str, Any]]:
+    """openai_messages without the system message. Split before any message but a tool result,
+    the parts give the whole (what the tool results before the split showed ends the first)."""
+    out: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []  # image parts of the tool results just added (see _tool_result)
     for m in fit_images(messages):
         if m["role"] == "tool":
@@ -90,20 +101,76 @@ class OpenAIClient:
         body: dict[str, Any] = {"model": self.model, "messages": openai_messages(system, messages, vision=self.vision),
                                 "max_tokens": max_tokens or self.max_tokens}
         if tools:
-            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                               "parameters": dict(t.parameters)}} for t in tools]
+            body["tools"] = _tools(tools)
         return body
+
+    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef],
+                     max_tokens: int | None = None, stream: bool = False) -> bytes | None:
+        """`request_body` (streamed: with `stream` and `stream_options`) as bytes, from what this
+        session's memo keeps of its stored history plus the rest (AnthropicClient.encoded_body);
+        None without a memo."""
+        memo = messages.memo
+        if memo is None:
+            return None
+        key = f"openai:{self.vision}"
+        try:
+            prefix = memo.prefixes.get(key) or WirePrefix()
+            if memo.requests and prefix.neutral <= messages.stored:
+                prefix = self._kept_longer(messages, key, prefix)
+            memo.requests += 1
+            tail = _turns(messages[prefix.neutral:], self.vision)
+            system_message = orjson.dumps({"role": "system", "content": system})
+            members = [("model", orjson.dumps(self.model)),
+                       ("messages", encoded_array([system_message, prefix.data,
+                                                   *map(orjson.dumps, tail)])),
+                       ("max_tokens", orjson.dumps(max_tokens or self.max_tokens))]
+            if tools:
+                members.append(("tools", orjson.dumps(_tools(tools))))
+            if stream:
+                members += [("stream", b"true"), ("stream_options", b'{"include_usage":true}')]
+        except TypeError:  # orjson.JSONEncodeError: the whole body goes the stdlib's way
+            return None
+        return encoded_object(members)
+
+    def _kept_longer(self, messages: History, key: str, prefix: WirePrefix) -> WirePrefix:
+        """The memo's prefix grown to the stored history's last message but a tool result
+        (see _turns)."""
+        assert messages.memo is not None
+        cut = next((i for i in range(messages.stored - 1, prefix.neutral, -1)
+                    if messages[i]["role"] != "tool"), prefix.neutral)
+        if cut <= prefix.neutral:
+            return prefix
+        turns = _turns(messages[prefix.neutral:cut], self.vision)
+        grown = WirePrefix(cut, encoded_array([prefix.data, *map(orjson.dumps, turns)])[1:-1])
+        messages.memo.keep(key, grown)
+        return grown
 
     async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
                        max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+        transport = self._transport
+        if isinstance(transport, HttpTransport) and isinstance(messages, History):
+            data = self.encoded_body(system=system, messages=messages, tools=tools,
+                                     max_tokens=max_tokens, stream=stream is not None)
+            if data is not None:
+                if stream is None:
+                    return openai_reply(await transport.post_raw(data), self.model)
+                assembler = OpenAIAssembler(self.model, stream)
+                return openai_reply(await transport.stream_raw(data, assembler), self.model)
         body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
         if stream is None:
-            return openai_reply(await self._transport.post(body), self.model)
-        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}  # usage: the last chunk
-        return openai_reply(await self._transport.stream(streamed, OpenAIAssembler(self.model, stream)), self.model)
+            return openai_reply(await transport.post(body), self.model)
+        # the usage comes in the last chunk
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        answer = await transport.stream(streamed, OpenAIAssembler(self.model, stream))
+        return openai_reply(answer, self.model)
 
     async def close(self) -> None:
         await self._transport.close()
+
+
+def _tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": dict(t.parameters)}} for t in tools]
 
 
 def openai_reply(data: Mapping[str, Any], model: str) -> LLMReply:

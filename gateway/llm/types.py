@@ -5,9 +5,10 @@ Everything that talks to a model, or stores what it said, shares these shapes; n
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 
 # {"role", "content", "tool_calls"?: [{"id","name","arguments"}], "tool_call_id"?,
 #  "images"?: [{"media_type", "file", "data"?: base64}] (a user message's pictures; without data: a note)}
@@ -165,3 +166,132 @@ def as_object(value: Any) -> Mapping[str, Any]:
 def token_count(usage: Mapping[str, Any], key: str) -> int:
     value = usage.get(key)
     return value if isinstance(value, int) else 0
+
+
+# -------------------------------------------------------------------------- a session's history
+MESSAGE_CHARS = 40  # what a message adds around its text on the wire: role, keys, quotes, a type
+
+
+def message_chars(m: ChatMessage) -> int:
+    """About the JSON size of one message, from string lengths (encoding a whole history only to
+    measure it showed in the gateway's CPU per message); the compression check sums it."""
+    content = m.get("content")
+    size = MESSAGE_CHARS + (len(content) if content.__class__ is str else len(json.dumps(content)))
+    if len(m) > 2:  # more than role and content: tool calls, a tool result
+        if m.get("tool_calls"):
+            size += len(json.dumps(m["tool_calls"]))
+        if m.get("tool_call_id"):
+            size += len(m["tool_call_id"]) + MESSAGE_CHARS
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class WirePrefix:
+    """A wire's form of a session's first `neutral` stored messages: their wire messages' compact
+    JSON, joined by commas (`data`). Nothing after them can change it: the next message starts a
+    wire message of its own."""
+
+    neutral: int = 0
+    data: bytes = b""
+
+
+class WireMemo:
+    """What the wires keep of one session's stored history between turns (a WirePrefix per wire
+    and vision setting). The store's history cache owns it, drops it with the session's cached
+    history whenever that history is rewritten, and counts its bytes (`grown`)."""
+
+    __slots__ = ("grown", "prefixes", "requests")
+
+    def __init__(self, grown: Callable[[int], None] | None = None) -> None:
+        self.prefixes: dict[str, WirePrefix] = {}
+        self.requests = 0  # model requests built from this history so far
+        self.grown = grown
+
+    def keep(self, key: str, prefix: WirePrefix) -> None:
+        before = self.prefixes.get(key)
+        self.prefixes[key] = prefix
+        if self.grown is not None:
+            self.grown(len(prefix.data) - (len(before.data) if before is not None else 0))
+
+
+class History(Sequence[ChatMessage]):
+    """The model input of a turn: a session's stored history (its first `stored` messages, made
+    into chat messages when read: the turn need not touch them all), then what the turn adds
+    (`append`, `plus`).
+
+    With a `memo`, the wires convert the stored part once and keep it (anthropic_wire.py), so a
+    turn's work does not grow with the history; `stored_chars` is the stored part's
+    `message_chars`, kept too."""
+
+    __slots__ = ("_kept", "_more", "_view", "memo", "stored", "stored_chars")
+
+    def __init__(self, kept: Sequence[Any], view: Callable[[Any], ChatMessage], *,
+                 stored: int | None = None, more: Sequence[ChatMessage] = (),
+                 memo: WireMemo | None = None, stored_chars: int | None = None) -> None:
+        self._kept = kept  # read up to `stored` only: the owner may append to it later
+        self.stored = len(kept) if stored is None else stored
+        self._view = view
+        self._more: list[ChatMessage] = list(more)
+        self.memo = memo
+        self.stored_chars = stored_chars
+
+    @classmethod
+    def of(cls, messages: Sequence[ChatMessage]) -> History:
+        """A history of plain chat messages (nothing kept between turns)."""
+        return messages if isinstance(messages, History) else cls([], _same, more=messages)
+
+    def __len__(self) -> int:
+        return self.stored + len(self._more)
+
+    @overload
+    def __getitem__(self, index: int) -> ChatMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ChatMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> ChatMessage | list[ChatMessage]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("history index out of range")
+        if index < self.stored:
+            return self._view(self._kept[index])
+        return self._more[index - self.stored]
+
+    def __iter__(self) -> Iterator[ChatMessage]:
+        view, kept = self._view, self._kept
+        for i in range(self.stored):
+            yield view(kept[i])
+        yield from self._more
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (History, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"History({list(self)!r})"
+
+    def append(self, message: ChatMessage) -> None:
+        self._more.append(message)
+
+    def extend(self, messages: Iterable[ChatMessage]) -> None:
+        self._more.extend(messages)
+
+    def plus(self, *messages: ChatMessage) -> History:
+        """This history with `messages` after it; the stored part and its memo are shared."""
+        return History(self._kept, self._view, stored=self.stored, more=[*self._more, *messages],
+                       memo=self.memo, stored_chars=self.stored_chars)
+
+    def chars(self) -> int:
+        """The sum of `message_chars` over every message, the stored part's as kept."""
+        if self.stored_chars is None:
+            return sum(message_chars(m) for m in self)
+        return self.stored_chars + sum(message_chars(m) for m in self._more)
+
+
+def _same(message: Any) -> ChatMessage:
+    return message  # type: ignore[no-any-return]

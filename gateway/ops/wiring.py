@@ -164,10 +164,10 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
                   sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic,
                   busy_timeout_ms: int = LOOP_BUSY_TIMEOUT_MS) -> Gateway:
     """The object graph, built once, bottom-up: store → model → knowledge and tools → delivery → sessions.
-    `busy_timeout_ms`: how long the store waits for another process's lock (`gateway run` waits longer while it
-    starts; the daemon sets LOOP_BUSY_TIMEOUT_MS once it serves)."""
+    `busy_timeout_ms`: the store's wait for another process's lock (longer while `gateway run` starts)."""
     config.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # memories and chat history: the owner's alone
     store = Store(config.db_path, busy_timeout_ms=busy_timeout_ms)
+    store.index_pending()  # what a killed process stored but had not indexed yet (search_index.py)
     metrics = Metrics()
     source = "given"
     if llm is None:

@@ -13,7 +13,7 @@ from gateway.agent.loop import Agent
 from gateway.agent.tools.registry import Callers
 from gateway.knowledge.memory import NO_VIEW, MemoryView
 from gateway.llm.factory import SessionModels, answer_with
-from gateway.llm.types import ChatMessage, ToolDef
+from gateway.llm.types import ChatMessage, History, ToolDef
 from gateway.prompt.session_tools import SessionToolList, SessionTools
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow, parse_iso
@@ -121,13 +121,14 @@ class SessionPrompt:
             return parts.tools.refit(session, window=window)
         return parts.tools.of(session)
 
-    async def compress_if_needed(self, session: SessionRow, prompt: str, history: list[ChatMessage],
-                                 user_msg: ChatMessage) -> tuple[str, list[ChatMessage]]:
+    async def compress_if_needed(self, session: SessionRow, prompt: str,
+                                 history: Sequence[ChatMessage], user_msg: ChatMessage
+                                 ) -> tuple[str, Sequence[ChatMessage]]:
         """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
         compressor = self.compressor
         specs = self.parts(session.agent).tools.of(session).specs
-        messages = [*history, user_msg]
-        if compressor is None or not compressor.over_limit(session, prompt, messages, specs):
+        upcoming = History.of(history).plus(user_msg)  # its stored part measured once (History)
+        if compressor is None or not compressor.over_limit(session, prompt, upcoming, specs):
             return prompt, history
         if not await compressor.compress(session, prompt, self.store.history(session.id)):
             return prompt, history

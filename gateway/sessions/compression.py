@@ -18,7 +18,7 @@ from gateway.agent.tools.registry import Callers
 from gateway.agents.runtime import Roster
 from gateway.config.settings import Config
 from gateway.errors import GatewayError, LLMError
-from gateway.llm.types import ChatMessage, ToolDef
+from gateway.llm.types import ChatMessage, History, ToolDef, message_chars
 from gateway.sessions.flush import flush_instruction, memory_tools, owner_context, run_flush_call
 from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow
@@ -55,26 +55,16 @@ FLUSH_INSTRUCTION = (
 )
 
 
-MESSAGE_CHARS = 40  # what a message adds around its text on the wire: role, keys, quotes, a block's type
-
-
 def estimate_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef]) -> int:
     return (len(system) + messages_chars(messages) + sum(tool_chars(t) for t in tools)) // CHARS_PER_TOKEN
 
 
 def messages_chars(messages: Sequence[ChatMessage]) -> int:
-    """About the JSON size of the messages, from string lengths: a turn runs this over its whole history, and
-    encoding every message only to measure it was a noticeable share of the gateway's CPU per message."""
-    size = MESSAGE_CHARS * len(messages)
-    for m in messages:
-        content = m.get("content")
-        size += len(content) if content.__class__ is str else len(json.dumps(content))
-        if len(m) > 2:  # more than role and content: tool calls, a tool result
-            if m.get("tool_calls"):
-                size += len(json.dumps(m["tool_calls"]))
-            if m.get("tool_call_id"):
-                size += len(m["tool_call_id"]) + MESSAGE_CHARS
-    return size
+    """About the JSON size of the messages, from string lengths (llm.types.message_chars); a
+    session's stored history has its sum kept (History.chars): a turn does not measure it all."""
+    if isinstance(messages, History):
+        return messages.chars()
+    return sum(message_chars(m) for m in messages)
 
 
 def tool_chars(tool: ToolDef) -> int:

@@ -61,6 +61,11 @@ class Lanes:
         lane.queue.clear()
         lane.current.cancel()  # type: ignore[union-attr]
 
+    def idle(self, key: str) -> bool:
+        """Would a message for `key` start its turn at once (nothing running or queued there)?"""
+        lane = self._lanes.get(key)
+        return lane is None or (not lane.queue and not self.busy(lane))
+
     def busy_notice_due(self, lane: Lane, now: datetime) -> bool:
         """At most one busy notice per session key per BUSY_NOTICE_EVERY; records it when due."""
         last = self._busy_noticed.get(lane.key)
@@ -162,3 +167,34 @@ class Lanes:
 def _self_cancelled() -> bool:
     task = asyncio.current_task()
     return bool(task and task.cancelling())
+
+
+class Touches:
+    """When the person wrote (the turn's start), per running turn, until the turn's last write
+    stores it as the session's `last_user_at`: its end (complete or settle), or the mark of a turn
+    cut off before it stored anything."""
+
+    def __init__(self) -> None:
+        self._started: dict[int, tuple[int, datetime]] = {}  # inbound id → (session id, turn start)
+
+    def start(self, inbound_id: int, session_id: int, now: datetime) -> None:
+        self._started[inbound_id] = (session_id, now)
+
+    def take(self, inbound_id: int, session_id: int | None = None) -> tuple[int, datetime] | None:
+        """(session id, when) for the write about to store it, once; None for another session's."""
+        touched = self._started.get(inbound_id)
+        if touched is None or (session_id is not None and touched[0] != session_id):
+            return None
+        del self._started[inbound_id]
+        return touched
+
+    def write(self, inbound_id: int, session_id: int,
+              touch: Callable[[int, datetime], None]) -> None:
+        """Store it now (`touch`): the turn ended without a write of its own."""
+        touched = self.take(inbound_id, session_id)
+        if touched is not None:
+            touch(*touched)
+
+    def at(self, inbound_id: int, session_id: int | None) -> datetime | None:
+        touched = self.take(inbound_id, session_id) if session_id is not None else None
+        return None if touched is None else touched[1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime
@@ -39,12 +39,12 @@ from gateway.media.turns import AttachmentTurns, TurnMedia
 from gateway.prompt.session_prompt import ContextCompressor, SessionPrompt
 from gateway.sessions.catchup import replay
 from gateway.sessions.keys import busy_policy, inbound_key
-from gateway.sessions.lanes import Lane, Lanes
+from gateway.sessions.lanes import Lane, Lanes, Touches
 from gateway.sessions.lifecycle import NoLifecycle, SessionHooks, resolve_policy
-from gateway.sessions.outage import StoreOutage
+from gateway.sessions.outage import StoreOutage, model_call
 from gateway.sessions.turn_text import failure_text, reset_notice, user_message
 from gateway.store.database import Store
-from gateway.store.rows import ModelCall, SessionRow, iso
+from gateway.store.rows import SessionRow, iso
 from gateway.store.transcript import decode_inbound, session_history, well_formed
 from gateway.telemetry.metrics import Metrics, error_kind
 
@@ -86,6 +86,7 @@ class SessionManager:
         self._lanes = Lanes(self._turn, self._mark)
         self._can_type: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, has typing())
         self._turns = asyncio.Semaphore(config.sessions.max_concurrent_turns)
+        self._touched = Touches()
         self.turns_done = 0
 
     # ------------------------------------------------------------------ intake
@@ -97,12 +98,14 @@ class SessionManager:
         if not self._lanes.accepting:
             return SubmitResult(SubmitOutcome.REFUSED, "shutting down")
         inbound = self.roster.route(well_formed(inbound))  # its agent: chosen here, once, stored
+        key = self.key_for(inbound)
         try:
             if self.gate is not None:
                 verdict = await self.gate(inbound)
                 if verdict is not None:
                     return verdict
-            inbound_id = await self.outage.intake(inbound)
+            status = "running" if self._lanes.idle(key) else "pending"  # running: it starts now
+            inbound_id = await self.outage.intake(inbound, status=status)
         except StoreUnavailable as exc:
             self.outage.not_stored(inbound, exc)
             raise
@@ -110,7 +113,6 @@ class SessionManager:
             log.info("duplicate %s message %s in chat %s ignored", inbound.chat.platform, inbound.message_id,
                      inbound.chat.chat_id)
             return SubmitResult(SubmitOutcome.DUPLICATE)
-        key = self.key_for(inbound)
         if await self._command(inbound_id, inbound, key):
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         if self.waiting is not None and self.waiting.took(inbound_id, inbound):  # answers an `ask`
@@ -136,9 +138,11 @@ class SessionManager:
         polling offset, Slack's 3 s) must not wait behind a 429 pause on a command answer.
         """
         rows = self.outbox.rows_for(turn_id, inbound.chat, text, kind=kind, reply_to_id=inbound.message_id)
+        touched_at = self._touched.at(inbound_id, session_id)
         try:
-            await self.outage.write(lambda: self.store.settle_inbound(inbound_id, status, rows, now=self.clock(),
-                                                                       session_id=session_id))
+            await self.outage.write(lambda: self.store.settle_inbound(
+                inbound_id, status, rows, now=self.clock(), session_id=session_id,
+                touched_at=touched_at))
         except TurnGone:
             return await self._gone(inbound, turn_id)
         self._answered(inbound, inbound_id)
@@ -162,7 +166,8 @@ class SessionManager:
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
     def _mark(self, inbound_id: int, status: str) -> None:
-        self.store.set_inbound_status(inbound_id, status, now=self.clock())
+        touched = self._touched.take(inbound_id)
+        self.store.set_inbound_status(inbound_id, status, now=self.clock(), touched=touched)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, key: str, inbound: Inbound, now: datetime) -> tuple[SessionRow, str | None]:
@@ -205,6 +210,7 @@ class SessionManager:
     # ------------------------------------------------------------------ the turn
     async def _turn(self, inbound_id: int) -> None:
         await self.outage.turn(lambda: self._turn_once(inbound_id))
+        self._touched.take(inbound_id)  # cut off or crashed: kept for _mark
 
     async def _turn_once(self, inbound_id: int) -> None:
         try:
@@ -220,10 +226,11 @@ class SessionManager:
         now = self.clock()
         session, ended = (self.open_session(self.key_for(inbound), inbound, now) if stop is None
                           else (self.store.session(stop.session_id), None))
-        touch = inbound.chat.platform != "cron"  # idle counts real user messages only
-        self.store.start_turn(inbound_id, session.id, now=now, touch_user=touch)
-        if touch:
-            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)  # the row as just written
+        if row.status == "pending":  # it waited behind another turn (or a restart)
+            self.store.mark_running(inbound_id)
+        if inbound.chat.platform != "cron":  # idle counts real user messages only
+            self._touched.start(inbound_id, session.id, now)  # stored with the turn's end
+            self.hooks.session_touched(replace(session, last_user_at=iso(now)), now)
         turn = f"t{inbound_id}"
         # One INFO line per turn ("turn done" or "turn failed"); its start is for debugging.
         log.debug("turn start platform=%s session=%s turn=%s", inbound.chat.platform, session.id, turn)
@@ -242,7 +249,7 @@ class SessionManager:
             await self._answer(inbound_id, inbound, session, ended, turn, now, held, media)
         finally:
             for reply in held:  # the answer was not stored: the call goes on record anyway
-                self._record_usage(session.id, reply)
+                self.outage.record_usage(session.id, model_call(reply), self.clock())
 
     async def _attachments(self, inbound_id: int, inbound: Inbound, session: SessionRow) -> TurnMedia | None:
         """The message's files made ready for the model; what could not be used is told to the user first."""
@@ -261,15 +268,17 @@ class SessionManager:
                       now: datetime, held: list[LLMReply], media: TurnMedia | None = None) -> None:
         try:
             prompt = self._prompt.ensure(session)
-            history = session_history(self.store, session.id)
+            with self.store.one_look():  # other processes' changes: one look, history and people
+                past: Sequence[ChatMessage] = session_history(self.store, session.id)
+                ctx = self.tool_context(session, inbound.user_id, inbound)
             stop = self.waiting.stop_of(inbound_id) if self.waiting else None
             user_msg = stop.user_message if stop else user_message(inbound, ended, media)
-            prompt, history = await self._prompt.compress_if_needed(session, prompt, history, user_msg)
-            run = partial(self._run_agent, session, inbound, prompt, history, user_msg, held, turn)
+            prompt, past = await self._prompt.compress_if_needed(session, prompt, past, user_msg)
+            run = partial(self._run_agent, session, inbound, ctx, prompt, past, user_msg, held, turn)
             result = await (self.waiting.turn(self, session, inbound, turn, user_msg, stop, run)
                             if self.waiting else run())
-            if result is None:
-                return  # stopped while it waited for a person: nothing to answer
+            if result is None:  # stopped while it waited for a person: nothing to answer
+                return self._touched.write(inbound_id, session.id, self.store.touch_user)
         except (LLMError, TimeoutError) as exc:
             log.warning("turn failed platform=%s session=%s turn=%s: %s", inbound.chat.platform, session.id,
                         turn, exc)
@@ -285,15 +294,16 @@ class SessionManager:
             await self._settle(inbound_id, "failed", f"e{inbound_id}", inbound, "Sorry, something went wrong on "
                                "my side. Please try again.", kind=OutboundKind.ERROR, session_id=session.id)
             return
-        stored_user = {**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
-                       "platform_message_id": inbound.message_id}
         rows = self.outbox.rows_for(turn, inbound.chat, result.text, reply_to_id=inbound.message_id)
         if self.outbox.voice is not None:  # its spoken copy, after the text (delivery/voice.py)
             rows += self.outbox.voice.rows_for(turn, inbound, result.text)
-        messages, calls = [stored_user, *result.messages], [_model_call(r) for r in held]
+        messages = [{**user_msg, "user_id": inbound.user_id, "user_name": inbound.user_name,
+                     "platform_message_id": inbound.message_id}, *result.messages]
+        calls, touched_at = [model_call(r) for r in held], self._touched.at(inbound_id, session.id)
         try:
-            await self.outage.write(lambda: self.store.complete_turn(session.id, messages, rows, inbound_id,
-                                                                     now=self.clock(), turn_id=turn, calls=calls))
+            await self.outage.write(lambda: self.store.complete_turn(
+                session.id, messages, rows, inbound_id, now=self.clock(), turn_id=turn, calls=calls,
+                touched_at=touched_at))
         except TurnGone:
             self._count_turn(inbound.chat.platform, "dropped", now)
             return await self._gone(inbound, turn)
@@ -311,19 +321,12 @@ class SessionManager:
             if error is not None:
                 self.metrics.error(error)
 
-    def _record_usage(self, session_id: int, reply: LLMReply) -> bool:
-        call = _model_call(reply)
-        try:
-            self.store.add_usage(session_id, call.usage, purpose=call.purpose, provider=call.provider,
-                                 model=call.model, now=self.clock())
-        except StoreUnavailable:
-            return False  # kept for the turn's own transaction, or lost with a turn that is run again
-        return True
-
-    async def _run_agent(self, session: SessionRow, inbound: Inbound, prompt: str, history: list[ChatMessage],
-                         user_msg: ChatMessage, held: list[LLMReply], turn: str,
+    async def _run_agent(self, session: SessionRow, inbound: Inbound, ctx: ToolContext,
+                         prompt: str, history: Sequence[ChatMessage], user_msg: ChatMessage,
+                         held: list[LLMReply], turn: str,
                          resume: Resume | None = None) -> TurnResult:
-        ctx = self.tool_context(session, inbound.user_id, inbound)
+        if resume is not None:  # after a wait for a person: who they are now
+            ctx = self.tool_context(session, inbound.user_id, inbound)
         agent = self.roster.of(session)
         tools = agent.tools.of(session)
         allowed = agent.tools.allowed(tools, session.platform)
@@ -331,7 +334,8 @@ class SessionManager:
         def record(reply: LLMReply) -> None:
             # Tools run next, maybe for long: on record now. The answer's usage goes in with it (one transaction
             # fewer per turn), and so does a call whose record failed.
-            if not reply.tool_calls or not self._record_usage(session.id, reply):
+            call = model_call(reply)
+            if not reply.tool_calls or not self.outage.record_usage(session.id, call, self.clock()):
                 held.append(reply)
 
         async with self._turns:
@@ -391,7 +395,3 @@ class SessionManager:
         if inbound is not None and self.streams is not None:  # a preview of the answer comes down too
             adapter = self.adapters.get(inbound.chat.adapter_key)
             await self.streams.abandon(turn, inbound.chat, adapter)
-
-
-def _model_call(reply: LLMReply) -> ModelCall:
-    return ModelCall(reply.usage, purpose="turn", provider=reply.provider, model=reply.model)

@@ -38,6 +38,16 @@ _KEYS = (
 )
 
 
+# The outbox asks for a chat's oldest unsent chunk twice per message, as one bot account reaches
+# the chat: the index seeks it there (one on the status alone walked every chat's unsent chunks, so
+# a message cost more the more conversations were in flight).
+PENDING_BY_CHAT_SQL = """
+DROP INDEX outbound_pending;
+CREATE INDEX outbound_pending_chat ON outbound(platform, account, chat_id, id)
+  WHERE status = 'pending';
+"""
+
+
 def add_agents(conn: sqlite3.Connection) -> None:
     """Runs inside the migration's transaction; plain `execute` calls only."""
     for statement in _COLUMNS.strip().split(";\n"):

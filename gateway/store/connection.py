@@ -25,10 +25,12 @@ from gateway.errors import StoreError, StoreUnavailable
 from gateway.store.history_cache import HistoryCache
 from gateway.store.rows import iso, utcnow
 from gateway.store.schema import MIGRATIONS, Migration
+from gateway.store.search_index import BATCH_ROWS, index_batch
 
 log = logging.getLogger("gateway.store")
 
 T = TypeVar("T")
+INDEX_DELAY_S = 0.5  # messages wait this long for the search index: many turns share one batch
 FIRST_PAUSE_S = 0.05
 MAX_PAUSE_S = 2.0
 Sleep = Callable[[float], Awaitable[None]]
@@ -119,7 +121,12 @@ class Database:
             raise StoreError(f"cannot open {path}: {exc}") from exc
         self.applied = self._migrate(migrations)
         self.history_cache = HistoryCache()
+        counted = self.conn.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
+        self.active_count = int(counted.fetchone()[0])  # the history cache's size follows it
+        self.history_cache.size_for(self.active_count)
         self._data_version = self._read_data_version()
+        self._looked: int | None = None  # data_version inside one_look()
+        self._indexing: asyncio.Handle | None = None
 
     def checkpoint_off_loop(self, *, safety_pages: int = 10_000) -> None:
         """Leave WAL checkpoints to `checkpoint()` (the daemon runs it in a thread). SQLite's own runs inside
@@ -142,11 +149,49 @@ class Database:
         self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
 
     def close(self) -> None:
+        if self._indexing is not None:
+            self._indexing.cancel()
+            self._indexing = None
         try:
             self.conn.execute("PRAGMA optimize")
         except sqlite3.Error:
             pass
-        self.conn.close()
+        self.conn.close()  # messages not indexed yet are indexed by the next start or search
+
+    # ------------------------------------------------------ the search index, after the fact
+    def index_soon(self) -> None:
+        """Messages were written: index them a moment from now, with whatever else is written
+        meanwhile (one batch for many turns). Without a running loop nothing is armed: the next
+        start or search does it."""
+        if self._indexing is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._indexing = loop.call_later(INDEX_DELAY_S, self._index_step)
+
+    def index_pending(self) -> int:
+        """Index every message still waiting (at start); returns how many ids it covered."""
+        done = 0
+        while covered := self._index_once():
+            done += covered
+        return done
+
+    def _index_once(self) -> int:
+        with self.tx() as conn:
+            return index_batch(conn, BATCH_ROWS)
+
+    def _index_step(self) -> None:
+        """One batch on the event loop; more waiting goes next round: turns run in between."""
+        self._indexing = None
+        try:
+            covered = self._index_once()
+        except (StoreError, sqlite3.Error) as exc:  # locked, full, closed: the next write tries
+            log.debug("search index batch deferred: %s", exc)
+            return
+        if covered >= BATCH_ROWS:
+            self._indexing = asyncio.get_running_loop().call_soon(self._index_step)
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -256,7 +301,23 @@ class Database:
     def data_version(self) -> int:
         """Changes when another connection (a CLI command, another process) commits; never on this connection's
         own commits. What is cached from rows others may change is checked against it."""
+        if self._looked is not None:
+            return self._looked
         return self._read_data_version()
+
+    @contextmanager
+    def one_look(self) -> Iterator[None]:
+        """One read of `data_version` for a synchronous block (no await inside): every cache asked
+        in it (the history, the people, the roles) checks against the same look, as if they had
+        asked at its start."""
+        if self._looked is not None:
+            yield
+            return
+        self._looked = self._read_data_version()
+        try:
+            yield
+        finally:
+            self._looked = None
 
 
 def _query_error(exc: sqlite3.Error) -> StoreError:

@@ -34,21 +34,32 @@ class DeliveryQueries(Database):
             raise StoreError(f"cannot store inbound message: {exc}") from exc
 
     def settle_inbound(self, inbound_id: int, status: str, outbound: Sequence[dict[str, Any]], *, now: datetime,
-                       session_id: int | None = None) -> None:
+                       session_id: int | None = None, touched_at: datetime | None = None) -> None:
         """An inbound's final status and the chunks that answer it (a notice, an error) in one transaction:
-        after a crash either both are there or neither, never a final status with its answer lost."""
+        after a crash either both are there or neither, never a final status with its answer lost.
+        With `touched_at`, the session's `last_user_at` too (the turn's start: the person wrote)."""
         with self.tx() as conn:
             cur = conn.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
                                " WHERE id = ? AND status != 'forgotten'", (status, iso(now), session_id, inbound_id))
             if cur.rowcount == 0:
                 raise TurnGone(f"inbound {inbound_id} was deleted: its answer is not recorded")
             insert_outbound(conn, outbound, now)
+            if session_id is not None:
+                touch_session(conn, session_id, touched_at)
 
     def set_inbound_status(self, inbound_id: int, status: str, *, now: datetime,
-                           session_id: int | None = None) -> None:
+                           session_id: int | None = None,
+                           touched: tuple[int, datetime] | None = None) -> None:
+        """`touched`: (session id, when) of a turn that ended without storing anything (cut off,
+        crashed): the person still wrote, and the session's `last_user_at` says so."""
         finished = iso(now) if status not in ("pending", "running") else None
-        self.execute("UPDATE inbound SET status = ?, finished_at = ?, session_id = COALESCE(?, session_id)"
-                     " WHERE id = ? AND status != 'forgotten'", (status, finished, session_id, inbound_id))
+        with self.tx() as conn:
+            conn.execute("UPDATE inbound SET status = ?, finished_at = ?,"
+                         " session_id = COALESCE(?, session_id)"
+                         " WHERE id = ? AND status != 'forgotten'",
+                         (status, finished, session_id, inbound_id))
+            if touched is not None:
+                touch_session(conn, *touched)
 
     def inbound(self, inbound_id: int) -> InboundRow:
         row = _row(InboundRow, self.one("SELECT * FROM inbound WHERE id = ?", (inbound_id,)))
@@ -92,7 +103,8 @@ class DeliveryQueries(Database):
                                           (platform, account, chat_id)))
 
     def pending_outbound(self) -> list[OutboundRow]:
-        rows = self.all("SELECT * FROM outbound WHERE status = 'pending' ORDER BY id")
+        rows = self.all("SELECT * FROM outbound INDEXED BY outbound_pending_chat"
+                        " WHERE status = 'pending' ORDER BY id")  # the few unsent, not the table
         return [_row(OutboundRow, r) for r in rows]
 
     def mark_outbound(self, outbound_id: int, status: str, *, now: datetime, platform_message_id: str | None = None,
@@ -140,3 +152,11 @@ def insert_outbound(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], no
             (r["turn_id"], r["chunk_index"], r["chunk_count"], r["platform"], r["chat_type"], r["chat_id"],
              r["thread_id"], r["kind"], r["text"], r["plain"], r.get("entities"), r.get("reply_to_id"),
              iso(now), r.get("account", "default")))
+
+
+def touch_session(conn: sqlite3.Connection, session_id: int, touched_at: datetime | None) -> None:
+    """The session's `last_user_at`: when the person last wrote (a turn's start), inside the
+    caller's transaction."""
+    if touched_at is not None:
+        conn.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?",
+                     (iso(touched_at), session_id))

@@ -13,8 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from gateway.errors import StoreError, TurnGone
+from gateway.llm.types import History
 from gateway.store.connection import Database
-from gateway.store.delivery_queries import insert_outbound
+from gateway.store.delivery_queries import insert_outbound, touch_session
 from gateway.store.history_cache import ChatView
 from gateway.store.rows import COMPRESSED, HISTORY_KINDS, MessageRow, ModelCall, _row, chat_view, iso, media_column
 from gateway.store.session_queries import insert_call
@@ -66,6 +67,7 @@ class MessageQueries(Database):
             views.append(chat_view(m["role"], content, calls, m.get("tool_call_id"), media, failed))
         if kind in HISTORY_KINDS:
             self.history_cache.stage(session_id, views)
+        self.index_soon()
         return last
 
     def history(self, session_id: int, *, kinds: Sequence[str] = HISTORY_KINDS) -> list[MessageRow]:
@@ -94,10 +96,19 @@ class MessageQueries(Database):
         self.history_cache.put(session_id, views)  # keeps its own compact copy
         return views
 
+    def history_view(self, session_id: int) -> History | None:
+        """`chat_history` as the turn reads it (HistoryCache.view): kept between turns with what
+        the model wires made of it; None when the session must be read whole (as
+        transcript.session_history then does)."""
+        self._forget_if_changed_elsewhere()
+        if session_id not in self.history_cache:
+            self.chat_history(session_id)  # read and kept, if it fits
+        return self.history_cache.view(session_id)
+
     def _forget_if_changed_elsewhere(self) -> None:
         """Another connection (a second process, another Store on the file) committed: cached histories may be
         stale. SQLite bumps `data_version` for exactly that, and never for this connection's own commits."""
-        version = self._read_data_version()
+        version = self.data_version()
         if version != self._data_version:
             self.history_cache.clear()
             self._data_version = version
@@ -136,12 +147,17 @@ class MessageQueries(Database):
                     (session_id, r.role, r.content, r.tool_calls, r.tool_call_id, r.user_id, r.user_name,
                      r.platform_message_id, r.created_at, r.kind, r.turn_id, r.media, r.is_error))
             conn.execute("UPDATE sessions SET compressions = compressions + 1 WHERE id = ?", (session_id,))
-            return int(cur.lastrowid or 0)
+            summary_id = int(cur.lastrowid or 0)
+        self.index_soon()
+        return summary_id
 
     def complete_turn(self, session_id: int, messages: Sequence[dict[str, Any]], outbound: Sequence[dict[str, Any]],
-                      inbound_id: int | None, *, now: datetime, turn_id: str, calls: Sequence[ModelCall] = ()) -> None:
-        """The end of a turn in one transaction: its messages, its reply chunks (unsent), `answered`, and the
-        usage of the model call that gave the answer (`calls`; earlier ones were recorded as they happened).
+                      inbound_id: int | None, *, now: datetime, turn_id: str,
+                      calls: Sequence[ModelCall] = (), touched_at: datetime | None = None) -> None:
+        """The end of a turn in one transaction: its messages, its reply chunks (unsent),
+        `answered`, the usage of the model call that gave the answer (`calls`; earlier ones were
+        recorded as they happened) and, with `touched_at`, when the person wrote (the session's
+        `last_user_at`).
 
         After a crash either all of it is there (the chunks get sent at boot) or none (the turn runs again).
         """
@@ -159,4 +175,6 @@ class MessageQueries(Database):
                 raise TurnGone(f"session {session_id} was deleted while a turn ran") from exc
             insert_outbound(conn, outbound, now)
             for call in calls:
-                insert_call(conn, session_id, call, now)
+                insert_call(conn, session_id, call, now, touched_at)
+                touched_at = None
+            touch_session(conn, session_id, touched_at)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from gateway.store.agents_schema import add_agents
-from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL
+from gateway.store.agents_schema import PENDING_BY_CHAT_SQL, add_agents
+from gateway.store.search_index import BATCHED_INDEX_MIGRATION_SQL, SEARCH_INDEX_MIGRATION_SQL
 
 # A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
 Migration = tuple[str, "str | Callable[[sqlite3.Connection], None]"]
@@ -389,7 +389,9 @@ MIGRATIONS: list[Migration] = [
     ("0011_robustness", _ROBUSTNESS),
     ("0014_tool_errors", _TOOL_ERRORS),
     ("0016_review2122", _PERSON_ZONE),
+    ("0017_search_batched", BATCHED_INDEX_MIGRATION_SQL),
     ("0033_voice_and_models", _CHOICES),
     ("0034_agents", add_agents),  # agents and bot accounts (gateway/store/agents_schema.py)
     ("0035_approvals", _APPROVALS),
+    ("0036_pending_by_chat", PENDING_BY_CHAT_SQL),  # gateway/store/agents_schema.py
 ]

@@ -47,7 +47,13 @@ class SessionQueries(Database):
             " model, provider, agent, account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (key, platform, chat_type, chat_id, thread_id, user_id, parent_id, iso(now), model,
              provider, agent, account))
+        self._count_active(+1)
         return self.session(sid)
+
+    def _count_active(self, change: int) -> None:
+        """The history cache is sized by the active sessions (counted at open, then kept here)."""
+        self.active_count = max(0, self.active_count + change)
+        self.history_cache.size_for(self.active_count)
 
     def store_prompt(self, session_id: int, prompt: str, *, now: datetime, reason: str | None = None,
                      model: str | None = None, provider: str | None = None) -> None:
@@ -60,12 +66,12 @@ class SessionQueries(Database):
     def touch_user(self, session_id: int, now: datetime) -> None:
         self.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
 
-    def start_turn(self, inbound_id: int, session_id: int, *, now: datetime, touch_user: bool) -> None:
-        """The inbound is running; and a person's message counts as the session's latest: one transaction."""
-        with self.tx() as conn:
-            conn.execute("UPDATE inbound SET status = 'running', finished_at = NULL WHERE id = ?", (inbound_id,))
-            if touch_user:
-                conn.execute("UPDATE sessions SET last_user_at = ? WHERE id = ?", (iso(now), session_id))
+    def mark_running(self, inbound_id: int) -> None:
+        """A queued message's turn starts (one whose turn started at once was stored `running`).
+        When the person wrote (the session's `last_user_at`) is stored with the turn's end, in the
+        transaction it writes anyway."""
+        self.execute("UPDATE inbound SET status = 'running', finished_at = NULL"
+                     " WHERE id = ? AND status = 'pending'", (inbound_id,))
 
     def end_session(self, session_id: int, *, reason: str, now: datetime, flush_state: str | None) -> bool:
         """Close a session once; returns False if it was already closed (so two closers never both flush)."""
@@ -74,7 +80,10 @@ class SessionQueries(Database):
             cur = conn.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ?, flush_state = COALESCE(flush_state, ?)"
                 " WHERE id = ? AND ended_at IS NULL", (iso(now), reason, flush_state, session_id))
-            return cur.rowcount == 1
+            ended = cur.rowcount == 1
+        if ended:
+            self._count_active(-1)
+        return ended
 
     def add_usage(self, session_id: int | None, usage: Usage, *, purpose: str, provider: str, model: str,
                   now: datetime) -> None:
@@ -85,7 +94,11 @@ class SessionQueries(Database):
             insert_call(conn, session_id, ModelCall(usage, purpose, provider, model), now)
 
 
-def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCall, now: datetime) -> None:
+def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCall, now: datetime,
+                touched_at: datetime | None = None) -> None:
+    """A model call's row and its session's totals; `touched_at`: the person's message the turn
+    answers, as the session's `last_user_at` (the same statement: a turn's end writes one row of
+    sessions once)."""
     usage = call.usage
     conn.execute(
         "INSERT INTO llm_calls (session_id, purpose, provider, model, input_tokens, output_tokens,"
@@ -95,9 +108,11 @@ def insert_call(conn: sqlite3.Connection, session_id: int | None, call: ModelCal
     if session_id is not None:
         conn.execute(
             "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?"
-            " WHERE id = ?", (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
-                              usage.cache_write_tokens, session_id))
+            " cache_read_tokens = cache_read_tokens + ?,"
+            " cache_write_tokens = cache_write_tokens + ?,"
+            " last_user_at = COALESCE(?, last_user_at) WHERE id = ?",
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+             usage.cache_write_tokens, iso(touched_at), session_id))
 
 
 class ChoiceQueries(Database):

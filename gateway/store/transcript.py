@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import Attachment, ChatRef, Inbound
-from gateway.llm.types import ChatMessage
+from gateway.llm.types import ChatMessage, History
 from gateway.store.database import Store
 from gateway.store.media_files import read_base64
 from gateway.store.rows import MessageRow, chat_view
@@ -65,10 +65,16 @@ def history_messages(rows: Sequence[MessageRow], *, home: Path | None = None) ->
     return _drop_dangling_tool_calls(with_image_data(msgs, home) if home is not None else msgs)
 
 
-def session_history(store: Store, session_id: int) -> list[ChatMessage]:
-    """The session's model input so far: `history_messages(store.history(id))`, from the store's cache, with the
-    images' bytes read from GATEWAY_HOME/media (the home is where state.db lives)."""
-    return _drop_dangling_tool_calls(with_image_data(store.chat_history(session_id), store.path.parent))
+def session_history(store: Store, session_id: int) -> History:
+    """The session's model input so far: `history_messages(store.history(id))`, from the store's
+    cache (read on demand, with what the wires keep of it), or whole when it holds pictures (their
+    bytes read from GATEWAY_HOME/media, the home being where state.db lives) or a tool call
+    without its result."""
+    view = store.history_view(session_id)
+    if view is not None:
+        return view
+    whole = with_image_data(store.chat_history(session_id), store.path.parent)
+    return History.of(_drop_dangling_tool_calls(whole))
 
 
 def with_image_data(msgs: list[ChatMessage], home: Path) -> list[ChatMessage]:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+if TYPE_CHECKING:  # markdown-it is imported on first use: a daemon without voice never loads it
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 MAX_INLINE_CODE = 30  # `ls -la` is read out; a longer code span is code, not speech
 _URL = re.compile(r"(?:https?|ftp)://\S+|\bwww\.[^\s/]+\.\S+", re.IGNORECASE)
@@ -27,6 +29,8 @@ _ENDS = (".", "!", "?", "…", ":", ";", ",")
 
 @functools.cache
 def _parser() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
     markdown = MarkdownIt("commonmark", {"html": False, "maxNesting": 100})
     return markdown.enable(["table", "strikethrough"])
 

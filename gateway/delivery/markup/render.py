@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 
 from gateway.delivery.markup.base import FENCE, Fence, Flavor, Rendered, Span, utf16_len
-from gateway.delivery.markup.telegram import render_telegram
-from gateway.delivery.markup.text import MarkupRenderer
 from gateway.events import TextEntity
+
+# The renderers are imported on first use: a daemon without Telegram never loads
+# telegramify-markdown, and one serving only the web chat (Markdown as is) no Markdown parser.
 
 __all__ = ["FENCE", "Fence", "Flavor", "Rendered", "Span", "render", "to_discord", "to_plain", "to_slack_mrkdwn",
            "to_telegram", "utf16_len"]
@@ -23,7 +24,9 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 def render(markdown: str, flavor: Flavor) -> Rendered:
     markdown = _clean(markdown)
     if flavor == "telegram":
+        from gateway.delivery.markup.telegram import render_telegram
         return render_telegram(markdown)
+    from gateway.delivery.markup.text import MarkupRenderer
     try:
         return MarkupRenderer(flavor).render(markdown)
     except RecursionError:
@@ -31,6 +34,7 @@ def render(markdown: str, flavor: Flavor) -> Rendered:
 
 
 def to_telegram(markdown: str) -> tuple[str, list[TextEntity]]:
+    from gateway.delivery.markup.telegram import render_telegram
     r = render_telegram(_clean(markdown))
     return r.text, list(r.entities)
 
