@@ -19,7 +19,7 @@ from tests.chaos.killrun import ChaosPlan, KillRun
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--turns", type=int, default=5, help="steps per conversation (a /new is a step)")
     parser.add_argument("--kills", type=int, default=10)

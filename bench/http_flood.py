@@ -68,7 +68,7 @@ async def main(sockets: int, rounds: int) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sockets", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()

@@ -220,7 +220,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--soak-seconds", type=float, default=1800.0)
     parser.add_argument("--rate", type=float, default=20.0, help="messages a second during the soak")

@@ -500,7 +500,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-echo":
         serve_echo(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--history", type=int, default=100, help="stored messages per session")
     parser.add_argument("--latency", type=int, default=2000,

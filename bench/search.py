@@ -260,7 +260,7 @@ def pct(values: list[float], p: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=None, help="default: messages / 100")
     parser.add_argument("--queries", type=int, default=200)

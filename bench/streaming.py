@@ -157,6 +157,6 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     arguments(cli)
     asyncio.run(main(cli.parse_args()))

@@ -121,7 +121,7 @@ async def per_session_jobs(store: Store, *, trace_sample: int = 20_000) -> tuple
 
 
 async def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--expire", type=int, default=10_000, help="sessions to expire in the crowd test")
     parser.add_argument("--compare-jobs", action="store_true", help="also time one APScheduler job per session")

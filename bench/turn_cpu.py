@@ -185,7 +185,7 @@ async def run(scenario: str, *, people: int, listed: int, rounds: int, history: 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--people", type=int, default=20)
     ap.add_argument("--listed", type=int, default=200, help="Telegram allowed_users entries (at least --people)")
     ap.add_argument("--rounds", type=int, default=100)

@@ -38,7 +38,7 @@ async def measure(chars: int, runs: int) -> tuple[float, float, float, int]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per length; the best is shown")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}; best of {args.runs}")

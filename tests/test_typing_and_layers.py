@@ -5,11 +5,13 @@ edge, and packages stay small and say what they hold."""
 from __future__ import annotations
 
 import ast
+import io
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tokenize
 import tomllib
 from pathlib import Path
 
@@ -241,21 +243,46 @@ def test_the_architecture_map_draws_the_ranks() -> None:
 
 
 def test_modules_and_functions_stay_short() -> None:
-    """Modules under MODULE_LINES lines, no function over FUNCTION_LINES, most of them a few lines (STYLE)."""
+    """Modules under MODULE_LINES lines, no function over FUNCTION_LINES, most of them a few lines (STYLE).
+
+    A line here is one a reader reads (a statement, a comment line, a docstring line), so the count does not
+    change when the formatter lays a call out one argument a line."""
     long_modules, long_functions, lengths = [], [], []
     for path in sorted([*(ROOT / "gateway").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]):
         text = path.read_text(encoding="utf-8")
-        if text.count("\n") > MODULE_LINES:
-            long_modules.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(text)):
+        tree = ast.parse(text)
+        rows = _read_rows(text, tree)
+        if len(rows) > MODULE_LINES:
+            long_modules.append(f"{path.relative_to(ROOT)}: {len(rows)} lines")
+        for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                length = sum(node.lineno <= row <= (node.end_lineno or node.lineno) for row in rows)
                 lengths.append(length)
                 if length > FUNCTION_LINES:
                     long_functions.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
     assert long_modules == [], "split these along a seam"
     assert long_functions == [], "split these"
     assert statistics.median(lengths) <= 10
+
+
+def _read_rows(text: str, tree: ast.Module) -> set[int]:
+    """The first row of each statement, each comment row and each docstring row."""
+    rows: set[int] = set()
+    starts = True
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            rows.add(tok.start[0])
+        elif tok.type == tokenize.NEWLINE:
+            starts = True
+        elif tok.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER) and starts:
+            rows.add(tok.start[0])
+            starts = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            doc = node.body[0]
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
+                rows.update(range(doc.lineno, (doc.end_lineno or doc.lineno) + 1))
+    return rows
 
 
 def test_mypy_clean() -> None:
