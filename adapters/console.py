@@ -22,8 +22,14 @@ from gateway.events import ChatRef, Inbound, OutboundKind, OutboundMessage, Subm
 class ConsoleAdapter:
     platform = "cli"
 
-    def __init__(self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, user_id: str = "local",
-                 prompt: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        user_id: str = "local",
+        prompt: str = "",
+    ) -> None:
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
         self.user_id = user_id
@@ -70,11 +76,20 @@ class ConsoleAdapter:
         assert self._submit is not None, "start() first"
         message_id = uuid.uuid4().hex
         waiter = self._answered[message_id] = _Waiter(is_command=text.lstrip().startswith("/"))
-        result = await self._submit(Inbound(chat=self.chat, user_id=self.user_id, text=text, message_id=message_id,
-                                            received_at=datetime.now(UTC), user_name=None))
+        result = await self._submit(
+            Inbound(
+                chat=self.chat,
+                user_id=self.user_id,
+                text=text,
+                message_id=message_id,
+                received_at=datetime.now(UTC),
+                user_name=None,
+            )
+        )
         try:
             if result.outcome is SubmitOutcome.ACCEPTED or result.reason == "queue full":
-                # a turn's reply or error; a command's answer (a notice) is sent in the background too
+                # a turn's reply or error; a command's answer
+                # (a notice) is sent in the background too
                 waiter.is_command = result.reason in ("command", "queue full")
                 await asyncio.wait_for(waiter.event.wait(), timeout)
                 if not waiter.is_command:
@@ -100,7 +115,8 @@ class ConsoleAdapter:
 
 @dataclass
 class _Waiter:
-    """What `say` waits for: the final chunk replying to its line (a notice counts only for a command)."""
+    """What `say` waits for: the final chunk replying to
+    its line (a notice counts only for a command)."""
 
     is_command: bool
     event: asyncio.Event = field(default_factory=asyncio.Event)

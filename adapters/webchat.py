@@ -53,18 +53,21 @@ from gateway.events import (
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 100_000
-MAX_FILES = 10                 # per message
+MAX_FILES = 10  # per message
 UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
 _TOKEN = r"[a-z0-9][a-z0-9!#$&^_.+-]"
 MEDIA_TYPE = re.compile(rf"{_TOKEN}{{0,63}}/{_TOKEN}{{0,126}}")  # RFC 6838: type/subtype
 MAX_NAME_CHARS = 200
 CHUNK = 64 * 1024
-UPLOAD_STALL_S = 30.0          # an upload that sends nothing for this long is dropped (the listener leaves it to us)
-# The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message of the person's
-# its "id"; a message that failed also has the "error" it got.
+# an upload that sends nothing for this long is dropped (the listener leaves it to us)
+UPLOAD_STALL_S = 30.0
+# The current session of a client id as a reloaded tab shows it: {"role", "text"}, and for a message
+# of the person's its "id"; a message that failed also has the "error" it got.
 HistorySource = Callable[[str], Sequence[Mapping[str, object]]]
-Retried = Callable[[str, str], object]  # (client id, message id): a failed message was sent again; forget it
-Hello = Callable[[], Mapping[str, object]]  # what a tab hears first: {"model": name or None, "notice": text or None}
+# (client id, message id): a failed message was sent again; forget it
+Retried = Callable[[str, str], object]
+# what a tab hears first: {"model": name or None, "notice": text or None}
+Hello = Callable[[], Mapping[str, object]]
 CLIENT_MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 # No limits to keep under, and the page renders Markdown itself: every delta goes out as it arrives.
 PREVIEW_STYLE = PreviewStyle(interval_s=0.0, raw=True)
@@ -74,8 +77,11 @@ MAX_DRAFTS = 1000  # drafts whose answer never came (a crash) are forgotten past
 class WebChatAdapter:
     platform = "web"
 
-    def __init__(self, *, uploads: Path | None = None, max_upload_bytes: int = 20 * 1024 * 1024) -> None:
-        self.uploads = uploads  # where uploaded files wait for their turn (GATEWAY_HOME/media/uploads); None: off
+    def __init__(
+        self, *, uploads: Path | None = None, max_upload_bytes: int = 20 * 1024 * 1024
+    ) -> None:
+        # where uploaded files wait for their turn (GATEWAY_HOME/media/uploads); None: off
+        self.uploads = uploads
         self.max_upload_bytes = max_upload_bytes
         self.upload_stall_s = UPLOAD_STALL_S
         self._submit: Submit | None = None
@@ -84,13 +90,21 @@ class WebChatAdapter:
         self._history: HistorySource | None = None
         self._retried: Retried | None = None
         self._hello: Hello | None = None
-        # Inbound ids: unique across restarts (the store dedupes on them) without a uuid4 per message.
+        # Inbound ids: unique across restarts (the store
+        # dedupes on them) without a uuid4 per message.
         self._boot = uuid.uuid4().hex[:16]
         self._received = itertools.count(1)
-        self._drafts: dict[str, tuple[str, set[web.WebSocketResponse]]] = {}  # id → (text so far, tabs told)
+        # id → (text so far, tabs told)
+        self._drafts: dict[str, tuple[str, set[web.WebSocketResponse]]] = {}
 
-    def attach(self, app: web.Application, *, history: HistorySource | None = None, retried: Retried | None = None,
-               hello: Hello | None = None) -> None:
+    def attach(
+        self,
+        app: web.Application,
+        *,
+        history: HistorySource | None = None,
+        retried: Retried | None = None,
+        hello: Hello | None = None,
+    ) -> None:
         self._history = history
         self._retried = retried
         self._hello = hello
@@ -116,8 +130,13 @@ class WebChatAdapter:
         mid = f"web-{self._sent}"
         if message.choices is not None:
             mid = f"web-{self._boot[:8]}-{self._sent}"
-        frame: dict[str, object] = {"type": "message", "id": mid, "kind": message.kind.value, "text": message.text,
-                                    "reply_to": message.reply_to_id}
+        frame: dict[str, object] = {
+            "type": "message",
+            "id": mid,
+            "kind": message.kind.value,
+            "text": message.text,
+            "reply_to": message.reply_to_id,
+        }
         if replaces is not None:
             frame["replaces"] = replaces
         if message.choices is not None:
@@ -135,8 +154,10 @@ class WebChatAdapter:
 
     async def close_choices(self, message: OutboundMessage, platform_message_id: str) -> None:
         """A decided request: the tabs show its outcome instead of its buttons."""
-        await self._to_tabs(message.chat.chat_id, {"type": "update", "id": platform_message_id,
-                                                   "text": message.text})
+        await self._to_tabs(
+            message.chat.chat_id,
+            {"type": "update", "id": platform_message_id, "text": message.text},
+        )
 
     async def send_audio(self, audio: OutboundAudio) -> str:
         """A voice reply: the page plays it in an audio player under the answer (the note travels in
@@ -144,9 +165,17 @@ class WebChatAdapter:
         self._sent += 1
         mid = f"web-{self._sent}"
         src = "data:" + audio.mime_type + ";base64," + base64.b64encode(audio.data).decode()
-        await self._to_tabs(audio.chat.chat_id, {
-            "type": "audio", "id": mid, "reply_to": audio.reply_to_id, "src": src,
-            "duration": audio.duration_s, "transcript": audio.transcript})
+        await self._to_tabs(
+            audio.chat.chat_id,
+            {
+                "type": "audio",
+                "id": mid,
+                "reply_to": audio.reply_to_id,
+                "src": src,
+                "duration": audio.duration_s,
+                "transcript": audio.transcript,
+            },
+        )
         return mid
 
     # ------------------------------------------------------------------ live previews
@@ -154,7 +183,8 @@ class WebChatAdapter:
         return PREVIEW_STYLE
 
     async def show_preview(self, part: PreviewPart) -> str:
-        """A tab that saw this draft gets what was added; one that did not (opened since) the whole text."""
+        """A tab that saw this draft gets what was added;
+        one that did not (opened since) the whole text."""
         draft_id = part.platform_message_id or f"wd-{self._boot[:8]}-{next(self._received)}"
         shown, told = self._drafts.pop(draft_id, ("", set()))
         self._drafts[draft_id] = (part.text, told)
@@ -166,11 +196,27 @@ class WebChatAdapter:
             if ws.closed:
                 continue
             if growing and ws in told:
-                await ws.send_str(json.dumps({"type": "delta", "id": draft_id, "text": part.text[len(shown):],
-                                              "reply_to": part.reply_to_id}))
+                await ws.send_str(
+                    json.dumps(
+                        {
+                            "type": "delta",
+                            "id": draft_id,
+                            "text": part.text[len(shown) :],
+                            "reply_to": part.reply_to_id,
+                        }
+                    )
+                )
             else:
-                await ws.send_str(json.dumps({"type": kind, "id": draft_id, "text": part.text,
-                                              "reply_to": part.reply_to_id}))
+                await ws.send_str(
+                    json.dumps(
+                        {
+                            "type": kind,
+                            "id": draft_id,
+                            "text": part.text,
+                            "reply_to": part.reply_to_id,
+                        }
+                    )
+                )
                 told.add(ws)
         return draft_id
 
@@ -185,10 +231,12 @@ class WebChatAdapter:
             if not ws.closed:
                 await ws.send_str(payload)
 
-    # Who may open the page or the socket (the owner only, from this page's own origin) is checked for every route
-    # by the daemon's guard (gateway/ops/web_guard.py) before these run.
+    # Who may open the page or the socket (the owner only, from this page's own origin) is checked
+    # for every route by the daemon's guard (gateway/ops/web_guard.py) before these run.
     async def _page(self, request: web.Request) -> web.Response:
-        html = resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
+        html = (
+            resources.files("adapters").joinpath("static/webchat.html").read_text(encoding="utf-8")
+        )
         return web.Response(text=html, content_type="text/html")
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
@@ -200,7 +248,9 @@ class WebChatAdapter:
         if self._hello is not None:
             await ws.send_str(json.dumps({"type": "hello", **self._hello()}))
         if self._history is not None:
-            await ws.send_str(json.dumps({"type": "history", "messages": list(self._history(client))}))
+            await ws.send_str(
+                json.dumps({"type": "history", "messages": list(self._history(client))})
+            )
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
@@ -218,62 +268,113 @@ class WebChatAdapter:
             text = str(frame.get("text", ""))
             files = self._files(frame.get("files") or [])
         except (ValueError, AttributeError, TypeError) as exc:
-            await ws.send_str(json.dumps({"type": "error", "text": str(exc) if isinstance(exc, _BadFiles)
-                                          else "malformed message"}))
+            await ws.send_str(
+                json.dumps(
+                    {
+                        "type": "error",
+                        "text": str(exc) if isinstance(exc, _BadFiles) else "malformed message",
+                    }
+                )
+            )
             return
         if not text.strip() and not files:
             return
         if len(text) > MAX_MESSAGE_CHARS:
-            await ws.send_str(json.dumps({"type": "error", "text": f"message too long (limit {MAX_MESSAGE_CHARS:,})"}))
+            await ws.send_str(
+                json.dumps(
+                    {"type": "error", "text": f"message too long (limit {MAX_MESSAGE_CHARS:,})"}
+                )
+            )
             return
         if self._submit is None:
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is not ready"}))
             return
         given = str(frame.get("id") or "")
-        message_id = given if CLIENT_MESSAGE_ID.fullmatch(given) else f"{self._boot}-{next(self._received)}"
-        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text=text, message_id=message_id,
-                          received_at=datetime.now(UTC), user_name=None, attachments=files)
+        message_id = (
+            given if CLIENT_MESSAGE_ID.fullmatch(given) else f"{self._boot}-{next(self._received)}"
+        )
+        inbound = Inbound(
+            chat=ChatRef("web", "dm", client),
+            user_id=client,
+            text=text,
+            message_id=message_id,
+            received_at=datetime.now(UTC),
+            user_name=None,
+            attachments=files,
+        )
         try:
             result = await self._submit(inbound)
         except Exception as exc:  # noqa: BLE001 (not stored, for whatever reason: the tab must hear it)
             log.warning("web: message %s not stored (%s)", inbound.message_id, exc)
-            await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": "refused",
-                                          "reason": "not stored"}))
-            if not isinstance(exc, StoreUnavailable):  # the core tells the chat itself when storage failed
-                await ws.send_str(json.dumps({"type": "error", "text": "your message could not be stored; please "
-                                              "send it again"}))
+            await ws.send_str(
+                json.dumps(
+                    {
+                        "type": "ack",
+                        "id": inbound.message_id,
+                        "outcome": "refused",
+                        "reason": "not stored",
+                    }
+                )
+            )
+            if not isinstance(exc, StoreUnavailable):
+                # the core tells the chat itself when storage failed
+                await ws.send_str(
+                    json.dumps(
+                        {
+                            "type": "error",
+                            "text": "your message could not be stored; please send it again",
+                        }
+                    )
+                )
             return
-        await ws.send_str(json.dumps({"type": "ack", "id": inbound.message_id, "outcome": result.outcome.value,
-                                      "reason": result.reason}))
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "ack",
+                    "id": inbound.message_id,
+                    "outcome": result.outcome.value,
+                    "reason": result.reason,
+                }
+            )
+        )
         retry_of = str(frame.get("retry_of") or "")
         if retry_of and self._retried is not None and result.outcome is not SubmitOutcome.REFUSED:
-            self._retried(client, retry_of)  # only once the new one is stored: a refused retry keeps the old
+            # only once the new one is stored: a refused retry keeps the old
+            self._retried(client, retry_of)
         if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
             await ws.send_str(json.dumps({"type": "error", "text": "the gateway is shutting down"}))
 
-    async def _choice(self, client: str, ws: web.WebSocketResponse,
-                      frame: dict[str, object]) -> None:
+    async def _choice(
+        self, client: str, ws: web.WebSocketResponse, frame: dict[str, object]
+    ) -> None:
         """A click on one of a message's buttons: a tap, as on any platform; a refusal is told to
         this tab."""
         token, value = str(frame.get("token") or ""), str(frame.get("value") or "")
         if self._submit is None or not token or not value:
             return
-        inbound = Inbound(chat=ChatRef("web", "dm", client), user_id=client, text="",
-                          message_id=f"{self._boot}-c{next(self._received)}",
-                          received_at=datetime.now(UTC), picked=Picked(token[:64], value[:16]))
+        inbound = Inbound(
+            chat=ChatRef("web", "dm", client),
+            user_id=client,
+            text="",
+            message_id=f"{self._boot}-c{next(self._received)}",
+            received_at=datetime.now(UTC),
+            picked=Picked(token[:64], value[:16]),
+        )
         try:
             result = await self._submit(inbound)
         except Exception as exc:  # noqa: BLE001 (the tab must hear that its click did nothing)
             log.warning("web: a click not handled (%s)", exc)
-            await ws.send_str(json.dumps({"type": "notice",
-                                          "text": "That did not work; please try again."}))
+            await ws.send_str(
+                json.dumps({"type": "notice", "text": "That did not work; please try again."})
+            )
             return
         if result.notice:
             await ws.send_str(json.dumps({"type": "notice", "text": result.notice}))
 
     # ------------------------------------------------------------------ files
     async def _upload(self, request: web.Request) -> web.Response:
-        """One file (multipart field `file`), streamed to disk; 413 past the limit, nothing kept of it."""
+        """One file (multipart field `file`), streamed to
+        disk; 413 past the limit, nothing kept of it."""
         if self.uploads is None:
             return web.json_response({"error": "uploads are off"}, status=404)
         try:
@@ -282,29 +383,35 @@ class WebChatAdapter:
         except (ValueError, AssertionError):
             part = None
         if not isinstance(part, BodyPartReader) or part.name != "file":
-            return web.json_response({"error": "expected a multipart body with one `file`"}, status=400)
+            return web.json_response(
+                {"error": "expected a multipart body with one `file`"}, status=400
+            )
         upload_id = uuid.uuid4().hex
         try:
             size = await self._store(part, self.uploads / upload_id)
         except _TooLarge:
-            return web.json_response({"error": f"the file is larger than {self.max_upload_bytes:,} bytes"},
-                                     status=413)
+            return web.json_response(
+                {"error": f"the file is larger than {self.max_upload_bytes:,} bytes"}, status=413
+            )
         except TimeoutError:
-            return web.json_response({"error": f"the upload stalled (nothing for {self.upload_stall_s:g} s)"},
-                                     status=408)
+            return web.json_response(
+                {"error": f"the upload stalled (nothing for {self.upload_stall_s:g} s)"}, status=408
+            )
         except OSError as exc:  # the disk is full, or the folder cannot be written: nothing kept
             log.warning("web: an upload could not be kept: %s", exc)
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             why = "the disk is full" if full else f"it cannot be written ({exc.strerror or exc})"
-            return web.json_response({"error": f"the file could not be kept: {why}"},
-                                     status=507 if full else 500)
+            return web.json_response(
+                {"error": f"the file could not be kept: {why}"}, status=507 if full else 500
+            )
         name = _file_name(part.filename)
         kind = _media_type(part.headers.get("Content-Type"))
         return web.json_response({"id": upload_id, "name": name, "type": kind, "size": size})
 
     async def _store(self, part: BodyPartReader, path: Path) -> int:
         assert self.uploads is not None
-        for folder in (self.uploads.parent, self.uploads):  # GATEWAY_HOME/media/uploads: the owner's files, 0700
+        for folder in (self.uploads.parent, self.uploads):
+            # GATEWAY_HOME/media/uploads: the owner's files, 0700
             folder.mkdir(exist_ok=True, mode=0o700)
         size = 0
         try:
@@ -314,7 +421,8 @@ class WebChatAdapter:
                     if size > self.max_upload_bytes:
                         raise _TooLarge
                     out.write(chunk)
-        except BaseException:  # too big, stalled, or the connection dropped: no half file stays behind
+        except BaseException:
+            # too big, stalled, or the connection dropped: no half file stays behind
             path.unlink(missing_ok=True)
             raise
         return size
@@ -326,12 +434,24 @@ class WebChatAdapter:
         found = []
         for item in items:
             upload_id = str(item.get("id") or "") if isinstance(item, dict) else ""
-            if not UPLOAD_ID.match(upload_id) or self.uploads is None or not (self.uploads / upload_id).is_file():
-                raise _BadFiles("a file of this message was not uploaded (or is gone); attach it again")
+            if (
+                not UPLOAD_ID.match(upload_id)
+                or self.uploads is None
+                or not (self.uploads / upload_id).is_file()
+            ):
+                raise _BadFiles(
+                    "a file of this message was not uploaded (or is gone); attach it again"
+                )
             kind = _media_type(str(item.get("type") or ""))
-            found.append(Attachment(_kind(kind), name=_file_name(str(item.get("name") or "")),
-                                    mime_type=kind, size=(self.uploads / upload_id).stat().st_size,
-                                    ref=upload_id))
+            found.append(
+                Attachment(
+                    _kind(kind),
+                    name=_file_name(str(item.get("name") or "")),
+                    mime_type=kind,
+                    size=(self.uploads / upload_id).stat().st_size,
+                    ref=upload_id,
+                )
+            )
         return tuple(found)
 
     async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
@@ -348,9 +468,12 @@ class WebChatAdapter:
 
 
 def choices_frame(choices: Choices) -> dict[str, object]:
-    return {"token": choices.token,
-            "options": [{"label": c.label, "value": c.value, "style": c.style}
-                                                for c in choices.options]}
+    return {
+        "token": choices.token,
+        "options": [
+            {"label": c.label, "value": c.value, "style": c.style} for c in choices.options
+        ],
+    }
 
 
 class _TooLarge(Exception):
@@ -366,8 +489,9 @@ def _file_name(given: str | None) -> str:
     with either separator), on one line, without characters a reader cannot see; "file" when nothing
     is left. The name is shown, never used as a path (files are kept under their upload id)."""
     base = PureWindowsPath(given or "").name
-    visible = "".join(ch if ch == "\u200d" or unicodedata.category(ch)[0] != "C" else " "
-                      for ch in base)
+    visible = "".join(
+        ch if ch == "\u200d" or unicodedata.category(ch)[0] != "C" else " " for ch in base
+    )
     name = " ".join(visible.split())[:MAX_NAME_CHARS]
     return name if name.strip(".") else "file"
 

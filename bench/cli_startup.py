@@ -25,8 +25,13 @@ def cpu_of(argv: list[str], tree: Path) -> float:
     """The CPU seconds one run of `gateway argv` took (it must succeed)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", ENTRY, *argv], cwd=tree, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", ENTRY, *argv],
+        cwd=tree,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -39,8 +44,10 @@ def main() -> None:
     cpu_of(["--version"], args.tree)  # the first run may compile the tree's .pyc files
     for argv in (["--version"], ["--help"]):
         times = [cpu_of(argv, args.tree) for _ in range(args.runs)]
-        print(f"gateway {' '.join(argv):<10} CPU median {statistics.median(times):.3f} s "
-              f"(min {min(times):.3f}, max {max(times):.3f}, {args.runs} runs)")
+        print(
+            f"gateway {' '.join(argv):<10} CPU median {statistics.median(times):.3f} s "
+            f"(min {min(times):.3f}, max {max(times):.3f}, {args.runs} runs)"
+        )
 
 
 if __name__ == "__main__":

@@ -52,13 +52,19 @@ async def probe(http: aiohttp.ClientSession, port: int) -> float:
     return time.monotonic() - started
 
 
-async def hostile_page(llm: FakeLLM, home: Path, unit: str, size: int,
-                       env: dict[str, str] | None) -> None:
+async def hostile_page(
+    llm: FakeLLM, home: Path, unit: str, size: int, env: dict[str, str] | None
+) -> None:
     body = webpages.repeated(unit, size)
-    async with page_server({"/page": body}) as (base, _), \
-            hostile_daemon(home, llm, env) as (daemon, port), aiohttp.ClientSession() as http:
-        async with WebChatClient(port, "reader", home=home) as reader, \
-                WebChatClient(port, "other", home=home) as other:
+    async with (
+        page_server({"/page": body}) as (base, _),
+        hostile_daemon(home, llm, env) as (daemon, port),
+        aiohttp.ClientSession() as http,
+    ):
+        async with (
+            WebChatClient(port, "reader", home=home) as reader,
+            WebChatClient(port, "other", home=home) as other,
+        ):
             started = time.monotonic()
             await reader.say(f"read {base}/page")
             answer = asyncio.create_task(reader.next("message", timeout=3600))
@@ -74,8 +80,10 @@ async def hostile_page(llm: FakeLLM, home: Path, unit: str, size: int,
         outcome = (tool_results(llm) or ["(no tool result)"])[0]
         print(f"  page {size:,} bytes of {unit!r}: answered after {page_s:.1f} s")
         worst, median = max(latencies) * 1000, statistics.median(latencies) * 1000
-        print(f"  /healthz while it was read: {len(latencies)} probes, max {worst:.0f} ms, median "
-              f"{median:.0f} ms, over 1 s: {sum(1 for x in latencies if x > 1)}")
+        print(
+            f"  /healthz while it was read: {len(latencies)} probes, max {worst:.0f} ms, median "
+            f"{median:.0f} ms, over 1 s: {sum(1 for x in latencies if x > 1)}"
+        )
         print(f"  the other chat's answer: {other_s:.2f} s after it was sent")
         print(f"  what the model got: {_gist(outcome)}")
         await daemon.stop()
@@ -117,10 +125,14 @@ async def pixel_bombs(llm: FakeLLM, home: Path, env: dict[str, str] | None) -> N
         after = memory_mb(pid)
         for tab in tabs:
             await tab.__aexit__(None, None, None)
-        print(f"  daemon RSS: {before:.0f} MB before, peak {memory_mb(pid, 'VmHWM'):.0f} MB "
-              f"(sampled {max(d for d, _ in samples):.0f}), {after:.0f} MB 5 s after")
-        print(f"  worker RSS: peak sampled {max(w for _, w in samples):.0f} MB, "
-              f"{memory_mb(worker_pid(pid)):.0f} MB 5 s after (it exits when idle for 5 min)")
+        print(
+            f"  daemon RSS: {before:.0f} MB before, peak {memory_mb(pid, 'VmHWM'):.0f} MB "
+            f"(sampled {max(d for d, _ in samples):.0f}), {after:.0f} MB 5 s after"
+        )
+        print(
+            f"  worker RSS: peak sampled {max(w for _, w in samples):.0f} MB, "
+            f"{memory_mb(worker_pid(pid)):.0f} MB 5 s after (it exits when idle for 5 min)"
+        )
         for n, (text, took) in enumerate(answers):
             print(f"  bomb{n}.png: answered after {took:.1f} s: {text!r}")
         await daemon.stop()
@@ -145,15 +157,18 @@ async def main() -> None:
     parser.add_argument("--skip", choices=["page", "pictures"])
     args = parser.parse_args()
     env = {"PYTHONPATH": str(args.tree.resolve())} if args.tree else None  # gateway from there
-    print(f"load average {os.getloadavg()[0]:.2f}; daemon from "
-          f"{args.tree or Path(__file__).resolve().parent.parent}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; daemon from "
+        f"{args.tree or Path(__file__).resolve().parent.parent}"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         async with FakeLLM() as llm:
             if args.skip != "page":
                 print("1. web_fetch on a hostile page")
                 llm.script(*[asks_for_pages] * 10)
-                await hostile_page(llm, Path(scratch) / "page", PAGES[args.page],
-                                   args.page_kb * 1000, env)
+                await hostile_page(
+                    llm, Path(scratch) / "page", PAGES[args.page], args.page_kb * 1000, env
+                )
             if args.skip != "pictures":
                 print("2. four pixel bombs at once")
                 await pixel_bombs(llm, Path(scratch) / "pictures", env)

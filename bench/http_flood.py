@@ -33,9 +33,7 @@ USERS = {
 async def main(sockets: int, rounds: int) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 8 * sockets), hard), hard))
-    print(
-        f"load {os.getloadavg()[0]:.2f}; {sockets} flood sockets a listener; {rounds} rounds"
-    )
+    print(f"load {os.getloadavg()[0]:.2f}; {sockets} flood sockets a listener; {rounds} rounds")
     with tempfile.TemporaryDirectory() as tmp:
         async with FakeLLM() as llm, FakeSlack(users=USERS) as slack:
             report = await flood_a_daemon(Path(tmp), llm, slack, sockets=sockets, rounds=rounds)

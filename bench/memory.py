@@ -1,14 +1,17 @@
-"""Memory of a long-running gateway: `gateway run` (a subprocess, Telegram and the web chat configured) with
-10,000 sessions, each with a stored prompt and 20 messages, every one of them touched by a real turn; then a
-soak of steady traffic, sampling the daemon's RSS. Goals: ≤ 120 MB after the sessions; < 5 % growth over the soak.
+"""Memory of a long-running gateway: `gateway run` (a subprocess, Telegram and the web chat
+configured) with 10,000 sessions, each with a stored prompt and 20 messages, every one of them
+touched by a real turn; then a soak of steady traffic, sampling the daemon's RSS. Goals: ≤ 120 MB
+after the sessions; < 5 % growth over the soak.
 
-The sessions are seeded in SQLite with 18 messages, then each gets one real turn (its 19th and 20th) from
-FakeTelegram (or the web chat), so every per-session path (lanes, locks, outbox, rate-limit windows, lifecycle
-deadlines) has run. Telegram traffic stays under the bot's 30 messages a second, so creating 10,000 takes minutes.
+The sessions are seeded in SQLite with 18 messages, then each gets one real turn (its 19th and 20th)
+from FakeTelegram (or the web chat), so every per-session path (lanes, locks, outbox, rate-limit
+windows, lifecycle deadlines) has run. Telegram traffic stays under the bot's 30 messages a second,
+so creating 10,000 takes minutes.
 
-Where the MB at start go is measured beside it, each step in a fresh interpreter with the daemon's config: the bare
-interpreter, the core (`gateway.cli.main` and `gateway.ops.daemon` with their libraries, the config loaded), the model client
-as configured, and each configured platform's adapter module (its library) on top of the core.
+Where the MB at start go is measured beside it, each step in a fresh interpreter with the daemon's
+config: the bare interpreter, the core (`gateway.cli.main` and `gateway.ops.daemon` with their
+libraries, the config loaded), the model client as configured, and each configured platform's
+adapter module (its library) on top of the core.
 
 Run:  PYTHONPATH=. python bench/memory.py [--sessions 10000] [--soak-seconds 1800] [--rate 20]
       PYTHONPATH=. python bench/memory.py --quick      (2,000 sessions, a 2-minute soak)
@@ -36,7 +39,8 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 
 
 class QuietLLM(FakeLLM):
-    """The fake model without its request record (it would hold every request body for the whole soak)."""
+    """The fake model without its request record (it
+    would hold every request body for the whole soak)."""
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         response = await super()._anthropic(request)
@@ -62,22 +66,38 @@ elif step.startswith("adapters."):
 print(next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
       / 1024)
 """
-ADAPTER_MODULES = {"web": "adapters.webchat", "telegram": "adapters.telegram.adapter", "discord": "adapters.discord.adapter",
-                   "slack": "adapters.slack.adapter"}
+ADAPTER_MODULES = {
+    "web": "adapters.webchat",
+    "telegram": "adapters.telegram.adapter",
+    "discord": "adapters.discord.adapter",
+    "slack": "adapters.slack.adapter",
+}
 
 
 def step_mb(step: str, home: Path) -> float:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent)}  # as the daemon gets it
-    done = subprocess.run([sys.executable, "-c", STEP, step, str(home)], env=env, capture_output=True, text=True,
-                          timeout=120, check=True)
+    # as the daemon gets it
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", STEP, step, str(home)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return float(done.stdout.split()[-1])
 
 
 def breakdown(home: Path, platforms: list[str]) -> list[tuple[str, float]]:
-    """(what, MB) for the interpreter, the core on top of it, then the model client and each adapter on the core."""
+    """(what, MB) for the interpreter, the core on top of it, then the model client and each adapter
+    on the core."""
     python = step_mb("python", home)
     core = step_mb("core", home)
-    parts = [("python", python), ("core", core - python), ("model client", step_mb("model", home) - core)]
+    parts = [
+        ("python", python),
+        ("core", core - python),
+        ("model client", step_mb("model", home) - core),
+    ]
     parts += [(name, step_mb(ADAPTER_MODULES[name], home) - core) for name in platforms]
     return parts
 
@@ -96,18 +116,21 @@ async def touch_all(server: Server, sessions: int, concurrency: int) -> float:
     for i in range(sessions):
         queue.put_nowait(i)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
         async def worker() -> None:
             while not queue.empty():
                 i = queue.get_nowait()
                 tab = Tab(http, server.port, client(i))
                 await tab.say(f"touch-{i}")
                 await tab.close()
+
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return time.monotonic() - started
 
 
 async def touch_all_telegram(tg: FakeTelegram, sessions: int, concurrency: int) -> float:
-    """One Telegram turn in every session (chat ids 1..N), `concurrency` chats in flight at a time."""
+    """One Telegram turn in every session (chat ids
+    1..N), `concurrency` chats in flight at a time."""
     started = time.monotonic()
     for first in range(0, sessions, concurrency):
         chats = range(first + 1, min(sessions, first + concurrency) + 1)
@@ -121,9 +144,11 @@ def _sent_at_least(tg: FakeTelegram, count: int) -> Callable[[], bool]:
     return lambda: len(tg.sent_messages()) >= count
 
 
-async def soak_telegram(server: Server, tg: FakeTelegram, sessions: int, seconds: float, rate: float,
-                        every: float) -> list[tuple[float, float]]:
-    """Steady Telegram traffic at `rate` messages a second (under the bot's 30/s), RSS sampled every `every` s."""
+async def soak_telegram(
+    server: Server, tg: FakeTelegram, sessions: int, seconds: float, rate: float, every: float
+) -> list[tuple[float, float]]:
+    """Steady Telegram traffic at `rate` messages a second (under the bot's 30/s), RSS sampled every
+    `every` s."""
     samples: list[tuple[float, float]] = []
     base = len(tg.sent_messages())
     started = next_sample = time.monotonic()
@@ -137,13 +162,17 @@ async def soak_telegram(server: Server, tg: FakeTelegram, sessions: int, seconds
             tg.inject_message(chat, f"soak-{sent}", user_id=chat, username=None)
             sent += 1
         await asyncio.sleep(max(0.0, 1.0 / rate - (time.monotonic() - now)))
-    await tg.wait_until(lambda: len(tg.sent_messages()) >= base + sent, 300)  # no backlog left behind
+    # no backlog left behind
+    await tg.wait_until(lambda: len(tg.sent_messages()) >= base + sent, 300)
     samples.append((time.monotonic() - started, rss_mb(server.proc.pid)))
     return samples
 
 
-async def soak(server: Server, sessions: int, seconds: float, rate: float, every: float) -> list[tuple[float, float]]:
-    """Steady traffic: `rate` messages a second, each to the next session in turn; RSS sampled every `every` s."""
+async def soak(
+    server: Server, sessions: int, seconds: float, rate: float, every: float
+) -> list[tuple[float, float]]:
+    """Steady traffic: `rate` messages a second, each to the next session in turn; RSS sampled every
+    `every` s."""
     samples: list[tuple[float, float]] = []
     started = time.monotonic()
     sent = 0
@@ -157,14 +186,16 @@ async def soak(server: Server, sessions: int, seconds: float, rate: float, every
             due = int((now - started) * rate) - sent
             batch = []
             for _ in range(max(due, 0)):
-                i = (sent * 7919) % sessions  # a prime stride: every session in turn, neighbours apart
+                # a prime stride: every session in turn, neighbours apart
+                i = (sent * 7919) % sessions
                 tab = tabs.get(i) or Tab(http, server.port, client(i))
                 tabs[i] = tab
                 batch.append(tab.say(f"soak-{sent}"))
                 sent += 1
             if batch:
                 await asyncio.gather(*batch)
-            if len(tabs) > 200:  # a few hundred open tabs at most, like real browsers coming and going
+            if len(tabs) > 200:
+                # a few hundred open tabs at most, like real browsers coming and going
                 for tab in list(tabs.values())[:100]:
                     await tab.close()
                 tabs = dict(list(tabs.items())[100:])
@@ -183,36 +214,60 @@ async def main(args: argparse.Namespace) -> None:
         seed(home, args.sessions, 18, args.platform)
         async with QuietLLM(validate=False) as llm, FakeTelegram() as tg:
             users = ", ".join(str(i + 1) for i in range(args.sessions))
-            server = await start_gateway(home, llm, extra=(
-                f"telegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n  allowed_users: [{users}]\n"))
+            server = await start_gateway(
+                home,
+                llm,
+                extra=(
+                    f"telegram:\n  token: '{TOKEN}'\n  api_server: "
+                    f"{tg.base_url}\n  allowed_users: [{users}]\n"
+                ),
+            )
             try:
                 idle = rss_mb(server.proc.pid)
                 if args.platform == "telegram":
                     took = await touch_all_telegram(tg, args.sessions, 20)
                     after = rss_mb(server.proc.pid)
-                    samples = await soak_telegram(server, tg, args.sessions, args.soak_seconds, args.rate,
-                                                  args.sample_every)
+                    samples = await soak_telegram(
+                        server, tg, args.sessions, args.soak_seconds, args.rate, args.sample_every
+                    )
                 else:
                     took = await touch_all(server, args.sessions, 20)
                     after = rss_mb(server.proc.pid)
-                    samples = await soak(server, args.sessions, args.soak_seconds, args.rate, args.sample_every)
+                    samples = await soak(
+                        server, args.sessions, args.soak_seconds, args.rate, args.sample_every
+                    )
             finally:
                 server.stop()
         parts = breakdown(home, ["web", "telegram"])
-    warm = samples[min(len(samples) - 1, max(1, len(samples) // 10))][1]  # after the first tenth: caches are warm
+    # after the first tenth: caches are warm
+    warm = samples[min(len(samples) - 1, max(1, len(samples) // 10))][1]
     last = samples[-1][1]
     peak = max(mb for _, mb in samples)
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} (1 min), "
-          f"Python {platform.python_version()}")
-    print(f"traffic: {args.platform}; RSS at start (Telegram + web chat configured): {idle:7.1f} MB")
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} (1 "
+        f"min), Python {platform.python_version()}"
+    )
+    print(
+        f"traffic: {args.platform}; RSS at start (Telegram + web chat configured): {idle:7.1f} MB"
+    )
     summed = sum(mb for _, mb in parts)
-    shares = ", ".join(f"{what} {mb:.1f}" if i == 0 else f"{what} {mb:+.1f}" for i, (what, mb) in enumerate(parts))
-    print(f"  where they go (MB, each step in a fresh interpreter): {shares} = {summed:.1f}; "
-          f"the running daemon {idle - summed:+.1f} (store, loop, models built on first use)")
-    print(f"RSS after {args.sessions:,} sessions x 20 messages (each touched, {took:.0f}s): {after:7.1f} MB "
-          f"(goal <= 120 MB)")
-    print(f"soak: {args.soak_seconds:.0f}s at {args.rate:g} msg/s ({int(args.soak_seconds * args.rate):,} messages);"
-          f" RSS {samples[0][1]:.1f} at start, {warm:.1f} once warm, {last:.1f} at the end, peak {peak:.1f} MB")
+    shares = ", ".join(
+        f"{what} {mb:.1f}" if i == 0 else f"{what} {mb:+.1f}" for i, (what, mb) in enumerate(parts)
+    )
+    print(
+        f"  where they go (MB, each step in a fresh interpreter): {shares} = {summed:.1f}; "
+        f"the running daemon {idle - summed:+.1f} (store, loop, models built on first use)"
+    )
+    print(
+        f"RSS after {args.sessions:,} sessions x 20 messages (each touched, {took:.0f}s): "
+        f"{after:7.1f} MB (goal <= 120 MB)"
+    )
+    print(
+        f"soak: {args.soak_seconds:.0f}s at {args.rate:g} msg/s "
+        f"({int(args.soak_seconds * args.rate):,} messages);"
+        f" RSS {samples[0][1]:.1f} at start, {warm:.1f} once "
+        f"warm, {last:.1f} at the end, peak {peak:.1f} MB"
+    )
     print(f"growth over the soak (warm to end): {100 * (last - warm) / warm:+.1f} % (goal < 5 %)")
     if args.verbose:
         for at, mb in samples:
@@ -223,12 +278,24 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--soak-seconds", type=float, default=1800.0)
-    parser.add_argument("--rate", type=float, default=20.0, help="messages a second during the soak")
-    parser.add_argument("--sample-every", type=float, default=30.0, help="seconds between RSS samples")
-    parser.add_argument("--platform", choices=["telegram", "web"], default="telegram",
-                        help="where the traffic comes from (telegram: FakeTelegram at <= 30 msg/s)")
-    parser.add_argument("--quick", action="store_true", help="2,000 sessions, a 2-minute soak, samples every 5 s")
-    parser.add_argument("--keep", type=Path, help="run in this directory and keep it (database, logs)")
+    parser.add_argument(
+        "--rate", type=float, default=20.0, help="messages a second during the soak"
+    )
+    parser.add_argument(
+        "--sample-every", type=float, default=30.0, help="seconds between RSS samples"
+    )
+    parser.add_argument(
+        "--platform",
+        choices=["telegram", "web"],
+        default="telegram",
+        help="where the traffic comes from (telegram: FakeTelegram at <= 30 msg/s)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="2,000 sessions, a 2-minute soak, samples every 5 s"
+    )
+    parser.add_argument(
+        "--keep", type=Path, help="run in this directory and keep it (database, logs)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every RSS sample")
     args = parser.parse_args()
     if args.quick:

@@ -39,8 +39,11 @@ FILES: dict[str, tuple[str, str, Callable[[], bytes]]] = {  # name → (file nam
     "XLSX: 40,000 sheets": ("sheets.xlsx", "", attacks.xlsx_many_sheets),
     "PNG: 7999² RGBA": ("bomb.png", "image/png", lambda: blank_png(7999, 7999, mode="RGBA")),
     "PNG: 1 M chunks": ("chunks.png", "image/png", attacks.png_many_chunks),
-    "GIF: 7999² screen, 2,000 frames": ("frames.gif", "image/gif",
-                                        attacks.gif_big_canvas_many_frames),
+    "GIF: 7999² screen, 2,000 frames": (
+        "frames.gif",
+        "image/gif",
+        attacks.gif_big_canvas_many_frames,
+    ),
     "WebP: 4000², 40 frames": ("anim.webp", "image/webp", attacks.webp_big_animation),
     "HEIC: 7999²": ("big.heic", "image/heic", attacks.heic_large),
     "JPEG: 3,000 progressive scans": ("scans.jpg", "image/jpeg", attacks.jpeg_many_scans),
@@ -54,7 +57,7 @@ class Files:
 
     async def media(self, attachment: Attachment) -> AsyncIterator[bytes]:
         for at in range(0, len(self.data), 1 << 20):
-            yield self.data[at:at + (1 << 20)]
+            yield self.data[at : at + (1 << 20)]
 
 
 async def watch(worker: Worker, peak: list[float]) -> None:
@@ -83,8 +86,11 @@ async def one(name: str, run: Callable[[], object], worker: Worker, size: int) -
     except Exception as exc:  # noqa: BLE001 - the figure to print is what was raised
         told = f"{type(exc).__name__}: {exc}"
     watching.cancel()
-    print(f"{name:40} {size / 1e6:6.1f} MB {time.monotonic() - started:6.1f} s  worker cpu "
-          f"≥{peak[1]:5.1f} s  peak {peak[0]:5.0f} MB  → {str(told)[:150]}", flush=True)
+    print(
+        f"{name:40} {size / 1e6:6.1f} MB {time.monotonic() - started:6.1f} s  worker cpu "
+        f"≥{peak[1]:5.1f} s  peak {peak[0]:5.0f} MB  → {str(told)[:150]}",
+        flush=True,
+    )
 
 
 async def main() -> None:
@@ -113,6 +119,7 @@ async def main() -> None:
                 async def read(a: Attachment = attachment) -> object:
                     out = await pipeline.prepare(files, [a], session_id=1, inbound_id=1)
                     return out.problems or [b[:150] for b in out.blocks] or out.images
+
                 await one(name, read, worker, len(files.data))
             else:
                 body = attacks.HTML_ATTACKS[name.removeprefix("HTML: ")]()
@@ -121,8 +128,11 @@ async def main() -> None:
 
                 async def page(f: Fetched = fetched) -> object:
                     found = await page_of(f, worker)
-                    return f"title {found.title!r}, {len(found.markdown):,} chars: " \
-                           f"{found.markdown[:80]!r}"
+                    return (
+                        f"title {found.title!r}, {len(found.markdown):,} chars: "
+                        f"{found.markdown[:80]!r}"
+                    )
+
                 await one(name, page, worker, len(body))
         await worker.close()
 

@@ -1,11 +1,13 @@
-"""Benchmark session_search: build a store with N messages (default 1,000,000 in 10,000 sessions), time 200 queries.
+"""Benchmark session_search: build a store with N messages (default 1,000,000 in 10,000 sessions),
+time 200 queries.
 
 Run:  PYTHONPATH=. python bench/search.py [--messages N] [--db PATH] [--keep] [--scoped-index] [--slowest K]
-Prints build time, database size and p50 / p95 / max latency per query kind and overall (goal: p95 < 20 ms).
-The schema comes from gateway.store.database.Store, so the bench measures the tables the daemon really writes;
---scoped-index first applies the proposed migration in gateway/store/search_index.py (migration 0003 in the store). Queries go through
-SessionSearch.search_now, the code the tool runs (minus the hop to its thread). Askers: 20% a heavy user
-with ~12% of all sessions, 60% ordinary users in DMs, 20% users asking in a group.
+Prints build time, database size and p50 / p95 / max latency per query kind and overall (goal: p95 <
+20 ms). The schema comes from gateway.store.database.Store, so the bench measures the tables the
+daemon really writes; --scoped-index first applies the proposed migration in
+gateway/store/search_index.py (migration 0003 in the store). Queries go through
+SessionSearch.search_now, the code the tool runs (minus the hop to its thread). Askers: 20% a heavy
+user with ~12% of all sessions, 60% ordinary users in DMs, 20% users asking in a group.
 """
 
 from __future__ import annotations
@@ -29,8 +31,353 @@ from gateway.store.database import Store
 from gateway.store.search_index import SEARCH_INDEX_MIGRATION_SQL, rebuild
 
 PLATFORMS = ("telegram", "discord", "slack", "web")
-REAL_WORDS = ["docker", "compose", "deploy", "server", "database", "backup", "restore", "migration", "python", "javascript", "typescript", "rust", "golang", "kubernetes", "cluster", "node", "pod", "container", "image", "registry", "nginx", "proxy", "certificate", "domain", "email", "calendar", "meeting", "invoice", "payment", "budget", "travel", "flight", "hotel", "train", "ticket", "passport", "visa", "weather", "rain", "sunny", "garden", "tomato", "recipe", "pasta", "pizza", "coffee", "tea", "breakfast", "dinner", "lunch", "birthday", "party", "gift", "anniversary", "wedding", "holiday", "vacation", "beach", "mountain", "hiking", "running", "cycling", "swimming", "yoga", "gym", "doctor", "dentist", "appointment", "medicine", "insurance", "mortgage", "rent", "apartment", "kitchen", "bathroom", "bedroom", "furniture", "sofa", "laptop", "phone", "keyboard", "monitor", "printer", "router", "wifi", "password", "update", "upgrade", "install", "configure", "error", "exception", "timeout", "crash", "bug", "fix", "release", "version", "branch", "commit", "merge", "review", "test", "coverage", "benchmark", "latency", "throughput", "memory", "cpu", "disk", "network", "firewall", "security", "login", "logout", "account", "profile", "settings", "notification", "reminder", "schedule", "task", "project", "deadline", "report", "presentation", "slides", "document", "spreadsheet", "chart", "graph", "analysis", "data", "model", "training", "dataset", "prompt", "token", "context", "window", "embedding", "vector", "search", "index", "query", "cache", "session", "user", "assistant", "telegram", "discord", "slack", "webhook", "bot", "channel", "group", "thread", "message", "reply", "mention", "reaction", "emoji", "sticker", "photo", "video", "music", "playlist", "podcast", "book", "novel", "chapter", "author", "library", "school", "homework", "exam", "lesson", "teacher", "student", "course", "language", "english", "german", "french", "spanish", "japanese", "chinese", "grammar", "vocabulary", "translation", "dictionary", "cat", "dog", "puppy", "kitten", "vet", "food", "walk", "park", "car", "bicycle", "bus", "subway", "airport", "station"]
-CJK_WORDS = ["東京", "旅行", "会議", "予定", "天気", "雨", "晴れ", "仕事", "会社", "電車", "新幹線", "ホテル", "予約", "料理", "寿司", "ラーメン", "友達", "家族", "誕生日", "映画", "音楽", "本", "図書館", "学校", "先生", "学生", "試験", "勉強", "日本語", "英語", "病院", "医者", "薬", "保険", "銀行", "お金", "買い物", "スーパー", "駅", "空港", "数据库", "服务器", "错误", "部署", "备份", "恢复", "迁移", "测试", "版本", "发布", "代码", "合并", "审查", "性能", "延迟", "内存", "网络", "安全", "密码", "登录", "北京", "上海", "广州", "深圳", "旅游", "机票", "酒店", "火车", "护照", "签证", "天气", "下雨", "晴天", "花园", "番茄", "菜谱", "咖啡", "早餐", "晚餐", "午餐", "生日", "聚会", "礼物", "周年", "婚礼", "假期", "海滩", "爬山", "跑步", "骑车", "游泳", "瑜伽", "健身", "医生", "牙医", "预约", "药品", "房租", "公寓", "厨房", "浴室", "卧室", "家具", "沙发", "电脑", "手机", "键盘", "显示器", "打印机", "路由器", "更新", "升级", "安装", "配置", "异常", "超时", "崩溃", "修复", "提醒", "日程", "任务", "项目", "截止日期", "报告", "演示", "文档", "表格", "图表", "分析", "数据", "模型", "训练", "数据集", "提示词", "上下文", "向量", "搜索", "索引"]
+REAL_WORDS = [
+    "docker",
+    "compose",
+    "deploy",
+    "server",
+    "database",
+    "backup",
+    "restore",
+    "migration",
+    "python",
+    "javascript",
+    "typescript",
+    "rust",
+    "golang",
+    "kubernetes",
+    "cluster",
+    "node",
+    "pod",
+    "container",
+    "image",
+    "registry",
+    "nginx",
+    "proxy",
+    "certificate",
+    "domain",
+    "email",
+    "calendar",
+    "meeting",
+    "invoice",
+    "payment",
+    "budget",
+    "travel",
+    "flight",
+    "hotel",
+    "train",
+    "ticket",
+    "passport",
+    "visa",
+    "weather",
+    "rain",
+    "sunny",
+    "garden",
+    "tomato",
+    "recipe",
+    "pasta",
+    "pizza",
+    "coffee",
+    "tea",
+    "breakfast",
+    "dinner",
+    "lunch",
+    "birthday",
+    "party",
+    "gift",
+    "anniversary",
+    "wedding",
+    "holiday",
+    "vacation",
+    "beach",
+    "mountain",
+    "hiking",
+    "running",
+    "cycling",
+    "swimming",
+    "yoga",
+    "gym",
+    "doctor",
+    "dentist",
+    "appointment",
+    "medicine",
+    "insurance",
+    "mortgage",
+    "rent",
+    "apartment",
+    "kitchen",
+    "bathroom",
+    "bedroom",
+    "furniture",
+    "sofa",
+    "laptop",
+    "phone",
+    "keyboard",
+    "monitor",
+    "printer",
+    "router",
+    "wifi",
+    "password",
+    "update",
+    "upgrade",
+    "install",
+    "configure",
+    "error",
+    "exception",
+    "timeout",
+    "crash",
+    "bug",
+    "fix",
+    "release",
+    "version",
+    "branch",
+    "commit",
+    "merge",
+    "review",
+    "test",
+    "coverage",
+    "benchmark",
+    "latency",
+    "throughput",
+    "memory",
+    "cpu",
+    "disk",
+    "network",
+    "firewall",
+    "security",
+    "login",
+    "logout",
+    "account",
+    "profile",
+    "settings",
+    "notification",
+    "reminder",
+    "schedule",
+    "task",
+    "project",
+    "deadline",
+    "report",
+    "presentation",
+    "slides",
+    "document",
+    "spreadsheet",
+    "chart",
+    "graph",
+    "analysis",
+    "data",
+    "model",
+    "training",
+    "dataset",
+    "prompt",
+    "token",
+    "context",
+    "window",
+    "embedding",
+    "vector",
+    "search",
+    "index",
+    "query",
+    "cache",
+    "session",
+    "user",
+    "assistant",
+    "telegram",
+    "discord",
+    "slack",
+    "webhook",
+    "bot",
+    "channel",
+    "group",
+    "thread",
+    "message",
+    "reply",
+    "mention",
+    "reaction",
+    "emoji",
+    "sticker",
+    "photo",
+    "video",
+    "music",
+    "playlist",
+    "podcast",
+    "book",
+    "novel",
+    "chapter",
+    "author",
+    "library",
+    "school",
+    "homework",
+    "exam",
+    "lesson",
+    "teacher",
+    "student",
+    "course",
+    "language",
+    "english",
+    "german",
+    "french",
+    "spanish",
+    "japanese",
+    "chinese",
+    "grammar",
+    "vocabulary",
+    "translation",
+    "dictionary",
+    "cat",
+    "dog",
+    "puppy",
+    "kitten",
+    "vet",
+    "food",
+    "walk",
+    "park",
+    "car",
+    "bicycle",
+    "bus",
+    "subway",
+    "airport",
+    "station",
+]
+CJK_WORDS = [
+    "東京",
+    "旅行",
+    "会議",
+    "予定",
+    "天気",
+    "雨",
+    "晴れ",
+    "仕事",
+    "会社",
+    "電車",
+    "新幹線",
+    "ホテル",
+    "予約",
+    "料理",
+    "寿司",
+    "ラーメン",
+    "友達",
+    "家族",
+    "誕生日",
+    "映画",
+    "音楽",
+    "本",
+    "図書館",
+    "学校",
+    "先生",
+    "学生",
+    "試験",
+    "勉強",
+    "日本語",
+    "英語",
+    "病院",
+    "医者",
+    "薬",
+    "保険",
+    "銀行",
+    "お金",
+    "買い物",
+    "スーパー",
+    "駅",
+    "空港",
+    "数据库",
+    "服务器",
+    "错误",
+    "部署",
+    "备份",
+    "恢复",
+    "迁移",
+    "测试",
+    "版本",
+    "发布",
+    "代码",
+    "合并",
+    "审查",
+    "性能",
+    "延迟",
+    "内存",
+    "网络",
+    "安全",
+    "密码",
+    "登录",
+    "北京",
+    "上海",
+    "广州",
+    "深圳",
+    "旅游",
+    "机票",
+    "酒店",
+    "火车",
+    "护照",
+    "签证",
+    "天气",
+    "下雨",
+    "晴天",
+    "花园",
+    "番茄",
+    "菜谱",
+    "咖啡",
+    "早餐",
+    "晚餐",
+    "午餐",
+    "生日",
+    "聚会",
+    "礼物",
+    "周年",
+    "婚礼",
+    "假期",
+    "海滩",
+    "爬山",
+    "跑步",
+    "骑车",
+    "游泳",
+    "瑜伽",
+    "健身",
+    "医生",
+    "牙医",
+    "预约",
+    "药品",
+    "房租",
+    "公寓",
+    "厨房",
+    "浴室",
+    "卧室",
+    "家具",
+    "沙发",
+    "电脑",
+    "手机",
+    "键盘",
+    "显示器",
+    "打印机",
+    "路由器",
+    "更新",
+    "升级",
+    "安装",
+    "配置",
+    "异常",
+    "超时",
+    "崩溃",
+    "修复",
+    "提醒",
+    "日程",
+    "任务",
+    "项目",
+    "截止日期",
+    "报告",
+    "演示",
+    "文档",
+    "表格",
+    "图表",
+    "分析",
+    "数据",
+    "模型",
+    "训练",
+    "数据集",
+    "提示词",
+    "上下文",
+    "向量",
+    "搜索",
+    "索引",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +441,12 @@ def plan_world(rng: random.Random, n_sessions: int, n_messages: int) -> World:
     groups = []
     for g in range(max(2, n_sessions // 50)):
         platform = PLATFORMS[g % len(PLATFORMS)]
-        members = tuple(u for _, u in rng.sample(by_platform[platform], min(len(by_platform[platform]),
-                                                                           rng.randint(3, 15))))
+        members = tuple(
+            u
+            for _, u in rng.sample(
+                by_platform[platform], min(len(by_platform[platform]), rng.randint(3, 15))
+            )
+        )
         groups.append((platform, f"g{g}", members))
     avg = n_messages / n_sessions
     sessions = []
@@ -115,9 +466,11 @@ def plan_world(rng: random.Random, n_sessions: int, n_messages: int) -> World:
     return World(sessions, groups, users)
 
 
-def message_rows(rng: random.Random, world: World, vocab: Vocabulary, n_messages: int,
-                 start: datetime) -> Iterator[tuple[object, ...]]:
-    """Messages of ~64 concurrent sessions interleaved in time, as a busy daemon would write them."""
+def message_rows(
+    rng: random.Random, world: World, vocab: Vocabulary, n_messages: int, start: datetime
+) -> Iterator[tuple[object, ...]]:
+    """Messages of ~64 concurrent sessions interleaved
+    in time, as a busy daemon would write them."""
     pending = iter(world.sessions)
     active: list[SessionPlan] = []
     left: list[int] = []  # messages still to write, per active session
@@ -141,7 +494,15 @@ def message_rows(rng: random.Random, world: World, vocab: Vocabulary, n_messages
         kind = "flush" if rng.random() < 0.01 else "chat"
         active_flag = 0 if rng.random() < 0.03 else 1
         clock += timedelta(seconds=rng.randint(1, 40))
-        yield (plan.id, role, text, user, clock.isoformat(timespec="microseconds"), active_flag, kind)
+        yield (
+            plan.id,
+            role,
+            text,
+            user,
+            clock.isoformat(timespec="microseconds"),
+            active_flag,
+            kind,
+        )
         emitted += 1
         left[slot] -= 1
         if left[slot] == 0:
@@ -149,8 +510,9 @@ def message_rows(rng: random.Random, world: World, vocab: Vocabulary, n_messages
             left.pop(slot)
 
 
-def build(db: Path, n_messages: int, n_sessions: int, seed: int,
-          scoped_index: bool) -> tuple[World, Vocabulary, float]:
+def build(
+    db: Path, n_messages: int, n_sessions: int, seed: int, scoped_index: bool
+) -> tuple[World, Vocabulary, float]:
     rng = random.Random(seed)
     vocab = make_vocabulary(rng)
     world = plan_world(rng, n_sessions, n_messages)
@@ -166,13 +528,28 @@ def build(db: Path, n_messages: int, n_sessions: int, seed: int,
     start = datetime(2025, 1, 1, tzinfo=UTC)
     conn.execute("BEGIN")
     conn.executemany(
-        "INSERT INTO sessions (id, key, platform, chat_type, chat_id, user_id, created_at) VALUES (?,?,?,?,?,?,?)",
-        [(s.id, f"{s.platform}:{s.chat_type}:{s.chat_id}:{s.user_id or ''}:{s.id}", s.platform, s.chat_type,
-          s.chat_id, s.user_id, start.isoformat()) for s in world.sessions])
+        "INSERT INTO sessions (id, key, platform, chat_type, "
+        "chat_id, user_id, created_at) VALUES (?,?,?,?,?,?,?)",
+        [
+            (
+                s.id,
+                f"{s.platform}:{s.chat_type}:{s.chat_id}:{s.user_id or ''}:{s.id}",
+                s.platform,
+                s.chat_type,
+                s.chat_id,
+                s.user_id,
+                start.isoformat(),
+            )
+            for s in world.sessions
+        ],
+    )
     rows = message_rows(rng, world, vocab, n_messages, start)
     while batch := [row for _, row in zip(range(50_000), rows, strict=False)]:
-        conn.executemany("INSERT INTO messages (session_id, role, content, user_id, created_at, active, kind)"
-                         " VALUES (?,?,?,?,?,?,?)", batch)
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, user_id, created_at, active, kind)"
+            " VALUES (?,?,?,?,?,?,?)",
+            batch,
+        )
     conn.execute("COMMIT")
     rebuild(conn)  # rows loaded past the store: indexed at once (the daemon indexes in batches)
     for table in ("messages_fts", "messages_fts_tri"):
@@ -190,10 +567,18 @@ class Query:
     ctx: ToolContext
 
 
-def make_queries(rng: random.Random, world: World, vocab: Vocabulary, db: Path, n: int) -> list[Query]:
+def make_queries(
+    rng: random.Random, world: World, vocab: Vocabulary, db: Path, n: int
+) -> list[Query]:
     real = [w for w in vocab.words[:2000] if w in set(REAL_WORDS)]
-    kinds = (["common"] * 6 + ["mid"] * 4 + ["rare"] * 3 + ["and"] * 2 + ["phrase", "prefix", "or"]
-             + ["cjk2", "cjk3"])
+    kinds = (
+        ["common"] * 6
+        + ["mid"] * 4
+        + ["rare"] * 3
+        + ["and"] * 2
+        + ["phrase", "prefix", "or"]
+        + ["cjk2", "cjk3"]
+    )
     phrases = _sample_phrases(db, rng)
     queries = []
     for i in range(n):
@@ -205,9 +590,13 @@ def make_queries(rng: random.Random, world: World, vocab: Vocabulary, db: Path, 
             "and": lambda: f"{rng.choice(real[:200])} {rng.choice(real[:200])}",
             "phrase": lambda: f'"{rng.choice(phrases)}"',
             "prefix": lambda: rng.choice(vocab.words[:3000])[:4] + "*",
-            "or": lambda: f"{rng.choice(vocab.words[200:3000])} OR {rng.choice(vocab.words[200:3000])}",
+            "or": lambda: (
+                f"{rng.choice(vocab.words[200:3000])} OR {rng.choice(vocab.words[200:3000])}"
+            ),
             "cjk2": lambda: rng.choice([w for w in CJK_WORDS if len(w) == 2]),
-            "cjk3": lambda: rng.choice([w for w in CJK_WORDS if len(w) >= 3]) + rng.choice(("", "")),
+            "cjk3": lambda: (
+                rng.choice([w for w in CJK_WORDS if len(w) >= 3]) + rng.choice(("", ""))
+            ),
         }[kind]()
         queries.append(Query(kind, text, _asker(rng, world, db, i)))
     return queries
@@ -215,7 +604,9 @@ def make_queries(rng: random.Random, world: World, vocab: Vocabulary, db: Path, 
 
 def _sample_phrases(db: Path, rng: random.Random) -> list[str]:
     conn = sqlite3.connect(db)
-    rows = conn.execute("SELECT content FROM messages WHERE id % 997 = 0 AND role = 'user' LIMIT 300").fetchall()
+    rows = conn.execute(
+        "SELECT content FROM messages WHERE id % 997 = 0 AND role = 'user' LIMIT 300"
+    ).fetchall()
     conn.close()
     phrases = []
     for (content,) in rows:
@@ -265,10 +656,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=None, help="default: messages / 100")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--db", type=Path, default=None, help="reuse (or create) this database file")
+    parser.add_argument(
+        "--db", type=Path, default=None, help="reuse (or create) this database file"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
-    parser.add_argument("--scoped-index", action="store_true",
-                        help="apply the proposed search index migration (sid column, CJK-only trigrams) first")
+    parser.add_argument(
+        "--scoped-index",
+        action="store_true",
+        help="apply the proposed search index migration (sid column, CJK-only trigrams) first",
+    )
     parser.add_argument("--slowest", type=int, default=0, help="list the N slowest queries")
     args = parser.parse_args(argv)
     n_sessions = args.sessions or max(10, args.messages // 100)
@@ -280,25 +676,35 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed + 1)
     if db.exists():
         print(f"reusing {db}")
-        rng_world = random.Random(args.seed)  # same draws as build(), so users and words match the data
+        # same draws as build(), so users and words match the data
+        rng_world = random.Random(args.seed)
         vocab = make_vocabulary(rng_world)
         world = plan_world(rng_world, n_sessions, args.messages)
     else:
-        print(f"building {args.messages:,} messages in {n_sessions:,} sessions at {db} ...", flush=True)
+        print(
+            f"building {args.messages:,} messages in {n_sessions:,} sessions at {db} ...",
+            flush=True,
+        )
         world, vocab, seconds = build(db, args.messages, n_sessions, args.seed, args.scoped_index)
         print(f"built in {seconds:.1f} s")
     size = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
     print(f"database size: {size / 1e6:,.1f} MB")
     queries = make_queries(rng, world, vocab, db, args.queries)
-    searcher = SessionSearch()  # what the tool uses: one connection kept open, as in the running daemon
+    # what the tool uses: one connection kept open, as in the running daemon
+    searcher = SessionSearch()
     run(searcher, queries[:20])  # warm the caches, as a running daemon would have them
     times = run(searcher, queries, args.slowest)
     searcher.close()
     every = [t for ts in times.values() for t in ts]
     for kind, ts in sorted(times.items()):
-        print(f"  {kind:7} n={len(ts):3}  p50 {pct(ts, 50):6.2f} ms  p95 {pct(ts, 95):6.2f} ms  max {max(ts):6.2f} ms")
-    print(f"all {len(every)} queries: p50 {statistics.median(every):.2f} ms  p95 {pct(every, 95):.2f} ms  "
-          f"max {max(every):.2f} ms  (goal p95 < 20 ms)")
+        print(
+            f"  {kind:7} n={len(ts):3}  p50 {pct(ts, 50):6.2f} ms "
+            f" p95 {pct(ts, 95):6.2f} ms  max {max(ts):6.2f} ms"
+        )
+    print(
+        f"all {len(every)} queries: p50 {statistics.median(every):.2f} ms  p95 "
+        f"{pct(every, 95):.2f} ms  max {max(every):.2f} ms  (goal p95 < 20 ms)"
+    )
     if tmp and not args.keep:
         for p in Path(tmp).iterdir():
             p.unlink()

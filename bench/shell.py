@@ -1,5 +1,6 @@
-"""The shell's sandbox (gateway/sandbox/) with the real bubblewrap: what one command costs, how soon a
-command past its deadline is gone with all its processes, and what a flood of output costs the daemon.
+"""The shell's sandbox (gateway/sandbox/) with the real bubblewrap: what one command costs, how soon
+a command past its deadline is gone with all its processes, and what a flood of output costs the
+daemon.
 
     PYTHONPATH=. python bench/shell.py [--runs 20]
 """
@@ -31,18 +32,24 @@ async def main(runs: int) -> None:
         took.append(time.perf_counter() - started)
         assert done.stdout.head == "hi-42\n"
     took.sort()
-    print(f"echo in the sandbox, {runs} runs: median {statistics.median(took) * 1000:.0f} ms, "
-          f"max {took[-1] * 1000:.0f} ms")
+    print(
+        f"echo in the sandbox, {runs} runs: median {statistics.median(took) * 1000:.0f} ms, "
+        f"max {took[-1] * 1000:.0f} ms"
+    )
     started = time.perf_counter()
     done = await box.run("sleep 100 & sleep 100 & sleep 100")
-    print(f"sleep 100 (3 processes) with timeout_s=3: stopped ({done.stopped}) and reaped after "
-          f"{time.perf_counter() - started:.2f} s wall time")
+    print(
+        f"sleep 100 (3 processes) with timeout_s=3: stopped ({done.stopped}) and reaped after "
+        f"{time.perf_counter() - started:.2f} s wall time"
+    )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
     done = await box.run("yes")
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    print(f"`yes` stopped at 64 MB of output ({done.stopped}) after "
-          f"{time.perf_counter() - started:.2f} s; the daemon's peak RSS grew {grown / 1024:.1f} MB")
+    print(
+        f"`yes` stopped at 64 MB of output ({done.stopped}) after "
+        f"{time.perf_counter() - started:.2f} s; the daemon's peak RSS grew {grown / 1024:.1f} MB"
+    )
 
 
 if __name__ == "__main__":

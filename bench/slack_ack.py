@@ -32,8 +32,14 @@ from tests.fakes.slack_events import ACK_DEADLINE_S, EventsApi, SocketModeEvents
 
 SECRET = "bench-signing-secret"
 ALICE = "U1"
-USERS = {ALICE: {"id": ALICE, "name": "alice", "real_name": "Alice Smith",
-                 "profile": {"display_name": "Alice", "real_name": "Alice Smith"}}}
+USERS = {
+    ALICE: {
+        "id": ALICE,
+        "name": "alice",
+        "real_name": "Alice Smith",
+        "profile": {"display_name": "Alice", "real_name": "Alice Smith"},
+    }
+}
 Submit = Callable[[Inbound], Awaitable[SubmitResult]]
 _ts = itertools.count(1)
 
@@ -46,14 +52,20 @@ def stuck(release: asyncio.Event) -> Submit:
     async def submit(inbound: Inbound) -> SubmitResult:
         await release.wait()
         return SubmitResult(SubmitOutcome.ACCEPTED)
+
     return submit
 
 
 def event(n: int) -> dict[str, object]:
     """A mention in a channel from someone not looked up yet: the adapter asks users.info and
     conversations.info before it stores the message."""
-    return {"type": "app_mention", "channel": f"C{n}", "user": ALICE, "text": "<@UBOT> hi",
-            "ts": f"{int(time.time())}.{next(_ts):06d}"}
+    return {
+        "type": "app_mention",
+        "channel": f"C{n}",
+        "user": ALICE,
+        "text": "<@UBOT> hi",
+        "ts": f"{int(time.time())}.{next(_ts):06d}",
+    }
 
 
 async def one(home: Path, mode: str, case: str, n: int) -> float:
@@ -64,9 +76,12 @@ async def one(home: Path, mode: str, case: str, n: int) -> float:
             slack.fail("users.info", Delay(10.0))
             slack.fail("conversations.info", Delay(10.0))
         (home / "config.yaml").write_text(
-            f"web:\n  enabled: false\nslack:\n  bot_token: '{BOT_TOKEN}'\n  app_token: '{APP_TOKEN}'\n"
+            "web:\n  enabled: false\nslack:\n  bot_token: "
+            f"'{BOT_TOKEN}'\n  app_token: '{APP_TOKEN}'\n"
             f"  signing_secret: '{SECRET}'\n  mode: {mode}\n  listen_port: 0\n"
-            f"  api_url: {slack.api_base_url}\n  allowed_users: ['{ALICE}']\n", encoding="utf-8")
+            f"  api_url: {slack.api_base_url}\n  allowed_users: ['{ALICE}']\n",
+            encoding="utf-8",
+        )
         config = load_config(home, env={})
         assert config.slack is not None
         adapter = SlackAdapter(config.slack, serve=serve_http)
@@ -87,8 +102,10 @@ async def one(home: Path, mode: str, case: str, n: int) -> float:
 
 
 async def main(events: int) -> None:
-    print(f"load average {os.getloadavg()[0]:.2f}; Slack sends an event again after "
-          f"{ACK_DEADLINE_S * 1000:.0f} ms; {events} events per line")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; Slack sends an event again after "
+        f"{ACK_DEADLINE_S * 1000:.0f} ms; {events} events per line"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for mode, case in itertools.product(("socket", "http"), ("plain", "slow-api", "stuck")):
             times = []
@@ -96,8 +113,10 @@ async def main(events: int) -> None:
                 home = Path(tmp) / f"{mode}-{case}-{n}"
                 home.mkdir()
                 times.append(await one(home, mode, case, n))
-            print(f"{mode:<7}{case:<10} median {statistics.median(times) * 1000:7.0f} ms   "
-                  f"slowest {max(times) * 1000:7.0f} ms")
+            print(
+                f"{mode:<7}{case:<10} median {statistics.median(times) * 1000:7.0f} ms   "
+                f"slowest {max(times) * 1000:7.0f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""Benchmark the event loop while another process holds state.db's write lock: how long /readyz takes
-while a message waits for the lock, against the same requests with nobody holding it.
+"""Benchmark the event loop while another process holds state.db's write lock: how long /readyz
+takes while a message waits for the lock, against the same requests with nobody holding it.
 
 Run:  PYTHONPATH=. python bench/store_lock.py [--requests N]
-Prints the median and the slowest of N /readyz requests, in ms, for each case. The daemon is the real
-one, in this process, on the fake model; tests/test_store_outage.py checks what happens meanwhile, this
-script how fast (a statement on the loop waits LOOP_BUSY_TIMEOUT_MS at most for a lock).
+Prints the median and the slowest of N /readyz requests, in ms, for each case. The daemon is the
+real one, in this process, on the fake model; tests/test_store_outage.py checks what happens
+meanwhile, this script how fast (a statement on the loop waits LOOP_BUSY_TIMEOUT_MS at most for a
+lock).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ async def readyz(http: aiohttp.ClientSession, port: int, n: int) -> list[float]:
 
 
 def line(name: str, took: list[float]) -> str:
-    return (f"{name:<34} median {statistics.median(took) * 1000:7.1f} ms   "
-            f"slowest {max(took) * 1000:7.1f} ms")
+    return (
+        f"{name:<34} median {statistics.median(took) * 1000:7.1f} ms   "
+        f"slowest {max(took) * 1000:7.1f} ms"
+    )
 
 
 async def main(requests: int) -> None:
@@ -51,8 +54,9 @@ async def main(requests: int) -> None:
         async with FakeLLM() as llm:
             write_config(home, provider="anthropic", base_url=llm.base_url)
             config = load_config(home, env={})
-            gateway = build_gateway(config, env={}, adapters=platform_adapters(config),
-                                    probe_ollama=False)
+            gateway = build_gateway(
+                config, env={}, adapters=platform_adapters(config), probe_ollama=False
+            )
             daemon = Daemon(gateway, install_signals=False)
             await daemon.start()
             gateway.sessions.outage.submit_wait = 300
@@ -65,7 +69,12 @@ async def main(requests: int) -> None:
                         await tab.ws.send_str(json.dumps({"text": "waits for the lock"}))
                         while gateway.store.health.reason != "busy":
                             await asyncio.sleep(0.01)
-                        print(line("a message waits for a held lock", await readyz(http, port, requests)))
+                        print(
+                            line(
+                                "a message waits for a held lock",
+                                await readyz(http, port, requests),
+                            )
+                        )
             finally:
                 await daemon.stop()
 

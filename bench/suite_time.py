@@ -39,8 +39,9 @@ def _cpu() -> float:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object,
-                                                                                              object]:
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
     wall, cpu = time.monotonic(), _cpu()
     try:
         return (yield)
@@ -54,7 +55,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"suite_time: the most {title}")
         ranked = sorted(SPENT.items(), key=lambda kv: getattr(kv[1], key), reverse=True)
         for nodeid, spent in ranked[:TOP]:
-            write(f"{spent.wall:7.2f}s wall {spent.cpu:7.2f}s cpu {spent.waiting:7.2f}s waiting  {nodeid}")
+            write(
+                f"{spent.wall:7.2f}s wall {spent.cpu:7.2f}s "
+                f"cpu {spent.waiting:7.2f}s waiting  {nodeid}"
+            )
     files: dict[str, Spent] = {}
     for nodeid, spent in SPENT.items():
         total = files.setdefault(nodeid.split("::")[0], Spent())
@@ -65,5 +69,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         write(f"{spent.wall:7.1f}s wall {spent.cpu:7.1f}s cpu  {name}")
     wall = sum(s.wall for s in SPENT.values())
     cpu = sum(s.cpu for s in SPENT.values())
-    write(f"suite_time: {len(SPENT)} tests, {wall:.0f} s wall in tests, {cpu:.0f} s CPU "
-          f"(this process and the children it waited for)")
+    write(
+        f"suite_time: {len(SPENT)} tests, {wall:.0f} s wall in tests, {cpu:.0f} s CPU "
+        f"(this process and the children it waited for)"
+    )

@@ -34,12 +34,28 @@ from tests.fakes.llm import FakeLLM, estimate_tokens
 from tests.helpers import RecordingAdapter, inbound, write_config
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "mcp_server.py"
-QUERIES = ("forecast for a city", "send an email", "open an issue in a repository",
-           "merge pull request", "convert dollars to euros", "what time is it in Tokyo",
-           "turn off the lights", "play a song", "find a free slot for a meeting", "read a file",
-           "restart the api service", "track my parcel", "translate into German", "search my notes",
-           "stock price", "book a flight to Oslo", "delete the calendar event",
-           "air quality and pollen", "add a todo for tomorrow", "query the analytics database")
+QUERIES = (
+    "forecast for a city",
+    "send an email",
+    "open an issue in a repository",
+    "merge pull request",
+    "convert dollars to euros",
+    "what time is it in Tokyo",
+    "turn off the lights",
+    "play a song",
+    "find a free slot for a meeting",
+    "read a file",
+    "restart the api service",
+    "track my parcel",
+    "translate into German",
+    "search my notes",
+    "stock price",
+    "book a flight to Oslo",
+    "delete the calendar event",
+    "air quality and pollen",
+    "add a todo for tomorrow",
+    "query the analytics database",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,19 +67,24 @@ class Figure:
     input_tokens: int
 
 
-async def one_request(root: Path, fake: FakeLLM, tools: int,
-                      search: str) -> tuple[Figure, DeferredCatalog | None]:
+async def one_request(
+    root: Path, fake: FakeLLM, tools: int, search: str
+) -> tuple[Figure, DeferredCatalog | None]:
     home = root / f"{tools}-{search}" / "home"
     home.mkdir(parents=True)
     spec = home.parent / "tools.json"
     spec.write_text(json.dumps({"tools": [], "catalog": tools}), encoding="utf-8")
-    servers = textwrap.dedent(f"""\
+    servers = (
+        textwrap.dedent(f"""\
         mcp_servers:
           fake:
             command: {sys.executable}
             args: [{SERVER}, --tools, {spec}]
             connect_timeout_s: 60
-        """) if tools else ""
+        """)
+        if tools
+        else ""
+    )
     write_config(home, base_url=fake.base_url, extra=servers + f"tools: {{search: {search}}}\n")
     adapter = RecordingAdapter()
     gw = build_gateway(load_config(home), env={}, adapters=[adapter], probe_ollama=False)
@@ -83,8 +104,9 @@ async def one_request(root: Path, fake: FakeLLM, tools: int,
         await gw.llm.close()
         gw.store.close()
     tool_tokens = sum(estimate_tokens(t) for t in body.get("tools", ()))
-    return Figure(tools, search, len(body.get("tools", ())), tool_tokens,
-                  fake.usages[before].prompt_total), deferred
+    return Figure(
+        tools, search, len(body.get("tools", ())), tool_tokens, fake.usages[before].prompt_total
+    ), deferred
 
 
 def time_searches(catalog: DeferredCatalog, count: int) -> tuple[float, list[float]]:
@@ -116,17 +138,23 @@ async def main() -> None:
                     figures.append(figure)
                     if deferred is not None and (biggest is None or len(deferred) > len(biggest)):
                         biggest = deferred
-    print(f"\n{'MCP tools':>9}  {'search':<6}  {'tools sent':>10}  {'tool tokens':>11}  "
-          f"{'request tokens':>14}")
+    print(
+        f"\n{'MCP tools':>9}  {'search':<6}  {'tools sent':>10}  {'tool tokens':>11}  "
+        f"{'request tokens':>14}"
+    )
     for f in figures:
-        print(f"{f.tools:>9}  {f.search:<6}  {f.sent:>10}  {f.tool_tokens:>11,}  "
-              f"{f.input_tokens:>14,}")
+        print(
+            f"{f.tools:>9}  {f.search:<6}  {f.sent:>10}  {f.tool_tokens:>11,}  "
+            f"{f.input_tokens:>14,}"
+        )
     if biggest is not None:
         first, times = time_searches(biggest, args.queries)
         p95 = statistics.quantiles(times, n=20)[-1]
-        print(f"\ntool_search over {len(biggest)} tools: first search (builds the index) "
-              f"{first:.2f} ms; {len(times)} searches: p50 {statistics.median(times):.3f} ms, "
-              f"p95 {p95:.3f} ms, max {max(times):.3f} ms")
+        print(
+            f"\ntool_search over {len(biggest)} tools: first search (builds the index) "
+            f"{first:.2f} ms; {len(times)} searches: p50 {statistics.median(times):.3f} ms, "
+            f"p95 {p95:.3f} ms, max {max(times):.3f} ms"
+        )
         for query in QUERIES[:5]:
             print(f"  {query!r}: {', '.join(s.name for s in biggest.search(query, 3))}")
 

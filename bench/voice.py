@@ -1,8 +1,10 @@
-"""Voice replies: how long a voice note takes to make, and how much CPU, for answers of several lengths.
+"""Voice replies: how long a voice note takes to make,
+and how much CPU, for answers of several lengths.
 
-Runs the gateway's own pipeline (gateway/voice: the spoken words, espeak-ng, ffmpeg's OGG/Opus) with the
-local espeak-ng, so it needs no service: `PYTHONPATH=. python bench/voice.py [--runs 3]`. Prints, per
-answer length: the seconds of speech, wall time, the children's CPU time and the note's size.
+Runs the gateway's own pipeline (gateway/voice: the spoken words, espeak-ng, ffmpeg's OGG/Opus) with
+the local espeak-ng, so it needs no service: `PYTHONPATH=. python bench/voice.py [--runs 3]`.
+Prints, per answer length: the seconds of speech, wall time, the children's CPU time and the note's
+size.
 """
 
 from __future__ import annotations

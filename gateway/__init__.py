@@ -1,8 +1,8 @@
 """agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat.
 
-The packages read top-down as the path of one message; each may import only the ones listed before it (the ones
-on one line are peers, and so are the five of knowledge/, media/, mcp/, net/ and voice/);
-docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it:
+The packages read top-down as the path of one message; each may import only the ones listed before
+it (the ones on one line are peers, and so are the five of knowledge/, media/, mcp/, net/ and
+voice/); docs/architecture.md has the map, tests/test_typing_and_layers.py enforces it:
 
     events, errors         the vocabulary: normalized messages, the error tree
                            (confusables: the look-alike letters the scan folds)

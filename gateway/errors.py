@@ -1,4 +1,5 @@
-"""The gateway's exception tree; foreign exceptions are translated into these where a library is called.
+"""The gateway's exception tree; foreign exceptions are
+translated into these where a library is called.
 
 GatewayError
 ├── ConfigError(file, line, key)          bad config: the daemon exits 78
@@ -38,8 +39,14 @@ class GatewayError(Exception):
 class ConfigError(GatewayError):
     """A config problem located in its file: `config.yaml:7: session_reset.mode: expected ...`."""
 
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
-                 key: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
         self.message = message
         self.file = file
         self.line = line
@@ -70,8 +77,9 @@ class StoreError(GatewayError):
 
 
 class StoreUnavailable(StoreError):
-    """A write failed for a reason that can pass: another process holds the write lock (busy), the disk is full,
-    the file went read-only or I/O failed. Callers that must not lose what they write wait and try again."""
+    """A write failed for a reason that can pass: another process holds the write lock (busy), the
+    disk is full, the file went read-only or I/O failed. Callers that must not lose what they write
+    wait and try again."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason  # busy | full | readonly | io
@@ -79,8 +87,8 @@ class StoreUnavailable(StoreError):
 
 
 class TurnGone(StoreError):
-    """The message a turn answers (or the turn's session) was deleted while the turn ran: `gateway users forget`
-    erased its person. Nothing of the turn is stored, and nothing is sent."""
+    """The message a turn answers (or the turn's session) was deleted while the turn ran: `gateway
+    users forget` erased its person. Nothing of the turn is stored, and nothing is sent."""
 
 
 class HomeLocked(GatewayError):
@@ -88,8 +96,8 @@ class HomeLocked(GatewayError):
 
 
 class HomeUnusable(GatewayError):
-    """The home or its database cannot be used at start-up; one line says why and what to run. Restarting cannot
-    help, so the daemon exits 78 (the unit's RestartPreventExitStatus)."""
+    """The home or its database cannot be used at start-up; one line says why and what to run.
+    Restarting cannot help, so the daemon exits 78 (the unit's RestartPreventExitStatus)."""
 
 
 class AdapterError(GatewayError):
@@ -118,11 +126,13 @@ class PlatformUnavailable(AdapterError):
 
 
 class PreviewGone(AdapterError):
-    """The message a live preview showed is gone (deleted by someone): the answer goes as a new message."""
+    """The message a live preview showed is gone (deleted
+    by someone): the answer goes as a new message."""
 
 
 class AdapterFatal(AdapterError):
-    """A failure no restart can fix (bad token, Discord close 4014): the supervisor leaves the adapter down."""
+    """A failure no restart can fix (bad token, Discord close 4014): the supervisor leaves the
+    adapter down."""
 
 
 class LLMError(GatewayError):
@@ -169,24 +179,33 @@ class MediaTooLarge(MediaError):
 
 
 class MediaUnavailable(MediaError):
-    """The platform would not give the file (expired link, refused, network, timeout). `transient`: it was busy
-    or failing (429, 5xx, a dropped connection), so the download is tried again soon; `retry_after`: the seconds
-    it asked to wait first."""
+    """The platform would not give the file (expired link, refused, network, timeout). `transient`:
+    it was busy or failing (429, 5xx, a dropped connection), so the download is tried again soon;
+    `retry_after`: the seconds it asked to wait first."""
 
-    def __init__(self, message: str, *, transient: bool = False, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, transient: bool = False, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.transient = transient
         self.retry_after = retry_after
 
     @classmethod
-    def http(cls, who: str, status: int, headers: Mapping[str, str] | None = None) -> MediaUnavailable:
-        """`<who> answered HTTP <status>`: a 429 or a 5xx is transient, to wait what its `Retry-After` says."""
+    def http(
+        cls, who: str, status: int, headers: Mapping[str, str] | None = None
+    ) -> MediaUnavailable:
+        """`<who> answered HTTP <status>`: a 429 or a 5xx is transient, to wait what its
+        `Retry-After` says."""
         value = (headers or {}).get("Retry-After")
         try:
             wait = float(value) if value is not None else None
         except ValueError:  # the HTTP-date form: the backoff instead
             wait = None
-        return cls(f"{who} answered HTTP {status}", transient=status == 429 or status >= 500, retry_after=wait)
+        return cls(
+            f"{who} answered HTTP {status}",
+            transient=status == 429 or status >= 500,
+            retry_after=wait,
+        )
 
 
 class NotSendable(GatewayError):

@@ -1,7 +1,8 @@
-"""Regenerate gateway/confusables.py: letters that look like ASCII letters, and the combining-mark ranges.
+"""Regenerate gateway/confusables.py: letters that look
+like ASCII letters, and the combining-mark ranges.
 
-The source is Unicode's confusables.txt (UTS #39) as shipped by the `confusable-homoglyphs` package, which is
-only needed here, never at run time:
+The source is Unicode's confusables.txt (UTS #39) as shipped by the `confusable-homoglyphs` package,
+which is only needed here, never at run time:
 
     pip install confusable-homoglyphs && python scripts/gen_confusables.py > gateway/confusables.py
 """
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 
 def _tidy(source: str, target: str) -> str:
-    """confusables.txt's prototype for I-like strokes is `l`; a capital one reads as I in running text."""
+    """confusables.txt's prototype for I-like strokes is
+    `l`; a capital one reads as I in running text."""
     name = unicodedata.name(source, "")
     if target == "l" and ("CAPITAL" in name or name.endswith("PALOCHKA")) and "SMALL" not in name:
         return "I"
@@ -35,11 +37,15 @@ def _tidy(source: str, target: str) -> str:
 
 
 def fold_pairs() -> dict[str, str]:
-    data = json.loads(resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8"))
+    data = json.loads(
+        resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8")
+    )
     letters = set(string.ascii_letters)
     pairs: dict[str, str] = {}
     for source, glyphs in data.items():
-        key = "".join(c for c in unicodedata.normalize("NFKD", source) if not unicodedata.combining(c))
+        key = "".join(
+            c for c in unicodedata.normalize("NFKD", source) if not unicodedata.combining(c)
+        )
         if len(key) != 1 or key.isascii():
             continue  # NFKD already makes it ASCII, or it is ASCII itself
         targets = sorted({g["c"] for g in glyphs if g["c"] in letters})
@@ -81,10 +87,13 @@ def main() -> None:
     out += _constant("FOLD_FROM", [_esc(ord(k)) for k in pairs])
     out += _constant("FOLD_TO", list(pairs.values()))
     out.append("")
-    out.append("# Nonspacing combining marks (Mn), first and last code point of each run: dropped after NFKD so é matches e.")
+    out.append(
+        "# Nonspacing combining marks (Mn), first and last code "
+        "point of each run: dropped after NFKD so é matches e."
+    )
     out.append("MARK_RANGES = (")
     pairs_text = [f"(0x{a:04X}, 0x{b:04X})," for a, b in mark_ranges()]
-    out += ["    " + " ".join(pairs_text[i:i + 5]) for i in range(0, len(pairs_text), 5)]
+    out += ["    " + " ".join(pairs_text[i : i + 5]) for i in range(0, len(pairs_text), 5)]
     out.append(")")
     sys.stdout.write("\n".join(out) + "\n")
 

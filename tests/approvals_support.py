@@ -21,8 +21,14 @@ DELETE = "mcp_fake_delete_file"
 TOOLS = ("delete_file", "read_file", "rename_file", "echo")
 
 
-def mcp_yaml(folder: Path, *, tools: tuple[str, ...] = TOOLS, approval: str | None = None,
-             hold: Path | None = None, extra: str = "") -> str:
+def mcp_yaml(
+    folder: Path,
+    *,
+    tools: tuple[str, ...] = TOOLS,
+    approval: str | None = None,
+    hold: Path | None = None,
+    extra: str = "",
+) -> str:
     """An `mcp_servers` block for the fake server; its runs land in `folder/runs.log`."""
     tools_file = folder / "tools.json"
     tools_file.write_text(json.dumps({"tools": list(tools)}), encoding="utf-8")
@@ -30,14 +36,18 @@ def mcp_yaml(folder: Path, *, tools: tuple[str, ...] = TOOLS, approval: str | No
     if hold is not None:
         args += ["--hold", str(hold)]
     mode = f"    approval: {approval}\n" if approval else ""
-    return textwrap.dedent(f"""\
+    return (
+        textwrap.dedent(f"""\
         mcp_servers:
           fake:
             command: {sys.executable}
             args: {json.dumps(args)}
             timeout_s: 20
             connect_timeout_s: 30
-        """) + mode + extra
+        """)
+        + mode
+        + extra
+    )
 
 
 def runs(folder: Path) -> list[str]:
@@ -60,11 +70,13 @@ class ButtonAdapter(RecordingAdapter):
         self._changed.set()
 
     def with_choices(self) -> list[tuple[str, OutboundMessage]]:
-        return [(f"{self.platform}-{i}", m) for i,
-                m in enumerate(self.sent, 1) if m.choices is not None]
+        return [
+            (f"{self.platform}-{i}", m) for i, m in enumerate(self.sent, 1) if m.choices is not None
+        ]
 
-    async def wait_choices(self, count: int = 1,
-                           timeout: float = 30.0) -> tuple[str, OutboundMessage]:
+    async def wait_choices(
+        self, count: int = 1, timeout: float = 30.0
+    ) -> tuple[str, OutboundMessage]:
         await wait_until(lambda: len(self.with_choices()) >= count, self._changed, timeout)
         return self.with_choices()[count - 1]
 
@@ -78,15 +90,22 @@ async def wait_until(predicate: Any, changed: asyncio.Event, timeout: float) -> 
         while not predicate():
             changed.clear()
             await changed.wait()
+
     await asyncio.wait_for(loop(), timeout)
 
 
-def tap(choices: Choices, value: str, *, chat: ChatRef, user_id: str,
-        user_name: str | None = None) -> Inbound:
+def tap(
+    choices: Choices, value: str, *, chat: ChatRef, user_id: str, user_name: str | None = None
+) -> Inbound:
     """A tap on one of the buttons, as an adapter hands it in."""
-    base = inbound("", platform=chat.platform, chat_id=chat.chat_id, user_id=user_id,
-                   chat_type=chat.chat_type,
-                   user_name=user_name)
+    base = inbound(
+        "",
+        platform=chat.platform,
+        chat_id=chat.chat_id,
+        user_id=user_id,
+        chat_type=chat.chat_type,
+        user_name=user_name,
+    )
     return dataclasses.replace(base, picked=Picked(choices.token, value))
 
 
@@ -96,8 +115,13 @@ def rows(gw: Gateway) -> list[dict[str, Any]]:
 
 def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool_result blocks of an Anthropic request the fake LLM recorded."""
-    return [block for m in request["messages"] if isinstance(m["content"], list)
-            for block in m["content"] if block.get("type") == "tool_result"]
+    return [
+        block
+        for m in request["messages"]
+        if isinstance(m["content"], list)
+        for block in m["content"]
+        if block.get("type") == "tool_result"
+    ]
 
 
 def result_of(llm: Any, request: int = 1) -> dict[str, Any]:

@@ -21,8 +21,10 @@ ONE_KID = b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>"
 def pdf_many_pages(count: int = 200_000) -> bytes:
     """200,000 empty pages (about 19 MB): every page is an object to parse."""
     kids = b" ".join(b"%d 0 R" % (3 + n) for n in range(count))
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count]
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+    ]
     objects += [b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 9 9]>>"] * count
     return pdf_file(objects)
 
@@ -47,9 +49,13 @@ def pdf_deep_tree(depth: int = 50_000) -> bytes:
 
 def pdf_page_loop() -> bytes:
     """A page tree whose Pages node lists itself as its own kid."""
-    return pdf_file([b"<< /Type /Catalog /Pages 2 0 R >>",
-                     b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
-                     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 9 9] >>"])
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 9 9] >>",
+        ]
+    )
 
 
 def _flate(data: bytes) -> bytes:
@@ -62,29 +68,48 @@ def pdf_nested_filters(unpacked: int = 70_000_000) -> bytes:
     stream."""
     inner = _flate(b"\x00" * unpacked)
     stream = _flate(inner)
-    return pdf_file([CATALOG, ONE_KID,
-                     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-                     b"<< /Length %d /Filter [/FlateDecode /FlateDecode] >>\nstream\n" % len(stream)
-                     + stream + b"\nendstream"])
+    return pdf_file(
+        [
+            CATALOG,
+            ONE_KID,
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+            b"<< /Length %d /Filter [/FlateDecode /FlateDecode] >>\nstream\n" % len(stream)
+            + stream
+            + b"\nendstream",
+        ]
+    )
 
 
 def pdf_cmap_bomb(entries: int = 3_000_000) -> bytes:
     """A font whose ToUnicode map (compressed to a few MB) holds 3 million mappings, parsed in
     Python by the text extractor: seconds of CPU and hundreds of MB for one page."""
     lines = b"".join(b"<%04X> <%04X>\n" % (n % 65536, 0x41 + n % 26) for n in range(entries))
-    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
-            b"1 begincodespacerange <0000> <FFFF> endcodespacerange\n"
-            + b"%d beginbfchar\n" % entries + lines + b"endbfchar\nendcmap\nend end\n")
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        b"1 begincodespacerange <0000> <FFFF> endcodespacerange\n"
+        + b"%d beginbfchar\n" % entries
+        + lines
+        + b"endbfchar\nendcmap\nend end\n"
+    )
     packed = _flate(cmap)
     text = b"BT /F1 12 Tf 72 720 Td <00410042> Tj ET"
-    page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-            b"/Resources << /Font << /F1 5 0 R >> >> >>")
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>"
+    )
     font = b"<< /Type /Font /Subtype /Type0 /BaseFont /X /Encoding /Identity-H /ToUnicode 6 0 R >>"
-    return pdf_file([
-        CATALOG, ONE_KID, page,
-        b"<< /Length %d >>\nstream\n" % len(text) + text + b"\nendstream", font,
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed
-        + b"\nendstream"])
+    return pdf_file(
+        [
+            CATALOG,
+            ONE_KID,
+            page,
+            b"<< /Length %d >>\nstream\n" % len(text) + text + b"\nendstream",
+            font,
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed)
+            + packed
+            + b"\nendstream",
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------------------ office
@@ -99,8 +124,14 @@ def _zip(members: dict[str, bytes]) -> bytes:
 def docx_deep_nesting(depth: int = 5_000_000) -> bytes:
     """word/document.xml with five million nested elements in one paragraph (15 MB unpacked, within
     the 64 MB cap): a tree of them takes gigabytes."""
-    body = (b'<?xml version="1.0"?><w:document ' + W_NS.encode() + b"><w:body><w:p><w:r>"
-            + b"<w:x>" * depth + b"</w:x>" * depth + b"</w:r></w:p></w:body></w:document>")
+    body = (
+        b'<?xml version="1.0"?><w:document '
+        + W_NS.encode()
+        + b"><w:body><w:p><w:r>"
+        + b"<w:x>" * depth
+        + b"</w:x>" * depth
+        + b"</w:r></w:p></w:body></w:document>"
+    )
     return _zip({"word/document.xml": body})
 
 
@@ -110,15 +141,20 @@ def xlsx_many_sheets(count: int = 40_000) -> bytes:
     s = 'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"'
     r = 'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"'
     sheets = "".join(f'<sheet name="S{n}" sheetId="{n + 1}" r:id="rId{n}"/>' for n in range(count))
-    rels = "".join(f'<Relationship Id="rId{n}" Target="worksheets/s{n}.xml"/>'
-                   for n in range(count))
+    rels = "".join(
+        f'<Relationship Id="rId{n}" Target="worksheets/s{n}.xml"/>' for n in range(count)
+    )
     rel_ns = "http://schemas.openxmlformats.org/package/2006/relationships"
     members = {
         "xl/workbook.xml": f"<workbook {s} {r}><sheets>{sheets}</sheets></workbook>".encode(),
-        "xl/_rels/workbook.xml.rels":
-            f'<Relationships xmlns="{rel_ns}">{rels}</Relationships>'.encode()}
-    sheet = f'<worksheet {s}><sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>x</t></is></c>' \
-            "</row></sheetData></worksheet>"
+        "xl/_rels/workbook.xml.rels": (
+            f'<Relationships xmlns="{rel_ns}">{rels}</Relationships>'
+        ).encode(),
+    }
+    sheet = (
+        f'<worksheet {s}><sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>x</t></is></c>'
+        "</row></sheetData></worksheet>"
+    )
     members.update({f"xl/worksheets/s{n}.xml": sheet.encode() for n in range(count)})
     return _zip(members)
 
@@ -149,8 +185,9 @@ def gif_big_canvas_many_frames(frames: int = 2_000) -> bytes:
 
     first = Image.new("P", (7999, 7999))
     small = [Image.new("P", (1, 1), n % 256) for n in range(frames)]
-    return _save(first, "GIF", save_all=True, append_images=small, duration=10, loop=0,
-                 optimize=False)
+    return _save(
+        first, "GIF", save_all=True, append_images=small, duration=10, loop=0, optimize=False
+    )
 
 
 def webp_big_animation(frames: int = 40, side: int = 4000) -> bytes:

@@ -1,4 +1,6 @@
-"""Shared fixtures: the wire fakes (tests/fakes) and a gateway home with a config pointing at them."""
+"""Shared fixtures: the wire fakes (tests/fakes) and
+a gateway home with a config pointing at them.
+"""
 
 from __future__ import annotations
 
@@ -18,14 +20,29 @@ from tests.failure_reports import pytest_configure, pytest_unconfigure  # noqa: 
 from tests.fakes.fixtures import *
 
 # Never let a developer's real keys, tokens, home or service manager leak into a test run.
-for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "GATEWAY_HOME", "OPENAI_BASE_URL",
-             "ANTHROPIC_BASE_URL", "GATEWAY_WEB_PORT", "TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN",
-             "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+for _var in (
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "OPENROUTER_API_KEY",
+    "GATEWAY_HOME",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "GATEWAY_WEB_PORT",
+    "TELEGRAM_BOT_TOKEN",
+    "DISCORD_BOT_TOKEN",
+    "SLACK_BOT_TOKEN",
+    "SLACK_APP_TOKEN",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+):
     os.environ.pop(_var, None)
 # Every fake listens on loopback: a proxy from the environment (HTTP_PROXY, ALL_PROXY …) is not
 # asked for it, by the SDKs (httpx) or aiohttp alike.
 for _var in ("NO_PROXY", "no_proxy"):
-    os.environ[_var] = ",".join(filter(None, [os.environ.get(_var), "127.0.0.1", "localhost", "::1"]))
+    os.environ[_var] = ",".join(
+        filter(None, [os.environ.get(_var), "127.0.0.1", "localhost", "::1"])
+    )
 
 
 DEFAULT_WEB_PORT = WebConfig().port
@@ -41,9 +58,11 @@ def _no_default_web_port() -> Iterator[None]:
 
     def guarded(self: socket.socket, address: Any) -> None:
         if isinstance(address, tuple) and len(address) >= 2 and address[1] == DEFAULT_WEB_PORT:
-            raise AssertionError(f"a test binds {address}: port {DEFAULT_WEB_PORT} is the default web "
-                                 "port, where the developer's own gateway may listen; write "
-                                 "`web.port: 0` (write_config does) or take tests.daemon_proc.free_port()")
+            raise AssertionError(
+                f"a test binds {address}: port {DEFAULT_WEB_PORT} is the default web "
+                "port, where the developer's own gateway may listen; write "
+                "`web.port: 0` (write_config does) or take tests.daemon_proc.free_port()"
+            )
         bind(self, address)
 
     socket.socket.bind = guarded  # type: ignore[method-assign,assignment]
@@ -77,12 +96,16 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
-    """Tests that run `gateway.cli.main.main` in-process configure logging (dictConfig on the root logger, handlers
-    bound to pytest's capture streams); undo that so later tests' caplog sees every record untouched."""
+    """Tests that run `gateway.cli.main.main` in-process configure logging (dictConfig on the root
+    logger, handlers bound to pytest's capture streams); undo that so later tests' caplog sees every
+    record untouched."""
     root = logging.getLogger()
     saved_root = (root.level, root.handlers[:], root.filters[:])
-    saved = {name: (lg.level, lg.handlers[:], lg.filters[:], lg.propagate, lg.disabled)
-             for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    saved = {
+        name: (lg.level, lg.handlers[:], lg.filters[:], lg.propagate, lg.disabled)
+        for name, lg in logging.root.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger)
+    }
     yield
     root.setLevel(saved_root[0])
     root.handlers[:] = saved_root[1]

@@ -1,9 +1,10 @@
-"""Run `gateway run` as a real subprocess, the way systemd does: a NOTIFY_SOCKET to hear READY/WATCHDOG/STOPPING,
-signals to stop it, and every byte of its stdout/stderr kept for the test to inspect.
+"""Run `gateway run` as a real subprocess, the way systemd does: a NOTIFY_SOCKET to hear
+READY/WATCHDOG/STOPPING, signals to stop it, and every byte of its stdout/stderr kept for the test
+to inspect.
 
-Readiness comes from the notify socket (no polling); the web chat is reached over its real WebSocket.
-Waits default to a minute or two: met, they return at once; on a busy machine a start takes tens of
-seconds.
+Readiness comes from the notify socket (no polling); the web chat is reached over its real
+WebSocket. Waits default to a minute or two: met, they return at once; on a busy machine a start
+takes tens of seconds.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ DEFAULT_WEB_PORT = WebConfig().port
 
 
 def free_port() -> int:
-    """A port for a daemon this test starts later (it must bind the number itself), chosen where nothing else on this
-    busy machine picks ports by itself: below the kernel's ephemeral range, at random (not from `random`, which a
-    plugin may seed alike in two test runs). A port from bind(0) sits in that range, and until the daemon binds it,
-    any outgoing connection (1,100 of them in the flood test, and every other run's) may be given it as its local
-    port, and the daemon's bind then fails."""
+    """A port for a daemon this test starts later (it must bind the number itself), chosen where
+    nothing else on this busy machine picks ports by itself: below the kernel's ephemeral range, at
+    random (not from `random`, which a plugin may seed alike in two test runs). A port from bind(0)
+    sits in that range, and until the daemon binds it, any outgoing connection (1,100 of them in the
+    flood test, and every other run's) may be given it as its local port, and the daemon's bind then
+    fails."""
     low, _ = _ephemeral_range()
     pick = random.SystemRandom()
     for _ in range(100):
@@ -56,8 +58,10 @@ def _check_web_port(home: Path, env: dict[str, str]) -> None:
     except ConfigError:  # a test of a bad config: the daemon exits before it listens
         return
     if web.enabled and web.port == DEFAULT_WEB_PORT:
-        raise AssertionError(f"{home}/config.yaml leaves the web chat on {DEFAULT_WEB_PORT}, where the "
-                             "developer's own gateway may listen: set web.port (0, or free_port())")
+        raise AssertionError(
+            f"{home}/config.yaml leaves the web chat on {DEFAULT_WEB_PORT}, where the "
+            "developer's own gateway may listen: set web.port (0, or free_port())"
+        )
 
 
 def _link(fd: Path) -> str | None:
@@ -72,11 +76,13 @@ def _ephemeral_range() -> tuple[int, int]:
         low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
         return int(low), int(high)
     except (OSError, ValueError):
-        return 32768, 60999  # Linux's default; elsewhere (BSDs use 49152-65535) ports below it are as good
+        # Linux's default; elsewhere (BSDs use 49152-65535) ports below it are as good
+        return 32768, 60999
 
 
 class NotifySocket:
-    """An AF_UNIX datagram socket standing in for systemd's notify socket; records every datagram in order."""
+    """An AF_UNIX datagram socket standing in for systemd's
+    notify socket; records every datagram in order."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -105,6 +111,7 @@ class NotifySocket:
             while line not in self.assignments():
                 self._changed.clear()
                 await self._changed.wait()
+
         await asyncio.wait_for(loop(), timeout)
 
     def close(self) -> None:
@@ -113,10 +120,18 @@ class NotifySocket:
 
 
 class DaemonProc:
-    def __init__(self, home: Path, *, env: Mapping[str, str] | None = None, watchdog_usec: int | None = None,
-                 args: tuple[str, ...] = ("--log-format", "json", "run"), nofile: int | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        watchdog_usec: int | None = None,
+        args: tuple[str, ...] = ("--log-format", "json", "run"),
+        nofile: int | None = None,
+    ) -> None:
         self.home = home
-        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) for the daemon, as a unit's LimitNOFILE= sets it
+        # RLIMIT_NOFILE (soft and hard) for the daemon, as a unit's LimitNOFILE= sets it
+        self.nofile = nofile
         self.extra_env = dict(env or {})
         self.watchdog_usec = watchdog_usec
         self.args = args
@@ -128,17 +143,31 @@ class DaemonProc:
 
     async def start(self) -> None:
         self.notify = NotifySocket(self.home.parent / f"notify-{id(self)}.sock")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home.parent),
-               "NOTIFY_SOCKET": str(self.notify.path), **self.extra_env}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home.parent),
+            "NOTIFY_SOCKET": str(self.notify.path),
+            **self.extra_env,
+        }
         _check_web_port(self.home, env)
         if self.watchdog_usec:
             env["WATCHDOG_USEC"] = str(self.watchdog_usec)
         self.proc = await asyncio.create_subprocess_exec(
-            GATEWAY, "--home", str(self.home), *self.args, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=self._limits)
+            GATEWAY,
+            "--home",
+            str(self.home),
+            *self.args,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=self._limits,
+        )
         assert self.proc.stdout and self.proc.stderr
-        self._readers = [asyncio.create_task(self._pump(self.proc.stdout, self.stdout)),
-                         asyncio.create_task(self._pump(self.proc.stderr, self.stderr))]
+        self._readers = [
+            asyncio.create_task(self._pump(self.proc.stdout, self.stdout)),
+            asyncio.create_task(self._pump(self.proc.stderr, self.stderr)),
+        ]
 
     def _limits(self) -> None:
         if self.nofile is not None:
@@ -153,12 +182,16 @@ class DaemonProc:
         assert self.notify and self.proc
         ready = asyncio.create_task(self.notify.wait_for("READY=1", timeout))
         exited = asyncio.create_task(self.proc.wait())
-        done, _ = await asyncio.wait({ready, exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {ready, exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
         for task in (ready, exited):
             if task not in done:
                 task.cancel()
         if ready not in done:
-            raise AssertionError(f"daemon not ready (exit {self.proc.returncode}):\n{self.output()}")
+            raise AssertionError(
+                f"daemon not ready (exit {self.proc.returncode}):\n{self.output()}"
+            )
 
     async def signal(self, sig: int = signal.SIGTERM) -> None:
         assert self.proc
@@ -212,7 +245,9 @@ class DaemonProc:
 class WebChatClient:
     """One browser tab of the web chat: a WebSocket with a fixed client id (the chat id)."""
 
-    def __init__(self, port: int, client: str = "tab1", *, home: Path | None = None, token: str | None = None) -> None:
+    def __init__(
+        self, port: int, client: str = "tab1", *, home: Path | None = None, token: str | None = None
+    ) -> None:
         self.url = f"ws://127.0.0.1:{port}/ws?client={client}"
         # The login secret, as a script sends it (a browser sends the cookie the login link set).
         secret = token or (load_web_secret(home) if home is not None else None)

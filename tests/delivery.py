@@ -1,5 +1,5 @@
-"""Contract fakes for delivery tests: an adapter with scripted send failures, a model that answers at once,
-and the real gateway graph built on a virtual clock."""
+"""Contract fakes for delivery tests: an adapter with scripted send failures, a model that answers
+at once, and the real gateway graph built on a virtual clock."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from tests.fakeclock import FakeClock
 
 
 class ScriptedAdapter:
-    """Records every send attempt with its clock time; `fail(...)` queues errors for the next attempts
-    (None = let that attempt through)."""
+    """Records every send attempt with its clock time; `fail(...)` queues errors for the next
+    attempts (None = let that attempt through)."""
 
     def __init__(self, platform: str, clock: FakeClock | None = None) -> None:
         self.platform = platform
@@ -52,8 +52,11 @@ class ScriptedAdapter:
 
     def seen(self, chat_id: str | None = None) -> list[str]:
         """What the user's client shows, message by message (platforms trim trailing whitespace)."""
-        return [(m.plain if m.use_plain else m.text).rstrip() for m in self.sent
-                if chat_id is None or m.chat.chat_id == chat_id]
+        return [
+            (m.plain if m.use_plain else m.text).rstrip()
+            for m in self.sent
+            if chat_id is None or m.chat.chat_id == chat_id
+        ]
 
 
 class TypingAdapter(ScriptedAdapter):
@@ -72,21 +75,24 @@ EDITS = PreviewStyle(1.0)  # a platform whose previews are messages edited at mo
 
 
 class PreviewAdapter(ScriptedAdapter):
-    """Also shows live previews (the LivePreview ability). Every preview call is logged with its clock time;
-    `fail_preview(...)` queues errors for the next show_preview calls; finishing a preview shares the send
-    script (it is the send of that chunk)."""
+    """Also shows live previews (the LivePreview ability). Every preview call is logged with its
+    clock time; `fail_preview(...)` queues errors for the next show_preview calls; finishing a
+    preview shares the send script (it is the send of that chunk)."""
 
-    def __init__(self, platform: str, clock: FakeClock | None = None, *,
-                 style: PreviewStyle | None = EDITS) -> None:
+    def __init__(
+        self, platform: str, clock: FakeClock | None = None, *, style: PreviewStyle | None = EDITS
+    ) -> None:
         super().__init__(platform, clock)
         self.style = style
         self.shows: list[tuple[float, PreviewPart]] = []
         self.finished: list[tuple[str, OutboundMessage]] = []
         self.dropped: list[str] = []
         self.preview_script: list[BaseException | None] = []
-        self.in_call = asyncio.Event()  # set while a show_preview is on the wire, when `hold` is set
+        # set while a show_preview is on the wire, when `hold` is set
+        self.in_call = asyncio.Event()
         self.hold: asyncio.Event | None = None
-        self.messages: dict[str, tuple[str, tuple[TextEntity, ...]]] = {}  # what the chat shows, by message id
+        # what the chat shows, by message id
+        self.messages: dict[str, tuple[str, tuple[TextEntity, ...]]] = {}
         self._opened = 0
 
     def fail_preview(self, *errors: BaseException | None) -> None:
@@ -119,8 +125,9 @@ class PreviewAdapter(ScriptedAdapter):
             raise error
         self.finished.append((platform_message_id, message))
         self.sent.append(message)
-        self.messages[platform_message_id] = (message.plain, ()) if message.use_plain else (message.text,
-                                                                                           message.entities)
+        self.messages[platform_message_id] = (
+            (message.plain, ()) if message.use_plain else (message.text, message.entities)
+        )
         return platform_message_id
 
     async def drop_preview(self, chat: ChatRef, platform_message_id: str) -> None:
@@ -130,7 +137,9 @@ class PreviewAdapter(ScriptedAdapter):
 
     async def send(self, message: OutboundMessage) -> str:
         mid = await super().send(message)
-        self.messages[mid] = (message.plain, ()) if message.use_plain else (message.text, message.entities)
+        self.messages[mid] = (
+            (message.plain, ()) if message.use_plain else (message.text, message.entities)
+        )
         return mid
 
     def shown(self) -> list[str]:
@@ -145,7 +154,8 @@ class PreviewAdapter(ScriptedAdapter):
 
 
 class ReplyLLM:
-    """A model that answers each user message with `answer(text)`, or raises what `answer` raises."""
+    """A model that answers each user message with
+    `answer(text)`, or raises what `answer` raises."""
 
     provider = "fake"
     model = "fake-1"
@@ -155,8 +165,15 @@ class ReplyLLM:
         self.answer = answer
         self.seen: list[str] = []
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         text = str(messages[-1]["content"])
         self.seen.append(text)
         await asyncio.sleep(0)
@@ -167,8 +184,8 @@ class ReplyLLM:
 
 
 class StreamingLLM(ReplyLLM):
-    """A model that writes its answer in `pieces`, `every` seconds of virtual time apart, telling the stream
-    each piece as it goes (and answering whole, as the wires do, at the end)."""
+    """A model that writes its answer in `pieces`, `every` seconds of virtual time apart, telling
+    the stream each piece as it goes (and answering whole, as the wires do, at the end)."""
 
     def __init__(self, clock: FakeClock, pieces: Sequence[str], *, every: float = 0.5) -> None:
         super().__init__(lambda text: "".join(pieces))
@@ -177,8 +194,15 @@ class StreamingLLM(ReplyLLM):
         self.every = every
         self.streamed = 0
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         self.seen.append(str(messages[-1]["content"]))
         if stream is not None:
             self.streamed += 1
@@ -191,8 +215,16 @@ class StreamingLLM(ReplyLLM):
 
 def gateway_on(clock: FakeClock, home: Path, adapters: Sequence[Any], llm: Any) -> Gateway:
     """The real graph, with every clock and sleep virtual."""
-    return build_gateway(load_config(home), env={}, adapters=adapters, llm=llm, clock=clock.now,
-                         probe_ollama=False, sleep=clock.sleep, monotonic=clock.monotonic)
+    return build_gateway(
+        load_config(home),
+        env={},
+        adapters=adapters,
+        llm=llm,
+        clock=clock.now,
+        probe_ollama=False,
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+    )
 
 
 TELEGRAM_CONFIG = """\

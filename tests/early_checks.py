@@ -22,8 +22,11 @@ from tests.fakes import mcp_zygote
 ROOT = Path(__file__).resolve().parent.parent
 # `python -m mypy` at a lower priority: the tests first (their daemons and fakes run on time), mypy
 # takes what is left.
-MYPY = [sys.executable, "-c",
-        "import os, runpy; os.nice(10); runpy.run_module('mypy', run_name='__main__')"]
+MYPY = [
+    sys.executable,
+    "-c",
+    "import os, runpy; os.nice(10); runpy.run_module('mypy', run_name='__main__')",
+]
 
 
 class Background:
@@ -33,8 +36,9 @@ class Background:
         fd, name = tempfile.mkstemp(prefix="gateway-check-", suffix=".log")
         self.output = Path(name)
         try:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=fd,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT
+            )
         finally:
             os.close(fd)
 
@@ -60,8 +64,13 @@ def mypy_result(timeout: float) -> tuple[int, str]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.name == "test_mypy_clean" and item.path.name == "test_typing_and_layers.py"
-           for item in session.items) and _mypy_installed():
+    if (
+        any(
+            item.name == "test_mypy_clean" and item.path.name == "test_typing_and_layers.py"
+            for item in session.items
+        )
+        and _mypy_installed()
+    ):
         _started.setdefault("mypy", Background(MYPY))
     if any(item.path.name.startswith(("test_mcp", "test_tool_search")) for item in session.items):
         mcp_zygote.start()  # the fake MCP servers' SDK import, done while other tests run

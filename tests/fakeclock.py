@@ -1,7 +1,9 @@
-"""Virtual time for delivery tests: `sleep` parks the caller until the test moves the clock past its deadline.
+"""Virtual time for delivery tests: `sleep` parks the
+caller until the test moves the clock past its deadline.
 
-Nothing here really sleeps. `advance` wakes sleepers in deadline order (the clock reads each one's deadline
-while it runs); `run` drives a coroutine, jumping to the next deadline whenever everything else is blocked.
+Nothing here really sleeps. `advance` wakes sleepers in deadline order (the clock reads each one's
+deadline while it runs); `run` drives a coroutine, jumping to the next deadline whenever everything
+else is blocked.
 """
 
 from __future__ import annotations

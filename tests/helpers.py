@@ -1,4 +1,6 @@
-"""Test helpers: write a config for a fake model, build the real gateway graph around contract fakes."""
+"""Test helpers: write a config for a fake model,
+build the real gateway graph around contract fakes.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ from tests.fakes.llm import FakeLLM
 
 
 def require(missing: str | None) -> None:
-    """A test needs a tool the machine may lack (systemd-analyze, mypy…): skip on a developer's machine, but fail
-    in CI (.ci/run sets GATEWAY_CI=1), where a missing tool must break the run instead of hiding tests."""
+    """A test needs a tool the machine may lack (systemd-analyze, mypy…): skip on a developer's
+    machine, but fail in CI (.ci/run sets GATEWAY_CI=1), where a missing tool must break the run
+    instead of hiding tests."""
     if missing is None:
         return
     if os.environ.get("GATEWAY_CI"):
@@ -34,20 +37,22 @@ def require(missing: str | None) -> None:
 
 
 def require_tool(name: str, package: str) -> None:
-    """The test runs `name` (node, …): skipped without it on a developer's machine, a failure in CI."""
+    """The test runs `name` (node, …): skipped without
+    it on a developer's machine, a failure in CI."""
     require(None if shutil.which(name) else f"{name} is not installed (apt-get install {package})")
 
 
-def write_config(home: Path, *, provider: str = "anthropic", base_url: str | None = None,
-                 extra: str = "") -> Path:
-    """home/config.yaml for the fake model at `base_url`, plus `extra`; the web chat listens on a port
-    from the OS unless `extra` names one (see own_web_port)."""
+def write_config(
+    home: Path, *, provider: str = "anthropic", base_url: str | None = None, extra: str = ""
+) -> Path:
+    """home/config.yaml for the fake model at `base_url`, plus `extra`; the web chat listens on a
+    port from the OS unless `extra` names one (see own_web_port)."""
     model = ""
     if base_url is not None:
         model = textwrap.dedent(f"""\
             model:
               provider: {provider}
-              name: {'claude-test' if provider == 'anthropic' else 'gpt-test'}
+              name: {"claude-test" if provider == "anthropic" else "gpt-test"}
               base_url: {base_url}
               api_key: test-key
               max_retries: 0
@@ -75,10 +80,10 @@ def own_web_port(text: str) -> str:
         return text  # a port is named, or nothing listens
     flow = re.search(r"^web:[ \t]*\{", text, re.MULTILINE)
     if flow:
-        return text[:flow.end()] + "port: 0, " + text[flow.end():]
+        return text[: flow.end()] + "port: 0, " + text[flow.end() :]
     block = re.search(r"^web:[ \t]*\n([ \t]+)", text, re.MULTILINE)
     assert block, f"write_config cannot place web.port in {text!r}"
-    return text[:block.start(1)] + f"{block.group(1)}port: 0\n" + text[block.start(1):]
+    return text[: block.start(1)] + f"{block.group(1)}port: 0\n" + text[block.start(1) :]
 
 
 @contextlib.contextmanager
@@ -122,22 +127,44 @@ class RecordingAdapter:
             while len(self.sent) < count:
                 self._changed.clear()
                 await self._changed.wait()
+
         await asyncio.wait_for(loop(), timeout)
 
 
 _counter = iter(range(1, 10**9))
 
 
-def inbound(text: str, *, platform: str = "cli", chat_id: str = "c1", user_id: str = "u1", chat_type: str = "dm",
-            thread_id: str | None = None, user_name: str | None = None, message_id: str | None = None,
-            received_at: datetime | None = None) -> Inbound:
-    return Inbound(chat=ChatRef(platform, chat_type, chat_id, thread_id), user_id=user_id, text=text,  # type: ignore[arg-type]
-                   message_id=message_id or f"m{next(_counter)}", received_at=received_at or datetime.now(UTC),
-                   user_name=user_name)
+def inbound(
+    text: str,
+    *,
+    platform: str = "cli",
+    chat_id: str = "c1",
+    user_id: str = "u1",
+    chat_type: str = "dm",
+    thread_id: str | None = None,
+    user_name: str | None = None,
+    message_id: str | None = None,
+    received_at: datetime | None = None,
+) -> Inbound:
+    return Inbound(
+        chat=ChatRef(platform, chat_type, chat_id, thread_id),  # type: ignore[arg-type]
+        user_id=user_id,
+        text=text,
+        message_id=message_id or f"m{next(_counter)}",
+        received_at=received_at or datetime.now(UTC),
+        user_name=user_name,
+    )
 
 
-def gateway_for(home: Path, adapters: Sequence[Any], *, llm: Any = None, clock: Any = None, sleep: Any = None,
-                monotonic: Any = None) -> Gateway:
+def gateway_for(
+    home: Path,
+    adapters: Sequence[Any],
+    *,
+    llm: Any = None,
+    clock: Any = None,
+    sleep: Any = None,
+    monotonic: Any = None,
+) -> Gateway:
     """The real graph around `adapters`. Without a `sleep` and `monotonic` of the test's own, the
     platforms' send rates are kept in virtual time (see SendPacing)."""
     config = load_config(home)

@@ -30,8 +30,15 @@ def asks_for_pages(body: dict[str, Any]) -> ToolCall | None:
     tool's result too) the default echo."""
     last = (body.get("messages") or [{}])[-1]
     content = last.get("content")
-    text = content if isinstance(content, str) else " ".join(
-        b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+    text = (
+        content
+        if isinstance(content, str)
+        else " ".join(
+            b.get("text", "")
+            for b in content or []
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    )
     found = READ.match(text.strip()) if last.get("role") == "user" else None
     return ToolCall("web_fetch", {"url": found.group(1)}) if found else None
 
@@ -72,14 +79,19 @@ async def page_server(pages: dict[str, bytes]) -> AsyncIterator[tuple[str, list[
 
 
 @asynccontextmanager
-async def hostile_daemon(home: Path, llm: FakeLLM, env: dict[str, str] | None = None,
-                         extra: str = "") -> AsyncIterator[tuple[DaemonProc, int]]:
+async def hostile_daemon(
+    home: Path, llm: FakeLLM, env: dict[str, str] | None = None, extra: str = ""
+) -> AsyncIterator[tuple[DaemonProc, int]]:
     """`gateway run` with the web chat on a free port (and `extra` config); yields the process
     and the port."""
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
-        f"web:\n  port: {port}\ntools:\n  web_fetch:\n    allow_private: true\n{extra}"))
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=llm.base_url,
+        extra=(f"web:\n  port: {port}\ntools:\n  web_fetch:\n    allow_private: true\n{extra}"),
+    )
     daemon = DaemonProc(home, env=env)
     await daemon.start()
     try:
@@ -145,8 +157,7 @@ async def upload(port: int, headers: dict[str, str], data: bytes, name: str) -> 
     form = aiohttp.FormData()
     form.add_field("file", data, filename=name, content_type="image/png")
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{port}/upload", data=form,
-                             headers=headers) as resp:
+        async with http.post(f"http://127.0.0.1:{port}/upload", data=form, headers=headers) as resp:
             assert resp.status == 200, await resp.text()
             found: dict[str, Any] = await resp.json()
             return found

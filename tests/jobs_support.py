@@ -1,4 +1,6 @@
-"""Helpers for the scheduled-jobs tests: wake the jobs' sweep through APScheduler's real executor, read rows."""
+"""Helpers for the scheduled-jobs tests: wake the jobs' sweep through APScheduler's real executor,
+read rows.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from gateway.scheduling.runner import SWEEP_JOB
 
 
 async def fire_jobs(gw: Gateway) -> bool:
-    """Point the jobs' sweep job at the earliest next run (by the injected clock), move it to now (TESTING.md §5:
-    `modify_job` wakes the scheduler), wait for APScheduler's executor to run it, then for the runs it started
-    and their sends. False when no job was armed at all. A job not yet due by the injected clock stays put."""
+    """Point the jobs' sweep job at the earliest next run (by the injected clock), move it to now
+    (TESTING.md §5: `modify_job` wakes the scheduler), wait for APScheduler's executor to run it,
+    then for the runs it started and their sends. False when no job was armed at all. A job not yet
+    due by the injected clock stays put."""
     runner = gw.jobs
     assert runner is not None and runner.started
     scheduler = runner.scheduler

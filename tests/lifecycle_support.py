@@ -1,4 +1,6 @@
-"""Shared test doubles for the session lifecycle tests: a settable clock, a gated LLM client, row builders."""
+"""Shared test doubles for the session lifecycle tests:
+a settable clock, a gated LLM client, row builders.
+"""
 
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ class FakeClock:
 
 
 class GatedLLM:
-    """An LLMClient double whose calls wait at a gate: lets a test hold turns or flushes open and count how
-    many run at once. Each call answers with the next scripted text (default "ok") and no tool calls."""
+    """An LLMClient double whose calls wait at a gate: lets a test hold turns or flushes open and
+    count how many run at once. Each call answers with the next scripted text (default "ok") and no
+    tool calls."""
 
     provider = "anthropic"
     model = "gated-test"
@@ -52,9 +55,18 @@ class GatedLLM:
         self.started = asyncio.Event()
         self.answers: list[str] = []
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
-        self.calls.append({"system": system, "messages": list(messages), "tools": [t.name for t in tools]})
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
+        self.calls.append(
+            {"system": system, "messages": list(messages), "tools": [t.name for t in tools]}
+        )
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.started.set()
@@ -70,9 +82,11 @@ class GatedLLM:
 
 
 @asynccontextmanager
-async def open_gateway(home: Any, adapters: Sequence[Any], *, clock: FakeClock, llm: Any = None,
-                       start: bool = False) -> AsyncIterator[Gateway]:
-    """The real gateway graph around the fakes; `start` also starts the lifecycle (timers + flush workers)."""
+async def open_gateway(
+    home: Any, adapters: Sequence[Any], *, clock: FakeClock, llm: Any = None, start: bool = False
+) -> AsyncIterator[Gateway]:
+    """The real gateway graph around the fakes; `start`
+    also starts the lifecycle (timers + flush workers)."""
     gw = gateway_for(home, adapters, llm=llm, clock=clock)
     assert gw.lifecycle is not None
     try:
@@ -89,27 +103,74 @@ async def open_gateway(home: Any, adapters: Sequence[Any], *, clock: FakeClock, 
 
 
 def session_row(**overrides: Any) -> SessionRow:
-    base = SessionRow(id=1, key="cli:dm:c1", platform="cli", chat_type="dm", chat_id="c1", thread_id=None,
-                      user_id="u1", parent_id=None, created_at=iso(START) or "", last_user_at=None, ended_at=None,
-                      end_reason=None, model="m", provider="anthropic", system_prompt=None, prompt_built_at=None,
-                      prompt_rebuild_reason=None, prompt_rebuilds=0, flush_state=None, flush_attempts=0,
-                      flush_error=None, flush_finished_at=None, input_tokens=0, output_tokens=0,
-                      cache_read_tokens=0, cache_write_tokens=0, compressions=0)
+    base = SessionRow(
+        id=1,
+        key="cli:dm:c1",
+        platform="cli",
+        chat_type="dm",
+        chat_id="c1",
+        thread_id=None,
+        user_id="u1",
+        parent_id=None,
+        created_at=iso(START) or "",
+        last_user_at=None,
+        ended_at=None,
+        end_reason=None,
+        model="m",
+        provider="anthropic",
+        system_prompt=None,
+        prompt_built_at=None,
+        prompt_rebuild_reason=None,
+        prompt_rebuilds=0,
+        flush_state=None,
+        flush_attempts=0,
+        flush_error=None,
+        flush_finished_at=None,
+        input_tokens=0,
+        output_tokens=0,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        compressions=0,
+    )
     if isinstance(overrides.get("last_user_at"), datetime):
         overrides["last_user_at"] = iso(overrides["last_user_at"])
     return replace(base, **overrides)
 
 
-def seed_session(store: Store, *, key: str, last_user_at: datetime, messages: int = 4, prompt: str = "PROMPT",
-                 platform: str = "cli", chat_type: str = "dm") -> int:
-    """An active session with a stored prompt and `messages` user/assistant messages, as a past run left it."""
+def seed_session(
+    store: Store,
+    *,
+    key: str,
+    last_user_at: datetime,
+    messages: int = 4,
+    prompt: str = "PROMPT",
+    platform: str = "cli",
+    chat_type: str = "dm",
+) -> int:
+    """An active session with a stored prompt and `messages` user/assistant messages, as a past run
+    left it."""
     chat_id = key.split(":")[2]
-    row = store.create_session(key=key, platform=platform, chat_type=chat_type, chat_id=chat_id, thread_id=None,
-                               user_id="u1", parent_id=None, model="gated-test", provider="anthropic",
-                               now=last_user_at)
+    row = store.create_session(
+        key=key,
+        platform=platform,
+        chat_type=chat_type,
+        chat_id=chat_id,
+        thread_id=None,
+        user_id="u1",
+        parent_id=None,
+        model="gated-test",
+        provider="anthropic",
+        now=last_user_at,
+    )
     store.store_prompt(row.id, prompt, now=last_user_at)
-    store.add_messages(row.id, [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
-                                for i in range(messages)], now=last_user_at)
+    store.add_messages(
+        row.id,
+        [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+            for i in range(messages)
+        ],
+        now=last_user_at,
+    )
     store.touch_user(row.id, last_user_at)
     return row.id
 

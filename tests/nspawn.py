@@ -38,8 +38,15 @@ SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 # libpam-systemd: `runuser -l` opens a logind session, which starts the user's manager (for the
 # user unit); bubblewrap: the shell tool's sandbox, tried under the unit's hardening.
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "libpam-systemd", "python3", "python3-venv",
-            "bubblewrap")
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "libpam-systemd",
+    "python3",
+    "python3-venv",
+    "bubblewrap",
+)
 GUEST_PYTHON = (3, 11)  # bookworm's python3: the host's wheels must fit it
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 WHEELS_IN_GUEST = "/var/cache/agent-gateway-wheels"
@@ -63,8 +70,12 @@ def missing_tools() -> str | None:
     """Why this machine cannot boot the container, or None."""
     if os.geteuid() != 0:
         return "booting a container with systemd-nspawn needs root"
-    tools = (("systemd-nspawn", "systemd-container"), ("mmdebstrap", "mmdebstrap"),
-             ("nsenter", "util-linux"), ("git", "git"))
+    tools = (
+        ("systemd-nspawn", "systemd-container"),
+        ("mmdebstrap", "mmdebstrap"),
+        ("nsenter", "util-linux"),
+        ("git", "git"),
+    )
     for tool, package in tools:
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install {package})"
@@ -105,8 +116,9 @@ def _build_once(dest: Path, build: Callable[[Path], None], say: Callable[[str], 
 
 
 def _check(argv: Sequence[str], timeout: float, stdin: int | None = None) -> None:
-    done = subprocess.run(list(argv), capture_output=True, text=True, check=False,
-                          timeout=timeout, stdin=stdin)
+    done = subprocess.run(
+        list(argv), capture_output=True, text=True, check=False, timeout=timeout, stdin=stdin
+    )
     if done.returncode != 0:
         output = f"{done.stdout[-3000:]}{done.stderr[-3000:]}"
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{output}")
@@ -119,6 +131,7 @@ def cached_rootfs(say: Callable[[str], None] = print) -> Path:
     def build(partial: Path) -> None:
         # stdin closed: mmdebstrap reads sources.list lines from a stdin that is not a terminal
         _check(mmdebstrap_argv(partial), BUILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
     return _build_once(dest, build, say)
 
 
@@ -132,6 +145,7 @@ def cached_wheelhouse(project: Path, say: Callable[[str], None] = print) -> Path
     def build(partial: Path) -> None:
         pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(partial)]
         _check([*pip, *wanted], BUILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
     return _build_once(dest, build, say)
 
 
@@ -148,8 +162,9 @@ class Container:
     """One booted container over the tree `root`: `run` a command inside, reach its files through
     `host_path`."""
 
-    def __init__(self, root: Path, *, name: str, log: Path,
-                 binds: Sequence[tuple[Path, str]] = ()) -> None:
+    def __init__(
+        self, root: Path, *, name: str, log: Path, binds: Sequence[tuple[Path, str]] = ()
+    ) -> None:
         self.root = root
         self.name = name
         self.log = log
@@ -160,18 +175,33 @@ class Container:
     def boot(self, timeout: float = 300.0) -> str:
         """Start systemd in the container, wait until it has booted; `is-system-running` then."""
         binds = [f"--bind-ro={host}:{guest}" for host, guest in self.binds]
-        argv = ["systemd-nspawn", "-D", str(self.root), f"--machine={self.name}",
-                "--register=no", "--keep-unit", "--volatile=overlay", "--console=read-only", "-b",
-                *binds]
+        argv = [
+            "systemd-nspawn",
+            "-D",
+            str(self.root),
+            f"--machine={self.name}",
+            "--register=no",
+            "--keep-unit",
+            "--volatile=overlay",
+            "--console=read-only",
+            "-b",
+            *binds,
+        ]
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         self.init_pid = self._wait_for_init(deadline)
         # no answer, or "offline", until the manager listens; then --wait waits for the boot
         while True:
-            state = self.run("systemctl", "is-system-running", "--wait", check=False,
-                             timeout=timeout)
+            state = self.run(
+                "systemctl", "is-system-running", "--wait", check=False, timeout=timeout
+            )
             booted = state.stdout.strip()
             # "running", or "degraded" (a unit failed): both have finished booting
             if booted in ("running", "degraded"):
@@ -195,28 +225,49 @@ class Container:
     def boot_log(self) -> str:
         return self.log.read_text(errors="replace")[-5000:] if self.log.exists() else ""
 
-    def run(self, *argv: str, input: str | None = None, env: Mapping[str, str] | None = None,
-            check: bool = True, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *argv: str,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        timeout: float = 300.0,
+    ) -> subprocess.CompletedProcess[str]:
         """`argv` as root inside the container, in a clean environment plus `env`."""
         assert self.init_pid, "boot() first"
         clean = {"PATH": GUEST_PATH, "HOME": "/root", "LANG": "C.UTF-8", **(env or {})}
         assignments = [f"{k}={v}" for k, v in clean.items()]
-        command = ["nsenter", f"--target={self.init_pid}", "--all", "env", "-i", *assignments,
-                   *argv]
-        done = subprocess.run(command, input=input, capture_output=True, text=True,
-                              check=False, timeout=timeout)
+        command = [
+            "nsenter",
+            f"--target={self.init_pid}",
+            "--all",
+            "env",
+            "-i",
+            *assignments,
+            *argv,
+        ]
+        done = subprocess.run(
+            command, input=input, capture_output=True, text=True, check=False, timeout=timeout
+        )
         if check and done.returncode != 0:
             output = f"{done.stdout[-4000:]}{done.stderr[-4000:]}"
             raise AssertionError(
-                f"in the container, {' '.join(argv)} exited {done.returncode}:\n{output}")
+                f"in the container, {' '.join(argv)} exited {done.returncode}:\n{output}"
+            )
         return done
 
-    async def arun(self, *argv: str, input: str | None = None,
-                   env: Mapping[str, str] | None = None, check: bool = True,
-                   timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    async def arun(
+        self,
+        *argv: str,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        timeout: float = 300.0,
+    ) -> subprocess.CompletedProcess[str]:
         """`run` off the event loop, so that the fakes on it keep answering meanwhile."""
-        return await asyncio.to_thread(self.run, *argv, input=input, env=env, check=check,
-                                       timeout=timeout)
+        return await asyncio.to_thread(
+            self.run, *argv, input=input, env=env, check=check, timeout=timeout
+        )
 
     def host_path(self, guest: str) -> Path:
         """A path inside the container, seen from the host (through its init's root)."""

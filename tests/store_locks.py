@@ -1,4 +1,6 @@
-"""Another process holding state.db's write lock, for the tests of what the daemon does meanwhile."""
+"""Another process holding state.db's write lock,
+for the tests of what the daemon does meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +27,14 @@ class LockHolder:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> Self:
-        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", HOLD_LOCK, str(self.db),
-                                                         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            HOLD_LOCK,
+            str(self.db),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
         assert self.proc.stdout is not None
         assert (await asyncio.wait_for(self.proc.stdout.readline(), 30)) == b"locked\n"
         return self

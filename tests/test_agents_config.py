@@ -33,7 +33,9 @@ def problems(home: Path, text: str) -> str:
 
 
 def test_an_account_takes_its_sections_keys_but_never_its_token(home: Path) -> None:
-    loaded = config(home, """\
+    loaded = config(
+        home,
+        """\
         telegram:
           token: ${T1}
           api_server: http://bots.example
@@ -45,7 +47,8 @@ def test_an_account_takes_its_sections_keys_but_never_its_token(home: Path) -> N
             kids:
               token: '3:cc'
               api_server: http://other.example
-        """)
+        """,
+    )
     accounts = platform_accounts(loaded.telegram)
     assert list(accounts) == ["default", "family", "kids"]
     default, family, kids = (accounts[n] for n in ("default", "family", "kids"))
@@ -57,11 +60,14 @@ def test_an_account_takes_its_sections_keys_but_never_its_token(home: Path) -> N
 
 
 def test_a_section_of_accounts_alone_has_no_default_account(home: Path) -> None:
-    loaded = config(home, """\
+    loaded = config(
+        home,
+        """\
         slack:
           accounts:
             work: {bot_token: xoxb-1, app_token: xapp-1}
-        """)
+        """,
+    )
     assert list(platform_accounts(loaded.slack)) == ["work"]
 
 
@@ -77,24 +83,62 @@ def where(home: Path) -> int:
     return next(n for n, line in enumerate(lines, 1) if line.endswith(HERE))
 
 
-@pytest.mark.parametrize("text, message", [
-    case("telegram.accounts.family.token: required key is missing",
-         "telegram:", "  accounts:", "    family:", "      api_server: http://x" + HERE),
-    case("telegram.token: required key is missing (or give",
-         "telegram:", "  allowed_users: ['1']" + HERE),
-    case("telegram.accounts: 'Family' cannot name an account",
-         "telegram:", "  token: ${T1}", "  accounts:", "    Family:" + HERE, "      token: ${T2}"),
-    case("the section's own token is the account `default`",
-         "telegram:", "  token: ${T1}", "  accounts:", "    default:" + HERE, "      token: ${T2}"),
-    case("two accounts have the same token",
-         "discord:", "  token: ${T1}", "  accounts:", "    ops:" + HERE, "      token: ${T1}"),
-    case("listen on the same listen_host",
-         "slack:", "  mode: http", "  listen_port: 3000", "  accounts:",
-         "    a: {bot_token: x1, signing_secret: s1}" + HERE,
-         "    b: {bot_token: x2, signing_secret: s2}"),
-    case("discord.shards.ids: shard ids run from 0 to 1",
-         "discord:", "  token: ${T1}", "  shards: {count: 2, ids: [0, 2]}" + HERE),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        case(
+            "telegram.accounts.family.token: required key is missing",
+            "telegram:",
+            "  accounts:",
+            "    family:",
+            "      api_server: http://x" + HERE,
+        ),
+        case(
+            "telegram.token: required key is missing (or give",
+            "telegram:",
+            "  allowed_users: ['1']" + HERE,
+        ),
+        case(
+            "telegram.accounts: 'Family' cannot name an account",
+            "telegram:",
+            "  token: ${T1}",
+            "  accounts:",
+            "    Family:" + HERE,
+            "      token: ${T2}",
+        ),
+        case(
+            "the section's own token is the account `default`",
+            "telegram:",
+            "  token: ${T1}",
+            "  accounts:",
+            "    default:" + HERE,
+            "      token: ${T2}",
+        ),
+        case(
+            "two accounts have the same token",
+            "discord:",
+            "  token: ${T1}",
+            "  accounts:",
+            "    ops:" + HERE,
+            "      token: ${T1}",
+        ),
+        case(
+            "listen on the same listen_host",
+            "slack:",
+            "  mode: http",
+            "  listen_port: 3000",
+            "  accounts:",
+            "    a: {bot_token: x1, signing_secret: s1}" + HERE,
+            "    b: {bot_token: x2, signing_secret: s2}",
+        ),
+        case(
+            "discord.shards.ids: shard ids run from 0 to 1",
+            "discord:",
+            "  token: ${T1}",
+            "  shards: {count: 2, ids: [0, 2]}" + HERE,
+        ),
+    ],
+)
 def test_account_mistakes_are_named_with_their_line(home: Path, text: str, message: str) -> None:
     found = problems(home, text)
     assert f"config.yaml:{where(home)}: " in found and message in found, found
@@ -165,26 +209,53 @@ def test_without_agents_everything_is_main(home: Path) -> None:
     check_agents(loaded)
 
 
-@pytest.mark.parametrize("text, message", [
-    case("agents.b.default: only one agent can be the default (already a)",
-         "agents:", "  a: {default: true}", "  b: {default: true}" + HERE),
-    case("agents.a.soul: no such file", "agents:", "  a: {soul: souls/a.md}" + HERE),
-    case("agents.a.identity: give `soul` (a file) or `identity` (the text), not both",
-         "agents:", "  a: {soul: a.md, identity: hi}" + HERE),
-    case("agents.a.tools[0]: unknown tool 'memroy'", "agents:", "  a: {tools: [memroy]}" + HERE),
-    case("agents.a.model: no model named 'fast'", "agents:", "  a: {model: fast}" + HERE),
-    case("bindings[0].account: an account belongs to a platform",
-         "bindings:", "  - {agent: main, account: x}" + HERE),
-    case("bindings[0].platform: discord is not configured",
-         "bindings:", "  - {agent: main, platform: discord}" + HERE),
-    case("bindings[0].agent: no agent named 'wrok'", "bindings:", "  - {agent: wrok}" + HERE),
-    case("bindings[0].account: no telegram account named 'famly' (accounts: default, family)",
-         "telegram:", "  token: ${T1}", "  accounts:", "    family: {token: '${T2}'}", "bindings:",
-         "  - {agent: main, platform: telegram, account: famly}" + HERE),
-    case("agents.Work: 'Work' cannot name an agent", "agents:", "  Work: {identity: hi}" + HERE),
-])
-def test_agent_and_binding_mistakes_are_named_with_their_line(home: Path, text: str,
-                                                              message: str) -> None:
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        case(
+            "agents.b.default: only one agent can be the default (already a)",
+            "agents:",
+            "  a: {default: true}",
+            "  b: {default: true}" + HERE,
+        ),
+        case("agents.a.soul: no such file", "agents:", "  a: {soul: souls/a.md}" + HERE),
+        case(
+            "agents.a.identity: give `soul` (a file) or `identity` (the text), not both",
+            "agents:",
+            "  a: {soul: a.md, identity: hi}" + HERE,
+        ),
+        case(
+            "agents.a.tools[0]: unknown tool 'memroy'", "agents:", "  a: {tools: [memroy]}" + HERE
+        ),
+        case("agents.a.model: no model named 'fast'", "agents:", "  a: {model: fast}" + HERE),
+        case(
+            "bindings[0].account: an account belongs to a platform",
+            "bindings:",
+            "  - {agent: main, account: x}" + HERE,
+        ),
+        case(
+            "bindings[0].platform: discord is not configured",
+            "bindings:",
+            "  - {agent: main, platform: discord}" + HERE,
+        ),
+        case("bindings[0].agent: no agent named 'wrok'", "bindings:", "  - {agent: wrok}" + HERE),
+        case(
+            "bindings[0].account: no telegram account named 'famly' (accounts: default, family)",
+            "telegram:",
+            "  token: ${T1}",
+            "  accounts:",
+            "    family: {token: '${T2}'}",
+            "bindings:",
+            "  - {agent: main, platform: telegram, account: famly}" + HERE,
+        ),
+        case(
+            "agents.Work: 'Work' cannot name an agent", "agents:", "  Work: {identity: hi}" + HERE
+        ),
+    ],
+)
+def test_agent_and_binding_mistakes_are_named_with_their_line(
+    home: Path, text: str, message: str
+) -> None:
     found = problems(home, text)
     assert f"config.yaml:{where(home)}: " in found and message in found, found
 

@@ -55,9 +55,14 @@ class Two:
 
     async def say(self, account: str, text: str, *, user: str = "7") -> SubmitResult:
         self._ids += 1
-        inbound = Inbound(chat=ChatRef("telegram", "dm", user, account=account), user_id=user,
-                          text=text, message_id=f"m{self._ids}", received_at=datetime.now(UTC),
-                          user_name="Ann")
+        inbound = Inbound(
+            chat=ChatRef("telegram", "dm", user, account=account),
+            user_id=user,
+            text=text,
+            message_id=f"m{self._ids}",
+            received_at=datetime.now(UTC),
+            user_name="Ann",
+        )
         result = await self.gw.sessions.submit(inbound)
         await settle(self.gw)
         return result
@@ -94,19 +99,33 @@ def system_text(fake_llm: FakeLLM) -> str:
 def last_tool_result(fake_llm: FakeLLM) -> str:
     """The text of the last tool result the model was sent."""
     messages = fake_llm.anthropic_requests()[-1]["messages"]
-    blocks = [b for m in messages if isinstance(m["content"], list)
-              for b in m["content"] if b.get("type") == "tool_result"]
+    blocks = [
+        b
+        for m in messages
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
     content = blocks[-1]["content"]
     return content if isinstance(content, str) else " ".join(c.get("text", "") for c in content)
 
 
 async def test_a_job_stays_with_its_agent_and_posts_through_its_account(
-        home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with two_agents(home, fake_llm) as two:
-        fake_llm.script(ToolCall("schedule", {"action": "create", "when": "2031-01-06T10:30",
-                                              "prompt": "Remind Ann to water the plants.",
-                                              "name": "plants"}),
-                        Reply("I'll remind you at 10:30."))
+        fake_llm.script(
+            ToolCall(
+                "schedule",
+                {
+                    "action": "create",
+                    "when": "2031-01-06T10:30",
+                    "prompt": "Remind Ann to water the plants.",
+                    "name": "plants",
+                },
+            ),
+            Reply("I'll remind you at 10:30."),
+        )
         await two.say("family", "remind me to water the plants at 10:30")
         [job] = job_rows(two.gw)
         assert (job["agent"], job["account"], job["platform"]) == ("home", "family", "telegram")
@@ -114,8 +133,9 @@ async def test_a_job_stays_with_its_agent_and_posts_through_its_account(
         fake_llm.script(ToolCall("schedule", {"action": "list"}), Reply("Nothing scheduled."))
         await two.say("default", "what have you scheduled?")
         assert "plants" not in last_tool_result(fake_llm)  # main does not see home's job
-        fake_llm.script(ToolCall("schedule", {"action": "cancel", "job_id": job["id"]}),
-                        Reply("Could not."))
+        fake_llm.script(
+            ToolCall("schedule", {"action": "cancel", "job_id": job["id"]}), Reply("Could not.")
+        )
         await two.say("default", "cancel it")
         assert job_rows(two.gw)[0]["state"] == job["state"]  # nor can it cancel it
 
@@ -135,12 +155,15 @@ async def test_a_job_stays_with_its_agent_and_posts_through_its_account(
     assert "; owner telegram:7; agent home via telegram@family" in capsys.readouterr().out
 
 
-async def test_the_job_limit_counts_a_persons_jobs_with_each_agent(home: Path,
-                                                                   fake_llm: FakeLLM) -> None:
+async def test_the_job_limit_counts_a_persons_jobs_with_each_agent(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """A person sees and cancels only the jobs of the agent they talk to, so the limit that agent
     names ("already has 1 active jobs ... action=list shows them") counts those only."""
-    config = CONFIG.replace("schedule: {timezone: Europe/Berlin}",
-                            "schedule: {timezone: Europe/Berlin, max_jobs_per_person: 1}")
+    config = CONFIG.replace(
+        "schedule: {timezone: Europe/Berlin}",
+        "schedule: {timezone: Europe/Berlin, max_jobs_per_person: 1}",
+    )
     create = {"action": "create", "when": "2031-01-06T10:30", "prompt": "Water the plants."}
     async with two_agents(home, fake_llm, config) as two:
         for account in ("family", "default", "default"):
@@ -149,11 +172,14 @@ async def test_the_job_limit_counts_a_persons_jobs_with_each_agent(home: Path,
         last = last_tool_result(fake_llm)
         assert last.startswith("Not scheduled: this person already has 1 active jobs")
         assert [(j["agent"], j["account"]) for j in job_rows(two.gw)] == [
-            ("home", "family"), ("main", "default")]
+            ("home", "family"),
+            ("main", "default"),
+        ]
 
 
-async def test_session_search_finds_only_its_own_agents_conversations(home: Path,
-                                                                      fake_llm: FakeLLM) -> None:
+async def test_session_search_finds_only_its_own_agents_conversations(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with two_agents(home, fake_llm) as two:
         fake_llm.script(Reply("Kiwi is a fine name."))
         await two.say("family", "my parrot is called Kiwi")
@@ -171,10 +197,18 @@ async def test_session_search_finds_only_its_own_agents_conversations(home: Path
 
 async def test_each_agent_has_its_own_skills(home: Path, fake_llm: FakeLLM) -> None:
     async with two_agents(home, fake_llm) as two:
-        fake_llm.script(ToolCall("skill_manage", {"action": "create", "name": "watering",
-                                                  "description": "How Ann's plants are watered.",
-                                                  "content": "Water the fern on Mondays."}),
-                        Reply("Saved."))
+        fake_llm.script(
+            ToolCall(
+                "skill_manage",
+                {
+                    "action": "create",
+                    "name": "watering",
+                    "description": "How Ann's plants are watered.",
+                    "content": "Water the fern on Mondays.",
+                },
+            ),
+            Reply("Saved."),
+        )
         await two.say("family", "remember how to water the plants")
         skills = home / "memories" / "agents" / "home" / "skills"
         assert [p.parent.name for p in skills.rglob("SKILL.md")] == ["watering"]
@@ -191,8 +225,9 @@ async def test_each_agent_has_its_own_skills(home: Path, fake_llm: FakeLLM) -> N
 CODE = re.compile(rf"\b([{ALPHABET}]{{{CODE_LENGTH}}})\b")
 
 
-async def test_a_user_paired_with_one_bot_is_a_stranger_to_the_other(home: Path,
-                                                                     fake_llm: FakeLLM) -> None:
+async def test_a_user_paired_with_one_bot_is_a_stranger_to_the_other(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with two_agents(home, fake_llm) as two:
         result = await two.say("family", "hi", user="8")
         assert result == SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
@@ -214,10 +249,12 @@ async def test_a_user_paired_with_one_bot_is_a_stranger_to_the_other(home: Path,
         assert result == SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
 
 
-async def test_with_memory_shared_a_profile_is_one_for_both_agents(home: Path,
-                                                                   fake_llm: FakeLLM) -> None:
-    shared = CONFIG.replace("home: {identity: You are Hearth.}",
-                            "home: {identity: You are Hearth., memory: shared}")
+async def test_with_memory_shared_a_profile_is_one_for_both_agents(
+    home: Path, fake_llm: FakeLLM
+) -> None:
+    shared = CONFIG.replace(
+        "home: {identity: You are Hearth.}", "home: {identity: You are Hearth., memory: shared}"
+    )
     async with two_agents(home, fake_llm, shared) as two:
         save = {"action": "add", "target": "user", "content": "Ann's fern is called Fred."}
         fake_llm.script(ToolCall("memory", save), Reply("Noted."))
@@ -229,20 +266,26 @@ async def test_with_memory_shared_a_profile_is_one_for_both_agents(home: Path,
         assert "Ann's fern is called Fred." in system_text(fake_llm)  # main reads it too
 
 
-async def test_tool_search_finds_only_the_tools_its_agent_may_use(home: Path,
-                                                                  fake_llm: FakeLLM) -> None:
+async def test_tool_search_finds_only_the_tools_its_agent_may_use(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """The agent `ledger` may use the weather tools of the MCP server and nothing else of it: its
     sessions' deferred catalog holds those only, so tool_search cannot find (nor tool_call run)
     the mail tool the agent `main` finds in the same gateway."""
     from tests.test_tool_search import WEATHER, configure, running, tool_results
-    configure(home, fake_llm, extra="""\
+
+    configure(
+        home,
+        fake_llm,
+        extra="""\
         agents:
           ledger:
             identity: You are Ledger.
             tools: [memory, 'mcp_fake_weather_*']
         bindings:
           - {agent: ledger, platform: cli, chat: books}
-        """)
+        """,
+    )
     mail = "mcp_fake_send_email"
     search = ToolCall("tool_search", {"query": "send an e-mail message", "limit": 10})
     call = ToolCall("tool_call", {"name": mail, "arguments": {"to": "x@example.com"}})
@@ -251,11 +294,14 @@ async def test_tool_search_finds_only_the_tools_its_agent_may_use(home: Path,
         for chat in ("c1", "books"):
             await gw.sessions.submit(inbound("who can send mail?", chat_id=chat))
             await settle(gw)
-        rows = gw.store.all("SELECT s.agent, l.specs FROM sessions s JOIN tool_lists l"
-                            " ON l.id = s.tool_list_id ORDER BY s.id")
+        rows = gw.store.all(
+            "SELECT s.agent, l.specs FROM sessions s JOIN tool_lists l"
+            " ON l.id = s.tool_list_id ORDER BY s.id"
+        )
     requests = fake_llm.anthropic_requests()
     main_found, ledger_found, ledger_called = (
-        str(tool_results(requests[n])[-1]["content"]) for n in (1, 3, 4))
+        str(tool_results(requests[n])[-1]["content"]) for n in (1, 3, 4)
+    )
     assert mail in main_found
     assert mail not in ledger_found and "You are Ledger." in system_text(fake_llm)
     assert ledger_called.startswith(f"Unknown tool '{mail}': use tool_search")

@@ -62,20 +62,29 @@ def system_text(body: dict[str, Any]) -> str:
 
 async def test_an_old_home_keeps_its_keys_and_stored_prompts(home: Path, fake_llm: FakeLLM) -> None:
     conn = sqlite3.connect(FIXTURE / "state.db")
-    before = conn.execute("SELECT id, key, system_prompt, tool_list_id FROM sessions"
-                          " ORDER BY id").fetchall()
+    before = conn.execute(
+        "SELECT id, key, system_prompt, tool_list_id FROM sessions ORDER BY id"
+    ).fetchall()
     conn.close()
     keys = ["telegram:dm:1001", "telegram:group:-100777:1001", "web:dm:owner"]
     assert [r[1] for r in before] == keys
     old_home(home, fake_llm)
     async with upgraded(home) as (gw, telegram):
-        after = gw.store.all("SELECT id, key, system_prompt, tool_list_id, agent, account"
-                             " FROM sessions ORDER BY id")
+        after = gw.store.all(
+            "SELECT id, key, system_prompt, tool_list_id, agent, account FROM sessions ORDER BY id"
+        )
         assert [tuple(r)[:4] for r in after] == before  # byte for byte
         assert {(r["agent"], r["account"]) for r in after} == {("main", "default")}
         assert "0034_agents" in gw.store.migrations_done()
-        await telegram.submit(inbound("and coffee?", platform="telegram", chat_id="1001",
-                                      user_id="1001", message_id="after-the-upgrade"))
+        await telegram.submit(
+            inbound(
+                "and coffee?",
+                platform="telegram",
+                chat_id="1001",
+                user_id="1001",
+                message_id="after-the-upgrade",
+            )
+        )
         await gw.sessions.wait_idle()
         request = fake_llm.anthropic_requests()[-1]
         assert system_text(request) == before[0][2]  # the same cached prefix
@@ -91,22 +100,41 @@ async def test_an_old_home_builds_new_prompts_as_before(home: Path, fake_llm: Fa
     old_home(home, fake_llm)
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(["--home", str(home), "prompt", "--person", "telegram:1001",
-                     "--platform", "telegram"]) == 0
+        assert (
+            main(
+                [
+                    "--home",
+                    str(home),
+                    "prompt",
+                    "--person",
+                    "telegram:1001",
+                    "--platform",
+                    "telegram",
+                ]
+            )
+            == 0
+        )
 
     def undated(text: str) -> list[str]:
         return [line for line in text.splitlines() if not line.startswith("Conversation started:")]
+
     assert undated(out.getvalue()) == undated((FIXTURE / "prompt.txt").read_text(encoding="utf-8"))
     assert "Drinks green tea." in out.getvalue()  # the agent main's memory is the home's memories/
     assert not (home / "memories" / "agents").exists()  # nothing moved, nothing made
 
 
 async def test_an_old_home_still_sees_a_redelivered_message_as_a_duplicate(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     old_home(home, fake_llm)
     stored = rows(home, "SELECT platform, chat_id, platform_message_id FROM inbound ORDER BY id")[0]
     async with upgraded(home) as (_, telegram):
-        again = inbound("I drink green tea", platform="telegram", chat_id=stored[1], user_id="1001",
-                        message_id=stored[2])
+        again = inbound(
+            "I drink green tea",
+            platform="telegram",
+            chat_id=stored[1],
+            user_id="1001",
+            message_id=stored[2],
+        )
         result = await telegram.submit(again)
         assert result.outcome.value == "duplicate"

@@ -18,7 +18,16 @@ from adapters.console import ConsoleAdapter
 from gateway.events import ChatRef, SubmitOutcome
 from gateway.ops.wiring import Gateway
 from gateway.store.rows import iso
-from tests.approvals_support import DELETE, ButtonAdapter, mcp_yaml, result_of, rows, runs, tap, tool_results
+from tests.approvals_support import (
+    DELETE,
+    ButtonAdapter,
+    mcp_yaml,
+    result_of,
+    rows,
+    runs,
+    tap,
+    tool_results,
+)
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config
 from tests.lifecycle_support import FakeClock
@@ -31,8 +40,9 @@ def setup(home: Path, fake: FakeLLM, tmp_path: Path, extra: str = "", **mcp: Any
 
 
 @asynccontextmanager
-async def gateway(home: Path, adapter: RecordingAdapter,
-                  clock: FakeClock | None = None) -> AsyncIterator[Gateway]:
+async def gateway(
+    home: Path, adapter: RecordingAdapter, clock: FakeClock | None = None
+) -> AsyncIterator[Gateway]:
     gw = gateway_for(home, [adapter], clock=clock or FakeClock())
     assert gw.mcp is not None
     await gw.mcp.start()
@@ -48,8 +58,9 @@ async def gateway(home: Path, adapter: RecordingAdapter,
 
 
 async def ask(gw: Gateway, text: str, chat: ChatRef = WEB, user: str = "tab1") -> None:
-    result = await gw.sessions.submit(inbound(text, platform=chat.platform, chat_id=chat.chat_id,
-                                              user_id=user))
+    result = await gw.sessions.submit(
+        inbound(text, platform=chat.platform, chat_id=chat.chat_id, user_id=user)
+    )
     assert result.outcome is SubmitOutcome.ACCEPTED
 
 
@@ -60,7 +71,8 @@ async def answered(gw: Gateway, adapter: RecordingAdapter, count: int) -> list[s
 
 
 async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted report.txt."))
     adapter = ButtonAdapter()
@@ -72,11 +84,15 @@ async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(
         assert "expires in 10 minutes" in request.text and "/approve" not in request.text
         assert request.choices is not None
         assert [(c.label, c.value) for c in request.choices.options] == [
-            ("Allow once", "once"), ("Allow for this session", "session"), ("Deny", "deny")]
+            ("Allow once", "once"),
+            ("Allow for this session", "session"),
+            ("Deny", "deny"),
+        ]
         assert runs(tmp_path) == [] and rows(gw)[0]["state"] == "pending"
 
-        refused = await gw.sessions.submit(tap(request.choices, "once", chat=WEB,
-                                               user_id="someone-else"))
+        refused = await gw.sessions.submit(
+            tap(request.choices, "once", chat=WEB, user_id="someone-else")
+        )
         assert refused.outcome is SubmitOutcome.REFUSED and "Only" in refused.notice
         assert rows(gw)[0]["state"] == "pending" and adapter.closed == {}
 
@@ -98,6 +114,7 @@ async def test_a_destructive_tool_waits_and_allow_once_runs_it_exactly_once(
 
 def rows_of(home: Path) -> list[dict[str, Any]]:
     from gateway.store.database import Store
+
     store = Store(home / "state.db")
     try:
         return [dict(r) for r in store.all("SELECT * FROM approvals ORDER BY id")]
@@ -107,7 +124,8 @@ def rows_of(home: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("how", ["tap", "command"])
 async def test_deny_runs_nothing_and_the_model_says_so(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path, how: str) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path, how: str
+) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("OK, I did not delete it."))
     adapter = ButtonAdapter()
@@ -130,7 +148,8 @@ async def test_deny_runs_nothing_and_the_model_says_so(
 
 
 async def test_an_expired_request_runs_nothing(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path, extra="tools:\n  approval:\n    timeout_minutes: 5\n")
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("Nobody said yes, so I left it."))
     adapter, clock = ButtonAdapter(), FakeClock()
@@ -155,7 +174,8 @@ async def test_an_expired_request_runs_nothing(
 
 
 async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted b."))
     first, clock = ButtonAdapter(), FakeClock()
@@ -181,10 +201,13 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
 
 
 async def test_ask_with_two_options_returns_the_tapped_one(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path)
-    fake_llm.script(ToolCall("ask", {"question": "Which report?", "options": ["March", "April"]}),
-                    Reply("Sending the April report."))
+    fake_llm.script(
+        ToolCall("ask", {"question": "Which report?", "options": ["March", "April"]}),
+        Reply("Sending the April report."),
+    )
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         await ask(gw, "send the report")
@@ -202,10 +225,13 @@ async def test_ask_with_two_options_returns_the_tapped_one(
 
 
 async def test_something_else_takes_the_next_message_as_the_answer(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path)
-    fake_llm.script(ToolCall("ask", {"question": "Which report?", "options": ["March", "April"]}),
-                    Reply("Sending the one from May."))
+    fake_llm.script(
+        ToolCall("ask", {"question": "Which report?", "options": ["March", "April"]}),
+        Reply("Sending the one from May."),
+    )
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         await ask(gw, "send the report")
@@ -213,9 +239,9 @@ async def test_something_else_takes_the_next_message_as_the_answer(
         assert request.choices is not None
         other = await gw.sessions.submit(tap(request.choices, "other", chat=WEB, user_id="tab1"))
         assert other.notice.startswith("Write your answer")
-        result = await gw.sessions.submit(inbound("the one from May", platform="web",
-                                                  chat_id="tab1",
-                                                  user_id="tab1"))
+        result = await gw.sessions.submit(
+            inbound("the one from May", platform="web", chat_id="tab1", user_id="tab1")
+        )
         assert result.reason == "answer"
         texts = await answered(gw, adapter, 2)
     assert texts[-1] == "Sending the one from May."
@@ -224,10 +250,15 @@ async def test_something_else_takes_the_next_message_as_the_answer(
 
 
 async def test_without_buttons_the_request_is_text_and_approve_code_answers_it(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path)
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}), Reply("Deleted c."),
-                    ToolCall(DELETE, {"path": "/srv/d"}), Reply("Deleted d too."))
+    fake_llm.script(
+        ToolCall(DELETE, {"path": "/srv/c"}),
+        Reply("Deleted c."),
+        ToolCall(DELETE, {"path": "/srv/d"}),
+        Reply("Deleted d too."),
+    )
     console = RecordingAdapter("cli")
     cli = ChatRef("cli", "dm", "c1")
     async with gateway(home, console) as gw:
@@ -250,7 +281,8 @@ async def test_without_buttons_the_request_is_text_and_approve_code_answers_it(
 
 
 async def test_stop_cancels_a_pending_request(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path)
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/e"}), Reply("never sent"))
     adapter = ButtonAdapter()
@@ -272,7 +304,8 @@ async def test_stop_cancels_a_pending_request(
 
 
 async def test_a_turn_stopped_while_it_waits_still_says_when_the_person_wrote(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """The session's last_user_at is stored with a turn's last write (no write of its own at the
     start); a turn /stop ends while it waits for a person stores no answer, and its mark says when
     the person wrote (idle timers count from it)."""
@@ -296,9 +329,11 @@ async def test_which_calls_wait(home: Path, fake_llm: FakeLLM, tmp_path: Path) -
     """read_file says readOnlyHint (and destructiveHint: read-only wins), rename_file says nothing:
     both run unasked, until tools.approval.require names rename_file."""
     setup(home, fake_llm, tmp_path, extra="tools:\n  approval:\n    require: ['mcp_*_rename_*']\n")
-    fake_llm.script(ToolCall("mcp_fake_read_file", {"path": "/srv/f"}),
-                    ToolCall("mcp_fake_rename_file",
-                    {"path": "/srv/f", "to": "/srv/g"}), Reply("Done."))
+    fake_llm.script(
+        ToolCall("mcp_fake_read_file", {"path": "/srv/f"}),
+        ToolCall("mcp_fake_rename_file", {"path": "/srv/f", "to": "/srv/g"}),
+        Reply("Done."),
+    )
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         await ask(gw, "read then rename f")
@@ -311,7 +346,8 @@ async def test_which_calls_wait(home: Path, fake_llm: FakeLLM, tmp_path: Path) -
 
 
 async def test_a_server_configured_never_is_not_asked_about(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path, approval="never")
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/h"}), Reply("Deleted h."))
     adapter = ButtonAdapter()
@@ -322,11 +358,13 @@ async def test_a_server_configured_never_is_not_asked_about(
 
 
 async def test_secrets_are_masked_and_long_values_shortened(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     setup(home, fake_llm, tmp_path, approval="always")
-    fake_llm.script(ToolCall("mcp_fake_rename_file",
-                             {"path": "x" * 500, "to": "sk-ant-" + "a" * 40}),
-                    Reply("ok"))
+    fake_llm.script(
+        ToolCall("mcp_fake_rename_file", {"path": "x" * 500, "to": "sk-ant-" + "a" * 40}),
+        Reply("ok"),
+    )
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         await ask(gw, "rename")
@@ -336,7 +374,8 @@ async def test_secrets_are_masked_and_long_values_shortened(
 
 
 async def test_an_ordinary_turn_pays_no_sql_for_approvals(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """Checkpoints are written only when a turn stops: a turn whose calls need nobody's yes runs
     exactly the statements it runs without approvals wired at all."""
     setup(home, fake_llm, tmp_path)
@@ -359,7 +398,8 @@ async def test_an_ordinary_turn_pays_no_sql_for_approvals(
 
 
 async def test_the_console_prints_the_request_and_takes_approve_code(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """`gateway chat` waits for each line's answer before reading the next: a request is such an
     answer, so the person can type `/approve CODE` next."""
     setup(home, fake_llm, tmp_path)
@@ -379,7 +419,8 @@ async def test_the_console_prints_the_request_and_takes_approve_code(
 
 
 async def test_a_tool_that_always_asks_shows_exactly_its_own_text(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """The seam the shell tool (issue #31) uses: `always_ask(name, describe)`; the request shows
     describe's text, and the call runs through the registry like any other once allowed."""
     setup(home, fake_llm, tmp_path)
@@ -387,26 +428,35 @@ async def test_a_tool_that_always_asks_shows_exactly_its_own_text(
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         assert gw.waits is not None and gw.waits.policy is not None
-        gw.waits.policy.always_ask("mcp_fake_echo",
-                                lambda args: f"Run this command?\n```\n{args['text']}\n```")
+        gw.waits.policy.always_ask(
+            "mcp_fake_echo", lambda args: f"Run this command?\n```\n{args['text']}\n```"
+        )
         await ask(gw, "clean the build")
         _, request = await adapter.wait_choices()
-        assert request.text == ("🔐 **Approval needed**\nRun this command?\n```\nrm -rf build/\n```"
-                                "\n\nThis request expires in 10 minutes.")
+        assert request.text == (
+            "🔐 **Approval needed**\nRun this command?\n```\nrm -rf build/\n```"
+            "\n\nThis request expires in 10 minutes."
+        )
         assert request.choices is not None
         await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
         assert (await answered(gw, adapter, 2))[-1] == "Ran it."
     assert "echo: rm -rf build/" in str(result_of(fake_llm)["content"])
 
 
-async def test_forget_takes_the_requests_their_turns_waited_on(home: Path, fake_llm: FakeLLM) -> None:
+async def test_forget_takes_the_requests_their_turns_waited_on(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """`gateway users forget`: a request keeps the call's arguments and its message the question."""
     from tests.test_people_attacks import forget
     from tests.test_people_attacks import gateway as people
 
-    fake_llm.script(ToolCall("ask", {"question": "Which of my insulin pens?", "options": ["Blue", "Red"]}))
+    fake_llm.script(
+        ToolCall("ask", {"question": "Which of my insulin pens?", "options": ["Blue", "Red"]})
+    )
     async with people(home, fake_llm) as (gw, tg):
-        await gw.sessions.submit(inbound("which pen", platform="telegram", chat_id="2", user_id="2"))
+        await gw.sessions.submit(
+            inbound("which pen", platform="telegram", chat_id="2", user_id="2")
+        )
         await tg.wait_for(1)
         assert len(rows(gw)) == 1
         forget(home, "telegram:2")
@@ -415,18 +465,24 @@ async def test_forget_takes_the_requests_their_turns_waited_on(home: Path, fake_
 
 
 async def test_through_tool_search_the_real_name_waits_and_is_granted_for_the_session(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """With the MCP tools behind tool search, a call made through tool_call is checked by its real
     name: a `require` glob and the server's destructiveHint both hold it; "Allow for this session"
     lets that real tool run unasked afterwards, and the request shows the real name."""
-    setup(home, fake_llm, tmp_path,
-          extra="tools:\n  search: 'on'\n  approval:\n    require: ['mcp_*_rename_*']\n")
+    setup(
+        home,
+        fake_llm,
+        tmp_path,
+        extra="tools:\n  search: 'on'\n  approval:\n    require: ['mcp_*_rename_*']\n",
+    )
     rename = "mcp_fake_rename_file"
     fake_llm.script(
         ToolCall("tool_call", {"name": rename, "arguments": {"path": "/srv/a", "to": "/srv/b"}}),
         ToolCall("tool_call", {"name": DELETE, "arguments": {"path": "/srv/x"}}),
         ToolCall("tool_call", {"name": rename, "arguments": {"path": "/srv/b", "to": "/srv/c"}}),
-        Reply("Renamed twice, left x alone."))
+        Reply("Renamed twice, left x alone."),
+    )
     adapter = ButtonAdapter()
     async with gateway(home, adapter) as gw:
         await ask(gw, "rename a to b, delete x, rename b to c")
@@ -441,11 +497,17 @@ async def test_through_tool_search_the_real_name_waits_and_is_granted_for_the_se
     assert texts[-1] == "Renamed twice, left x alone."
     assert runs(tmp_path) == ["rename_file /srv/a /srv/b", "rename_file /srv/b /srv/c"]
     assert [(r["tool"], r["state"], r["decision"]) for r in rows_of(home)] == [
-        (rename, "done", "session"), (DELETE, "denied", "deny")]
+        (rename, "done", "session"),
+        (DELETE, "denied", "deny"),
+    ]
     results = tool_results(fake_llm.anthropic_requests()[-1])
     assert [r["tool_use_id"] for r in results] == [
-        c["id"] for m in fake_llm.anthropic_requests()[-1]["messages"]
-        if isinstance(m["content"], list) for c in m["content"] if c.get("type") == "tool_use"]
+        c["id"]
+        for m in fake_llm.anthropic_requests()[-1]["messages"]
+        if isinstance(m["content"], list)
+        for c in m["content"]
+        if c.get("type") == "tool_use"
+    ]
     assert "denied" in str(results[1]["content"]) and "renamed" in str(results[2]["content"])
 
 
@@ -453,6 +515,7 @@ def test_a_request_for_each_call_offers_no_session_in_buttons_or_words() -> None
     """The shell's requests (options EACH_CALL) show Allow once and Deny, and a surface without
     buttons is told only `/approve CODE` and `/deny CODE`; other approvals keep all three."""
     from gateway.approvals.request import EACH_CALL, choices, fallback_text
+
     assert [c.label for c in choices("approval", "t", EACH_CALL).options] == ["Allow once", "Deny"]
     assert len(choices("approval", "t", ()).options) == 3
     words = fallback_text("approval", "ABC234", EACH_CALL)

@@ -43,10 +43,17 @@ async def until(predicate: object, timeout: float = 60.0) -> None:
 
 
 def configure(
-        home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path, hold: Path | None = None) -> None:
-    write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
-        f"web:\n  enabled: false\ntelegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n"
-        f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n" + mcp_yaml(folder, hold=hold)))
+    home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path, hold: Path | None = None
+) -> None:
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=llm.base_url,
+        extra=(
+            f"web:\n  enabled: false\ntelegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n"
+            f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n" + mcp_yaml(folder, hold=hold)
+        ),
+    )
 
 
 async def asked(tg: FakeTelegram) -> int:
@@ -60,8 +67,9 @@ async def test_a_kill_right_after_the_tap_never_runs_the_call_again(tmp_path: Pa
     async with FakeLLM() as llm, FakeTelegram() as tg:
         # the call starts, then hangs until the kill
         configure(home, llm, tg, tmp_path, hold=tmp_path / "never")
-        llm.script(ToolCall(DELETE, {"path": "/srv/k"}),
-                   Reply("I can't tell whether /srv/k was deleted."))
+        llm.script(
+            ToolCall(DELETE, {"path": "/srv/k"}), Reply("I can't tell whether /srv/k was deleted.")
+        )
         first = DaemonProc(home)
         await first.start()
         try:
@@ -97,7 +105,8 @@ async def test_a_kill_right_after_the_tap_never_runs_the_call_again(tmp_path: Pa
 
 
 async def test_a_kill_while_the_request_waits_then_the_same_button_runs_it_once(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     async with FakeLLM() as llm, FakeTelegram() as tg:

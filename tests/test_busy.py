@@ -1,5 +1,6 @@
-"""Busy policy: a message for a session whose turn is running is queued FIFO (cap, then a polite refusal) or
-interrupts it; one busy notice per 30 s per session; a lane whose worker died heals by itself."""
+"""Busy policy: a message for a session whose turn is running is queued FIFO (cap, then a polite
+refusal) or interrupts it; one busy notice per 30 s per session; a lane whose worker died heals by
+itself."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ async def test_busy_notice_at_most_once_per_30_seconds_per_session(home: Path) -
     write_config(home)
     adapter, llm, clock = RecordingAdapter("cli"), GatedLLM(), FakeClock()
     async with open_gateway(home, [adapter], clock=clock, llm=llm) as gw:
+
         async def burst(*texts: str) -> None:
             llm.gate.clear()
             llm.started.clear()
@@ -102,7 +104,11 @@ async def test_interrupt_cancels_the_running_turn(home: Path) -> None:
         await llm.started.wait()
         llm.gate.set()
         await gw.sessions.wait_idle()
-        assert [_status(gw.store, m.message_id) for m in (a, b, c)] == ["interrupted", "interrupted", "answered"]
+        assert [_status(gw.store, m.message_id) for m in (a, b, c)] == [
+            "interrupted",
+            "interrupted",
+            "answered",
+        ]
         assert gw.store.unfinished_inbound() == []  # nothing left for a replay after a restart
     assert _asked(llm) == ["a", "b", "c"]
     assert adapter.texts() == ["answer to c"]
@@ -139,7 +145,9 @@ async def test_a_crashing_turn_does_not_strand_the_queue(home: Path) -> None:
         b, c = inbound("b"), inbound("c")
         await gw.sessions.submit(b)
         await gw.sessions.submit(c)
-        gw.store.execute("UPDATE inbound SET payload = '{' WHERE platform_message_id = ?", (b.message_id,))
+        gw.store.execute(
+            "UPDATE inbound SET payload = '{' WHERE platform_message_id = ?", (b.message_id,)
+        )
         llm.gate.set()
         await gw.sessions.wait_idle()
         assert _status(gw.store, b.message_id) == "failed"

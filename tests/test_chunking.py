@@ -1,11 +1,12 @@
 """Chunking: every chunk fits the platform as the platform counts, and splits never break markup.
 
-The precise concatenation property (see `Piece`): chunk i's text is `head + rendered[start:end] + tail`,
-where `head` is the reopen line ("```lang\\n", after the code block's container prefix) when `start` falls
-inside a code block, `tail` the close line ("\\n```", or "```" right after a newline) when `end` does, and
-both are "" otherwise. Pieces follow one another and only whitespace lies between them (a piece holding
-nothing but whitespace is dropped, as platforms refuse blank messages). So removing the added fence lines
-and concatenating the chunks gives the rendered text back, up to whitespace at chunk edges.
+The precise concatenation property (see `Piece`): chunk i's text is `head + rendered[start:end] +
+tail`, where `head` is the reopen line ("```lang\\n", after the code block's container prefix) when
+`start` falls inside a code block, `tail` the close line ("\\n```", or "```" right after a newline)
+when `end` does, and both are "" otherwise. Pieces follow one another and only whitespace lies
+between them (a piece holding nothing but whitespace is dropped, as platforms refuse blank
+messages). So removing the added fence lines and concatenating the chunks gives the rendered text
+back, up to whitespace at chunk edges.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gateway.delivery.markup.render import FENCE, Flavor, Rendered, render, utf1
 FLAVORS: tuple[Flavor, ...] = ("telegram", "slack", "discord", "plain")
 PREFIX_CHARS = " >•-*0123456789."  # what quote and list containers put before a line's content
 
-# -- helpers ------------------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def u16(text: str) -> int:
@@ -49,7 +50,8 @@ def line_count(text: str) -> int:
 
 
 def fences_closed(text: str) -> bool:
-    """Walk lines; a line whose content (after quote/list/indent prefix) starts with ``` toggles a block."""
+    """Walk lines; a line whose content (after quote/list/indent
+    prefix) starts with ``` toggles a block."""
     inside = False
     for line in text.split("\n"):
         if line.lstrip(PREFIX_CHARS).startswith(FENCE):
@@ -57,33 +59,48 @@ def fences_closed(text: str) -> bool:
     return not inside and text.count(FENCE) % 2 == 0
 
 
-def check_pieces(rendered: Rendered, chunks: list[Chunk], flavor: Flavor, limit: int, unit: LengthUnit,
-                 max_lines: int | None) -> None:
+def check_pieces(
+    rendered: Rendered,
+    chunks: list[Chunk],
+    flavor: Flavor,
+    limit: int,
+    unit: LengthUnit,
+    max_lines: int | None,
+) -> None:
     text = rendered.text
-    pieces = split_rendered(rendered, limit=limit, unit="utf16" if flavor == "telegram" else unit,
-                            max_lines=max_lines)
-    assert [p.head + text[p.start:p.end] + p.tail for p in pieces] == [c.text for c in chunks]
+    pieces = split_rendered(
+        rendered, limit=limit, unit="utf16" if flavor == "telegram" else unit, max_lines=max_lines
+    )
+    assert [p.head + text[p.start : p.end] + p.tail for p in pieces] == [c.text for c in chunks]
     if not pieces:
         assert not text.strip()
         return
-    assert not text[:pieces[0].start].strip() and not text[pieces[-1].end:].strip()
+    assert not text[: pieces[0].start].strip() and not text[pieces[-1].end :].strip()
     for before, after in itertools.pairwise(pieces):
-        assert before.end <= after.start and not text[before.end:after.start].strip()
+        assert before.end <= after.start and not text[before.end : after.start].strip()
     for p in pieces:
-        assert text[p.start:p.end].strip()
-        if p.head:  # reopens the code block it starts in, with its language (after the continuation prefix)
+        assert text[p.start : p.end].strip()
+        if p.head:
+            # reopens the code block it starts in, with its language (after the continuation prefix)
             opener = p.head.split("\n")[0].lstrip(PREFIX_CHARS)
-            last_open = [ln.lstrip(PREFIX_CHARS) for ln in text[:p.start].split("\n")
-                         if ln.lstrip(PREFIX_CHARS).startswith(FENCE)]
+            last_open = [
+                ln.lstrip(PREFIX_CHARS)
+                for ln in text[: p.start].split("\n")
+                if ln.lstrip(PREFIX_CHARS).startswith(FENCE)
+            ]
             assert last_open and last_open[-1] == opener
         if p.tail:
             assert p.tail.endswith(FENCE) and p.tail.strip(" >\n") == FENCE
 
 
-def check_chunks(markdown: str, flavor: Flavor, limit: int, unit: LengthUnit = "chars",
-                 max_lines: int | None = None) -> list[Chunk]:
-    chunks = render_chunks(markdown, flavor, limit=limit, unit=unit,
-                           max_lines=max_lines)
+def check_chunks(
+    markdown: str,
+    flavor: Flavor,
+    limit: int,
+    unit: LengthUnit = "chars",
+    max_lines: int | None = None,
+) -> list[Chunk]:
+    chunks = render_chunks(markdown, flavor, limit=limit, unit=unit, max_lines=max_lines)
     for chunk in chunks:
         assert measure(chunk, flavor, unit) <= limit
         chunk.text.encode("utf-16-le")  # strict: a split surrogate would raise
@@ -105,48 +122,119 @@ def check_chunks(markdown: str, flavor: Flavor, limit: int, unit: LengthUnit = "
     return chunks
 
 
-# -- property tests -----------------------------------------------------------------------------------
+# -- property tests --------------------------------------------------------------------------------
 
-ATOMS = st.sampled_from([
-    "**", "*", "_", "~~", "`", "``", "```", "```python\n", "\n```\n", "~~~\n", "\n", "\n\n", "\n\n\n", "- ", "  - ",
-    "    - ", "1. ", "> ", ">> ", "# ", "### ", "| a | b |\n|---|--:|\n| 1 | 2 |\n", "[link](https://example.com/a_(b))",
-    "<https://x.y/?a=1&b=2>", "https://x.y/a_b", "<b>x</b>", "&", "<", ">", "&amp;", "\\", "|", "||", "😀", "👨‍👩‍👧",
-    "🇫🇷", "é", "e\u0301", "中文字符", "\t", "    ", " ", " ", " ", "---\n", "![img](http://i.png)", "\U0001F600" * 30,
-])
+ATOMS = st.sampled_from(
+    [
+        "**",
+        "*",
+        "_",
+        "~~",
+        "`",
+        "``",
+        "```",
+        "```python\n",
+        "\n```\n",
+        "~~~\n",
+        "\n",
+        "\n\n",
+        "\n\n\n",
+        "- ",
+        "  - ",
+        "    - ",
+        "1. ",
+        "> ",
+        ">> ",
+        "# ",
+        "### ",
+        "| a | b |\n|---|--:|\n| 1 | 2 |\n",
+        "[link](https://example.com/a_(b))",
+        "<https://x.y/?a=1&b=2>",
+        "https://x.y/a_b",
+        "<b>x</b>",
+        "&",
+        "<",
+        ">",
+        "&amp;",
+        "\\",
+        "|",
+        "||",
+        "😀",
+        "👨‍👩‍👧",
+        "🇫🇷",
+        "é",
+        "e\u0301",
+        "中文字符",
+        "\t",
+        "    ",
+        " ",
+        " ",
+        " ",
+        "---\n",
+        "![img](http://i.png)",
+        "\U0001f600" * 30,
+    ]
+)
 WORDS = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=10)
 LONG_WORDS = st.text(st.sampled_from("ab_*😀中é\u0301"), min_size=40, max_size=600)
-INLINE = st.lists(st.one_of(ATOMS, WORDS, WORDS), max_size=30).map("".join).map(lambda s: s.replace("\n", " "))
+INLINE = (
+    st.lists(st.one_of(ATOMS, WORDS, WORDS), max_size=30)
+    .map("".join)
+    .map(lambda s: s.replace("\n", " "))
+)
 CODE = st.lists(st.one_of(WORDS, LONG_WORDS, st.just("")), max_size=40).map("\n".join)
 
 
 @st.composite
 def _block(draw: st.DrawFn, depth: int = 0) -> str:
-    kind = draw(st.sampled_from(["para", "fence", "list", "quote", "table"] if depth < 3 else ["para", "fence"]))
+    kind = draw(
+        st.sampled_from(
+            ["para", "fence", "list", "quote", "table"] if depth < 3 else ["para", "fence"]
+        )
+    )
     if kind == "para":
         return draw(INLINE)
     if kind == "fence":
         lang = draw(st.sampled_from(["", "python", "c++", "weird lang!"]))
         return f"```{lang}\n{draw(CODE)}\n```"
     if kind == "table":
-        cells = draw(st.lists(WORDS.map(lambda w: w.replace("|", "\\|").replace("\n", " ")), min_size=4, max_size=12))
-        return "| a | b |\n|---|:-:|\n" + "".join(f"| {x} | {y} |\n" for x, y in zip(cells[::2], cells[1::2], strict=False))
+        cells = draw(
+            st.lists(
+                WORDS.map(lambda w: w.replace("|", "\\|").replace("\n", " ")),
+                min_size=4,
+                max_size=12,
+            )
+        )
+        return "| a | b |\n|---|:-:|\n" + "".join(
+            f"| {x} | {y} |\n" for x, y in zip(cells[::2], cells[1::2], strict=False)
+        )
     inner = draw(st.lists(_block(depth + 1), min_size=1, max_size=3))
     if kind == "quote":
         return "\n".join("> " + line for b in inner for line in b.split("\n"))
     marker = draw(st.sampled_from(["- ", "1. ", "* "]))
     pad = " " * len(marker)
-    return "\n".join(marker + "\n".join(pad + ln if k else ln for k, ln in enumerate(b.split("\n"))) for b in inner)
+    return "\n".join(
+        marker + "\n".join(pad + ln if k else ln for k, ln in enumerate(b.split("\n")))
+        for b in inner
+    )
 
 
 STRUCTURED = st.lists(_block(), max_size=8).map("\n\n".join)
-MARKDOWN = st.one_of(st.lists(st.one_of(ATOMS, ATOMS, WORDS, LONG_WORDS), max_size=120).map("".join), STRUCTURED)
+MARKDOWN = st.one_of(
+    st.lists(st.one_of(ATOMS, ATOMS, WORDS, LONG_WORDS), max_size=120).map("".join), STRUCTURED
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(markdown=MARKDOWN, flavor=st.sampled_from(FLAVORS), limit=st.integers(MIN_LIMIT, 700),
-       unit=st.sampled_from(["chars", "utf16"]))
-def test_chunks_fit_tile_and_keep_fences_balanced(markdown: str, flavor: Flavor, limit: int,
-                                                  unit: LengthUnit) -> None:
+@given(
+    markdown=MARKDOWN,
+    flavor=st.sampled_from(FLAVORS),
+    limit=st.integers(MIN_LIMIT, 700),
+    unit=st.sampled_from(["chars", "utf16"]),
+)
+def test_chunks_fit_tile_and_keep_fences_balanced(
+    markdown: str, flavor: Flavor, limit: int, unit: LengthUnit
+) -> None:
     check_chunks(markdown, flavor, limit, unit)
 
 
@@ -162,16 +250,23 @@ def test_telegram_entities_are_clipped_originals(markdown: str, limit: int) -> N
     """Every chunk entity is a piece of an entity of the whole text, same type, URL and language."""
     rendered = render(markdown, "telegram")
     chunks = check_chunks(markdown, "telegram", limit)
-    for piece, chunk in zip(split_rendered(rendered, limit=limit, unit="utf16"), chunks, strict=False):
-        lo = u16(rendered.text[:piece.start])
+    for piece, chunk in zip(
+        split_rendered(rendered, limit=limit, unit="utf16"), chunks, strict=False
+    ):
+        lo = u16(rendered.text[: piece.start])
         for e in chunk.entities:
             start = lo + e.offset
-            assert any(o.type == e.type and o.url == e.url and o.language == e.language
-                       and o.offset <= start and start + e.length <= o.offset + o.length
-                       for o in rendered.entities), e
+            assert any(
+                o.type == e.type
+                and o.url == e.url
+                and o.language == e.language
+                and o.offset <= start
+                and start + e.length <= o.offset + o.length
+                for o in rendered.entities
+            ), e
 
 
-# -- the cases the issue names ------------------------------------------------------------------------
+# -- the cases the issue names ---------------------------------------------------------------------
 
 
 def test_discord_fence_across_the_2000_boundary_is_closed_and_reopened() -> None:
@@ -192,7 +287,9 @@ def test_discord_fence_across_the_2000_boundary_is_closed_and_reopened() -> None
     lines = [ln for c in (first, second) for ln in c.split("\n") if ln.startswith("value_")]
     assert lines == code.split("\n")
     # The split falls on a line boundary, and the plain fallback has no fences.
-    assert first.split("\n")[-2].startswith("value_") and first.split("\n")[-2].endswith(tuple("0123456789"))
+    assert first.split("\n")[-2].startswith("value_") and first.split("\n")[-2].endswith(
+        tuple("0123456789")
+    )
     assert "```" not in chunks[0].plain and chunks[0].plain.startswith(intro + "value_000")
 
 
@@ -239,7 +336,9 @@ def test_slack_escapes_and_links_are_never_split() -> None:
     assert len(amps) > 1
     for c in amps:
         assert re.fullmatch(r"(?:&amp;|&lt;|&gt;)+", c.text), c.text[:20]
-    links = check_chunks("see [the docs](https://example.com/docs?page=1&x=2) now " * 60, "slack", 400)
+    links = check_chunks(
+        "see [the docs](https://example.com/docs?page=1&x=2) now " * 60, "slack", 400
+    )
     for c in links:
         assert c.text.count("<") == c.text.count(">") == c.text.count("|")
         assert c.plain.count("(https://example.com/docs?page=1&amp;x=2)") == c.text.count("<https")
@@ -258,7 +357,12 @@ def test_telegram_pre_split_in_two_stays_pre_with_language() -> None:
     assert len(chunks) >= 2
     pres = [e for c in chunks for e in c.entities if e.type == "pre"]
     assert len(pres) == len(chunks) and all(e.language == "rust" for e in pres)
-    body = "".join(c.text[e.offset:e.offset + e.length] for c in chunks for e in c.entities if e.type == "pre")
+    body = "".join(
+        c.text[e.offset : e.offset + e.length]
+        for c in chunks
+        for e in c.entities
+        if e.type == "pre"
+    )
     assert body.replace("\n", "") == code.replace("\n", "")
 
 
@@ -295,7 +399,9 @@ def test_fence_inside_quote_and_list_reopens_with_prefix() -> None:
     chunks = check_chunks(quoted, "discord", 200)
     assert len(chunks) > 2 and all(c.text.startswith("> ```py\n> x = ") for c in chunks)
     assert all(c.text.endswith("> ```") for c in chunks)
-    listed = "- item\n\n  ```js\n" + "\n".join(f"  let v{i} = {i};" for i in range(40)) + "\n  ```\n"
+    listed = (
+        "- item\n\n  ```js\n" + "\n".join(f"  let v{i} = {i};" for i in range(40)) + "\n  ```\n"
+    )
     chunks = check_chunks(listed, "slack", 200)
     assert all(c.text.endswith("\n```") or c.text.endswith("    ```") for c in chunks)
 
@@ -336,21 +442,34 @@ def test_limit_below_minimum_is_refused() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(markdown=MARKDOWN, flavor=st.sampled_from(["telegram", "plain"]), limit=st.integers(MIN_LIMIT_TEXT, 80))
-def test_small_limits_for_flavours_without_fences(markdown: str, flavor: Flavor, limit: int) -> None:
+@given(
+    markdown=MARKDOWN,
+    flavor=st.sampled_from(["telegram", "plain"]),
+    limit=st.integers(MIN_LIMIT_TEXT, 80),
+)
+def test_small_limits_for_flavours_without_fences(
+    markdown: str, flavor: Flavor, limit: int
+) -> None:
     check_chunks(markdown, flavor, limit, "utf16")
 
 
 def test_short_reply_is_one_chunk_unchanged() -> None:
-    assert render_chunks("Hello **there**", "discord", limit=2000) == [Chunk("Hello **there**", (), "Hello there")]
+    assert render_chunks("Hello **there**", "discord", limit=2000) == [
+        Chunk("Hello **there**", (), "Hello there")
+    ]
     assert render_chunks("Hello **there**", "telegram", limit=4096) == [
-        Chunk("Hello there", (TextEntity("bold", 6, 5),), "Hello there")]
+        Chunk("Hello there", (TextEntity("bold", 6, 5),), "Hello there")
+    ]
 
 
 def test_100k_chars_are_fast() -> None:
-    section = ("## Section\n\nSome **bold** text, `code`, a [link](https://example.com/x_(y)) & more 😀 中文.\n\n"
-               "- item one\n  - nested item\n- item two\n\n> a quote\n\n```python\nx = 1\nprint(x)\n```\n\n"
-               "| a | b |\n|---|---|\n| 1 | 2 |\n\n" + "plain words go here " * 20 + "\n\n")
+    section = (
+        "## Section\n\nSome **bold** text, `code`, a "
+        "[link](https://example.com/x_(y)) & more 😀 中文.\n\n"
+        "- item one\n  - nested item\n- item two\n\n> "
+        "a quote\n\n```python\nx = 1\nprint(x)\n```\n\n"
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\n" + "plain words go here " * 20 + "\n\n"
+    )
     markdown = (section * (100_000 // len(section) + 1))[:100_000]
     for flavor in FLAVORS:
         started = time.process_time()

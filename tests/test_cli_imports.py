@@ -28,8 +28,9 @@ print(json.dumps(sorted(m for m in sys.modules
 
 
 def loaded(*argv: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     return set(json.loads(out.splitlines()[-1]))
 
 

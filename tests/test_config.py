@@ -15,32 +15,65 @@ from gateway.errors import ConfigError
 MODEL = "model:\n  provider: openai\n  name: m\n"
 BAD_CONFIGS = [
     # (yaml, expected substring including the line)
-    ("session_reset:\n  mode: sometimes\n",
-     "config.yaml:2: session_reset.mode: expected one of idle, daily, both, none; got 'sometimes'"),
-    ("agent:\n  max_iterations: many\n", "config.yaml:2: agent.max_iterations: expected an integer; got 'many'"),
+    (
+        "session_reset:\n  mode: sometimes\n",
+        (
+            "config.yaml:2: session_reset.mode: expected "
+            "one of idle, daily, both, none; got 'sometimes'"
+        ),
+    ),
+    (
+        "agent:\n  max_iterations: many\n",
+        "config.yaml:2: agent.max_iterations: expected an integer; got 'many'",
+    ),
     ("web:\n  port: 8765\n  colour: blue\n", "config.yaml:3: web.colour: unknown key"),
-    ("session_reset:\n  at_hour: 24\n", "config.yaml:2: session_reset.at_hour: expected a number between 0 and 23"),
-    ("model:\n  provider: gemini\n  name: x\n",
-     "config.yaml:2: model.provider: expected one of anthropic, openai; got 'gemini'"),
+    (
+        "session_reset:\n  at_hour: 24\n",
+        "config.yaml:2: session_reset.at_hour: expected a number between 0 and 23",
+    ),
+    (
+        "model:\n  provider: gemini\n  name: x\n",
+        "config.yaml:2: model.provider: expected one of anthropic, openai; got 'gemini'",
+    ),
     ("model:\n  name: x\n", "config.yaml:2: model.provider: required key is missing"),
-    ("telegram:\n  token: ${NO_SUCH_TOKEN_VAR}\n",
-     "config.yaml:2: telegram.token: environment variable NO_SUCH_TOKEN_VAR is not set"),
-    ("platform_hints:\n  telegrm: be brief\n", "config.yaml:2: platform_hints: expected one of telegram"),
-    ("platform_hints:\n  slack: {prepend: x}\n", "config.yaml:2: platform_hints.slack.prepend: unknown key"),
-    ("session_reset:\n  idle_minutes: 0\n", "config.yaml:2: session_reset.idle_minutes: expected a positive number"),
+    (
+        "telegram:\n  token: ${NO_SUCH_TOKEN_VAR}\n",
+        "config.yaml:2: telegram.token: environment variable NO_SUCH_TOKEN_VAR is not set",
+    ),
+    (
+        "platform_hints:\n  telegrm: be brief\n",
+        "config.yaml:2: platform_hints: expected one of telegram",
+    ),
+    (
+        "platform_hints:\n  slack: {prepend: x}\n",
+        "config.yaml:2: platform_hints.slack.prepend: unknown key",
+    ),
+    (
+        "session_reset:\n  idle_minutes: 0\n",
+        "config.yaml:2: session_reset.idle_minutes: expected a positive number",
+    ),
     ("web:\n\tport: 1\n", "config.yaml:2: invalid YAML"),
     ("a: &x [1, 2]\nb: *x\n", "unknown key"),
     ("sessions:\n  busy: sometimes\n  queue_cap: -1\n", "config.yaml:2: sessions.busy"),
     ("agent: [1, 2]\n", "config.yaml:1: agent: expected a mapping; got a list"),
     ("access:\n  admins: [bob]\n", "access.admins: expected 'platform:user_id'"),
-    (f"{MODEL}  base_url: claude-x\n",
-     "config.yaml:4: model.base_url: expected an http:// or https:// URL with a host"),
-    (f"{MODEL}  base_url: 'file:///etc/passwd'\n",
-     "config.yaml:4: model.base_url: expected an http:// or https:// URL with a host"),
+    (
+        f"{MODEL}  base_url: claude-x\n",
+        "config.yaml:4: model.base_url: expected an http:// or https:// URL with a host",
+    ),
+    (
+        f"{MODEL}  base_url: 'file:///etc/passwd'\n",
+        "config.yaml:4: model.base_url: expected an http:// or https:// URL with a host",
+    ),
     (f"{MODEL}  base_url: 'http:///v1'\n", "config.yaml:4: model.base_url"),
     (f"{MODEL}  base_url: 'http://h:0/v1'\n", "config.yaml:4: model.base_url"),
-    (f"{MODEL}  fallback:\n    provider: openai\n    name: n\n    base_url: api.example.com/v1\n",
-     "config.yaml:7: model.fallback.base_url: expected an http://"),
+    (
+        (
+            f"{MODEL}  fallback:\n    provider: openai\n  "
+            "  name: n\n    base_url: api.example.com/v1\n"
+        ),
+        "config.yaml:7: model.fallback.base_url: expected an http://",
+    ),
 ]
 
 
@@ -54,7 +87,9 @@ def test_bad_config_names_file_line_and_key(home: Path, text: str, expected: str
 
 
 def test_all_errors_reported_at_once(home: Path) -> None:
-    (home / "config.yaml").write_text("session_reset:\n  mode: x\n  at_hour: 99\nweb:\n  port: nope\n")
+    (home / "config.yaml").write_text(
+        "session_reset:\n  mode: x\n  at_hour: 99\nweb:\n  port: nope\n"
+    )
     with pytest.raises(ConfigError) as info:
         load_config(home, env={})
     lines = str(info.value).splitlines()
@@ -80,7 +115,8 @@ def test_oversized_and_non_utf8_files(home: Path) -> None:
 
 
 def test_good_config_with_env_refs_and_masked_secrets(home: Path) -> None:
-    (home / "config.yaml").write_text(textwrap.dedent("""\
+    (home / "config.yaml").write_text(
+        textwrap.dedent("""\
         model:
           provider: openai
           name: gpt-test
@@ -98,7 +134,8 @@ def test_good_config_with_env_refs_and_masked_secrets(home: Path) -> None:
         platform_hints:
           telegram: be brief
           slack: {replace: x, append: y}
-        """))
+        """)
+    )
     cfg = load_config(home, env={"MY_KEY": "sk-live-123456", "TG": "123:SECRETSECRET"})
     assert cfg.model is not None and cfg.model.api_key == "sk-live-123456"
     assert cfg.model.fallback is not None and cfg.model.fallback.provider == "anthropic"
@@ -118,15 +155,24 @@ def test_missing_file_means_defaults(home: Path) -> None:
 
 
 def _gateway(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli.main", "--home", str(home), *args], check=False,
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "--home", str(home), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_config_check_command(home: Path) -> None:
     (home / "config.yaml").write_text("web:\n  port: 8765\nsession_reset:\n  mode: sometimes\n")
     bad = _gateway("config", "check", home=home)
     assert bad.returncode == 78
-    assert "config.yaml:4: session_reset.mode: expected one of idle, daily, both, none; got 'sometimes'" in bad.stderr
+    assert (
+        "config.yaml:4: session_reset.mode: expected "
+        "one of idle, daily, both, none; got 'sometimes'" in bad.stderr
+    )
     (home / "config.yaml").write_text(f"{MODEL}  base_url: claude-x\n")
     bad = _gateway("config", "check", home=home)
     assert bad.returncode == 78

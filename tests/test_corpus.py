@@ -1,5 +1,6 @@
-"""The bad-input corpus (tests/corpus/cases.yaml): each case goes through the real code path for its kind and must
-end in its expected outcome (a clear error or a correct reply), never a crash or a lost message."""
+"""The bad-input corpus (tests/corpus/cases.yaml): each case goes through the real code path for its
+kind and must end in its expected outcome (a clear error or a correct reply), never a crash or a
+lost message."""
 
 from __future__ import annotations
 
@@ -29,7 +30,13 @@ from tests.chaos.crashpoints import VirtualTime
 from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack, event_callback, signed_request_headers
+from tests.fakes.slack import (
+    APP_TOKEN,
+    BOT_TOKEN,
+    FakeSlack,
+    event_callback,
+    signed_request_headers,
+)
 from tests.fakes.telegram import TOKEN, FakeTelegram
 from tests.helpers import write_config
 
@@ -43,22 +50,33 @@ WEBHOOK_SECRET = "corpus-webhook-secret"
 
 def nested_markdown() -> str:
     quote = "".join("> " for _ in range(40))
-    items = "\n".join("  " * i + f"- level {i} **bold _italic ~~strike `code`~~_**" for i in range(60))
+    items = "\n".join(
+        "  " * i + f"- level {i} **bold _italic ~~strike `code`~~_**" for i in range(60)
+    )
     return f"{quote}deep quote\n\n{items}\n\n" + "*" * 200 + "[" * 100 + "]" * 100
 
 
 GENERATORS: dict[str, Callable[[], Any]] = {
     "text_100k": lambda: ("lorem ipsum dolor sit amet " * 4000)[:100_000],
-    "emoji_5000": lambda: "\U0001F600" * 5000,
+    "emoji_5000": lambda: "\U0001f600" * 5000,
     "word_10k": lambda: "a" * 10_000,
     "nested_markdown": nested_markdown,
     # 10 MB of comments: valid YAML, so only the size rule can refuse it
     "config_10mb": lambda: ("# " + "x" * 98 + "\n") * 100_000,
     "config_deep": lambda: "a: " + "[" * 5000 + "]" * 5000 + "\n",
     "web_frame_too_long": lambda: json.dumps({"text": "x" * 100_001}),
-    "huge_document": lambda: {"text": "what is in this file?", "extra": {"document": {
-        "file_id": "F" * 300, "file_unique_id": "U1", "file_name": "report-" + "x" * 5000 + ".pdf",
-        "mime_type": "application/" + "y" * 1000, "file_size": 10**15}}},
+    "huge_document": lambda: {
+        "text": "what is in this file?",
+        "extra": {
+            "document": {
+                "file_id": "F" * 300,
+                "file_unique_id": "U1",
+                "file_name": "report-" + "x" * 5000 + ".pdf",
+                "mime_type": "application/" + "y" * 1000,
+                "file_size": 10**15,
+            }
+        },
+    },
 }
 
 
@@ -73,7 +91,9 @@ def test_the_corpus_has_at_least_forty_cases_with_unique_ids() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_ids())
-async def test_case(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_case(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     await RUNNERS[case["kind"]](case, tmp_path, capsys)
 
 
@@ -82,7 +102,9 @@ def generated(case: Mapping[str, Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ configs
-async def run_config(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def run_config(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     data = generated(case)
@@ -98,7 +120,7 @@ async def run_config(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captur
     assert "Traceback" not in said, said
 
 
-# ------------------------------------------------------------------------------------------ Telegram messages
+# -------------------------------------------------------------------------------- Telegram messages
 @dataclass
 class TelegramRun:
     tg: FakeTelegram
@@ -110,8 +132,11 @@ class TelegramRun:
         out = []
         for body in self.llm.anthropic_requests():
             last = body["messages"][-1]
-            blocks = last["content"] if isinstance(last["content"], list) else [{"type": "text",
-                                                                                  "text": last["content"]}]
+            blocks = (
+                last["content"]
+                if isinstance(last["content"], list)
+                else [{"type": "text", "text": last["content"]}]
+            )
             out.append("".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
         return out
 
@@ -122,8 +147,11 @@ class TelegramRun:
 
     async def answered(self, text: str, timeout: float = WAIT_S) -> None:
         """Wait until the message whose model text is `text` was answered and everything is sent."""
-        await self.tg.wait_until(lambda: self.settled() and any(
-            t.endswith(text) for t in self.model_texts()), timeout, lambda: f"{text!r} not answered")
+        await self.tg.wait_until(
+            lambda: self.settled() and any(t.endswith(text) for t in self.model_texts()),
+            timeout,
+            lambda: f"{text!r} not answered",
+        )
 
 
 @contextlib.asynccontextmanager
@@ -131,14 +159,27 @@ async def telegram_gateway(home: Path, extra: str = "") -> AsyncIterator[Telegra
     time_ = VirtualTime()
     home.mkdir(parents=True, exist_ok=True)
     async with FakeTelegram(clock=time_.monotonic) as tg, FakeLLM() as llm:
-        write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
-            f"web:\n  enabled: false\ntelegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n"
-            f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n{extra}"))
+        write_config(
+            home,
+            provider="anthropic",
+            base_url=llm.base_url,
+            extra=(
+                "web:\n  enabled: false\ntelegram:\n  token: "
+                f"'{TOKEN}'\n  api_server: {tg.base_url}\n"
+                f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n{extra}"
+            ),
+        )
         config = load_config(home, env={})
         assert config.telegram is not None
         adapter = TelegramAdapter(config.telegram, submit_retry_delays=())
-        gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False, sleep=time_.sleep,
-                           monotonic=time_.monotonic)
+        gw = build_gateway(
+            config,
+            env={},
+            adapters=[adapter],
+            probe_ollama=False,
+            sleep=time_.sleep,
+            monotonic=time_.monotonic,
+        )
         daemon = Daemon(gw, install_signals=False)
         await daemon.start()
         try:
@@ -151,7 +192,9 @@ def answer_texts(run: TelegramRun, before: int) -> list[str]:
     return [m.text for m in run.tg.sent_messages()[before:]]
 
 
-async def run_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def run_message(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     expect = case["expect"]
     async with telegram_gateway(tmp_path / "home") as run:
         tg = run.tg
@@ -161,20 +204,32 @@ async def run_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
         if case.get("model_says") is not None:
             run.llm.script(Reply(case["model_says"]))
         if "update" in case:
-            update_id = tg._update_ids()  # the fake's next id, so its own updates stay after this one
-            raw = (CORPUS / case["update"]).read_bytes().replace(b'"update_id": 0', b'"update_id": %d' % update_id)
+            # the fake's next id, so its own updates stay after this one
+            update_id = tg._update_ids()
+            raw = (
+                (CORPUS / case["update"])
+                .read_bytes()
+                .replace(b'"update_id": 0', b'"update_id": %d' % update_id)
+            )
             tg.fail("getUpdates", Fault(200, raw, {"Content-Type": "application/json"}))
         elif isinstance(data, dict):
             tg.inject_message(chat, data["text"], extra=data["extra"])
         else:
             text = data if data is not None else case["text"]
-            tg.inject_message(chat, text, chat_type="group" if group else "private", chat_title="Corpus" if group
-                              else None)
+            tg.inject_message(
+                chat,
+                text,
+                chat_type="group" if group else "private",
+                chat_title="Corpus" if group else None,
+            )
         if expect["outcome"] == "ignored":
             await run_ignored(run, case)
             return
-        await tg.wait_until(lambda: run.settled() and len(tg.sent_messages()) > 0, WAIT_S,
-                            lambda: f"no answer; sent {tg.sent_texts()}")
+        await tg.wait_until(
+            lambda: run.settled() and len(tg.sent_messages()) > 0,
+            WAIT_S,
+            lambda: f"no answer; sent {tg.sent_texts()}",
+        )
         sent = answer_texts(run, 0)
         statuses = [r[0] for r in run.gw.store.all("SELECT status FROM inbound")]
         assert statuses == ["answered"], statuses
@@ -192,7 +247,8 @@ async def run_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
             assert part in "".join(sent), f"{part!r} not in {sent!r}"
         outbound = {r[0] for r in run.gw.store.all("SELECT status FROM outbound")}
         assert outbound == {"sent"}, outbound
-        if case.get("then"):  # the session is still usable, and its history did not break the next request
+        if case.get("then"):
+            # the session is still usable, and its history did not break the next request
             before = len(tg.sent_messages())
             tg.inject_message(chat, case["then"])
             await run.answered(case["then"])
@@ -200,22 +256,27 @@ async def run_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
 
 
 async def run_ignored(run: TelegramRun, case: dict[str, Any]) -> None:
-    """Nothing happens for the case; a sentinel sent after it is answered normally (the intake did not stall)."""
+    """Nothing happens for the case; a sentinel sent after it is answered normally (the intake did
+    not stall)."""
     run.tg.inject_message(ALICE, "sentinel")
     await run.answered("sentinel")
     assert run.model_texts() == ["sentinel"]
     assert run.tg.sent_texts() == ["echo: sentinel [users=1]"]
 
 
-# ------------------------------------------------------------------------------------------ the web chat
-async def run_web_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+# ------------------------------------------------------------------------------------- the web chat
+async def run_web_message(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     async with FakeLLM() as llm:
         write_config(home, provider="anthropic", base_url=llm.base_url, extra="web:\n  port: 0\n")
         config = load_config(home, env={})
-        daemon = Daemon(build_gateway(config, env={}, probe_ollama=False, adapters=platform_adapters(config)),
-                        install_signals=False)
+        daemon = Daemon(
+            build_gateway(config, env={}, probe_ollama=False, adapters=platform_adapters(config)),
+            install_signals=False,
+        )
         await daemon.start()
         try:
             async with WebChatClient(daemon.web_port or 0, home=home) as tab:
@@ -231,15 +292,20 @@ async def run_web_message(case: dict[str, Any], tmp_path: Path, capsys: pytest.C
                     reply = await tab.next("message")
                     assert reply["kind"] == "reply"
                     last = llm.anthropic_requests()[-1]["messages"][-1]["content"]
-                    assert "".join(b["text"] for b in last if b["type"] == "text") == expect["model_sees"]
+                    assert (
+                        "".join(b["text"] for b in last if b["type"] == "text")
+                        == expect["model_sees"]
+                    )
                 await tab.say("still there?")  # the tab and the session keep working
                 assert (await tab.next("message"))["text"].startswith("echo: still there?")
         finally:
             await daemon.stop()
 
 
-# ------------------------------------------------------------------------------------------ context and memory
-async def run_context(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+# ------------------------------------------------------------------------------- context and memory
+async def run_context(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home, work = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     work.mkdir()
@@ -247,8 +313,14 @@ async def run_context(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
     write_config(home, extra=f"web:\n  enabled: false\nagent:\n  workdir: {work}\n")
     gw = build_gateway(load_config(home, env={}), env={}, probe_ollama=False)
     try:
-        built = gw.prompts.build_full(platform="cli", chat_type="dm", model="m", provider="anthropic",
-                                      tool_names=gw.tools.names(), today=gw.clock().date())
+        built = gw.prompts.build_full(
+            platform="cli",
+            chat_type="dm",
+            model="m",
+            provider="anthropic",
+            tool_names=gw.tools.names(),
+            today=gw.clock().date(),
+        )
     finally:
         gw.store.close()
     block = next(b for b in built.blocks if b.name == "context_file")
@@ -258,19 +330,32 @@ async def run_context(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captu
         assert part in block.text, block.text
     if expect["prompt"] == "blocked":
         original = (CORPUS / case["file"]).read_text(encoding="utf-8", errors="replace")
-        assert original.strip().splitlines()[-1] not in built.text  # the payload never reaches the model
+        # the payload never reaches the model
+        assert original.strip().splitlines()[-1] not in built.text
 
 
-async def run_memory(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def run_memory(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     write_config(home, extra="web:\n  enabled: false\n")
     gw = build_gateway(load_config(home, env={}), env={}, probe_ollama=False)
     try:
-        ctx = ToolContext(session_id=1, platform="cli", chat_type="dm", user_id="u", home=home,
-                          db_path=home / "state.db", memory=MemoryRights(person_id=1, shared=True))
-        result = await gw.tools.call("memory", json.dumps({"action": "add", "target": "memory",
-                                                           "content": case["entry"]}), ctx)
+        ctx = ToolContext(
+            session_id=1,
+            platform="cli",
+            chat_type="dm",
+            user_id="u",
+            home=home,
+            db_path=home / "state.db",
+            memory=MemoryRights(person_id=1, shared=True),
+        )
+        result = await gw.tools.call(
+            "memory",
+            json.dumps({"action": "add", "target": "memory", "content": case["entry"]}),
+            ctx,
+        )
         stored = gw.memory.shared().read()
     finally:
         gw.store.close()
@@ -281,7 +366,9 @@ async def run_memory(case: dict[str, Any], tmp_path: Path, capsys: pytest.Captur
     assert (case["entry"].strip() in stored) is expect["saved"]
 
 
-async def run_memory_file(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def run_memory_file(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     (home / "memories").mkdir(parents=True)
     (home / "memories" / "MEMORY.md").write_bytes(case["latin1"].encode("latin-1"))
@@ -291,7 +378,7 @@ async def run_memory_file(case: dict[str, Any], tmp_path: Path, capsys: pytest.C
         assert run.tg.sent_texts() == ["echo: hello [users=1]"]
 
 
-# ------------------------------------------------------------------------------------------ forged requests
+# ---------------------------------------------------------------------------------- forged requests
 class Recorder:
     def __init__(self) -> None:
         self.submitted: list[Inbound] = []
@@ -301,29 +388,53 @@ class Recorder:
         return SubmitResult(SubmitOutcome.ACCEPTED)
 
 
-async def run_slack_http(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def run_slack_http(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     async with FakeSlack() as slack:
-        write_config(home, extra=(
-            f"slack:\n  bot_token: '{BOT_TOKEN}'\n  app_token: '{APP_TOKEN}'\n  signing_secret: '{SIGNING_SECRET}'\n"
-            f"  mode: http\n  listen_port: 0\n  api_url: {slack.api_base_url}\n  allowed_users: ['U1']\n"))
+        write_config(
+            home,
+            extra=(
+                f"slack:\n  bot_token: '{BOT_TOKEN}'\n  app_token: "
+                f"'{APP_TOKEN}'\n  signing_secret: '{SIGNING_SECRET}'\n"
+                "  mode: http\n  listen_port: 0\n  api_url: "
+                f"{slack.api_base_url}\n  allowed_users: ['U1']\n"
+            ),
+        )
         config = load_config(home, env={})
         assert config.slack is not None
         adapter = SlackAdapter(config.slack, serve=serve_http)
         recorder = Recorder()
         await adapter.start(recorder)
         try:
-            event = {"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": "hi",
-                     "ts": "1700000000.000100"}
+            event = {
+                "type": "message",
+                "channel_type": "im",
+                "channel": "D1",
+                "user": "U1",
+                "text": "hi",
+                "ts": "1700000000.000100",
+            }
             body = json.dumps(event_callback(event, event_id="EvCorpus"))
-            signing = {"wrong_secret": ("not-the-secret", body, None), "stale": (SIGNING_SECRET, body,
-                       int(time.time()) - 600), "tampered": (SIGNING_SECRET, body.replace('"hi"', '"ho"'), None),
-                       "valid": (SIGNING_SECRET, body, None)}
-            headers = {} if case["signature"] == "missing" else signed_request_headers(*signing[case["signature"]])
+            signing = {
+                "wrong_secret": ("not-the-secret", body, None),
+                "stale": (SIGNING_SECRET, body, int(time.time()) - 600),
+                "tampered": (SIGNING_SECRET, body.replace('"hi"', '"ho"'), None),
+                "valid": (SIGNING_SECRET, body, None),
+            }
+            headers = (
+                {}
+                if case["signature"] == "missing"
+                else signed_request_headers(*signing[case["signature"]])
+            )
             async with aiohttp.ClientSession() as http:
-                async with http.post(f"http://127.0.0.1:{adapter.http_port}{config.slack.path}", data=body,
-                                     headers={**headers, "Content-Type": "application/json"}) as resp:
+                async with http.post(
+                    f"http://127.0.0.1:{adapter.http_port}{config.slack.path}",
+                    data=body,
+                    headers={**headers, "Content-Type": "application/json"},
+                ) as resp:
                     status = resp.status
             if case["expect"]["submitted"]:
                 await slack.wait_until(lambda: bool(recorder.submitted), 10)
@@ -333,31 +444,48 @@ async def run_slack_http(case: dict[str, Any], tmp_path: Path, capsys: pytest.Ca
     assert len(recorder.submitted) == case["expect"]["submitted"]
 
 
-async def run_telegram_webhook(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def run_telegram_webhook(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     async with FakeTelegram() as tg:
-        write_config(home, extra=(
-            f"telegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n  mode: webhook\n"
-            f"  webhook_url: https://bot.example.net/telegram/webhook\n  secret_token: '{WEBHOOK_SECRET}'\n"
-            f"  listen_port: 0\n  allowed_users: ['{ALICE}']\n"))
+        write_config(
+            home,
+            extra=(
+                f"telegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n  mode: webhook\n"
+                "  webhook_url: https://bot.example.net/telegram/webhook\n "
+                f" secret_token: '{WEBHOOK_SECRET}'\n"
+                f"  listen_port: 0\n  allowed_users: ['{ALICE}']\n"
+            ),
+        )
         config = load_config(home, env={})
         assert config.telegram is not None
         adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), serve=serve_http)
         recorder = Recorder()
         await adapter.start(recorder)
         try:
-            update = {"update_id": 5, "message": {"message_id": 9, "date": 1700000000, "text": "hi",
-                      "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
-                      "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"}}}
+            update = {
+                "update_id": 5,
+                "message": {
+                    "message_id": 9,
+                    "date": 1700000000,
+                    "text": "hi",
+                    "chat": {"id": ALICE, "type": "private", "first_name": "Alice"},
+                    "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+                },
+            }
             body = case.get("body") or json.dumps(update)
             secret = {"missing": None, "wrong": "guess", "right": WEBHOOK_SECRET}[case["secret"]]
             headers = {"Content-Type": "application/json"}
             if secret is not None:
                 headers["X-Telegram-Bot-Api-Secret-Token"] = secret
             async with aiohttp.ClientSession() as http:
-                async with http.post(f"http://127.0.0.1:{adapter.webhook_port}{config.telegram.path}", data=body,
-                                     headers=headers) as resp:
+                async with http.post(
+                    f"http://127.0.0.1:{adapter.webhook_port}{config.telegram.path}",
+                    data=body,
+                    headers=headers,
+                ) as resp:
                     status = resp.status
         finally:
             await adapter.stop()
@@ -367,7 +495,12 @@ async def run_telegram_webhook(case: dict[str, Any], tmp_path: Path, capsys: pyt
 
 Runner = Callable[[dict[str, Any], Path, pytest.CaptureFixture[str]], Any]
 RUNNERS: dict[str, Runner] = {
-    "config": run_config, "message": run_message, "context": run_context, "memory": run_memory,
-    "memory_file": run_memory_file, "slack_http": run_slack_http, "telegram_webhook": run_telegram_webhook,
+    "config": run_config,
+    "message": run_message,
+    "context": run_context,
+    "memory": run_memory,
+    "memory_file": run_memory_file,
+    "slack_http": run_slack_http,
+    "telegram_webhook": run_telegram_webhook,
     "web_message": run_web_message,
 }

@@ -1,6 +1,6 @@
 """The dashboard with several agents, in a real browser: the sessions come grouped by agent, each
-group under a row naming it, with a chip per agent; a single-agent gateway's table looks as it always
-did (tests/test_browser_first_run.py)."""
+group under a row naming it, with a chip per agent; a single-agent gateway's table looks as it
+always did (tests/test_browser_first_run.py)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,10 @@ async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[tuple[Daemon, R
     config = load_config(home, env={})
     telegram = RecordingAdapter("telegram")
     web = [a for a in platform_adapters(config) if a.platform == "web"]
-    run = Daemon(build_gateway(config, env={}, adapters=[*web, telegram], probe_ollama=False),
-                 install_signals=False)
+    run = Daemon(
+        build_gateway(config, env={}, adapters=[*web, telegram], probe_ollama=False),
+        install_signals=False,
+    )
     await run.start()
     try:
         yield run, telegram
@@ -55,12 +57,15 @@ async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[tuple[Daemon, R
 
 async def expect_text(page: Page, selector: str, pattern: str) -> None:
     from playwright.async_api import expect
+
     await expect(page.locator(selector)).to_have_text(re.compile(pattern), timeout=WAIT_MS)
 
 
-async def test_the_dashboard_groups_sessions_by_agent(daemon: tuple[Daemon, RecordingAdapter],
-                                                      home: Path, browser: Browser) -> None:
+async def test_the_dashboard_groups_sessions_by_agent(
+    daemon: tuple[Daemon, RecordingAdapter], home: Path, browser: Browser
+) -> None:
     from playwright.async_api import expect
+
     run, telegram = daemon
     port = run.web_port or 0
     async with WebChatClient(port, "owner-tab", home=home) as tab:

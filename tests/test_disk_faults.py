@@ -28,8 +28,11 @@ from tests.test_webchat_media import auth
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()})")
     try:
@@ -66,8 +69,12 @@ async def test_a_full_disk_is_said_not_suffered(small_disk: Path, fake_llm: Fake
             assert (await tab.next("message"))["text"] == "echo: before [users=1]"
         filler = fill(small_disk)
         form = aiohttp.FormData()
-        form.add_field("file", make_pdf(["x" * 10_000]) * 20, filename="big.pdf",
-                       content_type="application/pdf")
+        form.add_field(
+            "file",
+            make_pdf(["x" * 10_000]) * 20,
+            filename="big.pdf",
+            content_type="application/pdf",
+        )
         async with aiohttp.ClientSession() as http:
             url = f"http://127.0.0.1:{port}/upload"
             async with http.post(url, data=form, headers=auth(home)) as resp:
@@ -95,4 +102,3 @@ async def test_a_full_disk_is_said_not_suffered(small_disk: Path, fake_llm: Fake
     worst = [r["msg"] for r in daemon.log_records() if r["level"] in ("ERROR", "CRITICAL")]
     store = "the database takes no writes (database or disk is full"
     assert all(m.startswith(store) for m in worst), worst
-

@@ -1,5 +1,6 @@
-"""The docs cannot drift: docs/configuration.md lists every key of gateway/config/settings.py's dataclasses with its type
-and default (and nothing else), and the other pages exist and point at real commands and files."""
+"""The docs cannot drift: docs/configuration.md lists every key of gateway/config/settings.py's
+dataclasses with its type and default (and nothing else), and the other pages exist and point at
+real commands and files."""
 
 from __future__ import annotations
 
@@ -35,7 +36,14 @@ def type_text(tp: Any) -> str:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin is tuple:
         return "list of integers" if args and args[0] is int else "list of strings"
-    return {int: "int", float: "number", bool: "bool", str: "string", Secret: "secret", Path: "path"}[tp]
+    return {
+        int: "int",
+        float: "number",
+        bool: "bool",
+        str: "string",
+        Secret: "secret",
+        Path: "path",
+    }[tp]
 
 
 def bounds_text(field: dataclasses.Field[Any]) -> str:
@@ -86,8 +94,9 @@ def _placeholder(key_type: Any) -> str:
     raise AssertionError(f"no placeholder for mapping keys of type {key_type}")
 
 
-def reference_rows(cls: type = Config, prefix: str = "",
-                   seen: dict[type, str] | None = None) -> list[tuple[str, str, str]]:
+def reference_rows(
+    cls: type = Config, prefix: str = "", seen: dict[type, str] | None = None
+) -> list[tuple[str, str, str]]:
     """(key, type, default) for every leaf key, in declaration order, as docs/configuration.md must
     list them. A section an agent or a bot account repeats (an agent's `model`, `telegram.accounts`)
     is one row: "like `model`"."""
@@ -138,8 +147,9 @@ def _entries(tp: Any, key: str, seen: dict[type, str]) -> list[tuple[str, str, s
     return reference_rows(inner, f"{entry}.", seen)
 
 
-def _section(nested: type, key: str, field: dataclasses.Field[Any],
-             seen: dict[type, str]) -> list[tuple[str, str, str]]:
+def _section(
+    nested: type, key: str, field: dataclasses.Field[Any], seen: dict[type, str]
+) -> list[tuple[str, str, str]]:
     known = _repeated(nested, key, seen)
     if known is not None:
         return [(key, f"like `{known}`", default_text(field))]
@@ -178,7 +188,9 @@ def test_configuration_reference_lists_every_key_with_its_type_and_default() -> 
     by_key = {row[0]: row for row in documented}
     for key, type_, default in expected:
         _, doc_type, doc_default, meaning = by_key[key]
-        assert (doc_type, doc_default) == (type_, default), f"{key}: docs say {doc_type} / {doc_default}"
+        assert (doc_type, doc_default) == (type_, default), (
+            f"{key}: docs say {doc_type} / {doc_default}"
+        )
         assert len(meaning) > 10, f"{key}: say what it means"
 
 
@@ -191,20 +203,54 @@ def test_configuration_sections_follow_the_dataclasses() -> None:
 
 def test_reference_generator_sees_nested_and_mapped_keys() -> None:
     keys = {k for k, _, _ in reference_rows()}
-    assert {"model.fallback.name", "session_reset.by_platform.<platform>.idle_minutes",
-            "sessions.busy_by_platform.<platform>", "platform_hints.<platform>.append", "telegram.token",
-            "daemon.drain_seconds", "logging.format"} <= keys
+    assert {
+        "model.fallback.name",
+        "session_reset.by_platform.<platform>.idle_minutes",
+        "sessions.busy_by_platform.<platform>",
+        "platform_hints.<platform>.append",
+        "telegram.token",
+        "daemon.drain_seconds",
+        "logging.format",
+    } <= keys
     assert "home" not in keys
 
 
 def test_docs_pages_exist_and_mention_what_they_must() -> None:
     must = {
-        "operations.md": ["install-service", "Type=notify", "WatchdogSec", "sqlite3", ".backup", "/metrics",
-                          "/healthz", "/readyz", "gateway status", "gateway doctor", "journalctl", "75", "78",
-                          "drain_seconds", "gateway_llm_tokens_total"],
-        "architecture.md": ["stable", "context", "volatile", "```", "SessionManager", "Outbox", "supervisor"],
-        "prompt-cache.md": ["gateway prompt", "--tiers", "--session", "cache_control", "cached_tokens",
-                            "gateway_llm_cache_hit_ratio"],
+        "operations.md": [
+            "install-service",
+            "Type=notify",
+            "WatchdogSec",
+            "sqlite3",
+            ".backup",
+            "/metrics",
+            "/healthz",
+            "/readyz",
+            "gateway status",
+            "gateway doctor",
+            "journalctl",
+            "75",
+            "78",
+            "drain_seconds",
+            "gateway_llm_tokens_total",
+        ],
+        "architecture.md": [
+            "stable",
+            "context",
+            "volatile",
+            "```",
+            "SessionManager",
+            "Outbox",
+            "supervisor",
+        ],
+        "prompt-cache.md": [
+            "gateway prompt",
+            "--tiers",
+            "--session",
+            "cache_control",
+            "cached_tokens",
+            "gateway_llm_cache_hit_ratio",
+        ],
     }
     for page, words in must.items():
         text = (DOCS / page).read_text(encoding="utf-8")
@@ -217,56 +263,96 @@ def test_commands_named_in_the_docs_exist() -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     commands = set(sub.choices)  # type: ignore[arg-type]
     for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
-        for cmd in re.findall(r"`gateway (?:--[a-z-]+(?: \S+)? )*([a-z][a-z-]+)", page.read_text(encoding="utf-8")):
+        for cmd in re.findall(
+            r"`gateway (?:--[a-z-]+(?: \S+)? )*([a-z][a-z-]+)", page.read_text(encoding="utf-8")
+        ):
             assert cmd in commands, f"{page.name} mentions `gateway {cmd}`, which does not exist"
 
 
 def test_the_docs_name_the_unit_that_install_service_writes() -> None:
-    """`systemctl restart gateway` fails: the unit is agent-gateway.service (gateway/ops/service.py)."""
+    """`systemctl restart gateway` fails: the unit is
+    agent-gateway.service (gateway/ops/service.py)."""
     from gateway.ops.service import UNIT_NAME
+
     unit = UNIT_NAME.removesuffix(".service")
     for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
         text = page.read_text(encoding="utf-8")
-        named = re.findall(r"systemctl (?:--user )?(?:start|stop|restart|status|reset-failed|enable|disable)"
-                           r"(?: --now)? ([\w@.-]+)", text)
+        named = re.findall(
+            r"systemctl (?:--user )?(?:start|stop|restart|status|reset-failed|enable|disable)"
+            r"(?: --now)? ([\w@.-]+)",
+            text,
+        )
         named += re.findall(r"journalctl (?:--user )?-u ([\w@.-]+)", text)
         for name in named:
-            assert name.removesuffix(".service") == unit, f"{page.name} names the unit {name!r}, not {unit!r}"
+            assert name.removesuffix(".service") == unit, (
+                f"{page.name} names the unit {name!r}, not {unit!r}"
+            )
 
 
 def test_ci_runs_exactly_the_readme_commands() -> None:
-    """.ci/run's last line is the README's test command as written; the README's first command sets up a venv."""
-    blocks = re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(encoding="utf-8"), re.DOTALL)
+    """.ci/run's last line is the README's test command as written; the README's first command sets
+    up a venv."""
+    blocks = re.findall(
+        r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(encoding="utf-8"), re.DOTALL
+    )
     setup, tests = blocks[0], blocks[1]
-    assert setup == "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && gateway init && gateway run"
+    assert (
+        setup == "python3 -m venv .venv && . .venv/bin/activate && "
+        "pip install -e . && gateway init && gateway run"
+    )
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").rstrip("\n").splitlines()
     assert ci[-1] == tests
-    assert tests.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]'")
+    assert tests.startswith(
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]'"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- platform set-up pages
-# The scopes each Slack Web API method needs (Slack's method reference); a method the adapter starts to call that is
-# missing here fails the test below, so the manifest cannot fall behind the code.
+# ---------------------------------------------------------------------------- platform set-up pages
+# The scopes each Slack Web API method needs (Slack's method reference); a method the adapter starts
+# to call that is missing here fails the test below, so the manifest cannot fall behind the code.
 SLACK_METHOD_SCOPES: dict[str, frozenset[str]] = {
     "auth.test": frozenset(),
-    "apps.connections.open": frozenset(),  # the app-level token's connections:write, not a bot scope
-    **{f"chat.{m}": frozenset({"chat:write"}) for m in (
-        "postMessage", "postEphemeral", "update", "delete", "startStream", "appendStream", "stopStream")},
+    # the app-level token's connections:write, not a bot scope
+    "apps.connections.open": frozenset(),
+    **{
+        f"chat.{m}": frozenset({"chat:write"})
+        for m in (
+            "postMessage",
+            "postEphemeral",
+            "update",
+            "delete",
+            "startStream",
+            "appendStream",
+            "stopStream",
+        )
+    },
     "conversations.info": frozenset({"channels:read", "groups:read", "im:read", "mpim:read"}),
-    "conversations.replies": frozenset({"channels:history", "groups:history", "im:history", "mpim:history"}),
+    "conversations.replies": frozenset(
+        {"channels:history", "groups:history", "im:history", "mpim:history"}
+    ),
     "users.info": frozenset({"users:read"}),
     "reactions.add": frozenset({"reactions:write"}),
     "reactions.remove": frozenset({"reactions:write"}),
     # slack_sdk's files_upload_v2: getUploadURLExternal, the upload, completeUploadExternal
     "files.upload.v2": frozenset({"files:write"}),
 }
-SLACK_EVENT_SCOPES = {"app_mention": "app_mentions:read", "message.channels": "channels:history",
-                      "message.groups": "groups:history", "message.im": "im:history", "message.mpim": "mpim:history"}
-_SLACK_FAMILIES = "auth|apps|chat|conversations|users|reactions|files|team|bots|views|assistant|pins|usergroups|dnd"
+SLACK_EVENT_SCOPES = {
+    "app_mention": "app_mentions:read",
+    "message.channels": "channels:history",
+    "message.groups": "groups:history",
+    "message.im": "im:history",
+    "message.mpim": "mpim:history",
+}
+_SLACK_FAMILIES = (
+    "auth|apps|chat|conversations|users|reactions|files|"
+    "team|bots|views|assistant|pins|usergroups|dnd"
+)
 
 
 def _slack_source() -> str:
-    return "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "adapters" / "slack").glob("*.py")))
+    return "\n".join(
+        p.read_text(encoding="utf-8") for p in sorted((REPO / "adapters" / "slack").glob("*.py"))
+    )
 
 
 def test_slack_manifest_asks_for_the_scope_of_every_method_the_adapter_calls() -> None:
@@ -275,9 +361,16 @@ def test_slack_manifest_asks_for_the_scope_of_every_method_the_adapter_calls() -
     source = _slack_source()
     method = rf"client(?:\(\))?\.((?:{_SLACK_FAMILIES})_[A-Za-z0-9_]+)\b"
     called = {m.replace("_", ".") for m in re.findall(method, source)}
-    assert {"chat.postMessage", "chat.startStream", "reactions.add", "conversations.replies"} <= called
+    assert {
+        "chat.postMessage",
+        "chat.startStream",
+        "reactions.add",
+        "conversations.replies",
+    } <= called
     unknown = called - set(SLACK_METHOD_SCOPES)
-    assert not unknown, f"the Slack adapter calls {sorted(unknown)}: add their scopes here and to the manifest"
+    assert not unknown, (
+        f"the Slack adapter calls {sorted(unknown)}: add their scopes here and to the manifest"
+    )
     needed = set().union(*(SLACK_METHOD_SCOPES[m] for m in called))
     if "url_private" in source:
         needed.add("files:read")  # downloads with the bot token
@@ -288,10 +381,19 @@ def test_slack_manifest_asks_for_the_scope_of_every_method_the_adapter_calls() -
         needed.add("commands")
     granted = set(manifest["oauth_config"]["scopes"]["bot"])
     assert needed <= granted, f"the manifest misses {sorted(needed - granted)}"
-    assert not granted - needed, f"the manifest asks for scopes nothing uses: {sorted(granted - needed)}"
-    table = (DOCS / "slack.md").read_text(encoding="utf-8").split("Scopes and why each is needed:")[1].split("\n\n")[1]
+    assert not granted - needed, (
+        f"the manifest asks for scopes nothing uses: {sorted(granted - needed)}"
+    )
+    table = (
+        (DOCS / "slack.md")
+        .read_text(encoding="utf-8")
+        .split("Scopes and why each is needed:")[1]
+        .split("\n\n")[1]
+    )
     first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
-    assert set(re.findall(r"`([a-z_:]+)`", "".join(first_cells))) == granted, "slack.md's scope table ≠ the manifest"
+    assert set(re.findall(r"`([a-z_:]+)`", "".join(first_cells))) == granted, (
+        "slack.md's scope table ≠ the manifest"
+    )
 
 
 def test_telegram_page_lists_the_command_menu_the_adapter_registers() -> None:
@@ -321,11 +423,14 @@ def test_discord_page_names_every_slash_command_and_the_invite_permissions_add_u
 
 
 def test_cli_flags_named_in_the_docs_exist() -> None:
-    """`gateway users timezone --clear`, `gateway init --web-port` …: every --flag written after a command exists."""
+    """`gateway users timezone --clear`, `gateway init --web-port` …: every --flag written after a
+    command exists."""
     parser = build_parser()
 
     def subcommands(p: Any) -> dict[str, Any]:
-        return next((dict(a.choices) for a in p._actions if a.choices and a.dest.endswith("command")), {})
+        return next(
+            (dict(a.choices) for a in p._actions if a.choices and a.dest.endswith("command")), {}
+        )
 
     def flags(p: Any) -> set[str]:
         return {s for a in p._actions for s in a.option_strings}
@@ -334,8 +439,9 @@ def test_cli_flags_named_in_the_docs_exist() -> None:
     checked = 0
     for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
         text = page.read_text(encoding="utf-8")
-        lines = re.findall(r"`(gateway [^`\n]+)`", text) + re.findall(r"^\s*(?:sudo )?(gateway \S[^\n#]*)", text,
-                                                                      flags=re.MULTILINE)
+        lines = re.findall(r"`(gateway [^`\n]+)`", text) + re.findall(
+            r"^\s*(?:sudo )?(gateway \S[^\n#]*)", text, flags=re.MULTILINE
+        )
         for line in lines:
             current = parser
             for token in line.split()[1:]:
@@ -343,7 +449,9 @@ def test_cli_flags_named_in_the_docs_exist() -> None:
                     current = subcommands(current)[token]
                 elif token.startswith("--"):
                     flag = token.split("=")[0].rstrip(".,;:)]")
-                    assert flag in flags(current) | top, f"{page.name}: `{line}`: {flag} does not exist"
+                    assert flag in flags(current) | top, (
+                        f"{page.name}: `{line}`: {flag} does not exist"
+                    )
                     checked += 1
     assert checked > 20
 
@@ -359,7 +467,8 @@ class _AnyEnv(dict[str, str]):
 
 
 def test_config_examples_in_the_docs_load(tmp_path: Path) -> None:
-    """Each ```yaml block whose keys are config sections is a config.yaml that `gateway config check` accepts."""
+    """Each ```yaml block whose keys are config sections is a config.yaml that `gateway config
+    check` accepts."""
     import yaml
 
     from gateway.config.settings import load_config
@@ -367,7 +476,9 @@ def test_config_examples_in_the_docs_load(tmp_path: Path) -> None:
     sections = {f.name for f in dataclasses.fields(Config) if not f.metadata.get("internal")}
     loaded = 0
     for page in [*DOCS.glob("*.md"), REPO / "README.md"]:
-        for i, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)):
+        for i, block in enumerate(
+            re.findall(r"```ya?ml\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
+        ):
             data = yaml.safe_load(block)
             if not isinstance(data, dict) or not set(data) <= sections:
                 continue  # another program's file (Prometheus, a manifest)
@@ -383,14 +494,23 @@ def test_tools_page_lists_every_built_in_tool() -> None:
 
     text = (DOCS / "tools.md").read_text(encoding="utf-8")
     table = text.split("## Built-in tools")[1].split("\n\n")[1]
-    named = {n for row in table.splitlines() if row.startswith("| `") for n in re.findall(r"`(\w+)`", row.split("|")[1])}
+    named = {
+        n
+        for row in table.splitlines()
+        if row.startswith("| `")
+        for n in re.findall(r"`(\w+)`", row.split("|")[1])
+    }
     assert named == set(TOOL_ORDER)
 
 
 def test_each_platform_page_explains_every_key_of_its_section() -> None:
     from gateway.config.settings import DiscordConfig, SlackConfig, TelegramConfig
 
-    for cls, page in ((TelegramConfig, "telegram.md"), (DiscordConfig, "discord.md"), (SlackConfig, "slack.md")):
+    for cls, page in (
+        (TelegramConfig, "telegram.md"),
+        (DiscordConfig, "discord.md"),
+        (SlackConfig, "slack.md"),
+    ):
         text = (DOCS / page).read_text(encoding="utf-8")
         missing = [f.name for f in dataclasses.fields(cls) if f"| `{f.name}` |" not in text]
         assert not missing, f"{page} does not explain {missing}"
@@ -405,12 +525,18 @@ def test_links_between_pages_reach_a_file_and_heading_that_exist() -> None:
     pages = [*DOCS.glob("*.md"), REPO / "README.md"]
     checked = 0
     for page in pages:
-        for target, anchor in re.findall(r"\]\(((?:docs/)?[\w.-]*\.(?:md|yaml)|)(?:#([^)\s]+))?\)",
-                                         page.read_text(encoding="utf-8")):
+        for target, anchor in re.findall(
+            r"\]\(((?:docs/)?[\w.-]*\.(?:md|yaml)|)(?:#([^)\s]+))?\)",
+            page.read_text(encoding="utf-8"),
+        ):
             path = (page.parent / target) if target else page
             assert path.is_file(), f"{page.name} links to {target}, which does not exist"
             if anchor:
-                headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.MULTILINE)
-                assert anchor in {_slug(h) for h in headings}, f"{page.name} links to {target}#{anchor}: no such heading"
+                headings = re.findall(
+                    r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.MULTILINE
+                )
+                assert anchor in {_slug(h) for h in headings}, (
+                    f"{page.name} links to {target}#{anchor}: no such heading"
+                )
             checked += 1
     assert checked > 30

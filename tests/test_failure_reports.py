@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # whose finalizer formats a traceback, as pytest's unraisable-exception hook does for an unclosed
 # transport's ResourceWarning. Until the next test, each one leaves another behind, so that a
 # collection falls inside pytest's parse of this file.
-FAILING = '''
+FAILING = """
 import gc
 import traceback
 
@@ -55,20 +55,24 @@ def test_after_it():
     LEAVING = False
     gc.set_threshold(700)
     gc.collect()
-'''
+"""
 
 
 def run_pytest(tmp_path: Path, *plugins: str) -> str:
     (tmp_path / "test_garbage.py").write_text(FAILING, encoding="utf-8")
-    (tmp_path / "pytest.ini").write_text(textwrap.dedent("""\
+    (tmp_path / "pytest.ini").write_text(
+        textwrap.dedent("""\
         [pytest]
         filterwarnings = error
         asyncio_default_fixture_loop_scope = function
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins, "test_garbage.py"]
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(args, check=False, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env=env)
+    done = subprocess.run(
+        args, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
     return done.stdout + done.stderr
 
 

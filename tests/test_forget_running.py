@@ -1,9 +1,11 @@
-"""`gateway users forget` while that person's turn is running: the turn ends quietly, whichever comes first.
+"""`gateway users forget` while that person's turn is running: the turn ends quietly, whichever
+comes first.
 
-The model is held open (a slow fake model over real HTTP) while the CLI forgets the person from its own connection
-to the database, the way an operator would run it beside the daemon. Either the turn finishes first (its answer is
-not stored, not sent, no error), or the daemon notices the erasure first and stops it. No one sees "something went
-wrong", and no row, usage record or profile of the forgotten person is left behind.
+The model is held open (a slow fake model over real HTTP) while the CLI forgets the person from its
+own connection to the database, the way an operator would run it beside the daemon. Either the turn
+finishes first (its answer is not stored, not sent, no error), or the daemon notices the erasure
+first and stops it. No one sees "something went wrong", and no row, usage record or profile of the
+forgotten person is left behind.
 """
 
 from __future__ import annotations
@@ -67,13 +69,21 @@ async def held_llm() -> AsyncIterator[HeldLLM]:
 
 
 @asynccontextmanager
-async def gateway(home: Path, llm: FakeLLM) -> AsyncIterator[tuple[Gateway, RecordingAdapter, AccessWatch]]:
-    write_config(home, base_url=llm.base_url, extra="web:\n  enabled: false\n"
-                 "telegram:\n  token: t\n  allowed_users: ['1', '2']\n")
+async def gateway(
+    home: Path, llm: FakeLLM
+) -> AsyncIterator[tuple[Gateway, RecordingAdapter, AccessWatch]]:
+    write_config(
+        home,
+        base_url=llm.base_url,
+        extra="web:\n  enabled: false\ntelegram:\n  token: t\n  allowed_users: ['1', '2']\n",
+    )
     tg = RecordingAdapter("telegram")
     gw = gateway_for(home, [tg])
-    # The daemon's watch, polled by hand here so the test decides whether it notices before the turn ends.
-    watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory, clock=gw.clock)
+    # The daemon's watch, polled by hand here so the test
+    # decides whether it notices before the turn ends.
+    watch = AccessWatch(
+        store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory, clock=gw.clock
+    )
     try:
         yield gw, tg, watch
     finally:
@@ -84,10 +94,13 @@ async def gateway(home: Path, llm: FakeLLM) -> AsyncIterator[tuple[Gateway, Reco
 
 
 def forget(home: Path, who: str) -> None:
-    """`gateway users forget WHO --yes`, in-process but on its own connection to state.db, as from a terminal."""
+    """`gateway users forget WHO --yes`, in-process but on
+    its own connection to state.db, as from a terminal."""
     out = io.StringIO()
     args = build_parser().parse_args(["--home", str(home), "users", "forget", who, "--yes"])
-    assert users.run(args, load_config(home, env={}), stdin=io.StringIO(), out=out) == 0, out.getvalue()
+    assert users.run(args, load_config(home, env={}), stdin=io.StringIO(), out=out) == 0, (
+        out.getvalue()
+    )
 
 
 async def say(gw: Gateway, tg: RecordingAdapter, text: str, user: str) -> None:
@@ -98,15 +111,23 @@ async def say(gw: Gateway, tg: RecordingAdapter, text: str, user: str) -> None:
 
 
 def left_of(gw: Gateway, user: str) -> dict[str, int]:
-    """What the database still holds of a Telegram user (chat id = user id in a DM), and rows pointing at deleted
-    sessions."""
+    """What the database still holds of a Telegram user (chat id = user id in a DM), and rows
+    pointing at deleted sessions."""
     counts = {
         "inbound": ("SELECT COUNT(*) FROM inbound WHERE user_id = ?", (user,)),
         "outbound": ("SELECT COUNT(*) FROM outbound WHERE chat_id = ?", (user,)),
         "sessions": ("SELECT COUNT(*) FROM sessions WHERE user_id = ?", (user,)),
-        "messages": ("SELECT COUNT(*) FROM messages WHERE user_id = ? OR session_id NOT IN (SELECT id FROM sessions)",
-                     (user,)),
-        "usage": ("SELECT COUNT(*) FROM llm_calls WHERE session_id NOT IN (SELECT id FROM sessions)", ()),
+        "messages": (
+            (
+                "SELECT COUNT(*) FROM messages WHERE user_id = ? "
+                "OR session_id NOT IN (SELECT id FROM sessions)"
+            ),
+            (user,),
+        ),
+        "usage": (
+            "SELECT COUNT(*) FROM llm_calls WHERE session_id NOT IN (SELECT id FROM sessions)",
+            (),
+        ),
         "previews": ("SELECT COUNT(*) FROM previews WHERE chat_id = ?", (user,)),
     }
     out = {}
@@ -120,11 +141,16 @@ NOTHING = {"inbound": 0, "outbound": 0, "sessions": 0, "messages": 0, "usage": 0
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("gateway")]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith("gateway")
+    ]
 
 
 async def test_a_turn_that_ends_after_its_person_was_forgotten_stores_and_sends_nothing(
-        home: Path, held_llm: HeldLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, held_llm: HeldLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     async with gateway(home, held_llm) as (gw, tg, watch):
         await say(gw, tg, "hello, I'm one", "1")
@@ -134,23 +160,33 @@ async def test_a_turn_that_ends_after_its_person_was_forgotten_stores_and_sends_
         sent_before = len(tg.sent)
 
         held_llm.hold()
-        await gw.sessions.submit(inbound("remember that I like green tea", platform="telegram", chat_id="1",
-                                         user_id="1"))
+        await gw.sessions.submit(
+            inbound("remember that I like green tea", platform="telegram", chat_id="1", user_id="1")
+        )
         await asyncio.wait_for(held_llm.arrived.wait(), 10)
         forget(home, "telegram:1")  # while the model is still answering
-        # The model goes on: it saves the fact to the person's profile (the file the CLI just deleted), then answers.
-        held_llm.script(ToolCall("memory", {"action": "add", "target": "user", "content": "Likes green tea"}),
-                        Reply("Noted: green tea."))
+        # The model goes on: it saves the fact to the person's profile (the file the CLI just
+        # deleted), then answers.
+        held_llm.script(
+            ToolCall("memory", {"action": "add", "target": "user", "content": "Likes green tea"}),
+            Reply("Noted: green tea."),
+        )
         held_llm.release()
         await gw.sessions.wait_idle()
 
         assert tg.sent[sent_before:] == []  # no answer, and no "something went wrong"
         assert left_of(gw, "1") == NOTHING
-        assert not any("green tea" in str(r[0]) for r in gw.store.all("SELECT content FROM messages"))
+        assert not any(
+            "green tea" in str(r[0]) for r in gw.store.all("SELECT content FROM messages")
+        )
         assert errors(caplog) == []
-        assert any(r.getMessage().startswith("turn dropped platform=telegram turn=t") for r in caplog.records)
+        assert any(
+            r.getMessage().startswith("turn dropped platform=telegram turn=t")
+            for r in caplog.records
+        )
 
-        # The daemon then notices the erasure: the profile the turn wrote after the CLI deleted it goes for good.
+        # The daemon then notices the erasure: the profile the turn wrote after the CLI deleted it
+        # goes for good.
         profile = gw.memory.profile(person.id)
         assert profile.entries() == ("Likes green tea",)
         assert watch.handle() == 1
@@ -165,18 +201,24 @@ async def test_a_turn_that_ends_after_its_person_was_forgotten_stores_and_sends_
 
 
 async def test_the_daemon_stops_a_forgotten_persons_running_turn_quietly(
-        home: Path, held_llm: HeldLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, held_llm: HeldLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     async with gateway(home, held_llm) as (gw, tg, watch):
         await say(gw, tg, "hello, I'm one", "1")
         person = gw.people.find("telegram:1")
         assert person is not None
         held_llm.hold()
-        await gw.sessions.submit(inbound("a long question", platform="telegram", chat_id="1", user_id="1"))
+        await gw.sessions.submit(
+            inbound("a long question", platform="telegram", chat_id="1", user_id="1")
+        )
         await asyncio.wait_for(held_llm.arrived.wait(), 10)
-        await gw.sessions.submit(inbound("and a second one", platform="telegram", chat_id="1", user_id="1"))
+        await gw.sessions.submit(
+            inbound("and a second one", platform="telegram", chat_id="1", user_id="1")
+        )
         await gw.outbox.wait_background()
-        sent_before = len(tg.sent)  # the busy notice for the second message went out before the forget
+        # the busy notice for the second message went out before the forget
+        sent_before = len(tg.sent)
         assert tg.texts("1")[-1].startswith("Still working on your previous message")
 
         forget(home, "1")
@@ -187,7 +229,10 @@ async def test_the_daemon_stops_a_forgotten_persons_running_turn_quietly(
         assert tg.sent[sent_before:] == []
         assert left_of(gw, "1") == NOTHING
         assert errors(caplog) == []
-        assert any(r.getMessage() == "access: telegram:1 forgotten; 1 running turn(s) stopped" for r in caplog.records)
+        assert any(
+            r.getMessage() == "access: telegram:1 forgotten; 1 running turn(s) stopped"
+            for r in caplog.records
+        )
         assert gw.people.find("telegram:1") is None
         # Writing again later is a new person, with nothing of the old one.
         await say(gw, tg, "hi again", "1")
@@ -197,17 +242,25 @@ async def test_the_daemon_stops_a_forgotten_persons_running_turn_quietly(
 
 
 async def test_in_a_shared_conversation_a_forgotten_persons_turn_leaves_nothing(
-        home: Path, held_llm: HeldLLM, caplog: pytest.LogCaptureFixture) -> None:
-    """A topic of a group is one session for everyone in it: it stays, and the turn of the person forgotten while it
-    ran adds nothing to it, neither their words nor an answer to them."""
+    home: Path, held_llm: HeldLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A topic of a group is one session for everyone in it: it stays, and the turn of the person
+    forgotten while it ran adds nothing to it, neither their words nor an answer to them."""
     caplog.set_level(logging.INFO)
     async with gateway(home, held_llm) as (gw, tg, _):
-        topic: dict[str, Any] = {"platform": "telegram", "chat_type": "group", "chat_id": "-100", "thread_id": "7"}
+        topic: dict[str, Any] = {
+            "platform": "telegram",
+            "chat_type": "group",
+            "chat_id": "-100",
+            "thread_id": "7",
+        }
         await gw.sessions.submit(inbound("two here, hello topic", user_id="2", **topic))
         await tg.wait_for(1)
         await gw.sessions.wait_idle()
         held_llm.hold()
-        await gw.sessions.submit(inbound("one here: my passport number is X123", user_id="1", **topic))
+        await gw.sessions.submit(
+            inbound("one here: my passport number is X123", user_id="1", **topic)
+        )
         await asyncio.wait_for(held_llm.arrived.wait(), 10)
         forget(home, "telegram:1")
         held_llm.release()
@@ -216,22 +269,32 @@ async def test_in_a_shared_conversation_a_forgotten_persons_turn_leaves_nothing(
         assert tg.texts("-100") == ["echo: two here, hello topic [users=1]"]
         shared = gw.store.active_session("telegram:group:-100:7")
         assert shared is not None
-        texts = [str(r[0]) for r in gw.store.all("SELECT content FROM messages WHERE session_id = ?", (shared.id,))]
+        texts = [
+            str(r[0])
+            for r in gw.store.all("SELECT content FROM messages WHERE session_id = ?", (shared.id,))
+        ]
         assert not any("X123" in t for t in texts) and len(texts) == 2  # two's turn only
         assert errors(caplog) == []
 
 
 class ForgottenMidway(StreamingLLM):
-    """Writes its answer piece by piece; after the second piece of its second answer, the operator runs
-    `gateway users forget` for the person it is answering."""
+    """Writes its answer piece by piece; after the second piece of its second answer, the operator
+    runs `gateway users forget` for the person it is answering."""
 
     def __init__(self, clock: FakeClock, home: Path) -> None:
         super().__init__(clock, ["Your passport ", "number is ", "on page ", "two."], every=1.5)
         self.home = home
         self.answers = 0
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         self.answers += 1
         for i, piece in enumerate(self.pieces):
             if stream is not None:
@@ -249,11 +312,15 @@ async def test_the_live_preview_of_a_forgotten_persons_answer_comes_down(home: P
     gw = gateway_on(clock, home, [tg], ForgottenMidway(clock, home))
     try:
         for text in ("hi", "where is my passport number?"):
-            await clock.run(gw.sessions.submit(inbound(text, platform="telegram", chat_id="100", user_id="u1")))
+            await clock.run(
+                gw.sessions.submit(inbound(text, platform="telegram", chat_id="100", user_id="u1"))
+            )
             await clock.run(gw.sessions.wait_idle())
         second = {p.platform_message_id for _, p in tg.shows[4:]} - {None}
-        assert second == {"p2"}  # the second answer was growing in its own message when the person was forgotten
-        assert tg.dropped == ["p2"] and tg.sent == []  # it came down; nothing was sent, no error either
+        # the second answer was growing in its own message when the person was forgotten
+        assert second == {"p2"}
+        # it came down; nothing was sent, no error either
+        assert tg.dropped == ["p2"] and tg.sent == []
         assert tg.view() == [("Your passport number is on page two.", ())]  # the first answer stays
         assert gw.store.all("SELECT * FROM previews") == []
         assert left_of(gw, "u1") == NOTHING

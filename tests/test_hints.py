@@ -1,4 +1,6 @@
-"""platform_hints.yaml: the shipped file is complete and valid, overrides resolve, bad files are located."""
+"""platform_hints.yaml: the shipped file is complete
+and valid, overrides resolve, bad files are located.
+"""
 
 from __future__ import annotations
 
@@ -59,26 +61,54 @@ def test_package_copy_is_the_repo_root_file() -> None:
     link = REPO / "gateway" / "prompt" / "platform_hints.yaml"
     assert link.is_symlink() and link.resolve() == (REPO / "platform_hints.yaml").resolve()
     assert load_platform_facts(REPO / "platform_hints.yaml") == {
-        p: dataclasses.replace(f, source=str(REPO / "platform_hints.yaml")) for p, f in load_platform_facts().items()
+        p: dataclasses.replace(f, source=str(REPO / "platform_hints.yaml"))
+        for p, f in load_platform_facts().items()
     }
 
 
-FACTS = PlatformFacts(name="telegram", hint="Base hint.", max_length=4096, length_unit="utf16", flavor="telegram")
+FACTS = PlatformFacts(
+    name="telegram", hint="Base hint.", max_length=4096, length_unit="utf16", flavor="telegram"
+)
 
 
-@pytest.mark.parametrize(("override", "expected"), [
-    (None, ResolvedHint("Base hint.", "platform_hints.yaml")),
-    (HintOverride(), ResolvedHint("Base hint.", "platform_hints.yaml")),
-    (HintOverride(append="  Use emoji.  "),
-     ResolvedHint("Base hint.\n\nUse emoji.", "platform_hints.yaml + config override")),
-    (HintOverride(replace="Only this."), ResolvedHint("Only this.", "config override (replace)")),
-    (HintOverride(replace="Only this.", append="And this."),
-     ResolvedHint("Only this.\n\nAnd this.", "config override (replace + append)")),
-    (HintOverride(replace=""), ResolvedHint("", "config override (replace)")),
-    (HintOverride(replace="", append="Just this."), ResolvedHint("Just this.", "config override (replace + append)")),
-    (HintOverride(append="   "), ResolvedHint("Base hint.", "platform_hints.yaml")),
-], ids=["none", "empty", "append", "replace", "both", "replace-empty", "replace-empty-append", "blank-append"])
-def test_resolve_hint_replaces_then_appends(override: HintOverride | None, expected: ResolvedHint) -> None:
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (None, ResolvedHint("Base hint.", "platform_hints.yaml")),
+        (HintOverride(), ResolvedHint("Base hint.", "platform_hints.yaml")),
+        (
+            HintOverride(append="  Use emoji.  "),
+            ResolvedHint("Base hint.\n\nUse emoji.", "platform_hints.yaml + config override"),
+        ),
+        (
+            HintOverride(replace="Only this."),
+            ResolvedHint("Only this.", "config override (replace)"),
+        ),
+        (
+            HintOverride(replace="Only this.", append="And this."),
+            ResolvedHint("Only this.\n\nAnd this.", "config override (replace + append)"),
+        ),
+        (HintOverride(replace=""), ResolvedHint("", "config override (replace)")),
+        (
+            HintOverride(replace="", append="Just this."),
+            ResolvedHint("Just this.", "config override (replace + append)"),
+        ),
+        (HintOverride(append="   "), ResolvedHint("Base hint.", "platform_hints.yaml")),
+    ],
+    ids=[
+        "none",
+        "empty",
+        "append",
+        "replace",
+        "both",
+        "replace-empty",
+        "replace-empty-append",
+        "blank-append",
+    ],
+)
+def test_resolve_hint_replaces_then_appends(
+    override: HintOverride | None, expected: ResolvedHint
+) -> None:
     assert resolve_hint(FACTS, override) == expected
 
 
@@ -88,7 +118,9 @@ def test_bare_string_override_means_append() -> None:
 
 
 def test_max_lines_is_optional_and_parsed() -> None:
-    text = full_file(discord=GOOD_ENTRY + "  max_lines: 40\n", slack=GOOD_ENTRY + "  max_lines: null\n")
+    text = full_file(
+        discord=GOOD_ENTRY + "  max_lines: 40\n", slack=GOOD_ENTRY + "  max_lines: null\n"
+    )
     facts = parse_platform_facts(text, file="h.yaml")
     assert facts["discord"].max_lines == 40 and facts["slack"].max_lines is None
 
@@ -106,27 +138,69 @@ def error_of(text: str) -> ConfigError:
 def test_unknown_platform_is_an_error_with_its_line() -> None:
     err = error_of(full_file() + "whatsapp:\n" + GOOD_ENTRY)
     assert (err.file, err.line, err.key) == ("platform_hints.yaml", 6 * 5 + 1, "whatsapp")
-    assert str(err).startswith("platform_hints.yaml:31: whatsapp: unknown platform (known: telegram, discord")
+    assert str(err).startswith(
+        "platform_hints.yaml:31: whatsapp: unknown platform (known: telegram, discord"
+    )
 
 
 def test_bad_value_names_file_line_and_key() -> None:
     bad = "  hint: Be brief.\n  max_length: lots\n  length_unit: chars\n  flavor: plain\n"
     err = error_of(full_file(discord=bad))
     assert (err.line, err.key) == (8, "discord.max_length")
-    assert str(err) == "platform_hints.yaml:8: discord.max_length: expected a positive integer; got 'lots'"
+    assert (
+        str(err)
+        == "platform_hints.yaml:8: discord.max_length: expected a positive integer; got 'lots'"
+    )
 
 
-@pytest.mark.parametrize(("body", "key", "line", "message"), [
-    ("  hint: ''\n  max_length: 1\n  length_unit: chars\n  flavor: plain\n", "slack.hint", 12, "expected non-empty text"),
-    ("  hint: x\n  max_length: 0\n  length_unit: chars\n  flavor: plain\n", "slack.max_length", 13, "positive integer"),
-    ("  hint: x\n  max_length: 9\n  length_unit: bytes\n  flavor: plain\n", "slack.length_unit", 14,
-     "expected one of utf16, chars; got 'bytes'"),
-    ("  hint: x\n  max_length: 9\n  length_unit: chars\n  flavor: html\n", "slack.flavor", 15, "got 'html'"),
-    ("  hint: x\n  max_length: 9\n  length_unit: chars\n  flavour: plain\n", "slack.flavour", 15, "unknown key"),
-    ("  hint: x\n  max_length: 9\n  length_unit: chars\n", "slack.flavor", 11, "required key is missing"),
-    ("  - a list\n", "slack", 12, "expected a mapping"),
-    ("  hint: [a, b]\n  max_length: 9\n  length_unit: chars\n  flavor: plain\n", "slack.hint", 12, "got a sequence"),
-])
+@pytest.mark.parametrize(
+    ("body", "key", "line", "message"),
+    [
+        (
+            "  hint: ''\n  max_length: 1\n  length_unit: chars\n  flavor: plain\n",
+            "slack.hint",
+            12,
+            "expected non-empty text",
+        ),
+        (
+            "  hint: x\n  max_length: 0\n  length_unit: chars\n  flavor: plain\n",
+            "slack.max_length",
+            13,
+            "positive integer",
+        ),
+        (
+            "  hint: x\n  max_length: 9\n  length_unit: bytes\n  flavor: plain\n",
+            "slack.length_unit",
+            14,
+            "expected one of utf16, chars; got 'bytes'",
+        ),
+        (
+            "  hint: x\n  max_length: 9\n  length_unit: chars\n  flavor: html\n",
+            "slack.flavor",
+            15,
+            "got 'html'",
+        ),
+        (
+            "  hint: x\n  max_length: 9\n  length_unit: chars\n  flavour: plain\n",
+            "slack.flavour",
+            15,
+            "unknown key",
+        ),
+        (
+            "  hint: x\n  max_length: 9\n  length_unit: chars\n",
+            "slack.flavor",
+            11,
+            "required key is missing",
+        ),
+        ("  - a list\n", "slack", 12, "expected a mapping"),
+        (
+            "  hint: [a, b]\n  max_length: 9\n  length_unit: chars\n  flavor: plain\n",
+            "slack.hint",
+            12,
+            "got a sequence",
+        ),
+    ],
+)
 def test_each_malformed_entry_is_located(body: str, key: str, line: int, message: str) -> None:
     err = error_of(full_file(slack=body))
     errors = err.errors if isinstance(err, ConfigErrors) else [err]
@@ -141,11 +215,20 @@ def test_missing_platform_is_an_error() -> None:
 
 
 def test_several_problems_are_reported_together_in_line_order() -> None:
-    err = error_of(full_file(web="  hint: x\n", telegram="  hint: x\n  max_length: -1\n  length_unit: c\n  flavor: plain\n"))
+    err = error_of(
+        full_file(
+            web="  hint: x\n",
+            telegram="  hint: x\n  max_length: -1\n  length_unit: c\n  flavor: plain\n",
+        )
+    )
     assert isinstance(err, ConfigErrors)
     assert [(e.key, e.line) for e in err.errors] == [
-        ("telegram.max_length", 3), ("telegram.length_unit", 4),
-        ("web.max_length", 16), ("web.length_unit", 16), ("web.flavor", 16)]
+        ("telegram.max_length", 3),
+        ("telegram.length_unit", 4),
+        ("web.max_length", 16),
+        ("web.length_unit", 16),
+        ("web.flavor", 16),
+    ]
 
 
 def test_invalid_yaml_is_located() -> None:

@@ -1,6 +1,6 @@
-"""The decoded history kept between turns (Store.chat_history): after every kind of write it equals what a fresh
-read of the rows gives, it never keeps what a failed transaction wrote, it notices another connection's
-writes, and it stays within its byte budget."""
+"""The decoded history kept between turns (Store.chat_history): after every kind of write it equals
+what a fresh read of the rows gives, it never keeps what a failed transaction wrote, it notices
+another connection's writes, and it stays within its byte budget."""
 
 from __future__ import annotations
 
@@ -21,17 +21,32 @@ NOW = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 
 def fresh(store: Store, session_id: int) -> list[dict[str, Any]]:
     """What the rows say, read past the cache."""
-    return [chat_view(r.role, r.content, r.tool_calls, r.tool_call_id) for r in store.history(session_id)]
+    return [
+        chat_view(r.role, r.content, r.tool_calls, r.tool_call_id)
+        for r in store.history(session_id)
+    ]
 
 
 def new_session(store: Store, key: str = "cli:dm:c1") -> int:
-    return store.create_session(key=key, platform="cli", chat_type="dm", chat_id=key.rsplit(":", 1)[-1],
-                                thread_id=None, user_id="u1", parent_id=None, model="m", provider="p", now=NOW).id
+    return store.create_session(
+        key=key,
+        platform="cli",
+        chat_type="dm",
+        chat_id=key.rsplit(":", 1)[-1],
+        thread_id=None,
+        user_id="u1",
+        parent_id=None,
+        model="m",
+        provider="p",
+        now=NOW,
+    ).id
 
 
 def exchange(n: int) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": f"question {n}", "user_id": "u1"},
-            {"role": "assistant", "content": f"answer {n}"}]
+    return [
+        {"role": "user", "content": f"question {n}", "user_id": "u1"},
+        {"role": "assistant", "content": f"answer {n}"},
+    ]
 
 
 @pytest.fixture
@@ -45,25 +60,43 @@ def test_it_follows_every_write_to_the_history(store: Store) -> None:
     sid = new_session(store)
     assert store.chat_history(sid) == []
     store.add_messages(sid, exchange(1), now=NOW, turn_id="t1")
-    assert len(store.history_cache) == 1  # read once, now kept: the checks below run against the cache
-    assert store.chat_history(sid) == fresh(store, sid) == [
-        {"role": "user", "content": "question 1"}, {"role": "assistant", "content": "answer 1"}]
+    # read once, now kept: the checks below run against the cache
+    assert len(store.history_cache) == 1
+    assert (
+        store.chat_history(sid)
+        == fresh(store, sid)
+        == [{"role": "user", "content": "question 1"}, {"role": "assistant", "content": "answer 1"}]
+    )
 
-    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "memory", "arguments": "{}"}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "name": "memory", "arguments": "{}"}],
+    }
     result = {"role": "tool", "tool_call_id": "c1", "content": "saved", "is_error": False}
-    store.complete_turn(sid, [exchange(2)[0], call, result, exchange(2)[1]], [], None, now=NOW, turn_id="t2")
+    store.complete_turn(
+        sid, [exchange(2)[0], call, result, exchange(2)[1]], [], None, now=NOW, turn_id="t2"
+    )
     assert store.chat_history(sid) == fresh(store, sid)
     assert store.chat_history(sid)[3]["tool_calls"] == call["tool_calls"]
 
-    store.add_message(sid, "user", "a memory flush instruction", now=NOW, kind="flush")  # not model input
+    # not model input
+    store.add_message(sid, "user", "a memory flush instruction", now=NOW, kind="flush")
     assert store.chat_history(sid) == fresh(store, sid) and len(store.chat_history(sid)) == 6
 
     store.add_messages(sid, exchange(3), now=NOW, turn_id="t3")
     rows = store.history(sid)
-    store.compress_history(sid, dropped=[r.id for r in rows[2:6]], tail=rows[6:], summary="the gist", now=NOW)
+    store.compress_history(
+        sid, dropped=[r.id for r in rows[2:6]], tail=rows[6:], summary="the gist", now=NOW
+    )
     assert store.chat_history(sid) == fresh(store, sid)
     assert [m["content"] for m in store.chat_history(sid)] == [
-        "question 1", "answer 1", "the gist", "question 3", "answer 3"]
+        "question 1",
+        "answer 1",
+        "the gist",
+        "question 3",
+        "answer 3",
+    ]
 
     store.deactivate_messages([r.id for r in store.history(sid)[-2:]])  # /undo
     assert [m["content"] for m in store.chat_history(sid)] == ["question 1", "answer 1", "the gist"]
@@ -78,7 +111,12 @@ def test_a_failed_turn_transaction_leaves_nothing_behind(store: Store) -> None:
         store.complete_turn(sid, exchange(2), [{"turn_id": "t2"}], None, now=NOW, turn_id="t2")
     assert store.chat_history(sid) == before == fresh(store, sid)
     store.add_messages(sid, exchange(3), now=NOW)
-    assert [m["content"] for m in store.chat_history(sid)] == ["question 1", "answer 1", "question 3", "answer 3"]
+    assert [m["content"] for m in store.chat_history(sid)] == [
+        "question 1",
+        "answer 1",
+        "question 3",
+        "answer 3",
+    ]
 
 
 def test_writes_from_another_connection_are_seen(tmp_path: Path) -> None:
@@ -89,7 +127,11 @@ def test_writes_from_another_connection_are_seen(tmp_path: Path) -> None:
         assert len(daemon.chat_history(sid)) == 2
         other.add_messages(sid, exchange(2), now=NOW)
         assert [m["content"] for m in daemon.chat_history(sid)] == [
-            "question 1", "answer 1", "question 2", "answer 2"]
+            "question 1",
+            "answer 1",
+            "question 2",
+            "answer 2",
+        ]
         other.deactivate_messages([r.id for r in other.history(sid)])
         assert daemon.chat_history(sid) == []
     finally:
@@ -112,8 +154,14 @@ def test_a_restart_reads_the_rows(tmp_path: Path) -> None:
 
 def test_callers_get_copies(store: Store) -> None:
     sid = new_session(store)
-    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "memory", "arguments": "{}"}]}
-    store.add_messages(sid, [*exchange(1), call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], now=NOW)
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "name": "memory", "arguments": "{}"}],
+    }
+    store.add_messages(
+        sid, [*exchange(1), call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}], now=NOW
+    )
     store.chat_history(sid)
     got = store.chat_history(sid)
     got[0]["content"] = "changed by a client"
@@ -135,6 +183,7 @@ def test_an_ended_session_leaves_the_cache(store: Store) -> None:
 def test_bounded_by_bytes_least_recently_used_first() -> None:
     def history(n: int) -> list[dict[str, Any]]:
         return [{"role": "user", "content": "x" * 100} for _ in range(n)]
+
     probe = HistoryCache()
     probe.put(1, history(10))
     one = probe.bytes
@@ -161,13 +210,21 @@ def test_many_sessions_stay_within_the_budget(store: Store) -> None:
 
 
 def test_large_tool_arguments_and_non_ascii_text_count_against_the_budget() -> None:
-    """A memory or skill tool call can carry a long argument; the budget must see it, or 200 such sessions
-    would hold ~20 MB while the cache believed it held 0.15 MB."""
+    """A memory or skill tool call can carry a long argument; the budget must see it, or 200 such
+    sessions would hold ~20 MB while the cache believed it held 0.15 MB."""
     cache = HistoryCache(budget_bytes=1_000_000)
     for sid in range(200):
-        cache.put(sid, [{"role": "user", "content": "save this"},
-                        {"role": "assistant", "content": "", "tool_calls": [
-                            {"id": f"t{sid}", "name": "memory", "arguments": "x" * 100_000}]}])
+        cache.put(
+            sid,
+            [
+                {"role": "user", "content": "save this"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": f"t{sid}", "name": "memory", "arguments": "x" * 100_000}],
+                },
+            ],
+        )
     assert cache.bytes <= 1_000_000 and len(cache) <= 10
     wide = HistoryCache()
     wide.put(1, [{"role": "user", "content": "日本語" * 1000}])
@@ -183,7 +240,9 @@ def test_the_kept_tool_calls_are_not_the_callers_list() -> None:
     calls.clear()
     calls.append({"id": "changed"})
     got = cache.get(1)
-    assert got is not None and got[0]["tool_calls"] == [{"id": "t1", "name": "memory", "arguments": "{}"}]
+    assert got is not None and got[0]["tool_calls"] == [
+        {"id": "t1", "name": "memory", "arguments": "{}"}
+    ]
 
 
 def test_the_budget_follows_the_active_sessions(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""The home at start-up, with `gateway run` as a real subprocess: one daemon per home (the second exits at once
-naming the first), files private whatever the caller's umask, and an unusable home or database as one line and
-exit 78 (so systemd's Restart=always does not loop on it)."""
+"""The home at start-up, with `gateway run` as a real subprocess: one daemon per home (the second
+exits at once naming the first), files private whatever the caller's umask, and an unusable home or
+database as one line and exit 78 (so systemd's Restart=always does not loop on it)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,22 @@ def _home(parent: Path) -> Path:
     return home
 
 
-async def _gateway(home: Path, *args: str, stdin: bytes = b"",
-                   preexec: Callable[[], None] | None = None) -> tuple[int, str]:
+async def _gateway(
+    home: Path, *args: str, stdin: bytes = b"", preexec: Callable[[], None] | None = None
+) -> tuple[int, str]:
     """Run one `gateway` command to its end: (exit code, stderr)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home.parent)}
     proc = await asyncio.create_subprocess_exec(
-        GATEWAY, "--home", str(home), *args, env=env, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=preexec)
+        GATEWAY,
+        "--home",
+        str(home),
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=preexec,
+    )
     _, err = await asyncio.wait_for(proc.communicate(stdin), 60)
     return proc.returncode or 0, err.decode()
 
@@ -41,7 +50,9 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-async def test_a_second_daemon_on_the_same_home_exits_at_once_naming_the_first(tmp_path: Path) -> None:
+async def test_a_second_daemon_on_the_same_home_exits_at_once_naming_the_first(
+    tmp_path: Path,
+) -> None:
     home = _home(tmp_path)
     first = DaemonProc(home)
     await first.start()
@@ -51,8 +62,12 @@ async def test_a_second_daemon_on_the_same_home_exits_at_once_naming_the_first(t
         code, err = await _gateway(home, "run")
         assert code == 75, err
         assert _error_lines(err) == [
-            (f"error: another gateway (pid {first.proc.pid}) is already running on {home}; stop it first (e.g. "
-             "systemctl --user stop agent-gateway), or give this one its own --home")]
+            (
+                f"error: another gateway (pid {first.proc.pid}) is already running on {home}; stop "
+                "it first (e.g. systemctl --user stop agent-gateway), or give this one its own "
+                "--home"
+            )
+        ]
         assert (home / LOCK_FILE).read_text() == f"{first.proc.pid}\n"
         code, err = await _gateway(home, "chat", stdin=b"hello\n")
         assert code == 75 and "the daemon (pid" in err and "web chat" in err, err
@@ -87,7 +102,9 @@ def loose_umask() -> Iterator[None]:
         os.umask(previous)
 
 
-async def test_everything_the_daemon_creates_is_the_owners_alone(tmp_path: Path, loose_umask: None) -> None:
+async def test_everything_the_daemon_creates_is_the_owners_alone(
+    tmp_path: Path, loose_umask: None
+) -> None:
     home = _home(tmp_path)
     daemon = DaemonProc(home)
     await daemon.start()
@@ -120,17 +137,21 @@ async def test_a_damaged_database_is_one_line_and_exit_78(tmp_path: Path) -> Non
     code, err = await _gateway(home, "--log-format", "json", "run")
     assert code == 78, err
     assert _error_lines(err) == [
-        (f"error: {home / 'state.db'} is damaged (file is not a database); stop here and restore the latest backup "
-         "or salvage it with `sqlite3 state.db .recover` (docs/operations.md: backups); `gateway doctor` says what to "
-         "fix")]
+        (
+            f"error: {home / 'state.db'} is damaged (file is not a database); stop here and "
+            "restore the latest backup or salvage it with `sqlite3 state.db .recover` "
+            "(docs/operations.md: backups); `gateway doctor` says what to fix"
+        )
+    ]
     assert "Traceback" not in err
     code, err = await _gateway(home, "chat", stdin=b"hi\n")
     assert code == 78 and "is damaged" in err, err
 
 
 def _without_root_powers() -> None:
-    """In the child before exec: drop the capabilities that let root write anywhere (DAC override, read-search,
-    owner override) from the bounding set, so uid 0 meets the mode bits like anyone else."""
+    """In the child before exec: drop the capabilities that let root write anywhere (DAC override,
+    read-search, owner override) from the bounding set, so uid 0 meets the mode bits like anyone
+    else."""
     libc = ctypes.CDLL(None, use_errno=True)
     for cap in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
         if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
@@ -141,14 +162,22 @@ async def test_a_read_only_home_is_one_line_and_exit_78(tmp_path: Path) -> None:
     home = _home(tmp_path)
     home.chmod(0o555)
     try:
-        code, err = await _gateway(home, "--log-format", "json", "run",
-                                   preexec=_without_root_powers if os.geteuid() == 0 else None)
+        code, err = await _gateway(
+            home,
+            "--log-format",
+            "json",
+            "run",
+            preexec=_without_root_powers if os.geteuid() == 0 else None,
+        )
     finally:
         home.chmod(0o700)
     assert code == 78, err
     assert _error_lines(err) == [
-        (f"error: {home} is not writable (Permission denied): the daemon keeps its database there; `gateway doctor` "
-         "says what to fix")]
+        (
+            f"error: {home} is not writable (Permission denied): the daemon keeps its database "
+            "there; `gateway doctor` says what to fix"
+        )
+    ]
     assert "Traceback" not in err
 
 
@@ -167,17 +196,22 @@ async def _made_home(tmp_path: Path) -> Path:
     return home
 
 
-async def test_a_lock_another_process_holds_for_a_moment_at_start_is_waited_for(tmp_path: Path) -> None:
-    """`gateway pairing approve` (or a sqlite3 shell) writing while the service restarts: a start, not exit 78 (which
-    systemd never restarts)."""
+async def test_a_lock_another_process_holds_for_a_moment_at_start_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """`gateway pairing approve` (or a sqlite3 shell) writing while the service restarts: a start,
+    not exit 78 (which systemd never restarts)."""
     home = await _made_home(tmp_path)
     daemon = DaemonProc(home)
     db = home / "state.db"
     async with LockHolder(db) as lock:
         await daemon.start()
         assert daemon.proc is not None
-        async with asyncio.timeout(60):  # it reads the database (opening -shm), so its next write waits
-            while not daemon.has_open(db.with_name("state.db-shm")) and daemon.proc.returncode is None:
+        async with asyncio.timeout(60):
+            # it reads the database (opening -shm), so its next write waits
+            while (
+                not daemon.has_open(db.with_name("state.db-shm")) and daemon.proc.returncode is None
+            ):
                 await asyncio.sleep(0.01)
         await lock.release()
     try:
@@ -194,6 +228,9 @@ async def test_a_lock_held_past_the_start_wait_exits_75_to_be_started_again(tmp_
         code, err = await _gateway(home, "--log-format", "json", "run")
     assert code == 75, err  # temporary: the unit's RestartForceExitStatus, not 78
     assert _error_lines(err) == [
-        (f"error: {home / 'state.db'} stayed locked by another process for 5 s (a sqlite3 shell, a long gateway "
-         "command?); exiting 75 so the service manager tries again")]
+        (
+            f"error: {home / 'state.db'} stayed locked by another process for 5 s (a sqlite3 "
+            "shell, a long gateway command?); exiting 75 so the service manager tries again"
+        )
+    ]
     assert "Traceback" not in err

@@ -34,18 +34,25 @@ pytestmark = pytest.mark.chaos
 ALICE = 1001
 
 
-async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(tmp_path: Path, fake_llm: FakeLLM,
-                                                               fake_telegram: FakeTelegram) -> None:
+async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """The owner asks for the page in the web chat; Alice writes on Telegram meanwhile."""
     fake_llm.script(*[asks_for_pages] * 10)
-    telegram = (f"telegram:\n  token: '{TOKEN}'\n  api_server: {fake_telegram.base_url}\n"
-                f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n")
-    async with page_server({"/slow": webpages.SLOW_FOR_TRAFILATURA}) as (base, served), \
-            hostile_daemon(tmp_path / "home", fake_llm, extra=telegram) as (daemon, port):
+    telegram = (
+        f"telegram:\n  token: '{TOKEN}'\n  api_server: {fake_telegram.base_url}\n"
+        f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n"
+    )
+    async with (
+        page_server({"/slow": webpages.SLOW_FOR_TRAFILATURA}) as (base, served),
+        hostile_daemon(tmp_path / "home", fake_llm, extra=telegram) as (daemon, port),
+    ):
         assert daemon.proc is not None
         pid = daemon.proc.pid
-        async with WebChatClient(port, "reader", home=daemon.home) as reader, \
-                aiohttp.ClientSession() as http:
+        async with (
+            WebChatClient(port, "reader", home=daemon.home) as reader,
+            aiohttp.ClientSession() as http,
+        ):
             await reader.say(f"read {base}/slow")
             await until(lambda: served == ["/slow"] and worker_pid(pid) is not None)
             worker = worker_pid(pid)
@@ -71,8 +78,9 @@ async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(tmp_path: Path, f
         await until(lambda: not alive(worker))  # it stops with the daemon
 
 
-async def test_four_pixel_bombs_at_once_each_get_an_answer(tmp_path: Path,
-                                                           fake_llm: FakeLLM) -> None:
+async def test_four_pixel_bombs_at_once_each_get_an_answer(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     """7999×7999 RGBA PNGs (248 KB each, 244 MB of pixels), one from each of four chats at once:
     each is decoded in the worker, one at a time, and each chat gets its answer with its picture."""
     bomb = pixel_bomb()
@@ -89,9 +97,14 @@ async def test_four_pixel_bombs_at_once_each_get_an_answer(tmp_path: Path,
         finally:
             for tab in tabs:
                 await tab.__aexit__(None, None, None)
-        assert [a["text"] for a in answers] == \
-            [f"echo: what is this?\n[image: bomb{n}.png] [users=1]" for n in range(4)]
-        images = [b for body in fake_llm.anthropic_requests()
-                  for b in body["messages"][-1]["content"] if b.get("type") == "image"]
+        assert [a["text"] for a in answers] == [
+            f"echo: what is this?\n[image: bomb{n}.png] [users=1]" for n in range(4)
+        ]
+        images = [
+            b
+            for body in fake_llm.anthropic_requests()
+            for b in body["messages"][-1]["content"]
+            if b.get("type") == "image"
+        ]
         assert len(images) == 4
         assert await daemon.stop() == 0, daemon.output()[-3000:]

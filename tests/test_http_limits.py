@@ -1,5 +1,6 @@
-"""Slow and half-open connections against the bounded listener: each is cut off in time, the cap makes room by
-closing idle ones, and a flood against a running daemon neither starves /healthz and the chat nor fills the log."""
+"""Slow and half-open connections against the bounded listener: each is cut off in time, the cap
+makes room by closing idle ones, and a flood against a running daemon neither starves /healthz and
+the chat nor fills the log."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def gate(request: web.BaseRequest) -> Caller:
 
 @pytest.fixture
 async def listening(request: pytest.FixtureRequest) -> AsyncIterator[Listening]:
-    limits: Limits = getattr(request, "param", Limits(max_connections=3, header_timeout=0.5, body_timeout=0.5))
+    limits: Limits = getattr(
+        request, "param", Limits(max_connections=3, header_timeout=0.5, body_timeout=0.5)
+    )
     app = web.Application()
     app.router.add_get("/", hello)
     app.router.add_get("/ws", echo_socket)
@@ -72,7 +75,9 @@ async def listening(request: pytest.FixtureRequest) -> AsyncIterator[Listening]:
         await found.stop()
 
 
-async def connect(port: int, data: bytes = HALF_SENT) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect(
+    port: int, data: bytes = HALF_SENT
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     await writer.drain()
@@ -91,8 +96,10 @@ async def test_headers_that_never_end_are_cut_off(listening: Listening) -> None:
 
 
 async def test_a_body_that_never_arrives_gets_408(listening: Listening) -> None:
-    reader, writer = await connect(listening.port, b"POST /in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n"
-                                                   b"\r\nonly ten b")
+    reader, writer = await connect(
+        listening.port,
+        b"POST /in HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nonly ten b",
+    )
     answer = await closed_by_server(reader)
     assert answer.startswith(b"HTTP/1.1 408")
     writer.close()
@@ -100,7 +107,10 @@ async def test_a_body_that_never_arrives_gets_408(listening: Listening) -> None:
 
 async def test_at_the_cap_the_oldest_idle_connection_makes_room(listening: Listening) -> None:
     idle = [await connect(listening.port) for _ in range(3)]
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{listening.port}/") as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{listening.port}/") as resp,
+    ):
         assert resp.status == 200 and await resp.text() == "hello"
     assert await closed_by_server(idle[0][0]) == b""  # the oldest half-open one was closed for it
     for _, writer in idle:
@@ -120,26 +130,39 @@ async def test_busy_connections_are_kept_and_a_newcomer_is_told_503(listening: L
 
 
 async def test_an_open_websocket_outlives_the_header_timeout(listening: Listening) -> None:
-    async with aiohttp.ClientSession() as http, http.ws_connect(f"http://127.0.0.1:{listening.port}/ws") as ws:
-        reader, writer = await connect(listening.port)  # something that the header timeout does close
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"http://127.0.0.1:{listening.port}/ws") as ws,
+    ):
+        # something that the header timeout does close
+        reader, writer = await connect(listening.port)
         await closed_by_server(reader)
         writer.close()
         await ws.send_str("still here")
         assert (await ws.receive()).data == "echo still here"
 
 
-# ------------------------------------------------------------------------------------------ against the daemon
-@pytest.mark.skipif(sys.platform != "linux", reason="file limits of a child process are set the Linux way")
+# ------------------------------------------------------------------------------- against the daemon
+@pytest.mark.skipif(
+    sys.platform != "linux", reason="file limits of a child process are set the Linux way"
+)
 async def test_a_flood_of_half_open_connections_starves_nothing_and_logs_little(
-        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2_500:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4_096, hard), hard))  # this test's own client side
+        # this test's own client side
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4_096, hard), hard))
     home, port = tmp_path / "home", free_port()
     home.mkdir()
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url,
-                 extra=f"web:\n  port: {port}\ndaemon:\n  max_connections: 64\n")
-    daemon = DaemonProc(home, nofile=512)  # the open-file limit the daemon cannot raise: a flood must fit in it
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=fake_llm.base_url,
+        extra=f"web:\n  port: {port}\ndaemon:\n  max_connections: 64\n",
+    )
+    # the open-file limit the daemon cannot raise: a flood must fit in it
+    daemon = DaemonProc(home, nofile=512)
     await daemon.start()
     flood: list[asyncio.StreamWriter] = []
     try:
@@ -147,7 +170,10 @@ async def test_a_flood_of_half_open_connections_starves_nothing_and_logs_little(
         for _ in range(1_100):
             flood.append((await connect(port))[1])
         async with aiohttp.ClientSession() as http:
-            async with asyncio.timeout(WAIT_S), http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            async with (
+                asyncio.timeout(WAIT_S),
+                http.get(f"http://127.0.0.1:{port}/healthz") as resp,
+            ):
                 assert resp.status == 200
         async with WebChatClient(port, home=home) as tab:
             assert (await tab.say("still there?"))["outcome"] == "accepted"
@@ -165,6 +191,7 @@ async def test_a_flood_of_half_open_connections_starves_nothing_and_logs_little(
 
 def test_the_units_let_the_daemon_hold_enough_files_and_it_raises_its_own_soft_limit() -> None:
     from gateway.ops.http_limits import raise_fd_limit
+
     repo = Path(__file__).resolve().parent.parent
     for unit in ("agent-gateway.service", "agent-gateway.user.service"):
         assert "\nLimitNOFILE=65536\n" in (repo / "systemd" / unit).read_text(), unit
@@ -173,11 +200,15 @@ def test_the_units_let_the_daemon_hold_enough_files_and_it_raises_its_own_soft_l
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(hard, soft + 1)
 
 
-@pytest.mark.parametrize("listening", [Limits(max_connections=3, header_timeout=60, body_timeout=60)], indirect=True)
+@pytest.mark.parametrize(
+    "listening", [Limits(max_connections=3, header_timeout=60, body_timeout=60)], indirect=True
+)
 async def test_a_burst_accepted_at_once_still_lets_the_newest_in(listening: Listening) -> None:
-    """Connections the kernel queued while the loop was busy are accepted in one round, before any of them is
-    connected: idle ones among them make room like any idle connection, so the last one (a request) is served."""
-    idle = [socket.create_connection(("127.0.0.1", listening.port)) for _ in range(10)]  # the loop never runs here
+    """Connections the kernel queued while the loop was busy are accepted in one round, before any
+    of them is connected: idle ones among them make room like any idle connection, so the last one
+    (a request) is served."""
+    # the loop never runs here
+    idle = [socket.create_connection(("127.0.0.1", listening.port)) for _ in range(10)]
     last = socket.create_connection(("127.0.0.1", listening.port))
     try:
         for sock in idle:
@@ -190,31 +221,45 @@ async def test_a_burst_accepted_at_once_still_lets_the_newest_in(listening: List
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello"), answer
         assert listening.connections.evicted == 8 and listening.connections.refused == 0
-        for sock in idle[:8]:  # the ones closed to make room are really closed (not left open by aiohttp)
+        for sock in idle[:8]:
+            # the ones closed to make room are really closed (not left open by aiohttp)
             sock.setblocking(False)
             async with asyncio.timeout(WAIT_S):
-                with contextlib.suppress(ConnectionResetError):  # closed with its half request unread: a reset
+                with contextlib.suppress(ConnectionResetError):
+                    # closed with its half request unread: a reset
                     assert await asyncio.get_running_loop().sock_recv(sock, 100) == b""
     finally:
         for sock in (*idle, last):
             sock.close()
 
 
-async def test_malformed_requests_are_one_warning_without_traceback(listening: Listening,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    """aiohttp logs what it cannot parse at ERROR with a traceback quoting the bytes: from anyone, at any rate."""
-    garbage = (b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /?token=\x80 HTTP/1.1\r\n\r\n",
-               b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n")
+async def test_malformed_requests_are_one_warning_without_traceback(
+    listening: Listening, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp logs what it cannot parse at ERROR with a traceback quoting the bytes: from anyone,
+    at any rate."""
+    garbage = (
+        b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /?token=\x80 HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+    )
     with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
         for data in garbage:
             reader, writer = await connect(listening.port, data)
-            assert (await closed_by_server(reader))[:12] in (b"HTTP/1.0 400", b"HTTP/1.1 400", b"HTTP/1.1 431"), data
+            assert (await closed_by_server(reader))[:12] in (
+                b"HTTP/1.0 400",
+                b"HTTP/1.1 400",
+                b"HTTP/1.1 431",
+            ), data
             writer.close()
     records = [r for r in caplog.records if r.name == "aiohttp.server"]
     assert len(records) == len(garbage)
     assert {(r.levelname, r.getMessage(), r.exc_info) for r in records} <= {
         ("WARNING", f"malformed HTTP requests answered {code} ({kind})", None)
-        for code in (400, 431) for kind in ("InvalidURLError", "BadHttpMessage", "InvalidHeader", "LineTooLong")}
+        for code in (400, 431)
+        for kind in ("InvalidURLError", "BadHttpMessage", "InvalidHeader", "LineTooLong")
+    }
 
 
 # ------------------------------------------------------------------- who is asking, before the body
@@ -228,12 +273,15 @@ async def drip(writer: asyncio.StreamWriter, chunk: bytes, *, every: float, time
 
 
 def post(path: str, caller: str, length: int, body: bytes = b"") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Caller: {caller}\r\n"
-            f"Content-Length: {length}\r\n\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Caller: {caller}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode() + body
 
 
-@pytest.mark.parametrize("listening", [Limits(8, header_timeout=60, body_timeout=60)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "listening", [Limits(8, header_timeout=60, body_timeout=60)], indirect=True
+)
 async def test_a_stranger_is_refused_at_once_without_its_body(listening: Listening) -> None:
     """A small Content-Length and no body: the answer does not wait for the body (here 60 s), the
     connection is never counted busy, and the handler never runs."""
@@ -248,8 +296,9 @@ async def test_a_stranger_is_refused_at_once_without_its_body(listening: Listeni
         w.close()
 
 
-@pytest.mark.parametrize("listening", [Limits(8, header_timeout=60, body_timeout=60)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "listening", [Limits(8, header_timeout=60, body_timeout=60)], indirect=True
+)
 async def test_a_probe_is_answered_without_waiting_for_a_body(listening: Listening) -> None:
     reader, writer = await connect(listening.port, post("/healthz", "known", 1000))
     answer = await closed_by_server(reader)  # answered, then closed: its body is not waited for
@@ -257,8 +306,19 @@ async def test_a_probe_is_answered_without_waiting_for_a_body(listening: Listeni
     writer.close()
 
 
-@pytest.mark.parametrize("listening", [Limits(max_connections=8, header_timeout=60, body_timeout=600,
-                                              body_grace=0.2, min_body_rate=100)], indirect=True)
+@pytest.mark.parametrize(
+    "listening",
+    [
+        Limits(
+            max_connections=8,
+            header_timeout=60,
+            body_timeout=600,
+            body_grace=0.2,
+            min_body_rate=100,
+        )
+    ],
+    indirect=True,
+)
 async def test_a_body_must_keep_coming_at_the_minimum_rate(listening: Listening) -> None:
     """After the grace, the body must have come at 100 bytes a second; a drip is cut with 408 long
     before the 600 s in all (the test waits WAIT_S), and a steady body that takes longer than the
@@ -282,25 +342,31 @@ async def until(predicate: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("listening", [Limits(max_connections=4, header_timeout=60, body_timeout=60,
-                                              body_grace=60)], indirect=True)
+@pytest.mark.parametrize(
+    "listening",
+    [Limits(max_connections=4, header_timeout=60, body_timeout=60, body_grace=60)],
+    indirect=True,
+)
 async def test_when_full_the_oldest_claim_still_waiting_for_its_body_makes_room(
-        listening: Listening) -> None:
+    listening: Listening,
+) -> None:
     """Four claimed requests (Slack-like: only a body could prove them) that send no body fill the
     listener; a probe and an authenticated request still get in, each closing the oldest claim."""
     claims = []
     for _ in range(4):
         claims.append(await connect(listening.port, post("/in", "claimed", 100)))
         await until(lambda: len(listening.connections.busy) == len(claims))
-    probe = await connect(listening.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                          b"Connection: close\r\n\r\n")
+    probe = await connect(
+        listening.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
     assert (await closed_by_server(probe[0])).startswith(b"HTTP/1.1 200")
     probe[1].close()
     claims.append(await connect(listening.port, post("/in", "claimed", 100)))  # full again
     await until(lambda: len(listening.connections.busy) == 4)
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{listening.port}/in", data=b"12345",
-                             headers={"X-Caller": "known"}) as resp:
+        async with http.post(
+            f"http://127.0.0.1:{listening.port}/in", data=b"12345", headers={"X-Caller": "known"}
+        ) as resp:
             assert resp.status == 200 and await resp.text() == "got 5 bytes"
     for reader, _ in claims[:2]:  # closed for room, oldest first, without an answer
         assert await closed_by_server(reader) == b""
@@ -310,10 +376,12 @@ async def test_when_full_the_oldest_claim_still_waiting_for_its_body_makes_room(
         writer.close()
 
 
-@pytest.mark.parametrize("listening", [Limits(4, header_timeout=60, body_timeout=60)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "listening", [Limits(4, header_timeout=60, body_timeout=60)], indirect=True
+)
 async def test_an_authenticated_connection_is_kept_while_an_unauthenticated_one_goes(
-        listening: Listening) -> None:
+    listening: Listening,
+) -> None:
     """The oldest connection carried an authenticated request and now idles (keep-alive): room is
     made by closing the oldest one that never authenticated; the authenticated one still works."""
     again = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Caller: known\r\n\r\n"
@@ -333,14 +401,18 @@ async def test_an_authenticated_connection_is_kept_while_an_unauthenticated_one_
         writer.close()
 
 
-@pytest.mark.parametrize("listening", [Limits(3, header_timeout=60, body_timeout=60)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "listening", [Limits(3, header_timeout=60, body_timeout=60)], indirect=True
+)
 async def test_only_authenticated_and_served_connections_left_means_503(
-        listening: Listening) -> None:
+    listening: Listening,
+) -> None:
     url = f"http://127.0.0.1:{listening.port}/ws"
     async with aiohttp.ClientSession() as http:
-        sockets = [await http.ws_connect(url, headers={"X-Caller": caller})
-                   for caller in ("known", "known", "claimed")]  # a bodiless claim: being served
+        sockets = [
+            await http.ws_connect(url, headers={"X-Caller": caller})
+            for caller in ("known", "known", "claimed")
+        ]  # a bodiless claim: being served
         probe = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         reader, writer = await connect(listening.port, probe)
         assert (await closed_by_server(reader)).startswith(b"HTTP/1.1 503")
@@ -353,7 +425,8 @@ async def test_only_authenticated_and_served_connections_left_means_503(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="file limits of a child are set the Linux way")
 async def test_a_slow_body_flood_starves_neither_healthz_nor_the_chat_nor_slack(
-        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     """300 unauthenticated POSTs that promise a body and send none, kept up against the web
     listener, and 300 with a plausible Slack signature against the Events endpoint: /healthz, the
     web chat and a genuine Slack event are answered throughout. (Figures: bench/http_flood.py.)"""
@@ -361,7 +434,10 @@ async def test_a_slow_body_flood_starves_neither_healthz_nor_the_chat_nor_slack(
     async with FakeSlack(users=users) as slack:
         report = await flood_a_daemon(tmp_path, fake_llm, slack, sockets=300, rounds=3)
     assert [(p.what, p.ok) for p in report.probes] == [
-        ("/healthz", True), ("web chat answer", True), ("slack event ack", True)] * 3, report.probes
+        ("/healthz", True),
+        ("web chat answer", True),
+        ("slack event ack", True),
+    ] * 3, report.probes
     web, slack_answers = report.floods["web"], report.floods["slack"]
     # refused on their headers (or, past the cap, closed to make room): never a 503, never waited on
     assert web["HTTP/1.1 401"] >= 300 and set(web) <= {"HTTP/1.1 401", "closed", "reset"}, web
@@ -374,6 +450,7 @@ async def test_a_slow_body_flood_starves_neither_healthz_nor_the_chat_nor_slack(
 # --------------------------------------------------------------------------- each listener's gate
 def _request(method: str, path: str, headers: dict[str, str] | None = None) -> web.Request:
     from aiohttp.test_utils import make_mocked_request
+
     return make_mocked_request(method, path, headers={"Host": "127.0.0.1", **(headers or {})})
 
 
@@ -381,39 +458,53 @@ def test_telegrams_gate_knows_only_its_secret_token_on_its_path() -> None:
     from adapters.telegram.webhook import WebhookServer
     from gateway.config.settings import TelegramConfig
     from gateway.config.yamlload import Secret
-    config = TelegramConfig(token=Secret("1:x"), mode="webhook", webhook_url="https://x.test/tg",
-                            secret_token=Secret("s3cret-token"), path="/tg")
+
+    config = TelegramConfig(
+        token=Secret("1:x"),
+        mode="webhook",
+        webhook_url="https://x.test/tg",
+        secret_token=Secret("s3cret-token"),
+        path="/tg",
+    )
     server = WebhookServer(config)
     server.secret = "s3cret-token"  # what serve() sets
     right = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
     assert server.caller(_request("POST", "/tg", right)) is Caller.KNOWN
     wrong = {"X-Telegram-Bot-Api-Secret-Token": "x"}
-    for method, path, headers in (("POST", "/tg", {}), ("POST", "/tg", wrong),
-                                  ("GET", "/tg", right), ("POST", "/other", right)):
+    for method, path, headers in (
+        ("POST", "/tg", {}),
+        ("POST", "/tg", wrong),
+        ("GET", "/tg", right),
+        ("POST", "/other", right),
+    ):
         assert server.caller(_request(method, path, headers)) is Caller.STRANGER, (method, path)
 
 
 def test_slacks_gate_claims_only_a_fresh_signature_of_slacks_shape() -> None:
     from adapters.slack.ack import events_caller
+
     now = 1_800_000_000.0
     caller = events_caller("/slack/events", clock=lambda: now)
     stamp = "X-Slack-Request-Timestamp"
     signed = {stamp: str(int(now) - 299), "X-Slack-Signature": "v0=" + "ab" * 32}
     assert caller(_request("POST", "/slack/events", signed)) is Caller.CLAIMED
     for method, path, headers in (
-            ("POST", "/slack/events", {}),
-            ("POST", "/slack/events", {**signed, stamp: str(int(now) - 301)}),  # stale
-            ("POST", "/slack/events", {**signed, stamp: str(int(now) + 301)}),
-            ("POST", "/slack/events", {**signed, "X-Slack-Signature": "v0=" + "ab" * 31}),
-            ("POST", "/slack/events", {**signed, "X-Slack-Signature": "v1=" + "ab" * 32}),
-            ("POST", "/slack/events", {**signed, stamp: "１２３"}),  # not ASCII digits
-            ("GET", "/slack/events", signed), ("POST", "/slack/other", signed)):
+        ("POST", "/slack/events", {}),
+        ("POST", "/slack/events", {**signed, stamp: str(int(now) - 301)}),  # stale
+        ("POST", "/slack/events", {**signed, stamp: str(int(now) + 301)}),
+        ("POST", "/slack/events", {**signed, "X-Slack-Signature": "v0=" + "ab" * 31}),
+        ("POST", "/slack/events", {**signed, "X-Slack-Signature": "v1=" + "ab" * 32}),
+        ("POST", "/slack/events", {**signed, stamp: "１２３"}),  # not ASCII digits
+        ("GET", "/slack/events", signed),
+        ("POST", "/slack/other", signed),
+    ):
         assert caller(_request(method, path, headers)) is Caller.STRANGER, (method, path, headers)
 
 
 def test_the_web_guards_gate_judges_every_route_from_the_headers() -> None:
     from gateway.config.yamlload import Secret
     from gateway.ops.web_guard import WebGuard
+
     guard = WebGuard(Secret("the-login-secret"))
     bearer = {"Authorization": "Bearer the-login-secret"}
     assert guard.caller(_request("POST", "/healthz", {"Host": "evil.example"})) is Caller.PROBE

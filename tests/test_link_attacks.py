@@ -23,10 +23,14 @@ WRONG = "No link request has that code"
 
 @asynccontextmanager
 async def linking(home: Path, llm: FakeLLM) -> AsyncIterator[tuple[Gateway, Linker, FakeClock]]:
-    write_config(home, base_url=llm.base_url, extra="web:\n  enabled: false\n"
-                 "telegram:\n  token: t\n  allowed_users: ['1']\n"
-                 "discord:\n  token: d\n  allowed_users: ['8', '9']\n"
-                 "access:\n  admins: ['telegram:1']\n")
+    write_config(
+        home,
+        base_url=llm.base_url,
+        extra="web:\n  enabled: false\n"
+        "telegram:\n  token: t\n  allowed_users: ['1']\n"
+        "discord:\n  token: d\n  allowed_users: ['8', '9']\n"
+        "access:\n  admins: ['telegram:1']\n",
+    )
     gw = gateway_for(home, [RecordingAdapter("telegram"), RecordingAdapter("discord")])
     clock = FakeClock()
     gate = gw.sessions.gate
@@ -57,8 +61,9 @@ async def test_a_code_does_not_outlive_its_issuers_access(home: Path, fake_llm: 
     account back in through the Discord account's approval."""
     async with linking(home, fake_llm) as (gw, linker, clock):
         pairing = PairingBook(gw.store, load_key(home))
-        issued = pairing.issue(platform="telegram", user_id="77", user_name="Zed", chat_id="77",
-                               now=clock.now())
+        issued = pairing.issue(
+            platform="telegram", user_id="77", user_name="Zed", chat_id="77", now=clock.now()
+        )
         assert issued.code is not None
         assert pairing.approve(issued.code, by="test", now=clock.now()).status == "approved"
         code = linker.issue(inbound("/link", platform="telegram", chat_id="77", user_id="77"))
@@ -90,8 +95,9 @@ async def test_two_accounts_racing_for_one_code_link_one(home: Path, fake_llm: F
         assert late is None or late.id != person.id
 
 
-async def test_a_yes_for_another_code_or_after_the_expiry_links_nothing(home: Path,
-                                                                       fake_llm: FakeLLM) -> None:
+async def test_a_yes_for_another_code_or_after_the_expiry_links_nothing(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with linking(home, fake_llm) as (gw, linker, clock):
         first = linker.issue(inbound("/link", platform="telegram", chat_id="1", user_id="1"))
         assert redeem(gw, linker, "8", first, confirmed=False).startswith(WARNED)

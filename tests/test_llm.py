@@ -1,8 +1,9 @@
-"""Model clients: cache breakpoints, usage and cache accounting, tool round trips and error translation.
+"""Model clients: cache breakpoints, usage and cache
+accounting, tool round trips and error translation.
 
-Every client test runs twice: through the gateway's own HTTP transport (the default) and through the official
-SDKs (`model.client: sdk`), both for real against the fake LLM server on 127.0.0.1; `max_retries=0` so a fault
-is seen once.
+Every client test runs twice: through the gateway's own HTTP transport (the default) and through the
+official SDKs (`model.client: sdk`), both for real against the fake LLM server on 127.0.0.1;
+`max_retries=0` so a fault is seen once.
 """
 
 from __future__ import annotations
@@ -42,28 +43,50 @@ def client_kind(request: pytest.FixtureRequest) -> str:
 class Tool:
     name: str = "lookup"
     description: str = "Look a word up."
-    parameters: Mapping[str, Any] = field(default_factory=lambda: {
-        "type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]})
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {
+            "type": "object",
+            "properties": {"word": {"type": "string"}},
+            "required": ["word"],
+        }
+    )
 
 
 def anthropic(fake: FakeLLM, **kw: Any) -> AnthropicClient:
-    args: dict[str, Any] = {"model": "claude-test", "api_key": "k", "base_url": fake.base_url, "max_tokens": 256,
-                            "timeout_s": 10.0, "max_retries": 0, "context_window": 200_000,
-                            "client": KIND["client"]}
+    args: dict[str, Any] = {
+        "model": "claude-test",
+        "api_key": "k",
+        "base_url": fake.base_url,
+        "max_tokens": 256,
+        "timeout_s": 10.0,
+        "max_retries": 0,
+        "context_window": 200_000,
+        "client": KIND["client"],
+    }
     return AnthropicClient(**(args | kw))
 
 
 def openai(fake: FakeLLM, **kw: Any) -> OpenAIClient:
-    args: dict[str, Any] = {"model": "gpt-test", "api_key": "k", "base_url": fake.openai_base_url,
-                            "max_tokens": 256, "timeout_s": 10.0, "max_retries": 0, "context_window": 128_000,
-                            "client": KIND["client"]}
+    args: dict[str, Any] = {
+        "model": "gpt-test",
+        "api_key": "k",
+        "base_url": fake.openai_base_url,
+        "max_tokens": 256,
+        "timeout_s": 10.0,
+        "max_retries": 0,
+        "context_window": 128_000,
+        "client": KIND["client"],
+    }
     return OpenAIClient(**(args | kw))
 
 
 def conversation(turns: int) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     for n in range(turns):
-        out += [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": f"answer {n}"}]
+        out += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
     out.append({"role": "user", "content": "last question"})
     return out
 
@@ -72,7 +95,8 @@ def marked(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e, cc in prompt_elements(body, "anthropic") if cc]
 
 
-# ---- breakpoints: pure ------------------------------------------------------------------------------------------
+# ---- breakpoints: pure ---------------------------------------------------------------------------
+
 
 def test_breakpoints_on_the_system_prompt_and_the_last_three_messages() -> None:
     wire = anthropic_messages(conversation(5))
@@ -82,7 +106,11 @@ def test_breakpoints_on_the_system_prompt_and_the_last_three_messages() -> None:
     assert system == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     flags = [[("cache_control" in b) for b in m["content"]] for m in out]
     assert flags == [[False]] * 8 + [[True]] * 3
-    assert [m["content"][0]["text"] for m in out[-3:]] == ["question 4", "answer 4", "last question"]
+    assert [m["content"][0]["text"] for m in out[-3:]] == [
+        "question 4",
+        "answer 4",
+        "last question",
+    ]
     assert wire == before  # the caller's list and blocks are not touched
     assert all("cache_control" not in b for m in wire for b in m["content"])
 
@@ -90,35 +118,47 @@ def test_breakpoints_on_the_system_prompt_and_the_last_three_messages() -> None:
 def test_breakpoint_goes_on_the_last_block_of_a_message_with_several() -> None:
     history: list[ChatMessage] = [
         {"role": "user", "content": "look up 'cat'"},
-        {"role": "assistant", "content": "Looking.", "tool_calls": [
-            {"id": "t1", "name": "lookup", "arguments": '{"word": "cat"}'},
-            {"id": "t2", "name": "lookup", "arguments": '{"word": "dog"}'}]},
+        {
+            "role": "assistant",
+            "content": "Looking.",
+            "tool_calls": [
+                {"id": "t1", "name": "lookup", "arguments": '{"word": "cat"}'},
+                {"id": "t2", "name": "lookup", "arguments": '{"word": "dog"}'},
+            ],
+        },
         {"role": "tool", "tool_call_id": "t1", "content": "a feline"},
         {"role": "tool", "tool_call_id": "t2", "content": "a canine"},
     ]
     _, out = add_cache_breakpoints(SYSTEM, anthropic_messages(history), ttl="5m")
-    assert [[b["type"] + ("*" if "cache_control" in b else "") for b in m["content"]] for m in out] == [
-        ["text*"], ["text", "tool_use", "tool_use*"], ["tool_result", "tool_result*"]]
+    assert [
+        [b["type"] + ("*" if "cache_control" in b else "") for b in m["content"]] for m in out
+    ] == [["text*"], ["text", "tool_use", "tool_use*"], ["tool_result", "tool_result*"]]
 
 
 @pytest.mark.parametrize("turns", [0, 1, 2, 10])
 def test_never_more_than_four_breakpoints(turns: int) -> None:
     system, out = add_cache_breakpoints(SYSTEM, anthropic_messages(conversation(turns)), ttl="5m")
-    count = sum("cache_control" in b for b in system) + sum("cache_control" in b for m in out for b in m["content"])
+    count = sum("cache_control" in b for b in system) + sum(
+        "cache_control" in b for m in out for b in m["content"]
+    )
     assert count == min(4, 1 + 2 * turns + 1)
 
 
 def test_one_hour_ttl_adds_the_ttl_field() -> None:
     system, out = add_cache_breakpoints(SYSTEM, anthropic_messages(conversation(2)), ttl="1h")
-    markers = [b["cache_control"] for b in system] + [b["cache_control"] for m in out for b in m["content"]
-                                                      if "cache_control" in b]
+    markers = [b["cache_control"] for b in system] + [
+        b["cache_control"] for m in out for b in m["content"] if "cache_control" in b
+    ]
     assert markers == [{"type": "ephemeral", "ttl": "1h"}] * 4
     assert markers[0] is not markers[1]  # one dict per block, never shared
 
 
-# ---- breakpoints: on the wire -----------------------------------------------------------------------------------
+# ---- breakpoints: on the wire --------------------------------------------------------------------
 
-async def test_anthropic_request_carries_the_breakpoints_and_history_is_untouched(fake_llm: FakeLLM) -> None:
+
+async def test_anthropic_request_carries_the_breakpoints_and_history_is_untouched(
+    fake_llm: FakeLLM,
+) -> None:
     client = anthropic(fake_llm, cache_ttl="1h")
     history = conversation(6)
     before = copy.deepcopy(history)
@@ -129,7 +169,12 @@ async def test_anthropic_request_carries_the_breakpoints_and_history_is_untouche
     body = fake_llm.last_request()
     assert history == before
     assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
-    assert [e.get("text") for e in marked(body)] == [SYSTEM, "question 5", "answer 5", "last question"]
+    assert [e.get("text") for e in marked(body)] == [
+        SYSTEM,
+        "question 5",
+        "answer 5",
+        "last question",
+    ]
     assert all("cache_control" not in t for t in body["tools"])
 
 
@@ -149,7 +194,10 @@ async def test_config_ttl_reaches_the_wire(home: Path, fake_llm: FakeLLM) -> Non
         await client.complete(system=SYSTEM, messages=conversation(1), tools=[])
     finally:
         await client.close()
-    assert fake_llm.last_request()["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert fake_llm.last_request()["system"][0]["cache_control"] == {
+        "type": "ephemeral",
+        "ttl": "1h",
+    }
 
 
 async def test_openai_request_has_no_markers_and_cached_tokens_are_read() -> None:
@@ -158,9 +206,15 @@ async def test_openai_request_has_no_markers_and_cached_tokens_are_read() -> Non
         history = conversation(3)
         try:
             first = await client.complete(system=SYSTEM, messages=history, tools=[Tool()])
-            second = await client.complete(system=SYSTEM, messages=[*history, {"role": "assistant", "content": "x"},
-                                                                     {"role": "user", "content": "y"}],
-                                           tools=[Tool()])
+            second = await client.complete(
+                system=SYSTEM,
+                messages=[
+                    *history,
+                    {"role": "assistant", "content": "x"},
+                    {"role": "user", "content": "y"},
+                ],
+                tools=[Tool()],
+            )
         finally:
             await client.close()
         bodies = fake.openai_requests()
@@ -183,7 +237,10 @@ async def test_anthropic_cache_read_and_write_are_reported() -> None:
         finally:
             await client.close()
         usages = fake.usages
-    assert (first.usage.cache_read_tokens, first.usage.cache_write_tokens) == (0, usages[0].cache_creation)
+    assert (first.usage.cache_read_tokens, first.usage.cache_write_tokens) == (
+        0,
+        usages[0].cache_creation,
+    )
     assert first.usage.cache_write_tokens > 0
     assert second.usage.cache_read_tokens == usages[1].cache_read > 0
     assert second.usage.cache_write_tokens == usages[1].cache_creation
@@ -195,14 +252,19 @@ async def test_cache_tokens_are_summed_per_session_in_the_sessions_row(home: Pat
         adapter = RecordingAdapter()
         gw = gateway_for(home, [adapter])
         try:
-            fake.script(ToolCall("memory", {"action": "add", "target": "memory",
-                                            "content": "Likes trains."}), Reply("Saved."))
+            fake.script(
+                ToolCall(
+                    "memory", {"action": "add", "target": "memory", "content": "Likes trains."}
+                ),
+                Reply("Saved."),
+            )
             for text in ("remember trains", "two", "three"):
                 await gw.sessions.submit(inbound(text))
                 await gw.sessions.wait_idle()
             row = gw.store.active_session("cli:dm:c1")
-            calls = gw.store.all("SELECT purpose, cache_read_tokens, cache_write_tokens FROM llm_calls"
-                                 " ORDER BY id")
+            calls = gw.store.all(
+                "SELECT purpose, cache_read_tokens, cache_write_tokens FROM llm_calls ORDER BY id"
+            )
         finally:
             await gw.llm.close()
             gw.store.close()
@@ -213,19 +275,26 @@ async def test_cache_tokens_are_summed_per_session_in_the_sessions_row(home: Pat
     assert row.input_tokens == sum(u.input_tokens for u in usages)
     assert row.output_tokens == sum(u.output_tokens for u in usages)
     assert [(c["purpose"], c["cache_read_tokens"], c["cache_write_tokens"]) for c in calls] == [
-        ("turn", u.cache_read, u.cache_creation) for u in usages]
+        ("turn", u.cache_read, u.cache_creation) for u in usages
+    ]
 
 
-# ---- tool round trips -------------------------------------------------------------------------------------------
+# ---- tool round trips ----------------------------------------------------------------------------
+
 
 async def round_trip(client: Any, fake: FakeLLM) -> tuple[Any, Any, list[ChatMessage]]:
     fake.script(ToolCall("lookup", {"word": "cat"}), Reply("A cat is a feline."))
     history: list[ChatMessage] = [{"role": "user", "content": "what is a cat?"}]
     first = await client.complete(system=SYSTEM, messages=history, tools=[Tool()])
     [call] = first.tool_calls
-    history += [{"role": "assistant", "content": first.text, "tool_calls": [
-                    {"id": call.id, "name": call.name, "arguments": call.arguments}]},
-                {"role": "tool", "tool_call_id": call.id, "content": "cat: a small feline"}]
+    history += [
+        {
+            "role": "assistant",
+            "content": first.text,
+            "tool_calls": [{"id": call.id, "name": call.name, "arguments": call.arguments}],
+        },
+        {"role": "tool", "tool_call_id": call.id, "content": "cat: a small feline"},
+    ]
     second = await client.complete(system=SYSTEM, messages=history, tools=[Tool()])
     return first, second, history
 
@@ -237,17 +306,43 @@ async def test_anthropic_tool_call_round_trip(fake_llm: FakeLLM) -> None:
     finally:
         await client.close()
     call = first.tool_calls[0]
-    assert (call.name, json.loads(call.arguments), first.stop_reason) == ("lookup", {"word": "cat"}, "tool_use")
-    assert (second.text, second.tool_calls, second.stop_reason) == ("A cat is a feline.", (), "end_turn")
+    assert (call.name, json.loads(call.arguments), first.stop_reason) == (
+        "lookup",
+        {"word": "cat"},
+        "tool_use",
+    )
+    assert (second.text, second.tool_calls, second.stop_reason) == (
+        "A cat is a feline.",
+        (),
+        "end_turn",
+    )
     body = fake_llm.last_request()
-    assert body["tools"] == [{"name": "lookup", "description": "Look a word up.",
-                              "input_schema": dict(Tool().parameters)}]
+    assert body["tools"] == [
+        {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "input_schema": dict(Tool().parameters),
+        }
+    ]
     msgs = body["messages"]
     assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
-    assert msgs[1]["content"] == [{"type": "tool_use", "id": call.id, "name": "lookup", "input": {"word": "cat"},
-                                   "cache_control": {"type": "ephemeral"}}]
-    assert msgs[2]["content"] == [{"type": "tool_result", "tool_use_id": call.id, "content": "cat: a small feline",
-                                   "cache_control": {"type": "ephemeral"}}]
+    assert msgs[1]["content"] == [
+        {
+            "type": "tool_use",
+            "id": call.id,
+            "name": "lookup",
+            "input": {"word": "cat"},
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
+    assert msgs[2]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": call.id,
+            "content": "cat: a small feline",
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
 
 
 async def test_openai_tool_call_round_trip(fake_llm: FakeLLM) -> None:
@@ -257,11 +352,28 @@ async def test_openai_tool_call_round_trip(fake_llm: FakeLLM) -> None:
     finally:
         await client.close()
     call = first.tool_calls[0]
-    assert (call.name, json.loads(call.arguments), first.stop_reason) == ("lookup", {"word": "cat"}, "tool_calls")
-    assert (second.text, second.stop_reason, second.provider) == ("A cat is a feline.", "stop", "openai")
+    assert (call.name, json.loads(call.arguments), first.stop_reason) == (
+        "lookup",
+        {"word": "cat"},
+        "tool_calls",
+    )
+    assert (second.text, second.stop_reason, second.provider) == (
+        "A cat is a feline.",
+        "stop",
+        "openai",
+    )
     msgs = fake_llm.last_request()["messages"]
-    assert msgs[2] == {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call.id, "type": "function", "function": {"name": "lookup", "arguments": call.arguments}}]}
+    assert msgs[2] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": "lookup", "arguments": call.arguments},
+            }
+        ],
+    }
     assert msgs[3] == {"role": "tool", "tool_call_id": call.id, "content": "cat: a small feline"}
 
 
@@ -269,27 +381,41 @@ async def test_tool_error_results_are_flagged_on_the_anthropic_wire(fake_llm: Fa
     client = anthropic(fake_llm)
     history: list[ChatMessage] = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "name": "lookup", "arguments": "{bad"}]},
-        {"role": "tool", "tool_call_id": "t1", "content": "arguments are not JSON", "is_error": True}]
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "t1", "name": "lookup", "arguments": "{bad"}],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "t1",
+            "content": "arguments are not JSON",
+            "is_error": True,
+        },
+    ]
     try:
         await client.complete(system=SYSTEM, messages=history, tools=[Tool()])
     finally:
         await client.close()
     msgs = fake_llm.last_request()["messages"]
-    assert msgs[1]["content"][0]["input"] == {}  # invalid JSON from the model is sent back as an empty object
+    # invalid JSON from the model is sent back as an empty object
+    assert msgs[1]["content"][0]["input"] == {}
     assert msgs[2]["content"][0]["is_error"] is True
 
 
-# ---- errors -----------------------------------------------------------------------------------------------------
+# ---- errors --------------------------------------------------------------------------------------
 
-CLIENTS = [pytest.param(anthropic, "/v1/messages", id="anthropic"),
-           pytest.param(openai, "/v1/chat/completions", id="openai")]
+CLIENTS = [
+    pytest.param(anthropic, "/v1/messages", id="anthropic"),
+    pytest.param(openai, "/v1/chat/completions", id="openai"),
+]
 
 
 @pytest.mark.parametrize("make, path", CLIENTS)
 @pytest.mark.parametrize("status", [429, 500, 503, 529])
-async def test_overload_and_server_errors_are_unavailable(fake_llm: FakeLLM, make: Any, path: str,
-                                                          status: int) -> None:
+async def test_overload_and_server_errors_are_unavailable(
+    fake_llm: FakeLLM, make: Any, path: str, status: int
+) -> None:
     client = make(fake_llm)
     fake_llm.fail(path, Fault(status))
     try:
@@ -301,7 +427,9 @@ async def test_overload_and_server_errors_are_unavailable(fake_llm: FakeLLM, mak
 
 @pytest.mark.parametrize("make, path", CLIENTS)
 @pytest.mark.parametrize("status", [400, 401, 403])
-async def test_client_errors_are_rejections(fake_llm: FakeLLM, make: Any, path: str, status: int) -> None:
+async def test_client_errors_are_rejections(
+    fake_llm: FakeLLM, make: Any, path: str, status: int
+) -> None:
     client = make(fake_llm)
     fake_llm.fail(path, Fault(status))
     try:
@@ -335,8 +463,9 @@ async def test_timeout(fake_llm: FakeLLM, make: Any, path: str) -> None:
 
 @pytest.mark.parametrize("make, path", CLIENTS)
 @pytest.mark.parametrize("fault", [Malformed(), ConnectionReset()], ids=["malformed", "reset"])
-async def test_malformed_body_and_dropped_connection_are_unavailable(fake_llm: FakeLLM, make: Any, path: str,
-                                                                     fault: Any) -> None:
+async def test_malformed_body_and_dropped_connection_are_unavailable(
+    fake_llm: FakeLLM, make: Any, path: str, fault: Any
+) -> None:
     client = make(fake_llm)
     fake_llm.fail(path, fault)
     try:
@@ -357,9 +486,12 @@ async def test_retries_are_used_before_giving_up(fake_llm: FakeLLM) -> None:
     assert len(fake_llm.anthropic_requests()) == 2
 
 
-# ---- fallback ---------------------------------------------------------------------------------------------------
+# ---- fallback ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fault", [Fault(529), Fault(429), Delay(1.0)], ids=["overloaded", "rate", "timeout"])
+
+@pytest.mark.parametrize(
+    "fault", [Fault(529), Fault(429), Delay(1.0)], ids=["overloaded", "rate", "timeout"]
+)
 async def test_fallback_model_answers_when_the_primary_fails(fake_llm: FakeLLM, fault: Any) -> None:
     client = FallbackClient(anthropic(fake_llm, timeout_s=0.2), openai(fake_llm))
     fake_llm.fail("/v1/messages", fault)
@@ -367,7 +499,11 @@ async def test_fallback_model_answers_when_the_primary_fails(fake_llm: FakeLLM, 
         reply = await client.complete(system=SYSTEM, messages=conversation(0), tools=[])
     finally:
         await client.close()
-    assert (reply.provider, reply.model, reply.text) == ("openai", "gpt-test", "echo: last question [users=1]")
+    assert (reply.provider, reply.model, reply.text) == (
+        "openai",
+        "gpt-test",
+        "echo: last question [users=1]",
+    )
     assert [c.path for c in fake_llm.calls] == ["/v1/messages", "/v1/chat/completions"]
 
 
@@ -394,14 +530,17 @@ async def test_both_failing_raises_the_fallbacks_error(fake_llm: FakeLLM) -> Non
 
 async def test_configured_fallback_is_built_and_used(home: Path, fake_llm: FakeLLM) -> None:
     path = write_config(home, base_url=fake_llm.base_url)
-    fallback = textwrap.indent(textwrap.dedent(f"""\
+    fallback = textwrap.indent(
+        textwrap.dedent(f"""\
         fallback:
           provider: openai
           name: gpt-backup
           base_url: {fake_llm.openai_base_url}
           api_key: k2
           max_retries: 0
-        """), "  ")
+        """),
+        "  ",
+    )
     path.write_text(path.read_text().replace("model:\n", f"model:\n{fallback}", 1))
     config = load_config(home)
     assert config.model is not None and config.model.fallback is not None

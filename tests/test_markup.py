@@ -1,8 +1,10 @@
-"""Rendering per flavour: golden files for each flavour, plus the rules the goldens cannot show alone.
+"""Rendering per flavour: golden files for each flavour,
+plus the rules the goldens cannot show alone.
 
-Goldens live in tests/golden/markup/: `<case>.md` is the input, `<case>.<flavor>.txt` the expected output
-(Telegram's shows the text, then each entity with the text it covers). `UPDATE_GOLDEN=1 pytest
-tests/test_markup.py` rewrites them; read the diff before committing, as they must be right, not just current.
+Goldens live in tests/golden/markup/: `<case>.md` is the input, `<case>.<flavor>.txt` the expected
+output (Telegram's shows the text, then each entity with the text it covers). `UPDATE_GOLDEN=1
+pytest tests/test_markup.py` rewrites them; read the diff before committing, as they must be right,
+not just current.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.delivery.markup.render import Flavor, render, to_discord, to_plain, to_slack_mrkdwn, to_telegram
+from gateway.delivery.markup.render import (
+    Flavor,
+    render,
+    to_discord,
+    to_plain,
+    to_slack_mrkdwn,
+    to_telegram,
+)
 
 GOLDEN = Path(__file__).parent / "golden" / "markup"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.md"))
@@ -26,14 +35,23 @@ def show(markdown: str, flavor: Flavor) -> str:
     units = text.encode("utf-16-le")
     lines = [text, "", "==== entities: type offset+length (UTF-16) and the text covered"]
     for e in entities:
-        covered = units[2 * e.offset:2 * (e.offset + e.length)].decode("utf-16-le")
+        covered = units[2 * e.offset : 2 * (e.offset + e.length)].decode("utf-16-le")
         extra = "".join(f" {k}={v}" for k, v in (("url", e.url), ("language", e.language)) if v)
         lines.append(f"{e.type} {e.offset}+{e.length}{extra}: {covered!r}")
     return "\n".join(lines) + "\n"
 
 
 def test_goldens_exist() -> None:
-    assert {"nested_lists", "links", "code", "tables", "headings", "quotes", "emphasis", "html"} <= set(CASES)
+    assert {
+        "nested_lists",
+        "links",
+        "code",
+        "tables",
+        "headings",
+        "quotes",
+        "emphasis",
+        "html",
+    } <= set(CASES)
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
@@ -47,12 +65,13 @@ def test_golden(case: str, flavor: Flavor) -> None:
     assert got == expected_file.read_text(encoding="utf-8")
 
 
-# -- rules ----------------------------------------------------------------------------------------------
+# -- rules -----------------------------------------------------------------------------------------
 
 
 def test_slack_escapes_text_but_not_its_own_link_syntax() -> None:
     assert to_slack_mrkdwn("a & b <c> [x](https://e.com/?a=1&b=2)") == (
-        "a &amp; b &lt;c&gt; <https://e.com/?a=1&amp;b=2|x>")
+        "a &amp; b &lt;c&gt; <https://e.com/?a=1&amp;b=2|x>"
+    )
 
 
 def test_slack_link_url_cannot_break_out_of_its_brackets() -> None:
@@ -61,11 +80,15 @@ def test_slack_link_url_cannot_break_out_of_its_brackets() -> None:
 
 def test_discord_percent_encodes_parentheses_in_masked_links() -> None:
     assert to_discord("[wiki](https://en.wikipedia.org/wiki/Foo_(bar))") == (
-        "[wiki](https://en.wikipedia.org/wiki/Foo_%28bar%29)")
+        "[wiki](https://en.wikipedia.org/wiki/Foo_%28bar%29)"
+    )
 
 
 def test_discord_leaves_bare_urls_unescaped() -> None:
-    assert to_discord("go to https://x.y/a_b_c now, snake_case \\_x\\_") == "go to https://x.y/a_b_c now, snake_case \\_x\\_"
+    assert (
+        to_discord("go to https://x.y/a_b_c now, snake_case \\_x\\_")
+        == "go to https://x.y/a_b_c now, snake_case \\_x\\_"
+    )
 
 
 def test_triple_backticks_inside_code_cannot_close_the_fence() -> None:
@@ -121,4 +144,5 @@ def test_too_deep_nesting_falls_back_to_text_without_losing_any() -> None:
 
 def test_plain_keeps_link_targets_and_drops_markup() -> None:
     assert to_plain("**Hi** see [docs](https://d.example) or <https://x.y>") == (
-        "Hi see docs (https://d.example) or https://x.y")
+        "Hi see docs (https://d.example) or https://x.y"
+    )

@@ -44,9 +44,13 @@ def _tool(request: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 async def test_a_credential_a_server_writes_into_its_tool_text_reaches_the_model_masked(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     command, args = server_command("--tools", str(_tools_file(tmp_path, ["careless", "echo"])))
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
+    write_config(
+        home,
+        base_url=llm_url(fake_llm, "anthropic"),
+        extra=textwrap.dedent(f"""\
         mcp_servers:
           fake:
             command: {command}
@@ -54,7 +58,8 @@ async def test_a_credential_a_server_writes_into_its_tool_text_reaches_the_model
             env:
               FAKE_API_TOKEN: {TOKEN}
             connect_timeout_s: {CONNECT_S}
-        """))
+        """),
+    )
     adapter = RecordingAdapter()
     fake_llm.script(Reply("fine"))
     gw = await _started(home, adapter)
@@ -83,8 +88,9 @@ def test_vet_masks_every_string_of_the_schema_keys_included() -> None:
     assert vetted.schema == {"properties": {"***": {"enum": ["a ***"], "default": "***"}}}
 
 
-async def test_the_reference_servers_tiny_image_reaches_the_model(home: Path, fake_llm: FakeLLM,
-                                                                  tmp_path: Path) -> None:
+async def test_the_reference_servers_tiny_image_reaches_the_model(
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """@modelcontextprotocol/server-everything's get-tiny-image: its iCCP chunk's CRC is wrong,
     which Pillow refuses by default; the chunk is optional, so it is left out and the picture
     shown."""
@@ -108,9 +114,9 @@ def _chunks(data: bytes) -> list[tuple[bytes, bool]]:
     """(type, CRC right) of each chunk of a PNG."""
     found, pos = [], 8
     while pos < len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        body = data[pos + 4:pos + 8 + length]
-        crc = int.from_bytes(data[pos + 8 + length:pos + 12 + length], "big")
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        body = data[pos + 4 : pos + 8 + length]
+        crc = int.from_bytes(data[pos + 8 + length : pos + 12 + length], "big")
         found.append((body[:4], zlib.crc32(body) == crc))
         pos += 12 + length
     return found
@@ -126,8 +132,14 @@ def _with_chunk(png: bytes, kind: bytes, body: bytes, *, good_crc: bool) -> byte
 def test_only_optional_chunks_with_a_wrong_crc_are_left_out() -> None:
     tiny = base64.b64decode(TINY_IMAGE)
     assert (b"iCCP", False) in _chunks(tiny)
-    assert [kind for kind, _ in _chunks(without_bad_optional_chunks(tiny))] == \
-        [b"IHDR", b"eXIf", b"pHYs", b"iTXt", b"IDAT", b"IEND"]
+    assert [kind for kind, _ in _chunks(without_bad_optional_chunks(tiny))] == [
+        b"IHDR",
+        b"eXIf",
+        b"pHYs",
+        b"iTXt",
+        b"IDAT",
+        b"IEND",
+    ]
     good_text = _with_chunk(PNG, b"tEXt", b"Comment\0fine", good_crc=True)
     assert without_bad_optional_chunks(good_text) == good_text  # nothing wrong: the same bytes
     bad_text = _with_chunk(PNG, b"tEXt", b"Comment\0bad", good_crc=False)
@@ -138,8 +150,9 @@ def test_only_optional_chunks_with_a_wrong_crc_are_left_out() -> None:
         assert without_bad_optional_chunks(odd) == odd
 
 
-async def test_a_text_resource_sent_as_base64_is_text(home: Path, fake_llm: FakeLLM,
-                                                      tmp_path: Path) -> None:
+async def test_a_text_resource_sent_as_base64_is_text(
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["blob_notes"]))
     fake_llm.script(ToolCall("mcp_fake_blob_notes", {}), Reply("read"))
     gw = await _started(home, adapter)
@@ -152,18 +165,29 @@ async def test_a_text_resource_sent_as_base64_is_text(home: Path, fake_llm: Fake
     assert "binary resource" not in result["content"]
 
 
-@pytest.mark.parametrize(("mime", "blob", "shown"), [
-    ("text/markdown", b"# title", "[resource r://x]\n# title"),
-    ("application/json", b'{"a": 1}', '[resource r://x]\n{"a": 1}'),
-    ("application/ld+json", b"{}", "[resource r://x]\n{}"),
-    ("text/plain; charset=ISO-8859-1", "café".encode("latin-1"), "[resource r://x]\ncafé"),
-    ("text/plain", b"\xff\xfe\xfa", "[binary resource r://x (text/plain, 3 bytes) not shown]"),
-    ("text/plain; charset=rot13", b"abc",
-     "[binary resource r://x (text/plain; charset=rot13, 3 bytes) not shown]"),
-    ("application/pdf", b"%PDF-1", "[binary resource r://x (application/pdf, 6 bytes) not shown]"),
-])
-def test_a_blob_is_text_only_when_typed_as_text_and_decodable(mime: str, blob: bytes,
-                                                              shown: str) -> None:
+@pytest.mark.parametrize(
+    ("mime", "blob", "shown"),
+    [
+        ("text/markdown", b"# title", "[resource r://x]\n# title"),
+        ("application/json", b'{"a": 1}', '[resource r://x]\n{"a": 1}'),
+        ("application/ld+json", b"{}", "[resource r://x]\n{}"),
+        ("text/plain; charset=ISO-8859-1", "café".encode("latin-1"), "[resource r://x]\ncafé"),
+        ("text/plain", b"\xff\xfe\xfa", "[binary resource r://x (text/plain, 3 bytes) not shown]"),
+        (
+            "text/plain; charset=rot13",
+            b"abc",
+            "[binary resource r://x (text/plain; charset=rot13, 3 bytes) not shown]",
+        ),
+        (
+            "application/pdf",
+            b"%PDF-1",
+            "[binary resource r://x (application/pdf, 6 bytes) not shown]",
+        ),
+    ],
+)
+def test_a_blob_is_text_only_when_typed_as_text_and_decodable(
+    mime: str, blob: bytes, shown: str
+) -> None:
     resource = {"uri": "r://x", "mimeType": mime, "blob": base64.b64encode(blob).decode()}
     result = {"content": [{"type": "resource", "resource": resource}]}
     assert tool_output(result, max_chars=100).text == shown
@@ -172,15 +196,21 @@ def test_a_blob_is_text_only_when_typed_as_text_and_decodable(mime: str, blob: b
 def test_a_result_is_cut_at_its_character_cap_and_not_before() -> None:
     def text_of(chars: int) -> str:
         return tool_output({"content": [{"type": "text", "text": "x" * chars}]}, max_chars=50).text
+
     assert text_of(50) == "x" * 50
     assert text_of(51) == "x" * 50 + "\n[... cut at 50 of 51 characters]"
 
 
 async def test_a_long_result_reaches_the_model_cut_at_20000_characters(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["long_text"]))
-    fake_llm.script(ToolCall("mcp_fake_long_text", {"chars": 20_000}), Reply("whole"),
-                    ToolCall("mcp_fake_long_text", {"chars": 30_000}), Reply("cut"))
+    fake_llm.script(
+        ToolCall("mcp_fake_long_text", {"chars": 20_000}),
+        Reply("whole"),
+        ToolCall("mcp_fake_long_text", {"chars": 30_000}),
+        Reply("cut"),
+    )
     gw = await _started(home, adapter)
     try:
         await _ask(gw, adapter, "a long one")
@@ -197,17 +227,21 @@ async def test_a_long_result_reaches_the_model_cut_at_20000_characters(
 
 def test_at_most_eight_pictures_of_a_result_are_pictures() -> None:
     data = base64.b64encode(PNG).decode()
-    blocks = [{"type": "image", "data": data, "mimeType": "image/png"}
-              for _ in range(MAX_IMAGES + 2)]
+    blocks = [
+        {"type": "image", "data": data, "mimeType": "image/png"} for _ in range(MAX_IMAGES + 2)
+    ]
     out = tool_output({"content": blocks}, max_chars=10_000, images=True)
     assert len(out.images) == 8 == MAX_IMAGES
-    note = ("[image image/png, 77 bytes: returned by the tool, not shown to you (only the first 8 "
-            "readable images of a result are shown)]")
+    note = (
+        "[image image/png, 77 bytes: returned by the tool, not shown to you (only the first 8 "
+        "readable images of a result are shown)]"
+    )
     assert out.text == f"{note}\n\n{note}"
 
 
-async def test_a_result_with_ten_pictures_shows_the_model_eight(home: Path, fake_llm: FakeLLM,
-                                                                tmp_path: Path) -> None:
+async def test_a_result_with_ten_pictures_shows_the_model_eight(
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     adapter = _stdio_config(home, fake_llm, _tools_file(tmp_path, ["many_pictures"]))
     set_vision(home, True)
     fake_llm.script(ToolCall("mcp_fake_many_pictures", {"count": 10}), Reply("ten red squares"))
@@ -227,6 +261,7 @@ def _server_everything() -> Path | None:
     """The reference server's entry point, when it was installed (`npm install
     @modelcontextprotocol/server-everything` in the folder GATEWAY_TEST_NODE_MODULES names)."""
     import os
+
     folder = os.environ.get("GATEWAY_TEST_NODE_MODULES")
     if not folder:
         return None
@@ -235,24 +270,34 @@ def _server_everything() -> Path | None:
 
 
 @pytest.mark.skipif(_server_everything() is None, reason="the reference MCP server is not here")
-async def test_the_real_reference_server_tiny_image_and_resources(home: Path,
-                                                                  fake_llm: FakeLLM) -> None:
+async def test_the_real_reference_server_tiny_image_and_resources(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     import shutil
+
     node = shutil.which("node")
     if node is None:
         pytest.skip("no node")
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
+    write_config(
+        home,
+        base_url=llm_url(fake_llm, "anthropic"),
+        extra=textwrap.dedent(f"""\
         mcp_servers:
           ref:
             command: {node}
             args: [{_server_everything()}, stdio]
             connect_timeout_s: {CONNECT_S}
-        """))
+        """),
+    )
     set_vision(home, True)
     adapter = RecordingAdapter()
     blob_two = {"resourceType": "Blob", "resourceId": 2}
-    fake_llm.script(ToolCall("mcp_ref_get-tiny-image", {}), Reply("the logo"),
-                    ToolCall("mcp_ref_get-resource-reference", blob_two), Reply("read"))
+    fake_llm.script(
+        ToolCall("mcp_ref_get-tiny-image", {}),
+        Reply("the logo"),
+        ToolCall("mcp_ref_get-resource-reference", blob_two),
+        Reply("read"),
+    )
     gw = await _started(home, adapter)
     try:
         assert await _ask(gw, adapter, "the tiny image") == "the logo"

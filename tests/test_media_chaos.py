@@ -1,5 +1,6 @@
-"""kill -9 in the middle of a download: the real daemon (a subprocess, as systemd runs it) is killed while the
-fake Bot API holds a photo half sent; the restarted daemon downloads it again and the turn is answered once."""
+"""kill -9 in the middle of a download: the real daemon (a subprocess, as systemd runs it) is killed
+while the fake Bot API holds a photo half sent; the restarted daemon downloads it again and the turn
+is answered once."""
 
 from __future__ import annotations
 
@@ -47,9 +48,16 @@ async def test_a_kill_during_a_download_downloads_again_and_answers_once(tmp_pat
     home = tmp_path / "home"
     home.mkdir()
     async with FakeLLM() as llm, FakeTelegram() as tg:
-        write_config(home, provider="anthropic", base_url=llm.base_url, extra=(
-            f"web:\n  enabled: false\ntelegram:\n  token: '{TOKEN}'\n  api_server: {tg.base_url}\n"
-            f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n"))
+        write_config(
+            home,
+            provider="anthropic",
+            base_url=llm.base_url,
+            extra=(
+                "web:\n  enabled: false\ntelegram:\n  token: "
+                f"'{TOKEN}'\n  api_server: {tg.base_url}\n"
+                f"  polling_timeout: 1\n  allowed_users: ['{ALICE}']\n"
+            ),
+        )
         data = noisy_photo()
         photo = tg.add_file(data, name="noise.png", mime_type="image/png", folder="photos")
         path = next(iter(tg.shelf.files))
@@ -58,15 +66,31 @@ async def test_a_kill_during_a_download_downloads_again_and_answers_once(tmp_pat
         await first.start()
         try:
             await first.wait_ready()
-            tg.inject_message(ALICE, "", extra={"text": None, "caption": "what is this noise?",
-                                                "photo": [{**photo, "width": 700, "height": 500}]})
-            await until(lambda: tg.shelf.started[path] == 1 and any(  # the first chunk is on disk
-                p.stat().st_size > 0 for p in (home / "media").rglob("*.part")))
+            tg.inject_message(
+                ALICE,
+                "",
+                extra={
+                    "text": None,
+                    "caption": "what is this noise?",
+                    "photo": [{**photo, "width": 700, "height": 500}],
+                },
+            )
+            await until(
+                lambda: (
+                    tg.shelf.started[path] == 1
+                    and any(  # the first chunk is on disk
+                        p.stat().st_size > 0 for p in (home / "media").rglob("*.part")
+                    )
+                )
+            )
         finally:
             await first.kill()  # SIGKILL, mid-download
         part = next((home / "media").rglob("*.part"))
         assert 0 < part.stat().st_size < len(data)  # a partial file, never taken for the photo
-        assert rows(home, "SELECT status FROM inbound") == [("running",)] and llm.anthropic_requests() == []
+        assert (
+            rows(home, "SELECT status FROM inbound") == [("running",)]
+            and llm.anthropic_requests() == []
+        )
         tg.shelf.release()
         second = DaemonProc(home)
         await second.start()
@@ -79,7 +103,8 @@ async def test_a_kill_during_a_download_downloads_again_and_answers_once(tmp_pat
             code = await second.stop()
             await second.kill()  # closes its notify socket
         assert code == 0
-    assert tg.shelf.started[path] == 2 and tg.shelf.served[path] == 1  # fetched again, whole this time
+    # fetched again, whole this time
+    assert tg.shelf.started[path] == 2 and tg.shelf.served[path] == 1
     assert len(tg.sent_messages(ALICE)) == 1 and len(llm.anthropic_requests()) == 1
     image = llm.anthropic_requests()[0]["messages"][-1]["content"][0]
     assert image_size(base64.b64decode(image["source"]["data"])) == (700, 500)

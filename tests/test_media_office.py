@@ -1,5 +1,5 @@
-"""Word, Excel, PowerPoint and OpenDocument files read with the standard library: the text a reader sees, in
-order, cut at the limit; a damaged, locked or hostile file refused with a reason."""
+"""Word, Excel, PowerPoint and OpenDocument files read with the standard library: the text a reader
+sees, in order, cut at the limit; a damaged, locked or hostile file refused with a reason."""
 
 from __future__ import annotations
 
@@ -27,35 +27,52 @@ def write(tmp_path: Path, data: bytes) -> Path:
 def test_a_word_file_gives_its_paragraphs_and_tables(tmp_path: Path) -> None:
     data = make_docx(["Project plan", "Owner:\tAlice"], table=[["Task", "Due"], ["Ship", "Friday"]])
     doc = read_office(write(tmp_path, data), 1000, "docx")
-    assert doc.text == "Project plan\nOwner:\tAlice\nTask | Due\nShip | Friday" and doc.truncated_chars == 0
+    assert (
+        doc.text == "Project plan\nOwner:\tAlice\nTask | Due\nShip | Friday"
+        and doc.truncated_chars == 0
+    )
 
 
 def test_a_workbook_gives_each_sheet_in_the_workbook_s_order(tmp_path: Path) -> None:
     data = make_xlsx({"Budget": [["Item", "Cost"], ["Rent", 1200], ["", 30]], "Notes": [["ok"]]})
-    assert read_office(write(tmp_path, data), 1000, "xlsx").text == \
-        "[Sheet: Budget]\nItem\tCost\nRent\t1200\n\t30\n[Sheet: Notes]\nok"
+    assert (
+        read_office(write(tmp_path, data), 1000, "xlsx").text
+        == "[Sheet: Budget]\nItem\tCost\nRent\t1200\n\t30\n[Sheet: Notes]\nok"
+    )
 
 
-def test_slides_come_in_the_presentation_s_order_and_opendocument_tables_stay_small(tmp_path: Path) -> None:
-    assert read_office(write(tmp_path, make_pptx([["Q3", "Revenue up"], ["Thanks"]])), 1000, "pptx").text == \
-        "[Slide 1]\nQ3\nRevenue up\n[Slide 2]\nThanks"
-    odt = make_odt(["Minutes"], rows=[["a", "b"]])  # a row "repeated" a million times, 16,000 empty cells
+def test_slides_come_in_the_presentation_s_order_and_opendocument_tables_stay_small(
+    tmp_path: Path,
+) -> None:
+    assert (
+        read_office(
+            write(tmp_path, make_pptx([["Q3", "Revenue up"], ["Thanks"]])), 1000, "pptx"
+        ).text
+        == "[Slide 1]\nQ3\nRevenue up\n[Slide 2]\nThanks"
+    )
+    # a row "repeated" a million times, 16,000 empty cells
+    odt = make_odt(["Minutes"], rows=[["a", "b"]])
     assert read_office(write(tmp_path, odt), 1000, "odt").text == "Minutes\n[Table: T1]\na\tb"
 
 
 def test_a_long_document_is_cut_and_the_rest_never_parsed(tmp_path: Path) -> None:
     doc = read_office(write(tmp_path, make_docx([f"line {n}" for n in range(10_000)])), 50, "docx")
-    assert doc.text == "\n".join(f"line {n}" for n in range(8))[:50] and 0 < doc.truncated_chars < 100
+    assert (
+        doc.text == "\n".join(f"line {n}" for n in range(8))[:50] and 0 < doc.truncated_chars < 100
+    )
 
 
 def test_damaged_locked_empty_and_hostile_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(MediaError, match=r"^the document is damaged or password-protected$"):
-        read_office(write(tmp_path, b"\xd0\xcf\x11\xe0" + bytes(600)), 100, "docx")  # an encrypted one: OLE, no zip
+        # an encrypted one: OLE, no zip
+        read_office(write(tmp_path, b"\xd0\xcf\x11\xe0" + bytes(600)), 100, "docx")
     with pytest.raises(MediaError, match=r"^the document has no text in it$"):
         read_office(write(tmp_path, make_docx([""])), 100, "docx")
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
-        z.writestr("word/document.xml", '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaa">]><d>&a;</d>')
+        z.writestr(
+            "word/document.xml", '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaa">]><d>&a;</d>'
+        )
     with pytest.raises(MediaError, match="damaged"):
         read_office(write(tmp_path, out.getvalue()), 100, "docx")
     bomb = io.BytesIO()
@@ -66,11 +83,23 @@ def test_damaged_locked_empty_and_hostile_files_are_refused(tmp_path: Path) -> N
         read_office(write(tmp_path, bomb.getvalue()), 100, "docx")
 
 
-@pytest.mark.parametrize(("name", "mime", "fmt"), [
-    ("Plan.docx", DOCX, "docx"), ("plan", DOCX, "docx"), ("Budget.XLSX", None, "xlsx"), ("m.xlsm", None, "xlsx"),
-    ("deck.pptx", "application/octet-stream", "pptx"), ("a.odt", None, "odt"), ("a.ods", None, "ods"),
-    ("old.doc", "application/msword", None), ("a.zip", "application/zip", None)])
+@pytest.mark.parametrize(
+    ("name", "mime", "fmt"),
+    [
+        ("Plan.docx", DOCX, "docx"),
+        ("plan", DOCX, "docx"),
+        ("Budget.XLSX", None, "xlsx"),
+        ("m.xlsm", None, "xlsx"),
+        ("deck.pptx", "application/octet-stream", "pptx"),
+        ("a.odt", None, "odt"),
+        ("a.ods", None, "ods"),
+        ("old.doc", "application/msword", None),
+        ("a.zip", "application/zip", None),
+    ],
+)
 def test_which_files_are_office_documents(name: str, mime: str | None, fmt: str | None) -> None:
     assert office_format(name, mime) == fmt
-    assert category(Attachment("document", name=name, mime_type=mime)) == ("document" if fmt else "other")
+    assert category(Attachment("document", name=name, mime_type=mime)) == (
+        "document" if fmt else "other"
+    )
     assert is_legacy_office(name, mime) == (name == "old.doc")

@@ -1,5 +1,6 @@
-"""sd_notify: the datagrams systemd would receive, on a real AF_UNIX socket, from the Notifier and from a real
-`gateway run` subprocess (READY, then WATCHDOG from the event loop, then STOPPING on SIGTERM)."""
+"""sd_notify: the datagrams systemd would receive, on a real AF_UNIX socket, from the Notifier and
+from a real `gateway run` subprocess (READY, then WATCHDOG from the event loop, then STOPPING on
+SIGTERM)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,12 @@ def test_messages_arrive_as_systemd_expects(tmp_path: Path) -> None:
     finally:
         notifier.close()
         sock.close()
-    assert got == ["READY=1\nSTATUS=web running", "WATCHDOG=1", "STATUS=web running, telegram backoff",
-                   "STOPPING=1\nSTATUS=draining"]
+    assert got == [
+        "READY=1\nSTATUS=web running",
+        "WATCHDOG=1",
+        "STATUS=web running, telegram backoff",
+        "STOPPING=1\nSTATUS=draining",
+    ]
 
 
 def test_abstract_socket_address(tmp_path: Path) -> None:
@@ -57,7 +62,11 @@ def test_abstract_socket_address(tmp_path: Path) -> None:
 def test_without_notify_socket_everything_is_a_no_op() -> None:
     notifier = Notifier.from_env({}, pid=1)
     assert not notifier.enabled
-    assert notifier.ready("x") is False and notifier.watchdog() is False and notifier.stopping() is False
+    assert (
+        notifier.ready("x") is False
+        and notifier.watchdog() is False
+        and notifier.stopping() is False
+    )
     assert notifier.sent == []
 
 
@@ -73,7 +82,8 @@ def test_watchdog_interval_is_half_of_watchdog_usec_and_only_for_our_pid() -> No
     assert Notifier.from_env(env, pid=42).watchdog_interval == 15.0
     assert Notifier.from_env({**env, "WATCHDOG_PID": "42"}, pid=42).watchdog_interval == 15.0
     assert Notifier.from_env({**env, "WATCHDOG_PID": "7"}, pid=42).watchdog_interval is None
-    assert Notifier.from_env(env, pid=42, watchdog=False).watchdog_interval is None  # daemon.watchdog: false
+    # daemon.watchdog: false
+    assert Notifier.from_env(env, pid=42, watchdog=False).watchdog_interval is None
     assert Notifier.from_env({**env, "WATCHDOG_USEC": "junk"}, pid=42).watchdog_interval is None
 
 
@@ -94,7 +104,11 @@ async def test_keepalive_pings_at_half_the_watchdog_period_with_status(tmp_path:
     notifier.close()
     sock.close()
     assert waits == [15.0, 15.0, 15.0]
-    assert got == ["WATCHDOG=1\nSTATUS=web starting", "WATCHDOG=1", "WATCHDOG=1\nSTATUS=web running"]
+    assert got == [
+        "WATCHDOG=1\nSTATUS=web starting",
+        "WATCHDOG=1",
+        "WATCHDOG=1\nSTATUS=web running",
+    ]
 
 
 @pytest.fixture
@@ -102,7 +116,8 @@ async def daemon_home(tmp_path: Path, fake_llm: FakeLLM) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     port = free_port()
-    (home / "config.yaml").write_text(textwrap.dedent(f"""\
+    (home / "config.yaml").write_text(
+        textwrap.dedent(f"""\
         model:
           provider: anthropic
           name: claude-test
@@ -111,7 +126,9 @@ async def daemon_home(tmp_path: Path, fake_llm: FakeLLM) -> Path:
           max_retries: 0
         web:
           port: {port}
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     return home
 
 
@@ -129,7 +146,7 @@ async def test_gateway_run_speaks_sd_notify_in_order(daemon_home: Path) -> None:
     assert code == 0, daemon.output()
     ready, watchdog, stopping = (lines.index(x) for x in ("READY=1", "WATCHDOG=1", "STOPPING=1"))
     assert ready < watchdog < stopping
-    assert "READY=1" not in lines[ready + 1:]
+    assert "READY=1" not in lines[ready + 1 :]
     status = [line for line in lines if line.startswith("STATUS=")]
     assert any("web running" in s for s in status), status
     assert any(s.startswith("STATUS=draining") for s in lines[stopping:]), lines[stopping:]

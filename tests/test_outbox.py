@@ -1,4 +1,6 @@
-"""Outbound delivery: what the user sees, in which order and when, through platform weather and a crash."""
+"""Outbound delivery: what the user sees, in which order
+and when, through platform weather and a crash.
+"""
 
 from __future__ import annotations
 
@@ -33,56 +35,89 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def outbox_for(store: Store, clock: FakeClock, *adapters: ScriptedAdapter, available: object = None,
-               backoff: Backoff | None = None, max_rounds: int = 10, limits: dict[str, PlatformLimits] | None = None,
-               ) -> Outbox:
-    limiter = RateLimiter(PLATFORM_LIMITS if limits is None else limits, clock=clock.monotonic, sleep=clock.sleep)
-    return Outbox(store, {a.platform: a for a in adapters}, load_platform_facts(), clock=clock.now,
-                  sleep=clock.sleep, limiter=limiter,
-                  rng=random.Random(7), backoff=backoff or Backoff(), available=available, max_rounds=max_rounds)  # type: ignore[arg-type]
+def outbox_for(
+    store: Store,
+    clock: FakeClock,
+    *adapters: ScriptedAdapter,
+    available: object = None,
+    backoff: Backoff | None = None,
+    max_rounds: int = 10,
+    limits: dict[str, PlatformLimits] | None = None,
+) -> Outbox:
+    limiter = RateLimiter(
+        PLATFORM_LIMITS if limits is None else limits, clock=clock.monotonic, sleep=clock.sleep
+    )
+    return Outbox(
+        store,
+        {a.platform: a for a in adapters},
+        load_platform_facts(),
+        clock=clock.now,
+        sleep=clock.sleep,
+        limiter=limiter,
+        rng=random.Random(7),
+        backoff=backoff or Backoff(),
+        available=available,  # type: ignore[arg-type]
+        max_rounds=max_rounds,
+    )
 
 
 def statuses(store: Store) -> list[tuple[str, int, str]]:
-    return [(r[0], r[1], r[2]) for r in store.all("SELECT turn_id, chunk_index, status FROM outbound ORDER BY id")]
+    return [
+        (r[0], r[1], r[2])
+        for r in store.all("SELECT turn_id, chunk_index, status FROM outbound ORDER BY id")
+    ]
 
 
 async def test_long_reply_arrives_as_ordered_chunks_split_at_the_paragraph(store: Store) -> None:
     clock = FakeClock()
     tg = ScriptedAdapter("telegram", clock)
     box = outbox_for(store, clock, tg)
-    ids = await clock.run(box.post("t1", DM, f"{PARA_A}\n\n{PARA_B}", kind=OutboundKind.REPLY, reply_to_id="m1"))
+    ids = await clock.run(
+        box.post("t1", DM, f"{PARA_A}\n\n{PARA_B}", kind=OutboundKind.REPLY, reply_to_id="m1")
+    )
     assert ids == ["telegram-1", "telegram-2"]
     assert tg.seen() == [PARA_A, PARA_B]
-    assert [(m.chunk_index, m.chunk_count, m.reply_to_id) for m in tg.sent] == [(0, 2, "m1"), (1, 2, "m1")]
+    assert [(m.chunk_index, m.chunk_count, m.reply_to_id) for m in tg.sent] == [
+        (0, 2, "m1"),
+        (1, 2, "m1"),
+    ]
     assert [t for t, _ in tg.attempts] == [0.0, 1.0]  # Telegram: one message per second in a chat
     assert statuses(store) == [("t1", 0, "sent"), ("t1", 1, "sent")]
 
 
-async def test_rejected_markup_is_resent_once_as_plain_text_and_logged(store: Store,
-                                                                       caplog: pytest.LogCaptureFixture) -> None:
+async def test_rejected_markup_is_resent_once_as_plain_text_and_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = FakeClock()
     tg = ScriptedAdapter("telegram", clock)
     tg.fail(MarkupRejected("telegram", "Bad Request: can't parse entities: unsupported start tag"))
     box = outbox_for(store, clock, tg)
     with caplog.at_level(logging.WARNING, logger="gateway.delivery.outbox"):
-        await clock.run(box.post("t1", DM, "Use **bold** and `code_with_underscores`", kind=OutboundKind.REPLY))
+        await clock.run(
+            box.post("t1", DM, "Use **bold** and `code_with_underscores`", kind=OutboundKind.REPLY)
+        )
     first, second = (m for _, m in tg.attempts)
     assert (first.use_plain, second.use_plain) == (False, True)
     assert first.entities and second.plain == first.plain
     assert tg.seen() == ["Use bold and code_with_underscores"]
     assert statuses(store) == [("t1", 0, "sent")]
-    assert any("resending it as plain text" in r.getMessage() and "can't parse entities" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "resending it as plain text" in r.getMessage() and "can't parse entities" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 async def test_plain_text_rejected_too_fails_that_reply_only(store: Store) -> None:
     clock = FakeClock()
     tg = ScriptedAdapter("telegram", clock)
-    tg.fail(MarkupRejected("telegram", "can't parse entities"), MarkupRejected("telegram", "still not"))
+    tg.fail(
+        MarkupRejected("telegram", "can't parse entities"), MarkupRejected("telegram", "still not")
+    )
     box = outbox_for(store, clock, tg)
     await clock.run(box.post("t1", DM, f"{PARA_A}\n\n{PARA_B}", kind=OutboundKind.REPLY))
     await clock.run(box.post("t2", DM, "next answer", kind=OutboundKind.REPLY))
-    assert len(tg.attempts) == 3  # markup, plain once, then the next reply: never a third try of the chunk
+    # markup, plain once, then the next reply: never a third try of the chunk
+    assert len(tg.attempts) == 3
     assert tg.seen() == ["next answer"]
     assert statuses(store) == [("t1", 0, "failed"), ("t1", 1, "failed"), ("t2", 0, "sent")]
 
@@ -92,10 +127,14 @@ async def test_429_retry_after_is_honoured_for_that_chat_while_others_go_on(stor
     tg = ScriptedAdapter("telegram", clock)
     tg.fail(RateLimited("telegram", 7))
     box = outbox_for(store, clock, tg)
-    await clock.run(asyncio.gather(box.post("a", DM, "to the flooded chat"),
-                                   box.post("b", OTHER, "to another chat")))
+    await clock.run(
+        asyncio.gather(
+            box.post("a", DM, "to the flooded chat"), box.post("b", OTHER, "to another chat")
+        )
+    )
     times = {(m.chat.chat_id, round(t, 6)) for t, m in tg.attempts}
-    assert times == {("100", 0.0), ("200", 0.0), ("100", 7.0)}  # no request to chat 100 before 7 s had passed
+    # no request to chat 100 before 7 s had passed
+    assert times == {("100", 0.0), ("200", 0.0), ("100", 7.0)}
     assert tg.seen("100") == ["to the flooded chat"] and tg.seen("200") == ["to another chat"]
 
 
@@ -106,7 +145,11 @@ async def test_a_global_429_holds_every_chat_of_that_bot(store: Store) -> None:
     box = outbox_for(store, clock, tg)
     await clock.run(box.post("a", DM, "first"))
     await clock.run(box.post("b", OTHER, "second"))
-    assert [(m.chat.chat_id, t) for t, m in tg.attempts] == [("100", 0.0), ("100", 3.0), ("200", 3.0)]
+    assert [(m.chat.chat_id, t) for t, m in tg.attempts] == [
+        ("100", 0.0),
+        ("100", 3.0),
+        ("200", 3.0),
+    ]
 
 
 async def test_server_errors_back_off_bounded_then_wait_and_keep_chat_order(store: Store) -> None:
@@ -114,8 +157,11 @@ async def test_server_errors_back_off_bounded_then_wait_and_keep_chat_order(stor
     tg = ScriptedAdapter("telegram", clock)
     backoff = Backoff(first=0.5, factor=2, maximum=3, attempts=4)
     tg.fail(*[PlatformUnavailable("telegram", "502 Bad Gateway")] * 4)
-    box = outbox_for(store, clock, tg, backoff=backoff, limits={})  # no send limits: only the backoff sleeps
-    assert await clock.run(box.post("t1", DM, f"{PARA_A}\n\n{PARA_B}", kind=OutboundKind.REPLY)) == []
+    # no send limits: only the backoff sleeps
+    box = outbox_for(store, clock, tg, backoff=backoff, limits={})
+    assert (
+        await clock.run(box.post("t1", DM, f"{PARA_A}\n\n{PARA_B}", kind=OutboundKind.REPLY)) == []
+    )
     delays = [d for d in clock.sleeps if d > 0]
     assert len(delays) == 3 and all(d <= cap for d, cap in zip(delays, [0.5, 1, 2], strict=True))
     assert statuses(store) == [("t1", 0, "pending"), ("t1", 1, "pending")]
@@ -204,7 +250,9 @@ async def test_exactly_once_across_a_crash_between_two_chunks(home: Path) -> Non
     tg = ScriptedAdapter("telegram", clock)
     tg.fail(None, ProcessDied())  # chunk 0 goes out, then the process dies before chunk 1
     gw = gateway_on(clock, home, [tg], ReplyLLM(lambda text: f"{PARA_A}\n\n{PARA_B}"))
-    await clock.run(gw.sessions.submit(inbound("tell me everything", platform="telegram", chat_id="100")))
+    await clock.run(
+        gw.sessions.submit(inbound("tell me everything", platform="telegram", chat_id="100"))
+    )
     await clock.run(gw.sessions.wait_idle())
     assert tg.seen() == [PARA_A]
     gw.store.close()
@@ -251,7 +299,9 @@ async def test_post_soon_records_at_once_and_sends_in_the_background_in_order(st
     box = outbox_for(store, clock, tg)
     box.post_soon("n1", DM, "your pairing code is ABC", reply_to_id="m1")  # returns before any send
     box.post_soon("n2", DM, "and one more thing")
-    assert statuses(store) == [("n1", 0, "pending"), ("n2", 0, "pending")] and clock.monotonic() == 0.0
+    assert (
+        statuses(store) == [("n1", 0, "pending"), ("n2", 0, "pending")] and clock.monotonic() == 0.0
+    )
     await clock.advance(4.9)
     assert tg.seen() == []
     await clock.advance(0.1)

@@ -1,7 +1,8 @@
-"""Who a turn's sender is, and who is an admin, are read once and kept (gateway/knowledge/people.py PeopleBook,
-gateway/access/roles.py Roles.sole_person): a known person's turn reads no people, identity or approval rows, however
-long the allowlist, and what is kept follows every change: made here (/link, an in-chat approval), or from the
-terminal on another connection (`gateway users link|unlink|forget`, `gateway pairing approve|revoke`)."""
+"""Who a turn's sender is, and who is an admin, are read once and kept (gateway/knowledge/people.py
+PeopleBook, gateway/access/roles.py Roles.sole_person): a known person's turn reads no people,
+identity or approval rows, however long the allowlist, and what is kept follows every change: made
+here (/link, an in-chat approval), or from the terminal on another connection (`gateway users
+link|unlink|forget`, `gateway pairing approve|revoke`)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ LISTED = [str(1000 + i) for i in range(300)]
 
 
 @asynccontextmanager
-async def gateway(home: Path, llm: FakeLLM, telegram: str) -> AsyncIterator[tuple[Gateway, dict[str, RecordingAdapter]]]:
-    write_config(home, base_url=llm.base_url, extra=f"web:\n  enabled: false\ntelegram:\n  token: t\n{telegram}"
-                 "discord:\n  token: d\n")
+async def gateway(
+    home: Path, llm: FakeLLM, telegram: str
+) -> AsyncIterator[tuple[Gateway, dict[str, RecordingAdapter]]]:
+    write_config(
+        home,
+        base_url=llm.base_url,
+        extra=f"web:\n  enabled: false\ntelegram:\n  token: t\n{telegram}discord:\n  token: d\n",
+    )
     adapters = {p: RecordingAdapter(p) for p in ("telegram", "discord")}
     gw = gateway_for(home, list(adapters.values()))
     try:
@@ -39,7 +45,9 @@ async def gateway(home: Path, llm: FakeLLM, telegram: str) -> AsyncIterator[tupl
 
 async def say(gw: Gateway, adapter: RecordingAdapter, user: str, text: str = "hi") -> str:
     before = len(adapter.sent)
-    await gw.sessions.submit(inbound(text, platform=adapter.platform, chat_id=user, user_id=user, user_name="Ada"))
+    await gw.sessions.submit(
+        inbound(text, platform=adapter.platform, chat_id=user, user_id=user, user_name="Ada")
+    )
     await adapter.wait_for(before + 1)
     await gw.sessions.wait_idle()
     return adapter.texts(user)[-1]
@@ -57,9 +65,14 @@ def cli(home: Path, *argv: str) -> str:
 
 
 async def test_a_known_persons_turn_reads_no_people_rows(home: Path, fake_llm: FakeLLM) -> None:
-    """300 listed users and no access.admins: who is an admin is worked out from the whole allowlist, once."""
-    async with gateway(home, fake_llm, f"  allowed_users: [{', '.join(LISTED)}]\n") as (gw, adapters):
-        await say(gw, adapters["telegram"], "1000")  # the first turn: the person is made, the allowlist read
+    """300 listed users and no access.admins: who is an admin is worked out from the whole
+    allowlist, once."""
+    async with gateway(home, fake_llm, f"  allowed_users: [{', '.join(LISTED)}]\n") as (
+        gw,
+        adapters,
+    ):
+        # the first turn: the person is made, the allowlist read
+        await say(gw, adapters["telegram"], "1000")
         statements: list[str] = []
         gw.store.conn.set_trace_callback(statements.append)
         try:
@@ -67,14 +80,19 @@ async def test_a_known_persons_turn_reads_no_people_rows(home: Path, fake_llm: F
         finally:
             gw.store.conn.set_trace_callback(None)
         assert statements  # the turn itself did its writes
-        touched = [s for s in statements if any(t in s for t in ("identities", "people", "approved_users"))]
+        touched = [
+            s for s in statements if any(t in s for t in ("identities", "people", "approved_users"))
+        ]
         assert touched == []
         assert gw.roles is not None
         ada = gw.people.find("telegram:1000")
-        assert ada is not None and not gw.roles.is_admin(ada)  # 300 people allowed: no sole person, no admin
+        # 300 people allowed: no sole person, no admin
+        assert ada is not None and not gw.roles.is_admin(ada)
 
 
-async def test_kept_people_follow_links_and_erasures_made_elsewhere(home: Path, fake_llm: FakeLLM) -> None:
+async def test_kept_people_follow_links_and_erasures_made_elsewhere(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with gateway(home, fake_llm, "  allowed_users: ['1']\n") as (gw, adapters):
         await say(gw, adapters["telegram"], "1")
         ada = gw.people.find("telegram:1")
@@ -84,8 +102,13 @@ async def test_kept_people_follow_links_and_erasures_made_elsewhere(home: Path, 
 
         cli(home, "users", "link", "telegram:1", "discord:77")
         linked = gw.people.find("discord:77")
-        assert linked is not None and linked.id == ada.id and linked.ids == {"telegram:1", "discord:77"}
-        assert (await say(gw, adapters["discord"], "77", "now?")).startswith("echo: now?")  # one approval
+        assert (
+            linked is not None
+            and linked.id == ada.id
+            and linked.ids == {"telegram:1", "discord:77"}
+        )
+        # one approval
+        assert (await say(gw, adapters["discord"], "77", "now?")).startswith("echo: now?")
 
         cli(home, "users", "unlink", "discord:77")
         alone = gw.people.find("discord:77")
@@ -103,7 +126,9 @@ async def test_kept_people_follow_links_and_erasures_made_elsewhere(home: Path, 
         assert found is not None and found.id == bo.id
 
 
-async def test_who_is_admin_follows_approvals_here_and_elsewhere(home: Path, fake_llm: FakeLLM) -> None:
+async def test_who_is_admin_follows_approvals_here_and_elsewhere(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """No access.admins: the one person let in is the admin; with a second one, nobody is."""
     async with gateway(home, fake_llm, "") as (gw, _):
         roles = gw.roles
@@ -111,19 +136,23 @@ async def test_who_is_admin_follows_approvals_here_and_elsewhere(home: Path, fak
         pairing = roles.pairing
 
         def code(user: str) -> str:
-            issued = pairing.issue(platform="telegram", user_id=user, user_name=None, chat_id=user, now=utcnow())
+            issued = pairing.issue(
+                platform="telegram", user_id=user, user_name=None, chat_id=user, now=utcnow()
+            )
             assert issued.code is not None
             return issued.code
 
         ada = gw.people.resolve("telegram", "1", now=utcnow())
         assert not roles.is_admin(ada)  # nobody let in yet
-        assert pairing.approve(code("1"), by="test", now=utcnow()).status == "approved"  # in this process
+        # in this process
+        assert pairing.approve(code("1"), by="test", now=utcnow()).status == "approved"
         assert roles.is_admin(ada)
         cli(home, "pairing", "approve", code("2"))  # from the terminal
         assert not roles.is_admin(ada)
         cli(home, "pairing", "revoke", "telegram:2")
         assert roles.is_admin(ada)
-        # The dashboard approves through a book of its own on the daemon's connection: seen all the same.
+        # The dashboard approves through a book of its own
+        # on the daemon's connection: seen all the same.
         dashboard = PairingBook(gw.store, load_key(home))
         assert dashboard.approve(code("3"), by="dashboard", now=utcnow()).status == "approved"
         assert not roles.is_admin(ada)
@@ -133,8 +162,11 @@ async def test_who_is_admin_follows_approvals_here_and_elsewhere(home: Path, fak
         assert not roles.is_admin(ada)
 
 
-async def test_a_time_zone_saved_through_another_book_is_seen_by_all(home: Path, fake_llm: FakeLLM) -> None:
-    """The scheduler keeps a PeopleBook of its own on the same connection: what it writes, the roles' book sees."""
+async def test_a_time_zone_saved_through_another_book_is_seen_by_all(
+    home: Path, fake_llm: FakeLLM
+) -> None:
+    """The scheduler keeps a PeopleBook of its own on the same connection: what it writes, the
+    roles' book sees."""
     async with gateway(home, fake_llm, "  allowed_users: ['1']\n") as (gw, adapters):
         await say(gw, adapters["telegram"], "1")
         ada = gw.people.find("telegram:1")
@@ -155,8 +187,9 @@ def _tool_result(fake_llm: FakeLLM) -> str:
     return "".join(str(b.get("content")) for b in blocks if b.get("type") == "tool_result")
 
 
-async def test_a_role_change_made_elsewhere_reaches_the_next_turn(home: Path,
-                                                                  fake_llm: FakeLLM) -> None:
+async def test_a_role_change_made_elsewhere_reaches_the_next_turn(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """No access.admins: the one person let in is the admin (may write the shared notes). A second
     person approved from the terminal makes nobody the admin by elimination: the first person's next
     turn is refused."""
@@ -166,8 +199,9 @@ async def test_a_role_change_made_elsewhere_reaches_the_next_turn(home: Path,
         assert await say(gw, tg, "1", "note the wifi") == "saved"
         assert "The office wifi is Gull" in (home / "memories" / "MEMORY.md").read_text()
         assert gw.roles is not None
-        issued = gw.roles.pairing.issue(platform="telegram", user_id="2", user_name=None,
-                                        chat_id="2", now=utcnow())
+        issued = gw.roles.pairing.issue(
+            platform="telegram", user_id="2", user_name=None, chat_id="2", now=utcnow()
+        )
         assert issued.code is not None
         cli(home, "pairing", "approve", issued.code)
         fake_llm.script(_memory_write("memory", "The printer is Tern"), Reply("refused"))
@@ -210,13 +244,15 @@ async def test_a_forget_made_elsewhere_reaches_the_next_turn(home: Path, fake_ll
         assert profile.read_text().count("Likes plums") == 1
 
 
-async def test_a_revoke_made_elsewhere_reaches_the_next_message(home: Path,
-                                                                 fake_llm: FakeLLM) -> None:
+async def test_a_revoke_made_elsewhere_reaches_the_next_message(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with gateway(home, fake_llm, "") as (gw, adapters):
         tg = adapters["telegram"]
         assert gw.roles is not None
-        issued = gw.roles.pairing.issue(platform="telegram", user_id="5", user_name=None,
-                                        chat_id="5", now=utcnow())
+        issued = gw.roles.pairing.issue(
+            platform="telegram", user_id="5", user_name=None, chat_id="5", now=utcnow()
+        )
         assert issued.code is not None
         cli(home, "pairing", "approve", issued.code)
         assert (await say(gw, tg, "5", "let in?")).startswith("echo: let in?")

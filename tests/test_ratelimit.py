@@ -16,7 +16,8 @@ def limiter(clock: FakeClock) -> RateLimiter:
 
 
 async def send_times(clock: FakeClock, lim: RateLimiter, chats: list[ChatRef]) -> list[float]:
-    """Acquire a slot for each chat in turn (as one sender would); the clock time each one went out."""
+    """Acquire a slot for each chat in turn (as one
+    sender would); the clock time each one went out."""
     times = []
     for chat in chats:
         await lim.acquire(chat)
@@ -65,13 +66,16 @@ async def test_slack_channel_gets_one_per_second_and_threads_share_it() -> None:
     thread_b = ChatRef("slack", "channel", "C1", "171.2")
     other = ChatRef("slack", "channel", "C2")
     times = await clock.run(send_times(clock, lim, [thread_a, thread_b, other]))
-    assert times == [0.0, 1.0, 1.0]  # C2 has its own window; it only waited behind the single sender
+    # C2 has its own window; it only waited behind the single sender
+    assert times == [0.0, 1.0, 1.0]
 
 
 async def test_our_own_platforms_are_not_limited() -> None:
     clock = FakeClock()
     lim = limiter(clock)
-    times = await clock.run(send_times(clock, lim, [ChatRef("web", "dm", "x")] * 50 + [ChatRef("cli", "dm", "y")] * 50))
+    times = await clock.run(
+        send_times(clock, lim, [ChatRef("web", "dm", "x")] * 50 + [ChatRef("cli", "dm", "y")] * 50)
+    )
     assert set(times) == {0.0}
 
 
@@ -114,7 +118,9 @@ async def test_a_shorter_later_429_does_not_shorten_a_pause() -> None:
 
 async def test_concurrent_senders_never_share_the_last_slot() -> None:
     clock = FakeClock()
-    lim = RateLimiter({"x": PlatformLimits(per_bot=(Rule(2, 10.0),))}, clock=clock.monotonic, sleep=clock.sleep)
+    lim = RateLimiter(
+        {"x": PlatformLimits(per_bot=(Rule(2, 10.0),))}, clock=clock.monotonic, sleep=clock.sleep
+    )
     times: list[float] = []
 
     async def one(i: int) -> None:

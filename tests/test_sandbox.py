@@ -28,15 +28,21 @@ from gateway.sandbox.spec import DROP_TO, SandboxSpec
 from tests.helpers import require
 
 BWRAP = shutil.which("bwrap")
-pytestmark = pytest.mark.skipif(BWRAP is None and not os.environ.get("GATEWAY_CI"),
-                                reason="bubblewrap is not installed (apt install bubblewrap)")
+pytestmark = pytest.mark.skipif(
+    BWRAP is None and not os.environ.get("GATEWAY_CI"),
+    reason="bubblewrap is not installed (apt install bubblewrap)",
+)
 
 
 def _bwrap_problem() -> str | None:
     if BWRAP is None:
         return "bubblewrap is not installed (apt install bubblewrap)"
-    probe = subprocess.run([BWRAP, "--unshare-user", "--ro-bind", "/", "/", "true"],
-                           capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [BWRAP, "--unshare-user", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return None if probe.returncode == 0 else f"bwrap cannot make namespaces here: {probe.stderr}"
 
 
@@ -77,8 +83,11 @@ def test_a_command_runs_in_the_workspace(home: Path) -> None:
 
 def test_the_home_is_invisible_also_around_the_workspace(home: Path) -> None:
     box = sandbox(home)
-    done = run(box, f"ls -la {home} ..; cat {home}/config.yaml ../config.yaml ../state.db "
-                    f"../memories/MEMORY.md; find / -xdev 2>/dev/null | xargs grep -ls SECRET")
+    done = run(
+        box,
+        f"ls -la {home} ..; cat {home}/config.yaml ../config.yaml ../state.db "
+        f"../memories/MEMORY.md; find / -xdev 2>/dev/null | xargs grep -ls SECRET",
+    )
     text = said(done)
     assert "SECRET" not in text
     assert "config.yaml" in text and "No such file or directory" in text  # cat's complaint
@@ -88,8 +97,11 @@ def test_the_home_is_invisible_also_around_the_workspace(home: Path) -> None:
 
 def test_only_the_workspace_is_writable(home: Path, tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    done = run(sandbox(home), f"echo {marker} > inside.txt; echo {marker} > {home}/outside.txt;"
-                              f" echo {marker} > /usr/x; echo {marker} > {tmp_path}/x; echo done")
+    done = run(
+        sandbox(home),
+        f"echo {marker} > inside.txt; echo {marker} > {home}/outside.txt;"
+        f" echo {marker} > /usr/x; echo {marker} > {tmp_path}/x; echo done",
+    )
     assert done.stdout.head == "done\n"
     assert (home / "workspace" / "inside.txt").read_text() == f"{marker}\n"
     assert not (home / "outside.txt").exists() and not (tmp_path / "x").exists()
@@ -122,8 +134,10 @@ def listening() -> Iterator[int]:
         server.close()
 
 
-CONNECT = ("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5);"
-           " print(\"connected\")'")
+CONNECT = (
+    'python3 -c \'import socket; socket.create_connection(("127.0.0.1", {port}), 5);'
+    ' print("connected")\''
+)
 
 
 def test_no_network_unless_configured(home: Path, listening: int) -> None:
@@ -135,18 +149,31 @@ def test_no_network_unless_configured(home: Path, listening: int) -> None:
     assert opened.stdout.head == "connected\n", said(opened)
 
 
-def test_the_environment_has_no_secret_but_what_env_names(home: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_has_no_secret_but_what_env_names(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:SECRET-TOKEN")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-SECRET-KEY")
     from gateway.config.yamlload import Secret
+
     box = sandbox(home, env={"GREETING": Secret("hello")})
     done = run(box, "env; cat /proc/1/environ | tr '\\0' '\\n'")
     names = {line.split("=", 1)[0] for line in done.stdout.head.splitlines() if "=" in line}
     assert "SECRET" not in done.stdout.head
     assert "GREETING=hello" in done.stdout.head
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "USER", "TMPDIR", "GREETING", "PWD", "SHLVL",
-                     "_", "OLDPWD"}
+    assert names <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TERM",
+        "USER",
+        "TMPDIR",
+        "GREETING",
+        "PWD",
+        "SHLVL",
+        "_",
+        "OLDPWD",
+    }
 
 
 def test_its_own_pid_namespace(home: Path) -> None:
@@ -278,6 +305,7 @@ def _wait(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
         async with asyncio.timeout(timeout):
             while not predicate():
                 await asyncio.sleep(0.05)
+
     asyncio.run(poll())
 
 
@@ -297,16 +325,22 @@ def test_the_request_shows_the_exact_command() -> None:
 
 def test_doctor_says_whether_the_sandbox_runs(tmp_path: Path) -> None:
     from gateway.ops.doctor import Doctor
+
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
     (home / "config.yaml").write_text("tools:\n  shell:\n    enabled: true\n")
     shell = [c.line() for c in asyncio.run(Doctor(home, {}, timeout=5).run()) if c.name == "shell"]
     assert shell[0].startswith("ok   shell     bubblewrap ran `true` (no network; workspace ")
-    (home / "config.yaml").write_text("tools:\n  shell:\n    enabled: true\n"
-                                      "    bwrap: /nonexistent/bwrap\n")
+    (home / "config.yaml").write_text(
+        "tools:\n  shell:\n    enabled: true\n    bwrap: /nonexistent/bwrap\n"
+    )
     shell = [c.line() for c in asyncio.run(Doctor(home, {}, timeout=5).run()) if c.name == "shell"]
-    assert shell == [("FAIL shell     /nonexistent/bwrap is missing: the shell cannot run commands"
-                     " — fix: apt-get install bubblewrap")]
+    assert shell == [
+        (
+            "FAIL shell     /nonexistent/bwrap is missing: the shell cannot run commands"
+            " — fix: apt-get install bubblewrap"
+        )
+    ]
     (home / "config.yaml").write_text("tools:\n  shell:\n    enabled: false\n")
     assert not [c for c in asyncio.run(Doctor(home, {}, timeout=5).run()) if c.name == "shell"]
 
@@ -316,6 +350,7 @@ def test_doctor_tells_when_bubblewrap_cannot_make_its_namespaces(tmp_path: Path)
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     from gateway.sandbox.runner import doctor_check
+
     found = asyncio.run(doctor_check(ShellConfig(enabled=True, bwrap=fake), tmp_path / "home"))
     assert found[0][0] == "fail" and "No permissions to create new namespace" in found[0][1]
     assert "install-service" in str(found[0][2])

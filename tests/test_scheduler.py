@@ -1,5 +1,6 @@
-"""Deadline timers: armed from the injected clock, fired through APScheduler's real executor, rebuilt from SQLite
-after a restart (overdue ones handled at boot), and a crowd of overdue sessions flushed at a throttled pace."""
+"""Deadline timers: armed from the injected clock, fired through APScheduler's real executor,
+rebuilt from SQLite after a restart (overdue ones handled at boot), and a crowd of overdue sessions
+flushed at a throttled pace."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ async def until(predicate: Callable[[], bool], *, rounds: int = 1000) -> None:
 
 
 async def fire_sweep(gw: Gateway) -> JobExecutionEvent:
-    """Point the sweep job at the earliest deadline, then move it to now (TESTING.md §5: `modify_job`
-    wakes the scheduler) and wait for APScheduler's executor to run it."""
+    """Point the sweep job at the earliest deadline, then move it to now (TESTING.md §5:
+    `modify_job` wakes the scheduler) and wait for APScheduler's executor to run it."""
     assert gw.lifecycle is not None
     scheduler = gw.lifecycle.scheduler
     done: asyncio.Future[JobExecutionEvent] = asyncio.get_running_loop().create_future()
@@ -53,8 +54,11 @@ async def fire_sweep(gw: Gateway) -> JobExecutionEvent:
 
 
 def _config(home: Path, fake_llm: FakeLLM, extra: str = "") -> RecordingAdapter:
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"),
-                 extra="session_reset: {mode: idle, idle_minutes: 30}\n" + extra)
+    write_config(
+        home,
+        base_url=llm_url(fake_llm, "anthropic"),
+        extra="session_reset: {mode: idle, idle_minutes: 30}\n" + extra,
+    )
     return RecordingAdapter("cli")
 
 
@@ -80,7 +84,9 @@ async def test_deadline_follows_the_last_user_message(home: Path, fake_llm: Fake
         assert job is not None and job.next_run_time > datetime.now(UTC) + timedelta(minutes=9)
 
 
-async def test_timer_expires_the_session_through_the_real_executor(home: Path, fake_llm: FakeLLM) -> None:
+async def test_timer_expires_the_session_through_the_real_executor(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     clock = FakeClock()
     adapter = _config(home, fake_llm)
     async with open_gateway(home, [adapter], clock=clock, start=True) as gw:
@@ -95,14 +101,19 @@ async def test_timer_expires_the_session_through_the_real_executor(home: Path, f
         clock.advance(minutes=1)
         await fire_sweep(gw)
         ended = gw.store.session(session.id)
-        assert ended.end_reason == "idle" and ended.ended_at == clock().isoformat(timespec="microseconds")
+        assert ended.end_reason == "idle" and ended.ended_at == clock().isoformat(
+            timespec="microseconds"
+        )
         await gw.lifecycle.flusher.wait_idle()
         assert gw.store.session(session.id).flush_state == "done"
         assert gw.lifecycle.scheduler.get_job(SWEEP_JOB) is None and len(gw.lifecycle.timers) == 0
-        assert adapter.texts() == ["echo: one [users=1]", "echo: two [users=2]"]  # nothing sent by the flush
+        # nothing sent by the flush
+        assert adapter.texts() == ["echo: one [users=1]", "echo: two [users=2]"]
 
 
-async def test_stale_deadline_does_not_end_a_session_the_user_came_back_to(home: Path, fake_llm: FakeLLM) -> None:
+async def test_stale_deadline_does_not_end_a_session_the_user_came_back_to(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     clock = FakeClock()
     adapter = _config(home, fake_llm)
     async with open_gateway(home, [adapter], clock=clock, start=True) as gw:
@@ -122,7 +133,9 @@ async def test_a_running_turn_is_not_cut_by_its_deadline(home: Path) -> None:
     clock = FakeClock()
     write_config(home, extra="session_reset: {mode: idle, idle_minutes: 1}\n")
     llm = GatedLLM()
-    async with open_gateway(home, [RecordingAdapter("cli")], clock=clock, llm=llm, start=True) as gw:
+    async with open_gateway(
+        home, [RecordingAdapter("cli")], clock=clock, llm=llm, start=True
+    ) as gw:
         assert gw.lifecycle is not None
         await gw.sessions.submit(inbound("slow question"))
         await llm.started.wait()
@@ -138,8 +151,11 @@ async def test_a_running_turn_is_not_cut_by_its_deadline(home: Path) -> None:
 
 async def test_mode_none_arms_nothing(home: Path, fake_llm: FakeLLM) -> None:
     clock = FakeClock()
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"),
-                 extra="session_reset:\n  mode: idle\n  by_chat_type: {dm: {mode: none}}\n")
+    write_config(
+        home,
+        base_url=llm_url(fake_llm, "anthropic"),
+        extra="session_reset:\n  mode: idle\n  by_chat_type: {dm: {mode: none}}\n",
+    )
     async with open_gateway(home, [RecordingAdapter("cli")], clock=clock, start=True) as gw:
         assert gw.lifecycle is not None
         await _talk(gw, "one")
@@ -149,21 +165,27 @@ async def test_mode_none_arms_nothing(home: Path, fake_llm: FakeLLM) -> None:
         assert session is not None and gw.lifecycle.expired(session, clock()) is None
 
 
-async def test_timers_are_rebuilt_after_a_restart_including_an_overdue_one(home: Path, fake_llm: FakeLLM) -> None:
+async def test_timers_are_rebuilt_after_a_restart_including_an_overdue_one(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     clock = FakeClock()
     adapter = _config(home, fake_llm)
     async with open_gateway(home, [adapter], clock=clock, start=True) as gw:
         await _talk(gw, "a1", "a2", chat_id="early")
         clock.advance(minutes=20)
         await _talk(gw, "b1", "b2", chat_id="late")
-    # down for 15 minutes: "early" came due (30 min after START) while nothing was running; "late" did not
+    # down for 15 minutes: "early" came due (30 min after START) while nothing was running; "late"
+    # did not
     clock.advance(minutes=15)
     fake_llm.calls.clear()
     async with open_gateway(home, [adapter], clock=clock, start=True) as gw:
         assert gw.lifecycle is not None
         early = gw.store.latest_session("cli:dm:early")
-        assert early is not None and early.end_reason == "idle" and early.ended_at == clock().isoformat(
-            timespec="microseconds")
+        assert (
+            early is not None
+            and early.end_reason == "idle"
+            and early.ended_at == clock().isoformat(timespec="microseconds")
+        )
         assert gw.lifecycle.timers.deadline("cli:dm:early") is None
         assert gw.lifecycle.timers.deadline("cli:dm:late") == START + timedelta(minutes=50)
         job = gw.lifecycle.scheduler.get_job(SWEEP_JOB)
@@ -178,14 +200,21 @@ async def test_timers_are_rebuilt_after_a_restart_including_an_overdue_one(home:
 
 
 async def test_boot_with_50_overdue_sessions_is_throttled(home: Path) -> None:
-    write_config(home, extra="session_reset: {mode: idle, idle_minutes: 60}\nmemory: {flush_concurrency: 2}\n")
+    write_config(
+        home,
+        extra="session_reset: {mode: idle, idle_minutes: 60}\nmemory: {flush_concurrency: 2}\n",
+    )
     store = Store(load_config(home).db_path)
-    ids = [seed_session(store, key=f"cli:dm:c{i}", last_user_at=START - timedelta(hours=3, minutes=i))
-           for i in range(50)]
+    ids = [
+        seed_session(store, key=f"cli:dm:c{i}", last_user_at=START - timedelta(hours=3, minutes=i))
+        for i in range(50)
+    ]
     store.close()
     llm = GatedLLM()
     clock = FakeClock()
-    async with open_gateway(home, [RecordingAdapter("cli")], clock=clock, llm=llm, start=True) as gw:
+    async with open_gateway(
+        home, [RecordingAdapter("cli")], clock=clock, llm=llm, start=True
+    ) as gw:
         assert gw.lifecycle is not None
         await until(lambda: llm.in_flight == 2)
         for _ in range(50):  # give the other 48 every chance to start too

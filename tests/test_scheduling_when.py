@@ -1,5 +1,6 @@
-"""`when` → a job's schedule: ISO-8601 times in the person's zone, delays, `every`, cron read by APScheduler's
-CronTrigger with standard weekday numbering; every refusal a sentence the model can act on."""
+"""`when` → a job's schedule: ISO-8601 times in the person's zone, delays, `every`, cron read by
+APScheduler's CronTrigger with standard weekday numbering; every refusal a sentence the model can
+act on."""
 
 from __future__ import annotations
 
@@ -25,8 +26,18 @@ def refused(text: str, zone: str = "Europe/Berlin") -> str:
     return str(err.value)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("10m", 600), ("2h", 7200), ("1d", 86400), ("1h30m", 5400),
-                                               ("90 seconds", 90), ("1 week", 604800), ("2 hours 5 min", 7500)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("10m", 600),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("1h30m", 5400),
+        ("90 seconds", 90),
+        ("1 week", 604800),
+        ("2 hours 5 min", 7500),
+    ],
+)
 def test_durations(text: str, seconds: int) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
@@ -37,7 +48,11 @@ def test_not_durations(text: str) -> None:
 
 
 def test_a_delay_runs_once_that_long_from_now() -> None:
-    for text, delta in (("10m", timedelta(minutes=10)), ("in 2h", timedelta(hours=2)), ("1h30m", timedelta(hours=1.5))):
+    for text, delta in (
+        ("10m", timedelta(minutes=10)),
+        ("in 2h", timedelta(hours=2)),
+        ("1h30m", timedelta(hours=1.5)),
+    ):
         schedule = when(text)
         assert (schedule.kind, schedule.first) == ("once", NOW + delta)
         assert schedule.following(schedule.first, schedule.first) is None
@@ -45,7 +60,9 @@ def test_a_delay_runs_once_that_long_from_now() -> None:
 
 def test_an_iso_time_without_offset_is_in_the_persons_zone() -> None:
     assert when("2026-03-03T09:00").first == datetime(2026, 3, 3, 8, 0, tzinfo=UTC)  # 09:00 CET
-    assert when("2026-03-03T09:00", "America/New_York").first == datetime(2026, 3, 3, 14, 0, tzinfo=UTC)
+    assert when("2026-03-03T09:00", "America/New_York").first == datetime(
+        2026, 3, 3, 14, 0, tzinfo=UTC
+    )
     assert when("2026-03-03 09:00").first == datetime(2026, 3, 3, 8, 0, tzinfo=UTC)
     summer = when("2026-07-01T09:00")  # CEST, UTC+2: the zone's rules, not a fixed offset
     assert summer.first == datetime(2026, 7, 1, 7, 0, tzinfo=UTC)
@@ -73,17 +90,34 @@ def test_unreadable_or_ambiguous_times_are_refused_with_the_accepted_forms() -> 
 def test_cron_runs_in_the_zone_with_standard_weekdays() -> None:
     schedule = when("0 8 * * 1-5")  # weekdays at 08:00 Berlin
     assert schedule.kind == "cron" and schedule.spec == "0 8 * * mon,tue,wed,thu,fri"
-    assert schedule.first == datetime(2026, 3, 3, 7, 0, tzinfo=UTC)  # Tuesday 08:00 CET (Monday's has passed)
+    # Tuesday 08:00 CET (Monday's has passed)
+    assert schedule.first == datetime(2026, 3, 3, 7, 0, tzinfo=UTC)
     friday = datetime(2026, 3, 6, 7, 0, tzinfo=UTC)
-    assert next_run("cron", schedule.spec, "Europe/Berlin", friday, friday) == datetime(2026, 3, 9, 7, 0, tzinfo=UTC)
+    assert next_run("cron", schedule.spec, "Europe/Berlin", friday, friday) == datetime(
+        2026, 3, 9, 7, 0, tzinfo=UTC
+    )
 
 
-@pytest.mark.parametrize(("field", "names"), [
-    ("0", "sun"), ("7", "sun"), ("1-5", "mon,tue,wed,thu,fri"), ("mon-fri", "mon,tue,wed,thu,fri"),
-    ("sat,sun", "sun,sat"), ("5-7", "sun,fri,sat"), ("5-0", "sun,fri,sat"), ("*/2", "sun,tue,thu,sat"),
-    ("1-5/2", "mon,wed,fri"), ("*", "*"), ("0-6", "*"), ("Monday", "mon")])
+@pytest.mark.parametrize(
+    ("field", "names"),
+    [
+        ("0", "sun"),
+        ("7", "sun"),
+        ("1-5", "mon,tue,wed,thu,fri"),
+        ("mon-fri", "mon,tue,wed,thu,fri"),
+        ("sat,sun", "sun,sat"),
+        ("5-7", "sun,fri,sat"),
+        ("5-0", "sun,fri,sat"),
+        ("*/2", "sun,tue,thu,sat"),
+        ("1-5/2", "mon,wed,fri"),
+        ("*", "*"),
+        ("0-6", "*"),
+        ("Monday", "mon"),
+    ],
+)
 def test_weekday_fields_follow_standard_cron(field: str, names: str) -> None:
-    """APScheduler 3 counts weekdays from Monday = 0; the field is handed over as names so 0 stays Sunday."""
+    """APScheduler 3 counts weekdays from Monday = 0; the
+    field is handed over as names so 0 stays Sunday."""
     assert standard_weekdays(field) == names
 
 
@@ -112,10 +146,15 @@ def test_frequent_enough_cron_and_macros_pass() -> None:
 
 def test_every_repeats_and_skips_what_was_missed() -> None:
     schedule = when("every 90m")
-    assert (schedule.kind, schedule.spec, schedule.first) == ("every", "1h30m", NOW + timedelta(minutes=90))
+    assert (schedule.kind, schedule.spec, schedule.first) == (
+        "every",
+        "1h30m",
+        NOW + timedelta(minutes=90),
+    )
     due = schedule.first
     assert schedule.following(due, due) == due + timedelta(minutes=90)
-    late = due + timedelta(hours=4)  # the daemon was down for four hours: one run next, not three at once
+    # the daemon was down for four hours: one run next, not three at once
+    late = due + timedelta(hours=4)
     assert schedule.following(due, late) == due + timedelta(minutes=270)
     assert "too frequent" in refused("every 1m")
     assert "Cannot read the interval" in refused("every day at 9")
@@ -124,7 +163,9 @@ def test_every_repeats_and_skips_what_was_missed() -> None:
 def test_missed_cron_runs_coalesce_into_the_next() -> None:
     due = datetime(2026, 3, 3, 7, 0, tzinfo=UTC)
     back = due + timedelta(days=2, hours=3)
-    assert next_run("cron", "0 8 * * *", "Europe/Berlin", due, back) == datetime(2026, 3, 6, 7, 0, tzinfo=UTC)
+    assert next_run("cron", "0 8 * * *", "Europe/Berlin", due, back) == datetime(
+        2026, 3, 6, 7, 0, tzinfo=UTC
+    )
 
 
 def test_the_minimum_interval_is_configurable() -> None:

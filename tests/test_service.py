@@ -1,5 +1,6 @@
-"""Running as a service: the systemd units checked offline (verify with no stderr, exposure score, [Install]),
-`gateway install-service`, exit codes (0 / 75 / 78) and the SIGTERM drain of a real `gateway run` subprocess."""
+"""Running as a service: the systemd units checked offline (verify with no stderr, exposure score,
+[Install]), `gateway install-service`, exit codes (0 / 75 / 78) and the SIGTERM drain of a real
+`gateway run` subprocess."""
 
 from __future__ import annotations
 
@@ -36,20 +37,33 @@ needs_systemd = pytest.mark.usefixtures("systemd_tools")
 
 @pytest.fixture
 def systemd_tools() -> None:
-    """The offline systemd tools; outside CI a machine without them skips these tests (require())."""
+    """The offline systemd tools; outside CI a machine
+    without them skips these tests (require())."""
     missing = shutil.which("systemd-analyze") is None or shutil.which("systemctl") is None
-    require("systemd-analyze/systemctl not installed (apt-get install -y systemd)" if missing else None)
+    require(
+        "systemd-analyze/systemctl not installed (apt-get install -y systemd)" if missing else None
+    )
 
 
 def system_spec(**kw: object) -> UnitSpec:
-    """The system unit as install-service writes it here: ExecStart is this venv's real `gateway`."""
-    return UnitSpec(mode="system", exec_path=gateway_executable(), home="/var/lib/agent-gateway",
-                    env_file="/etc/agent-gateway/env", **kw)  # type: ignore[arg-type]
+    """The system unit as install-service writes it
+    here: ExecStart is this venv's real `gateway`."""
+    return UnitSpec(
+        mode="system",
+        exec_path=gateway_executable(),
+        home="/var/lib/agent-gateway",
+        env_file="/etc/agent-gateway/env",
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def user_spec(tmp_path: Path) -> UnitSpec:
-    return UnitSpec(mode="user", exec_path=gateway_executable(), home=str(tmp_path / "home"),
-                    env_file=str(tmp_path / "env"))
+    return UnitSpec(
+        mode="user",
+        exec_path=gateway_executable(),
+        home=str(tmp_path / "home"),
+        env_file=str(tmp_path / "env"),
+    )
 
 
 def write(tmp_path: Path, text: str, name: str = "agent-gateway.service") -> Path:
@@ -59,11 +73,19 @@ def write(tmp_path: Path, text: str, name: str = "agent-gateway.service") -> Pat
 
 
 def analyze(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True, check=False, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        ["systemd-analyze", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
-def verify(unit: Path, *, user: bool = False, tmp_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+def verify(
+    unit: Path, *, user: bool = False, tmp_path: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """`systemd-analyze verify`; a user manager needs an XDG_RUNTIME_DIR to exist."""
     if not user:
         return analyze("verify", str(unit))
@@ -73,7 +95,7 @@ def verify(unit: Path, *, user: bool = False, tmp_path: Path | None = None) -> s
     return analyze("--user", "verify", str(unit), env={"XDG_RUNTIME_DIR": str(runtime)})
 
 
-# ---------------------------------------------------------------------------------------------- the units
+# ---------------------------------------------------------------------------------------- the units
 @needs_systemd
 def test_system_unit_verifies_with_no_stderr(tmp_path: Path) -> None:
     done = verify(write(tmp_path, render_unit(system_spec())))
@@ -89,12 +111,17 @@ def test_user_unit_verifies_with_no_stderr(tmp_path: Path) -> None:
 
 @needs_systemd
 def test_the_stderr_rule_catches_what_the_exit_code_misses(tmp_path: Path) -> None:
-    broken = render_unit(system_spec()).replace("TimeoutStopSec=", "TimeoutStopSc=").replace(
-        "Restart=always", "Restart=sometimes")
+    broken = (
+        render_unit(system_spec())
+        .replace("TimeoutStopSec=", "TimeoutStopSc=")
+        .replace("Restart=always", "Restart=sometimes")
+    )
     done = verify(write(tmp_path, broken))
     assert done.returncode == 0  # systemd only warns...
     assert "Unknown key" in done.stderr and "TimeoutStopSc" in done.stderr  # ...on stderr
-    missing = render_unit(UnitSpec("system", "/nonexistent/gateway", "/var/lib/agent-gateway", "/etc/x"))
+    missing = render_unit(
+        UnitSpec("system", "/nonexistent/gateway", "/var/lib/agent-gateway", "/etc/x")
+    )
     assert verify(write(tmp_path, missing, "missing.service")).returncode != 0
 
 
@@ -118,8 +145,13 @@ def test_install_sections_enable_into_a_scratch_root(tmp_path: Path) -> None:
     write(system_dir, render_unit(system_spec()))
     write(user_dir, render_unit(user_spec(tmp_path)))
     for scope in ([], ["--global"]):
-        done = subprocess.run(["systemctl", f"--root={root}", *scope, "enable", "agent-gateway.service"],
-                              capture_output=True, text=True, check=False, timeout=60)
+        done = subprocess.run(
+            ["systemctl", f"--root={root}", *scope, "enable", "agent-gateway.service"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
     assert (system_dir / "multi-user.target.wants/agent-gateway.service").is_symlink()
     assert (user_dir / "default.target.wants/agent-gateway.service").is_symlink()
@@ -136,25 +168,42 @@ def directives(text: str) -> dict[str, list[str]]:
 
 def test_system_unit_directives() -> None:
     d = directives(render_unit(system_spec()))
-    expected = {"Type": "notify", "WatchdogSec": "30", "Restart": "always", "RestartForceExitStatus": "75",
-                "RestartPreventExitStatus": "78", "KillMode": "mixed", "DynamicUser": "yes",
-                "StateDirectory": "agent-gateway", "EnvironmentFile": "-/etc/agent-gateway/env",
-                "Environment": "GATEWAY_HOME=/var/lib/agent-gateway", "NoNewPrivileges": "yes",
-                "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "PrivateDevices": "yes",
-                "ProtectKernelTunables": "yes", "ProtectKernelModules": "yes", "ProtectKernelLogs": "yes",
-                "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX", "CapabilityBoundingSet": "",
-                "WantedBy": "multi-user.target"}
+    expected = {
+        "Type": "notify",
+        "WatchdogSec": "30",
+        "Restart": "always",
+        "RestartForceExitStatus": "75",
+        "RestartPreventExitStatus": "78",
+        "KillMode": "mixed",
+        "DynamicUser": "yes",
+        "StateDirectory": "agent-gateway",
+        "EnvironmentFile": "-/etc/agent-gateway/env",
+        "Environment": "GATEWAY_HOME=/var/lib/agent-gateway",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "ProtectKernelTunables": "yes",
+        "ProtectKernelModules": "yes",
+        "ProtectKernelLogs": "yes",
+        "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+        "CapabilityBoundingSet": "",
+        "WantedBy": "multi-user.target",
+    }
     for key, value in expected.items():
         assert value in d[key], (key, d.get(key))
     assert "@system-service" in d["SystemCallFilter"]
     assert d["ExecStart"] == [f"{gateway_executable()} --log-format json run"]
-    assert int(d["TimeoutStopSec"][0]) >= 20 + 20  # comfortably above daemon.drain_seconds (default 20)
+    # comfortably above daemon.drain_seconds (default 20)
+    assert int(d["TimeoutStopSec"][0]) >= 20 + 20
 
 
 def test_timeout_stop_follows_the_drain_deadline_and_home_rules() -> None:
     assert directives(render_unit(system_spec(drain_seconds=90)))["TimeoutStopSec"] == ["115"]
     under_home = UnitSpec("system", "/home/me/venv/bin/gateway", "/var/lib/agent-gateway", "/etc/x")
-    assert directives(render_unit(under_home))["ProtectHome"] == ["read-only"]  # or ExecStart would vanish
+    # or ExecStart would vanish
+    assert directives(render_unit(under_home))["ProtectHome"] == ["read-only"]
     custom = UnitSpec("system", "/opt/x/gateway", "/var/lib/gw-two", "/etc/x")
     assert directives(render_unit(custom))["StateDirectory"] == ["gw-two"]
 
@@ -163,28 +212,51 @@ def test_user_unit_directives(tmp_path: Path) -> None:
     d = directives(render_unit(user_spec(tmp_path)))
     assert d["Type"] == ["notify"] and d["WantedBy"] == ["default.target"]
     assert d["Environment"][0] == f"GATEWAY_HOME={tmp_path / 'home'}"
-    assert "DynamicUser" not in d and "RestartPreventExitStatus" in d and d["NoNewPrivileges"] == ["yes"]
+    assert (
+        "DynamicUser" not in d
+        and "RestartPreventExitStatus" in d
+        and d["NoNewPrivileges"] == ["yes"]
+    )
 
 
 def test_the_shipped_units_are_what_install_service_renders() -> None:
-    system = UnitSpec("system", "/opt/agent-gateway/venv/bin/gateway", "/var/lib/agent-gateway",
-                      "/etc/agent-gateway/env")
-    user = UnitSpec("user", "%h/.local/bin/gateway", "%h/.agent-gateway", "%h/.config/agent-gateway/env")
+    system = UnitSpec(
+        "system",
+        "/opt/agent-gateway/venv/bin/gateway",
+        "/var/lib/agent-gateway",
+        "/etc/agent-gateway/env",
+    )
+    user = UnitSpec(
+        "user", "%h/.local/bin/gateway", "%h/.agent-gateway", "%h/.config/agent-gateway/env"
+    )
     assert (REPO / "systemd/agent-gateway.service").read_text() == render_unit(system)
     assert (REPO / "systemd/agent-gateway.user.service").read_text() == render_unit(user)
 
 
-# ---------------------------------------------------------------------------------------------- install-service
+# ---------------------------------------------------------------------------------- install-service
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return subprocess.run([GATEWAY, *args], capture_output=True, text=True, check=False, timeout=120,
-                          env={**base, **(env or {})})
+    return subprocess.run(
+        [GATEWAY, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**base, **(env or {})},
+    )
 
 
 def test_install_service_dry_run_prints_the_unit_and_writes_nothing(tmp_path: Path) -> None:
     home = tmp_path / "gwhome"
-    done = run_cli("--home", str(home), "install-service", "--user", "--dry-run", "--enable",
-                   env={"HOME": str(tmp_path), "USER": "tester"})
+    done = run_cli(
+        "--home",
+        str(home),
+        "install-service",
+        "--user",
+        "--dry-run",
+        "--enable",
+        env={"HOME": str(tmp_path), "USER": "tester"},
+    )
     assert done.returncode == 0, done.stderr
     assert f"# would write {tmp_path}/.config/systemd/user/agent-gateway.service:" in done.stdout
     assert f"ExecStart={gateway_executable()} --log-format json run" in done.stdout
@@ -197,8 +269,15 @@ def test_install_service_dry_run_prints_the_unit_and_writes_nothing(tmp_path: Pa
 @needs_systemd
 def test_install_service_writes_a_user_unit_that_verifies(tmp_path: Path) -> None:
     units = tmp_path / "units"
-    done = run_cli("--home", str(tmp_path / "gwhome"), "install-service", "--user", "--unit-dir", str(units),
-                   env={"HOME": str(tmp_path)})
+    done = run_cli(
+        "--home",
+        str(tmp_path / "gwhome"),
+        "install-service",
+        "--user",
+        "--unit-dir",
+        str(units),
+        env={"HOME": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     unit = units / "agent-gateway.service"
     assert f"wrote {unit}" in done.stdout
@@ -207,7 +286,9 @@ def test_install_service_writes_a_user_unit_that_verifies(tmp_path: Path) -> Non
 
 
 def test_install_service_without_unit_dir_creates_the_env_file(tmp_path: Path) -> None:
-    done = run_cli("--home", str(tmp_path / "gwhome"), "install-service", "--user", env={"HOME": str(tmp_path)})
+    done = run_cli(
+        "--home", str(tmp_path / "gwhome"), "install-service", "--user", env={"HOME": str(tmp_path)}
+    )
     assert done.returncode == 0, done.stderr
     env_file = tmp_path / ".config/agent-gateway/env"
     assert f"wrote {tmp_path}/.config/systemd/user/agent-gateway.service" in done.stdout
@@ -216,12 +297,17 @@ def test_install_service_without_unit_dir_creates_the_env_file(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("mode", ["--user", "--system"])
-def test_a_custom_unit_dir_gets_the_unit_and_nothing_is_written_elsewhere(tmp_path: Path, mode: str) -> None:
-    """With --unit-dir only that directory changes: no env file under ~/.config or /etc/agent-gateway."""
+def test_a_custom_unit_dir_gets_the_unit_and_nothing_is_written_elsewhere(
+    tmp_path: Path, mode: str
+) -> None:
+    """With --unit-dir only that directory changes: no
+    env file under ~/.config or /etc/agent-gateway."""
     units, system_env = tmp_path / "units", Path("/etc/agent-gateway")
     had_system_env = system_env.exists()
     home = ["--home", str(tmp_path / "gwhome")] if mode == "--user" else []
-    done = run_cli(*home, "install-service", mode, "--unit-dir", str(units), env={"HOME": str(tmp_path)})
+    done = run_cli(
+        *home, "install-service", mode, "--unit-dir", str(units), env={"HOME": str(tmp_path)}
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["agent-gateway.service", "units"]
     assert system_env.exists() == had_system_env
@@ -231,8 +317,9 @@ def test_a_custom_unit_dir_gets_the_unit_and_nothing_is_written_elsewhere(tmp_pa
 
 
 def test_exec_start_in_the_temporary_directory_or_a_home_is_warned_about(tmp_path: Path) -> None:
-    """The script, the interpreter on its #! line and where that leads: each must be reachable by the system
-    unit's dynamic user, which gets an empty private /tmp and cannot enter closed home directories."""
+    """The script, the interpreter on its #! line and where that leads: each must be reachable by
+    the system unit's dynamic user, which gets an empty private /tmp and cannot enter closed home
+    directories."""
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python3").symlink_to("/root/.pyenv/versions/nowhere/bin/python3.11")
@@ -240,33 +327,63 @@ def test_exec_start_in_the_temporary_directory_or_a_home_is_warned_about(tmp_pat
     script.write_text(f"#!{venv}/python3\nimport sys\n", encoding="utf-8")
     chain = exec_chain(str(script))
     assert chain == [str(script), f"{venv}/python3", "/root/.pyenv/versions/nowhere/bin/python3.11"]
-    spec = UnitSpec(mode="system", exec_path=str(script), home="/var/lib/agent-gateway",
-                    env_file="/etc/agent-gateway/env")
+    spec = UnitSpec(
+        mode="system",
+        exec_path=str(script),
+        home="/var/lib/agent-gateway",
+        env_file="/etc/agent-gateway/env",
+    )
     said: list[str] = []
     plan = plan_install(spec, unit_dir=tmp_path / "units", env_file=tmp_path / "env", user=None)
     assert install(plan, dry_run=True, enable=False, out=said.append) == 0
     warnings = [line for line in said if line.startswith("warning: ")]
     assert [w.split(" is in ")[0] for w in warnings] == [f"warning: {p}" for p in chain]
-    assert "PrivateTmp=yes" in warnings[0] and "PrivateTmp=yes" in warnings[1] and "home directory" in warnings[2]
-    assert exec_warnings(UnitSpec(mode="user", exec_path=str(script), home=str(tmp_path), env_file="x")) == []
-    assert exec_warnings(spec, chain=["/opt/agent-gateway/bin/gateway", "/usr/bin/python3.11"]) == []
+    assert (
+        "PrivateTmp=yes" in warnings[0]
+        and "PrivateTmp=yes" in warnings[1]
+        and "home directory" in warnings[2]
+    )
+    assert (
+        exec_warnings(
+            UnitSpec(mode="user", exec_path=str(script), home=str(tmp_path), env_file="x")
+        )
+        == []
+    )
+    assert (
+        exec_warnings(spec, chain=["/opt/agent-gateway/bin/gateway", "/usr/bin/python3.11"]) == []
+    )
 
 
 def test_install_service_enable_runs_systemctl_and_linger(tmp_path: Path) -> None:
-    """`systemctl`/`loginctl` are stand-ins on PATH that record their arguments (no systemd PID 1 here)."""
+    """`systemctl`/`loginctl` are stand-ins on PATH that
+    record their arguments (no systemd PID 1 here)."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     for tool in ("systemctl", "loginctl"):
         script = bin_dir / tool
-        script.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {log}\n")
+        script.write_text(f'#!/bin/sh\necho {tool} "$@" >> {log}\n')
         script.chmod(0o755)
-    done = run_cli("--home", str(tmp_path / "gwhome"), "install-service", "--user", "--enable",
-                   "--unit-dir", str(tmp_path / "units"),
-                   env={"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "tester",
-                        "LOGNAME": "tester"})
+    done = run_cli(
+        "--home",
+        str(tmp_path / "gwhome"),
+        "install-service",
+        "--user",
+        "--enable",
+        "--unit-dir",
+        str(tmp_path / "units"),
+        env={
+            "HOME": str(tmp_path),
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "USER": "tester",
+            "LOGNAME": "tester",
+        },
+    )
     assert done.returncode == 0, done.stderr
     calls = log.read_text().splitlines()
-    assert calls[:2] == ["systemctl --user daemon-reload", "systemctl --user enable --now agent-gateway.service"]
+    assert calls[:2] == [
+        "systemctl --user daemon-reload",
+        "systemctl --user enable --now agent-gateway.service",
+    ]
     if not Path("/var/lib/systemd/linger/tester").exists():
         assert calls[2:] == ["loginctl enable-linger tester"]
     assert "ran: systemctl --user enable --now agent-gateway.service" in done.stdout
@@ -275,21 +392,34 @@ def test_install_service_enable_runs_systemctl_and_linger(tmp_path: Path) -> Non
 def test_install_service_reports_a_failing_systemctl(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "systemctl").write_text("#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n")
+    (bin_dir / "systemctl").write_text(
+        "#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n"
+    )
     (bin_dir / "systemctl").chmod(0o755)
-    done = run_cli("install-service", "--user", "--enable", "--unit-dir", str(tmp_path / "units"),
-                   env={"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "tester"})
+    done = run_cli(
+        "install-service",
+        "--user",
+        "--enable",
+        "--unit-dir",
+        str(tmp_path / "units"),
+        env={"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "tester"},
+    )
     assert done.returncode == 1
-    assert "failed: systemctl --user daemon-reload (exit 1): System has not been booted with systemd" in done.stdout
+    assert (
+        "failed: systemctl --user daemon-reload (exit 1): System has not been booted with systemd"
+        in done.stdout
+    )
 
 
 def test_a_system_home_must_live_under_var_lib(tmp_path: Path) -> None:
-    done = run_cli("--home", str(tmp_path / "elsewhere"), "install-service", "--system", "--dry-run")
+    done = run_cli(
+        "--home", str(tmp_path / "elsewhere"), "install-service", "--system", "--dry-run"
+    )
     assert done.returncode == 1
     assert "keeps its home under /var/lib" in done.stderr
 
 
-# ---------------------------------------------------------------------------------------------- exit codes
+# --------------------------------------------------------------------------------------- exit codes
 def test_bad_config_exits_78(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -309,14 +439,16 @@ def test_a_taken_port_exits_75_so_systemd_retries(tmp_path: Path) -> None:
         done = run_cli("--home", str(home), "--log-format", "json", "run")
     assert done.returncode == 75, done.stderr
     assert "cannot start" in done.stderr and "exiting 75" in done.stderr
-    # A restart helps only when the old process still holds the port; another program needs another port.
+    # A restart helps only when the old process still
+    # holds the port; another program needs another port.
     assert f"set web.port in {home}/config.yaml to a free port" in done.stderr
 
 
-# ---------------------------------------------------------------------------------------------- drain
+# -------------------------------------------------------------------------------------------- drain
 def daemon_config(home: Path, llm: FakeLLM, port: int, *, drain: float) -> None:
     home.mkdir(exist_ok=True)
-    (home / "config.yaml").write_text(textwrap.dedent(f"""\
+    (home / "config.yaml").write_text(
+        textwrap.dedent(f"""\
         model:
           provider: anthropic
           name: claude-test
@@ -327,7 +459,8 @@ def daemon_config(home: Path, llm: FakeLLM, port: int, *, drain: float) -> None:
           port: {port}
         daemon:
           drain_seconds: {drain}
-        """))
+        """)
+    )
 
 
 def inbound_rows(home: Path) -> list[tuple[str, str]]:
@@ -337,10 +470,17 @@ def inbound_rows(home: Path) -> list[tuple[str, str]]:
 
 def sent_replies(home: Path) -> list[str]:
     with sqlite3.connect(home / "state.db") as db:
-        return [r[0] for r in db.execute("SELECT text FROM outbound WHERE status = 'sent' AND kind = 'reply'")]
+        return [
+            r[0]
+            for r in db.execute(
+                "SELECT text FROM outbound WHERE status = 'sent' AND kind = 'reply'"
+            )
+        ]
 
 
-async def test_sigterm_drains_a_turn_in_flight_and_delivers_it(tmp_path: Path, fake_llm: FakeLLM) -> None:
+async def test_sigterm_drains_a_turn_in_flight_and_delivers_it(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     home, port = tmp_path / "home", free_port()
     daemon_config(home, fake_llm, port, drain=20)
     fake_llm.script(Delay(3.0))  # the model is still thinking when SIGTERM arrives
@@ -354,7 +494,8 @@ async def test_sigterm_drains_a_turn_in_flight_and_delivers_it(tmp_path: Path, f
             await daemon.signal(signal.SIGTERM)
             assert daemon.notify is not None
             await daemon.notify.wait_for("STOPPING=1")
-            assert not [m for m in tab.received if m.get("type") == "message"]  # still in flight at STOPPING
+            # still in flight at STOPPING
+            assert not [m for m in tab.received if m.get("type") == "message"]
             reply = await tab.next("message")
         code = await daemon.wait()
     finally:
@@ -368,7 +509,8 @@ async def test_sigterm_drains_a_turn_in_flight_and_delivers_it(tmp_path: Path, f
 
 
 async def test_a_turn_past_the_drain_deadline_is_stored_and_answered_after_restart(
-        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     home, port = tmp_path / "home", free_port()
     daemon_config(home, fake_llm, port, drain=0.5)
     fake_llm.script(Delay(60.0))  # never answers in time
@@ -385,7 +527,8 @@ async def test_a_turn_past_the_drain_deadline_is_stored_and_answered_after_resta
         await first.kill()
     assert code == 0, first.output()
     assert any("drain deadline" in r["msg"] for r in first.log_records())
-    assert inbound_rows(home) == [("very slow question", "running")]  # stored, unanswered: replayed next boot
+    # stored, unanswered: replayed next boot
+    assert inbound_rows(home) == [("very slow question", "running")]
     assert sent_replies(home) == []
 
     second = DaemonProc(home)
@@ -421,7 +564,8 @@ def test_gateway_executable_is_this_venvs() -> None:
 
 
 async def test_a_second_sigterm_stops_at_once_and_keeps_the_turn_for_replay(
-        tmp_path: Path, fake_llm: FakeLLM) -> None:
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     home, port = tmp_path / "home", free_port()
     daemon_config(home, fake_llm, port, drain=600)
     fake_llm.script(Delay(60.0))
@@ -445,23 +589,36 @@ async def test_a_second_sigterm_stops_at_once_and_keeps_the_turn_for_replay(
 
 
 def test_in_ci_a_missing_systemd_fails_the_unit_checks_instead_of_skipping(tmp_path: Path) -> None:
-    """.ci/run sets GATEWAY_CI=1: there a unit check without systemd-analyze fails; on a developer's machine it
-    skips. Run on a PATH that has no systemd tools."""
+    """.ci/run sets GATEWAY_CI=1: there a unit check without systemd-analyze fails; on a developer's
+    machine it skips. Run on a PATH that has no systemd tools."""
     test = f"{Path(__file__).name}::test_system_unit_verifies_with_no_stderr"
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", test]
     own = ("GATEWAY_CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")  # the child's run is this test's alone
     env = {k: v for k, v in os.environ.items() if k not in own} | {"PATH": str(tmp_path)}
-    dev = subprocess.run(args, cwd=REPO / "tests", env=env, capture_output=True, text=True, timeout=300, check=False)
-    ci = subprocess.run(args, cwd=REPO / "tests", env={**env, "GATEWAY_CI": "1"}, capture_output=True, text=True,
-                        timeout=300, check=False)
+    dev = subprocess.run(
+        args, cwd=REPO / "tests", env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    ci = subprocess.run(
+        args,
+        cwd=REPO / "tests",
+        env={**env, "GATEWAY_CI": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert dev.returncode == 0 and "SKIPPED" in dev.stdout, dev.stdout + dev.stderr
     assert ci.returncode == 1 and "GATEWAY_CI is set" in ci.stdout, ci.stdout + ci.stderr
 
 
 def test_no_test_skips_quietly_when_a_tool_is_missing() -> None:
-    """A test that needs a program asks require()/require_tool() (tests/helpers.py), so that in CI its absence
-    fails the run; a plain skipif on shutil.which would hide the test there (node did, for two of them)."""
-    quiet = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "tests").rglob("*.py"))
-             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if re.search(r"skip(?:if)?\(.*shutil\.which", line)]
+    """A test that needs a program asks require()/require_tool() (tests/helpers.py), so that in CI
+    its absence fails the run; a plain skipif on shutil.which would hide the test there (node did,
+    for two of them)."""
+    quiet = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"skip(?:if)?\(.*shutil\.which", line)
+    ]
     assert quiet == []

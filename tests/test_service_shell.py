@@ -42,10 +42,15 @@ def test_the_shell_relaxes_exactly_what_bubblewrap_needs() -> None:
     assert not any(line in plain for line in RELAXED) and "AF_NETLINK" not in plain
     added = set(shell.splitlines()) - set(plain.splitlines())
     assert {line for line in added if not line.startswith("#")} == {
-        *RELAXED, "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK"}
+        *RELAXED,
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
+    }
     removed = set(plain.splitlines()) - set(shell.splitlines())
-    assert removed == {"ProcSubset=pid", "RestrictNamespaces=yes",
-                       "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"}
+    assert removed == {
+        "ProcSubset=pid",
+        "RestrictNamespaces=yes",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+    }
     with_network = render_unit(system_spec(shell="network"))
     assert "AF_NETLINK" not in with_network  # no namespace of its own to bring up
     for kept in ("NoNewPrivileges=yes", "PrivateUsers=yes", "ProtectKernelTunables=yes"):
@@ -55,7 +60,8 @@ def test_the_shell_relaxes_exactly_what_bubblewrap_needs() -> None:
 @needs_systemd
 @pytest.mark.parametrize("needs", ["no-network", "network"])
 def test_the_relaxed_units_verify_and_stay_near_the_hardened_exposure(
-        tmp_path: Path, needs: ShellNeeds) -> None:
+    tmp_path: Path, needs: ShellNeeds
+) -> None:
     unit = write(tmp_path, render_unit(system_spec(shell=needs)))
     done = verify(unit)
     assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -86,7 +86,7 @@ def gw(*args: str) -> list[str]:
     argv = argv[1:] if argv[0] == "sudo" else argv
     argv[argv.index("--pty")] = "--pipe"
     at = argv.index("$@")
-    return [*argv[:at], *args, *argv[at + 1:]]
+    return [*argv[:at], *args, *argv[at + 1 :]]
 
 
 # ------------------------------------------------------------------------------ the container
@@ -99,13 +99,19 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     started = time.monotonic()
     rootfs, wheels = cached_rootfs(say), cached_wheelhouse(REPO, say)
     work = tmp_path_factory.mktemp("systemd")
-    box = Container(rootfs, name=f"agw-{os.getpid()}", log=work / "console.log",
-                    binds=[(wheels, WHEELS_IN_GUEST)])
+    box = Container(
+        rootfs,
+        name=f"agw-{os.getpid()}",
+        log=work / "console.log",
+        binds=[(wheels, WHEELS_IN_GUEST)],
+    )
     try:
         say(f"booted: {box.boot()} ({time.monotonic() - started:.0f} s so far)")
         copy_project(REPO, box.host_path(SOURCE))
-        pip = [SOURCE if arg == "/path/to/agent-gateway" else arg
-               for arg in documented("/opt/agent-gateway/venv/bin/pip install")]
+        pip = [
+            SOURCE if arg == "/path/to/agent-gateway" else arg
+            for arg in documented("/opt/agent-gateway/venv/bin/pip install")
+        ]
         box.run(*documented("python3 -m venv"))
         box.run(*pip, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELS_IN_GUEST}, timeout=1200)
         say(f"installed ({time.monotonic() - started:.0f} s so far)")
@@ -119,8 +125,9 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
         say(f"powered off in {time.monotonic() - stopping:.1f} s")
 
 
-async def until(probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], what: str,
-                timeout: float = 60.0) -> T:
+async def until(
+    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], what: str, timeout: float = 60.0
+) -> T:
     """Probe an observable state (systemd's view, a row) until it holds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -136,14 +143,34 @@ async def until(probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], what
 class Unit:
     """agent-gateway.service in the container as systemd sees it: the system unit, or `user`'s."""
 
-    RUNNING = ("ActiveState", "SubState", "NRestarts", "MainPID", "Type", "WatchdogUSec",
-               "WatchdogTimestampMonotonic", "StatusText")
+    RUNNING = (
+        "ActiveState",
+        "SubState",
+        "NRestarts",
+        "MainPID",
+        "Type",
+        "WatchdogUSec",
+        "WatchdogTimestampMonotonic",
+        "StatusText",
+    )
 
     def __init__(self, box: Container, user: str | None = None, uid: int = 0) -> None:
         self.box, self.user = box, user
         # as the user, with the runtime directory a login gives (where her manager listens)
-        self.prefix = ("runuser", "-u", user, "--", "env", f"XDG_RUNTIME_DIR=/run/user/{uid}",
-                       "systemctl", "--user") if user else ("systemctl",)
+        self.prefix = (
+            (
+                "runuser",
+                "-u",
+                user,
+                "--",
+                "env",
+                f"XDG_RUNTIME_DIR=/run/user/{uid}",
+                "systemctl",
+                "--user",
+            )
+            if user
+            else ("systemctl",)
+        )
 
     async def ctl(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return await self.box.arun(*self.prefix, *argv, UNIT, timeout=120)
@@ -154,18 +181,30 @@ class Unit:
 
     async def running(self, restarts: int, not_pid: str = "") -> dict[str, str]:
         """Wait until the unit is active (running) after `restarts` restarts; its properties."""
+
         def up(s: dict[str, str]) -> bool:
             state = (s["ActiveState"], s["SubState"], s["NRestarts"])
             return state == ("active", "running", str(restarts)) and s["MainPID"] != not_pid
-        return await until(lambda: self.show(*self.RUNNING), up,
-                           f"{UNIT} active (running) after {restarts} restart(s)", timeout=120)
+
+        return await until(
+            lambda: self.show(*self.RUNNING),
+            up,
+            f"{UNIT} active (running) after {restarts} restart(s)",
+            timeout=120,
+        )
 
     async def stop_cleanly(self) -> float:
         """`systemctl stop` and systemd's verdict: the daemon exited 0 by itself, in how many
         seconds by systemd's own timestamps (leaving active, reaching inactive)."""
         await self.ctl("stop")
-        s = await self.show("ActiveState", "Result", "ExecMainCode", "ExecMainStatus",
-                            "ActiveExitTimestampMonotonic", "InactiveEnterTimestampMonotonic")
+        s = await self.show(
+            "ActiveState",
+            "Result",
+            "ExecMainCode",
+            "ExecMainStatus",
+            "ActiveExitTimestampMonotonic",
+            "InactiveEnterTimestampMonotonic",
+        )
         took = int(s["InactiveEnterTimestampMonotonic"]) - int(s["ActiveExitTimestampMonotonic"])
         say(f"{self.user or 'system'} unit stopped in {took / 1e6:.2f} s (systemd's timestamps)")
         # ExecMainCode 1 is CLD_EXITED: the daemon exited 0 after its drain, neither SIGKILLed
@@ -227,8 +266,10 @@ def configure_system(box: Container, keys: Secrets, config: str) -> None:
 async def rows(box: Container, sql: str) -> list[tuple[object, ...]]:
     """A query on the system unit's state.db, by the container's Python (SQLite resolves the path it
     opens, and the host's view of it, through /proc/<pid>/root, resolves to the host's tree)."""
-    script = "import json, sqlite3, sys; print(json.dumps(sqlite3.connect(sys.argv[1])" \
-             ".execute(sys.argv[2]).fetchall()))"
+    script = (
+        "import json, sqlite3, sys; print(json.dumps(sqlite3.connect(sys.argv[1])"
+        ".execute(sys.argv[2]).fetchall()))"
+    )
     done = await box.arun("python3", "-c", script, f"{STATE}/state.db", sql)
     return [tuple(row) for row in json.loads(done.stdout)]
 
@@ -242,8 +283,7 @@ async def healthz(port: int) -> tuple[int, object]:
 # ------------------------------------------------------------------------------ the system unit
 async def test_the_system_unit_runs_restarts_and_stops_as_documented(guest: Container) -> None:
     box, unit, keys, port = guest, Unit(guest), Secrets(), free_port()
-    async with FakeLLM(api_key=keys.model_key) as llm, \
-            FakeTelegram(token=keys.bot_token) as tg:
+    async with FakeLLM(api_key=keys.model_key) as llm, FakeTelegram(token=keys.bot_token) as tg:
         await asyncio.to_thread(configure_system, box, keys, config_yaml(llm, port, tg))
         done = await box.arun(*documented(f"sudo {GATEWAY} install-service --system"))
         assert "kept /etc/agent-gateway/env (tokens go there)" in done.stdout, done.stdout
@@ -274,8 +314,13 @@ async def test_the_system_unit_runs_restarts_and_stops_as_documented(guest: Cont
         def pinged(s: dict[str, str]) -> bool:
             later = int(s["WatchdogTimestampMonotonic"]) > int(back["WatchdogTimestampMonotonic"])
             return later and s["MainPID"] == back["MainPID"]
-        await until(lambda: unit.show("WatchdogTimestampMonotonic", "MainPID"), pinged,
-                    "a watchdog ping after the restart", timeout=45)
+
+        await until(
+            lambda: unit.show("WatchdogTimestampMonotonic", "MainPID"),
+            pinged,
+            "a watchdog ping after the restart",
+            timeout=45,
+        )
 
         assert await unit.stop_cleanly() < 10
     await check_the_journal(unit, port, keys, home)
@@ -287,15 +332,24 @@ async def check_the_worker_reads_a_pdf(tg: FakeTelegram, llm: FakeLLM) -> None:
     pdf = make_pdf(["Systemd report", "Read by the worker."])
     doc = tg.add_file(pdf, name="report.pdf", mime_type="application/pdf")
     who = {"id": ALICE, "first_name": "Alice"}
-    tg.inject_update({"message": {
-        "message_id": 50, "date": int(tg.wall_clock()), "chat": {**who, "type": "private"},
-        "from": {**who, "is_bot": False}, "caption": "summarize",
-        "document": {**doc, "file_name": "report.pdf", "mime_type": "application/pdf"}}})
+    tg.inject_update(
+        {
+            "message": {
+                "message_id": 50,
+                "date": int(tg.wall_clock()),
+                "chat": {**who, "type": "private"},
+                "from": {**who, "is_bot": False},
+                "caption": "summarize",
+                "document": {**doc, "file_name": "report.pdf", "mime_type": "application/pdf"},
+            }
+        }
+    )
     await tg.wait_for_sent(ALICE, count=2, timeout=60)
     content = llm.anthropic_requests()[-1]["messages"][-1]["content"]
     text = "\n".join(block["text"] for block in content if block["type"] == "text")
-    assert '<document name="report.pdf">\nSystemd report\n\nRead by the worker.\n</document>' \
-        in text, text
+    assert (
+        '<document name="report.pdf">\nSystemd report\n\nRead by the worker.\n</document>' in text
+    ), text
 
 
 async def check_the_home(box: Container, home: Path) -> int:
@@ -325,19 +379,25 @@ async def check_the_gw_commands(box: Container, port: int, home: Path, service_u
     assert "ok   daemon" in checked.stdout, checked.stdout
     assert (home.stat().st_uid, home.stat().st_mode & 0o777) == (service_uid, 0o700)
     # config.yaml aside: the owner copies it in as root, and 0644 lets the service read it
-    strangers = [p.name for p in home.rglob("*")
-                 if p.stat().st_uid != service_uid and p.name != "config.yaml"]
+    strangers = [
+        p.name
+        for p in home.rglob("*")
+        if p.stat().st_uid != service_uid and p.name != "config.yaml"
+    ]
     assert strangers == []
 
 
 async def check_the_journal(unit: Unit, port: int, keys: Secrets, home: Path) -> None:
     """The start-up banner is in the unit's journal; no secret is anywhere in the journal."""
     lines = (await unit.journal()).splitlines()
-    banner = ["agent-gateway 0.1.0", "  home       /var/lib/agent-gateway",
-              "  config     /var/lib/agent-gateway/config.yaml",
-              "  model      anthropic/claude-test (configured)",
-              f"  web chat   http://127.0.0.1:{port}/ (`gateway web-url` prints its login link;",
-              "             as a system service: `gw web-url`, see docs/operations.md)"]
+    banner = [
+        "agent-gateway 0.1.0",
+        "  home       /var/lib/agent-gateway",
+        "  config     /var/lib/agent-gateway/config.yaml",
+        "  model      anthropic/claude-test (configured)",
+        f"  web chat   http://127.0.0.1:{port}/ (`gateway web-url` prints its login link;",
+        "             as a system service: `gw web-url`, see docs/operations.md)",
+    ]
     assert [line for line in banner if line not in lines] == [], lines[-40:]
     assert any(line.startswith("  platforms  ") and "telegram" in line for line in lines)
     everything = (await unit.box.arun("journalctl", "-o", "cat", "--no-pager")).stdout
@@ -355,25 +415,27 @@ async def test_a_kill_9_under_systemd_loses_no_message(guest: Container) -> None
     # enabled, as --enable leaves it: systemd keeps an enabled unit loaded after it stops, so its
     # verdict on the stop stays readable (`show` answers defaults for an unloaded unit)
     await box.arun("systemctl", "enable", UNIT)
-    async with FakeLLM(api_key=keys.model_key) as llm, \
-            FakeTelegram(token=keys.bot_token) as tg:
+    async with FakeLLM(api_key=keys.model_key) as llm, FakeTelegram(token=keys.bot_token) as tg:
         await asyncio.to_thread(configure_system, box, keys, config_yaml(llm, port, tg))
         await unit.ctl("restart")
         restarts = int((await unit.show("NRestarts"))["NRestarts"])
         first = await unit.running(restarts)
         llm.script(Delay(120.0))  # the model is still thinking when the process dies
-        tg.inject_message(BOB, "a question across a crash", user_id=BOB, username="bob",
-                          first_name="Bob")
+        tg.inject_message(
+            BOB, "a question across a crash", user_id=BOB, username="bob", first_name="Bob"
+        )
         await llm.wait_for_call("/v1/messages", timeout=60)
         await box.arun("sh", "-c", f"kill -9 {first['MainPID']}")
         await unit.running(restarts + 1, not_pid=first["MainPID"])
         reply = await tg.wait_for_sent(BOB, timeout=90)
         asked = "SELECT status FROM inbound WHERE text = 'a question across a crash'"
         told = "SELECT status FROM outbound WHERE text = '" + reply.text + "'"
-        await until(lambda: rows(box, asked), lambda r: r == [("answered",)],
-                    "the message answered in state.db")
-        await until(lambda: rows(box, told), lambda r: r == [("sent",)],
-                    "its reply marked sent")
+        await until(
+            lambda: rows(box, asked),
+            lambda r: r == [("answered",)],
+            "the message answered in state.db",
+        )
+        await until(lambda: rows(box, told), lambda r: r == [("sent",)], "its reply marked sent")
         assert reply.text == "echo: a question across a crash [users=1]"
         assert [m.text for m in tg.sent_messages(BOB)] == [reply.text]  # once
         assert len(llm.anthropic_requests()) == 2  # the killed one and the answered one
@@ -390,14 +452,20 @@ async def test_the_user_unit_runs_with_linger(guest: Container) -> None:
     unit = Unit(box, "alice", uid)
     as_alice = ("runuser", "-u", "alice", "--", "sh", "-c")
     async with FakeLLM(api_key=keys.model_key) as llm:
-        await box.arun(*as_alice, "umask 077 && mkdir -p ~/.agent-gateway ~/.config/agent-gateway "
-                       "&& cat > ~/.config/agent-gateway/env", input=keys.env_file())
-        await box.arun(*as_alice, "cat > ~/.agent-gateway/config.yaml",
-                       input=config_yaml(llm, port))
+        await box.arun(
+            *as_alice,
+            "umask 077 && mkdir -p ~/.agent-gateway ~/.config/agent-gateway "
+            "&& cat > ~/.config/agent-gateway/env",
+            input=keys.env_file(),
+        )
+        await box.arun(
+            *as_alice, "cat > ~/.agent-gateway/config.yaml", input=config_yaml(llm, port)
+        )
         # in a login session (runuser -l opens one with logind), the venv's gateway on PATH
         command = shlex.join(documented("gateway install-service --user --enable"))
-        done = await box.arun("runuser", "-l", "alice", "-c",
-                              f"PATH=/opt/agent-gateway/venv/bin:$PATH; {command}")
+        done = await box.arun(
+            "runuser", "-l", "alice", "-c", f"PATH=/opt/agent-gateway/venv/bin:$PATH; {command}"
+        )
         said = done.stdout
         assert "ran: systemctl --user enable --now agent-gateway.service" in said, said
         if "ran: loginctl enable-linger alice" not in said:
@@ -419,8 +487,19 @@ async def test_the_user_unit_runs_with_linger(guest: Container) -> None:
         assert {p.stat().st_uid for p in home.rglob("*")} == {uid}
         await unit.stop_cleanly()
     # `journalctl --user -u agent-gateway` (§5), as the user herself
-    own = await box.arun("runuser", "-u", "alice", "--", "journalctl", "--user", "-u", UNIT,
-                         "-o", "cat", "--no-pager")
+    own = await box.arun(
+        "runuser",
+        "-u",
+        "alice",
+        "--",
+        "journalctl",
+        "--user",
+        "-u",
+        UNIT,
+        "-o",
+        "cat",
+        "--no-pager",
+    )
     assert "  home       /home/alice/.agent-gateway" in own.stdout.splitlines(), own.stdout
     assert keys.model_key not in own.stdout
 
@@ -449,12 +528,24 @@ def probe_unit(installed: str, command: str) -> str:
     sandbox and dynamic user (User= names it, so the state directory keeps its owner), no
     watchdog, no restarts. It stays active after the command (RemainAfterExit=), so systemd
     keeps it loaded and its verdict readable."""
-    dropped = {"NotifyAccess", "WatchdogSec", "Restart", "RestartSec", "RestartForceExitStatus",
-               "RestartPreventExitStatus"}
-    changed = {"Type": "Type=oneshot\nRemainAfterExit=yes", "ExecStart": f"ExecStart={command}",
-               "DynamicUser": "User=agent-gateway\nDynamicUser=yes"}
-    lines = [changed.get(line.split("=", 1)[0], line) for line in installed.splitlines()
-             if line.split("=", 1)[0] not in dropped]
+    dropped = {
+        "NotifyAccess",
+        "WatchdogSec",
+        "Restart",
+        "RestartSec",
+        "RestartForceExitStatus",
+        "RestartPreventExitStatus",
+    }
+    changed = {
+        "Type": "Type=oneshot\nRemainAfterExit=yes",
+        "ExecStart": f"ExecStart={command}",
+        "DynamicUser": "User=agent-gateway\nDynamicUser=yes",
+    }
+    lines = [
+        changed.get(line.split("=", 1)[0], line)
+        for line in installed.splitlines()
+        if line.split("=", 1)[0] not in dropped
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -472,10 +563,16 @@ async def sandbox_probe(box: Container, command: str, drop_in: str = "") -> tupl
     await box.arun("systemctl", "daemon-reload")
     await box.arun("systemctl", "reset-failed", PROBE, check=False)
     await box.arun("systemctl", "start", PROBE, check=False, timeout=120)
-    shown = parse_show((await box.arun("systemctl", "show", PROBE, "--property=Result",
-                                       "--property=InvocationID")).stdout)
-    printed = await box.arun("journalctl", f"_SYSTEMD_INVOCATION_ID={shown['InvocationID']}",
-                             "-o", "cat", "--no-pager")
+    shown = parse_show(
+        (
+            await box.arun(
+                "systemctl", "show", PROBE, "--property=Result", "--property=InvocationID"
+            )
+        ).stdout
+    )
+    printed = await box.arun(
+        "journalctl", f"_SYSTEMD_INVOCATION_ID={shown['InvocationID']}", "-o", "cat", "--no-pager"
+    )
     return shown["Result"], printed.stdout.strip()
 
 
@@ -522,9 +619,12 @@ async def test_a_sandboxed_command_runs_under_the_unit(guest: Container) -> None
         assert "RestrictNamespaces=user mnt pid net ipc uts cgroup" in installed
         started = time.monotonic()
         result, printed = await sandbox_probe(
-            guest, "/opt/agent-gateway/venv/bin/python /opt/agent-gateway/shell_probe.py")
-        say(f"a shell command under the unit: {result} in {time.monotonic() - started:.1f} s "
-            f"(with systemd's start): {printed!r}")
+            guest, "/opt/agent-gateway/venv/bin/python /opt/agent-gateway/shell_probe.py"
+        )
+        say(
+            f"a shell command under the unit: {result} in {time.monotonic() - started:.1f} s "
+            f"(with systemd's start): {printed!r}"
+        )
         assert result == "success", printed
         assert printed.startswith("exit 0 'hi-42\\nworkspace\\n0\\n'"), printed
     finally:

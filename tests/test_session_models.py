@@ -37,9 +37,15 @@ class Named:
         self.context_window = context_window
         self.closed = False
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage],
-                       tools: Sequence[ToolDef], max_tokens: int | None = None,
-                       stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         await asyncio.sleep(0)
         return LLMReply(self.model, (), Usage(1, 1), self.model, self.provider)
 
@@ -67,8 +73,11 @@ async def test_each_turn_answers_with_its_own_conversation_s_choice() -> None:
         return models.model, models.context_window, reply.text
 
     got = list(await asyncio.gather(turn("fast"), turn(None), turn("fast")))
-    assert got == [("small-model", 8_000, "small-model"), ("big-model", 200_000, "big-model"),
-                   ("small-model", 8_000, "small-model")]
+    assert got == [
+        ("small-model", 8_000, "small-model"),
+        ("big-model", 200_000, "big-model"),
+        ("small-model", 8_000, "small-model"),
+    ]
     assert models.model == "big-model"  # outside any turn: the main model
     await models.close()
     assert not main.closed and models.client("fast").model == "small-model"
@@ -86,22 +95,34 @@ async def test_a_choice_that_cannot_answer_falls_back_to_the_main_model() -> Non
 
 
 def test_the_list_marks_the_current_model_and_offers_each_as_a_choice() -> None:
-    models = SessionModels(Named("big-model", 1), {"fast": configured("small-model"),
-                                                    "cheap": configured("tiny")}, build)
+    models = SessionModels(
+        Named("big-model", 1),
+        {"fast": configured("small-model"), "cheap": configured("tiny")},
+        build,
+    )
     options = models.options("fast")
-    assert options == [ModelOption("default", "big-model", "fake", False),
-                       ModelOption("fast", "small-model", "openai", True),
-                       ModelOption("cheap", "tiny", "openai", False)]
-    assert model_choices(options) == [("default: big-model", "/model default"),
-                                      ("fast: small-model", "/model fast"),
-                                      ("cheap: tiny", "/model cheap")]
-    assert model_list(models.options(None)).splitlines()[1:3] == ["▸ default: big-model (fake)",
-                                                                   "• fast: small-model (openai)"]
+    assert options == [
+        ModelOption("default", "big-model", "fake", False),
+        ModelOption("fast", "small-model", "openai", True),
+        ModelOption("cheap", "tiny", "openai", False),
+    ]
+    assert model_choices(options) == [
+        ("default: big-model", "/model default"),
+        ("fast: small-model", "/model fast"),
+        ("cheap: tiny", "/model cheap"),
+    ]
+    assert model_list(models.options(None)).splitlines()[1:3] == [
+        "▸ default: big-model (fake)",
+        "• fast: small-model (openai)",
+    ]
 
 
 # ---- the whole gateway --------------------------------------------------------------------------
 def models_config(home: Path, fake: FakeLLM, extra: str = "") -> None:
-    write_config(home, base_url=fake.base_url, extra=textwrap.dedent(f"""\
+    write_config(
+        home,
+        base_url=fake.base_url,
+        extra=textwrap.dedent(f"""\
         models_switch: everyone
         models:
           fast:
@@ -111,12 +132,15 @@ def models_config(home: Path, fake: FakeLLM, extra: str = "") -> None:
             api_key: test-key
             max_retries: 0
             context_window: 64000
-        """) + extra)
+        """)
+        + extra,
+    )
 
 
 @asynccontextmanager
-async def gateway(home: Path, *, background: bool = False) -> AsyncIterator[
-        tuple[Gateway, RecordingAdapter]]:
+async def gateway(
+    home: Path, *, background: bool = False
+) -> AsyncIterator[tuple[Gateway, RecordingAdapter]]:
     adapter = RecordingAdapter()
     gw = gateway_for(home, [adapter], clock=FakeClock())
     assert gw.lifecycle is not None
@@ -143,7 +167,8 @@ async def ask(gw: Gateway, adapter: RecordingAdapter, text: str, chat_id: str = 
 
 
 async def test_the_flush_of_a_switched_conversation_asks_the_model_it_chose(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """The pre-reset flush reuses the session's prompt, which was built for the model the
     conversation chose: it goes to that model (its cache, its family's prompt), not the main one."""
     models_config(home, fake_llm, "memory: {flush_min_messages: 2}\n")
@@ -153,8 +178,11 @@ async def test_the_flush_of_a_switched_conversation_asks_the_model_it_chose(
         await ask(gw, adapter, "hello from another chat", chat_id="c2")  # the main model's
         await gw.sessions.submit(inbound("/new"))
         await gw.lifecycle.flusher.wait_idle()  # type: ignore[union-attr]
-    flushes = [b for b in fake_llm.openai_requests() + fake_llm.anthropic_requests()
-               if FLUSH_MARK in json.dumps(b["messages"][-1])]
+    flushes = [
+        b
+        for b in fake_llm.openai_requests() + fake_llm.anthropic_requests()
+        if FLUSH_MARK in json.dumps(b["messages"][-1])
+    ]
     assert len(flushes) == 1
     (flush,) = flushes
     assert flush.get("model") == "gpt-fast"
@@ -162,7 +190,8 @@ async def test_the_flush_of_a_switched_conversation_asks_the_model_it_chose(
 
 
 async def test_two_conversations_on_different_models_at_once_keep_their_own(
-        home: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """c1 chose `fast`, c2 did not. Their first model calls meet at the fake (each is held until the
     other has arrived), so both turns are in flight together; c1 then calls a tool and the model
     again. Every request goes to its own conversation's model with its own prompt: a choice never
@@ -174,8 +203,11 @@ async def test_two_conversations_on_different_models_at_once_keep_their_own(
     async def held(request: Any, body: dict[str, Any], wire: str) -> Any:
         said = json.dumps(body["messages"])
         for me, other in (("c1", "c2"), ("c2", "c1")):
-            if f"hello from {me}" in said and "tool_call_id" not in said \
-                    and "tool_use_id" not in said:
+            if (
+                f"hello from {me}" in said
+                and "tool_call_id" not in said
+                and "tool_use_id" not in said
+            ):
                 arrived[me].set()
                 await arrived[other].wait()
         return await step(request, body, wire)

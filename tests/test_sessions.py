@@ -28,8 +28,15 @@ class GatedLLM:
     def gate(self, text: str) -> asyncio.Event:
         return self.gates.setdefault(text, asyncio.Event())
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         text = messages[-1]["content"]
         self.started.append(text)
         self.seen_history.append([m["content"] for m in messages])
@@ -41,10 +48,21 @@ class GatedLLM:
 
 
 def test_session_key_shapes() -> None:
-    assert session_key(ChatRef("telegram", "dm", "42"), "42", group_per_user=True) == "telegram:dm:42"
-    assert session_key(ChatRef("telegram", "group", "-100"), "7", group_per_user=True) == "telegram:group:-100:7"
-    assert session_key(ChatRef("telegram", "group", "-100"), "7", group_per_user=False) == "telegram:group:-100"
-    assert session_key(ChatRef("slack", "channel", "C1", "171.5"), "U1", group_per_user=True) == "slack:channel:C1:171.5"
+    assert (
+        session_key(ChatRef("telegram", "dm", "42"), "42", group_per_user=True) == "telegram:dm:42"
+    )
+    assert (
+        session_key(ChatRef("telegram", "group", "-100"), "7", group_per_user=True)
+        == "telegram:group:-100:7"
+    )
+    assert (
+        session_key(ChatRef("telegram", "group", "-100"), "7", group_per_user=False)
+        == "telegram:group:-100"
+    )
+    assert (
+        session_key(ChatRef("slack", "channel", "C1", "171.5"), "U1", group_per_user=True)
+        == "slack:channel:C1:171.5"
+    )
     assert session_key(ChatRef("discord", "dm", ""), "99", group_per_user=True) == "discord:dm:99"
 
 
@@ -52,6 +70,7 @@ async def _until(predicate: Any, timeout: float = 5.0) -> None:
     async def loop() -> None:
         while not predicate():
             await asyncio.sleep(0.005)
+
     await asyncio.wait_for(loop(), timeout)
 
 
@@ -60,14 +79,18 @@ async def test_sessions_run_concurrently_while_one_session_stays_ordered(home: P
     web = RecordingAdapter("web")
     gw = gateway_for(home, [web], llm=llm)
     submit = gw.sessions.submit
-    assert (await submit(inbound("a1", platform="web", chat_id="A"))).outcome is SubmitOutcome.ACCEPTED
+    assert (
+        await submit(inbound("a1", platform="web", chat_id="A"))
+    ).outcome is SubmitOutcome.ACCEPTED
     await submit(inbound("a2", platform="web", chat_id="A"))
     await submit(inbound("b1", platform="web", chat_id="B"))
     await _until(lambda: set(llm.started) == {"a1", "b1"})
     assert "a2" not in llm.started  # a2 waits for a1 in the same session
     llm.gate("b1").set()  # B finishes while A is still blocked: sessions are independent
     await _until(lambda: web.texts("B") == ["re: b1"])
-    assert web.texts("A") == [] or web.texts("A") == ["Still working on your previous message; I'll answer this one next."]
+    assert web.texts("A") == [] or web.texts("A") == [
+        "Still working on your previous message; I'll answer this one next."
+    ]
     llm.gate("a1").set()
     await _until(lambda: "a2" in llm.started)
     llm.gate("a2").set()
@@ -78,7 +101,11 @@ async def test_sessions_run_concurrently_while_one_session_stays_ordered(home: P
     assert llm.seen_history[-1] == ["a1", "re: a1", "a2"]
     rows = gw.store.all("SELECT role, content FROM messages ORDER BY id")
     assert [(r[0], r[1]) for r in rows if r[1].startswith(("a", "re: a"))] == [
-        ("user", "a1"), ("assistant", "re: a1"), ("user", "a2"), ("assistant", "re: a2")]
+        ("user", "a1"),
+        ("assistant", "re: a1"),
+        ("user", "a2"),
+        ("assistant", "re: a2"),
+    ]
     assert {r[0] for r in gw.store.all("SELECT status FROM inbound")} == {"answered"}
 
 
@@ -123,7 +150,11 @@ async def test_llm_failure_gives_one_sentence_and_keeps_the_session(home: Path) 
     gw = gateway_for(home, [web], llm=Down())
     await gw.sessions.submit(inbound("hi", platform="web", chat_id="A"))
     await gw.sessions.wait_idle()
-    assert web.texts() == [("Sorry, I couldn't get an answer from the model just now (the model service is "
-                           "unavailable). Please try again in a moment.")]
+    assert web.texts() == [
+        (
+            "Sorry, I couldn't get an answer from the model just now (the model service is "
+            "unavailable). Please try again in a moment."
+        )
+    ]
     assert gw.store.all("SELECT COUNT(*) FROM messages")[0][0] == 0  # nothing half-written stored
     assert gw.store.active_session("web:dm:A") is not None

@@ -26,22 +26,29 @@ def test_the_shell_is_off_by_default(tmp_path: Path) -> None:
 
 
 BAD = [
-    ("tools:\n  shell:\n    enabled: true\n    sandbox: none\n",
-     "config.yaml:4: tools.shell.sandbox: `sandbox: none` runs the agent's commands with all of"),
-    ("tools:\n  shell:\n    sandbox: nsjail\n",
-     "config.yaml:3: tools.shell.sandbox: expected one of bubblewrap, none"),
+    (
+        "tools:\n  shell:\n    enabled: true\n    sandbox: none\n",
+        "config.yaml:4: tools.shell.sandbox: `sandbox: none` runs the agent's commands with all of",
+    ),
+    (
+        "tools:\n  shell:\n    sandbox: nsjail\n",
+        "config.yaml:3: tools.shell.sandbox: expected one of bubblewrap, none",
+    ),
     ("tools:\n  shell:\n    mounts: [{path: data}]\n", "tools.shell.mounts[0].path"),
     ("tools:\n  shell:\n    mounts: [{path: /srv, to: /etc}]\n", "/etc is the sandbox's own"),
     ("tools:\n  shell:\n    mounts: [{path: /srv, mode: rwx}]\n", "expected one of ro, rw"),
-    ("tools:\n  shell:\n    env:\n      'A B': x\n",
-     "config.yaml:4: tools.shell.env: not a variable"),
+    (
+        "tools:\n  shell:\n    env:\n      'A B': x\n",
+        "config.yaml:4: tools.shell.env: not a variable",
+    ),
     ("tools:\n  shell:\n    timeout_s: 0\n", "config.yaml:3: tools.shell.timeout_s"),
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD)
-def test_a_bad_shell_section_names_file_line_and_key(tmp_path: Path, text: str,
-                                                     expected: str) -> None:
+def test_a_bad_shell_section_names_file_line_and_key(
+    tmp_path: Path, text: str, expected: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         load(tmp_path, text)
     assert expected in str(info.value)
@@ -49,30 +56,41 @@ def test_a_bad_shell_section_names_file_line_and_key(tmp_path: Path, text: str,
 
 
 def test_no_sandbox_needs_both_keys(tmp_path: Path) -> None:
-    config = load(tmp_path, "tools:\n  shell:\n    enabled: true\n    sandbox: none\n"
-                            "    unsafe_no_sandbox: true\n")
+    config = load(
+        tmp_path,
+        "tools:\n  shell:\n    enabled: true\n    sandbox: none\n    unsafe_no_sandbox: true\n",
+    )
     assert config.tools.shell.sandbox == "none"  # type: ignore[attr-defined]
 
 
 def test_mounts_and_env(tmp_path: Path) -> None:
-    config = load(tmp_path, "tools:\n  shell:\n    mounts:\n      - {path: /srv/data}\n"
-                            "      - {path: /srv/out, mode: rw}\n      - {path: /opt/x, to: /x}\n"
-                            "      - {path: /var/cache/y, to: /y, mode: rw}\n"
-                            "    env:\n      TOKEN: ${SHELL_TOKEN}\n")
+    config = load(
+        tmp_path,
+        "tools:\n  shell:\n    mounts:\n      - {path: /srv/data}\n"
+        "      - {path: /srv/out, mode: rw}\n      - {path: /opt/x, to: /x}\n"
+        "      - {path: /var/cache/y, to: /y, mode: rw}\n"
+        "    env:\n      TOKEN: ${SHELL_TOKEN}\n",
+    )
     shell = config.tools.shell  # type: ignore[attr-defined]
-    assert shell.mounts == (MountConfig(Path("/srv/data")),
-                            MountConfig(Path("/srv/out"), None, "rw"),
-                            MountConfig(Path("/opt/x"), Path("/x"), "ro"),
-                            MountConfig(Path("/var/cache/y"), Path("/y"), "rw"))
+    assert shell.mounts == (
+        MountConfig(Path("/srv/data")),
+        MountConfig(Path("/srv/out"), None, "rw"),
+        MountConfig(Path("/opt/x"), Path("/x"), "ro"),
+        MountConfig(Path("/var/cache/y"), Path("/y"), "rw"),
+    )
     assert shell.env["TOKEN"].value == "s3cret" and "s3cret" not in repr(shell)
 
 
-@pytest.mark.parametrize(("section", "key"), [
-    ("    workdir: ..\n", "tools.shell.workdir"),
-    ("    mounts: [{{path: '{home}/memories'}}]\n", "tools.shell.mounts[0]"),
-])
-def test_a_workspace_or_mount_showing_the_home_is_refused(tmp_path: Path, section: str,
-                                                          key: str) -> None:
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("    workdir: ..\n", "tools.shell.workdir"),
+        ("    mounts: [{{path: '{home}/memories'}}]\n", "tools.shell.mounts[0]"),
+    ],
+)
+def test_a_workspace_or_mount_showing_the_home_is_refused(
+    tmp_path: Path, section: str, key: str
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     text = "tools:\n  shell:\n    enabled: true\n" + section.format(home=home)

@@ -47,8 +47,14 @@ def test_links_and_paths_out_of_the_workspace_are_refused(workspace: Path) -> No
     (workspace / "passwd").symlink_to("/etc/passwd")
     (workspace / "cfg").symlink_to("../config.yaml")
     (workspace / "self").symlink_to(".")
-    for path in ("home/config.yaml", "passwd", "cfg", "../config.yaml", "self/../config.yaml",
-                 "self"):
+    for path in (
+        "home/config.yaml",
+        "passwd",
+        "cfg",
+        "../config.yaml",
+        "self/../config.yaml",
+        "self",
+    ):
         assert "not inside the workspace" in refusal(workspace, path), path
     assert "relative to the workspace" in refusal(workspace, "/etc/passwd")
     assert "relative to the workspace" in refusal(workspace, str(workspace / "x"))
@@ -72,14 +78,20 @@ def test_the_name_shown_is_the_last_part_without_control_characters() -> None:
 
 
 async def test_a_chat_that_cannot_take_files_is_told_in_words(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """The console has no file ability: the chat gets a line naming the files left in the
     workspace, the model is told, nothing is queued."""
     require(None if shutil.which("bwrap") else "bubblewrap is not installed")
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"),
-                 extra="tools:\n  shell:\n    enabled: true\n    approve: never\n")
-    fake_llm.script(ToolCall("shell", {"command": "echo hi > a.txt", "attach": ["a.txt"]}),
-                    Reply("It is in the workspace."))
+    write_config(
+        home,
+        base_url=llm_url(fake_llm, "anthropic"),
+        extra="tools:\n  shell:\n    enabled: true\n    approve: never\n",
+    )
+    fake_llm.script(
+        ToolCall("shell", {"command": "echo hi > a.txt", "attach": ["a.txt"]}),
+        Reply("It is in the workspace."),
+    )
     console = RecordingAdapter("cli")
     gw = gateway_for(home, [console])
     try:
@@ -93,8 +105,10 @@ async def test_a_chat_that_cannot_take_files_is_told_in_words(
         await gw.close_tools()
         await gw.llm.close()
         gw.store.close()
-    assert texts == ["📎 Files cannot be sent in this chat; a.txt stayed in the workspace.",
-                     "It is in the workspace."]
+    assert texts == [
+        "📎 Files cannot be sent in this chat; a.txt stayed in the workspace.",
+        "It is in the workspace.",
+    ]
     assert "file" not in kinds
     said = str(fake_llm.anthropic_requests()[1]["messages"][-1]["content"])
     assert "this chat cannot receive files (a.txt)" in said

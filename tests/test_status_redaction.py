@@ -1,5 +1,5 @@
-"""What reaches an operator is masked like the logs: an upstream that echoed the bot token into an adapter's error
-must not put it into /status, `gateway status` or the dashboard."""
+"""What reaches an operator is masked like the logs: an upstream that echoed the bot token into an
+adapter's error must not put it into /status, `gateway status` or the dashboard."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ class EchoingUpstream:
     platform = "telegram"
 
     async def start(self, submit: Submit) -> None:
-        raise PlatformUnavailable("telegram", f"GET https://api.telegram.org/bot{TOKEN}/getMe: 502 Bad Gateway "
-                                              f"(proxy said: {STRAY})")
+        raise PlatformUnavailable(
+            "telegram",
+            f"GET https://api.telegram.org/bot{TOKEN}/getMe: 502 Bad Gateway (proxy said: {STRAY})",
+        )
 
     async def send(self, message: OutboundMessage) -> str:
         raise AssertionError("never started")
@@ -39,17 +41,27 @@ class EchoingUpstream:
         return None
 
 
-async def test_an_adapter_error_quoting_the_token_is_masked_in_status(home: Path, fake_llm: FakeLLM) -> None:
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url,
-                 extra=f"web:\n  port: 0\ntelegram:\n  token: '{TOKEN}'\n  allowed_users: [1]\n")
+async def test_an_adapter_error_quoting_the_token_is_masked_in_status(
+    home: Path, fake_llm: FakeLLM
+) -> None:
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=fake_llm.base_url,
+        extra=f"web:\n  port: 0\ntelegram:\n  token: '{TOKEN}'\n  allowed_users: [1]\n",
+    )
     config = load_config(home, env={})
     web = [a for a in platform_adapters(config) if a.platform == "web"]
-    daemon = Daemon(build_gateway(config, env={}, adapters=[*web, EchoingUpstream()], probe_ollama=False),
-                    install_signals=False)
+    daemon = Daemon(
+        build_gateway(config, env={}, adapters=[*web, EchoingUpstream()], probe_ollama=False),
+        install_signals=False,
+    )
     await daemon.start()
     try:
         async with asyncio.timeout(10):
-            while not (daemon.ops.health().get("telegram") and daemon.ops.health()["telegram"].last_error):
+            while not (
+                daemon.ops.health().get("telegram") and daemon.ops.health()["telegram"].last_error
+            ):
                 await asyncio.sleep(0.01)
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{daemon.web_port}/status") as resp:
@@ -57,21 +69,34 @@ async def test_an_adapter_error_quoting_the_token_is_masked_in_status(home: Path
         error = json.loads(raw)["adapters"]["telegram"]["last_error"]
         assert "502 Bad Gateway" in error and "/bot***/getMe" in error
         assert TOKEN not in raw and TOKEN.split(":")[1] not in raw and STRAY not in raw
-        async with aiohttp.ClientSession() as http:  # the dashboard shows the same error, masked the same way
-            async with http.get(f"http://127.0.0.1:{daemon.web_port}/dashboard/api/state",
-                                headers={"Authorization": f"Bearer {load_web_secret(home)}"}) as resp:
+        async with aiohttp.ClientSession() as http:
+            # the dashboard shows the same error, masked the same way
+            async with http.get(
+                f"http://127.0.0.1:{daemon.web_port}/dashboard/api/state",
+                headers={"Authorization": f"Bearer {load_web_secret(home)}"},
+            ) as resp:
                 assert resp.status == 200
                 state = await resp.text()
-        shown = next(a for a in json.loads(state)["adapters"] if a["platform"] == "telegram")["last_error"]
+        shown = next(a for a in json.loads(state)["adapters"] if a["platform"] == "telegram")[
+            "last_error"
+        ]
         assert "502 Bad Gateway" in shown and "/bot***/getMe" in shown
         assert TOKEN.split(":")[1] not in state and STRAY not in state
 
-        (home / "config.yaml").write_text((home / "config.yaml").read_text().replace(
-            "port: 0", f"port: {daemon.web_port}"))
+        (home / "config.yaml").write_text(
+            (home / "config.yaml").read_text().replace("port: 0", f"port: {daemon.web_port}")
+        )
         gateway = str(Path(sys.executable).parent / "gateway")
         for args in ((), ("--json",)):
-            proc = await asyncio.create_subprocess_exec(gateway, "--home", str(home), "status", *args,
-                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            proc = await asyncio.create_subprocess_exec(
+                gateway,
+                "--home",
+                str(home),
+                "status",
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             out, err = await asyncio.wait_for(proc.communicate(), 60)
             assert proc.returncode == 0, err.decode()
             assert "502 Bad Gateway" in out.decode() and TOKEN.split(":")[1] not in out.decode()

@@ -1,7 +1,7 @@
-"""The daemon's own rounds while another process holds state.db's write lock (the loop waits 50 ms for it, then a
-write fails) or the disk is full: a reminder that came due, a session past its idle deadline, a flush, an approval's
-welcome. Each is done once writes work again, none is lost until a restart, none is done twice, and the log gets a
-line, not a traceback per round."""
+"""The daemon's own rounds while another process holds state.db's write lock (the loop waits 50 ms
+for it, then a write fails) or the disk is full: a reminder that came due, a session past its idle
+deadline, a flush, an approval's welcome. Each is done once writes work again, none is lost until a
+restart, none is done twice, and the log gets a line, not a traceback per round."""
 
 from __future__ import annotations
 
@@ -33,12 +33,18 @@ def tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_a_reminder_due_while_the_database_is_locked_is_posted_once_it_is_free(
-        home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     write_config(home, base_url=llm_url(fake_llm, "anthropic"))
     adapter = RecordingAdapter("cli")
     clock = FakeClock()
-    fake_llm.script(ToolCall("schedule", {"action": "create", "when": "30m", "prompt": "Remind them to stretch."}),
-                    Reply("ok"), Reply("Stretch!"))
+    fake_llm.script(
+        ToolCall(
+            "schedule", {"action": "create", "when": "30m", "prompt": "Remind them to stretch."}
+        ),
+        Reply("ok"),
+        Reply("Stretch!"),
+    )
     async with jobs_gateway(home, [adapter], clock) as gw:
         await gw.sessions.submit(inbound("in half an hour remind me to stretch"))
         await settle(gw)
@@ -55,7 +61,8 @@ async def test_a_reminder_due_while_the_database_is_locked_is_posted_once_it_is_
 
 
 async def test_a_session_past_its_idle_deadline_while_locked_ends_once_the_lock_is_gone(
-        home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=IDLE)
     clock = FakeClock()
     async with open_gateway(home, [RecordingAdapter("cli")], clock=clock, start=True) as gw:
@@ -68,7 +75,8 @@ async def test_a_session_past_its_idle_deadline_while_locked_ends_once_the_lock_
         clock.advance(minutes=11)
         async with LockHolder(home / "state.db"):
             assert await lifecycle.expire_due(lifecycle.timers.pop_due(clock())) == 0
-        assert gw.store.active_session("cli:dm:c1") is not None  # not ended, and still has a deadline:
+        # not ended, and still has a deadline:
+        assert gw.store.active_session("cli:dm:c1") is not None
         clock.advance(seconds=10)
         assert await lifecycle.expire_due(lifecycle.timers.pop_due(clock())) == 1
         ended = gw.store.session(session.id)
@@ -78,8 +86,11 @@ async def test_a_session_past_its_idle_deadline_while_locked_ends_once_the_lock_
 
 
 async def test_a_flush_asked_for_while_locked_runs_without_a_restart(
-        home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra="memory: {flush_min_messages: 2}\n")
+    home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_config(
+        home, base_url=llm_url(fake_llm, "anthropic"), extra="memory: {flush_min_messages: 2}\n"
+    )
     clock = FakeClock()
     async with open_gateway(home, [RecordingAdapter("cli")], clock=clock, start=True) as gw:
         lifecycle = gw.lifecycle
@@ -88,8 +99,10 @@ async def test_a_flush_asked_for_while_locked_runs_without_a_restart(
         await gw.sessions.wait_idle()
         session = gw.store.active_session("cli:dm:c1")
         assert session is not None
-        fake_llm.script(ToolCall("memory", {"action": "add", "target": "memory", "content": "Likes tea."}),
-                        Reply("saved"))
+        fake_llm.script(
+            ToolCall("memory", {"action": "add", "target": "memory", "content": "Likes tea."}),
+            Reply("saved"),
+        )
         assert gw.store.end_session(session.id, reason="test", now=clock(), flush_state="pending")
         async with LockHolder(home / "state.db") as lock:
             lifecycle.flusher.request(session.id)  # its claim cannot be written
@@ -102,7 +115,8 @@ async def test_a_flush_asked_for_while_locked_runs_without_a_restart(
 
 
 async def test_an_approval_is_welcomed_once_however_long_the_database_stays_locked(
-        home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra="telegram:\n  token: '1:x'\n")
     telegram = RecordingAdapter("telegram")
     async with open_gateway(home, [telegram], clock=FakeClock()) as gw:
@@ -112,8 +126,9 @@ async def test_an_approval_is_welcomed_once_however_long_the_database_stays_lock
         code = re.search(r"this bot: `?([A-Z0-9]{8})", telegram.sent[0].plain)
         assert code is not None
         assert book.approve(code.group(1), by="cli", now=utcnow()).status == "approved"
-        watch = AccessWatch(store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory,
-                            clock=gw.clock)
+        watch = AccessWatch(
+            store=gw.store, outbox=gw.outbox, sessions=gw.sessions, memory=gw.memory, clock=gw.clock
+        )
         async with LockHolder(home / "state.db"):
             for _ in range(5):  # five rounds of the watch (every 2 s) while the lock is held
                 watch.round()
@@ -128,15 +143,27 @@ async def test_an_approval_is_welcomed_once_however_long_the_database_stays_lock
 
 
 async def test_the_hourly_prune_waits_for_a_lock_instead_of_failing_for_an_hour(
-        home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra="web:\n  enabled: false\n")
     config = load_config(home, env={})
-    daemon = Daemon(build_gateway(config, env={}, adapters=[], probe_ollama=False), install_signals=False)
+    daemon = Daemon(
+        build_gateway(config, env={}, adapters=[], probe_ollama=False), install_signals=False
+    )
     store = daemon.gw.store
     for message_id in ("m1", "m2"):
-        store.insert_inbound(platform="cli", chat_type="dm", chat_id="c1", thread_id=None,
-                             platform_message_id=message_id, user_id="u1", user_name="U", text="old", payload="{}",
-                             received_at=utcnow() - timedelta(days=30))
+        store.insert_inbound(
+            platform="cli",
+            chat_type="dm",
+            chat_id="c1",
+            thread_id=None,
+            platform_message_id=message_id,
+            user_id="u1",
+            user_name="U",
+            text="old",
+            payload="{}",
+            received_at=utcnow() - timedelta(days=30),
+        )
     store.execute("UPDATE inbound SET status = 'answered'")
     try:
         async with LockHolder(home / "state.db") as lock:
@@ -144,7 +171,9 @@ async def test_the_hourly_prune_waits_for_a_lock_instead_of_failing_for_an_hour(
             await fake_llm.wait_until(lambda: store.health.reason == "busy", timeout=10)
             await lock.release()
         # the newest row stays (its id must not be handed out again: tests/test_inbound_ids.py)
-        await fake_llm.wait_until(lambda: [r[0] for r in store.all("SELECT id FROM inbound")] == [2], timeout=10)
+        await fake_llm.wait_until(
+            lambda: [r[0] for r in store.all("SELECT id FROM inbound")] == [2], timeout=10
+        )
         prune.cancel()
     finally:
         store.close()

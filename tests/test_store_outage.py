@@ -1,7 +1,8 @@
-"""The database taking no writes, for real: another process holding SQLite's write lock, and a disk that is full
-(the database capped with `PRAGMA max_page_count`, so a write that needs a new page fails with SQLITE_FULL as it
-would on a full disk). What is accepted is answered once writes work again; what cannot be stored is refused and
-the sender is told once; the event loop never waits on the lock; /readyz says not ready until it is over."""
+"""The database taking no writes, for real: another process holding SQLite's write lock, and a disk
+that is full (the database capped with `PRAGMA max_page_count`, so a write that needs a new page
+fails with SQLITE_FULL as it would on a full disk). What is accepted is answered once writes work
+again; what cannot be stored is refused and the sender is told once; the event loop never waits on
+the lock; /readyz says not ready until it is over."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ from tests.store_locks import LockHolder
 async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
     write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
     config = load_config(home, env={})
-    daemon = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
-                    install_signals=False)
+    daemon = Daemon(
+        build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+        install_signals=False,
+    )
     await daemon.start()
     try:
         yield daemon
@@ -59,13 +62,15 @@ def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-async def test_a_held_write_lock_never_stalls_the_loop_and_the_message_is_answered(daemon: Daemon,
-                                                                                    home: Path) -> None:
+async def test_a_held_write_lock_never_stalls_the_loop_and_the_message_is_answered(
+    daemon: Daemon, home: Path
+) -> None:
     port = daemon.web_port or 0
     store = daemon.gw.store
-    daemon.gw.sessions.outage.submit_wait = 300  # it waits for the lock until released (not what is tested)
-    # A statement on the loop waits 50 ms at most for a lock (it was 5 s: every request stalled); how
-    # long /readyz takes meanwhile is a figure of bench/store_lock.py, not a bound here.
+    # it waits for the lock until released (not what is tested)
+    daemon.gw.sessions.outage.submit_wait = 300
+    # A statement on the loop waits 50 ms at most for a lock (it was 5 s: every request stalled);
+    # how long /readyz takes meanwhile is a figure of bench/store_lock.py, not a bound here.
     assert store.conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOOP_BUSY_TIMEOUT_MS
     async with WebChatClient(port, home=home) as tab, LockHolder(home / "state.db") as lock:
         assert tab.ws is not None
@@ -75,7 +80,8 @@ async def test_a_held_write_lock_never_stalls_the_loop_and_the_message_is_answer
             status, _ = await _readyz(port)
             assert status == 200  # another process's lock is routine, not an outage
         assert store.health.reason == "busy"  # still waiting: answered meanwhile, not after it
-        assert _rows(home / "state.db", "SELECT COUNT(*) FROM inbound") == [(0,)]  # not stored, not acked yet
+        # not stored, not acked yet
+        assert _rows(home / "state.db", "SELECT COUNT(*) FROM inbound") == [(0,)]
         await lock.release()
         ack = await tab.next("ack")
         assert ack["outcome"] == "accepted"
@@ -84,7 +90,9 @@ async def test_a_held_write_lock_never_stalls_the_loop_and_the_message_is_answer
     assert _rows(home / "state.db", "SELECT status FROM inbound") == [("answered",)]
 
 
-async def test_a_lock_held_past_the_wait_refuses_the_message_and_says_so(daemon: Daemon, home: Path) -> None:
+async def test_a_lock_held_past_the_wait_refuses_the_message_and_says_so(
+    daemon: Daemon, home: Path
+) -> None:
     daemon.gw.sessions.outage.submit_wait = 0.5
     port = daemon.web_port or 0
     async with WebChatClient(port, home=home) as tab, LockHolder(home / "state.db"):
@@ -93,7 +101,8 @@ async def test_a_lock_held_past_the_wait_refuses_the_message_and_says_so(daemon:
     assert ack["outcome"] == "refused"
     assert notice["text"] == NOT_STORED_TEXT
     assert _rows(home / "state.db", "SELECT COUNT(*) FROM inbound") == [(0,)]
-    async with WebChatClient(port, home=home) as tab:  # the lock is gone: the next message is answered
+    async with WebChatClient(port, home=home) as tab:
+        # the lock is gone: the next message is answered
         assert (await tab.say("and now?"))["outcome"] == "accepted"
         assert (await tab.next("message"))["text"].startswith("echo: and now?")
 
@@ -107,10 +116,12 @@ def _fill(daemon: Daemon) -> int:
 
 
 async def test_a_full_disk_refuses_new_messages_once_holds_accepted_ones_and_recovers(
-        daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    daemon: Daemon, home: Path, fake_llm: FakeLLM
+) -> None:
     port = daemon.web_port or 0
     long = "x" * 20_000  # needs new pages wherever it is stored
-    fake_llm.script(Delay(1.0))  # the answer comes a second after the request: the disk fills in between
+    # the answer comes a second after the request: the disk fills in between
+    fake_llm.script(Delay(1.0))
     async with WebChatClient(port, home=home, client="tabA") as tab:
         assert (await tab.say(f"accepted before the disk filled {long}"))["outcome"] == "accepted"
         await fake_llm.wait_for_call("/v1/messages")
@@ -127,27 +138,33 @@ async def test_a_full_disk_refuses_new_messages_once_holds_accepted_ones_and_rec
         daemon.gw.store.conn.execute("PRAGMA max_page_count = 1073741823")  # space is back
         reply = await tab.next("message")
         assert reply["text"].startswith("echo: accepted before the disk filled")
-        assert [m for m in tab.received if m.get("type") == "message"] == [notice, reply]  # told once
+        # told once
+        assert [m for m in tab.received if m.get("type") == "message"] == [notice, reply]
     status, _ = await _readyz(port)
     assert status == 200
     assert _rows(home / "state.db", "SELECT status, substr(text, 1, 31) FROM inbound") == [
-        ("answered", "accepted before the disk filled")]
+        ("answered", "accepted before the disk filled")
+    ]
 
 
-async def test_readiness_comes_back_with_the_space_when_nothing_waits(daemon: Daemon, home: Path) -> None:
+async def test_readiness_comes_back_with_the_space_when_nothing_waits(
+    daemon: Daemon, home: Path
+) -> None:
     port = daemon.web_port or 0
     _fill(daemon)
     async with WebChatClient(port, home=home) as tab:
         assert (await tab.say("y" * 20_000))["outcome"] == "refused"
     assert (await _readyz(port))[0] == 503
     daemon.gw.store.conn.execute("PRAGMA max_page_count = 1073741823")
-    async with asyncio.timeout(60):  # the daemon's own probe (every 2 s) notices; no message is needed
+    async with asyncio.timeout(60):
+        # the daemon's own probe (every 2 s) notices; no message is needed
         while (await _readyz(port))[0] != 200:
             await asyncio.sleep(0.2)
 
 
 async def test_a_lock_taken_while_the_model_answers_delays_the_reply_and_loses_nothing(
-        daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    daemon: Daemon, home: Path, fake_llm: FakeLLM
+) -> None:
     port = daemon.web_port or 0
     health = daemon.gw.store.health
     pauses: list[float] = []
@@ -192,15 +209,19 @@ class LockingAdapter(RecordingAdapter):
         return sent
 
 
-async def test_a_chunk_sent_while_the_lock_is_taken_is_recorded_once_not_sent_twice(home: Path,
-                                                                                   fake_llm: FakeLLM) -> None:
+async def test_a_chunk_sent_while_the_lock_is_taken_is_recorded_once_not_sent_twice(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     write_config(home, provider="anthropic", base_url=fake_llm.base_url)
     adapter = LockingAdapter(home / "state.db")
     gw = gateway_for(home, [adapter])
     try:
         assert (await gw.sessions.submit(inbound("hello"))).outcome.value == "accepted"
-        await fake_llm.wait_until(lambda: adapter.locked and gw.store.health.reason == "busy", timeout=10)
-        assert _rows(home / "state.db", "SELECT status FROM outbound") == [("pending",)]  # sent, not yet recorded
+        await fake_llm.wait_until(
+            lambda: adapter.locked and gw.store.health.reason == "busy", timeout=10
+        )
+        # sent, not yet recorded
+        assert _rows(home / "state.db", "SELECT status FROM outbound") == [("pending",)]
         await adapter.lock.release()
         await gw.sessions.wait_idle()
         await gw.outbox.deliver_pending()  # a retry round finds nothing left to send

@@ -1,4 +1,6 @@
-"""Adapter supervision: one adapter's crashes, silence or permanent failure never stop the others."""
+"""Adapter supervision: one adapter's crashes, silence
+or permanent failure never stop the others.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import AdapterFatal, PlatformUnavailable
-from gateway.events import ChatRef, Inbound, Pingable, Submit, SubmitOutcome, SubmitResult, Watchable
+from gateway.events import (
+    ChatRef,
+    Inbound,
+    Pingable,
+    Submit,
+    SubmitOutcome,
+    SubmitResult,
+    Watchable,
+)
 from gateway.ops.daemon import Daemon
 from gateway.ops.supervisor import RestartPolicy, Supervisor, Watchdog
 from tests.delivery import ReplyLLM, ScriptedAdapter, gateway_on, write_home
@@ -78,7 +88,9 @@ async def no_submit(message: Inbound) -> SubmitResult:
 
 
 def test_fakes_satisfy_the_optional_protocols() -> None:
-    assert isinstance(CrashingAdapter("x"), Watchable) and not isinstance(CrashingAdapter("x"), Pingable)
+    assert isinstance(CrashingAdapter("x"), Watchable) and not isinstance(
+        CrashingAdapter("x"), Pingable
+    )
     assert isinstance(QuietAdapter("x", FakeClock()), Pingable)
 
 
@@ -96,7 +108,11 @@ async def test_one_adapter_crashing_three_times_while_another_keeps_answering(ho
             tg.crash()
             await clock.settle()
             health = gw.supervisor.health()["telegram"]
-            assert (health.state, health.restarts, health.connected_since) == ("backoff", crash, None)
+            assert (health.state, health.restarts, health.connected_since) == (
+                "backoff",
+                crash,
+                None,
+            )
             assert health.last_error == "ConnectionResetError: socket closed by peer"
             assert cli.submit is not None
             await cli.submit(inbound(f"still there {crash}?", platform="cli", chat_id="c"))
@@ -107,7 +123,9 @@ async def test_one_adapter_crashing_three_times_while_another_keeps_answering(ho
             await clock.advance(0.01)
             assert tg.starts == crash + 1 and gw.supervisor.health()["telegram"].state == "running"
         by_name = gw.supervisor.health()
-        assert by_name["telegram"].restarts == 3 and by_name["telegram"].connected_since == clock.now()
+        assert (
+            by_name["telegram"].restarts == 3 and by_name["telegram"].connected_since == clock.now()
+        )
         assert by_name["cli"].restarts == 0 and by_name["cli"].state == "running"
         assert by_name["cli"].last_inbound_at is not None and cli.starts == 1
         assert tg.stops == 3  # each crashed connection was closed before the restart
@@ -116,11 +134,14 @@ async def test_one_adapter_crashing_three_times_while_another_keeps_answering(ho
     assert {h.state for h in gw.supervisor.health().values()} == {"stopped"}
 
 
-async def test_a_permanent_failure_stays_down_without_a_restart_storm(home: Path,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_permanent_failure_stays_down_without_a_restart_storm(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     write_home(home)
     clock = FakeClock()
-    discord = FlakyStart("discord", clock, AdapterFatal("discord", "gateway closed with 4014: disallowed intents"))
+    discord = FlakyStart(
+        "discord", clock, AdapterFatal("discord", "gateway closed with 4014: disallowed intents")
+    )
     cli = ScriptedAdapter("cli", clock)
     gw = gateway_on(clock, home, [discord, cli], ReplyLLM())
     daemon = Daemon(gw, install_signals=False)
@@ -134,8 +155,12 @@ async def test_a_permanent_failure_stays_down_without_a_restart_storm(home: Path
         assert health.last_error == "discord: gateway closed with 4014: disallowed intents"
         assert discord.start_times == [0.0]
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert errors == [("adapter discord stays down (no restarts): discord: gateway closed with 4014: "
-                          "disallowed intents")]
+        assert errors == [
+            (
+                "adapter discord stays down (no restarts): discord: gateway closed with 4014: "
+                "disallowed intents"
+            )
+        ]
         assert cli.submit is not None
         await cli.submit(inbound("hello", platform="cli", chat_id="c"))
         await gw.sessions.wait_idle()
@@ -147,14 +172,22 @@ async def test_a_permanent_failure_stays_down_without_a_restart_storm(home: Path
 async def test_start_failures_back_off_exponentially_up_to_the_cap() -> None:
     clock = FakeClock()
     flaky = FlakyStart("slack", clock, *[PlatformUnavailable("slack", "connection refused")] * 6)
-    sup = Supervisor({"slack": flaky}, clock=clock.now, sleep=clock.sleep,
-                     policy=RestartPolicy(first=1, factor=2, maximum=8))
+    sup = Supervisor(
+        {"slack": flaky},
+        clock=clock.now,
+        sleep=clock.sleep,
+        policy=RestartPolicy(first=1, factor=2, maximum=8),
+    )
     await clock.run(sup.start(no_submit))
     assert sup.health()["slack"].state == "backoff" and not sup.is_up("slack")
     await clock.advance(100)
     assert flaky.start_times == [0, 1, 3, 7, 15, 23, 31]  # waits 1, 2, 4, 8, then capped at 8
     health = sup.health()["slack"]
-    assert (health.state, health.restarts, health.last_error) == ("running", 6, "slack: connection refused")
+    assert (health.state, health.restarts, health.last_error) == (
+        "running",
+        6,
+        "slack: connection refused",
+    )
     assert sup.is_up("slack")
     await sup.stop()
 
@@ -162,8 +195,12 @@ async def test_start_failures_back_off_exponentially_up_to_the_cap() -> None:
 async def test_backoff_starts_over_after_a_healthy_run() -> None:
     clock = FakeClock()
     adapter = CrashingAdapter("slack", clock)
-    sup = Supervisor({"slack": adapter}, clock=clock.now, sleep=clock.sleep,
-                     policy=RestartPolicy(first=1, factor=2, healthy_after=600))
+    sup = Supervisor(
+        {"slack": adapter},
+        clock=clock.now,
+        sleep=clock.sleep,
+        policy=RestartPolicy(first=1, factor=2, healthy_after=600),
+    )
     await sup.start(no_submit)
     adapter.crash()
     await clock.advance(1)
@@ -182,8 +219,12 @@ async def test_backoff_starts_over_after_a_healthy_run() -> None:
 async def test_watchdog_reconnects_an_adapter_silent_and_unreachable_too_long() -> None:
     clock = FakeClock()
     quiet = QuietAdapter("slack", clock)
-    sup = Supervisor({"slack": quiet}, clock=clock.now, sleep=clock.sleep,
-                     watchdogs={"slack": Watchdog(silence=300, every=60)})
+    sup = Supervisor(
+        {"slack": quiet},
+        clock=clock.now,
+        sleep=clock.sleep,
+        watchdogs={"slack": Watchdog(silence=300, every=60)},
+    )
     forwarded: list[str] = []
 
     async def submit(message: Inbound) -> SubmitResult:
@@ -209,7 +250,9 @@ async def test_watchdog_reconnects_an_adapter_silent_and_unreachable_too_long() 
     await sup.stop()
 
 
-async def test_replies_wait_while_the_adapter_is_down_and_go_out_when_it_is_back(home: Path) -> None:
+async def test_replies_wait_while_the_adapter_is_down_and_go_out_when_it_is_back(
+    home: Path,
+) -> None:
     write_home(home)
     clock = FakeClock()
     tg = CrashingAdapter("telegram", clock)

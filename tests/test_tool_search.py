@@ -36,8 +36,7 @@ from tests.lifecycle_support import FakeClock, last_user_text
 # How long the fake server may take to connect: not a bound on anything these tests check (it
 # starts in milliseconds from tests/fakes/mcp_zygote.py; a busy machine may hold it back).
 CONNECT_S = 120
-CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule",
-        "ask"]
+CORE = ["memory", "session_search", "skill_view", "skill_manage", "web_fetch", "schedule", "ask"]
 WEATHER = "mcp_fake_weather_forecast"
 
 
@@ -50,9 +49,17 @@ def approve_all(home: Path) -> None:
     path.write_text(text.replace(server, server + "    approval: never\n", 1), encoding="utf-8")
 
 
-def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | None = None,
-              catalog: int = 60, version: str = "v1", extra: str = "",
-              provider: str = "anthropic") -> None:
+def configure(
+    home: Path,
+    fake: FakeLLM,
+    *,
+    search: str = "on",
+    window: int | None = None,
+    catalog: int = 60,
+    version: str = "v1",
+    extra: str = "",
+    provider: str = "anthropic",
+) -> None:
     tools_file = home.parent / "tools.json"
     offered = {"tools": [], "catalog": catalog, "version": version}
     tools_file.write_text(json.dumps(offered), encoding="utf-8")
@@ -67,8 +74,12 @@ def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | No
         tools:
           search: {search}
         """)
-    path = write_config(home, provider=provider, base_url=llm_url(fake, provider),
-                        extra=servers + textwrap.dedent(extra))
+    path = write_config(
+        home,
+        provider=provider,
+        base_url=llm_url(fake, provider),
+        extra=servers + textwrap.dedent(extra),
+    )
     if window is not None:
         text = path.read_text(encoding="utf-8")
         sized = f"  timeout_s: 10\n  context_window: {window}\n"
@@ -76,8 +87,9 @@ def configure(home: Path, fake: FakeLLM, *, search: str = "on", window: int | No
 
 
 @asynccontextmanager
-async def running(home: Path, clock: FakeClock | None = None,
-                  background: bool = False) -> AsyncIterator[tuple[Gateway, RecordingAdapter]]:
+async def running(
+    home: Path, clock: FakeClock | None = None, background: bool = False
+) -> AsyncIterator[tuple[Gateway, RecordingAdapter]]:
     """The real graph with the MCP server up; `background` starts the lifecycle (flushes) and the
     jobs runner."""
     adapter = RecordingAdapter()
@@ -112,8 +124,13 @@ async def ask(gw: Gateway, adapter: RecordingAdapter, text: str, chat_id: str = 
 
 
 def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]
-            if b.get("type") == "tool_result"]
+    return [
+        b
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
 
 
 def tool_tokens(body: dict[str, Any]) -> int:
@@ -148,12 +165,14 @@ def answer_with_result(body: dict[str, Any]) -> Reply:
 
 
 async def test_search_finds_the_tool_the_bridge_runs_it_and_the_prefix_never_moves(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     configure(home, fake_llm)
-    fake_llm.script(ToolCall("tool_search", {"query": "forecast for a city"}),
-                    ToolCall("tool_call", {"name": WEATHER,
-                                           "arguments": {"city": "Oslo", "days": 2}}),
-                    answer_with_result)
+    fake_llm.script(
+        ToolCall("tool_search", {"query": "forecast for a city"}),
+        ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Oslo", "days": 2}}),
+        answer_with_result,
+    )
     async with running(home) as (gw, adapter):
         reply = await ask(gw, adapter, "What will the weather be in Oslo?")
     assert "Forecast for Oslo: sunny, 18 °C, light wind for the next 2 days." in reply
@@ -175,8 +194,12 @@ async def test_search_finds_the_tool_the_bridge_runs_it_and_the_prefix_never_mov
 
     # the same session after a restart in which the server changed its tools: same bytes and catalog
     configure(home, fake_llm, catalog=61, version="v2")
-    fake_llm.script(ToolCall("tool_search", {"query": "weather forecast"}), answer_with_result,
-                    ToolCall("tool_search", {"query": "weather forecast"}), answer_with_result)
+    fake_llm.script(
+        ToolCall("tool_search", {"query": "weather forecast"}),
+        answer_with_result,
+        ToolCall("tool_search", {"query": "weather forecast"}),
+        answer_with_result,
+    )
     async with running(home) as (gw, adapter):
         again = await ask(gw, adapter, "and the forecast tools?")
         other = await ask(gw, adapter, "forecast tools please", chat_id="c2")
@@ -193,10 +216,14 @@ async def test_search_finds_the_tool_the_bridge_runs_it_and_the_prefix_never_mov
 
 
 async def test_off_sends_every_tool_and_auto_follows_the_context_window(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     sent: dict[str, list[str]] = {}
-    for label, search, window in (("off", "off", 20_000), ("auto small", "auto", 20_000),
-                                  ("auto large", "auto", 2_000_000)):
+    for label, search, window in (
+        ("off", "off", 20_000),
+        ("auto small", "auto", 20_000),
+        ("auto large", "auto", 2_000_000),
+    ):
         configure(home, fake_llm, search=search, window=window)
         async with running(home) as (gw, adapter):
             await ask(gw, adapter, "hello", chat_id=label.replace(" ", "-"))
@@ -208,39 +235,53 @@ async def test_off_sends_every_tool_and_auto_follows_the_context_window(
 
 
 async def test_bridge_errors_name_the_problem_and_the_policy_applies_to_the_real_name(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     # the delete tool is destructive: its approval has tests of its own (tests/test_approvals.py)
-    configure(home, fake_llm, extra="""\
+    configure(
+        home,
+        fake_llm,
+        extra="""\
         agent:
           tools: [memory, "mcp_fake_*"]
-        """)
+        """,
+    )
     approve_all(home)
-    fake_llm.script(ToolCall("tool_call", {"name": "weather", "arguments": {"city": "Oslo"}}),
-                    ToolCall("tool_call", {"name": WEATHER, "arguments": {"days": "three"}}),
-                    ToolCall("tool_call", {"name": "mcp_fake_delete_file",
-                                           "arguments": {"path": "a.txt"}}),
-                    Reply("done"))
+    fake_llm.script(
+        ToolCall("tool_call", {"name": "weather", "arguments": {"city": "Oslo"}}),
+        ToolCall("tool_call", {"name": WEATHER, "arguments": {"days": "three"}}),
+        ToolCall("tool_call", {"name": "mcp_fake_delete_file", "arguments": {"path": "a.txt"}}),
+        Reply("done"),
+    )
     async with running(home) as (gw, adapter):
         await ask(gw, adapter, "go")
     unknown, invalid, deleted = (tool_results(b)[-1] for b in fake_llm.anthropic_requests()[1:4])
     assert unknown["is_error"] and unknown["content"] == (
         "Unknown tool 'weather': use tool_search to find the tool and its full name. "
-        f"Closest names: mcp_fake_weather_alerts, {WEATHER}.")
+        f"Closest names: mcp_fake_weather_alerts, {WEATHER}."
+    )
     assert invalid["is_error"] and invalid["content"] == (
         f"Invalid arguments for {WEATHER}: 'city' is a required property; days: 'three' is not "
-        "of type 'integer'.")
+        "of type 'integer'."
+    )
     assert "is_error" not in deleted and "delete_file: path=a.txt" in deleted["content"]
 
     # the next start leaves delete tools out of agent.tools: the running session may no longer call
     # one, through the bridge or by its real name, though its frozen catalog still lists it
-    configure(home, fake_llm, extra="""\
+    configure(
+        home,
+        fake_llm,
+        extra="""\
         agent:
           tools: [memory, "mcp_fake_[!d]*"]
-        """)
-    fake_llm.script(ToolCall("tool_call", {"name": "mcp_fake_delete_file",
-                                           "arguments": {"path": "b.txt"}}),
-                    ToolCall("mcp_fake_delete_file", {"path": "c.txt"}),
-                    ToolCall(WEATHER, {"city": "Bergen"}), Reply("ok"))
+        """,
+    )
+    fake_llm.script(
+        ToolCall("tool_call", {"name": "mcp_fake_delete_file", "arguments": {"path": "b.txt"}}),
+        ToolCall("mcp_fake_delete_file", {"path": "c.txt"}),
+        ToolCall(WEATHER, {"city": "Bergen"}),
+        Reply("ok"),
+    )
     async with running(home) as (gw, adapter):
         await ask(gw, adapter, "again")
     bridged, direct, weather = (tool_results(b)[-1] for b in fake_llm.anthropic_requests()[-3:])
@@ -251,7 +292,8 @@ async def test_bridge_errors_name_the_problem_and_the_policy_applies_to_the_real
 
 
 async def test_the_catalog_keeps_annotations_for_the_core_and_survives_a_restart(
-        home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
     configure(home, fake_llm)
     async with running(home) as (gw, adapter):
         await ask(gw, adapter, "hi")
@@ -259,18 +301,24 @@ async def test_the_catalog_keeps_annotations_for_the_core_and_survives_a_restart
         assert session is not None
     configure(home, fake_llm, catalog=0)  # the server has no tools now: the catalog is stored
     caplog.set_level("INFO", logger="gateway.agent.loop")
-    fake_llm.script(ToolCall("tool_search", {"query": "weather"}),
-                    ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Oslo"}}),
-                    Reply("It is gone."))
+    fake_llm.script(
+        ToolCall("tool_search", {"query": "weather"}),
+        ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Oslo"}}),
+        Reply("It is gone."),
+    )
     started: list[str] = []
     async with running(home) as (gw, adapter):
         row = gw.store.session(session.id)
         tools = gw.sessions.roster.main.tools.of(row)
-        await gw.agent.run(system=row.system_prompt or "", history=[],
-                           ctx=gw.sessions.tool_context(row, "u1"),
-                           user_message={"role": "user", "content": "weather?"}, tools=tools.specs,
-                           allowed_tools=gw.sessions.roster.main.tools.allowed(tools, "cli"),
-                           on_tool=started.append)
+        await gw.agent.run(
+            system=row.system_prompt or "",
+            history=[],
+            ctx=gw.sessions.tool_context(row, "u1"),
+            user_message={"role": "user", "content": "weather?"},
+            tools=tools.specs,
+            allowed_tools=gw.sessions.roster.main.tools.allowed(tools, "cli"),
+            on_tool=started.append,
+        )
     # the live preview and the log name the real tool; a tool gone from its server answers an error
     assert started == ["tool_search", WEATHER]
     assert f"tool {WEATHER} session={session.id} ok=False via=tool_call" in caplog.messages
@@ -282,22 +330,27 @@ async def test_the_catalog_keeps_annotations_for_the_core_and_survives_a_restart
     assert (weather.server, dict(weather.annotations)) == ("fake", {"readOnlyHint": True})
     assert dict(delete.annotations) == {"destructiveHint": True}
     assert tools.spec("memory") is not None and tools.spec("tool_call") is None
-    assert [s.name for s in tools.deferred.search("remove a file from the workspace", 1)] == \
-        ["mcp_fake_delete_file"]
+    assert [s.name for s in tools.deferred.search("remove a file from the workspace", 1)] == [
+        "mcp_fake_delete_file"
+    ]
 
 
 # ---- flush, compression, scheduled runs ---------------------------------------------------------
-async def test_the_flush_reads_the_same_prefix_and_may_not_search(home: Path,
-                                                                  fake_llm: FakeLLM) -> None:
+async def test_the_flush_reads_the_same_prefix_and_may_not_search(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     configure(home, fake_llm, extra="session_reset: {mode: idle, idle_minutes: 30}\n")
-    fake_llm.script(ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Oslo"}}),
-                    answer_with_result)
+    fake_llm.script(
+        ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Oslo"}}), answer_with_result
+    )
     async with running(home, FakeClock(), background=True) as (gw, adapter):
         await ask(gw, adapter, "weather in Oslo?")
         await ask(gw, adapter, "I am Ada, I live in Oslo")
         save = {"action": "add", "target": "user", "content": "Lives in Oslo"}
-        fake_llm.script(ToolCalls([ToolCall("tool_search", {"query": "notes"}),
-                                   ToolCall("memory", save)]), Reply("saved"))
+        fake_llm.script(
+            ToolCalls([ToolCall("tool_search", {"query": "notes"}), ToolCall("memory", save)]),
+            Reply("saved"),
+        )
         await gw.sessions.submit(inbound("/new"))
         await gw.lifecycle.flusher.wait_idle()  # type: ignore[union-attr]
     raws = fake_llm.anthropic_raw()
@@ -316,11 +369,16 @@ async def test_the_flush_reads_the_same_prefix_and_may_not_search(home: Path,
 
 
 async def test_compression_keeps_the_tools_and_the_catalog(home: Path, fake_llm: FakeLLM) -> None:
-    configure(home, fake_llm, window=7000, extra="""\
+    configure(
+        home,
+        fake_llm,
+        window=7000,
+        extra="""\
         session_reset: {mode: none}
         memory: {flush_enabled: false}
         agent: {compress_at: 0.5, keep_recent: 4}
-        """)
+        """,
+    )
     filler = "We compared neighbourhoods, budgets and timing at length before deciding. " * 5
 
     def step(body: dict[str, Any]) -> Any:
@@ -336,28 +394,35 @@ async def test_compression_keeps_the_tools_and_the_catalog(home: Path, fake_llm:
                 break
         else:
             raise AssertionError("no compression happened")
-        fake_llm.script(ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Lisbon"}}),
-                        answer_with_result)
+        fake_llm.script(
+            ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Lisbon"}}),
+            answer_with_result,
+        )
         reply = await ask(gw, adapter, "and the weather there?")
     assert "Forecast for Lisbon" in reply
-    turns = [r for r, b in zip(fake_llm.anthropic_raw(), fake_llm.anthropic_requests(), strict=True)
-             if b["system"][0]["text"] != SUMMARY_SYSTEM]
+    turns = [
+        r
+        for r, b in zip(fake_llm.anthropic_raw(), fake_llm.anthropic_requests(), strict=True)
+        if b["system"][0]["text"] != SUMMARY_SYSTEM
+    ]
     assert {raw_value(r, "tools") for r in turns} == {raw_value(turns[0], "tools")}
     sent = [t["name"] for t in json.loads(raw_value(turns[0], "tools"))]
     assert sent[-2:] == ["tool_search", "tool_call"]
 
 
-async def test_a_scheduled_run_finds_and_calls_a_deferred_tool(home: Path,
-                                                               fake_llm: FakeLLM) -> None:
+async def test_a_scheduled_run_finds_and_calls_a_deferred_tool(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     configure(home, fake_llm)
     clock = FakeClock()
     job = {"action": "create", "when": "1h", "prompt": "Post the Oslo forecast."}
-    fake_llm.script(ToolCall("schedule", job),
-                    Reply("I'll post it in an hour."),
-                    ToolCall("tool_search", {"query": "weather forecast"}),
-                    ToolCall("tool_call", {"name": WEATHER,
-                                           "arguments": {"city": "Oslo", "days": 1}}),
-                    answer_with_result)
+    fake_llm.script(
+        ToolCall("schedule", job),
+        Reply("I'll post it in an hour."),
+        ToolCall("tool_search", {"query": "weather forecast"}),
+        ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Oslo", "days": 1}}),
+        answer_with_result,
+    )
     async with running(home, clock, background=True) as (gw, adapter):
         await ask(gw, adapter, "in an hour, post the Oslo forecast")
         clock.advance(hours=1)
@@ -369,22 +434,30 @@ async def test_a_scheduled_run_finds_and_calls_a_deferred_tool(home: Path,
     assert forecast in adapter.sent[-1].text
 
 
-def test_tools_list_marks_the_deferred_tools(home: Path, fake_llm: FakeLLM,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    configure(home, fake_llm, extra="""\
+def test_tools_list_marks_the_deferred_tools(
+    home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure(
+        home,
+        fake_llm,
+        extra="""\
         agent:
           tools_by_platform:
             slack: [memory]
-        """)
+        """,
+    )
     assert main(["--home", str(home), "tools", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out[1:]
-            if line.startswith(("m", "s"))}
+    rows = {
+        line.split()[0]: line.split(None, 2)[1:] for line in out[1:] if line.startswith(("m", "s"))
+    }
     assert rows["memory"] == ["built-in", "all"]
     where = "telegram, discord, web, cli, cron; deferred (tool search)"
     assert rows[WEATHER] == ["mcp:fake", where]
-    assert ("60 tools deferred: new sessions find them with tool_search and call them with "
-            "tool_call (tools.search: on)") in out
+    assert (
+        "60 tools deferred: new sessions find them with tool_search and call them with "
+        "tool_call (tools.search: on)"
+    ) in out
 
 
 # ---- a reference server from npm ----------------------------------------------------------------
@@ -399,18 +472,39 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require(None if npm else "npm is not installed (apt-get install npm)")
     assert npm is not None
     prefix = tmp_path_factory.mktemp("npm")
-    done = subprocess.run([npm, "install", "--offline", "--no-audit", "--no-fund", "--no-save",
-                           "--prefix", str(prefix), EVERYTHING], capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [
+            npm,
+            "install",
+            "--offline",
+            "--no-audit",
+            "--no-fund",
+            "--no-save",
+            "--prefix",
+            str(prefix),
+            EVERYTHING,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     found = prefix / "node_modules" / ".bin" / "mcp-server-everything"
-    require(None if done.returncode == 0 and found.exists() else
-            f"{EVERYTHING} is not in npm's cache (npm install it once): {done.stderr[-300:]}")
+    require(
+        None
+        if done.returncode == 0 and found.exists()
+        else f"{EVERYTHING} is not in npm's cache (npm install it once): {done.stderr[-300:]}"
+    )
     return found
 
 
-async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_llm: FakeLLM,
-                                                              everything: Path) -> None:
-    write_config(home, base_url=llm_url(fake_llm, "anthropic"), extra=textwrap.dedent(f"""\
+async def test_a_reference_server_from_npm_behind_tool_search(
+    home: Path, fake_llm: FakeLLM, everything: Path
+) -> None:
+    write_config(
+        home,
+        base_url=llm_url(fake_llm, "anthropic"),
+        extra=textwrap.dedent(f"""\
         mcp_servers:
           everything:
             command: {everything}
@@ -418,13 +512,14 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
             connect_timeout_s: {CONNECT_S}
         tools:
           search: on
-        """))
-    fake_llm.script(ToolCall("tool_search", {"query": "add two numbers", "limit": 1}),
-                    ToolCall("tool_call", {"name": "mcp_everything_get-sum",
-                                           "arguments": {"a": "2"}}),
-                    ToolCall("tool_call", {"name": "mcp_everything_get-sum",
-                                           "arguments": {"a": 2, "b": 3}}),
-                    answer_with_result)
+        """),
+    )
+    fake_llm.script(
+        ToolCall("tool_search", {"query": "add two numbers", "limit": 1}),
+        ToolCall("tool_call", {"name": "mcp_everything_get-sum", "arguments": {"a": "2"}}),
+        ToolCall("tool_call", {"name": "mcp_everything_get-sum", "arguments": {"a": 2, "b": 3}}),
+        answer_with_result,
+    )
     adapter = RecordingAdapter()
     gw = gateway_for(home, [adapter])
     assert gw.mcp is not None
@@ -448,7 +543,8 @@ async def test_a_reference_server_from_npm_behind_tool_search(home: Path, fake_l
     invalid = tool_results(third)[-1]
     assert invalid["is_error"] and invalid["content"] == (
         "Invalid arguments for mcp_everything_get-sum: 'b' is a required property; a: '2' is "
-        "not of type 'number'.")
+        "not of type 'number'."
+    )
     assert tools.deferred is not None and len(tools.deferred) >= 10
     summed = tools.spec("mcp_everything_get-sum")
     toggle = tools.spec("mcp_everything_toggle-simulated-logging")
@@ -462,8 +558,11 @@ async def test_the_bridge_works_on_the_openai_wire_too(home: Path, fake_llm: Fak
     def answer(body: dict[str, Any]) -> Reply:
         return Reply(f"Here it is: {body['messages'][-1]['content']}")
 
-    fake_llm.script(ToolCall("tool_search", {"query": "forecast for a city", "limit": 1}),
-                    ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Lima"}}), answer)
+    fake_llm.script(
+        ToolCall("tool_search", {"query": "forecast for a city", "limit": 1}),
+        ToolCall("tool_call", {"name": WEATHER, "arguments": {"city": "Lima"}}),
+        answer,
+    )
     async with running(home) as (gw, adapter):
         reply = await ask(gw, adapter, "weather in Lima?")
     assert "Forecast for Lima" in reply
@@ -493,7 +592,8 @@ def openai_tools(body: dict[str, Any]) -> list[str]:
 
 
 async def test_a_model_switch_defers_by_the_new_model_s_context_window(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     """`auto` at 2,000,000 tokens sends the 60 MCP tools; /model to a model of 20,000 rebuilds the
     prompt and splits the session's own tools (not the server's newer ones) again for its window,
     where 60 tools would take a third of it; the tools array then stays the same bytes, after a
@@ -503,16 +603,25 @@ async def test_a_model_switch_defers_by_the_new_model_s_context_window(
         await ask(gw, adapter, "hello")
     assert len(fake_llm.anthropic_requests()[-1]["tools"]) == 67  # 7 built-in (ask too), 60 MCP
     # the server has a new tool (v2) by the time of the switch: this session never sees it
-    configure(home, fake_llm, search="auto", window=2_000_000, catalog=61, version="v2",
-              extra=small_model(fake_llm))
+    configure(
+        home,
+        fake_llm,
+        search="auto",
+        window=2_000_000,
+        catalog=61,
+        version="v2",
+        extra=small_model(fake_llm),
+    )
     async with running(home) as (gw, adapter):
         assert (await ask(gw, adapter, "/model small")).startswith("Switched to small")
         await ask(gw, adapter, "and now?")
         await ask(gw, adapter, "again")
         session = gw.store.active_session("cli:dm:c1")
         assert session is not None and session.prompt_rebuild_reason == "model_change"
-    fake_llm.script(ToolCall("tool_search", {"query": "weather forecast work"}),
-                    lambda body: Reply(body["messages"][-1]["content"]))
+    fake_llm.script(
+        ToolCall("tool_search", {"query": "weather forecast work"}),
+        lambda body: Reply(body["messages"][-1]["content"]),
+    )
     async with running(home) as (gw, adapter):
         found = await ask(gw, adapter, "after a restart, find the forecast tools")
     first, *later = fake_llm.openai_requests()

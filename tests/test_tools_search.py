@@ -1,4 +1,6 @@
-"""session_search over the real store schema: scope per asking user, FTS syntax errors, CJK, output text."""
+"""session_search over the real store schema: scope per
+asking user, FTS syntax errors, CJK, output text.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
 
 class World:
-    """Alice and Bob on Telegram: a DM each, a group where each has a session, and a thread both spoke in."""
+    """Alice and Bob on Telegram: a DM each, a group where each has a session, and a thread both
+    spoke in."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -45,21 +48,44 @@ class World:
         self.current = self.session("dm", "a", "a")
         self.say(self.current, "a", "Search my cat conversations please.")
 
-    def session(self, chat_type: str, chat_id: str, user: str | None, platform: str = "telegram") -> int:
+    def session(
+        self, chat_type: str, chat_id: str, user: str | None, platform: str = "telegram"
+    ) -> int:
         key = f"{platform}:{chat_type}:{chat_id}:{user or ''}:{self.clock.isoformat()}"
-        return self.store.create_session(key=key, platform=platform, chat_type=chat_type, chat_id=chat_id,
-                                         thread_id=None, user_id=user, parent_id=None, model=None,
-                                         provider=None, now=self.clock).id
+        return self.store.create_session(
+            key=key,
+            platform=platform,
+            chat_type=chat_type,
+            chat_id=chat_id,
+            thread_id=None,
+            user_id=user,
+            parent_id=None,
+            model=None,
+            provider=None,
+            now=self.clock,
+        ).id
 
     def say(self, session_id: int, user: str | None, text: str) -> int:
         self.clock += timedelta(hours=1)
         role = "user" if user else "assistant"
         return self.store.add_message(session_id, role, text, now=self.clock, user_id=user)
 
-    def ctx(self, user: str | None, chat_type: str = "dm", chat_id: str | None = None,
-            platform: str = "telegram") -> ToolContext:
-        return ToolContext(session_id=self.current, platform=platform, chat_type=chat_type, user_id=user,
-                           home=self.home, db_path=self.home / "state.db", chat_id=chat_id or user)
+    def ctx(
+        self,
+        user: str | None,
+        chat_type: str = "dm",
+        chat_id: str | None = None,
+        platform: str = "telegram",
+    ) -> ToolContext:
+        return ToolContext(
+            session_id=self.current,
+            platform=platform,
+            chat_type=chat_type,
+            user_id=user,
+            home=self.home,
+            db_path=self.home / "state.db",
+            chat_id=chat_id or user,
+        )
 
     def search(self, ctx: ToolContext, query: str, limit: int = 10) -> list[SessionHits]:
         return self.searcher.search_now(ctx, query, limit=limit)
@@ -68,7 +94,9 @@ class World:
         return {r.session_id for r in self.search(ctx, query, limit=limit)}
 
 
-@pytest.fixture(autouse=True, params=["listed-scope", "probe", "walk-many-messages", "walk-many-sessions"])
+@pytest.fixture(
+    autouse=True, params=["listed-scope", "probe", "walk-many-messages", "walk-many-sessions"]
+)
 def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run every test through each query plan, by moving the thresholds that choose between them:
     the scope's sessions handed to the query; each scoped message checked against the index (store
@@ -93,8 +121,12 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def test_dm_asker_finds_own_dms_and_groups_they_spoke_in(world: World) -> None:
-    assert world.found(world.ctx("a"), "cat") == {world.alice_dm, world.alice_group, world.thread,
-                                                  world.other_group}
+    assert world.found(world.ctx("a"), "cat") == {
+        world.alice_dm,
+        world.alice_group,
+        world.thread,
+        world.other_group,
+    }
     assert world.found(world.ctx("b"), "cat") == {world.bob_dm, world.bob_group, world.thread}
 
 
@@ -134,49 +166,81 @@ def test_messages_compressed_out_of_the_context_are_still_found_once(world: Worl
     world.say(sid, "a", "and the quokka emoji too")
     rows = world.store.history(sid)
     dropped, tail = [r.id for r in rows[:2]], rows[2:]
-    world.store.compress_history(sid, dropped=dropped, tail=tail, summary="User shared a quokka code.",
-                                 now=world.clock)
-    assert all(r.id not in (early,) for r in world.store.history(sid))  # out of the model's context ...
+    world.store.compress_history(
+        sid, dropped=dropped, tail=tail, summary="User shared a quokka code.", now=world.clock
+    )
+    # out of the model's context ...
+    assert all(r.id not in (early,) for r in world.store.history(sid))
     hits = world.search(world.ctx("a"), "quokka")
-    assert [sorted(h.snippet for h in r.hits) for r in hits] == [  # ... but searchable, and the tail only once
-        ["and the «quokka» emoji too", "my locker code is «quokka» 4417", "noted, the «quokka» code"]]
+    # ... but searchable, and the tail only once
+    assert [sorted(h.snippet for h in r.hits) for r in hits] == [
+        [
+            "and the «quokka» emoji too",
+            "my locker code is «quokka» 4417",
+            "noted, the «quokka» code",
+        ]
+    ]
 
 
 def test_stemming_phrases_and_operators(world: World) -> None:
     assert world.found(world.ctx("b"), "cats") == {world.bob_dm, world.bob_group, world.thread}
     assert world.found(world.ctx("a"), '"cat food"') == {world.alice_group}
     assert world.found(world.ctx("a"), "Miso OR photo") == {world.alice_dm, world.other_group}
-    assert world.found(world.ctx("a"), "cat NOT Miso") == {world.alice_group, world.thread, world.other_group}
+    assert world.found(world.ctx("a"), "cat NOT Miso") == {
+        world.alice_group,
+        world.thread,
+        world.other_group,
+    }
     assert world.found(world.ctx("a"), "vacu*") == {world.alice_dm}
 
 
 def test_limit_keeps_the_newest_sessions(world: World) -> None:
-    assert [r.session_id for r in world.search(world.ctx("a"), "cat", limit=2)] == [world.other_group,
-                                                                                     world.thread]
+    assert [r.session_id for r in world.search(world.ctx("a"), "cat", limit=2)] == [
+        world.other_group,
+        world.thread,
+    ]
 
 
-@pytest.mark.parametrize("query", ['cat AND (', '"unclosed', "e-mail", "NOT", "user's", "cat) OR (dog",
-                                   "*cat", "cat)) OR ((Pixel"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "cat AND (",
+        '"unclosed',
+        "e-mail",
+        "NOT",
+        "user's",
+        "cat) OR (dog",
+        "*cat",
+        "cat)) OR ((Pixel",
+    ],
+)
 async def test_bad_fts_syntax_is_a_clear_tool_error(world: World, query: str) -> None:
-    result = await build_registry(world.home).call("session_search", {"query": query}, world.ctx("a"))
+    result = await build_registry(world.home).call(
+        "session_search", {"query": query}, world.ctx("a")
+    )
     assert result.is_error
     assert result.text.startswith(f"Search query {query!r} is not valid full-text syntax (")
-    assert 'put words with punctuation such as e-mail in double quotes' in result.text
+    assert "put words with punctuation such as e-mail in double quotes" in result.text
 
 
 async def test_quoted_punctuation_works(world: World) -> None:
     world.say(world.alice_dm, "a", "My e-mail is on the fridge.")
-    result = await build_registry(world.home).call("session_search", {"query": '"e-mail"'}, world.ctx("a"))
+    result = await build_registry(world.home).call(
+        "session_search", {"query": '"e-mail"'}, world.ctx("a")
+    )
     assert not result.is_error and "«e-mail»" in result.text
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("東京", "下个月去«東京»旅行。"),           # two characters: shorter than a trigram
-    ("東京旅行", "下个月去«東京旅行»。"),
-    ("旅行 下个月", "«下个月»去東京«旅行»。"),   # every term must match, in any order
-    ("ラーメン", "昨日の«ラーメン»は美味しかった"),
-    ("ramen 美味", "昨日の«ramen»は«美味»しかった"),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("東京", "下个月去«東京»旅行。"),  # two characters: shorter than a trigram
+        ("東京旅行", "下个月去«東京旅行»。"),
+        ("旅行 下个月", "«下个月»去東京«旅行»。"),  # every term must match, in any order
+        ("ラーメン", "昨日の«ラーメン»は美味しかった"),
+        ("ramen 美味", "昨日の«ramen»は«美味»しかった"),
+    ],
+)
 def test_cjk_terms_match_inside_unspaced_text(world: World, query: str, expected: str) -> None:
     sid = world.session("dm", "a", "a")
     world.say(sid, "a", "下个月去東京旅行。")
@@ -188,8 +252,9 @@ def test_cjk_terms_match_inside_unspaced_text(world: World, query: str, expected
 
 
 async def test_tool_output_groups_snippets_by_session_with_dates(world: World) -> None:
-    result = await build_registry(world.home).call("session_search", {"query": "cat", "limit": 2},
-                                                   world.ctx("a"))
+    result = await build_registry(world.home).call(
+        "session_search", {"query": "cat", "limit": 2}, world.ctx("a")
+    )
     assert result == ToolResult(
         "Past conversations matching 'cat', newest first:\n"
         "\n"
@@ -197,24 +262,31 @@ async def test_tool_output_groups_snippets_by_session_with_dates(world: World) -
         "  [2025-03-01 17:00 user] Our team «cat» photo is ready.\n"
         "\n"
         "2025-03-01 (group, session 5):\n"
-        "  [2025-03-01 15:00 user] The «cats» in the office need a sitter.")
+        "  [2025-03-01 15:00 user] The «cats» in the office need a sitter."
+    )
 
 
 async def test_no_match_no_history_and_unknown_asker(world: World, tmp_path: Path) -> None:
     registry = build_registry(world.home)
-    assert await registry.call("session_search", {"query": "giraffe"}, world.ctx("a")) == ToolResult(
-        "No past conversations match 'giraffe'.")
+    assert await registry.call(
+        "session_search", {"query": "giraffe"}, world.ctx("a")
+    ) == ToolResult("No past conversations match 'giraffe'.")
     assert (await registry.call("session_search", {"query": "cat"}, world.ctx(None))) == ToolResult(
-        "Search is unavailable here: the person asking is unknown.", is_error=True)
+        "Search is unavailable here: the person asking is unknown.", is_error=True
+    )
     assert (await registry.call("session_search", {"query": "  "}, world.ctx("a"))) == ToolResult(
-        "The search query is empty.", is_error=True)
+        "The search query is empty.", is_error=True
+    )
     empty_home = tmp_path / "empty"
     empty = ToolContext(1, "telegram", "dm", "a", empty_home, empty_home / "state.db", chat_id="a")
     assert await registry.call("session_search", {"query": "cat"}, empty) == ToolResult(
-        "There is no conversation history yet.", is_error=True)
+        "There is no conversation history yet.", is_error=True
+    )
 
 
-@pytest.mark.parametrize("query", ["sid:{bob}", "{{sid content}}:{bob}", "cat OR sid:{bob}", "sid:({bob}) OR cat"])
+@pytest.mark.parametrize(
+    "query", ["sid:{bob}", "{{sid content}}:{bob}", "cat OR sid:{bob}", "sid:({bob}) OR cat"]
+)
 def test_column_filters_cannot_reach_other_sessions(world: World, query: str) -> None:
     query = query.format(bob=world.bob_dm)
     try:
@@ -233,11 +305,28 @@ def test_numbers_match_text_not_session_tokens(world: World) -> None:
 
 def test_index_triggers_follow_inserts_updates_and_deletes(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    sid = store.create_session(key="k", platform="web", chat_type="dm", chat_id="a", thread_id=None, user_id="a",
-                               parent_id=None, model=None, provider=None, now=T0).id
-    ids = [store.add_message(sid, role, text, now=T0, kind=kind) for role, text, kind in [
-        ("user", "plain words", "chat"), ("assistant", "東京の天気", "chat"), ("tool", "東京 tool output", "chat"),
-        ("user", "flush prompt 東京", "flush"), ("assistant", "mixed ramen 美味しい", "chat")]]
+    sid = store.create_session(
+        key="k",
+        platform="web",
+        chat_type="dm",
+        chat_id="a",
+        thread_id=None,
+        user_id="a",
+        parent_id=None,
+        model=None,
+        provider=None,
+        now=T0,
+    ).id
+    ids = [
+        store.add_message(sid, role, text, now=T0, kind=kind)
+        for role, text, kind in [
+            ("user", "plain words", "chat"),
+            ("assistant", "東京の天気", "chat"),
+            ("tool", "東京 tool output", "chat"),
+            ("user", "flush prompt 東京", "flush"),
+            ("assistant", "mixed ramen 美味しい", "chat"),
+        ]
+    ]
     conn = store.conn
 
     def indexed(table: str) -> list[int]:

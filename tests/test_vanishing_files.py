@@ -17,15 +17,20 @@ from tests.mediafiles import make_pdf
 from tests.test_webchat_media import say, start, upload
 
 
-async def test_a_platform_file_removed_mid_download(home: Path, fake_llm: FakeLLM,
-                                                    fake_telegram: FakeTelegram) -> None:
+async def test_a_platform_file_removed_mid_download(
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     pdf = make_pdf(["Quarterly report " + "padding " * 20_000])  # more than one 64 KB chunk
     async with running(home, fake_llm, fake_telegram):
         doc = fake_telegram.add_file(pdf, name="report.pdf", mime_type="application/pdf")
         key = next(iter(fake_telegram.shelf.files))
         fake_telegram.shelf.hold()
-        message(fake_telegram, message_id=5, caption="summarize",
-                document={**doc, "file_name": "report.pdf", "mime_type": "application/pdf"})
+        message(
+            fake_telegram,
+            message_id=5,
+            caption="summarize",
+            document={**doc, "file_name": "report.pdf", "mime_type": "application/pdf"},
+        )
         await fake_telegram.wait_until(lambda: fake_telegram.shelf.started[key] == 1)
         fake_telegram.shelf.remove(key)
         fake_telegram.shelf.release()
@@ -49,6 +54,7 @@ async def test_an_upload_removed_before_its_turn_reads_it(home: Path) -> None:
 
     from tests.test_forget_running import HeldLLM
     from tests.test_webchat_media import auth
+
     llm = HeldLLM()
     await llm.start()
     daemon = await start(home, llm)
@@ -88,5 +94,7 @@ async def test_an_upload_removed_before_its_turn_reads_it(home: Path) -> None:
         await llm.stop()
     told = "I couldn't use later.pdf: it could not be downloaded: the upload is gone"
     assert told in " ".join(answers)
-    assert any(a.startswith("echo: second\n[The user sent later.pdf, but it could not be used:")
-               for a in answers), answers
+    assert any(
+        a.startswith("echo: second\n[The user sent later.pdf, but it could not be used:")
+        for a in answers
+    ), answers

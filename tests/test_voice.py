@@ -36,17 +36,21 @@ from tests.test_people_cli import gateway
 
 # ----------------------------------------------------------------------------------- what is spoken
 def test_code_blocks_urls_pictures_and_marks_are_not_spoken() -> None:
-    answer = ("## Steps\n\n1. Open **Settings** → _Privacy_.\n"
-              "2. Run `ls -la` and see [the guide](https://x.io/g).\n\n"
-              "```bash\nrm -rf /tmp/cache\n```\n\n    indented code too\n\n"
-              "![chart](https://x.io/c.png)\n\n> Quoted advice, <b>bold</b> html.\n\n"
-              "| tool | cost |\n|---|---|\n| curl | free |\n\n"
-              "Links: https://example.com/a?b=1 and www.example.org/x, mail me@example.com; "
-              "snake_case_name.")
+    answer = (
+        "## Steps\n\n1. Open **Settings** → _Privacy_.\n"
+        "2. Run `ls -la` and see [the guide](https://x.io/g).\n\n"
+        "```bash\nrm -rf /tmp/cache\n```\n\n    indented code too\n\n"
+        "![chart](https://x.io/c.png)\n\n> Quoted advice, <b>bold</b> html.\n\n"
+        "| tool | cost |\n|---|---|\n| curl | free |\n\n"
+        "Links: https://example.com/a?b=1 and www.example.org/x, mail me@example.com; "
+        "snake_case_name."
+    )
     said = spoken_text(answer, 1000)
-    assert said == ("Steps.\nOpen Settings → Privacy.\nRun ls -la and see the guide.\n"
-                    "Quoted advice, bold html.\ntool, cost.\ncurl, free.\n"
-                    "Links: and mail me@example.com; snake case name.")
+    assert said == (
+        "Steps.\nOpen Settings → Privacy.\nRun ls -la and see the guide.\n"
+        "Quoted advice, bold html.\ntool, cost.\ncurl, free.\n"
+        "Links: and mail me@example.com; snake case name."
+    )
     for gone in ("rm -rf", "indented", "http", "www.", "chart", "**", "`", "#", "|", "<b>"):
         assert gone not in said
 
@@ -90,8 +94,9 @@ async def test_a_missing_program_a_stuck_one_and_a_flood_are_each_a_speech_error
 
 
 @pytest.mark.parametrize("prlimit", [True, False])
-async def test_the_child_gets_a_file_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                prlimit: bool) -> None:
+async def test_the_child_gets_a_file_size_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prlimit: bool
+) -> None:
     """Through util-linux's prlimit, and (on a machine without it) set on the started child."""
     if not prlimit:
         monkeypatch.setattr(process, "_prlimit", lambda: None)
@@ -106,8 +111,12 @@ async def test_the_child_gets_a_file_size_limit(tmp_path: Path, monkeypatch: pyt
 
 # ----------------------------------------------------------------------------------------- encoding
 async def espeak_wav(text: str) -> bytes:
-    return await run_tool(["espeak-ng", "--stdout", "-b", "1"], stdin=text.encode(), timeout_s=30,
-                          max_output=50_000_000)
+    return await run_tool(
+        ["espeak-ng", "--stdout", "-b", "1"],
+        stdin=text.encode(),
+        timeout_s=30,
+        max_output=50_000_000,
+    )
 
 
 async def test_speech_becomes_an_ogg_opus_note_with_its_duration_and_a_waveform() -> None:
@@ -135,6 +144,7 @@ async def test_a_note_is_cut_at_max_seconds_and_garbage_or_silence_is_refused() 
 
 def test_the_waveform_has_at_most_256_points_none_under_100_ms() -> None:
     import array
+
     samples = array.array("h", [0, 1000, -32000, 5] * 250_000)  # 1,000 s at 1 kHz
     assert len(waveform(samples, 1000.0)) == 256
     assert len(waveform(array.array("h", [0, 100] * 150), 0.3)) == 3
@@ -190,8 +200,11 @@ def test_voice_and_models_keys_are_checked_with_file_and_line(home: Path) -> Non
     said = str(found.value)
     assert ":2: voice.replies: expected one of auto, always, never; got 'sometimes'" in said
     assert ":4: voice.tts.provider: expected one of openai, espeak; got 'festival'" in said
-    write_config(home, extra="models:\n  fast:\n    provider: openai\n    name: m\n  'no spaces':\n"
-                             "    provider: openai\n    name: m\n")
+    write_config(
+        home,
+        extra="models:\n  fast:\n    provider: openai\n    name: m\n  'no spaces':\n"
+        "    provider: openai\n    name: m\n",
+    )
     with pytest.raises(ConfigError, match=r":5: models.no spaces: 'no spaces' cannot name a model"):
         load_config(home, env={})
     write_config(home, extra="models:\n  default:\n    provider: openai\n    name: m\n")
@@ -212,18 +225,27 @@ def no_espeak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_config_check_and_doctor_say_which_program_is_missing(
-        home: Path, no_espeak: None, capsys: pytest.CaptureFixture[str]) -> None:
-    write_config(home, extra="web:\n  enabled: false\nvoice:\n  replies: always\n  tts:\n"
-                             "    provider: espeak\n")
+    home: Path, no_espeak: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_config(
+        home,
+        extra="web:\n  enabled: false\nvoice:\n  replies: always\n  tts:\n    provider: espeak\n",
+    )
     assert missing_tools(TtsConfig(provider="espeak")) == ["espeak-ng"]
     assert main(["--home", str(home), "config", "check"]) == 78
     said = capsys.readouterr().err
-    assert said == (f"{home / 'config.yaml'}:6: voice.tts.provider: provider espeak needs "
-                    "espeak-ng, which is not installed (apt-get install espeak-ng)\n")
+    assert said == (
+        f"{home / 'config.yaml'}:6: voice.tts.provider: provider espeak needs "
+        "espeak-ng, which is not installed (apt-get install espeak-ng)\n"
+    )
     checks = asyncio.run(Doctor(home, {}).run())
     voice = [c.line() for c in checks if c.name == "voice"]
-    assert voice == [("FAIL voice     voice.tts: provider espeak needs espeak-ng, which is not "
-                      "installed (apt-get install espeak-ng) — fix: apt-get install espeak-ng")]
+    assert voice == [
+        (
+            "FAIL voice     voice.tts: provider espeak needs espeak-ng, which is not "
+            "installed (apt-get install espeak-ng) — fix: apt-get install espeak-ng"
+        )
+    ]
 
 
 def test_doctor_says_ok_with_the_programs_there(home: Path) -> None:
@@ -231,12 +253,14 @@ def test_doctor_says_ok_with_the_programs_there(home: Path) -> None:
     write_config(home, extra="web:\n  enabled: false\nvoice:\n  tts:\n    provider: espeak\n")
     checks = asyncio.run(Doctor(home, {}).run())
     assert [c.line() for c in checks if c.name == "voice"] == [
-        "ok   voice     speech from espeak-ng, encoded by ffmpeg (voice.replies: auto)"]
+        "ok   voice     speech from espeak-ng, encoded by ffmpeg (voice.replies: auto)"
+    ]
     assert main(["--home", str(home), "config", "check"]) == 0
 
 
 async def test_forgetting_a_person_takes_their_voice_setting_and_model_choice(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with gateway(home, fake_llm) as (gw, adapters):
         tg = adapters["telegram"]
         await say(gw, tg, "hello", chat_id="1", user_id="1")
@@ -258,8 +282,12 @@ async def test_the_limits_hold_from_the_child_s_first_instruction() -> None:
     are set before it starts (util-linux's prlimit execs it), not from here after it has started,
     which a fast child beat 16 times in 20."""
     for _ in range(5):
-        out = await run_tool(["sh", "-c", "ulimit -v; ulimit -t; ulimit -f"], timeout_s=5,
-                             max_output=1000, max_file_bytes=5000)
+        out = await run_tool(
+            ["sh", "-c", "ulimit -v; ulimit -t; ulimit -f"],
+            timeout_s=5,
+            max_output=1000,
+            max_file_bytes=5000,
+        )
         assert out.decode().split() == [str(MEMORY_BYTES // 1024), "6", str(5000 // 512)]
 
 
@@ -267,7 +295,9 @@ def test_control_characters_and_espeak_s_phoneme_brackets_are_not_spoken() -> No
     """Terminal colours, bells, bidi overrides and zero-width characters are not words (and the
     transcript a web page shows must not carry them); espeak-ng reads `[[…]]` as phoneme codes,
     so a wiki link `[[Main Page]]` came out as "see for more"."""
-    answer = ("A \x07bell, \x1b[31mred\x1b[0m text, \u202eevil\u202c and zero\u200bwidth; "
-              "see [[Main Page]] for more.\nTabs\there.")
+    answer = (
+        "A \x07bell, \x1b[31mred\x1b[0m text, \u202eevil\u202c and zero\u200bwidth; "
+        "see [[Main Page]] for more.\nTabs\there."
+    )
     said = spoken_text(answer, 500)
     assert said == "A bell, red text, evil and zerowidth; see Main Page for more. Tabs here."

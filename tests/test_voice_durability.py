@@ -26,8 +26,9 @@ class SpeakingAdapter(DyingAdapter):
 
     async def send_audio(self, audio: OutboundAudio) -> str:
         assert audio.data.startswith(b"OggS") and audio.duration_s > 0
-        note = OutboundMessage(chat=audio.chat, text=SPOKEN + audio.transcript, plain="",
-                               key=audio.key)
+        note = OutboundMessage(
+            chat=audio.chat, text=SPOKEN + audio.transcript, plain="", key=audio.key
+        )
         return await self.send(note)
 
 
@@ -35,26 +36,35 @@ def long_answer(text: str, users: int) -> str:
     return f"re: {text}\n\n" + "\n".join(f"line {n:03d} of a long answer" for n in range(180))
 
 
-SCENARIO = Scenario("an answer in several chunks, then its voice note", before=("hi",),
-                    text="tell me", answer=long_answer)
+SCENARIO = Scenario(
+    "an answer in several chunks, then its voice note",
+    before=("hi",),
+    text="tell me",
+    answer=long_answer,
+)
 
 
 def home_for(tmp_path: Path, name: str, platform: str) -> Path:
     home = tmp_path / name
     home.mkdir()
-    write_config(home, extra=f"web:\n  enabled: false\n{platform}:\n  token: '123:abc'\n"
-                             "  allowed_users: ['42']\nvoice:\n  replies: always\n  max_chars: 80\n"
-                             "  tts:\n    provider: espeak\n")
+    write_config(
+        home,
+        extra=f"web:\n  enabled: false\n{platform}:\n  token: '123:abc'\n"
+        "  allowed_users: ['42']\nvoice:\n  replies: always\n  max_chars: 80\n"
+        "  tts:\n    provider: espeak\n",
+    )
     return home
 
 
 @pytest.mark.parametrize("platform", ["telegram", "discord"])
 async def test_a_crash_anywhere_loses_and_doubles_no_voice_note(
-        tmp_path: Path, platform: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(crashpoints, "DyingAdapter", SpeakingAdapter)
-    clean, baseline, _ = await run_with_crash(home_for(tmp_path, "clean", platform), platform,
-                                              SCENARIO)
-    expected = clean.texts()[len(clean.sent) - baseline.sends:]
+    clean, baseline, _ = await run_with_crash(
+        home_for(tmp_path, "clean", platform), platform, SCENARIO
+    )
+    expected = clean.texts()[len(clean.sent) - baseline.sends :]
     chunks = 2 if platform == "telegram" else 3
     assert [t.startswith(SPOKEN) for t in expected] == [False] * chunks + [True]  # text, then voice
     assert expected[-1] == SPOKEN + SAID
@@ -64,9 +74,9 @@ async def test_a_crash_anywhere_loses_and_doubles_no_voice_note(
     for point in points:
         home = home_for(tmp_path, "-".join(map(str, *point.items())), platform)
         record, life, _ = await run_with_crash(home, platform, SCENARIO, **point)
-        got = record.texts()[len(clean.sent) - baseline.sends:]
+        got = record.texts()[len(clean.sent) - baseline.sends :]
         k = life.died_after_send if platform != "discord" else 0
-        allowed = expected[:k] + expected[k - 1:] if k else expected
+        allowed = expected[:k] + expected[k - 1 :] if k else expected
         if got != allowed:
             failures.append(f"died at {point}: user saw {[t[:30] for t in got]}")
     assert not failures, "\n".join(failures)

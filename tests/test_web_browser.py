@@ -1,8 +1,10 @@
-"""The web chat's login and its cross-origin refusal in a real browser (headless Chromium driven by Playwright).
+"""The web chat's login and its cross-origin refusal in a
+real browser (headless Chromium driven by Playwright).
 
-A page on another port of the same host is same-site, so the browser sends it the owner's SameSite=Strict cookie:
-only the Origin check stands between that page and the owner's chat. Skipped only where Chromium or Playwright is
-missing outside CI; in CI their absence fails the run (tests/browser.py).
+A page on another port of the same host is same-site, so the browser sends it the owner's
+SameSite=Strict cookie: only the Origin check stands between that page and the owner's chat. Skipped
+only where Chromium or Playwright is missing outside CI; in CI their absence fails the run
+(tests/browser.py).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ ws.onerror = () => { document.title = "refused"; };
 async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
     write_config(home, provider="anthropic", base_url=fake_llm.base_url, extra="web:\n  port: 0\n")
     config = load_config(home, env={})
-    d = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
-               install_signals=False)
+    d = Daemon(
+        build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+        install_signals=False,
+    )
     await d.start()
     try:
         yield d
@@ -51,6 +55,7 @@ async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
 async def serve_page(html: str) -> tuple[web.AppRunner, int]:
     async def page(request: web.Request) -> web.Response:
         return web.Response(text=html, content_type="text/html")
+
     app = web.Application()
     app.router.add_get("/", page)
     runner = web.AppRunner(app)
@@ -60,8 +65,9 @@ async def serve_page(html: str) -> tuple[web.AppRunner, int]:
     return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
 
-async def test_the_owner_logs_in_and_chats_and_another_page_cannot(browser: Browser, daemon: Daemon,
-                                                                   home: Path) -> None:
+async def test_the_owner_logs_in_and_chats_and_another_page_cannot(
+    browser: Browser, daemon: Daemon, home: Path
+) -> None:
     base = f"http://127.0.0.1:{daemon.web_port}"
     context = await browser.new_context()
     page = await context.new_page()
@@ -76,7 +82,8 @@ async def test_the_owner_logs_in_and_chats_and_another_page_cannot(browser: Brow
 
     runner, port = await serve_page(EVIL_PAGE % {"port": daemon.web_port})
     try:
-        evil = await context.new_page()  # same browser, same cookie jar, same site (127.0.0.1), other origin
+        # same browser, same cookie jar, same site (127.0.0.1), other origin
+        evil = await context.new_page()
         await evil.goto(f"http://127.0.0.1:{port}/")
         await evil.wait_for_function("document.title !== 'waiting'", timeout=15_000)
         assert await evil.title() == "refused"

@@ -1,7 +1,8 @@
-"""Files in the web chat, in a real browser (headless Chromium driven by Playwright, tests/browser.py): the owner
-picks a picture and a text file with 📎, sees them as chips, sends them with a question, and the model gets the
-picture as an image block and the file's text; a reload shows what they sent, not what the model read; a file over
-the limit is refused on the page with its reason, and nothing is sent.
+"""Files in the web chat, in a real browser (headless Chromium driven by Playwright,
+tests/browser.py): the owner picks a picture and a text file with 📎, sees them as chips, sends them
+with a question, and the model gets the picture as an image block and the file's text; a reload
+shows what they sent, not what the model read; a file over the limit is refused on the page with its
+reason, and nothing is sent.
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ pytestmark = needs_browser()
 
 @pytest.fixture
 async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url,
-                 extra="web:\n  port: 0\nmedia:\n  max_bytes: 300000\n")
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=fake_llm.base_url,
+        extra="web:\n  port: 0\nmedia:\n  max_bytes: 300000\n",
+    )
     config = load_config(home, env={})
-    d = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
-               install_signals=False)
+    d = Daemon(
+        build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False),
+        install_signals=False,
+    )
     await d.start()
     try:
         yield d
@@ -60,10 +67,16 @@ async def texts(page: Page, selector: str) -> list[str]:
 
 
 async def test_the_owner_sends_a_picture_and_a_file_and_the_model_gets_them(
-        browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM
+) -> None:
     page = await opened(browser, daemon, home)
-    await page.set_input_files("#picker", [file("garden.png", "image/png", picture(2400, 1600, fmt="PNG")),
-                                           file("plan.md", "text/markdown", b"# Plan\n- water the tomatoes\n")])
+    await page.set_input_files(
+        "#picker",
+        [
+            file("garden.png", "image/png", picture(2400, 1600, fmt="PNG")),
+            file("plan.md", "text/markdown", b"# Plan\n- water the tomatoes\n"),
+        ],
+    )
     assert await texts(page, "#files span") == ["📎 garden.png", "📎 plan.md"]
     await page.fill("#input", "what should I do first?")
     await page.press("#input", "Enter")
@@ -78,7 +91,9 @@ async def test_the_owner_sends_a_picture_and_a_file_and_the_model_gets_them(
     assert content[0]["source"]["media_type"] == "image/jpeg"
     assert image_size(base64.b64decode(content[0]["source"]["data"])) == (1313, 875)
     said = content[1]["text"]
-    assert said.startswith("what should I do first?\n[image: garden.png]\n[Document: plan.md (text/markdown, ")
+    assert said.startswith(
+        "what should I do first?\n[image: garden.png]\n[Document: plan.md (text/markdown, "
+    )
     assert '<document name="plan.md">\n# Plan\n- water the tomatoes\n\n</document>' in said
 
     await page.reload()  # the history shows what the owner sent: their words and the files' names
@@ -86,8 +101,9 @@ async def test_the_owner_sends_a_picture_and_a_file_and_the_model_gets_them(
     assert await texts(page, ".msg.me") == ["what should I do first?\n📎 garden.png\n📎 plan.md"]
 
 
-async def test_a_file_over_the_limit_is_refused_on_the_page(browser: Browser, daemon: Daemon, home: Path,
-                                                            fake_llm: FakeLLM) -> None:
+async def test_a_file_over_the_limit_is_refused_on_the_page(
+    browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM
+) -> None:
     page = await opened(browser, daemon, home)
     await page.set_input_files("#picker", [file("huge.log", "text/plain", b"x" * 400_000)])
     await page.press("#input", "Enter")
@@ -99,10 +115,13 @@ async def test_a_file_over_the_limit_is_refused_on_the_page(browser: Browser, da
 
 
 async def test_a_failed_message_is_retried_with_its_files_even_after_a_reload(
-        browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM
+) -> None:
     page = await opened(browser, daemon, home)
     fake_llm.script(Fault(400))
-    await page.set_input_files("#picker", [file("receipt.png", "image/png", picture(300, 200, fmt="PNG"))])
+    await page.set_input_files(
+        "#picker", [file("receipt.png", "image/png", picture(300, 200, fmt="PNG"))]
+    )
     await page.fill("#input", "how much?")
     await page.press("#input", "Enter")
     await page.locator(".me.failed").wait_for(timeout=15_000)

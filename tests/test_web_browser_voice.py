@@ -27,8 +27,12 @@ pytestmark = needs_browser()
 
 @pytest.fixture
 async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
-    write_config(home, provider="anthropic", base_url=fake_llm.base_url,
-                 extra="web:\n  port: 0\nvoice:\n  tts:\n    provider: espeak\n")
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=fake_llm.base_url,
+        extra="web:\n  port: 0\nvoice:\n  tts:\n    provider: espeak\n",
+    )
     config = load_config(home, env={})
     gw = build_gateway(config, env={}, adapters=platform_adapters(config), probe_ollama=False)
     d = Daemon(gw, install_signals=False)
@@ -40,7 +44,8 @@ async def daemon(home: Path, fake_llm: FakeLLM) -> AsyncIterator[Daemon]:
 
 
 async def test_the_owner_hears_the_answer_in_a_player_under_it(
-        browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM) -> None:
+    browser: Browser, daemon: Daemon, home: Path, fake_llm: FakeLLM
+) -> None:
     page = await (await browser.new_context()).new_page()
     await page.goto(f"http://127.0.0.1:{daemon.web_port}/?token={load_web_secret(home)}")
     await page.wait_for_function("document.getElementById('status').textContent === 'connected'")
@@ -48,13 +53,17 @@ async def test_the_owner_hears_the_answer_in_a_player_under_it(
     await page.press("#input", "Enter")
     notice = page.locator(".msg.notice").get_by_text("Voice replies are on in this chat")
     await notice.wait_for(timeout=15_000)
-    fake_llm.script(Reply("The **tomatoes** want water every morning; see https://example.com/tomatoes."))
+    fake_llm.script(
+        Reply("The **tomatoes** want water every morning; see https://example.com/tomatoes.")
+    )
     await page.fill("#input", "when do I water?")
     await page.press("#input", "Enter")
     await page.locator(".msg.voice audio").wait_for(timeout=30_000)
     duration = await page.wait_for_function(
         "(() => { const a = document.querySelector('.msg.voice audio');"
-        " return a.duration > 0 && a.duration })()", timeout=15_000)
+        " return a.duration > 0 && a.duration })()",
+        timeout=15_000,
+    )
     assert 1.0 < await duration.json_value() < 30.0  # Chromium decoded the Ogg/Opus note's length
     classes = await page.eval_on_selector_all("#log .msg", "els => els.map(e => e.className)")
     assert classes[-2:] == ["msg bot", "msg bot voice"]  # the answer, then its voice note

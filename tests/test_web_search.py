@@ -1,5 +1,6 @@
-"""web_search against fakes of the three providers' APIs (tests/fakes/websearch.py), through the real gateway
-graph: the key from the environment, results as the model reads them, refusals as tool errors."""
+"""web_search against fakes of the three providers' APIs (tests/fakes/websearch.py), through the
+real gateway graph: the key from the environment, results as the model reads them, refusals as tool
+errors."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ async def search_api() -> AsyncIterator[FakeWebSearch]:
 
 def _section(provider: str, fake: FakeWebSearch) -> str:
     base = fake.brave_base_url if provider == "brave" else fake.base_url
-    key = {"brave": "\n            api_key_env: BRAVE_API_KEY", "tavily": "\n            api_key_env: TAVILY_API_KEY",
-           "searxng": ""}[provider]
+    key = {
+        "brave": "\n            api_key_env: BRAVE_API_KEY",
+        "tavily": "\n            api_key_env: TAVILY_API_KEY",
+        "searxng": "",
+    }[provider]
     return f"""\
         tools:
           web_search:
@@ -35,8 +39,14 @@ def _section(provider: str, fake: FakeWebSearch) -> str:
         """
 
 
-async def _search(home: Path, llm: FakeLLM, provider: str, fake: FakeWebSearch, query: str,
-                  env: dict[str, str] | None = None) -> dict[str, Any]:
+async def _search(
+    home: Path,
+    llm: FakeLLM,
+    provider: str,
+    fake: FakeWebSearch,
+    query: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     write_config(home, base_url=llm_url(llm, "anthropic"), extra=_section(provider, fake))
     adapter = RecordingAdapter()
     llm.script(ToolCall("web_search", {"query": query, "count": 2}), Reply("found"))
@@ -52,13 +62,19 @@ async def _search(home: Path, llm: FakeLLM, provider: str, fake: FakeWebSearch, 
         gw.store.close()
     first, second = llm.anthropic_requests()[-2:]
     assert "web_search" in [t["name"] for t in first["tools"]]
-    return next(b for m in second["messages"] if isinstance(m["content"], list) for b in m["content"]
-                if b.get("type") == "tool_result")
+    return next(
+        b
+        for m in second["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    )
 
 
 @pytest.mark.parametrize("provider", ["searxng", "brave", "tavily"])
-async def test_each_provider_returns_results_to_the_model(provider: str, home: Path, fake_llm: FakeLLM,
-                                                          search_api: FakeWebSearch) -> None:
+async def test_each_provider_returns_results_to_the_model(
+    provider: str, home: Path, fake_llm: FakeLLM, search_api: FakeWebSearch
+) -> None:
     result = await _search(home, fake_llm, provider, search_api, "tidal power")
     text = result["content"]
     assert not result.get("is_error")
@@ -75,16 +91,20 @@ async def test_each_provider_returns_results_to_the_model(provider: str, home: P
         assert call.query == {"q": "tidal power", "format": "json"}
 
 
-async def test_a_rate_limit_is_a_tool_error(home: Path, fake_llm: FakeLLM, search_api: FakeWebSearch) -> None:
+async def test_a_rate_limit_is_a_tool_error(
+    home: Path, fake_llm: FakeLLM, search_api: FakeWebSearch
+) -> None:
     search_api.fail("brave", Fault(429, headers={"Retry-After": "7"}))
     result = await _search(home, fake_llm, "brave", search_api, "tidal")
     assert result["is_error"] and "rate-limiting searches for 7 s" in result["content"]
 
 
-async def test_a_wrong_key_is_reported_without_the_key(home: Path, fake_llm: FakeLLM,
-                                                       search_api: FakeWebSearch) -> None:
-    result = await _search(home, fake_llm, "tavily", search_api, "tidal",
-                           env={"TAVILY_API_KEY": "tvly-wrong-secret"})
+async def test_a_wrong_key_is_reported_without_the_key(
+    home: Path, fake_llm: FakeLLM, search_api: FakeWebSearch
+) -> None:
+    result = await _search(
+        home, fake_llm, "tavily", search_api, "tidal", env={"TAVILY_API_KEY": "tvly-wrong-secret"}
+    )
     assert result["is_error"] and "refused the API key" in result["content"]
     assert "tvly-wrong-secret" not in result["content"]
 

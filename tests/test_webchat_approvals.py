@@ -32,13 +32,21 @@ Frame = dict[str, Any]
 
 
 @asynccontextmanager
-async def daemon(home: Path, llm: FakeLLM, folder: Path,
-                 clock: FakeClock | None = None) -> AsyncIterator[Daemon]:
+async def daemon(
+    home: Path, llm: FakeLLM, folder: Path, clock: FakeClock | None = None
+) -> AsyncIterator[Daemon]:
     write_config(home, base_url=llm.base_url, extra="web:\n  port: 0\n" + mcp_yaml(folder))
     config = load_config(home, env={})
-    running = Daemon(build_gateway(config, env={}, adapters=platform_adapters(config),
-                                   probe_ollama=False,
-                                   clock=clock or FakeClock()), install_signals=False)
+    running = Daemon(
+        build_gateway(
+            config,
+            env={},
+            adapters=platform_adapters(config),
+            probe_ollama=False,
+            clock=clock or FakeClock(),
+        ),
+        install_signals=False,
+    )
     await running.start()
     try:
         yield running
@@ -68,14 +76,16 @@ class Tab:
                     return found[-1]
                 self._changed.clear()
                 await self._changed.wait()
+
         return await asyncio.wait_for(loop(), timeout)
 
     async def say(self, text: str) -> None:
         await self.ws.send_str(json.dumps({"text": text}))
 
     async def click(self, choices: Frame, value: str) -> None:
-        await self.ws.send_str(json.dumps({"type": "choice", "token": choices["token"],
-                                           "value": value}))
+        await self.ws.send_str(
+            json.dumps({"type": "choice", "token": choices["token"], "value": value})
+        )
 
     def replies(self) -> list[str]:
         return [f["text"] for f in self.frames if f["type"] == "message" and f["kind"] == "reply"]
@@ -84,8 +94,10 @@ class Tab:
 @asynccontextmanager
 async def tab(home: Path, port: int, client: str = "tab1") -> AsyncIterator[Tab]:
     headers = {"Authorization": f"Bearer {load_web_secret(home)}"}
-    async with aiohttp.ClientSession() as http, \
-            http.ws_connect(f"http://127.0.0.1:{port}/ws?client={client}", headers=headers) as ws:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"http://127.0.0.1:{port}/ws?client={client}", headers=headers) as ws,
+    ):
         opened = Tab(ws)
         try:
             yield opened
@@ -102,10 +114,13 @@ def update_of(message_id: str) -> Callable[[Frame], bool]:
 
 
 async def test_another_tab_is_refused_and_allow_once_runs_once(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted the report."))
-    async with daemon(home, fake_llm, tmp_path) as running, \
-            tab(home, running.web_port or 0) as owner:
+    async with (
+        daemon(home, fake_llm, tmp_path) as running,
+        tab(home, running.web_port or 0) as owner,
+    ):
         await owner.say("delete the report")
         asked = await owner.wait(request)
         labels = [o["label"] for o in asked["choices"]["options"]]
@@ -130,10 +145,13 @@ async def test_another_tab_is_refused_and_allow_once_runs_once(
 
 
 async def test_deny_runs_nothing_and_the_model_says_so(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("All right, /srv/a stays."))
-    async with daemon(home, fake_llm, tmp_path) as running, \
-            tab(home, running.web_port or 0) as owner:
+    async with (
+        daemon(home, fake_llm, tmp_path) as running,
+        tab(home, running.web_port or 0) as owner,
+    ):
         await owner.say("delete /srv/a")
         asked = await owner.wait(request)
         await owner.click(asked["choices"], "deny")
@@ -145,18 +163,23 @@ async def test_deny_runs_nothing_and_the_model_says_so(
 
 
 async def test_a_restart_while_pending_then_allow_from_the_reloaded_tab(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """After the restart a reloaded tab gets the request, with its buttons, in its history; a click
     on them completes the turn once."""
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted /srv/b."))
     clock = FakeClock()
-    async with daemon(home, fake_llm, tmp_path, clock) as running, \
-            tab(home, running.web_port or 0) as owner:
+    async with (
+        daemon(home, fake_llm, tmp_path, clock) as running,
+        tab(home, running.web_port or 0) as owner,
+    ):
         await owner.say("delete /srv/b")
         asked = await owner.wait(request)
     clock.advance(minutes=3)
-    async with daemon(home, fake_llm, tmp_path, clock) as running, \
-            tab(home, running.web_port or 0) as owner:
+    async with (
+        daemon(home, fake_llm, tmp_path, clock) as running,
+        tab(home, running.web_port or 0) as owner,
+    ):
         history = await owner.wait(lambda f: f["type"] == "history")
         (shown,) = [line for line in history["messages"] if line.get("choices")]
         assert (shown["id"], shown["choices"]["token"]) == (asked["id"], asked["choices"]["token"])
@@ -168,12 +191,16 @@ async def test_a_restart_while_pending_then_allow_from_the_reloaded_tab(
 
 
 async def test_an_expired_request_runs_nothing(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}),
-                    Reply("Nobody allowed it, so /srv/c stays."))
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        ToolCall(DELETE, {"path": "/srv/c"}), Reply("Nobody allowed it, so /srv/c stays.")
+    )
     clock = FakeClock()
-    async with daemon(home, fake_llm, tmp_path, clock) as running, \
-            tab(home, running.web_port or 0) as owner:
+    async with (
+        daemon(home, fake_llm, tmp_path, clock) as running,
+        tab(home, running.web_port or 0) as owner,
+    ):
         assert running.gw.waits is not None
         await owner.say("delete /srv/c")
         asked = await owner.wait(request)
@@ -186,11 +213,16 @@ async def test_an_expired_request_runs_nothing(
 
 
 async def test_ask_with_two_options_returns_the_clicked_one(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    fake_llm.script(ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
-                    Reply("Coffee it is."))
-    async with daemon(home, fake_llm, tmp_path) as running, \
-            tab(home, running.web_port or 0) as owner:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
+        Reply("Coffee it is."),
+    )
+    async with (
+        daemon(home, fake_llm, tmp_path) as running,
+        tab(home, running.web_port or 0) as owner,
+    ):
         await owner.say("make me a drink")
         asked = await owner.wait(request)
         labels = [o["label"] for o in asked["choices"]["options"]]
@@ -204,13 +236,15 @@ async def test_ask_with_two_options_returns_the_clicked_one(
 
 @needs_browser()
 async def test_the_buttons_in_a_real_browser(
-        browser: Browser, home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    browser: Browser, home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted the report."))
     async with daemon(home, fake_llm, tmp_path) as running:
         page = await (await browser.new_context(viewport={"width": 900, "height": 640})).new_page()
         await page.goto(f"http://127.0.0.1:{running.web_port}/?token={load_web_secret(home)}")
         await page.wait_for_function(
-            "document.getElementById('status').textContent === 'connected'")
+            "document.getElementById('status').textContent === 'connected'"
+        )
         await page.fill("#input", "please delete the report")
         await page.press("#input", "Enter")
         allow = page.get_by_role("button", name="Allow once")

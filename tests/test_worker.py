@@ -48,11 +48,13 @@ async def worker() -> AsyncIterator[Worker]:
 
 
 async def test_values_go_both_ways_and_a_dataclass_comes_back_checked(worker: Worker) -> None:
-    got = await worker.run(jobs.echo, 1, "ä", b"\x00\xff", [None, 2.5, True], {"k": b"v"},
-                           Path("/x"), limits=QUICK)
+    got = await worker.run(
+        jobs.echo, 1, "ä", b"\x00\xff", [None, 2.5, True], {"k": b"v"}, Path("/x"), limits=QUICK
+    )
     assert got == [1, "ä", b"\x00\xff", [None, 2.5, True], {"k": b"v"}, Path("/x")]
-    assert await worker.run(jobs.sized, "n", b"abc", limits=QUICK, returns=jobs.Sized) == \
-        jobs.Sized("n", b"abc", 3)
+    assert await worker.run(
+        jobs.sized, "n", b"abc", limits=QUICK, returns=jobs.Sized
+    ) == jobs.Sized("n", b"abc", 3)
     assert worker.started == 1 and worker.pid is not None and worker.pid != os.getpid()
 
 
@@ -75,7 +77,8 @@ async def test_a_jobs_refusal_comes_back_as_itself_and_the_child_lives_on(worker
 
 
 async def test_past_its_cpu_seconds_the_child_is_ended_and_the_next_job_gets_a_new_one(
-        worker: Worker) -> None:
+    worker: Worker,
+) -> None:
     first = await worker.run(jobs.pid, limits=QUICK)
     with pytest.raises(WorkerFailed) as failed:
         await worker.run(jobs.spin, limits=JobLimits(cpu_s=1, wall_s=300))
@@ -105,8 +108,9 @@ async def test_past_its_memory_the_job_fails_and_the_child_starts_afresh(worker:
 
 
 @pytest.mark.parametrize("job", [jobs.crash, jobs.forge, jobs.wrong_shape])
-async def test_a_crash_or_a_forged_answer_costs_one_job(worker: Worker,
-                                                        job: Callable[..., Any]) -> None:
+async def test_a_crash_or_a_forged_answer_costs_one_job(
+    worker: Worker, job: Callable[..., Any]
+) -> None:
     """A segfault, a frame announcing 4 GB, fields of the wrong type: the job fails, that's all."""
     first = await worker.run(jobs.pid, limits=QUICK)
     with pytest.raises(WorkerFailed) as failed:
@@ -117,8 +121,9 @@ async def test_a_crash_or_a_forged_answer_costs_one_job(worker: Worker,
         await until(lambda: not alive(first))
 
 
-async def test_a_cancelled_caller_takes_its_job_down_with_it(worker: Worker,
-                                                             tmp_path: Path) -> None:
+async def test_a_cancelled_caller_takes_its_job_down_with_it(
+    worker: Worker, tmp_path: Path
+) -> None:
     started = tmp_path / "started"
     spin = worker.run(jobs.touch_and_spin, str(started), limits=QUICK)
     call = asyncio.create_task(spin)
@@ -188,8 +193,15 @@ async def test_the_child_dies_with_its_parent(tmp_path: Path, state: str) -> Non
     started = tmp_path / "started"
     root = str(Path(__file__).resolve().parent.parent)
     parent = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", PARENT, state, str(started), stdout=asyncio.subprocess.PIPE,
-        cwd=root, env={**os.environ, "PYTHONPATH": root})
+        sys.executable,
+        "-c",
+        PARENT,
+        state,
+        str(started),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     try:
         assert parent.stdout is not None
         child = int(await asyncio.wait_for(parent.stdout.readline(), 60))
@@ -211,14 +223,18 @@ def test_the_wire_refuses_what_is_not_a_frame() -> None:
     value = {"ok": [b"blob", "text", {"k": None}]}
     frame = encode(value)
     header, _ = split(frame[:12])
-    assert decode(frame[12:12 + header], frame[12 + header:]) == value
+    assert decode(frame[12 : 12 + header], frame[12 + header :]) == value
     with pytest.raises(WireError, match="over the cap"):
         split(b"\xff\xff\xff\xff" + bytes(8))
     deep = b'{"v": ' + b'{"l": [' * 5000 + b"]}" * 5000 + b', "sizes": []}'
-    for head, body in [(b"not json", b""), (b'{"v": 1, "sizes": [5]}', b"abc"),
-                       (b'{"v": {"b": 3}, "sizes": []}', b""),
-                       (b'{"v": {"x": 1}, "sizes": []}', b""),
-                       (b'{"v": {"l": 1, "m": 2}, "sizes": []}', b""), (deep, b"")]:
+    for head, body in [
+        (b"not json", b""),
+        (b'{"v": 1, "sizes": [5]}', b"abc"),
+        (b'{"v": {"b": 3}, "sizes": []}', b""),
+        (b'{"v": {"x": 1}, "sizes": []}', b""),
+        (b'{"v": {"l": 1, "m": 2}, "sizes": []}', b""),
+        (deep, b""),
+    ]:
         with pytest.raises(WireError):
             decode(head, body)
 
@@ -226,7 +242,12 @@ def test_the_wire_refuses_what_is_not_a_frame() -> None:
 def test_a_dataclass_is_rebuilt_only_from_its_fields_of_their_types() -> None:
     fine = {"name": "a", "data": b"", "count": None}
     assert rebuild(jobs.Sized, fine) == jobs.Sized("a", b"", None)
-    for bad in [{"name": "a", "data": b""}, {**fine, "x": 1}, {**fine, "data": "not bytes"},
-                {**fine, "count": True}, ["name", "data", "count"]]:
+    for bad in [
+        {"name": "a", "data": b""},
+        {**fine, "x": 1},
+        {**fine, "data": "not bytes"},
+        {**fine, "count": True},
+        ["name", "data", "count"],
+    ]:
         with pytest.raises(WireError):
             rebuild(jobs.Sized, bad)

@@ -35,8 +35,13 @@ def view_of(choices: Choices) -> discord.ui.View:
     view = discord.ui.View(timeout=None)
     for choice in choices.options:
         style = STYLES.get(choice.style, discord.ButtonStyle.secondary)
-        view.add_item(discord.ui.Button(label=choice.label[:MAX_LABEL], style=style,
-                                        custom_id=choice_data(choices.token, choice.value)))
+        view.add_item(
+            discord.ui.Button(
+                label=choice.label[:MAX_LABEL],
+                style=style,
+                custom_id=choice_data(choices.token, choice.value),
+            )
+        )
     view.stop()
     return view
 
@@ -53,9 +58,9 @@ async def on_click(interaction: discord.Interaction[Any], submit: Submit | None)
     except (discord.HTTPException, aiohttp.ClientError) as exc:
         log.warning("discord: could not acknowledge a click (%s)", exc)
         return
-    inbound = dataclasses.replace(interaction_inbound(interaction, ""),
-                                  message_id=f"ix{interaction.id}",
-                                  picked=picked)
+    inbound = dataclasses.replace(
+        interaction_inbound(interaction, ""), message_id=f"ix{interaction.id}", picked=picked
+    )
     try:
         result = await submit(inbound)
         notice = result.notice
@@ -72,7 +77,10 @@ async def on_click(interaction: discord.Interaction[Any], submit: Submit | None)
 async def close(client: discord.Client, channel_id: int, message_id: str, text: str) -> None:
     """The bot's own message becomes `text`, without its buttons."""
     try:
-        await client.get_partial_messageable(channel_id).get_partial_message(int(message_id)).edit(
-            content=text, view=None)
+        await (
+            client.get_partial_messageable(channel_id)
+            .get_partial_message(int(message_id))
+            .edit(content=text, view=None)
+        )
     except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
         raise translate_error(exc) from None

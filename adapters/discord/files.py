@@ -1,10 +1,11 @@
-"""Discord's side of attachments: an attachment's CDN URL, streamed (discord.py's `Attachment.read` would hold the
-whole file in memory). The URLs are signed and expire after about a day, so a turn replayed later (after an outage,
-a restart) finds its link dead: the CDN's 404 then asks Discord for a fresh link (`POST /attachments/refresh-urls`
-with the bot's token) and fetches once more; only a file whose message is gone stays unavailable. Stickers are
-fetched from the sticker CDN as still images (PNG, APNG's first frame, GIF's first frame); a Lottie sticker is a
-vector animation no model reads, described instead. Only Discord's CDN hosts (or the configured API host) are asked,
-so a crafted message cannot point the bot elsewhere.
+"""Discord's side of attachments: an attachment's CDN URL, streamed (discord.py's `Attachment.read`
+would hold the whole file in memory). The URLs are signed and expire after about a day, so a turn
+replayed later (after an outage, a restart) finds its link dead: the CDN's 404 then asks Discord for
+a fresh link (`POST /attachments/refresh-urls` with the bot's token) and fetches once more; only a
+file whose message is gone stays unavailable. Stickers are fetched from the sticker CDN as still
+images (PNG, APNG's first frame, GIF's first frame); a Lottie sticker is a vector animation no model
+reads, described instead. Only Discord's CDN hosts (or the configured API host) are asked, so a
+crafted message cannot point the bot elsewhere.
 """
 
 from __future__ import annotations
@@ -24,17 +25,21 @@ log = logging.getLogger(__name__)
 
 CDN_HOSTS = frozenset({"cdn.discordapp.com", "media.discordapp.net"})
 CHUNK = 64 * 1024
-STICKER_TYPES = {discord.StickerFormatType.png: "image/png", discord.StickerFormatType.apng: "image/png",
-                 discord.StickerFormatType.gif: "image/gif"}
+STICKER_TYPES = {
+    discord.StickerFormatType.png: "image/png",
+    discord.StickerFormatType.apng: "image/png",
+    discord.StickerFormatType.gif: "image/gif",
+}
 LOTTIE = "application/x-lottie+json"  # a vector animation: described to the model, not fetched
 GONE = "Discord no longer serves it (the message or the file was deleted)"
 
-Refresh = Callable[[str], Awaitable[str | None]]  # an expired signed link → a fresh one (None: Discord gave none)
+# an expired signed link → a fresh one (None: Discord gave none)
+Refresh = Callable[[str], Awaitable[str | None]]
 
 
 def sticker(item: discord.StickerItem, cdn_origin: str | None) -> Attachment:
-    """A sticker as an image attachment; `cdn_origin` (from `discord.api_base`) replaces discord.py's fixed CDN
-    host, as it does for every other endpoint."""
+    """A sticker as an image attachment; `cdn_origin` (from `discord.api_base`) replaces
+    discord.py's fixed CDN host, as it does for every other endpoint."""
     name = f"sticker {item.name}"
     mime = STICKER_TYPES.get(item.format)
     if mime is None:
@@ -44,7 +49,8 @@ def sticker(item: discord.StickerItem, cdn_origin: str | None) -> Attachment:
 
 
 def refresher(http: discord.http.HTTPClient) -> Refresh:
-    """Discord's refresh-urls endpoint through discord.py's HTTP client (its auth and rate limits)."""
+    """Discord's refresh-urls endpoint through discord.py's
+    HTTP client (its auth and rate limits)."""
     route = discord.http.Route("POST", "/attachments/refresh-urls")
 
     async def refresh(url: str) -> str | None:
@@ -54,7 +60,11 @@ def refresher(http: discord.http.HTTPClient) -> Refresh:
             log.info("discord: could not refresh an attachment link: %s", type(exc).__name__)
             return None
         for item in answer.get("refreshed_urls") or () if isinstance(answer, dict) else ():
-            if isinstance(item, dict) and item.get("original") == url and isinstance(item.get("refreshed"), str):
+            if (
+                isinstance(item, dict)
+                and item.get("original") == url
+                and isinstance(item.get("refreshed"), str)
+            ):
                 return str(item["refreshed"])
         return None
 
@@ -101,8 +111,9 @@ class DiscordFiles:
             async with self._client().get(url, timeout=aiohttp.ClientTimeout(total=None)) as resp:
                 yield resp
         except (aiohttp.ClientError, OSError) as exc:
-            raise MediaUnavailable(f"the download from Discord failed ({type(exc).__name__})", transient=True) \
-                from None
+            raise MediaUnavailable(
+                f"the download from Discord failed ({type(exc).__name__})", transient=True
+            ) from None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -124,7 +135,9 @@ async def _body(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         async for chunk in resp.content.iter_chunked(CHUNK):
             yield chunk
     except (aiohttp.ClientError, OSError) as exc:
-        raise MediaUnavailable(f"the download from Discord failed ({type(exc).__name__})", transient=True) from None
+        raise MediaUnavailable(
+            f"the download from Discord failed ({type(exc).__name__})", transient=True
+        ) from None
 
 
 def _signed(url: str) -> bool:

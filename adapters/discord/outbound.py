@@ -1,6 +1,6 @@
-"""Discord outbound: a chunk → a channel message (in the thread `threads` opens, as a reply to the message it
-answers, pinging no one but that message's author) or the slash command's own response; and "is typing…" while
-a turn runs."""
+"""Discord outbound: a chunk → a channel message (in the thread `threads` opens, as a reply to the
+message it answers, pinging no one but that message's author) or the slash command's own response;
+and "is typing…" while a turn runs."""
 
 from __future__ import annotations
 
@@ -28,14 +28,16 @@ from adapters.discord.threads import AutoThreads
 from gateway.errors import PlatformUnavailable
 from gateway.events import ChatRef, OutboundMessage
 
-log = logging.getLogger("adapters.discord.adapter")  # one logger for the Discord adapter, whichever module speaks
+# one logger for the Discord adapter, whichever module speaks
+log = logging.getLogger("adapters.discord.adapter")
 
-REMEMBERED_MESSAGES = 5000         # triggering messages kept for reply references and mention scope
+REMEMBERED_MESSAGES = 5000  # triggering messages kept for reply references and mention scope
 
 
 class Outbound:
-    """What goes to Discord. `client` is set once the adapter's `start` has made it; the inbound side tells it
-    each message that may be answered (`remember`), so the reply can point at it and ping only its author."""
+    """What goes to Discord. `client` is set once the adapter's `start` has made it; the inbound
+    side tells it each message that may be answered (`remember`), so the reply can point at it and
+    ping only its author."""
 
     def __init__(self, commands: SlashCommands, threads: AutoThreads) -> None:
         self.client: discord.Client | None = None
@@ -50,7 +52,8 @@ class Outbound:
             self._origins.popitem(last=False)
 
     def origin(self, our_id: str | None) -> Origin | None:
-        """Where the message we answer was and who wrote it (for reply references and whom a reply may ping)."""
+        """Where the message we answer was and who wrote it (for reply references and whom a reply
+        may ping)."""
         return self._origins.get(our_id or "")
 
     async def send(self, message: OutboundMessage) -> str:
@@ -60,7 +63,8 @@ class Outbound:
         text = message.plain if message.use_plain else message.text
         origin = self._origins.get(message.reply_to_id or "")
         mentions = allowed_mentions(origin.author_id if origin else None)
-        nonce = nonce_for(message)  # the same chunk never posts twice: not on a retry, not after a kill -9
+        # the same chunk never posts twice: not on a retry, not after a kill -9
+        nonce = nonce_for(message)
         extra: dict[str, Any] = {}
         if message.choices is not None:  # buttons (the Interactive ability: buttons.py)
             extra["view"] = view_of(message.choices)
@@ -78,8 +82,12 @@ class Outbound:
             posted = await channel.send(text, allowed_mentions=mentions, nonce=nonce, **extra)
         except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             if posted_then_deleted(exc, message):
-                log.info("discord: chunk %s of a reply in channel %s was posted before and deleted since",
-                         message.chunk_index, message.chat.chat_id)
+                log.info(
+                    "discord: chunk %s of a reply in channel "
+                    "%s was posted before and deleted since",
+                    message.chunk_index,
+                    message.chat.chat_id,
+                )
                 return ""
             raise translate_error(exc) from None
         return str(posted.id)
@@ -87,7 +95,8 @@ class Outbound:
     # ------------------------------------------------------------------ typing
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the turn ends."""
+        """discord.py's `channel.typing()` refreshes "is typing…" every 5 s; it stops the moment the
+        turn ends."""
         client = self.client
         indicator = None
         if client is not None and not client.is_closed():

@@ -1,10 +1,11 @@
-"""Discord live previews: the answer posted as a message (a reply, in the thread the answer goes to) and edited as
-it grows, then edited into the answer itself.
+"""Discord live previews: the answer posted as a message (a reply, in the thread the answer goes to)
+and edited as it grows, then edited into the answer itself.
 
-Edits of a channel's messages share one rate-limit bucket per channel, 5 per 5 seconds; the core paces a preview
-1.25 s apart per channel, so a preview never empties the bucket and the answer's own edit or post finds room.
-The opening post carries a nonce from the turn and part, so a retry or a restart never posts it twice.
-A slash command's answer has no preview: its "thinking…" response is the interaction's own.
+Edits of a channel's messages share one rate-limit bucket per channel, 5 per 5 seconds; the core
+paces a preview 1.25 s apart per channel, so a preview never empties the bucket and the answer's own
+edit or post finds room. The opening post carries a nonce from the turn and part, so a retry or a
+restart never posts it twice. A slash command's answer has no preview: its "thinking…" response is
+the interaction's own.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from gateway.events import ChatRef, OutboundMessage, PreviewPart, PreviewStyle
 
 log = logging.getLogger("adapters.discord.adapter")
 
-STYLE = PreviewStyle(1.25)  # PATCH /channels/{id}/messages/{id}: 5 per 5 s per channel, with room to spare
+# PATCH /channels/{id}/messages/{id}: 5 per 5 s per channel, with room to spare
+STYLE = PreviewStyle(1.25)
 UNKNOWN_MESSAGE = 10008
 _ERRORS = (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError)
 
 
 class DiscordPreview:
-    """Posts and edits for the adapter's LivePreview ability, through its `Outbound` (client, threads, origins)."""
+    """Posts and edits for the adapter's LivePreview ability, through its `Outbound` (client,
+    threads, origins)."""
 
     def __init__(self, outbound: Outbound) -> None:
         self.out = outbound
@@ -36,10 +39,18 @@ class DiscordPreview:
         return None if self.out.commands.interaction_for(reply_to_id) is not None else STYLE
 
     async def show(self, part: PreviewPart) -> str:
-        if part.platform_message_id is None:  # the first chunk's post: a reply to the asker, pinging no one else
-            return await self.out.send(OutboundMessage(
-                chat=part.chat, text=part.text, plain=part.text, reply_to_id=part.reply_to_id,
-                chunk_index=max(part.index, 0), key=f"preview:{part.key}"))
+        if part.platform_message_id is None:
+            # the first chunk's post: a reply to the asker, pinging no one else
+            return await self.out.send(
+                OutboundMessage(
+                    chat=part.chat,
+                    text=part.text,
+                    plain=part.text,
+                    reply_to_id=part.reply_to_id,
+                    chunk_index=max(part.index, 0),
+                    key=f"preview:{part.key}",
+                )
+            )
         return await self._edit(part.chat, part.platform_message_id, part.text, part.reply_to_id)
 
     async def finish(self, message: OutboundMessage, platform_message_id: str) -> str:
@@ -51,14 +62,23 @@ class DiscordPreview:
             channel = self._client().get_partial_messageable(await self.out.threads.open(chat))
             await channel.get_partial_message(int(platform_message_id)).delete()
         except _ERRORS as exc:
-            log.info("discord: preview %s in channel %s not deleted: %s", platform_message_id, chat.chat_id, exc)
+            log.info(
+                "discord: preview %s in channel %s not deleted: %s",
+                platform_message_id,
+                chat.chat_id,
+                exc,
+            )
 
-    async def _edit(self, chat: ChatRef, platform_message_id: str, text: str, reply_to_id: str | None) -> str:
+    async def _edit(
+        self, chat: ChatRef, platform_message_id: str, text: str, reply_to_id: str | None
+    ) -> str:
         origin = self.out.origin(reply_to_id)
         try:
             channel = self._client().get_partial_messageable(await self.out.threads.open(chat))
             await channel.get_partial_message(int(platform_message_id)).edit(
-                content=text, allowed_mentions=allowed_mentions(origin.author_id if origin else None))
+                content=text,
+                allowed_mentions=allowed_mentions(origin.author_id if origin else None),
+            )
         except _ERRORS as exc:
             if isinstance(exc, discord.NotFound) and exc.code == UNKNOWN_MESSAGE:
                 raise PreviewGone(PLATFORM, f"message {platform_message_id} was deleted") from None

@@ -57,8 +57,10 @@ async def recommended_shards(token: str) -> int:
     except discord.LoginFailure:
         raise AdapterFatal(PLATFORM, TOKEN_HINT) from None
     except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
-        raise AdapterError(PLATFORM, f"cannot ask Discord for the recommended shard count: "
-                                     f"{exc or type(exc).__name__}") from None
+        raise AdapterError(
+            PLATFORM,
+            f"cannot ask Discord for the recommended shard count: {exc or type(exc).__name__}",
+        ) from None
     finally:
         await http.close()
     return max(1, int(count))

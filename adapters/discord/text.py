@@ -1,6 +1,6 @@
-"""Discord translation with no I/O: mentions as a reader sees them, where a message lives, an interaction as an
-`Inbound`, thread names, reply references, allowed mentions, message nonces, and discord.py's errors as the core's
-errors."""
+"""Discord translation with no I/O: mentions as a reader sees them, where a message lives, an
+interaction as an `Inbound`, thread names, reply references, allowed mentions, message nonces, and
+discord.py's errors as the core's errors."""
 
 from __future__ import annotations
 
@@ -27,12 +27,21 @@ from gateway.events import Attachment, ChatRef, ChatType, Inbound, OutboundMessa
 
 PLATFORM = "discord"
 THREAD_NAME_MAX = 80
-INTENT_HINT = ("message content intent not enabled for this bot (gateway close 4014) — enable MESSAGE CONTENT "
-               "INTENT in the Discord developer portal → Bot, then restart the gateway")
+INTENT_HINT = (
+    "message content intent not enabled for this bot (gateway close 4014) — enable MESSAGE CONTENT "
+    "INTENT in the Discord developer portal → Bot, then restart the gateway"
+)
 TOKEN_HINT = "token rejected (401) — check DISCORD_BOT_TOKEN"
-_FATAL_CLOSE = {4004: TOKEN_HINT, 4010: "invalid shard (4010)", 4011: "sharding required (4011)",
-                4012: "invalid gateway API version (4012)", 4013: "invalid intents (4013)", 4014: INTENT_HINT}
-_GONE_CODES = frozenset({10003, 50001, 50007, 50013})  # unknown channel, missing access, DMs closed, missing perms
+_FATAL_CLOSE = {
+    4004: TOKEN_HINT,
+    4010: "invalid shard (4010)",
+    4011: "sharding required (4011)",
+    4012: "invalid gateway API version (4012)",
+    4013: "invalid intents (4013)",
+    4014: INTENT_HINT,
+}
+# unknown channel, missing access, DMs closed, missing perms
+_GONE_CODES = frozenset({10003, 50001, 50007, 50013})
 _MENTION = re.compile(r"<(@!?|@&|#)(\d+)>")
 
 
@@ -63,9 +72,17 @@ class Origin:
 
 
 # ---------------------------------------------------------------------- inbound
-def addressing(content: str, me_id: int, *, users: Mapping[int, str], roles: Mapping[int, str],
-               bot_roles: set[int], channels: Mapping[int, str]) -> Addressing:
-    """Drop our mention (or our bot role's); show other mentions the way a Discord user reads them."""
+def addressing(
+    content: str,
+    me_id: int,
+    *,
+    users: Mapping[int, str],
+    roles: Mapping[int, str],
+    bot_roles: set[int],
+    channels: Mapping[int, str],
+) -> Addressing:
+    """Drop our mention (or our bot role's); show other
+    mentions the way a Discord user reads them."""
     mentioned = False
 
     def readable(match: re.Match[str]) -> str:
@@ -88,12 +105,19 @@ def addressing(content: str, me_id: int, *, users: Mapping[int, str], roles: Map
 
 def place_of(channel: Any, guild: discord.Guild | None, me_id: int) -> Place | None:
     if isinstance(channel, (discord.DMChannel, discord.GroupChannel)) or (
-            guild is None and isinstance(channel, discord.PartialMessageable)):
+        guild is None and isinstance(channel, discord.PartialMessageable)
+    ):
         return Place("dm", str(channel.id))
     space = str(guild.id) if guild is not None else None
     if isinstance(channel, discord.Thread):
-        return Place("group", str(channel.parent_id), str(channel.id), channel.name, space,
-                     bot_thread=channel.owner_id == me_id)
+        return Place(
+            "group",
+            str(channel.parent_id),
+            str(channel.id),
+            channel.name,
+            space,
+            bot_thread=channel.owner_id == me_id,
+        )
     if isinstance(channel, discord.abc.GuildChannel):
         return Place("group", str(channel.id), None, channel.name, space)
     return None
@@ -105,13 +129,24 @@ def interaction_inbound(interaction: discord.Interaction[Any], text: str) -> Inb
     if place is None:
         chat_id = str(interaction.channel_id or interaction.user.id)
         guild_id = interaction.guild_id
-        place = Place("group", chat_id, space_id=str(guild_id)) if guild_id else Place("dm", chat_id)
+        place = (
+            Place("group", chat_id, space_id=str(guild_id)) if guild_id else Place("dm", chat_id)
+        )
     user = interaction.user
-    return Inbound(chat=ChatRef(PLATFORM, place.chat_type, place.chat_id, place.thread_id),
-                   user_id=str(user.id), text=text, message_id=str(interaction.id),
-                   received_at=interaction.created_at, user_name=user.display_name, username=user.name,
-                   is_addressed=True, is_bot=user.bot, chat_title=place.title, space_id=place.space_id,
-                   roles=roles_of(user))
+    return Inbound(
+        chat=ChatRef(PLATFORM, place.chat_type, place.chat_id, place.thread_id),
+        user_id=str(user.id),
+        text=text,
+        message_id=str(interaction.id),
+        received_at=interaction.created_at,
+        user_name=user.display_name,
+        username=user.name,
+        is_addressed=True,
+        is_bot=user.bot,
+        chat_title=place.title,
+        space_id=place.space_id,
+        roles=roles_of(user),
+    )
 
 
 def replied_author(message: discord.Message) -> int | None:
@@ -127,11 +162,16 @@ def roles_of(user: discord.abc.User) -> tuple[str, ...]:
 
 
 def attachment(item: discord.Attachment) -> Attachment:
-    """A file with its CDN URL to fetch it by; a voice message (the mic button: Ogg/Opus with a duration and a
-    waveform) is a voice note."""
+    """A file with its CDN URL to fetch it by; a voice message (the mic button: Ogg/Opus with a
+    duration and a waveform) is a voice note."""
     mime = item.content_type or ""
-    kind = "voice" if item.is_voice_message() else \
-        {"image": "photo", "audio": "audio", "video": "video"}.get(mime.split("/", 1)[0], "file")
+    kind = (
+        "voice"
+        if item.is_voice_message()
+        else {"image": "photo", "audio": "audio", "video": "video"}.get(
+            mime.split("/", 1)[0], "file"
+        )
+    )
     name = "voice message" if kind == "voice" else item.filename
     return Attachment(kind, name=name, mime_type=item.content_type, size=item.size, ref=item.url)
 
@@ -141,45 +181,53 @@ def thread_name(text: str, author: str) -> str:
     first = " ".join(text.split())
     if not first:
         return f"Chat with {author}"[:THREAD_NAME_MAX]
-    return first if len(first) <= THREAD_NAME_MAX else first[:THREAD_NAME_MAX - 1].rstrip() + "…"
+    return first if len(first) <= THREAD_NAME_MAX else first[: THREAD_NAME_MAX - 1].rstrip() + "…"
 
 
 def allowed_mentions(asker_id: int | None) -> discord.AllowedMentions:
-    """Model output never pings @everyone, @here or roles; it may ping only the person it answers."""
+    """Model output never pings @everyone, @here or
+    roles; it may ping only the person it answers."""
     users: bool | list[discord.Object] = [discord.Object(id=asker_id)] if asker_id else False
     return discord.AllowedMentions(everyone=False, roles=False, users=users, replied_user=False)
 
 
-def reference_for(message: OutboundMessage, target: int, origin: Origin | None) -> discord.MessageReference | None:
-    """The first chunk replies to the triggering message when it lives where we post: a thread grown from it
-    (same id) already shows it, and Discord refuses references across channels."""
+def reference_for(
+    message: OutboundMessage, target: int, origin: Origin | None
+) -> discord.MessageReference | None:
+    """The first chunk replies to the triggering message when it lives where we post: a thread grown
+    from it (same id) already shows it, and Discord refuses references across channels."""
     our_id = message.reply_to_id or ""
     if message.chunk_index != 0 or not our_id.isdigit() or target == int(our_id):
         return None
     if origin is not None and origin.channel_id != target:
         return None
-    return discord.MessageReference(message_id=int(our_id), channel_id=target, fail_if_not_exists=False)
+    return discord.MessageReference(
+        message_id=int(our_id), channel_id=target, fail_if_not_exists=False
+    )
 
 
 def nonce_for(message: OutboundMessage) -> str:
-    """The chunk's message nonce: 24 hex chars (Discord takes at most 25) derived from the stored chunk's key, so
-    every retry and every daemon life sends the same one. discord.py adds `enforce_nonce: true` to any nonce, and
-    Discord then answers a repeat within a few minutes with the message already posted instead of a second one.
-    A message with no stored chunk behind it gets a random nonce, as discord.py would pick (its own retries)."""
+    """The chunk's message nonce: 24 hex chars (Discord takes at most 25) derived from the stored
+    chunk's key, so every retry and every daemon life sends the same one. discord.py adds
+    `enforce_nonce: true` to any nonce, and Discord then answers a repeat within a few minutes with
+    the message already posted instead of a second one. A message with no stored chunk behind it
+    gets a random nonce, as discord.py would pick (its own retries)."""
     if not message.key:
         return secrets.token_hex(12)
     return hashlib.blake2b(message.key.encode(), digest_size=12, person=b"gw-discord").hexdigest()
 
 
 def posted_then_deleted(exc: BaseException, message: OutboundMessage) -> bool:
-    """A create answered 10008 Unknown Message: Discord's way of saying the message this chunk's nonce already
-    posted has since been deleted (it is not created again). The chunk was delivered; no retry."""
+    """A create answered 10008 Unknown Message: Discord's way of saying the message this chunk's
+    nonce already posted has since been deleted (it is not created again). The chunk was delivered;
+    no retry."""
     return bool(message.key) and isinstance(exc, discord.NotFound) and exc.code == 10008
 
 
 # ---------------------------------------------------------------------- errors
 def translate_error(exc: BaseException) -> AdapterError:
-    """discord.py already waits out 429s and retries some 5xx; what still surfaces is mapped once, here."""
+    """discord.py already waits out 429s and retries some
+    5xx; what still surfaces is mapped once, here."""
     if isinstance(exc, discord.RateLimited):
         return RateLimited(PLATFORM, float(exc.retry_after))
     if isinstance(exc, discord.HTTPException):
@@ -199,7 +247,8 @@ def translate_error(exc: BaseException) -> AdapterError:
 
 
 def gateway_failure(exc: BaseException) -> AdapterError:
-    """Close codes no reconnect can fix become `AdapterFatal` (the supervisor logs it once and stays down)."""
+    """Close codes no reconnect can fix become `AdapterFatal`
+    (the supervisor logs it once and stays down)."""
     if isinstance(exc, discord.PrivilegedIntentsRequired):
         return AdapterFatal(PLATFORM, INTENT_HINT)
     if isinstance(exc, discord.ConnectionClosed) and exc.code in _FATAL_CLOSE:
@@ -214,4 +263,3 @@ def _retry_after(exc: discord.HTTPException) -> float:
         return float(exc.response.headers.get("Retry-After", 1.0))
     except (TypeError, ValueError, AttributeError):
         return 1.0
-

@@ -48,8 +48,11 @@ class VoiceNotes:
             except discord.HTTPException as exc:
                 if exc.code not in REFUSED:
                     raise
-                log.info("discord: channel %s refused a voice message (%s); sending an audio file",
-                         target, exc.code)
+                log.info(
+                    "discord: channel %s refused a voice message (%s); sending an audio file",
+                    target,
+                    exc.code,
+                )
                 posted = await _audio_file(client, target, audio, nonce)
         except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             raise translate_error(exc) from None
@@ -64,8 +67,9 @@ class VoiceNotes:
         file = discord.File(io.BytesIO(sent.data), filename=sent.filename)
         try:
             channel = client.get_partial_messageable(await self.threads.open(sent.chat))
-            posted = await (channel.send(file=file, nonce=nonce) if nonce
-                            else channel.send(file=file))
+            posted = await (
+                channel.send(file=file, nonce=nonce) if nonce else channel.send(file=file)
+            )
         except (TimeoutError, discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             raise translate_error(exc) from None
         finally:
@@ -73,20 +77,34 @@ class VoiceNotes:
         return str(posted.id)
 
 
-async def _voice_message(client: discord.Client, channel_id: int, audio: OutboundAudio,
-                         nonce: str | None) -> Any:
+async def _voice_message(
+    client: discord.Client, channel_id: int, audio: OutboundAudio, nonce: str | None
+) -> Any:
     """POST /channels/{id}/messages, multipart: payload_json (flags, nonce, the attachment's
     metadata) and the file; discord.py resends the same form on its own retries."""
-    payload: dict[str, Any] = {"flags": VOICE_MESSAGE_FLAG, "attachments": [
-        {"id": 0, "filename": FILENAME, "duration_secs": audio.duration_s,
-         "waveform": base64.b64encode(audio.waveform[:256] or b"\0").decode()}]}
+    payload: dict[str, Any] = {
+        "flags": VOICE_MESSAGE_FLAG,
+        "attachments": [
+            {
+                "id": 0,
+                "filename": FILENAME,
+                "duration_secs": audio.duration_s,
+                "waveform": base64.b64encode(audio.waveform[:256] or b"\0").decode(),
+            }
+        ],
+    }
     if nonce is not None:
         payload.update(nonce=nonce, enforce_nonce=True)
     file = discord.File(io.BytesIO(audio.data), filename=FILENAME)
     form: list[dict[str, Any]] = [
         {"name": "payload_json", "value": json.dumps(payload)},
-        {"name": "files[0]", "value": file.fp, "filename": FILENAME,
-         "content_type": audio.mime_type}]
+        {
+            "name": "files[0]",
+            "value": file.fp,
+            "filename": FILENAME,
+            "content_type": audio.mime_type,
+        },
+    ]
     route = discord.http.Route("POST", "/channels/{channel_id}/messages", channel_id=channel_id)
     try:
         return await client.http.request(route, files=[file], form=form)
@@ -94,8 +112,9 @@ async def _voice_message(client: discord.Client, channel_id: int, audio: Outboun
         file.close()
 
 
-async def _audio_file(client: discord.Client, channel_id: int, audio: OutboundAudio,
-                      nonce: str | None) -> Any:
+async def _audio_file(
+    client: discord.Client, channel_id: int, audio: OutboundAudio, nonce: str | None
+) -> Any:
     channel = client.get_partial_messageable(channel_id)
     file = discord.File(io.BytesIO(audio.data), filename="voice-reply.ogg")
     posted = await (channel.send(file=file, nonce=nonce) if nonce else channel.send(file=file))

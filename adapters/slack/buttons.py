@@ -23,7 +23,14 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.text import API_ERRORS, NETWORK_ERRORS, PLATFORM, describe, guess_type, send_error
+from adapters.slack.text import (
+    API_ERRORS,
+    NETWORK_ERRORS,
+    PLATFORM,
+    describe,
+    guess_type,
+    send_error,
+)
 from gateway.errors import PlatformUnavailable
 from gateway.events import ChatRef, Choices, Inbound, OutboundMessage, Submit
 from gateway.events.choices import choice_data, parse_choice
@@ -41,14 +48,19 @@ def blocks(text: str, mrkdwn: bool, choices: Choices) -> list[dict[str, Any]]:
     buttons: list[dict[str, Any]] = []
     for choice in choices.options:
         data = choice_data(choices.token, choice.value)
-        button: dict[str, Any] = {"type": "button", "action_id": data, "value": data,
-                                  "text": {"type": "plain_text",
-                                           "text": choice.label[:MAX_BUTTON_TEXT]}}
+        button: dict[str, Any] = {
+            "type": "button",
+            "action_id": data,
+            "value": data,
+            "text": {"type": "plain_text", "text": choice.label[:MAX_BUTTON_TEXT]},
+        }
         if choice.style in STYLES:
             button["style"] = STYLES[choice.style]
         buttons.append(button)
-    section = {"type": "section",
-               "text": {"type": "mrkdwn" if mrkdwn else "plain_text", "text": text}}
+    section = {
+        "type": "section",
+        "text": {"type": "mrkdwn" if mrkdwn else "plain_text", "text": text},
+    }
     return [section, {"type": "actions", "elements": buttons}]
 
 
@@ -64,12 +76,17 @@ def tap_inbound(body: Mapping[str, Any]) -> Inbound | None:
     message = body.get("message") or {}
     thread = message.get("thread_ts") or container.get("thread_ts")
     kind = "dm" if channel.startswith("D") else guess_type(channel)
-    return Inbound(chat=ChatRef(PLATFORM, kind, channel, str(thread) if thread else None),
-                   user_id=str(user.get("id") or ""), text="",
-                   message_id=f"act:{action.get('action_ts') or ''}", received_at=datetime.now(UTC),
-                   user_name=user.get("name") or user.get("username"),
-                   username=user.get("username"), picked=picked,
-                   space_id=str((body.get("team") or {}).get("id") or "") or None)
+    return Inbound(
+        chat=ChatRef(PLATFORM, kind, channel, str(thread) if thread else None),
+        user_id=str(user.get("id") or ""),
+        text="",
+        message_id=f"act:{action.get('action_ts') or ''}",
+        received_at=datetime.now(UTC),
+        user_name=user.get("name") or user.get("username"),
+        username=user.get("username"),
+        picked=picked,
+        space_id=str((body.get("team") or {}).get("id") or "") or None,
+    )
 
 
 class Buttons:
@@ -79,8 +96,13 @@ class Buttons:
         self.client: AsyncWebClient | None = None
         self._answers: set[asyncio.Task[None]] = set()
 
-    async def click(self, body: Mapping[str, Any], respond: Callable[..., Awaitable[Any]],
-                    submit: Submit | None, name: Callable[[str], str | None]) -> None:
+    async def click(
+        self,
+        body: Mapping[str, Any],
+        respond: Callable[..., Awaitable[Any]],
+        submit: Submit | None,
+        name: Callable[[str], str | None],
+    ) -> None:
         """Hand the click to the core (the clicker's display name, when known, for the outcome
         line); a refusal goes to the clicker alone once the ack is out."""
         inbound = tap_inbound(body)

@@ -1,6 +1,6 @@
-"""Slack's connection, one of two: an aiohttp server for the signed HTTP Events API, or a Socket Mode websocket
-(with its `goodbye` and the liveness ping the supervisor asks for). Either way bolt's app handles what comes in;
-the ack window around each request is in `ack`."""
+"""Slack's connection, one of two: an aiohttp server for the signed HTTP Events API, or a Socket
+Mode websocket (with its `goodbye` and the liveness ping the supervisor asks for). Either way bolt's
+app handles what comes in; the ack window around each request is in `ack`."""
 
 from __future__ import annotations
 
@@ -21,15 +21,22 @@ from gateway.config.settings import SlackConfig
 from gateway.errors import AdapterFatal, PlatformUnavailable
 from gateway.events import HttpListener, ServeHttp
 
-log = logging.getLogger("adapters.slack.adapter")  # one logger for the Slack adapter, whichever module speaks
+# one logger for the Slack adapter, whichever module speaks
+log = logging.getLogger("adapters.slack.adapter")
 
 
 class Connection:
-    """`config.mode` picks the way in: "http" serves `config.path` (`http_port` is the port bound), otherwise
-    Socket Mode with the app token."""
+    """`config.mode` picks the way in: "http" serves `config.path` (`http_port` is the port bound),
+    otherwise Socket Mode with the app token."""
 
-    def __init__(self, config: SlackConfig, *, ping_interval: float, ping_timeout: float,
-                 serve: ServeHttp | None = None) -> None:
+    def __init__(
+        self,
+        config: SlackConfig,
+        *,
+        ping_interval: float,
+        ping_timeout: float,
+        serve: ServeHttp | None = None,
+    ) -> None:
         self.config = config
         self._serve = serve  # the daemon's bounded listener (gateway/ops/http_limits.py)
         self._listener: HttpListener | None = None
@@ -57,7 +64,9 @@ class Connection:
     async def _serve_http(self, app: AsyncApp) -> None:
         cfg = self.config
         if self._serve is None:
-            raise AdapterFatal(PLATFORM, "http mode needs the daemon's HTTP listener (SlackAdapter(serve=...))")
+            raise AdapterFatal(
+                PLATFORM, "http mode needs the daemon's HTTP listener (SlackAdapter(serve=...))"
+            )
         server = web.Application()
         secret = cfg.signing_secret.value if cfg.signing_secret else ""
         server.router.add_post(cfg.path, events_endpoint(app, secret))
@@ -74,17 +83,26 @@ class Connection:
         except SlackApiError as exc:
             raise start_error(exc, "app token", "SLACK_APP_TOKEN") from None
         except NETWORK_ERRORS as exc:
-            raise PlatformUnavailable(PLATFORM, f"apps.connections.open failed: {describe(exc)}") from None
-        sdk = SocketClient(app_token=token, web_client=client, ping_interval=self.ping_interval,
-                            logger=logging.getLogger("adapters.slack.adapter.socket"))
+            raise PlatformUnavailable(
+                PLATFORM, f"apps.connections.open failed: {describe(exc)}"
+            ) from None
+        sdk = SocketClient(
+            app_token=token,
+            web_client=client,
+            ping_interval=self.ping_interval,
+            logger=logging.getLogger("adapters.slack.adapter.socket"),
+        )
         sdk.on_pong = self._on_pong
         sdk.message_listeners.append(self._on_socket_message)
         sdk.wss_uri = str(opened["url"])
         self._socket = SocketHandler(app, sdk)
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
 
-    async def _on_socket_message(self, client: Any, message: dict[str, Any], raw: str | None) -> None:
-        if message.get("type") == "goodbye":  # the SDK reconnects on `disconnect` by itself, not on this
+    async def _on_socket_message(
+        self, client: Any, message: dict[str, Any], raw: str | None
+    ) -> None:
+        if message.get("type") == "goodbye":
+            # the SDK reconnects on `disconnect` by itself, not on this
             log.info("slack: Socket Mode said goodbye; reconnecting")
             await client.connect_to_new_endpoint(force=True)
 
@@ -94,8 +112,9 @@ class Connection:
             waiter.set_result(None)
 
     async def ping(self) -> bool:
-        """Socket Mode: one websocket ping answered within `ping_timeout` (the supervisor reconnects us when
-        no event and no pong came for `liveness_minutes`). HTTP mode has no connection to check."""
+        """Socket Mode: one websocket ping answered within `ping_timeout` (the supervisor reconnects
+        us when no event and no pong came for `liveness_minutes`). HTTP mode has no connection to
+        check."""
         if self.config.mode == "http":
             return self._listener is not None
         session = self._socket.client.current_session if self._socket is not None else None

@@ -1,7 +1,8 @@
 """Slack's side of attachments: a file's `url_private_download`, fetched with the bot token
-(`Authorization: Bearer xoxb-…`, which needs the `files:read` scope). Without the scope, or with a bad token, Slack
-answers with its sign-in page (HTML) instead of the file: that is a refusal, not a file. Only Slack's own file host
-(or the configured API host) is ever asked, so a crafted event cannot make the bot fetch other URLs with its token.
+(`Authorization: Bearer xoxb-…`, which needs the `files:read` scope). Without the scope, or with a
+bad token, Slack answers with its sign-in page (HTML) instead of the file: that is a refusal, not a
+file. Only Slack's own file host (or the configured API host) is ever asked, so a crafted event
+cannot make the bot fetch other URLs with its token.
 """
 
 from __future__ import annotations
@@ -32,13 +33,18 @@ class SlackFiles:
         if parts.scheme not in ("https", "http") or parts.hostname not in self._hosts:
             raise MediaUnavailable("Slack gave no downloadable link for it")
         try:
-            async with self._client().get(url, headers={"Authorization": f"Bearer {self._token}"},
-                                          timeout=aiohttp.ClientTimeout(total=None)) as resp:
+            async with self._client().get(
+                url,
+                headers={"Authorization": f"Bearer {self._token}"},
+                timeout=aiohttp.ClientTimeout(total=None),
+            ) as resp:
                 _check(resp, attachment)
                 async for chunk in resp.content.iter_chunked(CHUNK):
                     yield chunk
         except (aiohttp.ClientError, OSError) as exc:
-            raise MediaUnavailable(f"the download from Slack failed ({type(exc).__name__})", transient=True) from None
+            raise MediaUnavailable(
+                f"the download from Slack failed ({type(exc).__name__})", transient=True
+            ) from None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -54,5 +60,7 @@ class SlackFiles:
 def _check(resp: aiohttp.ClientResponse, attachment: Attachment) -> None:
     if resp.status != 200:
         raise MediaUnavailable.http("Slack", resp.status, resp.headers)
-    if resp.content_type == "text/html" and not (attachment.mime_type or "").startswith("text/html"):
+    if resp.content_type == "text/html" and not (attachment.mime_type or "").startswith(
+        "text/html"
+    ):
         raise MediaUnavailable("Slack refused the download (the app needs the files:read scope)")

@@ -1,5 +1,6 @@
-"""Slack outbound: a chunk → chat.postMessage (in the thread it answers), or through a slash command's
-response_url while that lasts; and the thinking reaction on the message being answered, for the whole turn."""
+"""Slack outbound: a chunk → chat.postMessage (in the thread it answers), or through a slash
+command's response_url while that lasts; and the thinking reaction on the message being answered,
+for the whole turn."""
 
 from __future__ import annotations
 
@@ -15,14 +16,24 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.ack import Intake
 from adapters.slack.buttons import blocks
-from adapters.slack.text import API_ERRORS, NETWORK_ERRORS, PLATFORM, describe, error_code, put, retry_after, send_error
+from adapters.slack.text import (
+    API_ERRORS,
+    NETWORK_ERRORS,
+    PLATFORM,
+    describe,
+    error_code,
+    put,
+    retry_after,
+    send_error,
+)
 from gateway.errors import PlatformUnavailable, RateLimited
 from gateway.events import ChatRef, OutboundKind, OutboundMessage
 
-log = logging.getLogger("adapters.slack.adapter")  # one logger for the Slack adapter, whichever module speaks
+# one logger for the Slack adapter, whichever module speaks
+log = logging.getLogger("adapters.slack.adapter")
 
 THINKING_REACTION = "eyes"
-RESPONSE_URL_USES = 5          # a slash command's response_url takes 5 posts within 30 minutes
+RESPONSE_URL_USES = 5  # a slash command's response_url takes 5 posts within 30 minutes
 RESPONSE_URL_TTL_S = 30 * 60.0
 
 
@@ -38,12 +49,17 @@ class Responder:
 
 
 class Outbound:
-    """What goes to Slack. `client` is set once the adapter's `start` has made it. The inbound side tells it
-    which message each chat's next turn answers (`answering`) and which slash command a message came from
-    (`slash_command`); an answer to a message waits until Slack has that message's ack (`intake.hold`)."""
+    """What goes to Slack. `client` is set once the adapter's `start` has made it. The inbound side
+    tells it which message each chat's next turn answers (`answering`) and which slash command a
+    message came from (`slash_command`); an answer to a message waits until Slack has that message's
+    ack (`intake.hold`)."""
 
-    def __init__(self, intake: Intake, monotonic: Callable[[], float],
-                 thinking_reaction: str = THINKING_REACTION) -> None:
+    def __init__(
+        self,
+        intake: Intake,
+        monotonic: Callable[[], float],
+        thinking_reaction: str = THINKING_REACTION,
+    ) -> None:
         self.client: AsyncWebClient | None = None
         self.thinking_reaction = thinking_reaction
         self._intake = intake
@@ -55,11 +71,16 @@ class Outbound:
         """The newest message a turn in this chat answers: the thinking reaction goes on it."""
         put(self._latest, (chat_id, thread_id), ts)
 
-    def slash_command(self, message_id: str, respond: Callable[..., Awaitable[Any]], user_id: str,
-                      channel_id: str) -> None:
-        """A message that came as a slash command: its replies go through the command's `respond` first."""
-        put(self._responders, message_id, Responder(respond, user_id, channel_id, self._monotonic()))
-        self._latest.pop((channel_id, None), None)  # no message to mark: the thinking reaction must not land elsewhere
+    def slash_command(
+        self, message_id: str, respond: Callable[..., Awaitable[Any]], user_id: str, channel_id: str
+    ) -> None:
+        """A message that came as a slash command: its
+        replies go through the command's `respond` first."""
+        put(
+            self._responders, message_id, Responder(respond, user_id, channel_id, self._monotonic())
+        )
+        # no message to mark: the thinking reaction must not land elsewhere
+        self._latest.pop((channel_id, None), None)
 
     def from_slash_command(self, our_id: str | None) -> bool:
         return (our_id or "") in self._responders
@@ -82,9 +103,17 @@ class Outbound:
             if sent is not None:
                 return sent
             if message.kind is not OutboundKind.REPLY:  # the response_url is used up: stay private
-                return await self._call(client.chat_postEphemeral(channel=responder.channel_id,
-                                                                  user=responder.user_id, text=text), "message_ts")
-        kwargs: dict[str, Any] = {"channel": message.chat.chat_id, "text": text, "mrkdwn": not message.use_plain}
+                return await self._call(
+                    client.chat_postEphemeral(
+                        channel=responder.channel_id, user=responder.user_id, text=text
+                    ),
+                    "message_ts",
+                )
+        kwargs: dict[str, Any] = {
+            "channel": message.chat.chat_id,
+            "text": text,
+            "mrkdwn": not message.use_plain,
+        }
         # buttons (the Interactive ability: adapters/slack/buttons.py)
         if message.choices is not None:
             kwargs["blocks"] = blocks(text, not message.use_plain, message.choices)
@@ -99,14 +128,22 @@ class Outbound:
             raise send_error(exc) from None
         return str(response.get(id_field) or "")
 
-    async def _respond(self, responder: Responder, message: OutboundMessage, text: str) -> str | None:
-        """Post through the slash command's response_url: command answers privately, prompt answers for all."""
-        if responder.uses >= RESPONSE_URL_USES or self._monotonic() - responder.created >= RESPONSE_URL_TTL_S:
+    async def _respond(
+        self, responder: Responder, message: OutboundMessage, text: str
+    ) -> str | None:
+        """Post through the slash command's response_url: command answers privately, prompt answers
+        for all."""
+        if (
+            responder.uses >= RESPONSE_URL_USES
+            or self._monotonic() - responder.created >= RESPONSE_URL_TTL_S
+        ):
             return None
         responder.uses += 1
         kind = "in_channel" if message.kind is OutboundKind.REPLY else "ephemeral"
         try:
-            response = await responder.respond(text=text, response_type=kind, replace_original=False)
+            response = await responder.respond(
+                text=text, response_type=kind, replace_original=False
+            )
         except NETWORK_ERRORS as exc:
             responder.uses -= 1
             raise PlatformUnavailable(PLATFORM, f"response_url: {describe(exc)}") from None
@@ -125,11 +162,13 @@ class Outbound:
     # ------------------------------------------------------------------ thinking indicator
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        """A reaction on the message being answered, added when the turn starts and removed when it ends:
-        one mark per turn, however long it takes (no repeated "typing" calls)."""
+        """A reaction on the message being answered, added when the turn starts and removed when it
+        ends: one mark per turn, however long it takes (no repeated "typing" calls)."""
         ts = self._latest.get((chat.chat_id, chat.thread_id))
         client = self.client
-        added = bool(ts and client and self.thinking_reaction) and await self._react("add", chat.chat_id, ts or "")
+        added = bool(ts and client and self.thinking_reaction) and await self._react(
+            "add", chat.chat_id, ts or ""
+        )
         try:
             yield
         finally:
@@ -144,9 +183,13 @@ class Outbound:
         except SlackApiError as exc:
             if error_code(exc) == "already_reacted":
                 return False  # someone else's mark: leave it alone
-            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, error_code(exc))
+            log.debug(
+                "slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, error_code(exc)
+            )
             return False
         except NETWORK_ERRORS as exc:
-            log.debug("slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, describe(exc))
+            log.debug(
+                "slack: reactions.%s on %s/%s failed (%s)", action, channel, ts, describe(exc)
+            )
             return False
         return True

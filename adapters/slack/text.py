@@ -1,5 +1,5 @@
-"""Slack translation with no I/O: which events are for us, Slack markup as plain text, files, timestamps,
-Web API errors as the core's errors, and the bounded memories the adapter keeps."""
+"""Slack translation with no I/O: which events are for us, Slack markup as plain text, files,
+timestamps, Web API errors as the core's errors, and the bounded memories the adapter keeps."""
 
 from __future__ import annotations
 
@@ -25,26 +25,68 @@ from gateway.errors import (
 from gateway.events import Attachment, ChatType
 
 PLATFORM = "slack"
-REMEMBERED = 4096              # event ids, message keys, threads, people: bounded memories
+REMEMBERED = 4096  # event ids, message keys, threads, people: bounded memories
 CONTEXT_LINE_CHARS = 1000
-# Subtypes that are a person saying something; edits (message_changed), deletions, joins and the like are not.
+# Subtypes that are a person saying something; edits (message_changed), deletions, joins and the
+# like are not.
 USER_SUBTYPES = frozenset({"", "file_share", "thread_broadcast", "me_message"})
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (SlackClientError, aiohttp.ClientError, OSError, TimeoutError)
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    SlackClientError,
+    aiohttp.ClientError,
+    OSError,
+    TimeoutError,
+)
 API_ERRORS: tuple[type[BaseException], ...] = (SlackApiError, *NETWORK_ERRORS)
-CHANNEL_TYPES: dict[str, ChatType] = {"im": "dm", "mpim": "group", "group": "group", "channel": "channel"}
-# `/agent WORDS` that are one of the core's in-chat commands: Slack sends any message starting with "/" to a slash
-# command, so `/jobs`, `/link CODE` … can only reach us through `/agent` (or after the bot's mention).
-_SLASH_WORDS = re.compile(r"(?i)(new|reset|status|usage|stop|retry|undo|help|jobs|link|voice|model)"
-                          r"|(jobs\s+(?:list|(?:cancel|stop)\s+#?\d+))|((?:link|approve)\s+[A-Za-z0-9]{8})"
-                          r"|(link\s+[A-Za-z0-9]{8}\s+yes)|(voice\s+(?:on|off|auto))|(model\s+[A-Za-z0-9_.-]{1,32})")
-_FATAL_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
-                           "not_allowed_token_type"})
-_MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long", "no_text",
-                            "invalid_attachments", "too_many_attachments"})
-_GONE_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived", "account_inactive",
-                          "user_not_found", "user_not_in_channel", "cannot_dm_bot", "restricted_action",
-                          "team_access_not_granted"})
-_TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
+CHANNEL_TYPES: dict[str, ChatType] = {
+    "im": "dm",
+    "mpim": "group",
+    "group": "group",
+    "channel": "channel",
+}
+# `/agent WORDS` that are one of the core's in-chat commands: Slack sends any message starting with
+# "/" to a slash command, so `/jobs`, `/link CODE` … can only reach us through `/agent` (or after
+# the bot's mention).
+_SLASH_WORDS = re.compile(
+    r"(?i)(new|reset|status|usage|stop|retry|undo|help|jobs|link|voice|model)"
+    r"|(jobs\s+(?:list|(?:cancel|stop)\s+#?\d+))|((?:link|approve)\s+[A-Za-z0-9]{8})"
+    r"|(link\s+[A-Za-z0-9]{8}\s+yes)|(voice\s+(?:on|off|auto))|(model\s+[A-Za-z0-9_.-]{1,32})"
+)
+_FATAL_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+    }
+)
+_MARKUP_ERRORS = frozenset(
+    {
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "msg_too_long",
+        "no_text",
+        "invalid_attachments",
+        "too_many_attachments",
+    }
+)
+_GONE_ERRORS = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "account_inactive",
+        "user_not_found",
+        "user_not_in_channel",
+        "cannot_dm_bot",
+        "restricted_action",
+        "team_access_not_granted",
+    }
+)
+_TRANSIENT_ERRORS = frozenset(
+    {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
 _ANGLE = re.compile(r"<([^<>]*)>")
 
 K = TypeVar("K", bound=Hashable)
@@ -62,8 +104,8 @@ class Me:
 
 @dataclass(frozen=True, slots=True)
 class Person:
-    name: str | None = None     # display name, shown to the model
-    handle: str | None = None   # the Slack username
+    name: str | None = None  # display name, shown to the model
+    handle: str | None = None  # the Slack username
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +119,7 @@ class Target:
     thread_id: str | None
     is_dm: bool
     addressed: bool
-    hydrate: str | None   # the thread to read once before submitting
+    hydrate: str | None  # the thread to read once before submitting
     is_bot: bool
 
 
@@ -113,8 +155,13 @@ def put(mapping: OrderedDict[K, V], key: K, value: V, size: int = REMEMBERED) ->
 
 
 # ---------------------------------------------------------------------- inbound
-def event_target(event: Mapping[str, Any], via_mention: bool, me: Me, cfg: SlackConfig,
-           threads: Collection[tuple[str, str]]) -> Target | None:
+def event_target(
+    event: Mapping[str, Any],
+    via_mention: bool,
+    me: Me,
+    cfg: SlackConfig,
+    threads: Collection[tuple[str, str]],
+) -> Target | None:
     """Is this event for us, and where does its answer go? None drops it at the edge."""
     subtype = str(event.get("subtype") or "")
     is_bot = bool(event.get("bot_id")) or subtype == "bot_message"
@@ -131,24 +178,40 @@ def event_target(event: Mapping[str, Any], via_mention: bool, me: Me, cfg: Slack
     channel_type = str(event.get("channel_type") or "")
     thread_ts = str(event.get("thread_ts") or "") or None
     if channel_type == "im" or channel.startswith("D"):
-        return Target(channel, ts, user, "im", None, is_dm=True, addressed=True, hydrate=None, is_bot=is_bot)
+        return Target(
+            channel, ts, user, "im", None, is_dm=True, addressed=True, hydrate=None, is_bot=is_bot
+        )
     mentioned = via_mention or f"<@{me.user_id}>" in str(event.get("text") or "")
     known = thread_ts is not None and (channel, thread_ts) in threads
     if cfg.require_mention and not (mentioned or known):
         return None
     thread = thread_ts or (ts if cfg.reply_in_thread == "always" else None)
     hydrate = thread_ts if thread_ts and thread_ts != ts and not known else None
-    return Target(channel, ts, user, channel_type, thread, is_dm=False, addressed=mentioned or known,
-                  hydrate=hydrate, is_bot=is_bot)
+    return Target(
+        channel,
+        ts,
+        user,
+        channel_type,
+        thread,
+        is_dm=False,
+        addressed=mentioned or known,
+        hydrate=hydrate,
+        is_bot=is_bot,
+    )
 
 
 def mentioned_users(text: str) -> set[str]:
-    return {m.group(1)[1:].partition("|")[0] for m in _ANGLE.finditer(text) if m.group(1).startswith("@")}
+    return {
+        m.group(1)[1:].partition("|")[0]
+        for m in _ANGLE.finditer(text)
+        if m.group(1).startswith("@")
+    }
 
 
 def slack_to_text(text: str, bot_user_id: str, names: Mapping[str, str | None]) -> str:
-    """Slack markup as a person reads it: our own mention dropped, `<@U1>` → `@name`, `<#C1|general>` →
-    `#general`, `<url|label>` → `label (url)`, and `&amp;`, `&lt;`, `&gt;` unescaped."""
+    """Slack markup as a person reads it: our own mention dropped, `<@U1>` → `@name`,
+    `<#C1|general>` → `#general`, `<url|label>` → `label (url)`, and `&amp;`, `&lt;`, `&gt;`
+    unescaped."""
     if bot_user_id:
         text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", "\x00", text)
         text = re.sub(r"^\s*\x00\s*[,:;]?\s*", "", text)  # "@bot, what…" → "what…"
@@ -171,9 +234,9 @@ def slack_to_text(text: str, bot_user_id: str, names: Mapping[str, str | None]) 
 
 
 def attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
-    """The event's files with their `url_private_download` (fetched later with the bot token); an audio clip
-    recorded in Slack (`subtype: slack_audio`) is a voice note. A file Slack hides (over a free workspace's limit,
-    deleted) comes without a link, and the model is told it was there."""
+    """The event's files with their `url_private_download` (fetched later with the bot token); an
+    audio clip recorded in Slack (`subtype: slack_audio`) is a voice note. A file Slack hides (over
+    a free workspace's limit, deleted) comes without a link, and the model is told it was there."""
     found = []
     for item in event.get("files") or ():
         if not isinstance(item, dict):
@@ -185,9 +248,15 @@ def attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
             kind = "voice"
         size = item.get("size")
         link = item.get("url_private_download") or item.get("url_private")
-        found.append(Attachment(kind=kind, name=item.get("name") or item.get("title"), mime_type=mime,
-                                size=size if isinstance(size, int) else None,
-                                ref=str(link) if link and item.get("mode") != "hidden_by_limit" else None))
+        found.append(
+            Attachment(
+                kind=kind,
+                name=item.get("name") or item.get("title"),
+                mime_type=mime,
+                size=size if isinstance(size, int) else None,
+                ref=str(link) if link and item.get("mode") != "hidden_by_limit" else None,
+            )
+        )
     return tuple(found)
 
 
@@ -245,13 +314,21 @@ def start_error(exc: SlackApiError, what: str, variable: str) -> AdapterError:
     code = error_code(exc)
     if code in _FATAL_ERRORS:
         return AdapterFatal(PLATFORM, f"{what} rejected ({code}) — check {variable}")
-    if _status(exc) == 429 or code == "ratelimited" or _status(exc) >= 500 or code in _TRANSIENT_ERRORS:
-        return PlatformUnavailable(PLATFORM, f"{what} check failed ({code or _status(exc)}); will retry")
+    if (
+        _status(exc) == 429
+        or code == "ratelimited"
+        or _status(exc) >= 500
+        or code in _TRANSIENT_ERRORS
+    ):
+        return PlatformUnavailable(
+            PLATFORM, f"{what} check failed ({code or _status(exc)}); will retry"
+        )
     return AdapterError(PLATFORM, f"{what} check failed: {code or _status(exc)}")
 
 
 def send_error(exc: BaseException) -> AdapterError:
-    """Slack's answer as the outbox understands it: wait, resend plain, give up on the chat, or retry."""
+    """Slack's answer as the outbox understands it: wait,
+    resend plain, give up on the chat, or retry."""
     if not isinstance(exc, SlackApiError):
         return PlatformUnavailable(PLATFORM, describe(exc))
     code, status = error_code(exc), _status(exc)
@@ -267,8 +344,9 @@ def send_error(exc: BaseException) -> AdapterError:
 
 
 def slash_text(text: str) -> str:
-    """What `/agent TEXT` says: an in-chat command as `/word args`, any other text as the prompt it is, none as /help.
-    Only whole command shapes count, so `/agent new ideas for the offsite` stays a prompt."""
+    """What `/agent TEXT` says: an in-chat command as `/word args`, any other text as the prompt it
+    is, none as /help. Only whole command shapes count, so `/agent new ideas for the offsite` stays
+    a prompt."""
     words = " ".join(text.split())
     if not words:
         return "/help"

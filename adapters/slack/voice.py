@@ -20,8 +20,16 @@ log = logging.getLogger("adapters.slack.adapter")
 
 FILENAME = "voice-reply.ogg"
 TITLE = "Voice reply"
-NO_UPLOADS = frozenset({"missing_scope", "not_allowed_token_type", "restricted_action",
-                        "file_uploads_disabled", "not_in_channel", "channel_not_found"})
+NO_UPLOADS = frozenset(
+    {
+        "missing_scope",
+        "not_allowed_token_type",
+        "restricted_action",
+        "file_uploads_disabled",
+        "not_in_channel",
+        "channel_not_found",
+    }
+)
 
 
 async def upload_voice(client: AsyncWebClient | None, audio: OutboundAudio) -> str:
@@ -31,16 +39,26 @@ async def upload_voice(client: AsyncWebClient | None, audio: OutboundAudio) -> s
 
 async def upload_file(client: AsyncWebClient | None, file: OutboundFile) -> str:
     """A file for the chat, under its own name; the uploaded file's id."""
-    return await upload(client, file.chat, file.data, file.filename, file.filename,
-                        what="a file")
+    return await upload(client, file.chat, file.data, file.filename, file.filename, what="a file")
 
 
-async def upload(client: AsyncWebClient | None, chat: ChatRef, data: bytes, filename: str,
-                 title: str, *, what: str) -> str:
+async def upload(
+    client: AsyncWebClient | None,
+    chat: ChatRef,
+    data: bytes,
+    filename: str,
+    title: str,
+    *,
+    what: str,
+) -> str:
     if client is None:
         raise PlatformUnavailable(PLATFORM, "not started")
-    kwargs: dict[str, Any] = {"channel": chat.chat_id, "file": data, "filename": filename,
-                              "title": title}
+    kwargs: dict[str, Any] = {
+        "channel": chat.chat_id,
+        "file": data,
+        "filename": filename,
+        "title": title,
+    }
     if chat.thread_id:
         kwargs["thread_ts"] = chat.thread_id
     try:
@@ -49,8 +67,9 @@ async def upload(client: AsyncWebClient | None, chat: ChatRef, data: bytes, file
         code = error_code(exc)
         if code in NO_UPLOADS:
             hint = "; add the files:write bot scope" if code == "missing_scope" else ""
-            log.warning("slack: %s could not be uploaded to %s (%s%s)", what, chat.chat_id, code,
-                        hint)
+            log.warning(
+                "slack: %s could not be uploaded to %s (%s%s)", what, chat.chat_id, code, hint
+            )
             raise RecipientUnavailable(PLATFORM, f"file upload refused: {code}") from None
         raise send_error(exc) from None
     except API_ERRORS as exc:

@@ -7,5 +7,6 @@ lazy aiogram import (aiogram_import). Imports only the vocabulary (gateway.event
 gateway.config) and its own modules.
 """
 
-# Before any aiogram import in this package: aiogram's ~670 models are built on first use (~100 MB saved).
+# Before any aiogram import in this package: aiogram's
+# ~670 models are built on first use (~100 MB saved).
 from adapters.telegram import aiogram_import as aiogram_import

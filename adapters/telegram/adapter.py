@@ -1,10 +1,12 @@
-"""Telegram adapter on aiogram 3: one Bot, one Dispatcher, one Router; updates → `Inbound`, chunks → sendMessage.
+"""Telegram adapter on aiogram 3: one Bot, one Dispatcher,
+one Router; updates → `Inbound`, chunks → sendMessage.
 
-An update is acknowledged to Telegram (polling offset, webhook 200) only after `submit` has stored it, so a
-crash between receiving and storing makes Telegram deliver it again; the store's dedupe answers it once.
-This module holds the lifecycle (polling or webhook) and the inbound side; the webhook's HTTP server is in
-`webhook`, sending and "typing…" in `outbound` (paced per chat by `pacing`), live previews of an answer being
-written in `preview`, the pure translation (addressing, senders, keys, error mapping) in `text`.
+An update is acknowledged to Telegram (polling offset, webhook 200) only after `submit` has stored
+it, so a crash between receiving and storing makes Telegram deliver it again; the store's dedupe
+answers it once. This module holds the lifecycle (polling or webhook) and the inbound side; the
+webhook's HTTP server is in `webhook`, sending and "typing…" in `outbound` (paced per chat by
+`pacing`), live previews of an answer being written in `preview`, the pure translation (addressing,
+senders, keys, error mapping) in `text`.
 """
 
 from __future__ import annotations
@@ -91,15 +93,22 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 
 
 class TelegramAdapter:
-    """`start` checks the token (getMe), registers commands and begins polling or serving the webhook."""
+    """`start` checks the token (getMe), registers
+    commands and begins polling or serving the webhook."""
 
     platform = PLATFORM
     space_noun = "group"  # where a job's creator must still be (gateway.events.MemberRoles)
 
-    def __init__(self, config: TelegramConfig, *, typing_interval: float = TYPING_INTERVAL_S,
-                 submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
-                 clock: Callable[[], float] = time.monotonic, serve: ServeHttp | None = None,
-                 account: str = DEFAULT_ACCOUNT) -> None:
+    def __init__(
+        self,
+        config: TelegramConfig,
+        *,
+        typing_interval: float = TYPING_INTERVAL_S,
+        submit_retry_delays: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
+        clock: Callable[[], float] = time.monotonic,
+        serve: ServeHttp | None = None,
+        account: str = DEFAULT_ACCOUNT,
+    ) -> None:
         self.config = config
         self.account = account  # the bot account (one adapter each): what it hands in names it
         self.submit_retry_delays = tuple(submit_retry_delays)
@@ -109,8 +118,10 @@ class TelegramAdapter:
         self._me: User | None = None
         self._polling: asyncio.Task[None] | None = None
         self._webhook = WebhookServer(config, serve)
-        self._outbound = Outbound(clock, typing_interval)  # sendMessage and "typing…", paced per chat
-        self._albums = Albums()  # a group's albums: which speak to us, and the parts before the one that does
+        # sendMessage and "typing…", paced per chat
+        self._outbound = Outbound(clock, typing_interval)
+        # a group's albums: which speak to us, and the parts before the one that does
+        self._albums = Albums()
         self._preview = TelegramPreview(self._outbound)  # drafts in private chats, edits in groups
         self._buttons = Buttons(self._outbound)  # inline keyboards and their callback queries
 
@@ -127,7 +138,9 @@ class TelegramAdapter:
                 await self._start_webhook(bot, self._dp)
             else:
                 await self._call(bot.delete_webhook(drop_pending_updates=False), "deleteWebhook")
-                self._polling = asyncio.get_running_loop().create_task(self._poll(bot), name="telegram-polling")
+                self._polling = asyncio.get_running_loop().create_task(
+                    self._poll(bot), name="telegram-polling"
+                )
         except BaseException:
             await bot.session.close()
             raise
@@ -145,8 +158,8 @@ class TelegramAdapter:
             await self._bot.session.close()
 
     async def wait_closed(self) -> None:
-        """Return (or raise why) once polling ended on its own, so the supervisor restarts us; a webhook server
-        and a healthy polling loop never end by themselves."""
+        """Return (or raise why) once polling ended on its own, so the supervisor restarts us; a
+        webhook server and a healthy polling loop never end by themselves."""
         task = self._polling
         if task is None:
             await asyncio.Future()
@@ -162,19 +175,27 @@ class TelegramAdapter:
         return file_chunks(self._bot, attachment, local=self.config.local_api)
 
     def _make_bot(self) -> Bot:
-        api = TelegramAPIServer.from_base(self.config.api_server.rstrip("/"), is_local=self.config.local_api)
+        api = TelegramAPIServer.from_base(
+            self.config.api_server.rstrip("/"), is_local=self.config.local_api
+        )
         try:
             return Bot(self.config.token.value, session=AiohttpSession(api=api))
         except TokenValidationError:
-            raise AdapterFatal(PLATFORM, "token rejected (malformed) — check TELEGRAM_BOT_TOKEN") from None
+            raise AdapterFatal(
+                PLATFORM, "token rejected (malformed) — check TELEGRAM_BOT_TOKEN"
+            ) from None
 
     async def _get_me(self, bot: Bot) -> User:
         try:
             return await bot.me()
         except (TelegramUnauthorizedError, TelegramNotFound):
-            raise AdapterFatal(PLATFORM, "token rejected (401) — check TELEGRAM_BOT_TOKEN") from None
+            raise AdapterFatal(
+                PLATFORM, "token rejected (401) — check TELEGRAM_BOT_TOKEN"
+            ) from None
         except (TelegramAPIError, AiogramError, OSError) as exc:
-            raise AdapterError(PLATFORM, f"cannot reach the Bot API at {self.config.api_server}: {exc}") from None
+            raise AdapterError(
+                PLATFORM, f"cannot reach the Bot API at {self.config.api_server}: {exc}"
+            ) from None
 
     async def _set_commands(self, bot: Bot) -> None:
         commands = [BotCommand(command=name, description=text) for name, text in COMMANDS]
@@ -201,18 +222,32 @@ class TelegramAdapter:
         return router
 
     async def _poll(self, bot: Bot) -> None:
-        """aiogram sends the next offset only after the handler returns, and the handler awaits `submit`."""
+        """aiogram sends the next offset only after the
+        handler returns, and the handler awaits `submit`."""
         assert self._dp is not None
-        await self._dp.start_polling(bot, polling_timeout=self.config.polling_timeout, handle_as_tasks=False,
-                                     handle_signals=False, close_bot_session=False)
+        await self._dp.start_polling(
+            bot,
+            polling_timeout=self.config.polling_timeout,
+            handle_as_tasks=False,
+            handle_signals=False,
+            close_bot_session=False,
+        )
 
     async def _start_webhook(self, bot: Bot, dp: Dispatcher) -> None:
         cfg = self.config
         await self._webhook.serve(bot, dp)
-        await self._call(bot.set_webhook(url=cfg.webhook_url or "", secret_token=self._webhook.secret,
-                                         allowed_updates=dp.resolve_used_update_types(),
-                                         drop_pending_updates=False), "setWebhook")
-        log.info("telegram: webhook listening on %s:%s%s", cfg.listen_host, self._webhook.port, cfg.path)
+        await self._call(
+            bot.set_webhook(
+                url=cfg.webhook_url or "",
+                secret_token=self._webhook.secret,
+                allowed_updates=dp.resolve_used_update_types(),
+                drop_pending_updates=False,
+            ),
+            "setWebhook",
+        )
+        log.info(
+            "telegram: webhook listening on %s:%s%s", cfg.listen_host, self._webhook.port, cfg.path
+        )
 
     @property
     def webhook_port(self) -> int | None:
@@ -223,10 +258,12 @@ class TelegramAdapter:
         inbound = self.translate(message)
         if inbound is None:
             return
-        if inbound.group_id and inbound.chat.chat_type != "dm":  # an album's earlier parts, held until now
+        if inbound.group_id and inbound.chat.chat_type != "dm":
+            # an album's earlier parts, held until now
             for part in self._albums.address((message.chat.id, inbound.group_id)):
                 await self._submit_stored(part)
-        await self._submit_stored(inbound)  # /start too: the gate pairs a stranger, the commands greet a known user
+        # /start too: the gate pairs a stranger, the commands greet a known user
+        await self._submit_stored(inbound)
 
     def translate(self, message: Message) -> Inbound | None:
         """The message as the core sees it, or None when it is not for us (dropped at the edge)."""
@@ -234,8 +271,12 @@ class TelegramAdapter:
         cfg = self.config
         chat_type = CHAT_TYPES.get(message.chat.type)
         sender = message.from_user
-        if chat_type is None or (sender is not None and sender.is_bot and not cfg.answer_bots
-                                 and message.sender_chat is None):
+        if chat_type is None or (
+            sender is not None
+            and sender.is_bot
+            and not cfg.answer_bots
+            and message.sender_chat is None
+        ):
             return None
         files = attachments(message)
         raw_text = message.text if message.text is not None else (message.caption or "")
@@ -245,22 +286,43 @@ class TelegramAdapter:
         if said.for_other_bot:
             return None
         replied = real_reply(message)
-        to_us = replied is not None and replied.from_user is not None and replied.from_user.id == self._me.id
+        to_us = (
+            replied is not None
+            and replied.from_user is not None
+            and replied.from_user.id == self._me.id
+        )
         album = (message.chat.id, message.media_group_id) if message.media_group_id else None
-        addressed = chat_type == "dm" or said.mentioned or said.command or to_us or bool(
-            album and self._albums.addressed(album))
+        addressed = (
+            chat_type == "dm"
+            or said.mentioned
+            or said.command
+            or to_us
+            or bool(album and self._albums.addressed(album))
+        )
         inbound = Inbound(
-            chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
-                         str(message.message_thread_id) if message.is_topic_message and message.message_thread_id
-                         else None),
-            user_id=sender_id(message), user_name=sender_name(message), username=sender_handle(message),
+            chat=ChatRef(
+                PLATFORM,
+                chat_type,
+                str(message.chat.id),
+                str(message.message_thread_id)
+                if message.is_topic_message and message.message_thread_id
+                else None,
+            ),
+            user_id=sender_id(message),
+            user_name=sender_name(message),
+            username=sender_handle(message),
             text=said.text,
-            message_id=message_key(message), received_at=utc(message.edit_date or message.date),
-            reply_to_id=str(replied.message_id) if replied is not None else None, attachments=files,
-            group_id=message.media_group_id, forwarded_from=forwarded_from(message),
-            is_addressed=addressed, is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
+            message_id=message_key(message),
+            received_at=utc(message.edit_date or message.date),
+            reply_to_id=str(replied.message_id) if replied is not None else None,
+            attachments=files,
+            group_id=message.media_group_id,
+            forwarded_from=forwarded_from(message),
+            is_addressed=addressed,
+            is_bot=bool(sender and sender.is_bot and message.sender_chat is None),
             chat_title=message.chat.title,
-            space_id=str(message.chat.id) if chat_type != "dm" else None)
+            space_id=str(message.chat.id) if chat_type != "dm" else None,
+        )
         if chat_type != "dm" and cfg.require_mention and not addressed:
             if album is not None and files:
                 self._albums.hold(album, inbound)  # a later part of its album may still @mention us
@@ -286,23 +348,38 @@ class TelegramAdapter:
         return None if gone else ()
 
     async def _submit_stored(self, inbound: Inbound) -> SubmitResult:
-        """Return only once the inbound is stored (or refused for good); until then the update stays unconfirmed."""
+        """Return only once the inbound is stored (or refused
+        for good); until then the update stays unconfirmed."""
         assert self._submit is not None
         for attempt, delay in enumerate((*self.submit_retry_delays, None)):
             try:
                 result = await self._submit(inbound)
             except Exception as exc:
                 if self.config.mode == "webhook" or delay is None:
-                    log.error("telegram: message %s in chat %s not stored (%s); %s", inbound.message_id,
-                              inbound.chat.chat_id, exc, "giving up" if delay is None else "Telegram will resend")
+                    log.error(
+                        "telegram: message %s in chat %s not stored (%s); %s",
+                        inbound.message_id,
+                        inbound.chat.chat_id,
+                        exc,
+                        "giving up" if delay is None else "Telegram will resend",
+                    )
                     raise
-                log.warning("telegram: storing message %s failed (%s); retry %s in %.0fs", inbound.message_id,
-                            exc, attempt + 1, delay)
+                log.warning(
+                    "telegram: storing message %s failed (%s); retry %s in %.0fs",
+                    inbound.message_id,
+                    exc,
+                    attempt + 1,
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 continue
             if result.outcome is SubmitOutcome.REFUSED and result.reason == "shutting down":
-                log.info("telegram: shutting down; message %s in chat %s stays with Telegram for the next run",
-                         inbound.message_id, inbound.chat.chat_id)
+                log.info(
+                    "telegram: shutting down; message %s in chat "
+                    "%s stays with Telegram for the next run",
+                    inbound.message_id,
+                    inbound.chat.chat_id,
+                )
                 if self.config.mode == "webhook":
                     raise NotStored
                 await asyncio.Future()  # hold the offset until stop() cancels polling
@@ -320,12 +397,20 @@ class TelegramAdapter:
     async def _on_membership(self, event: ChatMemberUpdated) -> None:
         status = event.new_chat_member.status
         if status in ("kicked", "left"):
-            log.warning("telegram: the bot was %s chat %s (%s)", "blocked in" if event.chat.type == "private"
-                        else "removed from", event.chat.id, event.chat.title or "private chat")
+            log.warning(
+                "telegram: the bot was %s chat %s (%s)",
+                "blocked in" if event.chat.type == "private" else "removed from",
+                event.chat.id,
+                event.chat.title or "private chat",
+            )
         elif status in ("member", "administrator"):
             self._outbound.reachable(str(event.chat.id))
-            log.info("telegram: the bot is now %s of chat %s (%s)", status, event.chat.id,
-                     event.chat.title or "private chat")
+            log.info(
+                "telegram: the bot is now %s of chat %s (%s)",
+                status,
+                event.chat.id,
+                event.chat.title or "private chat",
+            )
 
     # ------------------------------------------------------------------ outbound (in `outbound`)
     async def send(self, message: OutboundMessage) -> str:
@@ -343,7 +428,7 @@ class TelegramAdapter:
         """A file as a document (sendDocument; in `voice`)."""
         return await send_document(self._outbound, file)
 
-    # ------------------------------------------------------------------ live previews (in `preview`)
+    # ----------------------------------------------------------------- live previews (in `preview`)
     def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle:
         return self._preview.style(chat)
 

@@ -24,7 +24,7 @@ from gateway.events.choices import parse_choice
 
 log = logging.getLogger("adapters.telegram.adapter")
 
-ANSWER_TEXT_MAX = 200   # answerCallbackQuery: "text ... 0-200 characters"
+ANSWER_TEXT_MAX = 200  # answerCallbackQuery: "text ... 0-200 characters"
 FAILED_TEXT = "Sorry, that did not work on my side; please try again."
 _UNCHANGED = "message is not modified"
 
@@ -42,11 +42,16 @@ def tap_inbound(query: CallbackQuery) -> Inbound | None:
     if isinstance(message, Message) and message.is_topic_message:
         topic = message.message_thread_id
     user = query.from_user
-    return Inbound(chat=ChatRef(PLATFORM, chat_type, str(message.chat.id),
-                                str(topic) if topic else None),
-                   user_id=str(user.id), text="", message_id=f"cb{query.id}",
-                   received_at=datetime.now(UTC), user_name=user.full_name, username=user.username,
-                   picked=picked)
+    return Inbound(
+        chat=ChatRef(PLATFORM, chat_type, str(message.chat.id), str(topic) if topic else None),
+        user_id=str(user.id),
+        text="",
+        message_id=f"cb{query.id}",
+        received_at=datetime.now(UTC),
+        user_name=user.full_name,
+        username=user.username,
+        picked=picked,
+    )
 
 
 class Buttons:
@@ -66,7 +71,7 @@ class Buttons:
                 notice = FAILED_TEXT
         if self.out.bot is None:
             return
-        text = notice if len(notice) <= ANSWER_TEXT_MAX else notice[:ANSWER_TEXT_MAX - 1] + "…"
+        text = notice if len(notice) <= ANSWER_TEXT_MAX else notice[: ANSWER_TEXT_MAX - 1] + "…"
         try:
             await self.out.bot.answer_callback_query(query.id, text=text or None)
         # too old, or Telegram is away
@@ -81,9 +86,13 @@ class Buttons:
         chat_id = message.chat.chat_id
         async with self.out.pacing.one_request(chat_id):
             try:
-                await bot.edit_message_text(text=message.text, chat_id=int(chat_id),
-                                            message_id=int(platform_message_id), parse_mode=None,
-                                            entities=[entity(e) for e in message.entities] or None)
+                await bot.edit_message_text(
+                    text=message.text,
+                    chat_id=int(chat_id),
+                    message_id=int(platform_message_id),
+                    parse_mode=None,
+                    entities=[entity(e) for e in message.entities] or None,
+                )
             except TelegramBadRequest as exc:
                 if _UNCHANGED not in str(exc):
                     raise self.out.translate_error(exc, chat_id) from None

@@ -1,8 +1,10 @@
-"""Telegram's pacing per chat: one request on the wire at a time, and the flood wait a 429 announced.
+"""Telegram's pacing per chat: one request on the wire
+at a time, and the flood wait a 429 announced.
 
-A 429 answers one method, but Telegram's flood wait covers the chat: a sendMessage inside a wait that a
-sendChatAction 429 started is refused too. So every request to a chat (a message or "typing…") takes the chat's
-slot first and checks the wait there, and a 429 is always known before that chat's next request.
+A 429 answers one method, but Telegram's flood wait covers the chat: a sendMessage inside a wait
+that a sendChatAction 429 started is refused too. So every request to a chat (a message or
+"typing…") takes the chat's slot first and checks the wait there, and a 429 is always known before
+that chat's next request.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-REQUEST_WAIT_S = 10.0    # the longest a chat's request waits for its previous one (see ChatPacing.one_request)
-FLOOD_WAITS_KEPT = 1000  # past this many chats with a wait noted, the waits that are over are forgotten
+# the longest a chat's request waits for its previous one (see ChatPacing.one_request)
+REQUEST_WAIT_S = 10.0
+# past this many chats with a wait noted, the waits that are over are forgotten
+FLOOD_WAITS_KEPT = 1000
 
 
 class ChatPacing:
-    """Per chat: the request now on the wire, and the clock time until which Telegram told us to wait."""
+    """Per chat: the request now on the wire, and the
+    clock time until which Telegram told us to wait."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -25,8 +30,9 @@ class ChatPacing:
 
     @asynccontextmanager
     async def one_request(self, chat_id: str) -> AsyncIterator[None]:
-        """One request per chat on the wire at a time (the outbox already sends a chat's messages one by one;
-        this keeps typing out of their way), so a 429 is always known before that chat's next request."""
+        """One request per chat on the wire at a time (the outbox already sends a chat's messages
+        one by one; this keeps typing out of their way), so a 429 is always known before that chat's
+        next request."""
         while (busy := self._in_flight.get(chat_id)) is not None:
             await asyncio.wait({busy}, timeout=REQUEST_WAIT_S)
             if not busy.done():

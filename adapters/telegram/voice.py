@@ -31,8 +31,11 @@ async def send_document(out: Outbound, file: OutboundFile) -> str:
     if file.chat.thread_id:
         kwargs["message_thread_id"] = int(file.chat.thread_id)
     document = BufferedInputFile(file.data, file.filename)
-    return await _paced(out, file.chat.chat_id,
-                        lambda: bot.send_document(int(file.chat.chat_id), document, **kwargs))
+    return await _paced(
+        out,
+        file.chat.chat_id,
+        lambda: bot.send_document(int(file.chat.chat_id), document, **kwargs),
+    )
 
 
 async def _paced(out: Outbound, chat_id: str, request: Callable[[], Awaitable[Message]]) -> str:
@@ -61,8 +64,9 @@ async def _send(out: Outbound, audio: OutboundAudio) -> Message:
     except TelegramBadRequest as exc:
         if "VOICE_MESSAGES_FORBIDDEN" not in str(exc):
             raise
-    log.info("telegram: chat %s takes no voice messages; the voice reply goes as an audio file",
-             chat_id)
+    log.info(
+        "telegram: chat %s takes no voice messages; the voice reply goes as an audio file", chat_id
+    )
     return await out.bot.send_audio(chat_id, _file(audio), title=AUDIO_TITLE, **kwargs)
 
 

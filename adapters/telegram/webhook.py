@@ -1,8 +1,9 @@
-"""Telegram's webhook server: an aiohttp route that checks the secret token and feeds each update to the dispatcher.
+"""Telegram's webhook server: an aiohttp route that checks the secret token and feeds each update to
+the dispatcher.
 
-Telegram gets its 200 only once the update is stored (the dispatcher's handler awaits `submit`); a 503 while
-shutting down and a 500 when storing failed make Telegram deliver the update again. Registering the URL with
-Telegram (setWebhook) is the adapter's part of start-up.
+Telegram gets its 200 only once the update is stored (the dispatcher's handler awaits `submit`); a
+503 while shutting down and a 500 when storing failed make Telegram deliver the update again.
+Registering the URL with Telegram (setWebhook) is the adapter's part of start-up.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from gateway.config.yamlload import Secret
 from gateway.errors import AdapterFatal
 from gateway.events import Caller, HttpListener, ServeHttp
 
-log = logging.getLogger("adapters.telegram.adapter")  # one logger for the Telegram adapter, whichever module speaks
+# one logger for the Telegram adapter, whichever module speaks
+log = logging.getLogger("adapters.telegram.adapter")
 
 
 class NotStored(Exception):
@@ -27,7 +29,8 @@ class NotStored(Exception):
 
 
 class WebhookServer:
-    """Serves `config.path` on `config.listen_host:listen_port`; `port` is the one bound (0 in config picks one)."""
+    """Serves `config.path` on `config.listen_host:listen_port`; `port` is the one bound (0 in
+    config picks one)."""
 
     def __init__(self, config: TelegramConfig, serve: ServeHttp | None = None) -> None:
         self.config = config
@@ -41,10 +44,14 @@ class WebhookServer:
     async def serve(self, bot: Bot, dp: Dispatcher) -> None:
         cfg = self.config
         self._bot, self._dp = bot, dp
-        # Without a configured secret, a fresh random one still keeps strangers from posting fake updates.
+        # Without a configured secret, a fresh random one
+        # still keeps strangers from posting fake updates.
         self.secret = cfg.secret_token.value if cfg.secret_token else secrets.token_urlsafe(32)
         if self._serve is None:
-            raise AdapterFatal("telegram", "webhook mode needs the daemon's HTTP listener (TelegramAdapter(serve=...))")
+            raise AdapterFatal(
+                "telegram",
+                "webhook mode needs the daemon's HTTP listener (TelegramAdapter(serve=...))",
+            )
         app = web.Application()
         app.router.add_post(cfg.path, self._on_webhook)
         self._listener = await self._serve(app, cfg.listen_host, cfg.listen_port, self.caller)
@@ -52,15 +59,20 @@ class WebhookServer:
 
     async def close(self) -> None:
         if self._listener is not None:
-            await self._listener.stop()  # the webhook stays set: Telegram keeps updates until we are back
+            # the webhook stays set: Telegram keeps updates until we are back
+            await self._listener.stop()
             self._listener = None
 
     def caller(self, request: web.BaseRequest) -> Caller:
         """Telegram's POST to the path with the secret-token header; anyone else is refused before
         the listener waits on a body."""
         given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
-        if request.method == "POST" and request.path == self.config.path and self.secret \
-                and Secret(self.secret).matches(given):
+        if (
+            request.method == "POST"
+            and request.path == self.config.path
+            and self.secret
+            and Secret(self.secret).matches(given)
+        ):
             return Caller.KNOWN
         return Caller.STRANGER
 

@@ -1,4 +1,5 @@
-"""Access control: who gets a turn. One gate, run by SessionManager.submit before anything is stored.
+"""Access control: who gets a turn. One gate, run by
+SessionManager.submit before anything is stored.
 
 Deny by default per platform, DM pairing codes for strangers, `/approve` for admins, a per-chat
 budget for bot-authored messages. It never logs message text, and a clear pairing code never reaches
@@ -34,33 +35,40 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 BudgetVerdict = Literal["ok", "tripped", "cooling"]
 
-LOCAL_PLATFORMS = frozenset({"web", "cli", "cron"})  # bound to loopback (or a token): whoever reaches them is the owner
+# bound to loopback (or a token): whoever reaches them is the owner
+LOCAL_PLATFORMS = frozenset({"web", "cli", "cron"})
 BOT_WINDOW = timedelta(minutes=1)
 
-PAIRING_TEXT = ("I don't know you yet, so I can't answer. To get access, send this pairing code to the owner of "
-                "this bot: `{code}` (valid for {minutes} minutes). They approve it with "
-                "`gateway pairing approve {code}`.")
+PAIRING_TEXT = (
+    "I don't know you yet, so I can't answer. To get access, send this pairing code to the owner "
+    "of this bot: `{code}` (valid for {minutes} minutes). They approve it with "
+    "`gateway pairing approve {code}`."
+)
 APPROVED_TEXT = "You're approved: I can talk with you now. Send me a message to start."
 ADMIN_ONLY_TEXT = "Only an admin can approve pairing codes."
 APPROVE_USAGE = "Usage: /approve CODE"
 DENY_USAGE = "Usage: /deny CODE (the code of a request waiting in this chat)"
 NO_REQUEST_TEXT = "No request in this chat is waiting with the code {code}."
 NOT_ALLOWED_TEXT = "Only people this bot talks with can use its buttons."
-_STRANGER_REASONS = {"pending": "unknown user; pairing code already sent",
-                     "full": "unknown user; too many pairing codes pending on this platform",
-                     "locked": "unknown user; pairing is locked after wrong approvals",
-                     "cooling": "unknown user; their pairing request expired lately"}
+_STRANGER_REASONS = {
+    "pending": "unknown user; pairing code already sent",
+    "full": "unknown user; too many pairing codes pending on this platform",
+    "locked": "unknown user; pairing is locked after wrong approvals",
+    "cooling": "unknown user; their pairing request expired lately",
+}
 
 
 def is_admin(access: AccessConfig, platform: str, user_id: str) -> bool:
-    """Admins are listed as `platform:user_id` in `access.admins`; for admin-only commands anywhere."""
+    """Admins are listed as `platform:user_id` in
+    `access.admins`; for admin-only commands anywhere."""
     return f"{platform}:{user_id}" in access.admins
 
 
 @dataclass(frozen=True, slots=True)
 class Rules:
-    """One platform's allowlist. A user passes by id, by handle (Telegram) or by role (Discord); in a group
-    the place must pass too when place lists are set (every list that is set). DMs have no place."""
+    """One platform's allowlist. A user passes by id, by handle (Telegram) or by role (Discord); in
+    a group the place must pass too when place lists are set (every list that is set). DMs have no
+    place."""
 
     user_ids: frozenset[str] = frozenset()
     usernames: frozenset[str] = frozenset()
@@ -97,21 +105,27 @@ def platform_rules(config: Config) -> dict[tuple[str, str], Rules]:
         rules[("telegram", name)] = Rules(
             user_ids=frozenset(u for u in t.allowed_users if not u.startswith("@")),
             usernames=frozenset(_handle(u) for u in t.allowed_users if u.startswith("@")),
-            chats=frozenset(t.allowed_chats))
+            chats=frozenset(t.allowed_chats),
+        )
     for name, d in platform_accounts(config.discord).items():
         assert isinstance(d, DiscordConfig)
         rules[("discord", name)] = Rules(
-            user_ids=frozenset(d.allowed_users), roles=frozenset(d.allowed_roles),
-            chats=frozenset(d.allowed_channels), spaces=frozenset(d.allowed_guilds))
+            user_ids=frozenset(d.allowed_users),
+            roles=frozenset(d.allowed_roles),
+            chats=frozenset(d.allowed_channels),
+            spaces=frozenset(d.allowed_guilds),
+        )
     for name, s in platform_accounts(config.slack).items():
         assert isinstance(s, SlackConfig)
-        rules[("slack", name)] = Rules(user_ids=frozenset(s.allowed_users),
-                                       chats=frozenset(s.allowed_channels))
+        rules[("slack", name)] = Rules(
+            user_ids=frozenset(s.allowed_users), chats=frozenset(s.allowed_channels)
+        )
     return rules
 
 
 class BotBudget:
-    """At most `budget` bot-authored messages answered per chat per minute; then the chat cools down."""
+    """At most `budget` bot-authored messages answered
+    per chat per minute; then the chat cools down."""
 
     def __init__(self, budget: int, cooldown: timedelta) -> None:
         self.budget = budget
@@ -144,20 +158,31 @@ class BotBudget:
 
 
 def ephemeral_outbox(outbox: Outbox) -> Outbox:
-    """The same delivery (render, chunk, rate limits, retry) over an in-memory table: for a text that must not
-    be stored, such as a clear pairing code. A copy, so it keeps whatever the daemon configured its outbox with."""
+    """The same delivery (render, chunk, rate limits, retry) over an in-memory table: for a text
+    that must not be stored, such as a clear pairing code. A copy, so it keeps whatever the daemon
+    configured its outbox with."""
     notices = copy.copy(outbox)
     notices.store = Store(Path(":memory:"))
     return notices
 
 
 class AccessGate:
-    """SessionManager's `gate`: None lets a message through; a SubmitResult stops it before it is stored."""
+    """SessionManager's `gate`: None lets a message through;
+    a SubmitResult stops it before it is stored."""
 
-    def __init__(self, config: Config, pairing: PairingBook, outbox: Outbox, *, clock: Clock,
-                 notices: Outbox | None = None, people: PeopleBook | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        pairing: PairingBook,
+        outbox: Outbox,
+        *,
+        clock: Clock,
+        notices: Outbox | None = None,
+        people: PeopleBook | None = None,
+    ) -> None:
         self.people = people
-        self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None  # set by linking.Linker
+        # set by linking.Linker
+        self.link: Callable[[Inbound], Awaitable[SubmitResult | None]] | None = None
         # answers to waiting turns' requests, and taps on a command's menu (set by the wiring)
         self.answers: Answers | None = None
         self.menus: Callable[[Inbound], Awaitable[SubmitResult]] | None = None
@@ -168,48 +193,65 @@ class AccessGate:
         self.outbox = outbox
         self.notices = notices or ephemeral_outbox(outbox)
         self.clock = clock
-        self.bots = BotBudget(config.access.bot_loop_budget, timedelta(seconds=config.access.bot_loop_cooldown_s))
+        self.bots = BotBudget(
+            config.access.bot_loop_budget, timedelta(seconds=config.access.bot_loop_cooldown_s)
+        )
         self._hinted: set[str] = set()
 
     def is_allowed(self, inbound: Inbound) -> bool:
-        """Does this sender pass here: place lists, then admins, config allowlists or an approved code."""
+        """Does this sender pass here: place lists, then
+        admins, config allowlists or an approved code."""
         platform, account = inbound.chat.platform, inbound.chat.account
         if platform in LOCAL_PLATFORMS:
             return True
         rules = self.rules.get((platform, account), Rules())
         if not rules.allows_place(inbound):
             return False
-        return (is_admin(self.access, platform, inbound.user_id) or rules.lists_user(inbound)
-                or self.pairing.is_approved(platform, inbound.user_id, account)
-                or self._linked_allowed(platform, inbound))
+        return (
+            is_admin(self.access, platform, inbound.user_id)
+            or rules.lists_user(inbound)
+            or self.pairing.is_approved(platform, inbound.user_id, account)
+            or self._linked_allowed(platform, inbound)
+        )
 
     def _linked_allowed(self, platform: str, inbound: Inbound) -> bool:
-        """One approval per person: an identity linked to this one that is let in by id (an admin, listed, approved
-        by code, the local owner) lets this one in too; the place lists above still apply to this message."""
-        person = self.people.find(identity_of(platform, inbound.user_id)) if self.people is not None else None
+        """One approval per person: an identity linked to this one that is let in by id (an admin,
+        listed, approved by code, the local owner) lets this one in too; the place lists above still
+        apply to this message."""
+        person = (
+            self.people.find(identity_of(platform, inbound.user_id))
+            if self.people is not None
+            else None
+        )
         if person is None or len(person.identities) < 2:
             return False
         for other in person.identities:
             # on this platform, this bot's list alone counts; on another, any of its bots' lists
             account = inbound.chat.account if other.platform == platform else None
-            if (other.identity == LOCAL_OWNER or is_admin(self.access, other.platform, other.user_id)
-                    or self._listed(other, account)
-                    or self.pairing.is_approved(other.platform, other.user_id, account)):
+            if (
+                other.identity == LOCAL_OWNER
+                or is_admin(self.access, other.platform, other.user_id)
+                or self._listed(other, account)
+                or self.pairing.is_approved(other.platform, other.user_id, account)
+            ):
                 return True
         return False
 
     def _listed(self, who: Identity, account: str | None) -> bool:
         """Is this identity on an allowlist of its platform (`account`'s alone, unless None)?"""
         handle = _handle(who.username) if who.username else None
-        return any(who.user_id in rules.user_ids or handle in rules.usernames
-                   for (platform, name), rules in self.rules.items()
-                   if platform == who.platform and account in (None, name))
+        return any(
+            who.user_id in rules.user_ids or handle in rules.usernames
+            for (platform, name), rules in self.rules.items()
+            if platform == who.platform and account in (None, name)
+        )
 
     async def __call__(self, inbound: Inbound) -> SubmitResult | None:
         if inbound.picked is not None:
             return await self._tap(inbound, inbound.picked.token)
         if self.link is not None and command_word(inbound.text) == "link" and not inbound.is_bot:
-            linked = await self.link(inbound)  # gateway/access/linking.py: even a stranger's DM may link
+            # gateway/access/linking.py: even a stranger's DM may link
+            linked = await self.link(inbound)
             if linked is not None:
                 return linked
         if inbound.chat.platform not in LOCAL_PLATFORMS:
@@ -218,8 +260,12 @@ class AccessGate:
             if inbound.is_bot:
                 verdict = self.bots.check(inbound.chat, self.clock())
                 if verdict != "ok":
-                    return self._drop(inbound, f"bot loop budget spent ({self.bots.budget}/min); cooling down"
-                                      if verdict == "tripped" else "bot loop cool-down")
+                    return self._drop(
+                        inbound,
+                        f"bot loop budget spent ({self.bots.budget}/min); cooling down"
+                        if verdict == "tripped"
+                        else "bot loop cool-down",
+                    )
         if command_word(inbound.text) in ("approve", "deny"):
             return await self._approve_command(inbound)
         return None
@@ -233,8 +279,9 @@ class AccessGate:
                 return SubmitResult(SubmitOutcome.REFUSED, "choice", notice=NOT_ALLOWED_TEXT)
             return await self.menus(inbound)
         if self.answers is None or is_menu(token):
-            return SubmitResult(SubmitOutcome.IGNORED, "choice",
-                                notice="Nothing is waiting for this.")
+            return SubmitResult(
+                SubmitOutcome.IGNORED, "choice", notice="Nothing is waiting for this."
+            )
         return self.answers.tap(inbound)
 
     # ------------------------------------------------------------------ strangers
@@ -244,26 +291,47 @@ class AccessGate:
         if self.access.unknown_dm == "ignore":
             return self._drop(inbound, "unknown user (access.unknown_dm is ignore)")
         chat = inbound.chat
-        issued = self.pairing.issue(platform=chat.platform, user_id=inbound.user_id, user_name=inbound.user_name,
-                                    chat_id=chat.chat_id or inbound.user_id, now=self.clock(),
-                                    account=chat.account)
+        issued = self.pairing.issue(
+            platform=chat.platform,
+            user_id=inbound.user_id,
+            user_name=inbound.user_name,
+            chat_id=chat.chat_id or inbound.user_id,
+            now=self.clock(),
+            account=chat.account,
+        )
         if issued.code is None:
             return self._drop(inbound, _STRANGER_REASONS[issued.status])
-        log.info("access: unknown user, pairing code sent platform=%s user=%s chat=%s", chat.platform,
-                 inbound.user_id, chat.chat_id)
+        log.info(
+            "access: unknown user, pairing code sent platform=%s user=%s chat=%s",
+            chat.platform,
+            inbound.user_id,
+            chat.chat_id,
+        )
         self._hint(chat)
         left = (issued.expires_at - self.clock()) if issued.expires_at is not None else CODE_TTL
-        text = PAIRING_TEXT.format(code=issued.code, minutes=max(1, int(left.total_seconds() // 60)))
+        text = PAIRING_TEXT.format(
+            code=issued.code, minutes=max(1, int(left.total_seconds() // 60))
+        )
         # Sent in the background: the platform's ack must not wait behind a 429 pause.
-        self.notices.post_soon(f"pair:{chat.platform}:{chat.chat_id}:{inbound.message_id}", chat, text,
-                               reply_to_id=inbound.message_id)
+        self.notices.post_soon(
+            f"pair:{chat.platform}:{chat.chat_id}:{inbound.message_id}",
+            chat,
+            text,
+            reply_to_id=inbound.message_id,
+        )
         return SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
 
     def _drop(self, inbound: Inbound, reason: str) -> SubmitResult:
         """One log line per refused message: platform and user id, never the text."""
         level = logging.INFO if inbound.is_addressed else logging.DEBUG
-        log.log(level, "access: refused (%s) platform=%s user=%s chat=%s", reason, inbound.chat.platform,
-                inbound.user_id, inbound.chat.chat_id)
+        log.log(
+            level,
+            "access: refused (%s) platform=%s user=%s chat=%s",
+            reason,
+            inbound.chat.platform,
+            inbound.user_id,
+            inbound.chat.chat_id,
+        )
         self._hint(inbound.chat)
         return SubmitResult(SubmitOutcome.IGNORED, reason)
 
@@ -273,8 +341,11 @@ class AccessGate:
         if where in self._hinted or not rules.is_empty:
             return
         self._hinted.add(where)
-        log.warning("access: %s has no allowed_users, so only admins and approved pairing codes get a turn there "
-                    "(see `gateway pairing list`)", where)
+        log.warning(
+            "access: %s has no allowed_users, so only admins and approved pairing codes get a turn "
+            "there (see `gateway pairing list`)",
+            where,
+        )
 
     # ------------------------------------------------------------------ /approve
     async def _approve_command(self, inbound: Inbound) -> SubmitResult:
@@ -291,33 +362,55 @@ class AccessGate:
         if answered is not None or word == "deny":
             missing = NO_REQUEST_TEXT.format(code=args[0].upper()) if args else DENY_USAGE
             reply = answered or missing
-            self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply,
-                                  reply_to_id=inbound.message_id)
+            self.outbox.post_soon(
+                f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id
+            )
             return SubmitResult(SubmitOutcome.ACCEPTED, "command")
         if not admin:
-            log.info("access: refused (/approve by a non-admin) platform=%s user=%s", platform, user_id)
+            log.info(
+                "access: refused (/approve by a non-admin) platform=%s user=%s", platform, user_id
+            )
             reply = ADMIN_ONLY_TEXT
         elif len(args) != 1:
             reply = APPROVE_USAGE
         else:
-            approval = self.pairing.approve(args[0], by=f"{platform}:{user_id}", now=self.clock(), announce=False)
-            log.info("access: /approve by platform=%s user=%s: %s", platform, user_id, approval.status)
+            approval = self.pairing.approve(
+                args[0], by=f"{platform}:{user_id}", now=self.clock(), announce=False
+            )
+            log.info(
+                "access: /approve by platform=%s user=%s: %s", platform, user_id, approval.status
+            )
             reply = approval.describe()
         self.outbox.post_soon(f"c{inbound_id}", inbound.chat, reply, reply_to_id=inbound.message_id)
-        if approval is not None and approval.status == "approved" and approval.platform and approval.chat_id:
+        if (
+            approval is not None
+            and approval.status == "approved"
+            and approval.platform
+            and approval.chat_id
+        ):
             paired = ChatRef(approval.platform, "dm", approval.chat_id, account=approval.account)
             self.outbox.post_soon(f"c{inbound_id}:paired", paired, APPROVED_TEXT)
         return SubmitResult(SubmitOutcome.ACCEPTED if admin else SubmitOutcome.REFUSED, "command")
 
     def store_answered(self, inbound: Inbound) -> int | None:
-        """Record the command (code redacted) so a redelivery is a duplicate, not a second, failed approval."""
+        """Record the command (code redacted) so a redelivery
+        is a duplicate, not a second, failed approval."""
         redacted = replace(inbound, text=inbound.text.split(maxsplit=1)[0] + " [code]")
         chat = inbound.chat
         return self.pairing.store.insert_inbound(
-            platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
-            platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
-            text=redacted.text, payload=encode_inbound(redacted), received_at=inbound.received_at,
-            status="answered", account=chat.account)
+            platform=chat.platform,
+            chat_type=chat.chat_type,
+            chat_id=chat.chat_id,
+            thread_id=chat.thread_id,
+            platform_message_id=inbound.message_id,
+            user_id=inbound.user_id,
+            user_name=inbound.user_name,
+            text=redacted.text,
+            payload=encode_inbound(redacted),
+            received_at=inbound.received_at,
+            status="answered",
+            account=chat.account,
+        )
 
 
 def _handle(name: str) -> str:

@@ -23,14 +23,16 @@ from gateway.llm.types import ChatMessage, History, LLMClient, LLMReply, TextSin
 
 log = logging.getLogger(__name__)
 
-STOPPED_TEXT = ("I stopped after {n} tool steps without reaching an answer. Tell me how you'd like "
-                "me to continue.")
+STOPPED_TEXT = (
+    "I stopped after {n} tool steps without reaching an answer. Tell me how you'd like "
+    "me to continue."
+)
 
 
 @dataclass(slots=True)
 class TurnResult:
     text: str
-    messages: list[ChatMessage]          # assistant/tool messages produced by the turn, in order
+    messages: list[ChatMessage]  # assistant/tool messages produced by the turn, in order
     usage: Usage = field(default_factory=Usage)
     iterations: int = 0
     tool_calls: int = 0
@@ -44,13 +46,21 @@ class Agent:
         self.tools = tools
         self.max_iterations = max_iterations
 
-    async def run(self, *, system: str, history: Sequence[ChatMessage], user_message: ChatMessage,
-                  ctx: ToolContext, tools: Sequence[ToolSpec],
-                  allowed_tools: Collection[str] | None = None, max_iterations: int | None = None,
-                  on_reply: Callable[[LLMReply], None] | None = None,
-                  stream: TextSink | None = None,
-                  on_tool: Callable[[str], None] | None = None,
-                  resume: Resume | None = None) -> TurnResult:
+    async def run(
+        self,
+        *,
+        system: str,
+        history: Sequence[ChatMessage],
+        user_message: ChatMessage,
+        ctx: ToolContext,
+        tools: Sequence[ToolSpec],
+        allowed_tools: Collection[str] | None = None,
+        max_iterations: int | None = None,
+        on_reply: Callable[[LLMReply], None] | None = None,
+        stream: TextSink | None = None,
+        on_tool: Callable[[str], None] | None = None,
+        resume: Resume | None = None,
+    ) -> TurnResult:
         """Run one turn. `tools` is the session's stored tool list (part of the cached prefix, so it
         is always sent whole, byte for byte); `allowed_tools` narrows what may actually execute (the
         policy, the flush). `stream` gets each model call's text as it is written; `on_tool` each
@@ -70,8 +80,9 @@ class Agent:
                 break
             if stream is not None and asked:
                 stream.restart()  # the answer is the last call's text alone
-            reply = await self.llm.complete(system=system, messages=convo, tools=tools,
-                                            stream=stream)
+            reply = await self.llm.complete(
+                system=system, messages=convo, tools=tools, stream=stream
+            )
             asked += 1
             result.iterations += 1
             result.usage = result.usage + reply.usage
@@ -82,19 +93,28 @@ class Agent:
                 result.messages.append(final)
                 result.text = reply.text
                 return result
-            pending = [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                       for c in reply.tool_calls]
-            step: ChatMessage = {"role": "assistant", "content": reply.text,
-                                 "tool_calls": list(pending)}
+            pending = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+            ]
+            step: ChatMessage = {
+                "role": "assistant",
+                "content": reply.text,
+                "tool_calls": list(pending),
+            }
             convo.append(step)
             result.messages.append(step)
         result.text = STOPPED_TEXT.format(n=limit)
         result.messages.append({"role": "assistant", "content": result.text})
         return result
 
-    async def _answers(self, pending: Sequence[ToolCallView], first: ToolResult | None,
-                       convo: History, result: TurnResult,
-                       calls: TurnTools) -> Waiting | None:
+    async def _answers(
+        self,
+        pending: Sequence[ToolCallView],
+        first: ToolResult | None,
+        convo: History,
+        result: TurnResult,
+        calls: TurnTools,
+    ) -> Waiting | None:
         """Answer one step's calls in order (the first already answered by `first` on a resume);
         stop at one that waits for a person."""
         for i, call in enumerate(pending):
@@ -105,16 +125,21 @@ class Agent:
                 if isinstance(outcome, Held) and outcome.hold is not None:
                     return Waiting(tuple(pending[i:]), outcome.hold)
             result.tool_calls += 1
-            message: ChatMessage = {"role": "tool", "tool_call_id": call["id"],
-                                    "content": outcome.text, "is_error": outcome.is_error}
+            message: ChatMessage = {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": outcome.text,
+                "is_error": outcome.is_error,
+            }
             if outcome.images:
                 message["images"] = [dict(image) for image in outcome.images]
             convo.append(message)
             result.messages.append(message)
         return None
 
-    async def _call(self, name: str, arguments: str | Mapping[str, Any] | None,
-                    calls: TurnTools) -> ToolResult:
+    async def _call(
+        self, name: str, arguments: str | Mapping[str, Any] | None, calls: TurnTools
+    ) -> ToolResult:
         """One tool call as the model made it: tool_search answers from the session's catalog;
         tool_call is unwrapped and dispatched by the real name it gives; any other call is
         dispatched as it is."""
@@ -137,8 +162,15 @@ class Agent:
             return target
         return await self.dispatch(target.name, target.arguments, calls, via=CALL)
 
-    async def dispatch(self, name: str, arguments: str | Mapping[str, Any] | None,
-                       calls: TurnTools, *, via: str = "", approved: bool = False) -> ToolResult:
+    async def dispatch(
+        self,
+        name: str,
+        arguments: str | Mapping[str, Any] | None,
+        calls: TurnTools,
+        *,
+        via: str = "",
+        approved: bool = False,
+    ) -> ToolResult:
         """The one path of every tool call, by the tool's real name, whether the model called it
         directly or through tool_call: the policy (`allowed`), the argument check against the schema
         the session holds, the approval check (a `Held` result: the call waits for a person and
@@ -147,15 +179,26 @@ class Agent:
         if calls.on_tool is not None:
             calls.on_tool(name)
         spec = calls.spec(name)
-        outcome = await self.tools.call(name, arguments, calls.ctx, allowed=calls.allowed,
-                                        parameters=spec.parameters if spec is not None else None,
-                                        approved=approved)
+        outcome = await self.tools.call(
+            name,
+            arguments,
+            calls.ctx,
+            allowed=calls.allowed,
+            parameters=spec.parameters if spec is not None else None,
+            approved=approved,
+        )
         how = f" via={via}" if via else ""
         if isinstance(outcome, Held):
             log.info("tool %s session=%s waits for a person%s", name, calls.ctx.session_id, how)
         else:
-            log.info("tool %s session=%s ok=%s%s%s", name, calls.ctx.session_id,
-                     not outcome.is_error, how, " approved" if approved else "")
+            log.info(
+                "tool %s session=%s ok=%s%s%s",
+                name,
+                calls.ctx.session_id,
+                not outcome.is_error,
+                how,
+                " approved" if approved else "",
+            )
         return outcome
 
 
@@ -163,8 +206,13 @@ class TurnTools:
     """What a turn's tool calls need: the session's tools (those sent, and the deferred catalog its
     tool_search / tool_call are bound to), who calls, what may run, where tool starts are told."""
 
-    def __init__(self, tools: Sequence[ToolSpec], ctx: ToolContext,
-                 allowed: Collection[str] | None, on_tool: Callable[[str], None] | None) -> None:
+    def __init__(
+        self,
+        tools: Sequence[ToolSpec],
+        ctx: ToolContext,
+        allowed: Collection[str] | None,
+        on_tool: Callable[[str], None] | None,
+    ) -> None:
         self.shown = {t.name: t for t in tools}
         self.catalog = catalog_of(tools)
         self.ctx = ctx
@@ -180,8 +228,9 @@ class TurnTools:
         return found
 
 
-def _begin(history: Sequence[ChatMessage], user_message: ChatMessage, resume: Resume | None
-           ) -> tuple[History, TurnResult, Sequence[ToolCallView], ToolResult | None]:
+def _begin(
+    history: Sequence[ChatMessage], user_message: ChatMessage, resume: Resume | None
+) -> tuple[History, TurnResult, Sequence[ToolCallView], ToolResult | None]:
     """The conversation and result a run starts from: fresh, or where a stopped turn was (its
     messages so far, the step's calls left, the first one answered)."""
     convo = History.of(history).plus(user_message)  # the stored part shared: see History

@@ -97,25 +97,49 @@ def build_runtime(shared: Shared, name: str) -> AgentRuntime:
     memory, skills = _knowledge(shared, name)
     t = shared.tools
     admins = t.admins
-    shell = (shell_of(config, admins.admits, agent=name, attach=t.attach)
-             if admins is not None else None)
-    registry = build_registry(config.home, memory=memory, skills=skills, web=t.web, jobs=t.jobs,
-                              search=t.search, shell=shell)
+    shell = (
+        shell_of(config, admins.admits, agent=name, attach=t.attach) if admins is not None else None
+    )
+    registry = build_registry(
+        config.home,
+        memory=memory,
+        skills=skills,
+        web=t.web,
+        jobs=t.jobs,
+        search=t.search,
+        shell=shell,
+    )
     registry.provider = t.provider
     registry.holds = admin_first(t.holds, admins.admits) if admins is not None else t.holds
     catalog = ToolCatalog(registry, ToolPolicy.of(config))
     base = _model(shared, name, config)
     llm = _switchable(shared, name, config, base)
     identity = shared.config.agents.get(name)
-    prompts = PromptAssembler(config, shared.facts, memory, skills,
-                              soul=_soul(config.home, identity.soul if identity else None),
-                              identity=_identity(name, identity.identity if identity else None))
-    return AgentRuntime(name=name, config=config, llm=llm,
-                        loop=Agent(llm, registry, max_iterations=config.agent.max_iterations),
-                        memory=memory, skills=skills, catalog=catalog,
-                        tools=SessionTools(store=shared.store, catalog=catalog, clock=shared.clock,
-                                           admin=admins.owns if admins is not None else None),
-                        prompts=prompts, own=None if base is shared.llm else base)
+    prompts = PromptAssembler(
+        config,
+        shared.facts,
+        memory,
+        skills,
+        soul=_soul(config.home, identity.soul if identity else None),
+        identity=_identity(name, identity.identity if identity else None),
+    )
+    return AgentRuntime(
+        name=name,
+        config=config,
+        llm=llm,
+        loop=Agent(llm, registry, max_iterations=config.agent.max_iterations),
+        memory=memory,
+        skills=skills,
+        catalog=catalog,
+        tools=SessionTools(
+            store=shared.store,
+            catalog=catalog,
+            clock=shared.clock,
+            admin=admins.owns if admins is not None else None,
+        ),
+        prompts=prompts,
+        own=None if base is shared.llm else base,
+    )
 
 
 def _knowledge(shared: Shared, name: str) -> tuple[MemoryStore, SkillLibrary]:
@@ -126,9 +150,14 @@ def _knowledge(shared: Shared, name: str) -> tuple[MemoryStore, SkillLibrary]:
     spec = config.agents.get(name)
     people = memories / "people" if spec is not None and spec.memory == "shared" else None
     limits = config.memory
-    memory = MemoryStore(folder, limits.memory_char_limit, limits.user_char_limit,
-                         limits.chat_char_limit, people=people if folder != memories else None,
-                         erased=shared.erased)
+    memory = MemoryStore(
+        folder,
+        limits.memory_char_limit,
+        limits.user_char_limit,
+        limits.chat_char_limit,
+        people=people if folder != memories else None,
+        erased=shared.erased,
+    )
     skills = SkillLibrary(config.home, folder=None if name == MAIN_AGENT else folder / "skills")
     return memory, skills
 
@@ -153,8 +182,9 @@ def _switchable(shared: Shared, name: str, config: Config, base: LLMClient) -> L
     named = {n: m for n, m in shared.config.models.items() if allowed is None or n in allowed}
     if not named:
         return base
-    return SessionModels(base, named, lambda m: build_chosen(ModelChoice(m, "chosen in chat"),
-                                                             shared.env, config))
+    return SessionModels(
+        base, named, lambda m: build_chosen(ModelChoice(m, "chosen in chat"), shared.env, config)
+    )
 
 
 def _soul(home: Path, soul: Path | None) -> Path | None:

@@ -57,8 +57,12 @@ class Roster:
     config (its sessions or jobs outlived a change) still gets one: the top-level settings over its
     own memory folder, so what it wrote stays its own."""
 
-    def __init__(self, build: Callable[[str], AgentRuntime], names: Sequence[str],
-                 bindings: Bindings | None = None) -> None:
+    def __init__(
+        self,
+        build: Callable[[str], AgentRuntime],
+        names: Sequence[str],
+        bindings: Bindings | None = None,
+    ) -> None:
         self._build = build
         self.names = tuple(names)
         self.bindings = bindings
@@ -74,8 +78,11 @@ class Roster:
         found = self._built.get(name)
         if found is None:
             if name not in self.names:
-                log.warning("agent %r is not configured (any more); its sessions run with the "
-                            "top-level settings and its own memory", name)
+                log.warning(
+                    "agent %r is not configured (any more); its sessions run with the "
+                    "top-level settings and its own memory",
+                    name,
+                )
             found = self._built[name] = self._build(name)
         return found
 
@@ -93,4 +100,3 @@ class Roster:
 
     def built(self) -> list[AgentRuntime]:
         return list(self._built.values())
-

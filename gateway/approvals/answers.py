@@ -21,8 +21,10 @@ log = logging.getLogger(__name__)
 GONE_TEXT = "This request is no longer waiting for an answer."
 OTHER_TEXT = "Write your answer and send it: your next message here is the answer."
 ASK_BY_TEXT = "That is a question, not an approval: tap an answer, or write yours."
-NOT_OFFERED = ("This tool is asked about before every call: it cannot be allowed for the session."
-               " `/approve {code}` allows this call once.")
+NOT_OFFERED = (
+    "This tool is asked about before every call: it cannot be allowed for the session."
+    " `/approve {code}` allows this call once."
+)
 LOCAL_PLATFORMS = frozenset({"web", "cli"})
 
 
@@ -36,8 +38,11 @@ class Answers:
         assert picked is not None
         row = self.waits.book.by_token(picked.token)
         if row is None or not _same_chat(row, inbound):
-            log.info("approvals: a tap on an unknown request (or from another chat) platform=%s"
-                     " user=%s", inbound.chat.platform, inbound.user_id)
+            log.info(
+                "approvals: a tap on an unknown request (or from another chat) platform=%s user=%s",
+                inbound.chat.platform,
+                inbound.user_id,
+            )
             return _refused(GONE_TEXT)
         refusal = self._refusal(row, inbound)
         if refusal is not None:
@@ -51,8 +56,12 @@ class Answers:
 
     def _refusal(self, row: ApprovalRow, inbound: Inbound) -> str | None:
         if not self.may_answer(row, inbound):
-            log.info("approvals: refused an answer to request %s from someone else platform=%s"
-                     " user=%s", row.id, inbound.chat.platform, inbound.user_id)
+            log.info(
+                "approvals: refused an answer to request %s from someone else platform=%s user=%s",
+                row.id,
+                inbound.chat.platform,
+                inbound.user_id,
+            )
             asker = row.requester_name or "the person who asked"
             return f"Only {asker} (who asked) or an admin can answer this."
         if row.state != "pending" or all(o.row.id != row.id for o in self.waits.pending()):
@@ -93,8 +102,9 @@ class Answers:
         if decision is None:
             return NOT_OFFERED.format(code=row.code)
         decided = self._decide(row, decision)
-        return decided.notice or texts.outcome_line(decision.state, decision.decision, None,
-                                                   minutes=self.waits.minutes)
+        return decided.notice or texts.outcome_line(
+            decision.state, decision.decision, None, minutes=self.waits.minutes
+        )
 
     # ------------------------------------------------------------------ a written answer to `ask`
     def asked(self, inbound: Inbound) -> ApprovalRow | None:
@@ -105,8 +115,12 @@ class Answers:
         chat = inbound.chat
         for opened in self.waits.pending():
             row = opened.row
-            if (row.kind == "ask" and row.requester == inbound.user_id and _same_chat(row, inbound)
-                    and row.thread_id == chat.thread_id):
+            if (
+                row.kind == "ask"
+                and row.requester == inbound.user_id
+                and _same_chat(row, inbound)
+                and row.thread_id == chat.thread_id
+            ):
                 return row
         return None
 

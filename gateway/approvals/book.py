@@ -30,7 +30,7 @@ Render = Callable[[int, str], Sequence[dict[str, object]]]
 @dataclass(frozen=True, slots=True)
 class ApprovalRow:
     id: int
-    kind: str               # approval | ask
+    kind: str  # approval | ask
     token: str
     code: str
     session_id: int
@@ -44,15 +44,15 @@ class ApprovalRow:
     requester_name: str | None
     tool: str
     call_id: str
-    arguments: str          # JSON
-    request: str            # the request as shown, without buttons or the text fallback
-    options: str | None     # an ask's answers, an approval's decisions if not all (JSON list)
-    checkpoint: str         # JSON: the turn as it stood (see gateway/approvals/waits.py)
+    arguments: str  # JSON
+    request: str  # the request as shown, without buttons or the text fallback
+    options: str | None  # an ask's answers, an approval's decisions if not all (JSON list)
+    checkpoint: str  # JSON: the turn as it stood (see gateway/approvals/waits.py)
     state: str
     decision: str | None
     decided_by: str | None
     decided_at: str | None
-    result: str | None      # JSON ToolResult of a call that ran
+    result: str | None  # JSON ToolResult of a call that ran
     created_at: str
     expires_at: str
     closed_at: str | None
@@ -98,17 +98,20 @@ _INSERT = (
     "INSERT INTO approvals (kind, token, code, session_id, inbound_id, turn_id, platform,"
     " chat_type, chat_id, thread_id, requester, requester_name, tool, call_id, arguments,"
     " request, options, checkpoint, created_at, expires_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 # The newest request of each turn whose message is still pending or running: where they go on.
 _RESUMABLE = (
     "SELECT a.* FROM approvals a JOIN inbound i ON i.id = a.inbound_id"
     " WHERE i.status IN ('pending', 'running')"
     " AND a.id = (SELECT MAX(b.id) FROM approvals b WHERE b.inbound_id = a.inbound_id)"
-    " ORDER BY a.id")
+    " ORDER BY a.id"
+)
 _ORPHANS = (
     "SELECT a.* FROM approvals a LEFT JOIN inbound i ON i.id = a.inbound_id"
     " WHERE a.state = 'pending' AND (i.id IS NULL OR i.status NOT IN ('pending', 'running'))"
-    " ORDER BY a.id")
+    " ORDER BY a.id"
+)
 
 
 class ApprovalBook:
@@ -131,8 +134,9 @@ class ApprovalBook:
     def _free_code(conn: sqlite3.Connection) -> str:
         while True:
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-            taken = conn.execute("SELECT 1 FROM approvals WHERE code = ? AND state = 'pending'",
-                                 (code,)).fetchone()
+            taken = conn.execute(
+                "SELECT 1 FROM approvals WHERE code = ? AND state = 'pending'", (code,)
+            ).fetchone()
             if taken is None:
                 return code
 
@@ -145,17 +149,23 @@ class ApprovalBook:
     def by_code(self, platform: str, chat_id: str, code: str) -> ApprovalRow | None:
         """The newest request with this code in this chat (codes are unique only among open
         requests)."""
-        return self._one("SELECT * FROM approvals WHERE code = ? AND platform = ? AND chat_id = ?"
-                         " ORDER BY id DESC LIMIT 1", (code.upper(), platform, chat_id))
+        return self._one(
+            "SELECT * FROM approvals WHERE code = ? AND platform = ? AND chat_id = ?"
+            " ORDER BY id DESC LIMIT 1",
+            (code.upper(), platform, chat_id),
+        )
 
-    def decide(self, request_id: int, state: str, decision: str | None, by: str | None, *,
-               now: datetime) -> bool:
+    def decide(
+        self, request_id: int, state: str, decision: str | None, by: str | None, *, now: datetime
+    ) -> bool:
         """pending → `state` (executing for a yes: the decision and "executing" in one statement,
         before the call runs); False when something else decided first."""
         with self.store.tx() as conn:
-            cur = conn.execute("UPDATE approvals SET state = ?, decision = ?, decided_by = ?,"
-                               " decided_at = ? WHERE id = ? AND state = 'pending'",
-                               (state, decision, by, iso(now), request_id))
+            cur = conn.execute(
+                "UPDATE approvals SET state = ?, decision = ?, decided_by = ?,"
+                " decided_at = ? WHERE id = ? AND state = 'pending'",
+                (state, decision, by, iso(now), request_id),
+            )
             return cur.rowcount == 1
 
     def finish(self, request_id: int, state: str, result: dict[str, Any], *, now: datetime) -> None:
@@ -163,19 +173,25 @@ class ApprovalBook:
         unknown."""
         stored = json.dumps(result, ensure_ascii=False)
         with self.store.tx() as conn:
-            conn.execute("UPDATE approvals SET state = ?, result = ?,"
-                         " decided_at = COALESCE(decided_at, ?)"
-                         " WHERE id = ? AND state = 'executing'",
-                         (state, stored, iso(now), request_id))
+            conn.execute(
+                "UPDATE approvals SET state = ?, result = ?,"
+                " decided_at = COALESCE(decided_at, ?)"
+                " WHERE id = ? AND state = 'executing'",
+                (state, stored, iso(now), request_id),
+            )
 
     def closed(self, request_id: int, *, now: datetime) -> None:
-        self.store.execute("UPDATE approvals SET closed_at = ? WHERE id = ?",
-                           (iso(now), request_id))
+        self.store.execute(
+            "UPDATE approvals SET closed_at = ? WHERE id = ?", (iso(now), request_id)
+        )
 
     def granted(self, session_id: int, tool: str) -> bool:
         """Did someone choose "Allow for this session" for this tool in this session?"""
-        found = self.store.one("SELECT 1 FROM approvals WHERE session_id = ? AND tool = ?"
-                               " AND decision = 'session' LIMIT 1", (session_id, tool))
+        found = self.store.one(
+            "SELECT 1 FROM approvals WHERE session_id = ? AND tool = ?"
+            " AND decision = 'session' LIMIT 1",
+            (session_id, tool),
+        )
         return found is not None
 
     def resumable(self) -> list[ApprovalRow]:
@@ -190,12 +206,14 @@ class ApprovalBook:
 
     def unclosed(self) -> list[ApprovalRow]:
         """Decided requests whose message still shows its buttons (its edit did not go through)."""
-        return self._all("SELECT * FROM approvals WHERE closed_at IS NULL"
-                         " AND state != 'pending' ORDER BY id")
+        return self._all(
+            "SELECT * FROM approvals WHERE closed_at IS NULL AND state != 'pending' ORDER BY id"
+        )
 
     def pending(self, limit: int = 50) -> list[ApprovalRow]:
-        return self._all("SELECT * FROM approvals WHERE state = 'pending' ORDER BY id LIMIT ?",
-                         (limit,))
+        return self._all(
+            "SELECT * FROM approvals WHERE state = 'pending' ORDER BY id LIMIT ?", (limit,)
+        )
 
     def _one(self, sql: str, args: tuple[object, ...]) -> ApprovalRow | None:
         return _row(ApprovalRow, self.store.one(sql, args))
@@ -208,7 +226,25 @@ def _values(new: NewRequest, code: str, now: datetime) -> tuple[object, ...]:
     chat = new.chat
     options = json.dumps(list(new.options), ensure_ascii=False) if new.options else None
     arguments = json.dumps(new.arguments, ensure_ascii=False)
-    return (new.kind, secrets.token_urlsafe(16), code, new.session_id, new.inbound_id,
-            new.turn_id, chat.platform, chat.chat_type, chat.chat_id, chat.thread_id,
-            new.requester, new.requester_name, new.tool, new.call_id, arguments, new.request,
-            options, new.checkpoint, iso(now), iso(new.expires_at))
+    return (
+        new.kind,
+        secrets.token_urlsafe(16),
+        code,
+        new.session_id,
+        new.inbound_id,
+        new.turn_id,
+        chat.platform,
+        chat.chat_type,
+        chat.chat_id,
+        chat.thread_id,
+        new.requester,
+        new.requester_name,
+        new.tool,
+        new.call_id,
+        arguments,
+        new.request,
+        options,
+        new.checkpoint,
+        iso(now),
+        iso(new.expires_at),
+    )

@@ -24,9 +24,16 @@ def checkpoint(user_message: ChatMessage, result: TurnResult) -> str:
     (the first is the one that waits) and the counters; images as file names (their bytes are read
     back from disk)."""
     assert result.waiting is not None
-    return json.dumps({"user": _bare(user_message), "messages": [_bare(m) for m in result.messages],
-                       "calls": list(result.waiting.calls), "iterations": result.iterations,
-                       "tool_calls": result.tool_calls}, ensure_ascii=False)
+    return json.dumps(
+        {
+            "user": _bare(user_message),
+            "messages": [_bare(m) for m in result.messages],
+            "calls": list(result.waiting.calls),
+            "iterations": result.iterations,
+            "tool_calls": result.tool_calls,
+        },
+        ensure_ascii=False,
+    )
 
 
 def user_of(row: ApprovalRow, home: Path) -> ChatMessage:
@@ -44,8 +51,11 @@ def resume_from(row: ApprovalRow, outcome: ToolResult, home: Path) -> Resume:
 def _bare(message: ChatMessage) -> dict[str, Any]:
     out = dict(message)
     if out.get("images"):
-        out["images"] = [{"media_type": i["media_type"], "file": i["file"]}
-                         for i in out["images"] if i.get("file")]
+        out["images"] = [
+            {"media_type": i["media_type"], "file": i["file"]}
+            for i in out["images"]
+            if i.get("file")
+        ]
     return out
 
 
@@ -64,13 +74,19 @@ def loads(text: str) -> Any:
 
 
 def stored_result(outcome: ToolResult) -> dict[str, Any]:
-    return {"text": outcome.text, "is_error": outcome.is_error,
-            "images": [dict(i) for i in outcome.images]}
+    return {
+        "text": outcome.text,
+        "is_error": outcome.is_error,
+        "images": [dict(i) for i in outcome.images],
+    }
 
 
 def result_of(stored: dict[str, Any]) -> ToolResult:
-    return ToolResult(str(stored.get("text", "")), bool(stored.get("is_error")),
-                      tuple(dict(i) for i in stored.get("images") or ()))
+    return ToolResult(
+        str(stored.get("text", "")),
+        bool(stored.get("is_error")),
+        tuple(dict(i) for i in stored.get("images") or ()),
+    )
 
 
 def unknown_result(minutes: float) -> ToolResult:

@@ -31,9 +31,16 @@ RETRY_S = (1.0, 5.0, 15.0, 60.0, 300.0)
 
 
 class Closer:
-    def __init__(self, book: ApprovalBook, outbox: Outbox, adapters: Mapping[str, Adapter], *,
-                 clock: Callable[[], datetime], sleep: Callable[[float], Awaitable[None]],
-                 minutes: float) -> None:
+    def __init__(
+        self,
+        book: ApprovalBook,
+        outbox: Outbox,
+        adapters: Mapping[str, Adapter],
+        *,
+        clock: Callable[[], datetime],
+        sleep: Callable[[float], Awaitable[None]],
+        minutes: float,
+    ) -> None:
         self.book = book
         self.outbox = outbox
         self.adapters = adapters
@@ -43,8 +50,9 @@ class Closer:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def close_soon(self, row: ApprovalRow, shown: str, line: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._close(row, f"{shown}\n\n{line}"),
-                                                      name=f"approval-close:{row.id}")
+        task = asyncio.get_running_loop().create_task(
+            self._close(row, f"{shown}\n\n{line}"), name=f"approval-close:{row.id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -74,8 +82,11 @@ class Closer:
                 log.exception("request %s: its message could not be updated", row.id)
                 return
             if delay is None:
-                log.warning("request %s: gave up updating its message; it keeps its buttons (a tap"
-                            " on them is answered: already decided)", row.id)
+                log.warning(
+                    "request %s: gave up updating its message; it keeps its buttons (a tap"
+                    " on them is answered: already decided)",
+                    row.id,
+                )
                 return
             await self.sleep(wait)
 
@@ -85,8 +96,9 @@ class Closer:
         unsent = [c for c in chunks if c.status == "pending"]
         # answered before it went out (a /stop, the expiry, a restart): never send it
         for chunk in unsent:
-            store.mark_outbound(chunk.id, "failed", now=self.clock(),
-                                error="answered before it was sent")
+            store.mark_outbound(
+                chunk.id, "failed", now=self.clock(), error="answered before it was sent"
+            )
         last = chunks[-1] if chunks else None
         if unsent or last is None or last.status != "sent" or not last.platform_message_id:
             return
@@ -102,5 +114,10 @@ def message_for(outbox: Outbox, chat: ChatRef, markdown: str) -> OutboundMessage
     new text."""
     row = outbox.rows_for("edit", chat, markdown, kind=OutboundKind.NOTICE)[0]
     entities = tuple(TextEntity(**e) for e in json.loads(str(row["entities"] or "[]")))
-    return OutboundMessage(chat=chat, text=str(row["text"]), plain=str(row["plain"]),
-                           entities=entities, kind=OutboundKind.NOTICE)
+    return OutboundMessage(
+        chat=chat,
+        text=str(row["text"]),
+        plain=str(row["plain"]),
+        entities=entities,
+        kind=OutboundKind.NOTICE,
+    )

@@ -30,9 +30,14 @@ NOBODY_PLATFORMS = frozenset({"cron"})  # a scheduled run: nobody is there to an
 class ApprovalPolicy:
     """The registry's `holds` check (gateway/agent/tools/registry.py)."""
 
-    def __init__(self, config: Config, hints: Callable[[str], ToolHints | None],
-                 granted: Callable[[int, str], bool],
-                 *, redact: Redact = str) -> None:
+    def __init__(
+        self,
+        config: Config,
+        hints: Callable[[str], ToolHints | None],
+        granted: Callable[[int, str], bool],
+        *,
+        redact: Redact = str,
+    ) -> None:
         self.require = config.tools.approval.require
         self.servers = {name: server.approval for name, server in config.mcp_servers.items()}
         self.hints = hints
@@ -55,17 +60,21 @@ class ApprovalPolicy:
         if tool not in self._each_call:
             self._grants.add((session_id, tool))
 
-    def __call__(self, name: str, arguments: Mapping[str, Any],
-                 ctx: ToolContext) -> Hold | ToolResult | None:
+    def __call__(
+        self, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> Hold | ToolResult | None:
         if name == ASK:
             return self._ask(arguments, ctx)
         describe = self.describer(name)
         if describe is None:
             return None
         if _nobody_here(ctx):
-            return ToolResult(f"{name} needs a person's approval before it runs, and nobody can"
-                              " be asked here (a scheduled run or background work), so it was not"
-                              " run.", is_error=True)
+            return ToolResult(
+                f"{name} needs a person's approval before it runs, and nobody can"
+                " be asked here (a scheduled run or background work), so it was not"
+                " run.",
+                is_error=True,
+            )
         if name in self._each_call:
             return Hold("approval", describe(arguments), EACH_CALL)
         if (ctx.session_id, name) in self._grants or self.granted(ctx.session_id, name):

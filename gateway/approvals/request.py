@@ -13,21 +13,26 @@ from typing import Any
 from gateway.events import Choice, Choices
 
 Redact = Callable[[str], str]
-MAX_VALUE_CHARS = 200      # a longer value shows its start and how much was left out
-MAX_ARGUMENTS = 12         # arguments shown at most (the rest are counted)
+MAX_VALUE_CHARS = 200  # a longer value shows its start and how much was left out
+MAX_ARGUMENTS = 12  # arguments shown at most (the rest are counted)
 MASK = "••••••"
 # An argument whose name says it holds a credential is never shown, whatever its value looks like.
-SECRET_NAME = re.compile(r"pass(word|wd|phrase)?$|secret|token|api[_-]?key|^key$|auth|credential"
-                         r"|cookie|private", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"pass(word|wd|phrase)?$|secret|token|api[_-]?key|^key$|auth|credential"
+    r"|cookie|private",
+    re.IGNORECASE,
+)
 ONCE, SESSION, DENY, OTHER = "once", "session", "deny", "other"
-APPROVAL_CHOICES = (Choice("Allow once", ONCE, "primary"),
-                    Choice("Allow for this session", SESSION),
-                    Choice("Deny", DENY, "danger"))
+APPROVAL_CHOICES = (
+    Choice("Allow once", ONCE, "primary"),
+    Choice("Allow for this session", SESSION),
+    Choice("Deny", DENY, "danger"),
+)
 # An approval's options, stored with the request: the decisions it offers when not all three. A
 # tool every call of which must be asked about (the shell) is never allowed "for this session".
 EACH_CALL = (ONCE, DENY)
 OTHER_LABEL = "Something else"
-MAX_LABEL_CHARS = 60       # under Slack's 75 and Discord's 80 characters per button
+MAX_LABEL_CHARS = 60  # under Slack's 75 and Discord's 80 characters per button
 
 
 def describe_call(tool: str, arguments: Mapping[str, Any], redact: Redact = str) -> str:
@@ -70,8 +75,10 @@ def fallback_text(kind: str, code: str, options: tuple[str, ...] = ()) -> str:
         return "Reply with the number of an answer, or write your own."
     if SESSION not in offered(options):
         return f"Reply `/approve {code}` to allow it once, or `/deny {code}`."
-    return (f"Reply `/approve {code}` to allow it once, `/approve {code} session` to allow this"
-            f" tool for the rest of the conversation, or `/deny {code}`.")
+    return (
+        f"Reply `/approve {code}` to allow it once, `/approve {code} session` to allow this"
+        f" tool for the rest of the conversation, or `/deny {code}`."
+    )
 
 
 def offered(options: tuple[str, ...]) -> tuple[str, ...]:
@@ -89,7 +96,7 @@ def choices(kind: str, token: str, options: tuple[str, ...]) -> Choices:
 
 def _label(text: str) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= MAX_LABEL_CHARS else text[:MAX_LABEL_CHARS - 1] + "…"
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def outcome_line(state: str, decision: str | None, who: str | None, *, minutes: float) -> str:
@@ -110,15 +117,21 @@ def outcome_line(state: str, decision: str | None, who: str | None, *, minutes: 
 def result_text(state: str, decision: str | None, *, minutes: float) -> str:
     """The tool result the model reads for a call that did not run, or for an `ask`."""
     if state == "denied":
-        return ("The user denied this call, so it was not run. Tell them it was not done; do not"
-                " try it again unless they ask.")
+        return (
+            "The user denied this call, so it was not run. Tell them it was not done; do not"
+            " try it again unless they ask."
+        )
     if state == "expired":
-        return (f"Nobody answered within {_minutes(minutes)}, so nothing was done (the call was not"
-                " run). Tell the user.")
+        return (
+            f"Nobody answered within {_minutes(minutes)}, so nothing was done (the call was not"
+            " run). Tell the user."
+        )
     if state == "unknown":
-        return ("The user approved this call and it started, but the gateway stopped before it"
-                " finished, so whether it took effect is unknown. It will not be run again by"
-                " itself: check its effect if you can before trying again, and tell the user.")
+        return (
+            "The user approved this call and it started, but the gateway stopped before it"
+            " finished, so whether it took effect is unknown. It will not be run again by"
+            " itself: check its effect if you can before trying again, and tell the user."
+        )
     return f"The user answered: {decision}"
 
 
@@ -131,4 +144,4 @@ def _minutes(minutes: float) -> str:
 
 def _short(text: str, limit: int) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

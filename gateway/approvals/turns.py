@@ -34,8 +34,9 @@ class Host(Protocol):
 
     def key_for(self, inbound: Inbound) -> str: ...
 
-    def tool_context(self, session: SessionRow, user_id: str | None, origin: Inbound | None = None
-                     ) -> ToolContext: ...
+    def tool_context(
+        self, session: SessionRow, user_id: str | None, origin: Inbound | None = None
+    ) -> ToolContext: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +76,16 @@ class Waiting:
         drain's end)."""
         return self.waits.park()
 
-    async def turn(self, manager: Host, session: SessionRow, inbound: Inbound, turn_id: str,
-                   user_msg: ChatMessage, stop: Stop | None, run: Run) -> TurnResult | None:
+    async def turn(
+        self,
+        manager: Host,
+        session: SessionRow,
+        inbound: Inbound,
+        turn_id: str,
+        user_msg: ChatMessage,
+        stop: Stop | None,
+        run: Run,
+    ) -> TurnResult | None:
         """Run the turn `t<inbound id>` (or go on from `stop`, where it stopped before a restart);
         its result once nobody is waited for any more, None when it was stopped meanwhile."""
         result = await run() if stop is None else None
@@ -84,11 +93,18 @@ class Waiting:
             return result  # an ordinary turn
         agent = manager.roster.of(session)
         tools = agent.tools.of(session)
-        turn = WaitingTurn(key=manager.key_for(inbound), session_id=session.id,
-                           inbound_id=int(turn_id[1:]), turn_id=turn_id, inbound=inbound,
-                           ctx=manager.tool_context(session, inbound.user_id, inbound),
-                           allowed=agent.tools.allowed(tools, session.platform),
-                           user_message=user_msg, tools=tools.specs, loop=agent.loop)
+        turn = WaitingTurn(
+            key=manager.key_for(inbound),
+            session_id=session.id,
+            inbound_id=int(turn_id[1:]),
+            turn_id=turn_id,
+            inbound=inbound,
+            ctx=manager.tool_context(session, inbound.user_id, inbound),
+            allowed=agent.tools.allowed(tools, session.platform),
+            user_message=user_msg,
+            tools=tools.specs,
+            loop=agent.loop,
+        )
         return await self.waits.carry(turn, result, run)
 
     def took(self, inbound_id: int, inbound: Inbound) -> bool:
@@ -98,6 +114,7 @@ class Waiting:
         if row is None or not self.answers.answer(row, inbound):
             return False
         waits = self.waits
-        waits.store.settle_inbound(inbound_id, "answered", [], now=waits.ports.clock(),
-                                   session_id=row.session_id)
+        waits.store.settle_inbound(
+            inbound_id, "answered", [], now=waits.ports.clock(), session_id=row.session_id
+        )
         return True

@@ -82,9 +82,9 @@ class WaitingTurn:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    state: str                # executing (a yes) | denied | expired | cancelled | answered
+    state: str  # executing (a yes) | denied | expired | cancelled | answered
     decision: str | None = None  # once | session | deny | an ask's answer
-    by: str | None = None        # who decided, as others read it
+    by: str | None = None  # who decided, as others read it
 
 
 @dataclass(eq=False)
@@ -100,8 +100,14 @@ class Opened:
 
 
 class Waits:
-    def __init__(self, ports: WaitPorts, config: Config, policy: ApprovalPolicy | None = None,
-                 *, is_admin: Callable[[Inbound], bool] | None = None) -> None:
+    def __init__(
+        self,
+        ports: WaitPorts,
+        config: Config,
+        policy: ApprovalPolicy | None = None,
+        *,
+        is_admin: Callable[[Inbound], bool] | None = None,
+    ) -> None:
         """`policy` is the check at the agents' dispatch points (it remembers "Allow for this
         session", and a tool that always asks is registered on it: `always_ask`); `is_admin` says
         whether a sender is an admin (gateway/access/roles.py; else access.admins as written)."""
@@ -112,10 +118,15 @@ class Waits:
         self.is_admin = is_admin or (lambda i: f"{i.chat.platform}:{i.user_id}" in admins)
         self.minutes = config.tools.approval.timeout_minutes
         self.policy = policy
-        self.closer = Closer(self.book, ports.outbox, ports.adapters, clock=ports.clock,
-                             sleep=ports.sleep,
-                             minutes=self.minutes)
-        self.open: dict[int, Opened] = {}   # pending requests by id
+        self.closer = Closer(
+            self.book,
+            ports.outbox,
+            ports.adapters,
+            clock=ports.clock,
+            sleep=ports.sleep,
+            minutes=self.minutes,
+        )
+        self.open: dict[int, Opened] = {}  # pending requests by id
         # inbound id → where a turn stopped before a restart goes on
         self.points: dict[int, ApprovalRow] = {}
         self.draining = False
@@ -126,8 +137,9 @@ class Waits:
         no SQL)."""
         return self.points.get(inbound_id)
 
-    async def carry(self, turn: WaitingTurn, result: TurnResult | None,
-                    run: Run) -> TurnResult | None:
+    async def carry(
+        self, turn: WaitingTurn, result: TurnResult | None, run: Run
+    ) -> TurnResult | None:
         """Wait for a person as often as the turn stops (`result.waiting`), going on after each
         answer; the final result, or None when the turn was stopped meanwhile (its request
         cancelled: nothing to answer)."""
@@ -156,37 +168,61 @@ class Waits:
         if self.ports.streams is not None:
             await self.ports.streams.abandon(turn.turn_id, chat, adapter)
         now = self.ports.clock()
-        new = NewRequest(kind=hold.kind, session_id=turn.session_id, inbound_id=turn.inbound_id,
-                         turn_id=turn.turn_id, chat=chat, requester=turn.inbound.user_id,
-                         requester_name=turn.inbound.user_name, tool=hold.tool or call["name"],
-                         call_id=call["id"], arguments=dict(hold.arguments) or arguments_of(call),
-                         request=hold.text,
-                         options=hold.options, checkpoint=checkpoint(turn.user_message, result),
-                         expires_at=now + self._timeout)
+        new = NewRequest(
+            kind=hold.kind,
+            session_id=turn.session_id,
+            inbound_id=turn.inbound_id,
+            turn_id=turn.turn_id,
+            chat=chat,
+            requester=turn.inbound.user_id,
+            requester_name=turn.inbound.user_name,
+            tool=hold.tool or call["name"],
+            call_id=call["id"],
+            arguments=dict(hold.arguments) or arguments_of(call),
+            request=hold.text,
+            options=hold.options,
+            checkpoint=checkpoint(turn.user_message, result),
+            expires_at=now + self._timeout,
+        )
         interactive = isinstance(adapter, Interactive)
-        row = await self.store.health.write(lambda: self.book.open(
-            new, lambda rid, code: self._rows(rid, code, turn, hold, interactive), now=now))
+        row = await self.store.health.write(
+            lambda: self.book.open(
+                new, lambda rid, code: self._rows(rid, code, turn, hold, interactive), now=now
+            )
+        )
         self._arm(row)
-        log.info("turn waits for a person platform=%s session=%s turn=%s request=%s tool=%s",
-                 chat.platform,
-                 turn.session_id, turn.turn_id, row.id, row.tool)
+        log.info(
+            "turn waits for a person platform=%s session=%s turn=%s request=%s tool=%s",
+            chat.platform,
+            turn.session_id,
+            turn.turn_id,
+            row.id,
+            row.tool,
+        )
         await self.ports.outbox.deliver(row.message_turn)
         return row
 
-    def _rows(self, request_id: int, code: str, turn: WaitingTurn, hold: Hold,
-              interactive: bool) -> list[dict[str, object]]:
+    def _rows(
+        self, request_id: int, code: str, turn: WaitingTurn, hold: Hold, interactive: bool
+    ) -> list[dict[str, object]]:
         """The request's chunks: its text, and on a surface without buttons how to answer in
         words."""
         text = self._shown(hold.kind, hold.text, hold.options, turn.inbound.user_name, self.minutes)
         if not interactive:
             text = f"{text}\n\n{texts.fallback_text(hold.kind, code, hold.options)}"
         inbound = turn.inbound
-        return self.ports.outbox.rows_for(message_turn(request_id), inbound.chat, text,
-                                          kind=OutboundKind.NOTICE, reply_to_id=inbound.message_id)
+        return self.ports.outbox.rows_for(
+            message_turn(request_id),
+            inbound.chat,
+            text,
+            kind=OutboundKind.NOTICE,
+            reply_to_id=inbound.message_id,
+        )
 
     @staticmethod
-    def _shown(kind: str, request: str, options: tuple[str, ...], who: str | None,
-               minutes: float | None) -> str:
+    def _shown(
+        kind: str, request: str, options: tuple[str, ...], who: str | None, minutes: float | None
+    ) -> str:
         if kind == "ask":
             return texts.ask_text(request, options)
         return texts.approval_text(request, who=who, minutes=minutes)
@@ -220,16 +256,18 @@ class Waits:
             return
         self.decide(row, Decision("cancelled"))
 
-    async def _outcome(self, turn: WaitingTurn, row: ApprovalRow,
-                       decision: Decision) -> Resume | None:
+    async def _outcome(
+        self, turn: WaitingTurn, row: ApprovalRow, decision: Decision
+    ) -> Resume | None:
         if decision.state == "executing":
             if decision.decision == texts.SESSION and self.policy is not None:
                 self.policy.grant(row.session_id, row.tool)
             outcome = await self._run(turn, row)
         elif decision.state in ("answered", "denied", "expired"):
-            outcome = ToolResult(texts.result_text(decision.state, decision.decision,
-                                                   minutes=self.minutes),
-                                 is_error=decision.state != "answered")
+            outcome = ToolResult(
+                texts.result_text(decision.state, decision.decision, minutes=self.minutes),
+                is_error=decision.state != "answered",
+            )
         else:  # cancelled while it waited: nothing to answer
             self.store.set_inbound_status(turn.inbound_id, "interrupted", now=self.ports.clock())
             return None
@@ -240,18 +278,19 @@ class Waits:
         before the model hears it. Cancelled meanwhile (/stop), it is on record as unknown."""
         try:
             tools = TurnTools(turn.tools, turn.ctx, turn.allowed, None)
-            outcome = await turn.loop.dispatch(row.tool, loads(row.arguments), tools,
-                                               approved=True)
+            outcome = await turn.loop.dispatch(row.tool, loads(row.arguments), tools, approved=True)
         except asyncio.CancelledError:
             if not self.draining:
                 lost = stored_result(unknown_result(self.minutes))
                 self.book.finish(row.id, "unknown", lost, now=self.ports.clock())
             raise
         done = stored_result(outcome)
-        await self.store.health.write(lambda: self.book.finish(row.id, "done", done,
-                                                               now=self.ports.clock()))
-        log.info("approved call ran request=%s tool=%s ok=%s", row.id, row.tool,
-                 not outcome.is_error)
+        await self.store.health.write(
+            lambda: self.book.finish(row.id, "done", done, now=self.ports.clock())
+        )
+        log.info(
+            "approved call ran request=%s tool=%s ok=%s", row.id, row.tool, not outcome.is_error
+        )
         return outcome
 
     async def _went_on(self, turn: WaitingTurn, row: ApprovalRow) -> Resume | None:
@@ -265,14 +304,20 @@ class Waits:
         if row.state == "executing":  # it may have run before the daemon died: never run it again
             unknown = unknown_result(self.minutes)
             self.book.finish(row.id, "unknown", stored_result(unknown), now=self.ports.clock())
-            log.warning("approved call of request %s (%s) was running when the daemon stopped; its"
-                        " outcome is unknown and it is not run again", row.id, row.tool)
+            log.warning(
+                "approved call of request %s (%s) was running when the daemon stopped; its"
+                " outcome is unknown and it is not run again",
+                row.id,
+                row.tool,
+            )
             return resume_from(row, unknown, self.store.path.parent)
         if row.state in ("done", "unknown") and row.result:
             return resume_from(row, result_of(loads(row.result)), self.store.path.parent)
         if row.state in ("denied", "expired", "answered"):
-            outcome = ToolResult(texts.result_text(row.state, row.decision, minutes=self.minutes),
-                                 is_error=row.state != "answered")
+            outcome = ToolResult(
+                texts.result_text(row.state, row.decision, minutes=self.minutes),
+                is_error=row.state != "answered",
+            )
             return resume_from(row, outcome, self.store.path.parent)
         self.store.set_inbound_status(turn.inbound_id, "interrupted", now=self.ports.clock())
         return None  # cancelled: the turn was stopped
@@ -282,8 +327,9 @@ class Waits:
         """Record a decision (one conditional UPDATE from pending: the first one wins), wake the
         turn and replace the buttons by the outcome; False when the request was no longer
         pending."""
-        if not self.book.decide(row.id, decision.state, decision.decision, decision.by,
-                                now=self.ports.clock()):
+        if not self.book.decide(
+            row.id, decision.state, decision.decision, decision.by, now=self.ports.clock()
+        ):
             return False
         # kept until its turn takes the decision (it may not be waiting yet)
         opened = self.open.get(row.id)
@@ -292,10 +338,15 @@ class Waits:
                 opened.timer.cancel()
             if not opened.decided.done():
                 opened.decided.set_result(decision)
-        log.info("request %s %s%s", row.id, decision.state,
-                 f" ({decision.decision})" if decision.decision else "")
-        line = texts.outcome_line(decision.state, decision.decision, decision.by,
-                                  minutes=self.minutes)
+        log.info(
+            "request %s %s%s",
+            row.id,
+            decision.state,
+            f" ({decision.decision})" if decision.decision else "",
+        )
+        line = texts.outcome_line(
+            decision.state, decision.decision, decision.by, minutes=self.minutes
+        )
         self.closer.close_soon(row, self.shown(row), line)
         return True
 
@@ -322,8 +373,9 @@ class Waits:
 
     def _arm(self, row: ApprovalRow) -> None:
         loop = asyncio.get_running_loop()
-        opened = Opened(row, loop.create_future(),
-                        choices=texts.choices(row.kind, row.token, row.answers))
+        opened = Opened(
+            row, loop.create_future(), choices=texts.choices(row.kind, row.token, row.answers)
+        )
         self.open[row.id] = opened
         opened.timer = loop.create_task(self._expire_at(row), name=f"approval-expiry:{row.id}")
 

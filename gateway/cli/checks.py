@@ -12,16 +12,23 @@ from gateway.errors import ConfigError
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cfg = sub.add_parser("config", help="configuration commands")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
-    cfg_sub.add_parser("check", help="validate config.yaml; print ok or every error with its line").set_defaults(
-        func=cmd_config_check)
-    doc = sub.add_parser("doctor", help="check config, home, database, platform tokens and the model; one line each")
-    doc.add_argument("--fix", action="store_true",
-                     help="first repair what is safe to repair: missing folders, loose permissions")
+    cfg_sub.add_parser(
+        "check", help="validate config.yaml; print ok or every error with its line"
+    ).set_defaults(func=cmd_config_check)
+    doc = sub.add_parser(
+        "doctor", help="check config, home, database, platform tokens and the model; one line each"
+    )
+    doc.add_argument(
+        "--fix",
+        action="store_true",
+        help="first repair what is safe to repair: missing folders, loose permissions",
+    )
     doc.set_defaults(func=cmd_doctor)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     from gateway.voice.speaker import config_problems
+
     try:
         config = config_of(args)
     except ConfigError as exc:
@@ -41,6 +48,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
     from gateway.ops.doctor import Doctor, exit_code, render
+
     doctor = Doctor(home_of(args), environ())
     if args.fix:
         repaired = doctor.repair()

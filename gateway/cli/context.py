@@ -28,38 +28,53 @@ EXIT_INTERRUPTED = 130
 log = logging.getLogger("gateway")
 
 
-def setup_logging(args: argparse.Namespace, config: Config | None, env: dict[str, str], *,
-                  level: str | None = None, fmt: str | None = None) -> Redactor:
+def setup_logging(
+    args: argparse.Namespace,
+    config: Config | None,
+    env: dict[str, str],
+    *,
+    level: str | None = None,
+    fmt: str | None = None,
+) -> Redactor:
     """Logging for this command, with every secret of the config and the environment masked (the
     redactor is returned so that secrets found later, such as the web login secret, are added)."""
     from gateway.telemetry.logs import redactor_for
     from gateway.telemetry.logs import setup_logging as configure
+
     chosen_level = args.log_level or level or (config.logging.level if config else "INFO")
     chosen_fmt = args.log_format or fmt or (config.logging.format if config else "auto")
-    return configure(chosen_level, chosen_fmt,  # type: ignore[arg-type]
-                     redactor=redactor_for(config, env))
+    return configure(
+        chosen_level,
+        chosen_fmt,  # type: ignore[arg-type]
+        redactor=redactor_for(config, env),
+    )
 
 
 def environ() -> dict[str, str]:
     """The process environment, as gateway.config.settings (the one reader of it) gives it."""
     from gateway.config.settings import environ as read
+
     return read()
 
 
 def check_base_url(url: str | None, *, flag: str = "") -> str | None:
-    """gateway.config.settings's check of a base URL, imported when used (the parser stays light)."""
+    """gateway.config.settings's check of a base URL,
+    imported when used (the parser stays light)."""
     from gateway.config.settings import check_base_url as check
+
     return check(url, flag=flag)
 
 
 def home_of(args: argparse.Namespace) -> Path:
     from gateway.config.settings import default_home
+
     return Path(args.home).expanduser() if args.home else default_home()
 
 
 def known_secret(config: Config) -> str | None:
     """The web login secret if this user can read it (never created here: the daemon makes it)."""
     from gateway.ops.web_guard import SECRET_FILE
+
     if config.web.auth_token:
         return config.web.auth_token.value
     try:
@@ -74,6 +89,7 @@ def config_of(args: argparse.Namespace) -> Config:
     from gateway.agent.tools.catalog import check_tool_names
     from gateway.config.agents import check_agents
     from gateway.config.settings import load_config
+
     config = load_config(home_of(args))
     check_tool_names(config)
     check_agents(config)
@@ -83,6 +99,7 @@ def config_of(args: argparse.Namespace) -> Config:
 def installed_version() -> str:
     """The installed package's version, from its metadata (`gateway --version` loads no more)."""
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("agent-gateway")
     except PackageNotFoundError:

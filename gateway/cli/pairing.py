@@ -13,9 +13,13 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    pa = sub.add_parser("pairing", help="pairing codes: list requests, approve a code, revoke a user")
+    pa = sub.add_parser(
+        "pairing", help="pairing codes: list requests, approve a code, revoke a user"
+    )
     pa_sub = pa.add_subparsers(dest="pairing_command", required=True)
-    pa_sub.add_parser("list", help="pending requests, approved users, lockouts").set_defaults(func=cmd_pairing)
+    pa_sub.add_parser("list", help="pending requests, approved users, lockouts").set_defaults(
+        func=cmd_pairing
+    )
     ap = pa_sub.add_parser("approve", help="approve the user who was given CODE")
     ap.add_argument("code")
     ap.set_defaults(func=cmd_pairing)
@@ -30,6 +34,7 @@ def cmd_pairing(args: argparse.Namespace) -> int:
     from gateway.access.pairing import PairingBook, load_key, render_listing
     from gateway.store.database import Store
     from gateway.store.rows import utcnow
+
     config = config_of(args)
     store = Store(config.db_path)
     try:
@@ -50,12 +55,18 @@ def cmd_pairing(args: argparse.Namespace) -> int:
         for who_platform, who_id in _linked(store, platform, user_id):  # one approval per person
             if book.revoke(who_platform, who_id, now=utcnow()):
                 revoked = True
-                print(f"revoked {who_platform}:{who_id}; the running daemon ends their sessions (flushed) and jobs")
+                print(
+                    f"revoked {who_platform}:{who_id}; the running "
+                    "daemon ends their sessions (flushed) and jobs"
+                )
         if not revoked:
             print(f"{platform}:{user_id} was not approved by pairing")
         lists = [r for (p, _), r in platform_rules(config).items() if p == platform]
         if any(user_id in r.user_ids for r in lists):
-            print(f"note: {user_id} is still in {platform}.allowed_users in config.yaml; remove it there too")
+            print(
+                f"note: {user_id} is still in {platform}.allowed_users "
+                "in config.yaml; remove it there too"
+            )
         return EXIT_OK if revoked else EXIT_ERROR
     finally:
         store.close()
@@ -64,8 +75,13 @@ def cmd_pairing(args: argparse.Namespace) -> int:
 def _linked(store: Store, platform: str, user_id: str) -> list[tuple[str, str]]:
     """This user and every identity linked to theirs (gateway/knowledge/people.py)."""
     from gateway.knowledge.people import PeopleBook, identity_of
+
     person = PeopleBook(store).find(identity_of(platform, user_id))
     found = [(platform, user_id)]
     if person is not None:
-        found += [(i.platform, i.user_id) for i in person.identities if (i.platform, i.user_id) != (platform, user_id)]
+        found += [
+            (i.platform, i.user_id)
+            for i in person.identities
+            if (i.platform, i.user_id) != (platform, user_id)
+        ]
     return found

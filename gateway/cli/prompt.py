@@ -1,7 +1,7 @@
 """gateway prompt: the system prompt a new session would get (of an agent; for a person: with their
-profile), or the stored bytes of one. gateway agents list: the agents of this home, the bindings that
-route traffic to them, and the bot accounts with where their direct messages go and how the running
-daemon sees them."""
+profile), or the stored bytes of one. gateway agents list: the agents of this home, the bindings
+that route traffic to them, and the bot accounts with where their direct messages go and how the
+running daemon sees them."""
 
 from __future__ import annotations
 
@@ -25,17 +25,33 @@ PLATFORMS = ["telegram", "discord", "slack", "web", "cli", "cron"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    pr = sub.add_parser("prompt", help="print the system prompt a new session would get, or a stored one")
-    pr.add_argument("--platform", choices=PLATFORMS,
-                    help="default: cli, or with --person the platform of the identity given (else their first)")
+    pr = sub.add_parser(
+        "prompt", help="print the system prompt a new session would get, or a stored one"
+    )
+    pr.add_argument(
+        "--platform",
+        choices=PLATFORMS,
+        help="default: cli, or with --person the platform of the identity given (else their first)",
+    )
     pr.add_argument("--chat-type", default="dm", choices=["dm", "group", "channel"])
-    pr.add_argument("--agent", default="main", help="the agent whose prompt it is (default: main; "
-                    "see gateway agents list)")
-    pr.add_argument("--person", metavar="ID", help="as a new session of this person would get it, with their profile: "
-                    "a person id or one of their identities (telegram:123; see gateway users list)")
-    pr.add_argument("--chat", metavar="CHAT_ID", help="with --chat-type group or channel: that chat's notes too")
+    pr.add_argument(
+        "--agent",
+        default="main",
+        help="the agent whose prompt it is (default: main; see gateway agents list)",
+    )
+    pr.add_argument(
+        "--person",
+        metavar="ID",
+        help="as a new session of this person would get it, with their profile: "
+        "a person id or one of their identities (telegram:123; see gateway users list)",
+    )
+    pr.add_argument(
+        "--chat", metavar="CHAT_ID", help="with --chat-type group or channel: that chat's notes too"
+    )
     pr.add_argument("--model", help="model name to build for (default: the configured one)")
-    pr.add_argument("--tiers", action="store_true", help="show tier boundaries and each block's source")
+    pr.add_argument(
+        "--tiers", action="store_true", help="show tier boundaries and each block's source"
+    )
     pr.add_argument("--session", help="print the stored prompt bytes of a session (key or id)")
     pr.set_defaults(func=cmd_prompt)
     _register_agents(sub)
@@ -43,6 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_prompt(args: argparse.Namespace) -> int:
     from gateway.ops.wiring import build_gateway
+
     config = config_of(args)
     setup_logging(args, config, environ(), level="WARNING")
     gateway = build_gateway(config, env=environ(), probe_ollama=False)
@@ -57,9 +74,15 @@ def cmd_prompt(args: argparse.Namespace) -> int:
             return EXIT_ERROR
         model = args.model or agent.llm.model
         tools = [s.name for s in agent.catalog.current(platform)]
-        built = agent.prompts.build_full(platform=platform, chat_type=args.chat_type, model=model,
-                                         provider=agent.llm.provider, tool_names=tools,
-                                         today=gateway.clock().date(), view=view)
+        built = agent.prompts.build_full(
+            platform=platform,
+            chat_type=args.chat_type,
+            model=model,
+            provider=agent.llm.provider,
+            tool_names=tools,
+            today=gateway.clock().date(),
+            view=view,
+        )
         sys.stdout.write((built.tiers_view() if args.tiers else built.text) + "\n")
         return EXIT_OK
     finally:
@@ -87,7 +110,8 @@ def _stored(gateway: Gateway, session: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Place:
-    """Where a new session would be (gateway.knowledge.people.OwnedSession), as a real message would key it."""
+    """Where a new session would be (gateway.knowledge.people.OwnedSession), as a real message would
+    key it."""
 
     key: str
     platform: str
@@ -98,10 +122,12 @@ class _Place:
 
 
 def _whose(gateway: Gateway, args: argparse.Namespace) -> tuple[str, MemoryView]:
-    """The platform and the memory a new session there would show: the shared notes only by default; with
-    --person, as a new session of theirs would find it (the same roles and session key as their next message)."""
+    """The platform and the memory a new session there would show: the shared notes only by default;
+    with --person, as a new session of theirs would find it (the same roles and session key as their
+    next message)."""
     from gateway.events import ChatRef, Inbound
     from gateway.knowledge.memory import NO_VIEW, MemoryView
+
     if args.chat is not None and args.chat_type == "dm":
         raise GatewayError("--chat names a group or channel: add --chat-type group (or channel)")
     platform, user_id = args.platform or "cli", None
@@ -116,15 +142,20 @@ def _whose(gateway: Gateway, args: argparse.Namespace) -> tuple[str, MemoryView]
     key = gateway.sessions.key_for(asker)
     view = roles.view_at(_Place(key, platform, chat.chat_type, chat.chat_id, None, user_id))
     if user_id is not None and view.person_id is None:
-        print(f"note: a {chat.platform} {chat.chat_type} is one session for everyone in it (sessions.group_per_user "
-              "is off): no personal profile in this prompt", file=sys.stderr)
+        print(
+            f"note: a {chat.platform} {chat.chat_type} is one session for everyone in it "
+            "(sessions.group_per_user is off): no personal profile in this prompt",
+            file=sys.stderr,
+        )
     return platform, view if args.chat else MemoryView(view.person_id, None)
 
 
 def _account(gateway: Gateway, who: str, platform: str | None) -> tuple[str, str]:
-    """(platform, user id) of the person's account a new session would be on: on `platform` when given, else
-    the identity named, else their first; the local owner's on the web chat (or the console)."""
+    """(platform, user id) of the person's account a new session would be on: on `platform` when
+    given, else the identity named, else their first; the local owner's on the web chat (or the
+    console)."""
     from gateway.knowledge.people import LOCAL_OWNER, OWNER_PLATFORMS
+
     person = gateway.people.lookup(who)
     if person is None:
         raise GatewayError(f"no person {who!r} (see `gateway users list`)")
@@ -138,8 +169,9 @@ def _account(gateway: Gateway, who: str, platform: str | None) -> tuple[str, str
 
 
 def _register_agents(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ag = sub.add_parser("agents", help="the agents, the bindings that route traffic to them, the "
-                        "bot accounts")
+    ag = sub.add_parser(
+        "agents", help="the agents, the bindings that route traffic to them, the bot accounts"
+    )
     ag_sub = ag.add_subparsers(dest="agents_command", required=True)
     ls = ag_sub.add_parser("list", help="agents, bindings and accounts, with each account's health")
     ls.add_argument("--json", action="store_true", help="the same as JSON")
@@ -159,6 +191,7 @@ def listing(config: Config, health: dict[str, Any] | None) -> dict[str, Any]:
     from gateway.config.agents import Bindings, Place, agent_names, default_agent
     from gateway.config.platforms import platform_accounts
     from gateway.events import adapter_key
+
     bindings = Bindings(config)
     accounts = []
     for platform in ("telegram", "discord", "slack", "web"):
@@ -170,18 +203,30 @@ def listing(config: Config, health: dict[str, Any] | None) -> dict[str, Any]:
             key = adapter_key(platform, name)
             dm = bindings.agent_for(Place(platform, name, "", "dm"))
             state = None if health is None else health.get(key, {"state": "not running"})
-            accounts.append({"platform": platform, "account": name, "adapter": key, "dm_agent": dm,
-                             "health": state})
-    return {"agents": [_agent_row(config, name) for name in agent_names(config)],
-            "default": default_agent(config),
-            "bindings": [{k: v for k, v in asdict(b).items() if v is not None}
-                         for b in config.bindings],
-            "accounts": accounts, "daemon": health is not None}
+            accounts.append(
+                {
+                    "platform": platform,
+                    "account": name,
+                    "adapter": key,
+                    "dm_agent": dm,
+                    "health": state,
+                }
+            )
+    return {
+        "agents": [_agent_row(config, name) for name in agent_names(config)],
+        "default": default_agent(config),
+        "bindings": [
+            {k: v for k, v in asdict(b).items() if v is not None} for b in config.bindings
+        ],
+        "accounts": accounts,
+        "daemon": health is not None,
+    }
 
 
 def _agent_row(config: Config, name: str) -> dict[str, Any]:
     from gateway.config.agents import agent_config, soul_path
     from gateway.knowledge.memory import agent_memories
+
     spec = config.agents.get(name)
     model = agent_config(config, name).model
     memories = config.home / "memories"
@@ -190,11 +235,15 @@ def _agent_row(config: Config, name: str) -> dict[str, Any]:
     else:
         soul = soul_path(config, name)
         identity = str(soul) if soul.is_file() else "built-in (no SOUL.md)"
-    return {"name": name, "configured": spec is not None,
-            "model": f"{model.provider}/{model.name}" if model is not None else "auto-detected",
-            "own_model": spec is not None and spec.model is not None, "identity": identity,
-            "memory": str(agent_memories(memories, name).relative_to(config.home)) + "/",
-            "profiles": "shared" if name == "main" or (spec and spec.memory == "shared") else "own"}
+    return {
+        "name": name,
+        "configured": spec is not None,
+        "model": f"{model.provider}/{model.name}" if model is not None else "auto-detected",
+        "own_model": spec is not None and spec.model is not None,
+        "identity": identity,
+        "memory": str(agent_memories(memories, name).relative_to(config.home)) + "/",
+        "profiles": "shared" if name == "main" or (spec and spec.memory == "shared") else "own",
+    }
 
 
 def _health(config: Config) -> dict[str, Any] | None:
@@ -203,6 +252,7 @@ def _health(config: Config) -> dict[str, Any] | None:
         return None
     from gateway.ops.status import fetch_status
     from gateway.telemetry.logs import redact_tree, redactor_for
+
     try:
         data = fetch_status(config.web.host, config.web.port, secret=known_secret(config))
     except OSError:
@@ -217,8 +267,10 @@ def render(data: dict[str, Any]) -> str:
     for agent in data["agents"]:
         default = " (default)" if agent["name"] == data["default"] else ""
         model = agent["model"] + ("" if agent["own_model"] else " (the gateway's)")
-        lines.append(f"  {agent['name']}{default}: model {model}; identity {agent['identity']}; "
-                     f"memory {agent['memory']} (profiles: {agent['profiles']})")
+        lines.append(
+            f"  {agent['name']}{default}: model {model}; identity {agent['identity']}; "
+            f"memory {agent['memory']} (profiles: {agent['profiles']})"
+        )
     lines.append("Bindings (first match wins):")
     for n, binding in enumerate(data["bindings"], 1):
         where = ", ".join(f"{k} {v}" for k, v in binding.items() if k != "agent") or "everything"

@@ -17,36 +17,59 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    st = sub.add_parser("status", help="what the running daemon reports: adapters, sessions, cache, backlog")
+    st = sub.add_parser(
+        "status", help="what the running daemon reports: adapters, sessions, cache, backlog"
+    )
     st.add_argument("--json", action="store_true", help="print the raw JSON")
     st.set_defaults(func=cmd_status)
-    ins = sub.add_parser("install-service", help="write the systemd unit (user or system) for this install")
+    ins = sub.add_parser(
+        "install-service", help="write the systemd unit (user or system) for this install"
+    )
     where = ins.add_mutually_exclusive_group(required=True)
     where.add_argument("--user", action="store_true", help="a user unit (~/.config/systemd/user)")
-    where.add_argument("--system", action="store_true", help="a system unit (/etc/systemd/system; needs root)")
-    ins.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
-    ins.add_argument("--enable", action="store_true",
-                     help="also run daemon-reload and enable --now (and enable linger for a user unit)")
-    ins.add_argument("--unit-dir", help="write the unit here instead of the standard directory (and nothing else: "
-                     "the env file is left to you)")
+    where.add_argument(
+        "--system", action="store_true", help="a system unit (/etc/systemd/system; needs root)"
+    )
+    ins.add_argument(
+        "--dry-run", action="store_true", help="print the unit and the commands; change nothing"
+    )
+    ins.add_argument(
+        "--enable",
+        action="store_true",
+        help="also run daemon-reload and enable --now (and enable linger for a user unit)",
+    )
+    ins.add_argument(
+        "--unit-dir",
+        help="write the unit here instead of the standard directory (and nothing else: "
+        "the env file is left to you)",
+    )
     ins.set_defaults(func=cmd_install_service)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Ask the running daemon (GET /status on the web listener, loopback only) and print its answer."""
+    """Ask the running daemon (GET /status on the web
+    listener, loopback only) and print its answer."""
     from gateway.ops.status import fetch_status, render_status
     from gateway.telemetry.logs import redact_tree, redactor_for
+
     config = config_of(args)
     if not config.web.enabled:
-        print("the web listener is off (web.enabled: false), so there is no daemon to ask", file=sys.stderr)
+        print(
+            "the web listener is off (web.enabled: false), so there is no daemon to ask",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     try:
         data = fetch_status(config.web.host, config.web.port, secret=known_secret(config))
     except OSError as exc:
-        print(f"no daemon answers on {config.web.host}:{config.web.port} ({exc}); is `gateway run` running?",
-              file=sys.stderr)
+        print(
+            f"no daemon answers on {config.web.host}:{config.web.port} "
+            f"({exc}); is `gateway run` running?",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
-    data = redact_tree(data, redactor_for(config, environ()))  # again here: the daemon may be an older version
+    # again here: the daemon may be an older version
+    data = redact_tree(data, redactor_for(config, environ()))
     print(json.dumps(data, indent=2) if args.json else render_status(data))
     return EXIT_OK
 
@@ -64,6 +87,7 @@ def cmd_install_service(args: argparse.Namespace) -> int:
         unit_dir_for,
         user_env_file,
     )
+
     env = environ()
     mode: Mode = "system" if args.system else "user"
     try:
@@ -73,12 +97,22 @@ def cmd_install_service(args: argparse.Namespace) -> int:
             home = home_of(args).absolute()
         drain, shell = _from_config(_config_home(home, mode))
         env_file = Path(SYSTEM_ENV_FILE) if mode == "system" else user_env_file(env)
-        spec = UnitSpec(mode=mode, exec_path=gateway_executable(sys.argv[0]), home=str(home),
-                        env_file=str(env_file), drain_seconds=drain, shell=shell)
+        spec = UnitSpec(
+            mode=mode,
+            exec_path=gateway_executable(sys.argv[0]),
+            home=str(home),
+            env_file=str(env_file),
+            drain_seconds=drain,
+            shell=shell,
+        )
         unit_dir = Path(args.unit_dir) if args.unit_dir else unit_dir_for(mode, env)
-        plan = plan_install(spec, unit_dir=unit_dir, env_file=env_file,
-                            user=None if mode == "system" else getpass.getuser(),
-                            create_env_file=not args.unit_dir)
+        plan = plan_install(
+            spec,
+            unit_dir=unit_dir,
+            env_file=env_file,
+            user=None if mode == "system" else getpass.getuser(),
+            create_env_file=not args.unit_dir,
+        )
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -88,14 +122,18 @@ def cmd_install_service(args: argparse.Namespace) -> int:
 def _config_home(home: Path, mode: str) -> Path:
     """Where the config is read from: a system unit's DynamicUser home lives in /var/lib/private
     until its first start links /var/lib/<name> to it."""
-    private = Path("/var/lib/private") / home.relative_to("/var/lib") \
-        if mode == "system" and home.is_relative_to("/var/lib") else home
+    private = (
+        Path("/var/lib/private") / home.relative_to("/var/lib")
+        if mode == "system" and home.is_relative_to("/var/lib")
+        else home
+    )
     return private if not (home / "config.yaml").exists() and private.exists() else home
 
 
 def _from_config(home: Path) -> tuple[float, ShellNeeds]:
     """The drain deadline, and what the shell's sandbox needs from the unit (None: no shell)."""
     from gateway.config.settings import load_config
+
     try:
         config = load_config(home)
     except (ConfigError, OSError):

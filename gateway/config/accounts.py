@@ -12,8 +12,11 @@ import copy
 
 import yaml
 
-PLATFORM_TOKENS = {"telegram": ("token",), "discord": ("token",),
-                   "slack": ("bot_token", "app_token", "signing_secret")}
+PLATFORM_TOKENS = {
+    "telegram": ("token",),
+    "discord": ("token",),
+    "slack": ("bot_token", "app_token", "signing_secret"),
+}
 ACCOUNTS_KEY = "accounts"
 
 
@@ -25,8 +28,7 @@ def inherit_accounts(root: yaml.Node | None) -> None:
         accounts = _value(section, ACCOUNTS_KEY)
         if not isinstance(section, yaml.MappingNode) or not isinstance(accounts, yaml.MappingNode):
             continue
-        shared = [(k, v) for k, v in section.value
-                  if _name(k) not in (ACCOUNTS_KEY, *tokens)]
+        shared = [(k, v) for k, v in section.value if _name(k) not in (ACCOUNTS_KEY, *tokens)]
         for _, account in accounts.value:
             if isinstance(account, yaml.MappingNode):
                 own = {_name(k) for k, _ in account.value}

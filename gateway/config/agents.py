@@ -42,16 +42,28 @@ def agent_config(config: Config, name: str) -> Config:
     if spec is None:
         return config
     top = config.agent
-    agent = replace(top, system_message=_pick(spec.system_message, top.system_message),
-                    workdir=_pick(spec.workdir, top.workdir), tools=_pick(spec.tools, top.tools),
-                    tools_by_platform=_pick(spec.tools_by_platform, top.tools_by_platform))
+    agent = replace(
+        top,
+        system_message=_pick(spec.system_message, top.system_message),
+        workdir=_pick(spec.workdir, top.workdir),
+        tools=_pick(spec.tools, top.tools),
+        tools_by_platform=_pick(spec.tools_by_platform, top.tools_by_platform),
+    )
     busy = config.sessions
-    sessions = replace(busy, busy=_pick(spec.busy, busy.busy),
-                       busy_by_platform=_pick(spec.busy_by_platform, busy.busy_by_platform))
+    sessions = replace(
+        busy,
+        busy=_pick(spec.busy, busy.busy),
+        busy_by_platform=_pick(spec.busy_by_platform, busy.busy_by_platform),
+    )
     model = config.models.get(spec.model) if isinstance(spec.model, str) else spec.model
-    return replace(config, model=_pick(model, config.model), agent=agent, sessions=sessions,
-                   session_reset=_pick(spec.session_reset, config.session_reset),
-                   platform_hints={**config.platform_hints, **spec.platform_hints})
+    return replace(
+        config,
+        model=_pick(model, config.model),
+        agent=agent,
+        sessions=sessions,
+        session_reset=_pick(spec.session_reset, config.session_reset),
+        platform_hints={**config.platform_hints, **spec.platform_hints},
+    )
 
 
 def _pick(mine: T | None, theirs: T) -> T:
@@ -80,8 +92,9 @@ class Place:
 
 def place_of(inbound: Inbound) -> Place:
     chat = inbound.chat
-    return Place(chat.platform, chat.account, chat.chat_id, chat.chat_type, chat.thread_id,
-                 inbound.space_id)
+    return Place(
+        chat.platform, chat.account, chat.chat_id, chat.chat_type, chat.thread_id, inbound.space_id
+    )
 
 
 class Bindings:
@@ -97,11 +110,13 @@ class Bindings:
 
 def matches(rule: BindingSpec, place: Place) -> bool:
     """Every key the binding sets matches; `chat` names the chat or the thread."""
-    return ((rule.platform is None or rule.platform == place.platform)
-            and (rule.account is None or rule.account == place.account)
-            and (rule.chat is None or rule.chat in (place.chat_id, place.thread_id))
-            and (rule.chat_type is None or rule.chat_type == place.chat_type)
-            and (rule.space is None or rule.space == place.space_id))
+    return (
+        (rule.platform is None or rule.platform == place.platform)
+        and (rule.account is None or rule.account == place.account)
+        and (rule.chat is None or rule.chat in (place.chat_id, place.thread_id))
+        and (rule.chat_type is None or rule.chat_type == place.chat_type)
+        and (rule.space is None or rule.space == place.space_id)
+    )
 
 
 def check_agents(config: Config) -> None:
@@ -110,8 +125,12 @@ def check_agents(config: Config) -> None:
     path = config.home / "config.yaml"
     problems = [*_agent_problems(config), *_binding_problems(config)]
     if problems:
-        raise ConfigErrors([ConfigError(message, file=str(path), line=locate(path, key), key=key)
-                            for key, message in problems])
+        raise ConfigErrors(
+            [
+                ConfigError(message, file=str(path), line=locate(path, key), key=key)
+                for key, message in problems
+            ]
+        )
 
 
 def _agent_problems(config: Config) -> Iterator[tuple[str, str]]:
@@ -120,13 +139,19 @@ def _agent_problems(config: Config) -> Iterator[tuple[str, str]]:
         yield f"agents.{name}.default", f"only one agent can be the default (already {defaults[0]})"
     for name, spec in config.agents.items():
         if not AGENT_NAME.fullmatch(name):
-            yield f"agents.{name}", (f"{name!r} cannot name an agent: use lowercase letters, "
-                                     "digits, - and _ (up to 32)")
+            yield (
+                f"agents.{name}",
+                (
+                    f"{name!r} cannot name an agent: use lowercase letters, "
+                    "digits, - and _ (up to 32)"
+                ),
+            )
         if spec.soul is not None and not soul_path(config, name).is_file():
             yield f"agents.{name}.soul", f"no such file: {soul_path(config, name)}"
         named = [spec.model] if isinstance(spec.model, str) else []
-        for key, wanted in [("model", n) for n in named] + [(f"models[{i}]", n) for i, n in
-                                                                enumerate(spec.models or ())]:
+        for key, wanted in [("model", n) for n in named] + [
+            (f"models[{i}]", n) for i, n in enumerate(spec.models or ())
+        ]:
             if wanted not in config.models:
                 known = ", ".join(config.models) or "none"
                 yield f"agents.{name}.{key}", f"no model named {wanted!r} in models: ({known})"
@@ -136,15 +161,23 @@ def _binding_problems(config: Config) -> Iterator[tuple[str, str]]:
     agents = agent_names(config)
     for i, rule in enumerate(config.bindings):
         if rule.agent not in agents:
-            yield f"bindings[{i}].agent", (f"no agent named {rule.agent!r} (agents: "
-                                           f"{', '.join(agents)})")
+            yield (
+                f"bindings[{i}].agent",
+                (f"no agent named {rule.agent!r} (agents: {', '.join(agents)})"),
+            )
         platform = rule.platform
         if platform in CHAT_PLATFORMS and getattr(config, platform) is None:
-            yield f"bindings[{i}].platform", (f"{platform} is not configured (no `{platform}:` "
-                                              "section)")
+            yield (
+                f"bindings[{i}].platform",
+                (f"{platform} is not configured (no `{platform}:` section)"),
+            )
         elif platform is not None and rule.account is not None:
             known = list(platform_accounts(getattr(config, platform, None)))
             if rule.account not in known:
-                yield f"bindings[{i}].account", (f"no {platform} account named {rule.account!r} "
-                                                 f"(accounts: {', '.join(known) or 'none'})")
-
+                yield (
+                    f"bindings[{i}].account",
+                    (
+                        f"no {platform} account named {rule.account!r} "
+                        f"(accounts: {', '.join(known) or 'none'})"
+                    ),
+                )

@@ -85,8 +85,9 @@ class ShardsConfig:
             raise KeyProblem("ids", "expected at least one shard id (or leave `ids` out: all)")
         wrong = [i for i in ids if not 0 <= i < self.count]
         if wrong:
-            raise KeyProblem("ids", f"shard ids run from 0 to {self.count - 1} (count "
-                             f"{self.count}); got {wrong}")
+            raise KeyProblem(
+                "ids", f"shard ids run from 0 to {self.count - 1} (count {self.count}); got {wrong}"
+            )
         if len(set(ids)) != len(ids):
             raise KeyProblem("ids", "a shard id is listed twice")
 
@@ -141,11 +142,13 @@ class SlackConfig:
         if not self.bot_token:
             return  # a section that only holds `accounts:`; each account is checked on its own
         if self.mode == "socket" and not self.app_token:
-            raise ValueError("slack.app_token is required when mode is socket (set "
-                             "SLACK_APP_TOKEN)")
+            raise ValueError(
+                "slack.app_token is required when mode is socket (set SLACK_APP_TOKEN)"
+            )
         if self.mode == "http" and not self.signing_secret:
-            raise ValueError("slack.signing_secret is required when mode is http (set "
-                             "SLACK_SIGNING_SECRET)")
+            raise ValueError(
+                "slack.signing_secret is required when mode is http (set SLACK_SIGNING_SECRET)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +177,9 @@ class SlackSection(SlackConfig):
         check_accounts(self, "bot_token", webhook=lambda a: a.mode == "http")
 
 
-def platform_accounts(section: TelegramSection | DiscordSection | SlackSection | None
-                      ) -> dict[str, TelegramConfig | DiscordConfig | SlackConfig]:
+def platform_accounts(
+    section: TelegramSection | DiscordSection | SlackSection | None,
+) -> dict[str, TelegramConfig | DiscordConfig | SlackConfig]:
     """Every bot account of a platform section by name: `default` (the section's own token, when it
     has one) first, then `accounts:` in the file's order. None (platform off): none."""
     if section is None:
@@ -197,8 +201,12 @@ def _token(account: object) -> str:
     return str(getattr(account, "token", None) or getattr(account, "bot_token", None) or "")
 
 
-def check_accounts(section: TelegramSection | DiscordSection | SlackSection, token_key: str, *,
-                   webhook: Callable[[Any], bool] | None = None) -> None:
+def check_accounts(
+    section: TelegramSection | DiscordSection | SlackSection,
+    token_key: str,
+    *,
+    webhook: Callable[[Any], bool] | None = None,
+) -> None:
     """A section needs a token or `accounts:`; account names are words; no two accounts are one bot,
     and no two accounts serve webhooks on one port."""
     accounts: Mapping[str, object] = section.accounts
@@ -206,19 +214,30 @@ def check_accounts(section: TelegramSection | DiscordSection | SlackSection, tok
         raise KeyProblem(token_key, "required key is missing (or give `accounts:`)")
     bad = [n for n in accounts if not ACCOUNT_NAME.fullmatch(n)]
     if bad:
-        raise KeyProblem("accounts", f"{bad[0]!r} cannot name an account: use lowercase letters, "
-                         "digits, - and _ (up to 32)")
+        raise KeyProblem(
+            "accounts",
+            f"{bad[0]!r} cannot name an account: use lowercase letters, digits, - and _ (up to 32)",
+        )
     if _token(section) and DEFAULT_ACCOUNT in accounts:
-        raise KeyProblem("accounts", f"the section's own {token_key} is the account `default`: "
-                         "name this account otherwise, or move the token into it")
+        raise KeyProblem(
+            "accounts",
+            f"the section's own {token_key} is the account `default`: "
+            "name this account otherwise, or move the token into it",
+        )
     every = {**({DEFAULT_ACCOUNT: section} if _token(section) else {}), **accounts}
     tokens = [_token(a) for a in every.values()]
     if len(set(tokens)) != len(tokens):
-        raise KeyProblem("accounts", f"two accounts have the same {token_key}: they would be one "
-                         "bot; give each account its own")
+        raise KeyProblem(
+            "accounts",
+            f"two accounts have the same {token_key}: they would be one "
+            "bot; give each account its own",
+        )
     if webhook is not None:
         listeners: list[Any] = [a for a in every.values() if webhook(a)]
         ports = [(a.listen_host, a.listen_port) for a in listeners if a.listen_port]
         if len(set(ports)) != len(ports):
-            raise KeyProblem("accounts", "two accounts listen on the same listen_host and "
-                             "listen_port: give each its own port")
+            raise KeyProblem(
+                "accounts",
+                "two accounts listen on the same listen_host and "
+                "listen_port: give each its own port",
+            )

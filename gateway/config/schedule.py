@@ -1,7 +1,9 @@
-"""The `schedule` section: scheduled jobs (reminders and recurring runs the agent sets up from chat) and limits.
+"""The `schedule` section: scheduled jobs (reminders and recurring runs the agent sets up from chat)
+and limits.
 
-Durations are written the way people write them ("90s", "30m", "1h", "2d", "1h30m"); `parse_duration` reads
-them here and for the `schedule` tool's delays, so the config and the tool accept the same words.
+Durations are written the way people write them ("90s", "30m", "1h", "2d", "1h30m");
+`parse_duration` reads them here and for the `schedule` tool's delays, so the config and the tool
+accept the same words.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ _PARTS = re.compile(_PART, re.IGNORECASE)
 
 
 def parse_duration(text: str) -> timedelta | None:
-    """`1h30m` → 90 minutes; None when `text` is not a duration (units w, d, h, m, s, or their words)."""
+    """`1h30m` → 90 minutes; None when `text` is not a
+    duration (units w, d, h, m, s, or their words)."""
     if not _DURATION.fullmatch(text):
         return None
-    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit[0].lower()] for n, unit in _PARTS.findall(text)))
+    return timedelta(
+        seconds=sum(int(n) * _UNIT_SECONDS[unit[0].lower()] for n, unit in _PARTS.findall(text))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,24 +42,31 @@ class ScheduleConfig:
     def __post_init__(self) -> None:
         for name in ("misfire_grace", "min_interval", "keep_run_sessions"):
             if parse_duration(getattr(self, name)) is None:
-                raise ValueError(f"schedule.{name}: expected a duration such as 30m, 1h or 1h30m; "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"schedule.{name}: expected a duration such as 30m, 1h or 1h30m; "
+                    f"got {getattr(self, name)!r}"
+                )
         if self.timezone is not None:
             from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
             try:
                 ZoneInfo(self.timezone)
             except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"schedule.timezone: unknown time zone {self.timezone!r}") from None
+                raise ValueError(
+                    f"schedule.timezone: unknown time zone {self.timezone!r}"
+                ) from None
 
     @property
     def grace(self) -> timedelta:
-        """How late a run may still start (a daemon that was down, a stalled loop); later ones are reported."""
+        """How late a run may still start (a daemon that was
+        down, a stalled loop); later ones are reported."""
         return parse_duration(self.misfire_grace) or timedelta(hours=1)
 
     @property
     def run_sessions_kept(self) -> timedelta:
-        """How long a run's own session (its prompt, tool calls and answer) is kept; what it posted stays in the
-        chat's session. A job every 5 minutes would otherwise leave 288 sessions a day."""
+        """How long a run's own session (its prompt, tool calls and answer) is kept; what it posted
+        stays in the chat's session. A job every 5 minutes would otherwise leave 288 sessions a
+        day."""
         return parse_duration(self.keep_run_sessions) or timedelta(days=7)
 
     @property

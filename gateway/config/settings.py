@@ -1,7 +1,8 @@
 """The configuration: `GATEWAY_HOME/config.yaml` → frozen dataclasses, validated once, passed down.
 
-Defaults live only in the field definitions below (docs/configuration.md is checked against them by a test).
-This is the only module that reads the environment; secrets are `Secret` strings, masked in repr.
+Defaults live only in the field definitions below (docs/configuration.md is checked against them by
+a test). This is the only module that reads the environment; secrets are `Secret` strings, masked in
+repr.
 """
 
 from __future__ import annotations
@@ -36,8 +37,19 @@ from gateway.config.yamlload import KeyProblem, Secret, load_dataclass, read_yam
 from gateway.errors import ConfigError
 from gateway.events import PLATFORMS
 
-__all__ = ["ChatTypeName", "Config", "DiscordConfig", "MediaConfig", "PlatformName", "Secret",
-           "SlackConfig", "TelegramConfig", "TranscriptionConfig", "default_home", "load_config"]
+__all__ = [
+    "ChatTypeName",
+    "Config",
+    "DiscordConfig",
+    "MediaConfig",
+    "PlatformName",
+    "Secret",
+    "SlackConfig",
+    "TelegramConfig",
+    "TranscriptionConfig",
+    "default_home",
+    "load_config",
+]
 
 Provider = Literal["anthropic", "openai"]
 ResetMode = Literal["idle", "daily", "both", "none"]
@@ -55,7 +67,8 @@ def _range(lo: float | None = None, hi: float | None = None) -> dict[str, object
 
 @dataclass(frozen=True, slots=True)
 class ModelEndpoint:
-    """One model and how to reach it; `model.fallback` is one of these (a fallback has no fallback)."""
+    """One model and how to reach it; `model.fallback`
+    is one of these (a fallback has no fallback)."""
 
     provider: Provider
     name: str
@@ -86,11 +99,18 @@ def check_base_url(url: str | None, *, flag: str = "") -> str | None:
         port_ok = parts.port is None or parts.port > 0
     except ValueError:
         parts, port_ok = None, False
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
-            or any(ch.isspace() for ch in url):
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port_ok
+        or any(ch.isspace() for ch in url)
+    ):
         said = f"{flag}: " if flag else ""
-        raise ValueError(f"{said}expected an http:// or https:// URL with a host (e.g. "
-                         f"https://api.example.com/v1); got {url!r}")
+        raise ValueError(
+            f"{said}expected an http:// or https:// URL with a host (e.g. "
+            f"https://api.example.com/v1); got {url!r}"
+        )
     return url
 
 
@@ -146,7 +166,6 @@ class SessionResetConfig:
     by_chat_type: dict[ChatTypeName, ResetOverride] = field(default_factory=dict)
 
 
-
 @dataclass(frozen=True, slots=True)
 class SessionsConfig:
     group_per_user: bool = True
@@ -159,16 +178,21 @@ class SessionsConfig:
     def __post_init__(self) -> None:
         if self.timezone is not None:
             from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
             try:
                 ZoneInfo(self.timezone)
             except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"sessions.timezone: unknown time zone {self.timezone!r}") from None
+                raise ValueError(
+                    f"sessions.timezone: unknown time zone {self.timezone!r}"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)
 class DeliveryConfig:
     replay_max_age_minutes: float = field(default=60.0, metadata=_range(0, None))
-    offline_notice: str = "Sorry, I was offline when you sent this. Please send it again if it still matters."
+    offline_notice: str = (
+        "Sorry, I was offline when you sent this. Please send it again if it still matters."
+    )
     dedupe_retention_hours: float = field(default=72.0, metadata=_positive())
     max_send_attempts: int = field(default=6, metadata=_range(1, 100))
 
@@ -184,20 +208,26 @@ class StreamingByChat:
 
 @dataclass(frozen=True, slots=True)
 class StreamingConfig:
-    """Live previews of an answer while it is written (docs/streaming.md). `auto`: edit in Telegram private chats
-    and the web chat, off elsewhere."""
+    """Live previews of an answer while it is written (docs/streaming.md). `auto`: edit in Telegram
+    private chats and the web chat, off elsewhere."""
 
     mode: Literal["auto", "off", "edit", "progress"] = "auto"
     by_platform: dict[PlatformName, StreamMode | StreamingByChat] = field(default_factory=dict)
 
     def mode_for(self, platform: str, chat_type: str) -> StreamMode:
         override = self.by_platform.get(platform)  # type: ignore[call-overload]
-        chosen = getattr(override, chat_type, None) if isinstance(override, StreamingByChat) else override
+        chosen = (
+            getattr(override, chat_type, None)
+            if isinstance(override, StreamingByChat)
+            else override
+        )
         if chosen is not None:
             return chosen  # type: ignore[no-any-return]
         if self.mode != "auto":
             return self.mode
-        return "edit" if platform == "web" or (platform == "telegram" and chat_type == "dm") else "off"
+        return (
+            "edit" if platform == "web" or (platform == "telegram" and chat_type == "dm") else "off"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +238,8 @@ class PromptCachingConfig:
 
 @dataclass(frozen=True, slots=True)
 class PlatformHintOverride:
-    """`{append: ...}`, `{replace: ...}`, both (replace, then append), or a bare string meaning append."""
+    """`{append: ...}`, `{replace: ...}`, both (replace,
+    then append), or a bare string meaning append."""
 
     append: str | None = None
     replace: str | None = None
@@ -232,18 +263,28 @@ class WebConfig:
     public_url: str | None = None
 
     def __post_init__(self) -> None:
-        if self.enabled and not self.auth_token and not is_loopback_host(self.host):  # checked by config check too
-            raise KeyProblem("host", f"{self.host!r} is not a loopback address, so the web chat needs web.auth_token "
-                             "(e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}); or bind to 127.0.0.1")
+        if self.enabled and not self.auth_token and not is_loopback_host(self.host):
+            # checked by config check too
+            raise KeyProblem(
+                "host",
+                f"{self.host!r} is not a loopback address, so the web chat needs web.auth_token "
+                "(e.g. web.auth_token: ${GATEWAY_WEB_TOKEN}); or bind to 127.0.0.1",
+            )
         if self.auth == "none" and not is_loopback_host(self.host):
-            raise ValueError(f"web.auth: none is allowed only with a loopback web.host (it is {self.host!r}); "
-                             "anyone who reaches the port would be the owner")
+            raise ValueError(
+                f"web.auth: none is allowed only with a loopback web.host (it is {self.host!r}); "
+                "anyone who reaches the port would be the owner"
+            )
         if self.auth == "none" and self.public_url is not None:
-            raise ValueError("web.auth: none cannot go with web.public_url: the proxy in front makes the chat "
-                             "reachable from elsewhere, and anyone reaching it would be the owner")
+            raise ValueError(
+                "web.auth: none cannot go with web.public_url: the proxy in front makes the chat "
+                "reachable from elsewhere, and anyone reaching it would be the owner"
+            )
         if self.public_url is not None and not _ORIGIN.fullmatch(self.public_url):
-            raise ValueError(f"web.public_url must be scheme://host[:port] (http or https, no path); got "
-                             f"{self.public_url!r}")
+            raise ValueError(
+                f"web.public_url must be scheme://host[:port] (http or https, no path); got "
+                f"{self.public_url!r}"
+            )
 
 
 _ORIGIN = re.compile(r"https?://[^/\s?#@]+/?")
@@ -271,7 +312,9 @@ class AccessConfig:
         for admin in self.admins:
             platform, _, uid = admin.partition(":")
             if platform not in PLATFORMS or not uid:
-                raise ValueError(f"access.admins: expected 'platform:user_id' (e.g. telegram:123); got {admin!r}")
+                raise ValueError(
+                    f"access.admins: expected 'platform:user_id' (e.g. telegram:123); got {admin!r}"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,8 +396,11 @@ def default_home(env: dict[str, str] | None = None) -> Path:
     return Path(home).expanduser() if home else Path("~/.agent-gateway").expanduser()
 
 
-def load_config(home: Path, *, env: dict[str, str] | None = None, path: Path | None = None) -> Config:
-    """Read `home/config.yaml` (a missing file means all defaults); raise ConfigError(s) naming file:line: key."""
+def load_config(
+    home: Path, *, env: dict[str, str] | None = None, path: Path | None = None
+) -> Config:
+    """Read `home/config.yaml` (a missing file means all defaults); raise ConfigError(s) naming
+    file:line: key."""
     config_path = path or home / "config.yaml"
     environ = dict(os.environ) if env is None else env
     if not config_path.exists():
@@ -376,16 +422,22 @@ def _check_model_names(node: yaml.Node | None, file: str) -> None:
     for name_node, _ in models.value if isinstance(models, yaml.MappingNode) else ():
         name = str(name_node.value)
         if name == "default" or not _MODEL_NAME.fullmatch(name):
-            raise ConfigError(f"{name!r} cannot name a model: use letters, digits, - _ . (up to "
-                              "32; `default` means the main `model`)", file=file,
-                              line=name_node.start_mark.line + 1, key=f"models.{name}")
+            raise ConfigError(
+                f"{name!r} cannot name a model: use letters, digits, - _ . (up to "
+                "32; `default` means the main `model`)",
+                file=file,
+                line=name_node.start_mark.line + 1,
+                key=f"models.{name}",
+            )
 
 
 def _with_home(cfg: Config, home: Path) -> Config:
     from dataclasses import replace
+
     return replace(cfg, home=home)
 
 
 def environ() -> dict[str, str]:
-    """The process environment, for the few places (model auto-detection) that legitimately need it."""
+    """The process environment, for the few places
+    (model auto-detection) that legitimately need it."""
     return dict(os.environ)

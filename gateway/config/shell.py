@@ -68,9 +68,12 @@ class ShellConfig:
 
     def __post_init__(self) -> None:
         if self.sandbox == "none" and not self.unsafe_no_sandbox:
-            raise KeyProblem("sandbox", "`sandbox: none` runs the agent's commands with all of the "
-                             "daemon's rights (its keys, tokens and state.db); to do that anyway, "
-                             "add `unsafe_no_sandbox: true` next to it")
+            raise KeyProblem(
+                "sandbox",
+                "`sandbox: none` runs the agent's commands with all of the "
+                "daemon's rights (its keys, tokens and state.db); to do that anyway, "
+                "add `unsafe_no_sandbox: true` next to it",
+            )
         bad = [name for name in self.env if not re.fullmatch(ENV_NAME, name)]
         if bad:
             raise KeyProblem("env", f"not a variable name: {', '.join(map(repr, bad))}")
@@ -90,14 +93,20 @@ def home_problems(shell: ShellConfig, home: Path) -> list[tuple[str, str]]:
     work = shell.workspace(home).resolve()
     found: list[tuple[str, str]] = []
     if home.is_relative_to(work):
-        why = (f"{work} holds the gateway's home ({home}), which the sandbox never shows: choose"
-               " a folder of its own (default: the home's workspace/)")
+        why = (
+            f"{work} holds the gateway's home ({home}), which the sandbox never shows: choose"
+            " a folder of its own (default: the home's workspace/)"
+        )
         found.append(("tools.shell.workdir", why))
     elif str(work) in RESERVED:
         found.append(("tools.shell.workdir", f"{work} is a system directory"))
     for i, mount in enumerate(shell.mounts):
         source = mount.path.resolve()
         if source.is_relative_to(home):
-            found.append((f"tools.shell.mounts[{i}]",
-                          f"{source} is inside the gateway's home, which the sandbox never shows"))
+            found.append(
+                (
+                    f"tools.shell.mounts[{i}]",
+                    f"{source} is inside the gateway's home, which the sandbox never shows",
+                )
+            )
     return found

@@ -1,6 +1,7 @@
 """The tool settings: MCP servers (`mcp_servers`) and the built-in web tools and shell (`tools`).
 
-Kept out of settings.py so the settings tree stays one screen per section; `Config` holds one field for each.
+Kept out of settings.py so the settings tree stays one screen per section; `Config` holds one field
+for each.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
-    """One MCP server: a command run over stdio (`command`, `args`, `env`, `cwd`) or a streamable HTTP `url`."""
+    """One MCP server: a command run over stdio (`command`, `args`, `env`, `cwd`) or a streamable
+    HTTP `url`."""
 
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -36,10 +38,16 @@ class McpServerConfig:
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
-            raise ValueError("give either `command` (a server run over stdio) or `url` (streamable HTTP), not both")
+            raise ValueError(
+                "give either `command` (a server run over "
+                "stdio) or `url` (streamable HTTP), not both"
+            )
         if self.url is not None:
             if self.args or self.env or self.cwd is not None:
-                raise ValueError("`args`, `env` and `cwd` are for a `command` server; a `url` server takes `headers`")
+                raise ValueError(
+                    "`args`, `env` and `cwd` are for a `command` "
+                    "server; a `url` server takes `headers`"
+                )
             if not re.match(r"https?://[^/\s]+", self.url):
                 raise ValueError(f"`url` must be an http:// or https:// URL; got {self.url!r}")
         elif self.headers:
@@ -69,11 +77,15 @@ class WebSearchConfig:
 
     def __post_init__(self) -> None:
         if self.provider == "searxng" and not self.base_url:
-            raise ValueError("tools.web_search.base_url is required for searxng (your instance, e.g. "
-                             "http://127.0.0.1:8888)")
+            raise ValueError(
+                "tools.web_search.base_url is required for searxng (your instance, e.g. "
+                "http://127.0.0.1:8888)"
+            )
         if self.provider in ("brave", "tavily") and not self.api_key_env:
-            raise ValueError(f"tools.web_search.api_key_env is required for {self.provider} (the variable that "
-                             "holds the key)")
+            raise ValueError(
+                f"tools.web_search.api_key_env is required for {self.provider} (the variable that "
+                "holds the key)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,4 +107,5 @@ class ToolsConfig:
     # more than search_threshold of the model's context window.
     search: Literal["auto", "on", "off"] = "auto"
     search_threshold: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
-    shell: ShellConfig = field(default_factory=ShellConfig)  # the agent's sandboxed shell (shell.py)
+    # the agent's sandboxed shell (shell.py)
+    shell: ShellConfig = field(default_factory=ShellConfig)

@@ -1,7 +1,9 @@
-"""Typed YAML loading: a YAML file → nested frozen dataclasses, every error located by file, line and key path.
+"""Typed YAML loading: a YAML file → nested frozen dataclasses, every error located by file, line
+and key path.
 
-Used for config.yaml (gateway/config/settings.py) and anything else the user edits by hand. It refuses aliases
-(YAML bombs), oversized and non-UTF-8 files, and reports all problems it finds, not just the first.
+Used for config.yaml (gateway/config/settings.py) and anything else the user edits by hand. It
+refuses aliases (YAML bombs), oversized and non-UTF-8 files, and reports all problems it finds, not
+just the first.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class KeyProblem(ValueError):
-    """Raised by a config dataclass's __post_init__ about one of its keys: reported at that key's line."""
+    """Raised by a config dataclass's __post_init__ about
+    one of its keys: reported at that key's line."""
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
@@ -44,14 +47,17 @@ class Secret(str):
         return str.__str__(self)
 
     def matches(self, given: str) -> bool:
-        """Constant-time equality with what a caller sent. aiohttp hands over non-UTF-8 header bytes as surrogates,
-        which a plain `.encode()` refuses with an error (a 500 for unauthenticated garbage); here they just differ."""
-        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
-                                   self.value.encode("utf-8", "surrogateescape"))
+        """Constant-time equality with what a caller sent. aiohttp hands over non-UTF-8 header bytes
+        as surrogates, which a plain `.encode()` refuses with an error (a 500 for unauthenticated
+        garbage); here they just differ."""
+        return hmac.compare_digest(
+            given.encode("utf-8", "surrogateescape"), self.value.encode("utf-8", "surrogateescape")
+        )
 
 
 def read_yaml_file(path: Path) -> yaml.Node | None:
-    """Parse a file into a node tree (with line marks), refusing what a config file must never be."""
+    """Parse a file into a node tree (with line marks),
+    refusing what a config file must never be."""
     name = str(path)
     try:
         raw = path.read_bytes()
@@ -65,7 +71,9 @@ def read_yaml_file(path: Path) -> yaml.Node | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", file=name, line=line) from None
+        raise ConfigError(
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", file=name, line=line
+        ) from None
     return parse_yaml_text(text, name)
 
 
@@ -93,16 +101,25 @@ class _Ctx:
     seen: set[int]
 
     def error(self, node: yaml.Node, key: str, message: str) -> None:
-        self.errors.append(ConfigError(message, file=self.file, line=node.start_mark.line + 1, key=key or None))
+        self.errors.append(
+            ConfigError(message, file=self.file, line=node.start_mark.line + 1, key=key or None)
+        )
 
 
 class _Invalid(Exception):
     """Conversion of one value failed; the error is already recorded."""
 
 
-def load_dataclass(cls: type[Any], node: yaml.Node | None, *, file: str, env: Mapping[str, str] | None = None,
-                   converters: Mapping[type, Callable[..., Any]] | None = None) -> Any:
-    """Build `cls` from a node tree; raise ConfigErrors listing every problem with its line and key path."""
+def load_dataclass(
+    cls: type[Any],
+    node: yaml.Node | None,
+    *,
+    file: str,
+    env: Mapping[str, str] | None = None,
+    converters: Mapping[type, Callable[..., Any]] | None = None,
+) -> Any:
+    """Build `cls` from a node tree; raise ConfigErrors
+    listing every problem with its line and key path."""
     ctx = _Ctx(file=file, env=os.environ if env is None else env, errors=[], seen=set())
     if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
         node = yaml.MappingNode("tag:yaml.org,2002:map", [], start_mark=_mark(file))
@@ -111,13 +128,14 @@ def load_dataclass(cls: type[Any], node: yaml.Node | None, *, file: str, env: Ma
     except _Invalid:
         result = None
     if ctx.errors:
-        ctx.errors.sort(key=lambda e: (e.line or 0))
+        ctx.errors.sort(key=lambda e: e.line or 0)
         raise ConfigErrors(ctx.errors)
     return result
 
 
 def _mark(file: str) -> yaml.Mark:
-    return yaml.Mark(file, 0, 0, 0, None, None)  # type: ignore[arg-type]  # no buffer: a synthetic mark
+    # no buffer: a synthetic mark
+    return yaml.Mark(file, 0, 0, 0, None, None)  # type: ignore[arg-type]
 
 
 def _type_name(tp: Any) -> str:
@@ -126,8 +144,13 @@ def _type_name(tp: Any) -> str:
     if isinstance(tp, type):
         if dataclasses.is_dataclass(tp):
             return "a mapping"
-        return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-                "Secret": "a string"}.get(tp.__name__, tp.__name__)
+        return {
+            "str": "a string",
+            "int": "an integer",
+            "float": "a number",
+            "bool": "true or false",
+            "Secret": "a string",
+        }.get(tp.__name__, tp.__name__)
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
@@ -155,6 +178,7 @@ def _expand_env(value: str, node: yaml.Node, key: str, ctx: _Ctx) -> str:
             return default
         ctx.error(node, key, f"environment variable {name} is not set")
         raise _Invalid
+
     return _ENV_REF.sub(sub, value)
 
 
@@ -223,7 +247,9 @@ def _convert_literal(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
                 continue
             if str(option) == raw or (isinstance(option, int) and raw.strip() == str(option)):
                 return option
-    ctx.error(node, key, f"expected one of {', '.join(str(a) for a in allowed)}; got {_scalar_repr(node)}")
+    ctx.error(
+        node, key, f"expected one of {', '.join(str(a) for a in allowed)}; got {_scalar_repr(node)}"
+    )
     raise _Invalid
 
 
@@ -278,7 +304,9 @@ def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
         ctx.error(node, key, f"expected a mapping; got {_scalar_repr(node)}")
         raise _Invalid
     hints = typing.get_type_hints(tp)
-    fields = {f.name: f for f in dataclasses.fields(tp) if f.init and not f.metadata.get("internal")}
+    fields = {
+        f.name: f for f in dataclasses.fields(tp) if f.init and not f.metadata.get("internal")
+    }
     values: dict[str, Any] = {}
     attempted: set[str] = set()
     failed = False
@@ -302,7 +330,11 @@ def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
         except _Invalid:
             failed = True
     for name, f in fields.items():
-        if name not in attempted and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        if (
+            name not in attempted
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ):
             ctx.error(node, _join(key, name), "required key is missing")
             failed = True
     if failed:
@@ -310,7 +342,10 @@ def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
     try:
         return tp(**values)
     except KeyProblem as exc:
-        where = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == exc.key), node)
+        where = next(
+            (v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == exc.key),
+            node,
+        )
         ctx.error(where, _join(key, exc.key), exc.message)
         raise _Invalid from None
     except (ValueError, TypeError) as exc:
@@ -318,7 +353,9 @@ def _convert_dataclass(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
         raise _Invalid from None
 
 
-def _check_bounds(f: dataclasses.Field[Any], value: Any, node: yaml.Node, key: str, ctx: _Ctx) -> None:
+def _check_bounds(
+    f: dataclasses.Field[Any], value: Any, node: yaml.Node, key: str, ctx: _Ctx
+) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     lo, hi = f.metadata.get("min"), f.metadata.get("max")
@@ -336,7 +373,12 @@ def _check_bounds(f: dataclasses.Field[Any], value: Any, node: yaml.Node, key: s
 
 def _convert_scalar(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
     if not isinstance(node, yaml.ScalarNode) or _is_null(node):
-        ctx.error(node, key, f"expected {_type_name(tp)}; got {_scalar_repr(node) if not _is_null(node) else 'null'}")
+        ctx.error(
+            node,
+            key,
+            f"expected {_type_name(tp)}; got "
+            f"{_scalar_repr(node) if not _is_null(node) else 'null'}",
+        )
         raise _Invalid
     raw = node.value
     tag = node.tag
@@ -381,7 +423,8 @@ _KEY_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
 
 
 def locate(path: Path, key: str) -> int | None:
-    """The line of `key` (`agent.tools[2]`) in a YAML file, for a problem found after loading; None if absent."""
+    """The line of `key` (`agent.tools[2]`) in a YAML file, for a problem found after loading; None
+    if absent."""
     try:
         node = read_yaml_file(path)
     except ConfigError:
@@ -390,7 +433,10 @@ def locate(path: Path, key: str) -> int | None:
         if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
             node = node.value[int(index)]
         elif name and isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == name), None)
+            node = next(
+                (v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == name),
+                None,
+            )
         else:
             return None
         if node is None:

@@ -1,8 +1,10 @@
-"""Split a rendered reply into chunks that each fit the platform's limit, measured the way the platform counts.
+"""Split a rendered reply into chunks that each fit the platform's limit, measured the way the
+platform counts.
 
-Splits prefer paragraph, then line, then word boundaries; they never fall inside an escape, a link or a
-formatting span that fits a chunk by itself, never between a character and its combining marks when avoidable,
-and a split inside a code fence closes the fence in one chunk and reopens it (same language) in the next.
+Splits prefer paragraph, then line, then word boundaries; they never fall inside an escape, a link
+or a formatting span that fits a chunk by itself, never between a character and its combining marks
+when avoidable, and a split inside a code fence closes the fence in one chunk and reopens it (same
+language) in the next.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LengthUnit = Literal["chars", "utf16"]
-MIN_LIMIT = 160  # slack/discord: room for a fence's close and reopen lines (container prefix included) and code
+# slack/discord: room for a fence's close and reopen lines (container prefix included) and code
+MIN_LIMIT = 160
 MIN_LIMIT_TEXT = 16  # telegram/plain have no fences to reopen
 MIN_LINES = 4
 _FREE, _SOFT, _HARD = 0, 1, 2  # may split / avoid splitting / never split at a position
@@ -56,9 +59,10 @@ class Chunk:
 class Piece:
     """Chunk i is `head + rendered.text[start:end] + tail`.
 
-    `head` is the reopen line of the fence `start` falls inside (else ""), `tail` the close line of the fence
-    `end` falls inside (else ""). Pieces are in order and cover the rendered text; only whitespace lies
-    between them (a piece of nothing but whitespace is dropped: platforms refuse blank messages).
+    `head` is the reopen line of the fence `start` falls inside (else ""), `tail` the close line of
+    the fence `end` falls inside (else ""). Pieces are in order and cover the rendered text; only
+    whitespace lies between them (a piece of nothing but whitespace is dropped: platforms refuse
+    blank messages).
     """
 
     start: int
@@ -67,9 +71,16 @@ class Piece:
     tail: str = ""
 
 
-def render_chunks(markdown: str, flavor: Flavor, *, limit: int, unit: LengthUnit = "chars",
-                  max_lines: int | None = None) -> list[Chunk]:
-    """Render once for `flavor` and split. Telegram is always measured in UTF-16 code units, as the Bot API does.
+def render_chunks(
+    markdown: str,
+    flavor: Flavor,
+    *,
+    limit: int,
+    unit: LengthUnit = "chars",
+    max_lines: int | None = None,
+) -> list[Chunk]:
+    """Render once for `flavor` and split. Telegram is always measured in UTF-16 code units, as the
+    Bot API does.
 
     Empty or whitespace-only input gives no chunks; the caller decides what to send instead.
     """
@@ -86,8 +97,9 @@ def render_chunks(markdown: str, flavor: Flavor, *, limit: int, unit: LengthUnit
     return [_chunk(rendered, p, flavor, offsets) for p in pieces]
 
 
-def split_rendered(rendered: Rendered, *, limit: int, unit: LengthUnit = "chars",
-                   max_lines: int | None = None) -> list[Piece]:
+def split_rendered(
+    rendered: Rendered, *, limit: int, unit: LengthUnit = "chars", max_lines: int | None = None
+) -> list[Piece]:
     minimum = MIN_LIMIT if rendered.fences else MIN_LIMIT_TEXT
     if limit < minimum:
         raise ValueError(f"limit {limit} is below the minimum of {minimum}")
@@ -97,13 +109,16 @@ def split_rendered(rendered: Rendered, *, limit: int, unit: LengthUnit = "chars"
 
 
 class _Splitter:
-    def __init__(self, rendered: Rendered, limit: int, unit: LengthUnit, max_lines: int | None) -> None:
+    def __init__(
+        self, rendered: Rendered, limit: int, unit: LengthUnit, max_lines: int | None
+    ) -> None:
         self.text = text = rendered.text
         self.n = len(text)
         self.limit = limit
         self.max_lines = max_lines
         self.measure = utf16_len if unit == "utf16" else len
-        self.cum = _utf16_prefix(text) if unit == "utf16" else None  # cum[i]: UTF-16 length of text[:i]
+        # cum[i]: UTF-16 length of text[:i]
+        self.cum = _utf16_prefix(text) if unit == "utf16" else None
         self.fences = rendered.fences
         self.fence_starts = [f.body_start for f in rendered.fences]
         self.blocked = self._blocked(rendered)
@@ -120,7 +135,8 @@ class _Splitter:
         soft = [0] * (n + 2)
         hard = [0] * (n + 2)
         for a, b in rendered.keeps:
-            if b - a > 1 and self.cost(a, b) <= self.limit:  # a span longer than a chunk gets clipped
+            if b - a > 1 and self.cost(a, b) <= self.limit:
+                # a span longer than a chunk gets clipped
                 soft[a + 1] += 1
                 soft[b] -= 1
         for f in rendered.fences:  # never inside the opening line or the closing line
@@ -128,7 +144,9 @@ class _Splitter:
                 hard[a] += 1
                 hard[b] -= 1
         blocked = bytearray(n + 1)
-        for i, (s, h) in enumerate(zip(itertools.accumulate(soft), itertools.accumulate(hard), strict=False)):
+        for i, (s, h) in enumerate(
+            zip(itertools.accumulate(soft), itertools.accumulate(hard), strict=False)
+        ):
             if i > n:
                 break
             blocked[i] = _HARD if h > 0 else _SOFT if s > 0 else _FREE
@@ -166,7 +184,8 @@ class _Splitter:
         return ("" if self.text[b - 1] == "\n" else "\n") + f.prefix + FENCE
 
     def lines(self, s: int, b: int, head: str, tail: str) -> int:
-        """Lines of head + text[s:b] + tail, not counting trailing blank lines (platforms trim them)."""
+        """Lines of head + text[s:b] + tail, not counting
+        trailing blank lines (platforms trim them)."""
         end = b
         if not tail:
             while end > s and self.text[end - 1].isspace():
@@ -201,7 +220,8 @@ class _Splitter:
             k = bisect.bisect_left(self.newlines, s) + self.max_lines - 1 - head.count("\n")
             if 0 <= k < len(self.newlines):
                 hi = min(hi, self.newlines[k] + 1)
-        # A boundary of a better kind wins if it still fills half the chunk; else the last boundary of any kind.
+        # A boundary of a better kind wins if it still fills half the chunk; else the last boundary
+        # of any kind.
         half = s + (hi - s) // 2
         for cands in self.levels:
             b = self.last_candidate(cands, s, hi, half, head)
@@ -213,7 +233,9 @@ class _Splitter:
             return best
         return self.hard_split(s, hi, head)
 
-    def last_candidate(self, cands: Sequence[int], s: int, hi: int, lo: int, head: str) -> int | None:
+    def last_candidate(
+        self, cands: Sequence[int], s: int, hi: int, lo: int, head: str
+    ) -> int | None:
         i = bisect.bisect_right(cands, hi) - 1
         while i >= 0 and cands[i] > lo and cands[i] > s:
             c = cands[i]
@@ -226,7 +248,8 @@ class _Splitter:
         return None
 
     def hard_split(self, s: int, hi: int, head: str) -> int:
-        """No boundary fits: cut at the last position allowed, inside a kept span only when s is in one."""
+        """No boundary fits: cut at the last position
+        allowed, inside a kept span only when s is in one."""
         for prev in (self.prev_free, self.prev_soft):
             pos = hi
             while (pos := prev[pos]) > s:
@@ -251,7 +274,8 @@ class _Splitter:
 
 
 def _joins_previous(text: str, i: int) -> bool:
-    """Would a cut before text[i] split a user-perceived character (emoji sequence, accent, flag)?"""
+    """Would a cut before text[i] split a user-perceived
+    character (emoji sequence, accent, flag)?"""
     if i >= len(text):
         return False
     ch, before = text[i], text[i - 1]
@@ -261,9 +285,15 @@ def _joins_previous(text: str, i: int) -> bool:
         while i - run - 1 >= 0 and _is_regional_indicator(text[i - run - 1]):
             run += 1
         return run % 2 == 1
-    return (before == "\u200d" or ch == "\u200d" or unicodedata.combining(ch) > 0
-            or 0xFE00 <= code <= 0xFE0F or 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F
-            or unicodedata.category(ch) in ("Mn", "Me", "Mc"))
+    return (
+        before == "\u200d"
+        or ch == "\u200d"
+        or unicodedata.combining(ch) > 0
+        or 0xFE00 <= code <= 0xFE0F
+        or 0x1F3FB <= code <= 0x1F3FF
+        or 0xE0020 <= code <= 0xE007F
+        or unicodedata.category(ch) in ("Mn", "Me", "Mc")
+    )
 
 
 def _is_regional_indicator(ch: str) -> bool:
@@ -277,7 +307,8 @@ def _utf16_prefix(text: str) -> list[int] | None:
 
 
 def _prev_below(blocked: bytearray, level: int) -> list[int]:
-    """For each position, the nearest position at or before it whose block level is below `level` (-1: none)."""
+    """For each position, the nearest position at or before it whose block level is below `level`
+    (-1: none)."""
     out = [0] * len(blocked)
     last = -1
     for i, b in enumerate(blocked):
@@ -288,7 +319,8 @@ def _prev_below(blocked: bytearray, level: int) -> list[int]:
 
 
 def _line_breaks(text: str) -> tuple[list[int], list[int]]:
-    """Starts of lines that follow a blank line (paragraph breaks) and starts of all other non-blank lines."""
+    """Starts of lines that follow a blank line (paragraph
+    breaks) and starts of all other non-blank lines."""
     para: list[int] = []
     line: list[int] = []
     start = 0
@@ -303,7 +335,7 @@ def _line_breaks(text: str) -> tuple[list[int], list[int]]:
 
 
 def _chunk(rendered: Rendered, piece: Piece, flavor: Flavor, offsets: _Utf16) -> Chunk:
-    text = piece.head + rendered.text[piece.start:piece.end] + piece.tail
+    text = piece.head + rendered.text[piece.start : piece.end] + piece.tail
     if flavor == "telegram":
         return Chunk(text, _clip_entities(rendered, piece, offsets), text)
     if flavor == "plain":
@@ -325,7 +357,8 @@ class _Utf16:
 
 
 def _clip_entities(rendered: Rendered, piece: Piece, offsets: _Utf16) -> tuple[TextEntity, ...]:
-    """Entities crossing a chunk edge are clipped into both chunks (a split `pre` keeps its language)."""
+    """Entities crossing a chunk edge are clipped into
+    both chunks (a split `pre` keeps its language)."""
     text = rendered.text
     lo, hi = offsets.of(piece.start), offsets.of(piece.end)
     out: list[TextEntity] = []
@@ -340,7 +373,9 @@ def _clip_entities(rendered: Rendered, piece: Piece, offsets: _Utf16) -> tuple[T
             while pb > pa and text[pb - 1].isspace():
                 pb -= 1
             b = offsets.of(pb)
-        if (a, b) != (e.offset, e.offset + e.length) and not text[offsets.index(a):offsets.index(b)].strip():
+        if (a, b) != (e.offset, e.offset + e.length) and not text[
+            offsets.index(a) : offsets.index(b)
+        ].strip():
             continue  # a clipped remnant covering only whitespace is noise
         out.append(TextEntity(e.type, a - lo, b - a, e.url, e.language))
     return tuple(out)
@@ -356,9 +391,9 @@ def _strip_syntax(rendered: Rendered, piece: Piece) -> str:
     for a, b, plain in itertools.islice(syntax, k, None):
         if a >= piece.end:
             break
-        out.append(text[cur:max(a, cur)])
+        out.append(text[cur : max(a, cur)])
         if a >= piece.start:
             out.append(plain)
         cur = max(cur, min(b, piece.end))
-    out.append(text[cur:piece.end])
+    out.append(text[cur : piece.end])
     return "".join(out)

@@ -62,27 +62,32 @@ class ChatFiles:
         if not isinstance(self.outbox.adapters.get(chat.adapter_key), FileReplies):
             names = ", ".join(shown_name(p) for p in paths)
             turn = f"t{inbound}:files{secrets.token_hex(4)}"
-            await self.outbox.post(turn, chat, CANNOT.format(names=names),
-                                   reply_to_id=origin.message_id)
+            await self.outbox.post(
+                turn, chat, CANNOT.format(names=names), reply_to_id=origin.message_id
+            )
             return f"Files: not sent, this chat cannot receive files ({names}); tell the user."
         folder = await asyncio.to_thread(
-            private_folder, self.home, session_dir(self.home, ctx.session_id) / "sent")
+            private_folder, self.home, session_dir(self.home, ctx.session_id) / "sent"
+        )
         lines, rows = [], []
         for path in paths[:MAX_FILES]:
             token = secrets.token_hex(8)
             try:
-                size = await asyncio.to_thread(take, workspace, path, folder / token,
-                                               self.max_bytes)
+                size = await asyncio.to_thread(
+                    take, workspace, path, folder / token, self.max_bytes
+                )
             except (Refused, OSError) as exc:
                 lines.append(f"- {path}: not sent ({exc})")
                 continue
             name = shown_name(path)
             turn = FILE_TURN.format(inbound=inbound, token=token)
-            rows.append(_row(turn, origin.chat, name, f"{ctx.session_id}/sent/{token}",
-                             origin.message_id))
+            rows.append(
+                _row(turn, origin.chat, name, f"{ctx.session_id}/sent/{token}", origin.message_id)
+            )
             lines.append(f"- {path}: sent to the chat as {name} ({size_text(size)})")
-        lines += [f"- {p}: not sent (at most {MAX_FILES} files a command)"
-                  for p in paths[MAX_FILES:]]
+        lines += [
+            f"- {p}: not sent (at most {MAX_FILES} files a command)" for p in paths[MAX_FILES:]
+        ]
         if rows:
             self.outbox.store.insert_outbound(rows, now=self.outbox.clock())
             self.outbox.deliver_soon(str(rows[0]["turn_id"]))  # the chat's rows, in order
@@ -93,7 +98,8 @@ class ChatFiles:
         assert origin is not None
         found = self.outbox.store.one(
             "SELECT id FROM inbound WHERE platform = ? AND chat_id = ? AND platform_message_id = ?",
-            (origin.chat.platform, origin.chat.chat_id, origin.message_id))
+            (origin.chat.platform, origin.chat.chat_id, origin.message_id),
+        )
         return int(found[0]) if found is not None else 0
 
     async def send(self, adapter: Adapter, row: OutboundRow, message: OutboundMessage) -> str:
@@ -104,14 +110,24 @@ class ChatFiles:
             data = await asyncio.to_thread(self._read, row)
         except NotSendable as exc:
             log.warning("%s: file %s of %s not sent: %s", row.platform, row.text, row.turn_id, exc)
-            self.outbox.post_soon(f"{row.turn_id}x", row_chat(row),
-                                  FAILED.format(name=row.text, reason=exc),
-                                  reply_to_id=row.reply_to_id)
+            self.outbox.post_soon(
+                f"{row.turn_id}x",
+                row_chat(row),
+                FAILED.format(name=row.text, reason=exc),
+                reply_to_id=row.reply_to_id,
+            )
             raise
         mime = mimetypes.guess_type(row.text)[0] or "application/octet-stream"
-        sent = await adapter.send_file(OutboundFile(
-            chat=message.chat, data=data, filename=row.text, mime_type=mime,
-            reply_to_id=row.reply_to_id, key=message.key))
+        sent = await adapter.send_file(
+            OutboundFile(
+                chat=message.chat,
+                data=data,
+                filename=row.text,
+                mime_type=mime,
+                reply_to_id=row.reply_to_id,
+                key=message.key,
+            )
+        )
         (media_root(self.home) / row.plain).unlink(missing_ok=True)
         return sent
 
@@ -126,7 +142,18 @@ class ChatFiles:
 
 
 def _row(turn: str, chat: Any, name: str, copy: str, reply_to: str) -> dict[str, object]:
-    return {"turn_id": turn, "chunk_index": 0, "chunk_count": 1, "platform": chat.platform,
-            "chat_type": chat.chat_type, "chat_id": chat.chat_id, "thread_id": chat.thread_id,
-            "kind": OutboundKind.FILE.value, "text": name, "plain": copy, "reply_to_id": reply_to,
-            "entities": None, "account": chat.account}
+    return {
+        "turn_id": turn,
+        "chunk_index": 0,
+        "chunk_count": 1,
+        "platform": chat.platform,
+        "chat_type": chat.chat_type,
+        "chat_id": chat.chat_id,
+        "thread_id": chat.thread_id,
+        "kind": OutboundKind.FILE.value,
+        "text": name,
+        "plain": copy,
+        "reply_to_id": reply_to,
+        "entities": None,
+        "account": chat.account,
+    }

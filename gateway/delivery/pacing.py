@@ -1,9 +1,10 @@
 """How often a live preview may touch a chat: the least time between two calls in a pacing scope.
 
-A scope is a chat (Telegram, Discord: about one edit a second per chat or channel) or a whole platform account
-(Slack's method tiers count per workspace). The stream waits here before each update; the outbox waits here
-before it turns a preview into the final answer and notes its sends, so a preview edit never lands right on top
-of a send. Time comes from an injected monotonic clock; nothing here sleeps or sends.
+A scope is a chat (Telegram, Discord: about one edit a second per chat or channel) or a whole
+platform account (Slack's method tiers count per workspace). The stream waits here before each
+update; the outbox waits here before it turns a preview into the final answer and notes its sends,
+so a preview edit never lands right on top of a send. Time comes from an injected monotonic clock;
+nothing here sleeps or sends.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 Monotonic = Callable[[], float]
 Scope = tuple[str, str]  # (platform, chat id) or (platform, a key for the whole account)
-FORGET_AFTER_S = 300.0    # an idle scope's entry goes once the table is big
+FORGET_AFTER_S = 300.0  # an idle scope's entry goes once the table is big
 PRUNE_ABOVE = 1000
 
 
@@ -23,11 +24,13 @@ class _Entry:
     interval: float
     last: float
     scope: Scope | None = None  # the wider scope a chat also counts against (a Slack workspace)
-    last_edit: float = float("-inf")  # the last call that was not a draft: a send must keep its distance too
+    # the last call that was not a draft: a send must keep its distance too
+    last_edit: float = float("-inf")
 
 
 class ChatPacer:
-    """Only scopes that a live preview registered are paced: other chats cost one dict lookup per send."""
+    """Only scopes that a live preview registered are
+    paced: other chats cost one dict lookup per send."""
 
     def __init__(self, clock: Monotonic = time.monotonic) -> None:
         self.clock = clock
@@ -42,8 +45,8 @@ class ChatPacer:
             self._prune()
 
     def delay(self, chat: Scope, *, send: bool = False) -> float:
-        """Seconds until the next call in `chat` may go (0: now). A `send` may follow a draft at once (that is
-        how a draft ends), not an edit."""
+        """Seconds until the next call in `chat` may go (0: now). A `send` may follow a draft at
+        once (that is how a draft ends), not an edit."""
         entry = self._entries.get(chat)
         if entry is None:
             return 0.0
@@ -68,7 +71,8 @@ class ChatPacer:
     def _entry(self, key: Scope, interval: float) -> _Entry:
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = _Entry(interval, -interval)  # nothing sent yet: free to go now
+            # nothing sent yet: free to go now
+            entry = self._entries[key] = _Entry(interval, -interval)
         entry.interval = interval
         return entry
 

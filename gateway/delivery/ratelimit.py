@@ -1,8 +1,9 @@
 """Client-side send limits per chat and per bot, so we stay under each platform's published limits.
 
-A 429 still happens now and then (limits are shared with other clients, and some are dynamic); `pause`
-then holds one chat, or the whole bot for a global limit, until its `retry_after` has passed. Time comes
-from an injected monotonic clock and sleep; this module never sends anything itself.
+A 429 still happens now and then (limits are shared with other clients, and some are dynamic);
+`pause` then holds one chat, or the whole bot for a global limit, until its `retry_after` has
+passed. Time comes from an injected monotonic clock and sleep; this module never sends anything
+itself.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """At most `count` messages in any `period` seconds (a sliding window: no burst at a window edge)."""
+    """At most `count` messages in any `period` seconds
+    (a sliding window: no burst at a window edge)."""
 
     count: int
     period: float
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.period <= 0:
-            raise ValueError(f"a rate rule needs count >= 1 and period > 0, got {self.count}/{self.period}")
+            raise ValueError(
+                f"a rate rule needs count >= 1 and period > 0, got {self.count}/{self.period}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,20 +45,27 @@ class PlatformLimits:
 
 # The published figures. Platforms that are ours (web, cli) have no limits.
 PLATFORM_LIMITS: Mapping[str, PlatformLimits] = {
-    # "avoid sending more than one message per second" in a chat, "no more than 20 messages per minute" in a
-    # group, "not more than about 30 messages per second" overall.
+    # "avoid sending more than one message per second" in a chat, "no more than 20 messages per
+    # minute" in a group, "not more than about 30 messages per second" overall.
     "telegram": PlatformLimits(
-        per_chat=(Rule(1, 1.0),), per_group=(Rule(20, 60.0),), per_bot=(Rule(30, 1.0),),
-        source="https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this"),
-    # Global: 50 requests per second per bot. Per route the limit is dynamic (X-RateLimit-* headers);
-    # POST /channels/{id}/messages has been 5 per 5 s per channel for years.
+        per_chat=(Rule(1, 1.0),),
+        per_group=(Rule(20, 60.0),),
+        per_bot=(Rule(30, 1.0),),
+        source="https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this",
+    ),
+    # Global: 50 requests per second per bot. Per route the limit is dynamic (X-RateLimit-*
+    # headers); POST /channels/{id}/messages has been 5 per 5 s per channel for years.
     "discord": PlatformLimits(
-        per_chat=(Rule(5, 5.0),), per_bot=(Rule(50, 1.0),),
-        source="https://discord.com/developers/docs/topics/rate-limits"),
-    # chat.postMessage has a "special" tier: about 1 message per second per channel, short bursts allowed.
+        per_chat=(Rule(5, 5.0),),
+        per_bot=(Rule(50, 1.0),),
+        source="https://discord.com/developers/docs/topics/rate-limits",
+    ),
+    # chat.postMessage has a "special" tier: about 1
+    # message per second per channel, short bursts allowed.
     "slack": PlatformLimits(
         per_chat=(Rule(1, 1.0),),
-        source="https://api.slack.com/methods/chat.postMessage#rate_limiting"),
+        source="https://api.slack.com/methods/chat.postMessage#rate_limiting",
+    ),
 }
 
 
@@ -75,10 +86,16 @@ class _Window:
 
 
 class RateLimiter:
-    """Waits before a send until every window of the chat and of its bot has room and no pause applies."""
+    """Waits before a send until every window of the chat
+    and of its bot has room and no pause applies."""
 
-    def __init__(self, limits: Mapping[str, PlatformLimits] = PLATFORM_LIMITS, *,
-                 clock: Monotonic = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        limits: Mapping[str, PlatformLimits] = PLATFORM_LIMITS,
+        *,
+        clock: Monotonic = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         self.limits = limits
         self.clock = clock
         self.sleep = sleep
@@ -92,7 +109,8 @@ class RateLimiter:
         while (delay := self.delay(chat)) > 0:
             await self.sleep(delay)
             waited += delay
-        now = self.clock()  # no await between the last check and taking the slot: concurrent senders queue up
+        # no await between the last check and taking the slot: concurrent senders queue up
+        now = self.clock()
         for key in _keys(chat):
             for window in self._windows_for(key, chat):
                 window.sent.append(now)
@@ -111,7 +129,8 @@ class RateLimiter:
         return max(waits)
 
     def pause(self, chat: ChatRef, seconds: float, *, is_global: bool = False) -> None:
-        """Honour a 429: nothing goes to this chat (or, for a global limit, to this bot) for `seconds`."""
+        """Honour a 429: nothing goes to this chat (or,
+        for a global limit, to this bot) for `seconds`."""
         key = _bot_key(chat) if is_global else _chat_key(chat)
         until = self.clock() + max(0.0, seconds)
         self._paused_until[key] = max(until, self._paused_until.get(key, until))

@@ -1,10 +1,12 @@
-"""Live previews: what the model is writing, shown in the chat while the turn runs, under the platform's limits.
+"""Live previews: what the model is writing, shown in the chat while the turn runs, under the
+platform's limits.
 
-A preview is never the answer. The answer is stored and sent by the outbox as always; it replaces the preview
-(an edit of the same message) or follows it (a Telegram draft, a progress line). So nothing here may fail a turn:
-a preview that errors stops, and the turn goes on. One task per turn wakes on new text, waits for the chat's
-pacing and any 429 pause, and makes at most one platform call per tick; the id of a message it opened is stored
-before that message is ever edited, so a restarted daemon edits it instead of posting a second one.
+A preview is never the answer. The answer is stored and sent by the outbox as always; it replaces
+the preview (an edit of the same message) or follows it (a Telegram draft, a progress line). So
+nothing here may fail a turn: a preview that errors stops, and the turn goes on. One task per turn
+wakes on new text, waits for the chat's pacing and any 429 pause, and makes at most one platform
+call per tick; the id of a message it opened is stored before that message is ever edited, so a
+restarted daemon edits it instead of posting a second one.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ log = logging.getLogger(__name__)
 Monotonic = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 PROGRESS = -1  # the part index of the progress line
-KEEP_ALIVE = 2 / 3  # a preview that vanishes by itself is shown again after this share of its lifetime
+# a preview that vanishes by itself is shown again after this share of its lifetime
+KEEP_ALIVE = 2 / 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +58,27 @@ NO_PREVIEW = Live()
 class Streams:
     """Opens one live preview per turn, as `streaming` asks and the platform's adapter can show."""
 
-    def __init__(self, config: StreamingConfig, book: PreviewBook, facts: Mapping[str, PlatformFacts],
-                 limiter: RateLimiter, *, sleep: Sleep) -> None:
+    def __init__(
+        self,
+        config: StreamingConfig,
+        book: PreviewBook,
+        facts: Mapping[str, PlatformFacts],
+        limiter: RateLimiter,
+        *,
+        sleep: Sleep,
+    ) -> None:
         self.config = config
         self.book = book
         self.facts = facts
         self.limiter = limiter
         self.sleep = sleep
-        self._able: dict[str, tuple[Adapter, bool]] = {}  # platform → (its adapter, is it a LivePreview)
+        # platform → (its adapter, is it a LivePreview)
+        self._able: dict[str, tuple[Adapter, bool]] = {}
 
     @asynccontextmanager
-    async def open(self, turn_id: str, inbound: Inbound, adapter: Adapter | None) -> AsyncIterator[Live]:
+    async def open(
+        self, turn_id: str, inbound: Inbound, adapter: Adapter | None
+    ) -> AsyncIterator[Live]:
         stream = self._stream(turn_id, inbound, adapter)
         if stream is None:
             yield NO_PREVIEW
@@ -73,7 +86,8 @@ class Streams:
         stream.start()
         try:
             yield Live(stream, None) if stream.mode == "edit" else Live(None, stream.tool)
-        except asyncio.CancelledError:  # a drain or a kill: the replayed turn takes the preview over
+        except asyncio.CancelledError:
+            # a drain or a kill: the replayed turn takes the preview over
             await stream.close(keep=True)
             raise
         except BaseException:  # the turn failed: its error message stands alone
@@ -82,18 +96,26 @@ class Streams:
         await stream.close(keep=True, complete=True)
 
     async def abandon(self, turn_id: str, chat: ChatRef, adapter: Adapter | None) -> None:
-        """A turn that will never be answered (its message was erased as it ran: `gateway users forget`): the
-        preview of its answer comes down, and its records go."""
+        """A turn that will never be answered (its message was erased as it ran: `gateway users
+        forget`): the preview of its answer comes down, and its records go."""
         for index, mid in sorted(self.book.parts(turn_id).items()):
             if adapter is None or not self._can_preview(adapter):
                 break
             try:
                 await adapter.drop_preview(chat, mid)  # type: ignore[attr-defined]
             except Exception as exc:  # noqa: BLE001 (a stale preview is all that is left)
-                log.info("%s: preview part %s of turn %s not removed: %s", chat.platform, index, turn_id, exc)
+                log.info(
+                    "%s: preview part %s of turn %s not removed: %s",
+                    chat.platform,
+                    index,
+                    turn_id,
+                    exc,
+                )
         self.book.forget_turn(turn_id)
 
-    def _stream(self, turn_id: str, inbound: Inbound, adapter: Adapter | None) -> AnswerStream | None:
+    def _stream(
+        self, turn_id: str, inbound: Inbound, adapter: Adapter | None
+    ) -> AnswerStream | None:
         chat = inbound.chat
         mode = self.config.mode_for(chat.platform, chat.chat_type)
         if mode == "off" or adapter is None or not self._can_preview(adapter):
@@ -102,23 +124,45 @@ class Streams:
         if style is None:
             return None
         facts = self.facts.get(chat.platform) or self.facts["cli"]
-        return AnswerStream(turn_id=turn_id, inbound=inbound, adapter=adapter, style=style,  # type: ignore[arg-type]
-                            facts=facts, mode=mode, book=self.book, limiter=self.limiter, sleep=self.sleep)
+        return AnswerStream(
+            turn_id=turn_id,
+            inbound=inbound,
+            adapter=adapter,  # type: ignore[arg-type]
+            style=style,
+            facts=facts,
+            mode=mode,
+            book=self.book,
+            limiter=self.limiter,
+            sleep=self.sleep,
+        )
 
     def _can_preview(self, adapter: Adapter) -> bool:
         via = adapter_key(adapter.platform, account_of(adapter))
         known = self._able.get(via)
-        if known is None or known[0] is not adapter:  # isinstance on a runtime Protocol costs ~10 µs: once each
+        if known is None or known[0] is not adapter:
+            # isinstance on a runtime Protocol costs ~10 µs: once each
             known = self._able[via] = (adapter, isinstance(adapter, LivePreview))
         return known[1]
 
 
 class AnswerStream:
-    """One turn's preview. `text`/`restart` are the model's TextSink (edit mode); `tool` lists tool starts
-    (progress mode). Both only note what changed and wake the task; the task makes the platform calls."""
+    """One turn's preview. `text`/`restart` are the model's TextSink (edit mode); `tool` lists tool
+    starts (progress mode). Both only note what changed and wake the task; the task makes the
+    platform calls."""
 
-    def __init__(self, *, turn_id: str, inbound: Inbound, adapter: LivePreview, style: PreviewStyle,
-                 facts: PlatformFacts, mode: str, book: PreviewBook, limiter: RateLimiter, sleep: Sleep) -> None:
+    def __init__(
+        self,
+        *,
+        turn_id: str,
+        inbound: Inbound,
+        adapter: LivePreview,
+        style: PreviewStyle,
+        facts: PlatformFacts,
+        mode: str,
+        book: PreviewBook,
+        limiter: RateLimiter,
+        sleep: Sleep,
+    ) -> None:
         self.turn_id = turn_id
         self.inbound = inbound
         self.chat = inbound.chat
@@ -136,7 +180,8 @@ class AnswerStream:
         self._pieces: list[str] = []
         self._renderer = PartialRenderer(facts, raw=style.raw)
         self._tools: list[str] = []
-        self._ids: dict[int, str] = book.parts(turn_id)  # messages an earlier life of this turn opened
+        # messages an earlier life of this turn opened
+        self._ids: dict[int, str] = book.parts(turn_id)
         self._shown: dict[int, tuple[str, object]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -144,7 +189,8 @@ class AnswerStream:
         self._in_call = False
         self._broken = False
         self._plain = False
-        self._draft: tuple[int, Part, float] | None = None  # the draft shown now (a vanishing style), and when
+        # the draft shown now (a vanishing style), and when
+        self._draft: tuple[int, Part, float] | None = None
 
     # ------------------------------------------------------------------ what the turn tells it
     def text(self, delta: str) -> None:
@@ -152,8 +198,8 @@ class AnswerStream:
         self._wake.set()
 
     def restart(self) -> None:
-        """The text so far is void (a retry, the fallback model, the next model call); what is shown stays
-        until new text replaces it."""
+        """The text so far is void (a retry, the fallback model, the next model call); what is shown
+        stays until new text replaces it."""
         self._pieces.clear()
         self._renderer.reset()
 
@@ -163,12 +209,15 @@ class AnswerStream:
 
     # ------------------------------------------------------------------ the task
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"preview:{self.turn_id}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"preview:{self.turn_id}"
+        )
 
     async def close(self, *, keep: bool, complete: bool = False) -> None:
-        """Stop updating. A call on the wire is let finish (its message id gets stored); no call starts after.
-        `keep=False` (the turn failed) takes the preview down again. `complete` (the turn is answered): a
-        progress line that has not caught up yet gets its last update, since it stays above the answer."""
+        """Stop updating. A call on the wire is let finish (its message id gets stored); no call
+        starts after. `keep=False` (the turn failed) takes the preview down again. `complete` (the
+        turn is answered): a progress line that has not caught up yet gets its last update, since it
+        stays above the answer."""
         self._closing = True
         self._wake.set()
         task = self._task
@@ -204,7 +253,8 @@ class AnswerStream:
                 self._wake.set()  # another part still differs: it goes on the next tick
 
     async def _until_woken(self) -> None:
-        """Wait for new text, or for the moment a preview that vanishes by itself must be shown again."""
+        """Wait for new text, or for the moment a preview
+        that vanishes by itself must be shown again."""
         left = self._keep_alive_in()
         if left is None or self._wake.is_set():
             await self._wake.wait()
@@ -220,17 +270,19 @@ class AnswerStream:
         self._wake.set()
 
     def _keep_alive_in(self) -> float | None:
-        """Seconds until the shown preview must be renewed (None: it does not vanish, or nothing is shown)."""
+        """Seconds until the shown preview must be renewed
+        (None: it does not vanish, or nothing is shown)."""
         if self._draft is None:
             return None
         return self._draft[2] + self.style.lasts_s * KEEP_ALIVE - self.book.pacer.clock()
 
     async def _step(self) -> bool:
-        """Show the first part that differs from what the chat shows (or, when it is about to vanish, what it
-        shows again); True when more differ."""
+        """Show the first part that differs from what the chat shows (or, when it is about to
+        vanish, what it shows again); True when more differ."""
         changed = [(i, p) for i, p in self._wanted() if self._shown.get(i) != (p.text, p.entities)]
         if not changed and self._draft is not None and (self._keep_alive_in() or 0.0) <= 0:
-            changed = [(self._draft[0], self._draft[1])]  # no new text for a while (a long tool call): the same draft again
+            # no new text for a while (a long tool call): the same draft again
+            changed = [(self._draft[0], self._draft[1])]
         if not changed:
             return False
         index, part = changed[0]
@@ -239,7 +291,9 @@ class AnswerStream:
 
     def _wanted(self) -> list[tuple[int, Part]]:
         if self.mode == "progress":
-            return [(PROGRESS, Part(line, (), line))] if (line := progress_line(self._tools)) else []
+            return (
+                [(PROGRESS, Part(line, (), line))] if (line := progress_line(self._tools)) else []
+            )
         parts = self._renderer.parts("".join(self._pieces))
         if self._plain:
             parts = [Part(p.plain, (), p.plain) for p in parts]
@@ -248,17 +302,30 @@ class AnswerStream:
         return list(enumerate(parts))
 
     async def _show(self, index: int, part: Part) -> None:
-        target = PreviewPart(chat=self.chat, index=index, text=part.text, entities=part.entities,
-                             platform_message_id=self._ids.get(index), reply_to_id=self.inbound.message_id,
-                             user_id=self.inbound.user_id, space_id=self.inbound.space_id,
-                             key=f"{self.turn_id}:{index}")
+        target = PreviewPart(
+            chat=self.chat,
+            index=index,
+            text=part.text,
+            entities=part.entities,
+            platform_message_id=self._ids.get(index),
+            reply_to_id=self.inbound.message_id,
+            user_id=self.inbound.user_id,
+            space_id=self.inbound.space_id,
+            key=f"{self.turn_id}:{index}",
+        )
         self._in_call = True
         mid = ""
         try:
             mid = await self.adapter.show_preview(target)
-        except RateLimited as exc:  # the stream waits it out; the final answer only waits what Telegram demands
+        except RateLimited as exc:
+            # the stream waits it out; the final answer only waits what Telegram demands
             self.limiter.pause(self.chat, exc.retry_after, is_global=exc.is_global)
-            log.info("%s: preview of turn %s paused %.3gs (429)", self.chat.platform, self.turn_id, exc.retry_after)
+            log.info(
+                "%s: preview of turn %s paused %.3gs (429)",
+                self.chat.platform,
+                self.turn_id,
+                exc.retry_after,
+            )
             self._wake.set()  # the refused update goes once the pause is over, new text or not
             return
         except MarkupRejected as exc:
@@ -275,26 +342,40 @@ class AnswerStream:
             self._broken = True
             return
         except Exception:
-            log.exception("%s: preview of turn %s crashed; the answer still comes", self.chat.platform, self.turn_id)
+            log.exception(
+                "%s: preview of turn %s crashed; the answer still comes",
+                self.chat.platform,
+                self.turn_id,
+            )
             self._broken = True
             return
         finally:
             self._in_call = False
             self.calls += 1
-            self.book.pacer.note(self._key, draft=self.style.ephemeral and not mid)  # a draft has no message id
+            # a draft has no message id
+            self.book.pacer.note(self._key, draft=self.style.ephemeral and not mid)
         if mid and self._ids.get(index) != mid:
-            self.book.record(self.turn_id, index, self.chat, mid)  # before this message is ever edited
+            # before this message is ever edited
+            self.book.record(self.turn_id, index, self.chat, mid)
             self._ids[index] = mid
         self._shown[index] = (part.text, part.entities)
-        # a draft vanishes unless shown again in time (a message, the progress line, a fallback to edits stays)
-        self._draft = (index, part, self.book.pacer.clock()) if self.style.lasts_s and not mid else None
-        if mid and not self.style.raw:  # raw Markdown is never the final's rendering: the finish always goes
+        # a draft vanishes unless shown again in time (a message, the progress line, a fallback to
+        # edits stays)
+        self._draft = (
+            (index, part, self.book.pacer.clock()) if self.style.lasts_s and not mid else None
+        )
+        if mid and not self.style.raw:
+            # raw Markdown is never the final's rendering: the finish always goes
             self.book.showing(self.turn_id, index, part.text, part.entities)
 
     def _fail_markup(self, exc: MarkupRejected) -> None:
         if self._plain:
-            log.info("%s: preview of turn %s stopped: plain text refused too (%s)", self.chat.platform,
-                     self.turn_id, exc)
+            log.info(
+                "%s: preview of turn %s stopped: plain text refused too (%s)",
+                self.chat.platform,
+                self.turn_id,
+                exc,
+            )
             self._broken = True
         else:
             self._plain = True
@@ -305,6 +386,11 @@ class AnswerStream:
             try:
                 await self.adapter.drop_preview(self.chat, mid)
             except Exception as exc:  # noqa: BLE001 (a stale preview is all that is left)
-                log.info("%s: preview part %s of turn %s not removed: %s", self.chat.platform, index,
-                         self.turn_id, exc)
+                log.info(
+                    "%s: preview part %s of turn %s not removed: %s",
+                    self.chat.platform,
+                    index,
+                    self.turn_id,
+                    exc,
+                )
         self.book.forget_turn(self.turn_id)

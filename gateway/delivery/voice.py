@@ -48,9 +48,16 @@ class VoiceReplies:
     """The outbox's `voice` (gateway/delivery/outbox.py) and the turn's: `rows_for` when an answer
     is recorded, `send` when its voice row's turn comes."""
 
-    def __init__(self, config: VoiceConfig, speaker: Speaker, *, store: Store,
-                 adapters: Mapping[str, Adapter], facts: Mapping[str, PlatformFacts],
-                 clock: Clock) -> None:
+    def __init__(
+        self,
+        config: VoiceConfig,
+        speaker: Speaker,
+        *,
+        store: Store,
+        adapters: Mapping[str, Adapter],
+        facts: Mapping[str, PlatformFacts],
+        clock: Clock,
+    ) -> None:
         self.config = config
         self.speaker = speaker
         self.store = store
@@ -81,11 +88,23 @@ class VoiceReplies:
         if not words:
             return []
         chat = inbound.chat
-        return [{"turn_id": VOICE_TURN.format(turn=turn_id), "chunk_index": 0, "chunk_count": 1,
-                 "platform": chat.platform, "chat_type": chat.chat_type, "chat_id": chat.chat_id,
-                 "thread_id": chat.thread_id, "kind": OutboundKind.VOICE.value, "text": words,
-                 "plain": words, "reply_to_id": inbound.message_id, "entities": None,
-                 "account": chat.account}]
+        return [
+            {
+                "turn_id": VOICE_TURN.format(turn=turn_id),
+                "chunk_index": 0,
+                "chunk_count": 1,
+                "platform": chat.platform,
+                "chat_type": chat.chat_type,
+                "chat_id": chat.chat_id,
+                "thread_id": chat.thread_id,
+                "kind": OutboundKind.VOICE.value,
+                "text": words,
+                "plain": words,
+                "reply_to_id": inbound.message_id,
+                "entities": None,
+                "account": chat.account,
+            }
+        ]
 
     async def send(self, adapter: Adapter, row: OutboundRow, message: OutboundMessage) -> str:
         """Speak the row's words and send the note. SpeechError (after recording the notice) when
@@ -94,9 +113,15 @@ class VoiceReplies:
         if not isinstance(adapter, AudioReplies):
             raise SpeechError(f"{row.platform} cannot take voice notes")
         speech = self._notes.get(row.id) or await self._speak(row)
-        audio = OutboundAudio(chat=message.chat, data=speech.data, duration_s=speech.duration_s,
-                              waveform=speech.waveform, transcript=row.text,
-                              reply_to_id=row.reply_to_id, key=message.key)
+        audio = OutboundAudio(
+            chat=message.chat,
+            data=speech.data,
+            duration_s=speech.duration_s,
+            waveform=speech.waveform,
+            transcript=row.text,
+            reply_to_id=row.reply_to_id,
+            key=message.key,
+        )
         sent = await adapter.send_audio(audio)
         self._notes.pop(row.id, None)
         return sent
@@ -105,8 +130,9 @@ class VoiceReplies:
         try:
             speech = await self.speaker.speak(row.text)
         except SpeechError as exc:
-            log.warning("%s: the voice note of %s could not be made: %s", row.platform,
-                        row.turn_id, exc)
+            log.warning(
+                "%s: the voice note of %s could not be made: %s", row.platform, row.turn_id, exc
+            )
             self._tell(row, str(exc))
             raise
         self._notes[row.id] = speech
@@ -120,8 +146,9 @@ class VoiceReplies:
         facts = self.facts.get(row.platform) or self.facts["cli"]
         turn = NOTICE_TURN.format(turn=row.turn_id.removesuffix(":voice"))
         text = FAILED_TEXT.format(reason=reason)
-        rows = render_rows(turn, row_chat(row), text, facts, kind=OutboundKind.NOTICE,
-                           reply_to_id=row.reply_to_id)
+        rows = render_rows(
+            turn, row_chat(row), text, facts, kind=OutboundKind.NOTICE, reply_to_id=row.reply_to_id
+        )
         self.store.insert_outbound(rows, now=self.clock())
 
     def _can_send(self, via: str) -> bool:
@@ -138,8 +165,9 @@ class VoiceReplies:
         await self.speaker.close()
 
 
-def voice_replies(voice: VoiceConfig, env: Mapping[str, str],
-                  outbox: Outbox) -> VoiceReplies | None:
+def voice_replies(
+    voice: VoiceConfig, env: Mapping[str, str], outbox: Outbox
+) -> VoiceReplies | None:
     """With `voice.tts`, the answers that are also spoken (docs/voice.md), by `outbox`'s
     adapters."""
     tts = voice.tts
@@ -147,10 +175,18 @@ def voice_replies(voice: VoiceConfig, env: Mapping[str, str],
         return None
     key = env.get(tts.api_key_env) if tts.api_key_env else None
     if tts.api_key_env and not key:
-        log.warning("voice.tts.api_key_env names %s, which is not set; speech requests go without "
-                    "a key", tts.api_key_env)
+        log.warning(
+            "voice.tts.api_key_env names %s, which is not set; speech requests go without a key",
+            tts.api_key_env,
+        )
     missing = tools_problem(tts)
     if missing is not None:
         log.warning("voice.tts: %s; voice replies fail until then (`gateway doctor`)", missing)
-    return VoiceReplies(voice, Speaker(voice, tts, key), store=outbox.store,
-                        adapters=outbox.adapters, facts=outbox.facts, clock=outbox.clock)
+    return VoiceReplies(
+        voice,
+        Speaker(voice, tts, key),
+        store=outbox.store,
+        adapters=outbox.adapters,
+        facts=outbox.facts,
+        clock=outbox.clock,
+    )

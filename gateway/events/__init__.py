@@ -1,7 +1,8 @@
-"""Normalized messages and the adapter contract: the only shapes that cross between adapters and the core.
+"""Normalized messages and the adapter contract: the
+only shapes that cross between adapters and the core.
 
-Nothing platform-specific lives here; adapters translate their platform's objects into these at the edge.
-Buttons and taps (choices), voice notes and files (files) are re-exported here.
+Nothing platform-specific lives here; adapters translate their platform's objects into these at the
+edge. Buttons and taps (choices), voice notes and files (files) are re-exported here.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def account_of(adapter: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file that came with a message. `ref` is the platform's handle to fetch it later (Telegram's file_id, a
-    Discord CDN URL, Slack's url_private_download, a web chat upload id): it is stored with the message, so a turn
-    replayed after a restart downloads the file again (see `MediaSource`)."""
+    """A file that came with a message. `ref` is the platform's handle to fetch it later (Telegram's
+    file_id, a Discord CDN URL, Slack's url_private_download, a web chat upload id): it is stored
+    with the message, so a turn replayed after a restart downloads the file again (see
+    `MediaSource`)."""
 
     kind: str  # photo, document, audio, voice, video, sticker, file
     name: str | None = None
@@ -80,13 +82,14 @@ class Attachment:
 class Inbound:
     """One message from a person, as the core sees it.
 
-    `is_addressed` is the adapter's verdict on whether the bot was spoken to (a DM, an @mention, a reply to
-    the bot, a command); mention detection is platform knowledge, so it is decided at the edge.
-    `is_bot` marks messages authored by another bot (for the bot-loop budget).
-    Access control reads `username` (the platform handle without `@`, e.g. Telegram's, never a display name,
-    which anyone can set to anything), `space_id` (the server the chat belongs to: Discord guild, Slack team)
-    and `roles` (the sender's role ids in that server, Discord). `context` is other people's words the adapter read
-    for this message; `text` is the sender's alone.
+    `is_addressed` is the adapter's verdict on whether the bot was spoken to (a DM, an @mention, a
+    reply to the bot, a command); mention detection is platform knowledge, so it is decided at the
+    edge. `is_bot` marks messages authored by another bot (for the bot-loop budget).
+    Access control reads `username` (the platform handle without `@`, e.g. Telegram's, never a
+    display name, which anyone can set to anything), `space_id` (the server the chat belongs to:
+    Discord guild, Slack team) and `roles` (the sender's role ids in that server, Discord).
+    `context` is other people's words the adapter read for this message; `text` is the sender's
+    alone.
     """
 
     chat: ChatRef
@@ -104,21 +107,23 @@ class Inbound:
     space_id: str | None = None
     roles: tuple[str, ...] = ()
     group_id: str | None = None  # Telegram's media_group_id: the parts of one album make one turn
-    # What others said before this message, read by the adapter for it (a Slack thread's earlier messages): their
-    # words, not the sender's, so the core scans and frames it as untrusted before the model reads it.
+    # What others said before this message, read by the adapter for it (a Slack thread's earlier
+    # messages): their words, not the sender's, so the core scans and frames it as untrusted before
+    # the model reads it.
     context: str = ""
-    forwarded_from: str | None = None  # a forwarded message: whose words these are (not the sender's own)
+    # a forwarded message: whose words these are (not the sender's own)
+    forwarded_from: str | None = None
     agent: str = MAIN_AGENT  # who answers: set once, by the bindings, as the message comes in
     # a tap on a button the gateway sent (`Interactive`); its text is empty
     picked: Picked | None = None
 
 
 class OutboundKind(enum.Enum):
-    REPLY = "reply"      # the agent's answer to a turn
-    NOTICE = "notice"    # a short system line: reset notice, busy notice, command answer
-    ERROR = "error"      # one plain sentence when a turn failed
-    VOICE = "voice"      # a spoken copy of a reply, sent after its text (gateway/delivery/voice.py)
-    FILE = "file"        # a file for the chat: text its name, plain its copy (delivery/files.py)
+    REPLY = "reply"  # the agent's answer to a turn
+    NOTICE = "notice"  # a short system line: reset notice, busy notice, command answer
+    ERROR = "error"  # one plain sentence when a turn failed
+    VOICE = "voice"  # a spoken copy of a reply, sent after its text (gateway/delivery/voice.py)
+    FILE = "file"  # a file for the chat: text its name, plain its copy (delivery/files.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +143,9 @@ class OutboundMessage:
 
     `plain` is the same chunk without markup, sent instead when the platform rejects the markup.
     `reply_to_id` is our inbound `message_id`; adapters map it to their platform's reply mechanism.
-    `key` names the stored chunk: the same for every retry and across restarts, different for any other chunk,
-    so a platform that deduplicates sends on a client key (Discord's `nonce`) never posts the chunk twice.
+    `key` names the stored chunk: the same for every retry and across restarts, different for any
+    other chunk, so a platform that deduplicates sends on a client key (Discord's `nonce`) never
+    posts the chunk twice.
     """
 
     chat: ChatRef
@@ -157,10 +163,10 @@ class OutboundMessage:
 
 
 class SubmitOutcome(enum.Enum):
-    ACCEPTED = "accepted"      # stored; a turn (or command) will run
-    DUPLICATE = "duplicate"    # seen before: nothing will happen
-    IGNORED = "ignored"        # not addressed / not allowed: nothing will happen
-    REFUSED = "refused"        # answered with a notice (pairing code, queue full) but no turn
+    ACCEPTED = "accepted"  # stored; a turn (or command) will run
+    DUPLICATE = "duplicate"  # seen before: nothing will happen
+    IGNORED = "ignored"  # not addressed / not allowed: nothing will happen
+    REFUSED = "refused"  # answered with a notice (pairing code, queue full) but no turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +188,7 @@ def on_account(submit: Submit, account: str) -> Submit:
 
     async def submit_on_account(inbound: Inbound) -> SubmitResult:
         return await submit(replace(inbound, chat=replace(inbound.chat, account=account)))
+
     return submit_on_account
 
 
@@ -198,10 +205,11 @@ class Caller(enum.Enum):
     what the listener waits on for it, and which connections it closes first when full
     (gateway/ops/http_limits.py)."""
 
-    PROBE = "probe"        # a health probe (/healthz): no secret, never closed to make room
-    KNOWN = "known"        # authenticated by its headers (a cookie, a secret header): never closed
-    CLAIMED = "claimed"    # a credential only its body can prove (Slack's signature): the body must
-                           # come at the minimum rate, and while it comes the connection goes first
+    PROBE = "probe"  # a health probe (/healthz): no secret, never closed to make room
+    KNOWN = "known"  # authenticated by its headers (a cookie, a secret header): never closed
+    # a credential only its body can prove (Slack's signature): the body must come at the minimum
+    # rate, and while it comes the connection goes first
+    CLAIMED = "claimed"
     STRANGER = "stranger"  # refused at once (401), its body never read
 
 
@@ -217,7 +225,7 @@ ServeHttp = Callable[["web.Application", str, int, RequestGate], Awaitable[HttpL
 @dataclass(frozen=True, slots=True)
 class AdapterHealth:
     platform: str
-    state: str = "stopped"           # starting, running, backoff, down, stopped
+    state: str = "stopped"  # starting, running, backoff, down, stopped
     connected_since: datetime | None = None
     last_inbound_at: datetime | None = None
     last_error: str | None = None
@@ -229,9 +237,9 @@ class AdapterHealth:
 class Adapter(Protocol):
     """What every platform adapter is: start with a submit callable, send, stop.
 
-    `start` returns once the adapter is connected and serving (it may keep background tasks); it raises
-    `AdapterError` when it cannot start (bad token, disallowed intents), so the supervisor can decide.
-    `send` delivers one already-rendered chunk and returns the platform's message id.
+    `start` returns once the adapter is connected and serving (it may keep background tasks); it
+    raises `AdapterError` when it cannot start (bad token, disallowed intents), so the supervisor
+    can decide. `send` delivers one already-rendered chunk and returns the platform's message id.
     """
 
     platform: str
@@ -252,20 +260,24 @@ class TypingIndicator(Protocol):
 
 @runtime_checkable
 class MediaSource(Protocol):
-    """Optional ability: an attachment's bytes, fetched with the platform's own mechanism, as a stream of chunks.
+    """Optional ability: an attachment's bytes, fetched with the platform's own mechanism, as a
+    stream of chunks.
 
-    The core bounds the size and the time, writes the chunks to disk and closes the stream early when a file is
-    over the limit. Raise `MediaTooLarge` (the platform's own cap, e.g. Telegram's 20 MB) or `MediaUnavailable`
-    (gone, refused, network) with a short reason a user may read: never a URL, never a token."""
+    The core bounds the size and the time, writes the chunks to disk and closes the stream early
+    when a file is over the limit. Raise `MediaTooLarge` (the platform's own cap, e.g. Telegram's 20
+    MB) or `MediaUnavailable` (gone, refused, network) with a short reason a user may read: never a
+    URL, never a token."""
 
     def media(self, attachment: Attachment) -> AsyncIterator[bytes]: ...
 
 
 @runtime_checkable
 class Pingable(Protocol):
-    """Optional ability: one cheap round trip over the connection that delivers events (True = alive).
+    """Optional ability: one cheap round trip over the
+    connection that delivers events (True = alive).
 
-    The supervisor's watchdog pings an adapter that has been quiet and reconnects it when pings keep failing.
+    The supervisor's watchdog pings an adapter that has
+    been quiet and reconnects it when pings keep failing.
     """
 
     async def ping(self) -> bool: ...
@@ -273,41 +285,43 @@ class Pingable(Protocol):
 
 @runtime_checkable
 class Watchable(Protocol):
-    """Optional ability: `wait_closed` returns (or raises the cause) once the adapter has stopped serving on its
-    own (its polling task died, its socket closed for good), so the supervisor restarts it. Raise `AdapterFatal`
-    to stay down."""
+    """Optional ability: `wait_closed` returns (or raises the cause) once the adapter has stopped
+    serving on its own (its polling task died, its socket closed for good), so the supervisor
+    restarts it. Raise `AdapterFatal` to stay down."""
 
     async def wait_closed(self) -> None: ...
 
 
 @runtime_checkable
 class CatchUp(Protocol):
-    """Optional ability, for platforms that never redeliver (Discord): once connected, fetch what was said while
-    the adapter was away and submit it like a live message. `last_seen` maps each recently active chat (thread_id
-    set for a thread) to the newest platform message id stored from it; returns how many messages were submitted.
-    Overlap with live events is harmless: the core dedupes on platform + chat + message id."""
+    """Optional ability, for platforms that never redeliver (Discord): once connected, fetch what
+    was said while the adapter was away and submit it like a live message. `last_seen` maps each
+    recently active chat (thread_id set for a thread) to the newest platform message id stored from
+    it; returns how many messages were submitted. Overlap with live events is harmless: the core
+    dedupes on platform + chat + message id."""
 
     async def catch_up(self, last_seen: Mapping[ChatRef, str]) -> int: ...
 
 
 @runtime_checkable
 class MemberRoles(Protocol):
-    """Optional ability, for platforms that can say whether a job's creator still belongs where it was made: a
-    member's roles in a server (Discord) or workspace (Slack: none) as they are now (role ids, as `Inbound.roles`),
-    asked before each run of a scheduled job its creator made there. None when they are no longer a member of it
-    (left the server, a deactivated Slack account); raises when it cannot be told right now (the roles the job was
-    made with are used then)."""
+    """Optional ability, for platforms that can say whether a job's creator still belongs where it
+    was made: a member's roles in a server (Discord) or workspace (Slack: none) as they are now
+    (role ids, as `Inbound.roles`), asked before each run of a scheduled job its creator made there.
+    None when they are no longer a member of it (left the server, a deactivated Slack account);
+    raises when it cannot be told right now (the roles the job was made with are used then)."""
 
-    space_noun: str  # what the platform calls the space, for the reason a stopped job gives ("server")
+    # what the platform calls the space, for the reason a stopped job gives ("server")
+    space_noun: str
 
     async def member_roles(self, space_id: str, user_id: str) -> tuple[str, ...] | None: ...
 
 
 @runtime_checkable
 class KnownThreads(Protocol):
-    """Optional ability, for platforms where the bot follows a thread once it took part (Slack): before it starts,
-    the adapter is told the threads it took part in, read back from the store (oldest first), so after a restart a
-    thread's next message needs no new mention."""
+    """Optional ability, for platforms where the bot follows a thread once it took part (Slack):
+    before it starts, the adapter is told the threads it took part in, read back from the store
+    (oldest first), so after a restart a thread's next message needs no new mention."""
 
     def remember_threads(self, threads: Sequence[ChatRef]) -> None: ...
 
@@ -316,12 +330,14 @@ class KnownThreads(Protocol):
 class PreviewStyle:
     """How an adapter shows a live preview in one chat (docs/streaming.md).
 
-    `interval_s` is the least time between two preview calls in the chat and, when `scope` names one, across
-    every chat of the account too (Slack's method tiers count per workspace). `ephemeral`: a draft the platform
-    drops by itself (Telegram's sendMessageDraft), so only the newest part is shown and nothing is replaced.
-    `raw`: the partial Markdown goes as is, because the client renders it (the web chat, Slack's own streaming).
-    `lasts_s`: a shown preview vanishes this long after its last update (a Telegram draft: 30 s), so the stream
-    shows it again before then while no new text comes (a long tool call); 0: it stays.
+    `interval_s` is the least time between two preview calls in the chat and, when `scope` names
+    one, across every chat of the account too (Slack's method tiers count per workspace).
+    `ephemeral`: a draft the platform drops by itself (Telegram's sendMessageDraft), so only the
+    newest part is shown and nothing is replaced.
+    `raw`: the partial Markdown goes as is, because the
+    client renders it (the web chat, Slack's own streaming).
+    `lasts_s`: a shown preview vanishes this long after its last update (a Telegram draft: 30 s), so
+    the stream shows it again before then while no new text comes (a long tool call); 0: it stays.
     """
 
     interval_s: float
@@ -333,9 +349,10 @@ class PreviewStyle:
 
 @dataclass(frozen=True, slots=True)
 class PreviewPart:
-    """One part of an answer being written, rendered and within the platform's limit, or the progress line
-    (`index` -1). `platform_message_id` is the message that shows it so far (None: open one). `key` is stable per
-    turn and part, for a draft id or a nonce. `user_id`/`space_id` name who asked (Slack streams name them)."""
+    """One part of an answer being written, rendered and within the platform's limit, or the
+    progress line (`index` -1). `platform_message_id` is the message that shows it so far (None:
+    open one). `key` is stable per turn and part, for a draft id or a nonce. `user_id`/`space_id`
+    name who asked (Slack streams name them)."""
 
     chat: ChatRef
     index: int
@@ -354,10 +371,10 @@ class PreviewPart:
 
 @runtime_checkable
 class LivePreview(Protocol):
-    """Optional ability: show an answer while it is written. `preview_style` is None where it cannot (a slash
-    command's reply). `show_preview` opens or updates a part and returns its message id ("" for a draft);
-    `finish_preview` turns a part into the final chunk (raising `PreviewGone` if the message is gone);
-    `drop_preview` takes a part down."""
+    """Optional ability: show an answer while it is written. `preview_style` is None where it cannot
+    (a slash command's reply). `show_preview` opens or updates a part and returns its message id (""
+    for a draft); `finish_preview` turns a part into the final chunk (raising `PreviewGone` if the
+    message is gone); `drop_preview` takes a part down."""
 
     def preview_style(self, chat: ChatRef, reply_to_id: str | None) -> PreviewStyle | None: ...
 

@@ -58,7 +58,7 @@ def parse_choice(data: str | None) -> Picked | None:
     stale format)."""
     if not data or not data.startswith(CHOICE_PREFIX) or len(data.encode()) > CHOICE_DATA_MAX:
         return None
-    token, _, value = data[len(CHOICE_PREFIX):].partition(":")
+    token, _, value = data[len(CHOICE_PREFIX) :].partition(":")
     return Picked(token, value) if token and value else None
 
 

@@ -39,7 +39,8 @@ def _fsync_dir(directory: Path) -> None:
 
 
 class FileLock:
-    """Exclusive lock for one directory's read-modify-write: a thread lock, then flock on a lock file.
+    """Exclusive lock for one directory's read-modify-write:
+    a thread lock, then flock on a lock file.
 
     The thread lock keeps this process's sessions from piling up on flock; flock (taken on a fresh
     open file each time) keeps a second process, such as the CLI, out.
@@ -53,7 +54,8 @@ class FileLock:
     def hold(self) -> Iterator[None]:
         with self._thread_lock:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            # Never through a symbolic link: one planted in the folder would have this create a file elsewhere.
+            # Never through a symbolic link: one planted in the
+            # folder would have this create a file elsewhere.
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)

@@ -1,6 +1,7 @@
-"""Persistent memory in scopes: the shared notes (MEMORY.md), one profile per person (people/<id>.md) and, for
-groups and channels, notes per chat (chats/<chat>.md). Edited by the memory tool (gateway/agent/tools/memory.py)
-and the pre-reset flush, within what `MemoryRights` allows the caller.
+"""Persistent memory in scopes: the shared notes (MEMORY.md), one profile per person
+(people/<id>.md) and, for groups and channels, notes per chat (chats/<chat>.md). Edited by the
+memory tool (gateway/agent/tools/memory.py) and the pre-reset flush, within what `MemoryRights`
+allows the caller.
 
 Writes change the files at once; a running session's prompt keeps the snapshot it was built with,
 because the provider's prompt cache depends on that prompt never changing.
@@ -23,17 +24,19 @@ Target = Literal["memory", "user", "chat"]
 SEPARATOR = "§"
 SHARED_FILE = "MEMORY.md"
 AGENTS_DIR = "agents"
-LEGACY_USER_FILE = "USER.md"  # the one global profile of earlier versions (see gateway/knowledge/people.py)
+# the one global profile of earlier versions (see gateway/knowledge/people.py)
+LEGACY_USER_FILE = "USER.md"
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryRights:
     """What one caller's memory tool may write, decided by policy (gateway/access/roles.py).
 
-    `person_id` is whose profile `target: user` writes (None: nobody's, e.g. a shared conversation's flush);
-    `chat` is this conversation's chat-notes key (groups and channels, when chat notes are on); `own_conversation`
-    says the conversation is that person's own (a DM, their own session in a group), so a tool result may quote
-    their profile: in a shared one it would stay in a transcript the others' requests carry.
+    `person_id` is whose profile `target: user` writes (None: nobody's, e.g. a shared conversation's
+    flush); `chat` is this conversation's chat-notes key (groups and channels, when chat notes are
+    on); `own_conversation` says the conversation is that person's own (a DM, their own session in a
+    group), so a tool result may quote their profile: in a shared one it would stay in a transcript
+    the others' requests carry.
     """
 
     person_id: int | None = None
@@ -47,7 +50,8 @@ class MemoryRights:
 
 @dataclass(frozen=True, slots=True)
 class MemoryView:
-    """Whose memory a session's prompt shows besides the shared notes: its owner's profile, its chat's notes."""
+    """Whose memory a session's prompt shows besides the shared notes: its owner's profile, its
+    chat's notes."""
 
     person_id: int | None = None
     chat: str | None = None
@@ -87,25 +91,37 @@ def chat_key(platform: str, chat_id: str) -> str:
 
 
 def _file_name(key: str) -> str:
-    """A chat key as a file name: safe characters kept, anything else as %XX (so two keys never collide)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), key) + ".md"
+    """A chat key as a file name: safe characters kept,
+    anything else as %XX (so two keys never collide)."""
+    return (
+        re.sub(r"[^A-Za-z0-9_.-]", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), key)
+        + ".md"
+    )
 
 
 class MemoryFile:
     """One memory file (a scope's entries, separated by § lines) with its character limit."""
 
-    def __init__(self, path: Path, limit: int, label: str, lock: FileLock,
-                 erased: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        limit: int,
+        label: str,
+        lock: FileLock,
+        erased: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.path = path
         self.limit = limit
         self.label = label
         self._lock = lock
-        self._erased = erased  # asked under the lock: a write that comes after the erasure is refused
+        # asked under the lock: a write that comes after the erasure is refused
+        self._erased = erased
 
     def read(self) -> str:
         """The whole file as it is now ("" when absent): what a new session's prompt snapshots.
 
-        A hand edit in another encoding must not stop every new session from starting: bad bytes read as U+FFFD.
+        A hand edit in another encoding must not stop every new session from starting: bad bytes
+        read as U+FFFD.
         """
         try:
             return self.path.read_text(encoding="utf-8", errors="replace")
@@ -126,24 +142,26 @@ class MemoryFile:
             return self._write(entries, [*entries, content], len(content))
 
     def replace(self, old_text: str, content: str, *, quote: bool = True) -> tuple[int, int]:
-        """`quote`: an ambiguous `old_text` is answered with the entries it matches (False: only how many)."""
+        """`quote`: an ambiguous `old_text` is answered with
+        the entries it matches (False: only how many)."""
         content = _clean(content)
         with self._lock.hold():
             entries = parse(self.read())
             i = _find_one(old_text, entries, self.label, quote)
-            _refuse_duplicate(content, entries[:i] + entries[i + 1:])
-            new = [*entries[:i], content, *entries[i + 1:]]
+            _refuse_duplicate(content, entries[:i] + entries[i + 1 :])
+            new = [*entries[:i], content, *entries[i + 1 :]]
             return self._write(entries, new, len(content))
 
     def remove(self, old_text: str, *, quote: bool = True) -> tuple[int, int]:
         with self._lock.hold():
             entries = parse(self.read())
             i = _find_one(old_text, entries, self.label, quote)
-            return self._write(entries, entries[:i] + entries[i + 1:], 0)
+            return self._write(entries, entries[:i] + entries[i + 1 :], 0)
 
     def absorb(self, other: MemoryFile) -> int:
-        """Append `other`'s entries that are not here yet, then delete it (two profiles become one); returns how
-        many were added. The limit is not checked: nothing is lost, and an over-full file can be consolidated."""
+        """Append `other`'s entries that are not here yet, then delete it (two profiles become one);
+        returns how many were added. The limit is not checked: nothing is lost, and an over-full
+        file can be consolidated."""
         with self._lock.hold():
             mine = parse(self.read())
             keys = {_key(e) for e in mine}
@@ -161,17 +179,21 @@ class MemoryFile:
 
     def _write(self, old: list[str], new: list[str], needed: int) -> tuple[int, int]:
         if self._erased():
-            raise ToolError(f"Not saved: {self.label} belongs to a person who was forgotten (gateway users forget); "
-                            "nothing about them is kept.")
+            raise ToolError(
+                f"Not saved: {self.label} belongs to a person who was forgotten (gateway users "
+                "forget); nothing about them is kept."
+            )
         limit = self.limit
         used, size = len(render(old)), len(render(new))
-        # Growing past the limit is refused; shrinking is always allowed, so an over-full file can be consolidated.
+        # Growing past the limit is refused; shrinking is always allowed, so an over-full file can
+        # be consolidated.
         if size > limit and size > used:
             room = max(limit - used, 0)
             raise ToolError(
-                f"Not saved: {self.label} is at {used:,} of {limit:,} characters, {room:,} left, and this "
-                f"entry needs {needed:,}. Consolidate first: merge or shorten entries with action=replace, or "
-                f"drop outdated ones with action=remove, then try again.")
+                f"Not saved: {self.label} is at {used:,} of {limit:,} characters, {room:,} left, "
+                f"and this entry needs {needed:,}. Consolidate first: merge or shorten entries "
+                "with action=replace, or drop outdated ones with action=remove, then try again."
+            )
         atomic_write(self.path, render(new) + "\n" if new else "")
         return size, limit
 
@@ -183,12 +205,22 @@ class MemoryStore:
     `people`: where the profiles are, when not in `directory/people` (an agent with `memory: shared`
     uses the home's, with the lock of the folder that holds them)."""
 
-    def __init__(self, directory: Path, memory_char_limit: int = 2200, user_char_limit: int = 1375,
-                 chat_char_limit: int = 1000, *, people: Path | None = None,
-                 erased: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        memory_char_limit: int = 2200,
+        user_char_limit: int = 1375,
+        chat_char_limit: int = 1000,
+        *,
+        people: Path | None = None,
+        erased: set[int] | None = None,
+    ) -> None:
         self.directory = directory
-        self.limits: dict[Target, int] = {"memory": memory_char_limit, "user": user_char_limit,
-                                          "chat": chat_char_limit}
+        self.limits: dict[Target, int] = {
+            "memory": memory_char_limit,
+            "user": user_char_limit,
+            "chat": chat_char_limit,
+        }
         self._lock = FileLock(directory / ".lock")
         self.people = people or directory / "people"
         self._people_lock = self._lock if people is None else FileLock(people.parent / ".lock")
@@ -196,18 +228,26 @@ class MemoryStore:
         self._erased: set[int] = set() if erased is None else erased
 
     def shared(self) -> MemoryFile:
-        return MemoryFile(self.directory / SHARED_FILE, self.limits["memory"], "the shared notes (MEMORY.md)",
-                          self._lock)
+        return MemoryFile(
+            self.directory / SHARED_FILE,
+            self.limits["memory"],
+            "the shared notes (MEMORY.md)",
+            self._lock,
+        )
 
     def profile(self, person_id: int) -> MemoryFile:
         pid = int(person_id)
-        return MemoryFile(self.people / f"{pid}.md", self.limits["user"],
-                          f"the user profile (people/{pid}.md)", self._people_lock,
-                          lambda: pid in self._erased)
+        return MemoryFile(
+            self.people / f"{pid}.md",
+            self.limits["user"],
+            f"the user profile (people/{pid}.md)",
+            self._people_lock,
+            lambda: pid in self._erased,
+        )
 
     def erase_profile(self, person_id: int) -> bool:
-        """A forgotten person's profile goes, and stays gone: a turn of theirs still running in this process
-        cannot write it again (the check and the delete both hold the lock)."""
+        """A forgotten person's profile goes, and stays gone: a turn of theirs still running in this
+        process cannot write it again (the check and the delete both hold the lock)."""
         self._erased.add(int(person_id))
         deleted = [f.delete() for f in self.profiles_everywhere(person_id)]  # all, not the first
         return any(deleted)
@@ -218,23 +258,40 @@ class MemoryStore:
         pid = int(person_id)
         agents = (self.directory / AGENTS_DIR).glob("*")
         folders = sorted(p / "people" for p in agents if p.is_dir())
-        return [self.profile(pid), *(MemoryFile(f / f"{pid}.md", self.limits["user"],
-                                                f"the user profile ({f})",
-                                                FileLock(f.parent / ".lock"),
-                                                lambda: pid in self._erased) for f in folders)]
+        return [
+            self.profile(pid),
+            *(
+                MemoryFile(
+                    f / f"{pid}.md",
+                    self.limits["user"],
+                    f"the user profile ({f})",
+                    FileLock(f.parent / ".lock"),
+                    lambda: pid in self._erased,
+                )
+                for f in folders
+            ),
+        ]
 
     def chat(self, key: str) -> MemoryFile:
         name = _file_name(key)
-        return MemoryFile(self.directory / "chats" / name, self.limits["chat"], f"this chat's notes (chats/{name})",
-                          self._lock)
+        return MemoryFile(
+            self.directory / "chats" / name,
+            self.limits["chat"],
+            f"this chat's notes (chats/{name})",
+            self._lock,
+        )
 
     def legacy_user(self) -> Path:
         return self.directory / LEGACY_USER_FILE
 
     def snapshot(self, view: MemoryView) -> tuple[str, str, str]:
-        """(shared notes, the owner's profile, the chat's notes) as they are now; "" for a scope not in view."""
-        return (self.shared().read(), self.profile(view.person_id).read() if view.person_id is not None else "",
-                self.chat(view.chat).read() if view.chat is not None else "")
+        """(shared notes, the owner's profile, the chat's notes) as they are now; "" for a scope not
+        in view."""
+        return (
+            self.shared().read(),
+            self.profile(view.person_id).read() if view.person_id is not None else "",
+            self.chat(view.chat).read() if view.chat is not None else "",
+        )
 
 
 def _clean(content: str) -> str:
@@ -242,13 +299,17 @@ def _clean(content: str) -> str:
     if not content:
         raise ToolError("Not saved: the entry is empty.")
     if any(line.strip() == SEPARATOR for line in content.splitlines()):
-        raise ToolError(f"Not saved: a line holding only {SEPARATOR} separates entries; save one entry per call.")
+        raise ToolError(
+            f"Not saved: a line holding only {SEPARATOR} "
+            "separates entries; save one entry per call."
+        )
     findings = scan_text(content, strict=True)
     if findings:
         raise ToolError(
-            f"Not saved: the entry was refused by the safety scan ({describe(findings)}). Memory is injected "
-            "into future system prompts, so it must not hold instructions to the assistant, secrets, or "
-            "instructions to send data anywhere. Save plain facts only.")
+            f"Not saved: the entry was refused by the safety scan ({describe(findings)}). Memory "
+            "is injected into future system prompts, so it must not hold instructions to the "
+            "assistant, secrets, or instructions to send data anywhere. Save plain facts only."
+        )
     return content
 
 
@@ -272,11 +333,15 @@ def _find_one(old_text: str, entries: list[str], label: str, quote: bool = True)
         if len(exact) == 1:
             return exact[0]
         if not quote:
-            raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {label}. Use a longer part of the "
-                            "one you mean (its entries are not quoted here: this conversation is shared).")
+            raise ToolError(
+                f"old_text {needle!r} matches {len(hits)} entries in {label}. Use a longer part of "
+                "the one you mean (its entries are not quoted here: this conversation is shared)."
+            )
         listed = "; ".join(f"{n}. {_brief(entries[i])}" for n, i in enumerate(hits, 1))
-        raise ToolError(f"old_text {needle!r} matches {len(hits)} entries in {label}: {listed}. "
-                        "Use a longer part of the one you mean.")
+        raise ToolError(
+            f"old_text {needle!r} matches {len(hits)} entries in {label}: {listed}. "
+            "Use a longer part of the one you mean."
+        )
     if not hits:
         raise ToolError(f"No entry in {label} contains {needle!r}.")
     return hits[0]

@@ -1,8 +1,8 @@
 """Skills: `skills/<category>/<name>/SKILL.md` files with YAML front matter, read and edited by
 the skill tools (gateway/agent/tools/skills.py).
 
-The prompt gets only the index (names and descriptions), cached on the files' mtimes and sizes so a new
-session pays a few stat calls; bodies are loaded on demand by `skill_view`.
+The prompt gets only the index (names and descriptions), cached on the files' mtimes and sizes so a
+new session pays a few stat calls; bodies are loaded on demand by `skill_view`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ MAX_SKILL_CHARS = 20_000
 MAX_DESCRIPTION_CHARS = 500
 DEFAULT_CATEGORY = "general"
 
-# (category, name, inode, mtime_ns, size): the inode catches a same-size rewrite within one mtime tick,
-# since every write here replaces the file by rename.
+# (category, name, inode, mtime_ns, size): the inode catches a same-size rewrite within one mtime
+# tick, since every write here replaces the file by rename.
 Manifest = tuple[tuple[str, str, int, int, int], ...]
 
 
@@ -56,8 +56,11 @@ class Skill:
         return str(self.meta.get("description", ""))
 
     def render(self) -> str:
-        meta = {"name": self.name, "description": self.description,
-                **{k: v for k, v in self.meta.items() if k not in ("name", "description")}}
+        meta = {
+            "name": self.name,
+            "description": self.description,
+            **{k: v for k, v in self.meta.items() if k not in ("name", "description")},
+        }
         front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=10_000)
         return f"---\n{front}---\n\n{self.body.strip()}\n"
 
@@ -66,12 +69,13 @@ class SkillLibrary:
     """The skills directory of one gateway home (`skills/`), or of one of its agents (`folder`,
     inside it)."""
 
-    def __init__(self, home: Path, *, max_chars: int = MAX_SKILL_CHARS,
-                 folder: Path | None = None) -> None:
+    def __init__(
+        self, home: Path, *, max_chars: int = MAX_SKILL_CHARS, folder: Path | None = None
+    ) -> None:
         inside = Path("skills") if folder is None else folder.relative_to(home)
         self.root = home / inside
-        # Where every skill file must really be: symbolic links already in the folder (or the folder itself
-        # linked elsewhere) must not carry a read or a write outside the home.
+        # Where every skill file must really be: symbolic links already in the folder (or the folder
+        # itself linked elsewhere) must not carry a read or a write outside the home.
         self._real_root = home.resolve() / inside
         self.max_chars = max_chars
         self.builds = 0  # how many times the index was rebuilt from file contents; tests read it
@@ -80,7 +84,8 @@ class SkillLibrary:
         self._write_lock = FileLock(self.root / ".lock")
 
     def index(self) -> tuple[SkillEntry, ...]:
-        """Every readable skill, sorted by category then name; rebuilt only when a SKILL.md changed."""
+        """Every readable skill, sorted by category then
+        name; rebuilt only when a SKILL.md changed."""
         manifest = self._manifest()
         with self._cache_lock:
             if self._cache is not None and self._cache[0] == manifest:
@@ -113,9 +118,15 @@ class SkillLibrary:
     def _confined(self, path: Path) -> Path:
         """`path`, if it resolves inside the home's skills folder; a ToolError otherwise."""
         if not path.resolve().is_relative_to(self._real_root):
-            shown = path.relative_to(self.root.parent) if path.is_relative_to(self.root.parent) else path
-            raise ToolError(f"Refused: {shown} leads outside the gateway home through a symbolic link; skills are "
-                            "read and written only inside its skills folder.")
+            shown = (
+                path.relative_to(self.root.parent)
+                if path.is_relative_to(self.root.parent)
+                else path
+            )
+            raise ToolError(
+                f"Refused: {shown} leads outside the gateway home through a symbolic link; skills "
+                "are read and written only inside its skills folder."
+            )
         return path
 
     def _load(self, category: str, name: str) -> Skill:
@@ -132,35 +143,53 @@ class SkillLibrary:
         _check_name("name", name)
         if category is not None:
             _check_name("category", category)
-        homes = [c for c in ([category] if category else _subdirs(self.root))
-                 if (self.root / c / name / SKILL_FILE).is_file()]
+        homes = [
+            c
+            for c in ([category] if category else _subdirs(self.root))
+            if (self.root / c / name / SKILL_FILE).is_file()
+        ]
         if not homes:
             known = ", ".join(f"{e.category}/{e.name}" for e in self.index()[:30]) or "none yet"
             raise ToolError(f"No skill named {name!r}. Skills: {known}.")
         if len(homes) > 1:
-            raise ToolError(f"Several skills are named {name!r} (categories: {', '.join(homes)}); "
-                            "give the category too.")
+            raise ToolError(
+                f"Several skills are named {name!r} (categories: {', '.join(homes)}); "
+                "give the category too."
+            )
         return self._load(homes[0], name)
 
     def view(self, name: str, category: str | None = None) -> str:
         skill = self.find(name, category)
         return f"Skill {skill.category}/{skill.name}: {skill.description}\n\n{skill.body.strip()}"
 
-    def create(self, category: str, name: str, content: str, description: str | None = None) -> Skill:
+    def create(
+        self, category: str, name: str, content: str, description: str | None = None
+    ) -> Skill:
         _check_name("category", category)
         _check_name("name", name)
         self._confined(self.root / category / name / SKILL_FILE)
         self._confined(self.root / ".lock")
         with self._write_lock.hold():
-            existing = [c for c in _subdirs(self.root) if (self.root / c / name / SKILL_FILE).is_file()]
+            existing = [
+                c for c in _subdirs(self.root) if (self.root / c / name / SKILL_FILE).is_file()
+            ]
             if existing:
-                raise ToolError(f"A skill named {name!r} already exists in {existing[0]}; use action=patch.")
+                raise ToolError(
+                    f"A skill named {name!r} already exists in {existing[0]}; use action=patch."
+                )
             meta, body = split_front_matter(content)
             skill = Skill(category, name, dict(meta or {}), body)
             return self._save(skill, description)
 
-    def patch(self, name: str, *, category: str | None = None, content: str | None = None,
-              old_text: str | None = None, description: str | None = None) -> Skill:
+    def patch(
+        self,
+        name: str,
+        *,
+        category: str | None = None,
+        content: str | None = None,
+        old_text: str | None = None,
+        description: str | None = None,
+    ) -> Skill:
         self._confined(self.root / ".lock")
         with self._write_lock.hold():
             skill = self.find(name, category)
@@ -179,8 +208,10 @@ class SkillLibrary:
             skill = self.find(name, category)
             folder = self._confined(self.root / skill.category / skill.name)
             if folder.is_symlink():
-                raise ToolError(f"Refused: skills/{skill.category}/{skill.name} is a symbolic link; delete it by "
-                                "hand if it should go.")
+                raise ToolError(
+                    f"Refused: skills/{skill.category}/{skill.name} is a symbolic link; delete it "
+                    "by hand if it should go."
+                )
             shutil.rmtree(folder)
             try:
                 (self.root / skill.category).rmdir()
@@ -195,7 +226,9 @@ class SkillLibrary:
         meta["description"] = " ".join(str(meta.get("description") or "").split())
         skill = Skill(skill.category, skill.name, meta, skill.body)
         _validate(skill, self.max_chars)
-        atomic_write(self._confined(self.root / skill.category / skill.name / SKILL_FILE), skill.render())
+        atomic_write(
+            self._confined(self.root / skill.category / skill.name / SKILL_FILE), skill.render()
+        )
         return skill
 
 
@@ -216,27 +249,35 @@ def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
                 meta = {}
             if not isinstance(meta, dict):
                 raise ToolError("The front matter must be a YAML mapping (name, description).")
-            return {str(k): v for k, v in meta.items()}, "".join(lines[i + 1:])
+            return {str(k): v for k, v in meta.items()}, "".join(lines[i + 1 :])
     raise ToolError("The front matter opened with --- is never closed by a --- line.")
 
 
 def _validate(skill: Skill, max_chars: int) -> None:
     if not skill.description:
-        raise ToolError("A skill needs a description (the description parameter or front matter); "
-                        "it is what the skills index shows.")
+        raise ToolError(
+            "A skill needs a description (the description parameter or front matter); "
+            "it is what the skills index shows."
+        )
     if len(skill.description) > MAX_DESCRIPTION_CHARS:
-        raise ToolError(f"The description is {len(skill.description):,} characters; keep it under "
-                        f"{MAX_DESCRIPTION_CHARS} (one line for the index).")
+        raise ToolError(
+            f"The description is {len(skill.description):,} characters; keep it under "
+            f"{MAX_DESCRIPTION_CHARS} (one line for the index)."
+        )
     if not skill.body.strip():
         raise ToolError("The skill body is empty.")
     text = skill.render()
     if len(text) > max_chars:
-        raise ToolError(f"The skill is {len(text):,} characters; the limit is {max_chars:,}. Make it shorter.")
+        raise ToolError(
+            f"The skill is {len(text):,} characters; the limit is {max_chars:,}. Make it shorter."
+        )
     findings = scan_text(text, strict=True)
     if findings:
-        raise ToolError(f"Not saved: the skill was refused by the safety scan ({describe(findings)}). Skills "
-                        "are trusted as instructions later, so they must hold no secrets, no attempts to "
-                        "override instructions and no instructions to send data anywhere.")
+        raise ToolError(
+            f"Not saved: the skill was refused by the safety scan ({describe(findings)}). Skills "
+            "are trusted as instructions later, so they must hold no secrets, no attempts to "
+            "override instructions and no instructions to send data anywhere."
+        )
 
 
 def _replace_once(text: str, old_text: str, new_text: str) -> str:
@@ -249,8 +290,10 @@ def _replace_once(text: str, old_text: str, new_text: str) -> str:
 
 def _check_name(what: str, value: str) -> None:
     if not NAME_RE.match(value):
-        raise ToolError(f"Invalid skill {what} {value!r}: use 1-64 lowercase letters, digits, '-' or '_', "
-                        "starting with a letter or digit.")
+        raise ToolError(
+            f"Invalid skill {what} {value!r}: use 1-64 lowercase letters, digits, '-' or '_', "
+            "starting with a letter or digit."
+        )
 
 
 def _subdirs(path: Path) -> list[str]:

@@ -1,4 +1,6 @@
-"""The Anthropic Messages wire: neutral history → request body (with cache breakpoints), JSON answer → LLMReply."""
+"""The Anthropic Messages wire: neutral history → request body (with cache breakpoints), JSON answer
+→ LLMReply.
+"""
 
 from __future__ import annotations
 
@@ -31,27 +33,49 @@ from gateway.llm.types import (
 KEEP_TAIL = 3  # a history's last messages, built anew for each request: the breakpoints sit there
 
 
-# ------------------------------------------------------------------------------------------ Anthropic
-def anthropic_messages(messages: Sequence[ChatMessage], *, vision: bool = True) -> list[dict[str, Any]]:
-    """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge; a user
-    message's images go first as base64 `image` blocks (Anthropic's advice: images before the text)."""
+# ---------------------------------------------------------------------------------------- Anthropic
+def anthropic_messages(
+    messages: Sequence[ChatMessage], *, vision: bool = True
+) -> list[dict[str, Any]]:
+    """Neutral history → Anthropic messages: tool results ride in user turns; same-role turns merge;
+    a user message's images go first as base64 `image` blocks (Anthropic's advice: images before the
+    text)."""
     out: list[dict[str, Any]] = []
     for m in fit_images(messages):
         role = m["role"]
         blocks: list[dict[str, Any]] = []
         if role == "tool":
             role = "user"
-            blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": _result_content(m, vision),
-                           **({"is_error": True} if m.get("is_error") else {})})
+            blocks.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": m["tool_call_id"],
+                    "content": _result_content(m, vision),
+                    **({"is_error": True} if m.get("is_error") else {}),
+                }
+            )
         else:
-            text, images = split_images(m, vision) if "images" in m else (m.get("content") or "", [])
-            blocks.extend({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
-                          for media_type, data in images)
+            text, images = (
+                split_images(m, vision) if "images" in m else (m.get("content") or "", [])
+            )
+            blocks.extend(
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": media_type, "data": data},
+                }
+                for media_type, data in images
+            )
             if text.strip():  # the API refuses a whitespace-only text block
                 blocks.append({"type": "text", "text": text})
             for call in m.get("tool_calls") or ():
-                blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
-                               "input": _json_object(call.get("arguments"))})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": _json_object(call.get("arguments")),
+                    }
+                )
             if not blocks:
                 blocks.append({"type": "text", "text": "(empty)"})
         if out and out[-1]["role"] == role:
@@ -62,25 +86,29 @@ def anthropic_messages(messages: Sequence[ChatMessage], *, vision: bool = True) 
 
 
 def _result_content(m: ChatMessage, vision: bool) -> str | list[dict[str, Any]]:
-    """A tool result's text, or (a tool that returned pictures) its text and image blocks: a tool_result block may
-    hold text and image blocks."""
+    """A tool result's text, or (a tool that returned pictures) its text and image blocks: a
+    tool_result block may hold text and image blocks."""
     if "images" not in m:
         return m.get("content") or ""
     text, images = split_images(m, vision)
     if not images:
         return text
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
-    blocks.extend({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
-                  for media_type, data in images)
+    blocks.extend(
+        {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+        for media_type, data in images
+    )
     return blocks
 
 
-def add_cache_breakpoints(system: str, messages: list[dict[str, Any]], *, ttl: Literal["5m", "1h"]
-                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """"system_and_3": a breakpoint on the system prompt and on the last block of the last 3 messages.
+def add_cache_breakpoints(
+    system: str, messages: list[dict[str, Any]], *, ttl: Literal["5m", "1h"]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """ "system_and_3": a breakpoint on the system prompt
+    and on the last block of the last 3 messages.
 
-    Never mutates `messages`: only the marked messages are copied (a deep copy of the whole history cost more
-    than the rest of the request); at most 4 breakpoints (the API's limit).
+    Never mutates `messages`: only the marked messages are copied (a deep copy of the whole history
+    cost more than the rest of the request); at most 4 breakpoints (the API's limit).
     """
     marker: dict[str, Any] = {"type": "ephemeral"}
     if ttl == "1h":
@@ -111,8 +139,10 @@ def _wire_starts(messages: Sequence[ChatMessage], start: int, end: int) -> list[
 
 
 def _tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
-    return [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-            for t in tools]
+    return [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in tools
+    ]
 
 
 def _json_object(arguments: Any) -> dict[str, Any]:
@@ -128,37 +158,75 @@ def _json_object(arguments: Any) -> dict[str, Any]:
 class AnthropicClient:
     provider = "anthropic"
 
-    def __init__(self, *, model: str, api_key: str, base_url: str | None, max_tokens: int, timeout_s: float,
-                 max_retries: int, context_window: int, cache_ttl: Literal["5m", "1h"] = "5m",
-                 caching: bool = True, client: ClientKind = "native", env: Mapping[str, str] | None = None,
-                 vision: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str | None,
+        max_tokens: int,
+        timeout_s: float,
+        max_retries: int,
+        context_window: int,
+        cache_ttl: Literal["5m", "1h"] = "5m",
+        caching: bool = True,
+        client: ClientKind = "native",
+        env: Mapping[str, str] | None = None,
+        vision: bool = True,
+    ) -> None:
         self.model = model
         self.vision = vision
         self.context_window = context_window
         self.max_tokens = max_tokens
         self.cache_ttl = cache_ttl
         self.caching = caching
-        self._transport = make_transport("anthropic", client, model=model, api_key=api_key, base_url=base_url,
-                                         timeout_s=timeout_s, max_retries=max_retries, env=env)
+        self._transport = make_transport(
+            "anthropic",
+            client,
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            env=env,
+        )
 
-    def request_body(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                     max_tokens: int | None = None) -> dict[str, Any]:
+    def request_body(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
         wire = anthropic_messages(messages, vision=self.vision)
         system_blocks, wire = self._marked(system, wire)
-        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens or self.max_tokens,
-                                "system": system_blocks, "messages": wire}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens or self.max_tokens,
+            "system": system_blocks,
+            "messages": wire,
+        }
         if tools:
             body["tools"] = _tools(tools)
         return body
 
-    def _marked(self, system: str, wire: list[dict[str, Any]]
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _marked(
+        self, system: str, wire: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if self.caching:
             return add_cache_breakpoints(system, wire, ttl=self.cache_ttl)
         return [{"type": "text", "text": system}], wire
 
-    def encoded_body(self, *, system: str, messages: History, tools: Sequence[ToolDef],
-                     max_tokens: int | None = None, stream: bool = False) -> bytes | None:
+    def encoded_body(
+        self,
+        *,
+        system: str,
+        messages: History,
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: bool = False,
+    ) -> bytes | None:
         """`request_body` (with `stream`: true) as bytes, built from what this session's memo keeps
         of its stored history plus the rest: byte for byte what encoding the whole body gives.
         None when there is no memo, or a text orjson refuses (a lone surrogate: the whole body then
@@ -172,12 +240,14 @@ class AnthropicClient:
             if memo.requests and prefix.neutral <= messages.stored:  # asked once: nothing kept
                 prefix = self._kept_longer(messages, key, prefix)
             memo.requests += 1
-            tail = anthropic_messages(messages[prefix.neutral:], vision=self.vision)
+            tail = anthropic_messages(messages[prefix.neutral :], vision=self.vision)
             system_blocks, tail = self._marked(system, tail)
-            members = [("model", orjson.dumps(self.model)),
-                       ("max_tokens", orjson.dumps(max_tokens or self.max_tokens)),
-                       ("system", orjson.dumps(system_blocks)),
-                       ("messages", encoded_array([prefix.data, *map(orjson.dumps, tail)]))]
+            members = [
+                ("model", orjson.dumps(self.model)),
+                ("max_tokens", orjson.dumps(max_tokens or self.max_tokens)),
+                ("system", orjson.dumps(system_blocks)),
+                ("messages", encoded_array([prefix.data, *map(orjson.dumps, tail)])),
+            ]
             if tools:
                 members.append(("tools", orjson.dumps(_tools(tools))))
             if stream:
@@ -194,23 +264,37 @@ class AnthropicClient:
         if len(starts) <= KEEP_TAIL:
             return prefix
         cut = starts[-KEEP_TAIL]
-        wire = anthropic_messages(messages[prefix.neutral:cut], vision=self.vision)
+        wire = anthropic_messages(messages[prefix.neutral : cut], vision=self.vision)
         grown = WirePrefix(cut, encoded_array([prefix.data, *map(orjson.dumps, wire)])[1:-1])
         messages.memo.keep(key, grown)
         return grown
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         transport = self._transport
         if isinstance(transport, HttpTransport) and isinstance(messages, History):
-            data = self.encoded_body(system=system, messages=messages, tools=tools,
-                                     max_tokens=max_tokens, stream=stream is not None)
+            data = self.encoded_body(
+                system=system,
+                messages=messages,
+                tools=tools,
+                max_tokens=max_tokens,
+                stream=stream is not None,
+            )
             if data is not None:
                 if stream is None:
                     return anthropic_reply(await transport.post_raw(data), self.model)
                 answer = await transport.stream_raw(data, AnthropicAssembler(self.model, stream))
                 return anthropic_reply(answer, self.model)
-        body = self.request_body(system=system, messages=messages, tools=tools, max_tokens=max_tokens)
+        body = self.request_body(
+            system=system, messages=messages, tools=tools, max_tokens=max_tokens
+        )
         if stream is None:
             return anthropic_reply(await transport.post(body), self.model)
         streamed = {**body, "stream": True}
@@ -228,9 +312,16 @@ def anthropic_reply(data: Mapping[str, Any], model: str) -> LLMReply:
         raise LLMUnavailable(f"{model}: bad response (no content)")
     blocks = [b for b in content if isinstance(b, dict)]
     text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
-    calls = tuple(ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), json.dumps(b.get("input") or {}))
-                  for b in blocks if b.get("type") == "tool_use")
+    calls = tuple(
+        ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), json.dumps(b.get("input") or {}))
+        for b in blocks
+        if b.get("type") == "tool_use"
+    )
     u = as_object(data.get("usage"))
-    usage = Usage(token_count(u, "input_tokens"), token_count(u, "output_tokens"), token_count(u, "cache_read_input_tokens"),
-                  token_count(u, "cache_creation_input_tokens"))
+    usage = Usage(
+        token_count(u, "input_tokens"),
+        token_count(u, "output_tokens"),
+        token_count(u, "cache_read_input_tokens"),
+        token_count(u, "cache_creation_input_tokens"),
+    )
     return LLMReply(text, calls, usage, model, "anthropic", str(data.get("stop_reason") or ""))

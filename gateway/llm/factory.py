@@ -1,5 +1,5 @@
-"""Which model answers: the configured one, else auto-detected from the environment; its fallback; a stand-in
-when none is configured; the one a conversation switched to (`models:`, /model).
+"""Which model answers: the configured one, else auto-detected from the environment; its fallback; a
+stand-in when none is configured; the one a conversation switched to (`models:`, /model).
 The only place that turns `model:` config into a client."""
 
 from __future__ import annotations
@@ -26,19 +26,63 @@ DEFAULT_MODELS = {
     "OPENROUTER_API_KEY": ("openai", "anthropic/claude-sonnet-4.5", "https://openrouter.ai/api/v1"),
 }
 OLLAMA_URL = "http://127.0.0.1:11434"
-# `model.vision: auto`: substrings of the lowercased model name of families that take images (OpenAI-compatible
-# servers; every Claude model from 3 on does). A name not listed is treated as blind: `model.vision: true` says
-# otherwise.
-VISION_NAMES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-4-turbo", "gpt-4-vision", "gpt-5", "chatgpt-4o", "o1", "o3", "o4",
-                "claude", "gemini", "gemma3", "gemma-3", "llava", "bakllava", "vision", "-vl", "vl-", "qwen2.5vl",
-                "qvq", "pixtral", "mistral-small-3", "mistral-medium", "llama-4", "llama4", "minicpm-v", "moondream",
-                "grok-4", "grok-2-vision", "internvl", "glm-4v", "glm-4.5v", "phi-4-multimodal", "kimi-vl")
-BLIND_NAMES = ("o1-mini", "o3-mini", "claude-2", "claude-instant", "gpt-4o-audio", "gpt-4o-mini-audio",
-               "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-tts")
-NOT_CONFIGURED = ("No model is configured. Run `gateway init`, or set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
-                  "OPENROUTER_API_KEY, "
-                  "start Ollama on 127.0.0.1:11434, or add a `model:` section to config.yaml "
-                  "(see docs/configuration.md).")
+# `model.vision: auto`: substrings of the lowercased model name of families that take images
+# (OpenAI-compatible servers; every Claude model from 3 on does). A name not listed is treated as
+# blind: `model.vision: true` says otherwise.
+VISION_NAMES = (
+    "gpt-4o",
+    "gpt-4.1",
+    "gpt-4.5",
+    "gpt-4-turbo",
+    "gpt-4-vision",
+    "gpt-5",
+    "chatgpt-4o",
+    "o1",
+    "o3",
+    "o4",
+    "claude",
+    "gemini",
+    "gemma3",
+    "gemma-3",
+    "llava",
+    "bakllava",
+    "vision",
+    "-vl",
+    "vl-",
+    "qwen2.5vl",
+    "qvq",
+    "pixtral",
+    "mistral-small-3",
+    "mistral-medium",
+    "llama-4",
+    "llama4",
+    "minicpm-v",
+    "moondream",
+    "grok-4",
+    "grok-2-vision",
+    "internvl",
+    "glm-4v",
+    "glm-4.5v",
+    "phi-4-multimodal",
+    "kimi-vl",
+)
+BLIND_NAMES = (
+    "o1-mini",
+    "o3-mini",
+    "claude-2",
+    "claude-instant",
+    "gpt-4o-audio",
+    "gpt-4o-mini-audio",
+    "gpt-4o-transcribe",
+    "gpt-4o-mini-transcribe",
+    "gpt-4o-mini-tts",
+)
+NOT_CONFIGURED = (
+    "No model is configured. Run `gateway init`, or set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+    "OPENROUTER_API_KEY, "
+    "start Ollama on 127.0.0.1:11434, or add a `model:` section to config.yaml "
+    "(see docs/configuration.md)."
+)
 
 
 class FallbackClient:
@@ -50,19 +94,34 @@ class FallbackClient:
         self.provider = primary.provider
         self.model = primary.model
         self.context_window = min(primary.context_window, fallback.context_window)
-        self.vision = sees_images_client(primary)  # the fallback renders what it cannot see as notes itself
+        # the fallback renders what it cannot see as notes itself
+        self.vision = sees_images_client(primary)
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         try:
-            return await self.primary.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
-                                               stream=stream)
+            return await self.primary.complete(
+                system=system, messages=messages, tools=tools, max_tokens=max_tokens, stream=stream
+            )
         except (LLMUnavailable, LLMTimeout) as exc:
-            log.warning("model %s failed (%s); trying fallback %s", self.primary.model, exc, self.fallback.model)
+            log.warning(
+                "model %s failed (%s); trying fallback %s",
+                self.primary.model,
+                exc,
+                self.fallback.model,
+            )
             if stream is not None:
                 stream.restart()  # what the primary had written is not the fallback's answer
-            return await self.fallback.complete(system=system, messages=messages, tools=tools, max_tokens=max_tokens,
-                                                stream=stream)
+            return await self.fallback.complete(
+                system=system, messages=messages, tools=tools, max_tokens=max_tokens, stream=stream
+            )
 
     async def close(self) -> None:
         await self.primary.close()
@@ -71,14 +130,18 @@ class FallbackClient:
 
 @dataclass(frozen=True, slots=True)
 class ModelChoice:
-    """The model that answers and how it was chosen, in words for the operator (start-up banner, dashboard)."""
+    """The model that answers and how it was chosen, in
+    words for the operator (start-up banner, dashboard)."""
 
     model: ModelConfig
     source: str
 
 
-def choose_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelChoice:
-    """The configured model, else the first API key found in the environment, else a local Ollama."""
+def choose_model(
+    config: Config, env: Mapping[str, str], *, probe_ollama: bool = True
+) -> ModelChoice:
+    """The configured model, else the first API key
+    found in the environment, else a local Ollama."""
     if config.model is not None:
         return ModelChoice(config.model, "configured")
     for var, (provider, name, base_url) in DEFAULT_MODELS.items():
@@ -88,13 +151,22 @@ def choose_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool =
     if probe_ollama:
         local = ollama_model()
         if local:
-            return ModelChoice(ModelConfig(provider="openai", name=local, base_url=f"{OLLAMA_URL}/v1",
-                                           api_key=Secret("ollama"), context_window=32_768),
-                               f"auto-detected: Ollama at {OLLAMA_URL}")
+            return ModelChoice(
+                ModelConfig(
+                    provider="openai",
+                    name=local,
+                    base_url=f"{OLLAMA_URL}/v1",
+                    api_key=Secret("ollama"),
+                    context_window=32_768,
+                ),
+                f"auto-detected: Ollama at {OLLAMA_URL}",
+            )
     raise LLMNotConfigured(NOT_CONFIGURED)
 
 
-def resolve_model(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> ModelConfig:
+def resolve_model(
+    config: Config, env: Mapping[str, str], *, probe_ollama: bool = True
+) -> ModelConfig:
     return choose_model(config, env, probe_ollama=probe_ollama).model
 
 
@@ -115,7 +187,8 @@ def _api_key(m: ModelEndpoint, env: Mapping[str, str]) -> str:
     if key:
         return key
     if m.base_url and ("127.0.0.1" in m.base_url or "localhost" in m.base_url):
-        return "local"  # local servers (Ollama, vLLM, llama.cpp) ignore the key but the SDKs want one
+        # local servers (Ollama, vLLM, llama.cpp) ignore the key but the SDKs want one
+        return "local"
     raise LLMNotConfigured(f"model {m.name}: no API key (set {var} or model.api_key)")
 
 
@@ -132,22 +205,47 @@ def sees_images(m: ModelEndpoint) -> bool:
 
 
 def sees_images_client(client: LLMClient) -> bool:
-    """Whether a built client takes image blocks (a client without the attribute, e.g. a test double: yes)."""
+    """Whether a built client takes image blocks (a client without the attribute, e.g. a test
+    double: yes)."""
     return bool(getattr(client, "vision", True))
 
 
 def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLMClient:
     key = _api_key(m, env)
-    # An unset base_url means the provider's public API, or the SDKs' own override variable when it is set.
-    base_url = m.base_url or env.get("ANTHROPIC_BASE_URL" if m.provider == "anthropic" else "OPENAI_BASE_URL") or None
+    # An unset base_url means the provider's public API, or the SDKs' own override variable when it
+    # is set.
+    base_url = (
+        m.base_url
+        or env.get("ANTHROPIC_BASE_URL" if m.provider == "anthropic" else "OPENAI_BASE_URL")
+        or None
+    )
     if m.provider == "anthropic":
-        return AnthropicClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
-                               timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
-                               cache_ttl=config.prompt_caching.ttl, caching=config.prompt_caching.enabled,
-                               client=m.client, env=env, vision=sees_images(m))
-    return OpenAIClient(model=m.name, api_key=key, base_url=base_url, max_tokens=m.max_tokens,
-                        timeout_s=m.timeout_s, max_retries=m.max_retries, context_window=m.context_window,
-                        client=m.client, env=env, vision=sees_images(m))
+        return AnthropicClient(
+            model=m.name,
+            api_key=key,
+            base_url=base_url,
+            max_tokens=m.max_tokens,
+            timeout_s=m.timeout_s,
+            max_retries=m.max_retries,
+            context_window=m.context_window,
+            cache_ttl=config.prompt_caching.ttl,
+            caching=config.prompt_caching.enabled,
+            client=m.client,
+            env=env,
+            vision=sees_images(m),
+        )
+    return OpenAIClient(
+        model=m.name,
+        api_key=key,
+        base_url=base_url,
+        max_tokens=m.max_tokens,
+        timeout_s=m.timeout_s,
+        max_retries=m.max_retries,
+        context_window=m.context_window,
+        client=m.client,
+        env=env,
+        vision=sees_images(m),
+    )
 
 
 def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:
@@ -163,8 +261,9 @@ def build_chosen(choice: ModelChoice, env: Mapping[str, str], config: Config) ->
 
 
 class UnconfiguredLLM:
-    """Stands in when no model can answer, so the chat surfaces can say what to set instead of crashing: none is
-    configured, or the one chosen (`wanted`, provider/name) cannot be used (its key variable is not set)."""
+    """Stands in when no model can answer, so the chat surfaces can say what to set instead of
+    crashing: none is configured, or the one chosen (`wanted`, provider/name) cannot be used (its
+    key variable is not set)."""
 
     provider = "none"
     model = "none"
@@ -174,8 +273,15 @@ class UnconfiguredLLM:
         self.reason = reason
         self.wanted = wanted
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         raise LLMNotConfigured(self.reason)
 
     async def close(self) -> None:
@@ -183,7 +289,8 @@ class UnconfiguredLLM:
 
 
 def model_problem(llm: object) -> str | None:
-    """Why the chosen model cannot answer (e.g. its key variable is unset); None when it can, or none was chosen."""
+    """Why the chosen model cannot answer (e.g. its key variable is unset); None when it can, or
+    none was chosen."""
     return llm.reason if isinstance(llm, UnconfiguredLLM) and llm.wanted else None
 
 
@@ -226,8 +333,12 @@ class SessionModels:
     it changed) all follow it with no client passed through them. Named clients are built on
     first use and kept."""
 
-    def __init__(self, main: LLMClient, named: Mapping[str, ModelConfig],
-                 build: Callable[[ModelConfig], LLMClient]) -> None:
+    def __init__(
+        self,
+        main: LLMClient,
+        named: Mapping[str, ModelConfig],
+        build: Callable[[ModelConfig], LLMClient],
+    ) -> None:
         self.main = main
         self.named = dict(named)
         self._build = build
@@ -249,20 +360,28 @@ class SessionModels:
             try:
                 chosen = self.client(name)
             except KeyError:
-                log.warning("model %r was chosen in chat but is no longer in models:; the main "
-                            "model answers", name)
+                log.warning(
+                    "model %r was chosen in chat but is no longer in models:; the main "
+                    "model answers",
+                    name,
+                )
             except LLMNotConfigured as exc:
-                log.warning("model %r was chosen in chat but cannot answer (%s); the main model "
-                            "answers", name, exc)
+                log.warning(
+                    "model %r was chosen in chat but cannot answer (%s); the main model answers",
+                    name,
+                    exc,
+                )
         _CHOSEN.set(None if chosen is self.main else chosen)
         return chosen
 
     def options(self, current: str | None) -> list[ModelOption]:
         """The main model, then `models:` in the file's order; `current` is the conversation's."""
-        main = ModelOption("default", self.main.model, self.main.provider,
-                           current not in self.named)
-        named = [ModelOption(name, m.name, m.provider, name == current)
-                 for name, m in self.named.items()]
+        main = ModelOption(
+            "default", self.main.model, self.main.provider, current not in self.named
+        )
+        named = [
+            ModelOption(name, m.name, m.provider, name == current) for name, m in self.named.items()
+        ]
         return [main, *named]
 
     @property
@@ -285,11 +404,18 @@ class SessionModels:
     def vision(self) -> bool:
         return sees_images_client(self.current)
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage],
-                       tools: Sequence[ToolDef], max_tokens: int | None = None,
-                       stream: TextSink | None = None) -> LLMReply:
-        return await self.current.complete(system=system, messages=messages, tools=tools,
-                                           max_tokens=max_tokens, stream=stream)
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
+        return await self.current.complete(
+            system=system, messages=messages, tools=tools, max_tokens=max_tokens, stream=stream
+        )
 
     async def close(self) -> None:
         """The named clients (the main one belongs to whoever built it)."""

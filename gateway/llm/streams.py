@@ -1,8 +1,10 @@
-"""Streamed answers: Server-Sent Events decoded, and each wire's events folded back into its non-streamed answer.
+"""Streamed answers: Server-Sent Events decoded, and each wire's events folded back into its
+non-streamed answer.
 
-Both transports feed these assemblers, and the assemblers hand back the JSON the same request would have got
-without `stream: true`, so one parser per wire (anthropic_reply, openai_reply) reads both: the streamed answer's
-text is the non-streamed one byte for byte. Text deltas go to the caller's TextSink as they are read.
+Both transports feed these assemblers, and the assemblers hand back the JSON the same request would
+have got without `stream: true`, so one parser per wire (anthropic_reply, openai_reply) reads both:
+the streamed answer's text is the non-streamed one byte for byte. Text deltas go to the caller's
+TextSink as they are read.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from gateway.llm.types import TextSink, as_object
 
 
 class SseDecoder:
-    """Bytes as they arrive → (event, data) pairs: one event per blank line, `data:` lines joined with newlines,
-    comments and retry hints ignored (the WHATWG event-stream rules, as the SDKs implement them). Lines may be
-    split across reads and may end in CRLF; no line is too long."""
+    """Bytes as they arrive → (event, data) pairs: one event per blank line, `data:` lines joined
+    with newlines, comments and retry hints ignored (the WHATWG event-stream rules, as the SDKs
+    implement them). Lines may be split across reads and may end in CRLF; no line is too long."""
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -59,7 +61,8 @@ class SseDecoder:
 
 
 def sse_data(data: str) -> Any:
-    """An event's data: OpenAI's closing `[DONE]` as is, anything else JSON (ValueError when it is not)."""
+    """An event's data: OpenAI's closing `[DONE]` as is,
+    anything else JSON (ValueError when it is not)."""
     if data == "[DONE]":
         return data
     try:
@@ -69,7 +72,8 @@ def sse_data(data: str) -> Any:
 
 
 class AnthropicAssembler:
-    """message_start … content_block_* … message_delta, message_stop → the Messages API's JSON answer."""
+    """message_start … content_block_* … message_delta,
+    message_stop → the Messages API's JSON answer."""
 
     def __init__(self, model: str, sink: TextSink | None) -> None:
         self.model = model
@@ -100,14 +104,20 @@ class AnthropicAssembler:
         elif kind == "content_block_delta":
             self._delta(int(body.get("index") or 0), as_object(body.get("delta")))
         elif kind == "message_delta":
-            self._stop_reason = str(as_object(body.get("delta")).get("stop_reason") or "") or self._stop_reason
-            self._usage.update({k: v for k, v in as_object(body.get("usage")).items() if v is not None})
+            self._stop_reason = (
+                str(as_object(body.get("delta")).get("stop_reason") or "") or self._stop_reason
+            )
+            self._usage.update(
+                {k: v for k, v in as_object(body.get("usage")).items() if v is not None}
+            )
         elif kind == "message_stop":
             self._done = True
         elif kind == "error":
             error = as_object(body.get("error"))
-            raise LLMUnavailable(f"{self.model}: {error.get('type') or 'error'} mid-stream: "
-                                 f"{str(error.get('message') or '')[:300]}")
+            raise LLMUnavailable(
+                f"{self.model}: {error.get('type') or 'error'} mid-stream: "
+                f"{str(error.get('message') or '')[:300]}"
+            )
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
         block = self._blocks.setdefault(index, {"type": "text", "text": ""})
@@ -135,12 +145,17 @@ class AnthropicAssembler:
                 raw = "".join(self._json.get(index, ()))
                 block = {**block, "input": _json_input(raw)}
             content.append(block)
-        return {**self._message, "content": content, "stop_reason": self._stop_reason, "usage": self._usage}
+        return {
+            **self._message,
+            "content": content,
+            "stop_reason": self._stop_reason,
+            "usage": self._usage,
+        }
 
 
 class OpenAIAssembler:
-    """chat.completion.chunk … [DONE] → a chat.completion; the usage comes in the last chunk when the request
-    asked for it (stream_options.include_usage)."""
+    """chat.completion.chunk … [DONE] → a chat.completion; the usage comes in the last chunk when
+    the request asked for it (stream_options.include_usage)."""
 
     def __init__(self, model: str, sink: TextSink | None) -> None:
         self.model = model
@@ -167,10 +182,14 @@ class OpenAIAssembler:
         chunk = as_object(data)
         if "error" in chunk:
             error = as_object(chunk.get("error"))
-            raise LLMUnavailable(f"{self.model}: error mid-stream: {str(error.get('message') or error)[:300]}")
+            raise LLMUnavailable(
+                f"{self.model}: error mid-stream: {str(error.get('message') or error)[:300]}"
+            )
         self._chunks += 1
         if not self._head:
-            self._head = {k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk}
+            self._head = {
+                k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk
+            }
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
@@ -192,7 +211,9 @@ class OpenAIAssembler:
             self._finish = str(choice["finish_reason"])
 
     def _call(self, call: Mapping[str, Any]) -> None:
-        slot = self._calls.setdefault(int(call.get("index") or 0), {"id": "", "name": [], "arguments": []})
+        slot = self._calls.setdefault(
+            int(call.get("index") or 0), {"id": "", "name": [], "arguments": []}
+        )
         slot["id"] = slot["id"] or str(call.get("id") or "")
         function = as_object(call.get("function"))
         if function.get("name"):
@@ -206,16 +227,32 @@ class OpenAIAssembler:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
         if self._calls:
             message["tool_calls"] = [
-                {"id": slot["id"], "type": "function",
-                 "function": {"name": "".join(slot["name"]), "arguments": "".join(slot["arguments"]) or "{}"}}
-                for _, slot in sorted(self._calls.items())]
-        choices = [{"index": 0, "message": message, "finish_reason": self._finish}] if self._chunks else []
-        return {**self._head, "object": "chat.completion", "choices": choices, "usage": self._usage or {}}
+                {
+                    "id": slot["id"],
+                    "type": "function",
+                    "function": {
+                        "name": "".join(slot["name"]),
+                        "arguments": "".join(slot["arguments"]) or "{}",
+                    },
+                }
+                for _, slot in sorted(self._calls.items())
+            ]
+        choices = (
+            [{"index": 0, "message": message, "finish_reason": self._finish}]
+            if self._chunks
+            else []
+        )
+        return {
+            **self._head,
+            "object": "chat.completion",
+            "choices": choices,
+            "usage": self._usage or {},
+        }
 
 
 def _json_input(raw: str) -> Any:
-    """A tool call's streamed input; unreadable JSON stays text for the tool layer to report, as a non-streamed
-    answer's would never be (the API sends an object)."""
+    """A tool call's streamed input; unreadable JSON stays text for the tool layer to report, as a
+    non-streamed answer's would never be (the API sends an object)."""
     if not raw.strip():
         return {}
     try:

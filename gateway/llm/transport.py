@@ -1,5 +1,6 @@
-"""Which transport sends a wire's request: the gateway's own aiohttp POST (gateway/llm/http.py, the default)
-or the official SDKs (gateway/llm/sdk.py, imported only when `model.client: sdk` chooses them)."""
+"""Which transport sends a wire's request: the gateway's own aiohttp POST (gateway/llm/http.py, the
+default) or the official SDKs (gateway/llm/sdk.py, imported only when `model.client: sdk` chooses
+them)."""
 
 from __future__ import annotations
 
@@ -18,18 +19,34 @@ OPENAI_ENV_HEADERS = {"OPENAI_ORG_ID": "OpenAI-Organization", "OPENAI_PROJECT_ID
 def _user_agent() -> str:
     try:
         from importlib.metadata import version
+
         return f"agent-gateway/{version('agent-gateway')}"
     except Exception:  # noqa: BLE001 (an uninstalled checkout still talks to the model)
         return "agent-gateway"
 
 
-def make_transport(provider: Literal["anthropic", "openai"], client: ClientKind, *, model: str, api_key: str,
-                   base_url: str | None, timeout_s: float, max_retries: int,
-                   env: Mapping[str, str] | None = None) -> Transport:
+def make_transport(
+    provider: Literal["anthropic", "openai"],
+    client: ClientKind,
+    *,
+    model: str,
+    api_key: str,
+    base_url: str | None,
+    timeout_s: float,
+    max_retries: int,
+    env: Mapping[str, str] | None = None,
+) -> Transport:
     if client == "sdk":
         from gateway.llm.sdk import SdkTransport
-        return SdkTransport(provider=provider, model=model, api_key=api_key, base_url=base_url,
-                            timeout_s=timeout_s, max_retries=max_retries)
+
+        return SdkTransport(
+            provider=provider,
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+        )
     if provider == "anthropic":
         url = (base_url or ANTHROPIC_URL).rstrip("/") + "/v1/messages"
         headers = {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
@@ -39,5 +56,10 @@ def make_transport(provider: Literal["anthropic", "openai"], client: ClientKind,
         for var, header in OPENAI_ENV_HEADERS.items():  # as the openai SDK sends them
             if (env or {}).get(var):
                 headers[header] = (env or {})[var]
-    return HttpTransport(url=url, model=model, timeout_s=timeout_s, max_retries=max_retries,
-                         headers={**headers, "user-agent": _user_agent()})
+    return HttpTransport(
+        url=url,
+        model=model,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+        headers={**headers, "user-agent": _user_agent()},
+    )

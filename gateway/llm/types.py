@@ -1,6 +1,8 @@
-"""The model-facing vocabulary: neutral chat messages, tool calls, replies, token usage and the client seams.
+"""The model-facing vocabulary: neutral chat messages, tool calls, replies, token usage and the
+client seams.
 
-Everything that talks to a model, or stores what it said, shares these shapes; nothing here sends a request.
+Everything that talks to a model, or stores what it
+said, shares these shapes; nothing here sends a request.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ ClientKind = Literal["native", "sdk"]
 class ToolCall:
     id: str
     name: str
-    arguments: str  # raw JSON text as the model produced it (may be invalid; the tool layer reports that)
+    # raw JSON text as the model produced it (may be invalid; the tool layer reports that)
+    arguments: str
 
 
 class ToolDef(Protocol):
@@ -42,9 +45,12 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
-                     self.cache_read_tokens + other.cache_read_tokens,
-                     self.cache_write_tokens + other.cache_write_tokens)
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +64,14 @@ class LLMReply:
 
 
 class TextSink(Protocol):
-    """Where a streamed answer's text goes as the model writes it (a live preview: gateway/delivery/stream.py)."""
+    """Where a streamed answer's text goes as the model writes
+    it (a live preview: gateway/delivery/stream.py)."""
 
     def text(self, delta: str) -> None: ...
 
     def restart(self) -> None:
-        """The text so far is void: the request is retried, the fallback model answers, or the next call begins."""
+        """The text so far is void: the request is retried, the fallback model answers, or the next
+        call begins."""
 
 
 class LLMClient(Protocol):
@@ -76,16 +84,24 @@ class LLMClient(Protocol):
     @property
     def context_window(self) -> int: ...
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
-        """One model call. With `stream`, the request streams and the text reaches `stream` as it is written; the
-        reply is the same either way."""
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
+        """One model call. With `stream`, the request streams and the text reaches `stream` as it is
+        written; the reply is the same either way."""
 
     async def close(self) -> None: ...
 
 
 class StreamAssembler(Protocol):
-    """Folds a wire's streamed events back into its non-streamed JSON answer (gateway/llm/streams.py)."""
+    """Folds a wire's streamed events back into its
+    non-streamed JSON answer (gateway/llm/streams.py)."""
 
     def feed(self, event: str, data: Any) -> None: ...
 
@@ -95,33 +111,43 @@ class StreamAssembler(Protocol):
 
 
 class Transport(Protocol):
-    """Sends one request body of a wire and returns the JSON answer (gateway/llm/http.py, gateway/llm/sdk.py)."""
+    """Sends one request body of a wire and returns the JSON
+    answer (gateway/llm/http.py, gateway/llm/sdk.py)."""
 
     async def post(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
     async def stream(self, body: Mapping[str, Any], assembler: StreamAssembler) -> dict[str, Any]:
-        """The same request with `stream: true` in `body`: each event goes to `assembler`, whose answer is
-        returned; a retry starts the assembler over."""
+        """The same request with `stream: true` in `body`: each event goes to `assembler`, whose
+        answer is returned; a retry starts the assembler over."""
 
     async def close(self) -> None: ...
 
 
 IMAGE_GONE_NOTE = "[An image was attached here; it is no longer available.]"
 IMAGE_BLIND_NOTE = "[An image was attached here; this model cannot see images.]"
-IMAGE_LEFT_OUT_NOTE = ("[An image was attached here; it is left out now: the conversation holds more pictures than "
-                       "one request can carry.]")
-# What one request may carry: Anthropic takes 100 images and 32 MB in all (OpenAI 500 images, 50 MB of them). The
-# oldest pictures are left out past either, STEP at a time, so the request's start stays the same for the next
-# STEP pictures (the prompt cache keeps matching) instead of changing with every new one.
+IMAGE_LEFT_OUT_NOTE = (
+    "[An image was attached here; it is left out now: the conversation holds more pictures than "
+    "one request can carry.]"
+)
+# What one request may carry: Anthropic takes 100 images and 32 MB in all (OpenAI 500 images, 50 MB
+# of them). The oldest pictures are left out past either, STEP at a time, so the request's start
+# stays the same for the next STEP pictures (the prompt cache keeps matching) instead of changing
+# with every new one.
 MAX_REQUEST_IMAGES = 100
-MAX_REQUEST_IMAGE_CHARS = 24_000_000  # base64 characters: room for the text within Anthropic's 32 MB
+# base64 characters: room for the text within Anthropic's 32 MB
+MAX_REQUEST_IMAGE_CHARS = 24_000_000
 LEAVE_OUT_STEP = 10
 
 
 def fit_images(messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
-    """The history with its oldest pictures marked left out when it holds more than one request may carry (a
-    conversation that outgrew the limit would otherwise be refused on every turn)."""
-    sizes = [len(str(image.get("data"))) for m in messages for image in m.get("images") or () if image.get("data")]
+    """The history with its oldest pictures marked left out when it holds more than one request may
+    carry (a conversation that outgrew the limit would otherwise be refused on every turn)."""
+    sizes = [
+        len(str(image.get("data")))
+        for m in messages
+        for image in m.get("images") or ()
+        if image.get("data")
+    ]
     drop = 0
     while len(sizes) - drop > MAX_REQUEST_IMAGES or sum(sizes[drop:]) > MAX_REQUEST_IMAGE_CHARS:
         drop += LEAVE_OUT_STEP
@@ -141,9 +167,9 @@ def fit_images(messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
 
 
 def split_images(message: ChatMessage, vision: bool) -> tuple[str, list[tuple[str, str]]]:
-    """A message's text and the (media_type, base64) of the images a wire sends as image blocks; an image the
-    model cannot see (no vision, or its file is gone) becomes a fixed line of text instead, so the same stored
-    history always gives the same request."""
+    """A message's text and the (media_type, base64) of the images a wire sends as image blocks; an
+    image the model cannot see (no vision, or its file is gone) becomes a fixed line of text
+    instead, so the same stored history always gives the same request."""
     text = message.get("content") or ""
     shown: list[tuple[str, str]] = []
     notes: list[str] = []
@@ -225,9 +251,16 @@ class History(Sequence[ChatMessage]):
 
     __slots__ = ("_kept", "_more", "_view", "memo", "stored", "stored_chars")
 
-    def __init__(self, kept: Sequence[Any], view: Callable[[Any], ChatMessage], *,
-                 stored: int | None = None, more: Sequence[ChatMessage] = (),
-                 memo: WireMemo | None = None, stored_chars: int | None = None) -> None:
+    def __init__(
+        self,
+        kept: Sequence[Any],
+        view: Callable[[Any], ChatMessage],
+        *,
+        stored: int | None = None,
+        more: Sequence[ChatMessage] = (),
+        memo: WireMemo | None = None,
+        stored_chars: int | None = None,
+    ) -> None:
         self._kept = kept  # read up to `stored` only: the owner may append to it later
         self.stored = len(kept) if stored is None else stored
         self._view = view
@@ -283,8 +316,14 @@ class History(Sequence[ChatMessage]):
 
     def plus(self, *messages: ChatMessage) -> History:
         """This history with `messages` after it; the stored part and its memo are shared."""
-        return History(self._kept, self._view, stored=self.stored, more=[*self._more, *messages],
-                       memo=self.memo, stored_chars=self.stored_chars)
+        return History(
+            self._kept,
+            self._view,
+            stored=self.stored,
+            more=[*self._more, *messages],
+            memo=self.memo,
+            stored_chars=self.stored_chars,
+        )
 
     def chars(self) -> int:
         """The sum of `message_chars` over every message, the stored part's as kept."""

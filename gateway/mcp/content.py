@@ -1,9 +1,11 @@
-"""An MCP tool result (as the plain JSON the server sent) → the text of a tool result, and its pictures.
+"""An MCP tool result (as the plain JSON the server
+sent) → the text of a tool result, and its pictures.
 
-Text, embedded text resources, resource links and structured content become the text. Images (an `image` block,
-or an embedded resource whose blob is an image) come out as bytes for a model that sees images (the caller
-prepares and stores them; the wires send them as image blocks); for one that does not, or for audio and other
-binary content, a short line says what it was. A resource whose blob is typed as text is that text.
+Text, embedded text resources, resource links and structured content become the text. Images (an
+`image` block, or an embedded resource whose blob is an image) come out as bytes for a model that
+sees images (the caller prepares and stores them; the wires send them as image blocks); for one that
+does not, or for audio and other binary content, a short line says what it was. A resource whose
+blob is typed as text is that text.
 
 A server's PNG may carry an optional chunk with a wrong checksum (the reference server's
 `get-tiny-image` does: its colour profile's CRC is off); browsers show such a picture, Pillow
@@ -25,13 +27,25 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-MAX_IMAGES = 8  # per result: each costs the model ~1,500 tokens; more are described in a line instead
+# per result: each costs the model ~1,500 tokens; more are described in a line instead
+MAX_IMAGES = 8
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Besides text/*: the types whose blob is text to read (a server may send any resource as base64).
-TEXT_TYPES = frozenset({
-    "application/json", "application/xml", "application/javascript", "application/yaml",
-    "application/x-yaml", "application/toml", "application/sql", "application/x-sh",
-    "application/csv", "application/ecmascript", "application/graphql"})
+TEXT_TYPES = frozenset(
+    {
+        "application/json",
+        "application/xml",
+        "application/javascript",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/sql",
+        "application/x-sh",
+        "application/csv",
+        "application/ecmascript",
+        "application/graphql",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +62,8 @@ class ToolOutput:
 
 
 def tool_output(result: Mapping[str, Any], *, max_chars: int, images: bool = False) -> ToolOutput:
-    """A CallToolResult dumped with aliases (`content`, `structuredContent`, `isError`); with `images`, its
-    pictures as bytes (at most MAX_IMAGES) instead of a line each."""
+    """A CallToolResult dumped with aliases (`content`, `structuredContent`, `isError`); with
+    `images`, its pictures as bytes (at most MAX_IMAGES) instead of a line each."""
     blocks = result.get("content")
     blocks = [b for b in (blocks if isinstance(blocks, Sequence) else ()) if isinstance(b, Mapping)]
     found = [image for b in blocks if (image := _image(b))][:MAX_IMAGES] if images else []
@@ -58,8 +72,11 @@ def tool_output(result: Mapping[str, Any], *, max_chars: int, images: bool = Fal
     structured = result.get("structuredContent")
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False, indent=1))
-    text = "\n\n".join(parts) if parts else ("(the tool returned only images)" if found else
-                                            "(the tool returned no content)")
+    text = (
+        "\n\n".join(parts)
+        if parts
+        else ("(the tool returned only images)" if found else "(the tool returned no content)")
+    )
     if len(text) > max_chars:
         text = f"{text[:max_chars]}\n[... cut at {max_chars:,} of {len(text):,} characters]"
     return ToolOutput(text, bool(result.get("isError")), tuple(image for _, image in found))
@@ -88,12 +105,12 @@ def without_bad_optional_chunks(data: bytes) -> bytes:
         return data
     kept, pos, dropped = [PNG_SIGNATURE], len(PNG_SIGNATURE), []
     while pos + 12 <= len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        kind, end = data[pos + 4:pos + 8], pos + 12 + length
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind, end = data[pos + 4 : pos + 8], pos + 12 + length
         if end > len(data) or not kind.isalpha():
             return data
-        crc = int.from_bytes(data[end - 4:end], "big")
-        if zlib.crc32(data[pos + 4:end - 4]) != crc and kind[0] & 0x20:
+        crc = int.from_bytes(data[end - 4 : end], "big")
+        if zlib.crc32(data[pos + 4 : end - 4]) != crc and kind[0] & 0x20:
             dropped.append(kind.decode("ascii"))
         else:
             kept.append(data[pos:end])
@@ -116,17 +133,25 @@ def _block(block: Mapping[str, Any], vision: bool) -> str:
         return _resource(block.get("resource"))
     if kind == "resource_link":
         about = f": {block['description']}" if block.get("description") else ""
-        return f"[resource link {block.get('name') or ''} {block.get('uri') or ''}{about}]".replace("  ", " ")
+        return f"[resource link {block.get('name') or ''} {block.get('uri') or ''}{about}]".replace(
+            "  ", " "
+        )
     return f"[{kind or 'unknown'} content not shown]"
 
 
 def _media_note(kind: str, block: Mapping[str, Any], vision: bool) -> str:
     size = _size_text(_decoded_size(block.get("data")))
-    why = "this model cannot see images" if kind == "image" and not vision else \
-        f"only the first {MAX_IMAGES} readable images of a result are shown" if kind == "image" else \
-        "audio is not passed on"
-    return f"[{kind} {block.get('mimeType') or ''}, {size}: returned by the tool, not shown to you ({why})]" \
-        .replace(" ,", ",")
+    why = (
+        "this model cannot see images"
+        if kind == "image" and not vision
+        else f"only the first {MAX_IMAGES} readable images of a result are shown"
+        if kind == "image"
+        else "audio is not passed on"
+    )
+    return (
+        f"[{kind} {block.get('mimeType') or ''}, {size}: "
+        f"returned by the tool, not shown to you ({why})]"
+    ).replace(" ,", ",")
 
 
 def _resource(resource: Any) -> str:
@@ -139,7 +164,9 @@ def _resource(resource: Any) -> str:
     if text is not None:
         return f"[resource {uri}]\n{text}"
     size = _size_text(_decoded_size(resource.get("blob")))
-    return f"[binary resource {uri} ({resource.get('mimeType') or 'unknown type'}, {size}) not shown]"
+    return (
+        f"[binary resource {uri} ({resource.get('mimeType') or 'unknown type'}, {size}) not shown]"
+    )
 
 
 def _text_blob(mime_type: str, blob: Any) -> str | None:

@@ -1,8 +1,9 @@
-"""How an MCP tool is named for the model: `mcp_<server>_<tool>`, within what both model APIs accept.
+"""How an MCP tool is named for the model:
+`mcp_<server>_<tool>`, within what both model APIs accept.
 
-Anthropic and OpenAI take tool names of 1-64 characters from [A-Za-z0-9_-]; anything else in a server's tool
-name becomes `_`, and a name that would be too long keeps a short digest of the original so two long names
-stay apart.
+Anthropic and OpenAI take tool names of 1-64 characters from [A-Za-z0-9_-]; anything else in a
+server's tool name becomes `_`, and a name that would be too long keeps a short digest of the
+original so two long names stay apart.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def exposed_name(server: str, tool: str) -> str:
     if len(name) <= MAX_NAME:
         return name
     digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
-    return f"{name[:MAX_NAME - 9]}_{digest}"
+    return f"{name[: MAX_NAME - 9]}_{digest}"
 
 
 def server_prefix(server: str) -> str:

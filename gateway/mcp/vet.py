@@ -1,12 +1,13 @@
 """An MCP tool's description and JSON schema, checked before the model reads them.
 
-A server's tool descriptions and parameter descriptions go into every model request as if they were part of the
-prompt, but the owner did not write them: a server (or a new version of one) can use them to give the model
-orders ("tool poisoning"). They are scanned with gateway/scan.py when a server's tools are listed. A tool whose
-text carries a prompt injection or an instruction to leak data is withheld: sessions never get it, and
-`gateway tools list` and `gateway doctor` say why. Invisible characters are dropped from what is kept.
-Credentials the servers were given (`mask`: env and header values, what a URL carries) are masked
-in it: a server that writes its key into its own description would hand it to every request.
+A server's tool descriptions and parameter descriptions go into every model request as if they were
+part of the prompt, but the owner did not write them: a server (or a new version of one) can use
+them to give the model orders ("tool poisoning"). They are scanned with gateway/scan.py when a
+server's tools are listed. A tool whose text carries a prompt injection or an instruction to leak
+data is withheld: sessions never get it, and `gateway tools list` and `gateway doctor` say why.
+Invisible characters are dropped from what is kept. Credentials the servers were given (`mask`: env
+and header values, what a URL carries) are masked in it: a server that writes its key into its own
+description would hand it to every request.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def _unmasked(text: str) -> str:
     return text
 
 
-def vet_tool(description: str, schema: Mapping[str, Any], *,
-             mask: Callable[[str], str] = _unmasked) -> Vetted:
+def vet_tool(
+    description: str, schema: Mapping[str, Any], *, mask: Callable[[str], str] = _unmasked
+) -> Vetted:
     """The tool's text as the model may see it (`mask` applied to every string), or the finding that
     withholds it."""
     findings = scan_text("\n".join([description, *_strings(schema)]))
@@ -42,7 +44,8 @@ def vet_tool(description: str, schema: Mapping[str, Any], *,
 
 
 def _strings(value: Any) -> Iterator[str]:
-    """Every string in a schema the model reads: keys (property names) and values (descriptions, enums, defaults)."""
+    """Every string in a schema the model reads: keys (property names) and values (descriptions,
+    enums, defaults)."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):

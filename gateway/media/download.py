@@ -1,8 +1,9 @@
-"""One attachment from its platform to a file: the adapter's own download (a `MediaSource` stream of chunks),
-bounded by `media.max_bytes` and `media.timeout_s`, written to a `.part` file and renamed only when whole, so a
-kill mid-download leaves nothing that looks complete and the next attempt starts over. A platform that is busy or
-failing for a moment (429, 5xx, a dropped connection) is asked again, after the wait it names or a short backoff,
-twice at most and within the same time limit.
+"""One attachment from its platform to a file: the adapter's own download (a `MediaSource` stream of
+chunks), bounded by `media.max_bytes` and `media.timeout_s`, written to a `.part` file and renamed
+only when whole, so a kill mid-download leaves nothing that looks complete and the next attempt
+starts over. A platform that is busy or failing for a moment (429, 5xx, a dropped connection) is
+asked again, after the wait it names or a short backoff, twice at most and within the same time
+limit.
 """
 
 from __future__ import annotations
@@ -20,14 +21,23 @@ from gateway.store.media_files import open_private
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAYS = (1.0, 4.0)  # backoff before the second and third try, when the platform names no wait
-MAX_RETRY_AFTER_S = 30.0   # a platform that asks for a longer wait is not waited for: the user is told now
+# backoff before the second and third try, when the platform names no wait
+RETRY_DELAYS = (1.0, 4.0)
+# a platform that asks for a longer wait is not waited for: the user is told now
+MAX_RETRY_AFTER_S = 30.0
 
 Sleep = Callable[[float], Awaitable[None]]
 
 
-async def download(source: MediaSource, attachment: Attachment, dest: Path, *, max_bytes: int,
-                   timeout_s: float, sleep: Sleep = asyncio.sleep) -> int:
+async def download(
+    source: MediaSource,
+    attachment: Attachment,
+    dest: Path,
+    *,
+    max_bytes: int,
+    timeout_s: float,
+    sleep: Sleep = asyncio.sleep,
+) -> int:
     """Fetch into `dest` (reused when a previous life finished it); returns its size in bytes."""
     if attachment.size is not None and attachment.size > max_bytes:
         raise MediaTooLarge(attachment.size, max_bytes)
@@ -48,7 +58,9 @@ async def download(source: MediaSource, attachment: Attachment, dest: Path, *, m
     return size
 
 
-async def _tries(source: MediaSource, attachment: Attachment, part: Path, max_bytes: int, sleep: Sleep) -> int:
+async def _tries(
+    source: MediaSource, attachment: Attachment, part: Path, max_bytes: int, sleep: Sleep
+) -> int:
     for delay in RETRY_DELAYS:
         try:
             return await _stream(source, attachment, part, max_bytes)
@@ -56,7 +68,12 @@ async def _tries(source: MediaSource, attachment: Attachment, part: Path, max_by
             wait = delay if exc.retry_after is None else max(0.0, exc.retry_after)
             if not exc.transient or wait > MAX_RETRY_AFTER_S:
                 raise
-            log.info("download of a %s failed for now (%s); trying again in %.1f s", attachment.kind, exc, wait)
+            log.info(
+                "download of a %s failed for now (%s); trying again in %.1f s",
+                attachment.kind,
+                exc,
+                wait,
+            )
         await sleep(wait)
     return await _stream(source, attachment, part, max_bytes)
 

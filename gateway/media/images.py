@@ -8,8 +8,8 @@ header before anything is decoded (at most MAX_SOURCE_PIXELS, and at most `media
 decoded pixels); a JPEG is decoded at 1/2 to 1/8 of its size when that is enough (draft), and the
 shrinking reduces by whole factors first (reducing_gap). HEIC/HEIF (what an iPhone saves) opens
 through pillow-heif, loaded with the first such picture.
-The output is written once and sent byte for byte on every later turn (the prompt cache keys on those bytes), so
-nothing here runs again for a picture already in the history.
+The output is written once and sent byte for byte on every later turn (the prompt cache keys on
+those bytes), so nothing here runs again for a picture already in the history.
 """
 
 from __future__ import annotations
@@ -28,29 +28,38 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Anthropic scales anything past ~1.15 megapixels or 1568 px down on its side (and refuses > 8000 px or 5 MB);
-# OpenAI fits "high" detail into 2048 px and then 768 px on the short side. Sending at most this is never refused
-# and costs no more tokens than the model would spend anyway.
+# Anthropic scales anything past ~1.15 megapixels or 1568 px down on its side (and refuses > 8000 px
+# or 5 MB); OpenAI fits "high" detail into 2048 px and then 768 px on the short side. Sending at
+# most this is never refused and costs no more tokens than the model would spend anyway.
 MAX_EDGE = 1568
 MAX_PIXELS = 1_150_000
 MAX_ENCODED_BYTES = 3_700_000  # base64 of it stays under Anthropic's 5 MB per image
 JPEG_QUALITY = 85
 MAX_SOURCE_PIXELS = 64_000_000  # a "decompression bomb" past this is refused before it is decoded
 # ISO base media files whose `ftyp` brand says HEIF (AVIF, the same container, Pillow reads itself)
-HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
+HEIF_BRANDS = frozenset(
+    {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+)
 # what is opened (JPEG includes MPO); never EPS (Ghostscript), PSD or the other rare decoders
 FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 DECODE_MB = 256  # media.max_decode_mb's default: a 64-megapixel picture at 4 bytes a pixel fits
 PICTURE = JobLimits(cpu_s=20, wall_s=60)
 MAX_PNG_CHUNKS = 10_000  # a real PNG has a dozen; Pillow reads each in a Python loop
-MAX_JPEG_SCANS = 100     # a progressive JPEG has ~10; each pass decodes the whole picture again
+MAX_JPEG_SCANS = 100  # a progressive JPEG has ~10; each pass decodes the whole picture again
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REDUCING_GAP = 3.0  # shrink by whole factors down to 3× the size wanted, then resample (Pillow)
 STRIP_ROWS = 256
 MB = 1024 * 1024
 # EXIF orientation → the transpose that sets the picture upright (as ImageOps.exif_transpose does)
-UPRIGHT = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
-           6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
+UPRIGHT = {
+    2: "FLIP_LEFT_RIGHT",
+    3: "ROTATE_180",
+    4: "FLIP_TOP_BOTTOM",
+    5: "TRANSPOSE",
+    6: "ROTATE_270",
+    7: "TRANSVERSE",
+    8: "ROTATE_90",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +70,14 @@ class PreparedImage:
     height: int
 
 
-async def prepare_picture(worker: Worker, source: Path, *,
-                          max_decode_mb: int = DECODE_MB) -> PreparedImage:
+async def prepare_picture(
+    worker: Worker, source: Path, *, max_decode_mb: int = DECODE_MB
+) -> PreparedImage:
     """`prepare_image` in the worker; MediaError for a picture it cannot read or gave up on."""
     try:
-        return await worker.run(prepare_image, source, max_decode_mb, limits=PICTURE,
-                                returns=PreparedImage)
+        return await worker.run(
+            prepare_image, source, max_decode_mb, limits=PICTURE, returns=PreparedImage
+        )
     except WorkerFailed as exc:
         raise MediaError(f"it could not be read: {exc}") from None
 
@@ -77,7 +88,8 @@ def prepare_image(source: Path, max_decode_mb: int = DECODE_MB) -> PreparedImage
     from PIL import Image as PILImage
     from PIL import UnidentifiedImageError
 
-    PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS  # Pillow warns past this (refuses past twice it); we refuse
+    # Pillow warns past this (refuses past twice it); we refuse
+    PILImage.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
     _check_structure(source)
     if is_heif(source):
         _open_heif()
@@ -88,19 +100,22 @@ def prepare_image(source: Path, max_decode_mb: int = DECODE_MB) -> PreparedImage
             if width * height > MAX_SOURCE_PIXELS:
                 raise PILImage.DecompressionBombError(f"{width}x{height}")
             opened.seek(0)  # an animated GIF/WebP sticker: its first frame is the still image
-            opened.draft(None, _target(width, height))  # a big JPEG is decoded at 1/2, 1/4 or 1/8 of its size
+            # a big JPEG is decoded at 1/2, 1/4 or 1/8 of its size
+            opened.draft(None, _target(width, height))
             _check_decode_size(opened, width, height, max_decode_mb)
             orientation = opened.getexif().get(0x0112)
             opened.load()
             image = _fit(opened)
             if image is opened:  # small enough already: a copy outlives the file
                 image = opened.copy()
-    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):  # the warning: where it is an error
+    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
+        # the warning: where it is an error
         raise MediaError("the picture is too large to open (over 64 megapixels)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         log.info("image %s unreadable: %s", source.name, type(exc).__name__)
-        raise MediaError("it is not a picture that can be opened (damaged, or a picture format "
-                         "not read here)") from None
+        raise MediaError(
+            "it is not a picture that can be opened (damaged, or a picture format not read here)"
+        ) from None
     return _encode(_upright(image, orientation))
 
 
@@ -110,11 +125,13 @@ def _check_structure(source: Path) -> None:
     with source.open("rb") as f:
         head = f.read(8)
         if head == PNG_SIGNATURE and _png_chunks(f) > MAX_PNG_CHUNKS:
-            raise MediaError(f"the picture is damaged (a PNG in more than {MAX_PNG_CHUNKS:,} "
-                             "parts)")
+            raise MediaError(
+                f"the picture is damaged (a PNG in more than {MAX_PNG_CHUNKS:,} parts)"
+            )
         if head[:2] == b"\xff\xd8" and _jpeg_scans(f, head) > MAX_JPEG_SCANS:
-            raise MediaError(f"the picture is damaged (a JPEG in more than {MAX_JPEG_SCANS:,} "
-                             "passes)")
+            raise MediaError(
+                f"the picture is damaged (a JPEG in more than {MAX_JPEG_SCANS:,} passes)"
+            )
 
 
 def _png_chunks(f: BinaryIO) -> int:
@@ -143,8 +160,10 @@ def _check_decode_size(opened: Image, width: int, height: int, max_decode_mb: in
     depth = 1 if opened.mode in ("1", "L", "P") else 2 if opened.mode.startswith("I;16") else 4
     need = opened.size[0] * opened.size[1] * depth
     if need > max_decode_mb * MB:
-        raise MediaError(f"the picture is too large to open ({width}×{height} pixels would take "
-                         f"{need / MB:,.0f} MB to decode; the limit is {max_decode_mb:,} MB)")
+        raise MediaError(
+            f"the picture is too large to open ({width}×{height} pixels would take "
+            f"{need / MB:,.0f} MB to decode; the limit is {max_decode_mb:,} MB)"
+        )
 
 
 def _upright(image: Image, orientation: object) -> Image:
@@ -175,8 +194,10 @@ def _open_heif() -> None:
     try:
         import pillow_heif
     except ImportError:  # the dependency is missing from this install: say so plainly
-        raise MediaError("it is a HEIC picture, which this installation cannot open (pillow-heif is missing); "
-                         "send it as a photo, or as JPEG") from None
+        raise MediaError(
+            "it is a HEIC picture, which this installation cannot open (pillow-heif is missing); "
+            "send it as a photo, or as JPEG"
+        ) from None
     pillow_heif.register_heif_opener()  # once is enough; again is harmless
 
 
@@ -222,15 +243,18 @@ def _encode(image: Image) -> PreparedImage:
         flat.paste(rgba, mask=rgba.getchannel("A"))
         image = flat
     rgb = image.convert("RGB")
-    return PreparedImage("image/jpeg", _save(rgb, "JPEG", quality=JPEG_QUALITY, optimize=False), *rgb.size)
+    return PreparedImage(
+        "image/jpeg", _save(rgb, "JPEG", quality=JPEG_QUALITY, optimize=False), *rgb.size
+    )
 
 
 def _has_alpha(image: Image) -> bool:
-    return image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
+    return image.mode in ("RGBA", "LA", "PA") or (
+        image.mode == "P" and "transparency" in image.info
+    )
 
 
 def _save(image: Image, fmt: str, **options: object) -> bytes:
     out = io.BytesIO()
     image.save(out, fmt, **options)
     return out.getvalue()
-

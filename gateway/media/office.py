@@ -1,9 +1,11 @@
-"""Office documents → text, with the standard library only. Word, Excel and PowerPoint files (.docx, .xlsx, .pptx)
-and their OpenDocument kin (.odt, .ods, .odp) are zip files of XML: what a reader of the file sees is pulled out
-(paragraphs, table rows, cell values sheet by sheet, slide text in slide order); styles, pictures and macros are not.
+"""Office documents → text, with the standard library only. Word, Excel and PowerPoint files (.docx,
+.xlsx, .pptx) and their OpenDocument kin (.odt, .ods, .odp) are zip files of XML: what a reader of
+the file sees is pulled out (paragraphs, table rows, cell values sheet by sheet, slide text in slide
+order); styles, pictures and macros are not.
 
-The file is the sender's to craft: every member is read through a cap on what it unpacks to (a zip bomb stops
-there), parsed as a stream (elements are dropped once read), and XML with a DOCTYPE is refused (no entities).
+The file is the sender's to craft: every member is read through a cap on what it unpacks to (a zip
+bomb stops there), parsed as a stream (elements are dropped once read), and XML with a DOCTYPE is
+refused (no entities).
 """
 
 from __future__ import annotations
@@ -39,11 +41,20 @@ OFFICE_MIME = {
     "application/vnd.oasis.opendocument.presentation": "odp",
 }
 SAME_AS = {"docm": "docx", "xlsm": "xlsx", "pptm": "pptx"}
-LEGACY = frozenset({"doc", "xls", "ppt", "application/msword", "application/vnd.ms-excel",
-                    "application/vnd.ms-powerpoint"})
+LEGACY = frozenset(
+    {
+        "doc",
+        "xls",
+        "ppt",
+        "application/msword",
+        "application/vnd.ms-excel",
+        "application/vnd.ms-powerpoint",
+    }
+)
 MAX_UNPACKED = 64 * 1024 * 1024  # bytes all members of one file may unpack to, together
-MAX_REPEAT = 64                   # an OpenDocument cell or row "repeated" more often is written once
-MAX_DEPTH = 256                   # XML nesting (Word's deepest real documents stay under 40)
+# an OpenDocument cell or row "repeated" more often is written once
+MAX_REPEAT = 64
+MAX_DEPTH = 256  # XML nesting (Word's deepest real documents stay under 40)
 CHUNK = 64 * 1024
 Lines = Iterator[str]
 
@@ -58,18 +69,30 @@ def office_format(name: str | None, mime: str | None) -> str | None:
 
 
 def is_legacy_office(name: str | None, mime: str | None) -> bool:
-    """The binary formats of Office 97–2003 (.doc, .xls, .ppt): not read here, but worth naming to the user."""
+    """The binary formats of Office 97–2003 (.doc, .xls, .ppt): not read here, but worth naming to
+    the user."""
     return suffix(name) in LEGACY or (mime or "").lower().split(";")[0].strip() in LEGACY
 
 
 def read_office(path: Path, limit: int, fmt: str) -> Extracted:
-    """The document's text, cut at `limit` characters; MediaError for a damaged or password-protected file."""
+    """The document's text, cut at `limit` characters; MediaError for a damaged or
+    password-protected file."""
     try:
         with zipfile.ZipFile(path) as archive:
             budget = _Budget(MAX_UNPACKED)
             text = _take(READERS[fmt](archive, budget), limit)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ParseError, KeyError, EOFError, NotImplementedError,
-            RuntimeError, ValueError, OSError, zlib.error):  # RuntimeError: an encrypted member
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        ParseError,
+        KeyError,
+        EOFError,
+        NotImplementedError,
+        RuntimeError,
+        ValueError,
+        OSError,
+        zlib.error,
+    ):  # RuntimeError: an encrypted member
         raise MediaError("the document is damaged or password-protected") from None
     if not text.strip():
         raise MediaError("the document has no text in it")
@@ -77,7 +100,8 @@ def read_office(path: Path, limit: int, fmt: str) -> Extracted:
 
 
 def _take(lines: Lines, limit: int) -> str:
-    """Lines until the limit is passed: the rest is not even parsed (the cut's note says "at least")."""
+    """Lines until the limit is passed: the rest is not
+    even parsed (the cut's note says "at least")."""
     out: list[str] = []
     size = 0
     for line in lines:
@@ -100,7 +124,9 @@ class _Budget:
             yield chunk
 
 
-def _events(archive: zipfile.ZipFile, member: str, budget: _Budget) -> Iterator[tuple[str, Element]]:
+def _events(
+    archive: zipfile.ZipFile, member: str, budget: _Budget
+) -> Iterator[tuple[str, Element]]:
     """Start and end events of one member, parsed as it unpacks; a DOCTYPE (entities) is refused,
     and so is nesting deeper than MAX_DEPTH (a tree of millions of nested elements takes GBs)."""
     parser: XMLPullParser[Element] = XMLPullParser(("start", "end"))
@@ -115,8 +141,10 @@ def _events(archive: zipfile.ZipFile, member: str, budget: _Budget) -> Iterator[
             for event, element in _pairs(parser):
                 depth += 1 if event == "start" else -1
                 if depth > MAX_DEPTH:
-                    raise MediaError(f"the document nests its parts more than {MAX_DEPTH} deep, "
-                                     "which no real document does")
+                    raise MediaError(
+                        f"the document nests its parts more than {MAX_DEPTH} deep, "
+                        "which no real document does"
+                    )
                 yield event, element
     parser.close()
     yield from _pairs(parser)
@@ -134,7 +162,8 @@ def _has(archive: zipfile.ZipFile, member: str) -> bool:
 
 def _pairs(parser: XMLPullParser[Element]) -> Iterator[tuple[str, Element]]:
     for item in parser.read_events():
-        if len(item) == 2 and isinstance(item[1], Element):  # start and end events carry the element
+        if len(item) == 2 and isinstance(item[1], Element):
+            # start and end events carry the element
             yield item[0], item[1]
 
 
@@ -143,7 +172,8 @@ def _texts(element: Element, tag: str) -> str:
 
 
 def _targets(archive: zipfile.ZipFile, part: str, budget: _Budget) -> dict[str, str]:
-    """A part's relationships: id → the member it names (`xl/workbook.xml` → `xl/_rels/workbook.xml.rels`)."""
+    """A part's relationships: id → the member it names
+    (`xl/workbook.xml` → `xl/_rels/workbook.xml.rels`)."""
     folder, name = posixpath.split(part)
     rels = posixpath.join(folder, "_rels", name + ".rels")
     if not _has(archive, rels):
@@ -152,12 +182,15 @@ def _targets(archive: zipfile.ZipFile, part: str, budget: _Budget) -> dict[str, 
     for event, el in _events(archive, rels, budget):
         if event == "end" and el.tag == REL + "Relationship":
             target = el.get("Target", "")
-            found[el.get("Id", "")] = target.lstrip("/") if target.startswith("/") else \
-                posixpath.normpath(posixpath.join(folder, target))
+            found[el.get("Id", "")] = (
+                target.lstrip("/")
+                if target.startswith("/")
+                else posixpath.normpath(posixpath.join(folder, target))
+            )
     return found
 
 
-# ---------------------------------------------------------------------------------------------- Word
+# --------------------------------------------------------------------------------------------- Word
 def _docx(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
     depth, cells, row = 0, [], []  # inside how many tables; the cell's paragraphs; the row's cells
     for event, el in _events(archive, "word/document.xml", budget):
@@ -190,7 +223,7 @@ def _run_text(paragraph: Element) -> Iterator[str]:
             yield "\n"
 
 
-# ---------------------------------------------------------------------------------------------- Excel
+# -------------------------------------------------------------------------------------------- Excel
 def _xlsx(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
     shared = _shared_strings(archive, budget)
     targets = _targets(archive, "xl/workbook.xml", budget)
@@ -257,11 +290,14 @@ def _column(ref: str, fallback: int) -> int:
     return n - 1
 
 
-# ---------------------------------------------------------------------------------------------- PowerPoint
+# --------------------------------------------------------------------------------------- PowerPoint
 def _pptx(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
     targets = _targets(archive, "ppt/presentation.xml", budget)
-    order = [targets.get(el.get(R + "id", "")) for event, el in _events(archive, "ppt/presentation.xml", budget)
-             if event == "end" and el.tag == P + "sldId"]
+    order = [
+        targets.get(el.get(R + "id", ""))
+        for event, el in _events(archive, "ppt/presentation.xml", budget)
+        if event == "end" and el.tag == P + "sldId"
+    ]
     for number, member in enumerate((m for m in order if m and _has(archive, m)), start=1):
         yield f"[Slide {number}]"
         for event, el in _events(archive, str(member), budget):
@@ -272,7 +308,7 @@ def _pptx(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
                 el.clear()
 
 
-# ---------------------------------------------------------------------------------------------- OpenDocument
+# ------------------------------------------------------------------------------------- OpenDocument
 def _odf(archive: zipfile.ZipFile, budget: _Budget) -> Lines:
     cell: list[str] | None = None
     row: list[str] = []
@@ -310,4 +346,10 @@ def _repeat(el: Element, what: str) -> int:
 
 
 READERS: dict[str, Callable[[zipfile.ZipFile, _Budget], Lines]] = {
-    "docx": _docx, "xlsx": _xlsx, "pptx": _pptx, "odt": _odf, "ods": _odf, "odp": _odf}
+    "docx": _docx,
+    "xlsx": _xlsx,
+    "pptx": _pptx,
+    "odt": _odf,
+    "ods": _odf,
+    "odp": _odf,
+}

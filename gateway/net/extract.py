@@ -18,13 +18,25 @@ from gateway.worker.parent import JobLimits, Worker, WorkerFailed
 log = logging.getLogger(__name__)
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown", "text/csv",
-                        "application/json", "application/xml", "text/xml", "application/rss+xml",
-                        "application/atom+xml"})
+TEXT_TYPES = frozenset(
+    {
+        "text/plain",
+        "text/markdown",
+        "text/x-markdown",
+        "text/csv",
+        "application/json",
+        "application/xml",
+        "text/xml",
+        "application/rss+xml",
+        "application/atom+xml",
+    }
+)
 ARTICLE = JobLimits(cpu_s=15, wall_s=60)  # a real 1 MB page takes trafilatura 1-3 s
 VISIBLE = JobLimits(cpu_s=5, wall_s=30)
-VISIBLE_NOTE = ("[The page's main text could not be picked out ({why}); what follows is all of "
-                "its visible text, menus included.]")
+VISIBLE_NOTE = (
+    "[The page's main text could not be picked out ({why}); what follows is all of "
+    "its visible text, menus included.]"
+)
 
 __all__ = ["Page", "page_of"]
 
@@ -36,13 +48,16 @@ async def page_of(fetched: Fetched, worker: Worker) -> Page:
         if kind in HTML_TYPES or (not kind and fetched.body.lstrip()[:1] == b"<"):
             return await _html(fetched, worker)
         if kind in TEXT_TYPES or kind.startswith("text/") or kind.endswith("+json"):
-            return await worker.run(text_page, fetched.body, fetched.charset, kind, limits=VISIBLE,
-                                    returns=Page)
+            return await worker.run(
+                text_page, fetched.body, fetched.charset, kind, limits=VISIBLE, returns=Page
+            )
     except WorkerFailed as exc:
         raise ToolError(f"This page could not be read: {exc}.") from None
     more = " or more" if fetched.truncated else ""
-    raise ToolError(f"{fetched.url} is {kind or 'of an unknown type'} ({len(fetched.body):,} "
-                    f"bytes{more}), not a page web_fetch can read.")
+    raise ToolError(
+        f"{fetched.url} is {kind or 'of an unknown type'} ({len(fetched.body):,} "
+        f"bytes{more}), not a page web_fetch can read."
+    )
 
 
 async def _html(fetched: Fetched, worker: Worker) -> Page:
@@ -52,7 +67,10 @@ async def _html(fetched: Fetched, worker: Worker) -> Page:
     except WorkerFailed as exc:
         if exc.reason == "busy":
             raise
-        log.info("web_fetch: %s: no article within the limits (%s); reading its visible text",
-                 fetched.url, exc)
+        log.info(
+            "web_fetch: %s: no article within the limits (%s); reading its visible text",
+            fetched.url,
+            exc,
+        )
         page = await worker.run(visible_page, *args, limits=VISIBLE, returns=Page)
         return Page(page.title, f"{VISIBLE_NOTE.format(why=exc)}\n\n{page.markdown}")

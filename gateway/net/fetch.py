@@ -1,6 +1,8 @@
-"""One guarded GET for the web tools: http(s) only, every redirect hop re-checked, the body capped in bytes.
+"""One guarded GET for the web tools: http(s) only, every redirect hop re-checked, the body capped
+in bytes.
 
-Environment proxies are ignored on purpose: a proxy would connect on our behalf to an address we never checked.
+Environment proxies are ignored on purpose: a proxy would connect on our behalf to an address we
+never checked.
 """
 
 from __future__ import annotations
@@ -22,22 +24,25 @@ USER_AGENT = "agent-gateway/0.1 (+web_fetch)"
 
 @dataclass(frozen=True, slots=True)
 class Fetched:
-    url: str           # after redirects
+    url: str  # after redirects
     status: int
     content_type: str  # lowercased, without parameters
     charset: str | None
     body: bytes
-    truncated: bool    # the body went past the byte cap and was cut there
+    truncated: bool  # the body went past the byte cap and was cut there
 
 
 def checked_url(raw: str, *, allow_private: bool) -> URL:
-    """The URL, if a web tool may ask for it: http or https, with a host that is not refused on sight."""
+    """The URL, if a web tool may ask for it: http or
+    https, with a host that is not refused on sight."""
     try:
         url = URL(raw.strip())
     except (ValueError, TypeError):
         raise ToolError(f"Not a valid URL: {raw!r}.") from None
     if url.scheme not in ("http", "https"):
-        raise ToolError(f"Only http and https URLs can be fetched (got {url.scheme or 'no scheme'!s}: {raw!r}).")
+        raise ToolError(
+            f"Only http and https URLs can be fetched (got {url.scheme or 'no scheme'!s}: {raw!r})."
+        )
     if not url.host:
         raise ToolError(f"The URL has no host: {raw!r}.")
     check_host(url.host, allow_private=allow_private)
@@ -49,9 +54,17 @@ class WebClient:
     shutdown. `worker` reads the pages (gateway/net/extract.py; its own when none is given), and
     closing the client stops the worker's child too."""
 
-    def __init__(self, *, allow_private: bool = False, max_bytes: int = 2_000_000, timeout_s: float = 20.0,
-                 max_redirects: int = 5, lookup: Lookup = system_lookup,
-                 route: Callable[[str], str] | None = None, worker: Worker | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_private: bool = False,
+        max_bytes: int = 2_000_000,
+        timeout_s: float = 20.0,
+        max_redirects: int = 5,
+        lookup: Lookup = system_lookup,
+        route: Callable[[str], str] | None = None,
+        worker: Worker | None = None,
+    ) -> None:
         self.worker = worker or Worker()
         self.allow_private = allow_private
         self.max_bytes = max_bytes
@@ -63,12 +76,17 @@ class WebClient:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(resolver=self.resolver, use_dns_cache=False, limit=16)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False,
-                                                  headers={"User-Agent": USER_AGENT},
-                                                  timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                trust_env=False,
+                headers={"User-Agent": USER_AGENT},
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            )
         return self._session
 
-    async def get(self, raw_url: str, *, accept: str = "text/html,text/plain;q=0.9,*/*;q=0.5") -> Fetched:
+    async def get(
+        self, raw_url: str, *, accept: str = "text/html,text/plain;q=0.9,*/*;q=0.5"
+    ) -> Fetched:
         url = checked_url(raw_url, allow_private=self.allow_private)
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -80,7 +98,9 @@ class WebClient:
 
     async def _follow(self, url: URL, accept: str) -> Fetched:
         for _ in range(self.max_redirects + 1):
-            async with self._client().get(url, allow_redirects=False, headers={"Accept": accept}) as response:
+            async with self._client().get(
+                url, allow_redirects=False, headers={"Accept": accept}
+            ) as response:
                 location = response.headers.get("Location")
                 if response.status in REDIRECTS and location:
                     url = self._next_hop(url, location)
@@ -104,11 +124,17 @@ class WebClient:
         async for chunk in response.content.iter_chunked(65536):
             body += chunk
             if len(body) > self.max_bytes:
-                del body[self.max_bytes:]
+                del body[self.max_bytes :]
                 truncated = True
                 break
-        return Fetched(url=str(url), status=response.status, content_type=response.content_type.lower(),
-                       charset=response.charset, body=bytes(body), truncated=truncated)
+        return Fetched(
+            url=str(url),
+            status=response.status,
+            content_type=response.content_type.lower(),
+            charset=response.charset,
+            body=bytes(body),
+            truncated=truncated,
+        )
 
     async def close(self) -> None:
         if self._session is not None:

@@ -1,9 +1,11 @@
-"""Pages web_fetch read a moment ago, so reading a long page part by part (`start=`) downloads it once.
+"""Pages web_fetch read a moment ago, so reading a long
+page part by part (`start=`) downloads it once.
 
-One per daemon, in memory only: a page is kept for a few minutes (TTL on the injected monotonic clock), under the
-URL the model asked for and the URL it ended at, and the least recently used pages go first once the cache holds
-more than `max_chars` characters or `max_pages` pages. The continuation of a page then reads the same text the
-first part came from, so its character offsets stay true even when the site changes meanwhile.
+One per daemon, in memory only: a page is kept for a few minutes (TTL on the injected monotonic
+clock), under the URL the model asked for and the URL it ended at, and the least recently used pages
+go first once the cache holds more than `max_chars` characters or `max_pages` pages. The
+continuation of a page then reads the same text the first part came from, so its character offsets
+stay true even when the site changes meanwhile.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ MAX_PAGES = 64
 
 @dataclass(frozen=True, slots=True)
 class ReadPage:
-    url: str            # after redirects
+    url: str  # after redirects
     title: str | None
     markdown: str
-    truncated: bool     # the download hit its byte cap
+    truncated: bool  # the download hit its byte cap
 
     @property
     def size(self) -> int:
@@ -31,14 +33,22 @@ class ReadPage:
 
 
 class PageCache:
-    def __init__(self, *, ttl_s: float = TTL_S, max_chars: int = MAX_CHARS, max_pages: int = MAX_PAGES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        ttl_s: float = TTL_S,
+        max_chars: int = MAX_CHARS,
+        max_pages: int = MAX_PAGES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_chars = max_chars
         self.max_pages = max_pages
         self.clock = clock
-        self._pages: OrderedDict[str, tuple[float, ReadPage]] = OrderedDict()  # URL → (expires at, page), LRU first
-        self._keys: dict[int, list[str]] = {}  # id(page) → the URLs that lead to it: its text counts once
+        # URL → (expires at, page), LRU first
+        self._pages: OrderedDict[str, tuple[float, ReadPage]] = OrderedDict()
+        # id(page) → the URLs that lead to it: its text counts once
+        self._keys: dict[int, list[str]] = {}
         self._chars = 0
 
     def get(self, url: str) -> ReadPage | None:
@@ -54,7 +64,8 @@ class PageCache:
         return page
 
     def put(self, asked: str, page: ReadPage) -> None:
-        """Keep `page` under the URL asked for and its final URL; a page larger than the whole cache is not kept."""
+        """Keep `page` under the URL asked for and its final URL; a page larger than the whole cache
+        is not kept."""
         for key in dict.fromkeys((_key(asked), _key(page.url))):
             if key in self._pages:
                 self._drop(self._pages[key][1])

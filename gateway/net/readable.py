@@ -18,17 +18,53 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
-_META_CHARSET = re.compile(rb"""<meta[^<>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""",
-                           re.IGNORECASE)
+_META_CHARSET = re.compile(
+    rb"""<meta[^<>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]{1,40})""", re.IGNORECASE
+)
 _CODE_TOKEN = re.compile(r"CODE[0-9a-f]{12}N[0-9]+X")
 PERMALINK_MARKS = frozenset({"¶", "#", "§", "🔗", "\uf0c1"})  # \uf0c1: Font Awesome's link icon
-PERMALINK_CLASSES = frozenset({"headerlink", "anchor", "anchorjs-link", "heading-anchor",
-                               "permalink"})
+PERMALINK_CLASSES = frozenset(
+    {"headerlink", "anchor", "anchorjs-link", "heading-anchor", "permalink"}
+)
 HIDDEN = ("script", "style", "noscript", "template", "head")
-BLOCKS = ("address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
-          "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
-          "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table",
-          "td", "th", "tr", "ul")
+BLOCKS = (
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "br",
+    "dd",
+    "details",
+    "div",
+    "dl",
+    "dt",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hr",
+    "li",
+    "main",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "section",
+    "summary",
+    "table",
+    "td",
+    "th",
+    "tr",
+    "ul",
+)
 MAX_TITLE = 300
 MAX_PRETTY = 8_000_000  # characters of indented JSON; a bigger result is sent as it came
 
@@ -229,7 +265,7 @@ def _language(pre: Any) -> str:
             outer = outer.getparent()
     for name in " ".join(names).split():
         for prefix in ("language-", "lang-", "highlight-"):
-            found = name[len(prefix):]
+            found = name[len(prefix) :]
             if name.startswith(prefix) and re.fullmatch(r"[A-Za-z0-9_+#.-]{1,30}", found):
                 return found
     return ""
@@ -245,7 +281,7 @@ def clean_title(title: str | None) -> str | None:
     if not title:
         return None
     title = " ".join(title.split()).rstrip("¶ ")
-    return (title if len(title) <= MAX_TITLE else title[:MAX_TITLE - 1] + "…") or None
+    return (title if len(title) <= MAX_TITLE else title[: MAX_TITLE - 1] + "…") or None
 
 
 def _etree() -> Any:

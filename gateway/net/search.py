@@ -1,7 +1,8 @@
-"""The web search providers' HTTP APIs (SearXNG, Brave Search, Tavily) behind one `search(query, count)`.
+"""The web search providers' HTTP APIs (SearXNG, Brave
+Search, Tavily) behind one `search(query, count)`.
 
-The endpoint is the owner's choice (a SearXNG on 127.0.0.1 is common), so it is not address-checked like a
-fetched URL; the API key goes only in the provider's own header and never into an error text.
+The endpoint is the owner's choice (a SearXNG on 127.0.0.1 is common), so it is not address-checked
+like a fetched URL; the API key goes only in the provider's own header and never into an error text.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ class SearchHit:
 
 
 class WebSearch:
-    def __init__(self, provider: str, *, base_url: str | None, api_key: str | None, timeout_s: float = 15.0) -> None:
+    def __init__(
+        self, provider: str, *, base_url: str | None, api_key: str | None, timeout_s: float = 15.0
+    ) -> None:
         base = base_url or DEFAULT_BASE.get(provider)
         if base is None:
             raise ValueError(f"tools.web_search.base_url is required for {provider}")
@@ -38,7 +41,9 @@ class WebSearch:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
         return self._session
 
     async def search(self, query: str, count: int) -> list[SearchHit]:
@@ -46,32 +51,45 @@ class WebSearch:
         try:
             data = await self._request(query, count)
         except TimeoutError:
-            raise ToolError(f"The search provider ({self.provider}) did not answer within {self.timeout_s:g} s.") \
-                from None
+            raise ToolError(
+                f"The search provider ({self.provider}) did not answer within {self.timeout_s:g} s."
+            ) from None
         except aiohttp.ClientError as exc:
-            raise ToolError(f"The search provider ({self.provider}) is unreachable ({type(exc).__name__}).") from None
+            raise ToolError(
+                f"The search provider ({self.provider}) is unreachable ({type(exc).__name__})."
+            ) from None
         return _hits(self.provider, data)[:count]
 
     async def _request(self, query: str, count: int) -> Mapping[str, Any]:
         session = self._client()
         if self.provider == "tavily":
-            call = session.post(f"{self.base_url}/search", json={"query": query, "max_results": count,
-                                                                  "search_depth": "basic"},
-                                headers=self._auth("Authorization", "Bearer "))
+            call = session.post(
+                f"{self.base_url}/search",
+                json={"query": query, "max_results": count, "search_depth": "basic"},
+                headers=self._auth("Authorization", "Bearer "),
+            )
         elif self.provider == "brave":
-            call = session.get(f"{self.base_url}/web/search", params={"q": query, "count": str(count)},
-                               headers={"Accept": "application/json", **self._auth("X-Subscription-Token")})
+            call = session.get(
+                f"{self.base_url}/web/search",
+                params={"q": query, "count": str(count)},
+                headers={"Accept": "application/json", **self._auth("X-Subscription-Token")},
+            )
         else:
-            call = session.get(f"{self.base_url}/search", params={"q": query, "format": "json"},
-                               headers={"Accept": "application/json", **self._auth("Authorization", "Bearer ")})
+            call = session.get(
+                f"{self.base_url}/search",
+                params={"q": query, "format": "json"},
+                headers={"Accept": "application/json", **self._auth("Authorization", "Bearer ")},
+            )
         async with call as response:
             if response.status != 200:
                 raise ToolError(self._refusal(response.status, response.headers.get("Retry-After")))
             try:
                 data = await response.json(content_type=None)
             except ValueError:
-                raise ToolError(f"The search provider ({self.provider}) answered with something that is not "
-                                "JSON.") from None
+                raise ToolError(
+                    f"The search provider ({self.provider}) answered with something that is not "
+                    "JSON."
+                ) from None
         return data if isinstance(data, dict) else {}
 
     def _auth(self, header: str, prefix: str = "") -> dict[str, str]:
@@ -81,11 +99,20 @@ class WebSearch:
         who = f"The search provider ({self.provider})"
         if status == 429:
             wait = f" for {retry_after} s" if retry_after and retry_after.isdigit() else ""
-            return f"{who} is rate-limiting searches{wait}; try again later or answer without searching."
+            return (
+                f"{who} is rate-limiting searches{wait}; try "
+                "again later or answer without searching."
+            )
         if status in (401, 403):
             if self.provider == "searxng":
-                return f"{who} refused the search (HTTP {status}); its settings must allow the json format."
-            return f"{who} refused the API key (HTTP {status}); the owner should check tools.web_search.api_key_env."
+                return (
+                    f"{who} refused the search (HTTP {status}); "
+                    "its settings must allow the json format."
+                )
+            return (
+                f"{who} refused the API key (HTTP {status}); the "
+                "owner should check tools.web_search.api_key_env."
+            )
         return f"{who} failed (HTTP {status})."
 
     async def close(self) -> None:
@@ -104,8 +131,13 @@ def _hits(provider: str, data: Mapping[str, Any]) -> list[SearchHit]:
     hits = []
     for row in rows if isinstance(rows, list) else []:
         if isinstance(row, dict) and isinstance(row.get("url"), str):
-            hits.append(SearchHit(_plain(str(row.get("title") or row["url"])), row["url"],
-                                  _plain(str(row.get(snippet_key) or ""))))
+            hits.append(
+                SearchHit(
+                    _plain(str(row.get("title") or row["url"])),
+                    row["url"],
+                    _plain(str(row.get(snippet_key) or "")),
+                )
+            )
     return hits
 
 

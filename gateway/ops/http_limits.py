@@ -43,7 +43,7 @@ BODY_GRACE_S = 5.0
 MIN_BODY_RATE = 1024.0  # bytes a second after the grace: far below any client, far above a drip
 WANTED_NOFILE = 65536
 MIN_IDLE_S = 0.25  # accepted this recently, it may hold a request not yet read: not closed for room
-POLL_S = 0.02      # how often a full listener looks for room (a connection ends without telling it)
+POLL_S = 0.02  # how often a full listener looks for room (a connection ends without telling it)
 WARN_EVERY_S = 60.0
 ACCEPT_RETRY_S = 0.1
 # After an answer that left its body unread (a refusal, a probe), the rest is read and dropped for
@@ -168,8 +168,9 @@ class _Connections:
         """The gate's answer, at once: a body it came with is never waited for (see LINGER_S)."""
         self.strangers += 1
         headers = {k: v for k, v in refusal.headers.items() if k != hdrs.CONTENT_LENGTH}
-        return web.Response(status=refusal.status, reason=refusal.reason, body=refusal.body,
-                            headers=headers)
+        return web.Response(
+            status=refusal.status, reason=refusal.reason, body=refusal.body, headers=headers
+        )
 
     async def make_room(self, server: web.Server) -> bool:
         """Room for one more connection (one was just accepted). At the cap, close the connection
@@ -191,8 +192,11 @@ class _Connections:
                 return True
             if young is None:
                 self.refused += 1
-                self._warn("refused", "%s: all %s connections are busy or authenticated "
-                           "(daemon.max_connections): %s newcomer(s) refused %s")
+                self._warn(
+                    "refused",
+                    "%s: all %s connections are busy or authenticated "
+                    "(daemon.max_connections): %s newcomer(s) refused %s",
+                )
                 return False
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -202,8 +206,9 @@ class _Connections:
     def accepted(self, handler: RequestHandler) -> None:
         self._idle_since[handler] = time.monotonic()
 
-    def _useless(self, open_now: list[RequestHandler],
-                 now: float) -> tuple[list[tuple[float, RequestHandler]], float | None]:
+    def _useless(
+        self, open_now: list[RequestHandler], now: float
+    ) -> tuple[list[tuple[float, RequestHandler]], float | None]:
         """The connections that may be closed for room, with since when they are of no use; and when
         the oldest of those idle too briefly to be closed yet was accepted (None: there is none)."""
         useless: list[tuple[float, RequestHandler]] = []
@@ -223,8 +228,11 @@ class _Connections:
 
     def _evict(self, connection: RequestHandler) -> None:
         self.evicted += 1
-        self._warn("evicted", "%s: %s connections open (daemon.max_connections): %s idle or "
-                   "unauthenticated one(s) closed to make room %s")
+        self._warn(
+            "evicted",
+            "%s: %s connections open (daemon.max_connections): %s idle or "
+            "unauthenticated one(s) closed to make room %s",
+        )
         connection.force_close()
 
     def _warn(self, what: str, message: str) -> None:
@@ -264,8 +272,9 @@ class _CappedSite(web.BaseSite):
 
     __slots__ = ("_accepting", "_connections", "_host", "_port", "_sockets")
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int,
-                 connections: _Connections) -> None:
+    def __init__(
+        self, runner: web.AppRunner, host: str, port: int, connections: _Connections
+    ) -> None:
         super().__init__(runner)
         self._host, self._port = host, port
         self._connections = connections
@@ -283,8 +292,9 @@ class _CappedSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()  # registers the site with its runner (cleanup stops it)
         loop = asyncio.get_running_loop()
-        found = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
+        found = await loop.getaddrinfo(
+            self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         for family, kind, proto, _, address in dict.fromkeys(found):
             sock = socket.socket(family, kind, proto)
             try:
@@ -340,15 +350,22 @@ def _same(handler: RequestHandler) -> RequestHandler:
 
 
 class MalformedRequests(logging.Filter):
-    """aiohttp logs a request it cannot even parse (a bad URL or header byte, a line past its limits) at ERROR with
-    a traceback and the bytes sent. That is the client's doing, answered 400: one WARNING line without traceback,
-    the same text whatever was sent or from where, so the repeat filter folds a flood of them into a count."""
+    """aiohttp logs a request it cannot even parse (a bad URL or header byte, a line past its
+    limits) at ERROR with a traceback and the bytes sent. That is the client's doing, answered 400:
+    one WARNING line without traceback, the same text whatever was sent or from where, so the repeat
+    filter folds a flood of them into a count."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError):
-            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
-            record.msg, record.args = "malformed HTTP requests answered %s (%s)", (exc.code, type(exc).__name__)
+            record.levelno, record.levelname = (
+                logging.WARNING,
+                logging.getLevelName(logging.WARNING),
+            )
+            record.msg, record.args = (
+                "malformed HTTP requests answered %s (%s)",
+                (exc.code, type(exc).__name__),
+            )
             record.exc_info = record.exc_text = None
         return True
 
@@ -359,15 +376,23 @@ def _quiet_malformed_requests() -> None:
         server_log.addFilter(MalformedRequests())
 
 
-async def serve(app: web.Application, host: str, port: int, gate: RequestGate, *,
-                limits: Limits = Limits(), name: str = "http") -> Listening:
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    gate: RequestGate,
+    *,
+    limits: Limits = Limits(),
+    name: str = "http",
+) -> Listening:
     """Serve `app` on host:port within `limits`, each request judged by `gate` before its body is
     awaited; call before anything else freezes the app."""
     _quiet_malformed_requests()
     connections = _Connections(limits, name, gate)
     app.middlewares.insert(0, connections.track)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.header_timeout,
-                           lingering_time=LINGER_S)
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=limits.header_timeout, lingering_time=LINGER_S
+    )
     await runner.setup()
     site = _CappedSite(runner, host, port, connections)
     try:
@@ -379,8 +404,9 @@ async def serve(app: web.Application, host: str, port: int, gate: RequestGate, *
 
 
 def raise_fd_limit(wanted: int = WANTED_NOFILE) -> int:
-    """Raise this process's soft open-file limit toward `wanted` (within the hard limit); returns the new soft
-    limit. Each connection is a file: at the usual 1024 a flood ran accept() out of files before the cap acted."""
+    """Raise this process's soft open-file limit toward `wanted` (within the hard limit); returns
+    the new soft limit. Each connection is a file: at the usual 1024 a flood ran accept() out of
+    files before the cap acted."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = min(wanted, hard) if hard != resource.RLIM_INFINITY else wanted
     if soft != resource.RLIM_INFINITY and soft < target:

@@ -1,7 +1,8 @@
-"""sd_notify over the `NOTIFY_SOCKET` datagram socket: READY, WATCHDOG, STATUS and STOPPING for systemd.
+"""sd_notify over the `NOTIFY_SOCKET` datagram socket:
+READY, WATCHDOG, STATUS and STOPPING for systemd.
 
-Without `NOTIFY_SOCKET` every call is a no-op. Sends never block the event loop and never raise: a manager that
-stopped listening must not take the daemon down with it.
+Without `NOTIFY_SOCKET` every call is a no-op. Sends never block the event loop and never raise: a
+manager that stopped listening must not take the daemon down with it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ STATUS_EVERY_S = 5.0  # how often STATUS= is refreshed when there is no watchdog
 
 
 class Notifier:
-    """One process's channel to its service manager. `watchdog_interval` is half of `WatchdogSec` (or None)."""
+    """One process's channel to its service manager. `watchdog_interval` is half of `WatchdogSec`
+    (or None)."""
 
-    def __init__(self, address: str | None = None, *, watchdog_usec: int | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        watchdog_usec: int | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.address = address
         self.sleep = sleep
         self.watchdog_interval = watchdog_usec / 2_000_000 if watchdog_usec else None
@@ -30,7 +37,8 @@ class Notifier:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, pid: int, watchdog: bool = True) -> Notifier:
-        """Read the manager's variables; the watchdog is ours only if `WATCHDOG_PID` is unset or our pid."""
+        """Read the manager's variables; the watchdog is
+        ours only if `WATCHDOG_PID` is unset or our pid."""
         address = env.get("NOTIFY_SOCKET") or None
         usec: int | None = None
         owner = env.get("WATCHDOG_PID")
@@ -46,7 +54,8 @@ class Notifier:
         return self.address is not None
 
     def send(self, *assignments: str) -> bool:
-        """Send `KEY=value` lines in one datagram; False if there is no manager or it could not be reached."""
+        """Send `KEY=value` lines in one datagram; False if
+        there is no manager or it could not be reached."""
         if self.address is None:
             return False
         payload = "\n".join(assignments)
@@ -84,8 +93,8 @@ class Notifier:
         return [f"STATUS={text}"]
 
     async def keepalive(self, status: Callable[[], str] | None = None) -> None:
-        """Run until cancelled: WATCHDOG=1 at half of WatchdogSec from the event loop itself (so a wedged loop
-        misses it and gets restarted), with STATUS= whenever `status()` changes."""
+        """Run until cancelled: WATCHDOG=1 at half of WatchdogSec from the event loop itself (so a
+        wedged loop misses it and gets restarted), with STATUS= whenever `status()` changes."""
         every = self.watchdog_interval
         if not self.enabled:
             return
@@ -109,7 +118,8 @@ class Notifier:
 
 
 def _sockaddr(address: str) -> str | bytes:
-    """`@name` is Linux's abstract namespace (a leading NUL byte); anything else is a filesystem path."""
+    """`@name` is Linux's abstract namespace (a leading
+    NUL byte); anything else is a filesystem path."""
     if address.startswith("@"):
         return b"\0" + address[1:].encode()
     return address

@@ -1,8 +1,9 @@
-"""`gateway install-service`: render the systemd unit (system or user) with this install's paths and write it.
+"""`gateway install-service`: render the systemd unit (system or user) with this install's paths and
+write it.
 
-The units in `systemd/` are this module's output for example paths (a test keeps them identical), so the
-hardening lives in one place. Nothing here talks to systemd except through `systemctl`/`loginctl`, and only
-when asked (`--enable`).
+The units in `systemd/` are this module's output for example paths (a test keeps them identical), so
+the hardening lives in one place. Nothing here talks to systemd except through
+`systemctl`/`loginctl`, and only when asked (`--enable`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 SYSTEM_HOME = PurePosixPath("/var/lib/agent-gateway")
 SYSTEM_ENV_FILE = PurePosixPath("/etc/agent-gateway/env")
 WATCHDOG_SEC = 30
-LIMIT_NOFILE = 65536  # the usual default soft limit (1024) let a connection flood run accept() out of files
+# the usual default soft limit (1024) let a connection flood run accept() out of files
+LIMIT_NOFILE = 65536
 STOP_MARGIN_S = 25  # after the drain: flushes' leftovers, adapters' stop, closing the store
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -40,8 +42,9 @@ ENV_TEMPLATE = """\
 # SLACK_APP_TOKEN=
 """
 
-# Sandboxing for the system unit. Everything here still lets the daemon reach the network (AF_INET/AF_INET6),
-# the notify socket (AF_UNIX) and its state directory; `systemd-analyze security` rates it about 1.0.
+# Sandboxing for the system unit. Everything here still lets the daemon reach the network
+# (AF_INET/AF_INET6), the notify socket (AF_UNIX) and its state directory; `systemd-analyze
+# security` rates it about 1.0.
 SYSTEM_HARDENING = """\
 NoNewPrivileges=yes
 ProtectSystem=strict
@@ -76,8 +79,9 @@ KeyringMode=private
 RemoveIPC=yes
 """
 
-# A user manager cannot set up mount namespaces without user namespaces, which some distributions disable;
-# only the seccomp-based protections (they need NoNewPrivileges) are used, so the unit starts everywhere.
+# A user manager cannot set up mount namespaces without user namespaces, which some distributions
+# disable; only the seccomp-based protections (they need NoNewPrivileges) are used, so the unit
+# starts everywhere.
 USER_HARDENING = """\
 NoNewPrivileges=yes
 RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
@@ -99,35 +103,54 @@ class ServiceError(Exception):
 @dataclass(frozen=True, slots=True)
 class UnitSpec:
     mode: Mode
-    exec_path: str                      # the venv's `gateway` executable (absolute, or %h/... in a user unit)
-    home: str                           # GATEWAY_HOME as the unit sees it
-    env_file: str                       # EnvironmentFile= (optional: the leading '-' is added)
+    # the venv's `gateway` executable (absolute, or %h/... in a user unit)
+    exec_path: str
+    home: str  # GATEWAY_HOME as the unit sees it
+    env_file: str  # EnvironmentFile= (optional: the leading '-' is added)
     drain_seconds: float = 20.0
-    shell: ShellNeeds = None            # tools.shell is enabled: relax what bubblewrap needs
+    shell: ShellNeeds = None  # tools.shell is enabled: relax what bubblewrap needs
 
     @property
     def timeout_stop(self) -> int:
-        """Comfortably above the drain deadline, so systemd never SIGKILLs a drain that is on schedule."""
+        """Comfortably above the drain deadline, so systemd
+        never SIGKILLs a drain that is on schedule."""
         return max(45, int(self.drain_seconds) + STOP_MARGIN_S)
 
     @property
     def state_directory(self) -> str | None:
-        """StateDirectory= for a system home under /var/lib (systemd creates and owns it for DynamicUser)."""
+        """StateDirectory= for a system home under /var/lib
+        (systemd creates and owns it for DynamicUser)."""
         home = PurePosixPath(self.home)
-        if self.mode == "system" and home.is_relative_to("/var/lib") and home != PurePosixPath("/var/lib"):
+        if (
+            self.mode == "system"
+            and home.is_relative_to("/var/lib")
+            and home != PurePosixPath("/var/lib")
+        ):
             return str(home.relative_to("/var/lib"))
         return None
 
 
 def render_unit(spec: UnitSpec) -> str:
-    hardening = SYSTEM_HARDENING.format(protect_home=_protect_home(spec)) if spec.mode == "system" \
+    hardening = (
+        SYSTEM_HARDENING.format(protect_home=_protect_home(spec))
+        if spec.mode == "system"
         else USER_HARDENING
+    )
     if spec.shell is not None:
         hardening = for_bubblewrap(hardening, network=spec.shell == "network")
     wanted_by = "multi-user.target" if spec.mode == "system" else "default.target"
-    lines = [*_unit_section(), "", *_service_section(spec), "",
-             "# Sandboxing: `systemd-analyze security agent-gateway.service` shows what each line buys",
-             *hardening.splitlines(), "", "[Install]", f"WantedBy={wanted_by}", ""]
+    lines = [
+        *_unit_section(),
+        "",
+        *_service_section(spec),
+        "",
+        "# Sandboxing: `systemd-analyze security agent-gateway.service` shows what each line buys",
+        *hardening.splitlines(),
+        "",
+        "[Install]",
+        f"WantedBy={wanted_by}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -151,8 +174,10 @@ def for_bubblewrap(hardening: str, *, network: bool) -> str:
         if line in BWRAP_RELAXED:
             out += ["# (shell)", BWRAP_RELAXED[line]]
         elif line.startswith("RestrictAddressFamilies=") and not network:
-            out += ["# (shell) netlink: the loopback of the sandbox's own network namespace",
-                    f"{line} AF_NETLINK"]
+            out += [
+                "# (shell) netlink: the loopback of the sandbox's own network namespace",
+                f"{line} AF_NETLINK",
+            ]
         else:
             out.append(line)
         if line.startswith("SystemCallFilter="):
@@ -163,29 +188,64 @@ def for_bubblewrap(hardening: str, *, network: bool) -> str:
 
 
 def _unit_section() -> list[str]:
-    return ["[Unit]", "Description=agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat",
-            "After=network-online.target", "Wants=network-online.target", "StartLimitIntervalSec=600",
-            "StartLimitBurst=10"]
+    return [
+        "[Unit]",
+        "Description=agent-gateway: one LLM agent on Telegram, Discord, Slack and a local web chat",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=600",
+        "StartLimitBurst=10",
+    ]
 
 
 def _service_section(spec: UnitSpec) -> list[str]:
-    lines = ["[Service]", "Type=notify", "NotifyAccess=main", f"ExecStart={spec.exec_path} --log-format json run",
-             f"Environment=GATEWAY_HOME={spec.home}", "Environment=PYTHONUNBUFFERED=1",
-             f"EnvironmentFile=-{spec.env_file}"]
+    lines = [
+        "[Service]",
+        "Type=notify",
+        "NotifyAccess=main",
+        f"ExecStart={spec.exec_path} --log-format json run",
+        f"Environment=GATEWAY_HOME={spec.home}",
+        "Environment=PYTHONUNBUFFERED=1",
+        f"EnvironmentFile=-{spec.env_file}",
+    ]
     if spec.mode == "system":
         state = spec.state_directory
         if state is None:
-            raise ServiceError(f"a system unit keeps its home under /var/lib (StateDirectory=); got {spec.home}")
-        lines += [f"WorkingDirectory={spec.home}", f"StateDirectory={state}", "StateDirectoryMode=0700",
-                  "DynamicUser=yes"]
-    return [*lines, "UMask=0077",
-            "# each connection is an open file; the daemon keeps at most daemon.max_connections per listener",
-            f"LimitNOFILE={LIMIT_NOFILE}", f"WatchdogSec={WATCHDOG_SEC}", "TimeoutStartSec=90",
-            f"TimeoutStopSec={spec.timeout_stop}",
-            "# 0 = clean stop; 75 = restart me (temporary failure); 78 = bad config: do not restart-loop on it",
-            "Restart=always", "RestartSec=5", "RestartForceExitStatus=75", "RestartPreventExitStatus=78",
-            "# SIGTERM to the daemon only (it drains), SIGKILL to whatever is left after TimeoutStopSec",
-            "KillMode=mixed", "KillSignal=SIGTERM"]
+            raise ServiceError(
+                f"a system unit keeps its home under /var/lib (StateDirectory=); got {spec.home}"
+            )
+        lines += [
+            f"WorkingDirectory={spec.home}",
+            f"StateDirectory={state}",
+            "StateDirectoryMode=0700",
+            "DynamicUser=yes",
+        ]
+    return [
+        *lines,
+        "UMask=0077",
+        (
+            "# each connection is an open file; the daemon "
+            "keeps at most daemon.max_connections per listener"
+        ),
+        f"LimitNOFILE={LIMIT_NOFILE}",
+        f"WatchdogSec={WATCHDOG_SEC}",
+        "TimeoutStartSec=90",
+        f"TimeoutStopSec={spec.timeout_stop}",
+        (
+            "# 0 = clean stop; 75 = restart me (temporary "
+            "failure); 78 = bad config: do not restart-loop on it"
+        ),
+        "Restart=always",
+        "RestartSec=5",
+        "RestartForceExitStatus=75",
+        "RestartPreventExitStatus=78",
+        (
+            "# SIGTERM to the daemon only (it drains), "
+            "SIGKILL to whatever is left after TimeoutStopSec"
+        ),
+        "KillMode=mixed",
+        "KillSignal=SIGTERM",
+    ]
 
 
 HOME_DIRS = ("/home/", "/root/", "/run/user/")
@@ -193,14 +253,16 @@ TMP_DIRS = ("/tmp/", "/var/tmp/")
 
 
 def _protect_home(spec: UnitSpec) -> str:
-    """A venv under /home or /root must stay readable, or ExecStart would vanish inside the sandbox."""
+    """A venv under /home or /root must stay readable,
+    or ExecStart would vanish inside the sandbox."""
     under_home = spec.exec_path.startswith(HOME_DIRS)
     return "read-only" if under_home else "yes"
 
 
 def exec_chain(exec_path: str) -> list[str]:
-    """What starting ExecStart needs to read: the script, the interpreter on its #! line, and where that
-    interpreter's symbolic links lead (a venv's python is usually a link into a pyenv or /usr)."""
+    """What starting ExecStart needs to read: the script, the interpreter on its #! line, and where
+    that interpreter's symbolic links lead (a venv's python is usually a link into a pyenv or
+    /usr)."""
     chain = [exec_path]
     try:
         with open(exec_path, "rb") as fh:
@@ -214,25 +276,32 @@ def exec_chain(exec_path: str) -> list[str]:
 
 
 def exec_warnings(spec: UnitSpec, chain: Sequence[str] | None = None) -> list[str]:
-    """Why the system unit's sandboxed dynamic user may be unable to start ExecStart (nothing for a user unit)."""
+    """Why the system unit's sandboxed dynamic user may be unable to start ExecStart (nothing for a
+    user unit)."""
     if spec.mode != "system":
         return []
     found: list[str] = []
     for path in chain if chain is not None else exec_chain(spec.exec_path):
         if path.startswith(TMP_DIRS):
-            found.append(f"{path} is in the temporary directory, which PrivateTmp=yes replaces with an empty one: the "
-                         "service cannot start it. Install the gateway elsewhere (e.g. python3 -m venv "
-                         "/opt/agent-gateway).")
+            found.append(
+                f"{path} is in the temporary directory, which PrivateTmp=yes replaces with an "
+                "empty one: the service cannot start it. Install the gateway elsewhere (e.g. "
+                "python3 -m venv /opt/agent-gateway)."
+            )
         elif path.startswith(HOME_DIRS):
-            found.append(f"{path} is in a home directory: ProtectHome= leaves it read-only, but the service runs as "
-                         "a dynamic user, who cannot enter a home closed to others (/root always is). Install the "
-                         "gateway outside /home and /root (e.g. python3 -m venv /opt/agent-gateway).")
+            found.append(
+                f"{path} is in a home directory: ProtectHome= leaves it read-only, but the service "
+                "runs as a dynamic user, who cannot enter a home closed to others (/root always "
+                "is). Install the gateway outside /home and /root (e.g. python3 -m venv "
+                "/opt/agent-gateway)."
+            )
     return found
 
 
-# ---------------------------------------------------------------------------------------------- paths
+# -------------------------------------------------------------------------------------------- paths
 def gateway_executable(argv0: str | None = None, python: str | None = None) -> str:
-    """The `gateway` script of the running install: next to this Python first (the venv), else on PATH."""
+    """The `gateway` script of the running install: next
+    to this Python first (the venv), else on PATH."""
     python = python or sys.executable
     beside = Path(python).parent / "gateway"
     if beside.is_file() and os.access(beside, os.X_OK):
@@ -242,49 +311,77 @@ def gateway_executable(argv0: str | None = None, python: str | None = None) -> s
     found = shutil.which("gateway")
     if found:
         return str(Path(found).absolute())
-    raise ServiceError("cannot find the `gateway` executable; install the package (pip install -e .) first")
+    raise ServiceError(
+        "cannot find the `gateway` executable; install the package (pip install -e .) first"
+    )
 
 
 def unit_dir_for(mode: Mode, env: Mapping[str, str]) -> Path:
     if mode == "system":
         return SYSTEM_UNIT_DIR
-    config_home = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    config_home = env.get("XDG_CONFIG_HOME") or str(
+        Path(env.get("HOME") or Path.home()) / ".config"
+    )
     return Path(config_home) / "systemd" / "user"
 
 
 def user_env_file(env: Mapping[str, str]) -> Path:
-    config_home = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    config_home = env.get("XDG_CONFIG_HOME") or str(
+        Path(env.get("HOME") or Path.home()) / ".config"
+    )
     return Path(config_home) / "agent-gateway" / "env"
 
 
-# ---------------------------------------------------------------------------------------------- install
+# ------------------------------------------------------------------------------------------ install
 @dataclass(frozen=True, slots=True)
 class Plan:
     unit_path: Path
     unit_text: str
     env_file: Path
-    commands: tuple[tuple[str, ...], ...]   # run in order when enabling
-    linger_user: str | None                 # user units: who needs linger to run while logged out
-    create_env_file: bool = True            # False with --unit-dir: nothing is written outside what was named
-    warnings: tuple[str, ...] = ()          # said before anything is written (e.g. ExecStart the unit cannot reach)
+    commands: tuple[tuple[str, ...], ...]  # run in order when enabling
+    linger_user: str | None  # user units: who needs linger to run while logged out
+    # False with --unit-dir: nothing is written outside what was named
+    create_env_file: bool = True
+    # said before anything is written (e.g. ExecStart the unit cannot reach)
+    warnings: tuple[str, ...] = ()
 
 
-def plan_install(spec: UnitSpec, *, unit_dir: Path, env_file: Path, user: str | None,
-                 create_env_file: bool = True) -> Plan:
+def plan_install(
+    spec: UnitSpec,
+    *,
+    unit_dir: Path,
+    env_file: Path,
+    user: str | None,
+    create_env_file: bool = True,
+) -> Plan:
     scope = ("systemctl",) if spec.mode == "system" else ("systemctl", "--user")
     commands = ((*scope, "daemon-reload"), (*scope, "enable", "--now", UNIT_NAME))
-    return Plan(unit_path=unit_dir / UNIT_NAME, unit_text=render_unit(spec), env_file=env_file,
-                commands=commands, linger_user=user if spec.mode == "user" else None,
-                create_env_file=create_env_file, warnings=tuple(exec_warnings(spec)))
+    return Plan(
+        unit_path=unit_dir / UNIT_NAME,
+        unit_text=render_unit(spec),
+        env_file=env_file,
+        commands=commands,
+        linger_user=user if spec.mode == "user" else None,
+        create_env_file=create_env_file,
+        warnings=tuple(exec_warnings(spec)),
+    )
 
 
 def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=60)
 
 
-def install(plan: Plan, *, dry_run: bool, enable: bool, out: Callable[[str], None] = print,
-            run: Runner = run_command, linger_dir: Path = Path("/var/lib/systemd/linger")) -> int:
-    """Write the unit (and an empty env file), then daemon-reload + enable --now if asked. Prints each step."""
+def install(
+    plan: Plan,
+    *,
+    dry_run: bool,
+    enable: bool,
+    out: Callable[[str], None] = print,
+    run: Runner = run_command,
+    linger_dir: Path = Path("/var/lib/systemd/linger"),
+) -> int:
+    """Write the unit (and an empty env file), then daemon-reload + enable --now if asked. Prints
+    each step."""
     for warning in plan.warnings:
         out(f"warning: {warning}")
     if dry_run:
@@ -295,23 +392,31 @@ def install(plan: Plan, *, dry_run: bool, enable: bool, out: Callable[[str], Non
         for argv in plan.commands if enable else ():
             out(f"# would run: {' '.join(argv)}")
         if plan.linger_user and not (linger_dir / plan.linger_user).exists():
-            out(f"# would run: loginctl enable-linger {plan.linger_user}" if enable else
-                f"# linger is off: run `loginctl enable-linger {plan.linger_user}` so it runs while you are logged out")
+            out(
+                f"# would run: loginctl enable-linger {plan.linger_user}"
+                if enable
+                else "# linger is off: run `loginctl enable-linger "
+                f"{plan.linger_user}` so it runs while you are logged out"
+            )
         return 0
     try:
         plan.unit_path.parent.mkdir(parents=True, exist_ok=True)
         plan.unit_path.write_text(plan.unit_text, encoding="utf-8")
         plan.unit_path.chmod(0o644)
     except PermissionError:
-        out(f"cannot write {plan.unit_path}: permission denied (a system unit needs root: sudo gateway "
-            "install-service --system)")
+        out(
+            f"cannot write {plan.unit_path}: permission denied (a system unit needs root: sudo "
+            "gateway install-service --system)"
+        )
         return 1
     out(f"wrote {plan.unit_path}")
     if plan.create_env_file:
         _ensure_env_file(plan.env_file, out)
     elif not plan.env_file.exists():
-        out(f"not created: {plan.env_file} (--unit-dir writes only the unit); the unit reads tokens from it if you "
-            "create it (mode 0600)")
+        out(
+            f"not created: {plan.env_file} (--unit-dir writes only the unit); the unit reads "
+            "tokens from it if you create it (mode 0600)"
+        )
     if not enable:
         for argv in plan.commands:
             out(f"next: {' '.join(argv)}")
@@ -346,14 +451,20 @@ def _run(argv: Sequence[str], out: Callable[[str], None], run: Runner) -> bool:
         return False
     if done.returncode != 0:
         detail = (done.stderr or done.stdout or "").strip().splitlines()
-        out(f"failed: {' '.join(argv)} (exit {done.returncode}){': ' + detail[-1] if detail else ''}")
+        out(
+            f"failed: {' '.join(argv)} (exit "
+            f"{done.returncode}){': ' + detail[-1] if detail else ''}"
+        )
         return False
     out(f"ran: {' '.join(argv)}")
     return True
 
 
-def _say_linger(plan: Plan, linger_dir: Path, out: Callable[[str], None], *, run: Runner | None) -> None:
-    """A user manager stops with the user's last session unless linger is on; a failure here is only advice."""
+def _say_linger(
+    plan: Plan, linger_dir: Path, out: Callable[[str], None], *, run: Runner | None
+) -> None:
+    """A user manager stops with the user's last session
+    unless linger is on; a failure here is only advice."""
     user = plan.linger_user
     if user is None:
         return

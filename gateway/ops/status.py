@@ -1,8 +1,8 @@
-"""Operations routes on the web listener: `/healthz`, `/readyz`, `/metrics`, and `/status` (who may read which
-is decided in gateway/ops/web_guard.py).
+"""Operations routes on the web listener: `/healthz`, `/readyz`, `/metrics`, and `/status` (who may
+read which is decided in gateway/ops/web_guard.py).
 
-It reads the daemon's state (store, supervisor, metrics) and never changes it. `/status` is the data behind
-`gateway status`; the same snapshot gives systemd its one-line `STATUS=`.
+It reads the daemon's state (store, supervisor, metrics) and never changes it. `/status` is the data
+behind `gateway status`; the same snapshot gives systemd its one-line `STATUS=`.
 """
 
 from __future__ import annotations
@@ -42,30 +42,44 @@ def package_version() -> str:
 
 @dataclass
 class UsageTally:
-    """Token and call totals from the `llm_calls` log, read incrementally (only rows newer than the last read)."""
+    """Token and call totals from the `llm_calls` log, read incrementally (only rows newer than the
+    last read)."""
 
     last_id: int = 0
     tokens: dict[tuple[str, str], int] = field(default_factory=dict)
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def update(self, store: Store) -> None:
-        rows = store.all("SELECT id, model, purpose, input_tokens, output_tokens, cache_read_tokens,"
-                         " cache_write_tokens FROM llm_calls WHERE id > ? ORDER BY id", (self.last_id,))
+        rows = store.all(
+            "SELECT id, model, purpose, input_tokens, output_tokens, cache_read_tokens,"
+            " cache_write_tokens FROM llm_calls WHERE id > ? ORDER BY id",
+            (self.last_id,),
+        )
         for row in rows:
             model = row["model"]
             self.calls[(model, row["purpose"])] = self.calls.get((model, row["purpose"]), 0) + 1
             for kind in TOKEN_KINDS:
                 column = f"{kind}_tokens"
-                self.tokens[(model, kind)] = self.tokens.get((model, kind), 0) + int(row[column] or 0)
+                self.tokens[(model, kind)] = self.tokens.get((model, kind), 0) + int(
+                    row[column] or 0
+                )
             self.last_id = row["id"]
 
 
 class Ops:
     """The daemon's read-only view for probes, scrapes and `gateway status`."""
 
-    def __init__(self, *, store: Store, metrics: Metrics, health: Health,
-                 wall: Callable[[], float] = time.time, model: LLMClient | None = None,
-                 redact: Callable[[str], str] = str, model_source: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        metrics: Metrics,
+        health: Health,
+        wall: Callable[[], float] = time.time,
+        model: LLMClient | None = None,
+        redact: Callable[[str], str] = str,
+        model_source: str = "",
+    ) -> None:
         self.store = store
         self.redact = redact  # an adapter's last error can quote a URL with its token in it
         self.metrics = metrics
@@ -76,33 +90,44 @@ class Ops:
         self.started_at = wall()
         self.draining = False
         self.tally = UsageTally()
-        # Who may read what /readyz holds beyond ready or not: the daemon sets its web guard's check here.
+        # Who may read what /readyz holds beyond ready or
+        # not: the daemon sets its web guard's check here.
         self.operator: Callable[[web.Request], bool] = lambda request: False
         metrics.watch(self.state)
 
     # ------------------------------------------------------------------ state
     def state(self) -> State:
         self.tally.update(self.store)
-        inbound = self._counts("SELECT status, COUNT(*) FROM inbound WHERE status IN ('pending', 'running')"
-                               " GROUP BY status")
-        flush = self._counts("SELECT flush_state, COUNT(*) FROM sessions WHERE flush_state IS NOT NULL"
-                             " GROUP BY flush_state")
+        inbound = self._counts(
+            "SELECT status, COUNT(*) FROM inbound WHERE status IN ('pending', 'running')"
+            " GROUP BY status"
+        )
+        flush = self._counts(
+            "SELECT flush_state, COUNT(*) FROM sessions WHERE flush_state IS NOT NULL"
+            " GROUP BY flush_state"
+        )
         outbound = self.store.one("SELECT COUNT(*) FROM outbound WHERE status = 'pending'")
         active = self.store.one("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
-        return State(adapters=dict(self.health()), tokens=dict(self.tally.tokens), llm_calls=dict(self.tally.calls),
-                     flushes={k: v for k, v in flush.items() if k in ("done", "nothing", "failed")},
-                     flush_backlog={k: v for k, v in flush.items() if k in ("pending", "running")},
-                     queued=inbound.get("pending", 0), turns_running=inbound.get("running", 0),
-                     outbound_pending=int(outbound[0]) if outbound else 0,
-                     sessions_active=int(active[0]) if active else 0, draining=self.draining,
-                     started_at=self.started_at)
+        return State(
+            adapters=dict(self.health()),
+            tokens=dict(self.tally.tokens),
+            llm_calls=dict(self.tally.calls),
+            flushes={k: v for k, v in flush.items() if k in ("done", "nothing", "failed")},
+            flush_backlog={k: v for k, v in flush.items() if k in ("pending", "running")},
+            queued=inbound.get("pending", 0),
+            turns_running=inbound.get("running", 0),
+            outbound_pending=int(outbound[0]) if outbound else 0,
+            sessions_active=int(active[0]) if active else 0,
+            draining=self.draining,
+            started_at=self.started_at,
+        )
 
     def _counts(self, sql: str) -> dict[str, int]:
         return {str(row[0]): int(row[1]) for row in self.store.all(sql)}
 
     def store_ok(self) -> bool:
-        """The store answers and takes writes (a full disk or a broken file leaves reads working); another
-        process holding the write lock for a moment is no outage."""
+        """The store answers and takes writes (a full disk or a broken file leaves reads working);
+        another process holding the write lock for a moment is no outage."""
         if self.store.health.reason not in (None, "busy"):
             return False
         try:
@@ -112,16 +137,26 @@ class Ops:
         return True
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Ready = a message sent now would be answered: the store answers, the daemon is not draining, a model
-        is configured (or auto-detected) and every adapter is running. The model is not called: a probe every
-        few seconds would cost tokens and rate limit, and a provider's outage is a turn error, not a restart."""
+        """Ready = a message sent now would be answered: the store answers, the daemon is not
+        draining, a model is configured (or auto-detected) and every adapter is running. The model
+        is not called: a probe every few seconds would cost tokens and rate limit, and a provider's
+        outage is a turn error, not a restart."""
         store = self.store_ok()
         adapters = {name: h.state for name, h in sorted(self.health().items())}
         model = model_name(self.model)
-        ready = (store and not self.draining and model is not None
-                 and all(state == "running" for state in adapters.values()))
-        return ready, {"ready": ready, "store": "ok" if store else self._store_problem(), "draining": self.draining,
-                       "model": model, "adapters": adapters}
+        ready = (
+            store
+            and not self.draining
+            and model is not None
+            and all(state == "running" for state in adapters.values())
+        )
+        return ready, {
+            "ready": ready,
+            "store": "ok" if store else self._store_problem(),
+            "draining": self.draining,
+            "model": model,
+            "adapters": adapters,
+        }
 
     def _store_problem(self) -> str:
         problem = self.store.health.problem
@@ -133,35 +168,61 @@ class Ops:
         ready, _ = self.readiness()
         models = sorted({m for m, _ in state.tokens})
         data = {
-            "version": package_version(), "pid": os.getpid(), "started_at": state.started_at,
-            "model": model_name(self.model), "model_source": self.model_source,
+            "version": package_version(),
+            "pid": os.getpid(),
+            "started_at": state.started_at,
+            "model": model_name(self.model),
+            "model_source": self.model_source,
             "model_problem": model_problem(self.model),
-            "uptime_s": round(self.wall() - state.started_at, 1), "ready": ready, "draining": state.draining,
+            "uptime_s": round(self.wall() - state.started_at, 1),
+            "ready": ready,
+            "draining": state.draining,
             "adapters": {name: _health_json(h) for name, h in sorted(state.adapters.items())},
-            "sessions_active": state.sessions_active, "queued": state.queued,
-            "turns_running": state.turns_running, "outbound_pending": state.outbound_pending,
-            "flush": {"pending": state.flush_backlog.get("pending", 0),
-                      "running": state.flush_backlog.get("running", 0),
-                      **{k: state.flushes.get(k, 0) for k in ("done", "nothing", "failed")}},
+            "sessions_active": state.sessions_active,
+            "queued": state.queued,
+            "turns_running": state.turns_running,
+            "outbound_pending": state.outbound_pending,
+            "flush": {
+                "pending": state.flush_backlog.get("pending", 0),
+                "running": state.flush_backlog.get("running", 0),
+                **{k: state.flushes.get(k, 0) for k in ("done", "nothing", "failed")},
+            },
             "jobs": self.jobs(),
             "cache_hit_ratio": cache_hit_ratio(state.tokens),
-            "models": {m: {"cache_hit_ratio": cache_hit_ratio(state.tokens, m),
-                           **{k: state.tokens.get((m, k), 0) for k in TOKEN_KINDS}} for m in models},
+            "models": {
+                m: {
+                    "cache_hit_ratio": cache_hit_ratio(state.tokens, m),
+                    **{k: state.tokens.get((m, k), 0) for k in TOKEN_KINDS},
+                }
+                for m in models
+            },
         }
-        redacted: dict[str, Any] = redact_tree(data, self.redact)  # every string, not only the errors we know of
+        # every string, not only the errors we know of
+        redacted: dict[str, Any] = redact_tree(data, self.redact)
         return redacted
 
     def jobs(self) -> dict[str, Any]:
-        """Scheduled jobs: how many of each state, runs in flight, the last day's outcomes, the next one due."""
+        """Scheduled jobs: how many of each state, runs in flight, the last day's outcomes, the next
+        one due."""
         jobs = JobStore(self.store)
         counts = jobs.job_counts(since=datetime.fromtimestamp(self.wall() - 86_400, UTC))
         nxt = jobs.next_job()
-        return {**{state: counts.get(f"jobs_{state}", 0) for state in ("active", "stopped")},
-                "running": counts.get("runs_running", 0),
-                "last_24h": {status: counts.get(f"runs_{status}", 0)
-                             for status in ("done", "failed", "missed", "interrupted")},
-                "next": None if nxt is None else {"id": nxt.id, "name": nxt.name, "at": nxt.next_run_at,
-                                                  "posts_to": f"{nxt.platform}:{nxt.chat_id}"}}
+        return {
+            **{state: counts.get(f"jobs_{state}", 0) for state in ("active", "stopped")},
+            "running": counts.get("runs_running", 0),
+            "last_24h": {
+                status: counts.get(f"runs_{status}", 0)
+                for status in ("done", "failed", "missed", "interrupted")
+            },
+            "next": None
+            if nxt is None
+            else {
+                "id": nxt.id,
+                "name": nxt.name,
+                "at": nxt.next_run_at,
+                "posts_to": f"{nxt.platform}:{nxt.chat_id}",
+            },
+        }
 
     def status_line(self) -> str:
         """The one line systemd shows in `systemctl status` (STATUS=)."""
@@ -175,8 +236,10 @@ class Ops:
         ratio = cache_hit_ratio(state.tokens)
         cache = f"; cache {ratio:.0%}" if ratio is not None else ""
         drain = "draining; " if self.draining else ""
-        return (f"{drain}{line}; {state.sessions_active} sessions; queue {state.queued}; "
-                f"{state.turns_running} running{cache}")
+        return (
+            f"{drain}{line}; {state.sessions_active} sessions; queue {state.queued}; "
+            f"{state.turns_running} running{cache}"
+        )
 
     # ------------------------------------------------------------------ routes
     def attach(self, app: web.Application) -> None:
@@ -206,21 +269,26 @@ class Ops:
 
 
 def model_name(llm: LLMClient | None) -> str | None:
-    """`provider/model`, or None when no model is configured (the stand-in that answers every turn with a hint)."""
+    """`provider/model`, or None when no model is configured (the stand-in that answers every turn
+    with a hint)."""
     if llm is None or isinstance(llm, UnconfiguredLLM):
         return None
     return f"{llm.provider}/{llm.model}"
 
 
 def public_readiness(body: Mapping[str, Any]) -> dict[str, Any]:
-    """/readyz for anyone who is not an operator: ready or not and why, without the model's name (a fine-tuned
-    model's name carries the organisation's) or the store's error text."""
-    return {**body, "model": None if body.get("model") is None else "configured",
-            "store": "ok" if body.get("store") == "ok" else "unavailable"}
+    """/readyz for anyone who is not an operator: ready or not and why, without the model's name (a
+    fine-tuned model's name carries the organisation's) or the store's error text."""
+    return {
+        **body,
+        "model": None if body.get("model") is None else "configured",
+        "store": "ok" if body.get("store") == "ok" else "unavailable",
+    }
 
 
 def connect_host(host: str) -> str:
-    """Where a local client connects to reach a listener bound to `host` (wildcards mean loopback)."""
+    """Where a local client connects to reach a listener
+    bound to `host` (wildcards mean loopback)."""
     if host in ("0.0.0.0", ""):
         return "127.0.0.1"
     if host == "::":
@@ -236,12 +304,17 @@ def _health_json(health: AdapterHealth) -> dict[str, Any]:
     return data
 
 
-# ---------------------------------------------------------------------------------------------- the client side
-def fetch_status(host: str, port: int, *, timeout: float = 5.0, secret: str | None = None) -> dict[str, Any]:
-    """GET /status from the daemon on this machine (raises OSError when nothing answers). The login secret, when
-    given, is sent as Bearer: a listener bound to a non-loopback address sees this machine as any other peer."""
+# ---------------------------------------------------------------------------------- the client side
+def fetch_status(
+    host: str, port: int, *, timeout: float = 5.0, secret: str | None = None
+) -> dict[str, Any]:
+    """GET /status from the daemon on this machine (raises OSError when nothing answers). The login
+    secret, when given, is sent as Bearer: a listener bound to a non-loopback address sees this
+    machine as any other peer."""
     url = f"http://{connect_host(host)}:{port}/status"
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {secret}"} if secret else {})
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {secret}"} if secret else {}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             data: dict[str, Any] = json.load(resp)
@@ -255,14 +328,22 @@ def fetch_status(host: str, port: int, *, timeout: float = 5.0, secret: str | No
 def render_status(data: Mapping[str, Any]) -> str:
     """The human view of `/status`."""
     state = "draining" if data.get("draining") else ("ready" if data.get("ready") else "not ready")
-    lines = [(f"agent-gateway {data.get('version')} · pid {data.get('pid')} · up {_duration(data.get('uptime_s'))}"
-             f" · {state}")]
+    lines = [
+        (
+            f"agent-gateway {data.get('version')} · pid "
+            f"{data.get('pid')} · up {_duration(data.get('uptime_s'))}"
+            f" · {state}"
+        )
+    ]
     if "model" in data:  # a daemon from before the model was reported says nothing here
         how = f" ({data['model_source']})" if data.get("model_source") else ""
-        lines.append(f"model: {data['model']}{how}" if data["model"] else
-                     f"model: {data['model_source']}, but it cannot answer: {data['model_problem']}"
-                     if data.get("model_problem") else
-                     "model: none, so every message gets an error (`gateway init` sets one up)")
+        lines.append(
+            f"model: {data['model']}{how}"
+            if data["model"]
+            else f"model: {data['model_source']}, but it cannot answer: {data['model_problem']}"
+            if data.get("model_problem")
+            else "model: none, so every message gets an error (`gateway init` sets one up)"
+        )
     lines.append("adapters:")
     adapters: Mapping[str, Mapping[str, Any]] = data.get("adapters") or {}
     for name, h in adapters.items():
@@ -275,19 +356,30 @@ def render_status(data: Mapping[str, Any]) -> str:
             bits.append(f"restarts {h['restarts']}")
         if h.get("last_error"):
             bits.append(f"last error: {h['last_error']}")
-        lines.append(" · ".join([bits[0].rstrip(), *bits[1:]]) if len(bits) > 1 else bits[0].rstrip())
+        lines.append(
+            " · ".join([bits[0].rstrip(), *bits[1:]]) if len(bits) > 1 else bits[0].rstrip()
+        )
     if not adapters:
         lines.append("  (none)")
-    lines.append(f"sessions: {data.get('sessions_active', 0)} active · turns: {data.get('turns_running', 0)} running,"
-                 f" {data.get('queued', 0)} queued · replies pending: {data.get('outbound_pending', 0)}")
+    lines.append(
+        f"sessions: {data.get('sessions_active', 0)} active "
+        f"· turns: {data.get('turns_running', 0)} running,"
+        f" {data.get('queued', 0)} queued · replies pending: {data.get('outbound_pending', 0)}"
+    )
     ratio = data.get("cache_hit_ratio")
     cache = f"{ratio:.0%}" if isinstance(ratio, (int, float)) else "no calls yet"
-    per_model = ", ".join(f"{m} {v['cache_hit_ratio']:.0%}" for m, v in (data.get("models") or {}).items()
-                          if isinstance(v.get("cache_hit_ratio"), (int, float)))
+    per_model = ", ".join(
+        f"{m} {v['cache_hit_ratio']:.0%}"
+        for m, v in (data.get("models") or {}).items()
+        if isinstance(v.get("cache_hit_ratio"), (int, float))
+    )
     lines.append(f"prompt cache hit ratio: {cache}{f' ({per_model})' if per_model else ''}")
     flush = data.get("flush") or {}
-    lines.append(f"flush backlog: {flush.get('pending', 0)} pending, {flush.get('running', 0)} running"
-                 f" · done {flush.get('done', 0)}, nothing {flush.get('nothing', 0)}, failed {flush.get('failed', 0)}")
+    lines.append(
+        f"flush backlog: {flush.get('pending', 0)} pending, {flush.get('running', 0)} running"
+        f" · done {flush.get('done', 0)}, nothing "
+        f"{flush.get('nothing', 0)}, failed {flush.get('failed', 0)}"
+    )
     if data.get("jobs") is not None:
         lines.append(_jobs_line(data["jobs"]))
     return "\n".join(lines)
@@ -299,7 +391,7 @@ def _jobs_line(jobs: Mapping[str, Any]) -> str:
         line += f", {jobs['stopped']} stopped (creator lost access)"
     nxt = jobs.get("next")
     if nxt:
-        label = f"#{nxt['id']}" + (f" \"{nxt['name']}\"" if nxt.get("name") else "")
+        label = f"#{nxt['id']}" + (f' "{nxt["name"]}"' if nxt.get("name") else "")
         line += f" · next {label} at {nxt['at']}"
     day = jobs.get("last_24h") or {}
     if any(day.values()):

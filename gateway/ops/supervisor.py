@@ -1,8 +1,10 @@
-"""Run each adapter under its own supervisor: a crash, a disconnect or a silent connection restarts that adapter
-alone with bounded backoff while the others keep serving; a permanent failure (`AdapterFatal`) stays down.
+"""Run each adapter under its own supervisor: a crash, a disconnect or a silent connection restarts
+that adapter alone with bounded backoff while the others keep serving; a permanent failure
+(`AdapterFatal`) stays down.
 
-The supervisor also keeps each adapter's health (state, connected since, last inbound, last error, restarts) for
-`/status`, `gateway status` and metrics. It never sends messages; the outbox asks `is_up` before sending.
+The supervisor also keeps each adapter's health (state, connected since, last inbound, last error,
+restarts) for `/status`, `gateway status` and metrics. It never sends messages; the outbox asks
+`is_up` before sending.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from datetime import datetime
 from typing import Any
 
 from gateway.errors import AdapterFatal, GatewayError
-from gateway.events import Adapter, AdapterHealth, Inbound, Pingable, Submit, SubmitResult, Watchable
+from gateway.events import (
+    Adapter,
+    AdapterHealth,
+    Inbound,
+    Pingable,
+    Submit,
+    SubmitResult,
+    Watchable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +36,8 @@ OnUp = Callable[[str], Awaitable[Any]]
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    """Exponential restart delays, capped; a run that stayed up `healthy_after` seconds resets the count."""
+    """Exponential restart delays, capped; a run that
+    stayed up `healthy_after` seconds resets the count."""
 
     first: float = 1.0
     factor: float = 2.0
@@ -47,7 +58,8 @@ class RestartPolicy:
 class Watchdog:
     """Inbound liveness: after `silence` seconds with no event and no successful ping, reconnect.
 
-    Only adapters with `ping` are watched: without one, a quiet chat cannot be told from a dead connection.
+    Only adapters with `ping` are watched: without one,
+    a quiet chat cannot be told from a dead connection.
     """
 
     silence: float = 600.0
@@ -68,9 +80,16 @@ class _Slot:
 
 
 class Supervisor:
-    def __init__(self, adapters: Mapping[str, Adapter], *, clock: Clock,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, policy: RestartPolicy = RestartPolicy(),
-                 watchdog: Watchdog = Watchdog(), watchdogs: Mapping[str, Watchdog] | None = None) -> None:
+    def __init__(
+        self,
+        adapters: Mapping[str, Adapter],
+        *,
+        clock: Clock,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        policy: RestartPolicy = RestartPolicy(),
+        watchdog: Watchdog = Watchdog(),
+        watchdogs: Mapping[str, Watchdog] | None = None,
+    ) -> None:
         self.clock = clock
         self.sleep = sleep
         self.policy = policy
@@ -88,20 +107,23 @@ class Supervisor:
         return {name: slot.health for name, slot in self._slots.items()}
 
     def is_up(self, platform: str) -> bool:
-        """False while a supervised adapter is starting, backing off or down (sends wait for `on_up`)."""
+        """False while a supervised adapter is starting,
+        backing off or down (sends wait for `on_up`)."""
         slot = self._slots.get(platform)
         return slot is None or not self._holding or slot.health.state == "running"
 
     # ------------------------------------------------------------------ lifecycle
     def hold(self) -> None:
-        """Mark every adapter as starting, so the outbox keeps their messages pending until each is up."""
+        """Mark every adapter as starting, so the outbox
+        keeps their messages pending until each is up."""
         self._holding = True
         for slot in self._slots.values():
             if slot.health.state in ("stopped", "running"):
                 self._set(slot, state="starting")
 
     async def start(self, submit: Submit, *, on_up: OnUp | None = None) -> None:
-        """Start every adapter at once; returns when each is running or has failed its first attempt."""
+        """Start every adapter at once; returns when each
+        is running or has failed its first attempt."""
         self.hold()
         self._submit = submit
         self._on_up = on_up
@@ -157,14 +179,28 @@ class Supervisor:
             if self._stopping:
                 return
             await self._stop_adapter(slot)
-            if up_at is not None and (self.clock() - up_at).total_seconds() >= self.policy.healthy_after:
+            if (
+                up_at is not None
+                and (self.clock() - up_at).total_seconds() >= self.policy.healthy_after
+            ):
                 failures = 0
             failures += 1
             delay = self.policy.delay(failures)
-            self._set(slot, state="backoff", last_error=error, connected_since=None,
-                      restarts=slot.health.restarts + 1)
+            self._set(
+                slot,
+                state="backoff",
+                last_error=error,
+                connected_since=None,
+                restarts=slot.health.restarts + 1,
+            )
             slot.settled.set()
-            log.warning("adapter %s failed (%s); restart %s in %.3gs", name, error, slot.health.restarts, delay)
+            log.warning(
+                "adapter %s failed (%s); restart %s in %.3gs",
+                name,
+                error,
+                slot.health.restarts,
+                delay,
+            )
             await self.sleep(delay)
 
     def _up(self, name: str, slot: _Slot) -> datetime:
@@ -220,6 +256,7 @@ class Supervisor:
             self._set(slot, last_inbound_at=now)
             assert self._submit is not None
             return await self._submit(inbound)
+
         return submit
 
     # ------------------------------------------------------------------ watchdog
@@ -230,10 +267,15 @@ class Supervisor:
             await self.check_liveness()
 
     async def check_liveness(self) -> list[str]:
-        """One watchdog pass: ping adapters that have been quiet; reconnect those quiet and unreachable too long."""
+        """One watchdog pass: ping adapters that have been quiet; reconnect those quiet and
+        unreachable too long."""
         kicked: list[str] = []
         for name, slot in self._slots.items():
-            if slot.health.state != "running" or not isinstance(slot.adapter, Pingable) or slot.alive_at is None:
+            if (
+                slot.health.state != "running"
+                or not isinstance(slot.adapter, Pingable)
+                or slot.alive_at is None
+            ):
                 continue
             rule = self.watchdogs.get(name, self.watchdog)
             now = self.clock()

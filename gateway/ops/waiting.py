@@ -24,21 +24,34 @@ from gateway.store.database import Store
 Sleep = Callable[[float], Awaitable[None]]
 
 
-def approval_policy(config: Config, store: Store, provider: McpTools | None,
-                    redact: Callable[[str], str]) -> ApprovalPolicy:
+def approval_policy(
+    config: Config, store: Store, provider: McpTools | None, redact: Callable[[str], str]
+) -> ApprovalPolicy:
     """Which calls wait: MCP annotations (read from the servers' tools), tools.approval, and the
     "for this session" answers on record."""
     hints = provider.hints if provider is not None else lambda name: None
     return ApprovalPolicy(config, hints, ApprovalBook(store).granted, redact=redact)
 
 
-def wire_waits(config: Config, sessions: SessionManager, gate: AccessGate,
-               holds: HoldCheck | None, streams: Streams, sleep: Sleep) -> Waits:
+def wire_waits(
+    config: Config,
+    sessions: SessionManager,
+    gate: AccessGate,
+    holds: HoldCheck | None,
+    streams: Streams,
+    sleep: Sleep,
+) -> Waits:
     """The waiting turns, the answers at the gate and a request's buttons (the check itself sits at
     each agent's dispatch point: `SharedTools.holds`)."""
     policy = holds if isinstance(holds, ApprovalPolicy) else None
-    ports = WaitPorts(store=sessions.store, outbox=sessions.outbox, adapters=sessions.adapters,
-                      clock=sessions.clock, sleep=sleep, streams=streams)
+    ports = WaitPorts(
+        store=sessions.store,
+        outbox=sessions.outbox,
+        adapters=sessions.adapters,
+        clock=sessions.clock,
+        sleep=sleep,
+        streams=streams,
+    )
     roles = sessions.callers
     is_admin = roles.sender_is_admin if isinstance(roles, Roles) else None
     waits = Waits(ports, config, policy, is_admin=is_admin)

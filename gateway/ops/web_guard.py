@@ -1,11 +1,12 @@
 """Who may use the daemon's web listener: one aiohttp middleware in front of every route.
 
-Every route is the owner's (the web chat, the dashboard, anything added later) unless `ROUTE_ACCESS` below names it
-as more open, so a new route is protected without a line of its own. An owner's request must name this host
-(no DNS rebinding), come from the page's own origin when a browser sends one (no cross-site WebSocket or form),
-and carry the login secret: the cookie set by the login link, `Authorization: Bearer`, or `?token=`.
-All of it is read from the request line and headers (`caller`), so the bounded listener asks the
-guard before it waits on a body: a stranger's refusal never waits for one (ops/http_limits.py).
+Every route is the owner's (the web chat, the dashboard, anything added later) unless `ROUTE_ACCESS`
+below names it as more open, so a new route is protected without a line of its own. An owner's
+request must name this host (no DNS rebinding), come from the page's own origin when a browser sends
+one (no cross-site WebSocket or form), and carry the login secret: the cookie set by the login link,
+`Authorization: Bearer`, or `?token=`. All of it is read from the request line and headers
+(`caller`), so the bounded listener asks the guard before it waits on a body: a stranger's refusal
+never waits for one (ops/http_limits.py).
 """
 
 from __future__ import annotations
@@ -34,20 +35,29 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Access(enum.Enum):
-    OPEN = "open"            # anyone, any Host: probes, and nothing in the answer is private
-    OPERATOR = "operator"    # this host's name; a loopback peer (not relayed by a proxy) or the secret as Bearer
-    OWNER = "owner"          # this host's name, the page's own origin, and the login secret
+    OPEN = "open"  # anyone, any Host: probes, and nothing in the answer is private
+    # this host's name; a loopback peer (not relayed by a proxy) or the secret as Bearer
+    OPERATOR = "operator"
+    OWNER = "owner"  # this host's name, the page's own origin, and the login secret
 
 
-# Liveness and readiness are for systemd, load balancers and monitors, which send whatever Host they like; what
-# /readyz says beyond ready or not (the model's name, why the store fails) is for operators only (Ops.operator).
-# /status and /metrics are read by `gateway status` and a local Prometheus: counts and states, redacted, never
-# chat text, so a loopback peer needs no secret; anyone else needs it as a Bearer token.
+# Liveness and readiness are for systemd, load balancers and monitors, which send whatever Host they
+# like; what /readyz says beyond ready or not (the model's name, why the store fails) is for
+# operators only (Ops.operator). /status and /metrics are read by `gateway status` and a local
+# Prometheus: counts and states, redacted, never chat text, so a loopback peer needs no secret;
+# anyone else needs it as a Bearer token.
 ROUTE_ACCESS: Mapping[str, Access] = {
-    "/healthz": Access.OPEN, "/readyz": Access.OPEN, "/status": Access.OPERATOR, "/metrics": Access.OPERATOR,
+    "/healthz": Access.OPEN,
+    "/readyz": Access.OPEN,
+    "/status": Access.OPERATOR,
+    "/metrics": Access.OPERATOR,
 }
-SECURITY_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'",
-                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 LOCKED_PAGE = """<!doctype html><meta charset="utf-8"><title>agent-gateway: log in</title>
 <p>This web chat needs its login link. On the machine that runs the gateway, run <code>gateway web-url</code>
 and open the link it prints (it sets a cookie in this browser).</p>
@@ -55,7 +65,8 @@ and open the link it prints (it sets a cookie in this browser).</p>
 
 
 def load_web_secret(home: Path) -> str:
-    """The install's web login secret, created once (atomically, mode 0600) so the daemon and the CLI agree."""
+    """The install's web login secret, created once (atomically, mode 0600) so the daemon and the
+    CLI agree."""
     path = home / SECRET_FILE
     try:
         found = path.read_text(encoding="ascii").strip()
@@ -79,7 +90,8 @@ def load_web_secret(home: Path) -> str:
 
 
 def _give_to_home_owner(path: Path, home: Path) -> None:
-    """root running `gateway web-url` for a service's home must not leave a file the service cannot read."""
+    """root running `gateway web-url` for a service's home
+    must not leave a file the service cannot read."""
     if os.geteuid() == 0:
         info = home.stat()
         if info.st_uid != 0:
@@ -87,7 +99,8 @@ def _give_to_home_owner(path: Path, home: Path) -> None:
 
 
 def login_secret(config: WebConfig, home: Path) -> Secret | None:
-    """`web.auth_token` when set, else the generated per-install secret; None only for `web.auth: none`."""
+    """`web.auth_token` when set, else the generated
+    per-install secret; None only for `web.auth: none`."""
     if config.auth == "none":
         return None
     if config.auth_token:
@@ -96,7 +109,8 @@ def login_secret(config: WebConfig, home: Path) -> Secret | None:
 
 
 def is_local(request: web.BaseRequest) -> bool:
-    """A loopback peer that is not a reverse proxy relaying someone else (X-Forwarded-For / Forwarded)."""
+    """A loopback peer that is not a reverse proxy relaying
+    someone else (X-Forwarded-For / Forwarded)."""
     if "X-Forwarded-For" in request.headers or "Forwarded" in request.headers:
         return False
     try:
@@ -106,15 +120,21 @@ def is_local(request: web.BaseRequest) -> bool:
 
 
 class WebGuard:
-    """The daemon builds one from the config and calls `protect(app)` once every route is attached."""
+    """The daemon builds one from the config and calls
+    `protect(app)` once every route is attached."""
 
-    def __init__(self, secret: Secret | None, *, host: str = "127.0.0.1", public_url: str | None = None) -> None:
+    def __init__(
+        self, secret: Secret | None, *, host: str = "127.0.0.1", public_url: str | None = None
+    ) -> None:
         self.secret = secret
         self.public = URL(public_url) if public_url else None
         self.names = {n for n in (_name(host), self.public.host if self.public else None) if n}
         digest = hashlib.sha256(secret.value.encode() if secret else b"").hexdigest()
-        self.cookie_name = COOKIE_PREFIX + digest[:8]  # two installs on one host keep their own cookie
-        self._cookie_value = hmac.new(secret.value.encode(), b"web-cookie", "sha256").hexdigest() if secret else ""
+        # two installs on one host keep their own cookie
+        self.cookie_name = COOKIE_PREFIX + digest[:8]
+        self._cookie_value = (
+            hmac.new(secret.value.encode(), b"web-cookie", "sha256").hexdigest() if secret else ""
+        )
 
     @classmethod
     def for_config(cls, config: WebConfig, home: Path) -> WebGuard:
@@ -124,7 +144,8 @@ class WebGuard:
         app.middlewares.append(self._middleware)
 
     def login_url(self, base: str) -> str:
-        """The link that logs a browser in (the configured public URL, if any, rather than `base`)."""
+        """The link that logs a browser in (the configured
+        public URL, if any, rather than `base`)."""
         root = str(self.public).rstrip("/") if self.public else base.rstrip("/")
         return f"{root}/?token={quote(self.secret.value, safe='')}" if self.secret else f"{root}/"
 
@@ -134,7 +155,8 @@ class WebGuard:
         this route accepts (KNOWN); anyone else gets the refusal raised (403 for a foreign Host or
         Origin, 401 without the secret)."""
         access = ROUTE_ACCESS.get(request.path, Access.OWNER)
-        if access is Access.OPEN:  # anyone; what only an operator may read there, its handler withholds (operator())
+        if access is Access.OPEN:
+            # anyone; what only an operator may read there, its handler withholds (operator())
             return Caller.PROBE
         if not self.host_ok(request.headers.get("Host")):
             own = "this listener answers to its own names only"
@@ -142,11 +164,14 @@ class WebGuard:
         if access is Access.OPERATOR:
             if self.operator(request):
                 return Caller.KNOWN
-            raise web.HTTPUnauthorized(text=f"{request.path} from another host needs the login "
-                                            "secret (Authorization: Bearer)\n")
+            raise web.HTTPUnauthorized(
+                text=f"{request.path} from another host needs the login "
+                "secret (Authorization: Bearer)\n"
+            )
         if not self.origin_ok(request.headers.get("Origin"), request.headers.get("Host")):
             raise web.HTTPForbidden(text="cross-origin request refused\n")
-        if self.secret is None:  # `web.auth: none`: this machine only, never a request a proxy relays
+        if self.secret is None:
+            # `web.auth: none`: this machine only, never a request a proxy relays
             if is_local(request):
                 return Caller.KNOWN
             raise _locked(request)
@@ -170,11 +195,15 @@ class WebGuard:
         return self._token_ok(request) and not logged_in
 
     def operator(self, request: web.BaseRequest) -> bool:
-        """This listener's name, and a loopback peer not relayed by a proxy or the secret as Bearer."""
-        return self.host_ok(request.headers.get("Host")) and (is_local(request) or self._bearer_ok(request))
+        """This listener's name, and a loopback peer not
+        relayed by a proxy or the secret as Bearer."""
+        return self.host_ok(request.headers.get("Host")) and (
+            is_local(request) or self._bearer_ok(request)
+        )
 
     def host_ok(self, host: str | None) -> bool:
-        """An IP literal, a loopback name, or a name this listener was configured with: never a rebound name."""
+        """An IP literal, a loopback name, or a name this listener was configured with: never a
+        rebound name."""
         if host is None:
             return True
         name = _name(host)
@@ -187,7 +216,8 @@ class WebGuard:
             return name == "localhost" or name.endswith(".localhost") or name in self.names
 
     def origin_ok(self, origin: str | None, host: str | None) -> bool:
-        """Browsers always send Origin on a WebSocket handshake and on a cross-site POST; it must be this page's."""
+        """Browsers always send Origin on a WebSocket handshake and on a cross-site POST; it must be
+        this page's."""
         if origin is None:
             return True
         try:
@@ -196,11 +226,18 @@ class WebGuard:
             return False
         if not url.scheme or not url.host:  # "null": a sandboxed frame, a file:// page
             return False
-        if self.public is not None and (url.scheme, url.host, url.port) == (self.public.scheme, self.public.host,
-                                                                            self.public.port):
+        if self.public is not None and (url.scheme, url.host, url.port) == (
+            self.public.scheme,
+            self.public.host,
+            self.public.port,
+        ):
             return True
         own = URL.build(scheme=url.scheme, authority=host or "") if host else None
-        return own is not None and (own.host or "").lower() == url.host.lower() and own.port == url.port
+        return (
+            own is not None
+            and (own.host or "").lower() == url.host.lower()
+            and own.port == url.port
+        )
 
     def _cookie_ok(self, request: web.BaseRequest) -> bool:
         given = request.cookies.get(self.cookie_name)
@@ -210,27 +247,43 @@ class WebGuard:
 
     def _bearer_ok(self, request: web.BaseRequest) -> bool:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        return self.secret is not None and scheme.lower() == "bearer" and self.secret.matches(given.strip())
+        return (
+            self.secret is not None
+            and scheme.lower() == "bearer"
+            and self.secret.matches(given.strip())
+        )
 
     def _token_ok(self, request: web.BaseRequest) -> bool:
         token = request.query.get("token")
         return self.secret is not None and token is not None and self.secret.matches(token)
 
     def _log_in(self, request: web.Request) -> web.Response:
-        """Set the cookie and send the browser to the same URL without the token (out of history and screens)."""
+        """Set the cookie and send the browser to the same URL
+        without the token (out of history and screens)."""
         target = request.rel_url.without_query_params("token")
-        # Never "//host" or "/\\host" (browsers read a backslash as a slash): that would send the browser elsewhere.
+        # Never "//host" or "/\\host" (browsers read a backslash as a slash): that would send the
+        # browser elsewhere.
         location = "/" + str(target).lstrip("/\\")
-        response = web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store",
-                                                     **SECURITY_HEADERS})
+        response = web.Response(
+            status=303,
+            headers={"Location": location, "Cache-Control": "no-store", **SECURITY_HEADERS},
+        )
         secure = request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
-        response.set_cookie(self.cookie_name, self._cookie_value, max_age=COOKIE_MAX_AGE_S, path="/",
-                            httponly=True, samesite="Strict", secure=secure)
+        response.set_cookie(
+            self.cookie_name,
+            self._cookie_value,
+            max_age=COOKIE_MAX_AGE_S,
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=secure,
+        )
         return response
 
 
 def _name(host: str | None) -> str | None:
-    """The host name of a Host header or `web.host` value, lower-cased, without port, brackets or final dot."""
+    """The host name of a Host header or `web.host` value, lower-cased, without port, brackets or
+    final dot."""
     if not host:
         return None
     try:
@@ -249,8 +302,7 @@ def _with_headers(response: web.StreamResponse) -> web.StreamResponse:
 
 def _locked(request: web.BaseRequest) -> web.HTTPUnauthorized:
     if "text/html" in request.headers.get("Accept", ""):
-        return web.HTTPUnauthorized(text=LOCKED_PAGE, content_type="text/html",
-                                    headers=SECURITY_HEADERS)
+        return web.HTTPUnauthorized(
+            text=LOCKED_PAGE, content_type="text/html", headers=SECURITY_HEADERS
+        )
     return web.HTTPUnauthorized(text="the web chat needs its login secret: run `gateway web-url`\n")
-
-

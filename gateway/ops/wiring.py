@@ -1,7 +1,8 @@
-"""The composition root: builds the gateway's object graph once, bottom-up, and the configured adapters.
+"""The composition root: builds the gateway's object
+graph once, bottom-up, and the configured adapters.
 
-The only place that decides which concrete class plays each part; tests build the same graph with fakes
-(`build_gateway(..., adapters=[fake], llm=fake)`).
+The only place that decides which concrete class plays each part; tests build the same graph with
+fakes (`build_gateway(..., adapters=[fake], llm=fake)`).
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ from gateway.telemetry.metrics import Metrics
 from gateway.worker.parent import Worker
 
 log = logging.getLogger(__name__)
-# The event loop's connection waits this long for another process's write lock; longer waits happen off the hot
-# path (store.health.write sleeps and tries again), so a CLI or backup holding the lock never stalls the loop.
+# The event loop's connection waits this long for another process's write lock; longer waits happen
+# off the hot path (store.health.write sleeps and tries again), so a CLI or backup holding the lock
+# never stalls the loop.
 LOOP_BUSY_TIMEOUT_MS = 50
 
 Clock = Callable[[], datetime]
@@ -121,14 +123,16 @@ class Gateway:
     mcp: McpHub | None = None  # only with mcp_servers; the daemon starts and stops it
     web: WebTools | None = None
     jobs: JobRunner | None = None
-    model_source: str = "given"  # how the model was chosen: configured, auto-detected from …, not configured
+    # how the model was chosen: configured, auto-detected from …, not configured
+    model_source: str = "given"
     media: AttachmentTurns | None = None
     models: SessionModels | None = None  # with `models:`: the ones /model switches to
     worker: Worker | None = None  # parses pages, PDFs, office files and pictures in a child process
     waits: Waits | None = None  # turns waiting for a person (gateway/approvals/), its `policy`
 
     def tool_names(self, platform: str) -> list[str]:
-        """The tools a new session on `platform` would get now (MCP tools only once the hub has started)."""
+        """The tools a new session on `platform` would get
+        now (MCP tools only once the hub has started)."""
         return [s.name for s in self.catalog.current(platform)] if self.catalog is not None else []
 
     async def close_tools(self) -> None:
@@ -149,8 +153,10 @@ class Gateway:
                 await self.web.search.close()
         if self.worker is not None:
             await self.worker.close()
+
     roles: Roles | None = None
-    redact: Callable[[str], str] = str  # masks secrets in what operators see (/status), as in the logs
+    # masks secrets in what operators see (/status), as in the logs
+    redact: Callable[[str], str] = str
     roster: Roster | None = None  # every agent (gateway/agents/); the fields above are main's
 
     @property
@@ -159,20 +165,35 @@ class Gateway:
         return self.roles.people
 
 
-def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[Adapter] = (),
-                  llm: LLMClient | None = None, clock: Clock = utcnow, probe_ollama: bool = True,
-                  sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic,
-                  busy_timeout_ms: int = LOOP_BUSY_TIMEOUT_MS) -> Gateway:
-    """The object graph, built once, bottom-up: store → model → knowledge and tools → delivery → sessions.
-    `busy_timeout_ms`: the store's wait for another process's lock (longer while `gateway run` starts)."""
-    config.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # memories and chat history: the owner's alone
+def build_gateway(
+    config: Config,
+    *,
+    env: Mapping[str, str],
+    adapters: Sequence[Adapter] = (),
+    llm: LLMClient | None = None,
+    clock: Clock = utcnow,
+    probe_ollama: bool = True,
+    sleep: Sleep = asyncio.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    busy_timeout_ms: int = LOOP_BUSY_TIMEOUT_MS,
+) -> Gateway:
+    """The object graph, built once, bottom-up: store →
+    model → knowledge and tools → delivery → sessions.
+    `busy_timeout_ms`: the store's wait for another
+    process's lock (longer while `gateway run` starts)."""
+    # memories and chat history: the owner's alone
+    config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     store = Store(config.db_path, busy_timeout_ms=busy_timeout_ms)
     store.index_pending()  # what a killed process stored but had not indexed yet (search_index.py)
     metrics = Metrics()
     source = "given"
     if llm is None:
         llm, source = _model(config, env, probe_ollama=probe_ollama)
-    book = JobBook(jobs=JobStore(store), config=config, clock=clock) if config.schedule.enabled else None
+    book = (
+        JobBook(jobs=JobStore(store), config=config, clock=clock)
+        if config.schedule.enabled
+        else None
+    )
     worker = Worker(memory_mb=config.media.worker_memory_mb)  # starts on the first page or file
     vision = functools.partial(_sees_images, llm)
     roles = Roles(config, PeopleBook(store), PairingBook(store, load_key(config.home)), clock=clock)
@@ -181,12 +202,31 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
     previews = PreviewBook(store, ChatPacer(monotonic), clock=clock, sleep=sleep)
-    outbox = Outbox(store, by_platform, facts, clock=clock, sleep=sleep, available=supervisor.is_up,
-                    limiter=limiter, backoff=Backoff(attempts=config.delivery.max_send_attempts), metrics=metrics,
-                    previews=previews)
+    outbox = Outbox(
+        store,
+        by_platform,
+        facts,
+        clock=clock,
+        sleep=sleep,
+        available=supervisor.is_up,
+        limiter=limiter,
+        backoff=Backoff(attempts=config.delivery.max_send_attempts),
+        metrics=metrics,
+        previews=previews,
+    )
     outbox.voice = voice_replies(config.voice, env, outbox)
-    shared_tools, hub = _tools(config, env, book, store, sleep=sleep, monotonic=monotonic,
-                               vision=vision, worker=worker, roles=roles, outbox=outbox)
+    shared_tools, hub = _tools(
+        config,
+        env,
+        book,
+        store,
+        sleep=sleep,
+        monotonic=monotonic,
+        vision=vision,
+        worker=worker,
+        roles=roles,
+        outbox=outbox,
+    )
     roster = roster_for(Shared(config, env, store, clock, facts, llm, shared_tools))
     main = roster.main  # the Gateway's own fields (memory, prompts, tools, …) are the agent main's
     memory, skills, catalog, agent = main.memory, main.skills, main.catalog, main.loop
@@ -195,20 +235,61 @@ def build_gateway(config: Config, *, env: Mapping[str, str], adapters: Sequence[
     migrate_global_profile(roles, memory)
     gate = AccessGate(config, roles.pairing, outbox, clock=clock, people=roles.people)
     Linker(gate, roles, memory, clock=clock)  # answers /link for the gate
-    media = _media(config, env, store=store, vision=vision, adapters=by_platform, clock=clock,
-                   sleep=sleep, worker=worker)
-    sessions, lifecycle = _sessions(config, store=store, roster=roster, outbox=outbox,
-                                    adapters=by_platform, clock=clock, metrics=metrics, gate=gate,
-                                    jobs_command=JobsCommand(book), roles=roles, streams=streams,
-                                    media=media)
+    media = _media(
+        config,
+        env,
+        store=store,
+        vision=vision,
+        adapters=by_platform,
+        clock=clock,
+        sleep=sleep,
+        worker=worker,
+    )
+    sessions, lifecycle = _sessions(
+        config,
+        store=store,
+        roster=roster,
+        outbox=outbox,
+        adapters=by_platform,
+        clock=clock,
+        metrics=metrics,
+        gate=gate,
+        jobs_command=JobsCommand(book),
+        roles=roles,
+        streams=streams,
+        media=media,
+    )
     jobs = _jobs(config, book, sessions=sessions, gate=gate)
-    return Gateway(config=config, store=store, llm=llm, tools=tools, memory=memory, skills=skills, facts=facts,
-                   prompts=prompts, agent=agent, outbox=outbox, sessions=sessions, adapters=by_platform,
-                   clock=clock, lifecycle=lifecycle, supervisor=supervisor, metrics=metrics, catalog=catalog,
-                   mcp=hub, web=shared_tools.web, jobs=jobs, model_source=source, roles=roles,
-                   redact=redactor_for(config, env), media=media, roster=roster,
-                   models=main.llm if isinstance(main.llm, SessionModels) else None, worker=worker,
-                   waits=wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep))
+    return Gateway(
+        config=config,
+        store=store,
+        llm=llm,
+        tools=tools,
+        memory=memory,
+        skills=skills,
+        facts=facts,
+        prompts=prompts,
+        agent=agent,
+        outbox=outbox,
+        sessions=sessions,
+        adapters=by_platform,
+        clock=clock,
+        lifecycle=lifecycle,
+        supervisor=supervisor,
+        metrics=metrics,
+        catalog=catalog,
+        mcp=hub,
+        web=shared_tools.web,
+        jobs=jobs,
+        model_source=source,
+        roles=roles,
+        redact=redactor_for(config, env),
+        media=media,
+        roster=roster,
+        models=main.llm if isinstance(main.llm, SessionModels) else None,
+        worker=worker,
+        waits=wire_waits(config, sessions, gate, shared_tools.holds, streams, sleep),
+    )
 
 
 def _sees_images(default: LLMClient) -> bool:
@@ -221,37 +302,69 @@ def _model(config: Config, env: Mapping[str, str], *, probe_ollama: bool) -> tup
     """The model client and how it was chosen (the start-up banner and the dashboard say which)."""
     try:
         choice = choose_model(config, env, probe_ollama=probe_ollama)
-    except LLMNotConfigured as exc:  # the chat surfaces say what to set instead of the daemon refusing to start
+    except LLMNotConfigured as exc:
+        # the chat surfaces say what to set instead of the daemon refusing to start
         log.warning("%s", exc)
         return UnconfiguredLLM(str(exc)), "not configured"
     try:
         return build_chosen(choice, env, config), choice.source
-    except LLMNotConfigured as exc:  # chosen, but it cannot answer: say so by name, not "run gateway init"
+    except LLMNotConfigured as exc:
+        # chosen, but it cannot answer: say so by name, not "run gateway init"
         log.warning("%s", exc)
-        return UnconfiguredLLM(str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"), choice.source
+        return UnconfiguredLLM(
+            str(exc), wanted=f"{choice.model.provider}/{choice.model.name}"
+        ), choice.source
 
 
-def _media(config: Config, env: Mapping[str, str], *, store: Store, vision: Callable[[], bool],
-           adapters: Mapping[str, Adapter], clock: Clock, sleep: Sleep,
-           worker: Worker) -> AttachmentTurns:
-    """Attachments: the pipeline knows whether the model sees images and whether voice can be transcribed. An
-    album waits in real time for its parts (they arrive over the network, whatever the gateway's clock says)."""
+def _media(
+    config: Config,
+    env: Mapping[str, str],
+    *,
+    store: Store,
+    vision: Callable[[], bool],
+    adapters: Mapping[str, Adapter],
+    clock: Clock,
+    sleep: Sleep,
+    worker: Worker,
+) -> AttachmentTurns:
+    """Attachments: the pipeline knows whether the model sees images and whether voice can be
+    transcribed. An album waits in real time for its parts (they arrive over the network, whatever
+    the gateway's clock says)."""
     stt = config.media.transcription
     transcriber = None
     if stt is not None:
         key = env.get(stt.api_key_env) if stt.api_key_env else None
         if stt.api_key_env and not key:
-            log.warning("media.transcription.api_key_env names %s, which is not set; transcription requests go "
-                        "without a key", stt.api_key_env)
+            log.warning(
+                "media.transcription.api_key_env names %s, which is not set; transcription "
+                "requests go without a key",
+                stt.api_key_env,
+            )
         transcriber = Transcriber(stt, key)
-    pipeline = MediaPipeline(config.media, config.home, vision=vision, transcriber=transcriber,
-                             sleep=sleep, worker=worker)
+    pipeline = MediaPipeline(
+        config.media,
+        config.home,
+        vision=vision,
+        transcriber=transcriber,
+        sleep=sleep,
+        worker=worker,
+    )
     return AttachmentTurns(store=store, pipeline=pipeline, adapters=adapters, clock=clock)
 
 
-def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: Store, *,
-           sleep: Sleep, monotonic: Callable[[], float], vision: Callable[[], bool],
-           worker: Worker, roles: Roles, outbox: Outbox) -> tuple[SharedTools, McpHub | None]:
+def _tools(
+    config: Config,
+    env: Mapping[str, str],
+    jobs: JobBook | None,
+    store: Store,
+    *,
+    sleep: Sleep,
+    monotonic: Callable[[], float],
+    vision: Callable[[], bool],
+    worker: Worker,
+    roles: Roles,
+    outbox: Outbox,
+) -> tuple[SharedTools, McpHub | None]:
     """What every agent's tools share: the web tools' clients, the job book, the session search
     and, with mcp_servers, the hub (started by the daemon); MCP results' pictures reach the model as
     pictures when the model answering sees images (`vision`); who may have the shell (`roles`) and
@@ -260,9 +373,12 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
     check_agents(config)
     hub = provider = None
     if config.mcp_servers:
-        hub = McpHub(config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic)
-        provider = McpTools(hub, vision=vision, max_image_bytes=config.media.max_bytes,
-                            worker=worker)
+        hub = McpHub(
+            config.mcp_servers, log_dir=config.home / "logs" / "mcp", sleep=sleep, clock=monotonic
+        )
+        provider = McpTools(
+            hub, vision=vision, max_image_bytes=config.media.max_bytes, worker=worker
+        )
     web = _web_tools(config, env, monotonic, worker)
     holds = approval_policy(config, store, provider, redactor_for(config, env))
     shell = config.tools.shell
@@ -274,11 +390,17 @@ def _tools(config: Config, env: Mapping[str, str], jobs: JobBook | None, store: 
     return SharedTools(web, jobs, SessionSearch(), provider, holds, admins, attach), hub
 
 
-def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], float],
-               worker: Worker) -> WebTools:
+def _web_tools(
+    config: Config, env: Mapping[str, str], monotonic: Callable[[], float], worker: Worker
+) -> WebTools:
     fetch = config.tools.web_fetch
-    client = WebClient(allow_private=fetch.allow_private, max_bytes=fetch.max_bytes,
-                       timeout_s=fetch.timeout_s, max_redirects=fetch.max_redirects, worker=worker)
+    client = WebClient(
+        allow_private=fetch.allow_private,
+        max_bytes=fetch.max_bytes,
+        timeout_s=fetch.timeout_s,
+        max_redirects=fetch.max_redirects,
+        worker=worker,
+    )
     found = config.tools.web_search
     search = None
     if found is not None:
@@ -286,22 +408,41 @@ def _web_tools(config: Config, env: Mapping[str, str], monotonic: Callable[[], f
         if found.api_key_env and not key:
             log.warning("tools.web_search: %s is not set; web_search is off", found.api_key_env)
         else:
-            search = WebSearch(found.provider, base_url=found.base_url, api_key=key, timeout_s=found.timeout_s)
-    return WebTools(client, max_chars=fetch.max_chars, search=search, search_results=found.max_results if found else 5,
-                    pages=PageCache(clock=monotonic))
+            search = WebSearch(
+                found.provider, base_url=found.base_url, api_key=key, timeout_s=found.timeout_s
+            )
+    return WebTools(
+        client,
+        max_chars=fetch.max_chars,
+        search=search,
+        search_results=found.max_results if found else 5,
+        pages=PageCache(clock=monotonic),
+    )
 
 
 def _platform_facts(config: Config) -> dict[str, PlatformFacts]:
     facts = load_platform_facts()
-    if config.discord is not None and config.discord.max_lines:  # the user's line cap beats the shipped one
+    if config.discord is not None and config.discord.max_lines:
+        # the user's line cap beats the shipped one
         facts = {**facts, "discord": replace(facts["discord"], max_lines=config.discord.max_lines)}
     return facts
 
 
-def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
-              adapters: dict[str, Adapter], clock: Clock, metrics: Metrics, gate: AccessGate,
-              jobs_command: JobsCommand, roles: Roles, streams: Streams,
-              media: AttachmentTurns) -> tuple[SessionManager, Lifecycle]:
+def _sessions(
+    config: Config,
+    *,
+    store: Store,
+    roster: Roster,
+    outbox: Outbox,
+    adapters: dict[str, Adapter],
+    clock: Clock,
+    metrics: Metrics,
+    gate: AccessGate,
+    jobs_command: JobsCommand,
+    roles: Roles,
+    streams: Streams,
+    media: AttachmentTurns,
+) -> tuple[SessionManager, Lifecycle]:
     """The session manager with its gate, compression, pre-reset flush, lifecycle timers and
     commands; each session's turns, compression and flush run with its own agent's parts
     (roster)."""
@@ -309,28 +450,47 @@ def _sessions(config: Config, *, store: Store, roster: Roster, outbox: Outbox,
     compressor = Compressor(roster=roster, store=store, clock=clock, flush=flush)
     own = {n: s.session_reset for n, s in config.agents.items() if s.session_reset is not None}
     policies = Policies(config.session_reset, config.sessions.timezone, own)
-    flusher = Flusher(config=config.memory, store=store, roster=roster, home=config.home,
-                      db_path=config.db_path, clock=clock, callers=roles)
+    flusher = Flusher(
+        config=config.memory,
+        store=store,
+        roster=roster,
+        home=config.home,
+        db_path=config.db_path,
+        clock=clock,
+        callers=roles,
+    )
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
     commands = Commands(policies=policies, clock=clock)
     commands.add("jobs", jobs_command)
     menus = Menus(load_key(config.home))  # /model's list as buttons
-    choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin,
-                             menus=menus)
+    choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin, menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
-    sessions = SessionManager(config=config, store=store, roster=roster, outbox=outbox,
-                              hooks=lifecycle, commands=commands, adapters=adapters,
-                              clock=clock, gate=gate, compressor=compressor, metrics=metrics,
-                              callers=roles, streams=streams, media=media)
+    sessions = SessionManager(
+        config=config,
+        store=store,
+        roster=roster,
+        outbox=outbox,
+        hooks=lifecycle,
+        commands=commands,
+        adapters=adapters,
+        clock=clock,
+        gate=gate,
+        compressor=compressor,
+        metrics=metrics,
+        callers=roles,
+        streams=streams,
+        media=media,
+    )
     lifecycle.attach(sessions)
     outbox.choices.append(menus.choices_for)
     gate.menus = functools.partial(choices.tap, sessions)
     return sessions, lifecycle
 
 
-def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager,
-          gate: AccessGate) -> JobRunner | None:
+def _jobs(
+    config: Config, book: JobBook | None, *, sessions: SessionManager, gate: AccessGate
+) -> JobRunner | None:
     """Scheduled jobs: each run is its job's agent's turn, with the run's own tool list (the `cron`
     platform's, without `schedule` unless allowed); the runner serves the jobs of this process's
     platforms and asks the same gate about each creator at run time."""
@@ -338,9 +498,15 @@ def _jobs(config: Config, book: JobBook | None, *, sessions: SessionManager,
         return None
     turn = JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule)
     adapters = sessions.adapters
-    runner = JobRunner(jobs=book.jobs, config=config, clock=sessions.clock, allowed=gate.is_allowed,
-                       turn=turn, platforms={a.platform for a in adapters.values()},
-                       members={k: a for k, a in adapters.items() if isinstance(a, MemberRoles)})
+    runner = JobRunner(
+        jobs=book.jobs,
+        config=config,
+        clock=sessions.clock,
+        allowed=gate.is_allowed,
+        turn=turn,
+        platforms={a.platform for a in adapters.values()},
+        members={k: a for k, a in adapters.items() if isinstance(a, MemberRoles)},
+    )
     book.changed = runner.changed
     return runner
 
@@ -354,31 +520,51 @@ def _watchdogs(config: Config) -> dict[str, Watchdog]:
     return found
 
 
-def platform_adapters(config: Config, *, monotonic: Callable[[], float] = time.monotonic) -> list[Adapter]:
+def platform_adapters(
+    config: Config, *, monotonic: Callable[[], float] = time.monotonic
+) -> list[Adapter]:
     """The adapters the config asks for; the web chat is always there unless disabled.
 
-    `monotonic` must be the gateway's own clock: an adapter that holds sends back (Telegram's flood waits) and
-    the outbox that schedules them have to agree on when a wait is over."""
+    `monotonic` must be the gateway's own clock: an adapter that holds sends back (Telegram's flood
+    waits) and the outbox that schedules them have to agree on when a wait is over."""
     found: list[Adapter] = []
     limits = Limits(max_connections=config.daemon.max_connections)
     if config.web.enabled:
         from adapters.webchat import WebChatAdapter
-        found.append(WebChatAdapter(uploads=web_uploads(config.home),
-                                    max_upload_bytes=config.media.max_bytes))
+
+        found.append(
+            WebChatAdapter(
+                uploads=web_uploads(config.home), max_upload_bytes=config.media.max_bytes
+            )
+        )
     for name, tg in platform_accounts(config.telegram).items():  # one adapter per bot account
         from adapters.telegram.adapter import TelegramAdapter
+
         assert isinstance(tg, TelegramConfig)
-        found.append(TelegramAdapter(tg, clock=monotonic, account=name, serve=functools.partial(
-            serve_http, limits=limits, name=adapter_key("telegram", name))))
+        found.append(
+            TelegramAdapter(
+                tg,
+                clock=monotonic,
+                account=name,
+                serve=functools.partial(
+                    serve_http, limits=limits, name=adapter_key("telegram", name)
+                ),
+            )
+        )
     for name, dc in platform_accounts(config.discord).items():
         from adapters.discord.adapter import DiscordAdapter
+
         assert isinstance(dc, DiscordConfig)
         found.append(DiscordAdapter(dc, account=name))
     for name, sl in platform_accounts(config.slack).items():
         from adapters.slack.adapter import SlackAdapter
+
         assert isinstance(sl, SlackConfig)
-        found.append(SlackAdapter(sl, account=name, serve=functools.partial(
-            serve_http, limits=limits, name=adapter_key("slack", name))))
+        found.append(
+            SlackAdapter(
+                sl,
+                account=name,
+                serve=functools.partial(serve_http, limits=limits, name=adapter_key("slack", name)),
+            )
+        )
     return found
-
-

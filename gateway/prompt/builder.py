@@ -1,7 +1,9 @@
-"""The system prompt: three tiers (stable → context → volatile) built by one pure function of explicit inputs.
+"""The system prompt: three tiers (stable → context → volatile) built by one pure function of
+explicit inputs.
 
-Same inputs, same bytes: nothing here reads a clock, the environment or config. The caller stores the
-result and sends it verbatim for the life of the session, so the provider's prefix cache stays warm.
+Same inputs, same bytes: nothing here reads a clock, the environment or config. The caller stores
+the result and sends it verbatim for the life of the session, so the provider's prefix cache stays
+warm.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ log = logging.getLogger(__name__)
 Tier = Literal["stable", "context", "volatile"]
 TIERS: tuple[Tier, ...] = ("stable", "context", "volatile")
 
-# Substrings of the lowercased model name for families that tend to describe a tool call instead of making it.
+# Substrings of the lowercased model name for families that tend to describe a tool call instead of
+# making it.
 AUTO_ENFORCEMENT = ("gpt", "codex", "gemini", "gemma", "grok", "glm", "qwen", "deepseek")
 SKILL_TOOLS = ("skills_list", "skill_view", "skill_manage")
 
@@ -70,7 +73,8 @@ class BuiltPrompt:
     text: str  # the exact bytes to store and send
 
     def tiers_view(self) -> str:
-        """Human view for `gateway prompt --tiers`: tier boundaries, each block's name, source and size."""
+        """Human view for `gateway prompt --tiers`: tier
+        boundaries, each block's name, source and size."""
         out: list[str] = []
         for tier in TIERS:
             blocks = [b for b in self.blocks if b.tier == tier]
@@ -84,56 +88,76 @@ class BuiltPrompt:
         return "\n".join(out)
 
 
-# ---- built-in texts -------------------------------------------------------------------------------------------
+# ---- built-in texts ------------------------------------------------------------------------------
 
 DEFAULT_IDENTITY = (
-    "You are a personal assistant that people reach from their chat apps: Telegram, Discord, Slack, a web "
-    "chat or a terminal. You are helpful, direct and honest. Answer what was asked, as briefly as the request "
-    "allows; when something is ambiguous, make a sensible assumption and say which, or ask one focused "
-    "question. Say plainly when you are unsure or cannot do something, and never invent facts, results or "
-    "the outcome of a tool call. You keep a persistent memory across conversations, so treat the person you "
-    "are talking to as someone you will talk to again."
+    "You are a personal assistant that people reach from their chat apps: Telegram, Discord, "
+    "Slack, a web chat or a terminal. You are helpful, direct and honest. Answer what was asked, "
+    "as briefly as the request allows; when something is ambiguous, make a sensible assumption and "
+    "say which, or ask one focused question. Say plainly when you are unsure or cannot do "
+    "something, and never invent facts, results or the outcome of a tool call. You keep a "
+    "persistent memory across conversations, so treat the person you are talking to as someone you "
+    "will talk to again."
 )
 
 MEMORY_GUIDANCE = (
-    "You have a persistent memory (the memory tool): a profile of each person you talk to (target user: the "
-    "person who sent the message), shared notes every conversation sees (target memory), and notes for a group "
-    "chat (target chat). Save durable facts proactively, without being asked: the person's name, preferences "
-    "and situation go in their own profile; decisions, corrections to how you work and facts about the setup "
-    "go in the shared notes, when you may write them. Do not save one-off task details or anything you were "
-    "asked to forget. Memory is loaded once when a conversation starts and stays frozen for that "
-    "conversation, so what you save now shows up in the next one. Keep entries short and factual, and "
-    "replace or remove an outdated entry instead of adding one that contradicts it."
+    "You have a persistent memory (the memory tool): a profile of each person you talk to (target "
+    "user: the person who sent the message), shared notes every conversation sees (target memory), "
+    "and notes for a group chat (target chat). Save durable facts proactively, without being "
+    "asked: the person's name, preferences and situation go in their own profile; decisions, "
+    "corrections to how you work and facts about the setup go in the shared notes, when you may "
+    "write them. Do not save one-off task details or anything you were asked to forget. Memory is "
+    "loaded once when a conversation starts and stays frozen for that conversation, so what you "
+    "save now shows up in the next one. Keep entries short and factual, and replace or remove an "
+    "outdated entry instead of adding one that contradicts it."
 )
 
 SESSION_SEARCH_GUIDANCE = (
-    "You can search past conversations with this user (the session_search tool). When they refer to "
-    "something discussed before (\"like last time\", \"the plan we made\") or a question depends on earlier "
-    "context you no longer see, search before answering rather than guessing or asking them to repeat it."
+    "You can search past conversations with this user "
+    "(the session_search tool). When they refer to "
+    'something discussed before ("like last time", "the '
+    'plan we made") or a question depends on earlier '
+    "context you no longer see, search before answering "
+    "rather than guessing or asking them to repeat it."
 )
 
 TOOL_USE_ENFORCEMENT = (
-    "Act through your tools instead of describing what you would do. When a request needs a tool, call it "
-    "in this same reply rather than announcing that you will. Never claim you saved, searched or loaded "
-    "something unless the tool call succeeded; if a tool fails, say so and continue with what you have. "
-    "Keep going until the task is done or you truly need the user's input."
+    "Act through your tools instead of describing what you would do. When a request needs a tool, "
+    "call it in this same reply rather than announcing that you will. Never claim you saved, "
+    "searched or loaded something unless the tool call succeeded; if a tool fails, say so and "
+    "continue with what you have. Keep going until the task is done or you truly need the user's "
+    "input."
 )
 
 GROUP_NOTE = (
-    "This is a shared {kind}: several people may read and write here, so keep track of who is asking. "
-    "Everyone present can read your replies, so do not bring up one person's private details from memory "
-    "unless that person asks."
+    "This is a shared {kind}: several people may read and write here, so keep track of who is "
+    "asking. Everyone present can read your replies, so do not bring up one person's private "
+    "details from memory unless that person asks."
 )
 
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
-# ---- the builder ------------------------------------------------------------------------------------------------
+# ---- the builder ---------------------------------------------------------------------------------
+
 
 def build_prompt(inputs: PromptInputs) -> BuiltPrompt:
-    """The whole prompt for a new session. Pure: the only side effect is a WARNING when a file is blocked."""
+    """The whole prompt for a new session. Pure: the only
+    side effect is a WARNING when a file is blocked."""
     blocks = [*_stable(inputs), *_context(inputs), *_volatile(inputs)]
     kept = tuple(b for b in blocks if b.text.strip())
     return BuiltPrompt(blocks=kept, text="\n\n".join(b.text for b in kept))
@@ -145,17 +169,27 @@ def _stable(i: PromptInputs) -> list[PromptBlock]:
     if "memory" in tools:
         blocks.append(PromptBlock("stable", "tool_guidance:memory", "built-in", MEMORY_GUIDANCE))
     if "session_search" in tools:
-        blocks.append(PromptBlock("stable", "tool_guidance:session_search", "built-in", SESSION_SEARCH_GUIDANCE))
+        blocks.append(
+            PromptBlock(
+                "stable", "tool_guidance:session_search", "built-in", SESSION_SEARCH_GUIDANCE
+            )
+        )
     if tools & set(SKILL_TOOLS):
         text = skills_guidance(tools, bool(i.skills_index))
         blocks.append(PromptBlock("stable", "tool_guidance:skills", "built-in", text))
     if tools and enforcement_applies(i.tool_use_enforcement, i.model_name):
         blocks.append(PromptBlock("stable", "tool_enforcement", "built-in", TOOL_USE_ENFORCEMENT))
     if tools & set(SKILL_TOOLS):
-        blocks.append(PromptBlock("stable", "skills_index", "skills/", render_skills_index(i.skills_index)))
-    blocks.append(PromptBlock("stable", "platform_hint", i.platform_hint.source, i.platform_hint.text.strip()))
+        blocks.append(
+            PromptBlock("stable", "skills_index", "skills/", render_skills_index(i.skills_index))
+        )
+    blocks.append(
+        PromptBlock("stable", "platform_hint", i.platform_hint.source, i.platform_hint.text.strip())
+    )
     if i.chat_type in ("group", "channel"):
-        blocks.append(PromptBlock("stable", "chat_type", "built-in", GROUP_NOTE.format(kind=i.chat_type)))
+        blocks.append(
+            PromptBlock("stable", "chat_type", "built-in", GROUP_NOTE.format(kind=i.chat_type))
+        )
     return blocks
 
 
@@ -165,39 +199,62 @@ def _identity(i: PromptInputs) -> PromptBlock:
     notice = blocked_notice(i.soul)
     if notice is not None:
         # A poisoned SOUL.md must not leave the agent without an identity: fall back, and say why.
-        return PromptBlock("stable", "identity", f"built-in ({i.soul.path} blocked)", f"{DEFAULT_IDENTITY}\n\n{notice}")
+        return PromptBlock(
+            "stable",
+            "identity",
+            f"built-in ({i.soul.path} blocked)",
+            f"{DEFAULT_IDENTITY}\n\n{notice}",
+        )
     text = truncate(i.soul.text.strip(), i.soul_max_chars, display_name(i.soul.path))
     return PromptBlock("stable", "identity", str(i.soul.path), text)
 
 
 def skills_guidance(tools: set[str], has_skills: bool) -> str:
     if has_skills:
-        parts = [("You have a library of skills: saved instructions for tasks done before, listed by category in "
-                 "<available_skills> below.")]
+        parts = [
+            (
+                "You have a library of skills: saved instructions for tasks done before, listed by "
+                "category in <available_skills> below."
+            )
+        ]
         if "skill_view" in tools:
-            parts.append("When a task matches a skill, load it with skill_view and follow it before improvising.")
+            parts.append(
+                "When a task matches a skill, load it with "
+                "skill_view and follow it before improvising."
+            )
     else:
-        parts = ["You can keep a library of skills: saved instructions for recurring tasks. None are saved yet."]
+        parts = [
+            (
+                "You can keep a library of skills: saved instructions "
+                "for recurring tasks. None are saved yet."
+            )
+        ]
     if "skill_manage" in tools:
-        parts.append("After working out a multi-step task that is likely to come up again, save it as a skill "
-                     "with skill_manage, and patch a skill when you find it wrong or outdated.")
+        parts.append(
+            "After working out a multi-step task that is likely to come up again, save it as a "
+            "skill with skill_manage, and patch a skill when you find it wrong or outdated."
+        )
     return " ".join(parts)
 
 
 def enforcement_applies(setting: bool | str | tuple[str, ...] | list[str], model_name: str) -> bool:
-    """agent.tool_use_enforcement: "auto" (known families), True (always), False (never), or substrings."""
+    """agent.tool_use_enforcement: "auto" (known families),
+    True (always), False (never), or substrings."""
     if isinstance(setting, bool):
         return setting
     if isinstance(setting, str):
         if setting.lower() != "auto":
-            raise ValueError(f"tool_use_enforcement: expected auto, true, false or a list; got {setting!r}")
+            raise ValueError(
+                f"tool_use_enforcement: expected auto, true, false or a list; got {setting!r}"
+            )
         setting = AUTO_ENFORCEMENT
     model = model_name.lower()
     return any(s.lower() in model for s in setting if s)
 
 
 def render_skills_index(skills: tuple[SkillEntry, ...]) -> str:
-    """`<available_skills>` grouped by category, sorted, one line per skill (bodies load on demand)."""
+    """`<available_skills>` grouped by category, sorted,
+    one line per skill (bodies load on demand)."""
     if not skills:
         return ""
     lines = ["<available_skills>"]
@@ -255,25 +312,49 @@ def _is_cursor_rules(path: Path) -> bool:
 
 
 def truncate(text: str, cap: int, name: str) -> str:
-    """Over `cap`: the first 70 % and the last 20 % of the cap, with a marker line saying what was cut."""
+    """Over `cap`: the first 70 % and the last 20 % of
+    the cap, with a marker line saying what was cut."""
     if len(text) <= cap:
         return text
     head, tail = cap * 7 // 10, cap * 2 // 10
     cut = len(text) - head - tail
-    marker = f"[… {cut} of {len(text)} chars of {name} cut here; first {head} and last {tail} kept …]"
-    return f"{text[:head]}\n{marker}\n{text[len(text) - tail:]}"
+    marker = (
+        f"[… {cut} of {len(text)} chars of {name} cut here; first {head} and last {tail} kept …]"
+    )
+    return f"{text[:head]}\n{marker}\n{text[len(text) - tail :]}"
 
 
 def _volatile(i: PromptInputs) -> list[PromptBlock]:
     return [
-        PromptBlock("volatile", "memory_snapshot", "memories/MEMORY.md",
-                    _snapshot("MEMORY (your notes)", i.memory_text, i.memory_limit)),
-        PromptBlock("volatile", "user_snapshot", "memories/people/",
-                    _snapshot("USER PROFILE (who the user is)", i.user_text, i.user_limit)),
-        PromptBlock("volatile", "chat_snapshot", "memories/chats/",
-                    _snapshot("CHAT NOTES (this group only; written by its members)", i.chat_text, i.chat_limit)),
-        PromptBlock("volatile", "conversation_started", "date", f"Conversation started: {format_date(i.today)}"),
-        PromptBlock("volatile", "model", "config", f"Model: {i.model_name} (provider: {i.provider})"),
+        PromptBlock(
+            "volatile",
+            "memory_snapshot",
+            "memories/MEMORY.md",
+            _snapshot("MEMORY (your notes)", i.memory_text, i.memory_limit),
+        ),
+        PromptBlock(
+            "volatile",
+            "user_snapshot",
+            "memories/people/",
+            _snapshot("USER PROFILE (who the user is)", i.user_text, i.user_limit),
+        ),
+        PromptBlock(
+            "volatile",
+            "chat_snapshot",
+            "memories/chats/",
+            _snapshot(
+                "CHAT NOTES (this group only; written by its members)", i.chat_text, i.chat_limit
+            ),
+        ),
+        PromptBlock(
+            "volatile",
+            "conversation_started",
+            "date",
+            f"Conversation started: {format_date(i.today)}",
+        ),
+        PromptBlock(
+            "volatile", "model", "config", f"Model: {i.model_name} (provider: {i.provider})"
+        ),
     ]
 
 
@@ -296,7 +377,7 @@ def format_date(day: date) -> str:
     return f"{_WEEKDAYS[day.weekday()]}, {_MONTHS[day.month - 1]} {day.day}, {day.year}"
 
 
-# ---- files ------------------------------------------------------------------------------------------------------
+# ---- files ---------------------------------------------------------------------------------------
 
 CONTEXT_FILES = ("AGENTS.md", "CLAUDE.md", ".cursorrules")
 
@@ -330,7 +411,8 @@ def load_soul_file(path: Path) -> FileSnapshot | None:
 
 
 def _up_to_git_root(workdir: Path) -> list[Path]:
-    """workdir and its parents up to the one holding `.git`; only workdir when it is not inside a repo."""
+    """workdir and its parents up to the one holding
+    `.git`; only workdir when it is not inside a repo."""
     chain: list[Path] = []
     for directory in (workdir, *workdir.parents):
         chain.append(directory)
@@ -343,7 +425,8 @@ def _read(path: Path, *, front_matter: bool) -> FileSnapshot | None:
     try:
         if not path.is_file():
             return None
-        # utf-8-sig drops a leading BOM (editors add it), which the scan would otherwise flag as U+FEFF.
+        # utf-8-sig drops a leading BOM (editors add it),
+        # which the scan would otherwise flag as U+FEFF.
         text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError as exc:
         log.warning("cannot read %s: %s", path, exc)
@@ -363,11 +446,12 @@ def _cursor_rules(rules: Path) -> FileSnapshot | None:
 
 
 def strip_front_matter(text: str) -> str:
-    """Drop a leading `---` … `---` (or `...`) YAML block; leave the text alone if it is not closed."""
+    """Drop a leading `---` … `---` (or `...`) YAML
+    block; leave the text alone if it is not closed."""
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].rstrip("\r\n").rstrip() != "---":
         return text
     for n, line in enumerate(lines[1:], start=1):
         if line.rstrip("\r\n").rstrip() in ("---", "..."):
-            return "".join(lines[n + 1:]).lstrip("\r\n")
+            return "".join(lines[n + 1 :]).lstrip("\r\n")
     return text

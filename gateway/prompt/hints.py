@@ -1,7 +1,9 @@
-"""Platform hints and rendering facts from `platform_hints.yaml`, and the user's append/replace override.
+"""Platform hints and rendering facts from `platform_hints.yaml`,
+and the user's append/replace override.
 
-Loading validates the whole file and locates every problem by file, line and key; it never falls back
-silently. Parsing the user's override out of config.yaml is config.py's job; this module only applies it.
+Loading validates the whole file and locates every problem by file, line and key; it never falls
+back silently. Parsing the user's override out of config.yaml is config.py's job; this module only
+applies it.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def resolve_hint(facts: PlatformFacts, override: HintOverride | None) -> Resolve
 
 
 def load_platform_facts(path: Path | None = None) -> dict[str, PlatformFacts]:
-    """Facts for every platform in events.PLATFORMS, from `path` or the copy shipped in the package."""
+    """Facts for every platform in events.PLATFORMS,
+    from `path` or the copy shipped in the package."""
     if path is None:
         resource = importlib.resources.files("gateway.prompt").joinpath(HINTS_FILE)
         text, name, source = resource.read_text(encoding="utf-8"), HINTS_FILE, HINTS_FILE
@@ -80,7 +83,9 @@ def load_platform_facts(path: Path | None = None) -> dict[str, PlatformFacts]:
     return parse_platform_facts(text, file=name, source=source)
 
 
-def parse_platform_facts(text: str, *, file: str, source: str = HINTS_FILE) -> dict[str, PlatformFacts]:
+def parse_platform_facts(
+    text: str, *, file: str, source: str = HINTS_FILE
+) -> dict[str, PlatformFacts]:
     root = _compose(text, file)
     errors: list[ConfigError] = []
 
@@ -90,7 +95,9 @@ def parse_platform_facts(text: str, *, file: str, source: str = HINTS_FILE) -> d
     facts: dict[str, PlatformFacts] = {}
     if not isinstance(root, yaml.MappingNode):
         line = root.start_mark.line + 1 if root is not None else 1
-        raise ConfigError("expected a mapping of platform name to its hint and facts", file=file, line=line)
+        raise ConfigError(
+            "expected a mapping of platform name to its hint and facts", file=file, line=line
+        )
     for knode, vnode in root.value:
         platform = knode.value if isinstance(knode, yaml.ScalarNode) else str(knode.value)
         if platform not in PLATFORMS:
@@ -102,7 +109,9 @@ def parse_platform_facts(text: str, *, file: str, source: str = HINTS_FILE) -> d
             if entry is not None:
                 facts[platform] = entry
     for platform in PLATFORMS:
-        if platform not in facts and not any(e.key and e.key.split(".")[0] == platform for e in errors):
+        if platform not in facts and not any(
+            e.key and e.key.split(".")[0] == platform for e in errors
+        ):
             err(root, platform, "platform is missing")
     if len(errors) == 1:
         raise errors[0]
@@ -116,13 +125,18 @@ def _compose(text: str, file: str) -> yaml.Node | None:
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise ConfigError(f"invalid YAML: {exc.problem or exc.context}", file=file,
-                          line=mark.line + 1 if mark else None) from None
+        raise ConfigError(
+            f"invalid YAML: {exc.problem or exc.context}",
+            file=file,
+            line=mark.line + 1 if mark else None,
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from None
 
 
-def _entry(platform: str, where: yaml.Node, node: yaml.Node, err: _Err, source: str) -> PlatformFacts | None:
+def _entry(
+    platform: str, where: yaml.Node, node: yaml.Node, err: _Err, source: str
+) -> PlatformFacts | None:
     if not isinstance(node, yaml.MappingNode):
         err(node, platform, "expected a mapping with hint, max_length, length_unit, flavor")
         return None
@@ -148,9 +162,15 @@ def _entry(platform: str, where: yaml.Node, node: yaml.Node, err: _Err, source: 
     if not ok:
         return None
     max_lines = values.get("max_lines")
-    return PlatformFacts(name=platform, hint=str(values["hint"]), max_length=_int(values["max_length"]),
-                         length_unit=str(values["length_unit"]), flavor=str(values["flavor"]),
-                         max_lines=None if max_lines is None else _int(max_lines), source=source)
+    return PlatformFacts(
+        name=platform,
+        hint=str(values["hint"]),
+        max_length=_int(values["max_length"]),
+        length_unit=str(values["length_unit"]),
+        flavor=str(values["flavor"]),
+        max_lines=None if max_lines is None else _int(max_lines),
+        source=source,
+    )
 
 
 _BAD = object()
@@ -171,7 +191,11 @@ def _positive_int(raw: str) -> int | None:
 
 def _value(field: str, node: yaml.Node, key: str, err: _Err) -> object:
     tag = node.tag.rsplit(":", 1)[-1] if isinstance(node, yaml.ScalarNode) else None
-    shown = repr(node.value) if isinstance(node, yaml.ScalarNode) else "a " + type(node).__name__[:-4].lower()
+    shown = (
+        repr(node.value)
+        if isinstance(node, yaml.ScalarNode)
+        else "a " + type(node).__name__[:-4].lower()
+    )
     if field == "hint":
         if tag == "str" and node.value.strip():
             return node.value.strip()

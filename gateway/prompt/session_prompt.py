@@ -1,5 +1,6 @@
-"""A session's stored system prompt: built once, reused byte for byte (the provider's cached prefix), rebuilt only
-on a model change or after compression; and the compression check before a turn.
+"""A session's stored system prompt: built once, reused byte for byte (the provider's cached
+prefix), rebuilt only on a model change or after compression; and the compression check before a
+turn.
 """
 
 from __future__ import annotations
@@ -19,23 +20,42 @@ from gateway.store.database import Store
 from gateway.store.rows import MessageRow, SessionRow, parse_iso
 from gateway.store.transcript import session_history
 
-log = logging.getLogger("gateway.sessions.manager")  # one logger for the session manager, whichever module speaks
+# one logger for the session manager, whichever module speaks
+log = logging.getLogger("gateway.sessions.manager")
 
 
 class PromptSource(Protocol):
-    """Builds a new session's system prompt (gateway/prompt/inputs.py's PromptAssembler); called once per session."""
+    """Builds a new session's system prompt (gateway/prompt/inputs.py's PromptAssembler); called
+    once per session."""
 
-    def build(self, *, platform: str, chat_type: str, model: str, provider: str, tool_names: Sequence[str],
-              today: date, view: MemoryView = NO_VIEW) -> str: ...
+    def build(
+        self,
+        *,
+        platform: str,
+        chat_type: str,
+        model: str,
+        provider: str,
+        tool_names: Sequence[str],
+        today: date,
+        view: MemoryView = NO_VIEW,
+    ) -> str: ...
 
 
 class ContextCompressor(Protocol):
-    """gateway/sessions/compression.py's Compressor, as the turn sees it (a protocol keeps this module below it)."""
+    """gateway/sessions/compression.py's Compressor, as the turn sees it (a protocol keeps this
+    module below it)."""
 
-    def over_limit(self, session: SessionRow, system: str, messages: Sequence[ChatMessage],
-                   tools: Sequence[ToolDef]) -> bool: ...
+    def over_limit(
+        self,
+        session: SessionRow,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+    ) -> bool: ...
 
-    async def compress(self, session: SessionRow, prompt: str, rows: Sequence[MessageRow]) -> bool: ...
+    async def compress(
+        self, session: SessionRow, prompt: str, rows: Sequence[MessageRow]
+    ) -> bool: ...
 
 
 class AgentParts(Protocol):
@@ -54,9 +74,15 @@ class AgentParts(Protocol):
 class SessionPrompt:
     """`parts(name)`: the parts of agent `name`; a session's prompt is built from its agent's."""
 
-    def __init__(self, *, store: Store, parts: Callable[[str], AgentParts],
-                 clock: Callable[[], datetime], compressor: ContextCompressor | None = None,
-                 callers: Callers | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        parts: Callable[[str], AgentParts],
+        clock: Callable[[], datetime],
+        compressor: ContextCompressor | None = None,
+        callers: Callers | None = None,
+    ) -> None:
         self.store = store
         self.callers = callers
         self.parts = parts
@@ -77,8 +103,13 @@ class SessionPrompt:
         reason = None if session.system_prompt is None else "model_change"
         text = self._build_and_store(session, reason)
         if reason:
-            log.info("prompt rebuilt session=%s reason=%s (was %s, now %s)", session.id, reason, session.model,
-                     llm.model)
+            log.info(
+                "prompt rebuilt session=%s reason=%s (was %s, now %s)",
+                session.id,
+                reason,
+                session.model,
+                llm.model,
+            )
         return text
 
     def choose(self, session: SessionRow) -> None:
@@ -92,7 +123,8 @@ class SessionPrompt:
         answer_with(llm)
 
     def rebuild(self, session: SessionRow, *, reason: str) -> str:
-        """Build afresh (live memory files; the session's own platform, chat type and start date) and store it."""
+        """Build afresh (live memory files; the session's own platform, chat type and start date)
+        and store it."""
         text = self._build_and_store(session, reason)
         log.info("prompt rebuilt session=%s reason=%s", session.id, reason)
         return text
@@ -100,18 +132,32 @@ class SessionPrompt:
     def _build_and_store(self, session: SessionRow, reason: str | None) -> str:
         parts = self.parts(session.agent)
         llm = parts.loop.llm
-        started = parse_iso(session.created_at) or self.clock()  # "Conversation started" stays the start date
+        # "Conversation started" stays the start date
+        started = parse_iso(session.created_at) or self.clock()
         tools = self._tools_for(session, parts, reason)
         view = self.callers.view(session) if self.callers is not None else NO_VIEW
-        text = parts.prompts.build(platform=session.platform, chat_type=session.chat_type,
-                                   model=llm.model, provider=llm.provider, tool_names=tools.names,
-                                   today=started.date(), view=view)
-        self.store.store_prompt(session.id, text, now=self.clock(), reason=reason, model=llm.model,
-                                provider=llm.provider)
+        text = parts.prompts.build(
+            platform=session.platform,
+            chat_type=session.chat_type,
+            model=llm.model,
+            provider=llm.provider,
+            tool_names=tools.names,
+            today=started.date(),
+            view=view,
+        )
+        self.store.store_prompt(
+            session.id,
+            text,
+            now=self.clock(),
+            reason=reason,
+            model=llm.model,
+            provider=llm.provider,
+        )
         return text
 
-    def _tools_for(self, session: SessionRow, parts: AgentParts,
-                   reason: str | None) -> SessionToolList:
+    def _tools_for(
+        self, session: SessionRow, parts: AgentParts, reason: str | None
+    ) -> SessionToolList:
         window = parts.loop.llm.context_window
         if session.tool_list_id is None and session.system_prompt is None:
             # a new session: the tools a new session gets now, from now on (and tool search by
@@ -121,10 +167,15 @@ class SessionPrompt:
             return parts.tools.refit(session, window=window)
         return parts.tools.of(session)
 
-    async def compress_if_needed(self, session: SessionRow, prompt: str,
-                                 history: Sequence[ChatMessage], user_msg: ChatMessage
-                                 ) -> tuple[str, Sequence[ChatMessage]]:
-        """Context compression (gateway/sessions/compression.py), then the one planned prompt rebuild."""
+    async def compress_if_needed(
+        self,
+        session: SessionRow,
+        prompt: str,
+        history: Sequence[ChatMessage],
+        user_msg: ChatMessage,
+    ) -> tuple[str, Sequence[ChatMessage]]:
+        """Context compression (gateway/sessions/compression.py),
+        then the one planned prompt rebuild."""
         compressor = self.compressor
         specs = self.parts(session.agent).tools.of(session).specs
         upcoming = History.of(history).plus(user_msg)  # its stored part measured once (History)

@@ -1,6 +1,7 @@
-"""A session's tool list: fixed when its prompt is first built, stored beside it, and sent byte for byte on every
-later turn, flush and compression, across restarts. Together with the prompt it is the provider's cached prefix,
-so a tool an MCP server adds or drops reaches only sessions that start afterwards.
+"""A session's tool list: fixed when its prompt is first built, stored beside it, and sent byte for
+byte on every later turn, flush and compression, across restarts. Together with the prompt it is the
+provider's cached prefix, so a tool an MCP server adds or drops reaches only sessions that start
+afterwards.
 
 With tool search (gateway/agent/tools/deferred.py) the list has two parts, stored in one row: the
 tools sent (core tools, tool_search, tool_call) and the deferred catalog the session may search and
@@ -79,8 +80,11 @@ def decode_specs(text: str) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]
 
 
 def _encoded(spec: ToolSpec) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": spec.name, "description": spec.description,
-                           "parameters": spec.parameters}
+    out: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+    }
     if spec.annotations:
         out["annotations"] = dict(spec.annotations)
     if spec.server:
@@ -89,18 +93,30 @@ def _encoded(spec: ToolSpec) -> dict[str, Any]:
 
 
 def _decoded(t: dict[str, Any]) -> ToolSpec:
-    return ToolSpec(t["name"], t["description"], t["parameters"], t.get("annotations") or {},
-                    t.get("server", ""))
+    return ToolSpec(
+        t["name"],
+        t["description"],
+        t["parameters"],
+        t.get("annotations") or {},
+        t.get("server", ""),
+    )
 
 
 class SessionTools:
-    def __init__(self, *, store: Store, catalog: ToolSource, clock: Callable[[], datetime],
-                 admin: Callable[[SessionRow], bool] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        catalog: ToolSource,
+        clock: Callable[[], datetime],
+        admin: Callable[[SessionRow], bool] | None = None,
+    ) -> None:
         self.store = store
         self.catalog = catalog
         self.clock = clock
         self.admin = admin  # whether a session is an admin's own (its admin-only tools)
-        self._lists: dict[int, SessionToolList] = {}  # few distinct lists: sessions of a platform share one
+        # few distinct lists: sessions of a platform share one
+        self._lists: dict[int, SessionToolList] = {}
         self._allowed: dict[tuple[int, str], frozenset[str]] = {}
         self._latest: dict[str, int | None] = {}  # platform → the list its newest session got
         self._refit: dict[int, int] = {}  # session → its list since a /model switch
@@ -129,8 +145,14 @@ class SessionTools:
         if list_id != before.list_id:
             self.store.fix_tool_list(session.id, list_id)
             self._refit[session.id] = list_id  # the turn's row still names the old list
-            log.info("session=%s tools split again for a context window of %s: %s sent, %s "
-                     "behind tool search", session.id, window, len(sent), len(deferred))
+            log.info(
+                "session=%s tools split again for a context window of %s: %s sent, %s "
+                "behind tool search",
+                session.id,
+                window,
+                len(sent),
+                len(deferred),
+            )
         return self._load(list_id)
 
     def of(self, session: SessionRow) -> SessionToolList:
@@ -140,8 +162,11 @@ class SessionTools:
             del self._refit[session.id]  # the row has caught up
         list_id = list_id or session.tool_list_id or self.store.session(session.id).tool_list_id
         if list_id is None:
-            log.info("session=%s had no stored tool list (it started before they were stored); fixed now",
-                     session.id)
+            log.info(
+                "session=%s had no stored tool list (it "
+                "started before they were stored); fixed now",
+                session.id,
+            )
             return self.fix(session)
         return self._load(list_id)
 
@@ -169,8 +194,8 @@ class SessionTools:
         return found
 
     def _note_change(self, platform: str, list_id: int) -> None:
-        """Log once when new sessions on a platform get a different list than the one before (an MCP server
-        added or dropped a tool, the policy or the config changed)."""
+        """Log once when new sessions on a platform get a different list than the one before (an MCP
+        server added or dropped a tool, the policy or the config changed)."""
         if platform not in self._latest:
             self._latest[platform] = self.store.latest_tool_list(platform)
         previous = self._latest[platform]
@@ -186,6 +211,12 @@ class SessionTools:
         search = f"; {deferred} behind tool search" if deferred else ""
         if deferred != len(before.deferred or ()) and not deferred:
             search = "; none behind tool search now"
-        log.info("tools for new %s sessions changed: added %s, dropped %s, changed %s%s; running "
-                 "sessions keep theirs", platform, added or "none", dropped or "none",
-                 changed or "none", search)
+        log.info(
+            "tools for new %s sessions changed: added %s, dropped %s, changed %s%s; running "
+            "sessions keep theirs",
+            platform,
+            added or "none",
+            dropped or "none",
+            changed or "none",
+            search,
+        )

@@ -34,8 +34,7 @@ def take(workspace: Path, relative: str, dest: Path, max_bytes: int) -> int:
     if not _inside(root, real):
         raise Refused("it is not inside the workspace (a symbolic link or `..` leads out of it)")
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
-                     | os.O_CLOEXEC)
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise Refused("no such file" if exc.errno == 2 else exc.strerror or "unreadable") from None
     try:
@@ -65,7 +64,7 @@ def _copy(fd: int, dest: Path, max_bytes: int) -> int:
                 raise Refused(f"over the limit of {size_text(max_bytes)}")
             view = memoryview(chunk)
             while view:
-                view = view[os.write(out, view):]
+                view = view[os.write(out, view) :]
     except BaseException:
         os.close(out)
         dest.unlink(missing_ok=True)
@@ -80,7 +79,7 @@ def shown_name(relative: str) -> str:
     if len(name) > MAX_NAME_CHARS:
         _, dot, ext = name.rpartition(".")
         keep = ext if dot and len(ext) <= 10 else ""
-        name = name[:MAX_NAME_CHARS - len(keep) - 2] + "…" + ("." + keep if keep else "")
+        name = name[: MAX_NAME_CHARS - len(keep) - 2] + "…" + ("." + keep if keep else "")
     return name or "file"
 
 

@@ -25,8 +25,8 @@ class Capture:
             self.head += chunk[:room]
             chunk = chunk[room:]
         if chunk:
-            self.tail += chunk[-self.keep:]
-            del self.tail[:-self.keep]
+            self.tail += chunk[-self.keep :]
+            del self.tail[: -self.keep]
 
     def text(self) -> Captured:
         head = self.head.decode("utf-8", "replace")
@@ -58,10 +58,10 @@ class Captured:
         last = budget - first
         if self.missing:
             first, last = min(first, len(self.head)), min(last, len(self.tail))
-            head, tail = self.head[:first], self.tail[len(self.tail) - last:]
+            head, tail = self.head[:first], self.tail[len(self.tail) - last :]
             left_out = f"{len(whole) - first - last:,} characters and {self.missing:,} bytes"
         else:
-            head, tail = whole[:first], whole[len(whole) - last:]
+            head, tail = whole[:first], whole[len(whole) - last :]
             left_out = f"{len(whole) - first - last:,} characters"
         return f"{head}\n[… output cut: {left_out} left out here …]\n{tail}"
 

@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 CHUNK = 64 * 1024
 MAX_DRAIN = 64 << 20  # bytes of output read before the command is stopped: the rest is not read
-REAP_S = 10.0         # how long a killed sandbox may take to be gone before it is logged
-GRACE_S = 2.0         # after a kill, for the pipes to close (a process that left the group)
+REAP_S = 10.0  # how long a killed sandbox may take to be gone before it is logged
+GRACE_S = 2.0  # after a kill, for the pipes to close (a process that left the group)
 
 
 class SandboxFailed(GatewayError):
@@ -64,7 +64,7 @@ class Finished:
 @dataclass(slots=True)
 class _Child:
     proc: asyncio.subprocess.Process
-    init: int | None = None   # the PID namespace's init (host pid)
+    init: int | None = None  # the PID namespace's init (host pid)
     pidfd: int | None = None
     namespace: int | None = None
 
@@ -80,8 +80,10 @@ async def run(launch: Launch, *, timeout_s: float, keep: int) -> Finished:
     out, err = Capture(keep), Capture(keep)
     stopped: str | None = None
     flood = asyncio.Event()
-    pumps = [asyncio.ensure_future(_pump(s, c, flood)) for s, c in
-             ((child.proc.stdout, out), (child.proc.stderr, err))]
+    pumps = [
+        asyncio.ensure_future(_pump(s, c, flood))
+        for s, c in ((child.proc.stdout, out), (child.proc.stderr, err))
+    ]
     try:
         async with asyncio.timeout(timeout_s):
             if launch.info_fd is not None:
@@ -100,8 +102,9 @@ async def run(launch: Launch, *, timeout_s: float, keep: int) -> Finished:
         said = err.text().head.strip().splitlines()
         raise SandboxFailed(said[-1] if said else f"bwrap exited with {child.proc.returncode}")
     code = None if stopped else child.proc.returncode
-    return Finished(code, out.text(), err.text(), time.monotonic() - started, stopped,
-                    child.namespace)
+    return Finished(
+        code, out.text(), err.text(), time.monotonic() - started, stopped, child.namespace
+    )
 
 
 def _setup_failed(child: _Child, out: Capture, err: Capture) -> bool:
@@ -110,8 +113,12 @@ def _setup_failed(child: _Child, out: Capture, err: Capture) -> bool:
     if child.init is None:
         return True
     said = err.text().head
-    return (child.proc.returncode == 1 and out.total == 0 and said.startswith("bwrap: ")
-            and said.count("\n") <= 1)
+    return (
+        child.proc.returncode == 1
+        and out.total == 0
+        and said.startswith("bwrap: ")
+        and said.count("\n") <= 1
+    )
 
 
 async def _spawn(launch: Launch) -> asyncio.subprocess.Process:
@@ -121,8 +128,16 @@ async def _spawn(launch: Launch) -> asyncio.subprocess.Process:
         user = {"user": uid, "group": gid, "extra_groups": []}
     try:
         return await asyncio.create_subprocess_exec(
-            *launch.argv, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, pass_fds=launch.fds,
-            start_new_session=True, env=launch.env, cwd=launch.cwd, **user)
+            *launch.argv,
+            stdin=DEVNULL,
+            stdout=PIPE,
+            stderr=PIPE,
+            pass_fds=launch.fds,
+            start_new_session=True,
+            env=launch.env,
+            cwd=launch.cwd,
+            **user,
+        )
     except OSError as exc:
         raise SandboxFailed(f"{launch.argv[0]} could not be started ({exc.strerror})") from None
     finally:
@@ -150,8 +165,9 @@ async def _learn_init(child: _Child, info_fd: int) -> None:
             child.pidfd = os.pidfd_open(child.init)
 
 
-async def _ended_or_flooded(proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]],
-                            flood: asyncio.Event) -> bool:
+async def _ended_or_flooded(
+    proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]], flood: asyncio.Event
+) -> bool:
     """Wait for the command to end (its output read to the end) or for `flood`; True for a flood."""
     ended = asyncio.ensure_future(_ended(proc, pumps))
     flooded = asyncio.ensure_future(flood.wait())
@@ -169,8 +185,9 @@ async def _ended(proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None
     await proc.wait()
 
 
-async def _pump(stream: asyncio.StreamReader | None, capture: Capture,
-                flood: asyncio.Event) -> None:
+async def _pump(
+    stream: asyncio.StreamReader | None, capture: Capture, flood: asyncio.Event
+) -> None:
     """Read to the end, keeping the head and the tail; past MAX_DRAIN bytes say so (`flood`) and
     keep reading (the pipe must not fill while the command is killed), nothing more kept."""
     assert stream is not None

@@ -15,8 +15,10 @@ from gateway.sandbox.process import Finished
 def result_text(done: Finished, budget: int, timeout_s: float) -> str:
     stdout, stderr = clip(done.stdout, done.stderr, budget)
     if done.stopped == "time":
-        head = (f"Stopped: the command ran past its limit of {timeout_s:g} seconds and was killed"
-                " with all its processes.")
+        head = (
+            f"Stopped: the command ran past its limit of {timeout_s:g} seconds and was killed"
+            " with all its processes."
+        )
     elif done.stopped == "output":
         head = "Stopped: the command printed far too much output and was killed."
     else:

@@ -21,10 +21,12 @@ from gateway.sandbox.spec import DROP_TO, SandboxSpec
 
 SHELL = "/bin/sh"
 Found = tuple[str, str, str | None]  # `gateway doctor`'s (verdict, detail, fix)
-NO_NAMESPACES = ("under systemd, run `gateway install-service` again (it writes what bubblewrap"
-                 " needs when tools.shell is enabled); elsewhere allow unprivileged user namespaces"
-                 " (sysctl kernel.unprivileged_userns_clone=1, or AppArmor's"
-                 " kernel.apparmor_restrict_unprivileged_userns=0)")
+NO_NAMESPACES = (
+    "under systemd, run `gateway install-service` again (it writes what bubblewrap"
+    " needs when tools.shell is enabled); elsewhere allow unprivileged user namespaces"
+    " (sysctl kernel.unprivileged_userns_clone=1, or AppArmor's"
+    " kernel.apparmor_restrict_unprivileged_userns=0)"
+)
 
 
 class Sandbox:
@@ -38,8 +40,9 @@ class Sandbox:
         try:
             spec.prepare()
         except OSError as exc:
-            raise SandboxFailed(f"the workspace {spec.workspace} cannot be made"
-                                f" ({exc.strerror})") from None
+            raise SandboxFailed(
+                f"the workspace {spec.workspace} cannot be made ({exc.strerror})"
+            ) from None
         timeout = timeout_s if timeout_s is not None else spec.limits.timeout_s
         argv = limited([SHELL, "-c", command], spec)
         with _descriptors() as held:
@@ -65,8 +68,15 @@ class Sandbox:
         args_fd = _memfd(b"".join(a.encode() + b"\0" for a in options), held)
         info_read, info_write = os.pipe()
         held.append(info_write)
-        command = [str(spec.bwrap), "--info-fd", str(info_write), "--args", str(args_fd), "--",
-                   *argv]
+        command = [
+            str(spec.bwrap),
+            "--info-fd",
+            str(info_write),
+            "--args",
+            str(args_fd),
+            "--",
+            *argv,
+        ]
         launch = Launch(command, fds=tuple(held), info_fd=info_read, run_as=spec.run_as)
         held.clear()  # Launch closes them once the child has them
         return launch
@@ -74,8 +84,13 @@ class Sandbox:
     def _bare(self, argv: list[str]) -> Launch:
         """`sandbox: none`: the same limits and a clean environment, nothing else."""
         spec = self.spec
-        env = {"PATH": PATH, "HOME": str(spec.workspace), "LANG": "C.UTF-8", "TERM": "dumb",
-               **spec.env}
+        env = {
+            "PATH": PATH,
+            "HOME": str(spec.workspace),
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            **spec.env,
+        }
         return Launch(argv, run_as=spec.run_as, env=env, cwd=str(spec.workspace))
 
 
@@ -96,7 +111,7 @@ def _memfd(data: bytes, held: list[int]) -> int:
     held.append(fd)
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -118,21 +133,34 @@ async def doctor_check(shell: ShellConfig, home: Path) -> list[Found]:
     if not shell.enabled:
         return []
     if shell.sandbox == "none":
-        return [("warn", "tools.shell runs commands WITHOUT a sandbox, with the daemon's rights",
-                 "set tools.shell.sandbox: bubblewrap")]
+        return [
+            (
+                "warn",
+                "tools.shell runs commands WITHOUT a sandbox, with the daemon's rights",
+                "set tools.shell.sandbox: bubblewrap",
+            )
+        ]
     if not shell.bwrap.exists():
-        return [("fail", f"{shell.bwrap} is missing: the shell cannot run commands",
-                 "apt-get install bubblewrap")]
+        return [
+            (
+                "fail",
+                f"{shell.bwrap} is missing: the shell cannot run commands",
+                "apt-get install bubblewrap",
+            )
+        ]
     spec = SandboxSpec.of(shell, home)
     problem = await Sandbox(spec).probe()
     if problem is not None:
         return [("fail", f"bubblewrap cannot run a command here: {problem}", NO_NAMESPACES)]
     net = "with network" if spec.network else "no network"
-    found: list[Found] = [("ok", f"bubblewrap ran `true` ({net}; workspace {spec.workspace})",
-                           None)]
+    found: list[Found] = [
+        ("ok", f"bubblewrap ran `true` ({net}; workspace {spec.workspace})", None)
+    ]
     if spec.euid == 0 and spec.run_as != DROP_TO:
-        why = ("the daemon runs as root and nobody cannot reach the workspace, so commands run as"
-               " root outside the sandbox (with no capability)")
+        why = (
+            "the daemon runs as root and nobody cannot reach the workspace, so commands run as"
+            " root outside the sandbox (with no capability)"
+        )
         fix = "set tools.shell.workdir to a folder outside /root (e.g. /srv/agent-work)"
         found.append(("warn", why, fix))
     return found

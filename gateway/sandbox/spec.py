@@ -53,16 +53,29 @@ class SandboxSpec:
     euid: int = -1  # the daemon's effective uid (-1: read it when needed)
 
     @classmethod
-    def of(cls, shell: ShellConfig, home: Path, *, euid: int | None = None,
-           agent: str = "main") -> SandboxSpec:
-        limits = Limits(timeout_s=shell.timeout_s, memory_mb=shell.max_memory_mb,
-                        processes=shell.max_processes, file_mb=shell.max_file_mb,
-                        tmp_mb=shell.tmp_mb, output_chars=shell.max_output_chars)
+    def of(
+        cls, shell: ShellConfig, home: Path, *, euid: int | None = None, agent: str = "main"
+    ) -> SandboxSpec:
+        limits = Limits(
+            timeout_s=shell.timeout_s,
+            memory_mb=shell.max_memory_mb,
+            processes=shell.max_processes,
+            file_mb=shell.max_file_mb,
+            tmp_mb=shell.tmp_mb,
+            output_chars=shell.max_output_chars,
+        )
         mounts = tuple(Bind(m.path, m.target, m.mode == "rw") for m in shell.mounts)
-        return cls(workspace=shell.workspace(home, agent).resolve(), home=Path(home).resolve(),
-                   limits=limits, isolated=shell.sandbox == "bubblewrap", network=shell.network,
-                   env={k: v.value for k, v in shell.env.items()}, mounts=mounts,
-                   bwrap=shell.bwrap, euid=os.geteuid() if euid is None else euid)
+        return cls(
+            workspace=shell.workspace(home, agent).resolve(),
+            home=Path(home).resolve(),
+            limits=limits,
+            isolated=shell.sandbox == "bubblewrap",
+            network=shell.network,
+            env={k: v.value for k, v in shell.env.items()},
+            mounts=mounts,
+            bwrap=shell.bwrap,
+            euid=os.geteuid() if euid is None else euid,
+        )
 
     @property
     def run_as(self) -> tuple[int, int] | None:

@@ -1,11 +1,12 @@
-"""When jobs run: every active job's next run in one deadline heap (gateway/sessions/timers.py's DeadlineTimers,
-with a sweep job of its own), rebuilt from SQLite at boot; runs claimed before they start; the creator's access
-asked again at each run.
+"""When jobs run: every active job's next run in one deadline heap (gateway/sessions/timers.py's
+DeadlineTimers, with a sweep job of its own), rebuilt from SQLite at boot; runs claimed before they
+start; the creator's access asked again at each run.
 
-At boot a run that was claimed and never finished (the process died in it) is reported, not repeated; a run
-that came due while the daemon was down runs once if it is within `schedule.misfire_grace`, else the chat is
-told it was missed. The same rule holds for a timer that fires late for any other reason. Only the jobs of the
-platforms this process serves are armed (the daemon's adapters; `gateway chat`'s console).
+At boot a run that was claimed and never finished (the process died in it) is reported, not
+repeated; a run that came due while the daemon was down runs once if it is within
+`schedule.misfire_grace`, else the chat is told it was missed. The same rule holds for a timer that
+fires late for any other reason. Only the jobs of the platforms this process serves are armed (the
+daemon's adapters; `gateway chat`'s console).
 """
 
 from __future__ import annotations
@@ -32,17 +33,27 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 SWEEP_JOB = "scheduled-jobs"
-# how soon `gateway jobs run ID` (a row the CLI writes) is picked up: wall-clock time, as the CLI's own wait for it
-# is, not the injected clock (a test's virtual time would otherwise be pushed on by this poll, 2 s a round)
+# how soon `gateway jobs run ID` (a row the CLI writes) is picked up: wall-clock time, as the CLI's
+# own wait for it is, not the injected clock (a test's virtual time would otherwise be pushed on by
+# this poll, 2 s a round)
 POLL_EVERY_S = 2.0
 BATCH = 200  # due jobs handled between yields to the event loop
 PRUNE_EVERY = timedelta(hours=1)  # old run sessions are deleted this often (on the injected clock)
 
 
 class JobRunner:
-    def __init__(self, *, jobs: JobStore, config: Config, turn: JobTurn, allowed: Callable[[Inbound], bool],
-                 clock: Clock, platforms: Collection[str], scheduler: AsyncIOScheduler | None = None,
-                 members: Mapping[str, MemberRoles] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        jobs: JobStore,
+        config: Config,
+        turn: JobTurn,
+        allowed: Callable[[Inbound], bool],
+        clock: Clock,
+        platforms: Collection[str],
+        scheduler: AsyncIOScheduler | None = None,
+        members: Mapping[str, MemberRoles] | None = None,
+    ) -> None:
         self.jobs = jobs
         self.members = dict(members or {})  # adapter key → what tells a member's roles (Discord)
         self.config = config.schedule
@@ -70,7 +81,8 @@ class JobRunner:
 
     # ---------------------------------------------------------------- boot and shutdown
     async def start(self) -> None:
-        """Report runs a kill cut short, rebuild the timers, then run or report what came due while down."""
+        """Report runs a kill cut short, rebuild the timers,
+        then run or report what came due while down."""
         now = self.clock()
         self.jobs.end_run_sessions(now=now)
         self.prune_if_due()
@@ -82,11 +94,16 @@ class JobRunner:
         await self._fire_all(overdue, trigger="boot")
         await self.run_requests()
         self._poller = asyncio.get_running_loop().create_task(self._poll(), name="job-requests")
-        log.info("jobs: %s armed, %s overdue at boot, %s interrupted run(s) reported", len(self.timers),
-                 len(overdue), sum(cut))
+        log.info(
+            "jobs: %s armed, %s overdue at boot, %s interrupted run(s) reported",
+            len(self.timers),
+            len(overdue),
+            sum(cut),
+        )
 
     def rebuild(self) -> list[tuple[str, int]]:
-        """Load every active job's next run of this process's platforms; returns the overdue ones (not loaded)."""
+        """Load every active job's next run of this process's platforms; returns the overdue ones
+        (not loaded)."""
         now_ts = self.clock().timestamp()
         entries: list[tuple[float, int, str]] = []
         overdue: list[tuple[str, int]] = []
@@ -103,8 +120,8 @@ class JobRunner:
         return overdue
 
     async def stop(self, timeout: float) -> int:
-        """Stop the timers and wait up to `timeout` s for running runs; those cut off are reported at the next
-        boot (never run twice). Returns how many were cut off."""
+        """Stop the timers and wait up to `timeout` s for running runs; those cut off are reported
+        at the next boot (never run twice). Returns how many were cut off."""
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
@@ -119,7 +136,9 @@ class JobRunner:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         if pending:
-            log.warning("jobs: %s run(s) cut off by the shutdown; reported at the next start", len(pending))
+            log.warning(
+                "jobs: %s run(s) cut off by the shutdown; reported at the next start", len(pending)
+            )
         return len(pending)
 
     async def wait_idle(self) -> None:
@@ -132,14 +151,21 @@ class JobRunner:
         await self._fire_all(due, trigger="schedule")
 
     async def _fire_all(self, due: Sequence[tuple[str, int]], *, trigger: str) -> None:
-        asked: dict[tuple[str, str, str], tuple[str, ...] | None] = {}  # one lookup per person and server per sweep
+        # one lookup per person and server per sweep
+        asked: dict[tuple[str, str, str], tuple[str, ...] | None] = {}
         for n, (_, job_id) in enumerate(due, 1):
             try:
                 await self.recheck_member(job_id, asked)
                 self.fire(job_id, trigger=trigger)
-            except StoreUnavailable as exc:  # its timer is spent: armed again, or it would run only after a restart
+            except StoreUnavailable as exc:
+                # its timer is spent: armed again, or it would run only after a restart
                 self.timers.arm(str(job_id), job_id, self.clock() + STORE_RETRY)
-                log.warning("job %s could not be fired (%s); trying again in %ss", job_id, exc, STORE_RETRY.seconds)
+                log.warning(
+                    "job %s could not be fired (%s); trying again in %ss",
+                    job_id,
+                    exc,
+                    STORE_RETRY.seconds,
+                )
             except Exception:  # a task root for one job: the others still fire
                 log.exception("job %s could not be fired", job_id)
             if n % BATCH == 0:
@@ -161,18 +187,21 @@ class JobRunner:
         if now - due > self.config.grace:
             self._missed(job, due, following, now, trigger)
         else:
-            run_id = self.jobs.claim_run(job.id, job.next_run_at or "", trigger=trigger, now=now, next_at=following)
+            run_id = self.jobs.claim_run(
+                job.id, job.next_run_at or "", trigger=trigger, now=now, next_at=following
+            )
             if run_id is not None:
                 self._start_run(job, run_id, due)
         fresh = self.jobs.job(job.id)
         if fresh is not None:
             self.changed(fresh)
 
-    async def recheck_member(self, job_id: int,
-                             asked: dict[tuple[str, str, str], tuple[str, ...] | None] | None = None) -> None:
-        """Before a run, where the platform can tell (Discord, Slack): the creator's server roles as they are now,
-        so a role taken away (or the server left, the Slack account deactivated) counts at the access check as it
-        would for a message; when the
+    async def recheck_member(
+        self, job_id: int, asked: dict[tuple[str, str, str], tuple[str, ...] | None] | None = None
+    ) -> None:
+        """Before a run, where the platform can tell (Discord, Slack): the creator's server roles as
+        they are now, so a role taken away (or the server left, the Slack account deactivated)
+        counts at the access check as it would for a message; when the
         platform cannot be asked, the roles the job last had are used."""
         job = self.jobs.job(job_id)
         source = self.members.get(job.chat.adapter_key) if job and job.space_id else None
@@ -180,17 +209,28 @@ class JobRunner:
             return
         key = (job.platform, job.space_id, job.user_id)
         try:
-            roles = asked[key] if asked is not None and key in asked else \
-                await source.member_roles(job.space_id, job.user_id)
+            roles = (
+                asked[key]
+                if asked is not None and key in asked
+                else await source.member_roles(job.space_id, job.user_id)
+            )
         except Exception as exc:  # noqa: BLE001 - the check falls back to the stored roles; the run goes on
-            log.info("job %s: cannot ask %s about %s's roles now (%s); using the ones it has", job.id, job.platform,
-                     job.user_id, exc)
+            log.info(
+                "job %s: cannot ask %s about %s's roles now (%s); using the ones it has",
+                job.id,
+                job.platform,
+                job.user_id,
+                exc,
+            )
             return
         if asked is not None:
             asked[key] = roles
         if roles is None:
-            self._stop(job, f"{job.platform}:{job.user_id} is no longer a member of {source.space_noun} "
-                            f"{job.space_id}")
+            self._stop(
+                job,
+                f"{job.platform}:{job.user_id} is no longer a member of {source.space_noun} "
+                f"{job.space_id}",
+            )
         elif sorted(roles) != sorted(job.role_ids):
             self.jobs.set_roles(job.id, tuple(roles))
 
@@ -200,19 +240,40 @@ class JobRunner:
             self.timers.disarm(str(job.id), job.id)
 
     def _revoked(self, job: JobRow, now: datetime) -> bool:
-        """Ask the gate about the creator as it would about a message from them; a refusal stops the job."""
+        """Ask the gate about the creator as it would about
+        a message from them; a refusal stops the job."""
         if self.allowed(origin_of(job, now)):
             return False
         self._stop(job, f"{job.platform}:{job.user_id} no longer has access")
         return True
 
-    def _missed(self, job: JobRow, due: datetime, following: datetime | None, now: datetime, trigger: str) -> None:
+    def _missed(
+        self, job: JobRow, due: datetime, following: datetime | None, now: datetime, trigger: str
+    ) -> None:
         late = text.missed(job, due, following)
-        record = self.turn.posting(job, due, f"jm{job.id}@{job.next_run_at}", late, "it was missed", status="missed",
-                                   error=f"{now - due} late, past the grace of {self.config.misfire_grace}")
-        if self.jobs.claim_run(job.id, job.next_run_at or "", trigger=trigger, now=now, next_at=following,
-                                record=record) is not None:
-            log.warning("job %s missed its run due %s (%s late)", job.id, job.next_run_at, now - due)
+        record = self.turn.posting(
+            job,
+            due,
+            f"jm{job.id}@{job.next_run_at}",
+            late,
+            "it was missed",
+            status="missed",
+            error=f"{now - due} late, past the grace of {self.config.misfire_grace}",
+        )
+        if (
+            self.jobs.claim_run(
+                job.id,
+                job.next_run_at or "",
+                trigger=trigger,
+                now=now,
+                next_at=following,
+                record=record,
+            )
+            is not None
+        ):
+            log.warning(
+                "job %s missed its run due %s (%s late)", job.id, job.next_run_at, now - due
+            )
             self.turn.outbox.deliver_soon(record.turn_id or "")
 
     def _interrupted(self, run: RunRow) -> int:
@@ -221,16 +282,27 @@ class JobRunner:
             return 0
         due = parse_iso(run.scheduled_for) or self.clock()
         notice = text.interrupted(job, self.turn.following(job.id))
-        record = self.turn.posting(job, due, f"ji{run.id}", notice, "a restart cut it short", status="interrupted",
-                                   error="the process stopped during the run")
+        record = self.turn.posting(
+            job,
+            due,
+            f"ji{run.id}",
+            notice,
+            "a restart cut it short",
+            status="interrupted",
+            error="the process stopped during the run",
+        )
         if not self.jobs.finish_run(run.id, record, now=self.clock()):
             return 0
-        log.warning("job %s run %s was cut short by a restart; reported, not run again", job.id, run.id)
+        log.warning(
+            "job %s run %s was cut short by a restart; reported, not run again", job.id, run.id
+        )
         self.turn.outbox.deliver_soon(record.turn_id or "")
         return 1
 
     def _start_run(self, job: JobRow, run_id: int, due: datetime) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(job, run_id, due), name=f"job:{job.id}:{run_id}")
+        task = asyncio.get_running_loop().create_task(
+            self._run(job, run_id, due), name=f"job:{job.id}:{run_id}"
+        )
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
 
@@ -240,7 +312,8 @@ class JobRunner:
                 await self.turn.run(job, run_id, due)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a task root for one run: it stays `running` and is reported at the next start
+            except Exception:
+                # a task root for one run: it stays `running` and is reported at the next start
                 log.exception("job %s run %s crashed", job.id, run_id)
 
     # ---------------------------------------------------------------- `gateway jobs run ID`
@@ -256,7 +329,8 @@ class JobRunner:
                 log.exception("reading job run requests failed")
 
     def prune_if_due(self) -> int:
-        """Delete the sessions of runs older than `schedule.keep_run_sessions` (and their media), once an hour."""
+        """Delete the sessions of runs older than `schedule.keep_run_sessions` (and their media),
+        once an hour."""
         now = self.clock()
         if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
             return 0
@@ -264,11 +338,16 @@ class JobRunner:
         ids = self.jobs.prune_run_sessions(ended_before=now - self.config.run_sessions_kept)
         delete_session_media(self.home, ids)
         if ids:
-            log.info("jobs: deleted %s run session(s) older than %s", len(ids), self.config.keep_run_sessions)
+            log.info(
+                "jobs: deleted %s run session(s) older than %s",
+                len(ids),
+                self.config.keep_run_sessions,
+            )
         return len(ids)
 
     async def run_requests(self) -> int:
-        """Run the jobs the operator asked for; a request older than the grace (the daemon was down) lapses."""
+        """Run the jobs the operator asked for; a request
+        older than the grace (the daemon was down) lapses."""
         started = 0
         for job_id, requested in self.jobs.requested_runs():
             job = self.jobs.job(job_id)
@@ -277,14 +356,20 @@ class JobRunner:
             now = self.clock()
             asked = parse_iso(requested) or now
             if now - asked > self.config.grace:
-                log.warning("job %s: run request from %s lapsed (older than %s)", job_id, requested,
-                            self.config.misfire_grace)
+                log.warning(
+                    "job %s: run request from %s lapsed (older than %s)",
+                    job_id,
+                    requested,
+                    self.config.misfire_grace,
+                )
                 self.jobs.drop_request(job_id, requested)
                 continue
             await self.recheck_member(job_id)
             job = self.jobs.job(job_id)
             if job is not None and job.state == "active" and not self._revoked(job, now):
-                run_id = self.jobs.claim_run(job_id, requested, trigger="manual", now=now, next_at=None)
+                run_id = self.jobs.claim_run(
+                    job_id, requested, trigger="manual", now=now, next_at=None
+                )
                 if run_id is not None:
                     self._start_run(job, run_id, asked)
                     started += 1

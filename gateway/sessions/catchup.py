@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WINDOW = timedelta(days=7)  # a chat quiet for longer is not fetched (inbound rows live 72 h by default anyway)
-MAX_CHATS = 500             # the most recently active chats only: one history request each
+# a chat quiet for longer is not fetched (inbound rows live 72 h by default anyway)
+WINDOW = timedelta(days=7)
+MAX_CHATS = 500  # the most recently active chats only: one history request each
 
-# The newest stored message per place: a message that started a thread (its id is the thread's) was posted in
-# the chat itself, so it counts there. Ids compare as right-aligned text: numeric ids order as numbers.
+# The newest stored message per place: a message that started a thread (its id is the thread's) was
+# posted in the chat itself, so it counts there. Ids compare as right-aligned text: numeric ids
+# order as numbers.
 _LAST_SEEN_SQL = """
 SELECT chat_type, chat_id,
        CASE WHEN thread_id = platform_message_id THEN NULL ELSE thread_id END AS place,
@@ -47,19 +49,29 @@ LIMIT ?
 """
 
 
-def last_seen(store: Store, platform: str, *, since: datetime, upto_row: int | None = None,
-              max_chats: int = MAX_CHATS, account: str = DEFAULT_ACCOUNT) -> dict[ChatRef, str]:
+def last_seen(
+    store: Store,
+    platform: str,
+    *,
+    since: datetime,
+    upto_row: int | None = None,
+    max_chats: int = MAX_CHATS,
+    account: str = DEFAULT_ACCOUNT,
+) -> dict[ChatRef, str]:
     """Newest stored inbound message id per chat (and thread) of `platform` (as bot `account` saw
     it) active since `since`, counting only rows up to `upto_row`: what arrived live after the
     adapter reconnected must not hide the gap before it."""
     upto = upto_row if upto_row is not None else _max_row(store)
     rows = store.all(_LAST_SEEN_SQL, (platform, account, iso(since), upto, max_chats))
-    return {ChatRef(platform, r["chat_type"], r["chat_id"], r["place"], account):
-            str(r["last"]).strip() for r in rows}
+    return {
+        ChatRef(platform, r["chat_type"], r["chat_id"], r["place"], account): str(r["last"]).strip()
+        for r in rows
+    }
 
 
-# The threads the bot took part in: a session of the thread, or a message from it that was taken (the adapter only
-# hands in what addresses the bot, and a thread's first taken message is where the bot joins it).
+# The threads the bot took part in: a session of the thread, or a message from it that was taken
+# (the adapter only hands in what addresses the bot, and a thread's first taken message is where the
+# bot joins it).
 _THREADS_SQL = """
 SELECT chat_type, chat_id, thread_id, MAX(at) AS latest FROM (
   SELECT chat_type, chat_id, thread_id, created_at AS at FROM sessions
@@ -71,13 +83,16 @@ GROUP BY chat_id, thread_id ORDER BY latest DESC LIMIT ?2
 """
 
 
-def joined_threads(store: Store, platform: str, *, most: int = 4096,
-                   account: str = DEFAULT_ACCOUNT) -> list[ChatRef]:
+def joined_threads(
+    store: Store, platform: str, *, most: int = 4096, account: str = DEFAULT_ACCOUNT
+) -> list[ChatRef]:
     """The `most` most recently active threads of `platform` the bot (`account`) took part in,
     oldest first."""
     rows = store.all(_THREADS_SQL, (platform, most, account))
-    return [ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"], account)
-            for r in reversed(rows)]
+    return [
+        ChatRef(platform, r["chat_type"], r["chat_id"], r["thread_id"], account)
+        for r in reversed(rows)
+    ]
 
 
 def _max_row(store: Store) -> int:
@@ -88,13 +103,21 @@ def _max_row(store: Store) -> int:
 class CatchUps:
     """Runs each `CatchUp` adapter's catch-up once per connection, after it came up.
 
-    The watermark: the first message an adapter hands in while (re)connecting, before its catch-up ran, marks the
-    last inbound row that predates the connection; the catch-up only counts rows up to it.
+    The watermark: the first message an adapter hands in while (re)connecting, before its catch-up
+    ran, marks the last inbound row that predates the connection; the catch-up only counts rows up
+    to it.
     """
 
-    def __init__(self, store: Store, adapters: Mapping[str, object], *,
-                 health: Callable[[str], AdapterHealth | None], clock: Callable[[], datetime],
-                 window: timedelta = WINDOW, max_chats: int = MAX_CHATS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, object],
+        *,
+        health: Callable[[str], AdapterHealth | None],
+        clock: Callable[[], datetime],
+        window: timedelta = WINDOW,
+        max_chats: int = MAX_CHATS,
+    ) -> None:
         self.store = store
         self.health = health
         self.clock = clock
@@ -102,7 +125,8 @@ class CatchUps:
         self.max_chats = max_chats
         self._adapters = {name: a for name, a in adapters.items() if isinstance(a, CatchUp)}
         self._marks: dict[str, int] = {}
-        self._caught_up_at: dict[str, datetime | None] = {}  # connected_since of the connection caught up
+        # connected_since of the connection caught up
+        self._caught_up_at: dict[str, datetime | None] = {}
 
     def watch(self, submit: Submit) -> Submit:
         """The submit adapters get: notes the watermark while a catch-up is owed."""
@@ -113,16 +137,21 @@ class CatchUps:
             if platform in watched and platform not in self._marks and self._owed(platform):
                 self._marks[platform] = _max_row(self.store)
             return await submit(inbound)
+
         return submit_watched
 
     def _owed(self, platform: str) -> bool:
         health = self.health(platform)
         if health is None or health.state != "running":
             return True
-        return platform not in self._caught_up_at or health.connected_since != self._caught_up_at[platform]
+        return (
+            platform not in self._caught_up_at
+            or health.connected_since != self._caught_up_at[platform]
+        )
 
     async def after_up(self, platform: str) -> int:
-        """Called when `platform`'s adapter came up (again); returns how many messages it submitted."""
+        """Called when `platform`'s adapter came up
+        (again); returns how many messages it submitted."""
         adapter = self._adapters.get(platform)
         if adapter is None:
             return 0
@@ -130,9 +159,14 @@ class CatchUps:
         self._caught_up_at[platform] = health.connected_since if health is not None else None
         mark = self._marks.pop(platform, None)
         try:
-            seen = last_seen(self.store, getattr(adapter, "platform", platform),
-                             since=self.clock() - self.window, upto_row=mark,
-                             max_chats=self.max_chats, account=account_of(adapter))
+            seen = last_seen(
+                self.store,
+                getattr(adapter, "platform", platform),
+                since=self.clock() - self.window,
+                upto_row=mark,
+                max_chats=self.max_chats,
+                account=account_of(adapter),
+            )
             return await adapter.catch_up(seen)
         except Exception:
             log.exception("%s: catching up on missed messages failed", platform)
@@ -153,8 +187,9 @@ async def replay(manager: SessionManager) -> tuple[int, int]:
         inbound = decode_inbound(row.payload)
         received = parse_iso(row.received_at) or now
         if now - received > max_age and (waiting is None or not waiting.resumes(row.id)):
-            await manager._settle(row.id, "expired", f"t{row.id}", inbound,
-                                  manager.config.delivery.offline_notice)
+            await manager._settle(
+                row.id, "expired", f"t{row.id}", inbound, manager.config.delivery.offline_notice
+            )
             expired += 1
             continue
         key = manager.key_for(inbound)

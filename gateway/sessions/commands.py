@@ -47,7 +47,7 @@ STOPPED_WAITING_TEXT = "Stopped. The request waiting for an answer is cancelled;
 BUSY_TEXT = "I'm still answering your last message. Send /stop first if you want me to drop it."
 NOTHING_TO_RETRY = "There is no message to answer again in this conversation yet."
 NOTHING_TO_UNDO = "There is nothing to undo in this conversation yet."
-UNDONE_TEXT = "Forgot the last exchange (your message: \"{snippet}\")."
+UNDONE_TEXT = 'Forgot the last exchange (your message: "{snippet}").'
 NO_SESSION_TEXT = "No conversation yet in this chat; your next message starts one."
 START_TEXT = "Hi! I'm ready: just write to me to start a conversation. /help lists the commands."
 HELP_TEXT = """\
@@ -69,15 +69,24 @@ Any other /word is passed to me as ordinary text."""
 
 
 class Commands:
-    """The `commands` seam of SessionManager: `await commands(manager, inbound, key)` → reply text or None."""
+    """The `commands` seam of SessionManager: `await commands(manager, inbound, key)` → reply text
+    or None."""
 
     def __init__(self, *, policies: Policies, clock: Clock) -> None:
         self.policies = policies
         self.clock = clock
         self.handlers: dict[str, Handler] = {
-            "new": self.new, "reset": self.new, "status": self.status, "usage": self.usage, "stop": self.stop,
-            "retry": self.retry, "undo": self.undo, "help": self.help,
-            "start": self.start}  # Telegram sends /start when a user opens the bot; unknown users get pairing
+            "new": self.new,
+            "reset": self.new,
+            "status": self.status,
+            "usage": self.usage,
+            "stop": self.stop,
+            "retry": self.retry,
+            "undo": self.undo,
+            "help": self.help,
+            # Telegram sends /start when a user opens the bot; unknown users get pairing
+            "start": self.start,
+        }
 
     def add(self, word: str, handler: Handler) -> None:
         """A command whose work lives above sessions (`/jobs`: gateway/scheduling/command.py)."""
@@ -89,7 +98,8 @@ class Commands:
 
     # ---------------------------------------------------------------- commands
     async def new(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
-        """Answer at once; the old session's flush runs in the background (the session_ended hook)."""
+        """Answer at once; the old session's flush runs
+        in the background (the session_ended hook)."""
         manager.stop_turn(key)
         session = manager.store.active_session(key)
         if session is not None:
@@ -106,12 +116,16 @@ class Commands:
         count = manager.store.count_messages(session.id)
         llm = manager.roster.of(inbound).llm
         model, provider = session.model or llm.model, session.provider or llm.provider
-        lines = [f"Session {session.id}: started {human_age(now - created)} ago, {count} messages.",
-                 f"Model: {model} ({provider}).",
-                 f"Tokens: {session.input_tokens:,} in, {session.output_tokens:,} out.",
-                 (f"Cache: {session.cache_read_tokens:,} read, {session.cache_write_tokens:,} written, "
-                 f"{_hit_rate(session)} hit."),
-                 f"Reset: {self.policies.describe(policy)}; {self._next_reset(session)}."]
+        lines = [
+            f"Session {session.id}: started {human_age(now - created)} ago, {count} messages.",
+            f"Model: {model} ({provider}).",
+            f"Tokens: {session.input_tokens:,} in, {session.output_tokens:,} out.",
+            (
+                f"Cache: {session.cache_read_tokens:,} read, {session.cache_write_tokens:,} "
+                f"written, {_hit_rate(session)} hit."
+            ),
+            f"Reset: {self.policies.describe(policy)}; {self._next_reset(session)}.",
+        ]
         return "\n".join(lines)
 
     def _next_reset(self, session: SessionRow) -> str:
@@ -125,7 +139,9 @@ class Commands:
         session = store.active_session(key)
         lines = []
         if session is not None:
-            lines.append("This conversation: " + _usage_line(_usage(store, "s.id = ?", (session.id,))))
+            lines.append(
+                "This conversation: " + _usage_line(_usage(store, "s.id = ?", (session.id,)))
+            )
         else:
             lines.append(NO_SESSION_TEXT)
         chat = _usage(store, "s.key = ?", (key,))
@@ -142,10 +158,11 @@ class Commands:
         return STOPPED_WAITING_TEXT if waiting else STOPPED_TEXT
 
     async def retry(self, manager: SessionManager, inbound: Inbound, key: str) -> str | None:
-        """Deactivate the last exchange and let this very message go on as a turn carrying the old text.
+        """Deactivate the last exchange and let this very
+        message go on as a turn carrying the old text.
 
-        The /retry inbound row is rewritten to the original message, so the answer replies to /retry, the
-        turn is stored like any other, and a restart mid-retry replays the right text.
+        The /retry inbound row is rewritten to the original message, so the answer replies to
+        /retry, the turn is stored like any other, and a restart mid-retry replays the right text.
         """
         if _busy(manager, key):
             return BUSY_TEXT
@@ -154,9 +171,12 @@ class Commands:
             return NOTHING_TO_RETRY
         first, ids = found
         original = _original_inbound(manager.store, inbound, first)
-        retried = dataclasses.replace(inbound, text=original.text if original else first.content,
-                                      attachments=original.attachments if original else (),
-                                      context=original.context if original else "")
+        retried = dataclasses.replace(
+            inbound,
+            text=original.text if original else first.content,
+            attachments=original.attachments if original else (),
+            context=original.context if original else "",
+        )
         manager.store.deactivate_messages(ids)
         _rewrite_inbound(manager.store, inbound, retried)
         return None
@@ -192,13 +212,15 @@ class Commands:
         if not users:
             return None
         first = rows[users[-1]]
-        return first, [r.id for r in rows[users[-1]:]]
+        return first, [r.id for r in rows[users[-1] :]]
 
 
 VOICE_MODES = {"on": "on", "off": "off", "auto": None, "default": None}
 VOICE_SAID = {
-    "on": ("Voice replies are on in this chat: every answer also comes as a voice note, after its "
-           "text."),
+    "on": (
+        "Voice replies are on in this chat: every answer also comes as a voice note, after its "
+        "text."
+    ),
     "off": "Voice replies are off in this chat: answers come as text only.",
 }
 VOICE_DEFAULTS = {
@@ -206,13 +228,16 @@ VOICE_DEFAULTS = {
     "always": "every answer also comes as a voice note",
     "never": "answers come as text only",
 }
-NO_TTS = ("Voice replies are not set up on this gateway (voice.tts in config.yaml; see "
-          "docs/voice.md).")
+NO_TTS = (
+    "Voice replies are not set up on this gateway (voice.tts in config.yaml; see docs/voice.md)."
+)
 NO_AUDIO = "This chat cannot play voice notes, so answers here stay text."
 VOICE_USAGE = "Use /voice on, /voice off, or /voice auto to go back to the gateway's setting."
 ADMINS_ONLY = "Only an admin can {what}."
-ONE_MODEL = ("Only one model is set up here. More can be added under `models:` in config.yaml "
-             "(docs/configuration.md).")
+ONE_MODEL = (
+    "Only one model is set up here. More can be added under `models:` in config.yaml "
+    "(docs/configuration.md)."
+)
 MODEL_USAGE = "Switch with /model NAME; /model default goes back to the main model."
 MODEL_TAP = "Tap one to switch this conversation to it (or send /model NAME)."
 STALE_MENU = "This list is out of date: send /model for the current one."
@@ -238,8 +263,9 @@ class ChoiceCommands:
     whether the sender is an admin (gateway/access/roles.py): switching a model takes one unless
     `models_switch: everyone`, and so does switching voice replies for a whole group."""
 
-    def __init__(self, config: Config, *, clock: Clock, is_admin: IsAdmin,
-                 menus: Menus | None = None) -> None:
+    def __init__(
+        self, config: Config, *, clock: Clock, is_admin: IsAdmin, menus: Menus | None = None
+    ) -> None:
         self.config = config
         self.clock = clock
         self.is_admin = is_admin
@@ -259,10 +285,16 @@ class ChoiceCommands:
             return ADMINS_ONLY.format(what="switch voice replies for everyone in this group")
         mode = VOICE_MODES[word]
         chat = inbound.chat
-        manager.store.set_chat_voice(chat.platform, chat.chat_id, mode, now=self.clock(),
-                                     account=chat.account)
-        log.info("voice replies %s platform=%s chat=%s by user=%s", mode or "as configured",
-                 chat.platform, chat.chat_id, inbound.user_id)
+        manager.store.set_chat_voice(
+            chat.platform, chat.chat_id, mode, now=self.clock(), account=chat.account
+        )
+        log.info(
+            "voice replies %s platform=%s chat=%s by user=%s",
+            mode or "as configured",
+            chat.platform,
+            chat.chat_id,
+            inbound.user_id,
+        )
         if mode is None:
             default = VOICE_DEFAULTS[self.config.voice.replies]
             return f"Voice replies follow the gateway's setting again: {default}."
@@ -272,8 +304,11 @@ class ChoiceCommands:
         chat = inbound.chat
         chosen = manager.store.chat_voice(chat.platform, chat.chat_id, chat.account)
         default = VOICE_DEFAULTS[self.config.voice.replies]
-        now = VOICE_SAID[chosen] if chosen else \
-            f"Voice replies follow the gateway's setting: {default}."
+        now = (
+            VOICE_SAID[chosen]
+            if chosen
+            else f"Voice replies follow the gateway's setting: {default}."
+        )
         return f"{now}\n{VOICE_USAGE}"
 
     async def model(self, manager: SessionManager, inbound: Inbound, key: str) -> str:
@@ -288,18 +323,23 @@ class ChoiceCommands:
             listed = model_list(models.options(current))
             called = f"called {name!r}" if SHOWN_NAME.fullmatch(name) else "by that name"
             return f"There is no model {called} here.\n{listed}"
-        return self._refusal(inbound, name, current) or \
-            self._switch(manager, models, inbound, key, name)
+        return self._refusal(inbound, name, current) or self._switch(
+            manager, models, inbound, key, name
+        )
 
-    def _menu(self, manager: SessionManager, models: SessionModels, inbound: Inbound,
-              current: str | None) -> str:
+    def _menu(
+        self, manager: SessionManager, models: SessionModels, inbound: Inbound, current: str | None
+    ) -> str:
         """The models as a list; where the platform has buttons, as buttons too."""
         options = models.options(current)
-        if self.menus is None or not isinstance(manager.adapters.get(inbound.chat.adapter_key),
-                                                Interactive):
+        if self.menus is None or not isinstance(
+            manager.adapters.get(inbound.chat.adapter_key), Interactive
+        ):
             return model_list(options)
-        labels = [(("▸ " if o.current else "") + label, o.name)
-                  for o, (label, _) in zip(options, model_choices(options), strict=True)]
+        labels = [
+            (("▸ " if o.current else "") + label, o.name)
+            for o, (label, _) in zip(options, model_choices(options), strict=True)
+        ]
         self.menus.offer("model", inbound, labels)
         return model_list(options, MODEL_TAP)
 
@@ -324,19 +364,27 @@ class ChoiceCommands:
         if refusal is not None:
             return _refused(refusal)
         text = self._switch(manager, models, inbound, key, name)
-        manager.outbox.post_soon(f"pick:{inbound.chat.chat_id}:{inbound.message_id}",
-                                 inbound.chat, text)
+        manager.outbox.post_soon(
+            f"pick:{inbound.chat.chat_id}:{inbound.message_id}", inbound.chat, text
+        )
         return SubmitResult(SubmitOutcome.ACCEPTED, "choice")
 
-    def _switch(self, manager: SessionManager, models: SessionModels, inbound: Inbound, key: str,
-                name: str) -> str:
+    def _switch(
+        self, manager: SessionManager, models: SessionModels, inbound: Inbound, key: str, name: str
+    ) -> str:
         try:
             chosen = models.main if name == "default" else models.client(name)
         except LLMNotConfigured as exc:
             return f"I can't switch to {name}: {exc}"
         manager.store.set_model_choice(key, None if name == "default" else name, now=self.clock())
-        log.info("model switched session_key=%s to %s (%s) by %s:%s", key, name, chosen.model,
-                 inbound.chat.platform, inbound.user_id)
+        log.info(
+            "model switched session_key=%s to %s (%s) by %s:%s",
+            key,
+            name,
+            chosen.model,
+            inbound.chat.platform,
+            inbound.user_id,
+        )
         return f"Switched to {name} ({chosen.model}). Your next message is answered by it."
 
 
@@ -356,22 +404,34 @@ def _busy(manager: SessionManager, key: str) -> bool:
 
 def _original_inbound(store: Store, inbound: Inbound, message: MessageRow) -> Inbound | None:
     from gateway.store.transcript import decode_inbound
+
     if not message.platform_message_id:
         return None
     chat = inbound.chat
-    row = store.one("SELECT payload FROM inbound WHERE platform = ? AND account = ? AND chat_id = ?"
-                    " AND platform_message_id = ?",
-                    (chat.platform, chat.account, chat.chat_id, message.platform_message_id))
+    row = store.one(
+        "SELECT payload FROM inbound WHERE platform = ? AND account = ? AND chat_id = ?"
+        " AND platform_message_id = ?",
+        (chat.platform, chat.account, chat.chat_id, message.platform_message_id),
+    )
     return decode_inbound(row[0]) if row else None
 
 
 def _rewrite_inbound(store: Store, inbound: Inbound, retried: Inbound) -> None:
     from gateway.store.transcript import encode_inbound
+
     chat = inbound.chat
-    store.execute("UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND account = ?"
-                  " AND chat_id = ? AND platform_message_id = ?",
-                  (retried.text, encode_inbound(retried), chat.platform, chat.account, chat.chat_id,
-                   inbound.message_id))
+    store.execute(
+        "UPDATE inbound SET text = ?, payload = ? WHERE platform = ? AND account = ?"
+        " AND chat_id = ? AND platform_message_id = ?",
+        (
+            retried.text,
+            encode_inbound(retried),
+            chat.platform,
+            chat.account,
+            chat.chat_id,
+            inbound.message_id,
+        ),
+    )
 
 
 def _hit_rate(session: SessionRow) -> str:
@@ -379,12 +439,16 @@ def _hit_rate(session: SessionRow) -> str:
     return f"{round(100 * session.cache_read_tokens / total)}%" if total else "no"
 
 
-def _usage(store: Store, where: str, args: tuple[object, ...]) -> tuple[int, int, int, int, int, int]:
+def _usage(
+    store: Store, where: str, args: tuple[object, ...]
+) -> tuple[int, int, int, int, int, int]:
     row = store.one(
         "SELECT COUNT(*), COALESCE(SUM(c.input_tokens), 0), COALESCE(SUM(c.output_tokens), 0),"
         " COALESCE(SUM(c.cache_read_tokens), 0), COALESCE(SUM(c.cache_write_tokens), 0),"
-        f" COALESCE(SUM(c.purpose = 'flush'), 0) FROM llm_calls c JOIN sessions s ON s.id = c.session_id WHERE {where}",
-        args)
+        " COALESCE(SUM(c.purpose = 'flush'), 0) FROM llm_calls "
+        f"c JOIN sessions s ON s.id = c.session_id WHERE {where}",
+        args,
+    )
     assert row is not None
     return tuple(int(v) for v in row)  # type: ignore[return-value]
 
@@ -394,4 +458,7 @@ def _usage_line(u: tuple[int, int, int, int, int, int]) -> str:
     what = f"{calls} model call{'s' if calls != 1 else ''}"
     if flushes:
         what += f" ({flushes} for memory flushes)"
-    return f"{what}; {tokens_in:,} tokens in, {tokens_out:,} out; cache {read:,} read, {written:,} written."
+    return (
+        f"{what}; {tokens_in:,} tokens in, {tokens_out:,} "
+        f"out; cache {read:,} read, {written:,} written."
+    )

@@ -1,9 +1,10 @@
 """The pre-reset memory flush: one silent agent call that saves what an ending session learned.
 
-It reuses the session's stored system prompt and tool list (so it reads the provider's warm cache), sends
-the transcript and one flush instruction carrying the live MEMORY.md / USER.md, lets only the memory and
-skill tools run and discards the text reply. Its state lives in the session row and moves only forward:
-pending → running → done | nothing | failed, each step a conditional UPDATE, so a session is flushed once.
+It reuses the session's stored system prompt and tool list (so it reads the provider's warm cache),
+sends the transcript and one flush instruction carrying the live MEMORY.md / USER.md, lets only the
+memory and skill tools run and discards the text reply. Its state lives in the session row and moves
+only forward: pending → running → done | nothing | failed, each step a conditional UPDATE, so a
+session is flushed once.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ T = TypeVar("T")
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
 
-MAX_ATTEMPTS = 3   # failed model calls in a row before a flush is given up
-MAX_STARTS = 6     # attempts started in all, counting those a crash or kill cut off (a flush that kills the
-                   # daemon every time must stop; a few unlucky restarts must not lose the memory)
+MAX_ATTEMPTS = 3  # failed model calls in a row before a flush is given up
+# attempts started in all, counting those a crash or kill cut off (a flush that kills the daemon
+# every time must stop; a few unlucky restarts must not lose the memory)
+MAX_STARTS = 6
 RETRY_DELAYS = (10.0, 60.0)  # before attempts 2 and 3
 FLUSH_MARK = "[Gateway: this conversation is about to be reset"
 
@@ -51,35 +53,53 @@ If nothing is worth saving, call no tool. Do not reply to the user: your text an
 {files}"""
 
 TARGETS = {
-    "user": '- the preferences of the person this conversation belongs to, and facts about them: the memory tool, '
-            'target "user";',
-    "memory": '- durable facts, decisions and lessons for every conversation: the memory tool, target "memory";',
+    "user": "- the preferences of the person this conversation "
+    "belongs to, and facts about them: the memory tool, "
+    'target "user";',
+    "memory": "- durable facts, decisions and lessons for every "
+    'conversation: the memory tool, target "memory";',
     "chat": '- facts about this group and how it works: the memory tool, target "chat";',
     "skill": "- a reusable multi-step workflow, if one came up: a skill (skill_manage).",
 }
 
-KEEP_PRIVATE = ("- what the person's profile or this conversation says about them stays in their profile: never copy "
-                "it into the shared notes or a chat's notes, which other people's conversations show;")
+KEEP_PRIVATE = (
+    "- what the person's profile or this conversation says about them stays in their profile: "
+    "never copy it into the shared notes or a chat's notes, which other people's conversations "
+    "show;"
+)
 
 NOTHING_TO_WRITE = "- nothing: memory cannot be written from this conversation; call no tool."
 
 
-def flush_instruction(memory: MemoryStore, rights: MemoryRights, template: str = FLUSH_INSTRUCTION) -> str:
-    """The instruction with the live memory this flush may write to: the scopes it may write (as the session's
-    owner), then each file as it is now (it may have changed since the system prompt was written)."""
+def flush_instruction(
+    memory: MemoryStore, rights: MemoryRights, template: str = FLUSH_INSTRUCTION
+) -> str:
+    """The instruction with the live memory this flush may write to: the scopes it may write (as the
+    session's owner), then each file as it is now (it may have changed since the system prompt was
+    written)."""
     targets = [TARGETS["user"]] if rights.person_id is not None else []
     targets += [TARGETS["memory"]] if rights.shared else []
     targets += [TARGETS["chat"]] if rights.chat is not None and rights.chat_writable else []
-    if rights.person_id is not None and len(targets) > 1:  # their profile may reach others' prompts through them
+    if rights.person_id is not None and len(targets) > 1:
+        # their profile may reach others' prompts through them
         targets.append(KEEP_PRIVATE)
     targets += [TARGETS["skill"]] if rights.shared else []  # skills follow the shared notes' policy
-    files = [_file("MEMORY.md (the shared notes) as it is now (it may have changed since your system prompt was "
-                   "written)" + ("" if rights.shared else "; you may not change it here"), "memory",
-                   memory.shared().read())]
+    files = [
+        _file(
+            "MEMORY.md (the shared notes) as it is now (it may have changed since your system "
+            "prompt was written)" + ("" if rights.shared else "; you may not change it here"),
+            "memory",
+            memory.shared().read(),
+        )
+    ]
     if rights.person_id is not None:
-        files.append(_file("Their profile as it is now", "user", memory.profile(rights.person_id).read()))
+        files.append(
+            _file("Their profile as it is now", "user", memory.profile(rights.person_id).read())
+        )
     if rights.chat is not None:
-        files.append(_file("This chat's notes as they are now", "chat", memory.chat(rights.chat).read()))
+        files.append(
+            _file("This chat's notes as they are now", "chat", memory.chat(rights.chat).read())
+        )
     return template.format(targets="\n".join(targets) or NOTHING_TO_WRITE, files="\n\n".join(files))
 
 
@@ -87,14 +107,26 @@ def _file(title: str, tag: str, text: str) -> str:
     return f"{title}:\n<{tag}>\n{text.strip() or '(empty)'}\n</{tag}>"
 
 
-async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, system: str,
-                         history: list[ChatMessage], instruction: str, tools: SessionTools,
-                         config: MemoryConfig, ctx: ToolContext, clock: Callable[[], datetime]) -> int:
-    """One silent agent call that may only save (memory and skill tools); returns how many tools ran.
+async def run_flush_call(
+    agent: Agent,
+    store: Store,
+    *,
+    session: SessionRow,
+    system: str,
+    history: list[ChatMessage],
+    instruction: str,
+    tools: SessionTools,
+    config: MemoryConfig,
+    ctx: ToolContext,
+    clock: Callable[[], datetime],
+) -> int:
+    """One silent agent call that may only save (memory
+    and skill tools); returns how many tools ran.
 
-    Shared by the pre-reset flush and the flush before compression: same prompt bytes and tool list as the
-    session's turns, so the request reads the cached prefix; the text answer is never sent nor stored. `ctx` is
-    the session's owner (gateway/access/roles.py): the flush writes the scopes they may write, nothing else.
+    Shared by the pre-reset flush and the flush before compression: same prompt bytes and tool list
+    as the session's turns, so the request reads the cached prefix; the text answer is never sent
+    nor stored. `ctx` is the session's owner (gateway/access/roles.py): the flush writes the scopes
+    they may write, nothing else.
     """
 
     listed = tools.of(session)
@@ -104,24 +136,39 @@ async def run_flush_call(agent: Agent, store: Store, *, session: SessionRow, sys
 
     def record(reply: LLMReply) -> None:
         def add() -> None:
-            store.add_usage(session.id, reply.usage, purpose="flush", provider=reply.provider, model=reply.model,
-                            now=clock())
+            store.add_usage(
+                session.id,
+                reply.usage,
+                purpose="flush",
+                provider=reply.provider,
+                model=reply.model,
+                now=clock(),
+            )
+
         try:
             add()
         except StoreUnavailable:  # the flush goes on: what it saves is worth more than this row
             late.append(add)
 
     async with asyncio.timeout(config.flush_timeout_s):
-        result = await agent.run(system=system, history=history, user_message={"role": "user", "content": instruction},
-                                 ctx=ctx, tools=listed.specs, allowed_tools=memory_tools(tools, session),
-                                 max_iterations=config.flush_max_iterations, on_reply=record)
+        result = await agent.run(
+            system=system,
+            history=history,
+            user_message={"role": "user", "content": instruction},
+            ctx=ctx,
+            tools=listed.specs,
+            allowed_tools=memory_tools(tools, session),
+            max_iterations=config.flush_max_iterations,
+            on_reply=record,
+        )
     for add in late:
         await store.health.write(add)
     return result.tool_calls
 
 
 def memory_tools(tools: SessionTools, session: SessionRow) -> frozenset[str]:
-    """What a flush may run: the session's own memory and skill tools that the policy still enables."""
+    """What a flush may run: the session's own memory
+    and skill tools that the policy still enables."""
     return MEMORY_TOOLS & tools.allowed(tools.of(session), session.platform)
 
 
@@ -136,46 +183,81 @@ class FlushLedger:
             return conn.execute(sql, args).rowcount
 
     def claim(self, session_id: int) -> SessionRow | None:
-        """pending → running (one more attempt); None when another caller has it or it is finished."""
-        won = self._update("UPDATE sessions SET flush_state = 'running', flush_attempts = flush_attempts + 1"
-                           " WHERE id = ? AND flush_state = 'pending'", (session_id,))
+        """pending → running (one more attempt); None
+        when another caller has it or it is finished."""
+        won = self._update(
+            "UPDATE sessions SET flush_state = 'running', flush_attempts = flush_attempts + 1"
+            " WHERE id = ? AND flush_state = 'pending'",
+            (session_id,),
+        )
         return self.store.session(session_id) if won else None
 
     def note_error(self, session_id: int, error: str) -> None:
-        self._update("UPDATE sessions SET flush_error = ? WHERE id = ? AND flush_state = 'running'",
-                     (error, session_id))
+        self._update(
+            "UPDATE sessions SET flush_error = ? WHERE id = ? AND flush_state = 'running'",
+            (error, session_id),
+        )
 
     def next_attempt(self, session_id: int) -> int:
-        self._update("UPDATE sessions SET flush_attempts = flush_attempts + 1 WHERE id = ? AND flush_state = 'running'",
-                     (session_id,))
+        self._update(
+            "UPDATE sessions SET flush_attempts = flush_attempts "
+            "+ 1 WHERE id = ? AND flush_state = 'running'",
+            (session_id,),
+        )
         return self.store.session(session_id).flush_attempts
 
     def finish(self, session_id: int, state: str, now: datetime, error: str | None = None) -> bool:
-        return self._update("UPDATE sessions SET flush_state = ?, flush_finished_at = ?,"
-                            " flush_error = COALESCE(?, flush_error) WHERE id = ? AND flush_state = 'running'",
-                            (state, iso(now), error, session_id)) == 1
+        return (
+            self._update(
+                "UPDATE sessions SET flush_state = ?, flush_finished_at = ?,"
+                " flush_error = COALESCE(?, flush_error) WHERE id = ? AND flush_state = 'running'",
+                (state, iso(now), error, session_id),
+            )
+            == 1
+        )
 
     def release(self, session_id: int, *, uncount: bool) -> None:
-        """running → pending, for the next boot. `uncount`: the attempt in progress was stopped by the daemon,
-        it did not fail, so it does not count (a stop during a backoff wait leaves the failed ones counted)."""
-        self._update("UPDATE sessions SET flush_state = 'pending', flush_attempts = MAX(flush_attempts - ?, 0)"
-                     " WHERE id = ? AND flush_state = 'running'", (int(uncount), session_id))
+        """running → pending, for the next boot. `uncount`: the attempt in progress was stopped by
+        the daemon, it did not fail, so it does not count (a stop during a backoff wait leaves the
+        failed ones counted)."""
+        self._update(
+            "UPDATE sessions SET flush_state = 'pending', "
+            "flush_attempts = MAX(flush_attempts - ?, 0)"
+            " WHERE id = ? AND flush_state = 'running'",
+            (int(uncount), session_id),
+        )
 
     def recover(self) -> int:
-        """At boot: a flush left `running` was cut off by a crash; make it pending again (its attempt counts)."""
-        return self._update("UPDATE sessions SET flush_state = 'pending' WHERE flush_state = 'running'", ())
+        """At boot: a flush left `running` was cut off by a crash; make it pending again (its
+        attempt counts)."""
+        return self._update(
+            "UPDATE sessions SET flush_state = 'pending' WHERE flush_state = 'running'", ()
+        )
 
     def pending(self) -> list[int]:
-        rows = self.store.all("SELECT id FROM sessions WHERE flush_state = 'pending' ORDER BY ended_at, id")
+        rows = self.store.all(
+            "SELECT id FROM sessions WHERE flush_state = 'pending' ORDER BY ended_at, id"
+        )
         return [int(r[0]) for r in rows]
 
 
 class Flusher:
-    """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of session ids."""
+    """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of
+    session ids."""
 
-    def __init__(self, *, config: MemoryConfig, store: Store, roster: Roster, home: Path,
-                 db_path: Path, clock: Clock, callers: Callers | None = None,
-                 sleep: Sleep = asyncio.sleep, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
+    def __init__(
+        self,
+        *,
+        config: MemoryConfig,
+        store: Store,
+        roster: Roster,
+        home: Path,
+        db_path: Path,
+        clock: Clock,
+        callers: Callers | None = None,
+        sleep: Sleep = asyncio.sleep,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
+    ) -> None:
         self.callers: Callers | None = callers
         self.config = config
         self.store = store
@@ -193,21 +275,25 @@ class Flusher:
 
     # ---------------------------------------------------------------- the queue
     def request(self, session_id: int) -> None:
-        """Queue one ended session's flush. Before start() or after stop() the row just stays pending."""
+        """Queue one ended session's flush. Before start()
+        or after stop() the row just stays pending."""
         if not self.running or session_id in self._queued:
             return
         self._queued.add(session_id)
         self._queue.put_nowait(session_id)
 
     def start(self) -> int:
-        """Start the workers and resume what a previous run left pending or running; returns how many."""
+        """Start the workers and resume what a previous
+        run left pending or running; returns how many."""
         recovered = self.ledger.recover()
         if recovered:
             log.info("flush: %s flush(es) were cut off by a stop; resuming", recovered)
         self.running = True
         loop = asyncio.get_running_loop()
-        self._workers = [loop.create_task(self._work(), name=f"flush-worker-{i}")
-                         for i in range(self.config.flush_concurrency)]
+        self._workers = [
+            loop.create_task(self._work(), name=f"flush-worker-{i}")
+            for i in range(self.config.flush_concurrency)
+        ]
         pending = self.ledger.pending()
         for session_id in pending:
             self.request(session_id)
@@ -217,12 +303,16 @@ class Flusher:
         await self._queue.join()
 
     async def stop(self, timeout: float) -> int:
-        """Give queued flushes up to `timeout` seconds, then cancel the rest; they stay pending for next boot."""
+        """Give queued flushes up to `timeout` seconds, then cancel the rest; they stay pending for
+        next boot."""
         if self.running and self._queued:
             try:
                 await asyncio.wait_for(self._queue.join(), timeout)
             except TimeoutError:
-                log.info("flush: %s flush(es) did not fit the drain deadline; they stay pending", len(self._queued))
+                log.info(
+                    "flush: %s flush(es) did not fit the drain deadline; they stay pending",
+                    len(self._queued),
+                )
         self.running = False
         left = len(self._queued)  # queued or in flight; cancelled ones go back to pending
         for worker in self._workers:
@@ -246,8 +336,8 @@ class Flusher:
                 self._queue.task_done()
 
     async def _write(self, call: Callable[[], T]) -> T:
-        """A step of the flush's state, waiting (off the loop) while the database takes no writes: given up here,
-        the flush would stay pending until the next restart."""
+        """A step of the flush's state, waiting (off the loop) while the database takes no writes:
+        given up here, the flush would stay pending until the next restart."""
         return await self.store.health.write(call)
 
     # ---------------------------------------------------------------- one flush
@@ -273,11 +363,14 @@ class Flusher:
                 attempts = await self._write(lambda: self.ledger.next_attempt(session_id))
                 continue
             await self._write(lambda: self.ledger.finish(session_id, "done", self.clock()))
-            log.info("flush session=%s done attempts=%s tool_calls=%s", session_id, attempts, tool_calls)
+            log.info(
+                "flush session=%s done attempts=%s tool_calls=%s", session_id, attempts, tool_calls
+            )
             return "done"
 
     async def _settle_without_running(self, session: SessionRow) -> str | None:
-        """'failed' when kills cut it off too often, 'nothing' when there is nothing to save, else None."""
+        """'failed' when kills cut it off too often, 'nothing'
+        when there is nothing to save, else None."""
         if session.flush_attempts > MAX_STARTS:
             error = f"cut off {session.flush_attempts - 1} times before it could finish"
             await self._write(lambda: self.ledger.finish(session.id, "failed", self.clock(), error))
@@ -291,15 +384,24 @@ class Flusher:
         return None
 
     async def _gave_up(self, session_id: int, exc: Exception, attempts: int, failures: int) -> bool:
-        """Record a failed attempt; True when it was the last one allowed, else wait out the retry delay."""
+        """Record a failed attempt; True when it was the
+        last one allowed, else wait out the retry delay."""
         error = _describe(exc)
         await self._write(lambda: self.ledger.note_error(session_id, error))
         if failures >= MAX_ATTEMPTS or attempts >= MAX_STARTS:
             await self._write(lambda: self.ledger.finish(session_id, "failed", self.clock(), error))
-            log.warning("flush session=%s failed after %s attempts: %s", session_id, attempts, error)
+            log.warning(
+                "flush session=%s failed after %s attempts: %s", session_id, attempts, error
+            )
             return True
         delay = self.retry_delays[min(failures - 1, len(self.retry_delays) - 1)]
-        log.info("flush session=%s attempt %s failed (%s); retry in %ss", session_id, attempts, error, delay)
+        log.info(
+            "flush session=%s attempt %s failed (%s); retry in %ss",
+            session_id,
+            attempts,
+            error,
+            delay,
+        )
         try:
             await self.sleep(delay)
         except asyncio.CancelledError:
@@ -308,8 +410,8 @@ class Flusher:
         return False
 
     def _release(self, session_id: int, *, uncount: bool) -> None:
-        """Stopped: back to pending for the next boot (which also recovers a row left running, should the
-        database not take even this write now)."""
+        """Stopped: back to pending for the next boot (which also recovers a row left running,
+        should the database not take even this write now)."""
         try:
             self.ledger.release(session_id, uncount=uncount)
         except StoreUnavailable as exc:
@@ -324,7 +426,10 @@ class Flusher:
             return "the memory tool is not enabled"
         count = self.store.count_messages(session.id)
         if count < self.config.flush_min_messages:
-            return f"{count} messages, fewer than memory.flush_min_messages={self.config.flush_min_messages}"
+            return (
+                f"{count} messages, fewer than "
+                f"memory.flush_min_messages={self.config.flush_min_messages}"
+            )
         return None
 
     async def _run(self, session: SessionRow) -> int:
@@ -332,20 +437,38 @@ class Flusher:
         ctx = owner_context(self.callers, session, self.home, self.db_path)
         agent = self.roster.of(session)
         return await run_flush_call(
-            agent.loop, self.store, session=session, system=session.system_prompt,
-            # with its pictures: the same prefix as the session's turns, so the provider's cache still holds
+            agent.loop,
+            self.store,
+            session=session,
+            system=session.system_prompt,
+            # with its pictures: the same prefix as the session's turns, so the provider's cache
+            # still holds
             history=history_messages(self.store.history(session.id), home=self.home),
-            instruction=flush_instruction(agent.memory, ctx.memory), tools=agent.tools,
-            config=self.config, ctx=ctx, clock=self.clock)
+            instruction=flush_instruction(agent.memory, ctx.memory),
+            tools=agent.tools,
+            config=self.config,
+            ctx=ctx,
+            clock=self.clock,
+        )
 
 
-def owner_context(callers: Callers | None, session: SessionRow, home: Path, db_path: Path) -> ToolContext:
-    """Whom a flush acts for: the session's owner (`callers`); without people, nobody (it may save skills only)."""
+def owner_context(
+    callers: Callers | None, session: SessionRow, home: Path, db_path: Path
+) -> ToolContext:
+    """Whom a flush acts for: the session's owner (`callers`); without people, nobody (it may save
+    skills only)."""
     if callers is not None:
         return callers.owner(session)
-    return ToolContext(session_id=session.id, platform=session.platform, chat_type=session.chat_type,
-                       user_id=session.user_id, home=home, db_path=db_path, chat_id=session.chat_id,
-                       agent=session.agent)
+    return ToolContext(
+        session_id=session.id,
+        platform=session.platform,
+        chat_type=session.chat_type,
+        user_id=session.user_id,
+        home=home,
+        db_path=db_path,
+        chat_id=session.chat_id,
+        agent=session.agent,
+    )
 
 
 def _describe(exc: BaseException) -> str:

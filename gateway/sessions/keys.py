@@ -12,8 +12,9 @@ from gateway.errors import GatewayError
 from gateway.events import DEFAULT_ACCOUNT, MAIN_AGENT, ChatRef, Inbound
 
 
-def session_key(chat: ChatRef, user_id: str, *, group_per_user: bool,
-                agent: str = MAIN_AGENT) -> str:
+def session_key(
+    chat: ChatRef, user_id: str, *, group_per_user: bool, agent: str = MAIN_AGENT
+) -> str:
     """`[<agent>/]<platform>[@<account>]:<chat_type>:<chat_id>[:<thread_id>][:<user_id>]`; threads
     are shared by their members. The agent `main` and the account `default` are left out, so a key
     from before agents and accounts existed is the key of the same conversation still.

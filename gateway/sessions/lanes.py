@@ -1,6 +1,8 @@
-"""Per-session FIFO lanes: one turn at a time per session key, many keys at once, each lane's worker self-healing.
+"""Per-session FIFO lanes: one turn at a time per session
+key, many keys at once, each lane's worker self-healing.
 
-Kept apart from the session manager so queueing, interruption and shutdown can be read without the turn itself.
+Kept apart from the session manager so queueing, interruption and shutdown can be read without the
+turn itself.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-log = logging.getLogger("gateway.sessions.manager")  # one logger for the session manager, whichever module speaks
+# one logger for the session manager, whichever module speaks
+log = logging.getLogger("gateway.sessions.manager")
 
 BUSY_NOTICE_EVERY = timedelta(seconds=30)
 
@@ -34,13 +37,15 @@ class Lane:
 
 
 class Lanes:
-    """The lanes by session key; a lane lives while its worker has work, the busy-notice times outlive it."""
+    """The lanes by session key; a lane lives while its worker has work, the busy-notice times
+    outlive it."""
 
     def __init__(self, turn: Turn, mark: Mark) -> None:
         self._turn = turn
         self._mark = mark
         self._lanes: dict[str, Lane] = {}
-        self._busy_noticed: dict[str, datetime] = {}  # per session key; outlives the lane (notice ≤ 1 per 30 s)
+        # per session key; outlives the lane (notice ≤ 1 per 30 s)
+        self._busy_noticed: dict[str, datetime] = {}
         self.accepting = True
 
     def open(self, key: str) -> Lane:
@@ -55,7 +60,8 @@ class Lanes:
         return lane.current is not None and not lane.current.done() and not lane.answered
 
     def interrupt(self, lane: Lane) -> None:
-        """Cancel the running turn; the queued ones are superseded too: never answered, never replayed."""
+        """Cancel the running turn; the queued ones are
+        superseded too: never answered, never replayed."""
         for dropped in lane.queue:
             self._mark(dropped, "interrupted")
         lane.queue.clear()
@@ -71,7 +77,9 @@ class Lanes:
         last = self._busy_noticed.get(lane.key)
         if last is not None and now - last < BUSY_NOTICE_EVERY:
             return False
-        self._busy_noticed = {k: t for k, t in self._busy_noticed.items() if now - t < BUSY_NOTICE_EVERY}
+        self._busy_noticed = {
+            k: t for k, t in self._busy_noticed.items() if now - t < BUSY_NOTICE_EVERY
+        }
         self._busy_noticed[lane.key] = lane.last_busy_notice = now
         return True
 
@@ -81,17 +89,23 @@ class Lanes:
 
     def _ensure_worker(self, lane: Lane) -> None:
         if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.get_running_loop().create_task(self._serve(lane), name=f"lane:{lane.key}")
+            lane.worker = asyncio.get_running_loop().create_task(
+                self._serve(lane), name=f"lane:{lane.key}"
+            )
             lane.worker.add_done_callback(lambda task: self._worker_done(lane, task))
 
     def _worker_done(self, lane: Lane, task: asyncio.Task[None]) -> None:
-        """Heal a lane whose worker died with messages still queued, without waiting for the next message."""
+        """Heal a lane whose worker died with messages still
+        queued, without waiting for the next message."""
         error = None if task.cancelled() else task.exception()
         if error is not None:
             log.error("lane %s: worker crashed", lane.key, exc_info=error)
         if lane.queue and self.accepting and self._lanes.get(lane.key) is lane:
-            log.warning("lane %s: worker stopped with %s message(s) queued; restarting it", lane.key,
-                        len(lane.queue))
+            log.warning(
+                "lane %s: worker stopped with %s message(s) queued; restarting it",
+                lane.key,
+                len(lane.queue),
+            )
             self._ensure_worker(lane)
 
     async def _serve(self, lane: Lane) -> None:
@@ -109,7 +123,8 @@ class Lanes:
                         self._mark(inbound_id, "interrupted")
                         continue
                     raise
-                except Exception:  # a task root per turn: one broken turn must not strand the queue behind it
+                except Exception:
+                    # a task root per turn: one broken turn must not strand the queue behind it
                     log.exception("turn for inbound %s crashed", inbound_id)
                     self._mark(inbound_id, "failed")
                 finally:
@@ -131,9 +146,14 @@ class Lanes:
         return sum(1 for lane in self._lanes.values() if lane.worker and not lane.worker.done())
 
     async def wait_idle(self, background: Callable[[], Awaitable[None]]) -> None:
-        """Wait until every worker has finished and `background` (answers sent in the background) has drained."""
+        """Wait until every worker has finished and `background` (answers sent in the background)
+        has drained."""
         while True:
-            workers = [lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()]
+            workers = [
+                lane.worker
+                for lane in self._lanes.values()
+                if lane.worker and not lane.worker.done()
+            ]
             if workers:
                 await asyncio.gather(*workers, return_exceptions=True)
                 continue
@@ -146,7 +166,9 @@ class Lanes:
             lane.queue.clear()
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
-        await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True)
+        await asyncio.gather(
+            *(lane.worker for lane in self._lanes.values() if lane.worker), return_exceptions=True
+        )
 
     def cancel_lanes(self, keys: set[str]) -> None:
         """Cancel these lanes' workers (their turns stay stored for replay, as in `cancel_all`)."""
@@ -188,8 +210,9 @@ class Touches:
         del self._started[inbound_id]
         return touched
 
-    def write(self, inbound_id: int, session_id: int,
-              touch: Callable[[int, datetime], None]) -> None:
+    def write(
+        self, inbound_id: int, session_id: int, touch: Callable[[int, datetime], None]
+    ) -> None:
         """Store it now (`touch`): the turn ended without a write of its own."""
         touched = self.take(inbound_id, session_id)
         if touched is not None:

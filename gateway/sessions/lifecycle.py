@@ -1,8 +1,10 @@
-"""Reset policies: which policy a session lives under and when it expires (idle and daily deadlines).
+"""Reset policies: which policy a session lives under
+and when it expires (idle and daily deadlines).
 
-Pure functions of a session's timestamps and the config; the timers (gateway/sessions/timers.py) and the lazy check
-on the next message (gateway/sessions/manager.py) both ask the same question here, so they can never disagree. The
-seam between the manager and the timers (SessionHooks) is declared here too.
+Pure functions of a session's timestamps and the config; the timers (gateway/sessions/timers.py) and
+the lazy check on the next message (gateway/sessions/manager.py) both ask the same question here, so
+they can never disagree. The seam between the manager and the timers (SessionHooks) is declared here
+too.
 """
 
 from __future__ import annotations
@@ -19,13 +21,23 @@ from gateway.config.settings import ResetMode, ResetOverride, SessionResetConfig
 from gateway.events import MAIN_AGENT
 from gateway.store.rows import SessionRow, parse_iso
 
-__all__ = ["Deadline", "NoLifecycle", "Policies", "ResetPolicy", "SessionHooks", "daily_boundary_after", "deadline_for",
-           "latest_daily_boundary", "local_zone", "resolve_policy"]
+__all__ = [
+    "Deadline",
+    "NoLifecycle",
+    "Policies",
+    "ResetPolicy",
+    "SessionHooks",
+    "daily_boundary_after",
+    "deadline_for",
+    "latest_daily_boundary",
+    "local_zone",
+    "resolve_policy",
+]
 
 
 class SessionHooks(Protocol):
-    """What the session manager asks of the lifecycle (gateway/sessions/timers.py implements it): has this session
-    expired, a session ended, a session was just used."""
+    """What the session manager asks of the lifecycle (gateway/sessions/timers.py implements it):
+    has this session expired, a session ended, a session was just used."""
 
     def expired(self, session: SessionRow, now: datetime) -> str | None: ...
 
@@ -74,10 +86,13 @@ class Deadline:
 def resolve_policy(cfg: SessionResetConfig, platform: str, chat_type: str) -> ResetPolicy:
     """Field by field: `by_platform.<platform>` > `by_chat_type.<chat_type>` > the defaults.
 
-    Field-wise, so `by_platform.telegram: {mode: idle}` still takes `idle_minutes` from a chat-type override.
+    Field-wise, so `by_platform.telegram: {mode: idle}`
+    still takes `idle_minutes` from a chat-type override.
     """
-    overrides: list[ResetOverride | None] = [cfg.by_platform.get(platform),  # type: ignore[call-overload]
-                                             cfg.by_chat_type.get(chat_type)]  # type: ignore[call-overload]
+    overrides: list[ResetOverride | None] = [
+        cfg.by_platform.get(platform),  # type: ignore[call-overload]
+        cfg.by_chat_type.get(chat_type),  # type: ignore[call-overload]
+    ]
     layers = [o for o in overrides if o is not None]
 
     def pick(name: str, default: Any) -> Any:
@@ -87,24 +102,31 @@ def resolve_policy(cfg: SessionResetConfig, platform: str, chat_type: str) -> Re
                 return value
         return default
 
-    return ResetPolicy(mode=pick("mode", cfg.mode), idle_minutes=float(pick("idle_minutes", cfg.idle_minutes)),
-                       at_hour=int(pick("at_hour", cfg.at_hour)), notify=bool(pick("notify", cfg.notify)))
+    return ResetPolicy(
+        mode=pick("mode", cfg.mode),
+        idle_minutes=float(pick("idle_minutes", cfg.idle_minutes)),
+        at_hour=int(pick("at_hour", cfg.at_hour)),
+        notify=bool(pick("notify", cfg.notify)),
+    )
 
 
 def local_zone(name: str | None) -> tzinfo:
-    """`sessions.timezone`, else the system's zone as a real tz database zone (so DST shifts are known)."""
+    """`sessions.timezone`, else the system's zone as a
+    real tz database zone (so DST shifts are known)."""
     if name:
         return ZoneInfo(name)
     try:
         import tzlocal  # a dependency of APScheduler 3
+
         return tzlocal.get_localzone()
     except Exception:  # noqa: BLE001 - an unreadable system zone must not stop the daemon; UTC is a safe answer
         return UTC
 
 
 def _boundary_on(day: date, at_hour: int, tz: tzinfo) -> datetime:
-    """`at_hour:00` local on `day` as UTC. In a spring-forward gap the wall time maps to the instant the clock
-    jumps past it (fold=0 uses the offset before the shift); in a fall-back overlap, to its first occurrence."""
+    """`at_hour:00` local on `day` as UTC. In a spring-forward gap the wall time maps to the instant
+    the clock jumps past it (fold=0 uses the offset before the shift); in a fall-back overlap, to
+    its first occurrence."""
     return datetime.combine(day, time(at_hour), tzinfo=tz).astimezone(UTC)
 
 
@@ -115,7 +137,9 @@ def daily_boundary_after(moment: datetime, at_hour: int, tz: tzinfo) -> datetime
         candidate = _boundary_on(local_day + timedelta(days=offset), at_hour, tz)
         if candidate > moment:
             return candidate
-    raise AssertionError("no daily boundary within three days")  # pragma: no cover - a day always has one
+    raise AssertionError(
+        "no daily boundary within three days"
+    )  # pragma: no cover - a day always has one
 
 
 def latest_daily_boundary(now: datetime, at_hour: int, tz: tzinfo) -> datetime:
@@ -129,8 +153,9 @@ def latest_daily_boundary(now: datetime, at_hour: int, tz: tzinfo) -> datetime:
 
 
 def deadline_for(policy: ResetPolicy, last_user_at: datetime, tz: tzinfo) -> Deadline | None:
-    """The session expires at the earlier of: idle minutes after the last user message, and the first
-    daily boundary after it (so "daily" = the last user message is before the most recent boundary)."""
+    """The session expires at the earlier of: idle minutes after the last user message, and the
+    first daily boundary after it (so "daily" = the last user message is before the most recent
+    boundary)."""
     found: list[Deadline] = []
     if policy.idle:
         found.append(Deadline(last_user_at + timedelta(minutes=policy.idle_minutes), "idle"))
@@ -140,8 +165,8 @@ def deadline_for(policy: ResetPolicy, last_user_at: datetime, tz: tzinfo) -> Dea
 
 
 class _Boundaries:
-    """The daily `at_hour` boundaries as sorted UTC timestamps over a growing range of days, so the next
-    boundary after a moment is one bisect (the boot rebuild computes 100,000 of them)."""
+    """The daily `at_hour` boundaries as sorted UTC timestamps over a growing range of days, so the
+    next boundary after a moment is one bisect (the boot rebuild computes 100,000 of them)."""
 
     def __init__(self, at_hour: int, tz: tzinfo) -> None:
         self.at_hour = at_hour
@@ -165,7 +190,10 @@ class _Boundaries:
             last = datetime.fromtimestamp(self.stamps[-1], UTC).astimezone(self.tz).date()
             lo, hi = min(lo, first), max(hi, last)
         days = (hi - lo).days + 1
-        self.stamps = [_boundary_on(lo + timedelta(days=n), self.at_hour, self.tz).timestamp() for n in range(days)]
+        self.stamps = [
+            _boundary_on(lo + timedelta(days=n), self.at_hour, self.tz).timestamp()
+            for n in range(days)
+        ]
 
 
 class Policies:
@@ -173,8 +201,12 @@ class Policies:
     commands. `by_agent`: an agent's own `session_reset` (agents.<name>.session_reset); the others
     use `cfg`."""
 
-    def __init__(self, cfg: SessionResetConfig, timezone: str | None = None,
-                 by_agent: Mapping[str, SessionResetConfig] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: SessionResetConfig,
+        timezone: str | None = None,
+        by_agent: Mapping[str, SessionResetConfig] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.by_agent = dict(by_agent or {})
         self.tz = local_zone(timezone)
@@ -188,16 +220,19 @@ class Policies:
     def policy(self, platform: str, chat_type: str, agent: str = MAIN_AGENT) -> ResetPolicy:
         return self._resolve(platform, chat_type, agent)
 
-    def deadline_ts(self, platform: str, chat_type: str, last_ts: float,
-                    agent: str = MAIN_AGENT) -> tuple[float, str] | None:
-        """`deadline_for` on POSIX timestamps, without time zone arithmetic per call (the boot rebuild)."""
+    def deadline_ts(
+        self, platform: str, chat_type: str, last_ts: float, agent: str = MAIN_AGENT
+    ) -> tuple[float, str] | None:
+        """`deadline_for` on POSIX timestamps, without time
+        zone arithmetic per call (the boot rebuild)."""
         fast = self._fast.get((agent, platform, chat_type))
         if fast is None:
             policy = self._resolve(platform, chat_type, agent)
             bounds = None
             if policy.daily:
                 bounds = self._bounds.get(policy.at_hour) or self._bounds.setdefault(
-                    policy.at_hour, _Boundaries(policy.at_hour, self.tz))
+                    policy.at_hour, _Boundaries(policy.at_hour, self.tz)
+                )
             idle_s = policy.idle_minutes * 60 if policy.idle else None
             fast = self._fast[(agent, platform, chat_type)] = (idle_s, bounds)
         idle, bounds = fast
@@ -207,13 +242,15 @@ class Policies:
         idle_at = last_ts + idle
         return (daily, "daily") if daily is not None and daily < idle_at else (idle_at, "idle")
 
-    def deadline(self, platform: str, chat_type: str, last_user_at: datetime,
-                 agent: str = MAIN_AGENT) -> Deadline | None:
+    def deadline(
+        self, platform: str, chat_type: str, last_user_at: datetime, agent: str = MAIN_AGENT
+    ) -> Deadline | None:
         found = self.deadline_ts(platform, chat_type, last_user_at.timestamp(), agent)
         return None if found is None else Deadline(datetime.fromtimestamp(found[0], UTC), found[1])
 
     def session_deadline(self, session: SessionRow) -> Deadline | None:
-        """Counted from the last real user message; a session without one counts from its creation."""
+        """Counted from the last real user message; a
+        session without one counts from its creation."""
         if session.ended_at is not None:
             return None
         last = parse_iso(session.last_user_at or session.created_at)
@@ -226,7 +263,8 @@ class Policies:
         return found.reason if found is not None and found.at <= now else None
 
     def describe(self, policy: ResetPolicy) -> str:
-        """One line for /status and `gateway sessions`: `idle 24 h or daily at 04:00 (Europe/Berlin)`."""
+        """One line for /status and `gateway sessions`:
+        `idle 24 h or daily at 04:00 (Europe/Berlin)`."""
         parts = []
         if policy.idle:
             parts.append(f"idle {_duration(timedelta(minutes=policy.idle_minutes))}")

@@ -1,9 +1,11 @@
-"""The session manager while the database takes no writes (busy past a moment, disk full, read-only, I/O).
+"""The session manager while the database takes no writes
+(busy past a moment, disk full, read-only, I/O).
 
-What is accepted is never lost: a turn that cannot store waits (without blocking the loop) and runs again, its
-answer is stored once the database takes writes. What cannot be stored is not accepted: submit raises (so a
-platform that delivers unconfirmed messages again still can) and the sender hears so once per chat and outage,
-straight through the adapter (nothing can be recorded to send it later).
+What is accepted is never lost: a turn that cannot store waits (without blocking the loop) and runs
+again, its answer is stored once the database takes writes. What cannot be stored is not accepted:
+submit raises (so a platform that delivers unconfirmed messages again still can) and the sender
+hears so once per chat and outage, straight through the adapter (nothing can be recorded to send it
+later).
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from gateway.store.transcript import encode_inbound
 log = logging.getLogger("gateway.sessions.manager")
 
 T = TypeVar("T")
-SUBMIT_WAIT_S = 10.0  # how long a new message waits for another process's write lock before it is refused
-NOT_STORED_TEXT = ("I couldn't save your message: the server's storage is not taking writes right now (it may be "
-                   "full), so I can't answer it. Please send it again later.")
+# how long a new message waits for another process's write lock before it is refused
+SUBMIT_WAIT_S = 10.0
+NOT_STORED_TEXT = (
+    "I couldn't save your message: the server's storage is not taking writes right now (it may be "
+    "full), so I can't answer it. Please send it again later."
+)
 
 
 class StoreOutage:
@@ -35,11 +40,13 @@ class StoreOutage:
         self.health = store.health
         self.outbox = outbox
         self.submit_wait = submit_wait
-        self._told: dict[tuple[str, str], int] = {}  # (platform, chat) → the outage they were told about
+        # (platform, chat) → the outage they were told about
+        self._told: dict[tuple[str, str], int] = {}
 
     async def write(self, call: Callable[[], T], *, on_submit: bool = False) -> T:
-        """A store write that waits while the database is unavailable: for ever (until cancelled) inside a turn,
-        `submit_wait` for another process's lock on the submit path, not at all there for a full or broken disk."""
+        """A store write that waits while the database is unavailable: for ever (until cancelled)
+        inside a turn, `submit_wait` for another process's lock on the submit path, not at all there
+        for a full or broken disk."""
         return await self.health.write(call, deadline=self.submit_wait if on_submit else None)
 
     async def intake(self, inbound: Inbound, *, status: str = "pending") -> int | None:
@@ -48,18 +55,35 @@ class StoreOutage:
         need not write that itself."""
         chat = inbound.chat
         payload = encode_inbound(inbound)
-        return await self.write(lambda: self.store.insert_inbound(
-            platform=chat.platform, chat_type=chat.chat_type, chat_id=chat.chat_id, thread_id=chat.thread_id,
-            platform_message_id=inbound.message_id, user_id=inbound.user_id, user_name=inbound.user_name,
-            text=inbound.text, payload=payload, received_at=inbound.received_at,
-            account=chat.account, status=status), on_submit=True)
+        return await self.write(
+            lambda: self.store.insert_inbound(
+                platform=chat.platform,
+                chat_type=chat.chat_type,
+                chat_id=chat.chat_id,
+                thread_id=chat.thread_id,
+                platform_message_id=inbound.message_id,
+                user_id=inbound.user_id,
+                user_name=inbound.user_name,
+                text=inbound.text,
+                payload=payload,
+                received_at=inbound.received_at,
+                account=chat.account,
+                status=status,
+            ),
+            on_submit=True,
+        )
 
     def not_stored(self, inbound: Inbound, exc: StoreUnavailable) -> None:
-        """The message could not be stored: its chat hears so once per outage. The caller re-raises, so an
-        adapter whose platform delivers again what it does not confirm (Slack, Telegram) still can."""
+        """The message could not be stored: its chat hears so once per outage. The caller re-raises,
+        so an adapter whose platform delivers again what it does not confirm (Slack, Telegram) still
+        can."""
         chat = inbound.chat
-        log.warning("message not stored, the database takes no writes (%s) platform=%s chat=%s", exc,
-                    chat.platform, chat.chat_id)
+        log.warning(
+            "message not stored, the database takes no writes (%s) platform=%s chat=%s",
+            exc,
+            chat.platform,
+            chat.chat_id,
+        )
         where = (chat.adapter_key, chat.chat_id)
         if self._told.get(where) != self.health.outages and inbound.is_addressed:
             self._told[where] = self.health.outages
@@ -70,15 +94,22 @@ class StoreOutage:
         no write: the call goes into the turn's own transaction then, or is lost with a turn that
         is run again."""
         try:
-            self.store.add_usage(session_id, call.usage, purpose=call.purpose,
-                                 provider=call.provider, model=call.model, now=now)
+            self.store.add_usage(
+                session_id,
+                call.usage,
+                purpose=call.purpose,
+                provider=call.provider,
+                model=call.model,
+                now=now,
+            )
         except StoreUnavailable:
             return False
         return True
 
     async def turn(self, run: Callable[[], Awaitable[None]]) -> None:
-        """Run a turn; when it could not store something, wait and run it again (its inbound row is still
-        pending or running, so nothing the user sent is lost; a drain cancels the wait and replay takes over)."""
+        """Run a turn; when it could not store something, wait and run it again (its inbound row is
+        still pending or running, so nothing the user sent is lost; a drain cancels the wait and
+        replay takes over)."""
         attempt = 0
         while True:
             try:
@@ -86,8 +117,11 @@ class StoreOutage:
             except StoreUnavailable as exc:
                 attempt += 1
                 if attempt == 1:
-                    log.warning("a turn could not store its work (%s); it runs again when the database takes "
-                                "writes", exc)
+                    log.warning(
+                        "a turn could not store its work (%s); it runs again when the database "
+                        "takes writes",
+                        exc,
+                    )
                 await self.health.pause(attempt)
 
 

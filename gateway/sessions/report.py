@@ -1,6 +1,7 @@
 """`gateway sessions list|show`: what the store knows about sessions, for the operator's terminal.
 
-Shows each session's reset policy and deadline (active) or end reason (ended), and its flush state and error.
+Shows each session's reset policy and deadline (active) or end reason (ended), and its flush state
+and error.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ def _state(policies: Policies, s: SessionRow) -> str:
     if s.ended_at is not None:
         return f"ended {_when(policies, s.ended_at)} ({s.end_reason or '?'})"
     found = policies.session_deadline(s)
-    return f"active, resets {policies.local(found.at)} ({found.reason})" if found else "active, no reset"
+    return (
+        f"active, resets {policies.local(found.at)} ({found.reason})"
+        if found
+        else "active, no reset"
+    )
 
 
 def _flush(s: SessionRow) -> str:
@@ -34,16 +39,23 @@ def _flush(s: SessionRow) -> str:
     return text
 
 
-def list_sessions(store: Store, policies: Policies, *, active: bool | None = None, limit: int = 100) -> str:
+def list_sessions(
+    store: Store, policies: Policies, *, active: bool | None = None, limit: int = 100
+) -> str:
     """One line per session, newest first."""
     rows = store.list_sessions(active=active, limit=limit)
     if not rows:
         return "no sessions"
     header = ("ID", "KEY", "LAST USER MESSAGE", "STATE", "FLUSH")
-    table = [header] + [(str(s.id), s.key, _when(policies, s.last_user_at), _state(policies, s), _flush(s))
-                        for s in rows]
+    table = [header] + [
+        (str(s.id), s.key, _when(policies, s.last_user_at), _state(policies, s), _flush(s))
+        for s in rows
+    ]
     widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in table)
+    return "\n".join(
+        "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
+        for r in table
+    )
 
 
 def find_session(store: Store, key_or_id: str) -> SessionRow | None:
@@ -60,7 +72,8 @@ def show_session(store: Store, policies: Policies, s: SessionRow) -> str:
     lines = [
         f"Session {s.id}",
         f"  key:        {s.key}",
-        f"  chat:       {s.platform} {s.chat_type} {s.chat_id}" + (f" thread {s.thread_id}" if s.thread_id else "")
+        f"  chat:       {s.platform} {s.chat_type} {s.chat_id}"
+        + (f" thread {s.thread_id}" if s.thread_id else "")
         + (f", user {s.user_id}" if s.user_id else ""),
         f"  parent:     {s.parent_id if s.parent_id is not None else '-'}",
         f"  started:    {_when(policies, s.created_at)}",
@@ -68,13 +81,19 @@ def show_session(store: Store, policies: Policies, s: SessionRow) -> str:
         f"  messages:   {store.count_messages(s.id)}",
         f"  model:      {s.model or '-'} ({s.provider or '-'})",
         *_model_lines(store, s),
-        (f"  tokens:     {s.input_tokens:,} in, {s.output_tokens:,} out; cache {s.cache_read_tokens:,} read, "
-        f"{s.cache_write_tokens:,} written"),
+        (
+            f"  tokens:     {s.input_tokens:,} in, {s.output_tokens:,} out; cache "
+            f"{s.cache_read_tokens:,} read, {s.cache_write_tokens:,} written"
+        ),
         f"  policy:     {policies.describe(policy)}",
     ]
     if s.ended_at is None:
         found = policies.session_deadline(s)
-        lines.append(f"  deadline:   {policies.local(found.at)} ({found.reason})" if found else "  deadline:   none")
+        lines.append(
+            f"  deadline:   {policies.local(found.at)} ({found.reason})"
+            if found
+            else "  deadline:   none"
+        )
     else:
         lines.append(f"  ended:      {_when(policies, s.ended_at)} ({s.end_reason or '?'})")
     lines.append(f"  flush:      {s.flush_state or '-'}")

@@ -1,10 +1,12 @@
-"""Proactive session expiry: every active session's deadline, one APScheduler job at the earliest, the flush.
+"""Proactive session expiry: every active session's deadline, one APScheduler job at the earliest,
+the flush.
 
-The deadlines live in SQLite (a session's last user message and its policy); at boot they are read back into
-an in-memory heap and one `date` job (misfire grace None, coalesce) wakes the sweep at the earliest one. This
-is the issue's "equivalent sweep": a job per session costs ~31 µs to add (3.1 s and ~55 MiB for 100,000, see
-bench/timers.py --compare-jobs) and a shared daily boundary would start 100,000 job tasks at once; the heap
-rebuilds in ~0.3 s / 25 MiB and expires a crowd in batches. Deadlines come from the injected clock.
+The deadlines live in SQLite (a session's last user message and its policy); at boot they are read
+back into an in-memory heap and one `date` job (misfire grace None, coalesce) wakes the sweep at the
+earliest one. This is the issue's "equivalent sweep": a job per session costs ~31 µs to add (3.1 s
+and ~55 MiB for 100,000, see bench/timers.py --compare-jobs) and a shared daily boundary would start
+100,000 job tasks at once; the heap rebuilds in ~0.3 s / 25 MiB and expires a crowd in batches.
+Deadlines come from the injected clock.
 """
 
 from __future__ import annotations
@@ -31,17 +33,26 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 SWEEP_JOB = "session-deadlines"
-BUSY_RECHECK = timedelta(seconds=30)  # a session whose turn is running when it comes due is looked at again then
-STORE_RETRY = timedelta(seconds=5)  # a deadline whose work the database would not take (locked, full) comes again
-BATCH = 200  # expiries between yields to the event loop, so a crowd at the daily hour never stalls chats
+# a session whose turn is running when it comes due is looked at again then
+BUSY_RECHECK = timedelta(seconds=30)
+# a deadline whose work the database would not take (locked, full) comes again
+STORE_RETRY = timedelta(seconds=5)
+# expiries between yields to the event loop, so a crowd at the daily hour never stalls chats
+BATCH = 200
 
 
 class DeadlineTimers:
-    """Deadlines by key (one per active session; scheduled jobs use one per job) in a heap; one scheduler job,
-    named `job_id`, at the earliest."""
+    """Deadlines by key (one per active session; scheduled jobs use one per job) in a heap; one
+    scheduler job, named `job_id`, at the earliest."""
 
-    def __init__(self, scheduler: AsyncIOScheduler, clock: Clock,
-                 on_due: Callable[[list[tuple[str, int]]], Awaitable[object]], *, job_id: str = SWEEP_JOB) -> None:
+    def __init__(
+        self,
+        scheduler: AsyncIOScheduler,
+        clock: Clock,
+        on_due: Callable[[list[tuple[str, int]]], Awaitable[object]],
+        *,
+        job_id: str = SWEEP_JOB,
+    ) -> None:
         self.scheduler = scheduler
         self.job_id = job_id
         self.clock = clock
@@ -74,7 +85,8 @@ class DeadlineTimers:
             self.reschedule()
 
     def disarm(self, key: str, session_id: int) -> None:
-        """Forget `key`'s deadline if it still belongs to `session_id` (its heap entry goes stale)."""
+        """Forget `key`'s deadline if it still belongs
+        to `session_id` (its heap entry goes stale)."""
         found = self._by_key.get(key)
         if found is not None and found[0] == session_id:
             del self._by_key[key]
@@ -103,8 +115,9 @@ class DeadlineTimers:
         return datetime.fromtimestamp(top[0], UTC) if top else None
 
     def reschedule(self) -> None:
-        """Point the one job at the earliest deadline. The delay is measured on the injected clock and then
-        laid on the scheduler's wall clock, so a test that moves its clock just calls this again."""
+        """Point the one job at the earliest deadline. The delay is measured on the injected clock
+        and then laid on the scheduler's wall clock, so a test that moves its clock just calls this
+        again."""
         if self._sweeping or not self.scheduler.running:
             return
         top = self._live_top()
@@ -114,8 +127,15 @@ class DeadlineTimers:
             self._armed = None
             return
         delay = max(top[0] - self.clock().timestamp(), 0.0)
-        self.scheduler.add_job(self._sweep, "date", run_date=datetime.now(UTC) + timedelta(seconds=delay),
-                               id=self.job_id, replace_existing=True, misfire_grace_time=None, coalesce=True)
+        self.scheduler.add_job(
+            self._sweep,
+            "date",
+            run_date=datetime.now(UTC) + timedelta(seconds=delay),
+            id=self.job_id,
+            replace_existing=True,
+            misfire_grace_time=None,
+            coalesce=True,
+        )
         self._armed = top[0]
 
     async def _sweep(self) -> None:
@@ -131,10 +151,18 @@ class DeadlineTimers:
 
 
 class Lifecycle:
-    """The SessionManager's hooks: expiry policy, deadline timers, and the flush when a session ends."""
+    """The SessionManager's hooks: expiry policy, deadline
+    timers, and the flush when a session ends."""
 
-    def __init__(self, *, store: Store, policies: Policies, flusher: Flusher, clock: Clock,
-                 scheduler: AsyncIOScheduler | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        policies: Policies,
+        flusher: Flusher,
+        clock: Clock,
+        scheduler: AsyncIOScheduler | None = None,
+    ) -> None:
         self.store = store
         self.policies = policies
         self.flusher = flusher
@@ -146,9 +174,11 @@ class Lifecycle:
 
     def attach(self, manager: SessionManager) -> None:
         """Learn which session keys have a turn running, so a deadline never cuts a turn in half."""
+
         def busy(key: str) -> bool:
             lane = manager.lane(key)
             return lane is not None and lane.worker is not None and not lane.worker.done()
+
         self._busy = busy
 
     # ---------------------------------------------------------------- SessionHooks
@@ -172,15 +202,21 @@ class Lifecycle:
 
     # ---------------------------------------------------------------- expiry
     async def expire_due(self, due: Sequence[tuple[str, int]]) -> int:
-        """End each due session whose deadline really passed (by the injected clock); returns how many."""
+        """End each due session whose deadline really passed
+        (by the injected clock); returns how many."""
         ended = 0
         for n, (key, session_id) in enumerate(due, 1):
             try:
                 ended += self._expire_one(key, session_id)
-            except StoreUnavailable as exc:  # popped from the heap: armed again, or it would wait for a message
+            except StoreUnavailable as exc:
+                # popped from the heap: armed again, or it would wait for a message
                 self.timers.arm(key, session_id, self.clock() + STORE_RETRY)
-                log.warning("session %s could not be ended (%s); trying again in %ss", session_id, exc,
-                            STORE_RETRY.seconds)
+                log.warning(
+                    "session %s could not be ended (%s); trying again in %ss",
+                    session_id,
+                    exc,
+                    STORE_RETRY.seconds,
+                )
             if n % BATCH == 0:
                 await asyncio.sleep(0)
         return ended
@@ -199,21 +235,25 @@ class Lifecycle:
         if found.at > now:  # the user wrote in the meantime
             self.timers.arm(key, session_id, found.at)
             return False
-        if not self.store.end_session(session_id, reason=found.reason, now=now, flush_state="pending"):
+        if not self.store.end_session(
+            session_id, reason=found.reason, now=now, flush_state="pending"
+        ):
             return False
         self.session_ended(self.store.session(session_id), found.reason)
         return True
 
     # ---------------------------------------------------------------- boot and shutdown
     def rebuild(self) -> list[tuple[str, int]]:
-        """Read every active session's deadline back from SQLite; returns the overdue ones (not loaded)."""
+        """Read every active session's deadline back from
+        SQLite; returns the overdue ones (not loaded)."""
         now_ts = self.clock().timestamp()
         entries: list[tuple[float, int, str]] = []
         overdue: list[tuple[str, int]] = []
         deadline, parse = self.policies.deadline_ts, datetime.fromisoformat
         for sid, key, platform, chat_type, last, agent in self.store.conn.execute(
-                "SELECT id, key, platform, chat_type, COALESCE(last_user_at, created_at), agent"
-                " FROM sessions WHERE ended_at IS NULL"):
+            "SELECT id, key, platform, chat_type, COALESCE(last_user_at, created_at), agent"
+            " FROM sessions WHERE ended_at IS NULL"
+        ):
             found = deadline(platform, chat_type, parse(last).timestamp(), agent)
             if found is None:
                 continue
@@ -225,19 +265,25 @@ class Lifecycle:
         return overdue
 
     async def start(self) -> None:
-        """Resume flushes a stop or crash left behind, rebuild the timers, expire what came due while down."""
+        """Resume flushes a stop or crash left behind, rebuild the timers, expire what came due
+        while down."""
         resumed = self.flusher.start()
         overdue = self.rebuild()
         self.scheduler.start()
         self.started = True
         self.timers.reschedule()
         ended = await self.expire_due(overdue)
-        log.info("lifecycle: %s session deadline(s) armed, %s overdue session(s) ended, %s flush(es) resumed",
-                 len(self.timers), ended, resumed)
+        log.info(
+            "lifecycle: %s session deadline(s) armed, %s "
+            "overdue session(s) ended, %s flush(es) resumed",
+            len(self.timers),
+            ended,
+            resumed,
+        )
 
     async def stop(self, timeout: float) -> int:
-        """Stop the timers, end sessions already past their deadline, and flush within `timeout` seconds;
-        returns how many flushes stay pending for the next boot."""
+        """Stop the timers, end sessions already past their deadline, and flush within `timeout`
+        seconds; returns how many flushes stay pending for the next boot."""
         if self.started and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
             await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs via call_soon

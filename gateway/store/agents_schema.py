@@ -29,11 +29,17 @@ ALTER TABLE chat_voice ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
 
 # (table, the key clause as created, the same key with the account)
 _KEYS = (
-    ("inbound", "UNIQUE (platform, chat_id, platform_message_id)",
-     "UNIQUE (platform, account, chat_id, platform_message_id)"),
+    (
+        "inbound",
+        "UNIQUE (platform, chat_id, platform_message_id)",
+        "UNIQUE (platform, account, chat_id, platform_message_id)",
+    ),
     ("pairing", "UNIQUE (platform, user_id)", "UNIQUE (platform, account, user_id)"),
-    ("approved_users", "PRIMARY KEY (platform, user_id)",
-     "PRIMARY KEY (platform, account, user_id)"),
+    (
+        "approved_users",
+        "PRIMARY KEY (platform, user_id)",
+        "PRIMARY KEY (platform, account, user_id)",
+    ),
     ("chat_voice", "PRIMARY KEY (platform, chat_id)", "PRIMARY KEY (platform, account, chat_id)"),
 )
 
@@ -59,14 +65,22 @@ def add_agents(conn: sqlite3.Connection) -> None:
 def rekey(conn: sqlite3.Connection, table: str, old: str, new: str) -> None:
     """Give `table` another key, as SQLite's ALTER TABLE cannot: a copy made from the table's own
     CREATE statement (with every column added since), its rows, then its indexes again."""
-    found = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?",
-                         (table,)).fetchone()
+    found = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
     if found is None or old not in found[0]:
         raise sqlite3.OperationalError(f"{table}: expected {old} in its schema")
-    indexes = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index'"
-                                          " AND tbl_name = ? AND sql IS NOT NULL", (table,))]
-    created = found[0].replace(old, new).replace(f"CREATE TABLE {table}",
-                                                 f"CREATE TABLE {table}_new", 1)
+    indexes = [
+        r[0]
+        for r in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index'"
+            " AND tbl_name = ? AND sql IS NOT NULL",
+            (table,),
+        )
+    ]
+    created = (
+        found[0].replace(old, new).replace(f"CREATE TABLE {table}", f"CREATE TABLE {table}_new", 1)
+    )
     columns = ", ".join(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
     conn.execute(created)
     conn.execute(f"INSERT INTO {table}_new ({columns}) SELECT {columns} FROM {table}")

@@ -1,11 +1,12 @@
-"""The SQLite connection under the Store: opening (WAL, pragmas), migrations, transactions and the generic
-one/all/execute helpers. The per-table queries build on it (session_queries, message_queries, delivery_queries).
+"""The SQLite connection under the Store: opening (WAL, pragmas), migrations, transactions and the
+generic one/all/execute helpers. The per-table queries build on it (session_queries,
+message_queries, delivery_queries).
 
-Calls are synchronous and short (WAL + synchronous=NORMAL: no fsync per commit), so the event loop may call them
-directly. A query that fails raises StoreError; one that fails for a reason that can pass (another process's
-write lock held past the short busy timeout, a full disk, a read-only file, I/O) raises StoreUnavailable, and
-StoreHealth (one per Database, `store.health`) keeps whether writes work and waits, without blocking the loop, until
-they do.
+Calls are synchronous and short (WAL + synchronous=NORMAL: no fsync per commit), so the event loop
+may call them directly. A query that fails raises StoreError; one that fails for a reason that can
+pass (another process's write lock held past the short busy timeout, a full disk, a read-only file,
+I/O) raises StoreUnavailable, and StoreHealth (one per Database, `store.health`) keeps whether
+writes work and waits, without blocking the loop, until they do.
 """
 
 from __future__ import annotations
@@ -39,30 +40,42 @@ Sleep = Callable[[float], Awaitable[None]]
 class StoreHealth:
     """The state of one database's writes: `problem` is None while they work, else why they fail."""
 
-    def __init__(self, *, sleep: Sleep = asyncio.sleep, monotonic: Callable[[], float] = time.monotonic,
-                 max_pause: float = MAX_PAUSE_S) -> None:
+    def __init__(
+        self,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_pause: float = MAX_PAUSE_S,
+    ) -> None:
         self.sleep = sleep
         self.monotonic = monotonic
         self.max_pause = max_pause
         self.problem: str | None = None
         self.reason: str | None = None  # busy | full | readonly | io
         self.since: float | None = None
-        self.outages = 0  # counts each time writes stopped working; a caller can tell one outage from the next
+        # counts each time writes stopped working; a caller can tell one outage from the next
+        self.outages = 0
 
     def failed(self, exc: StoreUnavailable) -> None:
         if self.problem is None:
             self.outages += 1
             self.since = self.monotonic()
-            if exc.reason != "busy":  # a lock held by another process is routine; the rest is an outage
-                log.error("the database takes no writes (%s); messages that cannot be stored are refused, turns "
-                          "wait until it works again", exc)
+            if exc.reason != "busy":
+                # a lock held by another process is routine; the rest is an outage
+                log.error(
+                    "the database takes no writes (%s); messages that cannot be stored are "
+                    "refused, turns wait until it works again",
+                    exc,
+                )
         self.problem, self.reason = str(exc), exc.reason
 
     def ok(self) -> None:
         if self.problem is not None:
             if self.reason != "busy":
-                log.warning("the database takes writes again (it failed for %.0f s)",
-                            self.monotonic() - (self.since or self.monotonic()))
+                log.warning(
+                    "the database takes writes again (it failed for %.0f s)",
+                    self.monotonic() - (self.since or self.monotonic()),
+                )
             self.problem = self.reason = self.since = None
 
     @property
@@ -70,37 +83,52 @@ class StoreHealth:
         return self.problem is None
 
     async def write(self, call: Callable[[], T], *, deadline: float | None = None) -> T:
-        """`call()` (a synchronous store write), tried again after a pause while the store is unavailable.
-        With a `deadline` it gives up (StoreUnavailable) after that many seconds of a held lock, and at once for
-        any other reason; without one it tries until it works or is cancelled."""
+        """`call()` (a synchronous store write), tried again after a pause while the store is
+        unavailable. With a `deadline` it gives up (StoreUnavailable) after that many seconds of a
+        held lock, and at once for any other reason; without one it tries until it works or is
+        cancelled."""
         started = self.monotonic()
         pause = FIRST_PAUSE_S
         while True:
             try:
                 return call()
             except StoreUnavailable as exc:
-                # With a deadline (a sender waiting for its ack), only a lock is worth waiting for: a full or
-                # broken disk does not come back in seconds.
-                if deadline is not None and (exc.reason != "busy" or self.monotonic() - started + pause > deadline):
+                # With a deadline (a sender waiting for its ack), only a lock is worth waiting for:
+                # a full or broken disk does not come back in seconds.
+                if deadline is not None and (
+                    exc.reason != "busy" or self.monotonic() - started + pause > deadline
+                ):
                     raise
             await self.sleep(pause)
             pause = min(pause * 2, self.max_pause)
 
     async def pause(self, attempt: int) -> None:
-        """The wait before attempt `attempt` (1, 2, …) of something bigger than one write (a whole turn)."""
+        """The wait before attempt `attempt` (1, 2, …) of
+        something bigger than one write (a whole turn)."""
         await self.sleep(min(FIRST_PAUSE_S * 2 ** max(attempt - 1, 0), self.max_pause))
 
 
 # SQLite's primary result codes for failures that can pass, by what they mean for a caller.
-UNAVAILABLE = {sqlite3.SQLITE_BUSY: "busy", sqlite3.SQLITE_LOCKED: "busy", sqlite3.SQLITE_FULL: "full",
-               sqlite3.SQLITE_READONLY: "readonly", sqlite3.SQLITE_IOERR: "io"}
+UNAVAILABLE = {
+    sqlite3.SQLITE_BUSY: "busy",
+    sqlite3.SQLITE_LOCKED: "busy",
+    sqlite3.SQLITE_FULL: "full",
+    sqlite3.SQLITE_READONLY: "readonly",
+    sqlite3.SQLITE_IOERR: "io",
+}
 
 
 class Database:
-    """One connection to state.db. Open once in the composition root (as a Store); close on shutdown."""
+    """One connection to state.db. Open once in the
+    composition root (as a Store); close on shutdown."""
 
-    def __init__(self, path: Path, *, migrations: Sequence[Migration] = MIGRATIONS,
-                 busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        busy_timeout_ms: int = 5000,
+    ) -> None:
         self.path = path
         self.health = StoreHealth()
         try:
@@ -116,7 +144,8 @@ class Database:
             self.db.enable_wal()
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.Error as exc:  # not a database, damaged, read-only: the caller says which, in one line
+        except sqlite3.Error as exc:
+            # not a database, damaged, read-only: the caller says which, in one line
             conn.close()
             raise StoreError(f"cannot open {path}: {exc}") from exc
         self.applied = self._migrate(migrations)
@@ -129,14 +158,16 @@ class Database:
         self._indexing: asyncio.Handle | None = None
 
     def checkpoint_off_loop(self, *, safety_pages: int = 10_000) -> None:
-        """Leave WAL checkpoints to `checkpoint()` (the daemon runs it in a thread). SQLite's own runs inside
-        whichever commit fills the WAL past 1,000 pages, a turn's commit on the event loop, copying and syncing
-        for milliseconds; `safety_pages` keeps it as a backstop should the background ones stop."""
+        """Leave WAL checkpoints to `checkpoint()` (the daemon runs it in a thread). SQLite's own
+        runs inside whichever commit fills the WAL past 1,000 pages, a turn's commit on the event
+        loop, copying and syncing for milliseconds; `safety_pages` keeps it as a backstop should the
+        background ones stop."""
         self.conn.execute(f"PRAGMA wal_autocheckpoint={int(safety_pages)}")
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database from a connection of its own (safe from any thread); PASSIVE never
-        waits for the daemon's writers or readers, it takes what it can and the next round the rest."""
+        """Copy the WAL into the database from a connection of its own (safe from any thread);
+        PASSIVE never waits for the daemon's writers or readers, it takes what it can and the next
+        round the rest."""
         conn = sqlite3.connect(self.path, timeout=5)
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -144,8 +175,8 @@ class Database:
             conn.close()
 
     def set_busy_timeout(self, busy_timeout_ms: int) -> None:
-        """How long a statement waits for another process's write lock (the daemon's start-up may wait longer
-        than its event loop later may)."""
+        """How long a statement waits for another process's write lock (the daemon's start-up may
+        wait longer than its event loop later may)."""
         self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
 
     def close(self) -> None:
@@ -195,9 +226,9 @@ class Database:
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """One small write transaction (BEGIN IMMEDIATE: it waits for another process's lock up to the busy
-        timeout). A failure that can pass (busy, full, read-only, I/O) is StoreUnavailable, and store.health
-        hears of every failure and every commit."""
+        """One small write transaction (BEGIN IMMEDIATE: it waits for another process's lock up to
+        the busy timeout). A failure that can pass (busy, full, read-only, I/O) is StoreUnavailable,
+        and store.health hears of every failure and every commit."""
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -223,14 +254,16 @@ class Database:
         self.health.ok()
 
     def _rollback(self) -> None:
-        if self.conn.in_transaction:  # SQLite may have rolled back already (some I/O and full errors do)
+        if self.conn.in_transaction:
+            # SQLite may have rolled back already (some I/O and full errors do)
             try:
                 self.conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
 
     def _raise_unavailable(self, exc: sqlite3.Error) -> None:
-        """StoreUnavailable (health told) when `exc` is a failure that can pass; otherwise nothing."""
+        """StoreUnavailable (health told) when `exc` is
+        a failure that can pass; otherwise nothing."""
         reason = UNAVAILABLE.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
         if reason is not None:
             error = StoreUnavailable(reason, f"{exc} ({reason})")
@@ -238,13 +271,17 @@ class Database:
             raise error from exc
 
     def probe(self) -> None:
-        """A small write that needs new pages, removed again in the same transaction: does a write work now?"""
+        """A small write that needs new pages, removed again in the same transaction: does a write
+        work now?"""
         with self.tx() as conn:
             conn.execute("INSERT INTO store_probe (filler) VALUES (zeroblob(16384))")
             conn.execute("DELETE FROM store_probe")
 
     def _migrate(self, migrations: Sequence[Migration]) -> list[str]:
-        self.conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
         done = {r[0] for r in self.conn.execute("SELECT name FROM schema_migrations")}
         applied = []
         for name, run in migrations:
@@ -252,14 +289,19 @@ class Database:
                 continue
             try:
                 if isinstance(run, str):
-                    # executescript commits any open transaction first, so the BEGIN goes inside the script.
+                    # executescript commits any open transaction
+                    # first, so the BEGIN goes inside the script.
                     stamp = iso(utcnow())
-                    self.conn.executescript(f"BEGIN IMMEDIATE;\n{run}\nINSERT INTO schema_migrations VALUES"
-                                            f" ('{name}', '{stamp}');\nCOMMIT;")
+                    self.conn.executescript(
+                        f"BEGIN IMMEDIATE;\n{run}\nINSERT INTO schema_migrations VALUES"
+                        f" ('{name}', '{stamp}');\nCOMMIT;"
+                    )
                 else:
                     self.conn.execute("BEGIN IMMEDIATE")
                     run(self.conn)
-                    self.conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, iso(utcnow())))
+                    self.conn.execute(
+                        "INSERT INTO schema_migrations VALUES (?, ?)", (name, iso(utcnow()))
+                    )
                     self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 if self.conn.in_transaction:
@@ -286,7 +328,8 @@ class Database:
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one write statement in its own transaction; return lastrowid."""
-        if "messages" in sql:  # not a path messages are written by; should one ever be, no cached history lies
+        if "messages" in sql:
+            # not a path messages are written by; should one ever be, no cached history lies
             self.history_cache.clear()
         try:
             with self.tx() as conn:
@@ -299,8 +342,9 @@ class Database:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def data_version(self) -> int:
-        """Changes when another connection (a CLI command, another process) commits; never on this connection's
-        own commits. What is cached from rows others may change is checked against it."""
+        """Changes when another connection (a CLI command, another process) commits; never on this
+        connection's own commits. What is cached from rows others may change is checked against
+        it."""
         if self._looked is not None:
             return self._looked
         return self._read_data_version()
@@ -322,4 +366,8 @@ class Database:
 
 def _query_error(exc: sqlite3.Error) -> StoreError:
     reason = UNAVAILABLE.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
-    return StoreUnavailable(reason, f"query failed: {exc}") if reason else StoreError(f"query failed: {exc}")
+    return (
+        StoreUnavailable(reason, f"query failed: {exc}")
+        if reason
+        else StoreError(f"query failed: {exc}")
+    )

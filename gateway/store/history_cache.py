@@ -1,10 +1,11 @@
-"""The recently used sessions' active history, already decoded, so a turn does not read and decode every row of
-its session from SQLite again; with it what the model wires made of it (WireMemo), so a turn's
-request is built from what is new. Bounded by an estimate of its bytes, sized by the number of
-active sessions; least recently used sessions go first.
+"""The recently used sessions' active history, already decoded, so a turn does not read and decode
+every row of its session from SQLite again; with it what the model wires made of it (WireMemo), so a
+turn's request is built from what is new. Bounded by an estimate of its bytes, sized by the number
+of active sessions; least recently used sessions go first.
 
-Only gateway/store/database.py fills and changes it: appends are staged inside a write transaction and applied when it
-commits, anything else that touches a session's history drops the session (see Store.chat_history).
+Only gateway/store/database.py fills and changes it: appends are staged inside a write transaction
+and applied when it commits, anything else that touches a session's history drops the session (see
+Store.chat_history).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any, TypeAlias
 
 from gateway.llm.types import History, WireMemo, message_chars
 
-ChatView = dict[str, Any]  # {"role", "content", "tool_calls"?: [...], "tool_call_id"?}: transcript's shape
+# {"role", "content", "tool_calls"?: [...], "tool_call_id"?}: transcript's shape
+ChatView = dict[str, Any]
 # Kept compact: a plain user or assistant message as one string, its role's letter and its text
 # (~120 bytes less than the dict); anything else as (role, content, the other keys).
 _Kept: TypeAlias = "str | tuple[str, str, dict[str, Any]]"
@@ -26,7 +28,8 @@ MAX_BUDGET_BYTES = 12_000_000  # the most: 10,000 active sessions within the dae
 SESSION_BYTES = 40_000  # room per active session: ~150 messages with their wire form
 MEMO_MESSAGES = 40  # a shorter history is converted whole each turn: cheap, not worth keeping
 PLAIN_BYTES = 58  # a plain message's list slot, string header and role letter, besides the text
-MESSAGE_BYTES = 130  # the tuple, its slot and the content string's header, besides the content itself
+# the tuple, its slot and the content string's header, besides the content itself
+MESSAGE_BYTES = 130
 
 
 def _keep(message: ChatView) -> _Kept:
@@ -51,12 +54,17 @@ def _view(kept: _Kept) -> ChatView:
 
 
 def kept_bytes(kept: _Kept) -> int:
-    """An upper-bound-ish estimate: strings at up to 4 bytes a character when they are not ASCII (CPython stores
-    1, 2 or 4 per character), tool calls with their arguments, which can be far larger than the text."""
+    """An upper-bound-ish estimate: strings at up to 4 bytes a character when they are not ASCII
+    (CPython stores 1, 2 or 4 per character), tool calls with their arguments, which can be far
+    larger than the text."""
     if isinstance(kept, str):
         return PLAIN_BYTES + _str_bytes(kept)
-    size = MESSAGE_BYTES + _str_bytes(kept[1]) + 100 + sum(_str_bytes(v) for v in kept[2].values()
-                                                           if isinstance(v, str))
+    size = (
+        MESSAGE_BYTES
+        + _str_bytes(kept[1])
+        + 100
+        + sum(_str_bytes(v) for v in kept[2].values() if isinstance(v, str))
+    )
     for call in kept[2].get("tool_calls") or ():
         size += 300 + sum(_str_bytes(v) for v in call.values() if isinstance(v, str))
     return size
@@ -89,7 +97,8 @@ class _Entry:
 
 
 class HistoryCache:
-    """Session id → its active chat and summary messages in order. Callers always get fresh dicts."""
+    """Session id → its active chat and summary messages
+    in order. Callers always get fresh dicts."""
 
     def __init__(self, budget_bytes: int | None = None) -> None:
         self.fixed = budget_bytes is not None
@@ -113,7 +122,8 @@ class HistoryCache:
             self._evict()
 
     def get(self, session_id: int) -> list[ChatView] | None:
-        """The session's messages as new dicts (the caller may change them), or None when it is not cached."""
+        """The session's messages as new dicts (the caller
+        may change them), or None when it is not cached."""
         entry = self._entries.get(session_id)
         if entry is None:
             return None
@@ -137,7 +147,8 @@ class HistoryCache:
         """Cache a session's whole history as just read."""
         self.drop(session_id)
         if any(staged == session_id for staged, _ in self._staged):
-            return  # read inside a transaction that also appends to it: the append would repeat those rows
+            # read inside a transaction that also appends to it: the append would repeat those rows
+            return
         kept = [_keep(m) for m in messages]
         size = sum(kept_bytes(k) for k in kept)
         if size > self.budget_bytes:
@@ -148,7 +159,8 @@ class HistoryCache:
         self._evict()
 
     def stage(self, session_id: int, messages: list[ChatView]) -> None:
-        """Messages written inside the open transaction: appended to a cached session when it commits."""
+        """Messages written inside the open transaction:
+        appended to a cached session when it commits."""
         self._staged.append((session_id, messages))
 
     def commit(self) -> None:
@@ -167,7 +179,8 @@ class HistoryCache:
             self._evict()
 
     def rollback(self) -> None:
-        """The transaction failed: what was staged never reached the database; drop those sessions to be sure."""
+        """The transaction failed: what was staged never reached the database; drop those sessions
+        to be sure."""
         staged, self._staged = self._staged, []
         for session_id, _ in staged:
             self.drop(session_id)

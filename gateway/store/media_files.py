@@ -1,8 +1,9 @@
 """Attachments at rest: `GATEWAY_HOME/media/<session_id>/`, one folder per session, beside state.db.
 
-A session's files live and die with it: `delete_session_media` removes them when its rows go (`gateway users
-forget`), and the retention sweep removes files older than `media.retention_days`. The history names a prepared
-image by its path relative to the media folder, and `read_base64` gives the model the same bytes every turn.
+A session's files live and die with it: `delete_session_media` removes them when its rows go
+(`gateway users forget`), and the retention sweep removes files older than `media.retention_days`.
+The history names a prepared image by its path relative to the media folder, and `read_base64` gives
+the model the same bytes every turn.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from gateway.config.media import MEDIA_DIR
 
 log = logging.getLogger(__name__)
 
-EMPTY_FOLDER_GRACE_S = 3600.0  # an empty session folder goes only when nothing was written in it for this long
+# an empty session folder goes only when nothing was written in it for this long
+EMPTY_FOLDER_GRACE_S = 3600.0
 
 
 def media_root(home: Path) -> Path:
@@ -33,8 +35,8 @@ def session_dir(home: Path, session_id: int) -> Path:
 
 
 def private_folder(home: Path, folder: Path) -> Path:
-    """Make `folder` (under the media folder) and the media folder itself, each 0700 whatever the umask: the files
-    are people's photos and documents."""
+    """Make `folder` (under the media folder) and the media folder itself, each 0700 whatever the
+    umask: the files are people's photos and documents."""
     root = media_root(home)
     for path in (root, *reversed([p for p in folder.parents if root in p.parents]), folder):
         path.mkdir(mode=0o700, exist_ok=True)
@@ -52,12 +54,14 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 def relative_name(home: Path, path: Path) -> str:
-    """How the history names a file: relative to the media folder, with forward slashes (a moved home still works)."""
+    """How the history names a file: relative to the media folder, with forward slashes (a moved
+    home still works)."""
     return path.relative_to(media_root(home)).as_posix()
 
 
 def read_base64(home: Path, name: str) -> str | None:
-    """A stored file as base64 text, or None once it is gone (retention) or when the name leaves the folder."""
+    """A stored file as base64 text, or None once it is
+    gone (retention) or when the name leaves the folder."""
     root = media_root(home).resolve()
     path = (root / name).resolve()
     if root not in path.parents:
@@ -71,8 +75,9 @@ def read_base64(home: Path, name: str) -> str | None:
 def delete_session_media(home: Path, session_ids: Iterable[int]) -> int:
     """Remove every file of these sessions; returns how many files went.
 
-    The one call for anything that deletes sessions (`gateway users forget`): pass the ids of the sessions whose
-    rows are being deleted, before or after the rows go. A session without files, or called twice, is fine.
+    The one call for anything that deletes sessions (`gateway users forget`): pass the ids of the
+    sessions whose rows are being deleted, before or after the rows go. A session without files, or
+    called twice, is fine.
     """
     removed = 0
     for session_id in session_ids:
@@ -84,7 +89,8 @@ def delete_session_media(home: Path, session_ids: Iterable[int]) -> int:
 
 
 def sweep(home: Path, *, older_than_days: float, now: float | None = None) -> int:
-    """The retention: remove files not written for `older_than_days` and the session folders left empty."""
+    """The retention: remove files not written for
+    `older_than_days` and the session folders left empty."""
     root = media_root(home)
     if not root.is_dir():
         return 0
@@ -100,7 +106,7 @@ def sweep(home: Path, *, older_than_days: float, now: float | None = None) -> in
             except OSError as exc:
                 log.warning("media retention: cannot remove %s: %s", path.name, exc)
         with contextlib.suppress(OSError):
-            if folder.stat().st_mtime < now_s - EMPTY_FOLDER_GRACE_S:  # a fresh one: a download about to start
+            if folder.stat().st_mtime < now_s - EMPTY_FOLDER_GRACE_S:
+                # a fresh one: a download about to start
                 folder.rmdir()  # only when empty
     return removed
-

@@ -1,6 +1,8 @@
-"""What the store's rows are, as frozen dataclasses, and the small conversions between rows and the rest of the code.
+"""What the store's rows are, as frozen dataclasses, and the small conversions between rows and the
+rest of the code.
 
-Kept apart from gateway/store/database.py (the queries) so modules that only read a row's shape need not know the SQL.
+Kept apart from gateway/store/database.py (the queries) so modules that only read a row's shape need
+not know the SQL.
 """
 
 from __future__ import annotations
@@ -41,16 +43,24 @@ def parse_iso(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
-COMPRESSED = 2  # messages.active: out of the context after compression, still searchable (1: in it, 0: gone)
+# messages.active: out of the context after compression, still searchable (1: in it, 0: gone)
+COMPRESSED = 2
 HISTORY_KINDS = ("chat", "summary")  # what a session's model input is made of
 
 
-def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str | None,
-              media: str | None = None, is_error: int = 0) -> ChatView:
+def chat_view(
+    role: str,
+    content: str,
+    tool_calls: str | None,
+    tool_call_id: str | None,
+    media: str | None = None,
+    is_error: int = 0,
+) -> ChatView:
     """A stored message as a neutral chat message (gateway/llm/types.py's ChatMessage shape).
 
-    `media` is the stored image list of a user message: `[{"media_type", "file"}]`, files named relative to
-    GATEWAY_HOME/media (gateway/store/transcript.py reads them back as base64 for the model)."""
+    `media` is the stored image list of a user message: `[{"media_type", "file"}]`, files named
+    relative to GATEWAY_HOME/media (gateway/store/transcript.py reads them back as base64 for the
+    model)."""
     message: ChatView = {"role": sys.intern(role), "content": content}
     if tool_calls:
         message["tool_calls"] = json.loads(tool_calls)
@@ -64,11 +74,17 @@ def chat_view(role: str, content: str, tool_calls: str | None, tool_call_id: str
 
 
 def media_column(message: Mapping[str, Any]) -> str | None:
-    """What `messages.media` stores of a message's images: type and file only (never the base64 a turn sent)."""
+    """What `messages.media` stores of a message's images: type and file only (never the base64 a
+    turn sent)."""
     images = message.get("images")
     if not images:
         return None
-    return json.dumps([{"media_type": i["media_type"], "file": i["file"]} for i in images if i.get("file")]) or None
+    return (
+        json.dumps(
+            [{"media_type": i["media_type"], "file": i["file"]} for i in images if i.get("file")]
+        )
+        or None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +116,8 @@ class SessionRow:
     cache_read_tokens: int
     cache_write_tokens: int
     compressions: int
-    tool_list_id: int | None = None  # the session's fixed tool list (tool_lists), set when its prompt is built
+    # the session's fixed tool list (tool_lists), set when its prompt is built
+    tool_list_id: int | None = None
     agent: str = "main"  # the agent that answers in it (docs/agents.md)
     account: str = "default"  # the bot account its chat is reached through
 
@@ -185,9 +202,11 @@ _R = TypeVar("_R")
 
 def _row(cls: type[_R], row: sqlite3.Row | None) -> _R:
     if row is None:
-        return None  # type: ignore[return-value]  # callers declare `X | None` where a row may be missing
+        # callers declare `X | None` where a row may be missing
+        return None  # type: ignore[return-value]
     names = _FIELD_NAMES.get(cls)
-    if names is None:  # dataclasses.fields() is slow enough to show when a turn reads its whole history
+    if names is None:
+        # dataclasses.fields() is slow enough to show when a turn reads its whole history
         names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
     try:
         if tuple(row.keys()) == names:  # the columns in the fields' order: a third of the time

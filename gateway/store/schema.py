@@ -1,6 +1,8 @@
-"""The database schema as append-only named migrations (gateway/store/database.py runs them; search_schema.py adds one).
+"""The database schema as append-only named migrations (gateway/store/database.py runs them;
+search_schema.py adds one).
 
-A migration is never edited once released: a change is a new named step, so every existing state.db can follow.
+A migration is never edited once released: a change is a new named step, so every existing state.db
+can follow.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Callable
 from gateway.store.agents_schema import PENDING_BY_CHAT_SQL, add_agents
 from gateway.store.search_index import BATCHED_INDEX_MIGRATION_SQL, SEARCH_INDEX_MIGRATION_SQL
 
-# A migration is an SQL script or a function that runs plain `execute` calls; either runs in one transaction.
+# A migration is an SQL script or a function that runs
+# plain `execute` calls; either runs in one transaction.
 Migration = tuple[str, "str | Callable[[sqlite3.Connection], None]"]
 
 
@@ -144,8 +147,8 @@ CREATE TABLE llm_calls (
 );
 """
 
-# Access control (gateway/access/gate.py): pending pairing codes (only their HMAC is stored), users approved by
-# code, and per-platform failed-approval counters with their lockout.
+# Access control (gateway/access/gate.py): pending pairing codes (only their HMAC is stored), users
+# approved by code, and per-platform failed-approval counters with their lockout.
 _ACCESS = """
 CREATE TABLE pairing (
   id INTEGER PRIMARY KEY,
@@ -173,10 +176,10 @@ CREATE TABLE pairing_lockouts (
 );
 """
 
-# Attachments (gateway/media/): the images of a user message (`messages.media`, JSON: what the history sends the
-# model again, byte for byte, on every later turn); the album part a first part took over (`inbound.merged_into`:
-# the whole album is one turn, also after a restart); the notices a chat was given once (no vision, no
-# transcription service).
+# Attachments (gateway/media/): the images of a user message (`messages.media`, JSON: what the
+# history sends the model again, byte for byte, on every later turn); the album part a first part
+# took over (`inbound.merged_into`: the whole album is one turn, also after a restart); the notices
+# a chat was given once (no vision, no transcription service).
 _MEDIA = """
 ALTER TABLE messages ADD COLUMN media TEXT;
 ALTER TABLE inbound ADD COLUMN merged_into INTEGER;
@@ -190,8 +193,8 @@ CREATE TABLE media_notices (
 );
 """
 
-# A session's tool list (gateway/prompt/session_tools.py): fixed when the session starts, sent byte for byte on
-# every turn. Sessions with the same list share one row.
+# A session's tool list (gateway/prompt/session_tools.py): fixed when the session starts, sent byte
+# for byte on every turn. Sessions with the same list share one row.
 _SESSION_TOOLS = """
 CREATE TABLE tool_lists (
   id INTEGER PRIMARY KEY,
@@ -202,9 +205,10 @@ CREATE TABLE tool_lists (
 ALTER TABLE sessions ADD COLUMN tool_list_id INTEGER REFERENCES tool_lists(id);
 """
 
-# Scheduled jobs (gateway/scheduling/): each job belongs to the chat (thread included) and the person that made it;
-# the creator's handle, server and roles are kept so the gate can be asked again at run time. A run is claimed as a
-# `job_runs` row before its turn starts; UNIQUE (job_id, scheduled_for) is what makes "never twice" hold.
+# Scheduled jobs (gateway/scheduling/): each job belongs to the chat (thread included) and the
+# person that made it; the creator's handle, server and roles are kept so the gate can be asked
+# again at run time. A run is claimed as a `job_runs` row before its turn starts; UNIQUE (job_id,
+# scheduled_for) is what makes "never twice" hold.
 _JOBS = """
 CREATE TABLE jobs (
   id INTEGER PRIMARY KEY,
@@ -250,9 +254,10 @@ CREATE INDEX job_runs_running ON job_runs(status) WHERE status = 'running';
 CREATE INDEX job_runs_job ON job_runs(job_id, id);
 """
 
-# People (gateway/knowledge/people.py): persons and their platform identities, the /link codes (HMAC only,
-# gateway/access/linking.py), access changes the CLI records for the daemon (gateway/ops/access_watch.py), and
-# one-off notes such as the move of the old global USER.md (shown by `gateway doctor`).
+# People (gateway/knowledge/people.py): persons and their platform identities, the /link codes (HMAC
+# only, gateway/access/linking.py), access changes the CLI records for the daemon
+# (gateway/ops/access_watch.py), and one-off notes such as the move of the old global USER.md (shown
+# by `gateway doctor`).
 _PEOPLE = """
 CREATE TABLE people (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -298,7 +303,8 @@ CREATE TABLE people_notes (
 );
 """
 
-# Live previews (gateway/store/delivery_queries.py): the message showing each part of an answer being written.
+# Live previews (gateway/store/delivery_queries.py): the message showing each part of an answer
+# being written.
 _STREAMING = """
 CREATE TABLE previews (
   turn_id TEXT NOT NULL,
@@ -311,27 +317,29 @@ CREATE TABLE previews (
 );
 """
 
-# The dashboard's time series (gateway/webui/series.py) reads messages and model calls by time; the prune of old
-# inbound rows (ops/daemon.py) uses the same index.
+# The dashboard's time series (gateway/webui/series.py) reads messages and model calls by time; the
+# prune of old inbound rows (ops/daemon.py) uses the same index.
 _DASHBOARD = """
 CREATE INDEX inbound_received ON inbound(received_at);
 CREATE INDEX llm_calls_created ON llm_calls(created_at);
 """
 
-# A table the daemon writes one blob into and deletes again while the database takes no writes: the probe that
-# notices when space (or the lock) is back although no turn is waiting (gateway/store/connection.py probe).
+# A table the daemon writes one blob into and deletes again while the database takes no writes: the
+# probe that notices when space (or the lock) is back although no turn is waiting
+# (gateway/store/connection.py probe).
 _ROBUSTNESS = """
 CREATE TABLE store_probe (filler BLOB);
 """
 
-# A tool result's failure flag is part of what the model saw: Anthropic's tool_result carries `is_error`, and a
-# later turn that dropped it would change a block inside the cached prefix.
+# A tool result's failure flag is part of what the model saw: Anthropic's tool_result carries
+# `is_error`, and a later turn that dropped it would change a block inside the cached prefix.
 _TOOL_ERRORS = """
 ALTER TABLE messages ADD COLUMN is_error INTEGER NOT NULL DEFAULT 0;
 """
 
-# A person's own time zone (gateway/knowledge/people.py): "remind me at 9" means 9 where they live. Set by the
-# model through the `schedule` tool or by `gateway users timezone`; NULL = the gateway's zone.
+# A person's own time zone (gateway/knowledge/people.py): "remind me at 9" means 9 where they live.
+# Set by the model through the `schedule` tool or by `gateway users timezone`; NULL = the gateway's
+# zone.
 _PERSON_ZONE = """
 ALTER TABLE people ADD COLUMN timezone TEXT;
 """

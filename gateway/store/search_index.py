@@ -15,13 +15,22 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# Scripts written without spaces between words: their terms are substrings, found by the trigram index.
-CJK_RANGES = ((0x2E80, 0x2FDF), (0x3040, 0x30FF), (0x3100, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
-              (0xAC00, 0xD7AF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F))
+# Scripts written without spaces between words: their
+# terms are substrings, found by the trigram index.
+CJK_RANGES = (
+    (0x2E80, 0x2FDF),
+    (0x3040, 0x30FF),
+    (0x3100, 0x31FF),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xAC00, 0xD7AF),
+    (0xF900, 0xFAFF),
+    (0xFF66, 0xFF9F),
+)
 _CJK_GLOB = "*[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in CJK_RANGES) + "]*"
 
-# Conditions on a messages row, `{r}` being m / new / old. The triggers must mirror the views exactly:
-# an FTS5 'delete' for a row that was never indexed corrupts an external-content index.
+# Conditions on a messages row, `{r}` being m / new / old. The triggers must mirror the views
+# exactly: an FTS5 'delete' for a row that was never indexed corrupts an external-content index.
 _SEARCHABLE = "{r}.role IN ('user', 'assistant') AND {r}.kind = 'chat'"
 _CJK_ROW = "{r}.content GLOB '" + _CJK_GLOB + "'"
 SEARCH_INDEX_MIGRATION_SQL = f"""
@@ -122,10 +131,15 @@ def index_batch(conn: sqlite3.Connection, limit: int = BATCH_ROWS) -> int:
     end = min(int(newest), int(upto) + limit)
     if end <= upto:
         return 0
-    for table, view in (("messages_fts", "messages_search"),
-                        ("messages_fts_tri", "messages_search_cjk")):
-        conn.execute(f"INSERT INTO {table}(rowid, content, sid) SELECT id, content, sid FROM {view}"
-                     " WHERE id > ? AND id <= ?", (upto, end))
+    for table, view in (
+        ("messages_fts", "messages_search"),
+        ("messages_fts_tri", "messages_search_cjk"),
+    ):
+        conn.execute(
+            f"INSERT INTO {table}(rowid, content, sid) SELECT id, content, sid FROM {view}"
+            " WHERE id > ? AND id <= ?",
+            (upto, end),
+        )
     conn.execute("UPDATE search_state SET upto = ?", (end,))
     return end - int(upto)
 

@@ -1,6 +1,8 @@
-"""How stored rows become model input and back: the inbound payload codec and the history → chat messages view.
+"""How stored rows become model input and back: the inbound payload codec and the history → chat
+messages view.
 
-Shared by the session manager, the access gate, the flush and the commands, so it sits below all of them.
+Shared by the session manager, the access gate, the
+flush and the commands, so it sits below all of them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ _CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))
 
 
 def encode_inbound(inbound: Inbound) -> str:
-    """JSON of every field, as `asdict` would give it (every message is encoded once; asdict deep-copies)."""
+    """JSON of every field, as `asdict` would give it
+    (every message is encoded once; asdict deep-copies)."""
     data: dict[str, Any] = {name: getattr(inbound, name) for name in _INBOUND_FIELDS}
     data["chat"] = {name: getattr(inbound.chat, name) for name in _CHAT_FIELDS}
     data["received_at"] = inbound.received_at.isoformat()
@@ -45,23 +48,30 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def well_formed(inbound: Inbound) -> Inbound:
-    """Lone UTF-16 surrogates (a JavaScript client can put them in JSON escapes) cannot be encoded as UTF-8, so
-    SQLite and every API would refuse the message; they become U+FFFD once, before anything stores the text."""
+    """Lone UTF-16 surrogates (a JavaScript client can put them in JSON escapes) cannot be encoded
+    as UTF-8, so SQLite and every API would refuse the message; they become U+FFFD once, before
+    anything stores the text."""
     fixed: dict[str, Any] = {}
     for name in ("text", "user_name", "chat_title", "username", "context", "forwarded_from"):
         value = getattr(inbound, name)
         if isinstance(value, str) and _LONE_SURROGATE.search(value):
             fixed[name] = _LONE_SURROGATE.sub("\ufffd", value)
     if any(a.name and _LONE_SURROGATE.search(a.name) for a in inbound.attachments):
-        fixed["attachments"] = tuple(replace(a, name=_LONE_SURROGATE.sub("\ufffd", a.name)) if a.name else a
-                                     for a in inbound.attachments)
+        fixed["attachments"] = tuple(
+            replace(a, name=_LONE_SURROGATE.sub("\ufffd", a.name)) if a.name else a
+            for a in inbound.attachments
+        )
     return replace(inbound, **fixed) if fixed else inbound
 
 
 def history_messages(rows: Sequence[MessageRow], *, home: Path | None = None) -> list[ChatMessage]:
-    """Stored rows as chat messages; with `home`, their images carry the file's bytes (see `with_image_data`),
-    without it they stay names, which the wires send as a one-line note (a summary or flush needs no pixels)."""
-    msgs = [chat_view(r.role, r.content, r.tool_calls, r.tool_call_id, r.media, r.is_error) for r in rows]
+    """Stored rows as chat messages; with `home`, their images carry the file's bytes (see
+    `with_image_data`), without it they stay names, which the wires send as a one-line note (a
+    summary or flush needs no pixels)."""
+    msgs = [
+        chat_view(r.role, r.content, r.tool_calls, r.tool_call_id, r.media, r.is_error)
+        for r in rows
+    ]
     return _drop_dangling_tool_calls(with_image_data(msgs, home) if home is not None else msgs)
 
 
@@ -78,9 +88,10 @@ def session_history(store: Store, session_id: int) -> History:
 
 
 def with_image_data(msgs: list[ChatMessage], home: Path) -> list[ChatMessage]:
-    """Every stored image as `{"media_type", "file", "data": base64}`: the same file gives the same text on every
-    turn, so the provider's cached prefix matches. A file the retention removed gets no data (the wires then send
-    a fixed note). New dicts throughout: the history cache shares the stored lists."""
+    """Every stored image as `{"media_type", "file", "data": base64}`: the same file gives the same
+    text on every turn, so the provider's cached prefix matches. A file the retention removed gets
+    no data (the wires then send a fixed note). New dicts throughout: the history cache shares the
+    stored lists."""
     if not any("images" in m for m in msgs):
         return msgs
     out = []
@@ -97,8 +108,10 @@ def _with_data(image: dict[str, Any], home: Path) -> dict[str, Any]:
 
 
 def _drop_dangling_tool_calls(msgs: list[ChatMessage]) -> list[ChatMessage]:
-    """A tool call without its result (or the reverse) makes both wires reject the request; drop such pairs."""
-    tooling = [m for m in msgs if len(m) > 2]  # a plain message is role and content; a tool result has its id
+    """A tool call without its result (or the reverse) makes both wires reject the request; drop
+    such pairs."""
+    # a plain message is role and content; a tool result has its id
+    tooling = [m for m in msgs if len(m) > 2]
     if not tooling:
         return msgs
     answered = {m["tool_call_id"] for m in tooling if m["role"] == "tool"}

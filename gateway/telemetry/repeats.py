@@ -1,8 +1,10 @@
-"""A logging filter that lets the same warning or error through a few times a minute, then counts it instead.
+"""A logging filter that lets the same warning or error
+through a few times a minute, then counts it instead.
 
-A flood (a connection storm running accept() out of files logged 300,000 identical ERROR lines in 40 s) must not
-fill the disk or bury everything else. Records are keyed by logger, level and rendered message; the first record
-of a new window says how many were held back in the last one. Below WARNING nothing is held back.
+A flood (a connection storm running accept() out of files logged 300,000 identical ERROR lines in 40
+s) must not fill the disk or bury everything else. Records are keyed by logger, level and rendered
+message; the first record of a new window says how many were held back in the last one. Below
+WARNING nothing is held back.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-BURST = 10            # identical records let through per window
+BURST = 10  # identical records let through per window
 WINDOW_S = 60.0
-MAX_KEYS = 1024       # distinct messages remembered (least recently seen forgotten first)
+MAX_KEYS = 1024  # distinct messages remembered (least recently seen forgotten first)
 MAX_KEY_CHARS = 500
 
 
@@ -29,8 +31,13 @@ class _Seen:
 class RepeatFilter(logging.Filter):
     """Install on a handler after the redacting filter (which renders the message once)."""
 
-    def __init__(self, *, burst: int = BURST, window: float = WINDOW_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        burst: int = BURST,
+        window: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self.burst = burst
         self.window = window
@@ -47,7 +54,10 @@ class RepeatFilter(logging.Filter):
             held = seen.held if seen is not None else 0
             self._remember(key, _Seen(window_start=now, passed=1))
             if held:
-                record.msg = f"{record.getMessage()} [{held:,} more like this in the last {self.window:.0f}s not logged]"
+                record.msg = (
+                    f"{record.getMessage()} [{held:,} more like this "
+                    f"in the last {self.window:.0f}s not logged]"
+                )
                 record.args = None
             return True
         self._seen.move_to_end(key)

@@ -26,12 +26,18 @@ from gateway.errors import SpeechError
 log = logging.getLogger(__name__)
 
 MEMORY_BYTES = 1 << 30  # address space: ffmpeg maps its libraries (~200 MB) and needs little more
-STDERR_KEPT = 2000      # the end of what the tool said, for the log
+STDERR_KEPT = 2000  # the end of what the tool said, for the log
 PACKAGES = {"espeak-ng": "espeak-ng", "ffmpeg": "ffmpeg", "ffprobe": "ffmpeg"}
 
 
-async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float, max_output: int,
-                   max_file_bytes: int | None = None) -> bytes:
+async def run_tool(
+    argv: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    timeout_s: float,
+    max_output: int,
+    max_file_bytes: int | None = None,
+) -> bytes:
     """The tool's standard output; SpeechError when it is missing, fails, runs out of time or
     writes more than `max_output` bytes (then it is killed). `max_file_bytes` caps each file it
     writes (RLIMIT_FSIZE)."""
@@ -42,8 +48,9 @@ async def run_tool(argv: Sequence[str], *, stdin: bytes = b"", timeout_s: float,
         raise _missing(name)
     before = [wrapper, *(f"--{flag}={value}" for flag, _, value in limits), "--"] if wrapper else []
     try:
-        proc = await asyncio.create_subprocess_exec(*before, *argv, stdin=PIPE, stdout=PIPE,
-                                                    stderr=PIPE, start_new_session=True)
+        proc = await asyncio.create_subprocess_exec(
+            *before, *argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True
+        )
     except FileNotFoundError:
         raise _missing(name) from None
     except OSError as exc:
@@ -74,8 +81,10 @@ def _missing(name: str) -> SpeechError:
 def _prlimit() -> str | None:
     found = shutil.which("prlimit")
     if found is None:
-        log.warning("prlimit (util-linux) is not installed: the speech tools' limits are set "
-                    "just after they start")
+        log.warning(
+            "prlimit (util-linux) is not installed: the speech tools' limits are set "
+            "just after they start"
+        )
     return found
 
 
@@ -95,8 +104,9 @@ def _limit_started(pid: int, limits: list[tuple[str, int, int]]) -> None:
             resource.prlimit(pid, which, (value, value))
 
 
-async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes, max_output: int,
-                      name: str) -> tuple[bytes, bytes]:
+async def _communicate(
+    proc: asyncio.subprocess.Process, stdin: bytes, max_output: int, name: str
+) -> tuple[bytes, bytes]:
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
     errors = asyncio.ensure_future(_tail(proc.stderr))

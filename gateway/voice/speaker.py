@@ -52,8 +52,10 @@ def tools_problem(tts: TtsConfig, which: Which = shutil.which) -> str | None:
     if not missing:
         return None
     verb = "is" if len(missing) == 1 else "are"
-    return (f"provider {tts.provider} needs {' and '.join(missing)}, which {verb} not installed "
-            f"(apt-get install {' '.join(missing)})")
+    return (
+        f"provider {tts.provider} needs {' and '.join(missing)}, which {verb} not installed "
+        f"(apt-get install {' '.join(missing)})"
+    )
 
 
 def config_problems(voice: VoiceConfig, path: Path) -> list[ConfigError]:
@@ -65,8 +67,9 @@ def config_problems(voice: VoiceConfig, path: Path) -> list[ConfigError]:
     return [ConfigError(problem, file=str(path), line=line, key="voice.tts.provider")]
 
 
-def doctor_check(voice: VoiceConfig, env: Mapping[str, str]
-                 ) -> list[tuple[Verdict, str, str | None]]:
+def doctor_check(
+    voice: VoiceConfig, env: Mapping[str, str]
+) -> list[tuple[Verdict, str, str | None]]:
     """`gateway doctor`'s voice line: (verdict, detail, fix); none without `voice.tts`."""
     tts = voice.tts
     if tts is None:
@@ -76,8 +79,13 @@ def doctor_check(voice: VoiceConfig, env: Mapping[str, str]
         fix = f"apt-get install {' '.join(missing_tools(tts))}"
         return [("fail", f"voice.tts: {problem}", fix)]
     if tts.provider == "openai" and tts.api_key_env and not env.get(tts.api_key_env):
-        return [("warn", f"voice.tts.api_key_env names {tts.api_key_env}, which is not set",
-                 f"export {tts.api_key_env} where the gateway runs")]
+        return [
+            (
+                "warn",
+                f"voice.tts.api_key_env names {tts.api_key_env}, which is not set",
+                f"export {tts.api_key_env} where the gateway runs",
+            )
+        ]
     where = "espeak-ng" if tts.provider == "espeak" else (tts.base_url or "api.openai.com")
     detail = f"speech from {where}, encoded by ffmpeg (voice.replies: {voice.replies})"
     return [("ok", detail, None)]

@@ -20,8 +20,10 @@ _MARKS = re.compile(r"[*_~`|]{2,}|`|^\s*(?:#{1,6}|>+)\s+|(?<=\w)_(?=\w)", re.MUL
 _SPACE = re.compile(r"[ \t\u00a0]+")
 # Not words: terminal colours, control characters, bidi and zero-width marks; and espeak-ng's
 # phoneme brackets, which it would read `[[Main Page]]` through as phoneme codes
-_UNSPOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e"
-                       r"\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]|\[\[|\]\]")
+_UNSPOKEN = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e"
+    r"\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]|\[\[|\]\]"
+)
 _SENTENCE_END = re.compile(r"[.!?…](?=\s|$)")
 _BLOCKS_SKIPPED = {"fence", "code_block", "html_block", "hr"}
 _ENDS = (".", "!", "?", "…", ":", ";", ",")
@@ -99,9 +101,9 @@ def _cut(text: str, max_chars: int) -> str:
     """At most `max_chars`: to the last sentence end that keeps half or more, else a whole word."""
     if len(text) <= max_chars:
         return text
-    head = text[:max_chars + 1]
+    head = text[: max_chars + 1]
     ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() <= max_chars]
     if ends and ends[-1] >= max_chars // 2:
-        return head[:ends[-1]].strip()
+        return head[: ends[-1]].strip()
     space = head.rfind(" ", 0, max_chars + 1)
     return (head[:space] if space > 0 else head[:max_chars]).strip()

@@ -18,9 +18,9 @@ from gateway.voice.process import run_tool
 log = logging.getLogger(__name__)
 
 OPENAI_URL = "https://api.openai.com/v1"
-OPENAI_MAX_INPUT = 4096   # characters per request (OpenAI's limit)
-ESPEAK_WPM = 175          # espeak-ng's own default speed, which `speed: 1.0` keeps
-RETRY_DELAY_S = 1.0       # one more try after a 429/5xx or a dropped connection
+OPENAI_MAX_INPUT = 4096  # characters per request (OpenAI's limit)
+ESPEAK_WPM = 175  # espeak-ng's own default speed, which `speed: 1.0` keeps
+RETRY_DELAY_S = 1.0  # one more try after a 429/5xx or a dropped connection
 MAX_RETRY_AFTER_S = 10.0
 
 
@@ -45,8 +45,13 @@ class OpenAISpeech:
 
     async def audio(self, text: str) -> bytes:
         config = self.config
-        body = {"model": config.model, "voice": config.voice_name, "input": text[:self.max_input],
-                "response_format": config.response_format, "speed": config.speed}
+        body = {
+            "model": config.model,
+            "voice": config.voice_name,
+            "input": text[: self.max_input],
+            "response_format": config.response_format,
+            "speed": config.speed,
+        }
         for attempt in (1, 2):
             try:
                 return await self._post(body)
@@ -64,19 +69,23 @@ class OpenAISpeech:
         try:
             async with self._http.post(self.url, json=body, headers=self._headers) as resp:
                 if resp.status == 429 or resp.status >= 500:
-                    raise _Transient(f"the speech service answered HTTP {resp.status}",
-                                     _seconds(resp))
+                    raise _Transient(
+                        f"the speech service answered HTTP {resp.status}", _seconds(resp)
+                    )
                 if resp.status != 200:
                     why = ", the key" if resp.status == 401 else f": {await _reason(resp)}"
-                    raise SpeechError(f"the speech service refused the request (HTTP {resp.status}"
-                                      f"{why})")
+                    raise SpeechError(
+                        f"the speech service refused the request (HTTP {resp.status}{why})"
+                    )
                 return await self._read(resp)
         except TimeoutError:
-            raise SpeechError(f"the speech service did not answer within "
-                              f"{self.config.timeout_s:g} s") from None
+            raise SpeechError(
+                f"the speech service did not answer within {self.config.timeout_s:g} s"
+            ) from None
         except aiohttp.ClientError as exc:
-            raise _Transient(f"the speech service could not be reached "
-                             f"({type(exc).__name__})") from None
+            raise _Transient(
+                f"the speech service could not be reached ({type(exc).__name__})"
+            ) from None
 
     async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
         limit = self.config.max_bytes
@@ -105,10 +114,22 @@ class EspeakSpeech:
         self.config = config
 
     async def audio(self, text: str) -> bytes:
-        argv = ["espeak-ng", "--stdout", "-b", "1", "-v", self.config.voice_name,
-                "-s", str(round(ESPEAK_WPM * self.config.speed))]
-        return await run_tool(argv, stdin=text.encode("utf-8"), timeout_s=self.config.timeout_s,
-                              max_output=self.config.max_bytes)
+        argv = [
+            "espeak-ng",
+            "--stdout",
+            "-b",
+            "1",
+            "-v",
+            self.config.voice_name,
+            "-s",
+            str(round(ESPEAK_WPM * self.config.speed)),
+        ]
+        return await run_tool(
+            argv,
+            stdin=text.encode("utf-8"),
+            timeout_s=self.config.timeout_s,
+            max_output=self.config.max_bytes,
+        )
 
     async def close(self) -> None:
         return None

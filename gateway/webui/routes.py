@@ -1,9 +1,9 @@
-"""The dashboard on the daemon's web listener: the page, its static files, its data, live updates (SSE) and the
-owner's pairing decisions.
+"""The dashboard on the daemon's web listener: the page, its static files, its data, live updates
+(SSE) and the owner's pairing decisions.
 
-Every route here is the owner's: gateway/ops/web_guard.py stands in front of all of them (login secret, Host and
-Origin checks), so nothing here checks who calls. The POSTs also insist on a JSON body, which no cross-site form can
-send. Nothing here writes except the two pairing actions.
+Every route here is the owner's: gateway/ops/web_guard.py stands in front of all of them (login
+secret, Host and Origin checks), so nothing here checks who calls. The POSTs also insist on a JSON
+body, which no cross-site form can send. Nothing here writes except the two pairing actions.
 """
 
 from __future__ import annotations
@@ -31,16 +31,27 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], Awaitable[None]]
-PUSH_EVERY_S = 2.0  # how often an open dashboard is sent the state (its times and uptime move every time)
+# how often an open dashboard is sent the state (its times and uptime move every time)
+PUSH_EVERY_S = 2.0
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 
 
 class Dashboard:
     """Built by the daemon with what it reads; `attach(app)` before the guard protects the app."""
 
-    def __init__(self, *, store: Store, book: PairingBook,
-                 health: Callable[[], Mapping[str, AdapterHealth]], model: ModelView, ready: Callable[[], bool],
-                 version: str, redact: Redact, clock: Clock, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        book: PairingBook,
+        health: Callable[[], Mapping[str, AdapterHealth]],
+        model: ModelView,
+        ready: Callable[[], bool],
+        version: str,
+        redact: Redact,
+        clock: Clock,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         self.store = store
         self.book = book
         self.health = health
@@ -66,20 +77,31 @@ class Dashboard:
     def state(self, window: str = DEFAULT_WINDOW) -> dict[str, Any]:
         now = self.clock()
         return {
-            "version": self.version, "now": iso(now), "uptime_s": round((now - self.started_at).total_seconds()),
-            "ready": self.ready(), "model": {"name": self.model.name, "source": self.model.source,
-                                                    "problem": self.model.problem},
+            "version": self.version,
+            "now": iso(now),
+            "uptime_s": round((now - self.started_at).total_seconds()),
+            "ready": self.ready(),
+            "model": {
+                "name": self.model.name,
+                "source": self.model.source,
+                "problem": self.model.problem,
+            },
             "adapters": panels.adapters(self.health(), now, self.redact),
-            "sessions": panels.sessions(self.store), "flushes": panels.flushes(self.store, self.redact),
-            "pairing": panels.pairing(self.book, now), "jobs": panels.jobs(self.store),
+            "sessions": panels.sessions(self.store),
+            "flushes": panels.flushes(self.store, self.redact),
+            "pairing": panels.pairing(self.book, now),
+            "jobs": panels.jobs(self.store),
             "approvals": panels.approvals(self.store, self.redact),
             "series": series_json(series(self.store, now, window), window),
         }
 
     # ------------------------------------------------------------------ routes
     async def _page(self, request: web.Request) -> web.Response:
-        return web.Response(text=_asset("dashboard.html"), content_type="text/html",
-                            headers={"Cache-Control": "no-store"})
+        return web.Response(
+            text=_asset("dashboard.html"),
+            content_type="text/html",
+            headers={"Cache-Control": "no-store"},
+        )
 
     async def _static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -91,11 +113,16 @@ class Dashboard:
         return web.json_response(self.state(_window(request)))
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        """Server-sent events: the state at once, then every PUSH_EVERY_S. No "only when changed": the state
-        carries the time and every "… ago" is relative to it, so it always has."""
+        """Server-sent events: the state at once, then every PUSH_EVERY_S. No "only when changed":
+        the state carries the time and every "… ago" is relative to it, so it always has."""
         window = _window(request)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
-                                               "X-Accel-Buffering": "no"})
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",
+            }
+        )
         await response.prepare(request)
         try:
             while not self._stopping.is_set():
@@ -107,7 +134,8 @@ class Dashboard:
         return response
 
     async def _pause(self) -> None:
-        """The push interval, cut short when the daemon stops: an open dashboard must not hold up the drain."""
+        """The push interval, cut short when the daemon stops: an open dashboard must not hold up
+        the drain."""
         tick = asyncio.ensure_future(self.sleep(PUSH_EVERY_S))
         stop = asyncio.ensure_future(self._stopping.wait())
         try:
@@ -123,9 +151,11 @@ class Dashboard:
         body = await _json_body(request)
         code = str(body.get("code", "")).strip()
         if not code:
-            return web.json_response({"ok": False, "text": "Type the code the person was given."}, status=400)
-        # Recorded as an access change: the daemon's access watch welcomes the person, once (it did twice when
-        # this page sent a welcome of its own as well).
+            return web.json_response(
+                {"ok": False, "text": "Type the code the person was given."}, status=400
+            )
+        # Recorded as an access change: the daemon's access watch welcomes the person, once (it did
+        # twice when this page sent a welcome of its own as well).
         approval = self.book.approve(code, by="web", now=self.clock())
         log.info("access: approval from the dashboard: %s", approval.status)
         return web.json_response({"ok": approval.status == "approved", "text": approval.describe()})
@@ -134,25 +164,40 @@ class Dashboard:
         body = await _json_body(request)
         platform, user_id = str(body.get("platform", "")), str(body.get("user_id", ""))
         denied = self.book.deny(platform, user_id, now=self.clock())
-        log.info("access: pairing request denied from the dashboard platform=%s user=%s", platform, user_id)
-        text = (f"Denied {platform}:{user_id}: their code no longer works, and for an hour they get no new one "
-                "(access.unknown_dm: ignore stops codes altogether)." if denied
-                else f"No pending request from {platform}:{user_id}.")
+        log.info(
+            "access: pairing request denied from the dashboard platform=%s user=%s",
+            platform,
+            user_id,
+        )
+        text = (
+            f"Denied {platform}:{user_id}: their code no longer works, and for an hour they get no "
+            "new one (access.unknown_dm: ignore stops codes altogether)."
+            if denied
+            else f"No pending request from {platform}:{user_id}."
+        )
         return web.json_response({"ok": denied, "text": text}, status=200 if denied else 404)
 
 
-def _writes(handler: Callable[[web.Request], Awaitable[web.Response]]) -> Callable[[web.Request],
-                                                                            Awaitable[web.Response]]:
-    """A decision the database cannot take now (another process holds its lock, the disk is full) is a 503 the
-    page shows, not a 500: nothing was changed, the owner can try again."""
+def _writes(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A decision the database cannot take now (another process holds its lock, the disk is full) is
+    a 503 the page shows, not a 500: nothing was changed, the owner can try again."""
+
     async def guarded(request: web.Request) -> web.Response:
         try:
             return await handler(request)
         except StoreUnavailable as exc:
             log.warning("dashboard: %s %s not done: %s", request.method, request.path, exc)
-            return web.json_response({"ok": False, "text": "The database takes no writes right now (another program "
-                                      "holds it, or the disk is full); nothing was changed. Try again in a moment."},
-                                     status=503)
+            return web.json_response(
+                {
+                    "ok": False,
+                    "text": "The database takes no writes right now (another program "
+                    "holds it, or the disk is full); nothing was changed. Try again in a moment.",
+                },
+                status=503,
+            )
+
     return guarded
 
 

@@ -30,17 +30,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Job = Callable[..., Any]  # a module-level function: the child finds it by module and name
 PASSED: dict[str, type[Exception]] = {"MediaError": MediaError, "ToolError": ToolError}
-MEMORY_MB = 768      # the child's address space (wiring sizes it from media.max_decode_mb)
-MAX_JOBS = 16        # running and waiting; one more is refused at once
-IDLE_S = 300.0       # an idle child exits (a new one costs ~1 s: Python, then the parser)
-STOP_S = 3.0         # a child asked to exit that has not is killed after this long
-LOG_LINES = 40       # of a child's stderr, per child; the rest is counted
+MEMORY_MB = 768  # the child's address space (wiring sizes it from media.max_decode_mb)
+MAX_JOBS = 16  # running and waiting; one more is refused at once
+IDLE_S = 300.0  # an idle child exits (a new one costs ~1 s: Python, then the parser)
+STOP_S = 3.0  # a child asked to exit that has not is killed after this long
+LOG_LINES = 40  # of a child's stderr, per child; the rest is counted
 ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds `gateway/`
 
 
 @dataclass(frozen=True, slots=True)
 class JobLimits:
-    cpu_s: float   # processor time the job may use
+    cpu_s: float  # processor time the job may use
     wall_s: float  # how long the daemon waits for it, queue not counted
 
 
@@ -54,12 +54,13 @@ class WorkerFailed(GatewayError):
 
 
 class Worker:
-    def __init__(self, *, memory_mb: int = MEMORY_MB, max_jobs: int = MAX_JOBS,
-                 idle_s: float = IDLE_S) -> None:
+    def __init__(
+        self, *, memory_mb: int = MEMORY_MB, max_jobs: int = MAX_JOBS, idle_s: float = IDLE_S
+    ) -> None:
         self.memory_mb = memory_mb
         self.max_jobs = max_jobs
         self.idle_s = idle_s
-        self.started = 0                # children started so far
+        self.started = 0  # children started so far
         self.running: str | None = None  # the function of the job the child is on
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
@@ -79,12 +80,14 @@ class Worker:
     @overload
     async def run(self, fn: Job, *args: Any, limits: JobLimits, returns: None = None) -> Any: ...
 
-    async def run(self, fn: Job, *args: Any, limits: JobLimits,
-                  returns: type[T] | None = None) -> Any:
+    async def run(
+        self, fn: Job, *args: Any, limits: JobLimits, returns: type[T] | None = None
+    ) -> Any:
         """`fn(*args)` in the child; its result (the dataclass `returns`, checked, when given)."""
         if self._jobs >= self.max_jobs:
-            raise WorkerFailed("busy", "too many files and pages are being read right now; "
-                                       "try again in a minute")
+            raise WorkerFailed(
+                "busy", "too many files and pages are being read right now; try again in a minute"
+            )
         self._jobs += 1
         try:
             async with self._lock:
@@ -145,8 +148,9 @@ class Worker:
         log.warning("worker: %s failed: %s", name, message or error)
         return WorkerFailed("crashed", "the reader failed on it")
 
-    async def _death(self, proc: asyncio.subprocess.Process, name: str, limits: JobLimits,
-                     exc: Exception) -> WorkerFailed:
+    async def _death(
+        self, proc: asyncio.subprocess.Process, name: str, limits: JobLimits, exc: Exception
+    ) -> WorkerFailed:
         """Why the child stopped answering (it ended, or wrote something that is not a frame)."""
         if isinstance(exc, WireError):
             log.warning("worker: %s: the child wrote a bad frame (%s)", name, exc)
@@ -172,8 +176,14 @@ class Worker:
         command = ["-s", "-m", "gateway.worker.child", str(self.memory_mb), str(os.getpid())]
         try:
             proc = self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, *command, stdin=pipe, stdout=pipe, stderr=pipe, env=_child_env(),
-                cwd="/")
+                sys.executable,
+                *command,
+                stdin=pipe,
+                stdout=pipe,
+                stderr=pipe,
+                env=_child_env(),
+                cwd="/",
+            )
         except OSError as exc:  # out of processes or memory: this job fails, the next one tries
             log.warning("worker: cannot start: %s", exc)
             raise WorkerFailed("crashed", "the reader could not be started") from None
@@ -261,8 +271,12 @@ async def _pump(stream: asyncio.StreamReader, pid: int) -> None:
             if lines <= LOG_LINES and line.strip():
                 log.info("worker %s: %s", pid, line[:500])
     if lines > LOG_LINES:
-        log.info("worker %s: %s more lines on stderr, the last: %s", pid, lines - LOG_LINES,
-                 last[0][:500])
+        log.info(
+            "worker %s: %s more lines on stderr, the last: %s",
+            pid,
+            lines - LOG_LINES,
+            last[0][:500],
+        )
 
 
 def _name(fn: Job) -> str:
@@ -275,8 +289,12 @@ def _name(fn: Job) -> str:
 def _child_env() -> dict[str, str]:
     """What the child sees of the environment: no keys or tokens, what Python needs to start."""
     paths = [ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-            "PYTHONPATH": os.pathsep.join(paths), "MALLOC_ARENA_MAX": "2"}
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.pathsep.join(paths),
+        "MALLOC_ARENA_MAX": "2",
+    }
 
 
 def _status(code: int | None) -> str:

@@ -20,7 +20,7 @@ from typing import IO, Any, TypeVar
 
 PREFIX = struct.Struct(">IQ")  # header length, blobs length
 MAX_HEADER = 16 * 1024 * 1024  # the JSON part: text, a page's Markdown
-MAX_BLOBS = 64 * 1024 * 1024   # bytes: a prepared picture, a page's body
+MAX_BLOBS = 64 * 1024 * 1024  # bytes: a prepared picture, a page's body
 T = TypeVar("T")
 
 
@@ -30,8 +30,11 @@ class WireError(Exception):
 
 def encode(value: Any) -> bytes:
     blobs: list[bytes] = []
-    header = json.dumps({"v": _pack(value, blobs), "sizes": [len(b) for b in blobs]},
-                        ensure_ascii=False, separators=(",", ":")).encode()
+    header = json.dumps(
+        {"v": _pack(value, blobs), "sizes": [len(b) for b in blobs]},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode()
     return PREFIX.pack(len(header), sum(len(b) for b in blobs)) + header + b"".join(blobs)
 
 
@@ -67,12 +70,15 @@ def decode(header: bytes, blob_bytes: bytes) -> Any:
     except (ValueError, RecursionError) as exc:
         raise WireError(f"the header is not JSON ({type(exc).__name__})") from None
     sizes = frame.get("sizes") if isinstance(frame, dict) else None
-    if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes) \
-            or sum(sizes) != len(blob_bytes):
+    if (
+        not isinstance(sizes, list)
+        or not all(isinstance(n, int) and n >= 0 for n in sizes)
+        or sum(sizes) != len(blob_bytes)
+    ):
         raise WireError("the blob sizes do not add up")
     blobs, at = [], 0
     for n in sizes:
-        blobs.append(blob_bytes[at:at + n])
+        blobs.append(blob_bytes[at : at + n])
         at += n
     try:
         return _unpack(frame.get("v"), blobs)
@@ -85,7 +91,7 @@ def _unpack(value: Any, blobs: list[bytes]) -> Any:
         return value
     if not isinstance(value, dict) or len(value) != 1:
         raise WireError("a value of an unknown shape")
-    (tag, inner), = value.items()
+    ((tag, inner),) = value.items()
     if tag == "b" and isinstance(inner, int) and 0 <= inner < len(blobs):
         return blobs[inner]
     if tag == "p" and isinstance(inner, str):

@@ -1,4 +1,6 @@
-"""Adapter tests import aiogram the way the daemon does (models built on first use), before any test module does."""
+"""Adapter tests import aiogram the way the daemon does (models built on first use), before any test
+module does.
+"""
 
 from __future__ import annotations
 

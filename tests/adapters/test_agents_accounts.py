@@ -75,8 +75,14 @@ slack:
 
 
 def slack_dm(text: str, ts: str) -> dict[str, Any]:
-    return {"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": text,
-            "ts": ts}
+    return {
+        "type": "message",
+        "channel_type": "im",
+        "channel": "D1",
+        "user": "U1",
+        "text": text,
+        "ts": ts,
+    }
 
 
 async def test_two_slack_apps_answer_each_through_itself(home: Path, fake_llm: FakeLLM) -> None:

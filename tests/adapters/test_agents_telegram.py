@@ -31,8 +31,13 @@ HOME_IDENTITY = "You are Quill, Alice's own assistant for her work and private l
 FAMILY_IDENTITY = "You are Hearth, the assistant the whole family shares."
 
 
-def agents_yaml(personal: FakeTelegram, family: FakeTelegram, extra: str = "",
-                home_keys: str = "", family_keys: str = "") -> str:
+def agents_yaml(
+    personal: FakeTelegram,
+    family: FakeTelegram,
+    extra: str = "",
+    home_keys: str = "",
+    family_keys: str = "",
+) -> str:
     """Two bot accounts (the platform's settings apply to both; each has its own token and
     api_server, as each bot is its own fake) bound to two agents; the family bot lets Bob in too.
     `home_keys` and `family_keys` are more lines of each agent's settings."""
@@ -81,19 +86,30 @@ async def two_bots() -> AsyncIterator[Bots]:
 
 
 @asynccontextmanager
-async def running(home: Path, llm: FakeLLM, bots: Bots, *extra: str,
-                  web: bool = False) -> AsyncIterator[Gateway]:
+async def running(
+    home: Path, llm: FakeLLM, bots: Bots, *extra: str, web: bool = False
+) -> AsyncIterator[Gateway]:
     """The daemon with the two bots; `extra`: agents_yaml's more settings; `web`: its web server
     on a port the OS picks, then written into config.yaml (where the CLI looks for /status)."""
     text = agents_yaml(bots.personal, bots.family, *extra)
-    write_config(home, provider="anthropic", base_url=llm.base_url,
-                 extra=text.replace("enabled: false", "port: 0") if web else text)
+    write_config(
+        home,
+        provider="anthropic",
+        base_url=llm.base_url,
+        extra=text.replace("enabled: false", "port: 0") if web else text,
+    )
     config = load_config(home, env={})
     virtual = VirtualTime()
     bots.personal.clock = bots.family.clock = virtual.monotonic
     adapters = platform_adapters(config, monotonic=virtual.monotonic)
-    gw = build_gateway(config, env={}, adapters=adapters, probe_ollama=False, sleep=virtual.sleep,
-                       monotonic=virtual.monotonic)
+    gw = build_gateway(
+        config,
+        env={},
+        adapters=adapters,
+        probe_ollama=False,
+        sleep=virtual.sleep,
+        monotonic=virtual.monotonic,
+    )
     daemon = Daemon(gw, install_signals=False)
     await daemon.start()
     if web:
@@ -119,15 +135,21 @@ def prompts(gw: Gateway) -> dict[str, str]:
 async def say(gw: Gateway, bot: FakeTelegram, text: str, user: int = ALICE) -> str:
     """A DM to `bot`; returns the text of the reply the bot sent."""
     before = len(bot.sent_messages(user))
-    bot.inject_message(user, text, user_id=user, username="alice" if user == ALICE else "bob",
-                       first_name="Alice" if user == ALICE else "Bob")
+    bot.inject_message(
+        user,
+        text,
+        user_id=user,
+        username="alice" if user == ALICE else "bob",
+        first_name="Alice" if user == ALICE else "Bob",
+    )
     sent = await bot.wait_for_sent(user, count=before + 1)
     await gw.sessions.wait_idle()
     return sent.text
 
 
-async def test_each_bot_answers_through_itself_as_its_own_agent(home: Path,
-                                                                 fake_llm: FakeLLM) -> None:
+async def test_each_bot_answers_through_itself_as_its_own_agent(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with two_bots() as bots, running(home, fake_llm, bots) as gw:
         assert await say(gw, bots.personal, "hello quill") == "echo: hello quill [users=1]"
         quill = system_text(fake_llm.anthropic_requests()[-1])
@@ -141,14 +163,16 @@ async def test_each_bot_answers_through_itself_as_its_own_agent(home: Path,
         rows = gw.store.all("SELECT key, agent, account FROM sessions ORDER BY id")
         assert [tuple(r) for r in rows] == [
             (f"home/telegram@personal:dm:{ALICE}", "home", "personal"),
-            (f"family/telegram@family:dm:{ALICE}", "family", "family")]
+            (f"family/telegram@family:dm:{ALICE}", "family", "family"),
+        ]
         # Bob is on the family bot's list only: the personal bot gives him a pairing code, no turn
         assert "pairing code" in await say(gw, bots.personal, "let me in", user=BOB)
         assert await say(gw, bots.family, "hi hearth", user=BOB) == "echo: hi hearth [users=1]"
 
 
 async def test_a_fact_saved_through_one_agent_reaches_only_its_next_session(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     save = {"action": "add", "target": "user", "content": "Alice's dog is Rex."}
     fake_llm.script(ToolCall("memory", save), Reply("Noted."))
     async with two_bots() as bots, running(home, fake_llm, bots) as gw:
@@ -165,8 +189,9 @@ async def test_a_fact_saved_through_one_agent_reaches_only_its_next_session(
         assert profiles == ["memories/agents/home/people/1.md"]
 
 
-async def test_stored_prompts_stay_byte_identical_across_a_restart(home: Path,
-                                                                    fake_llm: FakeLLM) -> None:
+async def test_stored_prompts_stay_byte_identical_across_a_restart(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with two_bots() as bots:
         async with running(home, fake_llm, bots) as gw:
             await say(gw, bots.personal, "one")
@@ -182,14 +207,20 @@ async def test_stored_prompts_stay_byte_identical_across_a_restart(home: Path,
 
 async def test_agents_list_shows_both_agents_and_both_bots(home: Path, fake_llm: FakeLLM) -> None:
     async with two_bots() as bots:
-        write_config(home, provider="anthropic", base_url=fake_llm.base_url,
-                     extra=agents_yaml(bots.personal, bots.family))
+        write_config(
+            home,
+            provider="anthropic",
+            base_url=fake_llm.base_url,
+            extra=agents_yaml(bots.personal, bots.family),
+        )
         out = io.StringIO()
         with redirect_stdout(out):
             assert main(["--home", str(home), "agents", "list"]) == 0
     text = out.getvalue()
-    assert "  home: model anthropic/claude-test (the gateway's); identity agents.home.identity; " \
-           "memory memories/agents/home/ (profiles: own)" in text
+    assert (
+        "  home: model anthropic/claude-test (the gateway's); identity agents.home.identity; "
+        "memory memories/agents/home/ (profiles: own)" in text
+    )
     assert "  family: model anthropic/claude-test" in text and "  main (default):" in text
     assert "  1. platform telegram, account personal → home" in text
     assert "  telegram@personal: direct messages → home" in text
@@ -198,15 +229,20 @@ async def test_agents_list_shows_both_agents_and_both_bots(home: Path, fake_llm:
 
 def models_yaml(llm: FakeLLM) -> str:
     """Two more models; the agent `home` may switch to `fast` only, `family` to `cheap` only."""
-    model = (f"    provider: openai\n    base_url: {llm.openai_base_url}\n"
-             "    api_key: test-key\n    max_retries: 0\n")
-    return (f"access:\n  admins: ['telegram:{ALICE}']\n"
-            f"models:\n  fast:\n    name: gpt-fast\n{model}  cheap:\n    name: gpt-cheap\n{model}"
-            "voice:\n  replies: never\n  tts:\n    provider: espeak\n")
+    model = (
+        f"    provider: openai\n    base_url: {llm.openai_base_url}\n"
+        "    api_key: test-key\n    max_retries: 0\n"
+    )
+    return (
+        f"access:\n  admins: ['telegram:{ALICE}']\n"
+        f"models:\n  fast:\n    name: gpt-fast\n{model}  cheap:\n    name: gpt-cheap\n{model}"
+        "voice:\n  replies: never\n  tts:\n    provider: espeak\n"
+    )
 
 
-async def test_model_and_voice_choices_stay_with_their_bot_and_agent(home: Path,
-                                                                    fake_llm: FakeLLM) -> None:
+async def test_model_and_voice_choices_stay_with_their_bot_and_agent(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     extra = (models_yaml(fake_llm), "    models: [fast]\n", "    models: [cheap]\n")
     async with two_bots() as bots, running(home, fake_llm, bots, *extra) as gw:
         listed = await say(gw, bots.personal, "/model")
@@ -214,7 +250,8 @@ async def test_model_and_voice_choices_stay_with_their_bot_and_agent(home: Path,
         listed = await say(gw, bots.family, "/model")
         assert "• cheap: gpt-cheap (openai)" in listed and "fast" not in listed
         assert await say(gw, bots.family, "/model fast") == (
-            "There is no model called 'fast' here.\n" + listed)
+            "There is no model called 'fast' here.\n" + listed
+        )
         assert (await say(gw, bots.personal, "/model fast")).startswith("Switched to fast")
         assert await say(gw, bots.personal, "now?") == "echo: now? [users=1]"
         assert [r["model"] for r in fake_llm.openai_requests()] == ["gpt-fast"]
@@ -226,7 +263,8 @@ async def test_model_and_voice_choices_stay_with_their_bot_and_agent(home: Path,
         await say(gw, bots.family, "speak")
         await bots.family.wait_until(lambda: len(bots.family.voice_notes(ALICE)) == 1)
         assert (await say(gw, bots.personal, "/voice")).startswith(
-            "Voice replies follow the gateway's setting: answers come as text only.")
+            "Voice replies follow the gateway's setting: answers come as text only."
+        )
         await say(gw, bots.personal, "quiet")
         assert bots.personal.voice_notes() == []  # the other bot in the same chat stays text
         rows = gw.store.all("SELECT platform, account, chat_id, mode FROM chat_voice")
@@ -234,7 +272,8 @@ async def test_model_and_voice_choices_stay_with_their_bot_and_agent(home: Path,
 
 
 async def test_agents_list_shows_each_bots_health_from_the_running_daemon(
-        home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with two_bots() as bots, running(home, fake_llm, bots, web=True) as gw:
         assert await say(gw, bots.family, "hi") == "echo: hi [users=1]"
         capsys.readouterr()
@@ -248,12 +287,19 @@ async def test_agents_list_shows_each_bots_health_from_the_running_daemon(
 
 
 async def test_gateway_prompt_shows_the_named_agents_prompt(
-        home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with two_bots() as bots:
-        write_config(home, provider="anthropic", base_url=fake_llm.base_url,
-                     extra=agents_yaml(bots.personal, bots.family))
-    for agent, mine, theirs in (("home", HOME_IDENTITY, FAMILY_IDENTITY),
-                                ("family", FAMILY_IDENTITY, HOME_IDENTITY)):
+        write_config(
+            home,
+            provider="anthropic",
+            base_url=fake_llm.base_url,
+            extra=agents_yaml(bots.personal, bots.family),
+        )
+    for agent, mine, theirs in (
+        ("home", HOME_IDENTITY, FAMILY_IDENTITY),
+        ("family", FAMILY_IDENTITY, HOME_IDENTITY),
+    ):
         args = ["--home", str(home), "prompt", "--agent", agent, "--platform", "telegram"]
         assert main(args) == 0
         text = capsys.readouterr().out
@@ -262,15 +308,23 @@ async def test_gateway_prompt_shows_the_named_agents_prompt(
     assert "no agent named 'work' (agents: main, home, family)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("binding, key, message", [
-    ("{agent: work, platform: telegram}", "bindings[0].agent", "no agent named 'work'"),
-    ("{agent: home, platform: telegram, account: kids}", "bindings[0].account",
-     "no telegram account named 'kids'"),
-])
+@pytest.mark.parametrize(
+    "binding, key, message",
+    [
+        ("{agent: work, platform: telegram}", "bindings[0].agent", "no agent named 'work'"),
+        (
+            "{agent: home, platform: telegram, account: kids}",
+            "bindings[0].account",
+            "no telegram account named 'kids'",
+        ),
+    ],
+)
 def test_config_check_names_a_binding_to_nothing_with_file_and_line(
-        home: Path, capsys: pytest.CaptureFixture[str], binding: str, key: str,
-        message: str) -> None:
-    path = write_config(home, extra=f"""\
+    home: Path, capsys: pytest.CaptureFixture[str], binding: str, key: str, message: str
+) -> None:
+    path = write_config(
+        home,
+        extra=f"""\
         telegram:
           accounts:
             personal: {{token: '{HOME_TOKEN}'}}
@@ -278,7 +332,8 @@ def test_config_check_names_a_binding_to_nothing_with_file_and_line(
           home: {{identity: hi}}
         bindings:
           - {binding}
-        """)
+        """,
+    )
     assert main(["--home", str(home), "config", "check"]) == 78
     line = path.read_text().splitlines().index(f"  - {binding}") + 1
     assert f"{path}:{line}: {key}: {message}" in capsys.readouterr().err

@@ -16,7 +16,14 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_discord import MENTION, _no_wait, discord_yaml, wait_for
 from tests.approvals_support import DELETE, mcp_yaml, result_of, runs
-from tests.fakes.discord import BOT_ID, CHANNEL_ID, OTHER_USER_ID, USER_ID, DiscordMessage, FakeDiscord
+from tests.fakes.discord import (
+    BOT_ID,
+    CHANNEL_ID,
+    OTHER_USER_ID,
+    USER_ID,
+    DiscordMessage,
+    FakeDiscord,
+)
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import write_config
 from tests.lifecycle_support import FakeClock
@@ -25,14 +32,20 @@ APPROVAL_BUTTONS = ["Allow once", "Allow for this session", "Deny"]
 
 
 @asynccontextmanager
-async def daemon(home: Path, llm: FakeLLM, fake: FakeDiscord, folder: Path,
-                 clock: FakeClock | None = None) -> AsyncIterator[Gateway]:
+async def daemon(
+    home: Path, llm: FakeLLM, fake: FakeDiscord, folder: Path, clock: FakeClock | None = None
+) -> AsyncIterator[Gateway]:
     write_config(home, base_url=llm.base_url, extra=discord_yaml(fake, mcp_yaml(folder)))
     config = load_config(home, env={})
     assert config.discord is not None
-    gw = build_gateway(config, env={},
-                       adapters=[DiscordAdapter(config.discord, guild_ready_timeout=0.1)],
-                       probe_ollama=False, sleep=_no_wait, clock=clock or FakeClock())
+    gw = build_gateway(
+        config,
+        env={},
+        adapters=[DiscordAdapter(config.discord, guild_ready_timeout=0.1)],
+        probe_ollama=False,
+        sleep=_no_wait,
+        clock=clock or FakeClock(),
+    )
     running = Daemon(gw, install_signals=False)
     await running.start()
     try:
@@ -57,16 +70,22 @@ async def edited_away(fake: FakeDiscord, message_id: str) -> DiscordMessage:
 
 async def answers(fake: FakeDiscord, count: int) -> list[str]:
     """The bot's channel messages without buttons or ephemeral flags: what everybody reads."""
+
     def visible() -> list[str]:
-        return [m.content for m in fake.sent_messages(CHANNEL_ID)
-                if not m.visible_to and m.id not in requests]
+        return [
+            m.content
+            for m in fake.sent_messages(CHANNEL_ID)
+            if not m.visible_to and m.id not in requests
+        ]
+
     requests = {m.id for m in fake.sent_messages(CHANNEL_ID) if m.components or m.edits}
     await wait_for(lambda: len(visible()) >= count)
     return visible()
 
 
 async def test_only_the_asker_can_allow_and_allow_once_runs_once(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
+) -> None:
     fake = fake_discord
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted the report."))
     async with daemon(home, fake_llm, fake, tmp_path) as gw:
@@ -90,8 +109,9 @@ async def test_only_the_asker_can_allow_and_allow_once_runs_once(
         assert closed.content.endswith("✅ Allowed once by Alice.")
         # An old client still showing the buttons clicks again: nothing runs twice, the clicker
         # hears why.
-        await fake.push_component(CHANNEL_ID, request.id,
-                                  request.components[0]["components"][0]["custom_id"])
+        await fake.push_component(
+            CHANNEL_ID, request.id, request.components[0]["components"][0]["custom_id"]
+        )
         await wait_for(lambda: bool(fake.ephemerals(USER_ID)))
         again = fake.ephemerals(USER_ID)[0].content
         assert again.startswith("Already answered. ✅ Allowed once by Alice")
@@ -103,7 +123,8 @@ async def test_only_the_asker_can_allow_and_allow_once_runs_once(
 
 
 async def test_deny_runs_nothing_and_the_model_says_so(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
+) -> None:
     fake = fake_discord
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("All right, /srv/a stays."))
     async with daemon(home, fake_llm, fake, tmp_path):
@@ -118,7 +139,8 @@ async def test_deny_runs_nothing_and_the_model_says_so(
 
 
 async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
-         home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
+) -> None:
     fake, clock = fake_discord, FakeClock()
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted /srv/b."))
     async with daemon(home, fake_llm, fake, tmp_path, clock):
@@ -136,10 +158,12 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
 
 
 async def test_an_expired_request_runs_nothing(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
+) -> None:
     fake, clock = fake_discord, FakeClock()
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}),
-                    Reply("Nobody allowed it, so /srv/c stays."))
+    fake_llm.script(
+        ToolCall(DELETE, {"path": "/srv/c"}), Reply("Nobody allowed it, so /srv/c stays.")
+    )
     async with daemon(home, fake_llm, fake, tmp_path, clock) as gw:
         assert gw.waits is not None
         await fake.push_message(CHANNEL_ID, f"{MENTION} delete /srv/c", mentions=[BOT_ID])
@@ -148,15 +172,20 @@ async def test_an_expired_request_runs_nothing(
         assert gw.waits.expire_due() == 1
         assert (await answers(fake, 1))[-1] == "Nobody allowed it, so /srv/c stays."
         closed = await edited_away(fake, request.id)
-    assert closed.content.endswith("⌛ Expired: nobody answered within 10 minutes. Nothing was run.")
+    assert closed.content.endswith(
+        "⌛ Expired: nobody answered within 10 minutes. Nothing was run."
+    )
     assert runs(tmp_path) == []
 
 
 async def test_ask_with_two_options_returns_the_clicked_one(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
+) -> None:
     fake = fake_discord
-    fake_llm.script(ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
-                    Reply("Coffee it is."))
+    fake_llm.script(
+        ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
+        Reply("Coffee it is."),
+    )
     async with daemon(home, fake_llm, fake, tmp_path):
         await fake.push_message(CHANNEL_ID, f"{MENTION} make me a drink", mentions=[BOT_ID])
         request = await request_in(fake)

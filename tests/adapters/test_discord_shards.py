@@ -56,13 +56,16 @@ def shards_of(fake: FakeDiscord) -> dict[str, list[int]]:
     return found
 
 
-async def test_a_recommended_shard_count_of_two_connects_both_shards(home: Path,
-                                                                     fake_llm: FakeLLM) -> None:
+async def test_a_recommended_shard_count_of_two_connects_both_shards(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     async with sharded_discord(2) as fake, running(home, fake_llm, fake, "  shards: auto\n") as run:
         assert fake.shard_of(GUILD_ID, 2) != fake.shard_of(SECOND_GUILD, 2)
         assert sorted(i["shard"] for i in fake.identifies) == [[0, 2], [1, 2]]  # both IDENTIFY
-        assert shards_of(fake) == {GUILD_ID: [fake.shard_of(GUILD_ID, 2)],
-                                   SECOND_GUILD: [fake.shard_of(SECOND_GUILD, 2)]}
+        assert shards_of(fake) == {
+            GUILD_ID: [fake.shard_of(GUILD_ID, 2)],
+            SECOND_GUILD: [fake.shard_of(SECOND_GUILD, 2)],
+        }
         client = run.adapter._client
         assert isinstance(client, discord.AutoShardedClient) and client.shard_count == 2
         await fake.push_message(CHANNEL_ID, f"{MENTION} first server", mentions=[BOT_ID])

@@ -18,16 +18,22 @@ from tests.helpers import require
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    require(None if shutil.which("bwrap")
-            else "bubblewrap is not installed (apt install bubblewrap)")
+    require(
+        None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)"
+    )
 
 
 async def test_the_file_a_command_wrote_is_posted_as_an_attachment(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
-    shell = (f"access:\n  admins: ['discord:{USER_ID}']\n"
-             "tools:\n  shell:\n    enabled: true\n    approve: never\n")
-    fake_llm.script(ToolCall("shell", {"command": "seq 3 > numbers.txt",
-                                       "attach": ["numbers.txt"]}), Reply("Attached."))
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
+    shell = (
+        f"access:\n  admins: ['discord:{USER_ID}']\n"
+        "tools:\n  shell:\n    enabled: true\n    approve: never\n"
+    )
+    fake_llm.script(
+        ToolCall("shell", {"command": "seq 3 > numbers.txt", "attach": ["numbers.txt"]}),
+        Reply("Attached."),
+    )
     async with running(home, fake_llm, fake_discord, shell):
         await fake_discord.push_message(DM, "count to three into a file")
         await fake_discord.wait_for_sent(DM, count=2)

@@ -1,6 +1,6 @@
-"""Discord live previews end to end: real discord.py against the fake REST + gateway (its buckets on the test's
-virtual clock, with Discord's real 5 requests per 5 s per channel), the whole gateway on the same clock, and the
-fake LLM streaming for real, held piece by piece by a StreamGate."""
+"""Discord live previews end to end: real discord.py against the fake REST + gateway (its buckets on
+the test's virtual clock, with Discord's real 5 requests per 5 s per channel), the whole gateway on
+the same clock, and the fake LLM streaming for real, held piece by piece by a StreamGate."""
 
 from __future__ import annotations
 
@@ -15,31 +15,50 @@ from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway
 from tests.adapters.test_discord import MENTION, discord_yaml
 from tests.adapters.test_telegram import VirtualTime
-from tests.fakes.discord import BOT_ID, CHANNEL_ID, DiscordMessage, FakeDiscord, patch_discord_urls, snowflake
+from tests.fakes.discord import (
+    BOT_ID,
+    CHANNEL_ID,
+    DiscordMessage,
+    FakeDiscord,
+    patch_discord_urls,
+    snowflake,
+)
 from tests.fakes.llm import FakeLLM, Paced, Reply, StreamGate
 from tests.helpers import write_config
 
-ANSWER = ("Sure. Here is how:\n\n1. open the **settings**\n2. pick a file\n\n```python\nprint('done')\n```\n"
-          "That is the whole of it.")
+ANSWER = (
+    "Sure. Here is how:\n\n1. open the **settings**\n2. "
+    "pick a file\n\n```python\nprint('done')\n```\n"
+    "That is the whole of it."
+)
 EDIT = "streaming:\n  by_platform:\n    discord: edit\n"
 
 
 @asynccontextmanager
 async def discord_fake(virtual: VirtualTime) -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord(clock=virtual.monotonic, bucket_clock=virtual.monotonic, bucket_window=5.0) as fake:
+    async with FakeDiscord(
+        clock=virtual.monotonic, bucket_clock=virtual.monotonic, bucket_window=5.0
+    ) as fake:
         with patch_discord_urls(fake):
             yield fake
 
 
 @asynccontextmanager
-async def running(home: Path, llm: FakeLLM, fake: FakeDiscord, virtual: VirtualTime,
-                  extra: str = EDIT) -> AsyncIterator[Gateway]:
+async def running(
+    home: Path, llm: FakeLLM, fake: FakeDiscord, virtual: VirtualTime, extra: str = EDIT
+) -> AsyncIterator[Gateway]:
     write_config(home, provider="anthropic", base_url=llm.base_url, extra=discord_yaml(fake, extra))
     config = load_config(home, env={})
     assert config.discord is not None
     adapter = DiscordAdapter(config.discord, guild_ready_timeout=0.1)
-    gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False, sleep=virtual.sleep,
-                       monotonic=virtual.monotonic)
+    gw = build_gateway(
+        config,
+        env={},
+        adapters=[adapter],
+        probe_ollama=False,
+        sleep=virtual.sleep,
+        monotonic=virtual.monotonic,
+    )
     daemon = Daemon(gw, install_signals=False)
     await daemon.start()
     try:
@@ -49,7 +68,8 @@ async def running(home: Path, llm: FakeLLM, fake: FakeDiscord, virtual: VirtualT
 
 
 def updates(fake: FakeDiscord) -> int:
-    """How many versions of the bot's first message in the channel people have seen (posted + edits)."""
+    """How many versions of the bot's first message in
+    the channel people have seen (posted + edits)."""
     sent = fake.sent_messages(CHANNEL_ID)
     return len(sent[0].edits) + 1 if sent else 0
 
@@ -62,18 +82,23 @@ async def piece_by_piece(fake: FakeDiscord, gate: StreamGate, count: int = 3) ->
 
 
 async def final(fake: FakeDiscord) -> DiscordMessage:
-    await fake.wait_until(lambda: updates(fake) > 0 and fake.sent_messages(CHANNEL_ID)[0].content.endswith("it."), 10)
+    await fake.wait_until(
+        lambda: updates(fake) > 0 and fake.sent_messages(CHANNEL_ID)[0].content.endswith("it."), 10
+    )
     return fake.sent_messages(CHANNEL_ID)[0]
 
 
-async def test_a_channel_sees_one_message_grow_and_become_the_answer(home: Path, tmp_path: Path,
-                                                                      fake_llm: FakeLLM) -> None:
+async def test_a_channel_sees_one_message_grow_and_become_the_answer(
+    home: Path, tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     virtual = VirtualTime()
     async with discord_fake(virtual) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:
-            asked = await fake.push_message(CHANNEL_ID, f"{MENTION} how do I do it?", mentions=[BOT_ID])
+            asked = await fake.push_message(
+                CHANNEL_ID, f"{MENTION} how do I do it?", mentions=[BOT_ID]
+            )
             await piece_by_piece(fake, gate)
             message = await final(fake)
             await gw.sessions.wait_idle()
@@ -91,13 +116,18 @@ async def test_a_channel_sees_one_message_grow_and_become_the_answer(home: Path,
             await fake2.push_message(CHANNEL_ID, f"{MENTION} how do I do it?", mentions=[BOT_ID])
             plain = await fake2.wait_for_sent(CHANNEL_ID)
             await gw2.sessions.wait_idle()
-    assert message.content == plain.content and plain.edits == ()  # byte for byte what streaming off sends
+    # byte for byte what streaming off sends
+    assert message.content == plain.content and plain.edits == ()
 
 
 async def test_a_code_fence_cut_by_the_stream_is_always_closed(home: Path) -> None:
     gate = StreamGate()
     virtual = VirtualTime()
-    code = "Look:\n```python\n" + "".join(f"x{i} = {i}  # *note* {i}\n" for i in range(10)) + "```\nThat is it."
+    code = (
+        "Look:\n```python\n"
+        + "".join(f"x{i} = {i}  # *note* {i}\n" for i in range(10))
+        + "```\nThat is it."
+    )
     async with discord_fake(virtual) as fake, FakeLLM(stream_chunk_chars=19) as llm:
         llm.script(Paced(Reply(code), gate=gate))
         async with running(home, llm, fake, virtual) as gw:
@@ -110,38 +140,56 @@ async def test_a_code_fence_cut_by_the_stream_is_always_closed(home: Path) -> No
     assert fake.bucket_violations == []
 
 
-async def test_a_kill_mid_stream_gives_one_answer_in_the_preview(home: Path, fake_llm: FakeLLM) -> None:
+async def test_a_kill_mid_stream_gives_one_answer_in_the_preview(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     virtual = VirtualTime()
     async with discord_fake(virtual) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate), Reply(ANSWER))
         async with running(home, fake_llm, fake, virtual, EDIT + "daemon:\n  drain_seconds: 0\n"):
-            await fake.push_message(CHANNEL_ID, f"{MENTION} how do I do it?", mentions=[BOT_ID],
-                                    message_id=snowflake())  # dated now: young enough to be answered after a restart
+            await fake.push_message(
+                CHANNEL_ID,
+                f"{MENTION} how do I do it?",
+                mentions=[BOT_ID],
+                # dated now: young enough to be answered after a restart
+                message_id=snowflake(),
+            )
             gate.release(2)
             await fake.wait_until(lambda: updates(fake) >= 2, 10)
-        gate.release_all()  # the daemon died mid-answer; the next one, a while later, answers it again
+        # the daemon died mid-answer; the next one, a while later, answers it again
+        gate.release_all()
         virtual.t += 5.0
         async with running(home, fake_llm, fake, virtual) as gw:
             message = await final(fake)
             await gw.sessions.wait_idle()
-    assert [m.id for m in fake.sent_messages(CHANNEL_ID)] == [message.id]  # the stale preview became the answer
+    # the stale preview became the answer
+    assert [m.id for m in fake.sent_messages(CHANNEL_ID)] == [message.id]
     assert fake.bucket_violations == []
 
 
 async def test_a_slash_command_answer_has_no_preview(home: Path, fake_llm: FakeLLM) -> None:
-    """/ask already shows the interaction's "thinking…": the answer is the interaction's, with no preview."""
+    """/ask already shows the interaction's "thinking…":
+    the answer is the interaction's, with no preview."""
     gate = StreamGate()
     virtual = VirtualTime()
     async with discord_fake(virtual) as fake:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate))
         async with running(home, fake_llm, fake, virtual) as gw:
-            await fake.push_interaction("ask", options=[{"name": "prompt", "type": 3, "value": "how do I do it?"}])
+            await fake.push_interaction(
+                "ask", options=[{"name": "prompt", "type": 3, "value": "how do I do it?"}]
+            )
             for _ in range(3):
                 gate.release(1)
             gate.release_all()
-            await fake.wait_until(lambda: bool(fake.sent) and fake.sent[-1].content.endswith("it."), 10)
+            await fake.wait_until(
+                lambda: bool(fake.sent) and fake.sent[-1].content.endswith("it."), 10
+            )
             await gw.sessions.wait_idle()
-    assert [m.via for m in fake.sent] == ["interaction"] and fake.sent[0].content.endswith("whole of it.")
-    assert fake.calls_to(lambda c: f"/channels/{CHANNEL_ID}/messages" in c.path) == []  # no post, no edit
-    assert len(fake.calls_to(lambda c: c.path.endswith("/messages/@original"))) == 1  # the answer, once
+    assert [m.via for m in fake.sent] == ["interaction"] and fake.sent[0].content.endswith(
+        "whole of it."
+    )
+    # no post, no edit
+    assert fake.calls_to(lambda c: f"/channels/{CHANNEL_ID}/messages" in c.path) == []
+    # the answer, once
+    assert len(fake.calls_to(lambda c: c.path.endswith("/messages/@original"))) == 1

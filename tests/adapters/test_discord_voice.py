@@ -20,18 +20,22 @@ HEARD = "echo: [voice note, transcribed] what's the weather tomorrow [users=1]"
 
 
 def voice_yaml(stt: FakeTranscription, speech: FakeSpeech, replies: str = "auto") -> str:
-    return (f"media:\n  transcription:\n    base_url: {stt.v1_url}\n"
-            f"voice:\n  replies: {replies}\n  tts:\n    provider: openai\n"
-            f"    base_url: {speech.v1_url}\n")
+    return (
+        f"media:\n  transcription:\n    base_url: {stt.v1_url}\n"
+        f"voice:\n  replies: {replies}\n  tts:\n    provider: openai\n"
+        f"    base_url: {speech.v1_url}\n"
+    )
 
 
 async def test_a_voice_message_is_answered_with_text_then_a_voice_message(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
     async with FakeTranscription(api_key=None) as stt, FakeSpeech(api_key=None) as speech:
         stt.says(VOICE_NOTE, "what's the weather tomorrow")
         async with running(home, fake_llm, fake_discord, voice_yaml(stt, speech)) as run:
-            voice = fake_discord.add_attachment(VOICE_NOTE, "voice-message.ogg", "audio/ogg",
-                                                channel_id=DM, voice=True)
+            voice = fake_discord.add_attachment(
+                VOICE_NOTE, "voice-message.ogg", "audio/ogg", channel_id=DM, voice=True
+            )
             await fake_discord.push_message(DM, "", attachments=[voice], flags=VOICE_MESSAGE_FLAG)
             await fake_discord.wait_for_sent(DM, count=2)
             text, note = fake_discord.sent_messages(DM)
@@ -51,7 +55,8 @@ async def test_a_voice_message_is_answered_with_text_then_a_voice_message(
 
 
 async def test_a_channel_that_refuses_voice_messages_gets_an_audio_file(
-        home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
+    home: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
     async with FakeTranscription(api_key=None) as stt, FakeSpeech(api_key=None) as speech:
         fake_discord.refuse_voice(CHANNEL_ID)
         always = voice_yaml(stt, speech, replies="always")

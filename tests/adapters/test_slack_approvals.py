@@ -52,6 +52,7 @@ async def edited_away(fake: FakeSlack, channel: str, ts: str) -> SlackMessage:
     def closed() -> bool:
         message = _current(fake, channel, ts)
         return not message.buttons() and bool(message.edits)
+
     await fake.wait_until(closed)
     return _current(fake, channel, ts)
 
@@ -62,18 +63,23 @@ def _current(fake: FakeSlack, channel: str, ts: str) -> SlackMessage:
 
 async def answer_in(fake: FakeSlack, channel: str, count: int) -> str:
     """The count-th message of the bot that is no request (requests start with 🔐 or ❓)."""
+
     def answers() -> list[str]:
         return [m.text for m in fake.posted(channel) if not m.text.startswith(("🔐", "❓"))]
+
     await fake.wait_until(lambda: len(answers()) >= count)
     return answers()[count - 1]
 
 
 @pytest.mark.parametrize("mode", ["socket", "http"])
 async def test_only_the_asker_can_allow_and_allow_once_runs_once(
-        home: Path, fake_llm: FakeLLM, mode: str, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, mode: str, tmp_path: Path
+) -> None:
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted the report."))
-    async with FakeSlack(users=USERS) as fake, running(home, fake_llm, fake, mcp_yaml(tmp_path),
-                                                       mode=mode) as run:
+    async with (
+        FakeSlack(users=USERS) as fake,
+        running(home, fake_llm, fake, mcp_yaml(tmp_path), mode=mode) as run,
+    ):
         slack = Slack(fake, run, mode)
         await slack.say(mention(f"<@{BOT_USER_ID}> delete the report"), "EvAsk")
         request = await request_in(fake, CHANNEL)
@@ -82,8 +88,9 @@ async def test_only_the_asker_can_allow_and_allow_once_runs_once(
         styles = [b.get("style") for b in request.blocks[1]["elements"]]
         assert styles == ["primary", None, "danger"]
 
-        await slack.click(fake.block_actions(CHANNEL, request.ts, "Allow once", user_id=BOB,
-                                             user_name="bob"))
+        await slack.click(
+            fake.block_actions(CHANNEL, request.ts, "Allow once", user_id=BOB, user_name="bob")
+        )
         await fake.wait_until(lambda: bool(fake.ephemeral_for(BOB)))
         assert fake.ephemeral_for(BOB) == ["Only Alice (who asked) or an admin can answer this."]
         assert _current(fake, CHANNEL, request.ts).buttons() == APPROVAL_BUTTONS
@@ -104,10 +111,13 @@ async def test_only_the_asker_can_allow_and_allow_once_runs_once(
 
 
 async def test_deny_runs_nothing_and_the_model_says_so(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("All right, /srv/a stays."))
-    async with FakeSlack(users=USERS) as fake, \
-            running(home, fake_llm, fake, mcp_yaml(tmp_path)) as run:
+    async with (
+        FakeSlack(users=USERS) as fake,
+        running(home, fake_llm, fake, mcp_yaml(tmp_path)) as run,
+    ):
         slack = Slack(fake, run, "socket")
         await slack.say(dm("delete /srv/a"), "EvA")
         request = await request_in(fake, DM)
@@ -121,7 +131,8 @@ async def test_deny_runs_nothing_and_the_model_says_so(
 
 @pytest.mark.parametrize("mode", ["socket", "http"])
 async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
-        home: Path, fake_llm: FakeLLM, mode: str, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, mode: str, tmp_path: Path
+) -> None:
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted /srv/b."))
     async with FakeSlack(users=USERS) as fake:
         async with running(home, fake_llm, fake, mcp_yaml(tmp_path), mode=mode) as run:
@@ -137,13 +148,17 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
 
 
 async def test_an_expired_request_runs_nothing(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     """The request's own timer, on the injected clock: moving it past the 10 minutes expires the
     request."""
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}),
-                    Reply("Nobody allowed it, so /srv/c stays."))
-    async with FakeSlack(users=USERS) as fake, \
-            running(home, fake_llm, fake, mcp_yaml(tmp_path)) as run:
+    fake_llm.script(
+        ToolCall(DELETE, {"path": "/srv/c"}), Reply("Nobody allowed it, so /srv/c stays.")
+    )
+    async with (
+        FakeSlack(users=USERS) as fake,
+        running(home, fake_llm, fake, mcp_yaml(tmp_path)) as run,
+    ):
         await Slack(fake, run, "socket").say(dm("delete /srv/c"), "EvC")
         request = await request_in(fake, DM)
         await run.clock.advance(599)
@@ -160,11 +175,16 @@ async def fake_llm_calls(llm: FakeLLM) -> int:
 
 
 async def test_ask_with_two_options_returns_the_clicked_one(
-        home: Path, fake_llm: FakeLLM, tmp_path: Path) -> None:
-    fake_llm.script(ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
-                    Reply("Coffee it is."))
-    async with FakeSlack(users=USERS) as fake, \
-            running(home, fake_llm, fake, mcp_yaml(tmp_path)) as run:
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
+        Reply("Coffee it is."),
+    )
+    async with (
+        FakeSlack(users=USERS) as fake,
+        running(home, fake_llm, fake, mcp_yaml(tmp_path)) as run,
+    ):
         slack = Slack(fake, run, "socket")
         await slack.say(dm("make me a drink"), "EvD")
         request = await request_in(fake, DM)

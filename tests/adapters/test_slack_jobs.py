@@ -1,6 +1,6 @@
-"""`/agent jobs` on Slack: Slack keeps a bare `/jobs` typed in a message for slash commands of its own, so the
-jobs command rides on the gateway's slash command (`/agent jobs`, `/agent jobs cancel ID`), answered only to the
-asker. Real slack-bolt over Socket Mode against the fake Slack."""
+"""`/agent jobs` on Slack: Slack keeps a bare `/jobs` typed in a message for slash commands of its
+own, so the jobs command rides on the gateway's slash command (`/agent jobs`, `/agent jobs cancel
+ID`), answered only to the asker. Real slack-bolt over Socket Mode against the fake Slack."""
 
 from __future__ import annotations
 
@@ -22,18 +22,31 @@ async def slack() -> AsyncIterator[FakeSlack]:
         yield fake
 
 
-async def test_agent_jobs_lists_and_cancels_the_askers_jobs(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
-    fake_llm.script(ToolCall("schedule", {"action": "create", "when": "0 9 * * 1", "prompt": "Weekly plan.",
-                                          "name": "plan"}), Reply("Every Monday at 9."))
+async def test_agent_jobs_lists_and_cancels_the_askers_jobs(
+    home: Path, fake_llm: FakeLLM, slack: FakeSlack
+) -> None:
+    fake_llm.script(
+        ToolCall(
+            "schedule",
+            {"action": "create", "when": "0 9 * * 1", "prompt": "Weekly plan.", "name": "plan"},
+        ),
+        Reply("Every Monday at 9."),
+    )
     async with running(home, fake_llm, slack, "schedule:\n  timezone: UTC\n") as run:
-        await slack.push_slash_command("/agent", "plan my week every monday", channel_id=CHANNEL, trigger_id="t1")
+        await slack.push_slash_command(
+            "/agent", "plan my week every monday", channel_id=CHANNEL, trigger_id="t1"
+        )
         await slack.wait_until(lambda: len(slack.responses) >= 1)
         await slack.push_slash_command("/agent", "jobs", channel_id=CHANNEL, trigger_id="t2")
         await slack.wait_until(lambda: len(slack.responses) >= 2)
         listing = slack.responses[1]
         assert listing["response_type"] == "ephemeral"
-        assert listing["text"].startswith('Your scheduled jobs:\n#1 "plan": cron `0 9 * * mon` (UTC); next ')
-        await slack.push_slash_command("/agent", "jobs cancel 1", channel_id=CHANNEL, trigger_id="t3")
+        assert listing["text"].startswith(
+            'Your scheduled jobs:\n#1 "plan": cron `0 9 * * mon` (UTC); next '
+        )
+        await slack.push_slash_command(
+            "/agent", "jobs cancel 1", channel_id=CHANNEL, trigger_id="t3"
+        )
         await slack.wait_until(lambda: len(slack.responses) >= 3)
         assert slack.responses[2]["text"] == 'Cancelled job #1 "plan".'
         assert job_rows(run.gw)[0]["state"] == "cancelled"
@@ -45,14 +58,29 @@ def reminders(slack: FakeSlack) -> list[str]:
 
 
 @pytest.mark.parametrize("how", ["deactivated", "unknown to Slack"])
-async def test_a_job_stops_once_its_creators_account_is_deactivated(how: str, home: Path, fake_llm: FakeLLM,
-                                                                   slack: FakeSlack) -> None:
-    """Someone who left the company (their Slack account deactivated) is still on the allowlist in config.yaml;
-    their hourly job must not go on posting in the team's channel. Slack is asked (users.info) before each run."""
-    fake_llm.script(ToolCall("schedule", {"action": "create", "when": "0 * * * *", "prompt": "Post the standup.",
-                                          "name": "standup"}), Reply("Hourly."), Reply("Standup time."))
+async def test_a_job_stops_once_its_creators_account_is_deactivated(
+    how: str, home: Path, fake_llm: FakeLLM, slack: FakeSlack
+) -> None:
+    """Someone who left the company (their Slack account deactivated) is still on the allowlist in
+    config.yaml; their hourly job must not go on posting in the team's channel. Slack is asked
+    (users.info) before each run."""
+    fake_llm.script(
+        ToolCall(
+            "schedule",
+            {
+                "action": "create",
+                "when": "0 * * * *",
+                "prompt": "Post the standup.",
+                "name": "standup",
+            },
+        ),
+        Reply("Hourly."),
+        Reply("Standup time."),
+    )
     async with running(home, fake_llm, slack, "schedule:\n  timezone: UTC\n") as run:
-        await slack.push_slash_command("/agent", "standup reminder every hour", channel_id=CHANNEL, trigger_id="t1")
+        await slack.push_slash_command(
+            "/agent", "standup reminder every hour", channel_id=CHANNEL, trigger_id="t1"
+        )
         await slack.wait_until(lambda: len(job_rows(run.gw)) == 1 and len(slack.responses) >= 1)
         assert job_rows(run.gw)[0]["space_id"] == TEAM_ID
         run.clock.t += 3600
@@ -67,14 +95,26 @@ async def test_a_job_stops_once_its_creators_account_is_deactivated(how: str, ho
         [job] = job_rows(run.gw)
         gone = f"slack:{ALICE} is no longer a member of workspace {TEAM_ID}"
         assert (job["state"], job["state_reason"]) == ("stopped", gone)
-        assert len(reminders(slack)) == 1 and len(run_rows(run.gw)) == 1 and len(fake_llm.calls) == 3
+        assert (
+            len(reminders(slack)) == 1 and len(run_rows(run.gw)) == 1 and len(fake_llm.calls) == 3
+        )
 
 
-async def test_when_slack_cannot_say_the_job_runs(home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
-    fake_llm.script(ToolCall("schedule", {"action": "create", "when": "1h", "prompt": "Post the standup.",
-                                          "name": "standup"}), Reply("In an hour."), Reply("Standup time."))
+async def test_when_slack_cannot_say_the_job_runs(
+    home: Path, fake_llm: FakeLLM, slack: FakeSlack
+) -> None:
+    fake_llm.script(
+        ToolCall(
+            "schedule",
+            {"action": "create", "when": "1h", "prompt": "Post the standup.", "name": "standup"},
+        ),
+        Reply("In an hour."),
+        Reply("Standup time."),
+    )
     async with running(home, fake_llm, slack, "schedule:\n  timezone: UTC\n") as run:
-        await slack.push_slash_command("/agent", "standup reminder in an hour", channel_id=CHANNEL, trigger_id="t1")
+        await slack.push_slash_command(
+            "/agent", "standup reminder in an hour", channel_id=CHANNEL, trigger_id="t1"
+        )
         await slack.wait_until(lambda: len(job_rows(run.gw)) == 1 and len(slack.responses) >= 1)
         slack.fail("users.info", Fault(500))
         run.clock.t += 3600

@@ -21,19 +21,22 @@ from tests.helpers import require
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    require(None if shutil.which("bwrap")
-            else "bubblewrap is not installed (apt install bubblewrap)")
+    require(
+        None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)"
+    )
 
 
 SHELL = f"access:\n  admins: ['slack:{ALICE}']\ntools:\n  shell:\n    enabled: true\n"
 
 
 async def test_an_allowed_command_uploads_the_file_it_wrote_to_the_dm(
-        home: Path, fake_llm: FakeLLM) -> None:
+    home: Path, fake_llm: FakeLLM
+) -> None:
     command = "printf 'a,b\\n1,2\\n' > out/table.csv"
-    fake_llm.script(ToolCall("shell", {"command": f"mkdir out; {command}",
-                                       "attach": ["out/table.csv"]}),
-                    Reply("Here is the table."))
+    fake_llm.script(
+        ToolCall("shell", {"command": f"mkdir out; {command}", "attach": ["out/table.csv"]}),
+        Reply("Here is the table."),
+    )
     async with FakeSlack(users=USERS) as fake, running(home, fake_llm, fake, SHELL) as run:
         socket = SocketModeEvents(fake, retry_delays=(0.0, 0.0, 0.0))
         await socket.deliver(dm("make me a table"), event_id="EvTable")

@@ -27,15 +27,19 @@ async def slack() -> AsyncIterator[FakeSlack]:
 
 
 def voice_yaml(stt: FakeTranscription, speech: FakeSpeech, replies: str = "auto") -> str:
-    return (f"media:\n  transcription:\n    base_url: {stt.v1_url}\n"
-            f"voice:\n  replies: {replies}\n  tts:\n    provider: openai\n"
-            f"    base_url: {speech.v1_url}\n")
+    return (
+        f"media:\n  transcription:\n    base_url: {stt.v1_url}\n"
+        f"voice:\n  replies: {replies}\n  tts:\n    provider: openai\n"
+        f"    base_url: {speech.v1_url}\n"
+    )
 
 
 async def uploaded_to(slack: FakeSlack, channel: str) -> dict[str, Any]:
     """The file the bot uploaded and shared in `channel`, once there is one."""
+
     def find() -> dict[str, Any] | None:
         return next((f for f in slack.files.values() if f.get("channel") == channel), None)
+
     await slack.wait_until(lambda: find() is not None)
     found = find()
     assert found is not None
@@ -43,16 +47,19 @@ async def uploaded_to(slack: FakeSlack, channel: str) -> dict[str, Any]:
 
 
 async def test_an_audio_clip_is_answered_with_text_then_an_audio_file_in_the_thread(
-        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    home: Path, fake_llm: FakeLLM, slack: FakeSlack
+) -> None:
     async with FakeTranscription(api_key=None) as stt, FakeSpeech(api_key=None) as speech:
         stt.says(VOICE_NOTE, "please summarize the thread")
         async with running(home, fake_llm, slack, voice_yaml(stt, speech)):
-            clip = slack.add_file(VOICE_NOTE, "audio_message.webm", "audio/webm",
-                                  subtype="slack_audio")
+            clip = slack.add_file(
+                VOICE_NOTE, "audio_message.webm", "audio/webm", subtype="slack_audio"
+            )
             await slack.push_event(dm("", subtype="file_share", files=[clip]))
             text = await slack.wait_for_post(DM)
-            assert text.text == ("echo: [voice note, transcribed] please summarize the thread "
-                                 "[users=1]")
+            assert text.text == (
+                "echo: [voice note, transcribed] please summarize the thread [users=1]"
+            )
             uploaded = await uploaded_to(slack, DM)
             assert uploaded["filename"] == "voice-reply.ogg" and uploaded["title"] == "Voice reply"
             assert uploaded["thread_ts"] == text.thread_ts
@@ -65,7 +72,8 @@ async def test_an_audio_clip_is_answered_with_text_then_an_audio_file_in_the_thr
 
 
 async def test_in_a_channel_the_note_follows_the_answer_into_its_thread(
-        home: Path, fake_llm: FakeLLM, slack: FakeSlack) -> None:
+    home: Path, fake_llm: FakeLLM, slack: FakeSlack
+) -> None:
     async with FakeTranscription(api_key=None) as stt, FakeSpeech(api_key=None) as speech:
         async with running(home, fake_llm, slack, voice_yaml(stt, speech, replies="always")):
             await slack.push_event(mention("<@UBOT> how are you"))
@@ -77,7 +85,8 @@ async def test_in_a_channel_the_note_follows_the_answer_into_its_thread(
 
 
 async def test_without_files_write_the_text_still_goes_and_nothing_is_retried(
-        home: Path, fake_llm: FakeLLM, slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    home: Path, fake_llm: FakeLLM, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
     slack.files_write = False
     async with FakeTranscription(api_key=None) as stt, FakeSpeech(api_key=None) as speech:
         async with running(home, fake_llm, slack, voice_yaml(stt, speech, replies="always")) as run:

@@ -25,8 +25,14 @@ APPROVAL_BUTTONS = ["Allow once", "Allow for this session", "Deny"]
 
 
 @asynccontextmanager
-async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path,
-                 clock: FakeClock | None = None, extra: str = "") -> AsyncIterator[Gateway]:
+async def daemon(
+    home: Path,
+    llm: FakeLLM,
+    tg: FakeTelegram,
+    folder: Path,
+    clock: FakeClock | None = None,
+    extra: str = "",
+) -> AsyncIterator[Gateway]:
     """One life of the daemon, as `gateway run` builds it; stopped (drained) after."""
     write_config(home, base_url=llm.base_url, extra=telegram_yaml(tg, mcp_yaml(folder) + extra))
     config = load_config(home, env={})
@@ -34,9 +40,15 @@ async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, folder: Path,
     virtual = VirtualTime()
     tg.clock = virtual.monotonic
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
-    gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False,
-                       clock=clock or FakeClock(),
-                       sleep=virtual.sleep, monotonic=virtual.monotonic)
+    gw = build_gateway(
+        config,
+        env={},
+        adapters=[adapter],
+        probe_ollama=False,
+        clock=clock or FakeClock(),
+        sleep=virtual.sleep,
+        monotonic=virtual.monotonic,
+    )
     running = Daemon(gw, install_signals=False)
     await running.start()
     try:
@@ -53,13 +65,15 @@ async def request_in(tg: FakeTelegram, chat: int, count: int = 1) -> SentMessage
 
 async def edited_away(tg: FakeTelegram, chat: int, message_id: int) -> SentMessage:
     """The request once its keyboard is gone (the edit that shows its outcome)."""
-    await tg.wait_until(lambda: not tg.buttons(chat, message_id),
-                        describe=lambda: "the keyboard stayed")
+    await tg.wait_until(
+        lambda: not tg.buttons(chat, message_id), describe=lambda: "the keyboard stayed"
+    )
     return next(m for m in tg.sent_messages(chat) if m.message_id == message_id)
 
 
 async def test_in_a_group_only_the_asker_can_allow_and_allow_once_runs_once(
-         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/report.txt"}), Reply("Deleted the report."))
     async with daemon(home, fake_llm, tg, tmp_path) as gw:
@@ -70,8 +84,9 @@ async def test_in_a_group_only_the_asker_can_allow_and_allow_once_runs_once(
         assert "(asked by Alice)" in request.text and "/approve" not in request.text
         assert any(e["type"] == "code" for e in request.entities)  # the argument as Telegram code
 
-        bobs = tg.tap(GROUP, request.message_id, "Allow once", user_id=BOB, username="bob",
-                      first_name="Bob")
+        bobs = tg.tap(
+            GROUP, request.message_id, "Allow once", user_id=BOB, username="bob", first_name="Bob"
+        )
         refused = await tg.wait_for_answer(bobs)
         assert refused["text"] == "Only Alice (who asked) or an admin can answer this."
         assert tg.buttons(GROUP, request.message_id) == APPROVAL_BUTTONS and runs(tmp_path) == []
@@ -85,9 +100,11 @@ async def test_in_a_group_only_the_asker_can_allow_and_allow_once_runs_once(
         assert shown.text.endswith("✅ Allowed once by Alice.") and "/srv/report.txt" in shown.text
 
         # A second device still showing the old keyboard taps again: nothing runs twice.
-        again = tg.inject_callback(GROUP, request.message_id,
-                                   request.reply_markup["inline_keyboard"][0][0]
-                                   ["callback_data"])
+        again = tg.inject_callback(
+            GROUP,
+            request.message_id,
+            request.reply_markup["inline_keyboard"][0][0]["callback_data"],
+        )
         second = await tg.wait_for_answer(again)
         assert second["text"].startswith("Already answered. ✅ Allowed once by Alice")
         await gw.sessions.wait_idle()
@@ -96,7 +113,8 @@ async def test_in_a_group_only_the_asker_can_allow_and_allow_once_runs_once(
 
 
 async def test_deny_runs_nothing_and_the_model_says_so(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/a"}), Reply("All right, I left /srv/a alone."))
     async with daemon(home, fake_llm, tg, tmp_path):
@@ -112,7 +130,8 @@ async def test_deny_runs_nothing_and_the_model_says_so(
 
 
 async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
-         home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     tg, clock = fake_telegram, FakeClock()
     fake_llm.script(ToolCall(DELETE, {"path": "/srv/b"}), Reply("Deleted /srv/b."))
     async with daemon(home, fake_llm, tg, tmp_path, clock):
@@ -131,10 +150,12 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
 
 
 async def test_an_expired_request_runs_nothing(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     tg, clock = fake_telegram, FakeClock()
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/c"}),
-                    Reply("Nobody allowed it, so /srv/c stays."))
+    fake_llm.script(
+        ToolCall(DELETE, {"path": "/srv/c"}), Reply("Nobody allowed it, so /srv/c stays.")
+    )
     async with daemon(home, fake_llm, tg, tmp_path, clock) as gw:
         assert gw.waits is not None
         tg.inject_message(ALICE, "delete /srv/c")
@@ -150,10 +171,13 @@ async def test_an_expired_request_runs_nothing(
 
 
 async def test_ask_with_two_options_returns_the_tapped_one(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     tg = fake_telegram
-    fake_llm.script(ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
-                    Reply("Coffee it is."))
+    fake_llm.script(
+        ToolCall("ask", {"question": "Tea or coffee?", "options": ["Tea", "Coffee"]}),
+        Reply("Coffee it is."),
+    )
     async with daemon(home, fake_llm, tg, tmp_path):
         tg.inject_message(ALICE, "make me a drink")
         request = await request_in(tg, ALICE)
@@ -168,16 +192,27 @@ async def test_ask_with_two_options_returns_the_tapped_one(
 
 
 async def test_an_admin_may_answer_and_a_button_cannot_be_carried_into_another_chat(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     """Bob asks in the group; his button's data replayed in Alice's DM matches no request there;
     Alice, an admin, allows it for the session in the group; the same tool then runs unasked."""
     tg = fake_telegram
-    fake_llm.script(ToolCall(DELETE, {"path": "/srv/g1"}), Reply("Deleted g1."),
-                    ToolCall(DELETE, {"path": "/srv/g2"}), Reply("Deleted g2."))
+    fake_llm.script(
+        ToolCall(DELETE, {"path": "/srv/g1"}),
+        Reply("Deleted g1."),
+        ToolCall(DELETE, {"path": "/srv/g2"}),
+        Reply("Deleted g2."),
+    )
     admins = f"access:\n  admins: ['telegram:{ALICE}']\n"
     async with daemon(home, fake_llm, tg, tmp_path, extra=admins) as gw:
-        tg.inject_message(GROUP, "@gw_test_bot delete g1", chat_type="supergroup",
-                          user_id=BOB, username="bob", first_name="Bob")
+        tg.inject_message(
+            GROUP,
+            "@gw_test_bot delete g1",
+            chat_type="supergroup",
+            user_id=BOB,
+            username="bob",
+            first_name="Bob",
+        )
         request = await request_in(tg, GROUP)
         assert "(asked by Bob)" in request.text
         tg.inject_message(ALICE, "/status")
@@ -193,8 +228,14 @@ async def test_an_admin_may_answer_and_a_button_cannot_be_carried_into_another_c
         assert (await tg.wait_for_sent(GROUP, count=2)).text == "Deleted g1."
         shown = await edited_away(tg, GROUP, request.message_id)
         assert shown.text.endswith("✅ Allowed for this session by Alice.")
-        tg.inject_message(GROUP, "@gw_test_bot delete g2", chat_type="supergroup",
-                          user_id=BOB, username="bob", first_name="Bob")
+        tg.inject_message(
+            GROUP,
+            "@gw_test_bot delete g2",
+            chat_type="supergroup",
+            user_id=BOB,
+            username="bob",
+            first_name="Bob",
+        )
         assert (await tg.wait_for_sent(GROUP, count=3)).text == "Deleted g2."
         await gw.sessions.wait_idle()
     assert runs(tmp_path) == ["delete_file /srv/g1", "delete_file /srv/g2"]

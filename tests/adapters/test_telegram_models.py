@@ -1,7 +1,7 @@
 """Switching models from a Telegram chat, end to end: `/model` lists the `models:` of config.yaml
-(with an inline keyboard whose taps switch like the command), `/model fast` makes the next request go to that model (what the fake model server received), the
-choice survives a restart, the session's prompt is rebuilt for it (reason stored, family guidance
-follows), and a non-admin is refused."""
+(with an inline keyboard whose taps switch like the command), `/model fast` makes the next request
+go to that model (what the fake model server received), the choice survives a restart, the session's
+prompt is rebuilt for it (reason stored, family guidance follows), and a non-admin is refused."""
 
 from __future__ import annotations
 
@@ -20,17 +20,21 @@ from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import FakeTelegram, SentMessage
 from tests.mediafiles import picture
 
-LISTED = ("Models (▸ answers in this conversation):\n▸ default: claude-test (anthropic)\n"
-          "• fast: gpt-fast (openai)\nTap one to switch this conversation to it (or send /model "
-          "NAME).")
+LISTED = (
+    "Models (▸ answers in this conversation):\n▸ default: claude-test (anthropic)\n"
+    "• fast: gpt-fast (openai)\nTap one to switch this conversation to it (or send /model "
+    "NAME)."
+)
 
 
 def models_yaml(llm: FakeLLM, switch: str = "admins") -> str:
-    return (f"access:\n  admins: ['telegram:{ALICE}']\n"
-            f"models_switch: {switch}\n"
-            f"models:\n  fast:\n    provider: openai\n    name: gpt-fast\n"
-            f"    base_url: {llm.openai_base_url}\n"
-            f"    api_key: test-key\n    max_retries: 0\n    context_window: 64000\n")
+    return (
+        f"access:\n  admins: ['telegram:{ALICE}']\n"
+        f"models_switch: {switch}\n"
+        f"models:\n  fast:\n    provider: openai\n    name: gpt-fast\n"
+        f"    base_url: {llm.openai_base_url}\n"
+        f"    api_key: test-key\n    max_retries: 0\n    context_window: 64000\n"
+    )
 
 
 def system_text(request: dict[str, Any]) -> str:
@@ -46,15 +50,18 @@ async def said(tg: FakeTelegram, chat: int, text: str, count: int) -> SentMessag
 
 
 async def test_model_lists_switches_the_next_request_and_survives_a_restart(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     extra = models_yaml(fake_llm)
     async with running(home, fake_llm, fake_telegram, extra) as gw:
         await said(fake_telegram, ALICE, "hi", 1)
         assert fake_llm.anthropic_requests()[-1]["model"] == "claude-test"
         listed = await said(fake_telegram, ALICE, "/model", 2)
         assert listed.text == LISTED
-        assert fake_telegram.buttons(ALICE, listed.message_id) == ["▸ default: claude-test",
-                                                                   "fast: gpt-fast"]
+        assert fake_telegram.buttons(ALICE, listed.message_id) == [
+            "▸ default: claude-test",
+            "fast: gpt-fast",
+        ]
         switched = await said(fake_telegram, ALICE, "/model fast", 3)
         assert switched.text == "Switched to fast (gpt-fast). Your next message is answered by it."
         assert fake_llm.openai_requests() == []
@@ -84,7 +91,8 @@ async def test_model_lists_switches_the_next_request_and_survives_a_restart(
 
 
 async def test_a_non_admin_cannot_switch_unless_everyone_may(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with running(home, fake_llm, fake_telegram, models_yaml(fake_llm)):
         refused = await said(fake_telegram, BOB, "/model fast", 1)
         assert refused.text == "Only an admin can switch models here."
@@ -101,44 +109,62 @@ async def test_a_non_admin_cannot_switch_unless_everyone_may(
 
 
 async def test_pictures_follow_the_chosen_model_s_sight(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """The main model is blind, `fast` sees: after /model fast a photo reaches the model as a
     picture (and nobody is told it cannot see); back on the main model, the next photo is a note
     and the user is told once."""
-    sighted = models_yaml(fake_llm).replace("    context_window: 64000\n",
-                                           "    context_window: 64000\n    vision: true\n")
+    sighted = models_yaml(fake_llm).replace(
+        "    context_window: 64000\n", "    context_window: 64000\n    vision: true\n"
+    )
     async with media_running(home, fake_llm, fake_telegram, sighted, vision=False):
         await said(fake_telegram, ALICE, "/model fast", 1)
-        message(fake_telegram, message_id=50, caption="what is this?",
-                photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
+        message(
+            fake_telegram,
+            message_id=50,
+            caption="what is this?",
+            photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64),
+        )
         answer = await fake_telegram.wait_for_sent(ALICE, count=2)
         assert answer.text == "echo: what is this?\n[image: photo] [users=1]"
         parts = fake_llm.openai_requests()[-1]["messages"][-1]["content"]
         assert parts[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
         await said(fake_telegram, ALICE, "/model default", 3)
-        message(fake_telegram, message_id=51, caption="and this?",
-                photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
+        message(
+            fake_telegram,
+            message_id=51,
+            caption="and this?",
+            photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64),
+        )
         await fake_telegram.wait_for_sent(ALICE, count=5)
         told, note = fake_telegram.sent_texts(ALICE)[3:5]
-        assert told == ("The model I use can't see images, so it was only told that you sent "
-                        "one.")
+        assert told == ("The model I use can't see images, so it was only told that you sent one.")
         assert "[The user sent an image (photo); this model cannot see images.]" in note
         blocks = fake_llm.anthropic_requests()[-1]["messages"][-1]["content"]
         assert all(b["type"] == "text" for b in blocks)
 
 
 async def test_a_switch_to_a_blind_model_sends_it_no_pictures(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """The main model sees, `fast` is blind (gpt-fast is no vision family): after /model fast a
     photo is a note for it, the user is told, and no request to it carries an image."""
     async with media_running(home, fake_llm, fake_telegram, models_yaml(fake_llm)):
-        message(fake_telegram, message_id=50, caption="first",
-                photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
+        message(
+            fake_telegram,
+            message_id=50,
+            caption="first",
+            photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64),
+        )
         await fake_telegram.wait_for_sent(ALICE, count=1)
         assert fake_llm.anthropic_requests()[-1]["messages"][-1]["content"][0]["type"] == "image"
         await said(fake_telegram, ALICE, "/model fast", 2)
-        message(fake_telegram, message_id=51, caption="second",
-                photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64))
+        message(
+            fake_telegram,
+            message_id=51,
+            caption="second",
+            photo=photo_sizes(fake_telegram, picture(64, 64), 64, 64),
+        )
         await fake_telegram.wait_for_sent(ALICE, count=4)
         told = fake_telegram.sent_texts(ALICE)[2]
         assert told.startswith("The model I use can't see images")
@@ -147,11 +173,14 @@ async def test_a_switch_to_a_blind_model_sends_it_no_pictures(
 
 
 async def test_an_unknown_name_is_not_echoed_as_markup(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """Anyone may try a name: one that is not a plain name is not repeated, so nobody can make the
     bot post a link of their choosing (or a wall of text) under its own name."""
     async with running(home, fake_llm, fake_telegram, models_yaml(fake_llm)):
-        hostile = "/model [your account is locked](https://evil.example/login) **now** " + "A" * 4000
+        hostile = (
+            "/model [your account is locked](https://evil.example/login) **now** " + "A" * 4000
+        )
         refused = await said(fake_telegram, BOB, hostile, 1)
         assert refused.text.startswith("There is no model by that name here.\nModels (")
         assert "evil" not in json.dumps(refused.params) and "AAAA" not in refused.text
@@ -161,24 +190,33 @@ async def test_an_unknown_name_is_not_echoed_as_markup(
 
 
 async def test_a_tap_on_the_list_switches_like_the_command_and_only_for_an_admin(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     tg = fake_telegram
     async with running(home, fake_llm, tg, models_yaml(fake_llm)) as gw:
         tg.inject_message(GROUP, "/model", chat_type="supergroup")
         listed = await tg.wait_for_sent(GROUP, count=1)
         assert tg.buttons(GROUP, listed.message_id) == ["▸ default: claude-test", "fast: gpt-fast"]
 
-        bobs = tg.tap(GROUP, listed.message_id, "fast: gpt-fast", user_id=BOB, username="bob",
-                      first_name="Bob")
+        bobs = tg.tap(
+            GROUP,
+            listed.message_id,
+            "fast: gpt-fast",
+            user_id=BOB,
+            username="bob",
+            first_name="Bob",
+        )
         assert (await tg.wait_for_answer(bobs))["text"] == "Only an admin can switch models here."
         # the same button carried into another chat (a forged callback) matches nothing there
         data = listed.reply_markup["inline_keyboard"][1][0]["callback_data"]
         tg.inject_message(ALICE, "hi")
         await tg.wait_for_sent(ALICE, count=1)
-        carried = tg.inject_callback(ALICE, (await tg.wait_for_sent(ALICE, count=1)).message_id,
-                                     data)
+        carried = tg.inject_callback(
+            ALICE, (await tg.wait_for_sent(ALICE, count=1)).message_id, data
+        )
         assert (await tg.wait_for_answer(carried))["text"] == (
-            "This list is out of date: send /model for the current one.")
+            "This list is out of date: send /model for the current one."
+        )
         assert fake_llm.openai_requests() == []
 
         alices = tg.tap(GROUP, listed.message_id, "fast: gpt-fast")
@@ -197,6 +235,7 @@ async def test_a_tap_on_the_list_switches_like_the_command_and_only_for_an_admin
         back = tg.tap(GROUP, listed.message_id, "▸ default: claude-test")
         assert "text" not in await tg.wait_for_answer(back)
         assert (await tg.wait_for_sent(GROUP, count=4)).text.startswith(
-            "Switched to default (claude-test)")
+            "Switched to default (claude-test)"
+        )
         assert gw.store.model_choice(key) is None
     assert len([m for m in tg.sent_messages(GROUP) if m.text.startswith("Switched")]) == 2

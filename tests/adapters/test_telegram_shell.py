@@ -30,18 +30,27 @@ from tests.lifecycle_support import FakeClock
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    require(None if shutil.which("bwrap")
-            else "bubblewrap is not installed (apt install bubblewrap)")
+    require(
+        None if shutil.which("bwrap") else "bubblewrap is not installed (apt install bubblewrap)"
+    )
 
 
 def shell_yaml(options: str = "", admin: int = ALICE) -> str:
-    return (f"access:\n  admins: ['telegram:{admin}']\n"
-            "tools:\n  shell:\n    enabled: true\n" + textwrap.indent(options, "    "))
+    return (
+        f"access:\n  admins: ['telegram:{admin}']\n"
+        "tools:\n  shell:\n    enabled: true\n" + textwrap.indent(options, "    ")
+    )
 
 
 @asynccontextmanager
-async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, options: str = "",
-                 extra: str = "", admin: int = ALICE) -> AsyncIterator[Gateway]:
+async def daemon(
+    home: Path,
+    llm: FakeLLM,
+    tg: FakeTelegram,
+    options: str = "",
+    extra: str = "",
+    admin: int = ALICE,
+) -> AsyncIterator[Gateway]:
     shell = shell_yaml(options, admin)
     write_config(home, base_url=llm.base_url, extra=telegram_yaml(tg, shell + extra))
     config = load_config(home, env={})
@@ -49,8 +58,15 @@ async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, options: str = "",
     virtual = VirtualTime()
     tg.clock = virtual.monotonic
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
-    gw = build_gateway(config, env={}, adapters=[adapter], probe_ollama=False, clock=FakeClock(),
-                       sleep=virtual.sleep, monotonic=virtual.monotonic)
+    gw = build_gateway(
+        config,
+        env={},
+        adapters=[adapter],
+        probe_ollama=False,
+        clock=FakeClock(),
+        sleep=virtual.sleep,
+        monotonic=virtual.monotonic,
+    )
     running = Daemon(gw, install_signals=False)
     await running.start()
     try:
@@ -61,8 +77,10 @@ async def daemon(home: Path, llm: FakeLLM, tg: FakeTelegram, options: str = "",
 
 async def request_in(tg: FakeTelegram, chat: int, count: int = 1) -> SentMessage:
     """The count-th request sent to the chat (earlier ones lost their buttons once answered)."""
+
     def requests() -> list[SentMessage]:
         return [m for m in tg.sent_messages(chat) if "Approval needed" in m.text]
+
     await tg.wait_until(lambda: len(requests()) >= count and bool(requests()[-1].reply_markup))
     return requests()[count - 1]
 
@@ -87,7 +105,8 @@ async def allowed(tg: FakeTelegram, command: str, *, count: int = 1) -> None:
 
 
 async def test_an_admins_command_runs_after_allow_and_says_hi_42(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     tg = fake_telegram
     command = "echo hi-$((6*7))"
     fake_llm.script(ToolCall("shell", {"command": command}), Reply("It printed hi-42."))
@@ -101,7 +120,8 @@ async def test_an_admins_command_runs_after_allow_and_says_hi_42(
 
 
 async def test_deny_never_runs_the_command(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall("shell", {"command": "touch ran-it"}), Reply("Not run."))
     async with daemon(home, fake_llm, tg):
@@ -115,7 +135,8 @@ async def test_deny_never_runs_the_command(
 
 
 async def test_a_non_admin_never_gets_the_shell(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     tg = fake_telegram
     fake_llm.script(ToolCall("shell", {"command": "touch bob-was-here"}), Reply("I cannot."))
     async with daemon(home, fake_llm, tg):
@@ -128,17 +149,25 @@ async def test_a_non_admin_never_gets_the_shell(
 
 
 async def test_a_shared_group_session_never_gets_it(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """One session for the whole group is also the non-admins' session: no shell, even when the
     admin started it."""
     tg = fake_telegram
-    fake_llm.script(Reply("Hello."), ToolCall("shell", {"command": "touch bob-was-here"}),
-                    Reply("I cannot."))
+    fake_llm.script(
+        Reply("Hello."), ToolCall("shell", {"command": "touch bob-was-here"}), Reply("I cannot.")
+    )
     async with daemon(home, fake_llm, tg, extra="sessions:\n  group_per_user: false\n"):
         tg.inject_message(GROUP, "@gw_test_bot hi", chat_type="supergroup")
         await tg.wait_for_sent(GROUP, count=1)
-        tg.inject_message(GROUP, "@gw_test_bot touch a file", chat_type="supergroup",
-                          user_id=BOB, username="bob", first_name="Bob")
+        tg.inject_message(
+            GROUP,
+            "@gw_test_bot touch a file",
+            chat_type="supergroup",
+            user_id=BOB,
+            username="bob",
+            first_name="Bob",
+        )
         assert (await tg.wait_for_sent(GROUP, count=2)).text == "I cannot."
     assert "shell" not in tools_sent(fake_llm, 0) and "shell" not in tools_sent(fake_llm, 1)
     assert "not available" in str(result(fake_llm, 2)["content"])
@@ -147,12 +176,14 @@ async def test_a_shared_group_session_never_gets_it(
 
 
 async def test_a_session_that_has_it_runs_it_only_for_an_admins_turn(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """Alice's session got the shell while she was an admin; once she is not, her call is refused
     before anyone is asked (the stored tool list still names it)."""
     tg = fake_telegram
-    fake_llm.script(Reply("Hello."), ToolCall("shell", {"command": "touch ran-it"}),
-                    Reply("I may not."))
+    fake_llm.script(
+        Reply("Hello."), ToolCall("shell", {"command": "touch ran-it"}), Reply("I may not.")
+    )
     async with daemon(home, fake_llm, tg):
         tg.inject_message(ALICE, "hi")
         await tg.wait_for_sent(ALICE, count=1)
@@ -166,7 +197,8 @@ async def test_a_session_that_has_it_runs_it_only_for_an_admins_turn(
 
 
 async def test_what_the_sandbox_keeps_from_an_admins_commands(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
     """The home and config unseen, writes outside the workspace lost, no network, no token in the
     environment, a sleeper killed at timeout_s, 200 KB of output capped: each through the chat."""
     tg = fake_telegram
@@ -201,12 +233,17 @@ async def test_what_the_sandbox_keeps_from_an_admins_commands(
 
 
 async def test_every_command_is_asked_about_and_never_allowed_for_the_session(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """The shell's requests offer Allow once and Deny only; a forged "session" tap, `/approve CODE
     session` and an allowance stored for the session all leave the next command asking again."""
     tg = fake_telegram
-    fake_llm.script(ToolCall("shell", {"command": "echo one >> log"}), Reply("One."),
-                    ToolCall("shell", {"command": "echo two >> log"}), Reply("Two."))
+    fake_llm.script(
+        ToolCall("shell", {"command": "echo one >> log"}),
+        Reply("One."),
+        ToolCall("shell", {"command": "echo two >> log"}),
+        Reply("Two."),
+    )
     async with daemon(home, fake_llm, tg) as gw:
         tg.inject_message(ALICE, "run one")
         first = await request_in(tg, ALICE)
@@ -231,35 +268,56 @@ async def test_every_command_is_asked_about_and_never_allowed_for_the_session(
         await tg.wait_for_answer(tg.tap(ALICE, second.message_id, "Allow once"))
         assert (await tg.wait_for_sent(ALICE, count=5)).text == "Two."
         rows = gw.store.all("SELECT decision, state FROM approvals ORDER BY id")
-        assert [(r["decision"], r["state"]) for r in rows] == [("session", "done"),
-                                                               ("once", "done")]
+        assert [(r["decision"], r["state"]) for r in rows] == [
+            ("session", "done"),
+            ("once", "done"),
+        ]
     assert (home / "workspace" / "log").read_text() == "one\ntwo\n"
 
 
 async def test_files_the_command_wrote_arrive_as_documents_and_nothing_outside_the_workspace(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """`attach` sends what the command wrote as documents, with their bytes and names, through the
     outbox (a 500 on the first upload is retried); links out of the workspace (to the home, to
     /etc/passwd, through `..`), absolute paths, missing, oversized and surplus files are refused
     and said."""
     tg = fake_telegram
-    command = (f"printf 'report body' > report.txt; ln -s report.txt alias.txt; ln -s {home} home;"
-               " ln -s /etc/passwd pw; ln -s ../config.yaml cfg; mkdir sub; ln -s ../.. up;"
-               " head -c 1100000 /dev/zero > big.bin")
-    attach = ["report.txt", "alias.txt", "home/config.yaml", "pw", "up/etc/passwd",
-              "/etc/passwd", "../config.yaml", "big.bin", "missing.txt", "sub", "cfg"]
+    command = (
+        f"printf 'report body' > report.txt; ln -s report.txt alias.txt; ln -s {home} home;"
+        " ln -s /etc/passwd pw; ln -s ../config.yaml cfg; mkdir sub; ln -s ../.. up;"
+        " head -c 1100000 /dev/zero > big.bin"
+    )
+    attach = [
+        "report.txt",
+        "alias.txt",
+        "home/config.yaml",
+        "pw",
+        "up/etc/passwd",
+        "/etc/passwd",
+        "../config.yaml",
+        "big.bin",
+        "missing.txt",
+        "sub",
+        "cfg",
+    ]
     fake_llm.script(ToolCall("shell", {"command": command, "attach": attach}), Reply("Sent."))
     tg.fail("sendDocument", server_error())
     async with daemon(home, fake_llm, tg, "max_attach_mb: 1\n") as gw:
         tg.inject_message(ALICE, "send me the report")
         request = await request_in(tg, ALICE)
-        assert "send these files from the workspace to the chat: report.txt, alias.txt," in request.text
+        assert (
+            "send these files from the workspace to the chat: report.txt, alias.txt,"
+            in request.text
+        )
         await tg.wait_for_answer(tg.tap(ALICE, request.message_id, "Allow once"))
         await tg.wait_until(lambda: len(documents(tg)) == 2)
         assert (await tg.wait_for_sent(ALICE, count=4)).text == "Sent."
         rows = gw.store.all("SELECT text, status FROM outbound WHERE kind = 'file' ORDER BY id")
-        assert [(r["text"], r["status"]) for r in rows] == [("report.txt", "sent"),
-                                                            ("alias.txt", "sent")]
+        assert [(r["text"], r["status"]) for r in rows] == [
+            ("report.txt", "sent"),
+            ("alias.txt", "sent"),
+        ]
     sent = documents(tg)
     assert [d["filename"] for d in sent] == ["report.txt", "alias.txt"]
     assert [d["data"] for d in sent] == [b"report body", b"report body"]

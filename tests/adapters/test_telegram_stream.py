@@ -1,6 +1,7 @@
-"""Telegram live previews end to end: real aiogram against the fake Bot API (which enforces about one edit or draft
-a second per chat, and refuses entities outside the text), the whole gateway, and the fake LLM streaming for real,
-held piece by piece by a StreamGate. The fake and the gateway share one virtual clock."""
+"""Telegram live previews end to end: real aiogram against the fake Bot API (which enforces about
+one edit or draft a second per chat, and refuses entities outside the text), the whole gateway, and
+the fake LLM streaming for real, held piece by piece by a StreamGate. The fake and the gateway share
+one virtual clock."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tests.fakes.telegram import FakeTelegram, SentMessage, retry_after
 
 
 class HeldTime(VirtualTime):
-    """VirtualTime whose long waits (a draft's keep-alive, say) end when the test moves the clock past them
-    (`advance`), as a real clock would, instead of never."""
+    """VirtualTime whose long waits (a draft's keep-alive, say) end when the test moves the clock
+    past them (`advance`), as a real clock would, instead of never."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -33,7 +34,8 @@ class HeldTime(VirtualTime):
         await woken
 
     async def advance(self, seconds: float) -> None:
-        for _ in range(20):  # what runs now (a wait that is about to start) starts before the clock moves
+        for _ in range(20):
+            # what runs now (a wait that is about to start) starts before the clock moves
             await asyncio.sleep(0)
         self.t += seconds
         for deadline, woken in self._parked:
@@ -42,18 +44,24 @@ class HeldTime(VirtualTime):
         self._parked = [(d, w) for d, w in self._parked if not w.done()]
 
 
-ANSWER = ("Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
-          "def run():\n    return 42\n```\nand that is all.")
+ANSWER = (
+    "Here is the plan, in **three** steps:\n\n1. read the file\n2. change it\n\n```python\n"
+    "def run():\n    return 42\n```\nand that is all."
+)
 EDIT_GROUPS = "streaming:\n  mode: edit\n"
 MENTION = "@gw_test_bot what is the plan?"
 
 
-async def answer_piece_by_piece(tg: FakeTelegram, gate: StreamGate, visible: Callable[[], int],
-                                count: int = 3) -> None:
-    """Hand out one piece at a time until the chat showed `count` updates (`visible()` counts them)."""
+async def answer_piece_by_piece(
+    tg: FakeTelegram, gate: StreamGate, visible: Callable[[], int], count: int = 3
+) -> None:
+    """Hand out one piece at a time until the chat
+    showed `count` updates (`visible()` counts them)."""
     for n in range(1, count + 1):
         gate.release(1)
-        await tg.wait_until(partial(shown_at_least, visible, n), 10, partial(str, f"update {n} never showed"))
+        await tg.wait_until(
+            partial(shown_at_least, visible, n), 10, partial(str, f"update {n} never showed")
+        )
     gate.release_all()
 
 
@@ -67,8 +75,11 @@ def updates(tg: FakeTelegram, chat: int) -> int:
     return len(sent[0].edits) + 1 if sent else 0
 
 
-async def unstreamed(tmp_path: Path, llm: FakeLLM, chat: int, text: str, *, chat_type: str = "private") -> SentMessage:
-    """What the same answer looks like with streaming off: the bytes the streamed answer must end up as."""
+async def unstreamed(
+    tmp_path: Path, llm: FakeLLM, chat: int, text: str, *, chat_type: str = "private"
+) -> SentMessage:
+    """What the same answer looks like with streaming
+    off: the bytes the streamed answer must end up as."""
     home = tmp_path / "unstreamed"
     home.mkdir()
     async with FakeTelegram() as tg:
@@ -78,8 +89,9 @@ async def unstreamed(tmp_path: Path, llm: FakeLLM, chat: int, text: str, *, chat
             return await tg.wait_for_sent(chat)
 
 
-async def test_a_private_chat_sees_drafts_then_one_normal_message(home: Path, tmp_path: Path,
-                                                                  fake_llm: FakeLLM) -> None:
+async def test_a_private_chat_sees_drafts_then_one_normal_message(
+    home: Path, tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     tg = FakeTelegram()
     await tg.start()
@@ -94,7 +106,8 @@ async def test_a_private_chat_sees_drafts_then_one_normal_message(home: Path, tm
         await tg.stop()
     drafts = tg.drafts_to(ALICE)
     assert len(drafts) >= 3 and all(b.startswith(a.rstrip()) for a, b in itertools.pairwise(drafts))
-    assert len({d.draft_id for d in tg.drafts}) == 1  # one draft id: Telegram animates it as it grows
+    # one draft id: Telegram animates it as it grows
+    assert len({d.draft_id for d in tg.drafts}) == 1
     times = [d.at for d in tg.drafts]
     assert all(b - a >= 1.0 for a, b in itertools.pairwise(times))
     plain = await unstreamed(tmp_path, fake_llm, ALICE, "what is the plan?")
@@ -103,8 +116,9 @@ async def test_a_private_chat_sees_drafts_then_one_normal_message(home: Path, tm
     assert tg.flood_violations == [] and tg.refused == []
 
 
-async def test_a_group_sees_one_message_grow_and_become_the_answer(home: Path, tmp_path: Path,
-                                                                    fake_llm: FakeLLM) -> None:
+async def test_a_group_sees_one_message_grow_and_become_the_answer(
+    home: Path, tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     tg = FakeTelegram()
     await tg.start()
@@ -127,13 +141,18 @@ async def test_a_group_sees_one_message_grow_and_become_the_answer(home: Path, t
     assert all(b - a >= 1.0 for a, b in itertools.pairwise(edits))
 
 
-async def test_a_code_fence_cut_by_the_stream_is_never_refused(home: Path, fake_llm: FakeLLM) -> None:
+async def test_a_code_fence_cut_by_the_stream_is_never_refused(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     tg = FakeTelegram()
     await tg.start()
-    code = "Look:\n```python\n" + "".join(f"x{i} = {i} * 2  # a comment with *stars* and _under_\n" for i in range(8))
+    code = "Look:\n```python\n" + "".join(
+        f"x{i} = {i} * 2  # a comment with *stars* and _under_\n" for i in range(8)
+    )
     try:
-        async with FakeLLM(stream_chunk_chars=23) as llm:  # pieces end inside the fence and inside the markers
+        async with FakeLLM(stream_chunk_chars=23) as llm:
+            # pieces end inside the fence and inside the markers
             llm.script(Paced(Reply(code + "```\ndone"), gate=gate))
             async with running(home, llm, tg, EDIT_GROUPS) as run:
                 tg.inject_message(GROUP, MENTION, chat_type="supergroup")
@@ -144,10 +163,13 @@ async def test_a_code_fence_cut_by_the_stream_is_never_refused(home: Path, fake_
         await tg.stop()
     shown = [c.body for c in tg.calls if c.name in ("sendmessage", "editmessagetext")]
     assert len(shown) >= 5 and tg.refused == []
-    assert all(any(e["type"] == "pre" for e in body.get("entities") or ()) for body in shown[1:])  # fence closed
+    # fence closed
+    assert all(any(e["type"] == "pre" for e in body.get("entities") or ()) for body in shown[1:])
 
 
-async def test_a_429_on_a_draft_pauses_the_stream_for_the_wait(home: Path, fake_llm: FakeLLM) -> None:
+async def test_a_429_on_a_draft_pauses_the_stream_for_the_wait(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     virtual = VirtualTime()
     tg = FakeTelegram()
@@ -171,7 +193,9 @@ async def test_a_429_on_a_draft_pauses_the_stream_for_the_wait(home: Path, fake_
     assert calls[2] - calls[1] >= 5.0  # nothing went out inside the flood wait
 
 
-async def test_without_drafts_a_private_chat_previews_by_edits(home: Path, fake_llm: FakeLLM) -> None:
+async def test_without_drafts_a_private_chat_previews_by_edits(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     tg = FakeTelegram(drafts_supported=False)
     await tg.start()
@@ -188,18 +212,25 @@ async def test_without_drafts_a_private_chat_previews_by_edits(home: Path, fake_
     assert len(message.edits) >= 3 and tg.drafts == [] and tg.flood_violations == []
 
 
-async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(home: Path, fake_llm: FakeLLM) -> None:
+async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(
+    home: Path, fake_llm: FakeLLM
+) -> None:
     gate = StreamGate()
     virtual = VirtualTime()  # time goes on across the restart, for the gateway and Telegram alike
     tg = FakeTelegram()
     await tg.start()
     try:
         fake_llm.script(Paced(Reply(ANSWER), gate=gate), Reply(ANSWER))
-        async with running(home, fake_llm, tg, EDIT_GROUPS + "daemon:\n  drain_seconds: 0\n", time_=virtual):
+        async with running(
+            home, fake_llm, tg, EDIT_GROUPS + "daemon:\n  drain_seconds: 0\n", time_=virtual
+        ):
             tg.inject_message(GROUP, MENTION, chat_type="supergroup")
             gate.release(2)
-            await tg.wait_until(lambda: bool(tg.sent_messages(GROUP)) and bool(tg.sent_messages(GROUP)[0].edits), 10)
-        # the daemon died mid-answer (drain 0: the turn was cut and stays stored); a new one starts a while later
+            await tg.wait_until(
+                lambda: bool(tg.sent_messages(GROUP)) and bool(tg.sent_messages(GROUP)[0].edits), 10
+            )
+        # the daemon died mid-answer (drain 0: the turn was cut and stays stored); a new one starts
+        # a while later
         gate.release_all()
         virtual.t += 5.0
         async with running(home, fake_llm, tg, EDIT_GROUPS, time_=virtual) as run:
@@ -211,10 +242,11 @@ async def test_a_kill_mid_stream_in_a_group_gives_one_answer_in_the_preview(home
     assert message.text.endswith("and that is all.") and tg.flood_violations == []
 
 
-async def test_a_draft_is_kept_alive_through_a_long_pause_in_the_answer(home: Path, tmp_path: Path,
-                                                                        fake_llm: FakeLLM) -> None:
-    """Telegram drops a draft 30 s after its last update: through a long tool call (the model's stream held for
-    90 s) the user keeps seeing what was written so far, and then the answer."""
+async def test_a_draft_is_kept_alive_through_a_long_pause_in_the_answer(
+    home: Path, tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """Telegram drops a draft 30 s after its last update: through a long tool call (the model's
+    stream held for 90 s) the user keeps seeing what was written so far, and then the answer."""
     gate = StreamGate()
     virtual = HeldTime()
     tg = FakeTelegram()
@@ -233,21 +265,30 @@ async def test_a_draft_is_kept_alive_through_a_long_pause_in_the_answer(home: Pa
             first = tg.drafts_to(ALICE)
             for _ in range(30):  # the model says nothing for 90 s
                 await virtual.advance(3.0)
-                await tg.wait_until(fresh, 5, lambda: f"the draft vanished at t={virtual.t}: {tg.expired_drafts}")
+                await tg.wait_until(
+                    fresh, 5, lambda: f"the draft vanished at t={virtual.t}: {tg.expired_drafts}"
+                )
             gate.release_all()
             final = await tg.wait_for_sent(ALICE)
             await run.gw.sessions.wait_idle()
     finally:
         await tg.stop()
-    assert tg.expired_drafts == [] and tg.draft_showing(ALICE) is None  # the answer took the draft's place
-    again = tg.drafts[len(first):len(first) + 4]
-    assert [d.text for d in again] == [first[-1]] * 4  # the same text, shown again every 20 s of silence
+    # the answer took the draft's place
+    assert tg.expired_drafts == [] and tg.draft_showing(ALICE) is None
+    again = tg.drafts[len(first) : len(first) + 4]
+    # the same text, shown again every 20 s of silence
+    assert [d.text for d in again] == [first[-1]] * 4
     assert len({d.draft_id for d in tg.drafts}) == 1
-    assert final.text.endswith("and that is all.") and tg.flood_violations == [] and tg.refused == []
+    assert (
+        final.text.endswith("and that is all.") and tg.flood_violations == [] and tg.refused == []
+    )
 
 
-async def test_a_flood_wait_another_call_earned_holds_the_draft_back(home: Path, fake_llm: FakeLLM) -> None:
-    """Telegram's flood wait covers the chat: after "typing…" got a 429, no draft goes before the wait is over."""
+async def test_a_flood_wait_another_call_earned_holds_the_draft_back(
+    home: Path, fake_llm: FakeLLM
+) -> None:
+    """Telegram's flood wait covers the chat: after "typing…" got a 429, no draft goes before the
+    wait is over."""
     gate = StreamGate()
     tg = FakeTelegram()
     await tg.start()
@@ -268,8 +309,9 @@ async def test_a_flood_wait_another_call_earned_holds_the_draft_back(home: Path,
 
 
 async def test_a_long_group_answer_stays_under_twenty_messages_a_minute(home: Path) -> None:
-    """A group takes about 20 sends and edits a minute from a bot (the fake refuses the 21st): a preview that grows
-    for a long time is edited no more often than that, and its final edit fits too."""
+    """A group takes about 20 sends and edits a minute from a bot (the fake refuses the 21st): a
+    preview that grows for a long time is edited no more often than that, and its final edit fits
+    too."""
     gate = StreamGate()
     tg = FakeTelegram()
     await tg.start()

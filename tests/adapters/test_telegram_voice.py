@@ -27,23 +27,28 @@ from tests.fakes.transcription import FakeTranscription
 from tests.helpers import write_config
 from tests.mediafiles import VOICE_NOTE
 
-ANSWER = ("Here is how:\n\n```python\nprint('secret code')\n```\n\n"
-          "Read https://example.com/guide for more, or the [manual](https://example.com/manual). "
-          "**Good luck!**")
+ANSWER = (
+    "Here is how:\n\n```python\nprint('secret code')\n```\n\n"
+    "Read https://example.com/guide for more, or the [manual](https://example.com/manual). "
+    "**Good luck!**"
+)
 
 
 def voice_yaml(speech: FakeSpeech | None, stt: FakeTranscription, *, replies: str = "auto") -> str:
     tts = "    provider: espeak\n"
     if speech is not None:
-        tts = (f"    provider: openai\n    base_url: {speech.v1_url}\n    api_key_env: TTS_KEY\n"
-               "    voice: nova\n")
-    return (f"media:\n  transcription:\n    base_url: {stt.v1_url}\n    api_key_env: STT_KEY\n"
-            f"voice:\n  replies: {replies}\n  tts:\n{tts}")
+        tts = (
+            f"    provider: openai\n    base_url: {speech.v1_url}\n    api_key_env: TTS_KEY\n"
+            "    voice: nova\n"
+        )
+    return (
+        f"media:\n  transcription:\n    base_url: {stt.v1_url}\n    api_key_env: STT_KEY\n"
+        f"voice:\n  replies: {replies}\n  tts:\n{tts}"
+    )
 
 
 @asynccontextmanager
-async def running(home: Path, llm: FakeLLM, tg: FakeTelegram,
-                  extra: str) -> AsyncIterator[Gateway]:
+async def running(home: Path, llm: FakeLLM, tg: FakeTelegram, extra: str) -> AsyncIterator[Gateway]:
     write_config(home, base_url=llm.base_url, extra=telegram_yaml(tg, extra))
     config = load_config(home, env={})
     assert config.telegram is not None
@@ -51,8 +56,14 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram,
     tg.clock = virtual.monotonic
     adapter = TelegramAdapter(config.telegram, submit_retry_delays=(), clock=virtual.monotonic)
     env = {"STT_KEY": "stt-key", "TTS_KEY": "tts-key"}
-    gw = build_gateway(config, env=env, adapters=[adapter], probe_ollama=False,
-                       sleep=virtual.sleep, monotonic=virtual.monotonic)
+    gw = build_gateway(
+        config,
+        env=env,
+        adapters=[adapter],
+        probe_ollama=False,
+        sleep=virtual.sleep,
+        monotonic=virtual.monotonic,
+    )
     daemon = Daemon(gw, install_signals=False)
     await daemon.start()
     try:
@@ -63,11 +74,17 @@ async def running(home: Path, llm: FakeLLM, tg: FakeTelegram,
 
 def send_voice_note(tg: FakeTelegram, message_id: int, chat: int = ALICE) -> None:
     voice = tg.add_file(VOICE_NOTE, name="voice.oga", mime_type="audio/ogg", folder="voice")
-    tg.inject_update({"message": {
-        "message_id": message_id, "date": int(time.time()), "chat": {"id": chat, "type": "private",
-                                                                      "first_name": "Alice"},
-        "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
-        "voice": {**voice, "duration": 3, "mime_type": "audio/ogg"}}})
+    tg.inject_update(
+        {
+            "message": {
+                "message_id": message_id,
+                "date": int(time.time()),
+                "chat": {"id": chat, "type": "private", "first_name": "Alice"},
+                "from": {"id": ALICE, "is_bot": False, "first_name": "Alice"},
+                "voice": {**voice, "duration": 3, "mime_type": "audio/ogg"},
+            }
+        }
+    )
 
 
 async def probe(data: bytes) -> dict[str, Any]:
@@ -78,8 +95,16 @@ async def probe(data: bytes) -> dict[str, Any]:
         path.write_bytes(data)
         entries = "format=format_name,duration:stream=codec_name,channels"
         proc = await asyncio.create_subprocess_exec(
-            "ffprobe", "-v", "error", "-show_entries", entries, "-of", "json", str(path),
-            stdout=asyncio.subprocess.PIPE)
+            "ffprobe",
+            "-v",
+            "error",
+            "-show_entries",
+            entries,
+            "-of",
+            "json",
+            str(path),
+            stdout=asyncio.subprocess.PIPE,
+        )
         out, _ = await proc.communicate()
     assert proc.returncode == 0
     found: dict[str, Any] = json.loads(out)
@@ -99,7 +124,8 @@ async def assert_real_voice_note(note: SentMessage) -> bytes:
 
 # --------------------------------------------------------------------------------------------- auto
 async def test_a_voice_note_is_answered_with_text_then_a_real_voice_note(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         stt.says(VOICE_NOTE, "how do I print in python")
         async with running(home, fake_llm, fake_telegram, voice_yaml(speech, stt)) as gw:
@@ -120,12 +146,15 @@ async def test_a_voice_note_is_answered_with_text_then_a_real_voice_note(
             asked = speech.requests[0]
             assert asked.voice == "nova" and asked.response_format == "opus"
             rows = gw.store.all("SELECT turn_id, kind, status FROM outbound ORDER BY id")
-            assert [tuple(r) for r in rows][-2:] == [("t2", "reply", "sent"),
-                                                      ("t2:voice", "voice", "sent")]
+            assert [tuple(r) for r in rows][-2:] == [
+                ("t2", "reply", "sent"),
+                ("t2:voice", "voice", "sent"),
+            ]
 
 
 async def test_voice_off_in_a_chat_keeps_answers_text_and_survives_a_restart(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         async with running(home, fake_llm, fake_telegram, voice_yaml(speech, stt)):
             fake_telegram.inject_message(ALICE, "/voice off")
@@ -145,7 +174,8 @@ async def test_voice_off_in_a_chat_keeps_answers_text_and_survives_a_restart(
 
 
 async def test_always_speaks_every_answer_with_espeak_and_no_service(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with FakeTranscription() as stt:
         async with running(home, fake_llm, fake_telegram, voice_yaml(None, stt, replies="always")):
             fake_telegram.inject_message(ALICE, "say something")
@@ -156,7 +186,8 @@ async def test_always_speaks_every_answer_with_espeak_and_no_service(
 
 
 async def test_a_speech_failure_loses_no_text_and_is_said_once(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         speech.fail("speech", Fault(503), Fault(503))
         always = voice_yaml(speech, stt, replies="always")
@@ -167,8 +198,10 @@ async def test_a_speech_failure_loses_no_text_and_is_said_once(
             texts = fake_telegram.sent_texts(ALICE)
             assert texts[0].startswith("word word") and texts[1].startswith("word")
             assert "".join(texts[:2]).split() == ["word"] * 1000  # all of the text went out, first
-            assert texts[2] == ("I couldn't read this answer aloud (the speech service answered "
-                                "HTTP 503); the text above is all of it.")
+            assert texts[2] == (
+                "I couldn't read this answer aloud (the speech service answered "
+                "HTTP 503); the text above is all of it."
+            )
             assert len(speech.calls_to("speech")) == 2  # tried once more, then gave up
             fake_telegram.inject_message(ALICE, "again")
             await fake_telegram.wait_for_sent(ALICE, count=5)  # the service is back: a voice note
@@ -177,8 +210,10 @@ async def test_a_speech_failure_loses_no_text_and_is_said_once(
             assert sum(m.text.startswith("I couldn't read") for m in sent) == 1
 
             def voice_rows() -> list[tuple[Any, ...]]:
-                found = gw.store.all("SELECT turn_id, status, last_error FROM outbound"
-                                     " WHERE kind = 'voice' ORDER BY id")
+                found = gw.store.all(
+                    "SELECT turn_id, status, last_error FROM outbound"
+                    " WHERE kind = 'voice' ORDER BY id"
+                )
                 return [tuple(r) for r in found]
 
             # Telegram has the note; the outbox records it once the answer is back
@@ -187,11 +222,13 @@ async def test_a_speech_failure_loses_no_text_and_is_said_once(
                     await asyncio.sleep(0.01)
             assert voice_rows() == [
                 ("t1:voice", "failed", "the speech service answered HTTP 503"),
-                ("t2:voice", "sent", None)]
+                ("t2:voice", "sent", None),
+            ]
 
 
 async def test_a_user_who_refuses_voice_messages_gets_an_audio_file(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         fake_telegram.forbid_voice(ALICE)
         always = voice_yaml(speech, stt, replies="always")
@@ -206,7 +243,8 @@ async def test_a_user_who_refuses_voice_messages_gets_an_audio_file(
 
 
 async def test_the_next_message_is_answered_while_the_voice_note_is_being_made(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     """Speech takes seconds: it is made in the background, so the conversation's next turn starts
     at once; what the user sees stays in order (the first answer's voice note before the second)."""
     async with FakeTranscription() as stt, FakeSpeech() as speech:
@@ -221,20 +259,31 @@ async def test_the_next_message_is_answered_while_the_voice_note_is_being_made(
             await fake_telegram.wait_for_sent(ALICE, count=4)
             sent = fake_telegram.sent_messages(ALICE)
             assert [(m.method, m.text) for m in sent] == [
-                ("sendmessage", "echo: one [users=1]"), ("sendvoice", ""),
-                ("sendmessage", "echo: two [users=2]"), ("sendvoice", "")]
+                ("sendmessage", "echo: one [users=1]"),
+                ("sendvoice", ""),
+                ("sendmessage", "echo: two [users=2]"),
+                ("sendvoice", ""),
+            ]
 
 
 async def test_in_a_group_only_an_admin_switches_voice_replies(
-        home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> None:
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
     async with FakeTranscription() as stt, FakeSpeech() as speech:
         extra = voice_yaml(speech, stt) + f"access:\n  admins: ['telegram:{ALICE}']\n"
         async with running(home, fake_llm, fake_telegram, extra) as gw:
-            fake_telegram.inject_message(GROUP, "/voice on", chat_type="supergroup", user_id=BOB,
-                                         username="bob", first_name="Bob")
+            fake_telegram.inject_message(
+                GROUP,
+                "/voice on",
+                chat_type="supergroup",
+                user_id=BOB,
+                username="bob",
+                first_name="Bob",
+            )
             refused = await fake_telegram.wait_for_sent(GROUP)
-            assert refused.text == ("Only an admin can switch voice replies for everyone in this "
-                                    "group.")
+            assert refused.text == (
+                "Only an admin can switch voice replies for everyone in this group."
+            )
             assert gw.store.chat_voice("telegram", str(GROUP)) is None
             fake_telegram.inject_message(GROUP, "/voice on", chat_type="supergroup")
             said = await fake_telegram.wait_for_sent(GROUP, count=2)

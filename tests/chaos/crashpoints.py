@@ -1,10 +1,10 @@
-"""Crash points: the kill -9 run made exhaustive for one message. The in-process gateway "dies" right before
-its N-th SQLite write transaction (or right after the platform took its k-th send, before the outbox could
-mark it), then a fresh gateway on the same home boots the way the daemon does (replay, then pending sends)
-and the platform redelivers an update whose submit never returned.
+"""Crash points: the kill -9 run made exhaustive for one message. The in-process gateway "dies"
+right before its N-th SQLite write transaction (or right after the platform took its k-th send,
+before the outbox could mark it), then a fresh gateway on the same home boots the way the daemon
+does (replay, then pending sends) and the platform redelivers an update whose submit never returned.
 
-A SIGKILL can only land between durable effects, so dying before every write and after every send covers
-every moment a real kill could pick for that message.
+A SIGKILL can only land between durable effects, so dying before every write and after every send
+covers every moment a real kill could pick for that message.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from tests.helpers import inbound
 
 
 class VirtualTime:
-    """The gateway's own waits (per-chat send pacing, backoff) pass at once and move a virtual clock."""
+    """The gateway's own waits (per-chat send pacing,
+    backoff) pass at once and move a virtual clock."""
 
     def __init__(self) -> None:
         self.t = 1000.0
@@ -41,17 +42,26 @@ class VirtualTime:
 
 def build(home: Path, adapter: Any, llm: Any) -> Gateway:
     time_ = VirtualTime()
-    return build_gateway(load_config(home, env={}), env={}, adapters=[adapter], llm=llm, probe_ollama=False,
-                         sleep=time_.sleep, monotonic=time_.monotonic)
+    return build_gateway(
+        load_config(home, env={}),
+        env={},
+        adapters=[adapter],
+        llm=llm,
+        probe_ollama=False,
+        sleep=time_.sleep,
+        monotonic=time_.monotonic,
+    )
 
 
 class Crash(BaseException):
-    """The process died here. A BaseException, so no `except Exception` in the code under test catches it."""
+    """The process died here. A BaseException, so no `except Exception` in the code under test
+    catches it."""
 
 
 @dataclass
 class Fate:
-    """Where this life ends: before write number `at_write`, or after platform send number `after_send`."""
+    """Where this life ends: before write number `at_write`,
+    or after platform send number `after_send`."""
 
     at_write: int | None = None
     after_send: int | None = None
@@ -59,8 +69,9 @@ class Fate:
     sends: int = 0
     armed: bool = False
     dead: bool = False
-    last: str = ""                  # the last durable effect: "write" or "send"
-    died_after_send: int = 0        # the send (1-based) that was in flight at death: taken, not yet marked
+    last: str = ""  # the last durable effect: "write" or "send"
+    # the send (1-based) that was in flight at death: taken, not yet marked
+    died_after_send: int = 0
 
     def die(self) -> None:
         self.dead = True
@@ -73,15 +84,17 @@ class Platform:
     """What users saw, across every life of the gateway (the platform outlives the process)."""
 
     sent: list[OutboundMessage] = field(default_factory=list)
-    keys: dict[str, str] = field(default_factory=dict)  # the chunk's key → the id it was posted under
+    # the chunk's key → the id it was posted under
+    keys: dict[str, str] = field(default_factory=dict)
 
     def texts(self) -> list[str]:
         return [m.text for m in self.sent]
 
 
 class DyingAdapter:
-    """A contract fake adapter whose process can die after the platform took a message. On "discord" the platform
-    dedupes as Discord does with `enforce_nonce`: a send whose key it has seen returns the message already posted."""
+    """A contract fake adapter whose process can die after the platform took a message. On "discord"
+    the platform dedupes as Discord does with `enforce_nonce`: a send whose key it has seen returns
+    the message already posted."""
 
     def __init__(self, platform: str, record: Platform, fate: Fate) -> None:
         self.platform = platform
@@ -110,7 +123,8 @@ class DyingAdapter:
 
 
 def arm(store: Store, fate: Fate) -> None:
-    """Count write transactions from now on; die before the fated one (and refuse all after death)."""
+    """Count write transactions from now on; die before
+    the fated one (and refuse all after death)."""
     original = store.tx
     fate.armed = True
 
@@ -140,8 +154,15 @@ class ScriptLLM:
         self.answer = answer
         self.calls: list[str] = []
 
-    async def complete(self, *, system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolDef],
-                       max_tokens: int | None = None, stream: TextSink | None = None) -> LLMReply:
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDef],
+        max_tokens: int | None = None,
+        stream: TextSink | None = None,
+    ) -> LLMReply:
         text = str(messages[-1]["content"])
         self.calls.append(text)
         users = sum(1 for m in messages if m["role"] == "user")
@@ -152,7 +173,8 @@ class ScriptLLM:
 
 
 def long_answer(text: str, users: int) -> str:
-    """A reply Telegram must split in three messages, its lines numbered so a lost or doubled chunk shows."""
+    """A reply Telegram must split in three messages, its
+    lines numbered so a lost or doubled chunk shows."""
     body = "\n".join(f"L{j:03d} " + "the fox keeps every promise it makes " * 2 for j in range(110))
     return f"re: {text} [users={users}]\n\n{body}"
 
@@ -164,8 +186,8 @@ def down(text: str, users: int) -> str:
 @dataclass
 class Scenario:
     name: str
-    before: tuple[str, ...]     # messages answered before the fated one (not armed)
-    text: str                   # the fated message
+    before: tuple[str, ...]  # messages answered before the fated one (not armed)
+    text: str  # the fated message
     answer: Callable[[str, int], str]
 
 
@@ -180,8 +202,17 @@ async def _die(gw: Any) -> None:
     gw.store.close()
 
 
-async def live_once(home: Path, platform: str, record: Platform, scenario: Scenario, fate: Fate,
-                    message: Inbound, *, llm_calls: list[str], setup: bool) -> bool:
+async def live_once(
+    home: Path,
+    platform: str,
+    record: Platform,
+    scenario: Scenario,
+    fate: Fate,
+    message: Inbound,
+    *,
+    llm_calls: list[str],
+    setup: bool,
+) -> bool:
     """One life of the gateway; returns whether `message` was handed in (its submit returned)."""
     adapter = DyingAdapter(platform, record, fate)
     llm = ScriptLLM(scenario.answer)
@@ -190,8 +221,9 @@ async def live_once(home: Path, platform: str, record: Platform, scenario: Scena
     try:
         if setup:
             for i, text in enumerate(scenario.before):
-                await gw.sessions.submit(inbound(text, platform=platform, chat_id="42", user_id="42",
-                                                 message_id=f"b{i}"))
+                await gw.sessions.submit(
+                    inbound(text, platform=platform, chat_id="42", user_id="42", message_id=f"b{i}")
+                )
                 await _settle(gw)
             arm(gw.store, fate)
         else:  # booting: what Daemon.start does before and as the adapter comes up
@@ -216,16 +248,32 @@ async def live_once(home: Path, platform: str, record: Platform, scenario: Scena
         await _die(gw)
 
 
-async def run_with_crash(home: Path, platform: str, scenario: Scenario, *, at_write: int | None = None,
-                         after_send: int | None = None) -> tuple[Platform, Fate, list[str]]:
-    """Live until the fate strikes, then boot again (no crash) and let the platform redeliver if needed."""
+async def run_with_crash(
+    home: Path,
+    platform: str,
+    scenario: Scenario,
+    *,
+    at_write: int | None = None,
+    after_send: int | None = None,
+) -> tuple[Platform, Fate, list[str]]:
+    """Live until the fate strikes, then boot again (no
+    crash) and let the platform redeliver if needed."""
     record = Platform()
-    message = inbound(scenario.text, platform=platform, chat_id="42", user_id="42", message_id="fated")
+    message = inbound(
+        scenario.text, platform=platform, chat_id="42", user_id="42", message_id="fated"
+    )
     fate = Fate(at_write=at_write, after_send=after_send)
     calls: list[str] = []
-    handed_in = await live_once(home, platform, record, scenario, fate, message, llm_calls=calls, setup=True)
-    del handed_in  # redelivered either way: the platform's offset was not confirmed before the death
-    first_life = Fate(writes=fate.writes, sends=fate.sends, dead=fate.dead, died_after_send=fate.died_after_send)
+    handed_in = await live_once(
+        home, platform, record, scenario, fate, message, llm_calls=calls, setup=True
+    )
+    # redelivered either way: the platform's offset was not confirmed before the death
+    del handed_in
+    first_life = Fate(
+        writes=fate.writes, sends=fate.sends, dead=fate.dead, died_after_send=fate.died_after_send
+    )
     if fate.dead:
-        await live_once(home, platform, record, scenario, Fate(), message, llm_calls=calls, setup=False)
+        await live_once(
+            home, platform, record, scenario, Fate(), message, llm_calls=calls, setup=False
+        )
     return record, first_life, calls

@@ -1,11 +1,13 @@
-"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram, FakeSlack (Socket Mode),
-FakeDiscord (REST + gateway websocket) and a scripted FakeLLM in this process, many conversations at once, SIGKILL
-at seeded moments and a restart each time; then every promise is checked from what the fakes recorded and what
-SQLite holds. Shared by tests/test_chaos.py and bench/chaos.py.
+"""The kill -9 chaos run: `gateway run` as a real subprocess against FakeTelegram, FakeSlack (Socket
+Mode), FakeDiscord (REST + gateway websocket) and a scripted FakeLLM in this process, many
+conversations at once, SIGKILL at seeded moments and a restart each time; then every promise is
+checked from what the fakes recorded and what SQLite holds. Shared by tests/test_chaos.py and
+bench/chaos.py.
 
-A user message `c7t3 ...` gets the reply `reply c7t3 [users=N]` (N = user messages the model saw, so a lost
-or doubled history shows), some replies long enough to be cut into several Telegram messages whose lines are
-numbered `c7t3 L0042`; `/new` ends the session, which makes the daemon flush it to memory (one tool call).
+A user message `c7t3 ...` gets the reply `reply c7t3 [users=N]` (N = user messages the model saw, so
+a lost or doubled history shows), some replies long enough to be cut into several Telegram messages
+whose lines are numbered `c7t3 L0042`; `/new` ends the session, which makes the daemon flush it to
+memory (one tool call).
 """
 
 from __future__ import annotations
@@ -37,27 +39,32 @@ from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.telegram import TOKEN, FakeTelegram
 
 TAG = re.compile(r"\bc(\d+)t(\d+)\b")
-IN_FLIGHT_GRACE_S = 1.0  # a send the fake stored this long before SIGKILL must have been marked sent by then
+# a send the fake stored this long before SIGKILL must have been marked sent by then
+IN_FLIGHT_GRACE_S = 1.0
 CAUGHT_UP = re.compile(r"discord: caught up after .*?(\d+) submitted")
-DISCORD_DM = 700_000_000_000_000_000    # + conversation: the Discord DM channel id
+DISCORD_DM = 700_000_000_000_000_000  # + conversation: the Discord DM channel id
 DISCORD_USER = 800_000_000_000_000_000  # + conversation: the Discord user id
 
 
 @dataclass(frozen=True, slots=True)
 class ChaosPlan:
     conversations: int = 20
-    turns: int = 4                 # steps per conversation; a `/new` is a step
+    turns: int = 4  # steps per conversation; a `/new` is a step
     kills: int = 3
     seed: int = 12
-    new_chance: float = 0.2        # a step (not the first) is `/new`
-    long_chance: float = 0.25      # a reply is long enough to be split (3 Telegram messages)
-    llm_delay_max: float = 0.04    # seconds the model "thinks" per turn (seeded per turn)
-    flush_delay_max: float = 0.25  # per flush call: widens the window in which a kill cuts a flush off
+    new_chance: float = 0.2  # a step (not the first) is `/new`
+    long_chance: float = 0.25  # a reply is long enough to be split (3 Telegram messages)
+    llm_delay_max: float = 0.04  # seconds the model "thinks" per turn (seeded per turn)
+    # per flush call: widens the window in which a kill cuts a flush off
+    flush_delay_max: float = 0.25
     first_chat: int = 50_000
-    platforms: tuple[str, ...] = ("telegram", "discord", "slack")  # conversation i is a DM on platforms[i % n]
-    aimed_at_discord: int = 1      # of the kills, how many land the instant Discord stored a chunk (in flight)
-    sent_while_dead: int = 2       # Discord conversations that hold a message back until the first kill and send
-                                   # it while no daemon runs: only the restarted daemon's catch-up can answer it
+    # conversation i is a DM on platforms[i % n]
+    platforms: tuple[str, ...] = ("telegram", "discord", "slack")
+    # of the kills, how many land the instant Discord stored a chunk (in flight)
+    aimed_at_discord: int = 1
+    # Discord conversations that hold a message back until the first kill and send it while no
+    # daemon runs: only the restarted daemon's catch-up can answer it
+    sent_while_dead: int = 2
     answer_timeout: float = 180.0
     ready_timeout: float = 120.0
 
@@ -66,10 +73,11 @@ class ChaosPlan:
 class Step:
     conversation: int
     index: int
-    kind: str                      # "msg" or "new"
+    kind: str  # "msg" or "new"
     tag: str
-    users: int = 0                 # for "msg": the user messages the model should see (this one included)
-    lines: int = 0                 # for "msg": numbered lines in the reply (0: a one-line reply)
+    # for "msg": the user messages the model should see (this one included)
+    users: int = 0
+    lines: int = 0  # for "msg": numbered lines in the reply (0: a one-line reply)
 
 
 def platform_of(plan: ChaosPlan, conversation: int) -> str:
@@ -81,7 +89,8 @@ def on_slack(plan: ChaosPlan, conversation: int) -> bool:
 
 
 def chat_of(plan: ChaosPlan, conversation: int) -> str:
-    """The chat as the watcher names it: `telegram:<chat id>`, `slack:<DM channel>` or `discord:<DM channel>`."""
+    """The chat as the watcher names it: `telegram:<chat
+    id>`, `slack:<DM channel>` or `discord:<DM channel>`."""
     platform = platform_of(plan, conversation)
     if platform == "slack":
         return f"slack:D{conversation}"
@@ -104,11 +113,14 @@ def step_of(tag: str) -> int:
 
 
 def is_flush(body: Mapping[str, Any]) -> bool:
-    return any(FLUSH_MARK in text_of(m) for m in body.get("messages") or [] if m.get("role") == "user")
+    return any(
+        FLUSH_MARK in text_of(m) for m in body.get("messages") or [] if m.get("role") == "user"
+    )
 
 
 def flush_session_tag(body: Mapping[str, Any]) -> str | None:
-    """A flush's transcript starts with the session's first user message: its tag names the session."""
+    """A flush's transcript starts with the session's
+    first user message: its tag names the session."""
     for m in body.get("messages") or []:
         if m.get("role") == "user":
             found = TAG.search(text_of(m))
@@ -132,7 +144,8 @@ def system_text(body: Mapping[str, Any]) -> str:
 
 
 class ScriptedLLM(RespondingLLM):
-    """The fake model for the chaos run: every request is answered by `answer` (deterministic per tag)."""
+    """The fake model for the chaos run: every request
+    is answered by `answer` (deterministic per tag)."""
 
     def __init__(self, plan: ChaosPlan) -> None:
         super().__init__(self.answer)
@@ -147,8 +160,17 @@ class ScriptedLLM(RespondingLLM):
             if any(b.get("type") == "tool_result" for b in blocks(last)):
                 return Reply("saved")
             delay = random.Random(f"{plan.seed}:flush:{tag}").uniform(0, plan.flush_delay_max)
-            return Delay(delay, ToolCall("memory", {"action": "add", "target": "memory",
-                                                    "content": f"session {tag} was about fox facts"}))
+            return Delay(
+                delay,
+                ToolCall(
+                    "memory",
+                    {
+                        "action": "add",
+                        "target": "memory",
+                        "content": f"session {tag} was about fox facts",
+                    },
+                ),
+            )
         turn = turn_tag(body)
         if turn is None:
             return Reply("(no tag)")
@@ -164,7 +186,7 @@ class Epoch:
 
     started: float
     llm_from: int
-    killed: float | None = None    # when SIGKILL was sent
+    killed: float | None = None  # when SIGKILL was sent
 
 
 @dataclass
@@ -177,8 +199,12 @@ class ChaosReport:
     seconds: float = 0.0
 
     def render(self) -> str:
-        out = [(f"kill -9 chaos: {self.plan.conversations} conversations x {self.plan.turns} steps, "
-               f"seed {self.plan.seed}, {self.seconds:.1f}s")]
+        out = [
+            (
+                f"kill -9 chaos: {self.plan.conversations} conversations x {self.plan.turns} "
+                f"steps, seed {self.plan.seed}, {self.seconds:.1f}s"
+            )
+        ]
         out += [f"  {k:<34} {v}" for k, v in self.counts.items()]
         out += [f"  note: {n}" for n in self.notes]
         out += [f"  PROBLEM: {p}" for p in self.problems]
@@ -186,15 +212,23 @@ class ChaosReport:
         return "\n".join(out)
 
 
-def daemon_config(home: Path, plan: ChaosPlan, tg: FakeTelegram, slack: FakeSlack, discord: FakeDiscord,
-                  llm: FakeLLM) -> None:
+def daemon_config(
+    home: Path,
+    plan: ChaosPlan,
+    tg: FakeTelegram,
+    slack: FakeSlack,
+    discord: FakeDiscord,
+    llm: FakeLLM,
+) -> None:
     def on(platform: str) -> list[int]:
         return [i for i in range(plan.conversations) if platform_of(plan, i) == platform]
+
     users = ", ".join(f"'{plan.first_chat + i}'" for i in on("telegram"))
     slack_users = ", ".join(f"'U{i}'" for i in on("slack"))
     discord_users = ", ".join(f"'{DISCORD_USER + i}'" for i in on("discord"))
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(f"""\
+    (home / "config.yaml").write_text(
+        f"""\
 model:
   provider: anthropic
   name: claude-test
@@ -231,7 +265,9 @@ delivery:
 daemon:
   drain_seconds: 10
   watchdog: false
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
 
 
 class KillRun:
@@ -245,19 +281,33 @@ class KillRun:
         self.daemon: DaemonProc | None = None
         self.procs: list[DaemonProc] = []
         self.exit_code: int | None = None
-        self.held: dict[int, int] = {}  # conversation → the step it sends only while the daemon is dead
-        self.parked: list[tuple[int, Step, str, asyncio.Future[None]]] = []  # held steps, ready to be sent
-        self.dead_sends: list[tuple[str, str, str, int]] = []  # (tag, channel, message id, Discord calls before)
+        # conversation → the step it sends only while the daemon is dead
+        self.held: dict[int, int] = {}
+        # held steps, ready to be sent
+        self.parked: list[tuple[int, Step, str, asyncio.Future[None]]] = []
+        # (tag, channel, message id, Discord calls before)
+        self.dead_sends: list[tuple[str, str, str, int]] = []
         self.drivers_left = 0
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> ChaosReport:
         started = time.monotonic()
-        users = {f"U{i}": {"id": f"U{i}", "name": f"user{i}", "real_name": f"User {i}",
-                           "profile": {"display_name": f"User{i}", "real_name": f"User {i}"}}
-                 for i in range(self.plan.conversations) if on_slack(self.plan, i)}
-        async with FakeTelegram() as tg, FakeSlack(users=users) as slack, FakeDiscord(guilds=[]) as discord, \
-                ScriptedLLM(self.plan) as llm:
+        users = {
+            f"U{i}": {
+                "id": f"U{i}",
+                "name": f"user{i}",
+                "real_name": f"User {i}",
+                "profile": {"display_name": f"User{i}", "real_name": f"User {i}"},
+            }
+            for i in range(self.plan.conversations)
+            if on_slack(self.plan, i)
+        }
+        async with (
+            FakeTelegram() as tg,
+            FakeSlack(users=users) as slack,
+            FakeDiscord(guilds=[]) as discord,
+            ScriptedLLM(self.plan) as llm,
+        ):
             self.tg, self.slack, self.discord, self.llm = tg, slack, discord, llm
             self.slack_out = SlackDelivery(slack)
             self.discord_users = DiscordUsers(discord, self._stored_discord, self._known_discord)
@@ -269,7 +319,10 @@ class KillRun:
             total = len(plan_steps)
             self.held = self._hold_back(plan_steps)
             self.drivers_left = len(plan_steps_by_conv(plan_steps))
-            drivers = [asyncio.create_task(self._converse(i, steps)) for i, steps in plan_steps_by_conv(plan_steps)]
+            drivers = [
+                asyncio.create_task(self._converse(i, steps))
+                for i, steps in plan_steps_by_conv(plan_steps)
+            ]
             monkey = asyncio.create_task(self._monkey(total))
             try:
                 try:
@@ -279,7 +332,11 @@ class KillRun:
                         task.cancel()
                     await asyncio.gather(*drivers, monkey, return_exceptions=True)
                 # the monkey may have been cancelled between a kill and the restart
-                if self.daemon is None or self.daemon.proc is None or self.daemon.proc.returncode is not None:
+                if (
+                    self.daemon is None
+                    or self.daemon.proc is None
+                    or self.daemon.proc.returncode is not None
+                ):
                     await self._start_daemon()
                 await self._wait_flushes()
                 assert self.daemon is not None
@@ -293,8 +350,12 @@ class KillRun:
             report = self.verify()
             report.counts["kills"] = sum(1 for e in self.epochs if e.killed is not None)
             report.counts["Slack events pushed again (no ack)"] = self.slack_out.redeliveries
-            report.counts["Discord messages sent while no daemon was connected"] = self.discord_users.sent_offline
-            report.counts["Discord first messages repeated (chat unknown)"] = self.discord_users.repeated
+            report.counts["Discord messages sent while no daemon was connected"] = (
+                self.discord_users.sent_offline
+            )
+            report.counts["Discord first messages repeated (chat unknown)"] = (
+                self.discord_users.repeated
+            )
             report.counts["Discord creates deduped by nonce"] = len(discord.nonce_repeats)
             self._verify_sent_while_dead(report)
         report.seconds = time.monotonic() - started
@@ -306,7 +367,12 @@ class KillRun:
             users = 0
             for t in range(plan.turns):
                 tag = f"c{i}t{t}"
-                if t > 0 and users > 0 and self.rng.random() < plan.new_chance and not on_slack(plan, i):
+                if (
+                    t > 0
+                    and users > 0
+                    and self.rng.random() < plan.new_chance
+                    and not on_slack(plan, i)
+                ):
                     self.steps.append(Step(i, t, "new", tag))
                     users = 0
                     continue
@@ -316,21 +382,27 @@ class KillRun:
         return self.steps
 
     def _hold_back(self, steps: list[Step]) -> dict[int, int]:
-        """The first `sent_while_dead` Discord conversations each keep their first message after the chat's first
-        one (the bot knows the chat by then) until the first kill, which sends it while no daemon runs."""
+        """The first `sent_while_dead` Discord conversations each keep their first message after the
+        chat's first one (the bot knows the chat by then) until the first kill, which sends it while
+        no daemon runs."""
         held: dict[int, int] = {}
         if not self.plan.kills:
             return held
         for step in steps:
             if len(held) >= self.plan.sent_while_dead:
                 break
-            if step.kind == "msg" and step.index > 0 and step.conversation not in held \
-                    and platform_of(self.plan, step.conversation) == "discord":
+            if (
+                step.kind == "msg"
+                and step.index > 0
+                and step.conversation not in held
+                and platform_of(self.plan, step.conversation) == "discord"
+            ):
                 held[step.conversation] = step.index
         return held
 
     async def _start_daemon(self) -> None:
-        for _ in range(3):  # let the loop read whatever the dead daemon wrote before the boundary is taken
+        for _ in range(3):
+            # let the loop read whatever the dead daemon wrote before the boundary is taken
             await asyncio.sleep(0)
         self.watcher.catch_up()
         self.watcher.epoch = len(self.epochs)
@@ -340,46 +412,60 @@ class KillRun:
         self.procs.append(daemon)
         await daemon.start()
         await daemon.wait_ready(self.plan.ready_timeout)
-        self.log(f"daemon #{len(self.epochs)} ready ({time.monotonic() - self.epochs[-1].started:.1f}s)")
+        self.log(
+            f"daemon #{len(self.epochs)} ready ({time.monotonic() - self.epochs[-1].started:.1f}s)"
+        )
 
     async def _monkey(self, total: int) -> None:
-        """SIGKILL at seeded moments: after a seeded share of the answers, plus a seeded fraction of a second.
-        An aimed kill then waits for the next chunk Discord stores and lands before Discord's answer leaves, so
-        the restart must send a chunk Discord already has: the case its nonce is for. Aimed are the kills that
-        follow the longest lives (Discord serves only ~2 s after a boot, once discord.py gave up waiting for
-        guilds); the answers that came in while one waited push the later kills back by as many, so aiming
-        does not bunch the seeded kills together."""
+        """SIGKILL at seeded moments: after a seeded share of the answers, plus a seeded fraction of
+        a second. An aimed kill then waits for the next chunk Discord stores and lands before
+        Discord's answer leaves, so the restart must send a chunk Discord already has: the case its
+        nonce is for. Aimed are the kills that follow the longest lives (Discord serves only ~2 s
+        after a boot, once discord.py gave up waiting for guilds); the answers that came in while
+        one waited push the later kills back by as many, so aiming does not bunch the seeded kills
+        together."""
         plan = self.plan
         points = sorted(self.rng.uniform(0.05, 0.9) * total for _ in range(plan.kills))
-        gaps = sorted(range(plan.kills), key=lambda k: points[k] - (points[k - 1] if k else 0.0), reverse=True)
-        aimed = set(gaps[:plan.aimed_at_discord])
+        gaps = sorted(
+            range(plan.kills), key=lambda k: points[k] - (points[k - 1] if k else 0.0), reverse=True
+        )
+        aimed = set(gaps[: plan.aimed_at_discord])
         shift = 0
         for k, point in enumerate(points):
             target = min(point + shift, 0.95 * total)  # never past the end: every kill still lands
 
             def due(first: bool = k == 0, target: float = target) -> bool:
-                held_back = first and len(self.parked) < len(self.held)  # the first kill waits for the held steps
-                stuck = bool(self.parked) and self.drivers_left == len(self.parked)  # nothing else can move
-                return stuck or (self.watcher.answered() >= target and not held_back and self._caught_up_dead())
+                # the first kill waits for the held steps
+                held_back = first and len(self.parked) < len(self.held)
+                # nothing else can move
+                stuck = bool(self.parked) and self.drivers_left == len(self.parked)
+                return stuck or (
+                    self.watcher.answered() >= target and not held_back and self._caught_up_dead()
+                )
+
             await self.watcher.wait(due, self.plan.answer_timeout, f"progress before kill {k + 1}")
             await asyncio.sleep(self.rng.uniform(0, 0.05))
             daemon = self.daemon
             assert daemon is not None and daemon.proc is not None
             how = "at a seeded moment"
             if k in aimed and await self._kill_on_discord_post(daemon):
-                how = "the instant Discord stored a chunk"  # the kill time was taken as the signal went
+                # the kill time was taken as the signal went
+                how = "the instant Discord stored a chunk"
                 shift += max(0, self.watcher.answered() - round(target))
             else:
                 self.epochs[-1].killed = time.monotonic()
             await daemon.kill()
             await self.discord_users.end_life()
-            self.log(f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers, {how}")
+            self.log(
+                f"kill {k + 1}/{plan.kills} at {self.watcher.answered()}/{total} answers, {how}"
+            )
             await self._send_while_dead()
             await self._start_daemon()
 
     def _caught_up_dead(self) -> bool:
-        """The messages sent while no daemon ran are answered and the daemon that read them logged its catch-up:
-        a kill before that would leave them to a later life or its count unlogged, and the checks less exact."""
+        """The messages sent while no daemon ran are answered and the daemon that read them logged
+        its catch-up: a kill before that would leave them to a later life or its count unlogged, and
+        the checks less exact."""
         if not self.dead_sends:
             return True
         answered = all(self.watcher.headers[tag] for tag, *_ in self.dead_sends)
@@ -392,14 +478,20 @@ class KillRun:
         for conversation, step, text, release in parked:
             channel = str(DISCORD_DM + conversation)
             calls = len(self.discord.calls)
-            message_id = await self.discord_users.send_while_dead(channel, str(DISCORD_USER + conversation), text)
+            message_id = await self.discord_users.send_while_dead(
+                channel, str(DISCORD_USER + conversation), text
+            )
             self.dead_sends.append((step.tag, channel, message_id, calls))
             release.set_result(None)
         if parked:
-            self.log(f"sent {len(parked)} Discord message(s) while no daemon runs: {[p[1].tag for p in parked]}")
+            self.log(
+                f"sent {len(parked)} Discord message(s) while "
+                f"no daemon runs: {[p[1].tag for p in parked]}"
+            )
 
     async def _kill_on_discord_post(self, daemon: DaemonProc, within: float = 30.0) -> bool:
-        """SIGKILL from inside the fake's handler, right after it stored a chunk; False if none came in time."""
+        """SIGKILL from inside the fake's handler, right after it stored a chunk; False if none came
+        in time."""
         fired = asyncio.Event()
 
         def kill(_: object) -> None:
@@ -407,6 +499,7 @@ class KillRun:
                 self.epochs[-1].killed = time.monotonic()
                 daemon.proc.kill()
                 fired.set()
+
         self.discord.on_posted = kill
         try:
             await asyncio.wait_for(fired.wait(), within)
@@ -430,8 +523,11 @@ class KillRun:
             if step.kind == "new":
                 news += 1
                 self._say(conversation, step, "/new")
-                await self.watcher.wait(lambda n=news: self.watcher.news[name] >= n, self.plan.answer_timeout,
-                                        f"the answer to /new #{news} in {name}")
+                await self.watcher.wait(
+                    lambda n=news: self.watcher.news[name] >= n,
+                    self.plan.answer_timeout,
+                    f"the answer to /new #{news} in {name}",
+                )
                 continue
             text = f"{step.tag} tell me about foxes"
             if self.held.get(conversation) == step.index:
@@ -441,38 +537,61 @@ class KillRun:
                 await release  # the monkey sends it between a kill and the restart
             else:
                 self._say(conversation, step, text)
-            await self.watcher.wait(lambda s=step: self.watcher.headers[s.tag] >= 1
-                                    and len(self.watcher.lines[s.tag]) >= s.lines,
-                                    self.plan.answer_timeout, f"the answer to {step.tag}")
+            await self.watcher.wait(
+                lambda s=step: (
+                    self.watcher.headers[s.tag] >= 1 and len(self.watcher.lines[s.tag]) >= s.lines
+                ),
+                self.plan.answer_timeout,
+                f"the answer to {step.tag}",
+            )
 
     def _say(self, conversation: int, step: Step, text: str) -> None:
         platform = platform_of(self.plan, conversation)
         if platform == "slack":
             # a real ts: the gateway dates the message by it (an old one would get the offline note)
-            self.slack_out.send(f"D{conversation}", f"U{conversation}", text,
-                                f"{int(time.time())}.{conversation:04d}{step.index:02d}")
+            self.slack_out.send(
+                f"D{conversation}",
+                f"U{conversation}",
+                text,
+                f"{int(time.time())}.{conversation:04d}{step.index:02d}",
+            )
         elif platform == "discord":
-            self.discord_users.send(str(DISCORD_DM + conversation), str(DISCORD_USER + conversation), text)
+            self.discord_users.send(
+                str(DISCORD_DM + conversation), str(DISCORD_USER + conversation), text
+            )
         else:
             chat = self.plan.first_chat + conversation
-            self.tg.inject_message(chat, text, user_id=chat, username=f"user{chat}", first_name=f"U{chat}")
+            self.tg.inject_message(
+                chat, text, user_id=chat, username=f"user{chat}", first_name=f"U{chat}"
+            )
 
     def _stored_discord(self, message_id: str) -> bool:
         with _db(self.home) as db:
-            return db.execute("SELECT 1 FROM inbound WHERE platform = 'discord' AND platform_message_id = ?",
-                              (message_id,)).fetchone() is not None
+            return (
+                db.execute(
+                    "SELECT 1 FROM inbound WHERE platform = 'discord' AND platform_message_id = ?",
+                    (message_id,),
+                ).fetchone()
+                is not None
+            )
 
     def _known_discord(self, channel: str) -> bool:
         with _db(self.home) as db:
-            return db.execute("SELECT 1 FROM inbound WHERE platform = 'discord' AND chat_id = ? LIMIT 1",
-                              (channel,)).fetchone() is not None
+            return (
+                db.execute(
+                    "SELECT 1 FROM inbound WHERE platform = 'discord' AND chat_id = ? LIMIT 1",
+                    (channel,),
+                ).fetchone()
+                is not None
+            )
 
     async def _wait_flushes(self) -> None:
         deadline = time.monotonic() + self.plan.answer_timeout
         while time.monotonic() < deadline:
             with _db(self.home) as db:
-                left = db.execute("SELECT COUNT(*) FROM sessions WHERE flush_state IN ('pending', 'running')"
-                                  ).fetchone()[0]
+                left = db.execute(
+                    "SELECT COUNT(*) FROM sessions WHERE flush_state IN ('pending', 'running')"
+                ).fetchone()[0]
             if not left:
                 return
             await asyncio.sleep(0.1)
@@ -533,8 +652,10 @@ class KillRun:
                 for h in headers:
                     got = HEADER.search(h.text)
                     if got and int(got.group(2)) != step.users:
-                        problems.append(f"{step.tag}: the model saw {got.group(2)} user messages, expected "
-                                        f"{step.users} (history lost or doubled)")
+                        problems.append(
+                            f"{step.tag}: the model saw {got.group(2)} user messages, expected "
+                            f"{step.users} (history lost or doubled)"
+                        )
             conv_news = sum(1 for s in news if s.conversation == conv)
             new_answers = [x for x in received if x.text == NEW_TEXT]
             if len(new_answers) < conv_news:
@@ -542,12 +663,18 @@ class KillRun:
             elif len(new_answers) > conv_news:
                 explained = sum(1 for x in new_answers if self._in_flight_at_kill(x, received))
                 if len(new_answers) - conv_news > explained:
-                    problems.append(f"chat {chat}: {conv_news} /new sent, {len(new_answers)} answers")
+                    problems.append(
+                        f"chat {chat}: {conv_news} /new sent, {len(new_answers)} answers"
+                    )
                 else:
                     in_flight_dupes += len(new_answers) - conv_news
             for key in expected - set(occurrences):
-                problems.append(f"chat {chat}: missing c{conv}t{key[0]} {'header' if key[1] < 0 else f'line {key[1]}'}")
-            doubled: dict[int, tuple[Seen, Seen]] = {}  # a chunk seen twice is one pair, however many lines
+                problems.append(
+                    f"chat {chat}: missing c{conv}t{key[0]} "
+                    f"{'header' if key[1] < 0 else f'line {key[1]}'}"
+                )
+            # a chunk seen twice is one pair, however many lines
+            doubled: dict[int, tuple[Seen, Seen]] = {}
             for key, seen in occurrences.items():
                 if key[0] >= 0 and key not in expected:
                     problems.append(f"chat {chat}: chunk for an unknown step {key}")
@@ -558,39 +685,66 @@ class KillRun:
                 if self._in_flight_at_kill(first, received):
                     in_flight_dupes += 1
                     gap = (self.epochs[first.epoch].killed or 0.0) - first.at
-                    when = f"{gap * 1000:.0f} ms before" if gap >= 0 else \
-                        f"{-gap * 1000:.0f} ms after the signal of"  # its request was already on the wire
-                    report.notes.append(f"chat {chat}: {first.text[:30]!r}... stored {when} kill {first.epoch + 1}, "
-                                        f"sent again after it")
+                    when = (
+                        f"{gap * 1000:.0f} ms before"
+                        if gap >= 0
+                        else f"{-gap * 1000:.0f} ms after the signal of"
+                    )  # its request was already on the wire
+                    report.notes.append(
+                        f"chat {chat}: {first.text[:30]!r}... stored {when} kill "
+                        f"{first.epoch + 1}, sent again after it"
+                    )
                 else:
                     why = " despite its nonce" if chat.startswith("discord:") else ""
-                    problems.append(f"chat {chat}: duplicated{why} {first.text[:60]!r} "
-                                    f"(daemon lives {first.epoch} and {again.epoch})")
+                    problems.append(
+                        f"chat {chat}: duplicated{why} {first.text[:60]!r} "
+                        f"(daemon lives {first.epoch} and {again.epoch})"
+                    )
             # per-chat order: first occurrences must follow the conversation's order
-            firsts = sorted(((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0))
+            firsts = sorted(
+                ((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0)
+            )
             order = [key for _, key in firsts]
             if order != sorted(order):
                 problems.append(f"chat {chat}: answers out of order: {order[:12]}...")
-        report.counts.update({
-            "conversations": self.plan.conversations, "user messages": len(msgs), "/new commands": len(news),
-            "answers (headers seen)": sum(1 for s in msgs if self.watcher.headers[s.tag] >= 1),
-            "Slack conversations": sum(1 for i in range(self.plan.conversations) if on_slack(self.plan, i)),
-            "Discord conversations": sum(1 for i in range(self.plan.conversations)
-                                         if platform_of(self.plan, i) == "discord"),
-            "chunks delivered": chunks, "chunks resent (in flight at a kill)": in_flight_dupes,
-            "Discord chunks delivered": discord_chunks, "Discord chunks posted twice": discord_doubles,
-            "restarts": len(self.epochs) - 1,
-        })
+        report.counts.update(
+            {
+                "conversations": self.plan.conversations,
+                "user messages": len(msgs),
+                "/new commands": len(news),
+                "answers (headers seen)": sum(1 for s in msgs if self.watcher.headers[s.tag] >= 1),
+                "Slack conversations": sum(
+                    1 for i in range(self.plan.conversations) if on_slack(self.plan, i)
+                ),
+                "Discord conversations": sum(
+                    1
+                    for i in range(self.plan.conversations)
+                    if platform_of(self.plan, i) == "discord"
+                ),
+                "chunks delivered": chunks,
+                "chunks resent (in flight at a kill)": in_flight_dupes,
+                "Discord chunks delivered": discord_chunks,
+                "Discord chunks posted twice": discord_doubles,
+                "restarts": len(self.epochs) - 1,
+            }
+        )
 
     def _verify_discord_stored(self, report: ChaosReport) -> None:
-        """Strict: every Discord message sent once in a chat the bot knew was stored (live or by a catch-up), once."""
+        """Strict: every Discord message sent once in a chat the bot knew was stored (live or by a
+        catch-up), once."""
         with _db(self.home) as db:
-            stored = {(r[0], r[1]) for r in db.execute(
-                "SELECT chat_id, platform_message_id FROM inbound WHERE platform = 'discord'")}
+            stored = {
+                (r[0], r[1])
+                for r in db.execute(
+                    "SELECT chat_id, platform_message_id FROM inbound WHERE platform = 'discord'"
+                )
+            }
         lost = [key for key in self.discord_users.sent_once if key not in stored]
-        report.problems += [f"discord:{c}: message {m} was never stored (no catch-up found it)" for c, m in lost]
-        report.counts["Discord messages submitted by a catch-up first"] = sum(self._caught_up())  # missed, or
-        # queued behind a missed one
+        report.problems += [
+            f"discord:{c}: message {m} was never stored (no catch-up found it)" for c, m in lost
+        ]
+        # missed, or queued behind a missed one
+        report.counts["Discord messages submitted by a catch-up first"] = sum(self._caught_up())
 
     def _caught_up(self) -> list[int]:
         """Per daemon life, the Discord messages its catch-ups submitted (from its log)."""
@@ -604,34 +758,45 @@ class KillRun:
         return caught
 
     def _verify_sent_while_dead(self, report: ChaosReport) -> None:
-        """Each message sent between a kill and its restart was answered once, after a catch-up read it from the
-        channel's history; and the catch-ups of the lives from then on submitted at least as many."""
+        """Each message sent between a kill and its restart was answered once, after a catch-up read
+        it from the channel's history; and the catch-ups of the lives from then on submitted at
+        least as many."""
         problems = report.problems
         fine = 0
         for tag, channel, message_id, calls_before in self.dead_sends:
             answers = self.watcher.headers[tag]
-            read = any(c.name == "GET /channels/{cid}/messages" and c.path.endswith(f"/channels/{channel}/messages")
-                       and int(c.query.get("after") or message_id) < int(message_id)
-                       for c in self.discord.calls[calls_before:])
+            read = any(
+                c.name == "GET /channels/{cid}/messages"
+                and c.path.endswith(f"/channels/{channel}/messages")
+                and int(c.query.get("after") or message_id) < int(message_id)
+                for c in self.discord.calls[calls_before:]
+            )
             if answers != 1:
-                problems.append(f"discord:{channel}: {tag}, sent while no daemon ran, answered {answers} times")
+                problems.append(
+                    f"discord:{channel}: {tag}, sent while no daemon ran, answered {answers} times"
+                )
             if not read:
-                problems.append(f"discord:{channel}: {tag}, sent while no daemon ran, never read by a catch-up")
+                problems.append(
+                    f"discord:{channel}: {tag}, sent while no daemon ran, never read by a catch-up"
+                )
             fine += answers == 1 and read
         caught = self._caught_up()
         for life in range(len(caught)):
             sent = sum(1 for later, _, _ in self.discord_users.sent_dead if later >= life)
             if sum(caught[life:]) < sent:
-                problems.append(f"daemon lives from {life + 1} on: {sent} Discord messages sent while no daemon ran, "
-                                f"their catch-ups submitted {sum(caught[life:])}")
+                problems.append(
+                    f"daemon lives from {life + 1} on: {sent} Discord messages sent while no "
+                    f"daemon ran, their catch-ups submitted {sum(caught[life:])}"
+                )
         report.counts["Discord messages sent between kill+restart"] = len(self.dead_sends)
         report.counts["  of them answered once, read by a catch-up"] = fine
 
     def _in_flight_at_kill(self, first: Seen, received: list[Seen]) -> bool:
-        """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite marked it
-        sent, goes out again after the restart. Only the last chunk a chat got in that daemon life, stored
-        moments before the kill, can be one; anything else sent twice is a bug. Discord has no such window: the
-        resend carries the chunk's nonce and Discord hands back the message it already posted."""
+        """The at-least-once window: a chunk the platform stored just before SIGKILL, before SQLite
+        marked it sent, goes out again after the restart. Only the last chunk a chat got in that
+        daemon life, stored moments before the kill, can be one; anything else sent twice is a bug.
+        Discord has no such window: the resend carries the chunk's nonce and Discord hands back the
+        message it already posted."""
         if first.chat.startswith("discord:"):
             return False
         killed = self.epochs[first.epoch].killed if first.epoch < len(self.epochs) else None
@@ -655,8 +820,10 @@ class KillRun:
                 problems.append(f"inbound {row['text'][:30]!r} left {row['status']}")
         for row in outbound:
             if row["status"] != "sent":
-                problems.append(f"outbound {row['turn_id']} chunk {row['chunk_index']} left {row['status']}"
-                                f" ({row['last_error']})")
+                problems.append(
+                    f"outbound {row['turn_id']} chunk {row['chunk_index']} left {row['status']}"
+                    f" ({row['last_error']})"
+                )
         turn_runs: Counter[tuple[str, int]] = Counter()
         flush_runs: Counter[tuple[str, int]] = Counter()
         prompt_mismatch = 0
@@ -680,7 +847,9 @@ class KillRun:
                 continue
             if system_text(body) != sessions[sid]["system_prompt"]:
                 prompt_mismatch += 1
-                problems.append(f"request for {tag}: system prompt differs from session {sid}'s stored bytes")
+                problems.append(
+                    f"request for {tag}: system prompt differs from session {sid}'s stored bytes"
+                )
         for (tag, epoch), n in turn_runs.items():
             if n > 1:
                 problems.append(f"turn {tag} ran {n} times in daemon life {epoch}")
@@ -692,28 +861,37 @@ class KillRun:
             per_turn[t] += n
         reruns = sum(1 for n in per_turn.values() if n > 1)
         flush_tags = {t for t, _ in flush_runs}
-        flush_reruns = sum(1 for tag in flush_tags if sum(n for (t, _), n in flush_runs.items() if t == tag) > 1)
+        flush_reruns = sum(
+            1 for tag in flush_tags if sum(n for (t, _), n in flush_runs.items() if t == tag) > 1
+        )
         ended = [s for s in sessions.values() if s["end_reason"] == "command"]
         for s in ended:
             if s["flush_state"] not in ("done", "nothing"):
-                problems.append(f"session {s['id']} ended by /new: flush {s['flush_state']} ({s['flush_error']})")
+                problems.append(
+                    f"session {s['id']} ended by /new: flush "
+                    f"{s['flush_state']} ({s['flush_error']})"
+                )
         rebuilt = [s["id"] for s in sessions.values() if s["prompt_rebuilds"]]
         if rebuilt:
             problems.append(f"sessions whose prompt was rebuilt: {rebuilt}")
-        memory = (self.home / "memories" / "MEMORY.md")
+        memory = self.home / "memories" / "MEMORY.md"
         facts = memory.read_text(encoding="utf-8") if memory.exists() else ""
         for tag in flush_tags:
             n = facts.count(f"session {tag} was about")
             if n != 1:
                 problems.append(f"memory holds the fact of session {tag} {n} times")
-        report.counts.update({
-            "sessions": len(sessions), "LLM requests": llm_requests,
-            "turns re-run after a kill": reruns, "prompt mismatches": prompt_mismatch,
-            "flushes (sessions ended by /new)": len(ended),
-            "flushes done": sum(1 for s in ended if s["flush_state"] == "done"),
-            "flushes re-run after a kill": flush_reruns,
-            "max flush attempts": max((s["flush_attempts"] for s in ended), default=0),
-        })
+        report.counts.update(
+            {
+                "sessions": len(sessions),
+                "LLM requests": llm_requests,
+                "turns re-run after a kill": reruns,
+                "prompt mismatches": prompt_mismatch,
+                "flushes (sessions ended by /new)": len(ended),
+                "flushes done": sum(1 for s in ended if s["flush_state"] == "done"),
+                "flushes re-run after a kill": flush_reruns,
+                "max flush attempts": max((s["flush_attempts"] for s in ended), default=0),
+            }
+        )
 
 
 def plan_steps_by_conv(steps: list[Step]) -> list[tuple[int, list[Step]]]:

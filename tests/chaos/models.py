@@ -1,6 +1,6 @@
-"""A FakeLLM whose every answer comes from one function of the request (the chaos suites' scripted model),
-and the reply shapes they share: a header naming the message, optionally numbered lines so a lost, doubled or
-reordered chunk shows in what the user received."""
+"""A FakeLLM whose every answer comes from one function of the request (the chaos suites' scripted
+model), and the reply shapes they share: a header naming the message, optionally numbered lines so a
+lost, doubled or reordered chunk shows in what the user received."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ FILLER = "the quick brown fox jumps over the lazy dog while the gateway keeps it
 
 
 class RespondingLLM(FakeLLM):
-    """Scripted steps and injected faults still come first; otherwise `respond(body)` gives the step."""
+    """Scripted steps and injected faults still come
+    first; otherwise `respond(body)` gives the step."""
 
     def __init__(self, respond: Callable[[dict[str, Any]], Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,7 +1,8 @@
-"""The platforms' side of the kill run: what each fake delivered to users (the Watcher), and how each platform
-hands a user's message to a bot that may be dead: Slack pushes an unacked event again; Discord delivers only to a
-connected bot and never again, so the gateway reads the history of chats it knows after each start (its catch-up),
-and only a chat's very first message, which no catch-up can know of, is repeated by its user."""
+"""The platforms' side of the kill run: what each fake delivered to users (the Watcher), and how
+each platform hands a user's message to a bot that may be dead: Slack pushes an unacked event again;
+Discord delivers only to a connected bot and never again, so the gateway reads the history of chats
+it knows after each start (its catch-up), and only a chat's very first message, which no catch-up
+can know of, is repeated by its user."""
 
 from __future__ import annotations
 
@@ -24,15 +25,16 @@ from tests.fakes.telegram import FakeTelegram
 class Seen:
     """One chunk a user received, with the daemon life (epoch) that sent it."""
 
-    index: int                     # position in everything this process saw delivered
-    chat: str                      # `telegram:<id>`, `slack:<channel>` or `discord:<channel>`
+    index: int  # position in everything this process saw delivered
+    chat: str  # `telegram:<id>`, `slack:<channel>` or `discord:<channel>`
     text: str
     epoch: int
-    at: float                      # when this process saw the fake store it (monotonic)
+    at: float  # when this process saw the fake store it (monotonic)
 
 
 class Watcher:
-    """Follows what the fake platforms stored and wakes the conversations waiting for their answers."""
+    """Follows what the fake platforms stored and wakes
+    the conversations waiting for their answers."""
 
     def __init__(self, tg: FakeTelegram, slack: FakeSlack, discord: FakeDiscord) -> None:
         self.tg = tg
@@ -57,13 +59,17 @@ class Watcher:
         self.catch_up()
 
     def _delivered(self) -> dict[str, list[tuple[str, str]]]:
-        return {"telegram": [(f"telegram:{m.chat_id}", m.text) for m in self.tg.sent_messages()],
-                "slack": [(f"slack:{m.channel}", m.text) for m in self.slack.posted()],
-                "discord": [(f"discord:{m.channel_id}", m.content) for m in self.discord.sent_messages()]}
+        return {
+            "telegram": [(f"telegram:{m.chat_id}", m.text) for m in self.tg.sent_messages()],
+            "slack": [(f"slack:{m.channel}", m.text) for m in self.slack.posted()],
+            "discord": [
+                (f"discord:{m.channel_id}", m.content) for m in self.discord.sent_messages()
+            ],
+        }
 
     def catch_up(self) -> None:
         for platform, delivered in self._delivered().items():
-            for chat, text in delivered[self._taken[platform]:]:
+            for chat, text in delivered[self._taken[platform] :]:
                 self.seen.append(Seen(len(self.seen), chat, text, self.epoch, time.monotonic()))
                 for tag, _ in HEADER.findall(text):
                     self.headers[tag] += 1
@@ -80,14 +86,18 @@ class Watcher:
         self.changed = asyncio.Event()
 
     def _behind(self) -> bool:
-        return len(self.tg.sent_messages()) > self._taken["telegram"] or \
-            len(self.slack.posted()) > self._taken["slack"] or len(self.discord.sent) > self._taken["discord"]
+        return (
+            len(self.tg.sent_messages()) > self._taken["telegram"]
+            or len(self.slack.posted()) > self._taken["slack"]
+            or len(self.discord.sent) > self._taken["discord"]
+        )
 
     async def _follow(self) -> None:
         async def watch(fake: Any) -> None:
             while True:
                 await fake.wait_until(self._behind, timeout=3600)
                 self.catch_up()
+
         await asyncio.gather(watch(self.tg), watch(self.slack), watch(self.discord))
 
     def answered(self) -> int:
@@ -97,6 +107,7 @@ class Watcher:
         async def loop() -> None:
             while not predicate():
                 await self.changed.wait()
+
         try:
             await asyncio.wait_for(loop(), timeout)
         except TimeoutError:
@@ -104,8 +115,9 @@ class Watcher:
 
 
 class SlackDelivery:
-    """Slack's side of Socket Mode: an event is pushed until it is acked. One not acked within 3 s (its socket
-    died with the daemon, or the daemon never stored it) is pushed again with retry_attempt + 1, as Slack does."""
+    """Slack's side of Socket Mode: an event is pushed until it is acked. One not acked within 3 s
+    (its socket died with the daemon, or the daemon never stored it) is pushed again with
+    retry_attempt + 1, as Slack does."""
 
     ACK_WAIT_S = 3.0
 
@@ -115,8 +127,17 @@ class SlackDelivery:
         self.redeliveries = 0
 
     def send(self, channel: str, user: str, text: str, ts: str) -> None:
-        event = {"type": "message", "channel_type": "im", "channel": channel, "user": user, "text": text, "ts": ts}
-        task = asyncio.get_running_loop().create_task(self._deliver(event, f"Ev{channel}{ts.replace('.', '')}"))
+        event = {
+            "type": "message",
+            "channel_type": "im",
+            "channel": channel,
+            "user": user,
+            "text": text,
+            "ts": ts,
+        }
+        task = asyncio.get_running_loop().create_task(
+            self._deliver(event, f"Ev{channel}{ts.replace('.', '')}")
+        )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -124,8 +145,12 @@ class SlackDelivery:
         attempt = 0
         while True:
             try:
-                envelope = await self.slack.push_event(event, event_id=event_id, retry_attempt=attempt,
-                                                       retry_reason="timeout" if attempt else "")
+                envelope = await self.slack.push_event(
+                    event,
+                    event_id=event_id,
+                    retry_attempt=attempt,
+                    retry_reason="timeout" if attempt else "",
+                )
                 await self.slack.wait_for_ack(envelope, timeout=self.ACK_WAIT_S)
                 return
             except (TimeoutError, ConnectionError, RuntimeError):
@@ -139,22 +164,28 @@ class SlackDelivery:
 
 
 class DiscordUsers:
-    """Discord's side: a MESSAGE_CREATE reaches only a bot connected at that moment, with no ack and no redelivery;
-    a restarted daemon IDENTIFYs a new session, which gets nothing it missed, and catches up from the history of the
-    chats it has stored a message from. So in a chat the bot knows a person sends once, whenever, online or not.
-    A chat's first message only reaches a connected bot: that person sends once the bot is online and, if the killed
-    daemon never stored it (no catch-up can know the chat), sends it again once the bot is back.
-    `stored(message id)` and `known(channel)` read the daemon's database."""
+    """Discord's side: a MESSAGE_CREATE reaches only a bot connected at that moment, with no ack and
+    no redelivery; a restarted daemon IDENTIFYs a new session, which gets nothing it missed, and
+    catches up from the history of the chats it has stored a message from. So in a chat the bot
+    knows a person sends once, whenever, online or not. A chat's first message only reaches a
+    connected bot: that person sends once the bot is online and, if the killed daemon never stored
+    it (no catch-up can know the chat), sends it again once the bot is back. `stored(message id)`
+    and `known(channel)` read the daemon's database."""
 
-    def __init__(self, discord: FakeDiscord, stored: Callable[[str], bool], known: Callable[[str], bool]) -> None:
+    def __init__(
+        self, discord: FakeDiscord, stored: Callable[[str], bool], known: Callable[[str], bool]
+    ) -> None:
         self.discord = discord
         self.stored = stored
         self.known = known
         self.life = 0
-        self.repeated = 0          # first messages of a chat, sent again
-        self.sent_offline = 0      # messages sent while no daemon was connected: only a catch-up can answer them
-        self.sent_once: list[tuple[str, str]] = []  # (channel, message id) sent once, in a chat the bot knew
-        self.sent_dead: list[tuple[int, str, str]] = []  # (life to come, channel, message id) sent between lives
+        self.repeated = 0  # first messages of a chat, sent again
+        # messages sent while no daemon was connected: only a catch-up can answer them
+        self.sent_offline = 0
+        # (channel, message id) sent once, in a chat the bot knew
+        self.sent_once: list[tuple[str, str]] = []
+        # (life to come, channel, message id) sent between lives
+        self.sent_dead: list[tuple[int, str, str]] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self._ended: defaultdict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._ids = itertools.count()
@@ -173,9 +204,11 @@ class DiscordUsers:
             return
         while True:
             await self.discord.wait_until(lambda: self.discord.online, timeout=3600)
-            # no await from here to the dispatch: the socket it goes to belongs to daemon life `life`
+            # no await from here to the dispatch: the socket
+            # it goes to belongs to daemon life `life`
             life = self.life
-            message_id = snowflake(increment=next(self._ids))  # dated now: the gateway replays by age
+            # dated now: the gateway replays by age
+            message_id = snowflake(increment=next(self._ids))
             await self.discord.push_message(channel, text, author_id=author, message_id=message_id)
             await self._ended[life].wait()
             if self.stored(message_id):
@@ -183,9 +216,11 @@ class DiscordUsers:
             self.repeated += 1
 
     async def send_while_dead(self, channel: str, author: str, text: str) -> str:
-        """Sent now, between a kill and the restart, in a chat the bot knows: nobody can receive it live, so only
-        the next daemon's catch-up (reading the channel's history) can answer it."""
-        assert self.known(channel) and not self.discord.online, "not a message only a catch-up can find"
+        """Sent now, between a kill and the restart, in a chat the bot knows: nobody can receive it
+        live, so only the next daemon's catch-up (reading the channel's history) can answer it."""
+        assert self.known(channel) and not self.discord.online, (
+            "not a message only a catch-up can find"
+        )
         message_id = snowflake(increment=next(self._ids))
         self.sent_once.append((channel, message_id))
         self.sent_dead.append((self.life, channel, message_id))
@@ -194,7 +229,8 @@ class DiscordUsers:
         return message_id
 
     async def end_life(self) -> None:
-        """The killed daemon is gone: wait until the fake holds no socket of it, then let the senders look."""
+        """The killed daemon is gone: wait until the fake holds no socket of it, then let the
+        senders look."""
         await self.discord.wait_until(lambda: not self.discord.online, timeout=30)
         self._ended[self.life].set()
         self.life += 1

@@ -1,5 +1,6 @@
 """Shared plumbing for the wire fakes: an aiohttp server on 127.0.0.1:0, the ordered request record,
-`wait_for_call`, and the per-endpoint fault queue. It knows nothing about any platform's protocol."""
+`wait_for_call`, and the per-endpoint fault queue. It knows nothing about any platform's
+protocol."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ Clock = Callable[[], float]
 @dataclass(frozen=True, slots=True)
 class Call:
     """One request as the fake received it. `name` is the fake's logical name for the endpoint
-    (Telegram: lowercase Bot API method; Slack: `chat.postMessage`; Discord: `"POST /channels/1/messages"`;
+    (Telegram: lowercase Bot API method; Slack: `chat.postMessage`; Discord: `"POST
+    /channels/1/messages"`;
     LLM: the path). `at` comes from the fake's clock (monotonic by default)."""
 
     method: str
@@ -29,13 +31,14 @@ class Call:
     headers: Mapping[str, str]
     query: Mapping[str, str]
     at: float
-    raw: bytes = b""  # the body byte for byte, where a fake keeps it (the LLM fake: to search every byte sent)
+    # the body byte for byte, where a fake keeps it (the LLM fake: to search every byte sent)
+    raw: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """Answer with this HTTP status instead of the real result. `body` (dict → JSON, str/bytes → as is)
-    defaults to the platform's own error envelope for that status."""
+    """Answer with this HTTP status instead of the real result. `body` (dict → JSON, str/bytes → as
+    is) defaults to the platform's own error envelope for that status."""
 
     status: int
     body: Any = None
@@ -69,25 +72,32 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode()
 
 
-def json_response(obj: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+def json_response(
+    obj: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
     # Exactly "application/json" (no charset): discord.py only parses that content type as JSON.
-    return web.Response(body=dumps(obj), status=status, headers=dict(headers or {}),
-                        content_type="application/json")
+    return web.Response(
+        body=dumps(obj), status=status, headers=dict(headers or {}), content_type="application/json"
+    )
 
 
 async def reset_connection(request: web.Request) -> web.StreamResponse:
-    """Drop the socket mid-request. The returned response is never written: the transport is gone."""
+    """Drop the socket mid-request. The returned
+    response is never written: the transport is gone."""
     if request.transport is not None:
         request.transport.abort()
-    raise asyncio.CancelledError  # aiohttp treats a cancelled handler on a lost peer as a normal disconnect
+    # aiohttp treats a cancelled handler on a lost peer as a normal disconnect
+    raise asyncio.CancelledError
 
 
 class FakeServer:
-    """Base of every fake: lifecycle, request record and fault queues. Subclasses add routes to `self.app`."""
+    """Base of every fake: lifecycle, request record and
+    fault queues. Subclasses add routes to `self.app`."""
 
-    # how long a `wait_*` helper waits by default: for real I/O through a real client library (a login, a websocket,
-    # a request and its answer), which takes seconds on a loaded 2-CPU machine, tens of them with two busy
-    # processes beside the suite (scripts/busy_suite.sh); a wait that is met returns at once
+    # how long a `wait_*` helper waits by default: for real I/O through a real client library (a
+    # login, a websocket, a request and its answer), which takes seconds on a loaded 2-CPU machine,
+    # tens of them with two busy processes beside the suite (scripts/busy_suite.sh); a wait that is
+    # met returns at once
     WAIT_S = 90.0
 
     def __init__(self, *, clock: Clock = time.monotonic) -> None:
@@ -102,7 +112,9 @@ class FakeServer:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> str:
-        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, shutdown_timeout=0.25)
+        self._runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, shutdown_timeout=0.25
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -130,8 +142,16 @@ class FakeServer:
 
     # -- record --------------------------------------------------------------------------------
     def record(self, request: web.Request, name: str, body: Any, raw: bytes = b"") -> Call:
-        call = Call(method=request.method, path=request.path, name=name, body=body,
-                    headers=dict(request.headers), query=dict(request.query), at=self.clock(), raw=raw)
+        call = Call(
+            method=request.method,
+            path=request.path,
+            name=name,
+            body=body,
+            headers=dict(request.headers),
+            query=dict(request.query),
+            at=self.clock(),
+            raw=raw,
+        )
         self.calls.append(call)
         self.notify()
         return call
@@ -147,18 +167,27 @@ class FakeServer:
         return key in (call.name, call.path, f"{call.method} {call.path}")
 
     def calls_to(self, key: str | Callable[[Call], bool]) -> list[Call]:
-        """Calls whose name, path or "METHOD path" equals `key` (or for which `key(call)` is true)."""
+        """Calls whose name, path or "METHOD path" equals
+        `key` (or for which `key(call)` is true)."""
         return [c for c in self.calls if self._matches(c, key)]
 
-    async def wait_for_call(self, key: str | Callable[[Call], bool], count: int = 1,
-                            timeout: float = WAIT_S) -> Call:
+    async def wait_for_call(
+        self, key: str | Callable[[Call], bool], count: int = 1, timeout: float = WAIT_S
+    ) -> Call:
         """Return the `count`-th matching call, waiting for it to arrive."""
-        await self.wait_until(lambda: len(self.calls_to(key)) >= count, timeout,
-                              lambda: f"{key!r} x{count} not seen; calls: {[c.name for c in self.calls]}")
+        await self.wait_until(
+            lambda: len(self.calls_to(key)) >= count,
+            timeout,
+            lambda: f"{key!r} x{count} not seen; calls: {[c.name for c in self.calls]}",
+        )
         return self.calls_to(key)[count - 1]
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = WAIT_S,
-                         describe: Callable[[], str] | None = None) -> None:
+    async def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = WAIT_S,
+        describe: Callable[[], str] | None = None,
+    ) -> None:
         """Re-check `predicate` every time the fake records something (and every 50 ms)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -191,8 +220,9 @@ class FakeServer:
                 return queue.popleft()
         return None
 
-    async def apply_fault(self, request: web.Request, step: Any,
-                          error_body: Callable[[int], Any]) -> web.StreamResponse | None:
+    async def apply_fault(
+        self, request: web.Request, step: Any, error_body: Callable[[int], Any]
+    ) -> web.StreamResponse | None:
         """Turn a fault step into a response; None means "carry on with the normal answer"."""
         while isinstance(step, Delay):
             await asyncio.sleep(step.seconds)

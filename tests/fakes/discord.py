@@ -1,8 +1,9 @@
-"""Fake Discord for discord.py: REST under /api/v10 and a gateway websocket (HELLO/IDENTIFY/READY/RESUME,
-heartbeats, dispatches with sequence numbers and replay on RESUME), with injectable faults and close codes.
-Message create honours `nonce` + `enforce_nonce` as Discord does; 429s carry Discord's body and headers, and a request
-to a bucket before its served `retry_after` expired is recorded and refused again.
-Point discord.py at it with `patch_discord_urls(fake)` (class attributes, restored on exit)."""
+"""Fake Discord for discord.py: REST under /api/v10 and a gateway websocket
+(HELLO/IDENTIFY/READY/RESUME, heartbeats, dispatches with sequence numbers and replay on RESUME),
+with injectable faults and close codes. Message create honours `nonce` + `enforce_nonce` as Discord
+does; 429s carry Discord's body and headers, and a request to a bucket before its served
+`retry_after` expired is recorded and refused again. Point discord.py at it with
+`patch_discord_urls(fake)` (class attributes, restored on exit)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,17 @@ import discord.http
 import yarl
 from aiohttp import WSMsgType, web
 
-from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
+from tests.fakes.base import (
+    Call,
+    Clock,
+    ConnectionReset,
+    Counter,
+    Delay,
+    FakeServer,
+    Fault,
+    Malformed,
+    json_response,
+)
 from tests.fakes.files import FileShelf
 
 __all__ = [
@@ -65,11 +76,12 @@ API = "/api/v10"
 PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | (1 << 15)  # members, presences, message_content
 MAX_CONTENT = 2000
 MAX_NONCE = 25
-# Discord's message-create bucket is 5 per 5 s per channel; the window is shorter here so tests stay quick while
-# discord.py still has to wait one out (set bucket_window=5.0 for the real span).
+# Discord's message-create bucket is 5 per 5 s per channel; the window is shorter here so tests stay
+# quick while discord.py still has to wait one out (set bucket_window=5.0 for the real span).
 BUCKET_LIMIT = 5
 BUCKET_WINDOW_S = 0.5
-INTERACTION_DEADLINE_S = 3.0  # "you must send an initial response within 3 seconds of receiving the event"
+# "you must send an initial response within 3 seconds of receiving the event"
+INTERACTION_DEADLINE_S = 3.0
 # Message components: "Action Rows can contain up to 5 Buttons", a message up to 5 action rows; a
 # button's custom_id is "max 100 characters" and its label "max 80 characters"; styles 1-4 need a
 # custom_id, 5 (link) a url.
@@ -79,47 +91,134 @@ EPHEMERAL = 1 << 6  # message flag 64: "only visible to the user who invoked the
 # and for component interactions only 6 DEFERRED_UPDATE_MESSAGE and 7 UPDATE_MESSAGE (edit the
 # message the button is on).
 COMPONENT_RESPONSES = (6, 7)
-NONCE_WINDOW_S = 120.0  # Discord says "the past few minutes" for enforce_nonce; the exact span is not published
+# Discord says "the past few minutes" for enforce_nonce; the exact span is not published
+NONCE_WINDOW_S = 120.0
 DISCORD_EPOCH_MS = 1420070400000
 
 
-# ------------------------------------------------------------------------------------------- helpers
+# ------------------------------------------------------------------------------------------ helpers
 def now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def make_user(user_id: str, username: str, *, bot: bool = False, global_name: str | None = None) -> dict[str, Any]:
-    return {"id": str(user_id), "username": username, "discriminator": "0", "global_name": global_name,
-            "avatar": None, "bot": bot, "public_flags": 0}
-
-
-BOT_USER = {**make_user(BOT_ID, "gatewaybot", bot=True), "verified": True, "mfa_enabled": False, "flags": 0}
-
-
-def make_guild(guild_id: str = GUILD_ID, name: str = "Test Guild", *,
-               channels: Sequence[tuple[str, str]] = (("general", CHANNEL_ID),),
-               members: Sequence[Mapping[str, Any]] = (), owner_id: str = USER_ID,
-               roles: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A GUILD_CREATE payload: text channels (name, id), roles (id → name, besides @everyone) and member user
-    objects (the bot is added)."""
-    member_users = [BOT_USER, *members]
-    extra_roles = [{"id": rid, "name": rname, "permissions": "0", "position": i, "color": 0, "hoist": False,
-                    "managed": False, "mentionable": True, "flags": 0}
-                   for i, (rid, rname) in enumerate((roles or {}).items(), 1)]
+def make_user(
+    user_id: str, username: str, *, bot: bool = False, global_name: str | None = None
+) -> dict[str, Any]:
     return {
-        "id": guild_id, "name": name, "owner_id": owner_id, "unavailable": False, "member_count": len(member_users),
-        "large": False, "joined_at": now_iso(), "features": [], "emojis": [], "stickers": [], "icon": None,
-        "roles": [{"id": guild_id, "name": "@everyone", "permissions": "2248473465835073", "position": 0,
-                   "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0}, *extra_roles],
-        "channels": [{"id": cid, "type": 0, "name": cname, "position": i, "permission_overwrites": [],
-                      "guild_id": guild_id, "nsfw": False, "topic": None, "last_message_id": None,
-                      "rate_limit_per_user": 0, "parent_id": None} for i, (cname, cid) in enumerate(channels)],
-        "threads": [], "voice_states": [], "presences": [], "stage_instances": [], "guild_scheduled_events": [],
-        "members": [{"user": u, "roles": [], "joined_at": now_iso(), "deaf": False, "mute": False, "flags": 0}
-                    for u in member_users],
-        "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0,
-        "mfa_level": 0, "nsfw_level": 0, "premium_tier": 0, "preferred_locale": "en-US", "system_channel_flags": 0,
-        "system_channel_id": None, "rules_channel_id": None, "afk_channel_id": None, "afk_timeout": 300,
+        "id": str(user_id),
+        "username": username,
+        "discriminator": "0",
+        "global_name": global_name,
+        "avatar": None,
+        "bot": bot,
+        "public_flags": 0,
+    }
+
+
+BOT_USER = {
+    **make_user(BOT_ID, "gatewaybot", bot=True),
+    "verified": True,
+    "mfa_enabled": False,
+    "flags": 0,
+}
+
+
+def make_guild(
+    guild_id: str = GUILD_ID,
+    name: str = "Test Guild",
+    *,
+    channels: Sequence[tuple[str, str]] = (("general", CHANNEL_ID),),
+    members: Sequence[Mapping[str, Any]] = (),
+    owner_id: str = USER_ID,
+    roles: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A GUILD_CREATE payload: text channels (name, id), roles (id → name, besides @everyone) and
+    member user objects (the bot is added)."""
+    member_users = [BOT_USER, *members]
+    extra_roles = [
+        {
+            "id": rid,
+            "name": rname,
+            "permissions": "0",
+            "position": i,
+            "color": 0,
+            "hoist": False,
+            "managed": False,
+            "mentionable": True,
+            "flags": 0,
+        }
+        for i, (rid, rname) in enumerate((roles or {}).items(), 1)
+    ]
+    return {
+        "id": guild_id,
+        "name": name,
+        "owner_id": owner_id,
+        "unavailable": False,
+        "member_count": len(member_users),
+        "large": False,
+        "joined_at": now_iso(),
+        "features": [],
+        "emojis": [],
+        "stickers": [],
+        "icon": None,
+        "roles": [
+            {
+                "id": guild_id,
+                "name": "@everyone",
+                "permissions": "2248473465835073",
+                "position": 0,
+                "color": 0,
+                "hoist": False,
+                "managed": False,
+                "mentionable": False,
+                "flags": 0,
+            },
+            *extra_roles,
+        ],
+        "channels": [
+            {
+                "id": cid,
+                "type": 0,
+                "name": cname,
+                "position": i,
+                "permission_overwrites": [],
+                "guild_id": guild_id,
+                "nsfw": False,
+                "topic": None,
+                "last_message_id": None,
+                "rate_limit_per_user": 0,
+                "parent_id": None,
+            }
+            for i, (cname, cid) in enumerate(channels)
+        ],
+        "threads": [],
+        "voice_states": [],
+        "presences": [],
+        "stage_instances": [],
+        "guild_scheduled_events": [],
+        "members": [
+            {
+                "user": u,
+                "roles": [],
+                "joined_at": now_iso(),
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
+            for u in member_users
+        ],
+        "verification_level": 0,
+        "default_message_notifications": 0,
+        "explicit_content_filter": 0,
+        "mfa_level": 0,
+        "nsfw_level": 0,
+        "premium_tier": 0,
+        "preferred_locale": "en-US",
+        "system_channel_flags": 0,
+        "system_channel_id": None,
+        "rules_channel_id": None,
+        "afk_channel_id": None,
+        "afk_timeout": 300,
     }
 
 
@@ -137,7 +236,8 @@ VOICE_ERRORS = {
 }
 
 
-STICKER_EXTENSIONS = {1: "png", 2: "png", 3: "json", 4: "gif"}  # format_type: PNG, APNG, LOTTIE, GIF
+# format_type: PNG, APNG, LOTTIE, GIF
+STICKER_EXTENSIONS = {1: "png", 2: "png", 3: "json", 4: "gif"}
 CDN_DAY = 0x15180  # a signed link lives a day
 
 
@@ -146,33 +246,52 @@ def _cdn_sign(path: str, ex: int) -> str:
 
 
 def snowflake(at: float | None = None, increment: int = 0) -> str:
-    """A Discord id minted at `at` (Unix seconds, default now): discord.py dates a message by its id."""
+    """A Discord id minted at `at` (Unix seconds, default
+    now): discord.py dates a message by its id."""
     ms = int((time.time() if at is None else at) * 1000) - DISCORD_EPOCH_MS
     return str((ms << 22) | (increment & 0xFFF))
 
 
 def rate_limited(retry_after: float = 0.05, *, global_: bool = False, scope: str = "user") -> Fault:
-    """A 429 the way Discord sends it: JSON body with `retry_after` in seconds (a float) and `global`, the
-    X-RateLimit-* headers, and the `Via` header without which discord.py assumes a Cloudflare ban."""
-    headers = {"Retry-After": str(math.ceil(retry_after)), "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
-               "X-RateLimit-Reset": f"{time.time() + retry_after:.3f}", "X-RateLimit-Reset-After": f"{retry_after:.3f}",
-               "X-RateLimit-Bucket": "fake-bucket", "X-RateLimit-Scope": "global" if global_ else scope,
-               "Via": "1.1 google"}
+    """A 429 the way Discord sends it: JSON body with `retry_after` in seconds (a float) and
+    `global`, the X-RateLimit-* headers, and the `Via` header without which discord.py assumes a
+    Cloudflare ban."""
+    headers = {
+        "Retry-After": str(math.ceil(retry_after)),
+        "X-RateLimit-Limit": "5",
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": f"{time.time() + retry_after:.3f}",
+        "X-RateLimit-Reset-After": f"{retry_after:.3f}",
+        "X-RateLimit-Bucket": "fake-bucket",
+        "X-RateLimit-Scope": "global" if global_ else scope,
+        "Via": "1.1 google",
+    }
     if global_:
         headers["X-RateLimit-Global"] = "true"
-    return Fault(429, {"message": "You are being rate limited.", "retry_after": retry_after, "global": global_,
-                       "code": 0}, headers)
+    return Fault(
+        429,
+        {
+            "message": "You are being rate limited.",
+            "retry_after": retry_after,
+            "global": global_,
+            "code": 0,
+        },
+        headers,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class AfterCommit:
-    """Carry the request out (the message is posted), then answer with `then` instead (a `ConnectionReset`, a 5xx):
-    the client cannot tell that it went through, the case `enforce_nonce` exists for."""
+    """Carry the request out (the message is posted), then answer with `then` instead (a
+    `ConnectionReset`, a 5xx): the client cannot tell that it went through, the case `enforce_nonce`
+    exists for."""
 
     then: Any
 
 
-def discord_error(status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None) -> Fault:
+def discord_error(
+    status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None
+) -> Fault:
     body: dict[str, Any] = {"message": message, "code": code}
     if errors:
         body["errors"] = dict(errors)
@@ -180,19 +299,33 @@ def discord_error(status: int, message: str, code: int = 0, errors: Mapping[str,
 
 
 class _ApiError(Exception):
-    def __init__(self, status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, code: int = 0, errors: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.body = status, {"message": message, "code": code, **({"errors": errors} if errors else {})}
+        self.status, self.body = (
+            status,
+            {"message": message, "code": code, **({"errors": errors} if errors else {})},
+        )
 
 
 def _field_error(field_name: str, code: str, message: str) -> _ApiError:
-    return _ApiError(400, "Invalid Form Body", 50035, {field_name: {"_errors": [{"code": code, "message": message}]}})
+    return _ApiError(
+        400,
+        "Invalid Form Body",
+        50035,
+        {field_name: {"_errors": [{"code": code, "message": message}]}},
+    )
 
 
 @contextmanager
 def patch_discord_urls(fake: FakeDiscord) -> Iterator[None]:
-    """discord.py reads its endpoints from class attributes: point them at the fake, restore afterwards."""
-    old_base, old_gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    """discord.py reads its endpoints from class attributes:
+    point them at the fake, restore afterwards."""
+    old_base, old_gateway = (
+        discord.http.Route.BASE,
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY,
+    )
     discord.http.Route.BASE = f"{fake.base_url}{API}"
     discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(fake.ws_url)
     try:
@@ -202,10 +335,11 @@ def patch_discord_urls(fake: FakeDiscord) -> Iterator[None]:
         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = old_gateway
 
 
-# ---------------------------------------------------------------------------------------------- data
+# --------------------------------------------------------------------------------------------- data
 @dataclass(frozen=True, slots=True)
 class DiscordMessage:
-    """A message the bot produced (REST send, interaction response or webhook follow-up), edits applied."""
+    """A message the bot produced (REST send, interaction
+    response or webhook follow-up), edits applied."""
 
     channel_id: str
     id: str
@@ -262,53 +396,86 @@ _CALL = web.RequestKey("call", Call)  # the request's record, for handlers that 
 _BOT = web.RequestKey("bot", FakeBot)  # the bot whose token authorized the request
 
 
-# ---------------------------------------------------------------------------------------------- fake
+# --------------------------------------------------------------------------------------------- fake
 class FakeDiscord(FakeServer):
-    """REST + gateway. `fake.ws_url` is the gateway; READY's `resume_gateway_url` is `fake.resume_url`."""
+    """REST + gateway. `fake.ws_url` is the gateway;
+    READY's `resume_gateway_url` is `fake.resume_url`."""
 
-    def __init__(self, *, token: str = TOKEN, guilds: Sequence[Mapping[str, Any]] | None = None,
-                 users: Sequence[Mapping[str, Any]] | None = None, heartbeat_interval_ms: int = 1000,
-                 enabled_privileged_intents: int = PRIVILEGED_INTENTS, echo_own_messages: bool = True,
-                 clock: Clock = time.monotonic, bucket_limit: int = BUCKET_LIMIT,
-                 bucket_window: float = BUCKET_WINDOW_S, bucket_clock: Clock = time.monotonic,
-                 roles: Mapping[str, str] | None = None, recommended_shards: int = 1,
-                 max_guilds_per_shard: int = 2500) -> None:
+    def __init__(
+        self,
+        *,
+        token: str = TOKEN,
+        guilds: Sequence[Mapping[str, Any]] | None = None,
+        users: Sequence[Mapping[str, Any]] | None = None,
+        heartbeat_interval_ms: int = 1000,
+        enabled_privileged_intents: int = PRIVILEGED_INTENTS,
+        echo_own_messages: bool = True,
+        clock: Clock = time.monotonic,
+        bucket_limit: int = BUCKET_LIMIT,
+        bucket_window: float = BUCKET_WINDOW_S,
+        bucket_clock: Clock = time.monotonic,
+        roles: Mapping[str, str] | None = None,
+        recommended_shards: int = 1,
+        max_guilds_per_shard: int = 2500,
+    ) -> None:
         super().__init__(clock=clock)
         self.token = token
         self.bots: dict[str, FakeBot] = {token: FakeBot(token, BOT_USER, APP_ID)}
         self.recommended_shards = recommended_shards  # what GET /gateway/bot answers in `shards`
         self.max_guilds_per_shard = max_guilds_per_shard  # past this, IDENTIFY is closed with 4011
-        default_users = [make_user(USER_ID, "alice", global_name="Alice"), make_user(OTHER_USER_ID, "bob")]
-        self.users: dict[str, dict[str, Any]] = {u["id"]: dict(u) for u in (*default_users, *(users or ()))}
+        default_users = [
+            make_user(USER_ID, "alice", global_name="Alice"),
+            make_user(OTHER_USER_ID, "bob"),
+        ]
+        self.users: dict[str, dict[str, Any]] = {
+            u["id"]: dict(u) for u in (*default_users, *(users or ()))
+        }
         self.users[BOT_ID] = dict(BOT_USER)
-        self.guilds = [dict(g) for g in guilds] if guilds is not None else \
-            [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]], roles=roles)]
-        self.member_roles: dict[str, list[str]] = {}  # user id → role ids they have now (in events and REST)
+        self.guilds = (
+            [dict(g) for g in guilds]
+            if guilds is not None
+            else [make_guild(members=[self.users[USER_ID], self.users[OTHER_USER_ID]], roles=roles)]
+        )
+        # user id → role ids they have now (in events and REST)
+        self.member_roles: dict[str, list[str]] = {}
         self.departed: set[str] = set()  # users who left the guilds: GET member answers 10007
         self.voice_refused: set[str] = set()  # channels denying Send Voice Messages (refuse_voice)
-        self.channels: dict[str, dict[str, Any]] = {c["id"]: dict(c) for g in self.guilds for c in g["channels"]}
+        self.channels: dict[str, dict[str, Any]] = {
+            c["id"]: dict(c) for g in self.guilds for c in g["channels"]
+        }
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.enabled_privileged_intents = enabled_privileged_intents
         self.echo_own_messages = echo_own_messages
         self.sent: list[DiscordMessage] = []
-        self.nonce_repeats: list[Call] = []  # creates answered with the message an earlier one posted
-        self.on_posted: Callable[[DiscordMessage], None] | None = None  # called the moment a REST create is stored
-        self.retry_after_violations: list[Call] = []  # requests to a bucket before its served retry_after expired
-        # Every answer carries X-RateLimit-*, as Discord's do, so discord.py's own bucket handling runs: it must wait
-        # out a Remaining of 0 (real time, as discord.py sleeps) or get a 429 recorded in bucket_violations.
+        # creates answered with the message an earlier one posted
+        self.nonce_repeats: list[Call] = []
+        # called the moment a REST create is stored
+        self.on_posted: Callable[[DiscordMessage], None] | None = None
+        # requests to a bucket before its served retry_after expired
+        self.retry_after_violations: list[Call] = []
+        # Every answer carries X-RateLimit-*, as Discord's do, so discord.py's own bucket handling
+        # runs: it must wait out a Remaining of 0 (real time, as discord.py sleeps) or get a 429
+        # recorded in bucket_violations.
         self.bucket_limit, self.bucket_window = bucket_limit, bucket_window
-        # The buckets' time: real by default (discord.py sleeps for real on a Remaining of 0); a test whose gateway
-        # paces itself on a virtual clock passes that clock, with the real window, so its pacing is what is checked.
+        # The buckets' time: real by default (discord.py sleeps for real on a Remaining of 0); a
+        # test whose gateway paces itself on a virtual clock passes that clock, with the real
+        # window, so its pacing is what is checked.
         self.bucket_clock = bucket_clock
         self.bucket_violations: list[Call] = []
-        self._buckets: dict[str, tuple[float, int]] = {}  # bucket → (resets at, requests used), time.monotonic
-        self.late_interactions: list[str] = []  # interaction ids answered after Discord's 3 s (404 10062)
-        self._nonces: dict[str, tuple[str, str, float]] = {}  # nonce → (channel, message, when posted)
-        self._limited_until: dict[str, float] = {}  # bucket (route + channel) → end of its served retry_after
-        self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji) currently set by the bot
+        # bucket → (resets at, requests used), time.monotonic
+        self._buckets: dict[str, tuple[float, int]] = {}
+        # interaction ids answered after Discord's 3 s (404 10062)
+        self.late_interactions: list[str] = []
+        # nonce → (channel, message, when posted)
+        self._nonces: dict[str, tuple[str, str, float]] = {}
+        # bucket (route + channel) → end of its served retry_after
+        self._limited_until: dict[str, float] = {}
+        # (channel, message, emoji) currently set by the bot
+        self.reactions: list[tuple[str, str, str]] = []
         self.global_commands: list[dict[str, Any]] = []
         self.guild_commands: dict[str, list[dict[str, Any]]] = {}
-        self.interactions: dict[str, dict[str, Any]] = {}  # token → pushed INTERACTION_CREATE payload
+        # token → pushed INTERACTION_CREATE payload
+        self.interactions: dict[str, dict[str, Any]] = {}
         self.interaction_responses: list[dict[str, Any]] = []
         self.gateway_received: list[dict[str, Any]] = []
         self.identifies: list[dict[str, Any]] = []
@@ -324,9 +491,12 @@ class FakeDiscord(FakeServer):
         self._ids = Counter(500000000000000001)
         self._sessions = Counter(1)
         self._threads_from: set[str] = set()
-        self._history_holds: dict[str, asyncio.Event] = {}  # channel → released when set (a slow history read)
-        self.cdn = FileShelf()  # attachment path → bytes; stickers too (/stickers/<id>.<ext>, never signed)
-        self._cdn_ex = 0x6a00ff00  # the expiry newly signed links get (hex Unix seconds, as Discord's `ex`)
+        # channel → released when set (a slow history read)
+        self._history_holds: dict[str, asyncio.Event] = {}
+        # attachment path → bytes; stickers too (/stickers/<id>.<ext>, never signed)
+        self.cdn = FileShelf()
+        # the expiry newly signed links get (hex Unix seconds, as Discord's `ex`)
+        self._cdn_ex = 0x6A00FF00
         self._cdn_oldest = 0  # links signed to expire before this no longer work
         self._routes()
 
@@ -350,8 +520,14 @@ class FakeDiscord(FakeServer):
     @property
     def session(self) -> _Session | None:
         """The first bot's session on shard 0 (a single-bot, unsharded test's one session)."""
-        return next((s for (token, sid, _), s in reversed(self.sessions.items())
-                     if token == self.token and sid == 0), None)
+        return next(
+            (
+                s
+                for (token, sid, _), s in reversed(self.sessions.items())
+                if token == self.token and sid == 0
+            ),
+            None,
+        )
 
     @property
     def session_id(self) -> str:
@@ -365,16 +541,31 @@ class FakeDiscord(FakeServer):
     def history(self) -> list[dict[str, Any]]:
         return self.session.history if self.session is not None else []
 
-    def add_bot(self, token: str, user_id: str, username: str, *, app_id: str | None = None,
-                guild_ids: Sequence[str] | None = None) -> dict[str, Any]:
+    def add_bot(
+        self,
+        token: str,
+        user_id: str,
+        username: str,
+        *,
+        app_id: str | None = None,
+        guild_ids: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
         """Another bot account (its own token, user and application) on this Discord: it is in
         `guild_ids` (None: every guild), gets its own gateway sessions and posts as itself. Returns
         its user object."""
-        user = {**make_user(user_id, username, bot=True), "verified": True, "mfa_enabled": False,
-                "flags": 0}
+        user = {
+            **make_user(user_id, username, bot=True),
+            "verified": True,
+            "mfa_enabled": False,
+            "flags": 0,
+        }
         self.users[user_id] = user
-        self.bots[token] = FakeBot(token, user, app_id or self.new_id(),
-                                   None if guild_ids is None else {str(g) for g in guild_ids})
+        self.bots[token] = FakeBot(
+            token,
+            user,
+            app_id or self.new_id(),
+            None if guild_ids is None else {str(g) for g in guild_ids},
+        )
         return user
 
     def shard_of(self, guild_id: str | int, count: int) -> int:
@@ -392,18 +583,34 @@ class FakeDiscord(FakeServer):
     def new_id(self) -> str:
         return str(self._ids())
 
-    def add_attachment(self, data: bytes, filename: str, content_type: str, *, channel_id: str | int = CHANNEL_ID,
-                       voice: bool = False) -> dict[str, Any]:
-        """An attachment object for `push_message(attachments=[...])`, its bytes served from a signed CDN URL
-        (`?ex=&is=&hm=` as Discord signs them; `expire_attachments()` makes every link answer 404)."""
+    def add_attachment(
+        self,
+        data: bytes,
+        filename: str,
+        content_type: str,
+        *,
+        channel_id: str | int = CHANNEL_ID,
+        voice: bool = False,
+    ) -> dict[str, Any]:
+        """An attachment object for `push_message(attachments=[...])`, its bytes served from a
+        signed CDN URL (`?ex=&is=&hm=` as Discord signs them; `expire_attachments()` makes every
+        link answer 404)."""
         aid = self.new_id()
         path = f"/attachments/{channel_id}/{aid}/{filename}"
         self.cdn.put(path, data, filename, content_type)
         url = self._signed(path)
-        out: dict[str, Any] = {"id": aid, "filename": filename, "size": len(data), "url": url, "proxy_url": url,
-                               "content_type": content_type}
+        out: dict[str, Any] = {
+            "id": aid,
+            "filename": filename,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type,
+        }
         if voice:
-            out.update(duration_secs=3.5, waveform=base64.b64encode(bytes(range(0, 256, 4))).decode())
+            out.update(
+                duration_secs=3.5, waveform=base64.b64encode(bytes(range(0, 256, 4))).decode()
+            )
         return out
 
     def _signed(self, path: str) -> str:
@@ -411,7 +618,8 @@ class FakeDiscord(FakeServer):
         return f"{self.base_url}{path}?ex={ex:x}&is={ex - CDN_DAY:x}&hm={_cdn_sign(path, ex)}&"
 
     def expire_attachments(self) -> None:
-        """A day passes: every link signed so far answers 404; links signed from now on (by refresh-urls) work."""
+        """A day passes: every link signed so far answers 404; links signed from now on (by
+        refresh-urls) work."""
         self._cdn_oldest = self._cdn_ex + 1
         self._cdn_ex += CDN_DAY
 
@@ -420,8 +628,8 @@ class FakeDiscord(FakeServer):
         self.cdn.files.pop(urlsplit(str(attachment["url"])).path, None)
 
     def add_sticker(self, data: bytes, name: str, format_type: int) -> dict[str, Any]:
-        """A sticker item for `push_message(stickers=[...])`; its image at /stickers/<id>.<ext> as Discord's CDN
-        serves it (PNG for PNG and APNG, GIF, the Lottie JSON)."""
+        """A sticker item for `push_message(stickers=[...])`; its image at /stickers/<id>.<ext> as
+        Discord's CDN serves it (PNG for PNG and APNG, GIF, the Lottie JSON)."""
         sid = self.new_id()
         ext = STICKER_EXTENSIONS[format_type]
         mime = {"png": "image/png", "gif": "image/gif", "json": "application/json"}[ext]
@@ -437,7 +645,8 @@ class FakeDiscord(FakeServer):
             ex = -1
         if ex < self._cdn_oldest or request.query.get("hm") != _cdn_sign(path, ex):
             return web.Response(status=404, text="This content is no longer available.")
-        step = self.take_fault(["GET /attachments"])  # the CDN busy or failing: 429 with Retry-After, 5xx
+        # the CDN busy or failing: 429 with Retry-After, 5xx
+        step = self.take_fault(["GET /attachments"])
         if step is not None:
             response = await self.apply_fault(request, step, lambda s: "upstream connect error")
             if response is not None:
@@ -449,14 +658,18 @@ class FakeDiscord(FakeServer):
         return await self.cdn.serve(request, request.path)
 
     async def _refresh_urls(self, request: web.Request, body: Any) -> Any:
-        """POST /attachments/refresh-urls: each of our attachment links signed anew (others come back as given)."""
+        """POST /attachments/refresh-urls: each of our attachment links signed anew (others come
+        back as given)."""
         urls = body.get("attachment_urls") if isinstance(body, dict) else None
         if not isinstance(urls, list) or not urls or len(urls) > 50:
             raise _ApiError(400, "Invalid Form Body", 50035)
         out = []
         for url in urls:
             parts = urlsplit(str(url))
-            known = parts.path.startswith("/attachments/") and parts.netloc == urlsplit(self.base_url).netloc
+            known = (
+                parts.path.startswith("/attachments/")
+                and parts.netloc == urlsplit(self.base_url).netloc
+            )
             out.append({"original": url, "refreshed": self._signed(parts.path) if known else url})
         return {"refreshed_urls": out}
 
@@ -476,8 +689,18 @@ class FakeDiscord(FakeServer):
             ("GET", "/channels/{cid}/messages/{mid}", self._get_message, True),
             ("PATCH", "/channels/{cid}/messages/{mid}", self._patch_message, True),
             ("DELETE", "/channels/{cid}/messages/{mid}", self._delete_message, True),
-            ("PUT", "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._add_reaction, True),
-            ("DELETE", "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._remove_reaction, True),
+            (
+                "PUT",
+                "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me",
+                self._add_reaction,
+                True,
+            ),
+            (
+                "DELETE",
+                "/channels/{cid}/messages/{mid}/reactions/{emoji}/@me",
+                self._remove_reaction,
+                True,
+            ),
             ("POST", "/channels/{cid}/typing", self._typing, True),
             ("POST", "/attachments/refresh-urls", self._refresh_urls, True),
             ("POST", "/channels/{cid}/messages/{mid}/threads", self._thread_from_message, True),
@@ -499,7 +722,9 @@ class FakeDiscord(FakeServer):
         r.add_get("/stickers/{file}", self._sticker_file)
         r.add_get("/resume-gateway", self._gateway)
 
-    def _wrap(self, name: str, fn: Handler, auth: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _wrap(
+        self, name: str, fn: Handler, auth: bool
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
             body = await _read_body(request)
             call = request[_CALL] = self.record(request, name, body)
@@ -510,8 +735,10 @@ class FakeDiscord(FakeServer):
             rate = self._spend(call, f"{bucket}:{request.match_info.get('token', '')}", name)
             if rate is None:
                 self.bucket_violations.append(call)
-                again = rate_limited(self._buckets[f"{bucket}:{request.match_info.get('token', '')}"][0]
-                                     - self.bucket_clock())
+                again = rate_limited(
+                    self._buckets[f"{bucket}:{request.match_info.get('token', '')}"][0]
+                    - self.bucket_clock()
+                )
                 return json_response(again.body, again.status, again.headers)
             concrete = f"{request.method} {request.path.removeprefix(API)}"
             step = self.take_fault([concrete, name])
@@ -534,6 +761,7 @@ class FakeDiscord(FakeServer):
             if result is None:
                 return web.Response(status=204, headers=rate)
             return json_response(result, headers=rate)
+
         return handler
 
     def _bot_of(self, request: web.Request) -> FakeBot | None:
@@ -544,8 +772,8 @@ class FakeDiscord(FakeServer):
         return next((b for b in self.bots.values() if b.app_id == app_id), self.bots[self.token])
 
     def _spend(self, call: Call, bucket: str, route: str) -> dict[str, str] | None:
-        """One request from `bucket` (route + major parameters): its X-RateLimit-* headers, or None when the client
-        sent it while Remaining was 0."""
+        """One request from `bucket` (route + major parameters): its X-RateLimit-* headers, or None
+        when the client sent it while Remaining was 0."""
         now = self.bucket_clock()
         resets, used = self._buckets.get(bucket, (now + self.bucket_window, 0))
         if now >= resets:
@@ -554,9 +782,13 @@ class FakeDiscord(FakeServer):
             return None
         used += 1
         self._buckets[bucket] = (resets, used)
-        return {"X-RateLimit-Limit": str(self.bucket_limit), "X-RateLimit-Remaining": str(self.bucket_limit - used),
-                "X-RateLimit-Reset": f"{time.time() + resets - now:.3f}", "X-RateLimit-Reset-After": f"{resets - now:.3f}",
-                "X-RateLimit-Bucket": hashlib.sha1(route.encode()).hexdigest()[:16]}
+        return {
+            "X-RateLimit-Limit": str(self.bucket_limit),
+            "X-RateLimit-Remaining": str(self.bucket_limit - used),
+            "X-RateLimit-Reset": f"{time.time() + resets - now:.3f}",
+            "X-RateLimit-Reset-After": f"{resets - now:.3f}",
+            "X-RateLimit-Bucket": hashlib.sha1(route.encode()).hexdigest()[:16],
+        }
 
     def _retry_after_check(self, call: Call, bucket: str) -> web.Response | None:
         until = self._limited_until.get(bucket)
@@ -581,10 +813,21 @@ class FakeDiscord(FakeServer):
 
     async def _get_app(self, request: web.Request, body: Any) -> Any:
         bot = request[_BOT]
-        return {"id": bot.app_id, "name": bot.user["username"], "description": "", "icon": None,
-                "bot_public": False, "bot_require_code_grant": False, "verify_key": "00" * 32,
-                "owner": self.users[USER_ID], "flags": 0, "team": None, "summary": "",
-                "rpc_origins": [], "bot": bot.user}
+        return {
+            "id": bot.app_id,
+            "name": bot.user["username"],
+            "description": "",
+            "icon": None,
+            "bot_public": False,
+            "bot_require_code_grant": False,
+            "verify_key": "00" * 32,
+            "owner": self.users[USER_ID],
+            "flags": 0,
+            "team": None,
+            "summary": "",
+            "rpc_origins": [],
+            "bot": bot.user,
+        }
 
     async def _get_gateway(self, request: web.Request, body: Any) -> Any:
         return {"url": self.ws_url}
@@ -597,7 +840,7 @@ class FakeDiscord(FakeServer):
     async def _unknown(self, request: web.Request, body: Any) -> Any:
         raise _ApiError(404, "404: Not Found", 0)
 
-    # -- REST: channels and messages ----------------------------------------------------------------
+    # -- REST: channels and messages ---------------------------------------------------------------
     def _channel(self, cid: str) -> dict[str, Any]:
         if cid not in self.channels:
             raise _ApiError(404, "Unknown Channel", 10003)
@@ -605,13 +848,24 @@ class FakeDiscord(FakeServer):
 
     async def _create_dm(self, request: web.Request, body: Any) -> Any:
         recipient, bot = str(body.get("recipient_id")), request[_BOT].user["id"]
-        existing = next((c for c in self.channels.values() if c["type"] == 1
-                         and c["recipients"][0]["id"] == recipient
-                         and self._dm_bots.get(c["id"], BOT_ID) == bot), None)
+        existing = next(
+            (
+                c
+                for c in self.channels.values()
+                if c["type"] == 1
+                and c["recipients"][0]["id"] == recipient
+                and self._dm_bots.get(c["id"], BOT_ID) == bot
+            ),
+            None,
+        )
         if existing:
             return existing
-        channel: dict[str, Any] = {"id": self.new_id(), "type": 1, "last_message_id": None,
-                                   "recipients": [self._user(recipient)]}
+        channel: dict[str, Any] = {
+            "id": self.new_id(),
+            "type": 1,
+            "last_message_id": None,
+            "recipients": [self._user(recipient)],
+        }
         self.channels[channel["id"]] = channel
         self._dm_bots[channel["id"]] = bot
         return channel
@@ -620,20 +874,34 @@ class FakeDiscord(FakeServer):
         return self._channel(request.match_info["cid"])
 
     async def _get_member(self, request: web.Request, body: Any) -> Any:
-        """GET /guilds/{gid}/members/{uid}: a guild member with their role ids (10007 once they left)."""
+        """GET /guilds/{gid}/members/{uid}: a guild member
+        with their role ids (10007 once they left)."""
         gid, uid = request.match_info["gid"], request.match_info["uid"]
         guild = next((g for g in self.guilds if g["id"] == gid), None)
         if guild is None:
             raise _ApiError(404, "Unknown Guild", 10004)
         if uid in self.departed or not any(m["user"]["id"] == uid for m in guild["members"]):
             raise _ApiError(404, "Unknown Member", 10007)
-        return {**self._member(uid), "user": self._user(uid), "nick": None, "avatar": None, "premium_since": None,
-                "pending": False, "communication_disabled_until": None}
+        return {
+            **self._member(uid),
+            "user": self._user(uid),
+            "nick": None,
+            "avatar": None,
+            "premium_since": None,
+            "pending": False,
+            "communication_disabled_until": None,
+        }
 
     def _member(self, user_id: str) -> dict[str, Any]:
-        """A member object as gateway events carry it: the roles `member_roles` gives the user now."""
-        return {"roles": list(self.member_roles.get(user_id, ())), "joined_at": now_iso(), "deaf": False,
-                "mute": False, "flags": 0}
+        """A member object as gateway events carry it:
+        the roles `member_roles` gives the user now."""
+        return {
+            "roles": list(self.member_roles.get(user_id, ())),
+            "joined_at": now_iso(),
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+        }
 
     def refuse_voice(self, channel_id: str) -> None:
         """This channel denies the bot Send Voice Messages: a voice message there gets 50173."""
@@ -650,32 +918,63 @@ class FakeDiscord(FakeServer):
             _check_voice_message(body, refused=cid in self.voice_refused)
         nonce = body.get("nonce")
         if nonce is not None and len(str(nonce)) > MAX_NONCE:
-            raise _field_error("nonce", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_NONCE} or fewer in length.")
-        earlier = self._nonces.get(str(nonce)) if nonce is not None and body.get("enforce_nonce") else None
+            raise _field_error(
+                "nonce", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_NONCE} or fewer in length."
+            )
+        earlier = (
+            self._nonces.get(str(nonce))
+            if nonce is not None and body.get("enforce_nonce")
+            else None
+        )
         if earlier is not None and self.clock() - earlier[2] < NONCE_WINDOW_S:
-            # "If another message was created by the same author with the same nonce, that message will be
-            # returned and no new message will be created"; one deleted since is not created again either
+            # "If another message was created by the same author with the same nonce, that message
+            # will be returned and no new message will be created"; one deleted since is not created
+            # again either
             self.nonce_repeats.append(request[_CALL])
             if (earlier[0], earlier[1]) not in self._messages:
                 raise _ApiError(404, "Unknown Message", 10008)
             return self._messages[(earlier[0], earlier[1])]
-        return await self._send(cid, body, "rest", nonce=None if nonce is None else str(nonce),
-                                author=request[_BOT].user["id"])
+        return await self._send(
+            cid,
+            body,
+            "rest",
+            nonce=None if nonce is None else str(nonce),
+            author=request[_BOT].user["id"],
+        )
 
-    async def _send(self, cid: str, body: Mapping[str, Any], via: str, flags: int = 0,
-                    nonce: str | None = None, visible_to: str | None = None,
-                    author: str = BOT_ID) -> dict[str, Any]:
+    async def _send(
+        self,
+        cid: str,
+        body: Mapping[str, Any],
+        via: str,
+        flags: int = 0,
+        nonce: str | None = None,
+        visible_to: str | None = None,
+        author: str = BOT_ID,
+    ) -> dict[str, Any]:
         _check_message(body, require_content=True)
         reference = body.get("message_reference")
-        if reference and (cid, str(reference.get("message_id"))) not in self._messages \
-                and reference.get("fail_if_not_exists", True):
+        if (
+            reference
+            and (cid, str(reference.get("message_id"))) not in self._messages
+            and reference.get("fail_if_not_exists", True)
+        ):
             raise _field_error("message_reference", "REPLIES_UNKNOWN_MESSAGE", "Unknown message")
-        sent = DiscordMessage(channel_id=cid, id=self.new_id(), content=str(body.get("content") or ""),
-                              allowed_mentions=body.get("allowed_mentions"), message_reference=reference,
-                              embeds=tuple(body.get("embeds") or ()), files=tuple(body.get("_files") or ()),
-                              via=via, flags=int(body.get("flags") or flags), body=dict(body),
-                              components=tuple(body.get("components") or ()), visible_to=visible_to,
-                              author_id=author)
+        sent = DiscordMessage(
+            channel_id=cid,
+            id=self.new_id(),
+            content=str(body.get("content") or ""),
+            allowed_mentions=body.get("allowed_mentions"),
+            message_reference=reference,
+            embeds=tuple(body.get("embeds") or ()),
+            files=tuple(body.get("_files") or ()),
+            via=via,
+            flags=int(body.get("flags") or flags),
+            body=dict(body),
+            components=tuple(body.get("components") or ()),
+            visible_to=visible_to,
+            author_id=author,
+        )
         self.sent.append(sent)
         message = self._message_obj(sent)
         self._messages[(cid, sent.id)] = message
@@ -689,10 +988,11 @@ class FakeDiscord(FakeServer):
         return message
 
     async def _list_messages(self, request: web.Request, body: Any) -> Any:
-        """Get Channel Messages: at most `limit` (1–100, default 50), newest first. `before` gives the newest ones
-        before it; `after` the ones right after it (the oldest newer ones), still newest first, which is why
-        discord.py reverses the page and pages on with its first id. Messages pushed while no client was connected
-        are here too: history is what a restarted bot catches up from."""
+        """Get Channel Messages: at most `limit` (1–100, default 50), newest first. `before` gives
+        the newest ones before it; `after` the ones right after it (the oldest newer ones), still
+        newest first, which is why discord.py reverses the page and pages on with its first id.
+        Messages pushed while no client was connected are here too: history is what a restarted bot
+        catches up from."""
         cid = request.match_info["cid"]
         self._channel(cid)
         hold = self._history_holds.get(cid)
@@ -707,9 +1007,15 @@ class FakeDiscord(FakeServer):
             raise _field_error("limit", "NUMBER_TYPE_COERCE", "Value is not int.") from None
         if not 1 <= limit <= 100:
             raise _field_error("limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.")
-        mine = sorted((m for (c, _), m in self._messages.items() if c == cid), key=lambda m: int(m["id"]))
+        mine = sorted(
+            (m for (c, _), m in self._messages.items() if c == cid), key=lambda m: int(m["id"])
+        )
         if after is not None:
-            page = [m for m in mine if int(m["id"]) > after and (before is None or int(m["id"]) < before)][:limit]
+            page = [
+                m
+                for m in mine
+                if int(m["id"]) > after and (before is None or int(m["id"]) < before)
+            ][:limit]
         else:
             page = [m for m in mine if before is None or int(m["id"]) < before][-limit:]
         return list(reversed(page))
@@ -725,21 +1031,33 @@ class FakeDiscord(FakeServer):
         editor = request[_BOT].user["id"]
         return await self._edit(cid, mid, body, echo=self.echo_own_messages, editor=editor)
 
-    async def _edit(self, cid: str, mid: str, body: Mapping[str, Any], echo: bool,
-                    editor: str | None = None) -> dict[str, Any]:
+    async def _edit(
+        self, cid: str, mid: str, body: Mapping[str, Any], echo: bool, editor: str | None = None
+    ) -> dict[str, Any]:
         if (cid, mid) not in self._messages:
             raise _ApiError(404, "Unknown Message", 10008)
-        index = next((i for i, m in enumerate(self.sent) if m.channel_id == cid and m.id == mid
-                      and (editor is None or m.author_id == editor)), None)
+        index = next(
+            (
+                i
+                for i, m in enumerate(self.sent)
+                if m.channel_id == cid and m.id == mid and (editor is None or m.author_id == editor)
+            ),
+            None,
+        )
         if index is None:
             raise _ApiError(403, "Cannot edit a message authored by another user", 50005)
         if self.sent[index].flags & VOICE_MESSAGE_FLAG:
             raise _ApiError(400, VOICE_ERRORS["edit"][1], VOICE_ERRORS["edit"][0])
         _check_message(body, require_content=False)
         old = self.sent[index]
-        new = replace(old, content=str(body["content"]) if "content" in body else old.content,
-                      embeds=tuple(body.get("embeds") or old.embeds), edits=(*old.edits, old.content),
-                      body=dict(body), components=_components(body, old.components))
+        new = replace(
+            old,
+            content=str(body["content"]) if "content" in body else old.content,
+            embeds=tuple(body.get("embeds") or old.embeds),
+            edits=(*old.edits, old.content),
+            body=dict(body),
+            components=_components(body, old.components),
+        )
         self.sent[index] = new
         message = dict(self._message_obj(new), edited_timestamp=now_iso())
         self._messages[(cid, mid)] = message
@@ -775,7 +1093,7 @@ class FakeDiscord(FakeServer):
         self._channel(request.match_info["cid"])
         return None
 
-    # -- REST: threads ------------------------------------------------------------------------------
+    # -- REST: threads -----------------------------------------------------------------------------
     async def _thread_from_message(self, request: web.Request, body: Any) -> Any:
         cid, mid = request.match_info["cid"], request.match_info["mid"]
         parent = self._channel(cid)
@@ -790,26 +1108,43 @@ class FakeDiscord(FakeServer):
         parent = self._channel(request.match_info["cid"])
         return await self._create_thread(parent, self.new_id(), body, int(body.get("type") or 12))
 
-    async def _create_thread(self, parent: Mapping[str, Any], thread_id: str, body: Mapping[str, Any],
-                             kind: int) -> dict[str, Any]:
+    async def _create_thread(
+        self, parent: Mapping[str, Any], thread_id: str, body: Mapping[str, Any], kind: int
+    ) -> dict[str, Any]:
         name = str(body.get("name") or "")
         if not 1 <= len(name) <= 100:
-            raise _field_error("name", "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
+            raise _field_error(
+                "name", "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length."
+            )
         stamp = now_iso()
-        thread = {"id": thread_id, "guild_id": parent.get("guild_id"), "parent_id": parent["id"],
-                  "owner_id": BOT_ID, "name": name, "type": kind, "last_message_id": None,
-                  "rate_limit_per_user": int(body.get("rate_limit_per_user") or 0), "message_count": 0,
-                  "member_count": 1, "total_message_sent": 0, "flags": 0,
-                  "thread_metadata": {"archived": False, "auto_archive_duration":
-                                      int(body.get("auto_archive_duration") or 1440), "archive_timestamp": stamp,
-                                      "locked": False, "create_timestamp": stamp},
-                  "member": {"id": thread_id, "user_id": BOT_ID, "join_timestamp": stamp, "flags": 0}}
+        thread = {
+            "id": thread_id,
+            "guild_id": parent.get("guild_id"),
+            "parent_id": parent["id"],
+            "owner_id": BOT_ID,
+            "name": name,
+            "type": kind,
+            "last_message_id": None,
+            "rate_limit_per_user": int(body.get("rate_limit_per_user") or 0),
+            "message_count": 0,
+            "member_count": 1,
+            "total_message_sent": 0,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": int(body.get("auto_archive_duration") or 1440),
+                "archive_timestamp": stamp,
+                "locked": False,
+                "create_timestamp": stamp,
+            },
+            "member": {"id": thread_id, "user_id": BOT_ID, "join_timestamp": stamp, "flags": 0},
+        }
         self.channels[thread_id] = thread
         self.notify()
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return thread
 
-    # -- REST: application commands and interactions -------------------------------------------------
+    # -- REST: application commands and interactions -----------------------------------------------
     async def _get_commands(self, request: web.Request, body: Any) -> Any:
         gid = request.match_info.get("gid")
         return self.guild_commands.get(gid, []) if gid else self.global_commands
@@ -820,13 +1155,31 @@ class FakeDiscord(FakeServer):
         for i, spec in enumerate(body or []):
             name, kind = str(spec.get("name", "")), int(spec.get("type", 1))
             if not re.fullmatch(r"[-_\w]{1,32}", name) or (kind == 1 and name != name.lower()):
-                raise _field_error(f"{i}.name", "APPLICATION_COMMAND_INVALID_NAME", "Command name is invalid")
+                raise _field_error(
+                    f"{i}.name", "APPLICATION_COMMAND_INVALID_NAME", "Command name is invalid"
+                )
             if kind == 1 and not 1 <= len(str(spec.get("description", ""))) <= 100:
-                raise _field_error(f"{i}.description", "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
-            commands.append({"options": [], "default_member_permissions": None, "dm_permission": True,
-                             "nsfw": False, "integration_types": [0], "contexts": None, **spec,
-                             "id": self.new_id(), "application_id": APP_ID, "version": self.new_id(),
-                             "type": kind, **({"guild_id": gid} if gid else {})})
+                raise _field_error(
+                    f"{i}.description",
+                    "BASE_TYPE_BAD_LENGTH",
+                    "Must be between 1 and 100 in length.",
+                )
+            commands.append(
+                {
+                    "options": [],
+                    "default_member_permissions": None,
+                    "dm_permission": True,
+                    "nsfw": False,
+                    "integration_types": [0],
+                    "contexts": None,
+                    **spec,
+                    "id": self.new_id(),
+                    "application_id": APP_ID,
+                    "version": self.new_id(),
+                    "type": kind,
+                    **({"guild_id": gid} if gid else {}),
+                }
+            )
         if gid:
             self.guild_commands[gid] = commands
         else:
@@ -841,38 +1194,52 @@ class FakeDiscord(FakeServer):
             raise _ApiError(404, "Unknown interaction", 10062)
         if interaction.get("_responded"):
             raise _ApiError(400, "Interaction has already been acknowledged.", 40060)
-        if self.clock() - interaction["_created"] > INTERACTION_DEADLINE_S:  # the token is invalid from then on
+        if self.clock() - interaction["_created"] > INTERACTION_DEADLINE_S:
+            # the token is invalid from then on
             self.late_interactions.append(iid)
             raise _ApiError(404, "Unknown interaction", 10062)
         kind, data = int(body.get("type", 0)), dict(body.get("data") or {})
         if kind in COMPONENT_RESPONSES and interaction["type"] != 3:
-            raise _ApiError(400,
-                            "Interaction response type is only valid for component interactions",
-                            50035)
+            raise _ApiError(
+                400, "Interaction response type is only valid for component interactions", 50035
+            )
         interaction["_responded"] = True
-        self.interaction_responses.append({"interaction_id": iid, "token": token, "type": kind, "data": data})
+        self.interaction_responses.append(
+            {"interaction_id": iid, "token": token, "type": kind, "data": data}
+        )
         message = None
         cid = interaction["channel_id"]
         if kind == 7:  # UPDATE_MESSAGE: the message the button is on becomes `data`
-            await self._edit(cid, str(interaction["message"]["id"]), data,
-                             echo=self.echo_own_messages)
+            await self._edit(
+                cid, str(interaction["message"]["id"]), data, echo=self.echo_own_messages
+            )
         if kind in (4, 5):
             author = self._bot_by_app(interaction.get("application_id")).user["id"]
             if kind == 4:
-                message = await self._send(cid, data, "interaction", author=author,
-                                           visible_to=_viewer(interaction, data))
+                message = await self._send(
+                    cid, data, "interaction", author=author, visible_to=_viewer(interaction, data)
+                )
             else:
-                message = await self._send(cid, {"content": "", "flags": data.get("flags", 0), "_loading": True},
-                                           "interaction", author=author)
+                message = await self._send(
+                    cid,
+                    {"content": "", "flags": data.get("flags", 0), "_loading": True},
+                    "interaction",
+                    author=author,
+                )
             interaction["_original"] = message["id"]
         self.notify()
         if request.query.get("with_response") not in ("1", "true", "True"):
             return None
         flags = int(data.get("flags") or 0)
-        response: dict[str, Any] = {"interaction": {"id": iid, "type": interaction["type"],
-                                                    "response_message_id": message["id"] if message else None,
-                                                    "response_message_loading": kind == 5,
-                                                    "response_message_ephemeral": bool(flags & 64)}}
+        response: dict[str, Any] = {
+            "interaction": {
+                "id": iid,
+                "type": interaction["type"],
+                "response_message_id": message["id"] if message else None,
+                "response_message_loading": kind == 5,
+                "response_message_ephemeral": bool(flags & 64),
+            }
+        }
         if message is not None:
             response["resource"] = {"type": kind, "message": message}
         return response
@@ -896,8 +1263,13 @@ class FakeDiscord(FakeServer):
         if not interaction.get("_responded"):  # a follow-up needs the initial response first
             raise _ApiError(404, "Unknown Webhook", 10015)
         author = self._bot_by_app(interaction.get("application_id")).user["id"]
-        message = await self._send(interaction["channel_id"], body, "webhook", author=author,
-                                   visible_to=_viewer(interaction, body))
+        message = await self._send(
+            interaction["channel_id"],
+            body,
+            "webhook",
+            author=author,
+            visible_to=_viewer(interaction, body),
+        )
         return message if request.query.get("wait") in ("1", "true", "True") else None
 
     async def _webhook_get(self, request: web.Request, body: Any) -> Any:
@@ -909,7 +1281,9 @@ class FakeDiscord(FakeServer):
 
     async def _webhook_edit(self, request: web.Request, body: Any) -> Any:
         interaction = self._interaction_for(request)
-        return await self._edit(interaction["channel_id"], self._webhook_mid(request, interaction), body, echo=False)
+        return await self._edit(
+            interaction["channel_id"], self._webhook_mid(request, interaction), body, echo=False
+        )
 
     async def _webhook_delete(self, request: web.Request, body: Any) -> Any:
         interaction = self._interaction_for(request)
@@ -919,20 +1293,29 @@ class FakeDiscord(FakeServer):
         self.notify()
         return None
 
-    # -- test API: what users see / do -----------------------------------------------------------------
+    # -- test API: what users see / do -------------------------------------------------------------
     def sent_messages(self, channel_id: str | int | None = None) -> list[DiscordMessage]:
         return [m for m in self.sent if channel_id is None or m.channel_id == str(channel_id)]
 
-    async def wait_for_sent(self, channel_id: str | int | None = None, count: int = 1,
-                            timeout: float = FakeServer.WAIT_S) -> DiscordMessage:
-        await self.wait_until(lambda: len(self.sent_messages(channel_id)) >= count, timeout,
-                              lambda: f"{count} messages to {channel_id} not seen; got "
-                                      f"{[m.content for m in self.sent_messages()]}")
+    async def wait_for_sent(
+        self,
+        channel_id: str | int | None = None,
+        count: int = 1,
+        timeout: float = FakeServer.WAIT_S,
+    ) -> DiscordMessage:
+        await self.wait_until(
+            lambda: len(self.sent_messages(channel_id)) >= count,
+            timeout,
+            lambda: (
+                f"{count} messages to {channel_id} not seen; got "
+                f"{[m.content for m in self.sent_messages()]}"
+            ),
+        )
         return self.sent_messages(channel_id)[count - 1]
 
     def hold_history(self, channel_id: str | int) -> asyncio.Event:
-        """Reads of this channel's history wait until the returned event is set (or the fake stops): a slow
-        channel, for what a catch-up does meanwhile."""
+        """Reads of this channel's history wait until the returned event is set (or the fake stops):
+        a slow channel, for what a catch-up does meanwhile."""
         return self._history_holds.setdefault(str(channel_id), asyncio.Event())
 
     def delete_message(self, channel_id: str | int, message_id: str) -> None:
@@ -942,14 +1325,24 @@ class FakeDiscord(FakeServer):
         self.sent = [m for m in self.sent if (m.channel_id, m.id) != key]
         self.notify()
 
-    async def push_message(self, channel_id: str | int, content: str, author_id: str | int = USER_ID, *,
-                           guild_id: str | int | None = None, mentions: Sequence[str | int] | None = None,
-                           referenced_message: str | int | Mapping[str, Any] | None = None,
-                           author_bot: bool = False, message_id: str | int | None = None,
-                           author_name: str | None = None, attachments: Sequence[Mapping[str, Any]] = (),
-                           live: bool = True, flags: int = 0,
-                           stickers: Sequence[Mapping[str, Any]] = (),
-                           bot: str | None = None) -> str:
+    async def push_message(
+        self,
+        channel_id: str | int,
+        content: str,
+        author_id: str | int = USER_ID,
+        *,
+        guild_id: str | int | None = None,
+        mentions: Sequence[str | int] | None = None,
+        referenced_message: str | int | Mapping[str, Any] | None = None,
+        author_bot: bool = False,
+        message_id: str | int | None = None,
+        author_name: str | None = None,
+        attachments: Sequence[Mapping[str, Any]] = (),
+        live: bool = True,
+        flags: int = 0,
+        stickers: Sequence[Mapping[str, Any]] = (),
+        bot: str | None = None,
+    ) -> str:
         """A user's MESSAGE_CREATE. A channel the fake does not know becomes a DM channel, with
         `bot` (a bot's user id; the first bot's by default). With `live=False` the event only enters
         the sessions' history, so the client receives it when it next RESUMEs."""
@@ -957,69 +1350,135 @@ class FakeDiscord(FakeServer):
         gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
         author = self._user(str(author_id), author_name, author_bot)
         if cid not in self.channels:
-            self.channels[cid] = {"id": cid, "type": 1, "last_message_id": None, "recipients": [author]}
+            self.channels[cid] = {
+                "id": cid,
+                "type": 1,
+                "last_message_id": None,
+                "recipients": [author],
+            }
             self._dm_bots[cid] = bot or BOT_ID
         mid = str(message_id) if message_id is not None else self.new_id()
         message: dict[str, Any] = {
-            "id": mid, "channel_id": cid, "author": author, "content": content, "timestamp": now_iso(),
-            "edited_timestamp": None, "tts": False, "mention_everyone": False,
-            "mentions": [self._user(str(u)) for u in mentions or ()], "mention_roles": [],
-            "attachments": list(attachments), "embeds": [], "pinned": False, "type": 0, "flags": flags,
-            "components": []}
+            "id": mid,
+            "channel_id": cid,
+            "author": author,
+            "content": content,
+            "timestamp": now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [self._user(str(u)) for u in mentions or ()],
+            "mention_roles": [],
+            "attachments": list(attachments),
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": flags,
+            "components": [],
+        }
         if gid:
             message["guild_id"] = gid
         if stickers:
             message["sticker_items"] = [dict(item) for item in stickers]
         if referenced_message is not None:
-            ref = dict(referenced_message) if isinstance(referenced_message, Mapping) else \
-                self._messages.get((cid, str(referenced_message)))
+            ref = (
+                dict(referenced_message)
+                if isinstance(referenced_message, Mapping)
+                else self._messages.get((cid, str(referenced_message)))
+            )
             if ref is None:
                 raise KeyError(f"no message {referenced_message} in channel {cid}")
-            message.update(type=19, referenced_message=ref,
-                           message_reference={"type": 0, "message_id": ref["id"], "channel_id": cid,
-                                              **({"guild_id": gid} if gid else {})})
+            message.update(
+                type=19,
+                referenced_message=ref,
+                message_reference={
+                    "type": 0,
+                    "message_id": ref["id"],
+                    "channel_id": cid,
+                    **({"guild_id": gid} if gid else {}),
+                },
+            )
         self._messages[(cid, mid)] = message
         await self.dispatch("MESSAGE_CREATE", self._with_member(message), live=live)
         return mid
 
-    async def push_interaction(self, name: str, *, options: Sequence[Mapping[str, Any]] = (),
-                               user_id: str | int = USER_ID, channel_id: str | int = CHANNEL_ID,
-                               guild_id: str | int | None = None, interaction_id: str | None = None,
-                               token: str | None = None, command_id: str | None = None,
-                               command_type: int = 1, bot: str | None = None) -> tuple[str, str]:
-        """An INTERACTION_CREATE for an application (slash) command; returns (interaction_id, token)."""
+    async def push_interaction(
+        self,
+        name: str,
+        *,
+        options: Sequence[Mapping[str, Any]] = (),
+        user_id: str | int = USER_ID,
+        channel_id: str | int = CHANNEL_ID,
+        guild_id: str | int | None = None,
+        interaction_id: str | None = None,
+        token: str | None = None,
+        command_id: str | None = None,
+        command_type: int = 1,
+        bot: str | None = None,
+    ) -> tuple[str, str]:
+        """An INTERACTION_CREATE for an application (slash)
+        command; returns (interaction_id, token)."""
         cid = str(channel_id)
         gid = str(guild_id) if guild_id is not None else self.channels.get(cid, {}).get("guild_id")
         iid = interaction_id or self.new_id()
         token = token or f"itoken-{iid}"
-        command = next((c for c in [*self.global_commands, *self.guild_commands.get(gid or "", [])]
-                        if c["name"] == name), None)
-        data: dict[str, Any] = {"id": command_id or (command or {}).get("id") or self.new_id(), "name": name,
-                                "type": command_type, "options": [dict(o) for o in options]}
+        command = next(
+            (
+                c
+                for c in [*self.global_commands, *self.guild_commands.get(gid or "", [])]
+                if c["name"] == name
+            ),
+            None,
+        )
+        data: dict[str, Any] = {
+            "id": command_id or (command or {}).get("id") or self.new_id(),
+            "name": name,
+            "type": command_type,
+            "options": [dict(o) for o in options],
+        }
         if gid:
             data["guild_id"] = gid
         user = self._user(str(user_id))
         channel = self.channels.get(cid) or {"id": cid, "type": 1}
         payload: dict[str, Any] = {
-            "id": iid, "type": 2, "data": data, "channel_id": cid,
+            "id": iid,
+            "type": 2,
+            "data": data,
+            "channel_id": cid,
             "application_id": self._app_of(bot or BOT_ID),
-            "channel": {k: v for k, v in channel.items() if k != "recipients"}, "token": token, "version": 1,
-            "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
+            "channel": {k: v for k, v in channel.items() if k != "recipients"},
+            "token": token,
+            "version": 1,
+            "app_permissions": "2248473465835073",
+            "locale": "en-US",
+            "entitlements": [],
             "authorizing_integration_owners": {"0": gid} if gid else {"1": str(user_id)},
-            "context": 0 if gid else 1, "attachment_size_limit": 8 * 1024 * 1024}
+            "context": 0 if gid else 1,
+            "attachment_size_limit": 8 * 1024 * 1024,
+        }
         if gid:
             payload["guild_id"] = gid
             payload["guild_locale"] = "en-US"
-            payload["member"] = {**self._member(str(user_id)), "user": user, "permissions": "2248473465835073"}
+            payload["member"] = {
+                **self._member(str(user_id)),
+                "user": user,
+                "permissions": "2248473465835073",
+            }
         else:
             payload["user"] = user
         self.interactions[token] = {**payload, "_created": self.clock()}
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid, token
 
-    async def click(self, channel_id: str | int, message_id: str, label: str, *,
-                    user_id: str | int = USER_ID,
-                    name: str | None = None) -> tuple[str, str]:
+    async def click(
+        self,
+        channel_id: str | int,
+        message_id: str,
+        label: str,
+        *,
+        user_id: str | int = USER_ID,
+        name: str | None = None,
+    ) -> tuple[str, str]:
         """A person clicks the button labelled `label` on one of the bot's messages: an
         INTERACTION_CREATE of type 3 (MESSAGE_COMPONENT) with its custom_id; returns
         (interaction_id, token). LookupError when the message shows no such button now."""
@@ -1029,14 +1488,22 @@ class FakeDiscord(FakeServer):
         shown = [c for row in rows for c in row.get("components") or ()]
         button = next((c for c in shown if c.get("label") == label), None)
         if sent is None or button is None:
-            raise LookupError(f"message {message_id} shows no button {label!r}: "
-                              f"{sent.buttons() if sent else []}")
-        return await self.push_component(cid, message_id, str(button.get("custom_id")),
-                                         user_id=user_id, name=name)
+            raise LookupError(
+                f"message {message_id} shows no button {label!r}: {sent.buttons() if sent else []}"
+            )
+        return await self.push_component(
+            cid, message_id, str(button.get("custom_id")), user_id=user_id, name=name
+        )
 
-    async def push_component(self, channel_id: str, message_id: str, custom_id: str, *,
-                             user_id: str | int = USER_ID,
-                             name: str | None = None) -> tuple[str, str]:
+    async def push_component(
+        self,
+        channel_id: str,
+        message_id: str,
+        custom_id: str,
+        *,
+        user_id: str | int = USER_ID,
+        name: str | None = None,
+    ) -> tuple[str, str]:
         """A component interaction with any custom_id (an old client, a forger)."""
         cid, uid = str(channel_id), str(user_id)
         gid = self.channels.get(cid, {}).get("guild_id")
@@ -1045,19 +1512,32 @@ class FakeDiscord(FakeServer):
         user = self._user(uid, name)
         message = self._messages.get((cid, message_id)) or {"id": message_id, "channel_id": cid}
         payload: dict[str, Any] = {
-            "id": iid, "application_id": APP_ID, "type": 3, "channel_id": cid, "token": token,
+            "id": iid,
+            "application_id": APP_ID,
+            "type": 3,
+            "channel_id": cid,
+            "token": token,
             "version": 1,
-            "data": {"custom_id": custom_id, "component_type": 2}, "message": message,
-            "channel": {k: v for k, v in (self.channels.get(cid) or {"id": cid, "type": 1}).items()
-                        if k != "recipients"},
-            "app_permissions": "2248473465835073", "locale": "en-US", "entitlements": [],
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": message,
+            "channel": {
+                k: v
+                for k, v in (self.channels.get(cid) or {"id": cid, "type": 1}).items()
+                if k != "recipients"
+            },
+            "app_permissions": "2248473465835073",
+            "locale": "en-US",
+            "entitlements": [],
             "authorizing_integration_owners": {"0": gid} if gid else {"1": uid},
             "context": 0 if gid else 1,
-            "attachment_size_limit": 8 * 1024 * 1024}
+            "attachment_size_limit": 8 * 1024 * 1024,
+        }
         if gid:
-            payload.update(guild_id=gid, guild_locale="en-US",
-                           member={**self._member(uid), "user": user,
-                                   "permissions": "2248473465835073"})
+            payload.update(
+                guild_id=gid,
+                guild_locale="en-US",
+                member={**self._member(uid), "user": user, "permissions": "2248473465835073"},
+            )
         else:
             payload["user"] = user
         self.interactions[token] = {**payload, "_created": self.clock()}
@@ -1066,8 +1546,12 @@ class FakeDiscord(FakeServer):
 
     def ephemerals(self, user_id: str | int | None = None) -> list[DiscordMessage]:
         """Ephemeral replies, each seen by one user only (the one whose interaction it answers)."""
-        return [m for m in self.sent if m.flags & EPHEMERAL
-                and (user_id is None or m.visible_to == str(user_id))]
+        return [
+            m
+            for m in self.sent
+            if m.flags & EPHEMERAL and (user_id is None or m.visible_to == str(user_id))
+        ]
+
     def _app_of(self, bot_user: str) -> str:
         return next(b.app_id for b in self.bots.values() if b.user["id"] == bot_user)
 
@@ -1085,28 +1569,52 @@ class FakeDiscord(FakeServer):
     def _message_obj(self, sent: DiscordMessage) -> dict[str, Any]:
         channel = self.channels.get(sent.channel_id, {})
         message: dict[str, Any] = {
-            "id": sent.id, "channel_id": sent.channel_id, "content": sent.content,
+            "id": sent.id,
+            "channel_id": sent.channel_id,
+            "content": sent.content,
             "author": self.users.get(sent.author_id, BOT_USER),
-            "timestamp": now_iso(), "edited_timestamp": None, "tts": False, "mention_everyone": False,
-            "mentions": [], "mention_roles": [], "attachments": [
-                {"id": self.new_id(), "filename": f.get("filename"), "size": f.get("size", 0),
-                 "url": f"https://cdn.fake/{f.get('filename')}", "proxy_url": "https://cdn.fake/p",
-                 **{k: f[k] for k in ("content_type", "duration_secs", "waveform")
-                    if f.get(k) is not None}}
-                for f in sent.files],
-            "embeds": list(sent.embeds), "pinned": False, "type": 19 if sent.message_reference else 0,
-            "flags": sent.flags, "components": [dict(row) for row in sent.components]}
+            "timestamp": now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [
+                {
+                    "id": self.new_id(),
+                    "filename": f.get("filename"),
+                    "size": f.get("size", 0),
+                    "url": f"https://cdn.fake/{f.get('filename')}",
+                    "proxy_url": "https://cdn.fake/p",
+                    **{
+                        k: f[k]
+                        for k in ("content_type", "duration_secs", "waveform")
+                        if f.get(k) is not None
+                    },
+                }
+                for f in sent.files
+            ],
+            "embeds": list(sent.embeds),
+            "pinned": False,
+            "type": 19 if sent.message_reference else 0,
+            "flags": sent.flags,
+            "components": [dict(row) for row in sent.components],
+        }
         if sent.body.get("nonce") is not None:
             message["nonce"] = sent.body["nonce"]
         if channel.get("guild_id"):
             message["guild_id"] = channel["guild_id"]
         if sent.message_reference:
             ref_id = str(sent.message_reference.get("message_id"))
-            message["message_reference"] = {"type": 0, "channel_id": sent.channel_id, "message_id": ref_id}
+            message["message_reference"] = {
+                "type": 0,
+                "channel_id": sent.channel_id,
+                "message_id": ref_id,
+            }
             message["referenced_message"] = self._messages.get((sent.channel_id, ref_id))
         return message
 
-    # -- gateway -------------------------------------------------------------------------------------
+    # -- gateway -----------------------------------------------------------------------------------
     async def dispatch(self, event: str, data: Mapping[str, Any], *, live: bool = True) -> int:
         """Send an op-0 dispatch to each session that gets it (Discord's routing: a guild's events
         to the bots in it, on the shard `(guild_id >> 22) % num_shards`; a DM's to its bot's shard
@@ -1118,8 +1626,9 @@ class FakeDiscord(FakeServer):
             seq = await self._send_frame(session, event, data, live=live)
         return seq
 
-    async def _send_frame(self, session: _Session, event: str, data: Mapping[str, Any], *,
-                          live: bool = True) -> int:
+    async def _send_frame(
+        self, session: _Session, event: str, data: Mapping[str, Any], *, live: bool = True
+    ) -> int:
         session.seq += 1
         frame = {"op": 0, "t": event, "s": session.seq, "d": dict(data)}
         session.history.append(frame)
@@ -1144,8 +1653,12 @@ class FakeDiscord(FakeServer):
         return in_guild and self.shard_of(guild, count) == shard
 
     def _guilds_of(self, bot: FakeBot, shard: tuple[int, int]) -> list[dict[str, Any]]:
-        return [g for g in self.guilds if (bot.guild_ids is None or g["id"] in bot.guild_ids)
-                and self.shard_of(g["id"], shard[1]) == shard[0]]
+        return [
+            g
+            for g in self.guilds
+            if (bot.guild_ids is None or g["id"] in bot.guild_ids)
+            and self.shard_of(g["id"], shard[1]) == shard[0]
+        ]
 
     def _live(self) -> list[_Conn]:
         return [c for c in self._conns if c.live and not c.ws.closed]
@@ -1161,7 +1674,9 @@ class FakeDiscord(FakeServer):
         if request.query.get("v") != "10" or request.query.get("encoding") != "json":
             await ws.close(code=4012, message=b"Invalid API version")
             return ws
-        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}))
+        await ws.send_str(
+            json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
+        )
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
                 continue
@@ -1205,12 +1720,23 @@ class FakeDiscord(FakeServer):
         self.sessions.pop((bot.token, *shard), None)
         self.sessions[(bot.token, *shard)] = session
         conn.session, conn.live = session, True
-        await self._send_frame(session, "READY", {
-            "v": 10, "user": bot.user, "session_id": session.id,
-            "resume_gateway_url": self.resume_url, "shard": list(shard),
-            "guilds": [{"id": g["id"], "unavailable": True} for g in guilds],
-            "application": {"id": bot.app_id, "flags": 0}, "private_channels": [],
-            "relationships": [], "user_settings": {}, "presences": []})
+        await self._send_frame(
+            session,
+            "READY",
+            {
+                "v": 10,
+                "user": bot.user,
+                "session_id": session.id,
+                "resume_gateway_url": self.resume_url,
+                "shard": list(shard),
+                "guilds": [{"id": g["id"], "unavailable": True} for g in guilds],
+                "application": {"id": bot.app_id, "flags": 0},
+                "private_channels": [],
+                "relationships": [],
+                "user_settings": {},
+                "presences": [],
+            },
+        )
         for guild in guilds:
             await self._send_frame(session, "GUILD_CREATE", guild)
 
@@ -1221,25 +1747,40 @@ class FakeDiscord(FakeServer):
         if session is None or d.get("token") != session.bot.token:
             await conn.ws.send_str(json.dumps({"op": 9, "d": False}))
             return
-        start = self.resume_replay_from if self.resume_replay_from is not None else int(d.get("seq") or 0)
+        start = (
+            self.resume_replay_from
+            if self.resume_replay_from is not None
+            else int(d.get("seq") or 0)
+        )
         self.resume_replay_from = None
         for frame in [f for f in session.history if f["s"] > start]:
             await conn.ws.send_str(json.dumps(frame))
         conn.session, conn.live = session, True
         await self._send_frame(session, "RESUMED", {})
 
-    async def wait_for_identify(self, count: int = 1, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
-        await self.wait_until(lambda: len(self.identifies) >= count and bool(self._live()), timeout,
-                              lambda: f"identifies={len(self.identifies)}, live={len(self._live())}")
+    async def wait_for_identify(
+        self, count: int = 1, timeout: float = FakeServer.WAIT_S
+    ) -> dict[str, Any]:
+        await self.wait_until(
+            lambda: len(self.identifies) >= count and bool(self._live()),
+            timeout,
+            lambda: f"identifies={len(self.identifies)}, live={len(self._live())}",
+        )
         return self.identifies[count - 1]
 
-    async def wait_for_resume(self, count: int = 1, timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
-        await self.wait_until(lambda: len(self.resumes) >= count and bool(self._live()), timeout,
-                              lambda: f"resumes={len(self.resumes)}, live={len(self._live())}")
+    async def wait_for_resume(
+        self, count: int = 1, timeout: float = FakeServer.WAIT_S
+    ) -> dict[str, Any]:
+        await self.wait_until(
+            lambda: len(self.resumes) >= count and bool(self._live()),
+            timeout,
+            lambda: f"resumes={len(self.resumes)}, live={len(self._live())}",
+        )
         return self.resumes[count - 1]
 
     async def force_reconnect(self, wait: bool = True, timeout: float = FakeServer.WAIT_S) -> None:
-        """Op 7 RECONNECT: the client closes and RESUMEs on `resume_gateway_url`; replays what it missed."""
+        """Op 7 RECONNECT: the client closes and RESUMEs on
+        `resume_gateway_url`; replays what it missed."""
         before = len(self.resumes)
         for conn in self._live():
             conn.live = False
@@ -1253,7 +1794,8 @@ class FakeDiscord(FakeServer):
             await conn.ws.send_str(json.dumps({"op": 9, "d": resumable}))
 
     async def close_with(self, code: int, reason: str = "") -> None:
-        """Close the gateway socket(s) with a close code, e.g. 4014 disallowed intents, 4004 auth failed."""
+        """Close the gateway socket(s) with a close code,
+        e.g. 4014 disallowed intents, 4004 auth failed."""
         for conn in [c for c in self._conns if not c.ws.closed]:
             conn.live = False
             await conn.ws.close(code=code, message=reason.encode())
@@ -1269,7 +1811,7 @@ class FakeDiscord(FakeServer):
         await self.close_with(1001, "fake stopping")
 
 
-# ---------------------------------------------------------------------------------------------- body
+# --------------------------------------------------------------------------------------------- body
 def _error_body(status: int) -> dict[str, Any]:
     return {"message": f"{status}: fault", "code": 0}
 
@@ -1281,17 +1823,24 @@ async def _read_body(request: web.Request) -> Any:
         form = await request.post()
         body = json.loads(str(form.get("payload_json") or "{}"))
         files = [(k, v) for k, v in form.items() if isinstance(v, web.FileField)]
-        described = {str(a.get("id")): a for a in body.get("attachments") or ()
-                     if isinstance(a, dict)}
+        described = {
+            str(a.get("id")): a for a in body.get("attachments") or () if isinstance(a, dict)
+        }
         body["_files"] = []
         for field_name, upload in files:
             data = upload.file.read()
             about = described.get(field_name.removeprefix("files[").removesuffix("]"), {})
-            body["_files"].append({"field": field_name, "filename": upload.filename,
-                                   "size": len(data), "data": data,
-                                   "content_type": upload.content_type,
-                                   "duration_secs": about.get("duration_secs"),
-                                   "waveform": about.get("waveform")})
+            body["_files"].append(
+                {
+                    "field": field_name,
+                    "filename": upload.filename,
+                    "size": len(data),
+                    "data": data,
+                    "content_type": upload.content_type,
+                    "duration_secs": about.get("duration_secs"),
+                    "waveform": about.get("waveform"),
+                }
+            )
         return body
     raw = await request.read()
     return json.loads(raw) if raw else {}
@@ -1314,24 +1863,32 @@ def _viewer(interaction: Mapping[str, Any], body: Mapping[str, Any]) -> str | No
 
 def _check_components(rows: Any) -> None:
     if len(rows) > MAX_ROWS:
-        raise _field_error("components", "BASE_TYPE_MAX_LENGTH",
-                           f"Must be {MAX_ROWS} or fewer in length.")
+        raise _field_error(
+            "components", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_ROWS} or fewer in length."
+        )
     seen: set[str] = set()
     for i, row in enumerate(rows):
         buttons = row.get("components") or []
         if row.get("type") != 1 or not 1 <= len(buttons) <= MAX_BUTTONS:
-            raise _field_error(f"components.{i}", "COMPONENT_LAYOUT_WIDTH_EXCEEDED",
-                               "Invalid action row")
+            raise _field_error(
+                f"components.{i}", "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "Invalid action row"
+            )
         for button in buttons:
             custom_id, label = str(button.get("custom_id") or ""), str(button.get("label") or "")
             if button.get("type") != 2 or len(label) > MAX_LABEL:
                 raise _field_error(f"components.{i}", "BASE_TYPE_MAX_LENGTH", "Invalid button")
             if button.get("style") != 5 and not 1 <= len(custom_id) <= MAX_CUSTOM_ID:
-                raise _field_error(f"components.{i}.custom_id", "BASE_TYPE_MAX_LENGTH",
-                                   f"Must be between 1 and {MAX_CUSTOM_ID} in length.")
+                raise _field_error(
+                    f"components.{i}.custom_id",
+                    "BASE_TYPE_MAX_LENGTH",
+                    f"Must be between 1 and {MAX_CUSTOM_ID} in length.",
+                )
             if custom_id and custom_id in seen:
-                raise _field_error(f"components.{i}.custom_id", "COMPONENT_CUSTOM_ID_DUPLICATED",
-                                   "Component custom id cannot be duplicated")
+                raise _field_error(
+                    f"components.{i}.custom_id",
+                    "COMPONENT_CUSTOM_ID_DUPLICATED",
+                    "Component custom id cannot be duplicated",
+                )
             seen.add(custom_id)
 
 
@@ -1365,7 +1922,15 @@ def _check_message(body: Mapping[str, Any], require_content: bool) -> None:
         _check_components(body["components"])
     content = body.get("content")
     if content is not None and len(str(content)) > MAX_CONTENT:
-        raise _field_error("content", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_CONTENT} or fewer in length.")
-    if require_content and not body.get("_loading") and not any(
-            body.get(k) for k in ("content", "embeds", "_files", "sticker_ids", "components", "poll")):
+        raise _field_error(
+            "content", "BASE_TYPE_MAX_LENGTH", f"Must be {MAX_CONTENT} or fewer in length."
+        )
+    if (
+        require_content
+        and not body.get("_loading")
+        and not any(
+            body.get(k)
+            for k in ("content", "embeds", "_files", "sticker_ids", "components", "poll")
+        )
+    ):
         raise _ApiError(400, "Cannot send an empty message", 50006)

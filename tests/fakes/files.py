@@ -1,6 +1,7 @@
-"""Files the platform fakes serve (Telegram's file URLs, Discord's CDN, Slack's private URLs): streamed in chunks
-like a real server, with a gate that holds a download after its first chunk (a test can kill the gateway
-mid-download, or remove the file so the download is cut off) and a count of what was served."""
+"""Files the platform fakes serve (Telegram's file URLs, Discord's CDN, Slack's private URLs):
+streamed in chunks like a real server, with a gate that holds a download after its first chunk (a
+test can kill the gateway mid-download, or remove the file so the download is cut off) and a count
+of what was served."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ class StoredFile:
 class FileShelf:
     def __init__(self) -> None:
         self.files: dict[str, StoredFile] = {}
-        self.served: Counter[str] = Counter()      # key → downloads that finished
-        self.started: Counter[str] = Counter()     # key → downloads that began
+        self.served: Counter[str] = Counter()  # key → downloads that finished
+        self.started: Counter[str] = Counter()  # key → downloads that began
         self._gate: asyncio.Event | None = None
 
     def put(self, key: str, data: bytes, name: str, mime_type: str) -> StoredFile:
@@ -50,12 +51,13 @@ class FileShelf:
         if stored is None:
             return web.Response(status=404, text="Not Found")
         self.started[key] += 1
-        response = web.StreamResponse(headers={"Content-Type": stored.mime_type,
-                                               "Content-Length": str(len(stored.data))})
+        response = web.StreamResponse(
+            headers={"Content-Type": stored.mime_type, "Content-Length": str(len(stored.data))}
+        )
         await response.prepare(request)
         try:
             for offset in range(0, len(stored.data), CHUNK):
-                await response.write(stored.data[offset:offset + CHUNK])
+                await response.write(stored.data[offset : offset + CHUNK])
                 if offset == 0 and self._gate is not None and len(stored.data) > CHUNK:
                     await self._gate.wait()
                 if key not in self.files and request.transport is not None:  # removed meanwhile

@@ -1,5 +1,5 @@
-"""pytest fixtures yielding a started wire fake and stopping it afterwards. `tests/conftest.py` re-exports
-them with `from tests.fakes.fixtures import *`."""
+"""pytest fixtures yielding a started wire fake and stopping it afterwards. `tests/conftest.py`
+re-exports them with `from tests.fakes.fixtures import *`."""
 
 from __future__ import annotations
 

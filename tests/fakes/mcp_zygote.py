@@ -34,15 +34,21 @@ def server_command(*server_args: str) -> tuple[str, list[str]]:
 
 
 def start() -> None:
-    """Start this process's zygote now (it imports the SDK meanwhile); zygote_socket() waits for it."""
+    """Start this process's zygote now (it imports the
+    SDK meanwhile); zygote_socket() waits for it."""
     if "proc" in _zygote:
         return
     folder = tempfile.mkdtemp(prefix="mcp-zygote-")
     root = Path(__file__).resolve().parent.parent.parent
     env = {**os.environ, "PYTHONPATH": str(root)}
     path = os.path.join(folder, "zygote.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_zygote", path, str(os.getpid())],
-                            cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.mcp_zygote", path, str(os.getpid())],
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
     atexit.register(_stop, proc)
     _zygote.update(path=path, proc=proc)
 
@@ -101,8 +107,12 @@ def serve(path: str, parent: int) -> None:
             _kill(pid)
 
 
-def _start(listener: socket.socket, selector: selectors.BaseSelector, children: dict[int, socket.socket],
-           main: object) -> None:
+def _start(
+    listener: socket.socket,
+    selector: selectors.BaseSelector,
+    children: dict[int, socket.socket],
+    main: object,
+) -> None:
     conn, _ = listener.accept()
     try:
         data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
@@ -137,6 +147,7 @@ def _start(listener: socket.socket, selector: selectors.BaseSelector, children: 
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001 (the child's own end: report and exit)
             import traceback
+
             traceback.print_exc()
         finally:
             try:
@@ -169,8 +180,9 @@ def _reap(selector: selectors.BaseSelector, children: dict[int, socket.socket]) 
             conn.close()
 
 
-def _launcher_gone(conn: socket.socket, selector: selectors.BaseSelector,
-                   children: dict[int, socket.socket]) -> None:
+def _launcher_gone(
+    conn: socket.socket, selector: selectors.BaseSelector, children: dict[int, socket.socket]
+) -> None:
     for pid, theirs in list(children.items()):
         if theirs is conn:
             _kill(pid)  # reaped, and reported to nobody, by the next _reap

@@ -1,8 +1,10 @@
-"""Slack's side of the Events API, over HTTP and over Socket Mode: each event is delivered (posted to the app's Request
-URL, signed, or pushed as an envelope on its websocket), and the app is held to Slack's deadline. An answer that is not a 2xx within 3 seconds is a failure, and Slack sends the event again: at
-once, after a minute, after five minutes, each time with `X-Slack-Retry-Num` (1, 2, 3) and `X-Slack-Retry-Reason`
-(`http_timeout`, `http_error`, `connection_failed`). A post that timed out is neither cancelled nor waited for:
-the app sees the retry while the first post is still in flight.
+"""Slack's side of the Events API, over HTTP and over Socket Mode: each event is delivered (posted
+to the app's Request URL, signed, or pushed as an envelope on its websocket), and the app is held to
+Slack's deadline. An answer that is not a 2xx within 3 seconds is a failure, and Slack sends the
+event again: at once, after a minute, after five minutes, each time with `X-Slack-Retry-Num` (1,
+2, 3) and `X-Slack-Retry-Reason` (`http_timeout`, `http_error`, `connection_failed`). A post that
+timed out is neither cancelled nor waited for: the app sees the retry while the first post is still
+in flight.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import aiohttp
 from tests.fakes.slack import FakeSlack, signed_request_headers
 
 ACK_DEADLINE_S = 3.0
-RETRY_DELAYS_S = (0.0, 60.0, 300.0)  # Slack's schedule: immediately, after 1 minute, after 5 minutes
+# Slack's schedule: immediately, after 1 minute, after 5 minutes
+RETRY_DELAYS_S = (0.0, 60.0, 300.0)
 REASONS = {"timeout": "http_timeout", "error": "http_error", "unreachable": "connection_failed"}
 
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One post of an event: `attempt` 0 is the first, then the X-Slack-Retry-Num it carried, with `reason`
-    (X-Slack-Retry-Reason). `outcome`: ok (a 2xx in time), timeout, error (another status) or unreachable."""
+    """One post of an event: `attempt` 0 is the first, then the X-Slack-Retry-Num it carried, with
+    `reason` (X-Slack-Retry-Reason). `outcome`: ok (a 2xx in time), timeout, error (another status)
+    or unreachable."""
 
     event_id: str
     attempt: int
@@ -38,12 +42,19 @@ class Delivery:
 
 
 class EventsApi:
-    """Posts events to `url` as Slack does. The 3 s deadline is real time, as the app lives it; `sleep` is the
-    wait between retries (inject a fake clock's: Slack's minutes need not pass for real)."""
+    """Posts events to `url` as Slack does. The 3 s deadline is real time, as the app lives it;
+    `sleep` is the wait between retries (inject a fake clock's: Slack's minutes need not pass for
+    real)."""
 
-    def __init__(self, url: str, signing_secret: str, *, ack_deadline: float = ACK_DEADLINE_S,
-                 retry_delays: Sequence[float] = RETRY_DELAYS_S,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        url: str,
+        signing_secret: str,
+        *,
+        ack_deadline: float = ACK_DEADLINE_S,
+        retry_delays: Sequence[float] = RETRY_DELAYS_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.url = url
         self.signing_secret = signing_secret
         self.ack_deadline = ack_deadline
@@ -53,7 +64,8 @@ class EventsApi:
         self.late: list[asyncio.Task[int | None]] = []  # posts Slack gave up waiting for
 
     async def deliver(self, payload: Mapping[str, Any]) -> list[Delivery]:
-        """Post until a 2xx comes back in time or the retries run out; returns this event's deliveries."""
+        """Post until a 2xx comes back in time or the
+        retries run out; returns this event's deliveries."""
         body, event_id = json.dumps(payload), str(payload.get("event_id", ""))
         found: list[Delivery] = []
         async with aiohttp.ClientSession() as http:
@@ -74,14 +86,27 @@ class EventsApi:
         the clicker sees)."""
         body = urlencode({"payload": json.dumps(payload)})
         async with aiohttp.ClientSession() as http:
-            found = await self._post(http, body, str(payload.get("trigger_id", "")), 0, "",
-                                     "application/x-www-form-urlencoded")
+            found = await self._post(
+                http,
+                body,
+                str(payload.get("trigger_id", "")),
+                0,
+                "",
+                "application/x-www-form-urlencoded",
+            )
             await asyncio.gather(*self.late, return_exceptions=True)
         self.deliveries.append(found)
         return found
 
-    async def _post(self, http: aiohttp.ClientSession, body: str, event_id: str, attempt: int,
-                    reason: str, content_type: str = "application/json") -> Delivery:
+    async def _post(
+        self,
+        http: aiohttp.ClientSession,
+        body: str,
+        event_id: str,
+        attempt: int,
+        reason: str,
+        content_type: str = "application/json",
+    ) -> Delivery:
         headers = signed_request_headers(self.signing_secret, body, content_type=content_type)
         if attempt:
             headers |= {"X-Slack-Retry-Num": str(attempt), "X-Slack-Retry-Reason": reason}
@@ -96,7 +121,9 @@ class EventsApi:
         outcome = "unreachable" if status is None else "ok" if 200 <= status < 300 else "error"
         return Delivery(event_id, attempt, reason, outcome, status, elapsed)
 
-    async def _send(self, http: aiohttp.ClientSession, body: str, headers: Mapping[str, str]) -> int | None:
+    async def _send(
+        self, http: aiohttp.ClientSession, body: str, headers: Mapping[str, str]
+    ) -> int | None:
         try:
             async with http.post(self.url, data=body, headers=dict(headers)) as resp:
                 await resp.read()
@@ -106,13 +133,19 @@ class EventsApi:
 
 
 class SocketModeEvents:
-    """Pushes events on the fake's Socket Mode websocket as Slack does: an envelope not acked within 3 s counts as
-    failed and the event comes again, in a new envelope with `retry_attempt` 1, 2, 3 and `retry_reason`, on the
-    same schedule as over HTTP. A late ack is ignored (the retry is on its way already)."""
+    """Pushes events on the fake's Socket Mode websocket as Slack does: an envelope not acked within
+    3 s counts as failed and the event comes again, in a new envelope with `retry_attempt` 1, 2, 3
+    and `retry_reason`, on the same schedule as over HTTP. A late ack is ignored (the retry is on
+    its way already)."""
 
-    def __init__(self, fake: FakeSlack, *, ack_deadline: float = ACK_DEADLINE_S,
-                 retry_delays: Sequence[float] = RETRY_DELAYS_S,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        fake: FakeSlack,
+        *,
+        ack_deadline: float = ACK_DEADLINE_S,
+        retry_delays: Sequence[float] = RETRY_DELAYS_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.fake = fake
         self.ack_deadline = ack_deadline
         self.retry_delays = tuple(retry_delays)
@@ -127,11 +160,18 @@ class SocketModeEvents:
         try:
             await self.fake.wait_for_ack(envelope, timeout=self.ack_deadline)
         except TimeoutError:
-            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "timeout", None,
-                             time.monotonic() - started)
+            found = Delivery(
+                str(payload.get("trigger_id", "")),
+                0,
+                "",
+                "timeout",
+                None,
+                time.monotonic() - started,
+            )
         else:
-            found = Delivery(str(payload.get("trigger_id", "")), 0, "", "ok", None,
-                             time.monotonic() - started)
+            found = Delivery(
+                str(payload.get("trigger_id", "")), 0, "", "ok", None, time.monotonic() - started
+            )
         self.deliveries.append(found)
         return found
 
@@ -142,13 +182,19 @@ class SocketModeEvents:
                 await self.sleep(self.retry_delays[attempt - 1])
             reason = "timeout" if attempt else ""
             started = time.monotonic()
-            envelope = await self.fake.push_event(event, event_id=event_id, retry_attempt=attempt, retry_reason=reason)
+            envelope = await self.fake.push_event(
+                event, event_id=event_id, retry_attempt=attempt, retry_reason=reason
+            )
             try:
                 await self.fake.wait_for_ack(envelope, timeout=self.ack_deadline)
             except TimeoutError:
-                found.append(Delivery(event_id, attempt, reason, "timeout", None, time.monotonic() - started))
+                found.append(
+                    Delivery(event_id, attempt, reason, "timeout", None, time.monotonic() - started)
+                )
                 continue
-            found.append(Delivery(event_id, attempt, reason, "ok", None, time.monotonic() - started))
+            found.append(
+                Delivery(event_id, attempt, reason, "ok", None, time.monotonic() - started)
+            )
             break
         self.deliveries.extend(found)
         return found

@@ -56,8 +56,9 @@ class FakeSpeech(FakeServer):
             return _error(401, "Incorrect API key provided", "invalid_api_key")
         step = self.take_fault(["speech", "*"])
         if step is not None:
-            response = await self.apply_fault(request, step,
-                                              lambda s: {"error": {"message": f"Error {s}"}})
+            response = await self.apply_fault(
+                request, step, lambda s: {"error": {"message": f"Error {s}"}}
+            )
             if response is not None:
                 return response
         try:
@@ -91,17 +92,41 @@ def _check(body: Any) -> SpeechRequest:
 
 async def _speak(text: str, args: list[str]) -> bytes:
     """espeak-ng's WAV of `text`, converted by ffmpeg (real audio, whatever the format)."""
-    espeak = await asyncio.create_subprocess_exec("espeak-ng", "--stdout", "-b", "1", stdin=PIPE,
-                                                  stdout=PIPE, stderr=DEVNULL)
+    espeak = await asyncio.create_subprocess_exec(
+        "espeak-ng", "--stdout", "-b", "1", stdin=PIPE, stdout=PIPE, stderr=DEVNULL
+    )
     wav, _ = await espeak.communicate(text.encode())
     ffmpeg = await asyncio.create_subprocess_exec(
-        "ffmpeg", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-ac", "1", "-ar", "24000",
-        *args, "pipe:1", stdin=PIPE, stdout=PIPE, stderr=DEVNULL)
+        "ffmpeg",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-i",
+        "pipe:0",
+        "-ac",
+        "1",
+        "-ar",
+        "24000",
+        *args,
+        "pipe:1",
+        stdin=PIPE,
+        stdout=PIPE,
+        stderr=DEVNULL,
+    )
     audio, _ = await ffmpeg.communicate(wav)
     assert ffmpeg.returncode == 0 and audio, "the fake speech service could not make audio"
     return audio
 
 
 def _error(status: int, message: str, code: str | None) -> web.Response:
-    return json_response({"error": {"message": message, "type": "invalid_request_error",
-                                    "param": None, "code": code}}, status=status)
+    return json_response(
+        {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": code,
+            }
+        },
+        status=status,
+    )

@@ -1,5 +1,6 @@
-"""Fake Telegram Bot API (`/bot{token}/{method}`) for aiogram: long-polled updates, sent/edited messages
-as a user would see them (markup parsed like Telegram does), flood control and injectable faults."""
+"""Fake Telegram Bot API (`/bot{token}/{method}`) for aiogram: long-polled updates, sent/edited
+messages as a user would see them (markup parsed like Telegram does), flood control and injectable
+faults."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.base import Call, Clock, ConnectionReset, Counter, Delay, FakeServer, Fault, Malformed, json_response
+from tests.fakes.base import (
+    Call,
+    Clock,
+    ConnectionReset,
+    Counter,
+    Delay,
+    FakeServer,
+    Fault,
+    Malformed,
+    json_response,
+)
 from tests.fakes.files import FileShelf
 from tests.fakes.tg_markup import EntityParseError, parse, u16len
 
@@ -43,32 +54,70 @@ BOT_ID = 4242
 BOT_USERNAME = "gw_test_bot"
 TOKEN = f"{BOT_ID}:AAtest-token-for-the-fake-bot-api-0000"
 MAX_TEXT = 4096
-MAX_DOWNLOAD = 20 * 1024 * 1024  # getFile on the cloud Bot API: "Bad Request: file is too big" past this
+# getFile on the cloud Bot API: "Bad Request: file is too big" past this
+MAX_DOWNLOAD = 20 * 1024 * 1024
 MAX_CAPTION = 1024
-DEFAULT_UPDATE_TYPES = ("message", "edited_message", "channel_post", "edited_channel_post", "business_connection",
-                        "business_message", "edited_business_message", "deleted_business_messages",
-                        "inline_query", "chosen_inline_result", "callback_query", "shipping_query",
-                        "pre_checkout_query", "purchased_paid_media", "poll", "poll_answer", "my_chat_member",
-                        "chat_join_request", "chat_boost", "removed_chat_boost")
-CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
-                "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note"}
-# Calls that put text in front of a person: Telegram asks bots for about one a second per chat. The fake refuses an
-# edit or a draft that comes sooner than that after the chat's previous one (and a send right after an edit), with
-# a 429 that also counts as a flood violation: a preview must be paced, never hit a flood wait.
+DEFAULT_UPDATE_TYPES = (
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+    "inline_query",
+    "chosen_inline_result",
+    "callback_query",
+    "shipping_query",
+    "pre_checkout_query",
+    "purchased_paid_media",
+    "poll",
+    "poll_answer",
+    "my_chat_member",
+    "chat_join_request",
+    "chat_boost",
+    "removed_chat_boost",
+)
+CHAT_ACTIONS = {
+    "typing",
+    "upload_photo",
+    "record_video",
+    "upload_video",
+    "record_voice",
+    "upload_voice",
+    "upload_document",
+    "choose_sticker",
+    "find_location",
+    "record_video_note",
+    "upload_video_note",
+}
+# Calls that put text in front of a person: Telegram asks bots for about one a second per chat. The
+# fake refuses an edit or a draft that comes sooner than that after the chat's previous one (and a
+# send right after an edit), with a 429 that also counts as a flood violation: a preview must be
+# paced, never hit a flood wait.
 MESSAGE_CALLS = ("sendmessage", "editmessagetext", "sendmessagedraft")
 PREVIEW_CALLS = ("editmessagetext", "sendmessagedraft")
 EDIT_INTERVAL_S = 1.0
-# "the streamed draft is ephemeral and acts as a temporary 30-second preview" (Bot API, sendMessageDraft): clients
-# drop a live draft message_typing_draft_ttl (30 s) after its last update, or when a normal message arrives in the
-# same chat and topic (core.telegram.org/api/bots/ai). A new update of the draft starts its 30 s again.
+# "the streamed draft is ephemeral and acts as a temporary 30-second preview" (Bot API,
+# sendMessageDraft): clients drop a live draft message_typing_draft_ttl (30 s) after its last
+# update, or when a normal message arrives in the same chat and topic
+# (core.telegram.org/api/bots/ai). A new update of the draft starts its 30 s again.
 DRAFT_TTL_S = 30.0
-# "In a group, bots are not able to send more than 20 messages per minute" (Bot FAQ), and edits share that budget
-# (TDLib's maintainer: "the limits for message editing are the same as for message sending ... about 20 times per
-# minute in a specific chat"). The fake holds a group to 20 sends and edits in any 60 s of its clock.
+# "In a group, bots are not able to send more than 20 messages per minute" (Bot FAQ), and edits
+# share that budget (TDLib's maintainer: "the limits for message editing are the same as for message
+# sending ... about 20 times per minute in a specific chat"). The fake holds a group to 20 sends and
+# edits in any 60 s of its clock.
 GROUP_PER_MINUTE = 20
 GROUP_WINDOW_S = 60.0
-GROUP_CALLS = ("sendmessage", "editmessagetext", "senddocument", "sendphoto", "sendvoice",
-               "sendaudio")
+GROUP_CALLS = (
+    "sendmessage",
+    "editmessagetext",
+    "senddocument",
+    "sendphoto",
+    "sendvoice",
+    "sendaudio",
+)
 # sendVoice: "your audio must be in an .OGG file encoded with OPUS, or in .MP3 format, or in .M4A
 # format (other formats may be sent as Audio or Document)"; a user whose privacy settings refuse
 # voice messages makes it a 400 VOICE_MESSAGES_FORBIDDEN (see `forbid_voice`).
@@ -81,13 +130,16 @@ MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 CALLBACK_DATA_MAX = 64
 CALLBACK_TEXT_MAX = 200
 QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
-NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are exactly "
-                "the same as a current content and reply markup of the message")
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
 
 
 # ------------------------------------------------------------------------------------------- faults
 def tg_error(status: int, description: str, **parameters: Any) -> Fault:
-    """A Bot API error envelope, e.g. `tg_error(400, "Bad Request: ...", migrate_to_chat_id=-100123)`."""
+    """A Bot API error envelope, e.g. `tg_error(400,
+    "Bad Request: ...", migrate_to_chat_id=-100123)`."""
     body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
     if parameters:
         body["parameters"] = parameters
@@ -98,9 +150,13 @@ def retry_after(seconds: int) -> Fault:
     return tg_error(429, f"Too Many Requests: retry after {seconds}", retry_after=seconds)
 
 
-def bad_request(description: str = "Bad Request: can't parse entities: Can't find end of the entity starting at "
-                "byte offset 0") -> Fault:
-    return tg_error(400, description if description.startswith("Bad Request") else f"Bad Request: {description}")
+def bad_request(
+    description: str = "Bad Request: can't parse entities: Can't find end of the entity starting "
+    "at byte offset 0",
+) -> Fault:
+    return tg_error(
+        400, description if description.startswith("Bad Request") else f"Bad Request: {description}"
+    )
 
 
 def forbidden(description: str = "Forbidden: bot was blocked by the user") -> Fault:
@@ -108,7 +164,10 @@ def forbidden(description: str = "Forbidden: bot was blocked by the user") -> Fa
 
 
 def server_error(status: int = 500) -> Fault:
-    return tg_error(status, {500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Internal Server Error"))
+    return tg_error(
+        status,
+        {500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Internal Server Error"),
+    )
 
 
 class _ApiError(Exception):
@@ -120,7 +179,8 @@ class _ApiError(Exception):
 # --------------------------------------------------------------------------------------------- data
 @dataclass(frozen=True, slots=True)
 class SentMessage:
-    """A message the bot sent, as the user sees it now (edits applied; `edits` keeps older texts)."""
+    """A message the bot sent, as the user sees it now
+    (edits applied; `edits` keeps older texts)."""
 
     chat_id: int
     message_id: int
@@ -156,21 +216,36 @@ def make_update_entities(text: str) -> list[dict[str, Any]]:
         found.append(("bot_command", match.start(), match.end()))
     for match in re.finditer(r"(?<![\w@/])@[A-Za-z0-9_]{4,32}(?![\w@])", text):
         found.append(("mention", match.start(), match.end()))
-    return [{"type": kind, "offset": u16len(text[:start]), "length": u16len(text[start:end])}
-            for kind, start, end in sorted(found, key=lambda f: f[1])]
+    return [
+        {"type": kind, "offset": u16len(text[:start]), "length": u16len(text[start:end])}
+        for kind, start, end in sorted(found, key=lambda f: f[1])
+    ]
 
 
 # --------------------------------------------------------------------------------------------- fake
 class FakeTelegram(FakeServer):
     """`Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(fake.base_url)))`."""
 
-    def __init__(self, *, token: str = TOKEN, bot_id: int = BOT_ID, bot_username: str = BOT_USERNAME,
-                 bot_first_name: str = "Gateway Test Bot", enforce_retry_after: bool = True,
-                 drafts_supported: bool = True,
-                 clock: Clock = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        token: str = TOKEN,
+        bot_id: int = BOT_ID,
+        bot_username: str = BOT_USERNAME,
+        bot_first_name: str = "Gateway Test Bot",
+        enforce_retry_after: bool = True,
+        drafts_supported: bool = True,
+        clock: Clock = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__(clock=clock)
         self.token = token
-        self.bot_user = {"id": bot_id, "is_bot": True, "first_name": bot_first_name, "username": bot_username}
+        self.bot_user = {
+            "id": bot_id,
+            "is_bot": True,
+            "first_name": bot_first_name,
+            "username": bot_username,
+        }
         self.enforce_retry_after = enforce_retry_after
         self.wall_clock = wall_clock
         self.updates: list[dict[str, Any]] = []  # not yet confirmed by an offset
@@ -182,17 +257,25 @@ class FakeTelegram(FakeServer):
         self.members: dict[tuple[int, int], str] = {}  # (chat, user) → status for getChatMember
         self.blocked_chats: set[int] = set()
         self.voice_forbidden: set[int] = set()  # users who refuse voice messages (Premium privacy)
-        self.flood_violations: list[Call] = []  # requests that came before a served retry_after expired
-        self.drafts_supported = drafts_supported  # False: an older Bot API without sendMessageDraft (404)
+        # requests that came before a served retry_after expired
+        self.flood_violations: list[Call] = []
+        # False: an older Bot API without sendMessageDraft (404)
+        self.drafts_supported = drafts_supported
         self.drafts: list[Draft] = []
-        self.expired_drafts: list[Draft] = []  # drafts the user saw vanish by themselves (30 s without an update)
-        self._live_drafts: dict[tuple[int, int | None], Draft] = {}  # (chat, topic) → the draft shown there now
-        self.refused: list[tuple[Call, int, str]] = []  # every error answer the fake gave, with its description
-        self._last_message_call: dict[str, tuple[float, str]] = {}  # chat → (when, method) of its last text call
-        self._group_calls: dict[str, list[float]] = {}  # group → when its sends and edits went, last minute
+        # drafts the user saw vanish by themselves (30 s without an update)
+        self.expired_drafts: list[Draft] = []
+        # (chat, topic) → the draft shown there now
+        self._live_drafts: dict[tuple[int, int | None], Draft] = {}
+        # every error answer the fake gave, with its description
+        self.refused: list[tuple[Call, int, str]] = []
+        # chat → (when, method) of its last text call
+        self._last_message_call: dict[str, tuple[float, str]] = {}
+        # group → when its sends and edits went, last minute
+        self._group_calls: dict[str, list[float]] = {}
         self._flood_until: dict[str, float] = {}
         self._sent: list[SentMessage] = []
-        self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # (chat, message_id) → message (any sender)
+        # (chat, message_id) → message (any sender)
+        self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._msg_ids: dict[int, Counter] = defaultdict(lambda: Counter(1))
         self._update_ids = Counter(1000)
         self._poll_generation = 0
@@ -200,7 +283,8 @@ class FakeTelegram(FakeServer):
         self.app.router.add_route("*", "/bot{token}/{method}", self._handle)
         self.app.router.add_get("/file/bot{token}/{path:.+}", self._file)
         self.shelf = FileShelf()  # file_path → bytes, served under /file/bot<token>/<file_path>
-        self.local_dir: Path | None = None  # set: a local Bot API server (files on disk, no 20 MB cap)
+        # set: a local Bot API server (files on disk, no 20 MB cap)
+        self.local_dir: Path | None = None
         self._file_ids: dict[str, tuple[str, str]] = {}  # file_id → (file_unique_id, file_path)
         # query id → the callback_query sent to the bot
         self.callback_queries: dict[str, dict[str, Any]] = {}
@@ -209,25 +293,50 @@ class FakeTelegram(FakeServer):
         self._query_ids = Counter(9000)
 
     # -- test API: inbound ----------------------------------------------------------------------
-    def inject_message(self, chat_id: int, text: str, *, chat_type: str = "private", user_id: int = 1001,
-                       username: str | None = "alice", first_name: str = "Alice", last_name: str | None = None,
-                       message_thread_id: int | None = None, is_topic: bool = False,
-                       reply_to_message: int | Mapping[str, Any] | None = None,
-                       entities: list[dict[str, Any]] | None = None, from_bot: bool = False, edited: bool = False,
-                       message_id: int | None = None, chat_title: str | None = None, date: int | None = None,
-                       extra: Mapping[str, Any] | None = None) -> int:
+    def inject_message(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        chat_type: str = "private",
+        user_id: int = 1001,
+        username: str | None = "alice",
+        first_name: str = "Alice",
+        last_name: str | None = None,
+        message_thread_id: int | None = None,
+        is_topic: bool = False,
+        reply_to_message: int | Mapping[str, Any] | None = None,
+        entities: list[dict[str, Any]] | None = None,
+        from_bot: bool = False,
+        edited: bool = False,
+        message_id: int | None = None,
+        chat_title: str | None = None,
+        date: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> int:
         """Queue a user's message (or its edit) for getUpdates; returns the update_id."""
-        chat = self._chat_obj(chat_id, chat_type, user_id, username, first_name, chat_title, is_topic)
-        sender: dict[str, Any] = {"id": user_id, "is_bot": from_bot, "first_name": first_name,
-                                  "language_code": "en"}
+        chat = self._chat_obj(
+            chat_id, chat_type, user_id, username, first_name, chat_title, is_topic
+        )
+        sender: dict[str, Any] = {
+            "id": user_id,
+            "is_bot": from_bot,
+            "first_name": first_name,
+            "language_code": "en",
+        }
         if username:
             sender["username"] = username
         if last_name:
             sender["last_name"] = last_name
         if message_id is None:
             message_id = self._msg_ids[chat_id]()
-        msg: dict[str, Any] = {"message_id": message_id, "date": date or int(self.wall_clock()), "chat": chat,
-                               "from": sender, "text": text}
+        msg: dict[str, Any] = {
+            "message_id": message_id,
+            "date": date or int(self.wall_clock()),
+            "chat": chat,
+            "from": sender,
+            "text": text,
+        }
         auto = make_update_entities(text) if entities is None else entities
         if auto:
             msg["entities"] = auto
@@ -253,37 +362,72 @@ class FakeTelegram(FakeServer):
         self.notify()
         return int(body["update_id"])
 
-    def tap(self, chat_id: int, message_id: int, label: str, *, user_id: int = 1001,
-            username: str | None = "alice",
-            first_name: str = "Alice") -> str:
+    def tap(
+        self,
+        chat_id: int,
+        message_id: int,
+        label: str,
+        *,
+        user_id: int = 1001,
+        username: str | None = "alice",
+        first_name: str = "Alice",
+    ) -> str:
         """A person taps the button labelled `label` under one of the bot's messages: a
         callback_query update with that button's data; returns the query id. LookupError when the
         message shows no such button now (nobody can tap a button the message no longer has)."""
-        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)),
-                    None)
+        sent = next(
+            (m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)), None
+        )
         shown = [b for row in _keyboard(sent.reply_markup if sent else None) for b in row]
         data = next((b.get("callback_data") for b in shown if b.get("text") == label), None)
         if sent is None or data is None:
-            raise LookupError(f"message {message_id} in chat {chat_id} shows no button {label!r}: "
-                              f"{self.buttons(chat_id, message_id)}")
-        return self.inject_callback(chat_id, message_id, str(data), user_id=user_id,
-                                    username=username,
-                                    first_name=first_name)
+            raise LookupError(
+                f"message {message_id} in chat {chat_id} shows no button {label!r}: "
+                f"{self.buttons(chat_id, message_id)}"
+            )
+        return self.inject_callback(
+            chat_id,
+            message_id,
+            str(data),
+            user_id=user_id,
+            username=username,
+            first_name=first_name,
+        )
 
-    def inject_callback(self, chat_id: int, message_id: int, data: str, *, user_id: int = 1001,
-                        username: str | None = "alice", first_name: str = "Alice") -> str:
+    def inject_callback(
+        self,
+        chat_id: int,
+        message_id: int,
+        data: str,
+        *,
+        user_id: int = 1001,
+        username: str | None = "alice",
+        first_name: str = "Alice",
+    ) -> str:
         """A callback_query with any data, as a client that still shows an old keyboard (or a
         forger) sends it."""
         query_id = str(self._query_ids())
-        sender: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name,
-                                  "language_code": "en"}
+        sender: dict[str, Any] = {
+            "id": user_id,
+            "is_bot": False,
+            "first_name": first_name,
+            "language_code": "en",
+        }
         if username:
             sender["username"] = username
         chat = self.chats.get(chat_id, {"id": chat_id})
-        message = self._messages.get((chat_id, message_id)) or {"message_id": message_id, "date": 0,
-                                                                 "chat": chat}
-        query = {"id": query_id, "from": sender, "message": message,
-                 "chat_instance": f"ci{chat_id}", "data": data}
+        message = self._messages.get((chat_id, message_id)) or {
+            "message_id": message_id,
+            "date": 0,
+            "chat": chat,
+        }
+        query = {
+            "id": query_id,
+            "from": sender,
+            "message": message,
+            "chat_instance": f"ci{chat_id}",
+            "data": data,
+        }
         self.callback_queries[query_id] = query
         self.inject_update({"callback_query": query})
         return query_id
@@ -291,20 +435,32 @@ class FakeTelegram(FakeServer):
     def buttons(self, chat_id: int, message_id: int) -> list[str]:
         """The labels of the buttons the message shows now (none once its keyboard was edited
         away)."""
-        sent = next((m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)),
-                    None)
+        sent = next(
+            (m for m in self._sent if (m.chat_id, m.message_id) == (chat_id, message_id)), None
+        )
         keyboard = _keyboard(sent.reply_markup if sent else None)
         return [b.get("text", "") for row in keyboard for b in row]
 
-    async def wait_for_answer(self, query_id: str,
-                              timeout: float = FakeServer.WAIT_S) -> dict[str, Any]:
-        await self.wait_until(lambda: query_id in self.callback_answers, timeout,
-                              lambda: f"callback query {query_id} was never answered")
+    async def wait_for_answer(
+        self, query_id: str, timeout: float = FakeServer.WAIT_S
+    ) -> dict[str, Any]:
+        await self.wait_until(
+            lambda: query_id in self.callback_answers,
+            timeout,
+            lambda: f"callback query {query_id} was never answered",
+        )
         return self.callback_answers[query_id]
 
-    def add_file(self, data: bytes, *, name: str = "file.bin", mime_type: str = "application/octet-stream",
-                 folder: str = "documents") -> dict[str, Any]:
-        """A file users can send: returns its Bot API object (file_id, file_unique_id, file_size) for an update."""
+    def add_file(
+        self,
+        data: bytes,
+        *,
+        name: str = "file.bin",
+        mime_type: str = "application/octet-stream",
+        folder: str = "documents",
+    ) -> dict[str, Any]:
+        """A file users can send: returns its Bot API object (file_id, file_unique_id, file_size)
+        for an update."""
         n = len(self._file_ids) + 1
         file_id, unique = f"AgAC{n:04d}file", f"AQAD{n:04d}"
         path = f"{folder}/file_{n}{Path(name).suffix}"
@@ -322,8 +478,11 @@ class FakeTelegram(FakeServer):
 
     def voice_notes(self, chat_id: int | None = None) -> list[SentMessage]:
         """What was sent with sendVoice and shows as a voice message (OGG/Opus, MP3 or M4A)."""
-        return [m for m in self.sent_messages(chat_id) if m.method == "sendvoice"
-                and m.document is not None and m.document.get("as_voice")]
+        return [
+            m
+            for m in self.sent_messages(chat_id)
+            if m.method == "sendvoice" and m.document is not None and m.document.get("as_voice")
+        ]
 
     def block_chat(self, chat_id: int) -> None:
         """From now on every send to this chat is 403 "bot was blocked by the user"."""
@@ -336,16 +495,22 @@ class FakeTelegram(FakeServer):
     def sent_texts(self, chat_id: int | None = None) -> list[str]:
         return [m.text for m in self.sent_messages(chat_id)]
 
-    async def wait_for_sent(self, chat_id: int | None = None, count: int = 1, timeout: float = FakeServer.WAIT_S) -> SentMessage:
-        await self.wait_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout,
-                              lambda: f"{count} messages to {chat_id} not sent; got {self.sent_texts(chat_id)}")
+    async def wait_for_sent(
+        self, chat_id: int | None = None, count: int = 1, timeout: float = FakeServer.WAIT_S
+    ) -> SentMessage:
+        await self.wait_until(
+            lambda: len(self.sent_messages(chat_id)) >= count,
+            timeout,
+            lambda: f"{count} messages to {chat_id} not sent; got {self.sent_texts(chat_id)}",
+        )
         return self.sent_messages(chat_id)[count - 1]
 
     def names(self, skip_polling: bool = True) -> list[str]:
         return [c.name for c in self.calls if not (skip_polling and c.name == "getupdates")]
 
     def fail(self, name: str, *steps: Any) -> None:
-        """Queue faults for a Bot API method (any case: "sendMessage" == "sendmessage"; "*" = any)."""
+        """Queue faults for a Bot API method (any case:
+        "sendMessage" == "sendmessage"; "*" = any)."""
         super().fail(name.lower(), *steps)
 
     def _matches(self, call: Call, key: str | Callable[[Call], bool]) -> bool:
@@ -362,14 +527,18 @@ class FakeTelegram(FakeServer):
         call = self.record(request, method, params)
         if request.match_info["token"] != self.token:
             return _envelope_error(401, "Unauthorized")
-        flood = self._flood_check(call, params) or self._pace_check(call, method, params) or \
-            self._group_check(call, method, params)
+        flood = (
+            self._flood_check(call, params)
+            or self._pace_check(call, method, params)
+            or self._group_check(call, method, params)
+        )
         if flood is not None:
             return flood
         step = self.take_fault([method])
         if step is not None:
-            response = await self.apply_fault(request, step, lambda s: {"ok": False, "error_code": s,
-                                                                        "description": f"Error {s}"})
+            response = await self.apply_fault(
+                request, step, lambda s: {"ok": False, "error_code": s, "description": f"Error {s}"}
+            )
             if response is not None:
                 self._note_flood(step, params)
                 return response
@@ -397,8 +566,12 @@ class FakeTelegram(FakeServer):
         for key, value in form.items():
             if isinstance(value, web.FileField):
                 data = value.file.read()
-                out[key] = {"filename": value.filename, "content_type": value.content_type, "size": len(data),
-                            "data": data}
+                out[key] = {
+                    "filename": value.filename,
+                    "content_type": value.content_type,
+                    "size": len(data),
+                    "data": data,
+                }
             else:
                 out[key] = value
         return {k: _maybe_json(k, v) for k, v in out.items()}
@@ -413,25 +586,35 @@ class FakeTelegram(FakeServer):
         wait = max(1, math.ceil(until - call.at))
         return _envelope_error(429, f"Too Many Requests: retry after {wait}", retry_after=wait)
 
-    def _pace_check(self, call: Call, method: str, params: Mapping[str, Any]) -> web.Response | None:
-        """An edit or a draft less than EDIT_INTERVAL_S after the chat's previous text call, or a send that soon
-        after an edit, is refused with a 429 and recorded as a flood violation."""
+    def _pace_check(
+        self, call: Call, method: str, params: Mapping[str, Any]
+    ) -> web.Response | None:
+        """An edit or a draft less than EDIT_INTERVAL_S after the chat's previous text call, or a
+        send that soon after an edit, is refused with a 429 and recorded as a flood violation."""
         if method not in MESSAGE_CALLS or not self.enforce_retry_after:
             return None
         chat = str(params.get("chat_id"))
         last = self._last_message_call.get(chat)
-        # A draft is no message: the answer's sendMessage may follow it at once, as Telegram's docs have it. A clock
-        # that went back is a test's next virtual clock (a restarted gateway): nothing to compare with.
-        if last is None or call.at - last[0] >= EDIT_INTERVAL_S or call.at < last[0] or \
-                (method not in PREVIEW_CALLS and last[1] != "editmessagetext"):
+        # A draft is no message: the answer's sendMessage may follow it at once, as Telegram's docs
+        # have it. A clock that went back is a test's next virtual clock (a restarted gateway):
+        # nothing to compare with.
+        if (
+            last is None
+            or call.at - last[0] >= EDIT_INTERVAL_S
+            or call.at < last[0]
+            or (method not in PREVIEW_CALLS and last[1] != "editmessagetext")
+        ):
             return None
         self.flood_violations.append(call)
         self._flood_until[chat] = last[0] + EDIT_INTERVAL_S
         self.refused.append((call, 429, "Too Many Requests: retry after 1"))
         return _envelope_error(429, "Too Many Requests: retry after 1", retry_after=1)
 
-    def _group_check(self, call: Call, method: str, params: Mapping[str, Any]) -> web.Response | None:
-        """The 21st send or edit in a group within a minute is refused with a 429 and counted as a flood violation."""
+    def _group_check(
+        self, call: Call, method: str, params: Mapping[str, Any]
+    ) -> web.Response | None:
+        """The 21st send or edit in a group within a minute is refused with a 429 and counted as a
+        flood violation."""
         chat = str(params.get("chat_id"))
         if method not in GROUP_CALLS or not self.enforce_retry_after or not chat.startswith("-"):
             return None
@@ -456,13 +639,22 @@ class FakeTelegram(FakeServer):
 
     # -- methods ------------------------------------------------------------------------------
     async def _m_getme(self, p: Mapping[str, Any]) -> Any:
-        return {**self.bot_user, "can_join_groups": True, "can_read_all_group_messages": False,
-                "supports_inline_queries": False, "can_connect_to_business": False, "has_main_web_app": False}
+        return {
+            **self.bot_user,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
 
     async def _m_getupdates(self, p: Mapping[str, Any]) -> Any:
         if self.webhook:
-            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active; use "
-                                 "deleteWebhook to delete the webhook first")
+            raise _ApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; use "
+                "deleteWebhook to delete the webhook first",
+            )
         offset, limit = int(p.get("offset") or 0), int(p.get("limit") or 100)
         timeout = float(p.get("timeout") or 0)
         if p.get("allowed_updates") is not None:
@@ -472,13 +664,22 @@ class FakeTelegram(FakeServer):
         self._poll_generation += 1
         generation = self._poll_generation
         try:
-            await self.wait_until(lambda: bool(self._deliverable()) or self._stopping
-                                  or generation != self._poll_generation, timeout)
+            await self.wait_until(
+                lambda: (
+                    bool(self._deliverable())
+                    or self._stopping
+                    or generation != self._poll_generation
+                ),
+                timeout,
+            )
         except TimeoutError:
             pass
         if generation != self._poll_generation:
-            raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot "
-                                 "instance is running")
+            raise _ApiError(
+                409,
+                "Conflict: terminated by other getUpdates request; make sure that only one bot "
+                "instance is running",
+            )
         return self._deliverable()[:limit]
 
     def _deliverable(self) -> list[dict[str, Any]]:
@@ -499,8 +700,11 @@ class FakeTelegram(FakeServer):
         return True
 
     async def _m_getwebhookinfo(self, p: Mapping[str, Any]) -> Any:
-        return {"url": (self.webhook or {}).get("url", ""), "has_custom_certificate": False,
-                "pending_update_count": len(self.updates)}
+        return {
+            "url": (self.webhook or {}).get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self.updates),
+        }
 
     async def _m_sendmessage(self, p: Mapping[str, Any]) -> Any:
         chat_id = self._writable_chat(p)
@@ -546,8 +750,14 @@ class FakeTelegram(FakeServer):
         if p.get("inline_message_id"):
             return True
         chat_id, message_id = _chat_id(p.get("chat_id")), int(p.get("message_id") or 0)
-        index = next((i for i, m in enumerate(self._sent)
-                      if m.chat_id == chat_id and m.message_id == message_id), None)
+        index = next(
+            (
+                i
+                for i, m in enumerate(self._sent)
+                if m.chat_id == chat_id and m.message_id == message_id
+            ),
+            None,
+        )
         if index is None:
             if (chat_id, message_id) in self._messages:
                 raise _ApiError(400, "Bad Request: message can't be edited")
@@ -558,10 +768,21 @@ class FakeTelegram(FakeServer):
             raise _ApiError(400, "Bad Request: message text is empty")
         _check_keyboard(p)
         old = self._sent[index]
-        if text == old.text and tuple(entities) == old.entities and p.get("reply_markup") == old.reply_markup:
+        if (
+            text == old.text
+            and tuple(entities) == old.entities
+            and p.get("reply_markup") == old.reply_markup
+        ):
             raise _ApiError(400, NOT_MODIFIED)
-        new = replace(old, text=text, entities=tuple(entities), parse_mode=p.get("parse_mode"), raw_text=raw,
-                      reply_markup=p.get("reply_markup"), edits=(*old.edits, old.text))
+        new = replace(
+            old,
+            text=text,
+            entities=tuple(entities),
+            parse_mode=p.get("parse_mode"),
+            raw_text=raw,
+            reply_markup=p.get("reply_markup"),
+            edits=(*old.edits, old.text),
+        )
         self._sent[index] = new
         message = self._message_obj(new)
         message["edit_date"] = int(self.wall_clock())
@@ -571,15 +792,23 @@ class FakeTelegram(FakeServer):
 
     async def _m_sendmessagedraft(self, p: Mapping[str, Any]) -> Any:
         chat_id = self._writable_chat(p)
-        if (self.chats.get(chat_id) or {}).get("type", "private" if chat_id > 0 else "group") != "private":
+        if (self.chats.get(chat_id) or {}).get(
+            "type", "private" if chat_id > 0 else "group"
+        ) != "private":
             raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
         draft_id = int(p.get("draft_id") or 0)
         if not draft_id:
             raise _ApiError(400, "Bad Request: draft_id must be non-zero")
         text, entities = self._render(str(p.get("text") or ""), p, MAX_TEXT, "message is too long")
         thread = p.get("message_thread_id")
-        draft = Draft(chat_id, draft_id, text, tuple(entities), int(thread) if thread not in (None, "") else None,
-                      self.clock())
+        draft = Draft(
+            chat_id,
+            draft_id,
+            text,
+            tuple(entities),
+            int(thread) if thread not in (None, "") else None,
+            self.clock(),
+        )
         self._expire((chat_id, draft.message_thread_id), draft.at)
         self.drafts.append(draft)
         self._live_drafts[(chat_id, draft.message_thread_id)] = draft
@@ -587,8 +816,8 @@ class FakeTelegram(FakeServer):
         return True
 
     def draft_showing(self, chat_id: int, message_thread_id: int | None = None) -> Draft | None:
-        """The draft the user sees at the bottom of the chat (topic) now: None once a normal message replaced it or
-        30 s passed without an update (then it is in `expired_drafts`)."""
+        """The draft the user sees at the bottom of the chat (topic) now: None once a normal message
+        replaced it or 30 s passed without an update (then it is in `expired_drafts`)."""
         key = (chat_id, message_thread_id)
         self._expire(key, self.clock())
         return self._live_drafts.get(key)
@@ -619,21 +848,33 @@ class FakeTelegram(FakeServer):
         unique, path = known
         size = len(self.shelf.files[path].data)
         if self.local_dir is not None:
-            return {"file_id": p["file_id"], "file_unique_id": unique, "file_size": size,
-                    "file_path": str(self.local_dir / path)}
+            return {
+                "file_id": p["file_id"],
+                "file_unique_id": unique,
+                "file_size": size,
+                "file_path": str(self.local_dir / path),
+            }
         if size > MAX_DOWNLOAD:
             raise _ApiError(400, "Bad Request: file is too big")
-        return {"file_id": p["file_id"], "file_unique_id": unique, "file_size": size, "file_path": path}
+        return {
+            "file_id": p["file_id"],
+            "file_unique_id": unique,
+            "file_size": size,
+            "file_path": path,
+        }
 
     async def _file(self, request: web.Request) -> web.StreamResponse:
-        """The download URL getFile's path points at; served like Telegram: 404 for a wrong token or path."""
+        """The download URL getFile's path points at; served
+        like Telegram: 404 for a wrong token or path."""
         path = request.match_info["path"]
         self.record(request, "file", {"path": path})
         if request.match_info["token"] != self.token or self.local_dir is not None:
             return web.Response(status=404, text="Not Found")
         step = self.take_fault(["file"])
         if step is not None:
-            response = await self.apply_fault(request, step, lambda s: {"ok": False, "error_code": s})
+            response = await self.apply_fault(
+                request, step, lambda s: {"ok": False, "error_code": s}
+            )
             if response is not None:
                 return response
         return await self.shelf.serve(request, path)
@@ -665,9 +906,17 @@ class FakeTelegram(FakeServer):
         chat_id = _chat_id(p.get("chat_id"))
         if chat_id not in self.chats:
             raise _ApiError(400, "Bad Request: chat not found")
-        return {**self.chats[chat_id], "accent_color_id": 0, "max_reaction_count": 11,
-                "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False, "unique_gifts": False,
-                                        "premium_subscription": False}}
+        return {
+            **self.chats[chat_id],
+            "accent_color_id": 0,
+            "max_reaction_count": 11,
+            "accepted_gift_types": {
+                "unlimited_gifts": False,
+                "limited_gifts": False,
+                "unique_gifts": False,
+                "premium_subscription": False,
+            },
+        }
 
     async def _m_answercallbackquery(self, p: Mapping[str, Any]) -> Any:
         query_id = str(p.get("callback_query_id") or "")
@@ -683,8 +932,10 @@ class FakeTelegram(FakeServer):
         """A member's status in a chat: `members[(chat, user)]` (member, left, kicked) or member."""
         chat_id, user_id = _chat_id(p.get("chat_id")), int(p.get("user_id") or 0)
         status = self.members.get((chat_id, user_id), "member")
-        member: dict[str, Any] = {"status": status, "user": {"id": user_id, "is_bot": False,
-                                                             "first_name": f"user{user_id}"}}
+        member: dict[str, Any] = {
+            "status": status,
+            "user": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+        }
         return {**member, "until_date": 0} if status == "kicked" else member
 
     async def _trivially_true(self, p: Mapping[str, Any]) -> Any:
@@ -702,7 +953,9 @@ class FakeTelegram(FakeServer):
             raise _ApiError(403, "Forbidden: bot was blocked by the user")
         return chat_id
 
-    def _render(self, raw: str, p: Mapping[str, Any], limit: int, too_long: str) -> tuple[str, list[dict[str, Any]]]:
+    def _render(
+        self, raw: str, p: Mapping[str, Any], limit: int, too_long: str
+    ) -> tuple[str, list[dict[str, Any]]]:
         entity_key = "caption_entities" if "caption" in p else "entities"
         if p.get(entity_key):
             text, entities = raw, list(p[entity_key])
@@ -719,15 +972,32 @@ class FakeTelegram(FakeServer):
             raise _ApiError(400, f"Bad Request: {too_long}")
         return text, entities
 
-    def _store_sent(self, chat_id: int, p: Mapping[str, Any], text: str, entities: list[dict[str, Any]],
-                    raw: str, method: str, document: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def _store_sent(
+        self,
+        chat_id: int,
+        p: Mapping[str, Any],
+        text: str,
+        entities: list[dict[str, Any]],
+        raw: str,
+        method: str,
+        document: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         reply_to = self._reply_target(chat_id, p)
         thread = p.get("message_thread_id")
-        sent = SentMessage(chat_id=chat_id, message_id=self._msg_ids[chat_id](), text=text, entities=tuple(entities),
-                           parse_mode=p.get("parse_mode"), raw_text=raw,
-                           message_thread_id=int(thread) if thread not in (None, "") else None,
-                           reply_to_message_id=reply_to, reply_markup=p.get("reply_markup"), method=method,
-                           document=document, params=dict(p))
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=self._msg_ids[chat_id](),
+            text=text,
+            entities=tuple(entities),
+            parse_mode=p.get("parse_mode"),
+            raw_text=raw,
+            message_thread_id=int(thread) if thread not in (None, "") else None,
+            reply_to_message_id=reply_to,
+            reply_markup=p.get("reply_markup"),
+            method=method,
+            document=document,
+            params=dict(p),
+        )
         self._sent.append(sent)
         key = (chat_id, sent.message_thread_id)
         self._expire(key, self.clock())
@@ -741,7 +1011,9 @@ class FakeTelegram(FakeServer):
         params = dict(p.get("reply_parameters") or {})
         if p.get("reply_to_message_id"):
             params.setdefault("message_id", p["reply_to_message_id"])
-            params.setdefault("allow_sending_without_reply", p.get("allow_sending_without_reply", False))
+            params.setdefault(
+                "allow_sending_without_reply", p.get("allow_sending_without_reply", False)
+            )
         if not params.get("message_id"):
             return None
         target = int(params["message_id"])
@@ -752,23 +1024,41 @@ class FakeTelegram(FakeServer):
         return target
 
     def _message_obj(self, sent: SentMessage) -> dict[str, Any]:
-        chat = self.chats.get(sent.chat_id) or {"id": sent.chat_id, "type": "private" if sent.chat_id > 0
-                                                 else "supergroup"}
-        msg: dict[str, Any] = {"message_id": sent.message_id, "date": int(self.wall_clock()), "chat": chat,
-                               "from": self.bot_user}
+        chat = self.chats.get(sent.chat_id) or {
+            "id": sent.chat_id,
+            "type": "private" if sent.chat_id > 0 else "supergroup",
+        }
+        msg: dict[str, Any] = {
+            "message_id": sent.message_id,
+            "date": int(self.wall_clock()),
+            "chat": chat,
+            "from": self.bot_user,
+        }
         msg["caption" if sent.document is not None else "text"] = sent.text
         if sent.entities:
-            msg["caption_entities" if sent.document is not None else "entities"] = list(sent.entities)
-        if sent.document is not None and sent.method in ("sendvoice", "sendaudio") and \
-                sent.document.get("as_voice", sent.method == "sendaudio"):
+            msg["caption_entities" if sent.document is not None else "entities"] = list(
+                sent.entities
+            )
+        if (
+            sent.document is not None
+            and sent.method in ("sendvoice", "sendaudio")
+            and sent.document.get("as_voice", sent.method == "sendaudio")
+        ):
             kind = "voice" if sent.method == "sendvoice" else "audio"
-            msg[kind] = {"file_id": f"{kind}-{sent.message_id}",
-                         "file_unique_id": f"u{sent.message_id}",
-                         "duration": int(sent.params.get("duration") or 0),
-                         "mime_type": "audio/ogg", "file_size": sent.document.get("size")}
+            msg[kind] = {
+                "file_id": f"{kind}-{sent.message_id}",
+                "file_unique_id": f"u{sent.message_id}",
+                "duration": int(sent.params.get("duration") or 0),
+                "mime_type": "audio/ogg",
+                "file_size": sent.document.get("size"),
+            }
         elif sent.document is not None:
-            msg["document"] = {"file_id": f"doc-{sent.message_id}", "file_unique_id": f"u{sent.message_id}",
-                               "file_name": sent.document.get("filename"), "file_size": sent.document.get("size")}
+            msg["document"] = {
+                "file_id": f"doc-{sent.message_id}",
+                "file_unique_id": f"u{sent.message_id}",
+                "file_name": sent.document.get("filename"),
+                "file_size": sent.document.get("size"),
+            }
         if sent.message_thread_id is not None:
             msg["message_thread_id"] = sent.message_thread_id
             if chat.get("is_forum"):
@@ -779,8 +1069,16 @@ class FakeTelegram(FakeServer):
             msg["reply_markup"] = sent.reply_markup
         return msg
 
-    def _chat_obj(self, chat_id: int, chat_type: str, user_id: int, username: str | None, first_name: str,
-                  title: str | None, is_forum: bool) -> dict[str, Any]:
+    def _chat_obj(
+        self,
+        chat_id: int,
+        chat_type: str,
+        user_id: int,
+        username: str | None,
+        first_name: str,
+        title: str | None,
+        is_forum: bool,
+    ) -> dict[str, Any]:
         if chat_type == "private":
             chat: dict[str, Any] = {"id": chat_id, "type": "private", "first_name": first_name}
             if username:
@@ -802,13 +1100,17 @@ class FakeTelegram(FakeServer):
 
 
 def _check_entities(text: str, entities: list[dict[str, Any]]) -> None:
-    """Entities must lie inside the text (UTF-16 offsets) and have a length: what Telegram refuses otherwise."""
+    """Entities must lie inside the text (UTF-16 offsets)
+    and have a length: what Telegram refuses otherwise."""
     size = u16len(text)
     for e in entities:
         offset, length = int(e.get("offset", -1)), int(e.get("length", 0))
         if offset < 0 or length <= 0 or offset + length > size:
-            raise _ApiError(400, f"Bad Request: can't parse entities: entity {e.get('type')} at {offset}+{length} "
-                                 f"is outside the text ({size} code units)")
+            raise _ApiError(
+                400,
+                f"Bad Request: can't parse entities: entity {e.get('type')} at {offset}+{length} "
+                f"is outside the text ({size} code units)",
+            )
 
 
 def _keyboard(markup: Any) -> list[list[dict[str, Any]]]:
@@ -821,8 +1123,9 @@ def _check_keyboard(p: Mapping[str, Any]) -> None:
     for row in _keyboard(p.get("reply_markup")):
         for button in row:
             if not str(button.get("text") or "").strip():
-                raise _ApiError(400,
-                                "Bad Request: text buttons are unallowed in the inline keyboard")
+                raise _ApiError(
+                    400, "Bad Request: text buttons are unallowed in the inline keyboard"
+                )
             data = button.get("callback_data")
             if data is not None and not 1 <= len(str(data).encode()) <= CALLBACK_DATA_MAX:
                 raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
@@ -844,13 +1147,28 @@ def _envelope_error(status: int, description: str, **parameters: Any) -> web.Res
     return json_response(body, status=status)
 
 
-_FREE_TEXT = {"text", "caption", "description", "short_description", "title", "name", "question", "explanation",
-              "query", "url", "secret_token", "parse_mode", "action", "emoji", "inline_message_id"}
+_FREE_TEXT = {
+    "text",
+    "caption",
+    "description",
+    "short_description",
+    "title",
+    "name",
+    "question",
+    "explanation",
+    "query",
+    "url",
+    "secret_token",
+    "parse_mode",
+    "action",
+    "emoji",
+    "inline_message_id",
+}
 
 
 def _maybe_json(key: str, value: Any) -> Any:
-    """aiogram form-encodes nested values as JSON and numbers/booleans as strings: decode those, but never
-    a free-text field (a user may well send the text "null" or "42")."""
+    """aiogram form-encodes nested values as JSON and numbers/booleans as strings: decode those, but
+    never a free-text field (a user may well send the text "null" or "42")."""
     if not isinstance(value, str) or key in _FREE_TEXT:
         return value
     try:
@@ -867,4 +1185,6 @@ def _chat_id(value: Any) -> int:
 
 
 def _scope_key(p: Mapping[str, Any]) -> str:
-    return json.dumps([p.get("scope") or {"type": "default"}, p.get("language_code") or ""], sort_keys=True)
+    return json.dumps(
+        [p.get("scope") or {"type": "default"}, p.get("language_code") or ""], sort_keys=True
+    )

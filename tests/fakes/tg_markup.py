@@ -1,6 +1,7 @@
-"""Telegram's server-side markup parsing (MarkdownV2, HTML, legacy Markdown) → (plain text, entities),
-modelled on TDLib's `parse_markdown_v2` / `parse_html` / `parse_markdown`, with the same error texts, so
-the fake rejects what Telegram rejects ("can't parse entities") and shows what the user would see."""
+"""Telegram's server-side markup parsing (MarkdownV2, HTML, legacy Markdown) → (plain text,
+entities), modelled on TDLib's `parse_markdown_v2` / `parse_html` / `parse_markdown`, with the same
+error texts, so the fake rejects what Telegram rejects ("can't parse entities") and shows what the
+user would see."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import re
 from typing import Any
 
 RESERVED_V2 = "_*[]()~`>#+-=|{}.!"
-_TYPE_NAMES = {"bold": "Bold", "italic": "Italic", "underline": "Underline", "strikethrough": "Strikethrough",
-               "spoiler": "Spoiler", "code": "Code", "pre": "Pre", "text_link": "TextUrl",
-               "custom_emoji": "CustomEmoji"}
+_TYPE_NAMES = {
+    "bold": "Bold",
+    "italic": "Italic",
+    "underline": "Underline",
+    "strikethrough": "Strikethrough",
+    "spoiler": "Spoiler",
+    "code": "Code",
+    "pre": "Pre",
+    "text_link": "TextUrl",
+    "custom_emoji": "CustomEmoji",
+}
 
 
 class EntityParseError(ValueError):
@@ -35,7 +44,8 @@ def parse(text: str, parse_mode: str | None) -> tuple[str, list[dict[str, Any]]]
 
 
 class _Out:
-    """The growing plain text, with UTF-16 offsets for entities and byte offsets of the source for errors."""
+    """The growing plain text, with UTF-16 offsets for
+    entities and byte offsets of the source for errors."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -58,7 +68,9 @@ def _entity(kind: str, offset: int, end: int, **extra: Any) -> dict[str, Any]:
 
 
 def _reserved(ch: str) -> EntityParseError:
-    return EntityParseError(f"Character '{ch}' is reserved and must be escaped with the preceding '\\'")
+    return EntityParseError(
+        f"Character '{ch}' is reserved and must be escaped with the preceding '\\'"
+    )
 
 
 def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -67,8 +79,10 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
     stack: list[dict[str, Any]] = []  # {"type", "offset", "byte", "begin", "language"?}
     quote: dict[str, Any] | None = None
     n = len(text)
+
     def at(k: int) -> str:
         return text[k] if k < n else ""
+
     i = 0
     while i < n:
         c = text[i]
@@ -79,7 +93,10 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
             continue
         if not in_code and (i == 0 or text[i - 1] == "\n"):
             if quote is None and (c == ">" or text.startswith("**>", i)):
-                quote = {"type": "expandable_blockquote" if c == "*" else "blockquote", "offset": out.u16}
+                quote = {
+                    "type": "expandable_blockquote" if c == "*" else "blockquote",
+                    "offset": out.u16,
+                }
                 i += 1 if c == ">" else 3
                 continue
             if quote is not None and c == ">":
@@ -88,8 +105,13 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
         if c == "\n" and quote is not None and not in_code and at(i + 1) != ">":
             entities.append(_entity(quote["type"], quote["offset"], out.u16))
             quote = None
-        if quote is not None and quote["type"] == "expandable_blockquote" and text.startswith("||", i) \
-                and at(i + 2) in ("", "\n") and not stack:
+        if (
+            quote is not None
+            and quote["type"] == "expandable_blockquote"
+            and text.startswith("||", i)
+            and at(i + 2) in ("", "\n")
+            and not stack
+        ):
             i += 2
             continue
         reserved = "`" if in_code else RESERVED_V2
@@ -98,17 +120,26 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
             i += 1
             continue
         top = stack[-1]["type"] if stack else None
-        closes = {"bold": c == "*", "italic": c == "_" and at(i + 1) != "_", "code": c == "`",
-                  "pre": text.startswith("```", i), "text_link": c == "]", "custom_emoji": c == "]",
-                  "underline": text.startswith("__", i), "strikethrough": c == "~",
-                  "spoiler": text.startswith("||", i)}.get(top or "", False)
+        closes = {
+            "bold": c == "*",
+            "italic": c == "_" and at(i + 1) != "_",
+            "code": c == "`",
+            "pre": text.startswith("```", i),
+            "text_link": c == "]",
+            "custom_emoji": c == "]",
+            "underline": text.startswith("__", i),
+            "strikethrough": c == "~",
+            "spoiler": text.startswith("||", i),
+        }.get(top or "", False)
         if not closes:
             i = _open_v2(text, i, out, stack)
             continue
         i = _close_v2(text, i, out, stack, entities)
     if stack:
         top = stack[-1]
-        name = "PreCode" if top["type"] == "pre" and top.get("language") else _TYPE_NAMES[top["type"]]
+        name = (
+            "PreCode" if top["type"] == "pre" and top.get("language") else _TYPE_NAMES[top["type"]]
+        )
         raise EntityParseError(f"Can't find end of {name} entity at byte offset {top['byte']}")
     if quote is not None:
         entities.append(_entity(quote["type"], quote["offset"], out.u16))
@@ -117,7 +148,11 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
 
 def _open_v2(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -> int:
     c = text[i]
-    entry: dict[str, Any] = {"offset": out.u16, "byte": _byte_offset(text, i), "begin": len(out.text())}
+    entry: dict[str, Any] = {
+        "offset": out.u16,
+        "byte": _byte_offset(text, i),
+        "begin": len(out.text()),
+    }
     if c == "_":
         entry["type"] = "underline" if text.startswith("__", i) else "italic"
         i += 2 if entry["type"] == "underline" else 1
@@ -140,7 +175,7 @@ def _open_v2(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -> int:
             entry["language"], i = text[i:end], end
         if text.startswith(("\r\n", "\n\r"), i):
             i += 2
-        elif text[i:i + 1] in ("\n", "\r"):
+        elif text[i : i + 1] in ("\n", "\r"):
             i += 1
     elif c == "`":
         entry["type"], i = "code", i + 1
@@ -150,16 +185,18 @@ def _open_v2(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -> int:
     return i
 
 
-def _close_v2(text: str, i: int, out: _Out, stack: list[dict[str, Any]], entities: list[dict[str, Any]]) -> int:
+def _close_v2(
+    text: str, i: int, out: _Out, stack: list[dict[str, Any]], entities: list[dict[str, Any]]
+) -> int:
     entry = stack.pop()
     kind = entry["type"]
     extra: dict[str, Any] = {}
     step = {"underline": 2, "spoiler": 2, "pre": 3}.get(kind, 1)
     if kind in ("text_link", "custom_emoji"):
-        if text[i + 1:i + 2] != "(":
+        if text[i + 1 : i + 2] != "(":
             if kind == "custom_emoji":
                 raise EntityParseError("Custom emoji entity must contain a tg://emoji URL")
-            url, i = out.text()[entry["begin"]:], i + 1
+            url, i = out.text()[entry["begin"] :], i + 1
         else:
             url, i = _read_url(text, i + 2)
         if kind == "custom_emoji":
@@ -190,7 +227,9 @@ def _read_url(text: str, i: int) -> tuple[str, int]:
         url.append(text[i])
         i += 1
     if i >= len(text):
-        raise EntityParseError(f"Can't find end of a URL at byte offset {_byte_offset(text, start)}")
+        raise EntityParseError(
+            f"Can't find end of a URL at byte offset {_byte_offset(text, start)}"
+        )
     return "".join(url), i + 1
 
 
@@ -198,11 +237,25 @@ def _valid_url(url: str) -> bool:
     return bool(re.match(r"^(https?://|tg://|mailto:)?[^\s]+\.[^\s]+|^tg://\S+", url))
 
 
-# ----------------------------------------------------------------------------------------------- HTML
-_HTML_TAGS = {"b": "bold", "strong": "bold", "i": "italic", "em": "italic", "u": "underline", "ins": "underline",
-              "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough", "tg-spoiler": "spoiler",
-              "span": "spoiler", "a": "text_link", "code": "code", "pre": "pre", "blockquote": "blockquote",
-              "tg-emoji": "custom_emoji"}
+# --------------------------------------------------------------------------------------------- HTML
+_HTML_TAGS = {
+    "b": "bold",
+    "strong": "bold",
+    "i": "italic",
+    "em": "italic",
+    "u": "underline",
+    "ins": "underline",
+    "s": "strikethrough",
+    "strike": "strikethrough",
+    "del": "strikethrough",
+    "tg-spoiler": "spoiler",
+    "span": "spoiler",
+    "a": "text_link",
+    "code": "code",
+    "pre": "pre",
+    "blockquote": "blockquote",
+    "tg-emoji": "custom_emoji",
+}
 _HTML_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
 
 
@@ -223,7 +276,9 @@ def parse_html(text: str) -> tuple[str, list[dict[str, Any]]]:
         else:
             i = _html_start_tag(text, i, out, stack)
     if stack:
-        raise EntityParseError(f"Can't find end tag corresponding to start tag \"{stack[-1]['tag']}\"")
+        raise EntityParseError(
+            f'Can\'t find end tag corresponding to start tag "{stack[-1]["tag"]}"'
+        )
     return out.text(), sorted(entities, key=lambda e: (e["offset"], -e["length"]))
 
 
@@ -250,7 +305,7 @@ def _html_start_tag(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -
     assert match is not None
     name = match.group(1).lower()
     if name not in _HTML_TAGS:
-        raise EntityParseError(f"Unsupported start tag \"{name}\" at byte offset {begin}")
+        raise EntityParseError(f'Unsupported start tag "{name}" at byte offset {begin}')
     j = i + match.end()
     attrs: dict[str, str] = {}
     while True:
@@ -263,18 +318,21 @@ def _html_start_tag(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -
             break
         attr = re.match(r"([a-zA-Z0-9_-]+)(?:\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>]+))?", text[j:])
         if not attr:
-            raise EntityParseError(f"Empty attribute name in the tag \"{name}\" at byte offset {begin}")
+            raise EntityParseError(
+                f'Empty attribute name in the tag "{name}" at byte offset {begin}'
+            )
         value = attr.group(2) or ""
         attrs[attr.group(1).lower()] = value[1:-1] if value[:1] in ("'", '"') else value
         j += attr.end()
     if name == "span" and attrs.get("class") != "tg-spoiler":
-        raise EntityParseError(f"Tag \"span\" must have class \"tg-spoiler\" at byte offset {begin}")
+        raise EntityParseError(f'Tag "span" must have class "tg-spoiler" at byte offset {begin}')
     stack.append({"tag": name, "offset": out.u16, "attrs": attrs, "begin": len(out.text())})
     return j
 
 
-def _html_end_tag(text: str, i: int, out: _Out, stack: list[dict[str, Any]],
-                  entities: list[dict[str, Any]]) -> int:
+def _html_end_tag(
+    text: str, i: int, out: _Out, stack: list[dict[str, Any]], entities: list[dict[str, Any]]
+) -> int:
     begin = _byte_offset(text, i)
     match = re.match(r"</([a-zA-Z0-9-]*)\s*>", text[i:])
     if not match:
@@ -284,8 +342,10 @@ def _html_end_tag(text: str, i: int, out: _Out, stack: list[dict[str, Any]],
         raise EntityParseError(f"Unexpected end tag at byte offset {begin}")
     entry = stack.pop()
     if entry["tag"] != name:
-        raise EntityParseError(f"Unmatched end tag at byte offset {begin}, expected \"</{entry['tag']}>\", "
-                               f"found \"</{name}>\"")
+        raise EntityParseError(
+            f'Unmatched end tag at byte offset {begin}, expected "</{entry["tag"]}>", '
+            f'found "</{name}>"'
+        )
     kind, attrs, extra = _HTML_TAGS[name], entry["attrs"], {}
     if kind == "text_link":
         url = attrs.get("href", "")
@@ -296,7 +356,12 @@ def _html_end_tag(text: str, i: int, out: _Out, stack: list[dict[str, Any]],
         extra["custom_emoji_id"] = attrs.get("emoji-id", "")
     elif kind == "blockquote" and "expandable" in attrs:
         kind = "expandable_blockquote"
-    elif kind == "code" and stack and stack[-1]["tag"] == "pre" and attrs.get("class", "").startswith("language-"):
+    elif (
+        kind == "code"
+        and stack
+        and stack[-1]["tag"] == "pre"
+        and attrs.get("class", "").startswith("language-")
+    ):
         stack[-1]["language"] = attrs["class"].removeprefix("language-")
         return i + match.end()
     if kind == "pre" and entry.get("language"):
@@ -306,7 +371,7 @@ def _html_end_tag(text: str, i: int, out: _Out, stack: list[dict[str, Any]],
     return i + match.end()
 
 
-# ------------------------------------------------------------------------------------ legacy Markdown
+# ---------------------------------------------------------------------------------- legacy Markdown
 def parse_markdown(text: str) -> tuple[str, list[dict[str, Any]]]:
     out = _Out()
     entities: list[dict[str, Any]] = []
@@ -329,7 +394,7 @@ def parse_markdown(text: str) -> tuple[str, list[dict[str, Any]]]:
                 end += 1
             if end != i and end < n and text[end] != "`":
                 language, i = text[i:end], end
-            if text[i:i + 1] == "\n":
+            if text[i : i + 1] == "\n":
                 i += 1
         else:
             i += 1
@@ -338,13 +403,15 @@ def parse_markdown(text: str) -> tuple[str, list[dict[str, Any]]]:
             out.add(text[i])
             i += 1
         if i >= n:
-            raise EntityParseError(f"Can't find end of the entity starting at byte offset {_byte_offset(text, begin)}")
+            raise EntityParseError(
+                f"Can't find end of the entity starting at byte offset {_byte_offset(text, begin)}"
+            )
         if c == "[":
             url = ""
-            if text[i + 1:i + 2] == "(":
+            if text[i + 1 : i + 2] == "(":
                 close = text.find(")", i + 2)
                 if close != -1:
-                    url, i = text[i + 2:close], close
+                    url, i = text[i + 2 : close], close
             if url and out.u16 != start:
                 entities.append(_entity("text_link", start, out.u16, url=url))
         elif out.u16 != start:

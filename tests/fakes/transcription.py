@@ -1,5 +1,6 @@
-"""A fake OpenAI-compatible speech-to-text service: `POST /v1/audio/transcriptions` with a real multipart body
-(aiohttp's parser), the fields OpenAI requires, a bearer key, and a transcript the test chose per audio payload."""
+"""A fake OpenAI-compatible speech-to-text service: `POST /v1/audio/transcriptions` with a real
+multipart body (aiohttp's parser), the fields OpenAI requires, a bearer key, and a transcript the
+test chose per audio payload."""
 
 from __future__ import annotations
 
@@ -47,9 +48,20 @@ class FakeTranscription(FakeServer):
 
     async def _transcribe(self, request: web.Request) -> web.StreamResponse:
         self.record(request, "transcriptions", None)
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                            "code": "invalid_api_key"}}, status=401)
+        if (
+            self.api_key is not None
+            and request.headers.get("Authorization") != f"Bearer {self.api_key}"
+        ):
+            return json_response(
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+                status=401,
+            )
         step = self.take_fault(["transcriptions", "*"])
         if step is not None:
             response = await self.apply_fault(request, step, _error)
@@ -58,7 +70,9 @@ class FakeTranscription(FakeServer):
         upload, problem = await _read_upload(request, self.max_request_bytes)
         if problem is not None:
             status = 413 if problem.startswith("Maximum content size") else 400
-            return json_response(_error(status, problem, "server_error" if status == 413 else None), status=status)
+            return json_response(
+                _error(status, problem, "server_error" if status == 413 else None), status=status
+            )
         assert upload is not None
         self.uploads.append(upload)
         text = self.transcripts.get(hashlib.sha256(upload.data).hexdigest(), self.default_text)
@@ -89,5 +103,11 @@ async def _read_upload(request: web.Request, limit: int) -> tuple[Upload | None,
 
 
 def _error(status: int, message: str = "", kind: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message or f"Error {status}", "type": kind or "invalid_request_error",
-                      "param": None, "code": None}}
+    return {
+        "error": {
+            "message": message or f"Error {status}",
+            "type": kind or "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }

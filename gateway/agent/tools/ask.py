@@ -16,8 +16,10 @@ from gateway.errors import ToolError
 MIN_OPTIONS, MAX_OPTIONS = 2, 8
 MAX_OPTION_CHARS = 60
 MAX_QUESTION_CHARS = 500
-NOBODY_TEXT = ("Nobody can answer a question here (no person is in this conversation); decide "
-               "yourself and say what you assumed.")
+NOBODY_TEXT = (
+    "Nobody can answer a question here (no person is in this conversation); decide "
+    "yourself and say what you assumed."
+)
 
 
 def option_problems(question: str, options: list[str]) -> str | None:

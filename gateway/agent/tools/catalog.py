@@ -1,10 +1,10 @@
 """Which tools exist, in what order, and which a platform's new session gets.
 
-`build_registry` is the only place that decides which built-in tools exist and in what order (TOOL_ORDER);
-MCP tools follow, sorted by name. A new session's list (`ToolCatalog.current`) is part of the provider's cached
-prompt prefix, so it never depends on dict iteration; the policy (agent.tools, agent.tools_by_platform) picks
-from it per platform, and `split` sets its MCP tools apart for tool search (tools.search;
-deferred.py). The built-in tools are the core: never deferred.
+`build_registry` is the only place that decides which built-in tools exist and in what order
+(TOOL_ORDER); MCP tools follow, sorted by name. A new session's list (`ToolCatalog.current`) is part
+of the provider's cached prompt prefix, so it never depends on dict iteration; the policy
+(agent.tools, agent.tools_by_platform) picks from it per platform, and `split` sets its MCP tools
+apart for tool search (tools.search; deferred.py). The built-in tools are the core: never deferred.
 """
 
 from __future__ import annotations
@@ -52,8 +52,17 @@ from gateway.sandbox.spec import SandboxSpec
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Specs = tuple[ToolSpec, ...]
-TOOL_ORDER = ("memory", "session_search", "skill_view", "skill_manage", "web_fetch", "web_search",
-              "schedule", "ask", "shell")
+TOOL_ORDER = (
+    "memory",
+    "session_search",
+    "skill_view",
+    "skill_manage",
+    "web_fetch",
+    "web_search",
+    "schedule",
+    "ask",
+    "shell",
+)
 # Only an admin's own session gets these in its tool list (gateway/prompt/session_tools.py); the
 # tool itself checks the turn's sender too (a group session an admin and others share).
 ADMIN_ONLY = frozenset({"shell"})
@@ -63,7 +72,8 @@ MEMORY_TOOLS = frozenset({"memory", "skill_view", "skill_manage"})
 
 @dataclass(frozen=True, slots=True)
 class WebTools:
-    """The web tools' clients (gateway/net/); `search` is None until tools.web_search is configured."""
+    """The web tools' clients (gateway/net/); `search`
+    is None until tools.web_search is configured."""
 
     client: WebClient
     max_chars: int = 20_000
@@ -86,24 +96,37 @@ class ShellTool:
     attach: AttachFiles | None = None
 
 
-def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit: int = 1375,
-                   enabled: Collection[str] | None = None, memory: MemoryStore | None = None,
-                   skills: SkillLibrary | None = None, search: SessionSearch | None = None,
-                   web: WebTools | None = None, jobs: JobBook | None = None,
-                   shell: ShellTool | None = None) -> ToolRegistry:
-    """All built-in tools (or those in `enabled`) in TOOL_ORDER, over the memories and skills of `home`.
+def build_registry(
+    home: Path,
+    *,
+    memory_char_limit: int = 2200,
+    user_char_limit: int = 1375,
+    enabled: Collection[str] | None = None,
+    memory: MemoryStore | None = None,
+    skills: SkillLibrary | None = None,
+    search: SessionSearch | None = None,
+    web: WebTools | None = None,
+    jobs: JobBook | None = None,
+    shell: ShellTool | None = None,
+) -> ToolRegistry:
+    """All built-in tools (or those in `enabled`) in
+    TOOL_ORDER, over the memories and skills of `home`.
 
-    Pass `memory` / `skills` to share the instances the prompt builder reads (one lock, one index cache),
-    `search` to close its connection on shutdown (otherwise it closes when the registry is collected),
-    `web` for web_fetch (and web_search when a provider is configured), `jobs` for schedule
-    (scheduling on), and `shell` for the shell (tools.shell.enabled).
+    Pass `memory` / `skills` to share the instances the prompt builder reads (one lock, one index
+    cache), `search` to close its connection on shutdown (otherwise it closes when the registry is
+    collected), `web` for web_fetch (and web_search when a provider is configured), `jobs` for
+    schedule (scheduling on), and `shell` for the shell (tools.shell.enabled).
     """
     memory = memory or MemoryStore(home / "memories", memory_char_limit, user_char_limit)
     skills = skills or SkillLibrary(home)
     search = search or SessionSearch()
     skill_view, skill_manage = skill_tools(skills)
-    tools: dict[str, ToolFunction] = {"memory": memory_tool(memory), "session_search": session_search_tool(search),
-                                      "skill_view": skill_view, "skill_manage": skill_manage}
+    tools: dict[str, ToolFunction] = {
+        "memory": memory_tool(memory),
+        "session_search": session_search_tool(search),
+        "skill_view": skill_view,
+        "skill_manage": skill_manage,
+    }
     if web is not None:
         tools["web_fetch"] = web_fetch_tool(web.client, max_chars=web.max_chars, pages=web.pages)
         if web.search is not None:
@@ -116,7 +139,9 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
     if enabled is not None:
         unknown = set(enabled) - set(TOOL_ORDER)
         if unknown:
-            raise ValueError(f"unknown tools: {', '.join(sorted(unknown))}; known: {', '.join(TOOL_ORDER)}")
+            raise ValueError(
+                f"unknown tools: {', '.join(sorted(unknown))}; known: {', '.join(TOOL_ORDER)}"
+            )
     registry = ToolRegistry()
     for name in TOOL_ORDER:
         if name in tools and (enabled is None or name in enabled):
@@ -124,22 +149,31 @@ def build_registry(home: Path, *, memory_char_limit: int = 2200, user_char_limit
     return registry
 
 
-def shell_of(config: Config, admits: Callable[[ToolContext], bool], *,
-             agent: str = MAIN_AGENT, attach: AttachFiles | None = None) -> ShellTool | None:
+def shell_of(
+    config: Config,
+    admits: Callable[[ToolContext], bool],
+    *,
+    agent: str = MAIN_AGENT,
+    attach: AttachFiles | None = None,
+) -> ShellTool | None:
     """With tools.shell.enabled, the sandbox the shell runs commands in, for `admits`' turns; each
     agent has a workspace of its own."""
     shell = config.tools.shell
     if not shell.enabled:
         return None
     if shell.sandbox == "none":
-        log.warning("tools.shell runs commands WITHOUT a sandbox (unsafe_no_sandbox: true): they "
-                    "have the daemon's rights, its keys and state.db included")
+        log.warning(
+            "tools.shell runs commands WITHOUT a sandbox (unsafe_no_sandbox: true): they "
+            "have the daemon's rights, its keys and state.db included"
+        )
     return ShellTool(Sandbox(SandboxSpec.of(shell, config.home, agent=agent)), admits, attach)
 
 
 MAX_COMMAND_CHARS = 16_000
-NOT_ADMIN = ("The shell runs only for the gateway's admins (access.admins), and this message came "
-             "from someone else: nothing was run. Tell them only an admin can have commands run.")
+NOT_ADMIN = (
+    "The shell runs only for the gateway's admins (access.admins), and this message came "
+    "from someone else: nothing was run. Tell them only an admin can have commands run."
+)
 
 
 def shell_tool(shell: ShellTool) -> ToolFunction:
@@ -153,24 +187,37 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
     async def run(
         command: Annotated[str, "the command line, run by /bin/sh -c in the workspace"],
         ctx: ToolContext,
-        attach: Annotated[list[str] | None, "files the command writes, paths relative to the"
-                          " workspace, to send to the chat once it ends"] = None,
+        attach: Annotated[
+            list[str] | None,
+            "files the command writes, paths relative to the"
+            " workspace, to send to the chat once it ends",
+        ] = None,
     ) -> str:
         if not shell.admits(ctx):
-            log.warning("shell refused: session=%s user=%s is not an admin", ctx.session_id,
-                        ctx.user_id)
+            log.warning(
+                "shell refused: session=%s user=%s is not an admin", ctx.session_id, ctx.user_id
+            )
             raise ToolError(NOT_ADMIN)
         if not command.strip() or len(command) > MAX_COMMAND_CHARS or "\0" in command:
-            raise ToolError(f"Give one command line of at most {MAX_COMMAND_CHARS:,} characters"
-                            " (no NUL); for more, write a script into the workspace first.")
+            raise ToolError(
+                f"Give one command line of at most {MAX_COMMAND_CHARS:,} characters"
+                " (no NUL); for more, write a script into the workspace first."
+            )
         try:
             done = await sandbox.run(command)
         except SandboxFailed as exc:
             log.error("shell: the sandbox failed: %s", exc)
-            raise ToolError(f"The sandbox could not run the command: {exc}. Nothing ran; tell the"
-                            " owner (`gateway doctor` checks the sandbox).") from None
-        log.info("shell ran: session=%s exit=%s stopped=%s seconds=%.2f", ctx.session_id,
-                 done.exit_code, done.stopped, done.duration_s)
+            raise ToolError(
+                f"The sandbox could not run the command: {exc}. Nothing ran; tell the"
+                " owner (`gateway doctor` checks the sandbox)."
+            ) from None
+        log.info(
+            "shell ran: session=%s exit=%s stopped=%s seconds=%.2f",
+            ctx.session_id,
+            done.exit_code,
+            done.stopped,
+            done.duration_s,
+        )
         said = result_text(done, limits.output_chars, limits.timeout_s)
         if attach and shell.attach is not None:
             said += "\n\n" + await shell.attach(ctx, sandbox.spec.workspace, attach)
@@ -183,8 +230,12 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
         " command and must allow it first. Returns the exit code, how long it ran, stdout and"
         f" stderr (at most {limits.output_chars:,} characters, the middle of longer output cut)."
         f" It is stopped after {limits.timeout_s:g} seconds."
-        + (" Files it writes in the workspace reach the user as attachments when `attach` names"
-           " them." if shell.attach is not None else "")
+        + (
+            " Files it writes in the workspace reach the user as attachments when `attach` names"
+            " them."
+            if shell.attach is not None
+            else ""
+        )
     )
     return run
 
@@ -192,10 +243,14 @@ def shell_tool(shell: ShellTool) -> ToolFunction:
 def admin_first(holds: HoldCheck | None, admits: Callable[[ToolContext], bool]) -> HoldCheck:
     """`holds` (the approvals' check at the dispatch point) after refusing an admin-only tool in a
     turn that is not an admin's: nobody is asked about a call that may not run anyway."""
-    def check(name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> Hold | ToolResult | None:
+
+    def check(
+        name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> Hold | ToolResult | None:
         if name in ADMIN_ONLY and not admits(ctx):
             return ToolResult(NOT_ADMIN, is_error=True)
         return holds(name, arguments, ctx) if holds is not None else None
+
     return check
 
 
@@ -206,15 +261,17 @@ async def shell_doctor(config: Config, make: Callable[..., T]) -> list[T]:
 
 
 def check_tool_names(config: Config) -> None:
-    """ConfigErrors, each with its file and line, for names in agent.tools / agent.tools_by_platform that name no
-    tool (a typo there would silently turn a tool off), and for a shell workspace or mount that
-    would show the gateway's home."""
+    """ConfigErrors, each with its file and line, for names in agent.tools / agent.tools_by_platform
+    that name no tool (a typo there would silently turn a tool off), and for a shell workspace or
+    mount that would show the gateway's home."""
     path = config.home / "config.yaml"
     problems = name_problems(config, TOOL_ORDER) + _agent_problems(config)
     if config.tools.shell.enabled:
         problems += home_problems(config.tools.shell, config.home)
-    errors = [ConfigError(message, file=str(path), line=locate(path, key), key=key)
-              for key, message in problems]
+    errors = [
+        ConfigError(message, file=str(path), line=locate(path, key), key=key)
+        for key, message in problems
+    ]
     if errors:
         raise ConfigErrors(errors)
 
@@ -225,10 +282,17 @@ def _agent_problems(config: Config) -> list[tuple[str, str]]:
     for name, spec in config.agents.items():
         if spec.tools is None and spec.tools_by_platform is None:
             continue
-        own = replace(config, agent=replace(
-            config.agent, tools=spec.tools, tools_by_platform=spec.tools_by_platform or {}))
-        found += [(key.replace("agent.", f"agents.{name}.", 1), message)
-                  for key, message in name_problems(own, TOOL_ORDER) if key.startswith("agent.")]
+        own = replace(
+            config,
+            agent=replace(
+                config.agent, tools=spec.tools, tools_by_platform=spec.tools_by_platform or {}
+            ),
+        )
+        found += [
+            (key.replace("agent.", f"agents.{name}.", 1), message)
+            for key, message in name_problems(own, TOOL_ORDER)
+            if key.startswith("agent.")
+        ]
     return found
 
 
@@ -240,10 +304,14 @@ class ToolCatalog:
         self.policy = policy or ToolPolicy()
 
     def current(self, platform: str) -> tuple[ToolSpec, ...]:
-        """What a new session on `platform` gets: built-ins in TOOL_ORDER, then MCP tools sorted by name."""
+        """What a new session on `platform` gets: built-ins
+        in TOOL_ORDER, then MCP tools sorted by name."""
         provided = self.registry.provider.specs() if self.registry.provider is not None else []
-        return tuple(s for s in [*self.registry.specs(), *sorted(provided, key=lambda s: s.name)]
-                     if self.policy.enabled(s.name, platform))
+        return tuple(
+            s
+            for s in [*self.registry.specs(), *sorted(provided, key=lambda s: s.name)]
+            if self.policy.enabled(s.name, platform)
+        )
 
     def enabled(self, name: str, platform: str) -> bool:
         return self.policy.enabled(name, platform)
@@ -254,6 +322,7 @@ class ToolCatalog:
         found = getattr(provider, "hints", None)
         hints = found(name) if found is not None and name not in self.registry.names() else None
         return hints if isinstance(hints, ToolHints) else ToolHints()
+
     def split(self, specs: Sequence[ToolSpec], window: int) -> tuple[Specs, Specs]:
         """(sent, deferred): with tool search on for these tools at this context window, the MCP
         tools are deferred and the sent list ends with tool_search and tool_call; otherwise

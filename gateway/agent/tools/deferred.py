@@ -33,21 +33,65 @@ DEFAULT_RESULTS = 5
 MAX_RESULTS = 10
 MAX_QUERY_CHARS = 500
 MAX_ANSWER_CHARS = 24_000  # one search result: about 6,000 tokens of schemas at most
-MAX_BRIEF_CHARS = 1_000    # a description shown without its schema
+MAX_BRIEF_CHARS = 1_000  # a description shown without its schema
 K1, B = 1.2, 0.75
 WEIGHTS = {"name": 3, "params": 2, "text": 1}  # a word of a name says more than one of prose
-STOPWORDS = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get",
-    "how", "i", "in", "into", "is", "it", "me", "my", "of", "on", "or", "please", "some", "that",
-    "the", "this", "to", "tool", "tools", "use", "using", "want", "what", "which", "with", "you",
-    "your"))
+STOPWORDS = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "get",
+        "how",
+        "i",
+        "in",
+        "into",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "please",
+        "some",
+        "that",
+        "the",
+        "this",
+        "to",
+        "tool",
+        "tools",
+        "use",
+        "using",
+        "want",
+        "what",
+        "which",
+        "with",
+        "you",
+        "your",
+    )
+)
 
 SEARCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "What you want to do, in a few words"},
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
-                  "description": f"How many tools to return (default {DEFAULT_RESULTS})"},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_RESULTS,
+            "description": f"How many tools to return (default {DEFAULT_RESULTS})",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -55,10 +99,14 @@ SEARCH_PARAMETERS: dict[str, Any] = {
 CALL_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "name": {"type": "string",
-                 "description": "The tool's full name, as tool_search returned it"},
-        "arguments": {"type": "object",
-                      "description": "Its arguments, as its parameters schema asks"},
+        "name": {
+            "type": "string",
+            "description": "The tool's full name, as tool_search returned it",
+        },
+        "arguments": {
+            "type": "object",
+            "description": "Its arguments, as its parameters schema asks",
+        },
     },
     "required": ["name"],
     "additionalProperties": False,
@@ -71,9 +119,11 @@ def bridge_specs(deferred: Sequence[ToolSpec]) -> tuple[ToolSpec, ToolSpec]:
     servers = sorted({s.server for s in deferred if s.server})
     server = "server" if len(servers) == 1 else "servers"
     where = f"the MCP {server} {', '.join(servers)}" if servers else "other sources"
-    search = (f"Find tools of {where} that are not listed here: describe what you want to do in "
-              "a few words. Returns the best matches with their full names, descriptions and JSON "
-              f"schemas. Call one with {CALL}.")
+    search = (
+        f"Find tools of {where} that are not listed here: describe what you want to do in "
+        "a few words. Returns the best matches with their full names, descriptions and JSON "
+        f"schemas. Call one with {CALL}."
+    )
     call = f"Call a tool that {SEARCH} found: its full name and its arguments, as its schema asks."
     return ToolSpec(SEARCH, search, SEARCH_PARAMETERS), ToolSpec(CALL, call, CALL_PARAMETERS)
 
@@ -148,14 +198,19 @@ class DeferredCatalog:
         if not found:
             notes.append(f"No tool matches. Try other words; {len(self)} tools can be searched.")
         if left_out:
-            notes.append(f"Some schemas were left out for length: {SEARCH} with a tool's full "
-                         "name returns its schema.")
+            notes.append(
+                f"Some schemas were left out for length: {SEARCH} with a tool's full "
+                "name returns its schema."
+            )
         if too_long:
-            notes.append(f"The schema of {', '.join(too_long)} is too long to show here: call "
-                         f"it with {CALL}, and the errors name what its arguments lack.")
+            notes.append(
+                f"The schema of {', '.join(too_long)} is too long to show here: call "
+                f"it with {CALL}, and the errors name what its arguments lack."
+            )
         if withheld:
-            notes.append("Withheld, as their text looks like a prompt injection: "
-                         f"{', '.join(withheld)}.")
+            notes.append(
+                f"Withheld, as their text looks like a prompt injection: {', '.join(withheld)}."
+            )
         out: dict[str, Any] = {"tools": shown}
         if notes:
             out["note"] = " ".join(notes)
@@ -173,16 +228,18 @@ class DeferredCatalog:
             self._problems[entry.name] = vet_tool(entry.description, entry.parameters).problem
         return self._problems[entry.name]
 
-    def unwrap(self, arguments: str | Mapping[str, Any] | None,
-               shown: Mapping[str, ToolSpec]) -> Bridged | ToolResult:
+    def unwrap(
+        self, arguments: str | Mapping[str, Any] | None, shown: Mapping[str, ToolSpec]
+    ) -> Bridged | ToolResult:
         """The tool a tool_call names (deferred, or one of `shown`, the tools sent), or the error
         the model gets (an unknown name, arguments that are not an object)."""
         try:
             args = _object(arguments, "arguments")
             name = args.get("name")
             if not isinstance(name, str) or not name.strip():
-                raise ToolError(f"'name' is required: the tool's full name, as {SEARCH} "
-                                "returned it")
+                raise ToolError(
+                    f"'name' is required: the tool's full name, as {SEARCH} returned it"
+                )
             inner = _object(args.get("arguments"), "'arguments'")
         except ToolError as exc:
             return ToolResult(f"Invalid arguments for {CALL}: {exc}", is_error=True)
@@ -206,8 +263,12 @@ class CatalogTool(ToolSpec):
 
 def bind(specs: Sequence[ToolSpec], catalog: DeferredCatalog) -> tuple[ToolSpec, ...]:
     """`specs` with tool_search and tool_call bound to `catalog` (what is sent stays the same)."""
-    return tuple(CatalogTool(s.name, s.description, s.parameters, s.annotations, s.server, catalog)
-                 if s.name in BRIDGE else s for s in specs)
+    return tuple(
+        CatalogTool(s.name, s.description, s.parameters, s.annotations, s.server, catalog)
+        if s.name in BRIDGE
+        else s
+        for s in specs
+    )
 
 
 def catalog_of(specs: Sequence[ToolSpec]) -> DeferredCatalog | None:
@@ -288,7 +349,7 @@ class Bm25:
         from bisect import bisect_left
 
         found: list[str] = []
-        for word in self.vocabulary[bisect_left(self.vocabulary, prefix):]:
+        for word in self.vocabulary[bisect_left(self.vocabulary, prefix) :]:
             if not word.startswith(prefix) or len(found) == 8:
                 break
             found.append(word)
@@ -299,8 +360,11 @@ def _document(spec: ToolSpec) -> Counter[str]:
     """What a tool is found by, each word counted by the weight of the field it is in."""
     doc: Counter[str] = Counter()
     names, texts = _schema_words(spec.parameters)
-    fields = (("name", f"{_own_name(spec)} {spec.server}"), ("params", " ".join(names)),
-              ("text", " ".join([spec.description, *texts])))
+    fields = (
+        ("name", f"{_own_name(spec)} {spec.server}"),
+        ("params", " ".join(names)),
+        ("text", " ".join([spec.description, *texts])),
+    )
     for field_name, text in fields:
         for word in tokens(text):
             doc[word] += WEIGHTS[field_name]
@@ -356,11 +420,10 @@ def _fit(found: Sequence[ToolSpec]) -> tuple[list[dict[str, Any]], list[str], li
 def _shown(spec: ToolSpec, *, schema: bool = True) -> dict[str, Any]:
     """A tool as an answer shows it: whole, or its name and a description cut short."""
     if schema:
-        return {"name": spec.name, "description": spec.description,
-                "parameters": spec.parameters}
+        return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
     text = spec.description
     if len(text) > MAX_BRIEF_CHARS:
-        text = text[:MAX_BRIEF_CHARS - 1].rstrip() + "…"
+        text = text[: MAX_BRIEF_CHARS - 1].rstrip() + "…"
     return {"name": spec.name, "description": text}
 
 
@@ -371,7 +434,7 @@ def _json(value: Any) -> str:
 def _own_name(spec: ToolSpec) -> str:
     """The tool's name on its server, as the model sees it (`mcp_<server>_` taken off)."""
     prefix = f"{PREFIX}{spec.server}_"
-    return spec.name[len(prefix):] if spec.server and spec.name.startswith(prefix) else spec.name
+    return spec.name[len(prefix) :] if spec.server and spec.name.startswith(prefix) else spec.name
 
 
 def _object(value: str | Mapping[str, Any] | None, what: str) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""Which tools are on, per platform: `agent.tools` (an allow list of names and globs, `mcp_github_*`) and
-`agent.tools_by_platform` (a platform's own list, replacing agent.tools there). No list means every tool.
-And whether a new session's MCP tools are deferred behind tool search (`tools.search`,
-`tools.search_threshold`).
+"""Which tools are on, per platform: `agent.tools` (an allow list of names and globs,
+`mcp_github_*`) and `agent.tools_by_platform` (a platform's own list, replacing agent.tools there).
+No list means every tool. And whether a new session's MCP tools are deferred behind tool search
+(`tools.search`, `tools.search_threshold`).
 
-Also the config check for those names: a name must be a built-in tool, a glob that matches one, or point into a
-configured MCP server (`mcp_<server>_…`); anything else is a typo that would silently turn a tool off.
+Also the config check for those names: a name must be a built-in tool, a glob that matches one, or
+point into a configured MCP server (`mcp_<server>_…`); anything else is a typo that would silently
+turn a tool off.
 """
 
 from __future__ import annotations
@@ -57,26 +58,42 @@ class ToolPolicy:
 
 def schema_tokens(specs: Sequence[ToolSpec]) -> int:
     """About the tokens `specs` take in a request, from their JSON size (no tokenizer needed)."""
-    wire = [{"name": s.name, "description": s.description, "input_schema": s.parameters}
-            for s in specs]
+    wire = [
+        {"name": s.name, "description": s.description, "input_schema": s.parameters} for s in specs
+    ]
     size = sum(len(json.dumps(w, ensure_ascii=False, separators=(",", ":"))) for w in wire)
     return size // CHARS_PER_TOKEN
 
 
 def name_problems(config: Config, builtin: Collection[str]) -> list[tuple[str, str]]:
-    """(key path, message) for every tool name in agent.tools / agent.tools_by_platform that names nothing."""
+    """(key path, message) for every tool name in agent.tools
+    / agent.tools_by_platform that names nothing."""
     servers = sorted(config.mcp_servers)
-    problems = [(f"mcp_servers.{n}", _bad_server(n)) for n in servers if not SERVER_NAME.fullmatch(n)]
-    problems += [(f"mcp_servers.{longer}", _overlap(shorter, longer)) for shorter in servers for longer in servers
-                 if longer.startswith(server_prefix(shorter)[len("mcp_"):])]
+    problems = [
+        (f"mcp_servers.{n}", _bad_server(n)) for n in servers if not SERVER_NAME.fullmatch(n)
+    ]
+    problems += [
+        (f"mcp_servers.{longer}", _overlap(shorter, longer))
+        for shorter in servers
+        for longer in servers
+        if longer.startswith(server_prefix(shorter)[len("mcp_") :])
+    ]
     for key, pattern in _patterns(config):
         if _known(pattern, builtin, servers):
             if pattern == "web_search" and config.tools.web_search is None:
-                problems.append((key, "web_search needs tools.web_search (provider, base_url, api_key_env)"))
+                problems.append(
+                    (key, "web_search needs tools.web_search (provider, base_url, api_key_env)")
+                )
             continue
-        mcp = f"; MCP tools are named mcp_<server>_<tool> for the servers in mcp_servers ({', '.join(servers)})" \
-            if servers else "; MCP tools need a server in mcp_servers"
-        problems.append((key, f"unknown tool {pattern!r} (built-in tools: {', '.join(builtin)}{mcp})"))
+        mcp = (
+            "; MCP tools are named mcp_<server>_<tool> for the "
+            f"servers in mcp_servers ({', '.join(servers)})"
+            if servers
+            else "; MCP tools need a server in mcp_servers"
+        )
+        problems.append(
+            (key, f"unknown tool {pattern!r} (built-in tools: {', '.join(builtin)}{mcp})")
+        )
     return problems
 
 
@@ -107,12 +124,16 @@ def _known(pattern: str, builtin: Collection[str], servers: Sequence[str]) -> bo
 
 
 def _overlap(shorter: str, longer: str) -> str:
-    """Server `a` with tool `b_x` and server `a_b` with tool `x` would both be mcp_a_b_x (the model APIs refuse two
-    tools of one name), and `mcp_a_*` would match the tools of both."""
-    return (f"the server names {shorter!r} and {longer!r} overlap: tool names are mcp_<server>_<tool>, so "
-            f"mcp_{longer}_… could belong to either; rename one (e.g. {longer.replace('_', '-')!r})")
+    """Server `a` with tool `b_x` and server `a_b` with tool `x` would both be mcp_a_b_x (the model
+    APIs refuse two tools of one name), and `mcp_a_*` would match the tools of both."""
+    return (
+        f"the server names {shorter!r} and {longer!r} overlap: tool names are mcp_<server>_<tool>, "
+        f"so mcp_{longer}_… could belong to either; rename one (e.g. {longer.replace('_', '-')!r})"
+    )
 
 
 def _bad_server(name: str) -> str:
-    return (f"{name!r} is not a usable MCP server name (letters, digits, '-' or '_', at most 32, starting with a "
-            "letter or digit): it becomes part of tool names")
+    return (
+        f"{name!r} is not a usable MCP server name (letters, digits, '-' or '_', at most 32, "
+        "starting with a letter or digit): it becomes part of tool names"
+    )

@@ -1,7 +1,7 @@
 """The tool registry: typed async functions in, stable specs and never-raising calls out.
 
-A tool failure must never break a turn, so `ToolRegistry.call` turns every problem (unknown tool, bad
-JSON, bad arguments, a refusal, a crash) into an error result the model can read.
+A tool failure must never break a turn, so `ToolRegistry.call` turns every problem (unknown tool,
+bad JSON, bad arguments, a refusal, a crash) into an error result the model can read.
 """
 
 from __future__ import annotations
@@ -44,11 +44,13 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling: tools scope what they read and write by it (session search never crosses people).
+    """Who is calling: tools scope what they read and
+    write by it (session search never crosses people).
 
-    `origin` is the message the turn answers (its chat and thread, the sender's handle and roles); None in
-    background work such as the pre-reset flush. `person` is the person asking, with every identity linked to
-    theirs; `memory` what they may write (nothing by default: gateway/access/roles.py grants it by policy)."""
+    `origin` is the message the turn answers (its chat and thread, the sender's handle and roles);
+    None in background work such as the pre-reset flush. `person` is the person asking, with every
+    identity linked to theirs; `memory` what they may write (nothing by default:
+    gateway/access/roles.py grants it by policy)."""
 
     session_id: int
     platform: str
@@ -64,23 +66,31 @@ class ToolContext:
 
     @property
     def accounts(self) -> tuple[tuple[str, str | None], ...]:
-        """(platform, user id) of every identity of the person asking; user id None: every user of a platform
-        where everyone is the local owner (web chat, console)."""
+        """(platform, user id) of every identity of the person asking; user id None: every user of a
+        platform where everyone is the local owner (web chat, console)."""
         if self.person is None:
             return ((self.platform, self.user_id),) if self.user_id else ()
         found: list[tuple[str, str | None]] = []
         for i in self.person.identities:
-            found.extend(((p, None) for p in sorted(OWNER_PLATFORMS)) if i.platform in OWNER_PLATFORMS
-                         else [(i.platform, i.user_id)])
+            found.extend(
+                ((p, None) for p in sorted(OWNER_PLATFORMS))
+                if i.platform in OWNER_PLATFORMS
+                else [(i.platform, i.user_id)]
+            )
         return tuple(found)
 
 
 class Callers(Protocol):
-    """Whom a session's tools act for (gateway/access/roles.py): a turn's sender, or for a flush the session's
-    owner; and whose memory the session's prompt shows."""
+    """Whom a session's tools act for (gateway/access/roles.py): a turn's sender, or for a flush the
+    session's owner; and whose memory the session's prompt shows."""
 
-    def asker(self, session: SessionRow, user_id: str | None, user_name: str | None = None,
-              username: str | None = None) -> ToolContext: ...
+    def asker(
+        self,
+        session: SessionRow,
+        user_id: str | None,
+        user_name: str | None = None,
+        username: str | None = None,
+    ) -> ToolContext: ...
 
     def owner(self, session: SessionRow) -> ToolContext: ...
 
@@ -102,8 +112,9 @@ class ToolHints:
 class ToolResult:
     text: str
     is_error: bool = False
-    # pictures the model sees with the result: {"media_type", "file" (under GATEWAY_HOME/media), "data" (base64)},
-    # stored like a user message's images (messages.media) so later turns send the same bytes
+    # pictures the model sees with the result: {"media_type", "file" (under GATEWAY_HOME/media),
+    # "data" (base64)}, stored like a user message's images (messages.media) so later turns send the
+    # same bytes
     images: tuple[dict[str, str], ...] = ()
 
 
@@ -138,7 +149,8 @@ HoldCheck = Callable[[str, Mapping[str, Any], "ToolContext"], "Hold | ToolResult
 
 
 class ToolProvider(Protocol):
-    """Tools that come and go at run time (MCP servers: gateway/agent/tools/mcp.py); their servers check arguments."""
+    """Tools that come and go at run time (MCP servers: gateway/agent/tools/mcp.py); their servers
+    check arguments."""
 
     def specs(self) -> list[ToolSpec]: ...
 
@@ -146,7 +158,9 @@ class ToolProvider(Protocol):
 
     def origin(self, name: str) -> str | None: ...
 
-    async def call(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolResult: ...
+    async def call(
+        self, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> ToolResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +179,8 @@ class ToolRegistry:
         self.holds: HoldCheck | None = None  # calls that wait for a person (set by the wiring)
 
     def register(self, fn: ToolFunction, *, name: str | None = None) -> ToolSpec:
-        """Add `fn`; its ToolContext parameter (if any) is injected, every other one comes from the model."""
+        """Add `fn`; its ToolContext parameter (if any) is
+        injected, every other one comes from the model."""
         name = name or fn.__name__
         if name in self._tools:
             raise ValueError(f"tool {name!r} registered twice")
@@ -181,14 +196,21 @@ class ToolRegistry:
         return tuple(self._tools)
 
     def specs(self, names: Iterable[str] | None = None) -> list[ToolSpec]:
-        """Specs in registration order, whatever order `names` comes in; unknown names are ignored."""
+        """Specs in registration order, whatever order
+        `names` comes in; unknown names are ignored."""
         wanted = None if names is None else set(names)
         return [t.spec for n, t in self._tools.items() if wanted is None or n in wanted]
 
-    async def call(self, name: str, arguments: str | Mapping[str, Any] | None, ctx: ToolContext, *,
-                   allowed: Collection[str] | None = None,
-                   parameters: Mapping[str, Any] | None = None,
-                   approved: bool = False) -> ToolResult:
+    async def call(
+        self,
+        name: str,
+        arguments: str | Mapping[str, Any] | None,
+        ctx: ToolContext,
+        *,
+        allowed: Collection[str] | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        approved: bool = False,
+    ) -> ToolResult:
         """Run `name` (its real name, also when the model reached it through tool search) if
         `allowed`. `parameters` is the JSON schema the model was shown for a provider's (MCP) tool:
         the arguments are checked against it here, whichever way the call came. A call that waits
@@ -197,7 +219,9 @@ class ToolRegistry:
         tool = self._tools.get(name)
         external = tool is None and self.provider is not None and self.provider.claims(name)
         if (tool is None and not external) or (allowed is not None and name not in allowed):
-            what = "Unknown tool" if tool is None and not external else "Tool not available right now:"
+            what = (
+                "Unknown tool" if tool is None and not external else "Tool not available right now:"
+            )
             return _error(f"{what} {name!r}. Tools you can call: {self._usable(allowed)}.")
         try:
             args = _parse_arguments(arguments)
@@ -220,8 +244,9 @@ class ToolRegistry:
             kwargs[tool.ctx_param] = ctx
         return await _run(tool, kwargs, ctx)
 
-    def _held(self, name: str, args: dict[str, Any], ctx: ToolContext,
-              approved: bool) -> ToolResult | None:
+    def _held(
+        self, name: str, args: dict[str, Any], ctx: ToolContext, approved: bool
+    ) -> ToolResult | None:
         if approved or self.holds is None:
             return None
         found = self.holds(name, args, ctx)

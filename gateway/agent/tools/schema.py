@@ -1,9 +1,10 @@
-"""JSON Schema for a tool, derived from its typed Python signature, and a checker for the model's arguments.
+"""JSON Schema for a tool, derived from its typed Python
+signature, and a checker for the model's arguments.
 
-Only the shapes tools use are supported (str, int, float, bool, Literal, `X | None`, list[X]); anything
-else is a programming error raised at registration, never at call time. An MCP tool's arguments are
-checked against the schema its server gave with `jsonschema` (`check_json`), loaded with the first
-such call.
+Only the shapes tools use are supported (str, int, float, bool, Literal, `X | None`, list[X]);
+anything else is a programming error raised at registration, never at call time. An MCP tool's
+arguments are checked against the schema its server gave with `jsonschema` (`check_json`), loaded
+with the first such call.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", boo
 
 
 def derive(fn: Callable[..., Any], *, skip: type) -> tuple[str, dict[str, Any]]:
-    """(description, parameters schema) for `fn`; parameters annotated with `skip` are injected, not shown."""
+    """(description, parameters schema) for `fn`; parameters
+    annotated with `skip` are injected, not shown."""
     hints = typing.get_type_hints(fn, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -41,8 +43,12 @@ def derive(fn: Callable[..., Any], *, skip: type) -> tuple[str, dict[str, Any]]:
         properties[param.name] = schema
         if not optional and param.default is inspect.Parameter.empty:
             required.append(param.name)
-    parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required,
-                                  "additionalProperties": False}
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
     return _first_paragraph(inspect.getdoc(fn) or ""), parameters
 
 
@@ -109,7 +115,11 @@ def _check_value(schema: Mapping[str, Any], value: Any, where: str) -> list[str]
         options = ", ".join(str(v) for v in schema["enum"])
         return [f"{where} must be one of {options} (got {value!r})"]
     if expected == "array":
-        return [p for i, item in enumerate(value) for p in _check_value(schema["items"], item, f"{where}[{i}]")]
+        return [
+            p
+            for i, item in enumerate(value)
+            for p in _check_value(schema["items"], item, f"{where}[{i}]")
+        ]
     return []
 
 
@@ -186,12 +196,18 @@ def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str
                 del arguments[key]
             errors = list(validator.iter_errors(arguments))
     except _TooComplex:
-        log.info("tool arguments not checked here: their schema took more than %s checks; the "
-                 "arguments go to the server as they are", MAX_CHECKS)
+        log.info(
+            "tool arguments not checked here: their schema took more than %s checks; the "
+            "arguments go to the server as they are",
+            MAX_CHECKS,
+        )
         return []
     except Exception as exc:  # noqa: BLE001 - a schema the checker trips on must not stop a call
-        log.info("tool schema not checkable (%s: %s); the arguments go to the server as they are",
-                 type(exc).__name__, str(exc)[:200])
+        log.info(
+            "tool schema not checkable (%s: %s); the arguments go to the server as they are",
+            type(exc).__name__,
+            str(exc)[:200],
+        )
         return []
     errors.sort(key=lambda e: ([str(p) for p in e.path], e.message))
     return [_problem(e.path, e.message) for e in errors[:MAX_PROBLEMS]]
@@ -200,7 +216,7 @@ def check_json(schema: Mapping[str, Any], arguments: dict[str, Any]) -> list[str
 def _problem(path: Any, message: str) -> str:
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
     text = f"{where}: {message}" if where else message
-    return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS - 1] + "…"
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[: MAX_PROBLEM_CHARS - 1] + "…"
 
 
 def _validator(schema: Mapping[str, Any]) -> Validator | None:
@@ -224,8 +240,10 @@ def _build(schema: Mapping[str, Any]) -> Validator | None:
     try:
         base.check_schema(dict(schema))
     except SchemaError as exc:
-        log.info("tool schema is not valid JSON Schema (%s); its arguments are not checked here",
-                 exc.message[:200])
+        log.info(
+            "tool schema is not valid JSON Schema (%s); its arguments are not checked here",
+            exc.message[:200],
+        )
         return None
     lenient = _lenient.get(base)
     if lenient is None:
@@ -241,11 +259,13 @@ _lenient: dict[Any, Any] = {}
 
 def _counted(check: Callable[..., Any]) -> Callable[..., Any]:
     """A keyword's check that spends one of the call's MAX_CHECKS first."""
+
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         _budget.left -= 1
         if _budget.left < 0:
             raise _TooComplex
         return check(validator, value, instance, schema)
+
     return counted
 
 

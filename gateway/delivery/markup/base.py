@@ -1,5 +1,6 @@
-"""What every markup renderer shares: the shape of a rendering (text, unsplittable spans, fences, Telegram
-entities), UTF-16 lengths, and tables laid out as monospace text (no chat platform here renders tables)."""
+"""What every markup renderer shares: the shape of a rendering (text, unsplittable spans, fences,
+Telegram entities), UTF-16 lengths, and tables laid out as monospace text (no chat platform here
+renders tables)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ FENCE = "```"
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """A fenced block in rendered text. A split inside its body closes it and reopens it with `opener`."""
+    """A fenced block in rendered text. A split inside
+    its body closes it and reopens it with `opener`."""
 
     open_start: int  # the opening ``` (after any container prefix)
     body_start: int  # first character of the first code line (its container prefix included)
@@ -31,9 +33,9 @@ class Fence:
 class Rendered:
     """One flavour's rendering of a reply.
 
-    `keeps` are [start, end) ranges a split should not fall strictly inside; `syntax` are markup-only ranges
-    with their plain-text replacement (how `Chunk.plain` is derived). Both are Python string indices;
-    `entities` (Telegram only) use UTF-16 offsets like the Bot API.
+    `keeps` are [start, end) ranges a split should not fall strictly inside; `syntax` are
+    markup-only ranges with their plain-text replacement (how `Chunk.plain` is derived). Both are
+    Python string indices; `entities` (Telegram only) use UTF-16 offsets like the Bot API.
     """
 
     text: str
@@ -54,8 +56,10 @@ def format_table(rows: list[list[str]], aligns: list[str]) -> str:
     widths = [max((_width(r[i]) for r in rows if i < len(r)), default=0) for i in range(ncols)]
     lines = []
     for k, row in enumerate(rows):
-        cells = [_pad(row[i] if i < len(row) else "", widths[i], aligns[i] if i < len(aligns) else "")
-                 for i in range(ncols)]
+        cells = [
+            _pad(row[i] if i < len(row) else "", widths[i], aligns[i] if i < len(aligns) else "")
+            for i in range(ncols)
+        ]
         lines.append(" | ".join(cells).rstrip())
         if k == 0 and len(rows) > 1:
             lines.append("-+-".join("-" * w for w in widths))
@@ -64,8 +68,10 @@ def format_table(rows: list[list[str]], aligns: list[str]) -> str:
 
 def _width(text: str) -> int:
     """Monospace columns: East Asian wide characters take two, combining marks none."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-               for c in text)
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
 
 
 def _pad(text: str, width: int, align: str) -> str:

@@ -1,5 +1,5 @@
-"""The model's Markdown as Telegram text + entities, through telegramify-markdown; raw HTML is escaped (it
-would be dropped) and tables become code blocks laid out like the other flavours'."""
+"""The model's Markdown as Telegram text + entities, through telegramify-markdown; raw HTML is
+escaped (it would be dropped) and tables become code blocks laid out like the other flavours'."""
 
 from __future__ import annotations
 
@@ -35,8 +35,12 @@ def render_telegram(markdown: str) -> Rendered:
     source = _tables_as_code(_escape_raw_html(markdown))
     text, raw = telegramify_markdown.convert(source, config=_telegram_config())
     entities = sorted(
-        (TextEntity(e.type, e.offset, e.length, e.url, e.language) for e in raw
-         if e.type != "text_link" or _LINK_SCHEME.match(e.url or "")),  # e.g. a bare email: Telegram links it
+        (
+            TextEntity(e.type, e.offset, e.length, e.url, e.language)
+            for e in raw
+            # e.g. a bare email: Telegram links it
+            if e.type != "text_link" or _LINK_SCHEME.match(e.url or "")
+        ),
         key=lambda e: (e.offset, -e.length, e.type),
     )
     entities = _drop_nested_quotes(entities)
@@ -46,7 +50,8 @@ def render_telegram(markdown: str) -> Rendered:
 
 
 def _drop_nested_quotes(entities: list[TextEntity]) -> list[TextEntity]:
-    """Telegram has one quote level (nested blockquote entities are refused); the outer quote stays."""
+    """Telegram has one quote level (nested blockquote
+    entities are refused); the outer quote stays."""
     out: list[TextEntity] = []
     quote_end = -1
     for e in entities:  # sorted: an outer quote comes before the quotes inside it
@@ -59,7 +64,8 @@ def _drop_nested_quotes(entities: list[TextEntity]) -> list[TextEntity]:
 
 
 def _escape_raw_html(markdown: str) -> str:
-    """Backslash-escape raw HTML so Telegram shows `<b>x</b>` as typed; telegramify would drop it."""
+    """Backslash-escape raw HTML so Telegram shows
+    `<b>x</b>` as typed; telegramify would drop it."""
     if "<" not in markdown:
         return markdown
     data = markdown.encode("utf-8")
@@ -77,7 +83,8 @@ def _escape_raw_html(markdown: str) -> str:
 
 
 def _tables_as_code(markdown: str) -> str:
-    """Top-level tables become code blocks laid out like the other flavours' (telegramify pads by `len`)."""
+    """Top-level tables become code blocks laid out like
+    the other flavours' (telegramify pads by `len`)."""
     if "|" not in markdown:
         return markdown
     data = markdown.encode("utf-8")
@@ -108,7 +115,7 @@ def _tables_as_code(markdown: str) -> str:
         elif name == "Table":
             table = format_table(rows, aligns)
             fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", table)), default=0))
-            out += [data[cursor:where["start"]], f"{fence}\n{table}\n{fence}\n".encode()]
+            out += [data[cursor : where["start"]], f"{fence}\n{table}\n{fence}\n".encode()]
             cursor = where["end"]
         elif cell is not None:
             cell.extend(str(v) for k, v in payload.items() if k in ("Text", "Code", "InlineHtml"))

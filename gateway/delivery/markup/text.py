@@ -1,5 +1,6 @@
-"""The model's Markdown as marked-up text for Slack (mrkdwn), Discord (its Markdown) and plain text: a walk
-over markdown-it's block tree that escapes per flavour and records the spans and fences chunking must respect."""
+"""The model's Markdown as marked-up text for Slack (mrkdwn), Discord (its Markdown) and plain text:
+a walk over markdown-it's block tree that escapes per flavour and records the spans and fences
+chunking must respect."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class _Line:
         self.prefix = ""
         self.content = content
         self.start = 0  # set when the document is assembled
-        self.lead = 0  # length of the prefix as written (a blank line's trailing spaces are trimmed)
+        # length of the prefix as written (a blank line's trailing spaces are trimmed)
+        self.lead = 0
 
 
 _Pos = tuple[_Line, int]  # (line, column in its content)
@@ -89,21 +91,24 @@ class _Buf:
 
 
 class MarkupRenderer:
-    """One render of one document in one flavour: marks are kept as line positions until `_assemble`."""
+    """One render of one document in one flavour: marks
+    are kept as line positions until `_assemble`."""
 
     def __init__(self, flavor: Flavor) -> None:
         self.flavor = flavor
         self.strong, self.em, self.strike = _EMPHASIS[flavor]
         self.keeps: list[tuple[_Pos, _Pos]] = []
         self.syntax: list[tuple[_Pos, _Pos, str]] = []
-        self.fences: list[tuple[_Line, _Line, _Line, _Line]] = []  # open, first body, last body, close
+        # open, first body, last body, close
+        self.fences: list[tuple[_Line, _Line, _Line, _Line]] = []
         self.depth = 0
 
     def render(self, markdown: str) -> Rendered:
         return self._assemble(self._blocks(tree(parser().parse(markdown))))
 
     def render_flat(self, markdown: str) -> Rendered:
-        """Every source line as text, escaped for the flavour: for documents nested too deep to parse."""
+        """Every source line as text, escaped for the
+        flavour: for documents nested too deep to parse."""
         buf = _Buf()
         for line in markdown.splitlines():
             self._text(buf, line)
@@ -182,7 +187,9 @@ class MarkupRenderer:
     def _list(self, node: Node) -> list[_Line]:
         ordered = node.type == "ordered_list"
         number = int(node.token.attrs.get("start", 1)) if ordered else 0
-        tight = all(c.token.hidden for item in node.children for c in item.children if c.type == "paragraph")
+        tight = all(
+            c.token.hidden for item in node.children for c in item.children if c.type == "paragraph"
+        )
         out: list[_Line] = []
         self.depth += 1
         for item in node.children:
@@ -219,7 +226,9 @@ class MarkupRenderer:
     def _inline(self, buf: _Buf, nodes: Sequence[Node], *, soft: str = "\n") -> None:
         self._tokens(buf, inline_tokens(nodes), soft=soft)
 
-    def _tokens(self, buf: _Buf, tokens: list[Token], *, soft: str = "\n", in_link: bool = False) -> None:
+    def _tokens(
+        self, buf: _Buf, tokens: list[Token], *, soft: str = "\n", in_link: bool = False
+    ) -> None:
         opened: list[int] = []
         i = 0
         while i < len(tokens):
@@ -240,14 +249,16 @@ class MarkupRenderer:
                     buf.keeps.append((opened.pop(), buf.size))
             elif kind == "link_open":
                 end = matching_close(tokens, i)
-                self._link(buf, str(tok.attrs.get("href", "")), tokens[i + 1:end])
+                self._link(buf, str(tok.attrs.get("href", "")), tokens[i + 1 : end])
                 i = end
             elif kind == "image":
                 self._link(buf, str(tok.attrs.get("src", "")), tok.children or [])
             i += 1
 
     def _marker(self, kind: str) -> str:
-        return {"strong": self.strong, "em": self.em, "s": self.strike}.get(kind.rsplit("_", 1)[0], "")
+        return {"strong": self.strong, "em": self.em, "s": self.strike}.get(
+            kind.rsplit("_", 1)[0], ""
+        )
 
     def _text(self, buf: _Buf, text: str, *, in_link: bool = False) -> None:
         if self.flavor == "slack":
@@ -261,10 +272,12 @@ class MarkupRenderer:
         start = buf.size
         if self.flavor == "slack":
             buf.markup("`")
-            _slack_escape(buf, code.replace("`", "\u02cb"))  # Slack code spans cannot hold a backtick
+            # Slack code spans cannot hold a backtick
+            _slack_escape(buf, code.replace("`", "\u02cb"))
             buf.markup("`")
         elif self.flavor == "discord":
-            code = re.sub(r"`(?=`)", "`\u200b", code)  # no run of two, so the delimiter never reads as a fence
+            # no run of two, so the delimiter never reads as a fence
+            code = re.sub(r"`(?=`)", "`\u200b", code)
             tick = "``" if "`" in code else "`"
             pad = " " if code.startswith("`") or code.endswith("`") else ""
             buf.markup(tick + pad)
@@ -277,7 +290,8 @@ class MarkupRenderer:
     def _link(self, buf: _Buf, url: str, inner: list[Token]) -> None:
         label = plain_inline_tokens(inner, soft=" ")
         is_bare = not label or label == url
-        shows_target = is_bare or label == url.removeprefix("mailto:")  # the label alone says where it goes
+        # the label alone says where it goes
+        shows_target = is_bare or label == url.removeprefix("mailto:")
         start = buf.size
         if self.flavor == "slack":  # Slack needs &, <, > escaped in plain text too
             target = _slack_text(url).replace("|", "%7C")
@@ -336,11 +350,22 @@ class MarkupRenderer:
         keeps = sorted((at(a), at(b)) for a, b in self.keeps)
         syntax = sorted((at(a), at(b), plain) for a, b, plain in self.syntax)
         fences = tuple(
-            Fence(at((o, 0)), first.start, at((last, len(last.content))), at((c, len(FENCE))), c.prefix, o.content)
+            Fence(
+                at((o, 0)),
+                first.start,
+                at((last, len(last.content))),
+                at((c, len(FENCE))),
+                c.prefix,
+                o.content,
+            )
             for o, first, last, c in self.fences
         )
-        return Rendered(text, keeps=tuple(k for k in keeps if k[1] - k[0] > 1), fences=fences,
-                        syntax=tuple(syntax))
+        return Rendered(
+            text,
+            keeps=tuple(k for k in keeps if k[1] - k[0] > 1),
+            fences=fences,
+            syntax=tuple(syntax),
+        )
 
 
 def _slack_text(text: str) -> str:
@@ -350,7 +375,7 @@ def _slack_text(text: str) -> str:
 def _slack_escape(buf: _Buf, text: str) -> None:
     last = 0
     for m in _SLACK_SPECIAL.finditer(text):
-        buf.add(text[last:m.start()])
+        buf.add(text[last : m.start()])
         buf.atom(_SLACK_ESCAPES[m.group()])
         last = m.end()
     buf.add(text[last:])
@@ -364,8 +389,11 @@ def _discord_escape(buf: _Buf, text: str, *, in_link: bool) -> None:
     last = 0
     for url in [*_URL_RE.finditer(text), None]:
         end = url.start() if url else len(text)
-        marks.update(m.start() for m in _DISCORD_SPECIAL.finditer(text, last, end)
-                     if not _is_intraword_underscore(text, m.start()))
+        marks.update(
+            m.start()
+            for m in _DISCORD_SPECIAL.finditer(text, last, end)
+            if not _is_intraword_underscore(text, m.start())
+        )
         last = url.end() if url else end
     if in_link:
         marks.update(i for i, c in enumerate(text) if c in "[]")
@@ -378,5 +406,8 @@ def _discord_escape(buf: _Buf, text: str, *, in_link: bool) -> None:
 
 
 def _is_intraword_underscore(text: str, i: int) -> bool:
-    """snake_case needs no escape: Discord's `_` italics need a word boundary outside the underscores."""
-    return (text[i] == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum())
+    """snake_case needs no escape: Discord's `_` italics
+    need a word boundary outside the underscores."""
+    return (
+        text[i] == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+    )

@@ -1,5 +1,5 @@
-"""The model's Markdown parsed by markdown-it into a tree of blocks, with the plain text of inline runs and of
-table cells: what the text renderer (Slack, Discord, plain) walks."""
+"""The model's Markdown parsed by markdown-it into a tree of blocks, with the plain text of inline
+runs and of table cells: what the text renderer (Slack, Discord, plain) walks."""
 
 from __future__ import annotations
 
@@ -17,14 +17,17 @@ _LANG_RE = re.compile(r"[A-Za-z0-9_+#.-]{1,24}")
 @functools.cache
 def parser() -> MarkdownIt:
     # html off: raw HTML reaches us as text, so it is shown as typed rather than dropped.
-    # maxNesting high: at the limit markdown-it silently drops the deeper text. Too deep a document hits
-    # RecursionError instead, and render() falls back to text without formatting.
-    return MarkdownIt("commonmark", {"html": False, "maxNesting": 10_000}).enable(["table", "strikethrough"])
+    # maxNesting high: at the limit markdown-it silently drops the deeper text. Too deep a document
+    # hits RecursionError instead, and render() falls back to text without formatting.
+    return MarkdownIt("commonmark", {"html": False, "maxNesting": 10_000}).enable(
+        ["table", "strikethrough"]
+    )
 
 
 @dataclass(slots=True)
 class Node:
-    """A block of the parse: `token` is the block's opening token (or the token itself for leaves)."""
+    """A block of the parse: `token` is the block's
+    opening token (or the token itself for leaves)."""
 
     type: str
     token: Token
@@ -88,4 +91,3 @@ def table_rows(node: Node) -> tuple[list[list[str]], list[str]]:
             if not aligns:
                 aligns = [str(cell.token.attrs.get("style", "")) for cell in tr.children]
     return rows, aligns
-
