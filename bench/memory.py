@@ -63,8 +63,8 @@ if step == "model":
     build_llm(config, dict(os.environ), probe_ollama=False)
 elif step.startswith("adapters."):
     importlib.import_module(step)
-print(next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
-      / 1024)
+status = Path("/proc/self/status").read_text().splitlines()
+print(next(int(l.split()[1]) for l in status if l.startswith("VmRSS:")) / 1024)
 """
 ADAPTER_MODULES = {
     "web": "adapters.webchat",

@@ -6,7 +6,7 @@ The fake model streams each answer in `--pieces` pieces, `--every` seconds apart
 a human pace); the first piece's write is the first token. Measured on this process's monotonic
 clock, per answer:
   web chat   first token written → the first `draft` frame arrives on the browser's WebSocket
-  Telegram   first token written → the fake Bot API receives the first sendMessageDraft (a private chat)
+  Telegram   first token written → the fake Bot API gets the first sendMessageDraft (private chat)
 minus the time the preview had to wait for the chat's pacing (none here: each answer goes to a chat
 that has not had a message for longer than the pacing interval). Goal: p99 ≤ 50 ms. Calls per
 answer: web frames (draft, deltas, the reply), Telegram requests (drafts and the final sendMessage).

@@ -1,30 +1,29 @@
-"""The gateway's exception tree; foreign exceptions are
-translated into these where a library is called.
+"""The gateway's exception tree; foreign exceptions become these where a library is called.
 
 GatewayError
-├── ConfigError(file, line, key)          bad config: the daemon exits 78
-├── StoreError                            a row that cannot be read or written
-│   ├── StoreUnavailable(reason)          the database takes no writes now: busy, full, read-only, I/O
-│   └── TurnGone                          the message a turn answers was deleted as it ran (its person forgotten)
-├── HomeLocked                            another process holds the home's lock: exit 75 at once
-├── HomeUnusable                          the home or state.db cannot be used (read-only, damaged): exit 78
+├── ConfigError(file, line, key)      bad config: the daemon exits 78
+├── StoreError                        a row that cannot be read or written
+│   ├── StoreUnavailable(reason)      the database takes no writes now: busy, full, read-only, I/O
+│   └── TurnGone                      a turn's message was deleted as it ran (its person forgotten)
+├── HomeLocked                        another process holds the home's lock: exit 75 at once
+├── HomeUnusable                      home or state.db unusable (read-only, damaged): exit 78
 ├── AdapterError(platform)
-│   ├── RateLimited(retry_after)          429: pause the chat (or the bot) that long
-│   ├── MarkupRejected                    the platform refused our markup: resend as plain text
-│   ├── RecipientUnavailable              403 blocked / kicked: do not retry
-│   ├── PlatformUnavailable               5xx, resets, timeouts: retry with backoff
-│   ├── PreviewGone                       the message a live preview showed was deleted: post anew
-│   └── AdapterFatal                      bad token, disallowed intents: stay down, no restarts
+│   ├── RateLimited(retry_after)      429: pause the chat (or the bot) that long
+│   ├── MarkupRejected                the platform refused our markup: resend as plain text
+│   ├── RecipientUnavailable          403 blocked / kicked: do not retry
+│   ├── PlatformUnavailable           5xx, resets, timeouts: retry with backoff
+│   ├── PreviewGone                   the message a live preview showed was deleted: post anew
+│   └── AdapterFatal                  bad token, disallowed intents: stay down, no restarts
 ├── LLMError
 │   ├── LLMTimeout
-│   ├── LLMUnavailable                    429/5xx/529 after the client's retries
-│   ├── LLMRejected                       4xx that retrying cannot fix (bad key, bad request)
-│   └── LLMNotConfigured                  no model and nothing found to fall back on
-├── ToolError                             a tool refused or failed; the model sees the message
-├── MediaError                            an attachment could not be used (the user is told why)
-│   ├── MediaTooLarge(size, limit)        over media.max_bytes or the platform's own cap
-│   └── MediaUnavailable(transient)       download failed: gone, refused, network (429/5xx: again)
-└── SpeechError                           a voice reply could not be made; its text went out before
+│   ├── LLMUnavailable                429/5xx/529 after the client's retries
+│   ├── LLMRejected                   4xx that retrying cannot fix (bad key, bad request)
+│   └── LLMNotConfigured              no model and nothing found to fall back on
+├── ToolError                         a tool refused or failed; the model sees the message
+├── MediaError                        an attachment could not be used (the user is told why)
+│   ├── MediaTooLarge(size, limit)    over media.max_bytes or the platform's own cap
+│   └── MediaUnavailable(transient)   download failed: gone, refused, network (429/5xx: again)
+└── SpeechError                       a voice reply could not be made; its text went out before
 """
 
 from __future__ import annotations

@@ -81,10 +81,8 @@ _FLAGS = re.IGNORECASE
 _S = r"\s+"  # words may be separated by any run of whitespace, newlines included
 _ARTICLES = r"(?:(?:all|any|of|the|your|my|these|those|every|everything)\s+)*"
 # An env var whose name says it holds a secret: $OPENAI_API_KEY, ${GITHUB_TOKEN}, $env:DB_PASSWORD.
-_SECRET_VAR = (
-    r"(?:\w*_)?(?:api_?key|key|token|secret|pass|"
-    r"passw(?:or)?d|credentials?|auth(?:_token)?)(?:_\w*)?\b"
-)
+_SECRET_WORDS = r"api_?key|key|token|secret|pass|passw(?:or)?d|credentials?|auth(?:_token)?"
+_SECRET_VAR = rf"(?:\w*_)?(?:{_SECRET_WORDS})(?:_\w*)?\b"
 # Paths that hold credentials (.env.example is not one).
 _SECRET_FILE = (
     r"(?:\.env(?![\w.-])|~/\.ssh\b|\.ssh/|\bid_(?:rsa|ed25519|ecdsa|dsa)\b|\.aws/|\.netrc\b|\.pgpass\b"

@@ -128,7 +128,8 @@ def test_every_secret_field_of_the_config_is_found(tmp_path: Path) -> None:
         web: {auth_token: web-token-123456}
         telegram: {token: "${TG}", secret_token: hook-secret-123456}
         discord: {token: discord-token-123456}
-        slack: {bot_token: xoxb-slack-123456, app_token: xapp-slack-123456, signing_secret: signing-123456}
+        slack: {bot_token: xoxb-slack-123456, app_token: xapp-slack-123456,
+                signing_secret: signing-123456}
         """)
     )
     config = load_config(tmp_path, env={"TG": "tg-from-env-123456"})

@@ -200,14 +200,15 @@ def test_the_page_grows_the_draft_and_puts_the_reply_in_its_place(tmp_path: Path
     harness = (
         textwrap.dedent("""\
         const nodes = [];
-        function el(tag) { return { tag, className: "", innerHTML: "", textContent: "", children: [],
-          appendChild(c) { nodes.push(c); }, replaceChildren() {}, remove() { this.removed = true; },
-          addEventListener() {}, scrollTop: 0, scrollHeight: 0, value: "" }; }
+        function el(tag) { return { tag, className: "", innerHTML: "", textContent: "",
+          children: [], appendChild(c) { nodes.push(c); }, replaceChildren() {},
+          remove() { this.removed = true; }, addEventListener() {}, scrollTop: 0, scrollHeight: 0,
+          value: "" }; }
         const byId = { log: el("main"), input: el("textarea"), status: el("span"), form: el("form"),
           "new-chat": el("button"), banner: el("p"), picker: el("input"), files: el("div"),
           attach: el("button") };
-        globalThis.document = { getElementById: (id) => byId[id], createElement: el, addEventListener() {},
-                                body: el("body") };
+        globalThis.document = { getElementById: (id) => byId[id], createElement: el,
+                                addEventListener() {}, body: el("body") };
         globalThis.localStorage = { getItem: () => "c1", setItem() {} };
         globalThis.matchMedia = () => ({ matches: false, addEventListener() {} });
         globalThis.location = { protocol: "http:", host: "x", search: "" };
@@ -219,7 +220,8 @@ def test_the_page_grows_the_draft_and_puts_the_reply_in_its_place(tmp_path: Path
         + script
         + textwrap.dedent(f"""
         for (const f of {json.dumps(frames)}) sock.onmessage({{ data: JSON.stringify(f) }});
-        console.log(JSON.stringify(nodes.filter((n) => !n.removed).map((n) => [n.className, n.innerHTML || n.textContent])));
+        const shown = nodes.filter((n) => !n.removed);
+        console.log(JSON.stringify(shown.map((n) => [n.className, n.innerHTML || n.textContent])));
         """)
     )
     path = tmp_path / "page.js"

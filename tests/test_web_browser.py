@@ -32,7 +32,10 @@ pytestmark = needs_browser()
 
 EVIL_PAGE = """<!doctype html><title>waiting</title><script>
 const ws = new WebSocket("ws://127.0.0.1:%(port)s/ws?client=victim");
-ws.onopen = () => { ws.send(JSON.stringify({text: "planted by another page"})); document.title = "opened"; };
+ws.onopen = () => {
+  ws.send(JSON.stringify({text: "planted by another page"}));
+  document.title = "opened";
+};
 ws.onerror = () => { document.title = "refused"; };
 </script>"""
 

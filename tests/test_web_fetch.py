@@ -32,11 +32,13 @@ PUBLIC = "93.184.216.34"  # what the fake DNS says news.test is; dialled on the 
 ARTICLE = """<html><head><title>Tidal power in the Orkneys</title></head><body>
 <nav><a href="/">Home</a> | <a href="/login">Log in</a> | Subscribe now!</nav>
 <article><h1>Tidal power in the Orkneys</h1>
-<p>The strait between the islands moves more water each day than every river in Scotland together, and the
-first turbines anchored to its floor have now run through three winters without a major repair.</p>
+<p>The strait between the islands moves more water each day than every river in Scotland
+together, and the first turbines anchored to its floor have now run through three winters
+without a major repair.</p>
 <h2>What the engineers learned</h2>
-<p>Blades made of composite survived the storms, while the early steel hubs corroded within months; the newest
-design keeps every moving part above the waterline where divers are not needed to service it.</p>
+<p>Blades made of composite survived the storms, while the early steel hubs corroded within
+months; the newest design keeps every moving part above the waterline where divers are not
+needed to service it.</p>
 </article><footer>Cookie settings · Accept all · Privacy</footer></body></html>"""
 
 

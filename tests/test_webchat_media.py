@@ -221,21 +221,24 @@ def test_the_page_uploads_the_chosen_file_then_names_it_in_the_message(tmp_path:
     script = page.split("<script>", 1)[1].split("</script>", 1)[0]
     harness = (
         textwrap.dedent("""\
-        function el(tag) { return { tag, className: "", innerHTML: "", textContent: "", children: [], dataset: {},
-          classList: { add() {}, remove() {} }, h: {}, appendChild(c) {}, replaceChildren(...c) { this.children = c; },
-          remove() {}, addEventListener(t, f) { this.h[t] = f; }, focus() {}, click() {}, scrollTop: 0,
+        function el(tag) { return { tag, className: "", innerHTML: "", textContent: "",
+          children: [], dataset: {}, classList: { add() {}, remove() {} }, h: {},
+          appendChild(c) {}, replaceChildren(...c) { this.children = c; }, remove() {},
+          addEventListener(t, f) { this.h[t] = f; }, focus() {}, click() {}, scrollTop: 0,
           scrollHeight: 0, value: "" }; }
         const byId = { log: el("main"), input: el("textarea"), status: el("span"), form: el("form"),
-          "new-chat": el("button"), banner: el("p"), picker: el("input"), files: el("div"), attach: el("button") };
-        globalThis.document = { getElementById: (id) => byId[id], createElement: el, addEventListener() {},
-                                body: el("body") };
+          "new-chat": el("button"), banner: el("p"), picker: el("input"), files: el("div"),
+          attach: el("button") };
+        globalThis.document = { getElementById: (id) => byId[id], createElement: el,
+                                addEventListener() {}, body: el("body") };
         globalThis.localStorage = { getItem: () => "c1", setItem() {} };
         globalThis.matchMedia = () => ({ matches: false, addEventListener() {} });
         globalThis.location = { protocol: "http:", host: "x", search: "" };
         const uploads = [], frames = [];
         globalThis.FormData = class { append(key, file, name) { uploads.push([key, name]); } };
-        globalThis.fetch = async (url, opts) => ({ ok: true, json: async () =>
-          ({ id: "0123456789abcdef0123456789abcdef", name: "cat.png", type: "image/png", size: 3 }) });
+        const uploaded = { id: "0123456789abcdef0123456789abcdef", name: "cat.png",
+          type: "image/png", size: 3 };
+        globalThis.fetch = async (url, opts) => ({ ok: true, json: async () => uploaded });
         let sock;
         globalThis.WebSocket = class { constructor() { sock = this; this.readyState = 1; }
                                        send(f) { frames.push(JSON.parse(f)); } };

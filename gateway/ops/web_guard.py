@@ -59,8 +59,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 LOCKED_PAGE = """<!doctype html><meta charset="utf-8"><title>agent-gateway: log in</title>
-<p>This web chat needs its login link. On the machine that runs the gateway, run <code>gateway web-url</code>
-and open the link it prints (it sets a cookie in this browser).</p>
+<p>This web chat needs its login link. On the machine that runs the gateway,
+run <code>gateway web-url</code> and open the link it prints (it sets a cookie in this browser).</p>
 """
 
 
