@@ -385,38 +385,10 @@ def install(
     for warning in plan.warnings:
         out(f"warning: {warning}")
     if dry_run:
-        out(f"# would write {plan.unit_path}:")
-        out(plan.unit_text.rstrip("\n"))
-        if plan.create_env_file and not plan.env_file.exists():
-            out(f"# would create {plan.env_file} (mode 0600) for tokens")
-        for argv in plan.commands if enable else ():
-            out(f"# would run: {' '.join(argv)}")
-        if plan.linger_user and not (linger_dir / plan.linger_user).exists():
-            out(
-                f"# would run: loginctl enable-linger {plan.linger_user}"
-                if enable
-                else "# linger is off: run `loginctl enable-linger "
-                f"{plan.linger_user}` so it runs while you are logged out"
-            )
+        _say_dry_run(plan, enable, out, linger_dir)
         return 0
-    try:
-        plan.unit_path.parent.mkdir(parents=True, exist_ok=True)
-        plan.unit_path.write_text(plan.unit_text, encoding="utf-8")
-        plan.unit_path.chmod(0o644)
-    except PermissionError:
-        out(
-            f"cannot write {plan.unit_path}: permission denied (a system unit needs root: sudo "
-            "gateway install-service --system)"
-        )
+    if not _write_unit(plan, out):
         return 1
-    out(f"wrote {plan.unit_path}")
-    if plan.create_env_file:
-        _ensure_env_file(plan.env_file, out)
-    elif not plan.env_file.exists():
-        out(
-            f"not created: {plan.env_file} (--unit-dir writes only the unit); the unit reads "
-            "tokens from it if you create it (mode 0600)"
-        )
     if not enable:
         for argv in plan.commands:
             out(f"next: {' '.join(argv)}")
@@ -427,6 +399,45 @@ def install(
             return 1
     _say_linger(plan, linger_dir, out, run=run)
     return 0
+
+
+def _say_dry_run(plan: Plan, enable: bool, out: Callable[[str], None], linger_dir: Path) -> None:
+    out(f"# would write {plan.unit_path}:")
+    out(plan.unit_text.rstrip("\n"))
+    if plan.create_env_file and not plan.env_file.exists():
+        out(f"# would create {plan.env_file} (mode 0600) for tokens")
+    for argv in plan.commands if enable else ():
+        out(f"# would run: {' '.join(argv)}")
+    if plan.linger_user and not (linger_dir / plan.linger_user).exists():
+        out(
+            f"# would run: loginctl enable-linger {plan.linger_user}"
+            if enable
+            else "# linger is off: run `loginctl enable-linger "
+            f"{plan.linger_user}` so it runs while you are logged out"
+        )
+
+
+def _write_unit(plan: Plan, out: Callable[[str], None]) -> bool:
+    """The unit file, and the env file beside it (or a word on why not); False if not allowed."""
+    try:
+        plan.unit_path.parent.mkdir(parents=True, exist_ok=True)
+        plan.unit_path.write_text(plan.unit_text, encoding="utf-8")
+        plan.unit_path.chmod(0o644)
+    except PermissionError:
+        out(
+            f"cannot write {plan.unit_path}: permission denied (a system unit needs root: sudo "
+            "gateway install-service --system)"
+        )
+        return False
+    out(f"wrote {plan.unit_path}")
+    if plan.create_env_file:
+        _ensure_env_file(plan.env_file, out)
+    elif not plan.env_file.exists():
+        out(
+            f"not created: {plan.env_file} (--unit-dir writes only the unit); the unit reads "
+            "tokens from it if you create it (mode 0600)"
+        )
+    return True
 
 
 def _ensure_env_file(path: Path, out: Callable[[str], None]) -> None:

@@ -92,15 +92,9 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
             i += 2
             continue
         if not in_code and (i == 0 or text[i - 1] == "\n"):
-            if quote is None and (c == ">" or text.startswith("**>", i)):
-                quote = {
-                    "type": "expandable_blockquote" if c == "*" else "blockquote",
-                    "offset": out.u16,
-                }
-                i += 1 if c == ">" else 3
-                continue
-            if quote is not None and c == ">":
-                i += 1
+            quote, marker = _quote_marker(text, i, quote, out)
+            if marker:
+                i += marker
                 continue
         if c == "\n" and quote is not None and not in_code and at(i + 1) != ">":
             entities.append(_entity(quote["type"], quote["offset"], out.u16))
@@ -119,31 +113,48 @@ def parse_markdown_v2(text: str) -> tuple[str, list[dict[str, Any]]]:
             out.add(c)
             i += 1
             continue
-        top = stack[-1]["type"] if stack else None
-        closes = {
-            "bold": c == "*",
-            "italic": c == "_" and at(i + 1) != "_",
-            "code": c == "`",
-            "pre": text.startswith("```", i),
-            "text_link": c == "]",
-            "custom_emoji": c == "]",
-            "underline": text.startswith("__", i),
-            "strikethrough": c == "~",
-            "spoiler": text.startswith("||", i),
-        }.get(top or "", False)
-        if not closes:
+        if stack and _closes(stack[-1]["type"], text, i):
+            i = _close_v2(text, i, out, stack, entities)
+        else:
             i = _open_v2(text, i, out, stack)
-            continue
-        i = _close_v2(text, i, out, stack, entities)
     if stack:
-        top = stack[-1]
-        name = (
-            "PreCode" if top["type"] == "pre" and top.get("language") else _TYPE_NAMES[top["type"]]
-        )
-        raise EntityParseError(f"Can't find end of {name} entity at byte offset {top['byte']}")
+        raise _unclosed(stack[-1])
     if quote is not None:
         entities.append(_entity(quote["type"], quote["offset"], out.u16))
     return out.text(), sorted(entities, key=lambda e: (e["offset"], -e["length"]))
+
+
+def _quote_marker(
+    text: str, i: int, quote: dict[str, Any] | None, out: _Out
+) -> tuple[dict[str, Any] | None, int]:
+    """At a line's start outside code: the quote a `>` or `**>` opens or a `>` goes on with, and
+    the marker's length (0: no marker)."""
+    c = text[i]
+    if quote is None and (c == ">" or text.startswith("**>", i)):
+        kind = "expandable_blockquote" if c == "*" else "blockquote"
+        return {"type": kind, "offset": out.u16}, 1 if c == ">" else 3
+    return quote, 1 if quote is not None and c == ">" else 0
+
+
+def _closes(kind: str, text: str, i: int) -> bool:
+    """Whether the reserved character at `i` closes the innermost open entity."""
+    c = text[i]
+    return {
+        "bold": c == "*",
+        "italic": c == "_" and text[i + 1 : i + 2] != "_",
+        "code": c == "`",
+        "pre": text.startswith("```", i),
+        "text_link": c == "]",
+        "custom_emoji": c == "]",
+        "underline": text.startswith("__", i),
+        "strikethrough": c == "~",
+        "spoiler": text.startswith("||", i),
+    }[kind]
+
+
+def _unclosed(top: dict[str, Any]) -> EntityParseError:
+    name = "PreCode" if top["type"] == "pre" and top.get("language") else _TYPE_NAMES[top["type"]]
+    return EntityParseError(f"Can't find end of {name} entity at byte offset {top['byte']}")
 
 
 def _open_v2(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -> int:
@@ -167,22 +178,34 @@ def _open_v2(text: str, i: int, out: _Out, stack: list[dict[str, Any]]) -> int:
     elif c == "!" and text.startswith("![", i):
         entry["type"], i = "custom_emoji", i + 2
     elif c == "`" and text.startswith("```", i):
-        entry["type"], i = "pre", i + 3
-        end = i
-        while end < len(text) and not text[end].isspace() and text[end] != "`":
-            end += 1
-        if end != i and end < len(text) and text[end] != "`":
-            entry["language"], i = text[i:end], end
-        if text.startswith(("\r\n", "\n\r"), i):
-            i += 2
-        elif text[i : i + 1] in ("\n", "\r"):
-            i += 1
+        i = _open_pre(text, i + 3, entry)
     elif c == "`":
         entry["type"], i = "code", i + 1
     else:
         raise _reserved(c)
     stack.append(entry)
     return i
+
+
+def _open_pre(text: str, i: int, entry: dict[str, Any]) -> int:
+    """A pre block's language and the line break after it, from just past its opening ```."""
+    entry["type"] = "pre"
+    language, i = _pre_language(text, i)
+    if language:
+        entry["language"] = language
+    if text.startswith(("\r\n", "\n\r"), i):
+        return i + 2
+    return i + 1 if text[i : i + 1] in ("\n", "\r") else i
+
+
+def _pre_language(text: str, i: int) -> tuple[str, int]:
+    """The language word right after a pre block's opening ```, and the index past it."""
+    end = i
+    while end < len(text) and not text[end].isspace() and text[end] != "`":
+        end += 1
+    if end != i and end < len(text) and text[end] != "`":
+        return text[i:end], end
+    return "", i
 
 
 def _close_v2(
@@ -381,42 +404,45 @@ def parse_markdown(text: str) -> tuple[str, list[dict[str, Any]]]:
         if c == "\\" and i + 1 < n and text[i + 1] in "_*`[":
             out.add(text[i + 1])
             i += 2
-            continue
-        if c not in "_*`[":
+        elif c not in "_*`[":
             out.add(c)
             i += 1
-            continue
-        begin, end_char, is_pre, language = i, "]" if c == "[" else c, False, ""
-        if text.startswith("```", i):
-            is_pre, i = True, i + 3
-            end = i
-            while end < n and not text[end].isspace() and text[end] != "`":
-                end += 1
-            if end != i and end < n and text[end] != "`":
-                language, i = text[i:end], end
-            if text[i : i + 1] == "\n":
-                i += 1
         else:
-            i += 1
-        start = out.u16
-        while i < n and (text[i] != end_char or (is_pre and not text.startswith("```", i))):
-            out.add(text[i])
-            i += 1
-        if i >= n:
-            raise EntityParseError(
-                f"Can't find end of the entity starting at byte offset {_byte_offset(text, begin)}"
-            )
-        if c == "[":
-            url = ""
-            if text[i + 1 : i + 2] == "(":
-                close = text.find(")", i + 2)
-                if close != -1:
-                    url, i = text[i + 2 : close], close
-            if url and out.u16 != start:
-                entities.append(_entity("text_link", start, out.u16, url=url))
-        elif out.u16 != start:
-            kind = {"_": "italic", "*": "bold"}.get(c, "pre" if is_pre else "code")
-            extra = {"language": language} if is_pre and language else {}
-            entities.append(_entity(kind, start, out.u16, **extra))
-        i += 3 if is_pre else 1
+            i = _markdown_entity(text, i, out, entities)
     return out.text(), entities
+
+
+def _markdown_entity(text: str, i: int, out: _Out, entities: list[dict[str, Any]]) -> int:
+    """The entity whose opening character is at `i`; the index past its closing one."""
+    c, begin = text[i], i
+    is_pre = text.startswith("```", i)
+    language, i = _pre_language(text, i + 3) if is_pre else ("", i + 1)
+    if is_pre and text[i : i + 1] == "\n":
+        i += 1
+    start = out.u16
+    end = "```" if is_pre else "]" if c == "[" else c
+    while i < len(text) and not text.startswith(end, i):
+        out.add(text[i])
+        i += 1
+    if i >= len(text):
+        raise EntityParseError(
+            f"Can't find end of the entity starting at byte offset {_byte_offset(text, begin)}"
+        )
+    if c == "[":
+        url, i = _link_target(text, i)
+        if url and out.u16 != start:
+            entities.append(_entity("text_link", start, out.u16, url=url))
+    elif out.u16 != start:
+        kind = {"_": "italic", "*": "bold"}.get(c, "pre" if is_pre else "code")
+        extra = {"language": language} if is_pre and language else {}
+        entities.append(_entity(kind, start, out.u16, **extra))
+    return i + (3 if is_pre else 1)
+
+
+def _link_target(text: str, i: int) -> tuple[str, int]:
+    """A legacy link's URL when `(url)` follows its `]` at `i`, and the index of its end."""
+    if text[i + 1 : i + 2] == "(":
+        close = text.find(")", i + 2)
+        if close != -1:
+            return text[i + 2 : close], close
+    return "", i

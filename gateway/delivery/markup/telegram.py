@@ -7,7 +7,7 @@ import bisect
 import functools
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pyromark  # telegramify-markdown's own parser; used only to find raw HTML it would drop
 import telegramify_markdown
@@ -90,9 +90,7 @@ def _tables_as_code(markdown: str) -> str:
     data = markdown.encode("utf-8")
     out: list[bytes] = []
     cursor = depth = 0
-    rows: list[list[str]] = []
-    aligns: list[str] = []
-    cell: list[str] | None = None
+    table = _Table()
     for payload, where in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
         if not isinstance(payload, dict):
             continue
@@ -102,27 +100,45 @@ def _tables_as_code(markdown: str) -> str:
             depth += 1 if "Start" in payload else -1
         elif depth:
             continue
-        elif name == "Table" and isinstance(tag, dict):  # Start: {"Table": ("Left", "None", ...)}
-            rows, aligns = [], [str(a).lower() for a in tag["Table"]]
-        elif name == "TableCell":
-            if "Start" in payload:
-                cell = []
-            else:
-                rows[-1].append("".join(cell or []))
-                cell = None
-        elif name in ("TableHead", "TableRow") and "Start" in payload:
-            rows.append([])
-        elif name == "Table":
-            table = format_table(rows, aligns)
-            fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", table)), default=0))
-            out += [data[cursor : where["start"]], f"{fence}\n{table}\n{fence}\n".encode()]
+        elif name == "Table" and not isinstance(tag, dict):  # End: "Table"
+            out += [data[cursor : where["start"]], table.as_code().encode()]
             cursor = where["end"]
-        elif cell is not None:
-            cell.extend(str(v) for k, v in payload.items() if k in ("Text", "Code", "InlineHtml"))
+        else:
+            table.take(name, tag, payload)
     if not out:
         return markdown
     out.append(data[cursor:])
     return b"".join(out).decode("utf-8")
+
+
+class _Table:
+    """The rows of the table being read, cell by cell, from pyromark's events."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[str]] = []
+        self.aligns: list[str] = []
+        self.cell: list[str] | None = None
+
+    def take(self, name: object, tag: object, payload: Mapping[str, object]) -> None:
+        if name == "Table" and isinstance(tag, dict):  # Start: {"Table": ("Left", "None", ...)}
+            self.rows, self.aligns = [], [str(a).lower() for a in tag["Table"]]
+        elif name == "TableCell" and "Start" in payload:
+            self.cell = []
+        elif name == "TableCell":
+            self.rows[-1].append("".join(self.cell or []))
+            self.cell = None
+        elif name in ("TableHead", "TableRow") and "Start" in payload:
+            self.rows.append([])
+        elif self.cell is not None:
+            self.cell.extend(str(v) for k, v in payload.items() if k in _CELL_TEXT)
+
+    def as_code(self) -> str:
+        table = format_table(self.rows, self.aligns)
+        fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", table)), default=0))
+        return f"{fence}\n{table}\n{fence}\n"
+
+
+_CELL_TEXT = ("Text", "Code", "InlineHtml")
 
 
 def _utf16_to_index(text: str) -> Callable[[int], int]:
