@@ -617,117 +617,125 @@ class KillRun:
         return report
 
     def _verify_delivery(self, report: ChaosReport) -> None:
-        problems = report.problems
         by_chat: dict[str, list[Seen]] = defaultdict(list)
         for s in self.watcher.seen:
             by_chat[s.chat].append(s)
         msgs = [s for s in self.steps if s.kind == "msg"]
         news = [s for s in self.steps if s.kind == "new"]
-        in_flight_dupes = discord_doubles = discord_chunks = 0
-        chunks = 0
+        tally: Counter[str] = Counter()
         for conv in range(self.plan.conversations):
             chat = chat_of(self.plan, conv)
-            received = by_chat.get(chat, [])
-            # every chunk of every answer, as (step index, line) keys: header = line -1
-            occurrences: dict[tuple[int, int], list[Seen]] = defaultdict(list)
-            unexpected: list[str] = []
-            for s in received:
-                keys = [(step_of(tag), -1) for tag, _ in HEADER.findall(s.text)]
-                keys += [(step_of(tag), int(line)) for tag, line in LINE.findall(s.text)]
-                if s.text == NEW_TEXT:
-                    continue
-                if not keys:
-                    unexpected.append(s.text[:120])
-                for key in keys:
-                    occurrences[key].append(s)
-            chunks += len(received)
-            discord_chunks += len(received) if chat.startswith("discord:") else 0
-            if unexpected:
-                problems.append(f"chat {chat}: unexpected messages {unexpected}")
-            expected: set[tuple[int, int]] = set()
-            for step in (s for s in msgs if s.conversation == conv):
-                expected.add((step.index, -1))
-                expected.update((step.index, j) for j in range(step.lines))
-                headers = [x for x in received if f"reply to {step.tag} [users=" in x.text]
-                for h in headers:
-                    got = HEADER.search(h.text)
-                    if got and int(got.group(2)) != step.users:
-                        problems.append(
-                            f"{step.tag}: the model saw {got.group(2)} user messages, expected "
-                            f"{step.users} (history lost or doubled)"
-                        )
-            conv_news = sum(1 for s in news if s.conversation == conv)
-            new_answers = [x for x in received if x.text == NEW_TEXT]
-            if len(new_answers) < conv_news:
-                problems.append(f"chat {chat}: {conv_news} /new sent, {len(new_answers)} answered")
-            elif len(new_answers) > conv_news:
-                explained = sum(1 for x in new_answers if self._in_flight_at_kill(x, received))
-                if len(new_answers) - conv_news > explained:
-                    problems.append(
-                        f"chat {chat}: {conv_news} /new sent, {len(new_answers)} answers"
-                    )
-                else:
-                    in_flight_dupes += len(new_answers) - conv_news
-            for key in expected - set(occurrences):
-                problems.append(
-                    f"chat {chat}: missing c{conv}t{key[0]} "
-                    f"{'header' if key[1] < 0 else f'line {key[1]}'}"
-                )
-            # a chunk seen twice is one pair, however many lines
-            doubled: dict[int, tuple[Seen, Seen]] = {}
-            for key, seen in occurrences.items():
-                if key[0] >= 0 and key not in expected:
-                    problems.append(f"chat {chat}: chunk for an unknown step {key}")
-                for first, again in itertools.pairwise(seen):
-                    doubled[again.index] = (first, again)
-            discord_doubles += len(doubled) if chat.startswith("discord:") else 0
-            for first, again in doubled.values():
-                if self._in_flight_at_kill(first, received):
-                    in_flight_dupes += 1
-                    gap = (self.epochs[first.epoch].killed or 0.0) - first.at
-                    when = (
-                        f"{gap * 1000:.0f} ms before"
-                        if gap >= 0
-                        else f"{-gap * 1000:.0f} ms after the signal of"
-                    )  # its request was already on the wire
-                    report.notes.append(
-                        f"chat {chat}: {first.text[:30]!r}... stored {when} kill "
-                        f"{first.epoch + 1}, sent again after it"
-                    )
-                else:
-                    why = " despite its nonce" if chat.startswith("discord:") else ""
-                    problems.append(
-                        f"chat {chat}: duplicated{why} {first.text[:60]!r} "
-                        f"(daemon lives {first.epoch} and {again.epoch})"
-                    )
-            # per-chat order: first occurrences must follow the conversation's order
-            firsts = sorted(
-                ((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0)
-            )
-            order = [key for _, key in firsts]
-            if order != sorted(order):
-                problems.append(f"chat {chat}: answers out of order: {order[:12]}...")
+            self._verify_chat(conv, chat, by_chat.get(chat, []), report, tally)
+        conversations = range(self.plan.conversations)
         report.counts.update(
             {
                 "conversations": self.plan.conversations,
                 "user messages": len(msgs),
                 "/new commands": len(news),
                 "answers (headers seen)": sum(1 for s in msgs if self.watcher.headers[s.tag] >= 1),
-                "Slack conversations": sum(
-                    1 for i in range(self.plan.conversations) if on_slack(self.plan, i)
-                ),
+                "Slack conversations": sum(1 for i in conversations if on_slack(self.plan, i)),
                 "Discord conversations": sum(
-                    1
-                    for i in range(self.plan.conversations)
-                    if platform_of(self.plan, i) == "discord"
+                    1 for i in conversations if platform_of(self.plan, i) == "discord"
                 ),
-                "chunks delivered": chunks,
-                "chunks resent (in flight at a kill)": in_flight_dupes,
-                "Discord chunks delivered": discord_chunks,
-                "Discord chunks posted twice": discord_doubles,
+                "chunks delivered": tally["chunks"],
+                "chunks resent (in flight at a kill)": tally["in flight"],
+                "Discord chunks delivered": tally["discord chunks"],
+                "Discord chunks posted twice": tally["discord doubles"],
                 "restarts": len(self.epochs) - 1,
             }
         )
+
+    def _verify_chat(
+        self, conv: int, chat: str, received: list[Seen], report: ChaosReport, tally: Counter[str]
+    ) -> None:
+        """One conversation's chat: every chunk of every answer once and in order, and every /new
+        answered once (a chunk in flight at a kill may come twice: counted, not a problem)."""
+        problems = report.problems
+        occurrences, unexpected = _occurrences(received)
+        tally["chunks"] += len(received)
+        tally["discord chunks"] += len(received) if chat.startswith("discord:") else 0
+        if unexpected:
+            problems.append(f"chat {chat}: unexpected messages {unexpected}")
+        expected = self._expected_chunks(conv, received, problems)
+        tally["in flight"] += self._check_new_answers(conv, chat, received, problems)
+        for key in expected - set(occurrences):
+            problems.append(
+                f"chat {chat}: missing c{conv}t{key[0]} "
+                f"{'header' if key[1] < 0 else f'line {key[1]}'}"
+            )
+        # a chunk seen twice is one pair, however many lines
+        doubled: dict[int, tuple[Seen, Seen]] = {}
+        for key, seen in occurrences.items():
+            if key[0] >= 0 and key not in expected:
+                problems.append(f"chat {chat}: chunk for an unknown step {key}")
+            for first, again in itertools.pairwise(seen):
+                doubled[again.index] = (first, again)
+        tally["discord doubles"] += len(doubled) if chat.startswith("discord:") else 0
+        for first, again in doubled.values():
+            tally["in flight"] += self._check_double(chat, first, again, received, report)
+        # per-chat order: first occurrences must follow the conversation's order
+        firsts = sorted((seen[0].index, key) for key, seen in occurrences.items() if key[0] >= 0)
+        order = [key for _, key in firsts]
+        if order != sorted(order):
+            problems.append(f"chat {chat}: answers out of order: {order[:12]}...")
+
+    def _expected_chunks(
+        self, conv: int, received: list[Seen], problems: list[str]
+    ) -> set[tuple[int, int]]:
+        """The (step, line) keys of every answer the conversation's messages ask for; a header
+        that counts other than the step's user messages is a problem."""
+        expected: set[tuple[int, int]] = set()
+        for step in (s for s in self.steps if s.kind == "msg" and s.conversation == conv):
+            expected.add((step.index, -1))
+            expected.update((step.index, j) for j in range(step.lines))
+            headers = [x for x in received if f"reply to {step.tag} [users=" in x.text]
+            for h in headers:
+                got = HEADER.search(h.text)
+                if got and int(got.group(2)) != step.users:
+                    problems.append(
+                        f"{step.tag}: the model saw {got.group(2)} user messages, expected "
+                        f"{step.users} (history lost or doubled)"
+                    )
+        return expected
+
+    def _check_new_answers(
+        self, conv: int, chat: str, received: list[Seen], problems: list[str]
+    ) -> int:
+        """Each /new answered once; the extra answers a kill explains, counted."""
+        sent = sum(1 for s in self.steps if s.kind == "new" and s.conversation == conv)
+        answers = [x for x in received if x.text == NEW_TEXT]
+        if len(answers) < sent:
+            problems.append(f"chat {chat}: {sent} /new sent, {len(answers)} answered")
+            return 0
+        explained = sum(1 for x in answers if self._in_flight_at_kill(x, received))
+        if len(answers) - sent > explained:
+            problems.append(f"chat {chat}: {sent} /new sent, {len(answers)} answers")
+            return 0
+        return len(answers) - sent
+
+    def _check_double(
+        self, chat: str, first: Seen, again: Seen, received: list[Seen], report: ChaosReport
+    ) -> int:
+        """A chunk seen twice: 1 if a kill explains it (noted), else a problem and 0."""
+        if not self._in_flight_at_kill(first, received):
+            why = " despite its nonce" if chat.startswith("discord:") else ""
+            report.problems.append(
+                f"chat {chat}: duplicated{why} {first.text[:60]!r} "
+                f"(daemon lives {first.epoch} and {again.epoch})"
+            )
+            return 0
+        gap = (self.epochs[first.epoch].killed or 0.0) - first.at
+        # its request was already on the wire
+        when = (
+            f"{gap * 1000:.0f} ms before"
+            if gap >= 0
+            else f"{-gap * 1000:.0f} ms after the signal of"
+        )
+        report.notes.append(
+            f"chat {chat}: {first.text[:30]!r}... stored {when} kill "
+            f"{first.epoch + 1}, sent again after it"
+        )
+        return 1
 
     def _verify_discord_stored(self, report: ChaosReport) -> None:
         """Strict: every Discord message sent once in a chat the bot knew was stored (live or by a
@@ -811,87 +819,139 @@ class KillRun:
             sessions = {r["id"]: dict(r) for r in db.execute("SELECT * FROM sessions")}
             inbound = [dict(r) for r in db.execute("SELECT * FROM inbound")]
             outbound = [dict(r) for r in db.execute("SELECT * FROM outbound")]
-        tag_session: dict[str, int] = {}
-        for row in inbound:
-            found = TAG.search(row["text"])
-            if found and row["session_id"] is not None:
-                tag_session[found.group(0)] = row["session_id"]
-            if row["status"] != "answered":
-                problems.append(f"inbound {row['text'][:30]!r} left {row['status']}")
-        for row in outbound:
-            if row["status"] != "sent":
-                problems.append(
-                    f"outbound {row['turn_id']} chunk {row['chunk_index']} left {row['status']}"
-                    f" ({row['last_error']})"
-                )
-        turn_runs: Counter[tuple[str, int]] = Counter()
-        flush_runs: Counter[tuple[str, int]] = Counter()
-        prompt_mismatch = 0
-        llm_requests = 0
-        for index, call in enumerate(self.llm.calls):
-            if call.path != ANTHROPIC_PATH or not isinstance(call.body, dict):
-                continue
-            llm_requests += 1
-            body, epoch = call.body, self.epoch_of_call(index)
-            if is_flush(body):
-                tag = flush_session_tag(body)
-                last = (body.get("messages") or [{}])[-1]
-                if not any(b.get("type") == "tool_result" for b in blocks(last)):
-                    flush_runs[(tag or "?", epoch)] += 1
-            else:
-                tag = turn_tag(body)
-                turn_runs[(tag or "?", epoch)] += 1
-            sid = tag_session.get(tag or "")
-            if sid is None:
-                problems.append(f"request for {tag}: no answered inbound row names its session")
-                continue
-            if system_text(body) != sessions[sid]["system_prompt"]:
-                prompt_mismatch += 1
-                problems.append(
-                    f"request for {tag}: system prompt differs from session {sid}'s stored bytes"
-                )
-        for (tag, epoch), n in turn_runs.items():
+        tag_session = _check_rows(inbound, outbound, problems)
+        runs = self._count_requests(sessions, tag_session, problems)
+        for (tag, epoch), n in runs.turns.items():
             if n > 1:
                 problems.append(f"turn {tag} ran {n} times in daemon life {epoch}")
-        for (tag, epoch), n in flush_runs.items():
+        for (tag, epoch), n in runs.flushes.items():
             if n > 1:
                 problems.append(f"the flush of session {tag} ran {n} times in daemon life {epoch}")
-        per_turn = Counter({t: 0 for t, _ in turn_runs})
-        for (t, _), n in turn_runs.items():
+        per_turn = Counter({t: 0 for t, _ in runs.turns})
+        for (t, _), n in runs.turns.items():
             per_turn[t] += n
-        reruns = sum(1 for n in per_turn.values() if n > 1)
-        flush_tags = {t for t, _ in flush_runs}
+        flush_tags = {t for t, _ in runs.flushes}
         flush_reruns = sum(
-            1 for tag in flush_tags if sum(n for (t, _), n in flush_runs.items() if t == tag) > 1
+            1 for tag in flush_tags if sum(n for (t, _), n in runs.flushes.items() if t == tag) > 1
         )
-        ended = [s for s in sessions.values() if s["end_reason"] == "command"]
-        for s in ended:
-            if s["flush_state"] not in ("done", "nothing"):
-                problems.append(
-                    f"session {s['id']} ended by /new: flush "
-                    f"{s['flush_state']} ({s['flush_error']})"
-                )
-        rebuilt = [s["id"] for s in sessions.values() if s["prompt_rebuilds"]]
-        if rebuilt:
-            problems.append(f"sessions whose prompt was rebuilt: {rebuilt}")
-        memory = self.home / "memories" / "MEMORY.md"
-        facts = memory.read_text(encoding="utf-8") if memory.exists() else ""
-        for tag in flush_tags:
-            n = facts.count(f"session {tag} was about")
-            if n != 1:
-                problems.append(f"memory holds the fact of session {tag} {n} times")
+        ended = _check_sessions(sessions, problems)
+        self._check_memory(flush_tags, problems)
         report.counts.update(
             {
                 "sessions": len(sessions),
-                "LLM requests": llm_requests,
-                "turns re-run after a kill": reruns,
-                "prompt mismatches": prompt_mismatch,
+                "LLM requests": runs.requests,
+                "turns re-run after a kill": sum(1 for n in per_turn.values() if n > 1),
+                "prompt mismatches": runs.prompt_mismatches,
                 "flushes (sessions ended by /new)": len(ended),
                 "flushes done": sum(1 for s in ended if s["flush_state"] == "done"),
                 "flushes re-run after a kill": flush_reruns,
                 "max flush attempts": max((s["flush_attempts"] for s in ended), default=0),
             }
         )
+
+    def _count_requests(
+        self, sessions: dict[int, dict[str, Any]], tag_session: dict[str, int], problems: list[str]
+    ) -> _Runs:
+        """The model requests by (turn or session tag, daemon life); each one's system prompt must
+        be its session's stored bytes."""
+        runs = _Runs()
+        for index, call in enumerate(self.llm.calls):
+            if call.path != ANTHROPIC_PATH or not isinstance(call.body, dict):
+                continue
+            runs.requests += 1
+            body, epoch = call.body, self.epoch_of_call(index)
+            if is_flush(body):
+                tag = flush_session_tag(body)
+                last = (body.get("messages") or [{}])[-1]
+                if not any(b.get("type") == "tool_result" for b in blocks(last)):
+                    runs.flushes[(tag or "?", epoch)] += 1
+            else:
+                tag = turn_tag(body)
+                runs.turns[(tag or "?", epoch)] += 1
+            sid = tag_session.get(tag or "")
+            if sid is None:
+                problems.append(f"request for {tag}: no answered inbound row names its session")
+                continue
+            if system_text(body) != sessions[sid]["system_prompt"]:
+                runs.prompt_mismatches += 1
+                problems.append(
+                    f"request for {tag}: system prompt differs from session {sid}'s stored bytes"
+                )
+        return runs
+
+    def _check_memory(self, flush_tags: set[str], problems: list[str]) -> None:
+        """Each flushed session's fact is in MEMORY.md once."""
+        memory = self.home / "memories" / "MEMORY.md"
+        facts = memory.read_text(encoding="utf-8") if memory.exists() else ""
+        for tag in flush_tags:
+            n = facts.count(f"session {tag} was about")
+            if n != 1:
+                problems.append(f"memory holds the fact of session {tag} {n} times")
+
+
+@dataclass
+class _Runs:
+    """Model requests counted by (tag, daemon life)."""
+
+    turns: Counter[tuple[str, int]] = field(default_factory=Counter)
+    flushes: Counter[tuple[str, int]] = field(default_factory=Counter)
+    requests: int = 0
+    prompt_mismatches: int = 0
+
+
+def _check_rows(
+    inbound: list[dict[str, Any]], outbound: list[dict[str, Any]], problems: list[str]
+) -> dict[str, int]:
+    """Every inbound row answered and every outbound chunk sent; the session of each tag."""
+    tag_session: dict[str, int] = {}
+    for row in inbound:
+        found = TAG.search(row["text"])
+        if found and row["session_id"] is not None:
+            tag_session[found.group(0)] = row["session_id"]
+        if row["status"] != "answered":
+            problems.append(f"inbound {row['text'][:30]!r} left {row['status']}")
+    for row in outbound:
+        if row["status"] != "sent":
+            problems.append(
+                f"outbound {row['turn_id']} chunk {row['chunk_index']} left {row['status']}"
+                f" ({row['last_error']})"
+            )
+    return tag_session
+
+
+def _check_sessions(
+    sessions: dict[int, dict[str, Any]], problems: list[str]
+) -> list[dict[str, Any]]:
+    """The sessions /new ended (each flushed), none with its prompt rebuilt."""
+    ended = [s for s in sessions.values() if s["end_reason"] == "command"]
+    for s in ended:
+        if s["flush_state"] not in ("done", "nothing"):
+            problems.append(
+                f"session {s['id']} ended by /new: flush {s['flush_state']} ({s['flush_error']})"
+            )
+    rebuilt = [s["id"] for s in sessions.values() if s["prompt_rebuilds"]]
+    if rebuilt:
+        problems.append(f"sessions whose prompt was rebuilt: {rebuilt}")
+    return ended
+
+
+def _occurrences(
+    received: list[Seen],
+) -> tuple[dict[tuple[int, int], list[Seen]], list[str]]:
+    """Every chunk of every answer a chat received, by (step index, line) (a header is line -1),
+    and the start of each message that is neither a chunk nor /new's answer."""
+    occurrences: dict[tuple[int, int], list[Seen]] = defaultdict(list)
+    unexpected: list[str] = []
+    for s in received:
+        keys = [(step_of(tag), -1) for tag, _ in HEADER.findall(s.text)]
+        keys += [(step_of(tag), int(line)) for tag, line in LINE.findall(s.text)]
+        if s.text == NEW_TEXT:
+            continue
+        if not keys:
+            unexpected.append(s.text[:120])
+        for key in keys:
+            occurrences[key].append(s)
+    return occurrences, unexpected
 
 
 def plan_steps_by_conv(steps: list[Step]) -> list[tuple[int, list[Step]]]:
