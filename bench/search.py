@@ -1,7 +1,8 @@
 """Benchmark session_search: build a store with N messages (default 1,000,000 in 10,000 sessions),
 time 200 queries.
 
-Run:  PYTHONPATH=. python bench/search.py [--messages N] [--db PATH] [--keep] [--scoped-index] [--slowest K]
+Run:  PYTHONPATH=. python bench/search.py [--messages N] [--db PATH] [--keep] [--scoped-index]
+                                          [--slowest K]
 Prints build time, database size and p50 / p95 / max latency per query kind and overall (goal: p95 <
 20 ms). The schema comes from gateway.store.database.Store, so the bench measures the tables the
 daemon really writes; --scoped-index first applies the proposed migration in

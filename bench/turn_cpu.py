@@ -9,16 +9,19 @@ this process per turn (time.process_time, best and median of the rounds).
 
 Scenarios (each in a fresh home, `--people` people
 writing in their own DMs, one message each per round):
-  telegram+admins     Telegram, allowed_users lists `--listed` ids (the people among them), access.admins names one
-  telegram-no-admins  the same without access.admins (who is an admin is worked out from the allowlist)
-  telegram-paired     nobody listed: every person let in by an approved pairing code (access.admins names one)
+  telegram+admins     Telegram, allowed_users lists `--listed` ids (the people among them),
+                      access.admins names one
+  telegram-no-admins  the same without access.admins (who is an admin is worked out from the
+                      allowlist)
+  telegram-paired     nobody listed: every person let in by an approved pairing code
+                      (access.admins names one)
   web                 the local web chat (the owner)
 
 `--history 10 500` adds that many stored messages to every session first (a run for each value):
 a turn's work should not grow with its history.
 
-Run:  PYTHONPATH=. python bench/turn_cpu.py [--people 20] [--listed 200] [--rounds 100] [--repeat 3] [--only NAME]
-      [--history N ...]
+Run:  PYTHONPATH=. python bench/turn_cpu.py [--people 20] [--listed 200] [--rounds 100]
+                                            [--repeat 3] [--only NAME] [--history N ...]
 """
 
 from __future__ import annotations

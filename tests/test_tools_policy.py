@@ -154,7 +154,8 @@ def test_a_daemon_without_mcp_servers_never_imports_mcp(home: Path) -> None:
             await daemon.start()
             await daemon.stop()
         asyncio.run(run())
-        loaded = sorted(m for m in sys.modules if m == "mcp" or m.startswith(("mcp.", "mcp_types", "trafilatura")))
+        prefixes = ("mcp.", "mcp_types", "trafilatura")
+        loaded = sorted(m for m in sys.modules if m == "mcp" or m.startswith(prefixes))
         print(loaded)
         """)
     done = subprocess.run(

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
 # {"role", "content", "tool_calls"?: [{"id","name","arguments"}], "tool_call_id"?,
-#  "images"?: [{"media_type", "file", "data"?: base64}] (a user message's pictures; without data: a note)}
+#  "images"?: [{"media_type", "file", "data"?: base64}]}
+# images: a user message's pictures (without data: a note)
 ChatMessage = dict[str, Any]
 ClientKind = Literal["native", "sdk"]
 

@@ -44,10 +44,12 @@ RETRY_DELAYS = (10.0, 60.0)  # before attempts 2 and 3
 FLUSH_MARK = "[Gateway: this conversation is about to be reset"
 
 FLUSH_INSTRUCTION = """\
-[Gateway: this conversation is about to be reset. This message comes from the gateway, not from the user.]
+[Gateway: this conversation is about to be reset. This message comes from the gateway, \
+not from the user.]
 Before it ends, save what is worth keeping from the conversation above:
 {targets}
-Add only what is new. Do not overwrite or remove an entry unless this conversation clearly supersedes it.
+Add only what is new. Do not overwrite or remove an entry unless this conversation clearly \
+supersedes it.
 If nothing is worth saving, call no tool. Do not reply to the user: your text answer is discarded.
 
 {files}"""

@@ -81,11 +81,13 @@ CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
 END;
 CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
   INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content)
+    VALUES ('delete', old.id, old.content);
 END;
 CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
   INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content) VALUES ('delete', old.id, old.content);
+  INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content)
+    VALUES ('delete', old.id, old.content);
   INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
   INSERT INTO messages_fts_tri(rowid, content) VALUES (new.id, new.content);
 END;

@@ -41,31 +41,36 @@ DROP TABLE IF EXISTS messages_fts;
 DROP TABLE IF EXISTS messages_fts_tri;
 CREATE VIEW messages_search AS SELECT id, content, '<' || session_id || '>' AS sid FROM messages m
   WHERE {_SEARCHABLE.format(r="m")};
-CREATE VIEW messages_search_cjk AS SELECT id, content, sid FROM messages_search s WHERE {_CJK_ROW.format(r="s")};
-CREATE VIRTUAL TABLE messages_fts USING fts5(content, sid, content='messages_search', content_rowid='id',
-  tokenize='porter unicode61');
-CREATE VIRTUAL TABLE messages_fts_tri USING fts5(content, sid, content='messages_search_cjk', content_rowid='id',
-  tokenize='trigram');
+CREATE VIEW messages_search_cjk AS SELECT id, content, sid FROM messages_search s
+  WHERE {_CJK_ROW.format(r="s")};
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, sid, content='messages_search',
+  content_rowid='id', tokenize='porter unicode61');
+CREATE VIRTUAL TABLE messages_fts_tri USING fts5(content, sid, content='messages_search_cjk',
+  content_rowid='id', tokenize='trigram');
 CREATE TRIGGER messages_search_ai AFTER INSERT ON messages WHEN {_SEARCHABLE.format(r="new")} BEGIN
-  INSERT INTO messages_fts(rowid, content, sid) VALUES (new.id, new.content, '<' || new.session_id || '>');
-  INSERT INTO messages_fts_tri(rowid, content, sid) SELECT new.id, new.content, '<' || new.session_id || '>'
-    WHERE {_CJK_ROW.format(r="new")};
+  INSERT INTO messages_fts(rowid, content, sid)
+    VALUES (new.id, new.content, '<' || new.session_id || '>');
+  INSERT INTO messages_fts_tri(rowid, content, sid)
+    SELECT new.id, new.content, '<' || new.session_id || '>' WHERE {_CJK_ROW.format(r="new")};
 END;
 CREATE TRIGGER messages_search_ad AFTER DELETE ON messages WHEN {_SEARCHABLE.format(r="old")} BEGIN
   INSERT INTO messages_fts(messages_fts, rowid, content, sid)
     VALUES ('delete', old.id, old.content, '<' || old.session_id || '>');
   INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content, sid)
-    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>' WHERE {_CJK_ROW.format(r="old")};
+    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>'
+    WHERE {_CJK_ROW.format(r="old")};
 END;
 CREATE TRIGGER messages_search_au AFTER UPDATE OF content, role, kind, session_id ON messages BEGIN
   INSERT INTO messages_fts(messages_fts, rowid, content, sid)
-    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>' WHERE {_SEARCHABLE.format(r="old")};
+    SELECT 'delete', old.id, old.content, '<' || old.session_id || '>'
+    WHERE {_SEARCHABLE.format(r="old")};
   INSERT INTO messages_fts_tri(messages_fts_tri, rowid, content, sid)
     SELECT 'delete', old.id, old.content, '<' || old.session_id || '>'
     WHERE {_SEARCHABLE.format(r="old")} AND {_CJK_ROW.format(r="old")};
   INSERT INTO messages_fts(rowid, content, sid)
     SELECT new.id, new.content, '<' || new.session_id || '>' WHERE {_SEARCHABLE.format(r="new")};
-  INSERT INTO messages_fts_tri(rowid, content, sid) SELECT new.id, new.content, '<' || new.session_id || '>'
+  INSERT INTO messages_fts_tri(rowid, content, sid)
+    SELECT new.id, new.content, '<' || new.session_id || '>'
     WHERE {_SEARCHABLE.format(r="new")} AND {_CJK_ROW.format(r="new")};
 END;
 INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');

@@ -487,7 +487,7 @@ async def test_mention_inside_an_unknown_thread_reads_the_thread_once(
         assert user_texts(fake_llm)[1] == "[Alice] thanks, and the dates?"
 
 
-async def test_a_strangers_words_in_a_thread_reach_the_model_as_untrusted_and_an_injection_not_at_all(
+async def test_a_strangers_thread_words_reach_the_model_as_untrusted_and_an_injection_not_at_all(
     home: Path, fake_llm: FakeLLM, slack: FakeSlack
 ) -> None:
     """Anyone in the channel can write in a thread; the bot reads the thread when an allowed person
