@@ -597,7 +597,8 @@ SHELL_PROBE = textwrap.dedent("""\
     from gateway.sandbox.spec import SandboxSpec
     config = load_config(Path(os.environ["GATEWAY_HOME"]))
     box = Sandbox(SandboxSpec.of(config.tools.shell, config.home))
-    done = asyncio.run(box.run("echo hi-$((6*7)); ls -A ..; cat ../config.yaml; env | grep -c KEY; true"))
+    command = "echo hi-$((6*7)); ls -A ..; cat ../config.yaml; env | grep -c KEY; true"
+    done = asyncio.run(box.run(command))
     print("exit", done.exit_code, repr(done.stdout.head), repr(done.stderr.head))
 """)
 

@@ -444,3 +444,20 @@ def test_ruff_check() -> None:
         [ruff, "check", "."], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_check() -> None:
+    """The code is in ruff's format at 100 columns (scripts/wrap100.py also rewraps comments and
+    docstrings, which the formatter leaves alone)."""
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    require(None if Path(ruff).exists() else "ruff not installed (pip install -e '.[test]')")
+    dirs = ["gateway", "adapters", "tests", "bench", "scripts"]
+    result = subprocess.run(
+        [ruff, "format", "--check", "--force-exclude", *dirs],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -373,42 +373,63 @@ def _check_bounds(
 
 def _convert_scalar(tp: Any, node: yaml.Node, key: str, ctx: _Ctx) -> Any:
     if not isinstance(node, yaml.ScalarNode) or _is_null(node):
-        ctx.error(
-            node,
-            key,
-            f"expected {_type_name(tp)}; got "
-            f"{_scalar_repr(node) if not _is_null(node) else 'null'}",
-        )
+        got = _scalar_repr(node) if not _is_null(node) else "null"
+        ctx.error(node, key, f"expected {_type_name(tp)}; got {got}")
         raise _Invalid
-    raw = node.value
-    tag = node.tag
-    if tp is bool:
-        low = raw.lower()
-        if tag != "tag:yaml.org,2002:str" and low in _BOOL_TRUE | _BOOL_FALSE:
-            return low in _BOOL_TRUE
-    elif tp is int:
-        if tag == "tag:yaml.org,2002:int":
-            try:
-                return int(raw.replace("_", ""), 0)
-            except ValueError:
-                pass
-    elif tp is float:
-        if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
-            try:
-                return float(raw.replace("_", ""))
-            except ValueError:
-                pass
-    elif tp is str or tp is Secret:
-        if tag in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
-            text = _expand_env(raw, node, key, ctx)
-            return Secret(text) if tp is Secret else text
-    elif tp is Path:
-        if tag == "tag:yaml.org,2002:str":
-            return Path(os.path.expanduser(_expand_env(raw, node, key, ctx)))
+    if tp in (str, Secret, Path):
+        value = _convert_text(tp, node, key, ctx)
+    elif tp in _NUMBERS:
+        value = _NUMBERS[tp](node.value, node.tag)
     else:
         raise TypeError(f"unsupported config type {tp!r} at {key}")
-    ctx.error(node, key, f"expected {_type_name(tp)}; got {_scalar_repr(node)}")
-    raise _Invalid
+    if value is _NO:
+        ctx.error(node, key, f"expected {_type_name(tp)}; got {_scalar_repr(node)}")
+        raise _Invalid
+    return value
+
+
+_NO = object()  # the scalar does not read as the type asked for
+_INT, _FLOAT, _STR = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:str"
+
+
+def _as_bool(raw: str, tag: str) -> object:
+    low = raw.lower()
+    if tag != _STR and low in _BOOL_TRUE | _BOOL_FALSE:
+        return low in _BOOL_TRUE
+    return _NO
+
+
+def _as_int(raw: str, tag: str) -> object:
+    try:
+        return int(raw.replace("_", ""), 0) if tag == _INT else _NO
+    except ValueError:
+        return _NO
+
+
+def _as_float(raw: str, tag: str) -> object:
+    try:
+        return float(raw.replace("_", "")) if tag in (_INT, _FLOAT) else _NO
+    except ValueError:
+        return _NO
+
+
+_NUMBERS: dict[type, Callable[[str, str], object]] = {
+    bool: _as_bool,
+    int: _as_int,
+    float: _as_float,
+}
+
+
+def _convert_text(tp: Any, node: yaml.ScalarNode, key: str, ctx: _Ctx) -> object:
+    """A str, Secret or Path, with ${VAR} references expanded (a Path's ~ too)."""
+    if tp is Path:
+        if node.tag != _STR:
+            return _NO
+        return Path(os.path.expanduser(_expand_env(node.value, node, key, ctx)))
+    if node.tag not in (_STR, _INT, _FLOAT):
+        return _NO
+    text = _expand_env(node.value, node, key, ctx)
+    return Secret(text) if tp is Secret else text
 
 
 def _plain(node: yaml.Node, key: str, ctx: _Ctx) -> Any:
