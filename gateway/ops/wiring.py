@@ -79,7 +79,7 @@ from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
 from gateway.sessions.flush import Flusher
 from gateway.sessions.lifecycle import Policies
-from gateway.sessions.manager import SessionManager
+from gateway.sessions.manager import SessionManager, SessionServices, TurnPorts
 from gateway.sessions.timers import Lifecycle
 from gateway.store.database import Store
 from gateway.store.rows import utcnow
@@ -466,21 +466,21 @@ def _sessions(
     choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin, menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
+    services = SessionServices(
+        hooks=lifecycle,
+        gate=gate,
+        commands=commands,
+        compressor=compressor,
+        metrics=metrics,
+        callers=roles,
+    )
     sessions = SessionManager(
         config=config,
         store=store,
         roster=roster,
-        outbox=outbox,
-        hooks=lifecycle,
-        commands=commands,
-        adapters=adapters,
         clock=clock,
-        gate=gate,
-        compressor=compressor,
-        metrics=metrics,
-        callers=roles,
-        streams=streams,
-        media=media,
+        ports=TurnPorts(outbox, adapters, streams=streams, media=media),
+        services=services,
     )
     lifecycle.attach(sessions)
     outbox.choices.append(menus.choices_for)
