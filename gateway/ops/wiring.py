@@ -34,7 +34,7 @@ from gateway.config.agents import check_agents
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.files import ChatFiles
-from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.outbox import Backoff, Outbox, Pacing, RetryPolicy
 from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
@@ -202,15 +202,13 @@ def build_gateway(
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
     previews = PreviewBook(store, ChatPacer(monotonic), clock=clock, sleep=sleep)
+    backoff = Backoff(attempts=config.delivery.max_send_attempts)
     outbox = Outbox(
         store,
         by_platform,
         facts,
-        clock=clock,
-        sleep=sleep,
-        available=supervisor.is_up,
-        limiter=limiter,
-        backoff=Backoff(attempts=config.delivery.max_send_attempts),
+        Pacing(clock, sleep=sleep, backoff=backoff, limiter=limiter),
+        retry=RetryPolicy(available=supervisor.is_up),
         metrics=metrics,
         previews=previews,
     )
