@@ -77,7 +77,7 @@ from gateway.scheduling.runner import JobRunner
 from gateway.scheduling.turn import JobTurn
 from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
-from gateway.sessions.flush import Flusher
+from gateway.sessions.flush import Flusher, FlushTiming
 from gateway.sessions.lifecycle import Policies
 from gateway.sessions.manager import SessionManager, SessionServices, TurnPorts
 from gateway.sessions.timers import Lifecycle
@@ -454,7 +454,7 @@ def _sessions(
         roster=roster,
         home=config.home,
         db_path=config.db_path,
-        clock=clock,
+        timing=FlushTiming(clock),
         callers=roles,
     )
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
