@@ -73,7 +73,7 @@ from gateway.sandbox.report import describe as describe_command
 from gateway.scheduling.book import JobBook
 from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
-from gateway.scheduling.runner import JobRunner
+from gateway.scheduling.runner import JobRunner, JobScope
 from gateway.scheduling.turn import JobTurn
 from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
@@ -496,15 +496,12 @@ def _jobs(
         return None
     turn = JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule)
     adapters = sessions.adapters
-    runner = JobRunner(
-        jobs=book.jobs,
-        config=config,
-        clock=sessions.clock,
-        allowed=gate.is_allowed,
-        turn=turn,
+    scope = JobScope(
         platforms={a.platform for a in adapters.values()},
+        allowed=gate.is_allowed,
         members={k: a for k, a in adapters.items() if isinstance(a, MemberRoles)},
     )
+    runner = JobRunner(jobs=book.jobs, config=config, turn=turn, clock=sessions.clock, scope=scope)
     book.changed = runner.changed
     return runner
 
