@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gateway.config.settings import Config
 from gateway.scheduling.jobstore import JobStore
-from gateway.scheduling.runner import JobRunner
+from gateway.scheduling.runner import JobRunner, JobScope
 from gateway.store.database import Store
 from gateway.store.rows import iso
 
@@ -77,9 +77,8 @@ async def rebuild_once(path: Path) -> tuple[float, int]:
         jobs=JobStore(store),
         config=Config(home=path.parent),
         turn=None,  # type: ignore[arg-type]
-        allowed=lambda inbound: True,
         clock=lambda: NOW,
-        platforms=PLATFORMS,
+        scope=JobScope(PLATFORMS, allowed=lambda inbound: True),
     )
     try:
         started = time.perf_counter()

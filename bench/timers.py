@@ -25,7 +25,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from gateway.config.settings import MemoryConfig, SessionResetConfig
-from gateway.sessions.flush import Flusher
+from gateway.sessions.flush import Flusher, FlushTiming
 from gateway.sessions.lifecycle import Policies
 from gateway.sessions.timers import Lifecycle
 from gateway.store.database import Store
@@ -75,7 +75,7 @@ def lifecycle(store: Store, clock: Any) -> Lifecycle:
         roster=None,  # type: ignore[arg-type]
         home=Path("."),
         db_path=store.path,
-        clock=clock,
+        timing=FlushTiming(clock),
     )
     return Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
 

@@ -45,6 +45,7 @@ from gateway.config.settings import load_config
 from gateway.events import ChatRef, Inbound, OutboundMessage
 from gateway.llm.anthropic_wire import AnthropicClient
 from gateway.llm.http import HttpTransport
+from gateway.llm.transport import WireSettings
 from gateway.ops.wiring import build_gateway
 
 SCENARIOS = ("telegram+admins", "telegram-no-admins", "telegram-paired", "web")
@@ -68,13 +69,15 @@ def instant_llm() -> AnthropicClient:
     """The Anthropic client, request building and all, with a model that answers at once
     (InstantTransport)."""
     llm = AnthropicClient(
-        model="bench-instant",
-        api_key="k",
-        base_url="http://127.0.0.1:9",
-        max_tokens=1024,
-        timeout_s=10,
-        max_retries=0,
-        context_window=200_000,
+        WireSettings(
+            model="bench-instant",
+            api_key="k",
+            base_url="http://127.0.0.1:9",
+            max_tokens=1024,
+            timeout_s=10,
+            max_retries=0,
+            context_window=200_000,
+        )
     )
     llm._transport = InstantTransport(
         url="http://127.0.0.1:9/v1/messages",

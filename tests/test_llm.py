@@ -20,9 +20,15 @@ import pytest
 
 from gateway.config.settings import load_config
 from gateway.errors import LLMRejected, LLMTimeout, LLMUnavailable
-from gateway.llm.anthropic_wire import AnthropicClient, add_cache_breakpoints, anthropic_messages
+from gateway.llm.anthropic_wire import (
+    AnthropicClient,
+    PromptCache,
+    add_cache_breakpoints,
+    anthropic_messages,
+)
 from gateway.llm.factory import FallbackClient, build_llm
 from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.transport import WireSettings
 from gateway.llm.types import ChatMessage
 from tests.fakes.base import ConnectionReset, Delay, Fault, Malformed
 from tests.fakes.llm import FakeLLM, Reply, ToolCall, prompt_elements
@@ -52,7 +58,7 @@ class Tool:
     )
 
 
-def anthropic(fake: FakeLLM, **kw: Any) -> AnthropicClient:
+def anthropic(fake: FakeLLM, cache: PromptCache | None = None, **kw: Any) -> AnthropicClient:
     args: dict[str, Any] = {
         "model": "claude-test",
         "api_key": "k",
@@ -63,7 +69,7 @@ def anthropic(fake: FakeLLM, **kw: Any) -> AnthropicClient:
         "context_window": 200_000,
         "client": KIND["client"],
     }
-    return AnthropicClient(**(args | kw))
+    return AnthropicClient(WireSettings(**(args | kw)), cache=cache or PromptCache())
 
 
 def openai(fake: FakeLLM, **kw: Any) -> OpenAIClient:
@@ -77,7 +83,7 @@ def openai(fake: FakeLLM, **kw: Any) -> OpenAIClient:
         "context_window": 128_000,
         "client": KIND["client"],
     }
-    return OpenAIClient(**(args | kw))
+    return OpenAIClient(WireSettings(**(args | kw)))
 
 
 def conversation(turns: int) -> list[ChatMessage]:
@@ -159,7 +165,7 @@ def test_one_hour_ttl_adds_the_ttl_field() -> None:
 async def test_anthropic_request_carries_the_breakpoints_and_history_is_untouched(
     fake_llm: FakeLLM,
 ) -> None:
-    client = anthropic(fake_llm, cache_ttl="1h")
+    client = anthropic(fake_llm, PromptCache(ttl="1h"))
     history = conversation(6)
     before = copy.deepcopy(history)
     try:
@@ -179,7 +185,7 @@ async def test_anthropic_request_carries_the_breakpoints_and_history_is_untouche
 
 
 async def test_caching_disabled_sends_no_markers(fake_llm: FakeLLM) -> None:
-    client = anthropic(fake_llm, caching=False)
+    client = anthropic(fake_llm, PromptCache(enabled=False))
     try:
         await client.complete(system=SYSTEM, messages=conversation(3), tools=[])
     finally:
@@ -552,3 +558,9 @@ async def test_configured_fallback_is_built_and_used(home: Path, fake_llm: FakeL
     finally:
         await client.close()
     assert (reply.model, fake_llm.calls[-1].headers["Authorization"]) == ("gpt-backup", "Bearer k2")
+
+
+def test_wire_settings_never_show_the_key() -> None:
+    wire = WireSettings(model="claude-test", api_key="sk-ant-secret")
+    assert "sk-ant-secret" not in repr(wire)
+    assert "claude-test" in repr(wire)

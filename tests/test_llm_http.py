@@ -30,6 +30,7 @@ from gateway.llm.http import (
     retry_after_s,
 )
 from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.transport import WireSettings
 from gateway.llm.types import ChatMessage
 from tests.fakes.base import ConnectionReset, Delay, Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
@@ -61,7 +62,7 @@ def native(fake: FakeLLM, sleeps: Sleeps, **kw: Any) -> AnthropicClient:
         "max_retries": 2,
         "context_window": 200_000,
     }
-    client = AnthropicClient(**(options | kw))
+    client = AnthropicClient(WireSettings(**(options | kw)))
     transport = client._transport
     assert isinstance(transport, HttpTransport)
     transport._sleep = sleeps
@@ -210,13 +211,15 @@ def test_error_bodies_that_are_not_the_envelope_still_give_a_sentence() -> None:
 async def test_headers_name_the_gateway_and_carry_the_key(fake_llm: FakeLLM) -> None:
     anth = native(fake_llm, Sleeps(), api_key="sk-ant")
     oai = OpenAIClient(
-        model="gpt-test",
-        api_key="sk-oai",
-        base_url=fake_llm.openai_base_url,
-        max_tokens=64,
-        timeout_s=5.0,
-        max_retries=0,
-        context_window=128_000,
+        WireSettings(
+            model="gpt-test",
+            api_key="sk-oai",
+            base_url=fake_llm.openai_base_url,
+            max_tokens=64,
+            timeout_s=5.0,
+            max_retries=0,
+            context_window=128_000,
+        )
     )
     try:
         await anth.complete(system=SYSTEM, messages=HISTORY, tools=[])
@@ -267,25 +270,29 @@ async def test_native_and_sdk_send_the_same_request_and_read_the_same_reply(
     for kind in ("native", "sdk"):
         if provider == "anthropic":
             client: Any = AnthropicClient(
-                model="m",
-                api_key="k",
-                base_url=fake_llm.base_url,
-                max_tokens=64,
-                timeout_s=5.0,
-                max_retries=0,
-                context_window=200_000,
-                client=kind,
+                WireSettings(
+                    model="m",
+                    api_key="k",
+                    base_url=fake_llm.base_url,
+                    max_tokens=64,
+                    timeout_s=5.0,
+                    max_retries=0,
+                    context_window=200_000,
+                    client=kind,
+                )
             )
         else:
             client = OpenAIClient(
-                model="m",
-                api_key="k",
-                base_url=fake_llm.openai_base_url,
-                max_tokens=64,
-                timeout_s=5.0,
-                max_retries=0,
-                context_window=128_000,
-                client=kind,
+                WireSettings(
+                    model="m",
+                    api_key="k",
+                    base_url=fake_llm.openai_base_url,
+                    max_tokens=64,
+                    timeout_s=5.0,
+                    max_retries=0,
+                    context_window=128_000,
+                    client=kind,
+                )
             )
         fake_llm.script(ToolCall("lookup", {"word": "ça"}), Reply("Voilà: **ça** ✓"))
         history: list[ChatMessage] = [{"role": "user", "content": "what is ça? \u200b"}]
@@ -377,10 +384,9 @@ def test_the_default_client_does_not_import_the_sdks() -> None:
         "import sys, gateway.ops.daemon\n"
         "from gateway.llm.anthropic_wire import AnthropicClient\n"
         "from gateway.llm.openai_wire import OpenAIClient\n"
-        "c = AnthropicClient(model='m', api_key='k', base_url=None, max_tokens=1, timeout_s=1,"
-        " max_retries=0, context_window=1)\n"
-        "o = OpenAIClient(model='m', api_key='k', base_url=None, max_tokens=1, timeout_s=1,"
-        " max_retries=0, context_window=1)\n"
+        "from gateway.llm.transport import WireSettings\n"
+        "c = AnthropicClient(WireSettings('m', 'k', max_tokens=1, timeout_s=1, max_retries=0))\n"
+        "o = OpenAIClient(WireSettings('m', 'k', max_tokens=1, timeout_s=1, max_retries=0))\n"
         "print(sorted(m for m in ('anthropic', 'openai') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -404,13 +410,15 @@ PROXY_VARS = (
 async def ask_an_unresolvable_host() -> str:
     """Only a request that goes through a proxy (the fake) can reach `llm.invalid`."""
     client = AnthropicClient(
-        model="claude-test",
-        api_key="k",
-        base_url="http://llm.invalid",
-        max_tokens=64,
-        timeout_s=5.0,
-        max_retries=0,
-        context_window=200_000,
+        WireSettings(
+            model="claude-test",
+            api_key="k",
+            base_url="http://llm.invalid",
+            max_tokens=64,
+            timeout_s=5.0,
+            max_retries=0,
+            context_window=200_000,
+        )
     )
     try:
         return (await client.complete(system=SYSTEM, messages=HISTORY, tools=[])).text

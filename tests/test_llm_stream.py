@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from gateway.errors import LLMUnavailable
-from gateway.llm.anthropic_wire import AnthropicClient
+from gateway.llm.anthropic_wire import AnthropicClient, PromptCache
 from gateway.llm.factory import FallbackClient
 from gateway.llm.openai_wire import OpenAIClient
 from gateway.llm.streams import AnthropicAssembler, OpenAIAssembler, SseDecoder
+from gateway.llm.transport import WireSettings
 from gateway.llm.types import ChatMessage
 from tests.fakes.base import Fault
 from tests.fakes.llm import (
@@ -88,7 +89,7 @@ class Tool:
     )
 
 
-def anthropic(fake: FakeLLM, **kw: Any) -> AnthropicClient:
+def anthropic(fake: FakeLLM, cache: PromptCache | None = None, **kw: Any) -> AnthropicClient:
     args: dict[str, Any] = {
         "model": "claude-test",
         "api_key": "k",
@@ -99,7 +100,7 @@ def anthropic(fake: FakeLLM, **kw: Any) -> AnthropicClient:
         "context_window": 200_000,
         "client": KIND["client"],
     }
-    client = AnthropicClient(**(args | kw))
+    client = AnthropicClient(WireSettings(**(args | kw)), cache=cache or PromptCache())
     client._transport._sleep = _no_wait  # type: ignore[attr-defined]
     return client
 
@@ -115,7 +116,7 @@ def openai(fake: FakeLLM, **kw: Any) -> OpenAIClient:
         "context_window": 128_000,
         "client": KIND["client"],
     }
-    client = OpenAIClient(**(args | kw))
+    client = OpenAIClient(WireSettings(**(args | kw)))
     client._transport._sleep = _no_wait  # type: ignore[attr-defined]
     return client
 

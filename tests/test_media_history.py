@@ -21,6 +21,7 @@ from gateway.config.settings import ModelEndpoint
 from gateway.llm.anthropic_wire import AnthropicClient, anthropic_messages
 from gateway.llm.factory import sees_images
 from gateway.llm.openai_wire import OpenAIClient, openai_messages
+from gateway.llm.transport import WireSettings
 from gateway.llm.types import IMAGE_BLIND_NOTE, IMAGE_GONE_NOTE, IMAGE_LEFT_OUT_NOTE, ChatMessage
 from gateway.ops.daemon import Daemon
 from gateway.store.database import Store
@@ -285,22 +286,26 @@ async def test_the_fake_api_accepts_what_both_clients_send(fake_llm: FakeLLM) ->
     ]
     for client in (
         AnthropicClient(
-            model="claude-test",
-            api_key="k",
-            base_url=fake_llm.base_url,
-            max_tokens=64,
-            timeout_s=5,
-            max_retries=0,
-            context_window=100_000,
+            WireSettings(
+                model="claude-test",
+                api_key="k",
+                base_url=fake_llm.base_url,
+                max_tokens=64,
+                timeout_s=5,
+                max_retries=0,
+                context_window=100_000,
+            )
         ),
         OpenAIClient(
-            model="gpt-test",
-            api_key="k",
-            base_url=fake_llm.openai_base_url,
-            max_tokens=64,
-            timeout_s=5,
-            max_retries=0,
-            context_window=100_000,
+            WireSettings(
+                model="gpt-test",
+                api_key="k",
+                base_url=fake_llm.openai_base_url,
+                max_tokens=64,
+                timeout_s=5,
+                max_retries=0,
+                context_window=100_000,
+            )
         ),
     ):
         try:
@@ -319,13 +324,15 @@ async def test_the_fake_api_accepts_what_both_clients_send(fake_llm: FakeLLM) ->
         }
     ]
     client = AnthropicClient(
-        model="claude-test",
-        api_key="k",
-        base_url=fake_llm.base_url,
-        max_tokens=64,
-        timeout_s=5,
-        max_retries=0,
-        context_window=100_000,
+        WireSettings(
+            model="claude-test",
+            api_key="k",
+            base_url=fake_llm.base_url,
+            max_tokens=64,
+            timeout_s=5,
+            max_retries=0,
+            context_window=100_000,
+        )
     )
     try:
         with pytest.raises(Exception, match="media type"):
@@ -401,13 +408,15 @@ async def test_the_fake_apis_refuse_too_many_pictures_and_the_clients_never_send
     data = base64.b64encode(picture(16, 16)).decode()
     big = base64.b64encode(b"\xff\xd8\xff" + bytes(900_000)).decode()
     client = AnthropicClient(
-        model="claude-test",
-        api_key="k",
-        base_url=fake_llm.base_url,
-        max_tokens=64,
-        timeout_s=30,
-        max_retries=0,
-        context_window=1_000_000,
+        WireSettings(
+            model="claude-test",
+            api_key="k",
+            base_url=fake_llm.base_url,
+            max_tokens=64,
+            timeout_s=30,
+            max_retries=0,
+            context_window=1_000_000,
+        )
     )
     try:
         for history in (photo_chat(130, data), photo_chat(30, big)):  # 130 pictures; 36 MB of them

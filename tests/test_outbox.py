@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.outbox import Backoff, Outbox, Pacing, RetryPolicy
 from gateway.delivery.ratelimit import PLATFORM_LIMITS, PlatformLimits, RateLimiter
 from gateway.errors import MarkupRejected, PlatformUnavailable, RateLimited, RecipientUnavailable
 from gateway.events import ChatRef, OutboundKind
@@ -47,17 +47,16 @@ def outbox_for(
     limiter = RateLimiter(
         PLATFORM_LIMITS if limits is None else limits, clock=clock.monotonic, sleep=clock.sleep
     )
-    return Outbox(
-        store,
-        {a.platform: a for a in adapters},
-        load_platform_facts(),
-        clock=clock.now,
+    pacing = Pacing(
+        clock.now,
         sleep=clock.sleep,
-        limiter=limiter,
-        rng=random.Random(7),
         backoff=backoff or Backoff(),
-        available=available,  # type: ignore[arg-type]
-        max_rounds=max_rounds,
+        rng=random.Random(7),
+        limiter=limiter,
+    )
+    retry = RetryPolicy(max_rounds=max_rounds, available=available)  # type: ignore[arg-type]
+    return Outbox(
+        store, {a.platform: a for a in adapters}, load_platform_facts(), pacing, retry=retry
     )
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from gateway.llm.anthropic_wire import AnthropicClient
+from gateway.llm.anthropic_wire import AnthropicClient, PromptCache
 from gateway.llm.http import encode_body
 from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.transport import WireSettings
 from gateway.llm.types import ChatMessage, History
 from gateway.store import history_cache
 from gateway.store.database import Store
@@ -49,11 +50,15 @@ def _clients() -> list[AnthropicClient | OpenAIClient]:
         "context_window": 200_000,
     }
     return [
-        AnthropicClient(model="claude-test", **common),
-        AnthropicClient(model="claude-test", caching=False, **common),
-        AnthropicClient(model="claude-test", cache_ttl="1h", vision=False, **common),
-        OpenAIClient(model="gpt-test", **common),
-        OpenAIClient(model="gpt-test", vision=False, **common),
+        AnthropicClient(WireSettings(model="claude-test", **common)),
+        AnthropicClient(
+            WireSettings(model="claude-test", **common), cache=PromptCache(enabled=False)
+        ),
+        AnthropicClient(
+            WireSettings(model="claude-test", vision=False, **common), cache=PromptCache(ttl="1h")
+        ),
+        OpenAIClient(WireSettings(model="gpt-test", **common)),
+        OpenAIClient(WireSettings(model="gpt-test", vision=False, **common)),
     ]
 
 

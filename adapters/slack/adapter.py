@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,6 +94,18 @@ THREAD_UNREAD_NOTE = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class SlackTimings:
+    """The clock the adapter reads and how long it waits: Socket Mode's ping interval and timeout,
+    the budget for Web API lookups before a message is handed in, and for Slack's ack (3 s)."""
+
+    ping_interval: float = 10.0
+    ping_timeout: float = 10.0
+    enrich_budget: float = ENRICH_BUDGET_S
+    ack_budget: float = ACK_BUDGET_S
+    monotonic: Callable[[], float] = time.monotonic
+
+
 # ---------------------------------------------------------------------- the adapter
 class SlackAdapter:
     """`start` checks the bot token (auth.test), then opens Socket Mode or serves the Events API
@@ -111,33 +124,32 @@ class SlackAdapter:
         self,
         config: SlackConfig,
         *,
-        ping_interval: float = 10.0,
-        ping_timeout: float = 10.0,
-        monotonic: Callable[[], float] = time.monotonic,
+        timings: SlackTimings = SlackTimings(),
         thinking_reaction: str = THINKING_REACTION,
-        enrich_budget: float = ENRICH_BUDGET_S,
-        ack_budget: float = ACK_BUDGET_S,
         serve: ServeHttp | None = None,
         account: str = DEFAULT_ACCOUNT,
     ) -> None:
         self.config = config
         self.account = account  # the bot account (one adapter each): what it hands in names it
-        self.monotonic = monotonic
-        self.enrich_budget = enrich_budget
-        self.ack_budget = ack_budget
+        self.monotonic = timings.monotonic
+        self.enrich_budget = timings.enrich_budget
+        self.ack_budget = timings.ack_budget
         self._client: AsyncWebClient | None = None
         self._me: Me | None = None
         self._connection = Connection(
-            config, ping_interval=ping_interval, ping_timeout=ping_timeout, serve=serve
+            config,
+            ping_interval=timings.ping_interval,
+            ping_timeout=timings.ping_timeout,
+            serve=serve,
         )
         # listeners, hand-ins and requests not yet acked
-        self._intake = Intake(ack_budget)
+        self._intake = Intake(timings.ack_budget)
         # chat types, people, threads, lookups in flight
-        self._directory = Directory(config, enrich_budget)
+        self._directory = Directory(config, timings.enrich_budget)
         # replies and the thinking mark
-        self._outbound = Outbound(self._intake, monotonic, thinking_reaction)
+        self._outbound = Outbound(self._intake, timings.monotonic, thinking_reaction)
         # Slack's own streaming, or a message updated
-        self._preview = SlackPreview(self._outbound, monotonic)
+        self._preview = SlackPreview(self._outbound, timings.monotonic)
         self._message_keys = Recent()
         # keeps the type it started with
         self._threads: OrderedDict[tuple[str, str], ChatType] = OrderedDict()

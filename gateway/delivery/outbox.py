@@ -66,6 +66,29 @@ class Backoff:
         return rng.uniform(0, min(self.maximum, self.first * self.factor**attempt))
 
 
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """The time the outbox reads and waits on, and how it spaces sends: backoff between tries
+    (jittered by `rng`) and each platform's rate limits (`limiter`; None: the shipped ones)."""
+
+    clock: Clock
+    sleep: Sleep = asyncio.sleep
+    backoff: Backoff = Backoff()
+    rng: random.Random | None = None
+    limiter: RateLimiter | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When a pending chunk is tried and when it is given up: `available(adapter key)` is False
+    while its adapter is down; `max_rounds` delivery rounds, `max_rate_limited` 429s in one
+    round."""
+
+    max_rounds: int = 10
+    max_rate_limited: int = 20
+    available: Callable[[str], bool] | None = None
+
+
 class _Outcome(enum.Enum):
     SENT = "sent"
     FAILED = "failed"  # will never be sent
@@ -92,15 +115,9 @@ class Outbox:
         store: Store,
         adapters: Mapping[str, Adapter],
         facts: Mapping[str, PlatformFacts],
+        pacing: Pacing,
         *,
-        clock: Clock,
-        sleep: Sleep = asyncio.sleep,
-        backoff: Backoff = Backoff(),
-        rng: random.Random | None = None,
-        limiter: RateLimiter | None = None,
-        available: Callable[[str], bool] | None = None,
-        max_rounds: int = 10,
-        max_rate_limited: int = 20,
+        retry: RetryPolicy = RetryPolicy(),
         metrics: Metrics | None = None,
         previews: PreviewBook | None = None,
     ) -> None:
@@ -108,14 +125,14 @@ class Outbox:
         self.previews = previews  # live previews the answer replaces (gateway/delivery/stream.py)
         self.adapters = adapters
         self.facts = facts
-        self.clock = clock
-        self.sleep = sleep
-        self.backoff = backoff
-        self.rng = rng or random.Random()
-        self.limiter = limiter or RateLimiter(sleep=sleep)
-        self.available = available or (lambda platform: True)
-        self.max_rounds = max_rounds
-        self.max_rate_limited = max_rate_limited
+        self.clock = pacing.clock
+        self.sleep = pacing.sleep
+        self.backoff = pacing.backoff
+        self.rng = pacing.rng or random.Random()
+        self.limiter = pacing.limiter or RateLimiter(sleep=pacing.sleep)
+        self.available = retry.available or (lambda platform: True)
+        self.max_rounds = retry.max_rounds
+        self.max_rate_limited = retry.max_rate_limited
         self.metrics = metrics
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = (
             weakref.WeakValueDictionary()

@@ -55,6 +55,16 @@ class Live:
 NO_PREVIEW = Live()
 
 
+@dataclass(frozen=True, slots=True)
+class PreviewPorts:
+    """What every turn's preview shares: the book of the messages previews opened, the platform
+    rate limits and the sleep their pacing waits on."""
+
+    book: PreviewBook
+    limiter: RateLimiter
+    sleep: Sleep
+
+
 class Streams:
     """Opens one live preview per turn, as `streaming` asks and the platform's adapter can show."""
 
@@ -72,6 +82,7 @@ class Streams:
         self.facts = facts
         self.limiter = limiter
         self.sleep = sleep
+        self.ports = PreviewPorts(book, limiter, sleep)
         # platform → (its adapter, is it a LivePreview)
         self._able: dict[str, tuple[Adapter, bool]] = {}
 
@@ -131,9 +142,7 @@ class Streams:
             style=style,
             facts=facts,
             mode=mode,
-            book=self.book,
-            limiter=self.limiter,
-            sleep=self.sleep,
+            ports=self.ports,
         )
 
     def _can_preview(self, adapter: Adapter) -> bool:
@@ -159,9 +168,7 @@ class AnswerStream:
         style: PreviewStyle,
         facts: PlatformFacts,
         mode: str,
-        book: PreviewBook,
-        limiter: RateLimiter,
-        sleep: Sleep,
+        ports: PreviewPorts,
     ) -> None:
         self.turn_id = turn_id
         self.inbound = inbound
@@ -170,18 +177,18 @@ class AnswerStream:
         self.style = style
         self.facts = facts
         self.mode = mode
-        self.book = book
-        self.limiter = limiter
-        self.sleep = sleep
+        self.book = ports.book
+        self.limiter = ports.limiter
+        self.sleep = ports.sleep
         self.calls = 0  # platform calls made (bench/overhead.py)
         self._key = (self.chat.adapter_key, self.chat.chat_id)  # one bot's pace in the chat
         scope = (self.chat.adapter_key, style.scope) if style.scope else None
-        book.pacer.track(self._key, style.interval_s, scope)
+        self.book.pacer.track(self._key, style.interval_s, scope)
         self._pieces: list[str] = []
         self._renderer = PartialRenderer(facts, raw=style.raw)
         self._tools: list[str] = []
         # messages an earlier life of this turn opened
-        self._ids: dict[int, str] = book.parts(turn_id)
+        self._ids: dict[int, str] = self.book.parts(turn_id)
         self._shown: dict[int, tuple[str, object]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

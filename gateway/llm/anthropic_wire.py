@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -13,10 +14,9 @@ import orjson
 from gateway.errors import LLMUnavailable
 from gateway.llm.http import HttpTransport, encoded_array, encoded_object
 from gateway.llm.streams import AnthropicAssembler
-from gateway.llm.transport import make_transport
+from gateway.llm.transport import WireSettings, make_transport
 from gateway.llm.types import (
     ChatMessage,
-    ClientKind,
     History,
     LLMReply,
     TextSink,
@@ -155,41 +155,32 @@ def _json_object(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+@dataclass(frozen=True, slots=True)
+class PromptCache:
+    """Anthropic prompt caching: breakpoints on the stable prefix, kept `ttl` long."""
+
+    ttl: Literal["5m", "1h"] = "5m"
+    enabled: bool = True
+
+
 class AnthropicClient:
     provider = "anthropic"
 
     def __init__(
         self,
+        wire: WireSettings,
         *,
-        model: str,
-        api_key: str,
-        base_url: str | None,
-        max_tokens: int,
-        timeout_s: float,
-        max_retries: int,
-        context_window: int,
-        cache_ttl: Literal["5m", "1h"] = "5m",
-        caching: bool = True,
-        client: ClientKind = "native",
+        cache: PromptCache = PromptCache(),
         env: Mapping[str, str] | None = None,
-        vision: bool = True,
     ) -> None:
-        self.model = model
-        self.vision = vision
-        self.context_window = context_window
-        self.max_tokens = max_tokens
-        self.cache_ttl = cache_ttl
-        self.caching = caching
-        self._transport = make_transport(
-            "anthropic",
-            client,
-            model=model,
-            api_key=api_key,
-            base_url=base_url,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            env=env,
-        )
+        self.wire = wire
+        self.model = wire.model
+        self.vision = wire.vision
+        self.context_window = wire.context_window
+        self.max_tokens = wire.max_tokens
+        self.cache_ttl = cache.ttl
+        self.caching = cache.enabled
+        self._transport = make_transport("anthropic", wire, env)
 
     def request_body(
         self,

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from gateway.config.settings import Config, ModelConfig, ModelEndpoint, Secret
 from gateway.errors import LLMNotConfigured, LLMTimeout, LLMUnavailable
-from gateway.llm.anthropic_wire import AnthropicClient
+from gateway.llm.anthropic_wire import AnthropicClient, PromptCache
 from gateway.llm.openai_wire import OpenAIClient
+from gateway.llm.transport import WireSettings
 from gateway.llm.types import ChatMessage, LLMClient, LLMReply, TextSink, ToolDef
 
 log = logging.getLogger(__name__)
@@ -219,22 +220,7 @@ def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLM
         or env.get("ANTHROPIC_BASE_URL" if m.provider == "anthropic" else "OPENAI_BASE_URL")
         or None
     )
-    if m.provider == "anthropic":
-        return AnthropicClient(
-            model=m.name,
-            api_key=key,
-            base_url=base_url,
-            max_tokens=m.max_tokens,
-            timeout_s=m.timeout_s,
-            max_retries=m.max_retries,
-            context_window=m.context_window,
-            cache_ttl=config.prompt_caching.ttl,
-            caching=config.prompt_caching.enabled,
-            client=m.client,
-            env=env,
-            vision=sees_images(m),
-        )
-    return OpenAIClient(
+    wire = WireSettings(
         model=m.name,
         api_key=key,
         base_url=base_url,
@@ -243,9 +229,12 @@ def make_client(m: ModelEndpoint, env: Mapping[str, str], config: Config) -> LLM
         max_retries=m.max_retries,
         context_window=m.context_window,
         client=m.client,
-        env=env,
         vision=sees_images(m),
     )
+    if m.provider == "anthropic":
+        cache = PromptCache(config.prompt_caching.ttl, config.prompt_caching.enabled)
+        return AnthropicClient(wire, cache=cache, env=env)
+    return OpenAIClient(wire, env=env)
 
 
 def build_llm(config: Config, env: Mapping[str, str], *, probe_ollama: bool = True) -> LLMClient:

@@ -12,10 +12,9 @@ import orjson
 from gateway.errors import LLMUnavailable
 from gateway.llm.http import HttpTransport, encoded_array, encoded_object
 from gateway.llm.streams import OpenAIAssembler
-from gateway.llm.transport import make_transport
+from gateway.llm.transport import WireSettings, make_transport
 from gateway.llm.types import (
     ChatMessage,
-    ClientKind,
     History,
     LLMReply,
     TextSink,
@@ -115,34 +114,13 @@ def _parts(m: ChatMessage, vision: bool) -> str | list[dict[str, Any]]:
 class OpenAIClient:
     provider = "openai"
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str,
-        base_url: str | None,
-        max_tokens: int,
-        timeout_s: float,
-        max_retries: int,
-        context_window: int,
-        client: ClientKind = "native",
-        env: Mapping[str, str] | None = None,
-        vision: bool = True,
-    ) -> None:
-        self.model = model
-        self.vision = vision
-        self.context_window = context_window
-        self.max_tokens = max_tokens
-        self._transport = make_transport(
-            "openai",
-            client,
-            model=model,
-            api_key=api_key,
-            base_url=base_url,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            env=env,
-        )
+    def __init__(self, wire: WireSettings, *, env: Mapping[str, str] | None = None) -> None:
+        self.wire = wire
+        self.model = wire.model
+        self.vision = wire.vision
+        self.context_window = wire.context_window
+        self.max_tokens = wire.max_tokens
+        self._transport = make_transport("openai", wire, env)
 
     def request_body(
         self,

@@ -34,7 +34,7 @@ from gateway.store.media_files import sweep
 from gateway.telemetry.logs import redactor_for
 from gateway.webui.chat_history import WebChatHistory, hello
 from gateway.webui.panels import ModelView
-from gateway.webui.routes import Dashboard
+from gateway.webui.routes import Dashboard, StatusSources
 
 log = logging.getLogger(__name__)
 
@@ -281,13 +281,16 @@ class Daemon:
         redact = redactor_for(gw.config, environ())
         if self.guard is not None and self.guard.secret is not None:
             redact.add([self.guard.secret.value])
-        return Dashboard(
-            store=gw.store,
-            book=PairingBook(gw.store, load_key(gw.config.home)),
+        status = StatusSources(
             health=self._health,
             model=ModelView(model_name(gw.llm), gw.model_source, model_problem(gw.llm)),
             ready=lambda: self.ops.readiness()[0],
             version=package_version(),
+        )
+        return Dashboard(
+            store=gw.store,
+            book=PairingBook(gw.store, load_key(gw.config.home)),
+            status=status,
             redact=redact,
             clock=gw.clock,
         )

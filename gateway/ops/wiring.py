@@ -34,7 +34,7 @@ from gateway.config.agents import check_agents
 from gateway.config.platforms import platform_accounts
 from gateway.config.settings import Config, DiscordConfig, SlackConfig, TelegramConfig
 from gateway.delivery.files import ChatFiles
-from gateway.delivery.outbox import Backoff, Outbox
+from gateway.delivery.outbox import Backoff, Outbox, Pacing, RetryPolicy
 from gateway.delivery.pacing import ChatPacer
 from gateway.delivery.previews import PreviewBook
 from gateway.delivery.ratelimit import RateLimiter
@@ -73,13 +73,13 @@ from gateway.sandbox.report import describe as describe_command
 from gateway.scheduling.book import JobBook
 from gateway.scheduling.command import JobsCommand
 from gateway.scheduling.jobstore import JobStore
-from gateway.scheduling.runner import JobRunner
+from gateway.scheduling.runner import JobRunner, JobScope
 from gateway.scheduling.turn import JobTurn
 from gateway.sessions.commands import ChoiceCommands, Commands
 from gateway.sessions.compression import AgentFlush, Compressor
-from gateway.sessions.flush import Flusher
+from gateway.sessions.flush import Flusher, FlushTiming
 from gateway.sessions.lifecycle import Policies
-from gateway.sessions.manager import SessionManager
+from gateway.sessions.manager import SessionManager, SessionServices, TurnPorts
 from gateway.sessions.timers import Lifecycle
 from gateway.store.database import Store
 from gateway.store.rows import utcnow
@@ -202,15 +202,13 @@ def build_gateway(
     supervisor = Supervisor(by_platform, clock=clock, sleep=sleep, watchdogs=_watchdogs(config))
     limiter = RateLimiter(clock=monotonic, sleep=sleep)
     previews = PreviewBook(store, ChatPacer(monotonic), clock=clock, sleep=sleep)
+    backoff = Backoff(attempts=config.delivery.max_send_attempts)
     outbox = Outbox(
         store,
         by_platform,
         facts,
-        clock=clock,
-        sleep=sleep,
-        available=supervisor.is_up,
-        limiter=limiter,
-        backoff=Backoff(attempts=config.delivery.max_send_attempts),
+        Pacing(clock, sleep=sleep, backoff=backoff, limiter=limiter),
+        retry=RetryPolicy(available=supervisor.is_up),
         metrics=metrics,
         previews=previews,
     )
@@ -456,7 +454,7 @@ def _sessions(
         roster=roster,
         home=config.home,
         db_path=config.db_path,
-        clock=clock,
+        timing=FlushTiming(clock),
         callers=roles,
     )
     lifecycle = Lifecycle(store=store, policies=policies, flusher=flusher, clock=clock)
@@ -466,21 +464,21 @@ def _sessions(
     choices = ChoiceCommands(config, clock=clock, is_admin=roles.sender_is_admin, menus=menus)
     commands.add("voice", choices.voice)
     commands.add("model", choices.model)
+    services = SessionServices(
+        hooks=lifecycle,
+        gate=gate,
+        commands=commands,
+        compressor=compressor,
+        metrics=metrics,
+        callers=roles,
+    )
     sessions = SessionManager(
         config=config,
         store=store,
         roster=roster,
-        outbox=outbox,
-        hooks=lifecycle,
-        commands=commands,
-        adapters=adapters,
         clock=clock,
-        gate=gate,
-        compressor=compressor,
-        metrics=metrics,
-        callers=roles,
-        streams=streams,
-        media=media,
+        ports=TurnPorts(outbox, adapters, streams=streams, media=media),
+        services=services,
     )
     lifecycle.attach(sessions)
     outbox.choices.append(menus.choices_for)
@@ -498,15 +496,12 @@ def _jobs(
         return None
     turn = JobTurn(manager=sessions, jobs=book.jobs, schedule=config.schedule.jobs_may_schedule)
     adapters = sessions.adapters
-    runner = JobRunner(
-        jobs=book.jobs,
-        config=config,
-        clock=sessions.clock,
-        allowed=gate.is_allowed,
-        turn=turn,
+    scope = JobScope(
         platforms={a.platform for a in adapters.values()},
+        allowed=gate.is_allowed,
         members={k: a for k, a in adapters.items() if isinstance(a, MemberRoles)},
     )
+    runner = JobRunner(jobs=book.jobs, config=config, turn=turn, clock=sessions.clock, scope=scope)
     book.changed = runner.changed
     return runner
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -41,6 +42,16 @@ BATCH = 200  # due jobs handled between yields to the event loop
 PRUNE_EVERY = timedelta(hours=1)  # old run sessions are deleted this often (on the injected clock)
 
 
+@dataclass(frozen=True, slots=True)
+class JobScope:
+    """Whose jobs this runner serves: those of its process's `platforms`, run only while the gate
+    still `allowed` their creator, with `members` telling a member's roles (Discord)."""
+
+    platforms: Collection[str]
+    allowed: Callable[[Inbound], bool]
+    members: Mapping[str, MemberRoles] = field(default_factory=dict)
+
+
 class JobRunner:
     def __init__(
         self,
@@ -48,20 +59,18 @@ class JobRunner:
         jobs: JobStore,
         config: Config,
         turn: JobTurn,
-        allowed: Callable[[Inbound], bool],
         clock: Clock,
-        platforms: Collection[str],
+        scope: JobScope,
         scheduler: AsyncIOScheduler | None = None,
-        members: Mapping[str, MemberRoles] | None = None,
     ) -> None:
         self.jobs = jobs
-        self.members = dict(members or {})  # adapter key → what tells a member's roles (Discord)
+        self.members = dict(scope.members)  # adapter key → what tells a member's roles (Discord)
         self.config = config.schedule
         self.home = config.home
         self.turn = turn
-        self.allowed = allowed
+        self.allowed = scope.allowed
         self.clock = clock
-        self.platforms = frozenset(platforms)
+        self.platforms = frozenset(scope.platforms)
         self.scheduler = scheduler or AsyncIOScheduler(timezone=UTC)
         self.timers = DeadlineTimers(self.scheduler, clock, self._due, job_id=SWEEP_JOB)
         self.started = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -243,6 +244,15 @@ class FlushLedger:
         return [int(r[0]) for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class FlushTiming:
+    """The clock a flush reads, the sleep it waits on and the waits before each retry."""
+
+    clock: Clock
+    sleep: Sleep = asyncio.sleep
+    retry_delays: Sequence[float] = RETRY_DELAYS
+
+
 class Flusher:
     """Runs flushes in the background, at most `memory.flush_concurrency` at once, from a FIFO of
     session ids."""
@@ -255,10 +265,8 @@ class Flusher:
         roster: Roster,
         home: Path,
         db_path: Path,
-        clock: Clock,
+        timing: FlushTiming,
         callers: Callers | None = None,
-        sleep: Sleep = asyncio.sleep,
-        retry_delays: Sequence[float] = RETRY_DELAYS,
     ) -> None:
         self.callers: Callers | None = callers
         self.config = config
@@ -267,9 +275,9 @@ class Flusher:
         self.roster = roster  # a session is flushed by its own agent: its model, tools and memory
         self.home = home
         self.db_path = db_path
-        self.clock = clock
-        self.sleep = sleep
-        self.retry_delays = tuple(retry_delays)
+        self.clock = timing.clock
+        self.sleep = timing.sleep
+        self.retry_delays = tuple(timing.retry_delays)
         self._queue: asyncio.Queue[int] = asyncio.Queue()
         self._queued: set[int] = set()
         self._workers: list[asyncio.Task[None]] = []

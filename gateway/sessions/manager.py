@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 
@@ -62,6 +62,29 @@ CommandHandler = Callable[["SessionManager", Inbound, str], Awaitable["str | Non
 Gate = Callable[[Inbound], Awaitable["SubmitResult | None"]]
 
 
+@dataclass(frozen=True, slots=True)
+class TurnPorts:
+    """Where a turn's answer goes: the outbox and the adapters it sends through, the live
+    previews (None: none) and the attachments read into the turn (None: text only)."""
+
+    outbox: Outbox
+    adapters: dict[str, Adapter]  # by adapter key: `telegram`, `telegram@family` (a second bot)
+    streams: Streams | None = None
+    media: AttachmentTurns | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionServices:
+    """Optional services around each turn; each None leaves its feature off."""
+
+    hooks: SessionHooks | None = None  # lifecycle: resets, pre-reset flush
+    gate: Gate | None = None  # access: may answer an inbound itself
+    commands: CommandHandler | None = None
+    compressor: ContextCompressor | None = None
+    metrics: Metrics | None = None
+    callers: Callers | None = None
+
+
 class SessionManager:
     def __init__(
         self,
@@ -69,36 +92,31 @@ class SessionManager:
         config: Config,
         store: Store,
         roster: Roster,
-        outbox: Outbox,
-        adapters: dict[str, Adapter],
         clock: Clock,
-        hooks: SessionHooks | None = None,
-        gate: Gate | None = None,
-        commands: CommandHandler | None = None,
-        compressor: ContextCompressor | None = None,
-        metrics: Metrics | None = None,
-        callers: Callers | None = None,
-        streams: Streams | None = None,
-        media: AttachmentTurns | None = None,
+        ports: TurnPorts,
+        services: SessionServices = SessionServices(),
     ) -> None:
         self.config = config
-        self.callers = callers
+        self.callers = services.callers
         self.store = store
         self.roster = roster  # every agent's parts, and the bindings; a session takes its agent's
-        self.outbox = outbox
-        self.adapters = adapters  # by adapter key: `telegram`, `telegram@family` (a second bot)
+        self.outbox = ports.outbox
+        self.adapters = ports.adapters
         self.clock = clock
-        self.hooks: SessionHooks = hooks or NoLifecycle()
-        self.gate = gate
-        self.commands = commands
-        self.metrics = metrics
-        self.outage = StoreOutage(store, outbox)
-        # live previews of the answer (gateway/delivery/stream.py); None: none
-        self.streams = streams
-        self.media = media
+        self.hooks: SessionHooks = services.hooks or NoLifecycle()
+        self.gate = services.gate
+        self.commands = services.commands
+        self.metrics = services.metrics
+        self.outage = StoreOutage(store, ports.outbox)
+        self.streams = ports.streams
+        self.media = ports.media
         self.waiting: Waiting | None = None  # turns that wait for a person (gateway/approvals/)
         self._prompt = SessionPrompt(
-            store=store, parts=roster.get, clock=clock, compressor=compressor, callers=callers
+            store=store,
+            parts=roster.get,
+            clock=clock,
+            compressor=services.compressor,
+            callers=services.callers,
         )
         self._lanes = Lanes(self._turn, self._mark)
         # platform → (its adapter, has typing())

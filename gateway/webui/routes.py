@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from typing import Any
@@ -36,6 +37,17 @@ PUSH_EVERY_S = 2.0
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 
 
+@dataclass(frozen=True, slots=True)
+class StatusSources:
+    """What the status panel reads from the running daemon: each adapter's health, the model in use,
+    readiness and the package version."""
+
+    health: Callable[[], Mapping[str, AdapterHealth]]
+    model: ModelView
+    ready: Callable[[], bool]
+    version: str
+
+
 class Dashboard:
     """Built by the daemon with what it reads; `attach(app)` before the guard protects the app."""
 
@@ -44,20 +56,17 @@ class Dashboard:
         *,
         store: Store,
         book: PairingBook,
-        health: Callable[[], Mapping[str, AdapterHealth]],
-        model: ModelView,
-        ready: Callable[[], bool],
-        version: str,
+        status: StatusSources,
         redact: Redact,
         clock: Clock,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.store = store
         self.book = book
-        self.health = health
-        self.model = model
-        self.ready = ready
-        self.version = version
+        self.health = status.health
+        self.model = status.model
+        self.ready = status.ready
+        self.version = status.version
         self.redact = redact
         self.clock = clock
         self.sleep = sleep

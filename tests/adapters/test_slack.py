@@ -27,6 +27,7 @@ from adapters.slack.adapter import (
     ENRICH_BUDGET_S,
     THREAD_UNREAD_NOTE,
     SlackAdapter,
+    SlackTimings,
     slack_to_text,
 )
 from gateway.config.settings import SlackConfig, load_config
@@ -222,10 +223,8 @@ async def running(
         else [
             SlackAdapter(
                 config.slack,
-                ping_interval=30.0,
-                ping_timeout=ping_timeout,
+                timings=SlackTimings(30.0, ping_timeout, ack_budget=ack_budget),
                 serve=serve_http,
-                ack_budget=ack_budget,
             )
         ]
     )
@@ -1143,7 +1142,8 @@ async def http_adapter(
     write_config(home, extra=slack_yaml(slack, "http", ""))
     config = load_config(home, env={})
     assert config.slack is not None
-    adapter = SlackAdapter(config.slack, serve=serve_http, **kwargs)
+    timings = SlackTimings(**kwargs)
+    adapter = SlackAdapter(config.slack, timings=timings, serve=serve_http)
     await adapter.start(submit)
     try:
         yield adapter, f"http://127.0.0.1:{adapter.http_port}/slack/events"
@@ -1226,7 +1226,8 @@ async def socket_adapter(
     write_config(home, extra=slack_yaml(slack, "socket", ""))
     config = load_config(home, env={})
     assert config.slack is not None
-    adapter = SlackAdapter(config.slack, serve=serve_http, **kwargs)
+    timings = SlackTimings(**kwargs)
+    adapter = SlackAdapter(config.slack, timings=timings, serve=serve_http)
     await adapter.start(submit)
     try:
         yield adapter

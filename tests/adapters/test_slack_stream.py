@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from adapters.slack.adapter import SlackAdapter
+from adapters.slack.adapter import SlackAdapter, SlackTimings
 from gateway.config.settings import load_config
 from gateway.events import ChatRef, PreviewPart
 from gateway.ops.daemon import Daemon
@@ -37,7 +37,8 @@ async def running(
     )
     config = load_config(home, env={})
     assert config.slack is not None
-    adapter = SlackAdapter(config.slack, ping_interval=30.0, monotonic=virtual.monotonic)
+    timings = SlackTimings(ping_interval=30.0, monotonic=virtual.monotonic)
+    adapter = SlackAdapter(config.slack, timings=timings)
     gw = build_gateway(
         config,
         env={},
