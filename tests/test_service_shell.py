@@ -84,3 +84,28 @@ def test_install_service_reads_the_shell_from_the_config(tmp_path: Path) -> None
     assert shell.returncode == 0, shell.stderr
     assert BWRAP_RELAXED["RestrictNamespaces=yes"] in shell.stdout
     assert BWRAP_SYSCALLS in shell.stdout and "AF_NETLINK" in shell.stdout
+
+
+def test_install_service_reads_the_config_with_the_env_file_s_tokens(tmp_path: Path) -> None:
+    """The config names a token from the env file (as `gateway init` writes it): install-service
+    reads it as the unit will, so the shell's lines are written; a config it cannot read is said."""
+    home = tmp_path / "gwhome"
+    home.mkdir()
+    env = {"HOME": str(tmp_path), "USER": "tester"}
+    env_file = tmp_path / ".config" / "agent-gateway" / "env"
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text("# tokens\nMY_BOT_TOKEN='123456:AAxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'\n")
+    (home / "config.yaml").write_text(
+        "telegram:\n  token: ${MY_BOT_TOKEN}\ntools:\n  shell:\n    enabled: true\n",
+        encoding="utf-8",
+    )
+    shell = run_cli("--home", str(home), "install-service", "--user", "--dry-run", env=env)
+    assert shell.returncode == 0, shell.stderr
+    assert BWRAP_RELAXED["RestrictNamespaces=yes"] in shell.stdout, shell.stderr
+    assert "warning" not in shell.stderr
+
+    env_file.unlink()
+    unread = run_cli("--home", str(home), "install-service", "--user", "--dry-run", env=env)
+    assert unread.returncode == 0, unread.stderr
+    assert "RestrictNamespaces=yes" in unread.stdout
+    assert "could not be read" in unread.stderr and "MY_BOT_TOKEN" in unread.stderr

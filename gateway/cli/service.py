@@ -95,8 +95,9 @@ def cmd_install_service(args: argparse.Namespace) -> int:
             home = Path(args.home).expanduser().absolute() if args.home else Path(SYSTEM_HOME)
         else:
             home = home_of(args).absolute()
-        drain, shell = _from_config(_config_home(home, mode))
         env_file = Path(SYSTEM_ENV_FILE) if mode == "system" else user_env_file(env)
+        # the config as the unit will read it: with the env file's tokens (${VAR} in config.yaml)
+        drain, shell = _from_config(_config_home(home, mode), {**env, **_env_values(env_file)})
         spec = UnitSpec(
             mode=mode,
             exec_path=gateway_executable(sys.argv[0]),
@@ -130,16 +131,41 @@ def _config_home(home: Path, mode: str) -> Path:
     return private if not (home / "config.yaml").exists() and private.exists() else home
 
 
-def _from_config(home: Path) -> tuple[float, ShellNeeds]:
-    """The drain deadline, and what the shell's sandbox needs from the unit (None: no shell)."""
+def _from_config(home: Path, env: dict[str, str]) -> tuple[float, ShellNeeds]:
+    """The drain deadline, and what the shell's sandbox needs from the unit (None: no shell). A
+    config that cannot be read gives the defaults, said on stderr (the daemon refuses it too)."""
     from gateway.config.settings import load_config
 
     try:
-        config = load_config(home)
-    except (ConfigError, OSError):
+        config = load_config(home, env=env)
+    except (ConfigError, OSError) as exc:
+        print(
+            f"warning: {home / 'config.yaml'} could not be read ({exc}); the unit is written "
+            "for the defaults (no shell): fix it and run install-service again",
+            file=sys.stderr,
+        )
         return 20.0, None
     shell = config.tools.shell
     needs: ShellNeeds = None
     if shell.enabled and shell.sandbox == "bubblewrap":
         needs = "network" if shell.network else "no-network"
     return config.daemon.drain_seconds, needs
+
+
+def _env_values(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a systemd EnvironmentFile (comments and blank lines skipped, one level
+    of quotes removed); nothing when it is missing or unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if not sep or key.startswith(("#", ";")) or not key.strip():
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values

@@ -19,6 +19,7 @@ from gateway.cli.main import main
 from gateway.config.settings import load_config
 from gateway.ops.daemon import Daemon
 from gateway.ops.wiring import Gateway, build_gateway, platform_adapters
+from gateway.sessions.commands import MODEL_TAP, MODEL_USAGE
 from tests.adapters.test_telegram import VirtualTime
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram
@@ -249,8 +250,9 @@ async def test_model_and_voice_choices_stay_with_their_bot_and_agent(
         assert "• fast: gpt-fast (openai)" in listed and "cheap" not in listed
         listed = await say(gw, bots.family, "/model")
         assert "• cheap: gpt-cheap (openai)" in listed and "fast" not in listed
+        # the refusal lists the models again, without buttons: it says how to switch by name
         assert await say(gw, bots.family, "/model fast") == (
-            "There is no model called 'fast' here.\n" + listed
+            "There is no model called 'fast' here.\n" + listed.replace(MODEL_TAP, MODEL_USAGE)
         )
         assert (await say(gw, bots.personal, "/model fast")).startswith("Switched to fast")
         assert await say(gw, bots.personal, "now?") == "echo: now? [users=1]"
