@@ -263,4 +263,7 @@ def test_agent_and_binding_mistakes_are_named_with_their_line(
 def test_an_agents_soul_is_read_relative_to_the_home(home: Path) -> None:
     (home / "souls").mkdir()
     (home / "souls" / "a.md").write_text("You are A.", encoding="utf-8")
-    check_agents(config(home, "agents:\n  a: {soul: souls/a.md}\n"))
+    check_agents(config(home, "agents:\n  a: {soul: souls/a.md}\n"))  # found from the home
+    (home / "souls" / "a.md").unlink()
+    with pytest.raises(ConfigError, match=r"agents\.a\.soul: no such file"):
+        check_agents(config(home, "agents:\n  a: {soul: souls/a.md}\n"))
