@@ -6,6 +6,7 @@ a file)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from adapters.console import ConsoleAdapter
-from gateway.events import ChatRef, SubmitOutcome
+from gateway.events import ChatRef, OutboundMessage, SubmitOutcome
 from gateway.ops.wiring import Gateway
 from gateway.store.rows import iso
 from tests.approvals_support import (
@@ -197,6 +198,47 @@ async def test_a_restart_while_pending_then_allow_completes_the_turn_once(
     assert runs(tmp_path) == ["delete_file /srv/b"]
     # the model was not asked again for the stopped step
     assert len(fake_llm.anthropic_requests()) == 2
+    assert [r["state"] for r in rows_of(home)] == ["done"]
+
+
+class HeldButtons(ButtonAdapter):
+    """Its platform takes the request (the person can see it) but answers the send only once
+    `release` is set: the turn is between "request sent" and "waiting" meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> str:
+        sent_as = await super().send(message)
+        if message.choices is not None:
+            await self.release.wait()
+        return sent_as
+
+
+async def test_a_turn_reaching_its_wait_as_the_drain_begins_waits_on_after_the_restart(
+    home: Path, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The drain must not wait for a person: a turn still sending its request when the drain
+    begins stops as soon as it would wait (a hang here is the bug), the request stays pending, and
+    the next start completes the turn on the tap."""
+    setup(home, fake_llm, tmp_path)
+    fake_llm.script(ToolCall(DELETE, {"path": "/srv/late"}), Reply("Deleted late."))
+    first, clock = HeldButtons(), FakeClock()
+    async with gateway(home, first, clock) as gw:
+        await ask(gw, "delete late")
+        _, request = await first.wait_choices()  # on the platform, its send not yet answered
+        gw.sessions.stop_accepting()
+        first.release.set()
+        await gw.sessions.wait_idle()
+        assert [r["state"] for r in rows(gw)] == ["pending"] and runs(tmp_path) == []
+    assert request.choices is not None
+    second = ButtonAdapter()
+    async with gateway(home, second, clock) as gw:
+        allowed = await gw.sessions.submit(tap(request.choices, "once", chat=WEB, user_id="tab1"))
+        assert allowed.outcome is SubmitOutcome.ACCEPTED
+        assert await answered(gw, second, 1) == ["Deleted late."]
+    assert runs(tmp_path) == ["delete_file /srv/late"]
     assert [r["state"] for r in rows_of(home)] == ["done"]
 
 

@@ -71,10 +71,10 @@ class Waiting:
         """Its turn stopped for a person: it goes on after a restart, whatever its age."""
         return self.waits.point(inbound_id) is not None
 
-    def park(self) -> set[str]:
-        """The drain begins: the lanes of turns waiting for a person, to cancel now (not at the
-        drain's end)."""
-        return self.waits.park()
+    def park(self, cancel_lanes: Callable[[set[str]], None]) -> None:
+        """The drain begins: the lanes of turns waiting for a person are cancelled now (not at
+        the drain's end), and so are those of turns that reach their wait later."""
+        self.waits.park(cancel_lanes)
 
     async def turn(
         self,

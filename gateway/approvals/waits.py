@@ -130,6 +130,7 @@ class Waits:
         # inbound id → where a turn stopped before a restart goes on
         self.points: dict[int, ApprovalRow] = {}
         self.draining = False
+        self._cancel_lanes: Callable[[set[str]], None] | None = None  # set when the drain begins
 
     # ------------------------------------------------------------------ the turn's side
     def point(self, inbound_id: int) -> ApprovalRow | None:
@@ -238,6 +239,8 @@ class Waits:
             fresh = self.book.get(row.id)
             return await self._settled(turn, fresh) if fresh is not None else None
         opened.parked.add(turn.key)
+        if self._cancel_lanes is not None:  # the drain began as the request went out
+            self._cancel_lanes({turn.key})
         try:
             decision = await opened.decided
         except asyncio.CancelledError:
@@ -408,11 +411,13 @@ class Waits:
             line = texts.outcome_line(row.state, row.decision, row.decided_by, minutes=self.minutes)
             self.closer.close_soon(row, self.shown(row), line)
 
-    def park(self) -> set[str]:
-        """The drain begins: turns waiting for a person stop waiting now (their requests stay
-        pending for the next start); returns their lane keys."""
+    def park(self, cancel_lanes: Callable[[set[str]], None]) -> None:
+        """The drain begins: turns waiting for a person stop waiting now, and so does a turn that
+        reaches its wait later (their requests stay pending for the next start). `cancel_lanes`
+        cancels the lanes of those keys."""
         self.draining = True
-        return self.parked_keys()
+        self._cancel_lanes = cancel_lanes
+        cancel_lanes(self.parked_keys())
 
     async def close(self) -> None:
         for opened in self.open.values():

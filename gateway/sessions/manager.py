@@ -584,7 +584,8 @@ class SessionManager:
 
     def stop_accepting(self) -> None:
         self._lanes.accepting = False
-        self._lanes.cancel_lanes(self.waiting.park() if self.waiting else set())  # after a restart
+        if self.waiting is not None:  # those turns go on after the restart
+            self.waiting.park(self._lanes.cancel_lanes)
 
     def busy_lanes(self) -> int:
         return self._lanes.busy_lanes()
