@@ -80,7 +80,11 @@ async def page_server(pages: dict[str, bytes]) -> AsyncIterator[tuple[str, list[
 
 @asynccontextmanager
 async def hostile_daemon(
-    home: Path, llm: FakeLLM, env: dict[str, str] | None = None, extra: str = ""
+    home: Path,
+    llm: FakeLLM,
+    env: dict[str, str] | None = None,
+    extra: str = "",
+    read_cpu_s: float = 15,
 ) -> AsyncIterator[tuple[DaemonProc, int]]:
     """`gateway run` with the web chat on a free port (and `extra` config); yields the process
     and the port."""
@@ -90,7 +94,10 @@ async def hostile_daemon(
         home,
         provider="anthropic",
         base_url=llm.base_url,
-        extra=(f"web:\n  port: {port}\ntools:\n  web_fetch:\n    allow_private: true\n{extra}"),
+        extra=(
+            f"web:\n  port: {port}\ntools:\n  web_fetch:\n    allow_private: true\n"
+            f"    read_cpu_s: {read_cpu_s}\n{extra}"
+        ),
     )
     daemon = DaemonProc(home, env=env)
     await daemon.start()

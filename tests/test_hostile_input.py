@@ -37,7 +37,8 @@ ALICE = 1001
 async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    """The owner asks for the page in the web chat; Alice writes on Telegram meanwhile."""
+    """The owner asks for the page in the web chat; Alice writes on Telegram meanwhile. The page
+    may take 4 s of processor time here (15 by default): the worker is still on it meanwhile."""
     fake_llm.script(*[asks_for_pages] * 10)
     telegram = (
         f"telegram:\n  token: '{TOKEN}'\n  api_server: {fake_telegram.base_url}\n"
@@ -45,7 +46,7 @@ async def test_a_page_that_keeps_the_worker_busy_stalls_nobody(
     )
     async with (
         page_server({"/slow": webpages.SLOW_FOR_TRAFILATURA}) as (base, served),
-        hostile_daemon(tmp_path / "home", fake_llm, extra=telegram) as (daemon, port),
+        hostile_daemon(tmp_path / "home", fake_llm, extra=telegram, read_cpu_s=4) as (daemon, port),
     ):
         assert daemon.proc is not None
         pid = daemon.proc.pid

@@ -24,7 +24,7 @@ from gateway.errors import ToolError
 from gateway.net.fetch import WebClient
 from gateway.net.guard import BlockedAddress, refusal
 from gateway.net.pages import PageCache, ReadPage
-from gateway.worker.parent import JobLimits, Worker
+from gateway.worker.parent import Worker
 from tests import webpages
 from tests.fakeclock import FakeClock
 
@@ -173,10 +173,13 @@ async def secret_server(page_server: tuple[int, list[str]]) -> AsyncIterator[lis
     await runner.cleanup()
 
 
-def _client(dns: FakeDNS, *, allow_private: bool = False) -> WebClient:
+def _client(dns: FakeDNS, *, allow_private: bool = False, read_cpu_s: float = 15) -> WebClient:
     route = {PUBLIC: "127.0.0.2"}
     return WebClient(
-        allow_private=allow_private, lookup=dns.lookup, route=lambda a: route.get(a, a)
+        allow_private=allow_private,
+        lookup=dns.lookup,
+        route=lambda a: route.get(a, a),
+        read_cpu_s=read_cpu_s,
     )
 
 
@@ -598,12 +601,12 @@ async def test_pages_that_froze_the_daemon_read_at_once(
 
 
 async def test_a_page_trafilatura_cannot_finish_is_read_for_its_visible_text(
-    page_server: tuple[int, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    page_server: tuple[int, list[str]], tmp_path: Path
 ) -> None:
     """2 MB of `<div><p>a b c d e</p></div>` takes trafilatura minutes: it is stopped at its CPU
-    seconds (2 here, 15 in the daemon), and the page's visible text is read instead, with a note."""
-    monkeypatch.setattr("gateway.net.extract.ARTICLE", JobLimits(cpu_s=2, wall_s=600))
-    client = _client(FakeDNS({"news.test": [[PUBLIC]]}))
+    seconds (tools.web_fetch.read_cpu_s: 2 here, 15 by default), and the page's visible text is
+    read instead, with a note."""
+    client = _client(FakeDNS({"news.test": [[PUBLIC]]}), read_cpu_s=2)
     url = f"http://news.test:{page_server[0]}/hostile/slow"
     text, is_error = await _fetch(client, url, tmp_path)
     assert not is_error, text

@@ -65,6 +65,7 @@ class WebFetchConfig:
     max_chars: int = field(default=20_000, metadata={"positive": True})
     timeout_s: float = field(default=20.0, metadata={"positive": True})
     max_redirects: int = field(default=5, metadata={"min": 0, "max": 20})
+    read_cpu_s: float = field(default=15.0, metadata={"positive": True})
 
 
 @dataclass(frozen=True, slots=True)

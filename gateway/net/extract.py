@@ -2,8 +2,9 @@
 can stall the event loop or bloat the daemon.
 
 trafilatura is superlinear on some pages (2 MB of plain `<div><p>` pairs takes it minutes), so it
-runs under ARTICLE's limits; a page it cannot finish within them is read again for its visible text
-alone (gateway/net/readable.py, linear), and a page even that fails on is refused with the reason.
+runs under limits (tools.web_fetch.read_cpu_s); a page it cannot finish within them is read again
+for its visible text alone (gateway/net/readable.py, linear), and a page even that fails on is
+refused with the reason.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TEXT_TYPES = frozenset(
         "application/atom+xml",
     }
 )
-ARTICLE = JobLimits(cpu_s=15, wall_s=60)  # a real 1 MB page takes trafilatura 1-3 s
+ARTICLE_WALL_S = 60  # at least 4x the processor time: room for a busy machine
 VISIBLE = JobLimits(cpu_s=5, wall_s=30)
 VISIBLE_NOTE = (
     "[The page's main text could not be picked out ({why}); what follows is all of "
@@ -41,12 +42,14 @@ VISIBLE_NOTE = (
 __all__ = ["Page", "page_of"]
 
 
-async def page_of(fetched: Fetched, worker: Worker) -> Page:
-    """The page as Markdown; ToolError for a type web_fetch cannot read, or a page it could not."""
+async def page_of(fetched: Fetched, worker: Worker, article_cpu_s: float = 15.0) -> Page:
+    """The page as Markdown; ToolError for a type web_fetch cannot read, or a page it could not.
+    trafilatura gets `article_cpu_s` of processor time (a real 1 MB page takes it 1-3 s)."""
     kind = fetched.content_type
     try:
         if kind in HTML_TYPES or (not kind and fetched.body.lstrip()[:1] == b"<"):
-            return await _html(fetched, worker)
+            limits = JobLimits(cpu_s=article_cpu_s, wall_s=max(ARTICLE_WALL_S, 4 * article_cpu_s))
+            return await _html(fetched, worker, limits)
         if kind in TEXT_TYPES or kind.startswith("text/") or kind.endswith("+json"):
             return await worker.run(
                 text_page, fetched.body, fetched.charset, kind, limits=VISIBLE, returns=Page
@@ -60,10 +63,10 @@ async def page_of(fetched: Fetched, worker: Worker) -> Page:
     )
 
 
-async def _html(fetched: Fetched, worker: Worker) -> Page:
+async def _html(fetched: Fetched, worker: Worker, limits: JobLimits) -> Page:
     args = (fetched.body, fetched.charset, fetched.url)
     try:
-        return await worker.run(article, *args, limits=ARTICLE, returns=Page)
+        return await worker.run(article, *args, limits=limits, returns=Page)
     except WorkerFailed as exc:
         if exc.reason == "busy":
             raise

@@ -61,6 +61,7 @@ class WebClient:
         max_bytes: int = 2_000_000,
         timeout_s: float = 20.0,
         max_redirects: int = 5,
+        read_cpu_s: float = 15.0,
         lookup: Lookup = system_lookup,
         route: Callable[[str], str] | None = None,
         worker: Worker | None = None,
@@ -70,6 +71,7 @@ class WebClient:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.max_redirects = max_redirects
+        self.read_cpu_s = read_cpu_s  # processor time trafilatura may spend on one page
         self.resolver = GuardedResolver(allow_private=allow_private, lookup=lookup, route=route)
         self._session: aiohttp.ClientSession | None = None
 

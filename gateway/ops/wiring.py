@@ -397,6 +397,7 @@ def _web_tools(
         max_bytes=fetch.max_bytes,
         timeout_s=fetch.timeout_s,
         max_redirects=fetch.max_redirects,
+        read_cpu_s=fetch.read_cpu_s,
         worker=worker,
     )
     found = config.tools.web_search
