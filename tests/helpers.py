@@ -11,7 +11,7 @@ import re
 import shutil
 import socket
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,16 @@ def inbound(
         received_at=received_at or datetime.now(UTC),
         user_name=user_name,
     )
+
+
+def away_from_daily_reset() -> Callable[[], datetime]:
+    """Real time moved to start at 16:00 local today, 12 hours from the default daily reset
+    (sessions.reset.at_hour: 4): on the machine's clock, a test that runs across 04:00 sees its
+    session reset between two of its messages. For a test whose rows all come from the gateway
+    (one that writes rows itself with the real time would see them 12 hours off)."""
+    now = datetime.now().astimezone()
+    shift = now.replace(hour=16, minute=0, second=0, microsecond=0) - now
+    return lambda: datetime.now(UTC) + shift
 
 
 def gateway_for(

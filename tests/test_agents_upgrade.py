@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, redirect_stdout
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from gateway.ops.wiring import Gateway
 from gateway.store.database import Store
 from tests.fakes.llm import FakeLLM
 from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
+from tests.lifecycle_support import FakeClock
 
 FIXTURE = Path(__file__).parent / "fixtures" / "home_before_agents"
 CONFIG = """\
@@ -29,6 +31,11 @@ telegram:
   token: '1000:AAtoken-of-the-home-before-agents-0000'
   allowed_users: ['1001']
 """
+
+
+# A minute after the fixture's last message: on the real clock the sessions would have reached
+# their daily reset (04:00) or idle end, and the upgrade would start new ones.
+UPGRADED_AT = datetime(2026, 12, 1, 23, 40, tzinfo=UTC)
 
 
 def old_home(home: Path, llm: FakeLLM) -> None:
@@ -47,7 +54,7 @@ def rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
 @asynccontextmanager
 async def upgraded(home: Path) -> AsyncIterator[tuple[Gateway, RecordingAdapter]]:
     telegram = RecordingAdapter("telegram")
-    gw = gateway_for(home, [telegram, RecordingAdapter("web")])
+    gw = gateway_for(home, [telegram, RecordingAdapter("web")], clock=FakeClock(UPGRADED_AT))
     daemon = Daemon(gw, install_signals=False)
     await daemon.start()
     try:

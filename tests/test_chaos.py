@@ -33,7 +33,13 @@ from tests.fakes.slack import FakeSlack
 from tests.fakes.slack import ratelimited as slack_ratelimited
 from tests.fakes.telegram import TOKEN as TG_TOKEN
 from tests.fakes.telegram import FakeTelegram, retry_after, server_error
-from tests.helpers import RecordingAdapter, gateway_for, inbound, write_config
+from tests.helpers import (
+    RecordingAdapter,
+    away_from_daily_reset,
+    gateway_for,
+    inbound,
+    write_config,
+)
 
 pytestmark = pytest.mark.chaos
 
@@ -497,7 +503,7 @@ async def test_every_model_fault_ends_in_one_reply_or_one_sentence_and_a_usable_
     async with FakeLLM() as primary, FakeLLM() as backup:
         write_config(home, extra=model_yaml(primary, provider, backup if with_fallback else None))
         web = RecordingAdapter("web")
-        gw = gateway_for(home, [web])
+        gw = gateway_for(home, [web], clock=away_from_daily_reset())
         try:
             await drive_model_faults(gw, web, primary, backup, provider, with_fallback)
         finally:
