@@ -19,6 +19,8 @@ from tests.early_checks import pytest_collection_finish, pytest_sessionfinish  #
 from tests.failure_reports import pytest_configure, pytest_unconfigure  # noqa: F401 (hooks)
 from tests.fakes.fixtures import *
 
+pytest_plugins = ["tests.parallel"]  # how many xdist workers; what they share starts once
+
 # Never let a developer's real keys, tokens, home or service manager leak into a test run.
 for _var in (
     "ANTHROPIC_API_KEY",
