@@ -191,7 +191,7 @@ class AccessGate:
         self.rules = platform_rules(config)
         self.pairing = pairing
         self.outbox = outbox
-        self.notices = notices or ephemeral_outbox(outbox)
+        self._notices = notices
         self.clock = clock
         self.bots = BotBudget(
             config.access.bot_loop_budget, timedelta(seconds=config.access.bot_loop_cooldown_s)
@@ -320,6 +320,14 @@ class AccessGate:
             reply_to_id=inbound.message_id,
         )
         return SubmitResult(SubmitOutcome.REFUSED, "pairing code sent")
+
+    @property
+    def notices(self) -> Outbox:
+        """Where pairing codes go out, made at the first one: its in-memory table costs a whole
+        schema's creation, which most daemons never need."""
+        if self._notices is None:
+            self._notices = ephemeral_outbox(self.outbox)
+        return self._notices
 
     def _drop(self, inbound: Inbound, reason: str) -> SubmitResult:
         """One log line per refused message: platform and user id, never the text."""

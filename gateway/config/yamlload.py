@@ -23,6 +23,9 @@ import yaml
 from gateway.errors import ConfigError, ConfigErrors
 
 MAX_FILE_BYTES = 1_000_000
+# LibYAML's parser when PyYAML was built with it (wheels are): ~10x less CPU per file, the same
+# nodes and marks.
+SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -79,7 +82,7 @@ def read_yaml_file(path: Path) -> yaml.Node | None:
 
 def parse_yaml_text(text: str, name: str) -> yaml.Node | None:
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=SAFE_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from gateway.config.yamlload import SAFE_LOADER
 from gateway.errors import ConfigError, ConfigErrors
 from gateway.events import PLATFORMS
 
@@ -122,7 +123,7 @@ def parse_platform_facts(
 
 def _compose(text: str, file: str) -> yaml.Node | None:
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=SAFE_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise ConfigError(
