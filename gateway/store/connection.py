@@ -118,6 +118,12 @@ UNAVAILABLE = {
 }
 
 
+# A new database's pages, by its migrations, once this process has made one: the next new database
+# (a bench's seed, a test's home, the pairing notices' table) is copied in ~2 ms instead of running
+# every migration's DDL again (~50 ms). One entry per migration list, ~330 KB.
+_NEW_DATABASES: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+
 class Database:
     """One connection to state.db. Open once in the
     composition root (as a Store); close on shutdown."""
@@ -278,6 +284,33 @@ class Database:
             conn.execute("DELETE FROM store_probe")
 
     def _migrate(self, migrations: Sequence[Migration]) -> list[str]:
+        new = self.conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
+        key = tuple(
+            (name, run if isinstance(run, str) else run.__qualname__) for name, run in migrations
+        )
+        if new and key in _NEW_DATABASES:
+            return self._copy_new(_NEW_DATABASES[key])
+        applied = self._run(migrations)
+        if new:
+            image = bytearray(self.conn.serialize())
+            image[18:20] = b"\x01\x01"  # as a rollback-journal file: a copy may live in memory
+            _NEW_DATABASES[key] = bytes(image)
+        return applied
+
+    def _copy_new(self, image: bytes) -> list[str]:
+        """A new database as a copy of one this process made with the same migrations."""
+        source = sqlite3.connect(":memory:")
+        try:
+            source.deserialize(image)
+            source.backup(self.conn)
+        finally:
+            source.close()
+        self.conn.execute("UPDATE schema_migrations SET applied_at = ?", (iso(utcnow()),))
+        return [
+            r[0] for r in self.conn.execute("SELECT name FROM schema_migrations ORDER BY rowid")
+        ]
+
+    def _run(self, migrations: Sequence[Migration]) -> list[str]:
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations "
             "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
