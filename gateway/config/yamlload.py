@@ -87,13 +87,23 @@ def parse_yaml_text(text: str, name: str) -> yaml.Node | None:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         problem = exc.problem or "invalid YAML"
-        if mark is not None and "\t" in problem + str(exc):
+        if "nesting depth" in problem:  # LibYAML's limit
+            problem = "nested too deeply"
+        elif mark is not None and _tab_near(text, mark, problem + str(exc)):
             problem += " (tabs are not allowed for indentation in YAML; use spaces)"
         raise ConfigError(f"invalid YAML: {problem}", file=name, line=line) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=name) from None
     except RecursionError:  # PyYAML composes recursively: thousands of nested `[` exhaust the stack
         raise ConfigError("invalid YAML: nested too deeply", file=name) from None
+
+
+def _tab_near(text: str, mark: yaml.Mark, message: str) -> bool:
+    """A tab where the parser stopped: PyYAML's message shows it, LibYAML's only the position."""
+    if "\t" in message:
+        return True
+    lines = text.splitlines()
+    return mark.line < len(lines) and "\t" in lines[mark.line][: mark.column + 1]
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.config.yamlload import SAFE_LOADER
+from gateway.config.yamlload import parse_yaml_text
 from gateway.errors import ConfigError, ConfigErrors
 from gateway.events import PLATFORMS
 
@@ -122,17 +122,7 @@ def parse_platform_facts(
 
 
 def _compose(text: str, file: str) -> yaml.Node | None:
-    try:
-        return yaml.compose(text, Loader=SAFE_LOADER)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ConfigError(
-            f"invalid YAML: {exc.problem or exc.context}",
-            file=file,
-            line=mark.line + 1 if mark else None,
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", file=file) from None
+    return parse_yaml_text(text, file)
 
 
 def _entry(
