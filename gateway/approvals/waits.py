@@ -129,7 +129,6 @@ class Waits:
         self.open: dict[int, Opened] = {}  # pending requests by id
         # inbound id → where a turn stopped before a restart goes on
         self.points: dict[int, ApprovalRow] = {}
-        self.draining = False
         self._cancel_lanes: Callable[[set[str]], None] | None = None  # set when the drain begins
 
     # ------------------------------------------------------------------ the turn's side
@@ -411,11 +410,14 @@ class Waits:
             line = texts.outcome_line(row.state, row.decision, row.decided_by, minutes=self.minutes)
             self.closer.close_soon(row, self.shown(row), line)
 
+    @property
+    def draining(self) -> bool:
+        return self._cancel_lanes is not None
+
     def park(self, cancel_lanes: Callable[[set[str]], None]) -> None:
         """The drain begins: turns waiting for a person stop waiting now, and so does a turn that
         reaches its wait later (their requests stay pending for the next start). `cancel_lanes`
         cancels the lanes of those keys."""
-        self.draining = True
         self._cancel_lanes = cancel_lanes
         cancel_lanes(self.parked_keys())
 

@@ -286,7 +286,8 @@ class Database:
     def _migrate(self, migrations: Sequence[Migration]) -> list[str]:
         new = self.conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
         key = tuple(
-            (name, run if isinstance(run, str) else run.__qualname__) for name, run in migrations
+            (name, run if isinstance(run, str) else f"{run.__module__}.{run.__qualname__}")
+            for name, run in migrations
         )
         if new and key in _NEW_DATABASES:
             return self._copy_new(_NEW_DATABASES[key])

@@ -51,9 +51,8 @@ async def _read(client: WebClient, url: str) -> ReadPage:
         raise ToolError(
             f"{fetched.url} answered HTTP {fetched.status}; the page could not be read."
         )
-    page = await page_of(
-        fetched, client.worker, client.read_cpu_s
-    )  # parsed in the worker process, never on the loop
+    # parsed in the worker process, never on the loop
+    page = await page_of(fetched, client.worker, client.read_cpu_s)
     return ReadPage(fetched.url, page.title, page.markdown, fetched.truncated)
 
 
