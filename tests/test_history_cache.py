@@ -4,6 +4,7 @@ another connection's writes, and it stays within its byte budget."""
 
 from __future__ import annotations
 
+import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,30 @@ def test_large_tool_arguments_and_non_ascii_text_count_against_the_budget() -> N
     assert wide.bytes > 3 * (narrow.bytes - 200)
 
 
+@pytest.mark.parametrize(
+    ("messages", "text"),
+    [(1, 40), (3, 0), (20, 5), (20, 92), (110, 92), (20, 2000), (200, 40), (2000, 92)],
+)
+def test_the_counted_bytes_are_at_least_what_python_allocates(messages: int, text: int) -> None:
+    """The budget is a bound on real memory (the daemon's RSS goal rests on it): what the kept
+    histories allocate, entries and order included, is no more than the bytes counted, and not far
+    below them either (a count far above would waste the room)."""
+    rows = [
+        {"role": ("user", "assistant")[m % 2], "content": "x" * text + f" #{m}"}
+        for m in range(messages)
+    ]
+    cache = HistoryCache(budget_bytes=10**10)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for sid in range(300):
+            cache.put(sid, [dict(row) for row in rows])
+        allocated = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0.75 * cache.bytes <= allocated <= cache.bytes
+
+
 def test_the_kept_tool_calls_are_not_the_callers_list() -> None:
     calls = [{"id": "t1", "name": "memory", "arguments": "{}"}]
     cache = HistoryCache()
@@ -250,10 +275,10 @@ def test_the_budget_follows_the_active_sessions(tmp_path: Path) -> None:
     the most keeps 10,000 active sessions within the daemon's memory goal (bench/memory.py)."""
     store = Store(tmp_path / "state.db")
     assert store.history_cache.budget_bytes == history_cache.DEFAULT_BUDGET_BYTES
-    ids = [new_session(store, key=f"cli:dm:c{n}") for n in range(250)]
+    ids = [new_session(store, key=f"cli:dm:c{n}") for n in range(150)]
     budget = store.history_cache.budget_bytes
-    assert budget == 250 * history_cache.SESSION_BYTES > history_cache.DEFAULT_BUDGET_BYTES
-    ids += [new_session(store, key=f"cli:dm:c{n}") for n in range(250, 400)]
+    assert budget == 150 * history_cache.SESSION_BYTES > history_cache.DEFAULT_BUDGET_BYTES
+    ids += [new_session(store, key=f"cli:dm:c{n}") for n in range(150, 400)]
     budget = store.history_cache.budget_bytes
     assert budget == history_cache.MAX_BUDGET_BYTES < 400 * history_cache.SESSION_BYTES
     for sid in ids[:350]:
@@ -268,8 +293,11 @@ def test_the_budget_follows_the_active_sessions(tmp_path: Path) -> None:
 def test_what_the_wires_keep_counts_against_the_budget(store: Store) -> None:
     sid = new_session(store)
     store.add_messages(sid, exchange(1) * 20, now=NOW)
+    store.chat_history(sid)  # cached, without a memo yet
+    before = store.history_cache.bytes
     view = store.history_view(sid)
     assert view is not None and view.memo is not None
+    assert store.history_cache.bytes == before + history_cache.MEMO_BYTES  # the memo's own
     before = store.history_cache.bytes
     view.memo.keep("wire", WirePrefix(10, b"x" * 50_000))
     assert store.history_cache.bytes == before + 50_000

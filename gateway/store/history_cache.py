@@ -1,7 +1,8 @@
 """The recently used sessions' active history, already decoded, so a turn does not read and decode
 every row of its session from SQLite again; with it what the model wires made of it (WireMemo), so a
-turn's request is built from what is new. Bounded by an estimate of its bytes, sized by the number
-of active sessions; least recently used sessions go first.
+turn's request is built from what is new. Bounded by a count of its bytes that is at least what
+Python allocates for them, sized by the number of active sessions; least recently used sessions go
+first.
 
 Only gateway/store/database.py fills and changes it: appends are staged inside a write transaction
 and applied when it commits, anything else that touches a session's history drops the session (see
@@ -23,13 +24,19 @@ _Kept: TypeAlias = "str | tuple[str, str, dict[str, Any]]"
 _PLAIN = {"user": "u", "assistant": "a"}
 _ROLE = {"u": "user", "a": "assistant"}
 
-DEFAULT_BUDGET_BYTES = 4_000_000  # ~30,000 short messages: the least, however few are active
-MAX_BUDGET_BYTES = 12_000_000  # the most: 10,000 active sessions within the daemon's memory goal
+DEFAULT_BUDGET_BYTES = 4_000_000  # ~25,000 short messages: the least, however few are active
+# The most: with it, 10,000 sessions stay within the daemon's 120 MB (bench/memory.py), and 200
+# conversations of ~120 messages each are kept whole with their wire form (bench/overhead.py).
+MAX_BUDGET_BYTES = 8_000_000
 SESSION_BYTES = 40_000  # room per active session: ~150 messages with their wire form
 MEMO_MESSAGES = 40  # a shorter history is converted whole each turn: cheap, not worth keeping
-PLAIN_BYTES = 58  # a plain message's list slot, string header and role letter, besides the text
+# a plain message's list slot, string header, role letter and padding, besides the text
+PLAIN_BYTES = 62
 # the tuple, its slot and the content string's header, besides the content itself
 MESSAGE_BYTES = 130
+# a session's entry, its slot in the LRU order and its list's header and spare room
+ENTRY_BYTES = 400
+MEMO_BYTES = 750  # a WireMemo, its prefix and their headers, besides the prefix's data
 
 
 def _keep(message: ChatView) -> _Kept:
@@ -54,9 +61,9 @@ def _view(kept: _Kept) -> ChatView:
 
 
 def kept_bytes(kept: _Kept) -> int:
-    """An upper-bound-ish estimate: strings at up to 4 bytes a character when they are not ASCII
-    (CPython stores 1, 2 or 4 per character), tool calls with their arguments, which can be far
-    larger than the text."""
+    """At least what CPython allocates for it (tests/test_history_cache.py measures it): strings
+    at 4 bytes a character when they are not ASCII (CPython stores 1, 2 or 4), tool calls with
+    their arguments, which can be far larger than the text."""
     if isinstance(kept, str):
         return PLAIN_BYTES + _str_bytes(kept)
     size = (
@@ -141,6 +148,8 @@ class HistoryCache:
         self._entries.move_to_end(session_id)
         if entry.memo is None and len(entry.kept) >= MEMO_MESSAGES:
             entry.memo = WireMemo(grown=lambda n: self._grown(session_id, entry, n))
+            entry.size += MEMO_BYTES
+            self.bytes += MEMO_BYTES
         return History(entry.kept, _view, memo=entry.memo, stored_chars=entry.chars)
 
     def put(self, session_id: int, messages: list[ChatView]) -> None:
@@ -150,7 +159,7 @@ class HistoryCache:
             # read inside a transaction that also appends to it: the append would repeat those rows
             return
         kept = [_keep(m) for m in messages]
-        size = sum(kept_bytes(k) for k in kept)
+        size = ENTRY_BYTES + sum(kept_bytes(k) for k in kept)
         if size > self.budget_bytes:
             return
         entry = self._entries[session_id] = _Entry(kept, size)
