@@ -131,7 +131,7 @@ class TelegramAdapter:
         bot = self._bot = self._outbound.bot = self._make_bot()
         try:
             self._me = await self._get_me(bot)
-            self._dp = Dispatcher()
+            self._dp = Dispatcher(disable_fsm=True)  # no states used; its storage grows per chat
             self._dp.include_router(self._router())
             await self._set_commands(bot)
             if self.config.mode == "webhook":

@@ -177,6 +177,21 @@ async def test_dm_round_trip_through_the_gateway(
         assert [tuple(r) for r in rows] == [(str(ALICE), "Alice", "dm", "answered")] * 2
 
 
+async def test_aiogram_keeps_nothing_per_chat(
+    home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """aiogram's FSM storage is a dict that gains an entry for every chat and user it sees and
+    never loses one; the gateway uses no FSM states, so a bot with many chats must not pay it."""
+    async with running(home, fake_llm, fake_telegram) as run:
+        for user in (ALICE, BOB):
+            fake_telegram.inject_message(user, "hello")
+            await fake_telegram.wait_for_sent(user)
+        dispatcher = run.adapter._dp
+        assert dispatcher is not None
+        fsm = getattr(dispatcher, "fsm", None)
+        assert fsm is None or not getattr(fsm.storage, "storage", None)
+
+
 async def test_start_greets_a_known_user_and_pairs_a_stranger(
     home: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
