@@ -90,6 +90,29 @@ async def test_a_known_persons_turn_reads_no_people_rows(home: Path, fake_llm: F
         assert ada is not None and not gw.roles.is_admin(ada)
 
 
+async def test_a_new_persons_turn_does_not_read_the_whole_allowlist(
+    home: Path, fake_llm: FakeLLM
+) -> None:
+    """Each new sender is a new person, so who is an admin is worked out again; with 300 listed
+    users that must stop at the second person found, not look up all 300 (10,000 listed users made
+    every new sender's turn cost ~0.3 s of the event loop)."""
+    async with gateway(home, fake_llm, f"  allowed_users: [{', '.join(LISTED)}]\n") as (
+        gw,
+        adapters,
+    ):
+        await say(gw, adapters["telegram"], "1000")
+        statements: list[str] = []
+        gw.store.conn.set_trace_callback(statements.append)
+        try:
+            answer = await say(gw, adapters["telegram"], "1299", "first words")
+        finally:
+            gw.store.conn.set_trace_callback(None)
+        assert answer.startswith("echo: first words")
+        lookups = [s for s in statements if "FROM identities WHERE identity" in s]
+        assert 1 <= len(lookups) <= 6
+        assert gw.roles is not None and not gw.roles.is_admin(gw.people.find("telegram:1299"))
+
+
 async def test_kept_people_follow_links_and_erasures_made_elsewhere(
     home: Path, fake_llm: FakeLLM
 ) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 
-from gateway.access.gate import platform_rules
+from gateway.access.gate import Rules, platform_rules
 from gateway.access.pairing import PairingBook
 from gateway.agent.tools.registry import ToolContext
 from gateway.config.settings import Config
@@ -98,17 +98,27 @@ class Roles:
         return self._sole[1]
 
     def _sole_person(self) -> frozenset[str] | None:
+        """Stops at the second person found: a bot with thousands of allowed users must not look
+        each of them up whenever someone new writes."""
+        rules = platform_rules(self.config)
+        if any(r.roles for r in rules.values()):
+            return None
         found: set[frozenset[str]] = set()
-        for (platform, _), rules in platform_rules(self.config).items():
-            if rules.roles:
+        for ids in self._allowed_ids(rules):
+            found.add(ids)
+            if len(found) > 1:
                 return None
-            for uid in rules.user_ids:
-                found.add(self._person_ids(identity_of(platform, uid)))
-            for handle in rules.usernames:
-                found.add(self._handle_ids(platform, handle))
+        return next(iter(found), None)
+
+    def _allowed_ids(self, rules: dict[tuple[str, str], Rules]) -> Iterator[frozenset[str]]:
+        """Each allowed user's identities, one user at a time: config's, then the approved."""
+        for (platform, _), rule in rules.items():
+            for uid in rule.user_ids:
+                yield self._person_ids(identity_of(platform, uid))
+            for handle in rule.usernames:
+                yield self._handle_ids(platform, handle)
         for approved in self.pairing.approved():
-            found.add(self._person_ids(identity_of(approved.platform, approved.user_id)))
-        return next(iter(found)) if len(found) == 1 else None
+            yield self._person_ids(identity_of(approved.platform, approved.user_id))
 
     def profile_owner(self) -> Person | None:
         """Whose profile the old global USER.md was: the first admin, else the one allowed person,

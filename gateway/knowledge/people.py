@@ -100,7 +100,8 @@ class Person:
         return f"person {self.id}{name} ({', '.join(sorted(self.ids))})"
 
 
-CACHE_MAX = 10_000  # identities and people kept; past it the cache starts over
+# identities and people kept (~0.9 KB a person); past it the cache starts over
+CACHE_MAX = 2_000
 
 
 class _Kept:
@@ -165,11 +166,15 @@ class PeopleBook:
         ids = self._kept.ids
         if identity not in ids:
             row = self.store.one("SELECT person_id FROM identities WHERE identity = ?", (identity,))
-            if len(ids) >= CACHE_MAX:
-                ids.clear()
-            ids[identity] = None if row is None else int(row[0])
+            self._remember(identity, None if row is None else int(row[0]))
         person_id = ids.get(identity)
         return None if person_id is None else self._get(person_id)
+
+    def _remember(self, identity: str, person_id: int | None) -> None:
+        ids = self._kept.ids
+        if len(ids) >= CACHE_MAX:
+            ids.clear()
+        ids[identity] = person_id
 
     def get(self, person_id: int) -> Person | None:
         self.stamp()
@@ -260,6 +265,7 @@ class PeopleBook:
             )
             if user_name:
                 conn.execute("UPDATE people SET name = ? WHERE id = ?", (user_name, person_id))
+        self._remember(identity, person_id)
 
     def _create(
         self,
@@ -290,6 +296,7 @@ class PeopleBook:
                 )
             else:
                 person_id = found[0]
+        self._remember(identity, int(person_id or 0))  # the sender's next turn reads nothing
         person = self.get(int(person_id or 0))
         if person is None:
             raise GatewayError(f"could not store the person for {identity}")
