@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,21 @@ def loaded(*argv: str) -> set[str]:
 def test_the_parser_loads_only_the_standard_library_and_the_cli(argv: tuple[str, ...]) -> None:
     extra = {m for m in loaded(*argv) if not m.startswith("gateway.cli")} - ALLOWED
     assert extra == set(), f"`gateway {' '.join(argv)}` imported {sorted(extra)}"
+
+
+# What the two everyday read-only commands must not load: the daemon's network, store and
+# platform libraries (each costs a tenth of a second or more of CPU, every time).
+HEAVY = {"aiohttp", "sqlite_utils", "aiogram", "pydantic", "discord", "slack_bolt", "openai"}
+
+
+@pytest.mark.parametrize("argv", [("config", "check"), ("status",)])
+def test_config_check_and_status_load_no_network_or_store_library(
+    argv: tuple[str, ...], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "telegram:\n  token: '1:x'\n  allowed_users: [1]\nweb:\n  port: 1\n", encoding="utf-8"
+    )
+    tops = {m.split(".")[0] for m in loaded("--home", str(home), *argv)}
+    assert "gateway" in tops and not tops & HEAVY, f"`gateway {' '.join(argv)}` imported {tops}"

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config.settings import load_config
 from gateway.events import AdapterHealth
 from gateway.ops.daemon import Daemon
-from gateway.ops.status import render_status
+from gateway.ops.status_client import render_status
 from gateway.ops.wiring import build_gateway, platform_adapters
 from gateway.telemetry.metrics import Metrics, State, cache_hit_ratio, error_kind
 from tests.daemon_proc import WebChatClient

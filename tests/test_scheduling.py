@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from gateway.cli.main import main as cli
-from gateway.ops.status import Ops, render_status
+from gateway.ops.status import Ops
+from gateway.ops.status_client import render_status
 from gateway.ops.wiring import Gateway
 from gateway.scheduling.jobstore import JobStore
 from gateway.telemetry.metrics import Metrics

@@ -73,12 +73,10 @@ def home_of(args: argparse.Namespace) -> Path:
 
 def known_secret(config: Config) -> str | None:
     """The web login secret if this user can read it (never created here: the daemon makes it)."""
-    from gateway.ops.web_guard import SECRET_FILE
-
     if config.web.auth_token:
         return config.web.auth_token.value
     try:
-        return (config.home / SECRET_FILE).read_text(encoding="ascii").strip() or None
+        return config.web_key_path.read_text(encoding="ascii").strip() or None
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -86,7 +84,7 @@ def known_secret(config: Config) -> str | None:
 def config_of(args: argparse.Namespace) -> Config:
     """The loaded config, with the checks that need more than one key (tool names in agent.tools,
     the agents and accounts bindings name)."""
-    from gateway.agent.tools.catalog import check_tool_names
+    from gateway.agent.tools.names import check_tool_names
     from gateway.config.agents import check_agents
     from gateway.config.settings import load_config
 

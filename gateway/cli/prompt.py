@@ -250,7 +250,7 @@ def _health(config: Config) -> dict[str, Any] | None:
     """The running daemon's adapters (GET /status); None when none answers."""
     if not config.web.enabled:
         return None
-    from gateway.ops.status import fetch_status
+    from gateway.ops.status_client import fetch_status
     from gateway.telemetry.logs import redact_tree, redactor_for
 
     try:

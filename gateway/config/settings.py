@@ -56,6 +56,8 @@ ResetMode = Literal["idle", "daily", "both", "none"]
 BusyPolicy = Literal["queue", "interrupt"]
 StreamMode = Literal["off", "edit", "progress"]
 
+WEB_KEY_FILE = "web.key"  # in the home: the web login secret
+
 
 def _positive(**kw: object) -> dict[str, object]:
     return {"positive": True, **kw}
@@ -388,6 +390,11 @@ class Config:
     @property
     def db_path(self) -> Path:
         return self.home / "state.db"
+
+    @property
+    def web_key_path(self) -> Path:
+        """The web login secret the daemon makes (gateway/ops/web_guard.py)."""
+        return self.home / WEB_KEY_FILE
 
 
 def default_home(env: dict[str, str] | None = None) -> Path:

@@ -25,7 +25,8 @@ from gateway.ops.access_watch import AccessWatch
 from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.notify import Notifier
-from gateway.ops.status import Ops, connect_host, model_name, package_version
+from gateway.ops.status import Ops, model_name, package_version
+from gateway.ops.status_client import connect_host
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import LOOP_BUSY_TIMEOUT_MS, Gateway

@@ -24,11 +24,11 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
-from gateway.config.settings import WebConfig
+from gateway.config.settings import WEB_KEY_FILE, WebConfig
 from gateway.config.yamlload import Secret
 from gateway.events import Caller
 
-SECRET_FILE = "web.key"
+SECRET_FILE = WEB_KEY_FILE
 COOKIE_PREFIX = "agent_gateway_"
 COOKIE_MAX_AGE_S = 90 * 86400
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Protocol
-
-import aiohttp
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.config.voice import TtsConfig
 from gateway.errors import SpeechError
 from gateway.voice.process import run_tool
+
+if TYPE_CHECKING:  # imported when speech is first asked for: `gateway config check` needs none
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class OpenAISpeech:
         raise AssertionError("unreachable")
 
     async def _post(self, body: dict[str, object]) -> bytes:
+        import aiohttp
+
         if self._http is None:
             timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
             self._http = aiohttp.ClientSession(timeout=timeout)
@@ -154,6 +157,8 @@ def _seconds(resp: aiohttp.ClientResponse) -> float | None:
 
 async def _reason(resp: aiohttp.ClientResponse) -> str:
     """The service's own error message, short (OpenAI: {"error": {"message": ...}})."""
+    import aiohttp
+
     try:
         body = json.loads(await resp.content.read(4096))
         error = body.get("error")

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from gateway.agent.tools.ask import ask_tool
 from gateway.agent.tools.deferred import bridge_specs
 from gateway.agent.tools.memory import memory_tool
-from gateway.agent.tools.policy import ToolPolicy, name_problems
+from gateway.agent.tools.names import TOOL_ORDER
+from gateway.agent.tools.policy import ToolPolicy
 from gateway.agent.tools.registry import (
     Hold,
     HoldCheck,
@@ -34,9 +35,7 @@ from gateway.agent.tools.search import session_search_tool
 from gateway.agent.tools.skills import skill_tools
 from gateway.agent.tools.web import web_fetch_tool, web_search_tool
 from gateway.config.settings import Config
-from gateway.config.shell import home_problems
-from gateway.config.yamlload import locate
-from gateway.errors import ConfigError, ConfigErrors, ToolError
+from gateway.errors import ToolError
 from gateway.events import MAIN_AGENT
 from gateway.knowledge.memory import MemoryStore
 from gateway.knowledge.search import SessionSearch
@@ -52,17 +51,6 @@ from gateway.sandbox.spec import SandboxSpec
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Specs = tuple[ToolSpec, ...]
-TOOL_ORDER = (
-    "memory",
-    "session_search",
-    "skill_view",
-    "skill_manage",
-    "web_fetch",
-    "web_search",
-    "schedule",
-    "ask",
-    "shell",
-)
 # Only an admin's own session gets these in its tool list (gateway/prompt/session_tools.py); the
 # tool itself checks the turn's sender too (a group session an admin and others share).
 ADMIN_ONLY = frozenset({"shell"})
@@ -258,42 +246,6 @@ async def shell_doctor(config: Config, make: Callable[..., T]) -> list[T]:
     """`gateway doctor`'s shell lines (gateway/sandbox/runner.py), each made by `make(name, verdict,
     detail, fix)`."""
     return [make("shell", *found) for found in await doctor_check(config.tools.shell, config.home)]
-
-
-def check_tool_names(config: Config) -> None:
-    """ConfigErrors, each with its file and line, for names in agent.tools / agent.tools_by_platform
-    that name no tool (a typo there would silently turn a tool off), and for a shell workspace or
-    mount that would show the gateway's home."""
-    path = config.home / "config.yaml"
-    problems = name_problems(config, TOOL_ORDER) + _agent_problems(config)
-    if config.tools.shell.enabled:
-        problems += home_problems(config.tools.shell, config.home)
-    errors = [
-        ConfigError(message, file=str(path), line=locate(path, key), key=key)
-        for key, message in problems
-    ]
-    if errors:
-        raise ConfigErrors(errors)
-
-
-def _agent_problems(config: Config) -> list[tuple[str, str]]:
-    """The same for each agent's own `tools` / `tools_by_platform` (agents.<name>.tools[2])."""
-    found = []
-    for name, spec in config.agents.items():
-        if spec.tools is None and spec.tools_by_platform is None:
-            continue
-        own = replace(
-            config,
-            agent=replace(
-                config.agent, tools=spec.tools, tools_by_platform=spec.tools_by_platform or {}
-            ),
-        )
-        found += [
-            (key.replace("agent.", f"agents.{name}.", 1), message)
-            for key, message in name_problems(own, TOOL_ORDER)
-            if key.startswith("agent.")
-        ]
-    return found
 
 
 class ToolCatalog:

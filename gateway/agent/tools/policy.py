@@ -14,12 +14,14 @@ import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from gateway.agent.tools.registry import ToolSpec
 from gateway.config.settings import Config
 from gateway.config.tools import SERVER_NAME
 from gateway.mcp.names import server_prefix
+
+if TYPE_CHECKING:  # `gateway config check` reads name_problems without the registry's imports
+    from gateway.agent.tools.registry import ToolSpec
 
 _GLOB = "*?["
 
