@@ -25,11 +25,15 @@ _PLAIN = {"user": "u", "assistant": "a"}
 _ROLE = {"u": "user", "a": "assistant"}
 
 DEFAULT_BUDGET_BYTES = 4_000_000  # ~25,000 short messages: the least, however few are active
-# The most: with it, 10,000 sessions stay within the daemon's 120 MB (bench/memory.py), and 200
-# conversations of ~120 messages each are kept whole with their wire form (bench/overhead.py).
-MAX_BUDGET_BYTES = 8_000_000
+# The most: 200 conversations of ~180 messages each kept whole with their wire form (what
+# bench/overhead.py runs). Short histories have DEFAULT_BUDGET_BYTES at most (SHORT_MESSAGES), so
+# 10,000 sessions of 20 messages stay within the daemon's 120 MB (bench/memory.py).
+MAX_BUDGET_BYTES = 12_000_000
 SESSION_BYTES = 40_000  # room per active session: ~150 messages with their wire form
 MEMO_MESSAGES = 40  # a shorter history is converted whole each turn: cheap, not worth keeping
+# A shorter history is one indexed read away and cheap to decode: it is kept while the cache holds
+# less than DEFAULT_BUDGET_BYTES, and never evicts another session to get in.
+SHORT_MESSAGES = MEMO_MESSAGES
 # a plain message's list slot, string header, role letter and padding, besides the text
 PLAIN_BYTES = 62
 # the tuple, its slot and the content string's header, besides the content itself
@@ -162,6 +166,9 @@ class HistoryCache:
         size = ENTRY_BYTES + sum(kept_bytes(k) for k in kept)
         if size > self.budget_bytes:
             return
+        room = min(self.budget_bytes, DEFAULT_BUDGET_BYTES)
+        if len(kept) < SHORT_MESSAGES and self.bytes + size > room:
+            return  # the next turn reads it again, cheaply; longer histories keep their places
         entry = self._entries[session_id] = _Entry(kept, size)
         entry.add(messages)
         self.bytes += size
