@@ -2,7 +2,7 @@
 every row of its session from SQLite again; with it what the model wires made of it (WireMemo), so a
 turn's request is built from what is new. Bounded by a count of its bytes that is at least what
 Python allocates for them, sized by the number of active sessions; least recently used sessions go
-first.
+first, and a short history, cheap to read again, is kept only in room to spare.
 
 Only gateway/store/database.py fills and changes it: appends are staged inside a write transaction
 and applied when it commits, anything else that touches a session's history drops the session (see
