@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent.tools.names import check_tool_names
+from gateway.agent.tools.policy import check_tool_names
 from gateway.config.agents import Bindings, Place, agent_config, check_agents, default_agent
 from gateway.config.platforms import TelegramConfig, platform_accounts
 from gateway.config.settings import Config, load_config

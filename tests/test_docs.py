@@ -490,7 +490,7 @@ def test_config_examples_in_the_docs_load(tmp_path: Path) -> None:
 
 
 def test_tools_page_lists_every_built_in_tool() -> None:
-    from gateway.agent.tools.names import TOOL_ORDER
+    from gateway.agent.tools.policy import TOOL_ORDER
 
     text = (DOCS / "tools.md").read_text(encoding="utf-8")
     table = text.split("## Built-in tools")[1].split("\n\n")[1]

@@ -130,7 +130,7 @@ async def test_a_configured_model_without_its_key_says_so_instead_of_asking_for_
     must name the missing variable: "no model is configured, run gateway init" would send the
     newcomer round in a circle."""
     from gateway.cli.run import banner
-    from gateway.ops.status_client import render_status
+    from gateway.telemetry.status_client import render_status
     from tests.daemon_proc import WebChatClient
 
     (home / "config.yaml").write_text(

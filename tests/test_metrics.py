@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config.settings import load_config
 from gateway.events import AdapterHealth
 from gateway.ops.daemon import Daemon
-from gateway.ops.status_client import render_status
 from gateway.ops.wiring import build_gateway, platform_adapters
 from gateway.telemetry.metrics import Metrics, State, cache_hit_ratio, error_kind
+from gateway.telemetry.status_client import render_status
 from tests.daemon_proc import WebChatClient
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM

@@ -16,10 +16,10 @@ import pytest
 
 from gateway.cli.main import main as cli
 from gateway.ops.status import Ops
-from gateway.ops.status_client import render_status
 from gateway.ops.wiring import Gateway
 from gateway.scheduling.jobstore import JobStore
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.status_client import render_status
 from tests.fakes.base import Fault
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.helpers import RecordingAdapter, gateway_for, inbound, llm_url, write_config

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent.tools.names import check_tool_names
+from gateway.agent.tools.policy import check_tool_names
 from gateway.config.settings import load_config
 from gateway.config.shell import MountConfig
 from gateway.errors import ConfigError

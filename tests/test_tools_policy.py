@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent.tools.names import TOOL_ORDER
-from gateway.agent.tools.policy import ToolPolicy, name_problems
+from gateway.agent.tools.policy import TOOL_ORDER, ToolPolicy, name_problems
 from gateway.cli.main import main
 from gateway.config.settings import load_config
 from gateway.errors import ConfigErrors

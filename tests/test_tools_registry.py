@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import pytest
 
 from gateway.agent.tools.catalog import MEMORY_TOOLS, build_registry
-from gateway.agent.tools.names import TOOL_ORDER
+from gateway.agent.tools.policy import TOOL_ORDER
 from gateway.agent.tools.registry import ToolContext, ToolRegistry, ToolResult
 from gateway.errors import ToolError
 

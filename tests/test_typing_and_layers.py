@@ -62,7 +62,7 @@ INNER: dict[str, list[str | tuple[str, ...]]] = {
         "agents",
         "starter",
     ],
-    "telemetry": ["repeats", ("logs", "metrics")],
+    "telemetry": ["repeats", ("logs", "metrics", "status_client")],
     "llm": [
         "types",
         "streams",

@@ -84,7 +84,7 @@ def known_secret(config: Config) -> str | None:
 def config_of(args: argparse.Namespace) -> Config:
     """The loaded config, with the checks that need more than one key (tool names in agent.tools,
     the agents and accounts bindings name)."""
-    from gateway.agent.tools.names import check_tool_names
+    from gateway.agent.tools.policy import check_tool_names
     from gateway.config.agents import check_agents
     from gateway.config.settings import load_config
 

@@ -250,8 +250,8 @@ def _health(config: Config) -> dict[str, Any] | None:
     """The running daemon's adapters (GET /status); None when none answers."""
     if not config.web.enabled:
         return None
-    from gateway.ops.status_client import fetch_status
     from gateway.telemetry.logs import redact_tree, redactor_for
+    from gateway.telemetry.status_client import fetch_status
 
     try:
         data = fetch_status(config.web.host, config.web.port, secret=known_secret(config))

@@ -188,8 +188,8 @@ def _print_address(url: str) -> None:
 def cmd_web_url(args: argparse.Namespace) -> int:
     """The same link `gateway run` prints on a terminal: the public URL, or where this machine
     reaches the port."""
-    from gateway.ops.status_client import connect_host
     from gateway.ops.web_guard import WebGuard
+    from gateway.telemetry.status_client import connect_host
 
     config = config_of(args)
     web = config.web

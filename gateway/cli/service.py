@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     """Ask the running daemon (GET /status on the web
     listener, loopback only) and print its answer."""
-    from gateway.ops.status_client import fetch_status, render_status
     from gateway.telemetry.logs import redact_tree, redactor_for
+    from gateway.telemetry.status_client import fetch_status, render_status
 
     config = config_of(args)
     if not config.web.enabled:

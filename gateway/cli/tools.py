@@ -56,7 +56,7 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 
 
 def _rows(gateway: Gateway) -> list[str]:
-    from gateway.agent.tools.names import TOOL_ORDER
+    from gateway.agent.tools.policy import TOOL_ORDER
     from gateway.events import PLATFORMS
 
     catalog = gateway.catalog

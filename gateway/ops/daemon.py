@@ -26,13 +26,13 @@ from gateway.ops.http_limits import Limits, Listening
 from gateway.ops.http_limits import serve as serve_http
 from gateway.ops.notify import Notifier
 from gateway.ops.status import Ops, model_name, package_version
-from gateway.ops.status_client import connect_host
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.web_guard import WebGuard
 from gateway.ops.wiring import LOOP_BUSY_TIMEOUT_MS, Gateway
 from gateway.sessions.catchup import CatchUps, joined_threads
 from gateway.store.media_files import sweep
 from gateway.telemetry.logs import redactor_for
+from gateway.telemetry.status_client import connect_host
 from gateway.webui.chat_history import WebChatHistory, hello
 from gateway.webui.panels import ModelView
 from gateway.webui.routes import Dashboard, StatusSources

@@ -21,13 +21,13 @@ from typing import Any, Literal
 import aiohttp
 
 from gateway.agent.tools.catalog import shell_doctor
-from gateway.agent.tools.names import check_tool_names
+from gateway.agent.tools.policy import check_tool_names
 from gateway.config.settings import Config, load_config
 from gateway.errors import ConfigError, LLMError, LLMNotConfigured, LLMRejected, LLMTimeout
 from gateway.mcp.hub import McpHub
-from gateway.ops.status_client import connect_host
 from gateway.ops.web_guard import SECRET_FILE
 from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
+from gateway.telemetry.status_client import connect_host
 from gateway.voice.speaker import doctor_check
 
 Verdict = Literal["ok", "warn", "fail", "skip"]

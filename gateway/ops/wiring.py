@@ -25,7 +25,7 @@ from gateway.access.roles import Roles, migrate_global_profile
 from gateway.agent.loop import Agent
 from gateway.agent.tools.catalog import ToolCatalog, WebTools
 from gateway.agent.tools.mcp import McpTools
-from gateway.agent.tools.names import check_tool_names
+from gateway.agent.tools.policy import check_tool_names
 from gateway.agent.tools.registry import ToolRegistry
 from gateway.agents.build import Admins, Shared, SharedTools, roster_for
 from gateway.agents.runtime import Roster

@@ -18,8 +18,7 @@ from typing import Annotated, Any, TypeVar
 from gateway.agent.tools.ask import ask_tool
 from gateway.agent.tools.deferred import bridge_specs
 from gateway.agent.tools.memory import memory_tool
-from gateway.agent.tools.names import TOOL_ORDER
-from gateway.agent.tools.policy import ToolPolicy
+from gateway.agent.tools.policy import TOOL_ORDER, ToolPolicy
 from gateway.agent.tools.registry import (
     Hold,
     HoldCheck,

@@ -3,21 +3,25 @@
 No list means every tool. And whether a new session's MCP tools are deferred behind tool search
 (`tools.search`, `tools.search_threshold`).
 
-Also the config check for those names: a name must be a built-in tool, a glob that matches one, or
-point into a configured MCP server (`mcp_<server>_…`); anything else is a typo that would silently
-turn a tool off.
+Also the built-in tools' names and order (TOOL_ORDER) and the config check for those names: a name
+must be a built-in tool, a glob that matches one, or point into a configured MCP server
+(`mcp_<server>_…`); anything else is a typo that would silently turn a tool off. Light on purpose:
+`gateway config check` runs it without importing the tools' libraries.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Literal
 
 from gateway.config.settings import Config
+from gateway.config.shell import home_problems
 from gateway.config.tools import SERVER_NAME
+from gateway.config.yamlload import locate
+from gateway.errors import ConfigError, ConfigErrors
 from gateway.mcp.names import server_prefix
 
 if TYPE_CHECKING:  # `gateway config check` reads name_problems without the registry's imports
@@ -139,3 +143,53 @@ def _bad_server(name: str) -> str:
         f"{name!r} is not a usable MCP server name (letters, digits, '-' or '_', at most 32, "
         "starting with a letter or digit): it becomes part of tool names"
     )
+
+
+# ------------------------------------------------------------------ the built-in names
+TOOL_ORDER = (
+    "memory",
+    "session_search",
+    "skill_view",
+    "skill_manage",
+    "web_fetch",
+    "web_search",
+    "schedule",
+    "ask",
+    "shell",
+)
+
+
+def check_tool_names(config: Config) -> None:
+    """ConfigErrors, each with its file and line, for names in agent.tools / agent.tools_by_platform
+    that name no tool (a typo there would silently turn a tool off), and for a shell workspace or
+    mount that would show the gateway's home."""
+    path = config.home / "config.yaml"
+    problems = name_problems(config, TOOL_ORDER) + _agent_problems(config)
+    if config.tools.shell.enabled:
+        problems += home_problems(config.tools.shell, config.home)
+    errors = [
+        ConfigError(message, file=str(path), line=locate(path, key), key=key)
+        for key, message in problems
+    ]
+    if errors:
+        raise ConfigErrors(errors)
+
+
+def _agent_problems(config: Config) -> list[tuple[str, str]]:
+    """The same for each agent's own `tools` / `tools_by_platform` (agents.<name>.tools[2])."""
+    found = []
+    for name, spec in config.agents.items():
+        if spec.tools is None and spec.tools_by_platform is None:
+            continue
+        own = replace(
+            config,
+            agent=replace(
+                config.agent, tools=spec.tools, tools_by_platform=spec.tools_by_platform or {}
+            ),
+        )
+        found += [
+            (key.replace("agent.", f"agents.{name}.", 1), message)
+            for key, message in name_problems(own, TOOL_ORDER)
+            if key.startswith("agent.")
+        ]
+    return found
