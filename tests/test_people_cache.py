@@ -53,6 +53,18 @@ async def say(gw: Gateway, adapter: RecordingAdapter, user: str, text: str = "hi
     return adapter.texts(user)[-1]
 
 
+async def traced(
+    gw: Gateway, adapter: RecordingAdapter, user: str, text: str
+) -> tuple[str, list[str]]:
+    """`say`, with every SQL statement the gateway's connection ran meanwhile."""
+    statements: list[str] = []
+    gw.store.conn.set_trace_callback(statements.append)
+    try:
+        return await say(gw, adapter, user, text), statements
+    finally:
+        gw.store.conn.set_trace_callback(None)
+
+
 def cli(home: Path, *argv: str) -> str:
     """A `gateway` command from the terminal: its own connection to state.db."""
     out = io.StringIO()
@@ -73,12 +85,8 @@ async def test_a_known_persons_turn_reads_no_people_rows(home: Path, fake_llm: F
     ):
         # the first turn: the person is made, the allowlist read
         await say(gw, adapters["telegram"], "1000")
-        statements: list[str] = []
-        gw.store.conn.set_trace_callback(statements.append)
-        try:
-            assert (await say(gw, adapters["telegram"], "1000", "again")).startswith("echo: again")
-        finally:
-            gw.store.conn.set_trace_callback(None)
+        answer, statements = await traced(gw, adapters["telegram"], "1000", "again")
+        assert answer.startswith("echo: again")
         assert statements  # the turn itself did its writes
         touched = [
             s for s in statements if any(t in s for t in ("identities", "people", "approved_users"))
@@ -101,12 +109,7 @@ async def test_a_new_persons_turn_does_not_read_the_whole_allowlist(
         adapters,
     ):
         await say(gw, adapters["telegram"], "1000")
-        statements: list[str] = []
-        gw.store.conn.set_trace_callback(statements.append)
-        try:
-            answer = await say(gw, adapters["telegram"], "1299", "first words")
-        finally:
-            gw.store.conn.set_trace_callback(None)
+        answer, statements = await traced(gw, adapters["telegram"], "1299", "first words")
         assert answer.startswith("echo: first words")
         lookups = [s for s in statements if "FROM identities WHERE identity" in s]
         assert 1 <= len(lookups) <= 6

@@ -16,12 +16,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.config.settings import load_config
+from gateway.config.settings import WEB_KEY_FILE, load_config
 from gateway.config.yamlload import Secret
 from gateway.errors import ConfigError
 from gateway.ops.daemon import Daemon
 from gateway.ops.doctor import Doctor
-from gateway.ops.web_guard import COOKIE_PREFIX, SECRET_FILE, WebGuard, load_web_secret
+from gateway.ops.web_guard import COOKIE_PREFIX, WebGuard, load_web_secret
 from gateway.ops.wiring import build_gateway, platform_adapters
 from tests.daemon_proc import free_port
 from tests.fakes.llm import FakeLLM
@@ -298,7 +298,7 @@ async def test_the_secret_is_made_once_private_and_kept_across_restarts(
 ) -> None:
     first = await start(home, fake_llm)
     await first.stop()
-    path = home / SECRET_FILE
+    path = home / WEB_KEY_FILE
     secret = path.read_text().strip()
     assert len(secret) >= 40 and stat.S_IMODE(path.stat().st_mode) == 0o600
     second = await start(home, fake_llm)
@@ -320,7 +320,7 @@ async def test_web_auth_token_is_the_login_secret_when_set(home: Path, fake_llm:
                 url(daemon, "/"), headers={"Authorization": "Bearer chosen-token-123"}
             ) as resp:
                 assert resp.status == 200
-        assert not (home / SECRET_FILE).exists()
+        assert not (home / WEB_KEY_FILE).exists()
     finally:
         await daemon.stop()
 
@@ -404,7 +404,7 @@ async def test_gateway_web_url_prints_the_login_link(home: Path) -> None:
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     assert out.decode().strip() == f"http://127.0.0.1:8799/?token={load_web_secret(home)}"
-    assert os.stat(home / SECRET_FILE).st_mode & 0o077 == 0
+    assert os.stat(home / WEB_KEY_FILE).st_mode & 0o077 == 0
 
 
 async def test_gateway_run_prints_the_login_link_on_a_terminal_and_never_logs_it(

@@ -22,10 +22,9 @@ import aiohttp
 
 from gateway.agent.tools.catalog import shell_doctor
 from gateway.agent.tools.policy import check_tool_names
-from gateway.config.settings import Config, load_config
+from gateway.config.settings import WEB_KEY_FILE, Config, load_config
 from gateway.errors import ConfigError, LLMError, LLMNotConfigured, LLMRejected, LLMTimeout
 from gateway.mcp.hub import McpHub
-from gateway.ops.web_guard import SECRET_FILE
 from gateway.telemetry.logs import Redactor, config_secrets, env_secrets
 from gateway.telemetry.status_client import connect_host
 from gateway.voice.speaker import doctor_check
@@ -184,7 +183,7 @@ class Doctor:
                     "remove `auth: none` from web:, then open the link `gateway web-url` prints",
                 )
             ]
-        key = self.home / SECRET_FILE
+        key = self.home / WEB_KEY_FILE
         if not web.auth_token and key.exists() and key.stat().st_mode & 0o077:
             return [
                 Check(
@@ -236,7 +235,7 @@ class Doctor:
                 folder.mkdir(mode=0o700, parents=True)
                 done.append(f"created {folder} (drwx------)")
         done.extend(_tighten(self.home, 0o700))
-        secrets = (*SECRET_FILES, SECRET_FILE) if was_open else (SECRET_FILE,)
+        secrets = (*SECRET_FILES, WEB_KEY_FILE) if was_open else (WEB_KEY_FILE,)
         for path in [*(self.home / name for name in secrets), *env_files(self.home, self.env)]:
             if path.exists():
                 done.extend(_tighten(path, 0o600))

@@ -28,7 +28,6 @@ from gateway.config.settings import WEB_KEY_FILE, WebConfig
 from gateway.config.yamlload import Secret
 from gateway.events import Caller
 
-SECRET_FILE = WEB_KEY_FILE
 COOKIE_PREFIX = "agent_gateway_"
 COOKIE_MAX_AGE_S = 90 * 86400
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -67,7 +66,7 @@ run <code>gateway web-url</code> and open the link it prints (it sets a cookie i
 def load_web_secret(home: Path) -> str:
     """The install's web login secret, created once (atomically, mode 0600) so the daemon and the
     CLI agree."""
-    path = home / SECRET_FILE
+    path = home / WEB_KEY_FILE
     try:
         found = path.read_text(encoding="ascii").strip()
     except FileNotFoundError:
@@ -75,7 +74,7 @@ def load_web_secret(home: Path) -> str:
     if found:
         return found
     home.mkdir(parents=True, exist_ok=True)
-    tmp = home / f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+    tmp = home / f".{WEB_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as fh:
         fh.write(secrets.token_urlsafe(32) + "\n")

@@ -87,7 +87,7 @@ def load_platform_facts(path: Path | None = None) -> dict[str, PlatformFacts]:
 def parse_platform_facts(
     text: str, *, file: str, source: str = HINTS_FILE
 ) -> dict[str, PlatformFacts]:
-    root = _compose(text, file)
+    root = parse_yaml_text(text, file)
     errors: list[ConfigError] = []
 
     def err(node: yaml.Node, key: str | None, message: str) -> None:
@@ -119,10 +119,6 @@ def parse_platform_facts(
     if errors:
         raise ConfigErrors(sorted(errors, key=lambda e: e.line or 0))
     return {p: facts[p] for p in PLATFORMS}
-
-
-def _compose(text: str, file: str) -> yaml.Node | None:
-    return parse_yaml_text(text, file)
 
 
 def _entry(
