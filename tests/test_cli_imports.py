@@ -21,7 +21,8 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-mine = {"__main__", "_distutils_hack"}
+# the interpreter's own start-up hooks (Debian's python3 has a sitecustomize), not the gateway's
+mine = {"__main__", "_distutils_hack", "sitecustomize", "usercustomize"}
 print(json.dumps(sorted(m for m in sys.modules
                         if m.split(".")[0] not in sys.stdlib_module_names and m not in mine
                         and not m.startswith("__editable__"))))
